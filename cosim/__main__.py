@@ -1,0 +1,3 @@
+from cosim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,256 @@
+"""Pydantic models of the hardware catalog.
+
+Each model says what one kind of part *is* in SI units: bytes, bytes/s per
+direction, seconds, FLOP/s, hertz, watts. YAML gives unit strings; validators
+turn them into floats. Every entry names its ``source`` (a datasheet or a
+public measured table); a single number from elsewhere is cited in
+``sources: {field: "..."}``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from cosim import units
+
+__all__ = [
+    "Bandwidth",
+    "Time",
+    "Size",
+    "Flops",
+    "Frequency",
+    "Power",
+    "Rate",
+    "Strict",
+    "Sourced",
+    "ScaleUp",
+    "PCIe",
+    "Accelerator",
+    "CPU",
+    "NIC",
+    "LinkType",
+    "DTYPES",
+]
+
+
+def _unit(kind: units.Kind) -> BeforeValidator:
+    def conv(v: Any, info: Any = None) -> float:
+        field = getattr(info, "field_name", None) or kind
+        return units.parse(v, kind, field)
+
+    return BeforeValidator(conv)
+
+
+Bandwidth = Annotated[float, _unit("bandwidth")]
+"""bytes/s, from a string like "450 GB/s" or "400 Gb/s"."""
+Time = Annotated[float, _unit("time")]
+"""seconds, from "2 us"."""
+Size = Annotated[float, _unit("size")]
+"""bytes, from "80 GiB"."""
+Flops = Annotated[float, _unit("flops")]
+"""FLOP/s, from "989 TFLOP/s"."""
+Frequency = Annotated[float, _unit("frequency")]
+"""hertz, from "1.98 GHz"."""
+Power = Annotated[float, _unit("power")]
+"""watts, from "700 W"."""
+Rate = Annotated[float, _unit("rate")]
+"""events per second, from "215 Mmsg/s"."""
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "mxfp8", "mxfp6", "mxfp4")
+"""Datatypes for which an accelerator may list a dense peak (FLOP/s or OP/s)."""
+
+DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4", "mxfp8", "mxfp6", "mxfp4"]
+
+
+class Strict(BaseModel):
+    """Base for every YAML-facing model: unknown keys are errors, and models
+    are immutable once validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _bidirectional_to_per_direction(data: Any) -> Any:
+    """Accept ``bidirectional: "900 GB/s"`` in place of ``bandwidth`` and halve it.
+
+    Sources often quote both directions together (NVLink's "900 GB/s"); cosim
+    works per direction, so the YAML must say which one it gives.
+    """
+    if isinstance(data, dict) and "bidirectional" in data:
+        if "bandwidth" in data:
+            raise ValueError("give either bandwidth (per direction) or bidirectional, not both")
+        data = type(data)(data) if not hasattr(data, "key_marks") else data
+        bidir = data.pop("bidirectional")
+        data["bandwidth"] = f"{units.parse_bandwidth(bidir, 'bidirectional') / 2.0!r} B/s"
+    return data
+
+
+class Sourced(Strict):
+    """A catalog entry: an id, a display name and where its numbers come from."""
+
+    name: str
+    """Display name, e.g. "NVIDIA H100 SXM5 80GB"."""
+    source: str = Field(min_length=3)
+    """Where the numbers come from: a datasheet URL or a public measured table."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Per-field sources where a number comes from somewhere else than ``source``."""
+    notes: str = ""
+    """Free text: caveats, how a number was derived."""
+
+
+class ScaleUp(Strict):
+    """An accelerator's scale-up ports (NVLink, Infinity Fabric, ...)."""
+
+    link: str
+    """Link type id from the catalog, e.g. "nvlink4"."""
+    links: int = Field(gt=0)
+    """Number of links per accelerator."""
+    bandwidth: Bandwidth
+    """Bandwidth per link, per direction (bytes/s)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bidir(cls, data: Any) -> Any:
+        return _bidirectional_to_per_direction(data)
+
+    @property
+    def total_bandwidth(self) -> float:
+        """All links together, per direction (bytes/s)."""
+        return self.links * self.bandwidth
+
+
+class PCIe(Strict):
+    """A PCIe attachment: generation and lane count."""
+
+    generation: int = Field(ge=3, le=7)
+    lanes: int = Field(default=16, gt=0)
+
+    @property
+    def link(self) -> str:
+        """Catalog link id of this attachment, e.g. "pcie5x16" (x16 types only)."""
+        return f"pcie{self.generation}x16"
+
+
+class Accelerator(Sourced):
+    """A GPU or other accelerator.
+
+    ``peak_flops`` are dense (no sparsity) tensor-core peaks where the part has
+    tensor cores for that dtype; fp64/fp32 are the vector or tensor peak as the
+    datasheet lists (see ``notes``).
+    """
+
+    vendor: str
+    peak_flops: dict[DType, Flops]
+    """Dense peak per datatype (FLOP/s)."""
+    hbm_capacity: Size
+    """Device memory capacity (bytes)."""
+    hbm_bandwidth: Bandwidth
+    """Device memory bandwidth (bytes/s)."""
+    sm_count: int = Field(gt=0)
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
+    l2_size: Size
+    """Last-level on-chip cache (bytes): L2, or AMD Infinity Cache where larger."""
+    clock: Frequency
+    """Boost clock (hertz)."""
+    scale_up: ScaleUp | None = None
+    """Scale-up ports; None for PCIe-only parts."""
+    pcie: PCIe
+    tdp: Power
+    """Thermal design power (watts)."""
+    price_usd: float | None = Field(default=None, ge=0)
+    """Indicative unit price for cost reports (US dollars); optional."""
+    hypothetical: bool = False
+    """True for what-if parts that do not exist (the parametric custom accelerator)."""
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak for ``dtype`` in FLOP/s; falls back to the nearest wider type."""
+        fallbacks = {
+            "fp4": ("fp4", "mxfp4", "fp6", "fp8", "bf16"),
+            "mxfp4": ("mxfp4", "fp4", "mxfp6", "fp8", "bf16"),
+            "fp6": ("fp6", "mxfp6", "fp8", "bf16"),
+            "mxfp6": ("mxfp6", "fp6", "mxfp8", "fp8", "bf16"),
+            "mxfp8": ("mxfp8", "fp8", "bf16"),
+            "fp8": ("fp8", "mxfp8", "bf16"),
+            "int8": ("int8", "fp8", "bf16"),
+            "fp16": ("fp16", "bf16"),
+            "bf16": ("bf16", "fp16"),
+            "tf32": ("tf32", "fp32"),
+            "fp32": ("fp32",),
+            "fp64": ("fp64", "fp32"),
+        }.get(dtype, (dtype, "bf16"))
+        for d in fallbacks:
+            if d in self.peak_flops:
+                return self.peak_flops[d]  # type: ignore[index]
+        raise KeyError(f"{self.name} lists no peak for {dtype}")
+
+
+class CPU(Sourced):
+    """A host CPU socket, and the cost of dispatching GPU work from it."""
+
+    vendor: str
+    cores: int = Field(gt=0)
+    """Cores per socket."""
+    threads_per_core: int = Field(default=2, gt=0)
+    frequency: Frequency
+    """Base clock (hertz)."""
+    boost_frequency: Frequency | None = None
+    memory_bandwidth: Bandwidth
+    """Peak DRAM bandwidth per socket (bytes/s)."""
+    pcie: PCIe
+    """PCIe generation of the socket's root ports; ``lanes`` is the total per socket."""
+    launch_overhead: Time
+    """CPU time the launching thread spends in one kernel-launch API call (seconds)."""
+    launch_latency: Time
+    """Minimum time from the start of a launch call to the kernel's start on the GPU (seconds)."""
+    tdp: Power
+    price_usd: float | None = Field(default=None, ge=0)
+
+
+class NIC(Sourced):
+    """A network adapter for the scale-out fabric."""
+
+    vendor: str
+    bandwidth: Bandwidth
+    """Line rate per port, per direction (bytes/s)."""
+    ports: int = Field(default=1, gt=0)
+    latency: Time
+    """One-way adapter latency, NIC to NIC over one switch hop (seconds)."""
+    message_rate: Rate
+    """Messages per second the adapter sustains."""
+    per_message_overhead: Time
+    """Fixed cost per message on the adapter (seconds), on top of the wire time."""
+    gpudirect_rdma: bool
+    """True if the NIC reads and writes GPU memory directly over PCIe."""
+    pcie: PCIe
+    link: str
+    """Catalog link type of its network port, e.g. "ib-ndr"."""
+    tdp: Power | None = None
+    price_usd: float | None = Field(default=None, ge=0)
+
+
+class LinkType(Sourced):
+    """A kind of point-to-point link.
+
+    ``bandwidth`` is the raw rate per direction; ``efficiency`` the fraction a
+    bulk transfer achieves after protocol overheads (e.g. PCIe Gen5 x16: 64 GB/s
+    raw, about 55 GB/s measured, efficiency ~0.86).
+    """
+
+    kind: Literal["pcie", "nvlink", "c2c", "upi", "xgmi", "infinity_fabric", "infiniband", "ethernet", "internal"]
+    bandwidth: Bandwidth
+    """Raw bandwidth per direction (bytes/s)."""
+    latency: Time
+    """One-hop latency (seconds)."""
+    efficiency: float = Field(gt=0.0, le=1.0)
+    """Achievable fraction of ``bandwidth`` for large transfers."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bidir(cls, data: Any) -> Any:
+        return _bidirectional_to_per_direction(data)
+
+    @property
+    def effective_bandwidth(self) -> float:
+        """Bandwidth a bulk transfer achieves, per direction (bytes/s)."""
+        return self.bandwidth * self.efficiency

@@ -1,0 +1,76 @@
+"""The ``cosim`` command line: a thin layer over the Python API.
+
+Each subcommand lives in its own module with ``register(subparsers)``; the
+handler returns an exit status. Bad input (:class:`CosimInputError`) prints
+one line on stderr and exits 2, with no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from cosim.errors import CosimInputError
+
+__all__ = ["main", "emit_json", "add_json_flag"]
+
+# Modules under cosim.cli that define register(subparsers). A module that is
+# not there yet is skipped, so layers can land one by one.
+_COMMANDS = ("topo", "collective", "replay", "run", "capture", "calibrate", "report", "sensitivity", "sweep")
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as JSON on stdout (sorted keys, so output is deterministic)."""
+    json.dump(obj, sys.stdout, indent=2, sort_keys=True, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every input error
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from cosim import __version__
+
+    parser = _Parser(prog="cosim", description="Hardware/software co-design simulator for AI systems.")
+    parser.add_argument("--version", action="version", version=f"cosim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in _COMMANDS:
+        try:
+            mod = importlib.import_module(f"cosim.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"cosim.cli.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CosimInputError as exc:
+        sys.stderr.write(f"cosim: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("cosim: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

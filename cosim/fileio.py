@@ -1,0 +1,87 @@
+"""File output that never leaves a half-written file behind, and input that
+reads plain or gzipped files with one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from cosim.errors import CosimInputError
+
+__all__ = ["atomic_open", "write_json", "write_text", "open_maybe_gzip"]
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", gz: bool | None = None) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; rename it into place only on success.
+
+    ``gz`` compresses (default: when ``path`` ends in ``.gz``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    gz = path.suffix == ".gz" if gz is None else gz
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if gz:
+                with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zf:
+                    fh: IO[Any] = zf if "b" in mode else _text(zf)
+                    yield fh
+                    if "b" not in mode:
+                        fh.flush()
+                        fh.detach()  # type: ignore[attr-defined]
+            elif "b" in mode:
+                yield raw
+            else:
+                t = _text(raw)
+                yield t
+                t.flush()
+                t.detach()
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _text(raw: IO[bytes]) -> IO[str]:
+    import io
+
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")  # type: ignore[arg-type]
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """Write ``obj`` as JSON atomically (gzipped if ``path`` ends in .gz)."""
+    with atomic_open(path, "w") as fh:
+        json.dump(obj, fh, indent=indent, sort_keys=True, allow_nan=False)
+        fh.write("\n")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` atomically."""
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+
+
+def open_maybe_gzip(path: str | Path) -> IO[bytes]:
+    """Open ``path`` for binary reading, transparently un-gzipping by magic bytes."""
+    p = Path(path)
+    try:
+        fh = open(p, "rb")
+    except FileNotFoundError:
+        raise CosimInputError("file not found", file=p) from None
+    except OSError as exc:
+        raise CosimInputError(f"cannot read file: {exc.strerror}", file=p) from None
+    head = fh.read(2)
+    fh.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    return fh
