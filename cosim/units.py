@@ -111,18 +111,18 @@ def _unit_factor(kind: Kind, unit: str) -> float | None:
             return None
         return _SUB[m.group(1)]
     if kind == "flops":
-        m = re.fullmatch(r"([kKMGTPE]?)(FLOP/s|FLOPS|flop/s|FLOPs/s)", u)
+        m = re.fullmatch(r"([kKMGTPE]?)(FLOP/s|FLOPS|FLOPs|flop/s|FLOPs/s|OP/s|OPS|OPs)", u)
         return None if m is None else _DEC[m.group(1)]
     if kind == "frequency":
-        m = re.fullmatch(r"([kKMGT]?)Hz", u)
+        m = re.fullmatch(r"([kKMGTPE]?)Hz", u)
         return None if m is None else _DEC[m.group(1)]
     if kind == "power":
-        m = re.fullmatch(r"([mkKMG]?)W", u)
+        m = re.fullmatch(r"([mkKMGTPE]?)W", u)
         if m is None:
             return None
         return 1e-3 if m.group(1) == "m" else _DEC[m.group(1)]
     if kind == "rate":
-        m = re.fullmatch(r"([kKMGT]?)(?:msg|op|ops|)(?:/s|ps)", u)
+        m = re.fullmatch(r"([kKMGTPE]?)(?:msg|op|ops|)(?:/s|ps)", u)
         return None if m is None else _DEC[m.group(1)]
     raise ValueError(f"unknown unit kind {kind!r}")
 
@@ -134,6 +134,8 @@ def parse(value: object, kind: Kind, field: str = "value") -> float:
         UnitError: bare numbers, unknown units, units of another kind, or
             negative / non-finite values. The message names ``field``.
     """
+    if kind not in _EXAMPLE:
+        raise ValueError(f"unknown unit kind {kind!r}")
     example = _EXAMPLE[kind]
     if isinstance(value, bool) or value is None:
         raise UnitError(f"{field}: expected a {kind} with a unit, e.g. {example!r}, got {value!r}")
@@ -205,7 +207,10 @@ def parse_size_list(spec: str, field: str = "sizes") -> list[float]:
             out.append(s)
             s *= 2
         return out
-    return [parse_size(p, field) for p in spec.split(",") if p.strip()]
+    out = [parse_size(p, field) for p in spec.split(",") if p.strip()]
+    if not out:
+        raise UnitError(f"{field}: empty size list; write e.g. '1MiB,64MiB' or '1KiB:16GiB'")
+    return out
 
 
 def _fmt(x: float, table: list[tuple[float, str]], unit: str, digits: int) -> str:

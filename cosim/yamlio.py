@@ -228,7 +228,8 @@ def input_error_at(data: Any, loc: Sequence[str | int], message: str,
 
 
 def _describe(err: dict[str, Any]) -> tuple[list[str | int], str]:
-    loc = [p for p in err.get("loc", ()) if not (isinstance(p, str) and ("function-" in p or p.startswith("tagged-union")))]
+    loc = [p for p in err.get("loc", ())
+           if not (isinstance(p, str) and ("function-" in p or p.startswith("tagged-union") or p == "[key]"))]
     etype = err.get("type", "")
     msg = err.get("msg", "invalid value")
     if etype == "extra_forbidden":

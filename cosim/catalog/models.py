@@ -9,29 +9,30 @@ public measured table); a single number from elsewhere is cited in
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from cosim import units
 
 __all__ = [
+    "CPU",
+    "DTYPES",
+    "NIC",
+    "Accelerator",
     "Bandwidth",
-    "Time",
-    "Size",
     "Flops",
     "Frequency",
+    "LinkType",
+    "PCIe",
     "Power",
     "Rate",
-    "Strict",
-    "Sourced",
     "ScaleUp",
-    "PCIe",
-    "Accelerator",
-    "CPU",
-    "NIC",
-    "LinkType",
-    "DTYPES",
+    "Size",
+    "Sourced",
+    "Strict",
+    "Time",
 ]
 
 
@@ -75,15 +76,41 @@ def _bidirectional_to_per_direction(data: Any) -> Any:
     """Accept ``bidirectional: "900 GB/s"`` in place of ``bandwidth`` and halve it.
 
     Sources often quote both directions together (NVLink's "900 GB/s"); cosim
-    works per direction, so the YAML must say which one it gives.
+    works per direction, so the YAML must say which one it gives. The input is
+    never modified: a copy is returned (a location-carrying copy for YAML
+    input, so that errors on ``bandwidth`` still point at the
+    ``bidirectional`` line).
     """
     if isinstance(data, dict) and "bidirectional" in data:
         if "bandwidth" in data:
             raise ValueError("give either bandwidth (per direction) or bidirectional, not both")
-        data = type(data)(data) if not hasattr(data, "key_marks") else data
-        bidir = data.pop("bidirectional")
-        data["bandwidth"] = f"{units.parse_bandwidth(bidir, 'bidirectional') / 2.0!r} B/s"
+        try:
+            bidir = units.parse_bandwidth(data["bidirectional"], "bidirectional")
+        except units.UnitError as exc:
+            raise ValueError(str(exc)) from None
+        out = type(data)((k, v) for k, v in data.items() if k != "bidirectional")
+        key_marks = getattr(data, "key_marks", None)
+        if key_marks is not None:
+            out.mark = data.mark  # type: ignore[attr-defined]
+            out.file = data.file  # type: ignore[attr-defined]
+            out.key_marks = {k: m for k, m in key_marks.items() if k != "bidirectional"}  # type: ignore[attr-defined]
+            if "bidirectional" in key_marks:
+                out.key_marks["bandwidth"] = key_marks["bidirectional"]  # type: ignore[attr-defined]
+        out["bandwidth"] = f"{bidir / 2.0!r} B/s"
+        return out
     return data
+
+
+def _require_positive(model: BaseModel, *names: str) -> None:
+    """Raise if any named rate field is zero: a zero bandwidth, peak or
+    message rate would make every transfer or kernel take forever."""
+    for name in names:
+        value = getattr(model, name)
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, v in items:
+            if v is not None and v <= 0:
+                where = f"{name}.{key}" if key is not None else name
+                raise ValueError(f"{where} must be greater than zero")
 
 
 class Sourced(Strict):
@@ -97,6 +124,15 @@ class Sourced(Strict):
     """Per-field sources where a number comes from somewhere else than ``source``."""
     notes: str = ""
     """Free text: caveats, how a number was derived."""
+
+    @model_validator(mode="after")
+    def _sources_name_fields(self) -> Sourced:
+        fields = type(self).model_fields
+        for key in self.sources:
+            if key.split(".")[0] not in fields:
+                known = ", ".join(f for f in fields if f not in ("name", "source", "sources", "notes"))
+                raise ValueError(f"sources: {key!r} is not a field of this entry; fields: {known}")
+        return self
 
 
 class ScaleUp(Strict):
@@ -113,6 +149,11 @@ class ScaleUp(Strict):
     @classmethod
     def _bidir(cls, data: Any) -> Any:
         return _bidirectional_to_per_direction(data)
+
+    @model_validator(mode="after")
+    def _positive(self) -> ScaleUp:
+        _require_positive(self, "bandwidth")
+        return self
 
     @property
     def total_bandwidth(self) -> float:
@@ -162,23 +203,48 @@ class Accelerator(Sourced):
     """Indicative unit price for cost reports (US dollars); optional."""
     hypothetical: bool = False
     """True for what-if parts that do not exist (the parametric custom accelerator)."""
+    host_link: str | None = None
+    """Catalog link id joining the accelerator to its host CPU when that is not
+    PCIe (e.g. "nvlink-c2c" on GB200); None means the host link is ``pcie``."""
+
+    @field_validator("peak_flops", mode="before")
+    @classmethod
+    def _known_dtypes(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            for key in v:
+                if key not in DTYPES:
+                    close = difflib.get_close_matches(str(key), DTYPES, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"unknown datatype {key!r}{hint}; known: {', '.join(DTYPES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_peaks(self) -> Accelerator:
+        if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
+            raise ValueError("peak_flops: list at least bf16 or fp16 (the dense tensor peak)")
+        _require_positive(self, "peak_flops", "hbm_bandwidth", "hbm_capacity", "clock")
+        return self
 
     def peak(self, dtype: str) -> float:
-        """Dense peak for ``dtype`` in FLOP/s; falls back to the nearest wider type."""
+        """Dense peak for ``dtype`` in FLOP/s; falls back to the nearest wider type.
+
+        A part without a unit for ``dtype`` runs it at the next wider type's
+        rate (e.g. fp8 on V100 runs at the fp16 tensor rate).
+        """
         fallbacks = {
-            "fp4": ("fp4", "mxfp4", "fp6", "fp8", "bf16"),
-            "mxfp4": ("mxfp4", "fp4", "mxfp6", "fp8", "bf16"),
-            "fp6": ("fp6", "mxfp6", "fp8", "bf16"),
-            "mxfp6": ("mxfp6", "fp6", "mxfp8", "fp8", "bf16"),
-            "mxfp8": ("mxfp8", "fp8", "bf16"),
-            "fp8": ("fp8", "mxfp8", "bf16"),
-            "int8": ("int8", "fp8", "bf16"),
+            "fp4": ("fp4", "mxfp4", "fp6", "fp8", "bf16", "fp16"),
+            "mxfp4": ("mxfp4", "fp4", "mxfp6", "fp8", "bf16", "fp16"),
+            "fp6": ("fp6", "mxfp6", "fp8", "bf16", "fp16"),
+            "mxfp6": ("mxfp6", "fp6", "mxfp8", "fp8", "bf16", "fp16"),
+            "mxfp8": ("mxfp8", "fp8", "bf16", "fp16"),
+            "fp8": ("fp8", "mxfp8", "bf16", "fp16"),
+            "int8": ("int8", "fp8", "bf16", "fp16"),
             "fp16": ("fp16", "bf16"),
             "bf16": ("bf16", "fp16"),
             "tf32": ("tf32", "fp32"),
             "fp32": ("fp32",),
             "fp64": ("fp64", "fp32"),
-        }.get(dtype, (dtype, "bf16"))
+        }.get(dtype, (dtype, "bf16", "fp16"))
         for d in fallbacks:
             if d in self.peak_flops:
                 return self.peak_flops[d]  # type: ignore[index]
@@ -228,6 +294,11 @@ class NIC(Sourced):
     tdp: Power | None = None
     price_usd: float | None = Field(default=None, ge=0)
 
+    @model_validator(mode="after")
+    def _positive(self) -> NIC:
+        _require_positive(self, "bandwidth", "message_rate")
+        return self
+
 
 class LinkType(Sourced):
     """A kind of point-to-point link.
@@ -249,6 +320,11 @@ class LinkType(Sourced):
     @classmethod
     def _bidir(cls, data: Any) -> Any:
         return _bidirectional_to_per_direction(data)
+
+    @model_validator(mode="after")
+    def _positive(self) -> LinkType:
+        _require_positive(self, "bandwidth")
+        return self
 
     @property
     def effective_bandwidth(self) -> float:
