@@ -70,7 +70,7 @@ class CosimInputError(CosimError):
         text = f"{prefix}: {self.message}" if prefix else self.message
         return " ".join(text.split("\n"))
 
-    def with_file(self, file: str | Path) -> "CosimInputError":
+    def with_file(self, file: str | Path) -> CosimInputError:
         """Return a copy that names ``file`` if this error names none."""
         if self.location.file:
             return self

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["atomic_open", "write_json", "write_text", "open_maybe_gzip"]
+__all__ = ["atomic_open", "open_maybe_gzip", "write_json", "write_text"]
 
 
 @contextmanager

@@ -31,22 +31,22 @@ import re
 from typing import Final, Literal
 
 __all__ = [
-    "UnitError",
     "Kind",
+    "UnitError",
+    "fmt",
+    "fmt_bandwidth",
+    "fmt_flops",
+    "fmt_size",
+    "fmt_time",
     "parse",
     "parse_bandwidth",
-    "parse_time",
-    "parse_size",
     "parse_flops",
     "parse_frequency",
     "parse_power",
     "parse_rate",
-    "fmt",
-    "fmt_bandwidth",
-    "fmt_time",
-    "fmt_size",
-    "fmt_flops",
+    "parse_size",
     "parse_size_list",
+    "parse_time",
 ]
 
 Kind = Literal["bandwidth", "time", "size", "flops", "frequency", "power", "rate"]

@@ -27,12 +27,12 @@ from cosim.errors import CosimInputError
 __all__ = [
     "LocDict",
     "LocList",
+    "format_path",
+    "input_error_at",
     "load_yaml",
     "loads_yaml",
     "locate",
     "validate",
-    "format_path",
-    "input_error_at",
 ]
 
 Mark = tuple[int, int]  # 1-based (line, column)
@@ -41,7 +41,7 @@ Mark = tuple[int, int]  # 1-based (line, column)
 class LocDict(dict):
     """A dict that remembers where it and each of its keys were in the file."""
 
-    __slots__ = ("mark", "key_marks", "file")
+    __slots__ = ("file", "key_marks", "mark")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -53,7 +53,7 @@ class LocDict(dict):
 class LocList(list):
     """A list that remembers where it and each of its items were in the file."""
 
-    __slots__ = ("mark", "item_marks", "file")
+    __slots__ = ("file", "item_marks", "mark")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

@@ -45,7 +45,7 @@ def test_malformed_yaml_names_line() -> None:
 
 
 def test_missing_file(tmp_path) -> None:
-    with pytest.raises(CosimInputError, match="nope.yaml: file not found"):
+    with pytest.raises(CosimInputError, match=r"nope\.yaml: file not found"):
         load_yaml(tmp_path / "nope.yaml")
 
 

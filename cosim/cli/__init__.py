@@ -16,7 +16,7 @@ from typing import Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["main", "emit_json", "add_json_flag"]
+__all__ = ["add_json_flag", "emit_json", "main"]
 
 # Modules under cosim.cli that define register(subparsers). A module that is
 # not there yet is skipped, so layers can land one by one.
