@@ -1,0 +1,471 @@
+"""Import a PyTorch Execution Trace (ExecutionTraceObserver JSON, schemas 1.0.x to
+1.1.x, including the Chakra-flavoured ``1.0.2-chakra.0.0.4`` layout).
+
+Two node layouts exist:
+
+* 1.0.1: flat fields ``parent``, ``rf_id``, ``tid``, ``inputs``, ``input_shapes``,
+  ``input_types``, ``outputs``, ``output_shapes``, ``output_types``, ``scope``;
+* 1.0.2+ (chakra): ``ctrl_deps`` (the parent), ``inputs``/``outputs`` as
+  ``{values, shapes, types}``, and ``attrs`` (a list of ``{name, type, value}``
+  holding ``rf_id``, ``tid``, ``scope``, and for record_param_comms
+  ``collective_name``, ``dtype``, ``in_msg_nelems``, ``in_split_size``, ``pg_name``...).
+
+An ET alone gives host ops with shapes, nesting and collectives but no times
+(``start``/``dur`` NaN). :func:`link_et` attaches an ET to a Kineto rank graph by
+record-function id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosim.errors import CosimInputError
+from cosim.fileio import open_maybe_gzip
+from cosim.workload.classify import collective_type, dtype_bytes, op_flops_bytes
+from cosim.workload.graph import CollType, HostKind, RankGraph, SeqSource, StringTable, Table, ragged_arrays
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None  # type: ignore[assignment]
+
+__all__ = ["EtNode", "link_et", "load_et_nodes", "read_et"]
+
+_ROOT = re.compile(r"^\[pytorch\|profiler\|execution_(graph|trace)\|(thread|process)\]$")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class EtNode(dict):
+    """A normalised ET node: id, name, parent, rf_id, tid, scope, in_values,
+    in_shapes, in_types, out_shapes, attrs (dict)."""
+
+
+def _loads(path: Path) -> Any:
+    try:
+        fh = open_maybe_gzip(path)
+        try:
+            data = fh.read()
+        finally:
+            fh.close()
+    except EOFError:
+        raise CosimInputError("truncated gzip file (compressed stream ended early)", file=path) from None
+    except OSError as exc:
+        if isinstance(exc, CosimInputError):
+            raise
+        raise CosimInputError(f"corrupt gzip data ({exc})", file=path) from None
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass  # fall through to json for a precise line:column
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise CosimInputError(f"invalid JSON: {exc.msg}", file=path, line=exc.lineno, column=exc.colno) from None
+    except UnicodeDecodeError as exc:
+        raise CosimInputError(f"invalid UTF-8 ({exc.reason})", file=path) from None
+
+
+def _strip_tensor(t: Any) -> Any:
+    if isinstance(t, str) and t.startswith("Tensor(") and t.endswith(")"):
+        return t[7:-1]
+    return t
+
+
+def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
+    """Read an ET file; returns (header without nodes, normalised nodes sorted by id)."""
+    path = Path(path)
+    doc = _loads(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
+        raise CosimInputError("not an Execution Trace (no 'nodes' list)", file=path, path="nodes")
+    schema = str(doc.get("schema", ""))
+    if schema and not re.match(r"^1\.[01]\.\d+", schema):
+        raise CosimInputError(
+            f"unsupported Execution Trace schema {schema!r} (supported: 1.0.x to 1.1.x)", file=path, path="schema"
+        )
+    out: list[EtNode] = []
+    for k, n in enumerate(doc["nodes"]):
+        if not isinstance(n, dict) or "id" not in n or "name" not in n:
+            raise CosimInputError("node without 'id'/'name'", file=path, path=f"nodes[{k}]")
+        attrs = {a.get("name"): a.get("value") for a in n.get("attrs", []) if isinstance(a, dict)}
+        ins, outs = n.get("inputs"), n.get("outputs")
+        if isinstance(ins, dict):
+            in_values, in_shapes, in_types = ins.get("values", []), ins.get("shapes", []), ins.get("types", [])
+        else:
+            in_values, in_shapes, in_types = ins or [], n.get("input_shapes", []), n.get("input_types", [])
+        out_shapes = outs.get("shapes", []) if isinstance(outs, dict) else n.get("output_shapes", [])
+
+        def field(key: str, default: Any = -1, n: dict = n, attrs: dict = attrs) -> Any:
+            return n[key] if key in n else attrs.get(key, default)
+
+        out.append(
+            EtNode(
+                id=int(n["id"]),
+                name=str(n["name"]),
+                parent=int(n.get("ctrl_deps", n.get("parent", -1)) or -1),
+                rf_id=int(field("rf_id")),
+                tid=int(field("tid", 0)),
+                scope=int(field("scope", 0)),
+                in_values=in_values,
+                in_shapes=in_shapes,
+                in_types=[_strip_tensor(t) for t in in_types],
+                out_shapes=out_shapes,
+                attrs=attrs,
+            )
+        )
+    out.sort(key=lambda x: x["id"])
+    return {k: v for k, v in doc.items() if k != "nodes"}, out
+
+
+def _comm_info(node: EtNode) -> dict[str, Any] | None:
+    """Collective fields of a record_param_comms node (both layouts); None for 'wait'."""
+    a = node["attrs"]
+    info: dict[str, Any] = {}
+    if "collective_name" in a:
+        info["name"] = a.get("collective_name")
+        info["dtype"] = a.get("dtype")
+        info["in_nelems"] = a.get("in_msg_nelems")
+        info["out_nelems"] = a.get("out_msg_nelems")
+        info["in_split"] = _lst(a.get("in_split_size"))
+        info["out_split"] = _lst(a.get("out_split_size"))
+        info["pg_name"] = a.get("pg_name")
+        info["pg_desc"] = a.get("pg_desc")
+        info["group_size"] = a.get("pg_size")
+    vals = node["in_values"]
+    # positional layout: [tensor(s), seq, pg (ptr or (name, desc)), rank, name, in_split, out_split, ...]
+    si = next((i for i, v in enumerate(vals) if isinstance(v, str)), None)
+    if si is not None:
+        info.setdefault("name", vals[si])
+        if si >= 3 and isinstance(vals[si - 3], int):
+            info["seq"] = vals[si - 3]
+        elif si == 3 and isinstance(vals[0], int):
+            info["seq"] = vals[0]
+        pg = vals[si - 2] if si >= 2 else None
+        if isinstance(pg, list) and len(pg) == 2 and info.get("pg_name") is None:
+            info["pg_name"], info["pg_desc"] = str(pg[0]), str(pg[1])
+        if "in_split" not in info and len(vals) > si + 2:
+            info["in_split"] = _lst(vals[si + 1])
+            info["out_split"] = _lst(vals[si + 2])
+    if not info.get("name") or info["name"] == "wait":
+        return None
+    if info.get("in_nelems") is None or info.get("dtype") is None:
+        shp = node["in_shapes"][0] if node["in_shapes"] else None
+        typ = node["in_types"][0] if node["in_types"] else None
+        while isinstance(shp, list) and shp and isinstance(shp[0], list):  # a TensorList of one tensor
+            shp = shp[0]
+        if isinstance(typ, str) and typ.startswith("GenericList[Tensor("):
+            typ = typ[len("GenericList[Tensor(") : typ.index(")")]
+        if isinstance(shp, list) and all(isinstance(x, int) for x in shp):
+            info.setdefault("in_nelems", math.prod(shp))
+            if info.get("in_nelems") is None:
+                info["in_nelems"] = math.prod(shp)
+        if info.get("dtype") is None:
+            info["dtype"] = typ
+    return info
+
+
+def _lst(x: Any) -> list[int]:
+    if isinstance(x, list):
+        return [int(v) for v in x if isinstance(v, (int, float))]
+    if isinstance(x, str) and x.strip():
+        try:
+            v = json.loads(x)
+        except ValueError:
+            return []
+        return [int(y) for y in v] if isinstance(v, list) else []
+    return []
+
+
+def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> RankGraph:
+    """An ET alone as a :class:`RankGraph`: host ops with names, nesting, shapes and
+    collectives; times NaN; no GPU ops."""
+    path = Path(path)
+    header, nodes = load_et_nodes(path)
+    st = StringTable()
+    keep = [n for n in nodes if not _ROOT.match(n["name"])]
+    by_id = {n["id"]: k for k, n in enumerate(keep)}
+    # threads, in order of first appearance
+    tids: dict[int, int] = {}
+    for n in keep:
+        tids.setdefault(n["tid"], len(tids))
+    order = sorted(range(len(keep)), key=lambda k: (tids[keep[k]["tid"]], keep[k]["id"]))
+    keep = [keep[k] for k in order]
+    pos = {n["id"]: k for k, n in enumerate(keep)}
+    del by_id
+    nh = len(keep)
+    parent = np.array([pos.get(n["parent"], -1) for n in keep], np.int32)
+    depth = np.zeros(nh, np.int16)
+    for i in range(nh):
+        if parent[i] >= 0:
+            depth[i] = depth[parent[i]] + 1
+    names = [n["name"] for n in keep]
+    kind = np.array(
+        [
+            HostKind.ANNOTATION
+            if (n["scope"] == 7 or n["name"].startswith("## ") or _STEP.match(n["name"]))
+            else HostKind.OP
+            for n in keep
+        ],
+        np.int8,
+    )
+    shapes = np.array(
+        [st(json.dumps(n["in_shapes"], separators=(",", ":"))) if n["in_shapes"] else -1 for n in keep], np.int32
+    )
+    types = np.array(
+        [st(json.dumps(n["in_types"], separators=(",", ":"))) if n["in_types"] else -1 for n in keep], np.int32
+    )
+    oshapes = np.array(
+        [st(json.dumps(n["out_shapes"], separators=(",", ":"))) if n["out_shapes"] else -1 for n in keep], np.int32
+    )
+    name_ids = np.array([st(x) for x in names], np.int32)
+    flops = np.full(nh, np.nan)
+    byts = np.full(nh, np.nan)
+    for i in np.nonzero(shapes >= 0)[0].tolist():
+        flops[i], byts[i] = op_flops_bytes(
+            names[i], st.strings[shapes[i]], st.strings[types[i]] if types[i] >= 0 else None
+        )
+
+    # steps: ProfilerStep nodes, else the whole trace
+    steps_idx = [i for i in range(nh) if _STEP.match(names[i])]
+    if steps_idx:
+        nums = [int(_STEP.match(names[i]).group(1)) for i in steps_idx]
+        steps = Table(
+            "steps",
+            len(steps_idx),
+            number=np.array(nums),
+            host_op=np.array(steps_idx),
+            n_gpu_ops=np.zeros(len(steps_idx)),
+        )
+        step_of_root: dict[int, int] = {i: k for k, i in enumerate(steps_idx)}
+        h_step = np.full(nh, -1, np.int32)
+        for i in range(nh):
+            if i in step_of_root:
+                h_step[i] = step_of_root[i]
+            elif parent[i] >= 0:
+                h_step[i] = h_step[parent[i]]
+    else:
+        steps = Table("steps", 1, number=np.array([-1]), host_op=np.array([-1]), n_gpu_ops=np.zeros(1))
+        h_step = np.zeros(nh, np.int32)
+
+    threads = Table(
+        "threads", len(tids), pid=np.full(len(tids), int(header.get("pid", -1))), tid=np.array(list(tids), np.int64)
+    )
+    nan = np.full(nh, np.nan)
+    host_ops = Table(
+        "host_ops",
+        nh,
+        thread=np.array([tids[n["tid"]] for n in keep], np.int32),
+        start=nan,
+        dur=nan,
+        name=name_ids,
+        kind=kind,
+        parent=parent,
+        depth=depth,
+        pre_gap=nan,
+        tail=nan,
+        self_time=nan,
+        step=h_step,
+        input_shapes=shapes,
+        input_types=types,
+        output_shapes=oshapes,
+        rf_id=np.array([n["rf_id"] for n in keep], np.int64),
+        et_node=np.array([n["id"] for n in keep], np.int64),
+        flops=flops,
+        bytes=byts,
+    )
+    rg = RankGraph(
+        rank=rank,
+        world_size=world_size or rank + 1,
+        device_name="",
+        strings=st.strings,
+        threads=threads,
+        host_ops=host_ops,
+        gpu_ops=Table("gpu_ops", 0),
+        launches=Table("launches", 0),
+        collectives=Table("collectives", 0),
+        groups=Table("groups", 0),
+        steps=steps,
+        edges=_host_edges(host_ops),
+        source={
+            "format": "execution_trace",
+            "file": str(path),
+            "schema": header.get("schema"),
+            "pid": header.get("pid"),
+        },
+    )
+    rg.collectives, rg.groups = _et_collectives(st, keep, rg)
+    rg.strings = st.strings
+    return rg
+
+
+def _host_edges(h: Table) -> Table:
+    n = len(h)
+    same = np.nonzero(h.thread[1:] == h.thread[:-1])[0] if n > 1 else np.zeros(0, np.int64)
+    return Table("edges", len(same), src=same, dst=same + 1, kind=np.full(len(same), 4), inferred=np.zeros(len(same)))
+
+
+def _et_collectives(st: StringTable, keep: list[EtNode], rg: RankGraph) -> tuple[Table, Table]:
+    rows = []
+    groups: dict[str | None, int] = {}
+    g_rows: list[tuple[int, int, list[int]]] = []
+    counters: dict[tuple[int, int], int] = {}
+    for i, n in enumerate(keep):
+        if n["name"] != "record_param_comms":
+            continue
+        info = _comm_info(n)
+        if info is None:
+            continue
+        pg = info.get("pg_name")
+        pg = str(pg) if pg is not None else None
+        if pg not in groups:
+            groups[pg] = len(g_rows)
+            gsz = int(info.get("group_size") or -1)
+            g_rows.append(
+                (
+                    st(pg) if pg is not None else -1,
+                    st(str(info["pg_desc"])) if info.get("pg_desc") else -1,
+                    list(range(gsz)) if gsz > 0 and pg == "0" else [],
+                )
+            )
+        gid = groups[pg]
+        ctype = collective_type(str(info["name"]))
+        esz = dtype_bytes(str(info.get("dtype"))) if info.get("dtype") is not None else -1
+        in_n = int(info["in_nelems"]) if info.get("in_nelems") is not None else -1
+        out_n = (
+            int(info["out_nelems"])
+            if info.get("out_nelems") is not None
+            else (in_n if ctype in (CollType.ALL_REDUCE, CollType.ALL_TO_ALL, CollType.BROADCAST) else -1)
+        )
+        if "seq" in info:
+            seq, src = int(info["seq"]), SeqSource.ET
+        else:
+            key = (gid, int(ctype))
+            seq = counters.get(key, 0)
+            counters[key] = seq + 1
+            src = SeqSource.COUNTER
+        rows.append(
+            (
+                i,
+                int(ctype),
+                st(str(info["name"])),
+                st(str(info["dtype"])) if info.get("dtype") is not None else -1,
+                esz,
+                in_n,
+                out_n,
+                gid,
+                int(info.get("group_size") or -1),
+                seq,
+                int(src),
+                info.get("in_split") or [],
+                info.get("out_split") or [],
+            )
+        )
+    n = len(rows)
+    io, iv = ragged_arrays([r[11] for r in rows])
+    oo, ov = ragged_arrays([r[12] for r in rows])
+    col = lambda k: np.array([r[k] for r in rows]) if n else np.zeros(0)  # noqa: E731
+    esz, in_n, out_n = col(4), col(5), col(6)
+    coll = Table(
+        "collectives",
+        n,
+        host_op=col(0),
+        gpu_op=np.full(n, -1),
+        type=col(1),
+        name=col(2),
+        dtype=col(3),
+        elem_bytes=esz,
+        in_nelems=in_n,
+        out_nelems=out_n,
+        in_bytes=np.where((in_n >= 0) & (esz > 0), in_n * esz, np.nan) if n else np.zeros(0),
+        out_bytes=np.where((out_n >= 0) & (esz > 0), out_n * esz, np.nan) if n else np.zeros(0),
+        group=col(7),
+        group_size=col(8),
+        seq=col(9),
+        seq_source=col(10),
+        in_splits_offsets=io,
+        in_splits_values=iv,
+        out_splits_offsets=oo,
+        out_splits_values=ov,
+    )
+    go, gv = ragged_arrays([r[2] for r in g_rows])
+    return coll, Table(
+        "groups",
+        len(g_rows),
+        name=np.array([r[0] for r in g_rows]),
+        desc=np.array([r[1] for r in g_rows]),
+        ranks_offsets=go,
+        ranks_values=gv,
+    )
+
+
+def link_et(rg: RankGraph, et_path: str | Path, nodes: list[EtNode] | None = None) -> dict[str, int]:
+    """Attach an ET to a Kineto rank graph in place.
+
+    Host ops are matched to ET nodes by record-function id: Kineto's
+    ``Record function id`` arg, or — in older traces without it — the ``External id``
+    of cpu ops (which was the record-function id then). A match also requires equal
+    op names. Matched ops get the ET node id, missing input shapes/types, output
+    shapes and FLOPs; collectives get split sizes and sequence numbers from the ET's
+    record_param_comms. Returns counts ``{matched, et_ops, kineto_ops}``.
+    """
+    if nodes is None:
+        _, nodes = load_et_nodes(et_path)
+    by_rf = {n["rf_id"]: n for n in nodes if n["rf_id"] >= 0 and not _ROOT.match(n["name"])}
+    h = rg.host_ops
+    st = StringTable(rg.strings)
+    cpu = (h.kind == HostKind.OP) | (h.kind == HostKind.ANNOTATION)
+    use_rf = (h.rf_id[cpu] > 0).any()
+    key = np.where(cpu, h.rf_id if use_rf else h.ext_id, -1)
+    matched = 0
+    et_by_host: dict[int, EtNode] = {}
+    for i in np.nonzero(key >= 0)[0].tolist():
+        n = by_rf.get(int(key[i]))
+        if n is None or n["name"] != rg.strings[h.name[i]]:
+            continue
+        matched += 1
+        et_by_host[i] = n
+        h.et_node[i] = n["id"]
+        if h.input_shapes[i] < 0 and n["in_shapes"]:
+            h.input_shapes[i] = st(json.dumps(n["in_shapes"], separators=(",", ":")))
+        if h.input_types[i] < 0 and n["in_types"]:
+            h.input_types[i] = st(json.dumps(n["in_types"], separators=(",", ":")))
+        if n["out_shapes"]:
+            h.output_shapes[i] = st(json.dumps(n["out_shapes"], separators=(",", ":")))
+        if np.isnan(h.flops[i]) and h.input_shapes[i] >= 0:
+            f, b = op_flops_bytes(
+                n["name"],
+                st.strings[h.input_shapes[i]],
+                st.strings[h.input_types[i]] if h.input_types[i] >= 0 else None,
+            )
+            h.flops[i], h.bytes[i] = f, b
+    c = rg.collectives
+    new_in: list[list[int]] = []
+    new_out: list[list[int]] = []
+    for k in range(len(c)):
+        i = int(c.host_op[k])
+        n = et_by_host.get(i)
+        info = _comm_info(n) if n is not None else None
+        ins, outs = list(c.ragged("in_splits", k)), list(c.ragged("out_splits", k))
+        if info is not None:
+            ins = ins or info.get("in_split") or []
+            outs = outs or info.get("out_split") or []
+            if c.seq_source[k] == SeqSource.COUNTER and "seq" in info:
+                c.seq[k] = int(info["seq"])
+                c.seq_source[k] = SeqSource.ET
+        new_in.append(ins)
+        new_out.append(outs)
+    if len(c):
+        cols = c.columns()
+        cols["in_splits_offsets"], cols["in_splits_values"] = ragged_arrays(new_in)
+        cols["out_splits_offsets"], cols["out_splits_values"] = ragged_arrays(new_out)
+        rg.collectives = Table("collectives", len(c), **cols)
+    rg.strings = st.strings
+    rg.source["et"] = str(et_path)
+    rg.source["et_matched_ops"] = matched
+    return {"matched": matched, "et_ops": len(by_rf), "kineto_ops": int(cpu.sum())}

@@ -1,0 +1,627 @@
+"""The execution graph: cosim's data contract between trace importers, workload
+synthesis and the replay engine.
+
+One :class:`ExecutionGraph` holds one :class:`RankGraph` per rank. A rank graph is
+a handful of struct-of-arrays :class:`Table` objects (one numpy array per column,
+one row per op) plus a string table; every name is an index into
+``RankGraph.strings``. Units are SI: seconds (float64, relative to the rank's
+``time_origin``), bytes, FLOPs. Unknown numbers are NaN, unknown indices -1.
+
+Node ids for :attr:`RankGraph.edges`: host op ``i`` is node ``i``; GPU op ``j`` is
+node ``len(host_ops) + j``.
+
+The full contract (every column, edge kinds, step-time definitions, versioning)
+is in docs/EXECUTION_GRAPH.md; :data:`TABLE_SCHEMAS` below is its source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosim.errors import CosimInputError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TABLE_SCHEMAS",
+    "CollType",
+    "Column",
+    "CopyKind",
+    "EdgeKind",
+    "ExecutionGraph",
+    "GpuKind",
+    "HostKind",
+    "OpClass",
+    "RankGraph",
+    "SeqSource",
+    "Table",
+]
+
+SCHEMA_VERSION = "1.0"
+"""Version of the execution-graph contract: ``MAJOR.MINOR``. Readers accept any
+minor version of their own major version (new minor versions only add columns or
+enum values); a different major version is rejected."""
+
+
+class HostKind(IntEnum):
+    """What a host op is (``host_ops.kind``)."""
+
+    OP = 0  #: an operator (cpu_op: aten::*, autograd nodes, record_param_comms, ...)
+    ANNOTATION = 1  #: a user annotation (record_function, ProfilerStep#N, ## forward ##)
+    RUNTIME = 2  #: a CUDA/HIP runtime or driver call that neither launches nor blocks
+    LAUNCH = 3  #: a runtime call that enqueues GPU work (kernel, memcpy, memset, graph)
+    SYNC = 4  #: a blocking runtime call that waits for GPU work (stream/device/event sync)
+    LAUNCH_SYNC = 5  #: enqueues GPU work and waits for it (blocking cudaMemcpy, hipMemcpyWithStream)
+
+
+class GpuKind(IntEnum):
+    """``gpu_ops.kind``."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+
+
+class OpClass(IntEnum):
+    """Class of a GPU op (``gpu_ops.cls``); rules in :mod:`cosim.workload.classify`."""
+
+    GEMM = 0
+    GROUPED_GEMM = 1
+    ATTENTION = 2
+    ELEMENTWISE = 3
+    REDUCTION = 4
+    NORM = 5
+    MEMCPY = 6
+    MEMSET = 7
+    COLLECTIVE = 8
+    MOE_DISPATCH = 9
+    MOE_COMBINE = 10
+    OTHER = 11
+
+
+class EdgeKind(IntEnum):
+    """``edges.kind``: why ``dst`` cannot start (or, for SYNC, finish) before ``src`` ends."""
+
+    LAUNCH = 0  #: host launch call -> the GPU op it enqueued (GPU op ready when the call ends)
+    STREAM = 1  #: GPU op -> next GPU op on the same (device, stream)
+    SYNC = 2  #: GPU op -> blocking host call that waits for it (the call ends after the GPU op)
+    EVENT_WAIT = 3  #: GPU op -> GPU op on another stream (cudaEventRecord + cudaStreamWaitEvent)
+    HOST = 4  #: host op -> next host op on the same thread, in pre-order (start order, parents first)
+
+
+class CollType(IntEnum):
+    """``collectives.type``."""
+
+    ALL_REDUCE = 0
+    ALL_GATHER = 1
+    REDUCE_SCATTER = 2
+    ALL_TO_ALL = 3
+    BROADCAST = 4
+    REDUCE = 5
+    SEND = 6
+    RECV = 7
+    SEND_RECV = 8
+    BARRIER = 9
+    GATHER = 10
+    SCATTER = 11
+    OTHER = 12
+
+
+class CopyKind(IntEnum):
+    """``gpu_ops.copy_kind`` for memcpy ops (NONE for kernels and memsets)."""
+
+    NONE = 0
+    HTOD = 1
+    DTOH = 2
+    DTOD = 3
+    HTOH = 4
+    PTOP = 5
+    OTHER = 6
+
+
+class SeqSource(IntEnum):
+    """Where ``collectives.seq`` came from."""
+
+    TRACE = 0  #: the trace's own sequence number (Kineto "Seq"/"seq" arg)
+    ET = 1  #: the Execution Trace's record_param_comms sequence argument
+    COUNTER = 2  #: cosim's per-(process group, collective type) counter in issue order
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: name, numpy dtype, trailing shape, unit, meaning.
+
+    ``ragged`` columns hold a variable-length int64 list per row, stored as
+    ``<name>_offsets`` (length n+1) and ``<name>_values``.
+    """
+
+    name: str
+    dtype: str
+    unit: str
+    doc: str
+    width: int = 0  #: 0 for a scalar column, else a fixed trailing dimension
+    ragged: bool = False
+
+    @property
+    def fill(self) -> Any:
+        if self.dtype.startswith("float"):
+            return np.nan
+        return -1
+
+
+S, B, F, ID, N = "s", "bytes", "FLOP", "index", "-"
+
+TABLE_SCHEMAS: dict[str, tuple[Column, ...]] = {
+    "threads": (
+        Column("pid", "int64", N, "process id in the trace"),
+        Column("tid", "int64", N, "thread id in the trace"),
+        Column("name", "int32", ID, "thread name (strings), -1 if unknown"),
+    ),
+    "host_ops": (
+        Column("thread", "int32", ID, "host thread (threads row)"),
+        Column("start", "float64", S, "recorded start, relative to time_origin (reference only; replay uses pre_gap)"),
+        Column("dur", "float64", S, "recorded duration (NaN when unknown, e.g. an ET without timings)"),
+        Column("name", "int32", ID, "op name (strings)"),
+        Column("kind", "int8", "HostKind", "what the op is"),
+        Column("parent", "int32", ID, "enclosing host op on the same thread, -1 for top-level"),
+        Column("depth", "int16", N, "nesting depth, 0 for top-level"),
+        Column(
+            "pre_gap",
+            "float64",
+            S,
+            "unprofiled host time before this op: from the parent's start or the previous sibling's end (top-level: the previous top-level op's end) to this op's start",
+        ),
+        Column("tail", "float64", S, "time from the last child's end (or own start for a leaf) to this op's end"),
+        Column("self_time", "float64", S, "exclusive time: dur minus the children's durations (>= 0)"),
+        Column("step", "int32", ID, "steps row whose ProfilerStep contains this op's start, -1 if none"),
+        Column(
+            "input_shapes",
+            "int32",
+            ID,
+            "JSON text of the input shapes (Kineto 'Input Dims' or ET input shapes), -1 if none",
+        ),
+        Column(
+            "input_types",
+            "int32",
+            ID,
+            "JSON text of the input dtypes ('Input type' / ET types with Tensor(...) removed), -1 if none",
+        ),
+        Column("output_shapes", "int32", ID, "JSON text of the output shapes (ET only), -1 if none"),
+        Column("rf_id", "int64", N, "record-function id ('Record function id' / ET rf_id), -1 if none"),
+        Column("ext_id", "int64", N, "Kineto 'External id', -1 if none"),
+        Column("correlation", "int64", N, "runtime correlation id (runtime calls), -1 otherwise"),
+        Column("et_node", "int64", N, "id of the linked Execution Trace node, -1 if none"),
+        Column("flops", "float64", F, "arithmetic work of the op from its shapes (GEMM-like ops), NaN if unknown"),
+        Column(
+            "bytes", "float64", B, "minimum memory traffic of the op from its shapes (inputs + output), NaN if unknown"
+        ),
+    ),
+    "gpu_ops": (
+        Column("device", "int16", N, "GPU index"),
+        Column("stream", "int64", N, "stream id as recorded"),
+        Column("start", "float64", S, "measured start, relative to time_origin"),
+        Column("dur", "float64", S, "measured duration"),
+        Column("name", "int32", ID, "kernel name, or 'Memcpy HtoD (Host -> Device)' etc. (strings)"),
+        Column("kind", "int8", "GpuKind", "kernel, memcpy or memset"),
+        Column("cls", "int8", "OpClass", "class from classify.py"),
+        Column("copy_kind", "int8", "CopyKind", "direction of a memcpy"),
+        Column("grid", "int32", N, "grid dimensions (x, y, z), -1 if unknown", width=3),
+        Column("block", "int32", N, "block dimensions (x, y, z), -1 if unknown", width=3),
+        Column("launch", "int32", ID, "launches row that enqueued this op, -1 if not found"),
+        Column(
+            "op", "int32", ID, "innermost host op of kind OP enclosing the launch (the 'parent ATen op'), -1 if none"
+        ),
+        Column("correlation", "int64", N, "runtime correlation id, -1 if none"),
+        Column("ext_id", "int64", N, "Kineto 'External id', -1 if none"),
+        Column(
+            "step", "int32", ID, "steps row whose ProfilerStep contains the launch (or, with no launch, the op's start)"
+        ),
+        Column(
+            "bytes",
+            "float64",
+            B,
+            "bytes moved: memcpy/memset size from the trace, GEMM traffic from shapes; NaN if unknown",
+        ),
+        Column(
+            "flops", "float64", F, "FLOPs from the parent op's shapes, split over its compute kernels; NaN if unknown"
+        ),
+        Column("collective", "int32", ID, "collectives row, -1 for non-communication ops"),
+    ),
+    "launches": (
+        Column("host_op", "int32", ID, "host op of kind LAUNCH or LAUNCH_SYNC"),
+        Column("correlation", "int64", N, "correlation id linking the call to its GPU ops"),
+        Column("first_gpu_op", "int32", ID, "first GPU op enqueued, -1 if none was recorded"),
+        Column("n_gpu_ops", "int32", N, "GPU ops enqueued (several for cudaGraphLaunch)"),
+        Column("device", "int16", N, "device of the GPU op(s), -1 if none"),
+        Column("stream", "int64", N, "stream of the first GPU op, -1 if none"),
+    ),
+    "collectives": (
+        Column("host_op", "int32", ID, "record_param_comms (or nccl:*/c10d:: annotation) host op, -1 if none"),
+        Column("gpu_op", "int32", ID, "communication kernel (NCCL/RCCL), -1 if none (CPU backends, ET-only)"),
+        Column("type", "int8", "CollType", "collective type"),
+        Column("name", "int32", ID, "collective name as recorded ('allreduce', 'all_to_allv', ...)"),
+        Column("dtype", "int32", ID, "element type name, -1 if unknown"),
+        Column("elem_bytes", "int16", B, "bytes per element, -1 if unknown"),
+        Column("in_nelems", "int64", N, "input elements on this rank, -1 if unknown"),
+        Column("out_nelems", "int64", N, "output elements on this rank, -1 if unknown"),
+        Column("in_bytes", "float64", B, "input message size, NaN if unknown"),
+        Column("out_bytes", "float64", B, "output message size, NaN if unknown"),
+        Column("group", "int32", ID, "groups row (process group), -1 if unknown"),
+        Column("group_size", "int32", N, "ranks in the process group, -1 if unknown"),
+        Column("seq", "int64", N, "sequence number for matching the same collective across ranks"),
+        Column("seq_source", "int8", "SeqSource", "where seq came from"),
+        Column("algo", "int32", ID, "NCCL algorithm from the kernel name (RING, TREE, ...), -1 if unknown"),
+        Column("protocol", "int32", ID, "NCCL protocol from the kernel name (LL, LL128, SIMPLE), -1 if unknown"),
+        Column("in_splits", "int64", N, "per-peer input split sizes (elements), empty if even/unknown", ragged=True),
+        Column("out_splits", "int64", N, "per-peer output split sizes (elements), empty if even/unknown", ragged=True),
+    ),
+    "groups": (
+        Column("name", "int32", ID, "process group name ('0', ...), -1 if unknown"),
+        Column("desc", "int32", ID, "process group description ('default_pg', ...), -1 if unknown"),
+        Column("ranks", "int64", N, "global ranks in the group", ragged=True),
+    ),
+    "steps": (
+        Column("number", "int64", N, "N of ProfilerStep#N; -1 when the whole trace is one step"),
+        Column("host_op", "int32", ID, "the ProfilerStep#N host op, -1 if none"),
+        Column("cpu_start", "float64", S, "ProfilerStep start (no ProfilerStep: first host op start)"),
+        Column("cpu_dur", "float64", S, "ProfilerStep duration (no ProfilerStep: host span)"),
+        Column("gpu_start", "float64", S, "start of the step's first GPU op, NaN if none"),
+        Column("gpu_end", "float64", S, "end of the step's last-ending GPU op, NaN if none"),
+        Column("n_gpu_ops", "int32", N, "GPU ops in the step"),
+    ),
+    "edges": (
+        Column("src", "int32", ID, "source node (host op i -> i; GPU op j -> n_host + j)"),
+        Column("dst", "int32", ID, "destination node"),
+        Column("kind", "int8", "EdgeKind", "dependency kind"),
+        Column("inferred", "int8", N, "1 if guessed conservatively (no stream/event info in the trace), else 0"),
+    ),
+}
+
+
+class Table:
+    """A struct-of-arrays table: one numpy array per column, all of one length.
+
+    Columns are attributes (``t.start``); ragged columns are read with
+    :meth:`ragged`. ``len(t)`` is the number of rows.
+    """
+
+    __slots__ = ("_cols", "_n", "table")
+
+    def __init__(self, table: str, n: int = 0, /, **cols: np.ndarray) -> None:
+        self.table = table
+        self._n = n
+        self._cols: dict[str, np.ndarray] = {}
+        for c in TABLE_SCHEMAS[table]:
+            if c.ragged:
+                off = cols.pop(f"{c.name}_offsets", None)
+                val = cols.pop(f"{c.name}_values", None)
+                if off is None:
+                    off = np.zeros(n + 1, np.int64)
+                    val = np.zeros(0, np.int64)
+                self._cols[f"{c.name}_offsets"] = np.asarray(off, np.int64)
+                self._cols[f"{c.name}_values"] = np.asarray(val, np.int64)
+                continue
+            arr = cols.pop(c.name, None)
+            shape = (n, c.width) if c.width else (n,)
+            if arr is None:
+                arr = np.full(shape, c.fill, dtype=c.dtype)
+            else:
+                arr = np.asarray(arr, dtype=c.dtype).reshape(shape)
+            self._cols[c.name] = arr
+        if cols:
+            raise ValueError(f"{table}: unknown columns {sorted(cols)}")
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self._cols[name]
+        except KeyError:
+            raise AttributeError(f"{self.table} has no column {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in Table.__slots__:
+            object.__setattr__(self, name, value)
+        elif name in self._cols:
+            self._cols[name][...] = value
+        else:
+            raise AttributeError(f"{self.table} has no column {name!r}")
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """All stored arrays by name (ragged columns as ``_offsets``/``_values``)."""
+        return dict(self._cols)
+
+    def ragged(self, name: str, i: int) -> np.ndarray:
+        """Row ``i`` of ragged column ``name``."""
+        off = self._cols[f"{name}_offsets"]
+        return self._cols[f"{name}_values"][off[i] : off[i + 1]]
+
+    def __repr__(self) -> str:
+        return f"<Table {self.table}: {self._n} rows>"
+
+
+def ragged_arrays(lists: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) for a ragged column from per-row lists."""
+    lists = list(lists)
+    lens = [len(x) for x in lists]
+    off = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    vals = np.fromiter((v for x in lists for v in x), np.int64, count=int(off[-1]))
+    return off, vals
+
+
+class StringTable:
+    """Interns strings; ``ids[s]`` gives the index in ``strings``."""
+
+    __slots__ = ("ids", "strings")
+
+    def __init__(self, strings: Iterable[str] = ()) -> None:
+        self.strings: list[str] = list(strings)
+        self.ids: dict[str, int] = {s: i for i, s in enumerate(self.strings)}
+
+    def __call__(self, s: str | None) -> int:
+        if s is None:
+            return -1
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.strings)
+            self.strings.append(s)
+        return i
+
+
+@dataclass
+class RankGraph:
+    """The execution graph of one rank: its host threads, host ops, launches,
+    GPU ops, collectives, process groups, steps and dependency edges.
+
+    Times are seconds relative to ``time_origin`` (the earliest event of this
+    rank, in the trace's own clock, seconds).
+    """
+
+    rank: int
+    world_size: int
+    device_name: str
+    strings: list[str]
+    threads: Table
+    host_ops: Table
+    gpu_ops: Table
+    launches: Table
+    collectives: Table
+    groups: Table
+    steps: Table
+    edges: Table
+    time_origin: float = 0.0
+    source: dict[str, Any] = field(default_factory=dict)
+
+    # -- helpers -----------------------------------------------------------------------
+    def name(self, idx: int) -> str:
+        """The string with index ``idx`` ('' for -1)."""
+        return self.strings[idx] if idx >= 0 else ""
+
+    def gpu_node(self, j: int | np.ndarray) -> int | np.ndarray:
+        """Edge node id of GPU op ``j``."""
+        return len(self.host_ops) + j
+
+    def shapes(self, i: int) -> list[Any] | None:
+        """Decoded input shapes of host op ``i`` (None if not recorded)."""
+        k = int(self.host_ops.input_shapes[i])
+        return json.loads(self.strings[k]) if k >= 0 else None
+
+    def types(self, i: int) -> list[Any] | None:
+        """Decoded input dtypes of host op ``i`` (None if not recorded)."""
+        k = int(self.host_ops.input_types[i])
+        return json.loads(self.strings[k]) if k >= 0 else None
+
+    def measured_step_times(self) -> dict[str, np.ndarray]:
+        """Measured step times of this rank, seconds, one entry per step.
+
+        Keys: ``step`` (N of ProfilerStep#N), ``cpu`` (ProfilerStep duration),
+        ``gpu_span`` (first GPU op start to last GPU op end among the ops whose
+        launch lies in the step), ``gpu_step_to_step`` (start of step N+1's first
+        GPU op minus step N's; NaN for the last step), and ``gpu``: the rank's
+        measured step time — step-to-step where the trace has several steps,
+        otherwise the GPU span.
+        """
+        st = self.steps
+        span = st.gpu_end - st.gpu_start
+        s2s = np.full(len(st), np.nan)
+        if len(st) >= 2:
+            s2s[:-1] = np.diff(st.gpu_start)
+        gpu = s2s if len(st) >= 2 else span.copy()
+        return {
+            "step": st.number.copy(),
+            "cpu": st.cpu_dur.copy(),
+            "gpu_span": span,
+            "gpu_step_to_step": s2s,
+            "gpu": gpu,
+        }
+
+    def class_names(self) -> np.ndarray:
+        """``gpu_ops.cls`` as lower-case class names."""
+        names = np.array([c.name.lower() for c in OpClass])
+        return names[self.gpu_ops.cls]
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and totals for a quick look (JSON-serialisable)."""
+        g = self.gpu_ops
+        by_cls: dict[str, dict[str, float]] = {}
+        for c in OpClass:
+            m = g.cls == c
+            if m.any():
+                by_cls[c.name.lower()] = {"count": int(m.sum()), "time_s": float(g.dur[m].sum())}
+        edge_counts = {k.name.lower(): int((self.edges.kind == k).sum()) for k in EdgeKind}
+        coll = {
+            t.name.lower(): int((self.collectives.type == t).sum())
+            for t in CollType
+            if (self.collectives.type == t).any()
+        }
+        times = self.measured_step_times()
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "device_name": self.device_name,
+            "threads": len(self.threads),
+            "host_ops": len(self.host_ops),
+            "launches": len(self.launches),
+            "gpu_ops": len(g),
+            "gpu_ops_by_class": by_cls,
+            "collectives": coll,
+            "edges": edge_counts,
+            "steps": [int(x) for x in times["step"]],
+            "step_time_gpu_s": [None if np.isnan(x) else float(x) for x in times["gpu"]],
+            "step_time_cpu_s": [None if np.isnan(x) else float(x) for x in times["cpu"]],
+        }
+
+    def tables(self) -> dict[str, Table]:
+        return {k: getattr(self, k) for k in TABLE_SCHEMAS}
+
+    def validate(self) -> None:
+        """Check internal consistency (index ranges, edge node ids); raises ValueError."""
+        nh, ng = len(self.host_ops), len(self.gpu_ops)
+        ns = len(self.strings)
+
+        def rng(name: str, arr: np.ndarray, hi: int) -> None:
+            if len(arr) and (arr.min() < -1 or arr.max() >= hi):
+                raise ValueError(f"rank {self.rank}: {name} out of range [-1, {hi})")
+
+        h = self.host_ops
+        for col in ("name", "input_shapes", "input_types", "output_shapes"):
+            rng(f"host_ops.{col}", getattr(h, col), ns)
+        rng("host_ops.parent", h.parent, nh)
+        rng("host_ops.thread", h.thread, len(self.threads))
+        rng("gpu_ops.launch", self.gpu_ops.launch, len(self.launches))
+        rng("gpu_ops.op", self.gpu_ops.op, nh)
+        rng("gpu_ops.collective", self.gpu_ops.collective, len(self.collectives))
+        rng("launches.host_op", self.launches.host_op, nh)
+        rng("collectives.host_op", self.collectives.host_op, nh)
+        rng("collectives.gpu_op", self.collectives.gpu_op, ng)
+        e = self.edges
+        if len(e) and (e.src.min() < 0 or e.dst.min() < 0 or max(e.src.max(), e.dst.max()) >= nh + ng):
+            raise ValueError(f"rank {self.rank}: edge node id out of range")
+
+
+@dataclass
+class ExecutionGraph:
+    """Execution graphs of all ranks of one job (``ranks`` sorted by rank)."""
+
+    ranks: list[RankGraph]
+    schema_version: str = SCHEMA_VERSION
+
+    @property
+    def world_size(self) -> int:
+        return max((r.world_size for r in self.ranks), default=0)
+
+    def rank(self, r: int) -> RankGraph:
+        for rg in self.ranks:
+            if rg.rank == r:
+                return rg
+        raise KeyError(r)
+
+    def summary(self) -> dict[str, Any]:
+        """Job-wide counts (per class totals summed over ranks) and per-rank summaries."""
+        per = [r.summary() for r in self.ranks]
+        tot: dict[str, dict[str, float]] = {}
+        for s in per:
+            for k, v in s["gpu_ops_by_class"].items():
+                t = tot.setdefault(k, {"count": 0, "time_s": 0.0})
+                t["count"] += v["count"]
+                t["time_s"] += v["time_s"]
+        return {
+            "schema_version": self.schema_version,
+            "n_ranks": len(self.ranks),
+            "world_size": self.world_size,
+            "host_ops": sum(s["host_ops"] for s in per),
+            "gpu_ops": sum(s["gpu_ops"] for s in per),
+            "gpu_ops_by_class": tot,
+            "ranks": per,
+        }
+
+    # -- persistence -----------------------------------------------------------------------
+    def to_npz(self, path: str | Path) -> None:
+        """Write the graph to one compressed ``.npz`` (no pickles; versioned)."""
+        arrays: dict[str, np.ndarray] = {}
+        meta: dict[str, Any] = {"format": "cosim.execution_graph", "schema_version": self.schema_version, "ranks": []}
+        for k, rg in enumerate(self.ranks):
+            p = f"r{k}"
+            meta["ranks"].append(
+                {
+                    "rank": rg.rank,
+                    "world_size": rg.world_size,
+                    "device_name": rg.device_name,
+                    "time_origin": rg.time_origin,
+                    "source": rg.source,
+                    "rows": {t: len(tab) for t, tab in rg.tables().items()},
+                }
+            )
+            enc = [s.encode("utf-8", "surrogatepass") for s in rg.strings]
+            off = np.zeros(len(enc) + 1, np.int64)
+            np.cumsum([len(b) for b in enc], out=off[1:])
+            arrays[f"{p}/strings_offsets"] = off
+            arrays[f"{p}/strings_blob"] = np.frombuffer(b"".join(enc), np.uint8)
+            for tname, tab in rg.tables().items():
+                for cname, arr in tab.columns().items():
+                    arrays[f"{p}/{tname}/{cname}"] = arr
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+        from cosim.fileio import atomic_open
+
+        with atomic_open(path, "wb", gz=False) as fh:
+            np.savez_compressed(fh, **arrays)
+
+    @classmethod
+    def from_npz(cls, path: str | Path) -> ExecutionGraph:
+        """Read a graph written by :meth:`to_npz`; rejects other major schema versions."""
+        try:
+            z = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise CosimInputError("file not found", file=path) from None
+        except (OSError, ValueError) as exc:
+            raise CosimInputError(f"not a cosim execution-graph .npz ({exc})", file=path) from None
+        with z:
+            if "meta" not in z.files:
+                raise CosimInputError("not a cosim execution-graph .npz (no 'meta')", file=path)
+            meta = json.loads(bytes(z["meta"]).decode())
+            ver = str(meta.get("schema_version", ""))
+            if meta.get("format") != "cosim.execution_graph":
+                raise CosimInputError("not a cosim execution-graph .npz", file=path)
+            if ver.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+                raise CosimInputError(
+                    f"execution-graph schema version {ver} is not supported (this cosim reads {SCHEMA_VERSION.split('.')[0]}.x)",
+                    file=path,
+                    path="schema_version",
+                )
+            ranks = []
+            for k, rm in enumerate(meta["ranks"]):
+                p = f"r{k}"
+                off = z[f"{p}/strings_offsets"]
+                blob = z[f"{p}/strings_blob"].tobytes()
+                strings = [blob[off[i] : off[i + 1]].decode("utf-8", "surrogatepass") for i in range(len(off) - 1)]
+                tabs = {}
+                for tname, schema in TABLE_SCHEMAS.items():
+                    n = int(rm["rows"].get(tname, 0))
+                    cols = {}
+                    for c in schema:
+                        names = [f"{c.name}_offsets", f"{c.name}_values"] if c.ragged else [c.name]
+                        for cn in names:
+                            key = f"{p}/{tname}/{cn}"
+                            if key in z.files:
+                                cols[cn] = z[key]
+                    tabs[tname] = Table(tname, n, **cols)
+                ranks.append(
+                    RankGraph(
+                        rank=rm["rank"],
+                        world_size=rm["world_size"],
+                        device_name=rm["device_name"],
+                        strings=strings,
+                        time_origin=rm.get("time_origin", 0.0),
+                        source=rm.get("source", {}),
+                        **tabs,
+                    )
+                )
+        return cls(ranks, schema_version=ver)

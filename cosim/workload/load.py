@@ -1,0 +1,104 @@
+"""``load_trace``: one entry point for every trace input, with format autodetection."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from cosim.errors import CosimInputError
+from cosim.workload.et import link_et, load_et_nodes, read_et
+from cosim.workload.graph import ExecutionGraph, RankGraph
+from cosim.workload.jsonstream import read_head
+from cosim.workload.kineto import read_kineto
+
+__all__ = ["detect_format", "load_trace"]
+
+_TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def detect_format(path: str | Path) -> str:
+    """'kineto' or 'et' from the first 64 KiB of the (decompressed) file."""
+    head = read_head(path)
+    if b'"traceEvents"' in head:
+        return "kineto"
+    if b'"nodes"' in head and (b'"schema"' in head or b'"pid"' in head):
+        return "et"
+    s = head.lstrip()
+    if not s:
+        raise CosimInputError("empty file", file=path)
+    if s[:1] not in (b"{", b"["):
+        raise CosimInputError("not a JSON trace (neither a Kineto trace nor an Execution Trace)", file=path)
+    if s[:1] == b"[":
+        return "kineto"
+    # a big top-level member before traceEvents/nodes: decide by which key shows up
+    raise CosimInputError("cannot tell the trace format: no 'traceEvents' or 'nodes' in the first 64 KiB", file=path)
+
+
+def _trailing_int(p: Path) -> int | None:
+    m = re.findall(r"(\d+)", p.name.split(".")[0])
+    return int(m[-1]) if m else None
+
+
+def load_trace(source: str | Path | Sequence[str | Path], *, time_unit: str | None = None) -> ExecutionGraph:
+    """Load a trace into an :class:`ExecutionGraph`.
+
+    ``source`` is one of: a Kineto ``.json``/``.json.gz`` file (one rank); an
+    Execution Trace file (ET only: host ops and shapes, NaN times); a directory of
+    per-rank files; or a list of files, e.g. an ``(ET, Kineto)`` pair. In a
+    directory or list, Kineto files become ranks (rank from ``distributedInfo``)
+    and each ET is attached to the Kineto rank with the same process id (else by
+    the number in its file name, else by position); ETs with no Kineto partner
+    become ET-only ranks.
+    """
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+            if not files:
+                raise CosimInputError("directory holds no .json or .json.gz trace files", file=p)
+        else:
+            files = [p]
+    else:
+        files = [Path(s) for s in source]
+        if not files:
+            raise CosimInputError("no trace files given")
+    kinds = [(f, detect_format(f)) for f in files]
+    kin = [f for f, k in kinds if k == "kineto"]
+    ets = [f for f, k in kinds if k == "et"]
+    ranks: list[RankGraph] = [read_kineto(f, time_unit=time_unit) for f in kin]
+    seen: dict[int, Path] = {}
+    for rg, f in zip(ranks, kin):
+        if rg.rank in seen:
+            raise CosimInputError(
+                f"rank {rg.rank} appears twice (also in {seen[rg.rank]})", file=f, path="distributedInfo.rank"
+            )
+        seen[rg.rank] = f
+    if ets and ranks:
+        by_pid = {}
+        for rg in ranks:
+            pids = set(rg.threads.pid.tolist())
+            for pid in pids:
+                by_pid.setdefault(pid, rg)
+        unused = list(ranks)
+        for k, f in enumerate(ets):
+            header, nodes = load_et_nodes(f)
+            rg = by_pid.get(header.get("pid"))
+            if rg is None:
+                num = _trailing_int(f)
+                rg = next((r for r in ranks if r.rank == num), None) if num is not None else None
+            if rg is None and len(ets) == len(ranks):
+                rg = sorted(ranks, key=lambda r: r.rank)[k]
+            if rg is None or rg not in unused:
+                raise CosimInputError("cannot tell which Kineto rank this Execution Trace belongs to", file=f)
+            unused.remove(rg)
+            link_et(rg, f, nodes)
+    elif ets:
+        nums = [_trailing_int(f) for f in ets]
+        if len(ets) > 1 and (None in nums or len(set(nums)) != len(nums)):
+            nums = list(range(len(ets)))
+        nums = [n if n is not None else 0 for n in nums]
+        world = max(nums) + 1
+        ranks = [read_et(f, rank=n, world_size=world) for f, n in zip(ets, nums)]
+    ranks.sort(key=lambda r: r.rank)
+    return ExecutionGraph(ranks)
