@@ -1,0 +1,254 @@
+"""Configuration of the reference MoE model and of one capture run.
+
+Nothing here imports torch: the CLI validates a capture (preset, parallelism,
+skew, device) and fails with one line before any process is started.
+
+Units: sizes are element counts (hidden size, FFN size) or token counts
+(batch, sequence length); memory estimates are bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from cosim.catalog.models import Strict
+from cosim.errors import CosimInputError
+from cosim.yamlio import load_yaml, validate
+
+__all__ = [
+    "PRESET_DIR",
+    "CaptureOptions",
+    "MoEModelConfig",
+    "Skew",
+    "list_presets",
+    "load_model_config",
+    "parse_skew",
+]
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+"""Folder of the bundled model presets (``<name>.yaml``)."""
+
+
+class MoEModelConfig(Strict):
+    """A decoder-only transformer whose FFNs are mixture-of-experts layers.
+
+    Each layer is: RMSNorm -> self-attention (SDPA, grouped-query when
+    ``num_kv_heads < num_heads``) -> residual -> RMSNorm -> MoE FFN (router,
+    top-k routed SwiGLU experts, optional always-on shared experts) ->
+    residual. The first ``dense_layers`` layers use a dense SwiGLU FFN instead
+    (DeepSeek's ``first_k_dense_replace``).
+    """
+
+    name: str
+    """Preset name, e.g. ``tiny-moe``."""
+    description: str = ""
+    """What the model is and what it approximates."""
+    sources: list[str] = Field(default_factory=list)
+    """Where the published hyperparameters come from (paper, config.json URL)."""
+    approximations: list[str] = Field(default_factory=list)
+    """Features of the published model that this reference model does not have."""
+
+    hidden_size: int = Field(gt=0)
+    """Model (residual stream) width, elements per token."""
+    num_layers: int = Field(gt=0)
+    """Number of transformer layers."""
+    num_heads: int = Field(gt=0)
+    """Attention query heads."""
+    num_kv_heads: int = Field(gt=0)
+    """Attention key/value heads (grouped-query attention when fewer than ``num_heads``)."""
+    head_dim: int | None = Field(default=None, gt=0)
+    """Elements per attention head; default ``hidden_size // num_heads``."""
+    vocab_size: int = Field(gt=0)
+    """Vocabulary size (embedding rows and LM-head columns)."""
+
+    num_experts: int = Field(gt=0)
+    """Routed experts per MoE layer."""
+    top_k: int = Field(gt=0)
+    """Routed experts chosen per token."""
+    expert_ffn_size: int = Field(gt=0)
+    """Intermediate width of one routed SwiGLU expert (``moe_intermediate_size``)."""
+    num_shared_experts: int = Field(default=0, ge=0)
+    """Always-active shared experts per MoE layer (DeepSeek), run on every token."""
+    shared_expert_ffn_size: int | None = Field(default=None, gt=0)
+    """Intermediate width of one shared expert; default ``expert_ffn_size``."""
+    dense_layers: int = Field(default=0, ge=0)
+    """Leading layers with a dense SwiGLU FFN instead of an MoE layer."""
+    dense_ffn_size: int | None = Field(default=None, gt=0)
+    """Intermediate width of the dense FFN of the leading dense layers."""
+
+    router: Literal["softmax", "sigmoid"] = "softmax"
+    """Router score function: softmax over experts (Mixtral, Qwen) or per-expert sigmoid (DeepSeek-V3)."""
+    normalize_top_k: bool = True
+    """Renormalize the chosen top-k gate weights to sum to 1."""
+    capacity_factor: float | None = Field(default=None, gt=0)
+    """Expert capacity as a multiple of the even share ``tokens * top_k / num_experts`` on
+    each rank; assignments past capacity are dropped. ``null``: dropless."""
+    aux_loss_coef: float = Field(default=0.01, ge=0)
+    """Weight of the Switch-style load-balancing loss ``E * sum_e f_e * P_e`` in training."""
+    rms_norm_eps: float = Field(default=1e-6, gt=0)
+    """RMSNorm epsilon."""
+
+    @model_validator(mode="after")
+    def _check(self) -> MoEModelConfig:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be <= num_experts ({self.num_experts})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_heads "
+                             f"({self.num_heads}), or set head_dim")
+        if self.dense_layers > self.num_layers:
+            raise ValueError(f"dense_layers ({self.dense_layers}) must be <= num_layers ({self.num_layers})")
+        if self.dense_layers and self.dense_ffn_size is None:
+            raise ValueError("dense_layers > 0 needs dense_ffn_size")
+        return self
+
+    # Derived sizes -----------------------------------------------------------------
+    @property
+    def attn_head_dim(self) -> int:
+        """Elements per attention head."""
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def moe_layers(self) -> list[int]:
+        """Indices of the layers whose FFN is an MoE layer."""
+        return list(range(self.dense_layers, self.num_layers))
+
+    def param_counts(self) -> dict[str, int]:
+        """Parameter counts: ``dense`` (replicated on every rank) and ``expert`` (all routed experts)."""
+        h, d = self.hidden_size, self.attn_head_dim
+        attn = h * d * (self.num_heads * 2 + self.num_kv_heads * 2)
+        shared = 3 * h * (self.shared_expert_ffn_size or self.expert_ffn_size) * self.num_shared_experts
+        n_moe = len(self.moe_layers)
+        dense = (2 * self.vocab_size * h + self.num_layers * (attn + 2 * h) + h
+                 + self.dense_layers * 3 * h * (self.dense_ffn_size or 0)
+                 + n_moe * (h * self.num_experts + shared))
+        expert = n_moe * self.num_experts * 3 * h * self.expert_ffn_size
+        return {"dense": dense, "expert": expert}
+
+
+SkewKind = Literal["balanced", "natural", "zipf"]
+
+
+class Skew(Strict):
+    """How tokens are assigned to experts.
+
+    ``natural``: whatever the (random) router picks. ``balanced``: every
+    expert gets the same number of assignments (token ``i``'s ``j``-th choice
+    is expert ``(i*k + j) mod E``). ``zipf``: expert popularity follows a Zipf
+    law with exponent ``s`` (the ``r``-th most popular expert is chosen with
+    weight ``1/r**s``, in a per-layer random order), sampled without
+    replacement per token. Gate weights are always the router's own scores at
+    the chosen experts, so gradients and the auxiliary loss stay real.
+    """
+
+    kind: SkewKind = "natural"
+    """balanced, natural or zipf."""
+    s: float = 0.0
+    """Zipf exponent (only for ``zipf``; > 0)."""
+
+    def label(self) -> str:
+        """The command-line spelling, e.g. ``zipf:1.2``."""
+        return f"zipf:{self.s:g}" if self.kind == "zipf" else self.kind
+
+
+def parse_skew(text: str) -> Skew:
+    """Parse ``balanced``, ``natural``, ``zipf`` (s=1) or ``zipf:S``."""
+    m = re.fullmatch(r"\s*(balanced|natural|zipf)(?::([0-9.eE+-]+))?\s*", text)
+    if not m or (m.group(2) and m.group(1) != "zipf"):
+        raise CosimInputError(f"--skew {text!r}: expected balanced, natural, zipf or zipf:S (e.g. zipf:1.2)")
+    if m.group(1) != "zipf":
+        return Skew(kind=m.group(1))  # type: ignore[arg-type]
+    try:
+        s = float(m.group(2)) if m.group(2) else 1.0
+    except ValueError:
+        raise CosimInputError(f"--skew {text!r}: Zipf exponent must be a number") from None
+    if not (s > 0 and math.isfinite(s)):
+        raise CosimInputError(f"--skew {text!r}: Zipf exponent must be > 0")
+    return Skew(kind="zipf", s=s)
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled model presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_model_config(name_or_file: str | Path) -> MoEModelConfig:
+    """Load a preset by name (``tiny-moe``) or a model YAML file by path."""
+    text = str(name_or_file)
+    path = Path(text)
+    if not (text.endswith((".yaml", ".yml")) or path.is_file()):
+        path = PRESET_DIR / f"{text}.yaml"
+        if not path.is_file():
+            raise CosimInputError(f"unknown model preset {text!r} (presets: {', '.join(list_presets())}; "
+                                  "or give a path to a model .yaml file)")
+    data = load_yaml(path)
+    return validate(MoEModelConfig, data, path)
+
+
+Mode = Literal["train", "prefill", "decode"]
+Device = Literal["cpu", "cuda"]
+
+
+class CaptureOptions(Strict):
+    """One capture run: which model, how it is parallelized, what is profiled."""
+
+    model: MoEModelConfig
+    """The model."""
+    world_size: int = Field(gt=0)
+    """Number of processes (ranks)."""
+    ep: int = Field(gt=0)
+    """Expert-parallel group size; ``world_size // ep`` data-parallel replicas."""
+    steps: int = Field(gt=0)
+    """Profiled steps (after warm-up)."""
+    warmup: int = Field(default=1, ge=0)
+    """Steps run before the profiled ones (profiler warm-up: not in the trace)."""
+    mode: Mode = "train"
+    """train: forward+backward+AdamW; prefill: one forward over the prompt; decode: one token per sequence with a KV cache."""
+    skew: Skew = Field(default_factory=Skew)
+    """Routing skew."""
+    batch: int = Field(default=2, gt=0)
+    """Sequences per rank per step."""
+    seq: int = Field(default=64, gt=0)
+    """Tokens per sequence (train/prefill); prompt length before decoding (decode)."""
+    device: Device = "cpu"
+    """cpu (gloo) or cuda (nccl, one GPU per rank)."""
+    seed: int = 0
+    """Seed of weights, inputs and routing."""
+    lr: float = Field(default=1e-4, gt=0)
+    """AdamW learning rate (train)."""
+    profile_memory: bool = False
+    """Also record allocator events in the trace."""
+    bucket_mb: float = Field(default=25.0, gt=0)
+    """Gradient all-reduce bucket size, MiB (as DDP's default ``bucket_cap_mb``)."""
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel replicas."""
+        return self.world_size // self.ep
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens that pass through the model per rank per step."""
+        return self.batch * (1 if self.mode == "decode" else self.seq)
+
+    @model_validator(mode="after")
+    def _check(self) -> CaptureOptions:
+        m = self.model
+        if self.world_size % self.ep:
+            raise ValueError(f"world size {self.world_size} is not divisible by the EP size {self.ep}")
+        if m.num_experts % self.ep:
+            raise ValueError(f"{m.name}: {m.num_experts} experts are not divisible by the EP size {self.ep}")
+        return self
+
+    def memory_per_rank(self) -> int:
+        """Estimated bytes of weights (+ gradients and AdamW state in training) per rank, fp32."""
+        pc = self.model.param_counts()
+        params = pc["dense"] + pc["expert"] // self.ep
+        per_param = 4 * (4 if self.mode == "train" else 1)  # weight, grad, exp_avg, exp_avg_sq
+        return params * per_param
