@@ -43,6 +43,9 @@ def atomic_open(path: str | Path, mode: str = "w", gz: bool | None = None) -> It
                 yield t
                 t.flush()
                 t.detach()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:

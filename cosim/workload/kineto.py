@@ -994,13 +994,28 @@ def _edges(
                 if key:
                     targets.append((key, t))
         if not targets:
-            inferred = (
-                0
-                if (info is not None and "Context" in info[0])
-                or strings[h.name[i]] in ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-                else 1
+            device_wide = (info is not None and "Context" in info[0]) or strings[h.name[i]] in (
+                "cudaDeviceSynchronize",
+                "hipDeviceSynchronize",
+                "cuCtxSynchronize",
             )
+            inferred = 0 if device_wide else 1
             targets = [(k, t) for k in streams]
+            if not device_wide:
+                # A stream or event sync without stream info waited on one stream: the one whose
+                # last op launched before the call ended latest without ending after the call
+                # returned (a stream still busy after the call returned was not waited for).
+                call_end = t + float(h.dur[i]) + 1e-6
+                best, best_end = None, -np.inf
+                for key in streams:
+                    j = last_before(key, t)
+                    if j < 0:
+                        continue
+                    e = float(g.start[j] + g.dur[j])
+                    if best_end < e <= call_end:
+                        best, best_end = key, e
+                if best is not None:
+                    targets = [(best, t)]
         for key, tt in targets:
             j = last_before(key, tt)
             if j >= 0:
@@ -1051,9 +1066,12 @@ def _edges(
             b = int(tl[1][kb])
             kd = (int(g.device[b]), int(g.stream[b]))
             ka = int(np.searchsorted(tl[0], cutoff, side="left")) - 1
+            b_start = float(g.start[b]) + 1e-6
             for k in range(ka, max(-1, ka - 256), -1):
                 a = int(tl[1][k])
-                if (int(g.device[a]), int(g.stream[a])) != kd:
+                # the op waited for is on another stream and, in the measured timeline, ended
+                # before the waiting op started (a guess must not contradict the trace)
+                if (int(g.device[a]), int(g.stream[a])) != kd and float(g.start[a] + g.dur[a]) <= b_start:
                     es.append(a), ed.append(b), ei.append(1)
                     break
     if es:

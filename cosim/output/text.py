@@ -1,0 +1,52 @@
+"""Human-readable summary tables (with units) for ``cosim replay`` and ``cosim run``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cosim.units import fmt_time
+
+__all__ = ["format_summary"]
+
+
+def _t(x: float | None) -> str:
+    return "-" if x is None else fmt_time(x)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.2f}%"
+
+
+def format_summary(s: dict[str, Any], max_ranks: int = 16) -> str:
+    """The summary as text: per-rank step times, breakdown and critical path."""
+    lines = []
+    lines.append(f"topology {s.get('topology')}   durations {s['config']['durations']}   "
+                 f"collectives {s['config']['collectives']}")
+    lines.append("")
+    lines.append(f"{'rank':>5}  {'measured step':>14}  {'simulated step':>14}  {'error':>8}  {'CPU step (sim)':>14}")
+    ranks = s["ranks"]
+    for r in ranks[:max_ranks]:
+        lines.append(f"{r['rank']:>5}  {_t(r['measured_step_time_s']):>14}  {_t(r['step_time_s']):>14}  "
+                     f"{_pct(r['error']):>8}  {_t(r['cpu_step_time_s']):>14}")
+    if len(ranks) > max_ranks:
+        lines.append(f"  ... {len(ranks) - max_ranks} more ranks (see summary.json)")
+    lines.append("")
+    lines.append(f"step time {_t(s['step_time_s'])} (slowest rank)   measured {_t(s['measured_step_time_s'])}   "
+                 f"error {_pct(s['error'])}")
+    st = s["step_time_s"] or 0.0
+    lines.append("breakdown per step:")
+    for k, v in s["breakdown"].items():
+        share = f"{100 * v / st:5.1f}%" if st else ""
+        lines.append(f"  {k:<24} {_t(v):>12} {share}")
+    cp = s.get("critical_path") or {}
+    if cp.get("by_resource"):
+        lines.append(f"critical path: bound by {cp.get('bound')}")
+        for k, v in cp["by_resource"].items():
+            if v > 0:
+                lines.append(f"  {k:<24} {_t(v):>12}")
+        for op in cp.get("top_ops", [])[:3]:
+            lines.append(f"  top op {_t(op['time_s']):>10}  {op['name'][:90]}")
+    for n in s.get("notes", []):
+        lines.append(f"note: {n}")
+    lines.append(f"simulated {s['events']} events in {s['sim_wall_s']:.3f} s wall")
+    return "\n".join(lines)

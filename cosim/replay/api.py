@@ -1,0 +1,279 @@
+"""``replay()``: run an execution graph on a topology and summarize it."""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from cosim import __version__
+from cosim.errors import CosimInputError
+from cosim.fileio import write_json
+from cosim.replay.config import ReplayConfig
+from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
+from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
+from cosim.replay.program import RankProgram, compile_rank
+from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, critical_path, step_times
+from cosim.workload import ExecutionGraph, load_trace
+from cosim.workload.graph import CollType, RankGraph
+
+__all__ = ["SUMMARY_SCHEMA", "ReplayResult", "replay"]
+
+SUMMARY_SCHEMA = "cosim.summary/1"
+
+
+@dataclass
+class ReplayResult:
+    """A finished replay: the inputs, per-rank simulated times, and the summary."""
+
+    graph: ExecutionGraph
+    config: ReplayConfig
+    topology: Any
+    programs: list[RankProgram]
+    runs: list[RankRun]
+    sim_wall_s: float
+    events: int
+    sources: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    _summary: dict[str, Any] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The documented ``summary.json`` (docs/REPLAY.md), JSON-ready."""
+        if self._summary is None:
+            self._summary = _summarize(self)
+        return self._summary
+
+    def write(self, out: str | Path, timeline: bool = True) -> dict[str, Path]:
+        """Write ``summary.json`` and ``timeline.json.gz`` into ``out``; returns their paths."""
+        from cosim.output.timeline import write_timeline
+
+        out = Path(out)
+        paths = {"summary": out / "summary.json"}
+        write_json(paths["summary"], self.summary())
+        if timeline:
+            paths["timeline"] = out / "timeline.json.gz"
+            write_timeline(paths["timeline"], self)
+        return paths
+
+
+def _nan_to_none(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _summarize(res: ReplayResult) -> dict[str, Any]:
+    ranks = []
+    for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
+        G = rg.gpu_ops
+        meas = step_times(G.step, G.start, G.start + G.dur)
+        sim = step_times(G.step, run.gpu_start, run.gpu_end)
+        st_rows = rg.steps
+        cpu_meas, cpu_sim = [], []
+        step_rows = sim["steps"] if sim["steps"].size else np.arange(len(st_rows))
+        for s in step_rows:
+            h = int(st_rows.host_op[s]) if 0 <= s < len(st_rows) else -1
+            if h >= 0:
+                cpu_meas.append(float(rg.host_ops.dur[h]))
+                cpu_sim.append(float(run.host_end[h] - run.host_start[h]))
+            elif 0 <= s < len(st_rows):
+                cpu_meas.append(float(st_rows.cpu_dur[s]))
+                cpu_sim.append(math.nan)
+        bd = breakdown(rg, run, sim["window"], sim["n_periods"])
+        bd_meas = breakdown(rg, run, meas["window"], meas["n_periods"], start=G.start, end=G.start + G.dur)
+        cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
+        numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
+        per_step = []
+        sp, mp = sim["periods"], meas["periods"]
+        for k, num in enumerate(numbers):
+            if sp.size:
+                sv = sp[k] if k < sp.size else math.nan
+                mv = mp[k] if k < mp.size else math.nan
+            elif k < sim["span"].size:
+                sv, mv = sim["span"][k], meas["span"][k] if k < meas["span"].size else math.nan
+            else:
+                sv = mv = math.nan
+            per_step.append({"step": num, "step_time_s": _nan_to_none(sv), "measured_step_time_s": _nan_to_none(mv)})
+        sim_t, meas_t = sim["step_time"], meas["step_time"]
+        if not math.isfinite(meas_t) and cpu_meas:  # CPU-only trace: the step is the host's
+            meas_t = float(np.mean(cpu_meas))
+            sim_t = float(np.nanmean(cpu_sim)) if np.isfinite(cpu_sim).any() else math.nan
+            per_step = [{"step": n, "step_time_s": _nan_to_none(c), "measured_step_time_s": _nan_to_none(m)}
+                        for n, c, m in zip(numbers or [-1] * len(cpu_sim), cpu_sim, cpu_meas)]
+        err = (sim_t - meas_t) / meas_t if (math.isfinite(meas_t) and meas_t > 0) else math.nan
+        ranks.append({
+            "rank": rg.rank,
+            "device": rg.device_name,
+            "step_time_s": _nan_to_none(sim_t),
+            "measured_step_time_s": _nan_to_none(meas_t),
+            "error": _nan_to_none(err),
+            "cpu_step_time_s": _nan_to_none(float(np.nanmean(cpu_sim)) if cpu_sim and np.isfinite(cpu_sim).any() else math.nan),
+            "measured_cpu_step_time_s": _nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
+            "steps": per_step,
+            "breakdown": bd,
+            "measured_breakdown": {k: bd_meas[k] for k in ("compute", "exposed_communication", "memcpy")},
+            "critical_path": cp,
+            "launch_latency_s": run.launch_latency,
+            "launch_latency_source": run.launch_latency_source,
+            "gpu_ops": len(G),
+            "host_ops": len(rg.host_ops),
+        })
+    valid = [r for r in ranks if r["step_time_s"] is not None]
+    slow = max(valid, key=lambda r: r["step_time_s"]) if valid else (ranks[0] if ranks else None)
+    meas_vals = [r["measured_step_time_s"] for r in ranks if r["measured_step_time_s"] is not None]
+    step = slow["step_time_s"] if slow else None
+    mstep = max(meas_vals) if meas_vals else None
+    topo = res.topology
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "cosim_version": __version__,
+        "sources": res.sources,
+        "topology": getattr(topo, "name", None),
+        "config": res.config.to_dict(),
+        "step_time_s": step,
+        "measured_step_time_s": mstep,
+        "error": _nan_to_none((step - mstep) / mstep) if (step is not None and mstep) else None,
+        "breakdown": slow["breakdown"] if slow else dict.fromkeys(BREAKDOWN_KEYS, 0.0),
+        "critical_path": slow["critical_path"] if slow else {},
+        "ranks": ranks,
+        "sim_wall_s": res.sim_wall_s,
+        "events": res.events,
+        "ops_per_wall_s": _nan_to_none(sum(r["gpu_ops"] + r["host_ops"] for r in ranks) / res.sim_wall_s)
+        if res.sim_wall_s > 0 else None,
+        "notes": res.notes,
+        "host": platform.node(),
+    }
+
+
+def _gpu_of_rank(topo: Any, rank: int, cfg: ReplayConfig) -> str:
+    gpus = topo.gpus
+    if cfg.ranks_per_node:
+        node, local = divmod(rank, cfg.ranks_per_node)
+        on = topo.gpus_on(node) if node < topo.nodes else []
+        if local < len(on):
+            return on[local]
+    if rank >= len(gpus):
+        raise CosimInputError(f"rank {rank} does not fit topology {topo.name} ({len(gpus)} GPUs); "
+                              "choose a larger topology with --topology or --set topology=...")
+    return gpus[rank]
+
+
+def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
+    """Start a collective on the engine's fabric for matched participants."""
+
+    def nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
+        C = rg.collectives
+        b = float(C.out_bytes[c] if ctype == CollType.ALL_GATHER else C.in_bytes[c])
+        if not math.isfinite(b) or b <= 0:
+            eb = int(C.elem_bytes[c])
+            n = int(C.out_nelems[c] if ctype == CollType.ALL_GATHER else C.in_nelems[c])
+            b = float(eb * n) if eb > 0 and n > 0 else math.nan
+        return b
+
+    def run(arr: list) -> simpy.Event | None:
+        r0, j0, _ = arr[0]
+        rg = r0.rg
+        c = int(rg.gpu_ops.collective[j0])
+        ctype = int(rg.collectives.type[c])
+        op = ENGINE_OPS.get(CollType(ctype))
+        nb = nbytes_of(rg, c, ctype)
+        if op is None or not math.isfinite(nb):
+            return None
+        if len(arr) > 1:
+            ranks = sorted({r.rg.rank for r, _, _ in arr})
+        else:
+            gsize = int(rg.collectives.group_size[c])
+            g = int(rg.collectives.group[c])
+            members = [int(x) for x in rg.groups.ragged("ranks", g)] if g >= 0 else []
+            if len(members) < 2:
+                members = list(range(max(gsize, 1)))
+            ranks = members  # symmetric peers: the other members behave like this rank
+        if len(ranks) < 2:
+            return None
+        gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
+        if op == "send_recv":
+            gpus = gpus[:2]
+        return sim.collective(op, gpus, nb, name=f"{op}")
+
+    return run
+
+
+def _as_graph(src: ExecutionGraph | str | Path | Sequence[str | Path]) -> tuple[ExecutionGraph, list[str]]:
+    if isinstance(src, ExecutionGraph):
+        return src, []
+    if isinstance(src, (str, Path)):
+        return load_trace(src), [str(src)]
+    paths = [str(p) for p in src]
+    if len(paths) == 1:
+        return load_trace(paths[0]), paths
+    return load_trace(paths), paths
+
+
+def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topology: Any = None,
+           config: ReplayConfig | None = None) -> ReplayResult:
+    """Replay ``workload`` (an execution graph or trace path(s)) on ``topology``.
+
+    ``topology`` is a :class:`cosim.topology.Topology`, a preset name or file, or
+    None (``config.topology``, else the preset matching the traced GPU).
+    """
+    from cosim.topology import Topology, load_topology
+
+    cfg = config or ReplayConfig()
+    graph, sources = _as_graph(workload)
+    if not graph.ranks:
+        raise CosimInputError("the workload has no ranks to replay")
+    notes: list[str] = []
+    traced = cfg.traced_accelerator or guess_accelerator(graph.ranks[0].device_name)
+    if topology is None:
+        topology = cfg.topology or default_topology(traced)
+    if not isinstance(topology, Topology):
+        topology = load_topology(topology, overrides=dict(cfg.catalog_overrides) or None)
+    elif cfg.catalog_overrides:
+        topology = load_topology(topology.source_file or topology.name, overrides=dict(cfg.catalog_overrides))
+    if cfg.durations == "modeled":
+        raise CosimInputError("--durations modeled needs calibrated kernel models, which are not in this "
+                              "version yet; use --durations measured")
+    env = simpy.Environment()
+    gpu0 = topology.gpus[0]
+    try:
+        lat_default = float(topology.cpu_spec(topology.cpu_of(gpu0)).launch_latency)
+    except Exception:  # a topology without a CPU spec
+        lat_default = 5e-6
+    target = cfg.accelerator
+    if target is not None and traced is None:
+        raise CosimInputError(f"--set accelerator={target}: cannot tell which accelerator the trace was captured "
+                              f"on (device {graph.ranks[0].device_name!r}); give --set traced_accelerator=ID")
+    programs = []
+    origins = [float(rg.time_origin) for rg in graph.ranks]
+    common = min(origins)
+    aligned = len(graph.ranks) > 1 and (max(origins) - common) < 3600.0
+    if len(graph.ranks) > 1 and not aligned:
+        notes.append("rank clocks differ by more than an hour: ranks start together instead of on the trace clock")
+    for rg, origin in zip(graph.ranks, origins):
+        factor = cross_accelerator_factor(rg, traced, target) if (target and traced and target != traced) else None
+        programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0))
+    runner = None
+    if cfg.collectives == "simulated":
+        from cosim.engine import SimConfig, Simulator
+
+        sim = Simulator(topology, SimConfig(record_trace=False), env=env)
+        runner = _collective_runner(sim, topology, cfg, notes)
+    ex = Executor(env, list(zip(graph.ranks, programs)), runner)
+    runs, wall = ex.run()
+    stuck = ex.unresolved()
+    if stuck:
+        r, j = stuck[0]
+        rg = graph.rank(r) if hasattr(graph, "rank") else graph.ranks[0]
+        nm = rg.strings[int(rg.gpu_ops.name[j])] if rg.gpu_ops.name[j] >= 0 else "?"
+        raise CosimInputError(f"replay could not schedule {len(stuck)} GPU op(s) (first: rank {r}, op {j} {nm!r}): "
+                              "cyclic dependencies or collectives whose peers never arrive", file=sources[0] if sources else None)
+    fallback = sum(getattr(r, "comm_fallback", 0) for r in ex.ranks)
+    if fallback:
+        notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
+    if target and traced and target != traced:
+        notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
+    return ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes)

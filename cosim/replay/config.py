@@ -1,0 +1,202 @@
+"""Replay configuration: how a captured workload is bound to hardware, and the
+what-if knobs.
+
+Every knob can be set from the CLI or a scenario with ``--set key=value``;
+:func:`apply_sets` parses those strings (unit strings for times, plain numbers
+for factors). Catalog fields (``links.nvlink4.bandwidth=900 GB/s``) pass through
+to the topology as catalog overrides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from cosim import units
+from cosim.errors import CosimInputError
+
+__all__ = ["CATALOG_SECTIONS", "OP_CLASSES", "ReplayConfig", "apply_sets", "parse_sets"]
+
+OP_CLASSES = (
+    "gemm", "grouped_gemm", "attention", "elementwise", "reduction", "norm",
+    "memcpy", "memset", "collective", "moe_dispatch", "moe_combine", "other",
+)
+"""GPU op classes of the execution graph (``OpClass`` names, lower case)."""
+
+CATALOG_SECTIONS = ("accelerators", "cpus", "nics", "links")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """How to replay an execution graph. SI units (seconds) throughout."""
+
+    durations: Literal["measured", "modeled"] = "measured"
+    """GPU op durations: as measured in the trace, or predicted by kernel models."""
+    collectives: Literal["measured", "simulated"] = "measured"
+    """Communication kernels: measured durations (matched across ranks when every
+    rank of the group is replayed), or flows on the topology's fabric."""
+    launch_overhead: float | None = None
+    """CPU seconds per kernel launch call; None keeps each call's measured duration."""
+    launch_latency: float | None = None
+    """Seconds from a launch call's start to the earliest start of its GPU op. None:
+    estimated from the trace (1st percentile of launch-to-start, if at most
+    ``max_trace_launch_latency``), else the topology CPU's ``launch_latency``."""
+    max_trace_launch_latency: float = 50e-6
+    """Trace-derived launch latencies above this are taken as CPU/GPU clock skew and ignored (s)."""
+    kernel_gap: float | None = None
+    """Device-side gap between the end of a GPU op and the start of the next one
+    already queued on the same stream (s). None: the trace's median (if at most
+    ``max_trace_kernel_gap``), else ``default_kernel_gap``."""
+    max_trace_kernel_gap: float = 5e-6
+    """Trace-derived kernel gaps above this are taken as something else (waits) and ignored (s)."""
+    default_kernel_gap: float = 1e-6
+    """Kernel gap when neither the config nor the trace gives one (s); ~1-2 us on V100-H100 traces."""
+    sync_overhead: float = 3e-6
+    """CPU seconds a synchronize call costs when its GPU work is already done; a
+    call's measured duration is used when shorter (its measured time includes waiting)."""
+    host_speed: float = 1.0
+    """Host CPU speed factor: every host duration and gap is divided by it (2.0 = a 2x faster host)."""
+    gpu_scale: Mapping[str, float] = field(default_factory=dict)
+    """Per-class factors on GPU op durations, e.g. ``{"gemm": 0.5}`` (keys: :data:`OP_CLASSES` or "all")."""
+    cuda_graphs: tuple[str, ...] = ()
+    """Host annotations or op names (e.g. "## forward ##", "ProfilerStep*") whose
+    contents are replayed as one CUDA-graph launch: their host work disappears
+    and their kernels become ready one graph launch after the region starts."""
+    graph_launch_overhead: float = 10e-6
+    """CPU seconds of one cudaGraphLaunch (used by ``cuda_graphs``)."""
+    accelerator: str | None = None
+    """Catalog id of the accelerator to replay on (what-if); None: as traced. Measured
+    durations are scaled class by class by peak-FLOP/s and HBM-bandwidth ratios."""
+    traced_accelerator: str | None = None
+    """Catalog id of the accelerator the trace was captured on; None: guessed from the device name."""
+    topology: str | None = None
+    """Topology preset name or file; None: chosen from the traced GPU."""
+    catalog_overrides: Mapping[str, str] = field(default_factory=dict)
+    """Catalog overrides ``section.id.field -> value`` applied to the topology."""
+    ranks_per_node: int | None = None
+    """Ranks per host node when mapping trace ranks onto topology GPUs; None: topology GPU order."""
+    record_timeline: bool = True
+    """Keep per-op simulated times for the timeline and critical path."""
+
+    def __post_init__(self) -> None:
+        if self.durations not in ("measured", "modeled"):
+            raise ValueError(f"durations must be 'measured' or 'modeled', got {self.durations!r}")
+        if self.collectives not in ("measured", "simulated"):
+            raise ValueError(f"collectives must be 'measured' or 'simulated', got {self.collectives!r}")
+        for name in ("launch_overhead", "launch_latency", "kernel_gap"):
+            v = getattr(self, name)
+            if v is not None and (not math.isfinite(v) or v < 0):
+                raise ValueError(f"{name} must be a finite time >= 0, got {v}")
+        for name in ("sync_overhead", "graph_launch_overhead", "max_trace_launch_latency", "max_trace_kernel_gap",
+                     "default_kernel_gap"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite time >= 0, got {v}")
+        if not (math.isfinite(self.host_speed) and self.host_speed > 0):
+            raise ValueError(f"host_speed must be > 0, got {self.host_speed}")
+        for k, v in self.gpu_scale.items():
+            if k not in OP_CLASSES and k != "all":
+                raise ValueError(f"gpu_scale: unknown class {k!r}; known: all, {', '.join(OP_CLASSES)}")
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"gpu_scale.{k} must be a factor >= 0, got {v}")
+        if self.ranks_per_node is not None and self.ranks_per_node < 1:
+            raise ValueError("ranks_per_node must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for summary.json and sweep keys)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Mapping):
+                v = dict(sorted(v.items()))
+            elif isinstance(v, tuple):
+                v = list(v)
+            out[f.name] = v
+        return out
+
+
+_TIME_KEYS = {
+    "host.launch_overhead": "launch_overhead",
+    "launch_overhead": "launch_overhead",
+    "host.launch_latency": "launch_latency",
+    "launch_latency": "launch_latency",
+    "host.sync_overhead": "sync_overhead",
+    "sync_overhead": "sync_overhead",
+    "host.graph_launch_overhead": "graph_launch_overhead",
+    "gpu.kernel_gap": "kernel_gap",
+    "kernel_gap": "kernel_gap",
+    "graph_launch_overhead": "graph_launch_overhead",
+}
+_FLOAT_KEYS = {"host.speed": "host_speed", "host_speed": "host_speed"}
+_STR_KEYS = {
+    "durations": "durations",
+    "collectives": "collectives",
+    "accelerator": "accelerator",
+    "gpu.accelerator": "accelerator",
+    "traced_accelerator": "traced_accelerator",
+    "topology": "topology",
+}
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, str]:
+    """``["a=1", "b.c=2 us"]`` -> ``{"a": "1", "b.c": "2 us"}`` (order kept; later wins)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CosimInputError(f"--set {item!r}: expected KEY=VALUE, e.g. gpu.scale.gemm=0.5")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _factor(key: str, value: str) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise CosimInputError(f"--set {key}={value}: expected a number") from None
+    return v
+
+
+def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
+    """Return ``cfg`` with ``--set`` style overrides applied.
+
+    Keys: ``durations``, ``collectives``, ``topology``, ``accelerator``,
+    ``host.launch_overhead`` / ``host.launch_latency`` / ``host.sync_overhead``
+    (times with units), ``host.speed`` (factor), ``gpu.scale.<class>`` (factor),
+    ``cuda_graphs`` (comma-separated region names, or ``off``),
+    ``ranks_per_node``, and catalog paths ``accelerators|cpus|nics|links.<id>.<field>``.
+    """
+    changes: dict[str, Any] = {}
+    gpu_scale = dict(cfg.gpu_scale)
+    cat = dict(cfg.catalog_overrides)
+    for key, raw in sets.items():
+        value = str(raw).strip()
+        try:
+            if key in _TIME_KEYS:
+                changes[_TIME_KEYS[key]] = None if value in ("auto", "trace", "measured") else units.parse_time(value, key)
+            elif key in _FLOAT_KEYS:
+                changes[_FLOAT_KEYS[key]] = _factor(key, value)
+            elif key in _STR_KEYS:
+                changes[_STR_KEYS[key]] = None if value in ("", "none", "traced") and key != "durations" else value
+            elif key.startswith("gpu.scale."):
+                gpu_scale[key[len("gpu.scale."):]] = _factor(key, value)
+            elif key in ("cuda_graphs", "host.cuda_graphs"):
+                changes["cuda_graphs"] = () if value in ("", "off", "none", "false") else tuple(
+                    v.strip() for v in value.split(",") if v.strip())
+            elif key == "ranks_per_node":
+                changes["ranks_per_node"] = int(value)
+            elif key.split(".", 1)[0] in CATALOG_SECTIONS:
+                cat[key] = value
+            else:
+                raise CosimInputError(
+                    f"--set {key}: unknown knob; known: durations, collectives, topology, accelerator, "
+                    "host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
+                    "gpu.scale.<class>, cuda_graphs, ranks_per_node, or a catalog path like links.nvlink4.bandwidth")
+        except units.UnitError as exc:
+            raise CosimInputError(f"--set {key}={value}: {exc}") from None
+    try:
+        return replace(cfg, gpu_scale=gpu_scale, catalog_overrides=cat, **changes)
+    except ValueError as exc:
+        raise CosimInputError(f"--set: {exc}") from None

@@ -1,0 +1,333 @@
+"""Run compiled rank programs on the simulation engine.
+
+The executor is event-driven on the engine's simpy environment, and lean: one
+simpy event per host launch or synchronize call, none per GPU op. A GPU op's
+start is ``max(ready, ends of its predecessors)``; once every input is known its
+end is computed at once (``start + duration``), even if that lies in the
+simulated future, and its successors follow through a work list. Only
+collectives wait on something outside the rank: a rendezvous of every
+participant (matched by process group and sequence number), then either the
+measured duration or flows on the fabric.
+
+Why the binding constraint is recorded: ``bound[j]`` says what set op ``j``'s
+start — its launch (0: the host was late), a predecessor on the GPU (1), or
+collective peers (2) — and feeds the breakdown and the critical path.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
+from cosim.workload.graph import CollType, RankGraph
+
+__all__ = ["BOUND_COLL", "BOUND_LAUNCH", "BOUND_PRED", "Executor", "RankRun"]
+
+BOUND_LAUNCH, BOUND_PRED, BOUND_COLL = 0, 1, 2
+
+NAN = math.nan
+
+ENGINE_OPS = {
+    CollType.ALL_REDUCE: "all_reduce",
+    CollType.ALL_GATHER: "all_gather",
+    CollType.REDUCE_SCATTER: "reduce_scatter",
+    CollType.ALL_TO_ALL: "all_to_all",
+    CollType.BROADCAST: "broadcast",
+    CollType.REDUCE: "reduce",
+    CollType.SEND: "send_recv",
+    CollType.RECV: "send_recv",
+    CollType.SEND_RECV: "send_recv",
+}
+"""Execution-graph collective types that the engine can put on the fabric."""
+
+
+@dataclass
+class RankRun:
+    """Simulated times of one rank (seconds, same origin as the trace's)."""
+
+    rank: int
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    gpu_ready: np.ndarray
+    gpu_bound: np.ndarray
+    """BOUND_LAUNCH / BOUND_PRED / BOUND_COLL per GPU op."""
+    gpu_bound_src: np.ndarray
+    """The predecessor GPU op that bound the start (BOUND_PRED), else -1."""
+    host_start: np.ndarray
+    host_end: np.ndarray
+    sync_stall: dict[int, np.ndarray]
+    """Thread (row of ``threads``) -> stall of each SYNC event (s)."""
+    sync_bound: dict[int, np.ndarray]
+    """Thread -> GPU op that released each SYNC event last (-1: nothing to wait for)."""
+    launch_latency: float
+    launch_latency_source: str
+
+
+class _Rank:
+    __slots__ = ("bound", "bound_src", "coll_key", "comm_fallback", "end", "pending", "prog", "ready", "rg",
+                 "start", "succ", "sync_bound", "sync_stall", "waiters")
+
+    def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
+        n = len(rg.gpu_ops)
+        self.rg = rg
+        self.prog = prog
+        self.ready = [NAN] * n
+        self.start = [NAN] * n
+        self.end = [NAN] * n
+        self.bound = [BOUND_LAUNCH] * n
+        self.bound_src = [-1] * n
+        sp = prog.gpu_stream_pred
+        self.pending = [len(p) + 1 + (sp[j] >= 0) for j, p in enumerate(prog.gpu_preds)]
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for d, ps in enumerate(prog.gpu_preds):
+            for p in ps:
+                succ[p].append(d)
+        for d, p in enumerate(sp):
+            if p >= 0:
+                succ[p].append(d)
+        self.succ = succ
+        self.waiters: dict[int, list[list[Any]]] = {}
+        self.coll_key: dict[int, Any] = {}
+        self.sync_stall: dict[int, list[float]] = {}
+        self.sync_bound: dict[int, list[int]] = {}
+        self.comm_fallback = 0
+
+
+class Executor:
+    """Replays ranks on one simpy environment.
+
+    Args:
+        env: the environment (shared with the engine's fabric).
+        ranks: (graph, program) per rank.
+        collective_runner: for simulated collectives, a callable
+            ``(op, participants: list[(rank, gpu_op)], nbytes, matrix) -> simpy.Event | None``
+            that starts the collective now; None means measured durations.
+    """
+
+    def __init__(self, env: simpy.Environment, ranks: Sequence[tuple[RankGraph, RankProgram]],
+                 collective_runner: Callable[..., simpy.Event | None] | None = None) -> None:
+        self.env = env
+        self.ranks = [_Rank(rg, prog) for rg, prog in ranks]
+        self.by_rank = {r.rg.rank: r for r in self.ranks}
+        self.collective_runner = collective_runner
+        self.work: list[tuple[_Rank, int]] = []
+        self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
+        self.needed: dict[Any, int] = {}
+        self.events = 0
+        self._match_collectives()
+
+    # ----------------------------------------------------------------- setup
+    def _match_collectives(self) -> None:
+        present = set(self.by_rank)
+        for r in self.ranks:
+            G, C, grp = r.rg.gpu_ops, r.rg.collectives, r.rg.groups
+            for j in np.nonzero(G.collective >= 0)[0]:
+                c = int(G.collective[j])
+                g = int(C.group[c])
+                members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
+                if len(members) > 1 and set(members) <= present and r.rg.rank in members:
+                    key = (members, int(C.seq[c]), int(C.type[c]))
+                    r.coll_key[int(j)] = key
+                    self.needed[key] = len(members)
+
+    # ----------------------------------------------------------------- GPU side
+    def _set_ready(self, r: _Rank, j: int, t: float) -> None:
+        r.ready[j] = t
+        r.pending[j] -= 1
+        if r.pending[j] == 0:
+            self.work.append((r, j))
+
+    def _drain(self) -> None:
+        work = self.work
+        while work:
+            r, j = work.pop()
+            start = r.ready[j]
+            bound, src = BOUND_LAUNCH, -1
+            end_ = r.end
+            prog = r.prog
+            sp = prog.gpu_stream_pred[j]
+            if sp >= 0:
+                e = end_[sp] + prog.kernel_gap
+                if e > start:
+                    start, bound, src = e, BOUND_PRED, sp
+            for p in prog.gpu_preds[j]:
+                e = end_[p]
+                if e > start:
+                    start, bound, src = e, BOUND_PRED, p
+            r.bound[j] = bound
+            r.bound_src[j] = src
+            key = r.coll_key.get(j)
+            if key is not None:
+                self._arrive(key, r, j, start)
+            elif self.collective_runner is not None and r.rg.gpu_ops.collective[j] >= 0:
+                self._start_collective([(r, j, start)], start)
+            else:
+                self._finish(r, j, start, start + r.prog.gpu_dur[j])
+
+    def _finish(self, r: _Rank, j: int, start: float, end: float) -> None:
+        r.start[j] = start
+        r.end[j] = end
+        self.events += 1
+        pending = r.pending
+        for s in r.succ[j]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                self.work.append((r, s))
+        ws = r.waiters.pop(j, None)
+        if ws:
+            for w in ws:
+                w[0] -= 1
+                if end > w[1]:
+                    w[1], w[3] = end, j
+                if w[0] == 0:
+                    w[2].succeed((w[1], w[3]))
+
+    def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:
+        arr = self.arrivals.setdefault(key, [])
+        arr.append((r, j, start))
+        if len(arr) < self.needed[key]:
+            return
+        del self.arrivals[key]
+        t_all = max(a[2] for a in arr)
+        if self.collective_runner is not None:
+            self._start_collective(arr, t_all)
+            return
+        # Measured: each rank's kernel time includes waiting for the last peer; the
+        # last to arrive waited least, so the shortest measured time is the transfer.
+        d = min(rr.prog.gpu_dur[jj] for rr, jj, _ in arr)
+        for rr, jj, st in arr:
+            if st < t_all:
+                rr.bound[jj] = BOUND_COLL
+            self._finish(rr, jj, st, t_all + d)
+
+    def _start_collective(self, arr: list[tuple[_Rank, int, float]], t_all: float) -> None:
+        def go(_: Any = None) -> None:
+            ev = self.collective_runner(arr) if self.collective_runner else None
+            if ev is None:  # cannot simulate (unknown bytes/type): measured duration
+                d = min(rr.prog.gpu_dur[jj] for rr, jj, _ in arr)
+                for rr, jj, st in arr:
+                    rr.comm_fallback += 1
+                    self._finish(rr, jj, st, t_all + d)
+                self._drain()
+                return
+
+            def done(_: Any) -> None:
+                now = self.env.now
+                for rr, jj, st in arr:
+                    if st < t_all:
+                        rr.bound[jj] = BOUND_COLL
+                    self._finish(rr, jj, st, now)
+                self._drain()
+
+            ev.callbacks.append(done)
+
+        delay = t_all - self.env.now
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(go)
+        else:
+            go()
+
+    # ----------------------------------------------------------------- host side
+    def _thread(self, r: _Rank, tp: ThreadProgram):
+        env = self.env
+        prog = r.prog
+        lat = prog.launch_latency
+        launch_gpu, sync_deps, delay = prog.launch_gpu, prog.sync_deps, prog.launch_delay
+        kinds, hosts, statics, costs = tp.ev_kind, tp.ev_host, tp.ev_static, tp.ev_cost
+        stalls: list[float] = []
+        bounds: list[int] = []
+        r.sync_stall[tp.thread] = stalls
+        r.sync_bound[tp.thread] = bounds
+        stall = 0.0
+        end_ = r.end
+        for k in range(len(kinds)):
+            t = statics[k] + stall
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            self.events += 1
+            h = hosts[k]
+            if kinds[k] == LAUNCH:
+                rdy = t + lat + delay.get(h, 0.0)
+                for j in launch_gpu[h]:
+                    self._set_ready(r, j, rdy)
+                self._drain()
+                continue
+            end_min = t + costs[k]
+            m, by, missing = end_min, -1, 0
+            deps = sync_deps.get(h, ())
+            for d in deps:
+                e = end_[d]
+                if e != e:  # NaN: not resolved yet
+                    missing += 1
+                elif e > m:
+                    m, by = e, d
+            if missing:
+                w = [missing, m, env.event(), by]
+                for d in deps:
+                    if end_[d] != end_[d]:
+                        r.waiters.setdefault(d, []).append(w)
+                m, by = yield w[2]
+            stalls.append(m - end_min)
+            bounds.append(by)
+            stall += m - end_min
+
+    # ----------------------------------------------------------------- run
+    def run(self) -> tuple[list[RankRun], float]:
+        """Run to completion; returns per-rank results and the wall time (s)."""
+        t0 = time.perf_counter()
+        for r in self.ranks:
+            for j, t in r.prog.gpu_orphan_ready.items():
+                self._set_ready(r, j, t)
+        self._drain()
+        for r in self.ranks:
+            for tp in r.prog.threads:
+                if tp.ev_kind:
+                    self.env.process(self._thread(r, tp))
+        self.env.run()
+        self._drain()
+        wall = time.perf_counter() - t0
+        return [self._result(r) for r in self.ranks], wall
+
+    def unresolved(self) -> list[tuple[int, int]]:
+        """(rank, gpu op) pairs that never ran: dependency cycles or missing peers."""
+        out = []
+        for r in self.ranks:
+            for j, e in enumerate(r.end):
+                if e != e:
+                    out.append((r.rg.rank, j))
+        return out
+
+    def _result(self, r: _Rank) -> RankRun:
+        prog = r.prog
+        H = r.rg.host_ops
+        hs = prog.host_static_start.copy()
+        he = prog.host_static_end.copy()
+        thread = H.thread
+        for tp in prog.threads:
+            st = np.asarray(r.sync_stall.get(tp.thread, []), dtype=float)
+            prefix = np.concatenate([[0.0], np.cumsum(st)])
+            sel = thread == tp.thread
+            nb = len(prefix) - 1
+            hs[sel] += prefix[np.minimum(prog.host_syncs_before_start[sel], nb)]
+            he[sel] += prefix[np.minimum(prog.host_syncs_before_end[sel], nb)]
+        return RankRun(
+            rank=r.rg.rank,
+            gpu_start=np.asarray(r.start, dtype=float),
+            gpu_end=np.asarray(r.end, dtype=float),
+            gpu_ready=np.asarray(r.ready, dtype=float),
+            gpu_bound=np.asarray(r.bound, dtype=np.int8),
+            gpu_bound_src=np.asarray(r.bound_src, dtype=np.int64),
+            host_start=hs,
+            host_end=he,
+            sync_stall={t: np.asarray(v, dtype=float) for t, v in r.sync_stall.items()},
+            sync_bound={t: np.asarray(v, dtype=np.int64) for t, v in r.sync_bound.items()},
+            launch_latency=prog.launch_latency,
+            launch_latency_source=prog.launch_latency_source,
+        )

@@ -1,0 +1,352 @@
+"""Compile one rank of an execution graph into replayable programs.
+
+A host thread becomes a *program*: the sequence of its launch and synchronize
+calls, each at a *static* time — where it would fall if the thread never had
+to wait for the GPU. Host work between calls (profiled ops, and the unprofiled
+gaps between them) is fixed, so everything on a thread between two blocking
+calls moves together: at run time a thread only tracks its accumulated *stall*
+(time spent blocked beyond a call's own cost), and any host op's simulated time
+is its static time plus the stall accumulated before it.
+
+GPU ops become a dependency graph: each op waits for its launch (ready at the
+launch call's start plus the launch-to-start latency), its predecessor on the
+same stream, and the cross-stream event waits the trace shows.
+
+Units: seconds, relative to the rank's ``time_origin``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosim.replay.config import OP_CLASSES, ReplayConfig
+from cosim.workload.graph import CopyKind, EdgeKind, HostKind, OpClass, RankGraph
+
+__all__ = ["LAUNCH", "SYNC", "RankProgram", "ThreadProgram", "compile_rank"]
+
+LAUNCH, SYNC = 0, 1
+"""Program event kinds."""
+
+
+@dataclass
+class ThreadProgram:
+    """The blocking structure of one host thread.
+
+    ``ev_kind[k]`` is LAUNCH or SYNC, ``ev_host[k]`` the host op, ``ev_static[k]``
+    the static time of the call's start (s), ``ev_cost[k]`` a SYNC's own cost (s).
+    """
+
+    thread: int
+    ev_kind: list[int]
+    ev_host: list[int]
+    ev_static: list[float]
+    ev_cost: list[float]
+
+
+@dataclass
+class RankProgram:
+    """Everything the executor needs for one rank (plain lists for fast indexing)."""
+
+    rank: int
+    threads: list[ThreadProgram]
+    host_static_start: np.ndarray
+    """Static start of every host op (s)."""
+    host_static_end: np.ndarray
+    """Static end of every host op (s)."""
+    host_syncs_before_start: np.ndarray
+    """Per host op: SYNC events of its thread that end before it starts (index into the thread's stall prefix sums)."""
+    host_syncs_before_end: np.ndarray
+    """Per host op: SYNC events of its thread that end before it ends."""
+    host_sync_event: np.ndarray
+    """Per host op: its thread-local SYNC event index, or -1."""
+    launch_gpu: dict[int, list[int]]
+    """Host op -> GPU ops it enqueues."""
+    sync_deps: dict[int, list[int]]
+    """Host op (SYNC / LAUNCH_SYNC) -> GPU ops it waits for."""
+    gpu_dur: list[float]
+    """Effective duration of each GPU op (s), after knobs."""
+    gpu_stream_pred: list[int]
+    """GPU op -> the op before it on its stream (-1 for the first)."""
+    gpu_preds: list[list[int]]
+    """GPU op -> GPU ops on other streams it waits for (event waits)."""
+    kernel_gap: float
+    """Minimum time between the end of an op and the start of the next on the same stream (s)."""
+    kernel_gap_source: str
+    gpu_orphan_ready: dict[int, float]
+    """GPU ops with no launch in the trace -> ready time (their recorded start)."""
+    launch_delay: dict[int, float]
+    """Launch host op -> extra delay before its GPU ops are submitted (s): a launch call
+    longer than the rank's median launch spends the excess before submission (lazy
+    module loading, argument packing), as kernels on an idle GPU show in real traces."""
+    launch_latency: float
+    """Launch-to-start latency used (s)."""
+    launch_latency_source: str
+
+
+def _region_mask(rg: RankGraph, patterns: tuple[str, ...]) -> np.ndarray:
+    """Host ops inside (or equal to) an op whose name matches one of ``patterns``."""
+    H = rg.host_ops
+    n = len(H)
+    inside = np.zeros(n, dtype=bool)
+    if not patterns or n == 0:
+        return inside
+    names = rg.strings
+    root = np.zeros(n, dtype=bool)
+    for i in range(n):
+        nm = names[H.name[i]] if H.name[i] >= 0 else ""
+        if any(fnmatch.fnmatchcase(nm, p) for p in patterns):
+            root[i] = True
+    parent = H.parent
+    for i in range(n):  # pre-order: parents come first
+        p = parent[i]
+        inside[i] = root[i] or (p >= 0 and inside[p])
+    return inside
+
+
+def trace_launch_latency(rg: RankGraph) -> float | None:
+    """Launch-to-start latency seen in the trace: the 1st percentile of (GPU op
+    start - launch call start), in seconds; None if the trace has no launches."""
+    L, H, G = rg.launches, rg.host_ops, rg.gpu_ops
+    ok = L.first_gpu_op >= 0
+    if not ok.any():
+        return None
+    d = G.start[L.first_gpu_op[ok]] - H.start[L.host_op[ok]]
+    d = d[np.isfinite(d)]
+    if d.size == 0:
+        return None
+    return float(max(np.percentile(d, 1.0), 0.0))
+
+
+def trace_kernel_gap(rg: RankGraph) -> float | None:
+    """Device-side gap between back-to-back kernels on a stream seen in the trace:
+    the median of (start - previous end) over kernels that were already queued
+    (launched >= 10 us before their predecessor ended), in seconds."""
+    G, H, L = rg.gpu_ops, rg.host_ops, rg.launches
+    if len(G) < 3:
+        return None
+    o = np.lexsort((G.start, G.stream, G.device))
+    same = (G.device[o][1:] == G.device[o][:-1]) & (G.stream[o][1:] == G.stream[o][:-1])
+    prev, nxt = o[:-1][same], o[1:][same]
+    kern = (G.kind[prev] == 0) & (G.kind[nxt] == 0)
+    li = G.launch[nxt]
+    has = li >= 0
+    lstart = np.full(nxt.size, np.inf)
+    lstart[has] = H.start[L.host_op[li[has]]]
+    prev_end = G.start[prev] + G.dur[prev]
+    queued = kern & (lstart + 10e-6 < prev_end)
+    if queued.sum() < 5:
+        return None
+    gaps = (G.start[nxt] - prev_end)[queued]
+    return float(max(np.median(gaps), 0.0))
+
+
+def class_scale(cfg: ReplayConfig, cls: np.ndarray) -> np.ndarray:
+    """Per-op duration factor from ``cfg.gpu_scale``."""
+    f = np.ones(cls.shape[0])
+    if not cfg.gpu_scale:
+        return f
+    allf = cfg.gpu_scale.get("all", 1.0)
+    for k, name in enumerate(OP_CLASSES):
+        f[cls == k] = cfg.gpu_scale.get(name, 1.0) * allf
+    return f
+
+
+def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
+                 gpu_factor: np.ndarray | None = None, offset: float = 0.0) -> RankProgram:
+    """Compile rank ``rg`` under ``cfg``.
+
+    ``gpu_factor`` multiplies each GPU op's measured duration (cross-accelerator
+    scaling); ``default_launch_latency`` comes from the topology's CPU; ``offset``
+    (s) places this rank's time origin on the replay's common clock, so that the
+    first op of each thread starts where it was recorded relative to the other ranks.
+    """
+    H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
+    n_host, n_gpu = len(H), len(G)
+
+    # --- launch latency
+    lat_src = "config"
+    if cfg.launch_latency is not None:
+        lat = cfg.launch_latency
+    else:
+        lat_t = trace_launch_latency(rg)
+        if lat_t is not None and lat_t <= cfg.max_trace_launch_latency:
+            lat, lat_src = lat_t, "trace"
+        else:
+            lat, lat_src = default_launch_latency, "catalog"
+
+    # --- inter-kernel gap on a stream
+    gap_src = "config"
+    if cfg.kernel_gap is not None:
+        gap = cfg.kernel_gap
+    else:
+        gap_t = trace_kernel_gap(rg)
+        if gap_t is not None and gap_t <= cfg.max_trace_kernel_gap:
+            gap, gap_src = gap_t, "trace"
+        else:
+            gap, gap_src = cfg.default_kernel_gap, "default"
+
+    # --- GPU durations
+    dur = np.nan_to_num(G.dur.astype(float), nan=0.0)
+    dur = dur * class_scale(cfg, G.cls)
+    if gpu_factor is not None:
+        dur = dur * gpu_factor
+    gpu_dur = dur.tolist()
+
+    # --- launch -> GPU ops
+    launch_gpu: dict[int, list[int]] = {}
+    orphan: dict[int, float] = {}
+    lrow = G.launch
+    for j in range(n_gpu):
+        li = int(lrow[j])
+        if li >= 0:
+            launch_gpu.setdefault(int(L.host_op[li]), []).append(j)
+        else:
+            orphan[j] = (float(G.start[j]) if np.isfinite(G.start[j]) else 0.0) + offset
+
+    # --- GPU deps and sync deps from edges
+    preds: list[list[int]] = [[] for _ in range(n_gpu)]
+    stream_pred = [-1] * n_gpu
+    sync_deps: dict[int, list[int]] = {}
+    src, dst, kind = E.src, E.dst, E.kind
+    for k in np.nonzero(kind == EdgeKind.STREAM)[0]:
+        s, d = int(src[k]) - n_host, int(dst[k]) - n_host
+        if 0 <= s < n_gpu and 0 <= d < n_gpu and s != d:
+            stream_pred[d] = s
+    for k in np.nonzero(kind == EdgeKind.EVENT_WAIT)[0]:
+        s, d = int(src[k]) - n_host, int(dst[k]) - n_host
+        if 0 <= s < n_gpu and 0 <= d < n_gpu and s != d and s != stream_pred[d]:
+            preds[d].append(s)
+    for k in np.nonzero(kind == EdgeKind.SYNC)[0]:
+        s, d = int(src[k]) - n_host, int(dst[k])
+        if 0 <= s < n_gpu and 0 <= d < n_host:
+            sync_deps.setdefault(d, []).append(s)
+
+    # A launch of a device-to-pageable copy blocks like a synchronous copy.
+    hkind = H.kind.copy()
+    names = rg.strings
+    for h, js in launch_gpu.items():
+        if hkind[h] == HostKind.LAUNCH:
+            for j in js:
+                if G.copy_kind[j] == CopyKind.DTOH and "Pageable" in names[G.name[j]]:
+                    hkind[h] = HostKind.LAUNCH_SYNC
+    for h in np.nonzero(hkind == HostKind.LAUNCH_SYNC)[0]:
+        h = int(h)
+        deps = sync_deps.setdefault(h, [])
+        for j in launch_gpu.get(h, []):
+            if j not in deps:
+                deps.append(j)
+
+    # --- host programs
+    region = _region_mask(rg, cfg.cuda_graphs)
+    speed = cfg.host_speed
+    pre_gap = np.nan_to_num(H.pre_gap.astype(float), nan=0.0) / speed
+    tail = np.nan_to_num(H.tail.astype(float), nan=0.0) / speed
+    hdur = np.nan_to_num(H.dur.astype(float), nan=0.0)
+    is_launch = (hkind == HostKind.LAUNCH) | (hkind == HostKind.LAUNCH_SYNC)
+    is_sync = (hkind == HostKind.SYNC) | (hkind == HostKind.LAUNCH_SYNC)
+    if cfg.launch_overhead is not None:
+        tail[is_launch & ~is_sync] = cfg.launch_overhead
+    sync_cost = np.minimum(hdur, cfg.sync_overhead) / speed
+    if region.any():
+        pre_gap[region] = 0.0
+        tail[region] = 0.0
+        sync_cost[region] = 0.0
+
+    call_dur = np.where(is_sync, sync_cost, tail)
+    launch_delay: dict[int, float] = {}
+    lh = np.array(sorted(launch_gpu), dtype=np.int64)
+    if lh.size:
+        d = call_dur[lh]
+        med = float(np.median(d))
+        for h, extra in zip(lh.tolist(), np.maximum(d - med, 0.0).tolist()):
+            if extra > 0:
+                launch_delay[h] = extra
+
+    static_start = np.zeros(n_host)
+    static_end = np.zeros(n_host)
+    sb_start = np.zeros(n_host, dtype=np.int64)
+    sb_end = np.zeros(n_host, dtype=np.int64)
+    sync_ev = np.full(n_host, -1, dtype=np.int64)
+    threads: list[ThreadProgram] = []
+    parent = H.parent.tolist()
+    thread_col = H.thread.tolist()
+    hstart = H.start.tolist()
+    pre_l, tail_l, cost_l = pre_gap.tolist(), tail.tolist(), sync_cost.tolist()
+    is_launch_l, is_sync_l, region_l = is_launch.tolist(), is_sync.tolist(), region.tolist()
+    region_root = [region_l[i] and (parent[i] < 0 or not region_l[parent[i]]) for i in range(n_host)]
+    graph_cost = cfg.graph_launch_overhead
+    i = 0
+    while i < n_host:
+        t = thread_col[i]
+        j_end = i
+        while j_end < n_host and thread_col[j_end] == t:
+            j_end += 1
+        first = hstart[i]
+        cursor = (first if first == first else 0.0) + offset  # NaN-safe (ET-only graphs)
+        stack: list[int] = []
+        nsync = 0
+        ev_kind: list[int] = []
+        ev_host: list[int] = []
+        ev_static: list[float] = []
+        ev_cost: list[float] = []
+        for h in range(i, j_end):
+            p = parent[h]
+            while stack and stack[-1] != p:
+                q = stack.pop()
+                cursor += tail_l[q] if not is_sync_l[q] else cost_l[q]
+                static_end[q] = cursor
+                sb_end[q] = nsync
+            cursor += pre_l[h]
+            if region_root[h]:
+                cursor += graph_cost
+            static_start[h] = cursor
+            sb_start[h] = nsync
+            if is_launch_l[h] and h in launch_gpu:
+                ev_kind.append(LAUNCH)
+                ev_host.append(h)
+                ev_static.append(cursor)
+                ev_cost.append(0.0)
+            if is_sync_l[h]:
+                ev_kind.append(SYNC)
+                ev_host.append(h)
+                ev_static.append(cursor)
+                ev_cost.append(cost_l[h])
+                sync_ev[h] = nsync
+                nsync += 1
+            stack.append(h)
+        while stack:
+            q = stack.pop()
+            cursor += tail_l[q] if not is_sync_l[q] else cost_l[q]
+            static_end[q] = cursor
+            sb_end[q] = nsync
+        threads.append(ThreadProgram(t, ev_kind, ev_host, ev_static, ev_cost))
+        i = j_end
+
+    return RankProgram(
+        rank=rg.rank,
+        threads=threads,
+        host_static_start=static_start,
+        host_static_end=static_end,
+        host_syncs_before_start=sb_start,
+        host_syncs_before_end=sb_end,
+        host_sync_event=sync_ev,
+        launch_gpu=launch_gpu,
+        sync_deps=sync_deps,
+        gpu_dur=gpu_dur,
+        gpu_stream_pred=stream_pred,
+        gpu_preds=preds,
+        kernel_gap=gap,
+        kernel_gap_source=gap_src,
+        gpu_orphan_ready=orphan,
+        launch_delay=launch_delay,
+        launch_latency=lat,
+        launch_latency_source=lat_src,
+    )
+
+
+def is_comm(cls: np.ndarray) -> np.ndarray:
+    """GPU ops that are communication (collectives, MoE dispatch/combine)."""
+    return (cls == OpClass.COLLECTIVE) | (cls == OpClass.MOE_DISPATCH) | (cls == OpClass.MOE_COMBINE)
