@@ -99,6 +99,9 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
                 sv = mv = math.nan
             per_step.append({"step": num, "step_time_s": _nan_to_none(sv), "measured_step_time_s": _nan_to_none(mv)})
         sim_t, meas_t = sim["step_time"], meas["step_time"]
+        projected = bool(rg.source.get("projected"))
+        if projected:
+            cpu_meas = []
         if not math.isfinite(meas_t) and cpu_meas:  # CPU-only trace: the step is the host's
             meas_t = float(np.mean(cpu_meas))
             sim_t = float(np.nanmean(cpu_sim)) if np.isfinite(cpu_sim).any() else math.nan
@@ -162,6 +165,27 @@ def _gpu_of_rank(topo: Any, rank: int, cfg: ReplayConfig) -> str:
     return gpus[rank]
 
 
+def _split_matrix(arr: list, ranks: list[int]) -> list[list[float]] | None:
+    """all_to_allv bytes matrix [i][j] from every participant's input split sizes."""
+    index = {r: k for k, r in enumerate(ranks)}
+    m = [[0.0] * len(ranks) for _ in ranks]
+    for r, j, _ in arr:
+        rg = r.rg
+        c = int(rg.gpu_ops.collective[j])
+        C = rg.collectives
+        splits = C.ragged("in_splits", c)
+        if len(splits) != len(ranks):
+            return None
+        total_el = float(splits.sum())
+        per_el = float(C.in_bytes[c]) / total_el if total_el > 0 and math.isfinite(C.in_bytes[c]) else math.nan
+        if not math.isfinite(per_el):
+            return None
+        i = index[rg.rank]
+        for k, n_el in enumerate(splits.tolist()):
+            m[i][k] = 0.0 if k == i else n_el * per_el
+    return m
+
+
 def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
     """Start a collective on the engine's fabric for matched participants."""
 
@@ -197,6 +221,10 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
         gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
         if op == "send_recv":
             gpus = gpus[:2]
+        if ctype == CollType.ALL_TO_ALL and len(arr) == len(ranks) > 1:
+            matrix = _split_matrix(arr, ranks)
+            if matrix is not None:
+                return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
         return sim.collective(op, gpus, nb, name=f"{op}")
 
     return run

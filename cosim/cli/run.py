@@ -1,0 +1,52 @@
+"""``cosim run``: run a scenario (default: the bundled MoE capture on DGX H100)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cosim.cli import add_json_flag
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a scenario: workload + topology + what-if overrides",
+                       description="Run a scenario YAML (or a bundled scenario by name; default "
+                                   "moe-ep4-dgx-h100) and write summary.json, timeline.json.gz and the resolved "
+                                   "scenario to --out (default cosim-out/<scenario>).")
+    p.add_argument("scenario", nargs="?", help="bundled scenario name or scenario YAML file")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field or what-if knob: topology=hgx-b200, workload=PATH, "
+                        "projection.dtype=fp8, gpu.scale.gemm=0.5, host.launch_overhead='2 us', "
+                        "links.nvlink4.bandwidth='900 GB/s' (repeatable)")
+    p.add_argument("--out", type=Path, help="output folder (default cosim-out/<scenario>)")
+    p.add_argument("--no-timeline", action="store_true", help="skip timeline.json.gz")
+    p.add_argument("--list", action="store_true", help="list the bundled scenarios and exit")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from cosim.cli import emit_json
+    from cosim.cli.replay import finish
+    from cosim.fileio import write_text
+    from cosim.replay import parse_sets
+    from cosim.scenario import list_scenarios, load_scenario, run_scenario
+
+    if args.list:
+        names = list_scenarios()
+        if args.json:
+            emit_json({"scenarios": names})
+        else:
+            print("\n".join(names))
+        return 0
+    scn = load_scenario(args.scenario)
+    scn, result = run_scenario(scn, parse_sets(args.sets))
+    out = args.out or Path("cosim-out") / scn.name
+    resolved = scn.model_dump(mode="json")
+    resolved["replay_config"] = result.config.to_dict()
+    write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    return finish(result, args, out)

@@ -1,0 +1,180 @@
+"""Scenarios: a workload, a topology and what-if overrides, in one YAML file.
+
+A scenario binds a captured workload (a bundled workload name, or a trace file or
+folder) to a topology (a preset or file) with replay knobs. CPU captures are
+projected onto the topology's GPUs first (:mod:`cosim.workload.project`).
+
+Example (``workloads/scenarios/moe-ep4-dgx-h100.yaml``)::
+
+    name: moe-ep4-dgx-h100
+    workload: moe-ep4-cpu
+    topology: dgx-h100
+    projection: {dtype: bf16, host_speed: 2.0, aten_overhead: 4 us}
+    replay: {collectives: simulated}
+    set: {gpu.scale.gemm: 0.5}       # optional what-if knobs, as with --set
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from cosim.catalog.models import Strict, Time
+from cosim.errors import CosimInputError
+from cosim.resources import bundled_dir
+from cosim.yamlio import load_yaml, validate
+
+__all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "list_scenarios", "load_scenario", "run_scenario"]
+
+DEFAULT_SCENARIO = "moe-ep4-dgx-h100"
+
+
+class ProjectionSpec(Strict):
+    """How a CPU capture is projected onto GPUs (see cosim.workload.project)."""
+
+    dtype: str = "bf16"
+    """GPU datatype of floating-point tensors, or "captured"."""
+    host_speed: float = Field(default=1.0, gt=0)
+    """Capture-host time is divided by this (e.g. ranks / cores when ranks shared cores)."""
+    aten_overhead: Time = 4e-6
+    """Host dispatch time per kernel-launching ATen op besides the launch call (s)."""
+
+
+class ReplaySpec(Strict):
+    """Replay knobs of a scenario (the same names as ``--set``)."""
+
+    durations: str = "measured"
+    collectives: str = "measured"
+    launch_overhead: Time | None = None
+    launch_latency: Time | None = None
+    kernel_gap: Time | None = None
+    host_speed: float = Field(default=1.0, gt=0)
+    cuda_graphs: list[str] = Field(default_factory=list)
+    accelerator: str | None = None
+    ranks_per_node: int | None = None
+
+
+class Scenario(Strict):
+    """A workload on a topology, with what-if overrides."""
+
+    name: str
+    """Scenario name; also the default output folder cosim-out/<name>."""
+    description: str = ""
+    workload: str
+    """Bundled workload name (workloads/<name>), or a trace file / folder (relative to this file)."""
+    topology: str = "dgx-h100"
+    """Topology preset name or YAML file (relative to this file)."""
+    projection: ProjectionSpec = Field(default_factory=ProjectionSpec)
+    replay: ReplaySpec = Field(default_factory=ReplaySpec)
+    set: dict[str, Any] = Field(default_factory=dict)
+    """What-if knobs as with --set (e.g. gpu.scale.gemm: 0.5, links.nvlink4.bandwidth: 900 GB/s)."""
+    source_file: str | None = None
+
+    @field_validator("set", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+
+def list_scenarios() -> list[str]:
+    """Names of the bundled scenarios."""
+    d = bundled_dir("workloads") / "scenarios"
+    return sorted(p.stem for p in d.glob("*.yaml"))
+
+
+def _resolve(name: str, base: Path | None) -> Path | None:
+    p = Path(name)
+    if base is not None and not p.is_absolute() and (base / p).exists():
+        return base / p
+    return p if p.exists() else None
+
+
+def load_scenario(name_or_path: str | Path | None = None) -> Scenario:
+    """Load a bundled scenario by name, or a scenario YAML file."""
+    name_or_path = name_or_path or DEFAULT_SCENARIO
+    p = Path(name_or_path)
+    if not p.exists():
+        cand = bundled_dir("workloads") / "scenarios" / f"{name_or_path}.yaml"
+        if not cand.exists():
+            import difflib
+
+            known = list_scenarios()
+            close = difflib.get_close_matches(str(name_or_path), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise CosimInputError(f"unknown scenario {str(name_or_path)!r}{hint} (bundled: {', '.join(known)})")
+        p = cand
+    data = load_yaml(p)
+    if not isinstance(data, dict):
+        raise CosimInputError("a scenario file must be a mapping", file=p)
+    scn = validate(Scenario, data, file=p)
+    return scn.model_copy(update={"source_file": str(p)})
+
+
+def _apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, dict[str, str]]:
+    """Apply scenario-level keys (workload, topology, projection.*); return the rest for the replay."""
+    rest: dict[str, str] = {}
+    upd: dict[str, Any] = {}
+    proj = scn.projection.model_dump()
+    for k, v in sets.items():
+        if k in ("workload", "name", "description"):
+            upd[k] = v
+        elif k == "topology":
+            upd["topology"] = v
+        elif k.startswith("projection."):
+            field = k.split(".", 1)[1]
+            if field not in proj:
+                raise CosimInputError(f"--set {k}: unknown projection field; known: {', '.join(proj)}")
+            proj[field] = v
+        else:
+            rest[k] = v
+    if upd.get("topology"):
+        rest["topology"] = upd["topology"]
+    proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
+                                            for k, v in proj.items()})
+    return scn.model_copy(update={**upd, "projection": proj_model}), rest
+
+
+def run_scenario(scn: Scenario, sets: dict[str, str] | None = None):
+    """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult)."""
+    from cosim.replay import ReplayConfig, apply_sets, replay
+    from cosim.topology import load_topology
+    from cosim.workload import load_trace
+    from cosim.workload.project import ProjectionConfig, project_to_gpu
+
+    scn, rest = _apply_scenario_sets(scn, dict(sets or {}))
+    base = Path(scn.source_file).parent if scn.source_file else None
+    r = scn.replay
+    cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,  # type: ignore[arg-type]
+                       launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
+                       cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator, ranks_per_node=r.ranks_per_node,
+                       topology=scn.topology)
+    cfg = apply_sets(cfg, {**scn.set, **rest})
+    topo_ref = cfg.topology or scn.topology
+    tpath = _resolve(topo_ref, base)
+    topo = load_topology(tpath or topo_ref, overrides=dict(cfg.catalog_overrides) or None)
+    wpath = _resolve(scn.workload, base)
+    if wpath is None:
+        cand = bundled_dir("workloads") / scn.workload
+        if not cand.exists():
+            raise CosimInputError(f"workload {scn.workload!r} not found (not a bundled workload or a path)",
+                                  file=scn.source_file)
+        wpath = cand
+    graph = load_trace(wpath)
+    if graph.ranks and len(graph.ranks[0].gpu_ops) == 0:
+        gpu0 = topo.gpus[0]
+        acc_id = cfg.accelerator or topo.graph.nodes[gpu0].get("spec")
+        acc = topo.catalog.accelerator(acc_id) if acc_id else topo.accelerator(gpu0)
+        p = scn.projection
+        graph = project_to_gpu(graph, acc, topo.cpu_spec(topo.cpu_of(gpu0)),
+                               ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead))
+        from dataclasses import replace
+
+        cfg = replace(cfg, accelerator=None)
+    try:
+        result = replay(graph, topo, cfg)
+    except ValueError as exc:
+        raise CosimInputError(str(exc), file=scn.source_file) from None
+    result.sources = [str(wpath)]
+    return scn, result
