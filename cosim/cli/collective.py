@@ -1,0 +1,137 @@
+"""``cosim collective``: a simulated nccl-tests.
+
+Runs one collective per size on an otherwise idle topology and prints time,
+algorithm bandwidth (size / time) and bus bandwidth (algbw times the
+nccl-tests factor: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
+(n-1)/n; broadcast, reduce, send/recv 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from cosim import units
+from cosim.cli import add_json_flag, emit_json
+from cosim.errors import CosimInputError
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "collective",
+        help="simulate a collective over sizes (like nccl-tests)",
+        description="Simulate one collective per size on a topology and print time, algbw and busbw "
+        "(nccl-tests definitions).",
+    )
+    p.add_argument("--topology", "-t", required=True, help="preset name or topology YAML file")
+    p.add_argument("--op", default="all_reduce", type=lambda s: s.replace("-", "_"),
+                   help=f"collective: {', '.join(OPS)} (default all_reduce)")
+    p.add_argument("--ranks", "-n", type=int, default=None, help="number of ranks (default: every GPU)")
+    p.add_argument("--ranks-per-node", type=int, default=None,
+                   help="ranks on each node (default: fill nodes in GPU order)")
+    p.add_argument("--sizes", "-s", default="1KiB:1GiB",
+                   help='sizes: list "1MiB,64MiB" or doubling range "1KiB:16GiB" (default 1KiB:1GiB)')
+    p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "hier"))
+    p.add_argument("--proto", default="auto", choices=("auto", "ll", "ll128", "simple"))
+    p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters)")
+    p.add_argument("--comm-sms", type=int, default=None, help="SMs a communication kernel occupies")
+    p.add_argument("--no-calibration", action="store_true", help="use NCCL's default constants only")
+    add_json_flag(p)
+    p.set_defaults(func=handler)
+
+
+def _load(name: str) -> Any:
+    try:
+        from cosim.topology import load_topology  # type: ignore[attr-defined]
+    except ImportError:
+        raise CosimInputError("the topology loader (cosim.topology) is not available") from None
+    return load_topology(name)
+
+
+def pick_ranks(topo: Any, n: int | None, per_node: int | None) -> list[str]:
+    """Ranks in topology GPU order; ``per_node`` takes that many GPUs from each node."""
+    gpus = list(topo.gpus)
+    if per_node is not None:
+        if per_node < 1:
+            raise CosimInputError(f"--ranks-per-node must be >= 1, got {per_node}")
+        nodes: dict[int, list[str]] = {}
+        for g in gpus:
+            nodes.setdefault(topo.node_of(g), []).append(g)
+        short = [k for k, v in nodes.items() if len(v) < per_node]
+        if short:
+            raise CosimInputError(f"--ranks-per-node {per_node}: node {short[0]} has only "
+                                  f"{len(nodes[short[0]])} GPUs")
+        gpus = [g for k in sorted(nodes) for g in nodes[k][:per_node]]
+    if n is None:
+        n = len(gpus)
+    if n < 1:
+        raise CosimInputError(f"--ranks must be >= 1, got {n}")
+    if n > len(gpus):
+        raise CosimInputError(f"--ranks {n}: the topology offers only {len(gpus)} GPUs"
+                              + (f" with --ranks-per-node {per_node}" if per_node else ""))
+    return gpus[:n]
+
+
+def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str = "auto", proto: str = "auto",
+          channels: int | None = None, comm_sms: int | None = None, calibration: bool = True,
+          progress: bool = False) -> list[dict[str, Any]]:
+    """Simulate ``op`` once per size; return nccl-tests-like rows."""
+    from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.engine.config import GpuConfig
+
+    gcfg = GpuConfig(comm_sms=comm_sms) if comm_sms is not None else GpuConfig()
+    cfg = SimConfig(nccl=NcclConfig(algo=algo, proto=proto, channels=channels, use_calibration=calibration),
+                    gpu=gcfg, record_trace=False)
+    sim = Simulator(topo, cfg)
+    rows = []
+    it: Any = sizes
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(sizes, desc=f"{op} x{len(ranks)}", unit="size", file=sys.stderr, leave=False)
+    for s in it:
+        try:
+            ev = sim.collective(op, ranks, s, channels=channels)
+        except ValueError as exc:
+            raise CosimInputError(str(exc)) from None
+        sim.run()
+        r = ev.value
+        rows.append({"size_bytes": s, "time_s": r.time, "algbw_Bps": r.algbw, "busbw_Bps": r.busbw,
+                     "algo": r.algo, "proto": r.proto})
+    return rows
+
+
+def handler(args: argparse.Namespace) -> int:
+    if args.op not in OPS:
+        raise CosimInputError(f"--op {args.op!r}: choose from {', '.join(OPS)}")
+    try:
+        sizes = units.parse_size_list(args.sizes, "--sizes")
+    except units.UnitError as exc:
+        raise CosimInputError(str(exc)) from None
+    if not sizes:
+        raise CosimInputError("--sizes: no sizes given")
+    if args.channels is not None and args.channels < 1:
+        raise CosimInputError("--channels must be >= 1")
+    if args.comm_sms is not None and args.comm_sms < 0:
+        raise CosimInputError("--comm-sms must be >= 0")
+    topo = _load(args.topology)
+    ranks = pick_ranks(topo, args.ranks, args.ranks_per_node)
+    if args.op == "send_recv" and len(ranks) < 2:
+        raise CosimInputError("send_recv needs at least 2 ranks")
+    progress = (not args.json) and sys.stderr.isatty() and len(sizes) > 4
+    rows = sweep(topo, args.op, ranks, sizes, algo=args.algo, proto=args.proto, channels=args.channels,
+                 comm_sms=args.comm_sms, calibration=not args.no_calibration, progress=progress)
+    if args.json:
+        emit_json({"topology": args.topology, "op": args.op, "ranks": len(ranks), "results": rows})
+        return 0
+    name = getattr(topo, "name", args.topology)
+    print(f"# {args.op} on {name}, {len(ranks)} ranks ({', '.join(ranks[:4])}{', ...' if len(ranks) > 4 else ''})")
+    print(f"{'size':>10}  {'time':>10}  {'algbw':>11}  {'busbw':>11}  algo/proto")
+    for r in rows:
+        print(f"{units.fmt_size(r['size_bytes']):>10}  {units.fmt_time(r['time_s']):>10}  "
+              f"{units.fmt_bandwidth(r['algbw_Bps']):>11}  {units.fmt_bandwidth(r['busbw_Bps']):>11}  "
+              f"{r['algo']}/{r['proto']}")
+    return 0

@@ -1,0 +1,467 @@
+"""Collectives decomposed into flows on the fabric.
+
+Each (op, algorithm) becomes a *plan*: a list of phases, each a list of flows
+``(src, dst, bytes-per-byte-of-size)``; phases run one after another, the flows
+of a phase run together. A pipelined algorithm (ring, tree, NVLS) is one phase
+whose flows carry everything each edge moves over the whole collective, coupled
+so that they advance at one rate (the pipeline runs at its slowest edge). NCCL's
+per-step latencies are a fixed delay before the flows (see :mod:`nccl`).
+
+Plans (n ranks, size S as in nccl-tests):
+
+=============== ======= ========================================================
+op              algo    flows
+=============== ======= ========================================================
+all_reduce      ring    rank -> next: 2(n-1)/n S (R rings over rails, S/R each)
+all_reduce      tree    two trees (chain in node, binary tree of nodes): S/2
+                        up and S/2 down per tree edge
+all_reduce      nvls    GPU <-> NVSwitch planes: (n-1)/n S each way
+all_reduce      hier    phases: intra-node ring reduce-scatter (g-1)/g S; ring
+                        all-reduce among same-index GPUs across nodes, S/g; intra
+                        all-gather (g-1)/g S
+all_gather,     ring    rank -> next: (n-1)/n S
+reduce_scatter  nvls    GPU <-> NVSwitch: (n-1)/n S each way
+broadcast       ring    chain from root: S per edge
+reduce          ring    chain to root: S per edge
+all_to_all      p2p     every rank -> every other: S/n (uncoupled)
+all_to_allv     p2p     rank i -> j: matrix[i][j] bytes (uncoupled)
+send_recv       p2p     rank i -> i+1 (mod n): S (nccl-tests sendrecv)
+=============== ======= ========================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from cosim.engine.nccl import BUSBW_FACTOR, OPS, Shape
+
+if TYPE_CHECKING:
+    from cosim.engine.simulator import Simulator
+
+__all__ = ["ALGOS_FOR", "CollectiveCall", "CollectiveResult", "Collectives"]
+
+ALGOS_FOR = {
+    "all_reduce": ("ring", "tree", "nvls", "hier"),
+    "all_gather": ("ring", "nvls"),
+    "reduce_scatter": ("ring", "nvls"),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+    "all_to_all": ("p2p",),
+    "all_to_allv": ("p2p",),
+    "send_recv": ("p2p",),
+}
+
+_NVSW = "@nvswitch"  # plan endpoint: the GPU's NVSwitch planes
+
+
+@dataclass
+class CollectiveResult:
+    """Outcome of one collective."""
+
+    op: str
+    nbytes: float
+    """Size S as nccl-tests defines it (bytes); total bytes for all_to_allv."""
+    ranks: list[str]
+    algo: str
+    proto: str
+    start: float
+    end: float
+    latency: float
+    """The fixed latency part (s)."""
+    bytes_on_fabric: float = 0.0
+    """Payload bytes the collective's flows carried."""
+
+    @property
+    def time(self) -> float:
+        return self.end - self.start
+
+    @property
+    def algbw(self) -> float:
+        return self.nbytes / self.time if self.time > 0 else math.inf
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * BUSBW_FACTOR(self.op, len(self.ranks))
+
+
+@dataclass
+class _Plan:
+    phases: list[list[tuple[str, str, float]]]
+    coupled: bool
+
+
+class CollectiveCall:
+    """A rendezvous: a collective that starts when every rank has arrived.
+
+    Get one from :meth:`Simulator.collective_call`; each rank calls
+    :meth:`arrive` (from its own process) and waits on the returned event,
+    which succeeds with the :class:`CollectiveResult` when the collective ends.
+    """
+
+    def __init__(self, sim: Simulator, key: Any, op: str, ranks: Sequence[str], nbytes: float, **kw: Any) -> None:
+        self.sim = sim
+        self.key = key
+        self.op = op
+        self.ranks = list(ranks)
+        self.nbytes = nbytes
+        self.kw = kw
+        self.arrived: dict[str, float] = {}
+        self.done = sim.env.event()
+        """Succeeds with the :class:`CollectiveResult`."""
+
+    def arrive(self, rank: str) -> simpy.Event:
+        if rank not in self.ranks:
+            raise ValueError(f"{rank} is not a member of collective {self.key!r}")
+        if rank in self.arrived:
+            raise ValueError(f"{rank} arrived twice at collective {self.key!r}")
+        self.arrived[rank] = self.sim.env.now
+        if len(self.arrived) == len(self.ranks):
+            ev = self.sim.collectives.run(self.op, self.ranks, self.nbytes, **self.kw)
+            ev.callbacks.append(lambda e: self.done.succeed(e.value))
+            self.sim.forget_call(self.key)
+        return self.done
+
+
+class Collectives:
+    """Builds plans, picks algorithm and protocol, and runs collectives on a simulator's fabric."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.params = sim.nccl_params
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._shapes: dict[tuple[Any, ...], Shape] = {}
+        self.results: list[CollectiveResult] = []
+        self._unit: dict[tuple[Any, ...], float] = {}
+
+    # ----------------------------------------------------------- topology facts
+    def _hw_class(self, src: str, dst: str) -> str:
+        """nvswitch, nvlink, pci or net: the slowest kind of hop from src to dst."""
+        g = self.sim.topo.graph
+        path = self.sim.fabric.paths(src, dst)[0]
+        kinds = {g.nodes[n].get("kind") for n in path[1:-1]}
+        if "nic" in kinds or "fabric_switch" in kinds:
+            return "net"
+        if kinds & {"pcie_switch", "cpu"}:
+            return "pci"
+        if "nvswitch" in kinds:
+            return "nvswitch"
+        return "nvlink"
+
+    def shape(self, op: str, ranks: Sequence[str]) -> Shape:
+        key = (op, tuple(ranks))
+        s = self._shapes.get(key)
+        if s is not None:
+            return s
+        topo = self.sim.topo
+        nodes: dict[int, list[str]] = {}
+        for r in ranks:
+            nodes.setdefault(topo.node_of(r), []).append(r)
+        order = {"nvswitch": 0, "nvlink": 1, "pci": 2}
+        worst = "none"
+        for local in nodes.values():
+            for a, b in zip(local, local[1:] + local[:1]):
+                if a == b:
+                    continue
+                c = self._hw_class(a, b)
+                if c != "net" and (worst == "none" or order[c] > order[worst]):
+                    worst = c
+        nn = len(nodes)
+        ppn = max(len(v) for v in nodes.values())
+        nvls = False
+        if nn == 1 and len(ranks) > 1 and topo.has_nvswitch(topo.node_of(ranks[0])) and worst == "nvswitch":
+            nvls = self.sim.supports_nvls(ranks[0])
+        acc = self.sim._spec("accelerator", ranks[0])
+        s = Shape(op=op, nranks=len(ranks), nnodes=nn, ppn=ppn, intra=worst,
+                  machine=getattr(topo, "name", None), nvls=nvls, accel=getattr(acc, "name", None))
+        self._shapes[key] = s
+        return s
+
+    def _by_node(self, ranks: Sequence[str]) -> list[list[str]]:
+        nodes: dict[int, list[str]] = {}
+        for r in ranks:
+            nodes.setdefault(self.sim.topo.node_of(r), []).append(r)
+        return list(nodes.values())
+
+    def _rails(self, per_node: list[list[str]]) -> int:
+        if len(per_node) <= 1:
+            return 1
+        topo = self.sim.topo
+        nics = {topo.nic_of(r) for r in per_node[0]}
+        nics.discard(None)
+        return max(1, min(len(nics), min(len(x) for x in per_node)))
+
+    # -------------------------------------------------------------------- plans
+    def _ring_edges(self, ranks: Sequence[str], factor: float) -> list[tuple[str, str, float]]:
+        per_node = self._by_node(ranks)
+        if len(per_node) == 1:
+            n = len(ranks)
+            return [(ranks[i], ranks[(i + 1) % n], factor) for i in range(n)] if n > 1 else []
+        rails = self._rails(per_node)
+        flows: list[tuple[str, str, float]] = []
+        for r in range(rails):
+            order: list[str] = []
+            for local in per_node:
+                k = r % len(local)
+                order += local[k:] + local[:k]
+            n = len(order)
+            flows += [(order[i], order[(i + 1) % n], factor / rails) for i in range(n)]
+        return _merge(flows)
+
+    def _plan(self, op: str, ranks: Sequence[str], algo: str, root: int = 0) -> _Plan:
+        key = (op, tuple(ranks), algo, root)
+        hit = self._plans.get(key)
+        if hit is not None:
+            return hit
+        n = len(ranks)
+        phases: list[list[tuple[str, str, float]]]
+        coupled = True
+        if n <= 1:
+            phases = []
+        elif op == "all_reduce" and algo == "ring":
+            phases = [self._ring_edges(ranks, 2.0 * (n - 1) / n)]
+        elif op in ("all_gather", "reduce_scatter") and algo == "ring":
+            phases = [self._ring_edges(ranks, (n - 1) / n)]
+        elif op in ("all_reduce", "all_gather", "reduce_scatter") and algo == "nvls":
+            f = (n - 1) / n
+            phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]]
+        elif op == "all_reduce" and algo == "tree":
+            phases = [self._tree_edges(ranks)]
+        elif op == "all_reduce" and algo == "hier":
+            per_node = self._by_node(ranks)
+            g = min(len(x) for x in per_node)
+            nn = len(per_node)
+            intra = [e for local in per_node for e in _ring(local, (len(local) - 1) / len(local))]
+            inter = [e for i in range(g) for e in _ring([local[i] for local in per_node], 2.0 * (nn - 1) / nn / g)]
+            phases = [p for p in (intra, inter, intra) if p]
+        elif op in ("broadcast", "reduce") and algo == "ring":
+            order = list(ranks[root:]) + list(ranks[:root])
+            chain = [(order[i], order[i + 1], 1.0) for i in range(n - 1)]
+            if op == "reduce":
+                chain = [(b, a, f) for a, b, f in reversed(chain)]
+            phases = [chain]
+        elif op == "all_to_all":
+            phases = [[(a, b, 1.0 / n) for a in ranks for b in ranks if a != b]]
+            coupled = False
+        elif op == "send_recv":
+            phases = [[(ranks[i], ranks[(i + 1) % n], 1.0) for i in range(n)]] if n > 2 else \
+                [[(ranks[0], ranks[1], 1.0)]]
+            coupled = False
+        else:
+            raise ValueError(f"{op} has no algorithm {algo!r} (choose from {ALGOS_FOR.get(op)})")
+        plan = _Plan(phases, coupled)
+        self._plans[key] = plan
+        return plan
+
+    def _tree_edges(self, ranks: Sequence[str]) -> list[tuple[str, str, float]]:
+        per_node = self._by_node(ranks)
+        nn = len(per_node)
+        flows: list[tuple[str, str, float]] = []
+        for t in range(2):
+            heads = []
+            for local in per_node:
+                chain = local if t == 0 else list(reversed(local))
+                heads.append(chain[0])
+                for i in range(len(chain) - 1):  # chain inside the node
+                    flows += [(chain[i + 1], chain[i], 0.5), (chain[i], chain[i + 1], 0.5)]
+            idx = list(range(nn)) if t == 0 else [nn - 1 - i for i in range(nn)]
+            for pos in range(1, nn):  # binary tree of nodes; tree 2 mirrored
+                child, parent = heads[idx[pos]], heads[idx[(pos - 1) // 2]]
+                flows += [(child, parent, 0.5), (parent, child, 0.5)]
+        return _merge(flows)
+
+    def _nvswitch_links(self, gpu: str, up: bool) -> list[np.ndarray]:
+        g = self.sim.topo.graph
+        sws = sorted(s for s in (g.successors(gpu) if up else g.predecessors(gpu))
+                     if g.nodes[s].get("kind") == "nvswitch")
+        fab = self.sim.fabric
+        return [fab.path_links([gpu, s] if up else [s, gpu]) for s in sws]
+
+    # ------------------------------------------------------------------- tuner
+    def estimate(self, op: str, ranks: Sequence[str], nbytes: float, algo: str, proto: str,
+                 channels: int | None = None) -> float:
+        """Idle-fabric time of one collective (s): the tuner's cost function.
+
+        The bandwidth part is exact for the engine's own flows: the plan is run
+        once on an idle scratch fabric (per op, ranks, algorithm, efficiency and
+        cap) and scales linearly with size, since flow phases have no latency.
+        """
+        shape = self.shape(op, ranks)
+        lat, eff, cap = self.params.cost(shape, algo, proto, channels, self.sim.config.nccl.use_calibration)
+        return lat + nbytes * self._unit_time(op, tuple(ranks), algo, eff, cap)
+
+    def _unit_time(self, op: str, ranks: tuple[str, ...], algo: str, eff: float, cap: float) -> float:
+        """Seconds per byte of size for the flow phases of a plan on the idle fabric."""
+        key = (op, ranks, algo, eff, cap)
+        hit = self._unit.get(key)
+        if hit is not None:
+            return hit
+        from cosim.engine.simulator import Simulator
+
+        scratch = Simulator(self.sim.topo, self.sim.config_for_scratch())
+        scratch.fabric._path_cache = self.sim.fabric._path_cache  # same graph and config
+        scratch.collectives._plans = self._plans
+        size = 1e9
+        plan = self._plan(op, ranks, algo)
+        res = CollectiveResult(op, size, list(ranks), algo, "", 0.0, 0.0, 0.0)
+        done = scratch.env.event()
+        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done))
+        scratch.run()
+        u = res.time / size
+        self._unit[key] = u
+        return u
+
+    def candidates(self, op: str, ranks: Sequence[str]) -> list[tuple[str, str]]:
+        """(algo, proto) pairs this communicator can use."""
+        shape = self.shape(op, ranks)
+        out = []
+        for a in ALGOS_FOR[op]:
+            if a == "nvls" and not shape.nvls:
+                continue
+            if a == "hier" and shape.nnodes < 2:
+                continue
+            if a == "tree" and shape.nranks < 3 and shape.nnodes < 2:
+                continue
+            for p in ("ll", "ll128", "simple"):
+                if a == "nvls" and p != "simple":
+                    continue
+                if p == "ll128" and shape.intra == "pci":
+                    continue  # NCCL enables LL128 only over NVLink
+                out.append((a, p))
+        cal = self.params.calibrated_combos(shape) if self.sim.config.nccl.use_calibration else None
+        if cal:
+            out = [ap for ap in out if ap in cal] or out
+        return out
+
+    def choose(self, op: str, ranks: Sequence[str], nbytes: float, algo: str = "auto", proto: str = "auto",
+               channels: int | None = None) -> tuple[str, str]:
+        """Pick (algo, proto) like NCCL's tuner: the lowest estimated time; honours overrides."""
+        cands = self.candidates(op, ranks)
+        if algo not in ("auto", None):
+            if op in ("all_to_all", "all_to_allv", "send_recv"):
+                algo = "p2p"
+            elif algo not in ALGOS_FOR[op]:
+                raise ValueError(f"{op} cannot use algorithm {algo!r} (choose from {', '.join(ALGOS_FOR[op])})")
+            cands = [(a, p) for a, p in cands if a == algo] or [(algo, p) for p in ("ll", "ll128", "simple")
+                                                               if not (algo == "nvls" and p != "simple")]
+        if proto not in ("auto", None):
+            cands = [(a, p) for a, p in cands if p == proto] or [(c[0], proto) for c in cands[:1]]
+        if not cands:
+            raise ValueError(f"no algorithm/protocol available for {op} on {len(ranks)} ranks")
+        if len(cands) == 1:
+            return cands[0]
+        if self.sim.config.nccl.use_calibration and algo in ("auto", None) and proto in ("auto", None):
+            cal = self.params.calibration_for(self.shape(op, ranks))
+            pick = cal.pick(nbytes) if cal is not None else None
+            if pick is not None and pick in cands:
+                return pick
+        best = min(cands, key=lambda ap: (self.estimate(op, ranks, nbytes, ap[0], ap[1], channels), ap))
+        return best
+
+    # --------------------------------------------------------------------- run
+    def run(
+        self,
+        op: str,
+        ranks: Sequence[str],
+        nbytes: float = 0.0,
+        *,
+        algo: str | None = None,
+        proto: str | None = None,
+        matrix: Sequence[Sequence[float]] | None = None,
+        root: int = 0,
+        channels: int | None = None,
+        name: str | None = None,
+    ) -> simpy.Event:
+        """Start a collective now; the event succeeds with its :class:`CollectiveResult`.
+
+        ``nbytes`` is the nccl-tests size (all_reduce/broadcast/reduce: the buffer;
+        all_gather: the output; reduce_scatter: the input; all_to_all: each rank's
+        send buffer; send_recv: the message). ``matrix[i][j]`` gives all_to_allv's
+        bytes from rank i to rank j.
+        """
+        if op not in OPS:
+            raise ValueError(f"unknown collective {op!r} (choose from {', '.join(OPS)})")
+        ranks = list(ranks)
+        if len(set(ranks)) != len(ranks):
+            raise ValueError("ranks must be distinct")
+        cfg = self.sim.config.nccl
+        algo = algo or cfg.algo
+        proto = proto or cfg.proto
+        env = self.sim.env
+        if op == "all_to_allv":
+            if matrix is None:
+                raise ValueError("all_to_allv needs a matrix of per-peer byte counts")
+            m = np.asarray(matrix, dtype=float)
+            if m.shape != (len(ranks), len(ranks)) or (m < 0).any() or not np.isfinite(m).all():
+                raise ValueError(f"all_to_allv matrix must be {len(ranks)}x{len(ranks)} of finite bytes >= 0")
+            nbytes = float(m.sum())
+            a, p = "p2p", (proto if proto not in ("auto", None) else "simple")
+            plan = _Plan([[(ranks[i], ranks[j], float(m[i, j])) for i in range(len(ranks))
+                           for j in range(len(ranks)) if i != j and m[i, j] > 0]], False)
+            scale = 1.0
+        else:
+            a, p = self.choose(op, ranks, nbytes, algo, proto, channels)
+            plan = self._plan(op, ranks, a, root)
+            scale = nbytes
+        shape = self.shape(op, ranks)
+        lat, eff, cap = self.params.cost(shape, a, p, channels, cfg.use_calibration)
+        label = name or f"{op}"
+        res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
+        done = env.event()
+        env.process(self._execute(plan, scale, lat, eff, cap, label, res, done))
+        return done
+
+    def _execute(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
+                 res: CollectiveResult, done: simpy.Event):
+        env = self.sim.env
+        fab = self.sim.fabric
+        if lat > 0:
+            yield env.timeout(lat)
+        moved = 0.0
+        for ph in plan.phases:
+            grp = fab.new_group() if (plan.coupled and self.sim.config.nccl.couple_ring) else -1
+            evs = []
+            for a, b, f in ph:
+                nb = f * scale
+                if nb <= 0:
+                    continue
+                moved += nb
+                if a == _NVSW or b == _NVSW:
+                    gpu = b if a == _NVSW else a
+                    links = self._nvswitch_links(gpu, up=(b == _NVSW))
+                    caps = np.array([fab.capacity[li[0]] for li in links])
+                    for li, c in zip(links, caps):
+                        share = c / caps.sum()
+                        evs.append(fab._start(label, nb * share / eff, nb * share, li, 0.0,
+                                              cap * share / eff if math.isfinite(cap) else math.inf,
+                                              grp, 1, "fabric"))
+                else:
+                    evs.append(fab.transfer(a, b, nb, efficiency=eff, max_rate=cap, link_latency=False,
+                                            group=grp, name=label))
+            if evs:
+                yield env.all_of(evs)
+        res.end = env.now
+        res.bytes_on_fabric = moved
+        self.results.append(res)
+        rec = self.sim.record
+        for r in res.ranks:
+            rec(f"{label} {res.algo}/{res.proto}", res.start, res.end, f"{self.sim.track_of(r)}.comm")
+        done.succeed(res)
+
+
+def _ring(order: Sequence[str], factor: float) -> list[tuple[str, str, float]]:
+    n = len(order)
+    return [(order[i], order[(i + 1) % n], factor) for i in range(n)] if n > 1 else []
+
+
+def _merge(flows: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """Sum factors of flows with the same endpoints (keeps first-seen order)."""
+    acc: dict[tuple[str, str], float] = {}
+    for a, b, f in flows:
+        acc[(a, b)] = acc.get((a, b), 0.0) + f
+    return [(a, b, f) for (a, b), f in acc.items()]

@@ -1,0 +1,166 @@
+"""Configuration dataclasses of the engine (SI units; validated on creation)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from cosim.engine.fabric import FabricConfig
+
+__all__ = ["FabricConfig", "GpuConfig", "HostConfig", "NcclConfig", "NicConfig", "SimConfig"]
+
+ALGOS = ("auto", "ring", "tree", "nvls", "hier")
+PROTOS = ("auto", "ll", "ll128", "simple")
+
+
+def _pos(name: str, v: float, allow_zero: bool = True) -> None:
+    ok = (v >= 0 if allow_zero else v > 0) and math.isfinite(v)
+    if not ok:
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {v}")
+
+
+@dataclass
+class HostConfig:
+    """Host CPU model: launch costs and thread scheduling."""
+
+    launch_overhead: float | None = None
+    """CPU seconds one kernel launch costs the launching thread; None: the
+    topology's CPU spec (``CPU.launch_overhead``), else ``default_launch_overhead``."""
+    launch_latency: float | None = None
+    """Seconds from the start of a launch call to the earliest kernel start;
+    None: the CPU spec's ``launch_latency``, else ``default_launch_latency``."""
+    default_launch_overhead: float = 4e-6
+    """Fallback launch CPU cost (s) when no CPU spec is known."""
+    default_launch_latency: float = 6e-6
+    """Fallback launch-to-start latency (s) when no CPU spec is known."""
+    launch_overhead_scale: float = 1.0
+    """Multiplies every launch overhead (what-if: a faster or slower CPU)."""
+    cpu_op_scale: float = 1.0
+    """Multiplies every CPU op's duration (what-if: a faster or slower CPU)."""
+    cores_per_socket: int | None = None
+    """Cores available to host threads per socket; None: the CPU spec, else unlimited."""
+
+    def __post_init__(self) -> None:
+        for n in ("launch_overhead", "launch_latency"):
+            v = getattr(self, n)
+            if v is not None:
+                _pos(n, v)
+        _pos("default_launch_overhead", self.default_launch_overhead)
+        _pos("default_launch_latency", self.default_launch_latency)
+        _pos("launch_overhead_scale", self.launch_overhead_scale)
+        _pos("cpu_op_scale", self.cpu_op_scale)
+        if self.cores_per_socket is not None and self.cores_per_socket < 1:
+            raise ValueError("cores_per_socket must be >= 1")
+
+
+@dataclass
+class GpuConfig:
+    """GPU execution model: SM sharing, HBM sharing, copy engines."""
+
+    sm_count: int | None = None
+    """SMs per GPU; None: the accelerator spec, else ``default_sm_count``."""
+    default_sm_count: int = 132
+    """Fallback SM count (H100 SXM) when no accelerator spec is known."""
+    hbm_bandwidth: float | None = None
+    """HBM bytes/s; None: the accelerator spec, else ``default_hbm_bandwidth``."""
+    default_hbm_bandwidth: float = 3.35e12
+    """Fallback HBM bandwidth (H100 SXM, bytes/s)."""
+    comm_sms: int = 16
+    """SMs a communication kernel (NCCL collective, DeepEP-like) occupies while it runs."""
+    comm_hbm_fraction: float = 0.1
+    """Fraction of HBM bandwidth a running communication kernel consumes."""
+    copy_engines: int = 2
+    """Concurrent memcpy engines per GPU (per direction class H2D, D2H, peer)."""
+    d2d_efficiency: float = 0.8
+    """Fraction of HBM bandwidth a device-to-device copy reaches (it reads and writes)."""
+
+    def __post_init__(self) -> None:
+        if self.sm_count is not None and self.sm_count < 1:
+            raise ValueError("sm_count must be >= 1")
+        if self.default_sm_count < 1:
+            raise ValueError("default_sm_count must be >= 1")
+        if self.comm_sms < 0:
+            raise ValueError("comm_sms must be >= 0")
+        if not 0 <= self.comm_hbm_fraction <= 1:
+            raise ValueError("comm_hbm_fraction must be in [0, 1]")
+        if self.copy_engines < 1:
+            raise ValueError("copy_engines must be >= 1")
+        if not 0 < self.d2d_efficiency <= 1:
+            raise ValueError("d2d_efficiency must be in (0, 1]")
+        if self.hbm_bandwidth is not None:
+            _pos("hbm_bandwidth", self.hbm_bandwidth, allow_zero=False)
+
+
+@dataclass
+class NicConfig:
+    """Network adapter model used for transfers that cross a NIC."""
+
+    default_latency: float = 2e-6
+    """NIC-to-NIC latency (s) when no NIC spec is known."""
+    default_message_rate: float = 200e6
+    """Messages per second when no NIC spec is known."""
+    default_per_message_overhead: float = 0.0
+    """Seconds per message on the adapter when no NIC spec is known."""
+    default_gpudirect: bool = True
+    """GPUDirect RDMA when no NIC spec is known."""
+    message_size: float = 512 * 1024
+    """Bytes per network message (NCCL's chunk size order), for message-rate limits."""
+
+    def __post_init__(self) -> None:
+        _pos("default_latency", self.default_latency)
+        _pos("default_message_rate", self.default_message_rate, allow_zero=False)
+        _pos("default_per_message_overhead", self.default_per_message_overhead)
+        _pos("message_size", self.message_size, allow_zero=False)
+
+
+@dataclass
+class NcclConfig:
+    """Collective library model (NCCL-like)."""
+
+    algo: str = "auto"
+    """Default algorithm: auto (tuner), ring, tree, nvls, hier."""
+    proto: str = "auto"
+    """Default protocol: auto (tuner), ll, ll128, simple."""
+    channels: int | None = None
+    """Channels (rings / trees in parallel, one CTA each); None: from the params file."""
+    params: str | None = None
+    """Path of a NCCL parameter YAML; None: the bundled ``data/nccl_h100.yaml``."""
+    use_calibration: bool = True
+    """Use fitted per-shape calibrations from the params file where they match."""
+    couple_ring: bool = True
+    """A ring's edge flows move at one common rate (a pipelined ring runs at its
+    slowest edge); False lets each edge run free."""
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        if self.proto not in PROTOS:
+            raise ValueError(f"proto must be one of {PROTOS}, got {self.proto!r}")
+        if self.channels is not None and self.channels < 1:
+            raise ValueError("channels must be >= 1")
+
+
+@dataclass
+class SimConfig:
+    """Everything the :class:`cosim.engine.Simulator` can be told."""
+
+    fabric: FabricConfig = field(default_factory=FabricConfig)
+    """Network model."""
+    host: HostConfig = field(default_factory=HostConfig)
+    """Host CPU model."""
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    """GPU model."""
+    nic: NicConfig = field(default_factory=NicConfig)
+    """NIC model."""
+    nccl: NcclConfig = field(default_factory=NcclConfig)
+    """Collective model."""
+    record_trace: bool = True
+    """Keep a (name, start, end, track) record of everything that ran."""
+    trace_flows: bool = False
+    """Also record every fabric flow (can be millions on big all-to-alls)."""
+
+    def __post_init__(self) -> None:
+        for name, typ in (("fabric", FabricConfig), ("host", HostConfig), ("gpu", GpuConfig), ("nic", NicConfig),
+                          ("nccl", NcclConfig)):
+            if not isinstance(getattr(self, name), typ):
+                raise TypeError(f"SimConfig.{name} must be a {typ.__name__}")

@@ -1,0 +1,105 @@
+"""Scenarios, CPU-capture projection and `cosim run` on the bundled default."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosim.errors import CosimInputError
+from cosim.replay.summary import BREAKDOWN_KEYS
+from cosim.scenario import DEFAULT_SCENARIO, list_scenarios, load_scenario, run_scenario
+from cosim.topology import load_topology
+from cosim.workload import load_trace
+from cosim.workload.graph import CollType, HostKind, OpClass
+from cosim.workload.project import ProjectionConfig, op_class, project_to_gpu
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    return run_scenario(load_scenario())
+
+
+def test_bundled_scenarios_load() -> None:
+    names = list_scenarios()
+    assert DEFAULT_SCENARIO in names
+    for n in names:
+        assert load_scenario(n).name == n
+
+
+def test_default_run_summary_adds_up(default_run) -> None:
+    _, res = default_run
+    s = res.summary()
+    assert s["step_time_s"] > 0
+    assert len(s["ranks"]) == 4
+    for r in s["ranks"]:
+        assert r["step_time_s"] > 0
+        assert sum(r["breakdown"][k] for k in BREAKDOWN_KEYS) == pytest.approx(r["step_time_s"], rel=1e-9)
+        assert r["measured_step_time_s"] is None  # a projected CPU capture has no measured GPU step
+    assert sum(s["breakdown"].values()) == pytest.approx(s["step_time_s"], rel=1e-9)
+
+
+def test_projection_maps_ops_to_kernels() -> None:
+    from cosim.resources import bundled_dir
+
+    g = load_trace(bundled_dir("workloads") / "moe-ep4-cpu")
+    topo = load_topology("dgx-h100")
+    pg = project_to_gpu(g, topo.accelerator("gpu0"), topo.cpu_spec("cpu0"), ProjectionConfig())
+    for src, rg in zip(g.ranks, pg.ranks):
+        G, H = rg.gpu_ops, rg.host_ops
+        assert len(G) > 0 and len(src.gpu_ops) == 0
+        # one launch per kernel, each from a LAUNCH / LAUNCH_SYNC host op
+        assert np.isin(H.kind[rg.launches.host_op], [HostKind.LAUNCH, HostKind.LAUNCH_SYNC]).all()
+        # every collective of the capture became one communication kernel
+        assert (G.cls == OpClass.COLLECTIVE).sum() == len(src.collectives)
+        assert (rg.collectives.gpu_op >= 0).all()
+        # GEMMs come from aten::mm-like ops and take at least the kernel floor
+        gemm = G.cls == OpClass.GEMM
+        assert gemm.any() and (G.dur[gemm] >= 2e-6).all()
+        # bf16 halves the float payload of the token all-to-allv
+        c = int(np.nonzero(src.collectives.type == CollType.ALL_TO_ALL)[0][1])
+        assert rg.collectives.in_bytes[c] == pytest.approx(src.collectives.in_bytes[c] / 2)
+
+
+def test_op_class_rules() -> None:
+    assert op_class("aten::mm") == OpClass.GEMM
+    assert op_class("aten::_grouped_mm") == OpClass.GROUPED_GEMM
+    assert op_class("aten::_scaled_dot_product_flash_attention_for_cpu") == OpClass.ATTENTION
+    assert op_class("aten::_fused_rms_norm") == OpClass.NORM
+    assert op_class("aten::topk") == OpClass.REDUCTION
+    assert op_class("aten::silu") == OpClass.ELEMENTWISE
+
+
+def test_faster_nvlink_cannot_slow_down_and_sets_apply(default_run) -> None:
+    base = default_run[1].summary()["step_time_s"]
+    _, res = run_scenario(load_scenario(), {"links.nvlink4.bandwidth": "0.5 GB/s"})
+    slow = res.summary()["step_time_s"]
+    assert slow > base  # a 50x slower NVLink makes the all-to-alls expensive
+    assert res.config.catalog_overrides == {"links.nvlink4.bandwidth": "0.5 GB/s"}
+
+
+def test_bad_scenario_inputs(tmp_path) -> None:
+    with pytest.raises(CosimInputError, match="unknown scenario 'moe-ep4-dgx-h10'; did you mean 'moe-ep4-dgx-h100'"):
+        load_scenario("moe-ep4-dgx-h10")
+    bad = tmp_path / "s.yaml"
+    bad.write_text("name: x\nworkload: moe-ep4-cpu\nprojection: {host_speed: 2, colour: red}\n")
+    with pytest.raises(CosimInputError) as e:
+        load_scenario(bad)
+    assert str(e.value).startswith(f"{bad}:3:") and "projection.colour: unknown key 'colour'" in str(e.value)
+    with pytest.raises(CosimInputError, match="unknown knob"):
+        run_scenario(load_scenario(), {"gpu.colour": "red"})
+
+
+def test_cli_run_json_and_outputs(tmp_path) -> None:
+    out = tmp_path / "o"
+    p = subprocess.run([sys.executable, "-m", "cosim", "run", "moe-ep2-decode-dgx-h100", "--json", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["schema"] == "cosim.summary/1" and s["step_time_s"] > 0
+    assert {"summary.json", "timeline.json.gz", "scenario.yaml"} <= {x.name for x in out.iterdir()}
+    p = subprocess.run([sys.executable, "-m", "cosim", "run", "nope"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1

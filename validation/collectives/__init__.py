@@ -1,0 +1,1 @@
+"""Validation of the collective model against measured NCCL times (see run.py)."""

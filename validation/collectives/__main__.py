@@ -1,0 +1,3 @@
+from validation.collectives.run import main
+
+raise SystemExit(main())
