@@ -41,6 +41,8 @@ class ReplayResult:
     events: int
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)
+    """Per directed link of the fabric (with simulated collectives): bytes, busy_s, peak_flows, utilization."""
     _summary: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -148,6 +150,7 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
         "ops_per_wall_s": _nan_to_none(sum(r["gpu_ops"] + r["host_ops"] for r in ranks) / res.sim_wall_s)
         if res.sim_wall_s > 0 else None,
         "notes": res.notes,
+        "links": res.links,
         "host": platform.node(),
     }
 
@@ -285,6 +288,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         factor = cross_accelerator_factor(rg, traced, target) if (target and traced and target != traced) else None
         programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0))
     runner = None
+    sim = None
     if cfg.collectives == "simulated":
         from cosim.engine import SimConfig, Simulator
 
@@ -304,4 +308,5 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
     if target and traced and target != traced:
         notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
-    return ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes)
+    links = [d for d in sim.link_report() if d.get("bytes", 0) > 0] if sim is not None else []
+    return ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes, links)
