@@ -7,6 +7,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from cosim.errors import CosimError, CosimInputError  # noqa: E402
+from cosim.errors import CosimError, CosimInputError
 
 __all__ = ["CosimError", "CosimInputError", "__version__"]

@@ -21,6 +21,11 @@ def add_replay_knobs(p: argparse.ArgumentParser) -> None:
                    help="what-if knob, e.g. gpu.scale.gemm=0.5, host.launch_overhead='2 us', host.speed=2, "
                         "cuda_graphs='## forward ##', accelerator=b200, links.nvlink4.bandwidth='50 GB/s' "
                         "(repeatable)")
+    add_output_flags(p)
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    """--out, --no-timeline and --json, shared by ``replay`` and ``run``."""
     p.add_argument("--out", type=Path, help="output folder (default cosim-out/<name>)")
     p.add_argument("--no-timeline", action="store_true", help="skip timeline.json.gz")
     add_json_flag(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cosim.cli import add_json_flag
+from cosim.cli.replay import add_output_flags
 
 __all__ = ["register"]
 
@@ -20,10 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a scenario field or what-if knob: topology=hgx-b200, workload=PATH, "
                         "projection.dtype=fp8, gpu.scale.gemm=0.5, host.launch_overhead='2 us', "
                         "links.nvlink4.bandwidth='900 GB/s' (repeatable)")
-    p.add_argument("--out", type=Path, help="output folder (default cosim-out/<scenario>)")
-    p.add_argument("--no-timeline", action="store_true", help="skip timeline.json.gz")
     p.add_argument("--list", action="store_true", help="list the bundled scenarios and exit")
-    add_json_flag(p)
+    add_output_flags(p)
     p.set_defaults(func=run)
 
 

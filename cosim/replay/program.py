@@ -154,6 +154,16 @@ def class_scale(cfg: ReplayConfig, cls: np.ndarray) -> np.ndarray:
     return f
 
 
+def _pick(configured: float | None, from_trace: float | None, trace_max: float, default: float,
+          default_name: str) -> tuple[float, str]:
+    """A timing parameter and where it came from: the config, else the trace (if plausible), else the default."""
+    if configured is not None:
+        return configured, "config"
+    if from_trace is not None and from_trace <= trace_max:
+        return from_trace, "trace"
+    return default, default_name
+
+
 def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
                  gpu_factor: np.ndarray | None = None, offset: float = 0.0) -> RankProgram:
     """Compile rank ``rg`` under ``cfg``.
@@ -166,27 +176,10 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
     n_host, n_gpu = len(H), len(G)
 
-    # --- launch latency
-    lat_src = "config"
-    if cfg.launch_latency is not None:
-        lat = cfg.launch_latency
-    else:
-        lat_t = trace_launch_latency(rg)
-        if lat_t is not None and lat_t <= cfg.max_trace_launch_latency:
-            lat, lat_src = lat_t, "trace"
-        else:
-            lat, lat_src = default_launch_latency, "catalog"
-
-    # --- inter-kernel gap on a stream
-    gap_src = "config"
-    if cfg.kernel_gap is not None:
-        gap = cfg.kernel_gap
-    else:
-        gap_t = trace_kernel_gap(rg)
-        if gap_t is not None and gap_t <= cfg.max_trace_kernel_gap:
-            gap, gap_src = gap_t, "trace"
-        else:
-            gap, gap_src = cfg.default_kernel_gap, "default"
+    lat, lat_src = _pick(cfg.launch_latency, trace_launch_latency(rg), cfg.max_trace_launch_latency,
+                         default_launch_latency, "catalog")
+    gap, gap_src = _pick(cfg.kernel_gap, trace_kernel_gap(rg), cfg.max_trace_kernel_gap,
+                         cfg.default_kernel_gap, "default")
 
     # --- GPU durations
     dur = np.nan_to_num(G.dur.astype(float), nan=0.0)
@@ -278,6 +271,14 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     is_launch_l, is_sync_l, region_l = is_launch.tolist(), is_sync.tolist(), region.tolist()
     region_root = [region_l[i] and (parent[i] < 0 or not region_l[parent[i]]) for i in range(n_host)]
     graph_cost = cfg.graph_launch_overhead
+
+    def close(q: int, cursor: float, nsync: int) -> float:
+        """End host op ``q``: its own remaining time (a sync's cost) after its children."""
+        cursor += cost_l[q] if is_sync_l[q] else tail_l[q]
+        static_end[q] = cursor
+        sb_end[q] = nsync
+        return cursor
+
     i = 0
     while i < n_host:
         t = thread_col[i]
@@ -295,10 +296,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         for h in range(i, j_end):
             p = parent[h]
             while stack and stack[-1] != p:
-                q = stack.pop()
-                cursor += tail_l[q] if not is_sync_l[q] else cost_l[q]
-                static_end[q] = cursor
-                sb_end[q] = nsync
+                cursor = close(stack.pop(), cursor, nsync)
             cursor += pre_l[h]
             if region_root[h]:
                 cursor += graph_cost
@@ -318,10 +316,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
                 nsync += 1
             stack.append(h)
         while stack:
-            q = stack.pop()
-            cursor += tail_l[q] if not is_sync_l[q] else cost_l[q]
-            static_end[q] = cursor
-            sb_end[q] = nsync
+            cursor = close(stack.pop(), cursor, nsync)
         threads.append(ThreadProgram(t, ev_kind, ev_host, ev_static, ev_cost))
         i = j_end
 
