@@ -1,7 +1,8 @@
 """Engine benchmark (not a test): all-to-all among 64, 256 and 1024 GPUs of DGX H100 clusters.
 
-Prints wall time, peak Python memory (tracemalloc), flows, rate re-solves and
-simulated events per wall second. 64 and 256 GPUs use ``dgx-h100-32node``
+Prints wall time, peak Python memory (tracemalloc, includes numpy arrays), the
+process's peak RSS, logical flows, solver rows (flow classes), rate re-solves
+and simulated events (2 per logical flow + re-solves) per wall second. 64 and 256 GPUs use ``dgx-h100-32node``
 (first 8 nodes / all 32 nodes); 1024 GPUs a 128-node variant of the same
 preset written to a temporary topology file.
 
@@ -55,8 +56,12 @@ def bench(n: int, per_rank: float) -> dict:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     r = ev.value
-    events = sim.fabric.n_flows * 2 + sim.fabric.n_solves  # flow start + end + re-solves
-    return {"gpus": n, "flows": sim.fabric.n_flows, "solves": sim.fabric.n_solves, "wall_s": wall,
+    events = sim.fabric.n_flows * 2 + sim.fabric.n_solves  # logical flow start + end + re-solves
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"gpus": n, "flows": sim.fabric.n_flows, "rows": sim.fabric.n_rows, "solves": sim.fabric.n_solves,
+            "wall_s": wall, "max_rss_bytes": rss,
             "topology_load_s": t_topo, "peak_mem_bytes": peak, "sim_time_s": r.time, "busbw_Bps": r.busbw,
             "events_per_wall_s": events / wall if wall > 0 else float("inf")}
 
@@ -73,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(bench(n, per_rank))
         if not args.json:
             r = rows[-1]
-            print(f"{r['gpus']:>5} GPUs  flows {r['flows']:>8}  solves {r['solves']:>4}  wall {r['wall_s']:8.2f} s  "
-                  f"peak mem {units.fmt_size(r['peak_mem_bytes']):>10}  sim {units.fmt_time(r['sim_time_s']):>9}  "
+            print(f"{r['gpus']:>5} GPUs  flows {r['flows']:>8}  rows {r['rows']:>8}  solves {r['solves']:>4}  "
+                  f"wall {r['wall_s']:8.2f} s  peak mem {units.fmt_size(r['peak_mem_bytes']):>10}  "
+                  f"max RSS {units.fmt_size(r['max_rss_bytes']):>10}  sim {units.fmt_time(r['sim_time_s']):>9}  "
                   f"busbw {units.fmt_bandwidth(r['busbw_Bps']):>10}  events/s {r['events_per_wall_s']:,.0f}  "
                   f"(topology load {r['topology_load_s']:.2f} s)", flush=True)
     if args.json:

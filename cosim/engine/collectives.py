@@ -92,8 +92,25 @@ class CollectiveResult:
 
 @dataclass
 class _Plan:
-    phases: list[list[tuple[str, str, float]]]
+    names: list[str]
+    """Endpoints (ranks, and ``@nvswitch`` for NVLS)."""
+    phases: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    """Per phase: source index, destination index, bytes per byte of size."""
     coupled: bool
+
+    @classmethod
+    def of(cls, phases: list[list[tuple[str, str, float]]], coupled: bool) -> _Plan:
+        names: dict[str, int] = {}
+        out = []
+        for ph in phases:
+            si = np.array([names.setdefault(a, len(names)) for a, _, _ in ph], dtype=np.int64)
+            di = np.array([names.setdefault(b, len(names)) for _, b, _ in ph], dtype=np.int64)
+            out.append((si, di, np.array([f for _, _, f in ph], dtype=float)))
+        return cls(list(names), out, coupled)
+
+    def max_factor(self) -> float:
+        """Largest bytes per byte of size on one flow (for rate caps)."""
+        return max((float(f.max()) for _, _, f in self.phases if len(f)), default=0.0)
 
 
 class CollectiveCall:
@@ -246,15 +263,18 @@ class Collectives:
                 chain = [(b, a, f) for a, b, f in reversed(chain)]
             phases = [chain]
         elif op == "all_to_all":
-            phases = [[(a, b, 1.0 / n) for a in ranks for b in ranks if a != b]]
-            coupled = False
+            ii, jj = np.divmod(np.arange(n * n, dtype=np.int64), n)
+            off = ii != jj
+            plan = _Plan(list(ranks), [(ii[off], jj[off], np.full(int(off.sum()), 1.0 / n))], False)
+            self._plans[key] = plan
+            return plan
         elif op == "send_recv":
             phases = [[(ranks[i], ranks[(i + 1) % n], 1.0) for i in range(n)]] if n > 2 else \
                 [[(ranks[0], ranks[1], 1.0)]]
             coupled = False
         else:
             raise ValueError(f"{op} has no algorithm {algo!r} (choose from {ALGOS_FOR.get(op)})")
-        plan = _Plan(phases, coupled)
+        plan = _Plan.of(phases, coupled)
         self._plans[key] = plan
         return plan
 
@@ -275,12 +295,12 @@ class Collectives:
                 flows += [(child, parent, 0.5), (parent, child, 0.5)]
         return _merge(flows)
 
-    def _nvswitch_links(self, gpu: str, up: bool) -> list[np.ndarray]:
+    def _nvswitch_segment(self, gpu: str, up: bool) -> int:
+        """Fabric segment GPU -> its NVSwitch planes (or back), split by capacity."""
         g = self.sim.topo.graph
         sws = sorted(s for s in (g.successors(gpu) if up else g.predecessors(gpu))
                      if g.nodes[s].get("kind") == "nvswitch")
-        fab = self.sim.fabric
-        return [fab.path_links([gpu, s] if up else [s, gpu]) for s in sws]
+        return self.sim.fabric.segment(("nvsw", gpu, up), [[gpu, s] if up else [s, gpu] for s in sws])
 
     # ------------------------------------------------------------------- tuner
     def estimate(self, op: str, ranks: Sequence[str], nbytes: float, algo: str, proto: str,
@@ -293,9 +313,9 @@ class Collectives:
         """
         shape = self.shape(op, ranks)
         lat, eff, cap = self.params.cost(shape, algo, proto, channels, self.sim.config.nccl.use_calibration)
-        return lat + nbytes * self._unit_time(op, tuple(ranks), algo, eff, cap)
+        return lat + nbytes * self.unit_time(op, tuple(ranks), algo, eff, cap)
 
-    def _unit_time(self, op: str, ranks: tuple[str, ...], algo: str, eff: float, cap: float) -> float:
+    def unit_time(self, op: str, ranks: tuple[str, ...], algo: str, eff: float, cap: float) -> float:
         """Seconds per byte of size for the flow phases of a plan on the idle fabric."""
         key = (op, ranks, algo, eff, cap)
         hit = self._unit.get(key)
@@ -304,7 +324,6 @@ class Collectives:
         from cosim.engine.simulator import Simulator
 
         scratch = Simulator(self.sim.topo, self.sim.config_for_scratch())
-        scratch.fabric._path_cache = self.sim.fabric._path_cache  # same graph and config
         scratch.collectives._plans = self._plans
         size = 1e9
         plan = self._plan(op, ranks, algo)
@@ -325,17 +344,16 @@ class Collectives:
                 continue
             if a == "hier" and shape.nnodes < 2:
                 continue
-            if a == "tree" and shape.nranks < 3 and shape.nnodes < 2:
-                continue
+            if a == "tree" and shape.nnodes < 2:
+                continue  # NCCL uses trees between nodes only
             for p in ("ll", "ll128", "simple"):
+                if a == "p2p" and p == "ll128":
+                    continue  # NCCL p2p: LL or Simple
                 if a == "nvls" and p != "simple":
                     continue
                 if p == "ll128" and shape.intra == "pci":
                     continue  # NCCL enables LL128 only over NVLink
                 out.append((a, p))
-        cal = self.params.calibrated_combos(shape) if self.sim.config.nccl.use_calibration else None
-        if cal:
-            out = [ap for ap in out if ap in cal] or out
         return out
 
     def choose(self, op: str, ranks: Sequence[str], nbytes: float, algo: str = "auto", proto: str = "auto",
@@ -355,11 +373,11 @@ class Collectives:
             raise ValueError(f"no algorithm/protocol available for {op} on {len(ranks)} ranks")
         if len(cands) == 1:
             return cands[0]
-        if self.sim.config.nccl.use_calibration and algo in ("auto", None) and proto in ("auto", None):
-            cal = self.params.calibration_for(self.shape(op, ranks))
-            pick = cal.pick(nbytes) if cal is not None else None
-            if pick is not None and pick in cands:
-                return pick
+        if op in ("all_to_all", "send_recv"):
+            # NCCL p2p: LL up to NCCL_P2P_LL_THRESHOLD bytes per peer, else Simple (no tuner)
+            per_peer = nbytes / len(ranks) if op == "all_to_all" else nbytes
+            want = "ll" if per_peer <= self.params.p2p_ll_threshold else "simple"
+            return next((c for c in cands if c[1] == want), cands[-1])
         best = min(cands, key=lambda ap: (self.estimate(op, ranks, nbytes, ap[0], ap[1], channels), ap))
         return best
 
@@ -401,8 +419,10 @@ class Collectives:
                 raise ValueError(f"all_to_allv matrix must be {len(ranks)}x{len(ranks)} of finite bytes >= 0")
             nbytes = float(m.sum())
             a, p = "p2p", (proto if proto not in ("auto", None) else "simple")
-            plan = _Plan([[(ranks[i], ranks[j], float(m[i, j])) for i in range(len(ranks))
-                           for j in range(len(ranks)) if i != j and m[i, j] > 0]], False)
+            ii, jj = np.nonzero(m)
+            off = ii != jj
+            plan = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
+                         False)
             scale = 1.0
         else:
             a, p = self.choose(op, ranks, nbytes, algo, proto, channels)
@@ -423,28 +443,26 @@ class Collectives:
         if lat > 0:
             yield env.timeout(lat)
         moved = 0.0
-        for ph in plan.phases:
+        names = plan.names
+        nv = names.index(_NVSW) if _NVSW in names else -1
+        for si, di, f in plan.phases:
+            nb = f * scale
+            sel = nb > 0
+            if not sel.any():
+                continue
+            si, di, nb = si[sel], di[sel], nb[sel]
+            moved += float(nb.sum())
             grp = fab.new_group() if (plan.coupled and self.sim.config.nccl.couple_ring) else -1
-            evs = []
-            for a, b, f in ph:
-                nb = f * scale
-                if nb <= 0:
-                    continue
-                moved += nb
-                if a == _NVSW or b == _NVSW:
-                    gpu = b if a == _NVSW else a
-                    links = self._nvswitch_links(gpu, up=(b == _NVSW))
-                    caps = np.array([fab.capacity[li[0]] for li in links])
-                    for li, c in zip(links, caps):
-                        share = c / caps.sum()
-                        evs.append(fab._start(label, nb * share / eff, nb * share, li, 0.0,
-                                              cap * share / eff if math.isfinite(cap) else math.inf,
-                                              grp, 1, "fabric"))
-                else:
-                    evs.append(fab.transfer(a, b, nb, efficiency=eff, max_rate=cap, link_latency=False,
-                                            group=grp, name=label))
-            if evs:
-                yield env.all_of(evs)
+            segs = np.full((len(nb), 3), -1, dtype=np.int64)
+            isnv = (si == nv) | (di == nv)
+            if isnv.any():
+                for k in np.flatnonzero(isnv).tolist():
+                    up = di[k] == nv
+                    segs[k, 0] = self._nvswitch_segment(names[si[k]] if up else names[di[k]], up)
+            if (~isnv).any():
+                segs[~isnv] = fab.route_segments(names, si[~isnv], di[~isnv])
+            yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
+                                 name=label)
         res.end = env.now
         res.bytes_on_fabric = moved
         self.results.append(res)

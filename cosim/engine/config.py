@@ -126,7 +126,7 @@ class NcclConfig:
     params: str | None = None
     """Path of a NCCL parameter YAML; None: the bundled ``data/nccl_h100.yaml``."""
     use_calibration: bool = True
-    """Use fitted per-shape calibrations from the params file where they match."""
+    """Use the globally fitted parameters (``fitted:`` in the params file); False: NCCL's constants only."""
     couple_ring: bool = True
     """A ring's edge flows move at one common rate (a pipelined ring runs at its
     slowest edge); False lets each edge run free."""

@@ -18,9 +18,10 @@ tuner estimates each (algo, proto) on the idle fabric and picks the fastest,
 as NCCL's tuner does with its own tables.
 
 Numbers live in a YAML parameter file (default: ``data/nccl_h100.yaml``):
-NCCL's published constants as ``defaults``, and ``calibrations`` fitted on
-measured data that replace latency and efficiency per protocol for one
-communicator shape (see validation/collectives/).
+NCCL's published constants as ``defaults``, and ``fitted``: a few *global*
+parameters fitted on measured data (base latency per protocol, NVLS and p2p
+latency, efficiency per protocol, NVLS efficiency) that apply to every
+communicator (see validation/collectives/ and docs/ENGINE.md).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import yaml
 
 from cosim import units
 
-__all__ = ["BUSBW_FACTOR", "DEFAULT_PARAMS", "OPS", "PROTOCOLS", "Calibration", "NcclParams", "Shape", "load_params"]
+__all__ = ["BUSBW_FACTOR", "DEFAULT_PARAMS", "OPS", "PROTOCOLS", "Fitted", "NcclParams", "Shape", "load_params"]
 
 PROTOCOLS = ("ll", "ll128", "simple")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "all_to_allv", "send_recv")
@@ -72,50 +73,52 @@ class Shape:
 
 
 @dataclass
-class Calibration:
-    """Fitted latency and efficiency per algorithm/protocol for one communicator shape."""
+class Fitted:
+    """Global parameters fitted on measured NCCL times (validation/collectives).
 
-    name: str
-    match: dict[str, Any]
-    """Keys of :class:`Shape` that must be equal (op, nranks, nnodes, intra, machine, accel)."""
-    latency: dict[str, float]
-    """Fixed latency per ``"algo/proto"`` (s)."""
+    They replace NCCL's base latencies and the protocol efficiencies for every
+    communicator; the per-step hardware latencies (``hw_latency``), the protocol
+    caps and the tuner stay NCCL's. Efficiencies are fractions (<= 1) of the
+    fabric's effective link capacity (catalog bandwidth x link efficiency).
+    """
+
+    base_latency: dict[str, float]
+    """Ring/tree launch latency per protocol (s), replacing ``baseLat``."""
+    nvls_latency: float
+    """NVLS latency (s), replacing ``baseLat[nvls] + hwLat[nvls]``."""
+    p2p_latency: float
+    """Send/recv (and all-to-all) launch latency (s), before the per-hop latency."""
     efficiency: dict[str, float]
-    """Payload fraction of the flows' path capacity per ``"algo/proto"`` (0..1]."""
-    up_to: dict[str, float] = field(default_factory=dict)
-    """Largest size (bytes) at which the library picks each ``"algo/proto"``, in
-    ascending order (the measured protocol switch points); empty: the tuner picks
-    the fastest calibrated pair."""
+    """Payload fraction of link capacity per protocol (ll, ll128, simple)."""
+    nvls_efficiency: float
+    """Extra factor on NVLS (times the Simple efficiency)."""
     fit: dict[str, Any] = field(default_factory=dict)
-    """Provenance of the fit (data, split, errors)."""
+    """Provenance: data, split, date, errors."""
 
-    def matches(self, shape: Shape) -> bool:
-        return all(getattr(shape, k, None) == v for k, v in self.match.items())
+    NAMES = ("base_ll", "base_ll128", "base_simple", "nvls_latency", "p2p_latency",
+             "eff_ll", "eff_ll128", "eff_simple", "nvls_efficiency")
 
-    @property
-    def combos(self) -> list[tuple[str, str]]:
-        return [tuple(k.split("/", 1)) for k in self.latency]  # type: ignore[misc]
+    def vector(self) -> list[float]:
+        """Parameters in :attr:`NAMES` order (latencies in s)."""
+        b, e = self.base_latency, self.efficiency
+        return [b["ll"], b["ll128"], b["simple"], self.nvls_latency, self.p2p_latency,
+                e["ll"], e["ll128"], e["simple"], self.nvls_efficiency]
 
-    def pick(self, nbytes: float) -> tuple[str, str] | None:
-        """The calibrated (algo, proto) for a size, from ``up_to``; None without switch points."""
-        if not self.up_to:
-            return None
-        for k, lim in self.up_to.items():
-            if nbytes <= lim:
-                return tuple(k.split("/", 1))  # type: ignore[return-value]
-        return tuple(list(self.up_to)[-1].split("/", 1))  # type: ignore[return-value]
+    @classmethod
+    def from_vector(cls, x: Any, fit: dict[str, Any] | None = None) -> Fitted:
+        x = [float(v) for v in x]
+        return cls({"ll": x[0], "ll128": x[1], "simple": x[2]}, x[3], x[4],
+                   {"ll": x[5], "ll128": x[6], "simple": x[7]}, x[8], dict(fit or {}))
 
     def to_yaml(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "name": self.name,
-            "match": dict(self.match),
-            "latency": {k: units.fmt_time(v, 6) for k, v in self.latency.items()},
+        return {
+            "base_latency": {k: units.fmt_time(v, 6) for k, v in self.base_latency.items()},
+            "nvls_latency": units.fmt_time(self.nvls_latency, 6),
+            "p2p_latency": units.fmt_time(self.p2p_latency, 6),
             "efficiency": {k: round(v, 6) for k, v in self.efficiency.items()},
+            "nvls_efficiency": round(self.nvls_efficiency, 6),
+            "fit": self.fit,
         }
-        if self.up_to:
-            d["up_to"] = {k: (f"{int(v)} B" if math.isfinite(v) else "inf") for k, v in self.up_to.items()}
-        d["fit"] = self.fit
-        return d
 
 
 def _time_table(d: dict[str, Any], where: str) -> dict[str, dict[str, float]]:
@@ -124,48 +127,43 @@ def _time_table(d: dict[str, Any], where: str) -> dict[str, dict[str, float]]:
 
 @dataclass
 class NcclParams:
-    """NCCL cost constants plus fitted calibrations (SI units)."""
+    """NCCL cost constants plus the globally fitted parameters (SI units)."""
 
     source: str
     channels: int
     base_latency: dict[str, dict[str, float]]
-    """``[algo][proto]`` seconds."""
+    """``[algo][proto]`` seconds (NCCL's ``baseLat``)."""
     hw_latency: dict[str, dict[str, dict[str, float]]]
-    """``[hw class: nvlink|pci|net][algo][proto]`` seconds per step."""
+    """``[hw class: nvlink|pci|net][algo][proto]`` seconds per step (NCCL's ``hwLat``)."""
     protocol_efficiency: dict[str, float]
     bus_efficiency: dict[str, float]
-    """Fraction of link capacity the comm kernels reach, per hw class."""
+    """Fraction of link capacity the comm kernels reach, per hw class (defaults only)."""
     ll_max_busbw: float
     ll128_max_busbw_per_channel: float
     nvls_efficiency: float
-    calibrations: list[Calibration] = field(default_factory=list)
+    p2p_ll_threshold: float = 16384.0
+    """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
+    fitted: Fitted | None = None
     path: str | None = None
 
-    def calibration_for(self, shape: Shape) -> Calibration | None:
-        """The first calibration whose ``match`` fits ``shape``."""
-        for c in self.calibrations:
-            if c.matches(shape):
-                return c
-        return None
-
     # ------------------------------------------------------------ latency
-    def latency(self, shape: Shape, algo: str, proto: str) -> float:
-        """NCCL-model latency of one collective (s), before any calibration."""
+    def latency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
+        """NCCL-model latency of one collective (s): base + steps x per-step hw latency."""
+        fit = self.fitted if use_fit else None
         intra_hw = "pci" if shape.intra == "pci" else "nvlink"
         n, nn = shape.nranks, shape.nnodes
         op = shape.op
         hw = self.hw_latency
         if algo == "p2p":
             hwc = "net" if nn > 1 else intra_hw
-            return self.base_latency["p2p"][proto] + hw[hwc]["p2p"][proto]
+            base = fit.p2p_latency if fit else self.base_latency["p2p"][proto]
+            return base + hw[hwc]["p2p"][proto]
         if algo == "hier":
             # intra reduce-scatter + inter all-reduce + intra all-gather
             ppn = max(shape.ppn, 1)
-            lat = self.base_latency["ring"][proto]
-            lat += 2 * (ppn - 1) * hw[intra_hw]["ring"][proto]
-            lat += 2 * (nn - 1) * hw["net"]["ring"][proto]
-            return lat
-        base = self.base_latency[algo][proto]
+            base = fit.base_latency[proto] if fit else self.base_latency["ring"][proto]
+            return base + 2 * (ppn - 1) * hw[intra_hw]["ring"][proto] + 2 * (nn - 1) * hw["net"]["ring"][proto]
+        base = fit.base_latency[proto] if fit and algo != "nvls" else self.base_latency[algo][proto]
         intra_lat = hw[intra_hw][algo][proto]
         inter_lat = hw["net"][algo][proto]
         if nn > 1 and proto == "ll":
@@ -173,9 +171,7 @@ class NcclParams:
         if algo == "ring":
             if op == "all_reduce":
                 nsteps, ninter = 2 * (n - 1), 2 * (nn - 1)
-            elif op in ("all_gather", "reduce_scatter"):
-                nsteps, ninter = n - 1, nn - 1
-            else:  # broadcast / reduce: pipelined chain
+            else:  # all_gather / reduce_scatter / broadcast / reduce
                 nsteps, ninter = n - 1, nn - 1
             return base + (nsteps - ninter) * intra_lat + ninter * (inter_lat if nn > 1 else intra_lat)
         if algo == "tree":
@@ -183,15 +179,21 @@ class NcclParams:
             return base + 2 * ((ppn - 1) * intra_lat + math.log2(nn) * inter_lat) if nn > 1 else \
                 base + 2 * (ppn - 1) * intra_lat
         if algo == "nvls":
+            if fit:
+                return fit.nvls_latency + (inter_lat if nn > 1 else 0.0)
             return base + intra_lat + (inter_lat if nn > 1 else 0.0)
         raise ValueError(f"unknown algorithm {algo!r}")
 
-    def efficiency(self, shape: Shape, algo: str, proto: str) -> float:
-        """Payload fraction of link capacity for an uncalibrated shape."""
-        cls = "net" if shape.nnodes > 1 else ("pci" if shape.intra == "pci" else "nvlink")
-        e = self.protocol_efficiency[proto] * self.bus_efficiency[cls]
-        if algo == "nvls":
-            e *= self.nvls_efficiency
+    def efficiency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
+        """Payload fraction of the fabric's link capacity."""
+        fit = self.fitted if use_fit else None
+        if fit:
+            e = fit.efficiency[proto] * (fit.nvls_efficiency if algo == "nvls" else 1.0)
+        else:
+            cls = "net" if shape.nnodes > 1 else ("pci" if shape.intra == "pci" else "nvlink")
+            e = self.protocol_efficiency[proto] * self.bus_efficiency[cls]
+            if algo == "nvls":
+                e *= self.nvls_efficiency
         return min(e, 1.0)
 
     def rate_cap(self, shape: Shape, algo: str, proto: str, channels: int) -> float:
@@ -203,36 +205,33 @@ class NcclParams:
         return math.inf
 
     def cost(self, shape: Shape, algo: str, proto: str, channels: int | None = None,
-             use_calibration: bool = True) -> tuple[float, float, float]:
+             use_fit: bool = True) -> tuple[float, float, float]:
         """(latency s, efficiency, per-rank payload rate cap bytes/s) for a call."""
         ch = channels or self.channels
-        if use_calibration:
-            cal = self.calibration_for(shape)
-            k = f"{algo}/{proto}"
-            if cal is not None and k in cal.latency:
-                return cal.latency[k], cal.efficiency[k], math.inf
-        return self.latency(shape, algo, proto), self.efficiency(shape, algo, proto), \
+        return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
             self.rate_cap(shape, algo, proto, ch)
 
-    def calibrated_combos(self, shape: Shape) -> list[tuple[str, str]] | None:
-        """(algo, proto) pairs of the matching calibration, or None."""
-        cal = self.calibration_for(shape)
-        return cal.combos if cal is not None else None
+    def with_fitted(self, fitted: Fitted | None) -> NcclParams:
+        """A copy with other fitted parameters (cross-validation folds)."""
+        import dataclasses
+
+        return dataclasses.replace(self, fitted=fitted)
 
 
 def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
     d = doc["defaults"]
     hw = {c: _time_table(t, f"defaults.hw_latency.{c}") for c, t in d["hw_latency"].items()}
-    cals = []
-    for i, c in enumerate(doc.get("calibrations") or []):
-        cals.append(Calibration(
-            name=c["name"], match=dict(c["match"]),
-            latency={p: units.parse_time(v, f"calibrations[{i}].latency.{p}") for p, v in c["latency"].items()},
-            efficiency={p: float(v) for p, v in c["efficiency"].items()},
-            up_to={p: (math.inf if v == "inf" else units.parse_size(v, f"calibrations[{i}].up_to.{p}"))
-                   for p, v in (c.get("up_to") or {}).items()},
-            fit=dict(c.get("fit") or {}),
-        ))
+    fitted = None
+    f = doc.get("fitted")
+    if f:
+        fitted = Fitted(
+            base_latency={p: units.parse_time(v, f"fitted.base_latency.{p}") for p, v in f["base_latency"].items()},
+            nvls_latency=units.parse_time(f["nvls_latency"], "fitted.nvls_latency"),
+            p2p_latency=units.parse_time(f["p2p_latency"], "fitted.p2p_latency"),
+            efficiency={p: float(v) for p, v in f["efficiency"].items()},
+            nvls_efficiency=float(f["nvls_efficiency"]),
+            fit=dict(f.get("fit") or {}),
+        )
     return NcclParams(
         source=str(doc.get("source", "")),
         channels=int(d["channels"]),
@@ -244,7 +243,8 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
         ll128_max_busbw_per_channel=units.parse_bandwidth(d["ll128_max_busbw_per_channel"],
                                                           "ll128_max_busbw_per_channel"),
         nvls_efficiency=float(d["nvls_efficiency"]),
-        calibrations=cals,
+        p2p_ll_threshold=units.parse_size(d.get("p2p_ll_threshold", "16KiB"), "p2p_ll_threshold"),
+        fitted=fitted,
         path=path,
     )
 

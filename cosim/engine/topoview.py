@@ -258,5 +258,24 @@ class ClusterRouter:
                 return [up[:-1] + m + tail[1:] for m in mids]
         return self.topo.paths(src, dst)
 
+    def node(self, dev: str) -> int:
+        """Node index of a device (-1: fabric)."""
+        return self._node(dev)
+
+    def up_path(self, gpu: str) -> list[str] | None:
+        """GPU -> its NIC -> the NIC's first fabric switch (None: not a networked GPU)."""
+        if gpu not in self.topo.graph or self.topo.graph.nodes[gpu].get("kind") != "gpu":
+            return None
+        return self._upseg(gpu)
+
+    def mid_paths(self, la: str, lb: str) -> list[list[str]]:
+        """All shortest paths between two fabric switches inside the fabric (sorted)."""
+        mids = self._mid.get((la, lb))
+        if mids is None:
+            mids = [[la]] if la == lb else [list(p) for p in nx.all_shortest_paths(self._fab, la, lb)]
+            mids.sort()
+            self._mid[(la, lb)] = mids
+        return mids
+
     def _has(self, n: str) -> bool:
         return n in self.topo.graph

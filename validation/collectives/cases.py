@@ -8,7 +8,7 @@ the measured time in milliseconds on rank 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
@@ -32,41 +32,31 @@ class Case:
     topology: str
     """Preset name, or "inline:pairwise" / "inline:pairwise-2node"."""
     ranks: list[str]
-    combos: list[list[str]]
-    """Alternative sets of "algo/proto" to fit; the best fit on the training points wins."""
-    match: list[str] = field(default_factory=lambda: ["accel", "op", "nranks", "nnodes", "intra"])
-    """Shape keys the calibration matches on."""
     targets: bool = True
-    """Counted in the error targets (median <= 10%, max <= 25% per GPU count)."""
+    """Counted in the error targets (median <= 10%, max <= 25% per GPU count) and used in fits."""
     note: str = ""
 
 
-RING3 = ["ring/ll", "ring/ll128", "ring/simple"]
-NVLS3 = ["ring/ll", "ring/ll128", "nvls/simple"]
-P2P = ["p2p/ll", "p2p/simple"]
-
 CASES: list[Case] = [
     Case("dgx-h100 all_reduce 2 GPUs", "vidur-dgx-h100/all_reduce.csv", "all_reduce", 2, 2, "dgx-h100",
-         ["gpu0", "gpu1"], [RING3, NVLS3]),
+         ["gpu0", "gpu1"]),
     Case("dgx-h100 all_reduce 4 GPUs", "vidur-dgx-h100/all_reduce.csv", "all_reduce", 4, 4, "dgx-h100",
-         ["gpu0", "gpu1", "gpu2", "gpu3"], [RING3, NVLS3]),
+         ["gpu0", "gpu1", "gpu2", "gpu3"]),
     Case("dgx-h100 all_reduce 8 GPUs", "vidur-dgx-h100/all_reduce.csv", "all_reduce", 8, 8, "dgx-h100",
-         [f"gpu{i}" for i in range(8)], [RING3, NVLS3]),
+         [f"gpu{i}" for i in range(8)]),
     Case("dgx-h100 send_recv 2 GPUs, same node", "vidur-dgx-h100/send_recv.csv", "send_recv", 2, 2, "dgx-h100",
-         ["gpu0", "gpu1"], [P2P]),
+         ["gpu0", "gpu1"]),
     Case("dgx-h100 send_recv 2 GPUs, two nodes", "vidur-dgx-h100/send_recv.csv", "send_recv", 2, 1,
-         "dgx-h100-4node", ["node0.gpu0", "node1.gpu0"], [P2P], match=["accel", "op", "nranks", "nnodes"]),
+         "dgx-h100-4node", ["node0.gpu0", "node1.gpu0"]),
     Case("pairwise-nvlink all_reduce 2 GPUs (bridged pair)", "vidur-h100-pairwise-nvlink/all_reduce.csv",
-         "all_reduce", 2, 2, "inline:pairwise", ["gpu0", "gpu1"], [RING3], match=["machine", "op", "nranks", "nnodes"]),
+         "all_reduce", 2, 2, "inline:pairwise", ["gpu0", "gpu1"]),
     Case("pairwise-nvlink all_reduce 4 GPUs", "vidur-h100-pairwise-nvlink/all_reduce.csv", "all_reduce", 4, 4,
-         "inline:pairwise", ["gpu0", "gpu1", "gpu2", "gpu3"], [["ring/ll", "ring/simple"]],
-         match=["machine", "op", "nranks", "nnodes"]),
+         "inline:pairwise", ["gpu0", "gpu1", "gpu2", "gpu3"]),
     Case("pairwise-nvlink send_recv 2 GPUs, same node", "vidur-h100-pairwise-nvlink/send_recv.csv", "send_recv", 2,
-         2, "inline:pairwise", ["gpu0", "gpu1"], [P2P], match=["machine", "op", "nranks", "nnodes"]),
+         2, "inline:pairwise", ["gpu0", "gpu1"]),
     Case("pairwise-nvlink send_recv 2 GPUs, two nodes", "vidur-h100-pairwise-nvlink/send_recv.csv", "send_recv", 2,
-         1, "inline:pairwise-2node", ["node0.gpu0", "node1.gpu0"], [P2P], match=["machine", "op", "nranks", "nnodes"],
-         targets=False,
-         note="excluded from targets: the network between the two hosts is unknown and the curve is not "
+         1, "inline:pairwise-2node", ["node0.gpu0", "node1.gpu0"], targets=False,
+         note="excluded from fits and targets: the network between the two hosts is unknown and the curve is not "
          "monotonic (e.g. 34 MB: 15.5 ms, 42 MB: 13.0 ms, 50 MB: 26.7 ms; 2-3.7 GB/s), i.e. dominated by "
          "something other than the GPUs (shared or TCP network)"),
 ]
