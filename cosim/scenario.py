@@ -26,7 +26,8 @@ from cosim.errors import CosimInputError
 from cosim.resources import bundled_dir
 from cosim.yamlio import load_yaml, validate
 
-__all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "list_scenarios", "load_scenario", "run_scenario"]
+__all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "list_scenarios",
+           "load_scenario", "resolve_path", "run_scenario"]
 
 DEFAULT_SCENARIO = "moe-ep4-dgx-h100"
 
@@ -84,7 +85,8 @@ def list_scenarios() -> list[str]:
     return sorted(p.stem for p in d.glob("*.yaml"))
 
 
-def _resolve(name: str, base: Path | None) -> Path | None:
+def resolve_path(name: str, base: Path | None) -> Path | None:
+    """``name`` relative to ``base`` (a scenario's folder) if it exists there, else as given, else None."""
     p = Path(name)
     if base is not None and not p.is_absolute() and (base / p).exists():
         return base / p
@@ -112,7 +114,7 @@ def load_scenario(name_or_path: str | Path | None = None) -> Scenario:
     return scn.model_copy(update={"source_file": str(p)})
 
 
-def _apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, dict[str, str]]:
+def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, dict[str, str]]:
     """Apply scenario-level keys (workload, topology, projection.*); return the rest for the replay."""
     rest: dict[str, str] = {}
     upd: dict[str, Any] = {}
@@ -136,14 +138,48 @@ def _apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario,
     return scn.model_copy(update={**upd, "projection": proj_model}), rest
 
 
-def run_scenario(scn: Scenario, sets: dict[str, str] | None = None):
-    """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult)."""
+class WorkloadCache:
+    """Loaded and projected workloads of one process, for runs that share them (sweeps).
+
+    Keys are the workload files' identity (path, size, mtime) and, for projected
+    graphs, the accelerator, CPU and projection settings. Replay only reads an
+    execution graph, so sharing one gives the same figures as loading it again.
+    """
+
+    def __init__(self, size: int = 4) -> None:
+        from collections import OrderedDict
+
+        self.size = size
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+
+    @staticmethod
+    def file_key(path: Path) -> tuple[Any, ...]:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        return tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+
+    def get(self, key: Any, make: Any) -> Any:
+        """The value cached under ``key``, else ``make()`` (remembered, least recently used dropped)."""
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = make()
+        self._items[key] = value
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+
+def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: WorkloadCache | None = None):
+    """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult).
+
+    ``cache`` reuses workloads loaded (and projected) by earlier runs in this process.
+    """
     from cosim.replay import ReplayConfig, apply_sets, replay
     from cosim.topology import load_topology
     from cosim.workload import load_trace
     from cosim.workload.project import ProjectionConfig, project_to_gpu
 
-    scn, rest = _apply_scenario_sets(scn, dict(sets or {}))
+    scn, rest = apply_scenario_sets(scn, dict(sets or {}))
     base = Path(scn.source_file).parent if scn.source_file else None
     r = scn.replay
     cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,  # type: ignore[arg-type]
@@ -152,23 +188,28 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None):
                        topology=scn.topology)
     cfg = apply_sets(cfg, {**scn.set, **rest})
     topo_ref = cfg.topology or scn.topology
-    tpath = _resolve(topo_ref, base)
+    tpath = resolve_path(topo_ref, base)
     topo = load_topology(tpath or topo_ref, overrides=dict(cfg.catalog_overrides) or None)
-    wpath = _resolve(scn.workload, base)
+    wpath = resolve_path(scn.workload, base)
     if wpath is None:
         cand = bundled_dir("workloads") / scn.workload
         if not cand.exists():
             raise CosimInputError(f"workload {scn.workload!r} not found (not a bundled workload or a path)",
                                   file=scn.source_file)
         wpath = cand
-    graph = load_trace(wpath)
+    cache = cache or WorkloadCache(size=1)
+    wkey = WorkloadCache.file_key(wpath)
+    graph = cache.get(("trace", wkey), lambda: load_trace(wpath))
     if graph.ranks and len(graph.ranks[0].gpu_ops) == 0:
         gpu0 = topo.gpus[0]
         acc_id = cfg.accelerator or topo.graph.nodes[gpu0].get("spec")
         acc = topo.catalog.accelerator(acc_id) if acc_id else topo.accelerator(gpu0)
+        cpu = topo.cpu_spec(topo.cpu_of(gpu0))
         p = scn.projection
-        graph = project_to_gpu(graph, acc, topo.cpu_spec(topo.cpu_of(gpu0)),
-                               ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead))
+        pcfg = ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead)
+        src = graph
+        graph = cache.get(("projected", wkey, acc.model_dump_json(), cpu.model_dump_json(), repr(pcfg)),
+                          lambda: project_to_gpu(src, acc, cpu, pcfg))
         from dataclasses import replace
 
         cfg = replace(cfg, accelerator=None)

@@ -58,8 +58,10 @@ def config_from_args(args: argparse.Namespace, base=None):
 def finish(result, args: argparse.Namespace, out: Path) -> int:
     """Write outputs and print the summary (table, or JSON with --json)."""
     from cosim.output.text import format_summary
+    from cosim.report import write_run_report
 
     paths = result.write(out, timeline=not args.no_timeline)
+    paths["report"] = write_run_report(result, out / "report.html")
     summary = result.summary()
     if args.json:
         emit_json(summary)

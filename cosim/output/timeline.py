@@ -135,7 +135,8 @@ def rank_trace(rg: Any, run: Any, pid_offset: int | None = None) -> dict[str, An
 
 def _dump(path: Path, obj: dict[str, Any]) -> None:
     with atomic_open(path, "w") as fh:
-        json.dump(obj, fh, separators=(",", ":"))
+        # ", " / ": " as Kineto writes them: HTA finds a file's rank with the regex '"rank":\s+(\d+)'
+        json.dump(obj, fh, separators=(", ", ": "))
 
 
 def write_timeline(path: str | Path, result: Any) -> list[Path]:

@@ -53,9 +53,12 @@ class ReplayConfig:
     """Trace-derived kernel gaps above this are taken as something else (waits) and ignored (s)."""
     default_kernel_gap: float = 1e-6
     """Kernel gap when neither the config nor the trace gives one (s); ~1-2 us on V100-H100 traces."""
-    sync_overhead: float = 3e-6
-    """CPU seconds a synchronize call costs when its GPU work is already done; a
-    call's measured duration is used when shorter (its measured time includes waiting)."""
+    sync_overhead: float | None = None
+    """CPU seconds a synchronize call takes to return after both its start and its GPU
+    work. None: from the trace, per call (its whole duration if its GPU work had ended
+    before the call, else the time from that work's end to the call's return)."""
+    default_sync_overhead: float = 3e-6
+    """Sync cost where the trace cannot tell (no GPU work found for the call) (s)."""
     host_speed: float = 1.0
     """Host CPU speed factor: every host duration and gap is divided by it (2.0 = a 2x faster host)."""
     gpu_scale: Mapping[str, float] = field(default_factory=dict)
@@ -85,11 +88,11 @@ class ReplayConfig:
             raise ValueError(f"durations must be 'measured' or 'modeled', got {self.durations!r}")
         if self.collectives not in ("measured", "simulated"):
             raise ValueError(f"collectives must be 'measured' or 'simulated', got {self.collectives!r}")
-        for name in ("launch_overhead", "launch_latency", "kernel_gap"):
+        for name in ("launch_overhead", "launch_latency", "kernel_gap", "sync_overhead"):
             v = getattr(self, name)
             if v is not None and (not math.isfinite(v) or v < 0):
                 raise ValueError(f"{name} must be a finite time >= 0, got {v}")
-        for name in ("sync_overhead", "graph_launch_overhead", "max_trace_launch_latency", "max_trace_kernel_gap",
+        for name in ("default_sync_overhead", "graph_launch_overhead", "max_trace_launch_latency", "max_trace_kernel_gap",
                      "default_kernel_gap"):
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0:

@@ -184,8 +184,8 @@ class Executor:
         if ws:
             for w in ws:
                 w[0] -= 1
-                if end > w[1]:
-                    w[1], w[3] = end, j
+                if end + w[4] > w[1]:
+                    w[1], w[3] = end + w[4], j
                 if w[0] == 0:
                     w[2].succeed((w[1], w[3]))
 
@@ -259,17 +259,18 @@ class Executor:
                     self._set_ready(r, j, rdy)
                 self._drain()
                 continue
-            end_min = t + costs[k]
+            cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work
+            end_min = t + cost
             m, by, missing = end_min, -1, 0
             deps = sync_deps.get(h, ())
             for d in deps:
                 e = end_[d]
                 if e != e:  # NaN: not resolved yet
                     missing += 1
-                elif e > m:
-                    m, by = e, d
+                elif e + cost > m:
+                    m, by = e + cost, d
             if missing:
-                w = [missing, m, env.event(), by]
+                w = [missing, m, env.event(), by, cost]
                 for d in deps:
                     if end_[d] != end_[d]:
                         r.waiters.setdefault(d, []).append(w)

@@ -18,6 +18,7 @@ Units: seconds, relative to the rank's ``time_origin``.
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,9 +243,25 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     is_sync = (hkind == HostKind.SYNC) | (hkind == HostKind.LAUNCH_SYNC)
     if cfg.launch_overhead is not None:
         tail[is_launch & ~is_sync] = cfg.launch_overhead
-    sync_cost = np.minimum(hdur, cfg.sync_overhead) / speed
+    if cfg.sync_overhead is not None:
+        sync_cost = np.full(n_host, cfg.sync_overhead)
+    else:
+        sync_cost = np.minimum(hdur, cfg.default_sync_overhead)
+        # A sync whose GPU work had ended when it was called costs its measured duration;
+        # one that waited costs the time it took to return after that work ended.
+        gend = G.start + G.dur
+        for h, deps in sync_deps.items():
+            rel = float(np.max(gend[deps])) if deps else math.nan
+            if not (math.isfinite(rel) and math.isfinite(hdur[h])):
+                continue
+            ret = hdur[h] if rel <= H.start[h] else H.start[h] + hdur[h] - rel
+            sync_cost[h] = min(max(ret, 0.0), hdur[h])
+    sync_cost = sync_cost / speed
     if region.any():
-        pre_gap[region] = 0.0
+        # host time inside a region disappears; the gap before a region's root stays
+        par = H.parent
+        inner = region & (par >= 0) & region[np.maximum(par, 0)]
+        pre_gap[inner] = 0.0
         tail[region] = 0.0
         sync_cost[region] = 0.0
 

@@ -1,0 +1,44 @@
+"""``cosim report``: compare a baseline run with proposal runs (HTML, or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cosim.cli import add_json_flag
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="proposal report: baseline run vs proposal runs, side by side",
+                       description="Compare folders written by `cosim run` (summary.json + scenario.yaml): step "
+                                   "time and speedup, breakdown shift and where the bottleneck moved, hardware "
+                                   "diff, performance per watt and per dollar. Writes an offline HTML page.")
+    p.add_argument("baseline", type=Path, metavar="BASELINE_DIR")
+    p.add_argument("proposals", type=Path, nargs="+", metavar="PROPOSAL_DIR")
+    p.add_argument("--out", type=Path, default=Path("cosim-out/proposal-report.html"),
+                   help="HTML file to write (default cosim-out/proposal-report.html)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cosim.cli import emit_json
+    from cosim.report import proposal_report, write_proposal_report
+    from cosim.report.html import fmt_time
+
+    data = proposal_report(args.baseline, list(args.proposals))
+    write_proposal_report(args.out, data)
+    if args.json:
+        emit_json({k: v for k, v in data.items()} | {"html": str(args.out)})
+        return 0
+    b = data["baseline"]
+    print(f"baseline {b['name']}: step {fmt_time(b['step_time_s'])}, {b['bottleneck']}")
+    for p in data["proposals"]:
+        moved = f"bottleneck {p['bottleneck_from']} -> {p['bottleneck_to']}" if p["bottleneck_moved"] else \
+            f"still {p['bottleneck_to']}"
+        print(f"{p['name']}: step {fmt_time(p['step_time_s'])}, speedup {p['speedup']:.3f}x, {moved}, "
+              f"{len(p['hardware_diff'])} hardware change(s)")
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,355 @@
+"""Calibrated kernel-time models, class by class, and their least-squares fits.
+
+Every model predicts a kernel's duration (seconds) from its features
+(:mod:`cosim.models.features`) and the accelerator's catalog figures (dense peak
+FLOP/s per dtype, HBM bandwidth, SM count, PCIe generation). The fitted
+parameters are *efficiencies and overheads*, not absolute speeds, so a profile
+fitted on one GPU predicts another by swapping the catalog figures (Habitat-style
+cross-GPU prediction, see docs/MODELS.md).
+
+* **GEMM / batched / grouped GEMM** — tile and wave quantization with split-K::
+
+      for each tile (tm, tn) in TILES (both orientations) and split s in 1, 2, 4, 8:
+          tiles  = batch * ceil(M/tm) * ceil(N/tn) * s
+          waves  = ceil(tiles / SMs)
+          t(s)   = waves * (tile_overhead + 2 tm tn (K/s) / (peak/SMs * eff * (tm tn / 32768)^alpha))
+                   + [s > 1] * 8 M N batch s / (HBM * mem_eff)        # fp32 partial sums
+      t_comp = min over candidates (the library's heuristic picks the fastest)
+      t      = floor + max(t_comp, bytes / (HBM * mem_eff))
+
+  parameters ``efficiency``, ``tile_overhead_s``, ``memory_efficiency``, ``floor_s``,
+  ``small_tile_alpha``, fitted per dtype where the data has enough GEMMs of it.
+* **Attention** (flash forward / backward) — one CTA per (batch, head, 128-query block)::
+
+      waves = ceil(B H ceil(Sq/128) / SMs)
+      t     = floor + waves * (tile_overhead + c 128 Sk D / (peak/SMs * eff))   c = 4 fwd, 10 bwd
+
+  with separate ``efficiency`` for forward and ``bwd_efficiency`` for backward.
+* **Memory-bound** (elementwise, reduction, norm, memset, device copies, other,
+  MoE dispatch/combine): ``t = floor + bytes / (BW * efficiency)`` — achieved
+  bandwidth ``bytes / t`` saturates towards ``BW * efficiency`` as bytes grow, with
+  half of it reached at ``bytes = floor * BW * efficiency``. BW is HBM for device
+  work and the PCIe link (per direction) for host copies.
+* **Fallback** (no shapes): catalog roofline on the op's FLOPs/bytes, then the
+  class floor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from cosim.catalog.models import Accelerator
+
+__all__ = [
+    "DEFAULTS",
+    "GEMM_CLASSES",
+    "MEMORY_CLASSES",
+    "TILES",
+    "AttentionParams",
+    "GemmParams",
+    "HardwareFigures",
+    "MemoryParams",
+    "attention_time",
+    "fit_attention",
+    "fit_gemm",
+    "fit_memory",
+    "gemm_time",
+    "memory_time",
+    "params_from_dict",
+]
+
+TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 128), (128, 64), (64, 64), (64, 32))
+"""CTA output tiles (rows, columns) the GEMM model may pick (both orientations)."""
+_TILE_REF = 256 * 128
+_SPLITS = (1, 2, 4, 8)
+GEMM_CLASSES = ("gemm", "grouped_gemm")
+MEMORY_CLASSES = ("elementwise", "reduction", "norm", "memset", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
+                  "other", "moe_dispatch", "moe_combine")
+_PCIE_GBPS_PER_LANE = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.877e9, 7: 15.75e9}
+
+
+def _check_frac(obj: object, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not (isinstance(v, (int, float)) and 0 < v <= 1):
+            raise ValueError(f"{n} must be in (0, 1], got {v!r}")
+
+
+def _check_nonneg(obj: object, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ValueError(f"{n} must be a finite number >= 0, got {v!r}")
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    """Fitted parameters of the tile/wave GEMM model (SI units)."""
+
+    efficiency: float = 0.75
+    """Fraction of the per-SM dense peak a full-size (256x128) tile reaches in its main loop."""
+    tile_overhead_s: float = 1.0e-6
+    """Fixed time per wave of tiles: prologue, epilogue, pipeline fill (s)."""
+    memory_efficiency: float = 0.8
+    """Fraction of HBM bandwidth reached when the GEMM is bound by operand traffic."""
+    floor_s: float = 2.5e-6
+    """Launch-to-completion floor of the smallest GEMM (s)."""
+    small_tile_alpha: float = 0.3
+    """Exponent of the efficiency loss of smaller tiles: eff * (tm*tn/32768)**alpha."""
+
+    def __post_init__(self) -> None:
+        _check_frac(self, "efficiency", "memory_efficiency")
+        _check_nonneg(self, "tile_overhead_s", "floor_s")
+        if not 0 <= self.small_tile_alpha <= 1:
+            raise ValueError(f"small_tile_alpha must be in [0, 1], got {self.small_tile_alpha!r}")
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    """Fitted parameters of the flash-attention model (SI units)."""
+
+    efficiency: float = 0.5
+    """Fraction of the per-SM dense peak a forward query block reaches."""
+    bwd_efficiency: float = 0.4
+    """Same for backward kernels."""
+    tile_overhead_s: float = 2.0e-6
+    """Fixed time per wave of query blocks (s)."""
+    floor_s: float = 4.0e-6
+    """Launch-to-completion floor (s)."""
+
+    def __post_init__(self) -> None:
+        _check_frac(self, "efficiency", "bwd_efficiency")
+        _check_nonneg(self, "tile_overhead_s", "floor_s")
+
+
+@dataclass(frozen=True)
+class MemoryParams:
+    """Fitted parameters of the saturating-bandwidth model of memory-bound kernels (SI units)."""
+
+    efficiency: float = 0.7
+    """Fraction of the reference bandwidth (HBM, or PCIe for host copies) reached by large kernels."""
+    floor_s: float = 2.0e-6
+    """Time of a kernel that moves no bytes (launch-to-completion floor), s."""
+
+    def __post_init__(self) -> None:
+        _check_frac(self, "efficiency")
+        _check_nonneg(self, "floor_s")
+
+
+ParamsT = GemmParams | AttentionParams | MemoryParams
+
+DEFAULTS: dict[str, ParamsT] = {
+    "gemm": GemmParams(),
+    "grouped_gemm": GemmParams(efficiency=0.7, tile_overhead_s=1.5e-6),
+    "attention": AttentionParams(),
+    **{c: MemoryParams() for c in MEMORY_CLASSES},
+    "memcpy_htod": MemoryParams(efficiency=0.5, floor_s=2e-6),
+    "memcpy_dtoh": MemoryParams(efficiency=0.5, floor_s=2e-6),
+    "memset": MemoryParams(efficiency=0.7, floor_s=1e-6),
+}
+"""Uncalibrated defaults (used for classes a profile does not fit): the roofline's
+documented efficiencies, not fits to any trace."""
+
+
+def params_type(cls: str) -> type:
+    """Parameter dataclass of model class ``cls``."""
+    if cls in GEMM_CLASSES:
+        return GemmParams
+    if cls == "attention":
+        return AttentionParams
+    return MemoryParams
+
+
+def params_from_dict(cls: str, data: Mapping[str, float]) -> ParamsT:
+    """Build the parameter dataclass of class ``cls`` from a mapping; ValueError on bad keys/values."""
+    t = params_type(cls)
+    known = {f.name for f in fields(t)}
+    extra = set(data) - known
+    if extra:
+        raise ValueError(f"unknown parameter(s) {', '.join(sorted(extra))}; known: {', '.join(sorted(known))}")
+    return t(**{k: float(v) for k, v in data.items()})
+
+
+def params_to_dict(p: ParamsT) -> dict[str, float]:
+    """Parameters as a plain dict (for YAML)."""
+    return {k: float(v) for k, v in asdict(p).items()}
+
+
+@dataclass(frozen=True)
+class HardwareFigures:
+    """The catalog figures the models use (SI units)."""
+
+    sm_count: int
+    """Streaming multiprocessors / compute units."""
+    hbm_bandwidth: float
+    """Bytes/s."""
+    pcie_bandwidth: float
+    """Host link bytes/s per direction."""
+    peaks: Mapping[str, float]
+    """Dense peak FLOP/s by dtype name (through :meth:`Accelerator.peak`)."""
+
+    @classmethod
+    def of(cls, acc: Accelerator) -> HardwareFigures:
+        """Figures of a catalog accelerator."""
+        dts = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "int8", "fp4", "mxfp4")
+        peaks: dict[str, float] = {}
+        for d in dts:
+            try:
+                peaks[d] = float(acc.peak(d))
+            except KeyError:
+                pass
+        pcie = _PCIE_GBPS_PER_LANE.get(acc.pcie.generation, 3.938e9) * acc.pcie.lanes
+        return cls(int(acc.sm_count), float(acc.hbm_bandwidth), pcie, peaks)
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s of ``dtype`` (fp32 → vector rate; unknown → bf16)."""
+        return self.peaks.get(dtype) or self.peaks.get("bf16") or self.peaks.get("fp16") or 1e12
+
+
+# ----------------------------------------------------------------------------- GEMM
+
+def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
+              peak: np.ndarray | float, hw: HardwareFigures, p: GemmParams) -> np.ndarray:
+    """Modeled GEMM durations (s) for arrays of shapes; ``peak`` is FLOP/s of the math dtype."""
+    m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
+    nbytes = np.asarray(nbytes, dtype=float)
+    peak_sm = np.asarray(peak, dtype=float) / hw.sm_count
+    best = np.full(np.broadcast(m, n, k).shape, np.inf)
+    for a, b in TILES:
+        for tm, tn in {(a, b), (b, a)}:
+            eff = p.efficiency * (tm * tn / _TILE_REF) ** p.small_tile_alpha
+            base = batch * np.ceil(m / tm) * np.ceil(n / tn)
+            for s in _SPLITS:
+                if s > 1:
+                    ok = k / s >= 128
+                else:
+                    ok = np.ones_like(k, dtype=bool)
+                waves = np.ceil(base * s / hw.sm_count)
+                t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (k / s) / (peak_sm * eff))
+                if s > 1:
+                    t = t + 8.0 * m * n * batch * s / (hw.hbm_bandwidth * p.memory_efficiency)
+                best = np.where(ok & (t < best), t, best)
+    t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
+    return p.floor_s + np.maximum(best, t_mem)
+
+
+def attention_time(batch: np.ndarray, heads: np.ndarray, sq: np.ndarray, sk: np.ndarray, hd: np.ndarray,
+                   bwd: np.ndarray, peak: np.ndarray | float, hw: HardwareFigures, p: AttentionParams) -> np.ndarray:
+    """Modeled flash-attention durations (s)."""
+    batch, heads, sq, sk, hd = (np.asarray(x, dtype=float) for x in (batch, heads, sq, sk, hd))
+    bwd = np.asarray(bwd, dtype=bool)
+    peak_sm = np.asarray(peak, dtype=float) / hw.sm_count
+    waves = np.ceil(batch * heads * np.ceil(sq / 128.0) / hw.sm_count)
+    c = np.where(bwd, 10.0, 4.0)
+    eff = np.where(bwd, p.bwd_efficiency, p.efficiency)
+    return p.floor_s + waves * (p.tile_overhead_s + c * 128.0 * sk * hd / (peak_sm * eff))
+
+
+def memory_time(nbytes: np.ndarray, bandwidth: float, p: MemoryParams) -> np.ndarray:
+    """Modeled duration (s) of memory-bound kernels moving ``nbytes`` bytes."""
+    nb = np.where(np.isfinite(np.asarray(nbytes, dtype=float)), nbytes, 0.0)
+    return p.floor_s + nb / (bandwidth * p.efficiency)
+
+
+def reference_bandwidth(cls: str, hw: HardwareFigures) -> float:
+    """Bandwidth (bytes/s) a memory class is measured against: PCIe for host copies, else HBM."""
+    return hw.pcie_bandwidth if cls in ("memcpy_htod", "memcpy_dtoh") else hw.hbm_bandwidth
+
+
+# ----------------------------------------------------------------------------- fits
+
+PRIOR_WEIGHT = 0.05
+"""Weight of the prior pull towards the default parameters (per parameter, in units of one
+log-time residual over the parameter's bounds); keeps parameters the data cannot identify
+(e.g. small-tile efficiency from a trace with only large GEMMs) near documented defaults."""
+
+
+def _lsq(fun, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Robust least squares on log-time residuals plus a weak prior at ``x0``; a few starts, best wins."""
+    from scipy.optimize import least_squares
+
+    prior0 = x0.copy()
+    span = hi - lo
+    inner = fun
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        r = inner(x)
+        return np.concatenate([r, PRIOR_WEIGHT * math.sqrt(max(len(r), 1)) * (x - prior0) / span])
+
+    best_x, best_c = x0, math.inf
+    starts = [x0, lo + 0.25 * (hi - lo), lo + 0.6 * (hi - lo)]
+    for s in starts:
+        s = np.clip(s, lo + 1e-9, hi - 1e-9)
+        try:
+            r = least_squares(fun, s, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400)
+        except ValueError:
+            continue
+        if r.cost < best_c:
+            best_x, best_c = r.x, r.cost
+    return best_x
+
+
+def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
+             peak: np.ndarray, dur: np.ndarray, hw: HardwareFigures,
+             start: GemmParams | None = None) -> GemmParams:
+    """Fit :class:`GemmParams` to measured GEMM durations (s) by robust least squares on log time."""
+    x0p = start or GemmParams()
+    logd = np.log(dur)
+
+    def build(x: np.ndarray) -> GemmParams:
+        return GemmParams(efficiency=float(np.exp(x[0])), tile_overhead_s=float(np.exp(x[1])),
+                          memory_efficiency=float(np.exp(x[2])), floor_s=float(np.exp(x[3])),
+                          small_tile_alpha=float(x[4]))
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        return np.log(gemm_time(m, n, k, batch, nbytes, peak, hw, build(x))) - logd
+
+    x0 = np.array([math.log(x0p.efficiency), math.log(max(x0p.tile_overhead_s, 1e-8)),
+                   math.log(x0p.memory_efficiency), math.log(max(x0p.floor_s, 1e-7)), x0p.small_tile_alpha])
+    lo = np.array([math.log(1e-4), math.log(1e-8), math.log(1e-3), math.log(2e-7), 0.0])
+    hi = np.array([0.0, math.log(5e-5), 0.0, math.log(5e-5), 1.0])
+    return build(_lsq(fun, np.clip(x0, lo, hi), lo, hi))
+
+
+def fit_attention(batch: np.ndarray, heads: np.ndarray, sq: np.ndarray, sk: np.ndarray, hd: np.ndarray,
+                  bwd: np.ndarray, peak: np.ndarray, dur: np.ndarray, hw: HardwareFigures) -> AttentionParams:
+    """Fit :class:`AttentionParams` (backward efficiency tied to forward when no backward kernels)."""
+    logd = np.log(dur)
+    has_bwd = bool(np.any(bwd))
+    has_fwd = bool(np.any(~np.asarray(bwd, dtype=bool)))
+
+    def build(x: np.ndarray) -> AttentionParams:
+        e = float(np.exp(x[0]))
+        eb = float(np.exp(x[1])) if has_bwd else min(1.0, 0.8 * e)
+        if not has_fwd:
+            e = min(1.0, eb / 0.8)
+        return AttentionParams(efficiency=e, bwd_efficiency=eb, tile_overhead_s=float(np.exp(x[2])),
+                               floor_s=float(np.exp(x[3])))
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        return np.log(attention_time(batch, heads, sq, sk, hd, bwd, peak, hw, build(x))) - logd
+
+    lo = np.array([math.log(1e-4), math.log(1e-4), math.log(1e-8), math.log(2e-7)])
+    hi = np.array([0.0, 0.0, math.log(1e-4), math.log(1e-4)])
+    x0 = np.array([math.log(0.5), math.log(0.4), math.log(2e-6), math.log(3e-6)])
+    return build(_lsq(fun, x0, lo, hi))
+
+
+def fit_memory(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float) -> MemoryParams:
+    """Fit :class:`MemoryParams` (floor and bandwidth efficiency) on log time."""
+    logd = np.log(dur)
+
+    def build(x: np.ndarray) -> MemoryParams:
+        return MemoryParams(efficiency=float(np.exp(x[0])), floor_s=float(np.exp(x[1])))
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        return np.log(memory_time(nbytes, bandwidth, build(x))) - logd
+
+    lo = np.array([math.log(1e-4), math.log(1e-7)])
+    hi = np.array([0.0, math.log(1e-3)])
+    x0 = np.array([math.log(0.5), math.log(max(float(np.median(dur)) * 0.5, 2e-7))])
+    return build(_lsq(fun, np.clip(x0, lo, hi), lo, hi))

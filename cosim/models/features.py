@@ -1,0 +1,327 @@
+"""Kernel features from an execution graph: what a kernel-time model needs to know.
+
+For every GPU op of a :class:`~cosim.workload.graph.RankGraph` this module
+derives, from the op's class, its kernel name and the shapes and dtypes of the
+parent ATen op (Kineto ``Input Dims`` / ``Input type``, or the ET):
+
+* GEMM-like ops: ``m, n, k`` (per batch / group), ``batch`` (bmm batch or number
+  of groups of a grouped GEMM) and the math ``dtype`` (``bf16``, ``fp16``,
+  ``fp32``, ``tf32`` when an fp32 GEMM ran on tensor cores, ``fp8``);
+* attention: ``batch`` (B), ``heads`` (H), ``m`` (query length), ``n`` (key
+  length), ``k`` (head dim) and ``bwd`` (backward kernel);
+* every op: ``flops`` (FLOP) and ``bytes`` (minimum HBM traffic, bytes) split over
+  the kernels its parent op launched in that class.
+
+Everything is SI: bytes, FLOPs, seconds. Unknown numbers are NaN / -1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
+
+__all__ = [
+    "CLASS_NAMES",
+    "DTYPE_OF_TYPE",
+    "KernelFeatures",
+    "elem_bytes",
+    "extract_features",
+    "feature_class",
+]
+
+DTYPE_OF_TYPE: dict[str, str] = {
+    "float": "fp32", "double": "fp64", "c10::half": "fp16", "half": "fp16", "c10::bfloat16": "bf16",
+    "bfloat16": "bf16", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8", "long int": "int64", "long": "int64",
+    "int": "int32", "short int": "int16", "bool": "bool", "unsigned char": "uint8", "signed char": "int8",
+    "c10::complex<float>": "c64",
+}
+"""Kineto/ET element-type names → cosim dtype names."""
+
+_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "mxfp8": 1,
+                            "int64": 8, "int32": 4, "int16": 2, "bool": 1, "uint8": 1, "int8": 1, "c64": 8,
+                            "fp4": 0.5, "mxfp4": 0.5}
+
+CLASS_NAMES: dict[int, str] = {
+    OpClass.GEMM: "gemm", OpClass.GROUPED_GEMM: "grouped_gemm", OpClass.ATTENTION: "attention",
+    OpClass.ELEMENTWISE: "elementwise", OpClass.REDUCTION: "reduction", OpClass.NORM: "norm",
+    OpClass.MEMCPY: "memcpy", OpClass.MEMSET: "memset", OpClass.COLLECTIVE: "collective",
+    OpClass.MOE_DISPATCH: "moe_dispatch", OpClass.MOE_COMBINE: "moe_combine", OpClass.OTHER: "other",
+}
+"""``OpClass`` → the class name used in profiles and reports."""
+
+
+def elem_bytes(dtype: str) -> float:
+    """Bytes per element of a cosim dtype name (4 when unknown)."""
+    return _BYTES.get(dtype, 4.0)
+
+
+def _dtype(type_name: str) -> str:
+    return DTYPE_OF_TYPE.get(type_name.strip().lower(), "")
+
+
+@dataclass
+class KernelFeatures:
+    """Struct-of-arrays features of a rank's GPU ops (one entry per ``rg.gpu_ops`` row).
+
+    Units: ``flops`` FLOP, ``bytes`` bytes, ``dur`` seconds.
+    """
+
+    cls: list[str] = field(default_factory=list)
+    """Model class: gemm, grouped_gemm, attention, elementwise, reduction, norm, memcpy_dtod,
+    memcpy_htod, memcpy_dtoh, memset, collective, moe_dispatch, moe_combine, other."""
+    kernel: list[str] = field(default_factory=list)
+    """Kernel name as recorded."""
+    op_name: list[str] = field(default_factory=list)
+    """Parent ATen op name ('' if none)."""
+    dtype: list[str] = field(default_factory=list)
+    """Math dtype ('' if unknown)."""
+    m: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """GEMM M (rows of the output, per batch / mean per group); attention query length."""
+    n: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """GEMM N; attention key length."""
+    k: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """GEMM K (reduction); attention head dim."""
+    batch: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """bmm batch, number of groups of a grouped GEMM, attention batch (1 if none)."""
+    heads: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Attention query heads (1 otherwise)."""
+    bwd: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    """Backward attention kernel."""
+    flops: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """FLOPs of this kernel (its share of the parent op's), NaN if unknown."""
+    bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Minimum HBM traffic of this kernel (bytes), NaN if unknown."""
+    dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """Measured duration (s)."""
+    grid: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    """Grid dims (x, y, z), -1 if unknown (used to match shape-less ops to twins)."""
+    block: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    """Block dims (x, y, z), -1 if unknown."""
+
+    def __len__(self) -> int:
+        return len(self.cls)
+
+    def row(self, i: int) -> dict[str, object]:
+        """Row ``i`` as a dict (CSV record)."""
+        return {
+            "cls": self.cls[i], "kernel": self.kernel[i], "op": self.op_name[i], "dtype": self.dtype[i],
+            "m": float(self.m[i]), "n": float(self.n[i]), "k": float(self.k[i]), "batch": float(self.batch[i]),
+            "heads": float(self.heads[i]), "bwd": int(self.bwd[i]), "flops": float(self.flops[i]),
+            "bytes": float(self.bytes[i]), "dur_s": float(self.dur[i]),
+        }
+
+
+def feature_class(cls: int, copy_kind: int) -> str:
+    """Model class name of a GPU op from its ``OpClass`` and copy direction."""
+    if cls == OpClass.MEMCPY:
+        if copy_kind == CopyKind.HTOD:
+            return "memcpy_htod"
+        if copy_kind == CopyKind.DTOH:
+            return "memcpy_dtoh"
+        return "memcpy_dtod"
+    return CLASS_NAMES.get(int(cls), "other")
+
+
+_CONV = re.compile(r"conv|miopen_convolution|cudnn_convolution", re.I)
+_TF32_KERNEL = re.compile(r"tf32|s1688|s16816gemm(?!.*bf16)|tensorop_s|xmma_gemm_f32f32_tf32", re.I)
+
+
+def _numel(shape: object) -> float:
+    if not isinstance(shape, list) or not shape:
+        return 0.0 if not isinstance(shape, list) else 1.0
+    if isinstance(shape[0], list):  # TensorList
+        return sum(_numel(s) for s in shape)
+    try:
+        return float(np.prod([max(int(d), 0) for d in shape]))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _is_tensor_shape(s: object) -> bool:
+    return isinstance(s, list) and len(s) > 0
+
+
+def _conv_stride(x: list, w: list) -> int:
+    """Guessed convolution stride (Kineto does not record it): a kernel of 8 or more that tiles
+    the input exactly is a patchify convolution (stride = kernel, ViT); 7x7 stems use 2; else 1."""
+    r = int(w[-1])
+    if r >= 8 and all(int(d) % r == 0 for d in x[2:]):
+        return r
+    if r == 7:
+        return 2
+    return 1
+
+
+def _gemm_dims(op: str, shapes: list, types: list) -> tuple[float, float, float, float] | None:
+    """(m, n, k, batch) of a GEMM-like ATen op from its input shapes, or None."""
+    t = [s for s in shapes if _is_tensor_shape(s) and not isinstance(s[0], list)]
+    try:
+        if op in ("aten::mm", "aten::_scaled_mm") and len(t) >= 2:
+            (m, k), (_, n) = t[0][-2:], t[1][-2:]
+            return m, n, k, 1
+        if op == "aten::addmm" and len(t) >= 3:
+            (m, k), (_, n) = t[-2][-2:], t[-1][-2:]
+            return m, n, k, 1
+        if op in ("aten::bmm",) and len(t) >= 2:
+            b, m, k = t[0][-3:]
+            n = t[1][-1]
+            return m, n, k, b
+        if op in ("aten::baddbmm", "aten::addbmm") and len(t) >= 3:
+            b, m, k = t[1][-3:]
+            n = t[2][-1]
+            return m, n, k, b
+        if op == "aten::linear" and len(t) >= 2:
+            k = t[0][-1]
+            m = float(np.prod(t[0][:-1]))
+            return m, t[1][0], k, 1
+        if op == "aten::matmul" and len(t) >= 2:
+            a, b = t[0], t[1]
+            k = a[-1]
+            n = b[-1] if len(b) >= 2 else 1
+            if len(b) <= 2:
+                return float(np.prod(a[:-1])), n, k, 1
+            return a[-2] if len(a) >= 2 else 1, n, k, float(np.prod(b[:-2]))
+        if "_grouped_mm" in op and len(t) >= 2:
+            a, b = t[0], t[1]
+            if len(a) == 2 and len(b) == 3:  # 2d x 3d: tokens stacked, one weight per group
+                g = b[0]
+                return a[0] / g, b[-1], a[-1], g
+            if len(a) == 3 and len(b) == 3:
+                return a[1], b[-1], a[-1], a[0]
+            if len(a) == 2 and len(b) == 2:  # 2d x 2d: groups split K
+                return a[0], b[-1], a[-1], 1
+        if _CONV.search(op) and len(t) >= 2 and len(t[0]) >= 3 and len(t[1]) == len(t[0]):
+            x, w = t[0], t[1]  # NCHW / OIHW; strides are not recorded: see _conv_stride
+            stride = _conv_stride(x, w)
+            spatial = float(np.prod([math.ceil(d / stride) for d in x[2:]]))
+            return x[0] * spatial, w[0], float(np.prod(w[1:])), 1
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _attn_dims(op: str, shapes: list) -> tuple[float, float, float, float, float, bool] | None:
+    """(batch, heads, sq, sk, head_dim, bwd) of an attention op, or None."""
+    t = [s for s in shapes if _is_tensor_shape(s) and not isinstance(s[0], list) and len(s) == 4]
+    if len(t) < 2:
+        return None
+    bwd = "backward" in op
+    q = t[1] if bwd and len(t) >= 3 else t[0]
+    kk = t[2] if bwd and len(t) >= 3 else t[1]
+    # flash / efficient kernels: [B, S, H, D]; SDPA wrappers: [B, H, S, D]
+    bshd = op in ("aten::_flash_attention_forward", "aten::_flash_attention_backward",
+                  "aten::_efficient_attention_forward", "aten::_efficient_attention_backward") or "flash_attn" in op
+    try:
+        if bshd:
+            return q[0], q[2], q[1], kk[1], q[3], bwd
+        return q[0], q[1], q[2], kk[2], q[3], bwd
+    except (TypeError, IndexError):
+        return None
+
+
+def _mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
+    """Minimum bytes an ATen op moves, from its input shapes (inputs + an output the size of the largest)."""
+    sizes = []
+    for s, ty in zip(shapes, types + [""] * (len(shapes) - len(types))):
+        if not _is_tensor_shape(s):
+            continue
+        if isinstance(s[0], list):  # TensorList: assume the list's dtype
+            sizes.append(_numel(s) * elem_bytes(_dtype(ty) or "fp32"))
+        else:
+            sizes.append(_numel(s) * elem_bytes(_dtype(ty) or "fp32"))
+    if not sizes:
+        return math.nan
+    if op.endswith(("fill_", "zero_")) or fcls == "memset":
+        return sizes[0]
+    if op in ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cat", "aten::clone", "aten::contiguous"):
+        return 2 * max(sizes) if op != "aten::copy_" else sum(sizes[:2])
+    if fcls == "reduction":
+        return sum(sizes)
+    if op in ("aten::index", "aten::index_select", "aten::gather", "aten::embedding"):
+        # gathers read as many rows as they write: index size x row width, not the whole table
+        idx = [sz for sz in sizes[1:] if sz > 0]
+        if idx and len(shapes[0]) >= 2:
+            row = sizes[0] / max(float(shapes[0][0]), 1.0)
+            nidx = _numel(next(s for s in shapes[1:] if _is_tensor_shape(s)))
+            return 2 * nidx * row + sum(idx)
+    return sum(sizes) + max(sizes)
+
+
+def extract_features(rg: RankGraph) -> KernelFeatures:
+    """Features of every GPU op of ``rg`` (see :class:`KernelFeatures`)."""
+    G = rg.gpu_ops
+    H = rg.host_ops
+    n = len(G)
+    S = rg.strings
+    f = KernelFeatures(
+        cls=[""] * n, kernel=[""] * n, op_name=[""] * n, dtype=[""] * n,
+        m=np.full(n, np.nan), n=np.full(n, np.nan), k=np.full(n, np.nan), batch=np.ones(n), heads=np.ones(n),
+        bwd=np.zeros(n, dtype=bool), flops=np.full(n, np.nan), bytes=np.full(n, np.nan),
+        dur=np.asarray(G.dur, dtype=float).copy(),
+        grid=np.asarray(G.grid, dtype=np.int64).reshape(n, 3) if n else np.zeros((0, 3), np.int64),
+        block=np.asarray(G.block, dtype=np.int64).reshape(n, 3) if n else np.zeros((0, 3), np.int64),
+    )
+    # kernels per (parent op, class): the parent's work is split among them
+    share: dict[tuple[int, str], int] = {}
+    classes = [feature_class(int(G.cls[j]), int(G.copy_kind[j])) for j in range(n)]
+    for j in range(n):
+        o = int(G.op[j])
+        if o >= 0:
+            share[(o, classes[j])] = share.get((o, classes[j]), 0) + 1
+    parsed: dict[int, tuple[str, list, list]] = {}
+    for j in range(n):
+        c = classes[j]
+        f.cls[j] = c
+        f.kernel[j] = S[int(G.name[j])] if G.name[j] >= 0 else ""
+        o = int(G.op[j])
+        if G.kind[j] in (GpuKind.MEMCPY, GpuKind.MEMSET) and np.isfinite(G.bytes[j]):
+            f.bytes[j] = float(G.bytes[j])
+        if o < 0:
+            continue
+        if o not in parsed:
+            sh = H.input_shapes[o]
+            ty = H.input_types[o]
+            shapes = json.loads(S[int(sh)]) if sh >= 0 else []
+            types = json.loads(S[int(ty)]) if ty >= 0 else []
+            parsed[o] = (S[int(H.name[o])] if H.name[o] >= 0 else "", shapes or [], types or [])
+        op, shapes, types = parsed[o]
+        f.op_name[j] = op
+        cnt = share.get((o, c), 1)
+        tdt = next((_dtype(t) for t in types if isinstance(t, str) and _dtype(t)), "")
+        if c in ("gemm", "grouped_gemm"):
+            d = _gemm_dims(op, shapes, types)
+            if d is not None:
+                m, nn, kk, b = (float(x) for x in d)
+                f.m[j], f.n[j], f.k[j], f.batch[j] = m, nn, kk, max(b, 1.0)
+                dt = tdt or "fp32"
+                if dt == "fp32" and _TF32_KERNEL.search(f.kernel[j]) and "sgemm" not in f.kernel[j]:
+                    dt = "tf32"
+                f.dtype[j] = dt
+                eb = elem_bytes(dt if dt != "tf32" else "fp32")
+                f.flops[j] = 2.0 * m * nn * kk * max(b, 1.0) / cnt
+                bw = kk * nn * (b if "_grouped_mm" in op or op in ("aten::bmm", "aten::baddbmm") else 1)
+                f.bytes[j] = (m * kk * b + bw + m * nn * b) * eb / cnt
+        elif c == "attention":
+            d = _attn_dims(op, shapes)
+            if d is not None:
+                b, h, sq, sk, hd, bwd = d
+                f.batch[j], f.heads[j], f.m[j], f.n[j], f.k[j], f.bwd[j] = b, h, sq, sk, hd, bwd
+                f.dtype[j] = tdt or "bf16"
+                fl = 4.0 * b * h * sq * sk * hd * (2.5 if bwd else 1.0)
+                f.flops[j] = fl / cnt
+                eb = elem_bytes(f.dtype[j])
+                f.bytes[j] = (2 * b * h * sq * hd + 2 * b * h * sk * hd) * eb * (2 if bwd else 1) / cnt
+        elif c in ("elementwise", "reduction", "norm", "other", "moe_dispatch", "moe_combine", "memset"):
+            if not np.isfinite(f.bytes[j]):
+                f.bytes[j] = _mem_bytes(op, shapes, types, c) / cnt
+            f.dtype[j] = tdt
+        if not np.isfinite(f.flops[j]) and np.isfinite(G.flops[j]) and c in ("gemm", "grouped_gemm", "attention"):
+            f.flops[j] = float(G.flops[j])
+    return f

@@ -1,0 +1,233 @@
+"""Kernel-time database from traces, and fitting a calibration profile on it.
+
+The database is a CSV per GPU model (``<accelerator>.csv``), one row per measured
+GPU op, columns (units in the name where there is one)::
+
+    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s
+
+``cls`` is the model class (gemm, grouped_gemm, attention, elementwise, ...),
+``op`` the parent ATen op, ``m, n, k, batch, heads, bwd`` the shape features of
+:class:`cosim.models.features.KernelFeatures`, ``flops`` in FLOP, ``bytes`` in
+bytes, ``dur_s`` the measured duration in seconds. Empty cells are unknown.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cosim.catalog import load_catalog
+from cosim.errors import CosimInputError
+from cosim.models.calibrated import (
+    GEMM_CLASSES,
+    MEMORY_CLASSES,
+    HardwareFigures,
+    fit_attention,
+    fit_gemm,
+    fit_memory,
+    reference_bandwidth,
+)
+from cosim.models.features import KernelFeatures, extract_features
+from cosim.models.profile import CalibrationProfile
+
+__all__ = ["DB_COLUMNS", "KernelDB", "class_errors", "fit_profile", "load_db", "mape"]
+
+DB_COLUMNS = ("source", "step", "cls", "kernel", "op", "dtype", "m", "n", "k", "batch", "heads", "bwd",
+              "flops", "bytes", "dur_s")
+_MIN_SAMPLES = {"gemm": 4, "grouped_gemm": 1, "attention": 1}
+_MIN_MEMORY = 3
+_MIN_PER_DTYPE = 12
+
+
+@dataclass
+class KernelDB:
+    """Measured kernels of one GPU model: features plus source file and step per row."""
+
+    accelerator: str
+    """Catalog id of the GPU the rows were measured on."""
+    device_name: str
+    """Device name as the traces record it."""
+    feats: KernelFeatures
+    """Features and measured durations (s)."""
+    source: list[str]
+    """Trace file of each row."""
+    step: np.ndarray
+    """Step index (row of the rank's steps table) of each row, -1 if none."""
+
+    @classmethod
+    def from_traces(cls, paths: Sequence[str | Path], accelerator: str | None = None) -> dict[str, KernelDB]:
+        """Databases by accelerator id from Kineto traces (all ranks of each)."""
+        from cosim.replay.hardware import guess_accelerator
+        from cosim.workload import load_trace
+
+        parts: dict[str, list[tuple[KernelFeatures, str, np.ndarray, str]]] = {}
+        for p in paths:
+            g = load_trace(p)
+            for rg in g.ranks:
+                acc = accelerator or guess_accelerator(rg.device_name)
+                if acc is None:
+                    raise CosimInputError(f"cannot tell the GPU of rank {rg.rank} (device {rg.device_name!r}); "
+                                          "give --accelerator", file=p)
+                f = extract_features(rg)
+                parts.setdefault(acc, []).append((f, str(p), np.asarray(rg.gpu_ops.step, dtype=np.int64),
+                                                  rg.device_name))
+        out = {}
+        for acc, items in parts.items():
+            feats = concat([it[0] for it in items])
+            src = [s for f, s, _, _ in items for _ in range(len(f))]
+            out[acc] = cls(acc, items[0][3], feats, src, np.concatenate([it[2] for it in items]))
+        return out
+
+    def subset(self, mask: np.ndarray) -> KernelDB:
+        """Rows where ``mask`` is true."""
+        idx = np.flatnonzero(mask)
+        return KernelDB(self.accelerator, self.device_name, take(self.feats, idx),
+                        [self.source[i] for i in idx], self.step[idx])
+
+    def write_csv(self, path: str | Path) -> None:
+        """Write the database (see the module docstring for the columns)."""
+        from cosim.fileio import atomic_open
+
+        with atomic_open(path, "w") as fh:
+            w = csv.writer(fh)
+            w.writerow(DB_COLUMNS)
+            for i in range(len(self.feats)):
+                r = self.feats.row(i)
+                w.writerow([self.source[i], int(self.step[i]), r["cls"], r["kernel"], r["op"], r["dtype"],
+                            *(_fmt(r[c]) for c in ("m", "n", "k", "batch", "heads")), r["bwd"],
+                            _fmt(r["flops"]), _fmt(r["bytes"]), _fmt(r["dur_s"])])
+
+
+def _fmt(v: float) -> str:
+    return "" if not math.isfinite(v) else repr(float(v))
+
+
+def load_db(path: str | Path, accelerator: str | None = None) -> KernelDB:
+    """Read a database CSV written by :meth:`KernelDB.write_csv` (accelerator from the file name)."""
+    p = Path(path)
+    try:
+        with open(p, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise CosimInputError(f"cannot read kernel database: {exc}", file=p) from None
+    if rows and set(DB_COLUMNS) - set(rows[0]):
+        raise CosimInputError(f"not a kernel database: missing columns {sorted(set(DB_COLUMNS) - set(rows[0]))}",
+                              file=p)
+
+    def col(name: str) -> np.ndarray:
+        return np.array([float(r[name]) if r[name] != "" else np.nan for r in rows], dtype=float)
+
+    n = len(rows)
+    f = KernelFeatures(cls=[r["cls"] for r in rows], kernel=[r["kernel"] for r in rows], op_name=[r["op"] for r in rows],
+                       dtype=[r["dtype"] for r in rows], m=col("m"), n=col("n"), k=col("k"), batch=col("batch"),
+                       heads=col("heads"), bwd=col("bwd").astype(bool), flops=col("flops"), bytes=col("bytes"),
+                       dur=col("dur_s"), grid=-np.ones((n, 3), np.int64), block=-np.ones((n, 3), np.int64))
+    return KernelDB(accelerator or p.stem, "", f, [r["source"] for r in rows],
+                    np.array([int(r["step"]) for r in rows], dtype=np.int64))
+
+
+def concat(items: Sequence[KernelFeatures]) -> KernelFeatures:
+    """Concatenate feature tables."""
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(f, name) for f in items]) if items else np.zeros(0)
+
+    return KernelFeatures(
+        cls=[c for f in items for c in f.cls], kernel=[c for f in items for c in f.kernel],
+        op_name=[c for f in items for c in f.op_name], dtype=[c for f in items for c in f.dtype],
+        m=cat("m"), n=cat("n"), k=cat("k"), batch=cat("batch"), heads=cat("heads"),
+        bwd=cat("bwd").astype(bool), flops=cat("flops"), bytes=cat("bytes"), dur=cat("dur"),
+        grid=np.concatenate([f.grid for f in items]) if items else np.zeros((0, 3), np.int64),
+        block=np.concatenate([f.block for f in items]) if items else np.zeros((0, 3), np.int64),
+    )
+
+
+def take(f: KernelFeatures, idx: np.ndarray) -> KernelFeatures:
+    """Rows ``idx`` of a feature table."""
+    return KernelFeatures(
+        cls=[f.cls[i] for i in idx], kernel=[f.kernel[i] for i in idx], op_name=[f.op_name[i] for i in idx],
+        dtype=[f.dtype[i] for i in idx], m=f.m[idx], n=f.n[idx], k=f.k[idx], batch=f.batch[idx],
+        heads=f.heads[idx], bwd=f.bwd[idx], flops=f.flops[idx], bytes=f.bytes[idx], dur=f.dur[idx],
+        grid=f.grid[idx], block=f.block[idx],
+    )
+
+
+def mape(pred: np.ndarray, meas: np.ndarray) -> float:
+    """Mean absolute percentage error as a fraction (NaN when empty)."""
+    ok = np.isfinite(pred) & np.isfinite(meas) & (meas > 0)
+    return float(np.mean(np.abs(pred[ok] - meas[ok]) / meas[ok])) if ok.any() else math.nan
+
+
+def _usable(f: KernelFeatures) -> np.ndarray:
+    return np.isfinite(f.dur) & (f.dur > 0)
+
+
+def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None = None) -> CalibrationProfile:
+    """Fit every class with enough modeled samples in ``db``; report in-sample errors."""
+    acc = load_catalog().accelerator(db.accelerator)
+    hw = HardwareFigures.of(acc)
+    f = db.feats
+    cls = np.array(f.cls, dtype=object)
+    dts = np.array(f.dtype, dtype=object)
+    use = _usable(f)
+    models: dict[str, dict] = {}
+    for c in GEMM_CLASSES:
+        ok = use & (cls == c) & np.isfinite(f.m) & np.isfinite(f.n) & np.isfinite(f.k)
+        if ok.sum() < _MIN_SAMPLES[c]:
+            continue
+        peaks = np.array([hw.peak(d) for d in dts[ok]])
+        base = fit_gemm(f.m[ok], f.n[ok], f.k[ok], f.batch[ok], f.bytes[ok], peaks, f.dur[ok], hw)
+        models[c] = {"default": base}
+        for dt in sorted(set(dts[ok])):
+            s = ok & (dts == dt)
+            if s.sum() >= _MIN_PER_DTYPE and len(set(dts[ok])) > 1:
+                models[c][dt] = fit_gemm(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), f.dur[s],
+                                         hw, start=base)
+    ok = use & (cls == "attention") & np.isfinite(f.m) & np.isfinite(f.k)
+    if ok.sum() >= _MIN_SAMPLES["attention"]:
+        peaks = np.array([hw.peak(d) for d in dts[ok]])
+        models["attention"] = {"default": fit_attention(f.batch[ok], f.heads[ok], f.m[ok], f.n[ok], f.k[ok],
+                                                        f.bwd[ok], peaks, f.dur[ok], hw)}
+    for c in MEMORY_CLASSES:
+        ok = use & (cls == c) & np.isfinite(f.bytes)
+        if ok.sum() >= _MIN_MEMORY:
+            models[c] = {"default": fit_memory(f.bytes[ok], f.dur[ok], reference_bandwidth(c, hw))}
+    prof = CalibrationProfile(name=name or db.accelerator, accelerator=db.accelerator, models=models)
+    prov = {
+        "gpu": db.device_name or acc.name,
+        "method": "traces",
+        "sources": sorted({Path(s).name for s in db.source}),
+        "date": _dt.date.today().isoformat(),
+        "n_kernels": int(use.sum()),
+    }
+    prov.update(provenance or {})
+    prof.provenance = prov
+    prof.fit_errors = class_errors(db, prof)
+    return prof
+
+
+def class_errors(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = None) -> dict[str, dict]:
+    """Per-class MAPE of ``prof`` on the *modeled* rows of ``db`` (rows with shapes/bytes), predicted on
+    ``accelerator`` (default: the DB's GPU). Keys: n, mape, median_ape, time_err (error of the class total)."""
+    from cosim.models.predict import SOURCES, predict_features
+
+    acc = load_catalog().accelerator(accelerator or db.accelerator)
+    pr = predict_features(db.feats, acc, prof)
+    f = db.feats
+    cls = np.array(f.cls, dtype=object)
+    use = _usable(f) & (pr.source == SOURCES.index("model"))
+    out: dict[str, dict] = {}
+    for c in sorted(set(f.cls)):
+        s = use & (cls == c)
+        if not s.any():
+            continue
+        ape = np.abs(pr.dur[s] - f.dur[s]) / f.dur[s]
+        out[c] = {"n": int(s.sum()), "mape": round(float(np.mean(ape)), 4),
+                  "median_ape": round(float(np.median(ape)), 4),
+                  "time_err": round(float(pr.dur[s].sum() / f.dur[s].sum() - 1), 4)}
+    return out

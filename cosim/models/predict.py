@@ -1,0 +1,142 @@
+"""Predict GPU-op durations of an execution graph from a calibration profile.
+
+``predict_durations(rg, accelerator, profile)`` is what ``cosim replay
+--durations modeled`` calls. When ``profile`` was fitted on another accelerator
+than ``accelerator`` the prediction is cross-GPU: the profile's efficiencies and
+overheads are kept and the catalog figures (peaks, HBM bandwidth, SM count,
+PCIe) of the target are used (see docs/MODELS.md).
+
+Ops the models cannot see (no parent ATen op or no shapes, e.g. kernels enqueued
+before the profiler started) take the prediction of a *twin*: a modeled op with
+the same kernel name, grid and block (same kernel configuration), else the same
+kernel name; else the class floor. Communication ops get NaN: the engine
+simulates them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosim.catalog.models import Accelerator
+from cosim.models.calibrated import (
+    GEMM_CLASSES,
+    HardwareFigures,
+    attention_time,
+    gemm_time,
+    memory_time,
+    reference_bandwidth,
+)
+from cosim.models.features import KernelFeatures, extract_features
+from cosim.models.profile import CalibrationProfile, profile_for
+from cosim.workload.graph import RankGraph
+
+__all__ = ["Prediction", "predict_durations", "predict_features"]
+
+SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine")
+"""Where a prediction came from (:attr:`Prediction.source` codes index this)."""
+
+
+@dataclass
+class Prediction:
+    """Per-op predicted durations (s) and where each came from."""
+
+    dur: np.ndarray
+    """Predicted seconds per GPU op; NaN for communication ops."""
+    source: np.ndarray
+    """Index into :data:`SOURCES` per op."""
+
+    def counts(self) -> dict[str, int]:
+        """How many ops each source predicted."""
+        return {s: int(np.sum(self.source == i)) for i, s in enumerate(SOURCES) if np.any(self.source == i)}
+
+
+def _default_profile(acc: Accelerator) -> CalibrationProfile:
+    prof = profile_for(acc.name)
+    if prof is not None:
+        return prof
+    from cosim.models.profile import load_profile
+
+    return load_profile("h100-sxm5")  # cross-GPU from the H100 fit: efficiencies travel, figures do not
+
+
+def predict_features(f: KernelFeatures, accelerator: Accelerator,
+                     profile: CalibrationProfile | None = None) -> Prediction:
+    """Predicted durations (s) for the ops described by ``f`` on ``accelerator``."""
+    prof = profile if profile is not None else _default_profile(accelerator)
+    hw = HardwareFigures.of(accelerator)
+    n = len(f)
+    out = np.full(n, np.nan)
+    src = np.full(n, SOURCES.index("floor"), dtype=np.int8)
+    cls = np.array(f.cls, dtype=object)
+    dts = np.array(f.dtype, dtype=object)
+    for c in sorted(set(f.cls)):
+        sel = cls == c
+        if c == "collective":
+            src[sel] = SOURCES.index("engine")
+            continue
+        if c in GEMM_CLASSES:
+            ok = sel & np.isfinite(f.m) & np.isfinite(f.n) & np.isfinite(f.k)
+            for dt in sorted(set(dts[ok])):
+                s = ok & (dts == dt)
+                p = prof.params(c, dt)
+                out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
+                src[s] = SOURCES.index("model")
+            rest = sel & ~ok & np.isfinite(f.flops)
+            if rest.any():
+                p = prof.params(c, "")
+                peaks = np.array([hw.peak(d or "bf16") for d in dts[rest]])
+                tc = f.flops[rest] / (peaks * p.efficiency)
+                tm = np.nan_to_num(f.bytes[rest]) / (hw.hbm_bandwidth * p.memory_efficiency)
+                out[rest] = p.floor_s + np.maximum(tc, tm)
+                src[rest] = SOURCES.index("roofline")
+        elif c == "attention":
+            ok = sel & np.isfinite(f.m) & np.isfinite(f.n) & np.isfinite(f.k)
+            for dt in sorted(set(dts[ok])):
+                s = ok & (dts == dt)
+                p = prof.params(c, dt)
+                out[s] = attention_time(f.batch[s], f.heads[s], f.m[s], f.n[s], f.k[s], f.bwd[s], hw.peak(dt), hw, p)
+                src[s] = SOURCES.index("model")
+        else:
+            ok = sel & np.isfinite(f.bytes)
+            p = prof.params(c, "")
+            out[ok] = memory_time(f.bytes[ok], reference_bandwidth(c, hw), p)
+            src[ok] = SOURCES.index("model")
+    # twins for ops the models could not see
+    todo = np.flatnonzero(np.isnan(out) & (cls != "collective"))
+    if len(todo):
+        by_cfg: dict[tuple, list[float]] = {}
+        by_name: dict[str, list[float]] = {}
+        for j in np.flatnonzero(np.isfinite(out)):
+            by_cfg.setdefault((f.kernel[j], *f.grid[j], *f.block[j]), []).append(out[j])
+            by_name.setdefault(f.kernel[j], []).append(out[j])
+        for j in todo:
+            key = (f.kernel[j], *f.grid[j], *f.block[j])
+            if key in by_cfg and f.grid[j][0] >= 0:
+                out[j] = float(np.median(by_cfg[key]))
+                src[j] = SOURCES.index("twin")
+            elif f.kernel[j] in by_name:
+                out[j] = float(np.median(by_name[f.kernel[j]]))
+                src[j] = SOURCES.index("kernel_name")
+            else:
+                p = prof.params(f.cls[j], f.dtype[j])
+                out[j] = float(p.floor_s)
+    return Prediction(out, src)
+
+
+def predict_durations(rg: RankGraph, accelerator: Accelerator,
+                      profile: CalibrationProfile | None = None) -> np.ndarray:
+    """Predicted duration (s) of every GPU op of ``rg`` on ``accelerator``.
+
+    Args:
+        rg: one rank's execution graph (``load_trace(...).ranks[i]``).
+        accelerator: target catalog accelerator (``load_catalog().accelerator("h100-sxm5")``).
+        profile: calibration profile (:func:`cosim.models.load_profile`); None picks the bundled
+            profile of ``accelerator``, else the H100 profile predicted cross-GPU.
+
+    Returns:
+        float64 array, one entry per ``rg.gpu_ops`` row: seconds, NaN for communication
+        kernels (class COLLECTIVE), which the engine simulates or keeps measured.
+    """
+    return predict_features(extract_features(rg), accelerator, profile).dur

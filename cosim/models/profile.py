@@ -1,0 +1,202 @@
+"""Calibration profiles: fitted kernel-model parameters with provenance, as YAML.
+
+A profile holds, per model class (``gemm``, ``attention``, ``elementwise``, ...)
+and per key (``default`` or a dtype such as ``bf16``), the parameters of
+:mod:`cosim.models.calibrated`, plus where they came from (GPU, source traces or
+microbenchmark, torch version, date, in-sample fit errors) and ``inputs_hash``, a
+SHA-256 of the fit inputs that keys the cache (``cosim calibrate`` skips a fit
+whose hash matches the existing output). Layout::
+
+    schema: cosim.profile/1
+    name: h100-sxm5
+    accelerator: h100-sxm5          # catalog id the fit was made on
+    provenance: {gpu: ..., sources: [...], torch_version: ..., date: ..., inputs_hash: ...}
+    fit_errors: {gemm: {n: 169, mape: 0.07}, ...}
+    models:
+      gemm: {default: {efficiency: 0.8, tile_overhead_s: 1.0e-6, ...}, bf16: {...}}
+      elementwise: {default: {efficiency: 0.6, floor_s: 2.0e-6}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cosim.errors import CosimInputError
+from cosim.models.calibrated import DEFAULTS, ParamsT, params_from_dict, params_to_dict
+from cosim.yamlio import input_error_at, load_yaml
+
+__all__ = ["PROFILE_SCHEMA", "CalibrationProfile", "bundled_profiles", "inputs_hash", "load_profile",
+           "profile_for"]
+
+PROFILE_SCHEMA = "cosim.profile/1"
+_DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass
+class CalibrationProfile:
+    """Fitted kernel-model parameters for one GPU model (SI units inside the parameters)."""
+
+    name: str
+    """Profile name (bundled profiles are named after their catalog accelerator)."""
+    accelerator: str
+    """Catalog id of the accelerator the fit was made on, e.g. "h100-sxm5"."""
+    models: dict[str, dict[str, ParamsT]] = field(default_factory=dict)
+    """class → key ("default" or a dtype) → parameters."""
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """gpu, sources, torch_version, date, method, inputs_hash, split."""
+    fit_errors: dict[str, dict[str, float]] = field(default_factory=dict)
+    """class → {n: samples, mape: in-sample mean absolute percentage error (fraction)}."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("name must not be empty")
+        if not self.accelerator:
+            raise ValueError("accelerator must name a catalog accelerator")
+
+    def params(self, cls: str, dtype: str = "") -> ParamsT:
+        """Parameters of class ``cls`` for ``dtype``: the dtype's fit, else the class default, else
+        (grouped GEMM) the GEMM fit, else the uncalibrated :data:`DEFAULTS`."""
+        by = self.models.get(cls)
+        if by:
+            if dtype and dtype in by:
+                return by[dtype]
+            if "default" in by:
+                return by["default"]
+        if cls == "grouped_gemm":
+            return self.params("gemm", dtype)
+        if cls.startswith("memcpy_dtod") and "elementwise" in self.models:
+            return self.params("elementwise")
+        return DEFAULTS.get(cls, DEFAULTS["other"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (what :meth:`save` writes)."""
+        return {
+            "schema": PROFILE_SCHEMA,
+            "name": self.name,
+            "accelerator": self.accelerator,
+            "provenance": self.provenance,
+            "fit_errors": self.fit_errors,
+            "models": {c: {k: params_to_dict(p) for k, p in sorted(by.items())} for c, by in sorted(self.models.items())},
+        }
+
+    def save(self, path: str | Path) -> None:
+        """Write the profile as YAML (atomically)."""
+        from cosim.fileio import atomic_open
+
+        with atomic_open(path, "w") as fh:
+            fh.write(f"# cosim calibration profile ({PROFILE_SCHEMA}); see docs/MODELS.md\n")
+            yaml.safe_dump(_plain(self.to_dict()), fh, sort_keys=False, default_flow_style=False, width=120)
+
+    @classmethod
+    def from_dict(cls, data: Any, file: str | Path | None = None) -> CalibrationProfile:
+        """Validate plain data; a problem raises a one-line :class:`CosimInputError` naming the field."""
+        if not isinstance(data, dict):
+            raise CosimInputError("a calibration profile must be a YAML mapping", file=file)
+        if data.get("schema") != PROFILE_SCHEMA:
+            raise input_error_at(data, ["schema"], f"expected schema {PROFILE_SCHEMA!r}, got {data.get('schema')!r}",
+                                 file)
+        allowed = {"schema", "name", "accelerator", "provenance", "fit_errors", "models"}
+        for key in data:
+            if key not in allowed:
+                raise input_error_at(data, [key], f"unknown key; known: {', '.join(sorted(allowed))}", file)
+        for key in ("name", "accelerator"):
+            if not isinstance(data.get(key), str) or not data.get(key):
+                raise input_error_at(data, [key], "required: a non-empty string", file)
+        from cosim.catalog import load_catalog
+
+        try:
+            load_catalog().accelerator(data["accelerator"])
+        except CosimInputError as exc:
+            raise input_error_at(data, ["accelerator"], exc.message, file) from None
+        models_raw = data.get("models") or {}
+        if not isinstance(models_raw, dict):
+            raise input_error_at(data, ["models"], "must be a mapping class -> key -> parameters", file)
+        known = set(DEFAULTS)
+        models: dict[str, dict[str, ParamsT]] = {}
+        for c, by in models_raw.items():
+            if c not in known:
+                raise input_error_at(data, ["models", c], f"unknown model class; known: {', '.join(sorted(known))}",
+                                     file)
+            if not isinstance(by, dict):
+                raise input_error_at(data, ["models", c], "must map 'default' or a dtype to parameters", file)
+            models[c] = {}
+            for key, p in by.items():
+                if not isinstance(p, dict):
+                    raise input_error_at(data, ["models", c, key], "parameters must be a mapping", file)
+                try:
+                    models[c][str(key)] = params_from_dict(c, p)
+                except (ValueError, TypeError) as exc:
+                    raise input_error_at(data, ["models", c, key], str(exc), file) from None
+        prov = data.get("provenance") or {}
+        errs = data.get("fit_errors") or {}
+        if not isinstance(prov, dict) or not isinstance(errs, dict):
+            raise input_error_at(data, ["provenance"], "provenance and fit_errors must be mappings", file)
+        return cls(name=data["name"], accelerator=data["accelerator"], models=models,
+                   provenance=_plain(prov), fit_errors=_plain(errs))
+
+
+def _plain(obj: Any) -> Any:
+    """LocDict/LocList/numpy → plain Python for YAML."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, str):
+        return str(obj)
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        return obj.item()
+    return obj
+
+
+def bundled_profiles() -> list[str]:
+    """Names of the profiles shipped in ``cosim/models/data`` (usable as ``load_profile(name)``)."""
+    return sorted(p.stem for p in _DATA.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> CalibrationProfile:
+    """A bundled profile by name (e.g. "h100-sxm5") or a profile YAML file.
+
+    Raises :class:`CosimInputError` (one line) on an unknown name or a bad file.
+    """
+    p = Path(name_or_path)
+    if not p.suffix and not p.exists():
+        cand = _DATA / f"{name_or_path}.yaml"
+        if not cand.exists():
+            raise CosimInputError(f"unknown calibration profile {str(name_or_path)!r}; bundled: "
+                                  f"{', '.join(bundled_profiles()) or 'none'} (or give a .yaml file)")
+        p = cand
+    data = load_yaml(p)
+    return CalibrationProfile.from_dict(data, file=p)
+
+
+def profile_for(accelerator_name: str) -> CalibrationProfile | None:
+    """The bundled profile fitted on the accelerator with display name ``accelerator_name``, if any."""
+    from cosim.catalog import load_catalog
+
+    cat = load_catalog()
+    for name in bundled_profiles():
+        prof = load_profile(name)
+        try:
+            if cat.accelerator(prof.accelerator).name == accelerator_name:
+                return prof
+        except CosimInputError:
+            continue
+    return None
+
+
+def inputs_hash(parts: list[Any]) -> str:
+    """SHA-256 (hex, 16 chars) of the fit inputs: file paths with sizes and mtimes, options, code version."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, (str, Path)) and Path(part).is_file():
+            st = Path(part).stat()
+            h.update(f"{Path(part).resolve()}|{st.st_size}|{int(st.st_mtime)}".encode())
+        else:
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,407 @@
+"""The run report (report.html of ``cosim run`` / ``cosim replay``).
+
+One offline page: a headline sentence naming the bottleneck, the summary with
+units, the step-time breakdown, the utilization of every resource (GPU streams,
+SM share, copy engines, host threads, every link of the fabric), the composition
+of the critical path, the top stress points, a downsampled timeline of one step
+of rank 0 and the hardware (topology figures, parts, power).
+
+Resource utilization is the busy time (union of op intervals) of a GPU stream /
+host thread over the step window of its rank (the same window as the
+breakdown), divided by the window. Link figures come from the fabric model
+(``summary["links"]``, only with simulated collectives): bytes, busy time and
+average load (bytes / (capacity x simulated time)).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosim.report.hardware import hardware_totals, link_kinds
+from cosim.report.html import Page, fmt_pct, fmt_time
+
+__all__ = ["headline", "run_report_data", "run_report_html", "write_run_report"]
+
+BREAKDOWN_LABELS = {
+    "compute": "compute (kernels run)",
+    "exposed_communication": "exposed communication",
+    "memcpy": "memcpy / memset only",
+    "host_bound_gpu_idle": "GPU idle waiting for launches (host-bound)",
+    "other_idle": "GPU idle waiting on peers / dependencies",
+}
+_COLORS = {"compute": "#2ca02c", "exposed_communication": "#d62728", "memcpy": "#9467bd",
+           "host_bound_gpu_idle": "#ff7f0e", "other_idle": "#7f7f7f"}
+_HEAD = {
+    "compute": "compute-bound: kernels run {p} of the step",
+    "exposed_communication": "communication-bound: exposed communication {p} of the step",
+    "memcpy": "copy-bound: memcpy/memset alone {p} of the step",
+    "host_bound_gpu_idle": "host-bound: GPU idle waiting for launches {p} of the step",
+    "other_idle": "dependency-bound: GPU idle waiting on peers or dependencies {p} of the step",
+}
+
+
+def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if s.size == 0:
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    run_max = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run_max[:-1]
+    idx = np.nonzero(new)[0]
+    return s[idx], np.append(run_max[idx[1:] - 1], run_max[-1])
+
+
+def _busy(s: np.ndarray, e: np.ndarray, a: float, b: float) -> float:
+    ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
+    ms, me = _merge(np.clip(s[ok], a, b), np.clip(e[ok], a, b))
+    return float((me - ms).sum())
+
+
+def _window(rg: Any, run: Any) -> tuple[float, float, int, tuple[float, float]]:
+    """(a, b, n_periods, one-step window) of a rank's simulated step."""
+    from cosim.replay.summary import step_times
+
+    G = rg.gpu_ops
+    st = step_times(G.step, run.gpu_start, run.gpu_end)
+    a, b = st["window"]
+    n = st["n_periods"]
+    if not (math.isfinite(a) and math.isfinite(b) and b > a):
+        vals = np.concatenate([run.gpu_start, run.gpu_end, run.host_start, run.host_end]) if len(G) or len(
+            rg.host_ops) else np.zeros(2)
+        vals = vals[np.isfinite(vals)]
+        a, b, n = (float(vals.min()), float(vals.max()), 1) if vals.size else (0.0, 1.0, 1)
+    one = (a, b)
+    if st["first"].size >= 2:
+        one = (float(st["first"][0]), float(st["first"][1]))
+    return a, b, n, one
+
+
+def _thread_label(rg: Any, t: int) -> str:
+    th = rg.threads
+    try:
+        nm = int(th.name[t])
+        name = rg.strings[nm] if nm >= 0 else ""
+        tid = int(th.tid[t])
+    except (IndexError, AttributeError):
+        name, tid = "", t
+    if name and str(tid) in name:
+        return name
+    return f"thread {tid}" + (f" ({name})" if name else "")
+
+
+def _rank_resources(rg: Any, run: Any) -> list[dict[str, Any]]:
+    from cosim.replay.program import is_comm
+    from cosim.workload.graph import GpuKind, OpClass
+
+    a, b, n, _ = _window(rg, run)
+    span = b - a
+    G, H = rg.gpu_ops, rg.host_ops
+    out: list[dict[str, Any]] = []
+    r = int(rg.rank)
+
+    def add(name: str, kind: str, busy: float) -> None:
+        out.append({"rank": r, "resource": f"rank{r} {name}", "kind": kind, "busy_s_per_step": busy / n,
+                    "share": busy / span if span > 0 else 0.0})
+
+    if len(G):
+        s, e = run.gpu_start, run.gpu_end
+        cls = G.cls
+        comm = is_comm(cls)
+        copy = (G.kind != GpuKind.KERNEL) | (cls == OpClass.MEMCPY) | (cls == OpClass.MEMSET)
+        comp = ~comm & ~copy
+        for dev in np.unique(G.device):
+            on = G.device == dev
+            add(f"GPU{int(dev)} SM (compute kernels)", "sm", _busy(s[on & comp], e[on & comp], a, b))
+            if (on & comm).any():
+                add(f"GPU{int(dev)} communication kernels", "comm", _busy(s[on & comm], e[on & comm], a, b))
+            if (on & copy).any():
+                add(f"GPU{int(dev)} copy engines (memcpy/memset)", "copy", _busy(s[on & copy], e[on & copy], a, b))
+            for st in np.unique(G.stream[on]):
+                m = on & (G.stream == st)
+                add(f"GPU{int(dev)} stream {int(st)}", "stream", _busy(s[m], e[m], a, b))
+    if len(H):
+        for t in np.unique(H.thread):
+            m = H.thread == t
+            add(f"host {_thread_label(rg, int(t))}", "host_thread", _busy(run.host_start[m], run.host_end[m], a, b))
+    return out
+
+
+def _elapsed(result: Any) -> float:
+    hi = 0.0
+    for run in result.runs:
+        for arr in (run.gpu_end, run.host_end):
+            v = arr[np.isfinite(arr)]
+            if v.size:
+                hi = max(hi, float(v.max()))
+    return hi
+
+
+def run_report_data(result: Any) -> dict[str, Any]:
+    """Everything the run report shows, JSON-ready (schema ``cosim.run-report/1``)."""
+    s = result.summary()
+    topo = result.topology
+    res = []
+    for rg, run in zip(result.graph.ranks, result.runs):
+        res.extend(_rank_resources(rg, run))
+    kinds = link_kinds(topo) if topo is not None else {}
+    elapsed = _elapsed(result)
+    links = []
+    for lk in s.get("links") or []:
+        e = topo.graph.edges[lk["src"], lk["dst"]] if topo is not None and topo.graph.has_edge(lk["src"], lk["dst"]) else {}
+        lt = e.get("link", "?")
+        links.append({**lk, "link": lt, "kind": kinds.get(lt, "?"),
+                      "busy_share": (lk.get("busy_time_s", 0.0) / elapsed) if elapsed > 0 else 0.0})
+    links.sort(key=lambda x: (-(x.get("utilization") or 0.0), -(x.get("bytes") or 0.0)))
+    # per link type present in the topology, used or not
+    types: dict[str, dict[str, Any]] = {}
+    if topo is not None:
+        for _u, _v, e in topo.graph.edges(data=True):
+            t = types.setdefault(e.get("link", "?"), {"link": e.get("link", "?"), "kind": kinds.get(e.get("link"), "?"),
+                                                      "directed_links": 0, "with_traffic": 0, "bytes": 0.0,
+                                                      "max_utilization": 0.0, "max_busy_share": 0.0})
+            t["directed_links"] += 1
+        for lk in links:
+            t = types.get(lk["link"])
+            if t is None:
+                continue
+            t["with_traffic"] += 1
+            t["bytes"] += lk.get("bytes") or 0.0
+            t["max_utilization"] = max(t["max_utilization"], lk.get("utilization") or 0.0)
+            t["max_busy_share"] = max(t["max_busy_share"], lk["busy_share"])
+    stress = [{"what": r["resource"], "kind": r["kind"], "share": r["share"]} for r in res]
+    stress += [{"what": f"link {lk['src']} -> {lk['dst']} ({lk['link']})", "kind": f"link:{lk['kind']}",
+                "share": lk["busy_share"], "utilization": lk.get("utilization")} for lk in links]
+    stress.sort(key=lambda x: -x["share"])
+    hw = hardware_totals(topo) if topo is not None else None
+    return {"schema": "cosim.run-report/1", "headline": headline(s), "step_time_s": s.get("step_time_s"),
+            "breakdown": s.get("breakdown"), "critical_path": s.get("critical_path"), "resources": res,
+            "links": links, "link_types": sorted(types.values(), key=lambda t: t["link"]),
+            "stress_points": stress[:12], "simulated_time_s": elapsed, "hardware": hw,
+            "figures": topo.figures() if topo is not None else None}
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """One sentence naming the step time and the bottleneck, e.g.
+    "Step 90.6 ms, host-bound: GPU idle waiting for launches 69% of the step"."""
+    st = summary.get("step_time_s")
+    bd = summary.get("breakdown") or {}
+    if not st or not bd:
+        return f"Step {fmt_time(st)}: no GPU step to break down"
+    key = max(bd, key=lambda k: bd[k])
+    text = f"Step {fmt_time(st)}, " + _HEAD.get(key, key + " {p}").format(p=fmt_pct(bd[key] / st))
+    cp = summary.get("critical_path") or {}
+    br = cp.get("by_resource") or {}
+    tot = sum(br.values())
+    if cp.get("bound") and tot > 0:
+        text += f"; critical path: {fmt_pct(br[cp['bound']] / tot)} on {cp['bound'].replace('_', ' ')}"
+    return text
+
+
+def _bar_breakdown(bd: dict[str, float], title: str) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for k, v in bd.items():
+        fig.add_trace(go.Bar(y=["step"], x=[v * 1e3], name=BREAKDOWN_LABELS.get(k, k), orientation="h",
+                             marker_color=_COLORS.get(k), hovertemplate="%{x:.3f} ms<extra>" + k + "</extra>"))
+    fig.update_layout(barmode="stack", title=title, xaxis_title="time per step (ms)", height=230,
+                      margin=dict(l=60, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.45))
+    return fig
+
+
+def _hbar(labels: list[str], values: list[float], title: str, xtitle: str, colors: list[str] | None = None,
+          height: int | None = None, pct: bool = True) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Bar(y=labels[::-1], x=values[::-1], orientation="h",
+                           marker_color=(colors[::-1] if colors else "#1f77b4"),
+                           text=[fmt_pct(v / 100, 1) if pct else f"{v:.3g}" for v in values[::-1]],
+                           textposition="auto"))
+    fig.update_layout(title=title, xaxis_title=xtitle, height=height or max(220, 26 * len(labels) + 90),
+                      margin=dict(l=20, r=20, t=50, b=40))
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
+_KIND_COLORS = {"sm": "#2ca02c", "stream": "#98df8a", "comm": "#d62728", "copy": "#9467bd",
+                "host_thread": "#ff7f0e"}
+
+
+def _timeline(result: Any, bins: int = 300) -> Any | None:
+    """Heatmap of busy fraction per track (host threads, GPU streams) over one step of rank 0."""
+    import plotly.graph_objects as go
+
+    if not result.graph.ranks:
+        return None
+    rg, run = result.graph.ranks[0], result.runs[0]
+    _, _, _, (a, b) = _window(rg, run)
+    if not b > a:
+        return None
+    edges = np.linspace(a, b, bins + 1)
+    tracks: list[tuple[str, np.ndarray, np.ndarray]] = []
+    H, G = rg.host_ops, rg.gpu_ops
+    for t in np.unique(H.thread) if len(H) else []:
+        m = H.thread == t
+        tracks.append((f"host {_thread_label(rg, int(t))}", run.host_start[m], run.host_end[m]))
+    if len(G):
+        for dev in np.unique(G.device):
+            for st in np.unique(G.stream[G.device == dev]):
+                m = (G.device == dev) & (G.stream == st)
+                tracks.append((f"GPU{int(dev)} stream {int(st)}", run.gpu_start[m], run.gpu_end[m]))
+    z, names = [], []
+    width = (b - a) / bins
+    for name, s, e in tracks:
+        ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
+        ms, me = _merge(np.clip(s[ok], a, b), np.clip(e[ok], a, b))
+        if ms.size == 0:
+            z.append(np.zeros(bins))
+        else:
+            cum = np.clip(edges[:, None] - ms[None, :], 0, (me - ms)[None, :]).sum(axis=1)
+            z.append(np.diff(cum) / width)
+        names.append(name)
+    x = (edges[:-1] + edges[1:]) / 2
+    fig = go.Figure(go.Heatmap(z=np.array(z), x=(x - a) * 1e3, y=names, colorscale="Blues", zmin=0, zmax=1,
+                               colorbar=dict(title="busy"),
+                               hovertemplate="%{y}<br>t=%{x:.3f} ms<br>busy %{z:.0%}<extra></extra>"))
+    fig.update_layout(title=f"Timeline of one step, rank {int(rg.rank)} ({fmt_time(b - a)}; "
+                            f"{bins} bins of {fmt_time(width)}, shade = busy fraction)",
+                      xaxis_title="time since step start (ms)", height=max(220, 40 * len(names) + 110),
+                      margin=dict(l=20, r=20, t=50, b=40))
+    fig.update_yaxes(automargin=True, autorange="reversed")
+    return fig
+
+
+def _gbps(x: float | None) -> str:
+    return "n/a" if x is None else f"{x / 1e9:.4g} GB/s"
+
+
+def run_report_html(result: Any, title: str | None = None) -> str:
+    """The run report page for ``result`` (a :class:`cosim.replay.ReplayResult`)."""
+    from cosim import units
+
+    s = result.summary()
+    d = run_report_data(result)
+    name = title or f"cosim run report: {s.get('topology') or ''}"
+    page = Page(name)
+    page.h1(name, sub=" ".join(s.get("sources") or []))
+    page.headline(d["headline"])
+    st = s.get("step_time_s")
+    # --- summary
+    page.h2("Summary")
+    rows = [["simulated step time", fmt_time(st)],
+            ["measured step time (trace)", fmt_time(s.get("measured_step_time_s"))],
+            ["error vs measured", fmt_pct(s.get("error"), 1) if s.get("error") is not None else "n/a"],
+            ["steps per second", f"{1 / st:.4g} /s" if st else "n/a"],
+            ["topology", str(s.get("topology"))],
+            ["ranks", str(len(s.get("ranks") or []))],
+            ["collectives", str((s.get("config") or {}).get("collectives"))],
+            ["critical path bound", str((s.get("critical_path") or {}).get("bound"))],
+            ["simulation wall time", fmt_time(s.get("sim_wall_s"))]]
+    page.table(["quantity", "value"], rows, left=1)
+    for n in s.get("notes") or []:
+        page.p("note: " + n, "note")
+    # --- breakdown
+    bd = s.get("breakdown") or {}
+    page.h2("Step-time breakdown (slowest rank)")
+    if st:
+        page.fig(_bar_breakdown(bd, f"Where the {fmt_time(st)} step goes"))
+        page.table(["category", "time per step", "share of step"],
+                   [[BREAKDOWN_LABELS.get(k, k), fmt_time(v), fmt_pct(v / st, 1)] for k, v in bd.items()])
+        per_rank = [[f"rank {r['rank']}", fmt_time(r.get("step_time_s")),
+                     *(fmt_pct((r["breakdown"][k] / r["step_time_s"]) if r.get("step_time_s") else None)
+                       for k in bd)] for r in s.get("ranks") or []]
+        page.table(["rank", "step time", *bd.keys()], per_rank)
+    # --- stress points
+    page.h2("Top stress points")
+    page.p("Most loaded resources and links: busy share of the step window (GPU streams, SM, copy engines, host "
+           "threads) or of the simulated time (links). A host thread near 100% with the GPU idle means host-bound.",
+           "note")
+    sp = d["stress_points"][:10]
+    if sp:
+        page.fig(_hbar([x["what"] for x in sp], [x["share"] * 100 for x in sp], "Busiest resources",
+                       "busy share (%)", [_KIND_COLORS.get(x["kind"], "#1f77b4") for x in sp]))
+    # --- utilization
+    page.h2("Utilization of every resource")
+    res = d["resources"]
+    page.table(["resource", "kind", "busy per step", "busy share of step"],
+               [[r["resource"], r["kind"], fmt_time(r["busy_s_per_step"]), fmt_pct(r["share"], 1)] for r in res])
+    if res:
+        top = sorted(res, key=lambda r: -r["share"])[:30]
+        page.fig(_hbar([r["resource"] for r in top], [r["share"] * 100 for r in top],
+                       "GPU streams, SM, copy engines and host threads", "busy share of step window (%)",
+                       [_KIND_COLORS.get(r["kind"], "#1f77b4") for r in top]))
+    page.h2("Links (PCIe, NVLink, NIC, fabric)")
+    if d["link_types"]:
+        page.table(["link type", "kind", "directed links", "with traffic", "bytes", "max avg load", "max busy share"],
+                   [[t["link"], t["kind"], t["directed_links"], t["with_traffic"], units.fmt_size(t["bytes"]),
+                     fmt_pct(t["max_utilization"], 3), fmt_pct(t["max_busy_share"], 2)] for t in d["link_types"]])
+    if d["links"]:
+        lk = d["links"][:24]
+        page.fig(_hbar([f"{x['src']}->{x['dst']} ({x['link']})" for x in lk], [x["busy_share"] * 100 for x in lk],
+                       "Busiest directed links", "busy share of simulated time (%)"))
+        page.table(["link", "type", "capacity", "bytes", "busy time", "busy share", "avg load", "peak flows"],
+                   [[f"{x['src']} -> {x['dst']}", x["link"], _gbps(x.get("capacity_Bps")), units.fmt_size(x["bytes"]),
+                     fmt_time(x.get("busy_time_s")), fmt_pct(x["busy_share"], 2), fmt_pct(x.get("utilization"), 3),
+                     x.get("peak_flows")] for x in lk])
+    else:
+        page.p("No link traffic recorded: collectives used their measured durations (run with "
+               "--collectives simulated to put them on the fabric).", "note")
+    # --- critical path
+    cp = s.get("critical_path") or {}
+    page.h2("Critical path")
+    br = cp.get("by_resource") or {}
+    if br:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        bc = cp.get("by_class") or {}
+        fig = make_subplots(rows=1, cols=2, subplot_titles=("by resource", "by GPU op class"))
+        fig.add_trace(go.Bar(x=list(br), y=[v * 1e3 for v in br.values()], marker_color="#1f77b4"), 1, 1)
+        fig.add_trace(go.Bar(x=list(bc), y=[v * 1e3 for v in bc.values()], marker_color="#17becf"), 1, 2)
+        fig.update_layout(title=f"Critical path composition ({fmt_time(cp.get('total_s'))} per step)",
+                          showlegend=False, height=340, margin=dict(l=50, r=20, t=70, b=60))
+        fig.update_yaxes(title_text="ms per step")
+        page.fig(fig)
+        page.table(["top op on the critical path", "time per step"],
+                   [[o["name"], fmt_time(o["time_s"])] for o in cp.get("top_ops") or []])
+    # --- timeline
+    page.h2("Timeline overview")
+    tl = _timeline(result)
+    if tl is not None:
+        page.fig(tl)
+    # --- hardware
+    page.h2("Hardware")
+    f = d.get("figures") or {}
+    if f:
+        page.table(["figure", "value"], [
+            ["topology", f.get("name")], ["host nodes", f.get("nodes")], ["GPUs", f.get("gpus")],
+            ["GPUs per node", f.get("gpus_per_node")], ["NVLink domain (GPUs)", f.get("nvlink_domain_gpus")],
+            ["scale-up bandwidth per GPU (per direction)", _gbps(f.get("per_gpu_scale_up_bw_Bps"))],
+            ["scale-out bandwidth per GPU (per direction)", _gbps(f.get("per_gpu_scale_out_bw_Bps"))],
+            ["host (PCIe) bandwidth per GPU (per direction)", _gbps(f.get("per_gpu_host_bw_Bps"))],
+            ["bisection bandwidth", _gbps(f.get("bisection_bw_Bps"))],
+            ["devices", ", ".join(f"{k} x{v}" for k, v in (f.get("devices") or {}).items())],
+            ["physical links", ", ".join(f"{k} x{v}" for k, v in (f.get("links") or {}).items())]])
+    hw = d.get("hardware")
+    if hw:
+        page.table(["part", "catalog id", "count", "TDP", "price"],
+                   [[p["name"], p["spec"], p["count"], f"{p['tdp_W']:.0f} W" if p["tdp_W"] is not None else "n/a",
+                     f"${p['price_usd']:,.0f}" if p["price_usd"] is not None else "n/a"] for p in hw["parts"]])
+        page.p(f"Total TDP of GPUs, CPUs and NICs: {hw['power_W']:.0f} W"
+               + (f" (no TDP in the catalog for {', '.join(hw['missing_power'])})" if hw["missing_power"] else "")
+               + (f"; cost ${hw['cost_usd']:,.0f}" if hw["cost_usd"] is not None else "") + ".", "note")
+    return page.render()
+
+
+def write_run_report(result: Any, path: str | Path, title: str | None = None) -> Path:
+    """Write the run report of ``result`` to ``path`` (atomically); returns the path."""
+    from cosim.fileio import write_text
+
+    p = Path(path)
+    write_text(p, run_report_html(result, title))
+    return p

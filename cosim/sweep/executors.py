@@ -1,0 +1,86 @@
+"""Executors a sweep runs on. The sweep itself depends only on
+:class:`concurrent.futures.Executor`; this module makes one.
+
+* ``local`` (default): a process pool of ``workers`` processes; ``workers=1``
+  runs the points one by one in this process (no pool, nothing to pickle).
+* ``dask``: a Dask distributed client. With ``scheduler`` it connects to a
+  running scheduler (``tcp://host:8786``), e.g. one started on a SLURM cluster
+  by dask-jobqueue (see docs/STUDIES.md); without it, it starts an in-process
+  ``LocalCluster`` (threads, dashboard off). The executor is
+  ``client.get_executor()``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from cosim.errors import CosimInputError
+
+__all__ = ["EXECUTORS", "InlineExecutor", "make_executor"]
+
+EXECUTORS = ("local", "dask")
+
+
+class InlineExecutor(Executor):
+    """Runs each submitted call at once in the calling thread (a one-worker 'pool')."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:  # type: ignore[override]
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # KeyboardInterrupt / SystemExit propagate: the sweep stops
+            fut.set_exception(exc)
+        return fut
+
+
+def default_workers() -> int:
+    """Worker count when none is given: the CPUs this process may use."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+@contextmanager
+def make_executor(kind: str = "local", workers: int | None = None, scheduler: str | None = None) -> Iterator[Executor]:
+    """Yield a ``concurrent.futures.Executor`` of ``kind`` (see the module doc); closes it on exit."""
+    if kind not in EXECUTORS:
+        raise CosimInputError(f"unknown executor {kind!r}; known: {', '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise CosimInputError(f"--workers must be >= 1, got {workers}")
+    if kind == "local":
+        if scheduler:
+            raise CosimInputError("--scheduler needs --executor dask")
+        n = workers or default_workers()
+        if n == 1:
+            yield InlineExecutor()
+            return
+        with ProcessPoolExecutor(max_workers=n) as ex:
+            yield ex
+        return
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover - dask is a dependency
+        raise CosimInputError("--executor dask needs dask[distributed]: pip install 'dask[distributed]'") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except OSError as exc:
+            raise CosimInputError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+        try:
+            yield client.get_executor()
+        finally:
+            client.close()
+        return
+    cluster = LocalCluster(n_workers=1, threads_per_worker=workers or default_workers(), processes=False,
+                           dashboard_address=None)
+    client = Client(cluster)
+    try:
+        yield client.get_executor()
+    finally:
+        client.close()
+        cluster.close()

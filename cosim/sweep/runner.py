@@ -1,0 +1,251 @@
+"""Run the points of a sweep on an executor, one folder per point.
+
+Layout of a sweep's output folder ``DIR``::
+
+    DIR/sweep.json              the spec as run (base, fixed sets, parameters, points)
+    DIR/points/<key>/point.json the point's parameters and the sets it ran with
+    DIR/points/<key>/scenario.yaml, summary.json   as written by `cosim run`
+    DIR/points/<key>/result.json   the point's row of results.csv; written last: the point is finished
+    DIR/points/<key>/error.json    instead of result.json when the point failed (retried on the next run)
+    DIR/results.csv  (+ results.parquet when pyarrow is importable)
+    DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep)
+
+``<key>`` is a content hash of the resolved base scenario and the point's sets,
+so a rerun (after a crash, a kill, or with more points added) skips every
+finished point and computes only the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cosim.fileio import write_json, write_text
+
+__all__ = ["POINT_SCHEMA", "SweepResult", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
+
+POINT_SCHEMA = "cosim.sweep-point/1"
+METRIC_COLUMNS = ("step_time_s", "steps_per_s", "compute_s", "exposed_communication_s", "memcpy_s",
+                  "host_bound_gpu_idle_s", "other_idle_s", "bound", "max_link_utilization", "power_W", "cost_usd",
+                  "gpus", "wall_s")
+
+
+@dataclass
+class SweepResult:
+    """What a sweep run did: one row per point (in point order) and counts."""
+
+    out: Path
+    rows: list[dict[str, Any]]
+    parameters: list[str]
+    computed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (for ``--json``)."""
+        return {"schema": "cosim.sweep/1", "out": str(self.out), "points": len(self.rows),
+                "computed": self.computed, "skipped": self.skipped, "failed": self.failed,
+                "parameters": self.parameters, "files": {k: str(v) for k, v in self.files.items()},
+                "rows": self.rows}
+
+
+def _base_fingerprint(base: str) -> dict[str, Any]:
+    from cosim.scenario import load_scenario
+
+    scn = load_scenario(base)
+    d = scn.model_dump(mode="json")
+    d.pop("source_file", None)
+    d["_base_dir"] = str(Path(scn.source_file).resolve().parent) if scn.source_file else None
+    return d
+
+
+def point_key(base_fingerprint: dict[str, Any], sets: dict[str, str]) -> str:
+    """Content hash (16 hex digits) of a base scenario and a point's sets."""
+    blob = json.dumps({"schema": POINT_SCHEMA, "base": base_fingerprint, "sets": dict(sorted(sets.items()))},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def summary_row(summary: dict[str, Any], topo: Any = None) -> dict[str, Any]:
+    """The metric columns of results.csv from a summary (and the topology, for power and cost)."""
+    st = summary.get("step_time_s")
+    bd = summary.get("breakdown") or {}
+    links = summary.get("links") or []
+    row: dict[str, Any] = {
+        "step_time_s": st,
+        "steps_per_s": (1.0 / st) if st else None,
+        "compute_s": bd.get("compute"),
+        "exposed_communication_s": bd.get("exposed_communication"),
+        "memcpy_s": bd.get("memcpy"),
+        "host_bound_gpu_idle_s": bd.get("host_bound_gpu_idle"),
+        "other_idle_s": bd.get("other_idle"),
+        "bound": (summary.get("critical_path") or {}).get("bound"),
+        "max_link_utilization": max((lk.get("utilization") or 0.0 for lk in links), default=None),
+    }
+    if topo is not None:
+        from cosim.report.hardware import hardware_totals
+
+        hw = hardware_totals(topo)
+        row.update(power_W=hw["power_W"], cost_usd=hw["cost_usd"], gpus=hw["gpus"])
+    return row
+
+
+def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one point (base scenario + sets) and write its folder; returns its row.
+
+    Errors in the point (bad input, a failing replay) are recorded in
+    ``error.json`` and returned as a row with ``status: error``; they do not
+    raise. KeyboardInterrupt and SystemExit do raise (the sweep stops; the
+    point's folder has no result.json, so a rerun computes it).
+    """
+    import yaml
+
+    from cosim.errors import CosimError
+    from cosim.scenario import load_scenario, run_scenario
+    from cosim.sweep.cache import process_cache
+
+    out = Path(out_dir)
+    row: dict[str, Any] = {"key": out.name, **(params or {})}
+    write_json(out / "point.json", {"schema": POINT_SCHEMA, "base": base, "params": params or {}, "sets": sets})
+    t0 = time.perf_counter()
+    try:
+        scn, result = run_scenario(load_scenario(base), dict(sets), cache=process_cache())
+        resolved = scn.model_dump(mode="json")
+        resolved["replay_config"] = result.config.to_dict()
+        write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        result.write(out, timeline=False)
+        row.update(summary_row(result.summary(), result.topology))
+        row.update(status="ok", error="", wall_s=time.perf_counter() - t0)
+        (out / "error.json").unlink(missing_ok=True)
+        write_json(out / "result.json", row)
+    except (CosimError, ValueError, KeyError, RuntimeError, ArithmeticError, OSError) as exc:
+        msg = str(exc) if isinstance(exc, CosimError) else f"{type(exc).__name__}: {exc}"
+        row.update(status="error", error=msg.splitlines()[0] if msg else type(exc).__name__,
+                   wall_s=time.perf_counter() - t0)
+        write_json(out / "error.json", {**row, "traceback": traceback.format_exc()})
+    return row
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _write_tables(out: Path, rows: list[dict[str, Any]], params: Sequence[str]) -> dict[str, Path]:
+    cols = ["key", "status", *params, *METRIC_COLUMNS, "error"]
+    for r in rows:
+        for k in r:
+            if k not in cols:
+                cols.append(k)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if _clean(r.get(k)) is None else r.get(k)) for k in cols})
+    files = {"csv": out / "results.csv"}
+    write_text(files["csv"], buf.getvalue())
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return files
+    table = pa.table({c: [None if _clean(r.get(c)) is None else (str(r[c]) if c in params else r[c]) for r in rows]
+                      for c in cols})
+    files["parquet"] = out / "results.parquet"
+    from cosim.fileio import atomic_open
+
+    with atomic_open(files["parquet"], "wb") as fh:
+        pq.write_table(table, fh)
+    return files
+
+
+def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, executor: Executor | None = None, *,
+               fixed: dict[str, str] | None = None, progress: bool = True, label: str = "sweep",
+               meta: dict[str, Any] | None = None, report: bool = True) -> SweepResult:
+    """Run ``points`` (parameter dicts) on top of ``base`` + ``fixed`` sets; skip finished ones.
+
+    Writes ``out/points/<key>/``, ``out/results.csv`` (+ Parquet) and, with
+    ``report``, ``out/report.html``. ``executor`` defaults to running in this
+    process, one point after another.
+    """
+    from tqdm import tqdm
+
+    from cosim.sweep.executors import InlineExecutor
+
+    out = Path(out)
+    fixed = dict(fixed or {})
+    fp = _base_fingerprint(base)
+    params = list(dict.fromkeys(k for p in points for k in p))
+    keys = [point_key(fp, {**fixed, **p}) for p in points]
+    write_json(out / "sweep.json", {"schema": "cosim.sweep/1", "label": label, "base": base, "fixed": fixed,
+                                    "parameters": params, "points": [{"key": k, "params": p}
+                                                                     for k, p in zip(keys, points)],
+                                    **(meta or {})})
+    rows: dict[str, dict[str, Any]] = {}
+    todo: list[tuple[str, dict[str, str]]] = []
+    for k, p in zip(keys, points):
+        done = out / "points" / k / "result.json"
+        if k in rows:
+            continue
+        if done.exists():
+            try:
+                rows[k] = {**json.loads(done.read_text()), **p}
+                continue
+            except (OSError, ValueError):
+                pass
+        rows[k] = {}
+        todo.append((k, p))
+    skipped = len(points) - len(todo)
+    ex = executor or InlineExecutor()
+    bar = tqdm(total=len(points), initial=skipped, desc=label, unit="pt", file=sys.stderr, disable=not progress,
+               dynamic_ncols=True)
+    computed = failed = 0
+    try:
+        futs: dict[Future, str] = {}
+        for k, p in todo:
+            f = ex.submit(run_point, base, {**fixed, **p}, str(out / "points" / k), p)
+            futs[f] = k
+        for f in as_completed(futs):
+            k = futs[f]
+            try:
+                row = f.result()
+            except Exception as exc:  # the executor itself failed (a lost worker, a pickling error)
+                row = {"key": k, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
+            rows[k] = row
+            computed += 1
+            failed += row.get("status") != "ok"
+            bar.update(1)
+            bar.set_postfix(failed=failed)
+    finally:
+        bar.close()
+    ordered = []
+    for k, p in zip(keys, points):
+        r = rows.get(k) or {"key": k, "status": "missing"}
+        ordered.append({"key": k, **p, **{c: v for c, v in r.items() if c not in p and c != "key"}})
+    res = SweepResult(out=out, rows=ordered, parameters=params, computed=computed, skipped=skipped, failed=failed)
+    res.files = _write_tables(out, ordered, params)
+    if report:
+        from cosim.report.sweep import write_sweep_report
+
+        res.files["report"] = out / "report.html"
+        write_sweep_report(res.files["report"], ordered, params, title=f"{label}: {Path(base).stem}")
+    return res
+
+
+def run_sweep(spec: Any, out: str | Path, executor: Executor | None = None, progress: bool = True) -> SweepResult:
+    """Run a :class:`cosim.sweep.SweepSpec` into ``out`` (see the module doc)."""
+    return run_points(spec.base, spec.points(), out, executor, fixed=spec.sets, progress=progress, label=spec.name,
+                      meta={"combine": spec.combine, "source_file": spec.source_file, "seed": spec.seed})

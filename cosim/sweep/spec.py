@@ -1,0 +1,239 @@
+"""Sweep specifications: a base scenario and parameters to vary, in one YAML file.
+
+Example (``studies/nvlink-x-nic/sweep.yaml``)::
+
+    name: nvlink-x-nic
+    base: scenario.yaml            # bundled scenario name, or a scenario file (relative to this file)
+    combine: grid                  # grid | zip | random
+    set:                           # fixed overrides applied to every point (optional)
+      collectives: simulated
+    parameters:                    # dotted keys as accepted by `cosim run --set`
+      links.nvlink4.bandwidth: ["12.5 GB/s", "25 GB/s", "50 GB/s"]
+      nics.cx7-ndr400.bandwidth: ["200 Gb/s", "400 Gb/s", "800 Gb/s"]
+
+``combine: grid`` takes every combination; ``zip`` pairs the i-th values of
+equally long lists; ``random`` draws ``samples`` points (seeded by ``seed``),
+each value uniformly from its list, or from a range ``{low: "10 GB/s", high:
+"100 GB/s"}`` (optionally ``log: true``) written with one unit.
+
+Every key is checked before anything runs: scenario keys (``topology``,
+``workload``, ``projection.*``), replay knobs (``host.speed``,
+``cuda_graphs``, ...) and catalog paths (``links.nvlink4.bandwidth``) with each
+of their values. A bad key or value is one :class:`CosimInputError` naming the
+file and line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cosim.errors import CosimInputError
+from cosim.yamlio import input_error_at, load_yaml
+
+__all__ = ["COMBINE_MODES", "SweepSpec", "check_key", "expand_points", "load_sweep"]
+
+COMBINE_MODES = ("grid", "zip", "random")
+_TOP_KEYS = ("name", "description", "base", "combine", "samples", "seed", "set", "parameters")
+_SCENARIO_KEYS = ("topology", "workload")
+
+
+@dataclass
+class SweepSpec:
+    """A parsed sweep: base scenario, fixed sets and the parameter values."""
+
+    name: str
+    base: str
+    """Bundled scenario name or scenario file path (resolved against the sweep file)."""
+    parameters: dict[str, list[Any]]
+    """Key -> list of values (or a range dict for ``combine: random``)."""
+    combine: str = "grid"
+    samples: int = 0
+    seed: int = 0
+    sets: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    source_file: str | None = None
+
+    def points(self) -> list[dict[str, str]]:
+        """The parameter assignments of every point (see :func:`expand_points`)."""
+        return expand_points(self)
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(v)
+    return str(v)
+
+
+_NUM_UNIT = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+
+
+def _split_unit(v: Any) -> tuple[float, str] | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v), ""
+    m = _NUM_UNIT.match(str(v))
+    if not m:
+        return None
+    return float(m.group(1)), m.group(2)
+
+
+def check_key(key: str, value: str) -> None:
+    """Raise CosimInputError when ``key=value`` is not a valid ``--set`` of ``cosim run``."""
+    from cosim.replay import ReplayConfig, apply_sets
+    from cosim.scenario import ProjectionSpec
+
+    if key in ("name", "description", "workload"):
+        return
+    if key == "topology":
+        from cosim.topology import find_topology
+
+        if not Path(value).exists():
+            find_topology(value)
+        return
+    if key.startswith("projection."):
+        fld = key.split(".", 1)[1]
+        if fld not in ProjectionSpec.model_fields:
+            raise CosimInputError(f"unknown projection field {fld!r}; known: {', '.join(ProjectionSpec.model_fields)}")
+        return
+    apply_sets(ReplayConfig(), {key: value})
+    from cosim.replay.config import CATALOG_SECTIONS
+
+    if key.split(".", 1)[0] in CATALOG_SECTIONS:
+        from cosim.catalog import load_catalog
+
+        load_catalog().with_overrides({key: value})
+
+
+def _err(data: Any, loc: list[str | int], message: str, file: str | None) -> CosimInputError:
+    return input_error_at(data, loc, message, file=file)
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and check a sweep YAML file."""
+    p = Path(path)
+    data = load_yaml(p)
+    f = str(p)
+    if not isinstance(data, dict):
+        raise CosimInputError("a sweep file must be a mapping with base: and parameters:", file=p)
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise _err(data, [k], f"unknown key {k!r}; known: {', '.join(_TOP_KEYS)}", f)
+    if "base" not in data:
+        raise CosimInputError("missing required key 'base' (a scenario name or file)", file=p)
+    base = str(data["base"])
+    cand = p.parent / base
+    if cand.exists():
+        base = str(cand.resolve())
+    else:
+        from cosim.scenario import load_scenario
+
+        try:
+            load_scenario(base)
+        except CosimInputError as exc:
+            raise _err(data, ["base"], exc.message, f) from None
+    combine = str(data.get("combine", "grid"))
+    if combine not in COMBINE_MODES:
+        raise _err(data, ["combine"], f"bad combine mode {combine!r}; known: {', '.join(COMBINE_MODES)}", f)
+    params = data.get("parameters")
+    if not isinstance(params, dict) or not params:
+        raise _err(data, ["parameters"] if "parameters" in data else [],
+                   "parameters: must map at least one key to a list of values (empty grid)", f)
+    out: dict[str, list[Any]] = {}
+    for key, vals in params.items():
+        if isinstance(vals, dict):
+            if combine != "random":
+                raise _err(params, [key], "a {low, high} range needs combine: random; give a list of values", f)
+            extra = set(vals) - {"low", "high", "log"}
+            if extra or "low" not in vals or "high" not in vals:
+                raise _err(params, [key], "a range is {low: V, high: V, log: true|false}", f)
+            lo, hi = _split_unit(vals["low"]), _split_unit(vals["high"])
+            if lo is None or hi is None or lo[1] != hi[1] or hi[0] < lo[0]:
+                raise _err(params, [key], "range low/high must be numbers with the same unit, low <= high", f)
+            if vals.get("log") and lo[0] <= 0:
+                raise _err(params, [key], "a log range needs low > 0", f)
+            for v in (vals["low"], vals["high"]):
+                try:
+                    check_key(str(key), _fmt_value(v))
+                except CosimInputError as exc:
+                    raise _err(params, [key], exc.message, f) from None
+            out[str(key)] = vals  # type: ignore[assignment]
+            continue
+        if not isinstance(vals, list):
+            vals = [vals]
+        if not vals:
+            raise _err(params, [key], "empty list of values (empty grid)", f)
+        for i, v in enumerate(vals):
+            try:
+                check_key(str(key), _fmt_value(v))
+            except CosimInputError as exc:
+                raise _err(params, [key, i] if isinstance(params[key], list) else [key], exc.message, f) from None
+        out[str(key)] = list(vals)
+    if combine == "zip":
+        lens = {k: len(v) for k, v in out.items()}
+        if len(set(lens.values())) > 1:
+            raise _err(data, ["parameters"], f"combine: zip needs lists of one length; got {lens}", f)
+    samples = data.get("samples", 0)
+    if combine == "random" and (not isinstance(samples, int) or samples < 1):
+        raise _err(data, ["samples"] if "samples" in data else [], "combine: random needs samples: N >= 1", f)
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int):
+        raise _err(data, ["seed"], "seed must be an integer", f)
+    sets_raw = data.get("set") or {}
+    if not isinstance(sets_raw, dict):
+        raise _err(data, ["set"], "set: must be a mapping of key: value", f)
+    sets: dict[str, str] = {}
+    for k, v in sets_raw.items():
+        try:
+            check_key(str(k), _fmt_value(v))
+        except CosimInputError as exc:
+            raise _err(sets_raw, [k], exc.message, f) from None
+        sets[str(k)] = _fmt_value(v)
+    name = str(data.get("name") or p.stem)
+    return SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
+                     seed=seed, sets=sets, description=str(data.get("description", "")), source_file=f)
+
+
+def _draw(rng: random.Random, vals: Any) -> str:
+    if isinstance(vals, dict):
+        lo, unit = _split_unit(vals["low"])  # type: ignore[misc]
+        hi, _ = _split_unit(vals["high"])  # type: ignore[misc]
+        if vals.get("log"):
+            x = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+        else:
+            x = rng.uniform(lo, hi)
+        x = float(f"{x:.4g}")
+        return f"{x:g} {unit}".strip()
+    return _fmt_value(rng.choice(vals))
+
+
+def expand_points(spec: SweepSpec) -> list[dict[str, str]]:
+    """Parameter assignments (string values) of every point, in a stable order; duplicates dropped."""
+    keys = list(spec.parameters)
+    pts: list[dict[str, str]] = []
+    if spec.combine == "grid":
+        for combo in itertools.product(*(spec.parameters[k] for k in keys)):
+            pts.append({k: _fmt_value(v) for k, v in zip(keys, combo)})
+    elif spec.combine == "zip":
+        for combo in zip(*(spec.parameters[k] for k in keys)):
+            pts.append({k: _fmt_value(v) for k, v in zip(keys, combo)})
+    else:
+        rng = random.Random(spec.seed)
+        for _ in range(spec.samples):
+            pts.append({k: _draw(rng, spec.parameters[k]) for k in keys})
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    out = []
+    for pt in pts:
+        t = tuple(sorted(pt.items()))
+        if t not in seen:
+            seen.add(t)
+            out.append(pt)
+    if not out:
+        raise CosimInputError("the sweep has no points (empty grid)", file=spec.source_file)
+    return out

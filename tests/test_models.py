@@ -1,0 +1,168 @@
+"""Calibrated kernel models: math, fits, profiles, CLI, held-out accuracy (docs/MODELS.md)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cosim.catalog import load_catalog
+from cosim.errors import CosimInputError
+from cosim.models import RooflineModel, bundled_profiles, load_profile, predict_durations
+from cosim.models.calibrated import (
+    GemmParams,
+    HardwareFigures,
+    MemoryParams,
+    fit_gemm,
+    fit_memory,
+    gemm_time,
+    memory_time,
+)
+from cosim.resources import shared_dir
+
+H100 = load_catalog().accelerator("h100-sxm5")
+HW = HardwareFigures.of(H100)
+
+
+def test_wave_quantization_by_hand():
+    # one 128x128 tile per SM: 132 tiles = 1 wave, 133 tiles = 2 waves (no small tiles, no split-K gain)
+    p = GemmParams(efficiency=1.0, tile_overhead_s=0.0, memory_efficiency=1.0, floor_s=0.0, small_tile_alpha=0.0)
+    k = 4096.0
+    peak = HW.peak("bf16")
+    one = gemm_time(np.array([128.0 * 132]), np.array([128.0]), np.array([k]), np.array([1.0]), np.array([0.0]),
+                    peak, HW, p)[0]
+    tile_t = 2 * 128 * 128 * k / (peak / 132)  # one full wave of 128x128 tiles
+    assert one == pytest.approx(tile_t, rel=1e-9)
+    two = gemm_time(np.array([128.0 * 133]), np.array([128.0]), np.array([k]), np.array([1.0]), np.array([0.0]),
+                    peak, HW, p)[0]
+    # the 133rd tile costs a partial wave: best is 64x32 tiles, 1064 tiles = 9 waves of tile_t / 8
+    assert two == pytest.approx(9 / 8 * tile_t, rel=1e-9)
+
+
+def test_roofline_limits():
+    r = RooflineModel(H100)
+    big = r.time("gemm", 1e15, 1e6, "bf16")
+    assert big == pytest.approx(r.floor + 1e15 / (H100.peak("bf16") * r.compute_efficiency))
+    mem = r.time("elementwise", 0.0, 1e10)
+    assert mem == pytest.approx(r.floor + 1e10 / (H100.hbm_bandwidth * r.memory_efficiency))
+    # memory-bound GEMM: operand bytes dominate
+    p = GemmParams(floor_s=0.0, memory_efficiency=0.5)
+    t = gemm_time(np.array([1.0]), np.array([8192.0]), np.array([8192.0]), np.array([1.0]), np.array([2 * 8192**2]),
+                  H100.peak("bf16"), HW, p)[0]
+    assert t == pytest.approx(2 * 8192**2 / (H100.hbm_bandwidth * 0.5))
+
+
+def test_memory_model_saturates():
+    p = MemoryParams(efficiency=0.8, floor_s=2e-6)
+    nb = np.array([1e3, 1e6, 1e9])
+    bw = nb / memory_time(nb, H100.hbm_bandwidth, p)
+    assert bw[0] < bw[1] < bw[2] < 0.8 * H100.hbm_bandwidth
+    assert bw[2] > 0.79 * H100.hbm_bandwidth
+
+
+def test_fit_round_trip_synthetic():
+    rng = np.random.default_rng(0)
+    true = GemmParams(efficiency=0.6, tile_overhead_s=1.5e-6, memory_efficiency=0.7, floor_s=3e-6,
+                      small_tile_alpha=0.3)
+    m, n, k = (2.0 ** rng.integers(5, 14, 120) for _ in range(3))
+    b = np.ones(120)
+    nbytes = 2 * (m * k + k * n + m * n)
+    dur = gemm_time(m, n, k, b, nbytes, H100.peak("bf16"), HW, true)
+    got = fit_gemm(m, n, k, b, nbytes, H100.peak("bf16"), dur, HW)
+    pred = gemm_time(m, n, k, b, nbytes, H100.peak("bf16"), HW, got)
+    assert np.mean(np.abs(pred / dur - 1)) < 0.03
+    assert got.efficiency == pytest.approx(0.6, rel=0.1)
+    mp = MemoryParams(efficiency=0.55, floor_s=2.5e-6)
+    nb = 10 ** rng.uniform(3, 9, 50)
+    fm = fit_memory(nb, memory_time(nb, H100.hbm_bandwidth, mp), H100.hbm_bandwidth)
+    assert fm.efficiency == pytest.approx(0.55, rel=0.02)
+    assert fm.floor_s == pytest.approx(2.5e-6, rel=0.02)
+
+
+def test_profile_round_trip(tmp_path):
+    assert "h100-sxm5" in bundled_profiles()
+    prof = load_profile("h100-sxm5")
+    out = tmp_path / "p.yaml"
+    prof.save(out)
+    again = load_profile(out)
+    assert again.models == prof.models and again.accelerator == prof.accelerator
+    assert again.provenance["gpu"]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("schema: cosim.profile/1\nname: x\naccelerator: h100-sxm5\nmodels: {gemm: {default: {efficiency: 2}}}\n",
+     "efficiency"),
+    ("schema: cosim.profile/1\nname: x\naccelerator: nope\n", "accelerator"),
+    ("schema: cosim.profile/1\nname: x\naccelerator: h100-sxm5\nmodels: {warp: {}}\n", "unknown model class"),
+    ("schema: other\n", "schema"),
+])
+def test_bad_profile_one_line(tmp_path, text, needle):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(CosimInputError) as ei:
+        load_profile(p)
+    msg = str(ei.value)
+    assert "\n" not in msg and needle in msg and "bad.yaml" in msg
+
+
+def test_unknown_profile_name():
+    with pytest.raises(CosimInputError, match="unknown calibration profile"):
+        load_profile("no-such-gpu")
+
+
+needs_shared = pytest.mark.skipif(shared_dir() is None, reason="../shared not present")
+
+
+@needs_shared
+def test_held_out_h100_gemm_and_predict_durations():
+    """Fit on two H100 traces, predict the third (Qwen). Measured 17 % GEMM MAPE (target 15 %, see
+    validation/kernels/RESULTS.md); the bound here guards against regressions."""
+    from cosim.models.fit import KernelDB, class_errors, fit_profile
+    from cosim.workload import load_trace
+
+    d = shared_dir() / "traces" / "tracelens-h100"
+    qwen = next(d.glob("Qwen*"))
+    train = [p for p in sorted(d.glob("*.json.gz")) if p != qwen]
+    prof = fit_profile(KernelDB.from_traces(train)["h100-sxm5"])
+    errs = class_errors(KernelDB.from_traces([qwen])["h100-sxm5"], prof)
+    assert errs["gemm"]["mape"] < 0.20
+    rg = load_trace(qwen).ranks[0]
+    dur = predict_durations(rg, H100, prof)
+    assert dur.shape == (len(rg.gpu_ops),) and np.all(np.isfinite(dur) | (rg.gpu_ops.cls == 8))
+    assert np.all(dur[np.isfinite(dur)] > 0)
+
+
+@needs_shared
+def test_cli_calibrate_from_traces(tmp_path):
+    t = next((shared_dir() / "traces" / "tracelens-h100").glob("gaunernst*"))
+    out = tmp_path / "p.yaml"
+    r = subprocess.run([sys.executable, "-m", "cosim", "calibrate", "--from-traces", str(t), "--out", str(out),
+                        "--db-out", str(tmp_path / "db")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "gemm" in r.stdout and (tmp_path / "db" / "h100-sxm5.csv").exists()
+    assert load_profile(out).provenance["inputs_hash"]
+
+
+def test_cli_microbench_cpu_quick(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "cpu.yaml"
+    r = subprocess.run([sys.executable, "-m", "cosim", "calibrate", "--microbench", "--device", "cpu", "--quick",
+                        "--out", str(out), "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert load_profile(out).provenance["method"].startswith("microbench cpu")
+
+
+def test_cli_bad_args_one_line():
+    r = subprocess.run([sys.executable, "-m", "cosim", "calibrate", "--out", "x.yaml"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_quantize_factor():
+    from cosim.models.precision import DISPATCH_BYTES_FACTOR
+
+    assert DISPATCH_BYTES_FACTOR == pytest.approx((1 + 4 / 128) / 2)
+    assert not math.isnan(DISPATCH_BYTES_FACTOR)

@@ -1,0 +1,165 @@
+"""Sweeps: spec checks, local and Dask executors, resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cosim.errors import CosimInputError
+from cosim.sweep import load_sweep, make_executor, run_sweep
+
+SCN = "moe-ep2-decode-dgx-h100"
+
+
+def _spec(tmp: Path, body: str, name: str = "sweep.yaml") -> Path:
+    p = tmp / name
+    p.write_text(body)
+    return p
+
+
+def test_spec_errors_are_one_line_with_file_and_line(tmp_path: Path) -> None:
+    bad_key = _spec(tmp_path, f"base: {SCN}\nparameters:\n  links.nvlink4.bandwith: ['1 GB/s']\n", "a.yaml")
+    with pytest.raises(CosimInputError) as ei:
+        load_sweep(bad_key)
+    msg = str(ei.value)
+    assert "a.yaml:3" in msg and "bandwith" in msg and "\n" not in msg
+    bad_knob = _spec(tmp_path, f"base: {SCN}\nparameters:\n  host.sped: [1, 2]\n", "b.yaml")
+    with pytest.raises(CosimInputError, match=r"b\.yaml:3.*unknown knob"):
+        load_sweep(bad_knob)
+    bad_combine = _spec(tmp_path, f"base: {SCN}\ncombine: cartesian\nparameters:\n  host.speed: [1]\n", "c.yaml")
+    with pytest.raises(CosimInputError, match=r"c\.yaml:2.*bad combine mode 'cartesian'"):
+        load_sweep(bad_combine)
+    empty = _spec(tmp_path, f"base: {SCN}\nparameters:\n  host.speed: []\n", "d.yaml")
+    with pytest.raises(CosimInputError, match=r"d\.yaml:3.*empty"):
+        load_sweep(empty)
+    no_params = _spec(tmp_path, f"base: {SCN}\nparameters: {{}}\n", "e.yaml")
+    with pytest.raises(CosimInputError, match="empty grid"):
+        load_sweep(no_params)
+    zip_len = _spec(tmp_path, f"base: {SCN}\ncombine: zip\nparameters:\n  host.speed: [1, 2]\n"
+                              "  projection.dtype: [bf16]\n", "f.yaml")
+    with pytest.raises(CosimInputError, match="one length"):
+        load_sweep(zip_len)
+    bad_value = _spec(tmp_path, f"base: {SCN}\nparameters:\n  links.nvlink4.bandwidth: ['25 GB/s', 25]\n", "g.yaml")
+    with pytest.raises(CosimInputError, match=r"g\.yaml:3"):
+        load_sweep(bad_value)
+
+
+def test_combine_modes(tmp_path: Path) -> None:
+    grid = load_sweep(_spec(tmp_path, f"base: {SCN}\nparameters:\n  host.speed: [1, 2]\n  projection.dtype: [bf16, fp8]\n"))
+    assert len(grid.points()) == 4
+    z = load_sweep(_spec(tmp_path, f"base: {SCN}\ncombine: zip\nparameters:\n  host.speed: [1, 2]\n"
+                                   "  projection.dtype: [bf16, fp8]\n", "z.yaml"))
+    assert z.points() == [{"host.speed": "1", "projection.dtype": "bf16"}, {"host.speed": "2", "projection.dtype": "fp8"}]
+    body = (f"base: {SCN}\ncombine: random\nsamples: 5\nseed: 3\nparameters:\n"
+            "  links.nvlink4.bandwidth: {low: 10 GB/s, high: 100 GB/s, log: true}\n  host.speed: [1, 2, 4]\n")
+    r1, r2 = load_sweep(_spec(tmp_path, body, "r1.yaml")), load_sweep(_spec(tmp_path, body, "r2.yaml"))
+    assert r1.points() == r2.points() and len(r1.points()) == 5
+    assert all(p["links.nvlink4.bandwidth"].endswith("GB/s") for p in r1.points())
+
+
+def _two_point_spec(tmp_path: Path) -> Path:
+    return _spec(tmp_path, f"name: t\nbase: {SCN}\nparameters:\n  host.speed: [1, 4]\n  links.nvlink4.bandwidth: [25 GB/s]\n")
+
+
+def test_local_sweep_writes_points_csv_and_report(tmp_path: Path) -> None:
+    spec = load_sweep(_two_point_spec(tmp_path))
+    with make_executor("local", workers=1) as ex:
+        res = run_sweep(spec, tmp_path / "out", ex, progress=False)
+    assert (res.computed, res.skipped, res.failed) == (2, 0, 0)
+    rows = res.rows
+    assert [r["host.speed"] for r in rows] == ["1", "4"]
+    assert rows[1]["step_time_s"] < rows[0]["step_time_s"]  # a 4x faster host helps a host-bound decode step
+    assert rows[0]["power_W"] > 0
+    csv_text = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert csv_text[0].startswith("key,status,host.speed,links.nvlink4.bandwidth,step_time_s")
+    assert len(csv_text) == 3
+    for r in rows:
+        d = tmp_path / "out" / "points" / r["key"]
+        assert (d / "summary.json").is_file() and (d / "scenario.yaml").is_file() and (d / "result.json").is_file()
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "plotly" in html and "Pareto front" in html
+    # a rerun computes nothing
+    res2 = run_sweep(spec, tmp_path / "out", None, progress=False)
+    assert (res2.computed, res2.skipped) == (0, 2)
+    assert [r["step_time_s"] for r in res2.rows] == [r["step_time_s"] for r in rows]
+
+
+def test_failing_point_is_recorded_and_sweep_goes_on(tmp_path: Path) -> None:
+    # workload values are only checked when the point runs: a missing one fails that point alone
+    spec = load_sweep(_spec(tmp_path, f"base: {SCN}\nparameters:\n  workload: [moe-ep2-decode-cpu, no-such-workload]\n"))
+    res = run_sweep(spec, tmp_path / "out", None, progress=False)
+    assert res.failed == 1 and res.computed == 2
+    bad = next(r for r in res.rows if r["status"] == "error")
+    assert "no-such-workload" in bad["error"]
+    assert (tmp_path / "out" / "points" / bad["key"] / "error.json").is_file()
+
+
+def test_dask_local_cluster_sweep(tmp_path: Path) -> None:
+    pytest.importorskip("dask.distributed")
+    spec = load_sweep(_two_point_spec(tmp_path))
+    with make_executor("dask", workers=2) as ex:
+        res = run_sweep(spec, tmp_path / "dask", ex, progress=False)
+    assert (res.computed, res.failed) == (2, 0)
+    local = run_sweep(spec, tmp_path / "local", None, progress=False)
+    assert [r["step_time_s"] for r in res.rows] == [r["step_time_s"] for r in local.rows]
+
+
+def test_kill_midway_then_rerun_loses_and_recomputes_nothing(tmp_path: Path) -> None:
+    speeds = [1 + i / 4 for i in range(12)]
+    spec_path = _spec(tmp_path, f"name: k\nbase: {SCN}\nparameters:\n  host.speed: {speeds}\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "cosim", "sweep", str(spec_path), "--out", str(out),
+                             "--workers", "1", "--no-progress"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    done: list[Path] = []
+    while time.time() < deadline and proc.poll() is None:
+        done = list(out.glob("points/*/result.json"))
+        if len(done) >= 2:
+            break
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("points/*/result.json")}
+    assert finished, "no point finished before the kill"
+    assert not (out / "results.csv").exists() or len(finished) == 12
+    res = run_sweep(load_sweep(spec_path), out, None, progress=False)
+    assert res.skipped == len(finished)
+    assert res.computed == 12 - len(finished)
+    assert res.failed == 0
+    for key, mtime in finished.items():  # finished points were not recomputed
+        assert (out / "points" / key / "result.json").stat().st_mtime_ns == mtime
+    assert len(list(out.glob("points/*/result.json"))) == 12
+    keys = [json.loads(p.read_text())["key"] for p in out.glob("points/*/result.json")]
+    assert sorted(keys) == sorted(r["key"] for r in res.rows)
+
+
+def test_workload_reuse_gives_the_same_figures() -> None:
+    from cosim.scenario import WorkloadCache, load_scenario, run_scenario
+
+    _, fresh = run_scenario(load_scenario(SCN), {"host.speed": "2"})
+    cache = WorkloadCache()
+    _, a = run_scenario(load_scenario(SCN), {"host.speed": "2"}, cache=cache)
+    _, b = run_scenario(load_scenario(SCN), {"host.speed": "2"}, cache=cache)
+    assert len(cache._items) == 2  # the trace and its projection, loaded once
+    for r in (a, b):
+        assert r.summary()["step_time_s"] == fresh.summary()["step_time_s"]
+        assert r.summary()["breakdown"] == fresh.summary()["breakdown"]
+
+
+def test_cli_sweep_bad_spec_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cosim.cli import main
+
+    p = _spec(tmp_path, f"base: {SCN}\ncombine: cartesian\nparameters:\n  host.speed: [1]\n")
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sweep.yaml:2" in err[0]

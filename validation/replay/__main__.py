@@ -1,0 +1,3 @@
+from validation.replay.run import main
+
+raise SystemExit(main())
