@@ -166,3 +166,21 @@ def test_quantize_factor():
 
     assert DISPATCH_BYTES_FACTOR == pytest.approx((1 + 4 / 128) / 2)
     assert not math.isnan(DISPATCH_BYTES_FACTOR)
+
+
+def test_modeled_replay_of_held_out_h100_trace_is_within_10_percent() -> None:
+    """--durations modeled with a profile fitted without this trace (leave-one-trace-out)."""
+    from cosim.replay import ReplayConfig, replay
+    from cosim.resources import shared_dir
+
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared not found: the real H100 traces are needed")
+    from pathlib import Path
+
+    prof = Path(__file__).resolve().parent.parent / "validation/kernels/profiles/h100-fold-qwen.yaml"
+    trace = shared / "traces/tracelens-h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    s = replay(trace, None, ReplayConfig(durations="modeled", profile=str(prof))).summary()
+    assert abs(s["error"]) <= 0.10, s["error"]
+    measured = replay(trace, None, ReplayConfig()).summary()
+    assert s["step_time_s"] != measured["step_time_s"]  # the models, not the trace, set the kernel times

@@ -15,6 +15,8 @@ def add_replay_knobs(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``replay`` and ``run``."""
     p.add_argument("--topology", help="topology preset or YAML file (default: matches the traced GPU)")
     p.add_argument("--durations", choices=("measured", "modeled"), help="GPU op durations (default measured)")
+    p.add_argument("--profile", help="kernel-model calibration profile for --durations modeled "
+                                     "(bundled name or YAML; default: the accelerator's bundled profile)")
     p.add_argument("--collectives", choices=("measured", "simulated"),
                    help="communication kernels: measured times, or flows on the fabric (default measured)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -51,6 +53,8 @@ def config_from_args(args: argparse.Namespace, base=None):
         sets["durations"] = args.durations
     if args.collectives:
         sets["collectives"] = args.collectives
+    if getattr(args, "profile", None):
+        sets["profile"] = args.profile
     sets.update(parse_sets(args.sets))
     return apply_sets(cfg, sets)
 

@@ -265,9 +265,6 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         topology = load_topology(topology, overrides=dict(cfg.catalog_overrides) or None)
     elif cfg.catalog_overrides:
         topology = load_topology(topology.source_file or topology.name, overrides=dict(cfg.catalog_overrides))
-    if cfg.durations == "modeled":
-        raise CosimInputError("--durations modeled needs calibrated kernel models, which are not in this "
-                              "version yet; use --durations measured")
     env = simpy.Environment()
     gpu0 = topology.gpus[0]
     try:
@@ -284,9 +281,22 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     aligned = len(graph.ranks) > 1 and (max(origins) - common) < 3600.0
     if len(graph.ranks) > 1 and not aligned:
         notes.append("rank clocks differ by more than an hour: ranks start together instead of on the trace clock")
-    for rg, origin in zip(graph.ranks, origins):
-        factor = cross_accelerator_factor(rg, traced, target) if (target and traced and target != traced) else None
-        programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0))
+    modeled = None
+    if cfg.durations == "modeled":
+        from cosim.models import load_profile, predict_durations
+
+        acc_id = target or traced or topology.graph.nodes[gpu0].get("spec")
+        acc = topology.catalog.accelerator(acc_id) if acc_id else topology.accelerator(gpu0)
+        prof = load_profile(cfg.profile) if cfg.profile else None
+        modeled = [predict_durations(rg, acc, prof) for rg in graph.ranks]
+        notes.append(f"GPU op durations predicted by the kernel models for {acc.name} "
+                     f"(profile {cfg.profile or 'bundled for the accelerator'}); communication kept measured "
+                     "or simulated")
+    for k, (rg, origin) in enumerate(zip(graph.ranks, origins)):
+        scale = target and traced and target != traced and modeled is None
+        factor = cross_accelerator_factor(rg, traced, target) if scale else None
+        programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0,
+                                     durations=modeled[k] if modeled is not None else None))
     runner = None
     sim = None
     if cfg.collectives == "simulated":
@@ -306,7 +316,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     fallback = sum(getattr(r, "comm_fallback", 0) for r in ex.ranks)
     if fallback:
         notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
-    if target and traced and target != traced:
+    if target and traced and target != traced and modeled is None:
         notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
     links = [d for d in sim.link_report() if d.get("bytes", 0) > 0] if sim is not None else []
     return ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes, links)

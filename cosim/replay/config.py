@@ -69,6 +69,10 @@ class ReplayConfig:
     and their kernels become ready one graph launch after the region starts."""
     graph_launch_overhead: float = 10e-6
     """CPU seconds of one cudaGraphLaunch (used by ``cuda_graphs``)."""
+    profile: str | None = None
+    """Kernel-model calibration profile for ``durations="modeled"``: a bundled name
+    (``cosim.models.bundled_profiles()``) or a YAML file; None: the bundled profile of
+    the target accelerator, else cross-GPU prediction from the H100 profile."""
     accelerator: str | None = None
     """Catalog id of the accelerator to replay on (what-if); None: as traced. Measured
     durations are scaled class by class by peak-FLOP/s and HBM-bandwidth ratios."""
@@ -140,6 +144,8 @@ _STR_KEYS = {
     "gpu.accelerator": "accelerator",
     "traced_accelerator": "traced_accelerator",
     "topology": "topology",
+    "profile": "profile",
+    "models.profile": "profile",
 }
 
 
@@ -195,7 +201,7 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
             else:
                 raise CosimInputError(
                     f"--set {key}: unknown knob; known: durations, collectives, topology, accelerator, "
-                    "host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
+                    "profile, host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
                     "gpu.scale.<class>, cuda_graphs, ranks_per_node, or a catalog path like links.nvlink4.bandwidth")
         except units.UnitError as exc:
             raise CosimInputError(f"--set {key}={value}: {exc}") from None

@@ -166,13 +166,15 @@ def _pick(configured: float | None, from_trace: float | None, trace_max: float, 
 
 
 def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
-                 gpu_factor: np.ndarray | None = None, offset: float = 0.0) -> RankProgram:
+                 gpu_factor: np.ndarray | None = None, offset: float = 0.0,
+                 durations: np.ndarray | None = None) -> RankProgram:
     """Compile rank ``rg`` under ``cfg``.
 
     ``gpu_factor`` multiplies each GPU op's measured duration (cross-accelerator
     scaling); ``default_launch_latency`` comes from the topology's CPU; ``offset``
     (s) places this rank's time origin on the replay's common clock, so that the
     first op of each thread starts where it was recorded relative to the other ranks.
+    ``durations`` (s per GPU op) replaces the measured durations where finite (modeled replay).
     """
     H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
     n_host, n_gpu = len(H), len(G)
@@ -183,8 +185,10 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
                          cfg.default_kernel_gap, "default")
 
     # --- GPU durations
-    dur = np.nan_to_num(G.dur.astype(float), nan=0.0)
-    dur = dur * class_scale(cfg, G.cls)
+    dur = G.dur.astype(float)
+    if durations is not None:
+        dur = np.where(np.isfinite(durations), durations, dur)
+    dur = np.nan_to_num(dur, nan=0.0) * class_scale(cfg, G.cls)
     if gpu_factor is not None:
         dur = dur * gpu_factor
     gpu_dur = dur.tolist()
