@@ -274,3 +274,13 @@ def test_cli_show_list_check_draw(tmp_path, capsys):
     assert main(["topo", "draw", "dgx-h100", "--out", str(out)]) == 0
     html = out.read_text()
     assert "Plotly.newPlot" in html and '<script src="http' not in html and len(html) > 1_000_000  # plotly.js inline
+
+
+def test_nic_bandwidth_bounds_its_network_port() -> None:
+    # A 400G NDR cable on a NIC overridden to 25 GB/s runs at the NIC's 25 GB/s per direction:
+    # scale-out per GPU 25 GB/s, and the 4-node rail-optimized bisection halves from 800 to 400 GB/s.
+    base = load_topology("dgx-h100-4node").figures()
+    slow = load_topology("dgx-h100-4node", overrides={"nics.cx7-ndr400.bandwidth": "25 GB/s"}).figures()
+    assert base["per_gpu_scale_out_bw_Bps"] == 50e9
+    assert slow["per_gpu_scale_out_bw_Bps"] == 25e9
+    assert slow["bisection_bw_Bps"] == base["bisection_bw_Bps"] / 2

@@ -190,11 +190,18 @@ class _GraphBuilder:
                     raise _err(where, msg)
                 raise CosimInputError(msg)
             count += e["count"]
+        per_link = lt.bandwidth
+        if lt.kind in ("infiniband", "ethernet"):
+            # A network port runs at the slower of its cable's link type and its adapter.
+            for end in (a, b):
+                nd = self.g.nodes[end] if end in self.g else {}
+                if nd.get("kind") == "nic" and nd.get("spec") in self.cat.nics:
+                    per_link = min(per_link, self.cat.nics[nd["spec"]].bandwidth)
         attrs = {
             "link": link,
             "kind": lt.kind,
             "count": count,
-            "bandwidth": count * lt.bandwidth,
+            "bandwidth": count * per_link,
             "efficiency": lt.efficiency,
             "latency": lt.latency,
         }
