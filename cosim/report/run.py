@@ -185,21 +185,37 @@ def run_report_data(result: Any) -> dict[str, Any]:
             "figures": topo.figures() if topo is not None else None}
 
 
+_CP_BOUND = {
+    "host": "host-bound",
+    "gpu": "compute-bound",
+    "communication": "communication-bound",
+    "memcpy": "copy-bound",
+    "launch_latency": "launch-latency-bound",
+}
+
+
 def headline(summary: dict[str, Any]) -> str:
-    """One sentence naming the step time and the bottleneck, e.g.
-    "Step 90.6 ms, host-bound: GPU idle waiting for launches 69% of the step"."""
+    """One sentence naming the step time and the bottleneck, e.g. "Step 90.6 ms,
+    host-bound (87% of the critical path); GPU idle waiting for launches 69% of the step".
+
+    The critical path decides what bounds the step; the largest part of the
+    GPU-side breakdown says what the GPU does meanwhile.
+    """
     st = summary.get("step_time_s")
     bd = summary.get("breakdown") or {}
     if not st or not bd:
         return f"Step {fmt_time(st)}: no GPU step to break down"
     key = max(bd, key=lambda k: bd[k])
-    text = f"Step {fmt_time(st)}, " + _HEAD.get(key, key + " {p}").format(p=fmt_pct(bd[key] / st))
+    gpu_side = _HEAD.get(key, key + " {p}").format(p=fmt_pct(bd[key] / st))
     cp = summary.get("critical_path") or {}
     br = cp.get("by_resource") or {}
     tot = sum(br.values())
-    if cp.get("bound") and tot > 0:
-        text += f"; critical path: {fmt_pct(br[cp['bound']] / tot)} on {cp['bound'].replace('_', ' ')}"
-    return text
+    bound = cp.get("bound")
+    if bound and tot > 0:
+        label = _CP_BOUND.get(bound, f"{bound}-bound")
+        return (f"Step {fmt_time(st)}, {label} ({fmt_pct(br[bound] / tot)} of the critical path); "
+                f"GPU side: {gpu_side.split(': ', 1)[-1]}")
+    return f"Step {fmt_time(st)}, {gpu_side}"
 
 
 def _bar_breakdown(bd: dict[str, float], title: str) -> Any:
