@@ -226,6 +226,12 @@ def _attn_dims(op: str, shapes: list) -> tuple[float, float, float, float, float
         return None
 
 
+_GATHERS = ("aten::index", "aten::index_select", "aten::gather", "aten::embedding", "aten::take")
+_SCATTERS = ("aten::index_add_", "aten::index_add", "aten::scatter_add_", "aten::scatter_add", "aten::scatter_",
+             "aten::scatter", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_", "aten::index_copy_",
+             "aten::scatter_reduce_", "aten::scatter_reduce", "aten::index_fill_", "aten::masked_scatter_")
+
+
 def _mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
     """Minimum bytes an ATen op moves, from its input shapes (inputs + an output the size of the largest)."""
     sizes = []
@@ -244,14 +250,52 @@ def _mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
         return 2 * max(sizes) if op != "aten::copy_" else sum(sizes[:2])
     if fcls == "reduction":
         return sum(sizes)
-    if op in ("aten::index", "aten::index_select", "aten::gather", "aten::embedding"):
-        # gathers read as many rows as they write: index size x row width, not the whole table
-        idx = [sz for sz in sizes[1:] if sz > 0]
-        if idx and len(shapes[0]) >= 2:
-            row = sizes[0] / max(float(shapes[0][0]), 1.0)
-            nidx = _numel(next(s for s in shapes[1:] if _is_tensor_shape(s)))
-            return 2 * nidx * row + sum(idx)
+    tens = [(s, _numel(s) * elem_bytes(_dtype(ty) or "fp32"))
+            for s, ty in zip(shapes, types + [""] * (len(shapes) - len(types)))
+            if _is_tensor_shape(s) and not isinstance(s[0], list)]
+    if op in _GATHERS and len(tens) >= 2:
+        # gathers read as many rows as they write (index size x row width), not the whole table
+        table, tbytes = tens[0]
+        (idx, ibytes) = tens[1] if op != "aten::embedding" else tens[1]
+        if op == "aten::gather":  # output has the index's shape
+            out = _numel(idx) * tbytes / max(_numel(table), 1.0)
+        else:  # index_select / embedding / index: rows of the table along dim 0
+            row = tbytes / max(float(table[0]), 1.0)
+            out = _numel(idx) * row
+        return 2.0 * out + ibytes
+    if op in _SCATTERS and len(tens) >= 2:
+        # scatters touch the updated rows only: read the source, read-modify-write the target rows
+        rest = [b for _, b in tens[1:]]
+        return sum(rest) + 2.0 * max(rest)
     return sum(sizes) + max(sizes)
+
+
+_VEC_GATHER = re.compile(r"vectorized_gather_kernel")
+_INDEX_ELEMWISE = re.compile(r"index_elementwise_kernel<(\d+),\s*(\d+)")
+
+
+def _gather_bytes_from_launch(kernel: str, grid: np.ndarray, shapes: list, types: list) -> float:
+    """Bytes of an ``aten::index``-style gather from its kernel launch, NaN if unknown.
+
+    Kineto records ``aten::index``'s indices as a TensorList it does not size (``[]``), so the
+    number of gathered rows is read from the launch configuration of PyTorch's gather kernels:
+    ``vectorized_gather_kernel`` launches one block column per index (``grid.x = #indices``) and
+    copies one row (``table[0]``'s trailing dims) each; ``index_elementwise_kernel<nt, vt>`` launches
+    ``ceil(out_numel / (nt*vt))`` blocks. Traffic = read + write of the gathered rows (+ indices).
+    """
+    if not shapes or not _is_tensor_shape(shapes[0]) or isinstance(shapes[0][0], list) or grid[0] <= 0:
+        return math.nan
+    eb = elem_bytes(_dtype(types[0]) if types else "") if types and _dtype(types[0]) else 4.0
+    if _VEC_GATHER.search(kernel):
+        row = _numel(shapes[0][1:]) if len(shapes[0]) >= 2 else 1.0
+        nidx = float(grid[0])
+        return nidx * (2.0 * row * eb + 8.0)
+    mt = _INDEX_ELEMWISE.search(kernel)
+    if mt:
+        out = float(grid[0]) * max(int(grid[1]), 1) * int(mt.group(1)) * int(mt.group(2))
+        out = min(out, _numel(shapes[0]) * 64)  # last block is partial; cap absurd grids
+        return out * (2.0 * eb + 8.0)
+    return math.nan
 
 
 def extract_features(rg: RankGraph) -> KernelFeatures:
@@ -320,7 +364,8 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
                 f.bytes[j] = (2 * b * h * sq * hd + 2 * b * h * sk * hd) * eb * (2 if bwd else 1) / cnt
         elif c in ("elementwise", "reduction", "norm", "other", "moe_dispatch", "moe_combine", "memset"):
             if not np.isfinite(f.bytes[j]):
-                f.bytes[j] = _mem_bytes(op, shapes, types, c) / cnt
+                gb = _gather_bytes_from_launch(f.kernel[j], f.grid[j], shapes, types) if op in _GATHERS else math.nan
+                f.bytes[j] = gb if np.isfinite(gb) else _mem_bytes(op, shapes, types, c) / cnt
             f.dtype[j] = tdt
         if not np.isfinite(f.flops[j]) and np.isfinite(G.flops[j]) and c in ("gemm", "grouped_gemm", "attention"):
             f.flops[j] = float(G.flops[j])

@@ -30,7 +30,7 @@ from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED, RankRun
 from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
-__all__ = ["BREAKDOWN_KEYS", "breakdown", "critical_path", "step_times"]
+__all__ = ["BREAKDOWN_KEYS", "breakdown", "critical_path", "merge_intervals", "step_times"]
 
 BREAKDOWN_KEYS = ("compute", "exposed_communication", "memcpy", "host_bound_gpu_idle", "other_idle")
 
@@ -60,7 +60,7 @@ def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[st
             "n_periods": max(int(periods.size), 1)}
 
 
-def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals [s, e) as sorted disjoint intervals."""
     if s.size == 0:
         return s, e
@@ -76,7 +76,7 @@ def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _covered(s: np.ndarray, e: np.ndarray) -> float:
-    ms, me = _merge(s, e)
+    ms, me = merge_intervals(s, e)
     return float((me - ms).sum())
 
 
@@ -105,7 +105,7 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
     comp = ~comm & ~copy
     c1 = _covered(s[comp], e[comp])
     c2 = _covered(s[comp | comm], e[comp | comm])
-    ms, me = _merge(s, e)
+    ms, me = merge_intervals(s, e)
     c3 = float((me - ms).sum())
     idle = (b - a) - c3
     host_idle = 0.0

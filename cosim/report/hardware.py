@@ -80,11 +80,11 @@ def _entry_fields(topo: Any, section: str, key: str) -> dict[str, Any]:
     return d
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
         for k, v in d.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     else:
         out[prefix] = d
     return out
@@ -117,7 +117,7 @@ def hardware_diff(base: Any, other: Any) -> list[dict[str, Any]]:
             used.update((section, str(t.graph.nodes[d].get("spec"))) for d in t.devices(kind))
         used.update(("links", str(e.get("link"))) for _, _, e in t.graph.edges(data=True) if e.get("link"))
     for section, key in sorted(used):
-        a, b = _flat(_entry_fields(base, section, key)), _flat(_entry_fields(other, section, key))
+        a, b = flatten(_entry_fields(base, section, key)), flatten(_entry_fields(other, section, key))
         if not a or not b:
             continue
         for f in sorted(a.keys() | b.keys()):

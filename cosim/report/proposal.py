@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError
-from cosim.report.hardware import hardware_diff, hardware_totals
+from cosim.report.hardware import flatten, hardware_diff, hardware_totals
 from cosim.report.html import Page, fmt_pct, fmt_time
 from cosim.report.run import BREAKDOWN_LABELS, headline
 
@@ -93,18 +93,8 @@ def load_run_dir(d: str | Path) -> dict[str, Any]:
     return {"run": run, "topology": topo, "scenario": scn}
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    else:
-        out[prefix] = d
-    return out
-
-
 def _scenario_diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = flatten(a), flatten(b)
     skip = ("name", "description", "source_file", "replay_config.record_timeline")
     return [{"what": k, "baseline": fa.get(k), "proposal": fb.get(k)} for k in sorted(fa.keys() | fb.keys())
             if not k.startswith(skip) and fa.get(k) != fb.get(k)]

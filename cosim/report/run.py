@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cosim.replay.summary import merge_intervals
 from cosim.report.hardware import hardware_totals, link_kinds
 from cosim.report.html import Page, fmt_pct, fmt_time
 
@@ -44,21 +45,9 @@ _HEAD = {
 }
 
 
-def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if s.size == 0:
-        return s, e
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run_max = np.maximum.accumulate(e)
-    new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > run_max[:-1]
-    idx = np.nonzero(new)[0]
-    return s[idx], np.append(run_max[idx[1:] - 1], run_max[-1])
-
-
 def _busy(s: np.ndarray, e: np.ndarray, a: float, b: float) -> float:
     ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
-    ms, me = _merge(np.clip(s[ok], a, b), np.clip(e[ok], a, b))
+    ms, me = merge_intervals(np.clip(s[ok], a, b), np.clip(e[ok], a, b))
     return float((me - ms).sum())
 
 
@@ -273,7 +262,7 @@ def _timeline(result: Any, bins: int = 300) -> Any | None:
     width = (b - a) / bins
     for name, s, e in tracks:
         ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
-        ms, me = _merge(np.clip(s[ok], a, b), np.clip(e[ok], a, b))
+        ms, me = merge_intervals(np.clip(s[ok], a, b), np.clip(e[ok], a, b))
         if ms.size == 0:
             z.append(np.zeros(bins))
         else:
