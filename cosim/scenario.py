@@ -177,7 +177,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     from cosim.replay import ReplayConfig, apply_sets, replay
     from cosim.topology import load_topology
     from cosim.workload import load_trace
-    from cosim.workload.project import ProjectionConfig, project_to_gpu
+    from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
 
     scn, rest = apply_scenario_sets(scn, dict(sets or {}))
     base = Path(scn.source_file).parent if scn.source_file else None
@@ -200,16 +200,13 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     cache = cache or WorkloadCache(size=1)
     wkey = WorkloadCache.file_key(wpath)
     graph = cache.get(("trace", wkey), lambda: load_trace(wpath))
-    if graph.ranks and len(graph.ranks[0].gpu_ops) == 0:
-        gpu0 = topo.gpus[0]
-        acc_id = cfg.accelerator or topo.graph.nodes[gpu0].get("spec")
-        acc = topo.catalog.accelerator(acc_id) if acc_id else topo.accelerator(gpu0)
-        cpu = topo.cpu_spec(topo.cpu_of(gpu0))
+    if needs_projection(graph):
         p = scn.projection
         pcfg = ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead)
         src = graph
-        graph = cache.get(("projected", wkey, acc.model_dump_json(), cpu.model_dump_json(), repr(pcfg)),
-                          lambda: project_to_gpu(src, acc, cpu, pcfg))
+        graph = cache.get(("projected", wkey, topo.name, repr(sorted(cfg.catalog_overrides.items())),
+                           cfg.accelerator, repr(pcfg)),
+                          lambda: project_onto(src, topo, cfg.accelerator, pcfg))
         from dataclasses import replace
 
         cfg = replace(cfg, accelerator=None)

@@ -103,3 +103,17 @@ def test_cli_run_json_and_outputs(tmp_path) -> None:
     assert {"summary.json", "timeline.json.gz", "scenario.yaml"} <= {x.name for x in out.iterdir()}
     p = subprocess.run([sys.executable, "-m", "cosim", "run", "nope"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_replay_projects_a_graph_without_gpu_ops() -> None:
+    """An Execution Trace alone (no timings, no kernels) is projected onto the topology's GPU."""
+    from cosim.replay import ReplayConfig, replay
+    from cosim.resources import shared_dir
+
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared not found: needs the PARAM DLRM Execution Trace")
+    res = replay(shared / "traces/param-dlrm-v100x8/et/dlrm_eg_0.json.gz", "dgx-h100", ReplayConfig())
+    s = res.summary()
+    assert len(res.graph.ranks[0].gpu_ops) > 0
+    assert s["step_time_s"] > 0 and any("projected" in n for n in s["notes"])

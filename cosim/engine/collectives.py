@@ -304,7 +304,7 @@ class Collectives:
 
     # ------------------------------------------------------------------- tuner
     def estimate(self, op: str, ranks: Sequence[str], nbytes: float, algo: str, proto: str,
-                 channels: int | None = None) -> float:
+                 channels: int | None = None, use_fit: bool | None = None) -> float:
         """Idle-fabric time of one collective (s): the tuner's cost function.
 
         The bandwidth part is exact for the engine's own flows: the plan is run
@@ -312,7 +312,8 @@ class Collectives:
         cap) and scales linearly with size, since flow phases have no latency.
         """
         shape = self.shape(op, ranks)
-        lat, eff, cap = self.params.cost(shape, algo, proto, channels, self.sim.config.nccl.use_calibration)
+        fit = self.sim.config.nccl.use_calibration if use_fit is None else use_fit
+        lat, eff, cap = self.params.cost(shape, algo, proto, channels, fit)
         return lat + nbytes * self.unit_time(op, tuple(ranks), algo, eff, cap)
 
     def unit_time(self, op: str, ranks: tuple[str, ...], algo: str, eff: float, cap: float) -> float:
@@ -378,7 +379,10 @@ class Collectives:
             per_peer = nbytes / len(ranks) if op == "all_to_all" else nbytes
             want = "ll" if per_peer <= self.params.p2p_ll_threshold else "simple"
             return next((c for c in cands if c[1] == want), cands[-1])
-        best = min(cands, key=lambda ap: (self.estimate(op, ranks, nbytes, ap[0], ap[1], channels), ap))
+        # NCCL decides with its own constants, not with the fitted ones: with tuner "nccl"
+        # the choice uses the defaults (bandwidth still from the fabric), the time the fit
+        use_fit = False if self.params.tuner == "nccl" else None
+        best = min(cands, key=lambda ap: (self.estimate(op, ranks, nbytes, ap[0], ap[1], channels, use_fit), ap))
         return best
 
     # --------------------------------------------------------------------- run

@@ -143,6 +143,9 @@ class NcclParams:
     nvls_efficiency: float
     p2p_ll_threshold: float = 16384.0
     """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
+    tuner: str = "nccl"
+    """Which estimate picks (algo, proto): ``nccl`` = NCCL's own constants (``defaults``, as the
+    real library decides), ``fitted`` = the fitted parameters (the simulator's best estimate)."""
     fitted: Fitted | None = None
     path: str | None = None
 
@@ -244,6 +247,7 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
                                                           "ll128_max_busbw_per_channel"),
         nvls_efficiency=float(d["nvls_efficiency"]),
         p2p_ll_threshold=units.parse_size(d.get("p2p_ll_threshold", "16KiB"), "p2p_ll_threshold"),
+        tuner=str(d.get("tuner", "nccl")),
         fitted=fitted,
         path=path,
     )

@@ -248,15 +248,13 @@ def _mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
         return sizes[0]
     if op in ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cat", "aten::clone", "aten::contiguous"):
         return 2 * max(sizes) if op != "aten::copy_" else sum(sizes[:2])
-    if fcls == "reduction":
-        return sum(sizes)
     tens = [(s, _numel(s) * elem_bytes(_dtype(ty) or "fp32"))
             for s, ty in zip(shapes, types + [""] * (len(shapes) - len(types)))
             if _is_tensor_shape(s) and not isinstance(s[0], list)]
     if op in _GATHERS and len(tens) >= 2:
         # gathers read as many rows as they write (index size x row width), not the whole table
         table, tbytes = tens[0]
-        (idx, ibytes) = tens[1] if op != "aten::embedding" else tens[1]
+        idx, ibytes = tens[1]
         if op == "aten::gather":  # output has the index's shape
             out = _numel(idx) * tbytes / max(_numel(table), 1.0)
         else:  # index_select / embedding / index: rows of the table along dim 0
@@ -267,6 +265,8 @@ def _mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
         # scatters touch the updated rows only: read the source, read-modify-write the target rows
         rest = [b for _, b in tens[1:]]
         return sum(rest) + 2.0 * max(rest)
+    if fcls == "reduction":
+        return sum(sizes)
     return sum(sizes) + max(sizes)
 
 

@@ -22,6 +22,7 @@ from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, critical_path, step_times
 from cosim.workload import ExecutionGraph, load_trace
 from cosim.workload.graph import CollType, RankGraph
+from cosim.workload.project import needs_projection, project_onto
 
 __all__ = ["SUMMARY_SCHEMA", "ReplayResult", "replay"]
 
@@ -265,6 +266,10 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         topology = load_topology(topology, overrides=dict(cfg.catalog_overrides) or None)
     elif cfg.catalog_overrides:
         topology = load_topology(topology.source_file or topology.name, overrides=dict(cfg.catalog_overrides))
+    if needs_projection(graph):
+        graph = project_onto(graph, topology, cfg.accelerator)
+        notes.append("the workload has no GPU ops (a CPU capture or an Execution Trace alone): its ATen ops were "
+                     "projected onto the topology's GPU (docs/CAPTURE.md); collectives need --collectives simulated")
     env = simpy.Environment()
     gpu0 = topology.gpus[0]
     try:

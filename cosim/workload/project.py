@@ -50,7 +50,7 @@ from cosim.workload.graph import (
     Table,
 )
 
-__all__ = ["NO_KERNEL", "ProjectionConfig", "op_class", "project_to_gpu"]
+__all__ = ["NO_KERNEL", "ProjectionConfig", "needs_projection", "op_class", "project_onto", "project_to_gpu"]
 
 NO_KERNEL = frozenset({
     "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::as_strided", "aten::view", "aten::_unsafe_view",
@@ -339,3 +339,19 @@ def project_to_gpu(graph: ExecutionGraph, accelerator: Accelerator, cpu: CPU,
     model = RooflineModel(accelerator)
     ranks = [project_rank(rg, accelerator, cpu, cfg, model) for rg in graph.ranks]
     return ExecutionGraph(ranks)
+
+
+def needs_projection(graph: ExecutionGraph) -> bool:
+    """True for graphs without GPU ops (a CPU capture, an Execution Trace alone)."""
+    return bool(graph.ranks) and all(len(rg.gpu_ops) == 0 for rg in graph.ranks)
+
+
+def project_onto(graph: ExecutionGraph, topology: object, accelerator: str | None = None,
+                 cfg: ProjectionConfig | None = None) -> ExecutionGraph:
+    """Project ``graph`` onto the first GPU of ``topology`` (or catalog part ``accelerator``) and its host CPU."""
+    topo = topology
+    gpu0 = topo.gpus[0]  # type: ignore[attr-defined]
+    acc_id = accelerator or topo.graph.nodes[gpu0].get("spec")  # type: ignore[attr-defined]
+    acc = topo.catalog.accelerator(acc_id) if acc_id else topo.accelerator(gpu0)  # type: ignore[attr-defined]
+    cpu = topo.cpu_spec(topo.cpu_of(gpu0))  # type: ignore[attr-defined]
+    return project_to_gpu(graph, acc, cpu, cfg)
