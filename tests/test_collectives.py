@@ -88,6 +88,26 @@ def test_contention_with_other_traffic_is_real():
     assert ev.value.time == pytest.approx(lat + 2 * (alone - lat), rel=1e-6)
 
 
+def test_tuner_decides_with_nccls_constants_not_the_fit():
+    """NCCL picks (algo, proto) with its own constants; the fitted parameters only time the pick."""
+    import dataclasses
+
+    from cosim.engine.nccl import Fitted
+
+    sim = sim_for(8, use_calibration=True)
+    # a fit that makes NVLS look free must not change the choice at 1 KiB (NCCL's defaults pick ring/LL)
+    fake = Fitted.from_vector([40e-6, 40e-6, 40e-6, 2e-6, 5e-6, 0.5, 0.9, 1.0, 1.0])
+    p = sim.nccl_params.with_fitted(fake)
+    sim.nccl_params = sim.collectives.params = p
+    r = run(sim, "all_reduce", sim.topo.gpus, 1024)
+    assert (r.algo, r.proto) == ("ring", "ll")
+    assert r.latency == pytest.approx(p.latency(sim.collectives.shape("all_reduce", sim.topo.gpus), "ring", "ll"))
+    # with tuner "fitted" the simulator's own (fitted) estimate decides
+    sim2 = sim_for(8, use_calibration=True)
+    sim2.nccl_params = sim2.collectives.params = dataclasses.replace(p, tuner="fitted")
+    assert run(sim2, "all_reduce", sim2.topo.gpus, 1024).algo == "nvls"
+
+
 def test_tuner_picks_small_latency_and_large_bandwidth():
     sim = sim_for(8)
     small = run(sim, "all_reduce", sim.topo.gpus, 1024)
@@ -204,7 +224,7 @@ def test_cli_collective_table_and_errors(capsys):
 
 # ----------------------------------------------------------------------- validation
 def test_validation_error_targets_on_held_out_points():
-    """Leave-one-configuration-out errors of the 9-parameter global model (see RESULTS.md)."""
+    """Leave-one-configuration-out errors of the 10-parameter global model (see RESULTS.md)."""
     run_mod = pytest.importorskip("validation.collectives.run")
     root = run_mod.measured_dir()
     if root is None:
@@ -212,18 +232,24 @@ def test_validation_error_targets_on_held_out_points():
     results = run_mod.evaluate(root)
     per = run_mod.per_gpu_count(results)
     assert set(per) == {2, 4, 8}
-    # what holds: 8 GPUs (DGX all-reduce) median, and the DGX H100 cases' held-out medians
-    assert per[8]["median"] <= run_mod.TARGET_MEDIAN
+    # what holds: the held-out median on every GPU count, and the DGX H100 2-GPU cases' medians
+    for n, st in per.items():
+        assert st["median"] <= run_mod.TARGET_MEDIAN, (n, st)
     for r in results:
         if r.case.name.startswith("dgx-h100") and r.case.workers == 2:
             assert r.stats(True)[1] <= 0.10, r.case.name
+    # fitted parameters stay inside the physical bounds
+    from cosim.engine import load_params
+
+    x = load_params().fitted.vector()
+    assert all(lo - 1e-12 <= v <= hi + 1e-12 for v, lo, hi in zip(x, run_mod.LO, run_mod.HI)), x
     missed = {n: (round(st["median"], 3), round(st["max"], 3)) for n, st in per.items()
               if st["median"] > run_mod.TARGET_MEDIAN or st["max"] > run_mod.TARGET_MAX}
     if missed:
         assert set(missed) <= {2, 4, 8}
-        pytest.xfail(f"held-out targets missed (GPU count: (median, max)) {missed}: max error on all GPU counts "
-                     "(DGX AR 2/4/8 protocol-switch and bimodal small sizes); medians on 2 and 4 GPUs from the "
-                     "pairwise-NVLink machine (bridge faster than the catalog's NVLink efficiency, PCIe ring); "
+        pytest.xfail(f"held-out max-error target missed (GPU count: (median, max)) {missed}: small sizes where "
+                     "the measured kernel time includes waiting for late peers (DGX 4-GPU 38 us floor), protocol "
+                     "switch regions, and pairwise-NVLink send/recv faster than the bridge's documented capacity; "
                      "see validation/collectives/RESULTS.md")
 
 

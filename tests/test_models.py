@@ -184,3 +184,70 @@ def test_modeled_replay_of_held_out_h100_trace_is_within_10_percent() -> None:
     assert abs(s["error"]) <= 0.10, s["error"]
     measured = replay(trace, None, ReplayConfig()).summary()
     assert s["step_time_s"] != measured["step_time_s"]  # the models, not the trace, set the kernel times
+
+
+def test_gather_bytes_from_kernel_launch():
+    """aten::index's indices are an unsized TensorList: rows gathered come from the gather kernel's grid."""
+    from cosim.models.features import _gather_bytes_from_launch, _mem_bytes
+
+    shapes, types = [[8, 1024, 2048], []], ["c10::BFloat16", ""]
+    row = 1024 * 2048 * 2
+    got = _gather_bytes_from_launch("void at::native::vectorized_gather_kernel<16, long>(char*)",
+                                    np.array([512, 1024, 1]), shapes, types)
+    assert got == pytest.approx(512 * (2 * row + 8))
+    got = _gather_bytes_from_launch("void at::native::index_elementwise_kernel<128, 4, X>(long, X)",
+                                    np.array([10, 1, 1]), [[755000], []], ["double", ""])
+    assert got == pytest.approx(10 * 512 * (2 * 8 + 8))
+    assert math.isnan(_gather_bytes_from_launch("some_kernel", np.array([4, 1, 1]), shapes, types))
+    # 1-D index_select and scatters touch the selected rows, not the whole table
+    sel = _mem_bytes("aten::index_select", [[755000], [], [1024]], ["float", "Scalar", "int"], "elementwise")
+    assert sel == pytest.approx(2 * 1024 * 4 + 1024 * 4)
+    add = _mem_bytes("aten::index_add_", [[755000], [], [1024], [1024], []],
+                     ["float", "Scalar", "int", "float", "Scalar"], "reduction")
+    assert add < 20_000
+
+
+def test_modeled_replay_of_held_out_b300_moe_is_within_10_percent() -> None:
+    """B300 MoE gathers dominate moe_05/06: held-out modeled step time with the bundled b300 profile."""
+    from cosim.replay import ReplayConfig, replay
+
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared not found: the real B300 traces are needed")
+    for name in ("moe_05_large_capacity", "moe_06_tiny_batch_many_experts"):
+        trace = shared / f"traces/tracelens-b300-moe/{name}.json.gz"
+        s = replay(trace, None, ReplayConfig(durations="modeled", profile="b300")).summary()
+        assert abs(s["step_time_s"] / s["measured_step_time_s"] - 1) <= 0.10, (name, s["step_time_s"])
+
+
+def test_split_k_reduce_is_not_a_second_gemm():
+    """cuBLAS's splitKreduce kernel is memory-bound: the GEMM kernel keeps all of its parent's FLOPs."""
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared not found")
+    from cosim.models.features import extract_features
+    from cosim.workload import load_trace
+
+    rg = load_trace(shared / "traces/hta/a100-rank3of8-control.json.gz").ranks[0]
+    f = extract_features(rg)
+    red = [j for j in range(len(f)) if "splitKreduce" in f.kernel[j]]
+    assert red and all(f.cls[j] == "elementwise" and np.isfinite(f.bytes[j]) for j in red)
+    assert not any(f.cls[j] == "gemm" and "fbgemm_gpu::permute" in f.kernel[j] for j in range(len(f)))
+
+
+def test_named_tiles_and_tile_profile_keys():
+    """A kernel name that spells its tile pins the tile; the profile's tile: keys are used only for those."""
+    from cosim.models.calibrated import named_tiles
+
+    t = named_tiles(["void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x128_32x3_nt_align4>(X)",
+                     "ampere_sgemm_128x64_nn", "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize64x32x32_stage4",
+                     "nvjet_sm90_tst_128x256_64x4_1x2_h_bz_TNT", "elementwise"])
+    assert t[:3].tolist() == [[64, 128], [128, 64], [64, 32]]
+    assert np.isnan(t[3:]).all()
+    m, n, k = np.array([1024.0]), np.array([1024.0]), np.array([1024.0])
+    p = GemmParams()
+    free = gemm_time(m, n, k, np.ones(1), np.zeros(1), 1e15, HW, p)
+    pinned = gemm_time(m, n, k, np.ones(1), np.zeros(1), 1e15, HW, p, np.array([[64.0, 32.0]]))
+    assert pinned[0] >= free[0]  # the free choice is the fastest candidate
+    prof = load_profile("h100-sxm5")
+    assert any(key.startswith("tile:") for key in prof.models["gemm"])

@@ -20,8 +20,11 @@ as NCCL's tuner does with its own tables.
 Numbers live in a YAML parameter file (default: ``data/nccl_h100.yaml``):
 NCCL's published constants as ``defaults``, and ``fitted``: a few *global*
 parameters fitted on measured data (base latency per protocol, NVLS and p2p
-latency, efficiency per protocol, NVLS efficiency) that apply to every
-communicator (see validation/collectives/ and docs/ENGINE.md).
+latency, efficiency per protocol, NVLS efficiency, a factor on the per-step
+hwLat) that apply to every communicator (see validation/collectives/ and
+docs/ENGINE.md). With ``defaults.tuner: nccl`` the choice of (algo, proto)
+uses the defaults, as the library decides with its own constants; the fitted
+parameters then time the chosen pair.
 """
 
 from __future__ import annotations
@@ -77,8 +80,8 @@ class Fitted:
     """Global parameters fitted on measured NCCL times (validation/collectives).
 
     They replace NCCL's base latencies and the protocol efficiencies for every
-    communicator; the per-step hardware latencies (``hw_latency``), the protocol
-    caps and the tuner stay NCCL's. Efficiencies are fractions (<= 1) of the
+    communicator and scale the per-step hardware latencies (``hw_latency``); the
+    protocol caps and (with ``tuner: nccl``) the tuner's choice stay NCCL's. Efficiencies are fractions (<= 1) of the
     fabric's effective link capacity (catalog bandwidth x link efficiency).
     """
 
@@ -94,21 +97,24 @@ class Fitted:
     """Extra factor on NVLS (times the Simple efficiency)."""
     fit: dict[str, Any] = field(default_factory=dict)
     """Provenance: data, split, date, errors."""
+    hw_latency_scale: float = 1.0
+    """Factor on NCCL's per-step hardware latencies (ring/tree/p2p hwLat; not NVLS)."""
 
     NAMES = ("base_ll", "base_ll128", "base_simple", "nvls_latency", "p2p_latency",
-             "eff_ll", "eff_ll128", "eff_simple", "nvls_efficiency")
+             "eff_ll", "eff_ll128", "eff_simple", "nvls_efficiency", "hw_latency_scale")
 
     def vector(self) -> list[float]:
         """Parameters in :attr:`NAMES` order (latencies in s)."""
         b, e = self.base_latency, self.efficiency
         return [b["ll"], b["ll128"], b["simple"], self.nvls_latency, self.p2p_latency,
-                e["ll"], e["ll128"], e["simple"], self.nvls_efficiency]
+                e["ll"], e["ll128"], e["simple"], self.nvls_efficiency, self.hw_latency_scale]
 
     @classmethod
     def from_vector(cls, x: Any, fit: dict[str, Any] | None = None) -> Fitted:
         x = [float(v) for v in x]
         return cls({"ll": x[0], "ll128": x[1], "simple": x[2]}, x[3], x[4],
-                   {"ll": x[5], "ll128": x[6], "simple": x[7]}, x[8], dict(fit or {}))
+                   {"ll": x[5], "ll128": x[6], "simple": x[7]}, x[8], dict(fit or {}),
+                   x[9] if len(x) > 9 else 1.0)
 
     def to_yaml(self) -> dict[str, Any]:
         return {
@@ -117,6 +123,7 @@ class Fitted:
             "p2p_latency": units.fmt_time(self.p2p_latency, 6),
             "efficiency": {k: round(v, 6) for k, v in self.efficiency.items()},
             "nvls_efficiency": round(self.nvls_efficiency, 6),
+            "hw_latency_scale": round(self.hw_latency_scale, 6),
             "fit": self.fit,
         }
 
@@ -157,6 +164,9 @@ class NcclParams:
         n, nn = shape.nranks, shape.nnodes
         op = shape.op
         hw = self.hw_latency
+        if fit and fit.hw_latency_scale != 1.0 and algo != "nvls":
+            k = fit.hw_latency_scale
+            hw = {c: {a: {p: v * k for p, v in row.items()} for a, row in t.items()} for c, t in hw.items()}
         if algo == "p2p":
             hwc = "net" if nn > 1 else intra_hw
             base = fit.p2p_latency if fit else self.base_latency["p2p"][proto]
@@ -234,6 +244,7 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
             efficiency={p: float(v) for p, v in f["efficiency"].items()},
             nvls_efficiency=float(f["nvls_efficiency"]),
             fit=dict(f.get("fit") or {}),
+            hw_latency_scale=float(f.get("hw_latency_scale", 1.0)),
         )
     return NcclParams(
         source=str(doc.get("source", "")),

@@ -9,7 +9,7 @@ cross-GPU prediction, see docs/MODELS.md).
 
 * **GEMM / batched / grouped GEMM** — tile and wave quantization with split-K::
 
-      for each tile (tm, tn) in TILES (both orientations) and split s in 1, 2, 4, 8:
+      for each tile (tm, tn) in TILES (both orientations) and split s in 1, 2, 4, ..., 64 (K/s >= 128):
           tiles  = batch * ceil(M/tm) * ceil(N/tn) * s
           waves  = ceil(tiles / SMs)
           t(s)   = waves * (tile_overhead + 2 tm tn (K/s) / (peak/SMs * eff * (tm tn / 32768)^alpha))
@@ -37,6 +37,7 @@ cross-GPU prediction, see docs/MODELS.md).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
@@ -49,6 +50,7 @@ __all__ = [
     "GEMM_CLASSES",
     "MEMORY_CLASSES",
     "TILES",
+    "TILE_PREFIX",
     "AttentionParams",
     "GemmParams",
     "HardwareFigures",
@@ -59,13 +61,14 @@ __all__ = [
     "fit_memory",
     "gemm_time",
     "memory_time",
+    "named_tiles",
     "params_from_dict",
 ]
 
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 128), (128, 64), (64, 64), (64, 32))
 """CTA output tiles (rows, columns) the GEMM model may pick (both orientations)."""
 _TILE_REF = 256 * 128
-_SPLITS = (1, 2, 4, 8)
+_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 GEMM_CLASSES = ("gemm", "grouped_gemm")
 MEMORY_CLASSES = ("elementwise", "reduction", "norm", "memset", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
                   "other", "moe_dispatch", "moe_combine")
@@ -212,29 +215,71 @@ class HardwareFigures:
 
 # ----------------------------------------------------------------------------- GEMM
 
-def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
-              peak: np.ndarray | float, hw: HardwareFigures, p: GemmParams) -> np.ndarray:
-    """Modeled GEMM durations (s) for arrays of shapes; ``peak`` is FLOP/s of the math dtype."""
-    m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
-    nbytes = np.asarray(nbytes, dtype=float)
-    peak_sm = np.asarray(peak, dtype=float) / hw.sm_count
+_NAMED_TILE = (
+    re.compile(r"cutlass\w*?gemm\w*?_(\d+)x(\d+)_\d+x\d+"),       # cutlass_80_tensorop_s1688gemm_64x64_32x6
+    re.compile(r"tilesize(\d+)x(\d+)x\d+"),                       # sm80_xmma_gemm_..._tilesize64x64x32
+    re.compile(r"[a-z]*gemm_(\d+)x(\d+)_"),                         # ampere_sgemm_128x64_nn, volta_h884gemm_...
+)
+"""Kernel-name conventions that spell the CTA output tile (cuBLAS / CUTLASS)."""
+
+
+def named_tiles(kernels: list[str]) -> np.ndarray:
+    """(rows, cols) CTA tile of each GEMM kernel read from its name, NaN where the name does not say.
+
+    When a trace records which kernel the library picked, its tile replaces the model's "fastest
+    tile" guess (both orientations are tried: cuBLAS computes the transposed product)."""
+    out = np.full((len(kernels), 2), np.nan)
+    for i, k in enumerate(kernels):
+        for rx in _NAMED_TILE:
+            mt = rx.search(k or "")
+            if mt:
+                a, b = int(mt.group(1)), int(mt.group(2))
+                if 8 <= a <= 512 and 8 <= b <= 512:
+                    out[i] = (a, b)
+                break
+    return out
+
+
+def _gemm_candidates(m, n, k, batch, peak_sm, hw: HardwareFigures, p: GemmParams, tiles) -> np.ndarray:
     best = np.full(np.broadcast(m, n, k).shape, np.inf)
-    for a, b in TILES:
+    for a, b in tiles:
         for tm, tn in {(a, b), (b, a)}:
             eff = p.efficiency * (tm * tn / _TILE_REF) ** p.small_tile_alpha
             base = batch * np.ceil(m / tm) * np.ceil(n / tn)
             for s in _SPLITS:
-                if s > 1:
-                    ok = k / s >= 128
-                else:
-                    ok = np.ones_like(k, dtype=bool)
+                ok = k / s >= 128 if s > 1 else np.ones_like(k, dtype=bool)
                 waves = np.ceil(base * s / hw.sm_count)
                 t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (k / s) / (peak_sm * eff))
                 if s > 1:
                     t = t + 8.0 * m * n * batch * s / (hw.hbm_bandwidth * p.memory_efficiency)
                 best = np.where(ok & (t < best), t, best)
+    return best
+
+
+def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
+              peak: np.ndarray | float, hw: HardwareFigures, p: GemmParams,
+              tile: np.ndarray | None = None) -> np.ndarray:
+    """Modeled GEMM durations (s) for arrays of shapes; ``peak`` is FLOP/s of the math dtype.
+
+    ``tile`` (optional, shape (n, 2)): the CTA tile each GEMM ran with (:func:`named_tiles`); rows
+    with a finite tile use it instead of the fastest of :data:`TILES`."""
+    m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
+    nbytes = np.asarray(nbytes, dtype=float)
+    peak_sm = np.broadcast_to(np.asarray(peak, dtype=float) / hw.sm_count, np.broadcast(m, n, k).shape)
+    best = _gemm_candidates(m, n, k, batch, peak_sm, hw, p, TILES)
+    if tile is not None:
+        tile = np.asarray(tile, dtype=float).reshape(-1, 2)
+        known = np.isfinite(tile[:, 0])
+        for a, b in {(int(x), int(y)) for x, y in tile[known]}:
+            sel = known & (tile[:, 0] == a) & (tile[:, 1] == b)
+            best[sel] = _gemm_candidates(m[sel], n[sel], k[sel], batch[sel], peak_sm[sel], hw, p, ((a, b),))
     t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
     return p.floor_s + np.maximum(best, t_mem)
+
+
+TILE_PREFIX = "tile:"
+"""Profile key prefix of the GEMM parameters fitted with the kernels' named tiles (``tile:bf16``,
+``tile:default``); used only for kernels whose name spells their tile."""
 
 
 def attention_time(batch: np.ndarray, heads: np.ndarray, sq: np.ndarray, sk: np.ndarray, hd: np.ndarray,
@@ -295,7 +340,7 @@ def _lsq(fun, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
              peak: np.ndarray, dur: np.ndarray, hw: HardwareFigures,
-             start: GemmParams | None = None) -> GemmParams:
+             start: GemmParams | None = None, tile: np.ndarray | None = None) -> GemmParams:
     """Fit :class:`GemmParams` to measured GEMM durations (s) by robust least squares on log time."""
     x0p = start or GemmParams()
     logd = np.log(dur)
@@ -306,7 +351,7 @@ def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nby
                           small_tile_alpha=float(x[4]))
 
     def fun(x: np.ndarray) -> np.ndarray:
-        return np.log(gemm_time(m, n, k, batch, nbytes, peak, hw, build(x))) - logd
+        return np.log(gemm_time(m, n, k, batch, nbytes, peak, hw, build(x), tile)) - logd
 
     x0 = np.array([math.log(x0p.efficiency), math.log(max(x0p.tile_overhead_s, 1e-8)),
                    math.log(x0p.memory_efficiency), math.log(max(x0p.floor_s, 1e-7)), x0p.small_tile_alpha])

@@ -130,6 +130,11 @@ def feature_class(cls: int, copy_kind: int) -> str:
 
 
 _CONV = re.compile(r"conv|miopen_convolution|cudnn_convolution", re.I)
+_GEMM_AUX = re.compile(r"splitKreduce|splitK_reduce|split_k_reduce|reduce_splitk|reduce_1Block_kernel", re.I)
+"""Split-K reduction kernels a GEMM launches after its main kernel (cuBLAS, CUTLASS)."""
+_GEMM_NAME = re.compile(r"gemm|gemv|cutlass|nvjet|xmma|cublas|cijk|matmul|_mm|mma|conv|cudnn|miopen|triton|dot|"
+                        r"sm\d\d_|ampere|volta|turing|hopper|blackwell|igemm|wgrad|dgrad", re.I)
+"""Kernel names that look like a GEMM / convolution (``fbgemm`` removed first: its embedding kernels are not)."""
 _TF32_KERNEL = re.compile(r"tf32|s1688|s16816gemm(?!.*bf16)|tensorop_s|xmma_gemm_f32f32_tf32", re.I)
 
 
@@ -315,6 +320,14 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
     # kernels per (parent op, class): the parent's work is split among them
     share: dict[tuple[int, str], int] = {}
     classes = [feature_class(int(G.cls[j]), int(G.copy_kind[j])) for j in range(n)]
+    aux = np.zeros(n, dtype=bool)
+    for j in range(n):
+        if classes[j] in ("gemm", "grouped_gemm") and G.name[j] >= 0 and _GEMM_AUX.search(S[int(G.name[j])]):
+            aux[j] = True  # split-K reduction of a GEMM: memory-bound, not a second GEMM
+            classes[j] = "elementwise"
+        elif (classes[j] in ("gemm", "grouped_gemm") and G.op[j] < 0 and G.name[j] >= 0
+              and not _GEMM_NAME.search(S[int(G.name[j])].replace("fbgemm", ""))):
+            classes[j] = "other"  # no parent op and not a GEMM-looking kernel (embedding, permute)
     for j in range(n):
         o = int(G.op[j])
         if o >= 0:
@@ -352,6 +365,8 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
                 f.flops[j] = 2.0 * m * nn * kk * max(b, 1.0) / cnt
                 bw = kk * nn * (b if "_grouped_mm" in op or op in ("aten::bmm", "aten::baddbmm") else 1)
                 f.bytes[j] = (m * kk * b + bw + m * nn * b) * eb / cnt
+            elif f.kernel[j] and not _GEMM_NAME.search(f.kernel[j].replace("fbgemm", "")):
+                f.cls[j] = "other"  # a non-GEMM kernel (embedding, permute) under a GEMM-class op
         elif c == "attention":
             d = _attn_dims(op, shapes)
             if d is not None:
@@ -362,6 +377,13 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
                 f.flops[j] = fl / cnt
                 eb = elem_bytes(f.dtype[j])
                 f.bytes[j] = (2 * b * h * sq * hd + 2 * b * h * sk * hd) * eb * (2 if bwd else 1) / cnt
+        elif aux[j]:
+            d = _gemm_dims(op, shapes, types)
+            if d is not None:
+                m, nn, _, b = (float(x) for x in d)
+                f.dtype[j] = tdt
+                # reads >= 2 fp32 partial-sum slices, writes the output
+                f.bytes[j] = m * nn * max(b, 1.0) * (2 * 4.0 + elem_bytes(tdt or "fp32")) / cnt
         elif c in ("elementwise", "reduction", "norm", "other", "moe_dispatch", "moe_combine", "memset"):
             if not np.isfinite(f.bytes[j]):
                 gb = _gather_bytes_from_launch(f.kernel[j], f.grid[j], shapes, types) if op in _GATHERS else math.nan

@@ -27,10 +27,12 @@ from cosim.errors import CosimInputError
 from cosim.models.calibrated import (
     GEMM_CLASSES,
     MEMORY_CLASSES,
+    TILE_PREFIX,
     HardwareFigures,
     fit_attention,
     fit_gemm,
     fit_memory,
+    named_tiles,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features
@@ -188,6 +190,19 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
             if s.sum() >= _MIN_PER_DTYPE and len(set(dts[ok])) > 1:
                 models[c][dt] = fit_gemm(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), f.dur[s],
                                          hw, start=base)
+        # second set for kernels whose name spells their CTA tile (used only together with that tile)
+        tiles = named_tiles(f.kernel)
+        okt = ok & np.isfinite(tiles[:, 0])
+        if okt.sum() >= _MIN_SAMPLES[c]:
+            peaks = np.array([hw.peak(d) for d in dts[okt]])
+            tbase = fit_gemm(f.m[okt], f.n[okt], f.k[okt], f.batch[okt], f.bytes[okt], peaks, f.dur[okt], hw,
+                             start=base, tile=tiles[okt])
+            models[c][TILE_PREFIX + "default"] = tbase
+            for dt in sorted(set(dts[okt])):
+                s = okt & (dts == dt)
+                if s.sum() >= _MIN_PER_DTYPE and len(set(dts[okt])) > 1:
+                    models[c][TILE_PREFIX + dt] = fit_gemm(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s],
+                                                           hw.peak(dt), f.dur[s], hw, start=tbase, tile=tiles[s])
     ok = use & (cls == "attention") & np.isfinite(f.m) & np.isfinite(f.k)
     if ok.sum() >= _MIN_SAMPLES["attention"]:
         peaks = np.array([hw.peak(d) for d in dts[ok]])

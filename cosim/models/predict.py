@@ -22,10 +22,12 @@ import numpy as np
 from cosim.catalog.models import Accelerator
 from cosim.models.calibrated import (
     GEMM_CLASSES,
+    TILE_PREFIX,
     HardwareFigures,
     attention_time,
     gemm_time,
     memory_time,
+    named_tiles,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features
@@ -71,6 +73,7 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
     src = np.full(n, SOURCES.index("floor"), dtype=np.int8)
     cls = np.array(f.cls, dtype=object)
     dts = np.array(f.dtype, dtype=object)
+    tiles = named_tiles(f.kernel)
     for c in sorted(set(f.cls)):
         sel = cls == c
         if c == "collective":
@@ -78,11 +81,18 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
             continue
         if c in GEMM_CLASSES:
             ok = sel & np.isfinite(f.m) & np.isfinite(f.n) & np.isfinite(f.k)
+            by = prof.models.get(c) or (prof.models.get("gemm") or {} if c == "grouped_gemm" else {})
+            tiled = ok & np.isfinite(tiles[:, 0]) & any(key.startswith(TILE_PREFIX) for key in by)
             for dt in sorted(set(dts[ok])):
-                s = ok & (dts == dt)
-                p = prof.params(c, dt)
-                out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
-                src[s] = SOURCES.index("model")
+                s = ok & ~tiled & (dts == dt)
+                if s.any():
+                    p = prof.params(c, dt)
+                    out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
+                s = tiled & (dts == dt)
+                if s.any():  # the kernel's own tile, with the parameters fitted that way
+                    p = by.get(TILE_PREFIX + dt) or by[TILE_PREFIX + "default"]
+                    out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p, tiles[s])
+                src[ok & (dts == dt)] = SOURCES.index("model")
             rest = sel & ~ok & np.isfinite(f.flops)
             if rest.any():
                 p = prof.params(c, "")

@@ -15,7 +15,9 @@ import argparse
 import csv
 import json
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +71,19 @@ def sum_err(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = No
         out[Path(s).name] = {"meas_ms": round(meas * 1e3, 3), "pred_ms": round(pred * 1e3, 3),
                              "err": round(pred / meas - 1, 4), "modeled_frac": round(cov, 3)}
     return out
+
+
+def step_time(paths: list[Path] | Path, prof: CalibrationProfile, tmp: Path) -> dict:
+    """Modeled-replay step time (``durations="modeled"`` with ``prof``) vs the measured step time."""
+    from cosim.replay import replay
+    from cosim.replay.config import ReplayConfig
+
+    ppath = tmp / f"{prof.name}.yaml"
+    prof.save(ppath)
+    work = [str(p) for p in paths] if isinstance(paths, list) else str(paths)
+    s = replay(work, None, ReplayConfig(durations="modeled", profile=str(ppath))).summary()
+    meas, pred = float(s["measured_step_time_s"]), float(s["step_time_s"])
+    return {"meas_ms": round(meas * 1e3, 3), "pred_ms": round(pred * 1e3, 3), "err": round(pred / meas - 1, 4)}
 
 
 def vidur(prof: CalibrationProfile) -> dict:
@@ -149,6 +164,10 @@ def main() -> int:
         return 1
     res: dict = {"held_out": {}, "fit": {}, "kernel_sum": {}, "cross_gpu": {}, "splits": {}}
 
+    tmp = Path(tempfile.mkdtemp(prefix="cosim-val-"))
+    stept: dict[str, dict] = {}
+    res["step_time"] = stept
+
     # H100: leave one trace out (3 folds)
     h = traces("tracelens-h100")
     parts = []
@@ -159,6 +178,7 @@ def main() -> int:
         tdb = one_db([test])
         parts.append((tdb, prof))
         res["kernel_sum"][f"h100 fold {i}"] = sum_err(tdb, prof)
+        stept[f"H100 {test.name}"] = {"profile": f"{prof.name} (LOTO)", **step_time(test, prof, tmp)}
         if args.write:
             prof.save(HERE / "profiles" / f"{prof.name}.yaml")
     res["held_out"]["H100 (tracelens-h100, leave-one-trace-out)"] = pooled(parts)
@@ -175,6 +195,10 @@ def main() -> int:
     bdb = one_db(btest)
     res["held_out"]["B300 (tracelens-b300-moe 02/04/06)"] = class_errors(bdb, b_prof)
     res["kernel_sum"]["b300 test"] = sum_err(bdb, b_prof)
+    for t in btest:
+        stept[f"B300 {t.name}"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp)}
+    for t in btrain:
+        stept[f"B300 {t.name} (in-sample)"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp)}
     res["splits"]["B300"] = "fit moe_01/03/05, test moe_02/04/06"
     res["fit"]["b300"] = b_prof.fit_errors
 
@@ -196,6 +220,11 @@ def main() -> int:
         "split": "param-dlrm-v100x8 workers 0-3 (test: workers 4-7)"})
     vdb = one_db(v[4:])
     res["held_out"]["V100 (DLRM workers 4-7)"] = class_errors(vdb, v_prof)
+    try:
+        stept["V100 DLRM 8 ranks (workers 4-7 held out)"] = {"profile": "v100-sxm2-32gb (fit workers 0-3)",
+                                                             **step_time(list(v), v_prof, tmp)}
+    except Exception as e:  # report, keep validating
+        stept["V100 DLRM 8 ranks (workers 4-7 held out)"] = {"error": f"{type(e).__name__}: {e}"}
     res["splits"]["V100"] = "param-dlrm-v100x8: fit worker0-3, test worker4-7"
     res["fit"]["v100-sxm2-32gb"] = v_prof.fit_errors
 
@@ -206,6 +235,7 @@ def main() -> int:
     res["cross_gpu"]["B300 -> H100 (3 traces)"] = class_errors(one_db(h), b_prof, "h100-sxm5")
     res["cross_gpu"]["A100 -> V100 (DLRM 8 ranks)"] = class_errors(one_db(v), a_prof, "v100-sxm2-32gb")
 
+    shutil.rmtree(tmp, ignore_errors=True)
     res["vidur_h100"] = vidur(h_all)
     res["deepgemm_h800_fp8"] = deepgemm(h_all)
     (HERE / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True))
