@@ -101,6 +101,28 @@ def test_failing_point_is_recorded_and_sweep_goes_on(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "points" / bad["key"] / "error.json").is_file()
 
 
+def test_parquet_table_matches_csv(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow not installed (extra 'parquet')")
+    import csv
+
+    spec = load_sweep(_spec(tmp_path, f"base: {SCN}\nparameters:\n  workload: [moe-ep2-decode-cpu, no-such-workload]\n"
+                                      "  host.speed: [1, 2]\n"))
+    run_sweep(spec, tmp_path / "out", None, progress=False)
+    with open(tmp_path / "out" / "results.csv", newline="") as fh:
+        csv_rows = list(csv.DictReader(fh))
+    table = pq.read_table(tmp_path / "out" / "results.parquet")
+    assert table.column_names == list(csv_rows[0])
+    pq_rows = table.to_pylist()
+    assert len(pq_rows) == len(csv_rows) == 4
+    for c, p in zip(csv_rows, pq_rows):
+        assert c["key"] == p["key"] and c["status"] == p["status"]
+        assert c["host.speed"] == p["host.speed"]  # parameters stay strings, as in the spec
+        if c["status"] == "ok":
+            assert float(c["step_time_s"]) == p["step_time_s"] > 0
+        else:  # a failed point has no metrics: empty in CSV, null in Parquet
+            assert c["step_time_s"] == "" and p["step_time_s"] is None and "no-such-workload" in p["error"]
+
+
 def test_dask_local_cluster_sweep(tmp_path: Path) -> None:
     pytest.importorskip("dask.distributed")
     spec = load_sweep(_two_point_spec(tmp_path))
