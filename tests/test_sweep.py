@@ -133,6 +133,22 @@ def test_dask_local_cluster_sweep(tmp_path: Path) -> None:
     assert [r["step_time_s"] for r in res.rows] == [r["step_time_s"] for r in local.rows]
 
 
+def test_cli_sweep_on_an_existing_scheduler(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--scheduler ADDRESS`: points run in another process's worker, reached over TCP (as on SLURM)."""
+    distributed = pytest.importorskip("dask.distributed")
+    from cosim.cli import main
+
+    spec = _two_point_spec(tmp_path)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster:
+        rc = main(["sweep", str(spec), "--executor", "dask", "--scheduler", cluster.scheduler_address,
+                   "--out", str(tmp_path / "remote"), "--no-progress", "--json"])
+    assert rc == 0
+    remote = json.loads(capsys.readouterr().out)
+    local = run_sweep(load_sweep(spec), tmp_path / "local", None, progress=False)
+    assert [r["step_time_s"] for r in remote["rows"]] == [r["step_time_s"] for r in local.rows]
+
+
 def test_kill_midway_then_rerun_loses_and_recomputes_nothing(tmp_path: Path) -> None:
     speeds = [1 + i / 4 for i in range(12)]
     spec_path = _spec(tmp_path, f"name: k\nbase: {SCN}\nparameters:\n  host.speed: {speeds}\n")
