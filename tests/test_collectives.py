@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from cosim.engine import NcclConfig, SimConfig, Simulator
@@ -224,20 +225,26 @@ def test_cli_collective_table_and_errors(capsys):
 
 # ----------------------------------------------------------------------- validation
 def test_validation_error_targets_on_held_out_points():
-    """Leave-one-configuration-out errors of the 10-parameter global model (see RESULTS.md)."""
+    """Leave-one-configuration-out errors of the 10-parameter global model on the measured
+    median statistic (issue 3; see validation/collectives/RESULTS.md)."""
     run_mod = pytest.importorskip("validation.collectives.run")
     root = run_mod.measured_dir()
     if root is None:
         pytest.skip("../shared/measured not found: measured NCCL data absent")
+    assert run_mod.STAT == "median"
     results = run_mod.evaluate(root)
     per = run_mod.per_gpu_count(results)
     assert set(per) == {2, 4, 8}
-    # what holds: the held-out median on every GPU count, and the DGX H100 2-GPU cases' medians
+    # what holds: the held-out median on every GPU count
     for n, st in per.items():
         assert st["median"] <= run_mod.TARGET_MEDIAN, (n, st)
+    # where the measurement reads the collective (not the host's launch period), every DGX H100
+    # case's held-out median is within 10%, and 8 GPUs stay within the 25% max target
     for r in results:
-        if r.case.name.startswith("dgx-h100") and r.case.workers == 2:
-            assert r.stats(True)[1] <= 0.10, r.case.name
+        if r.case.name.startswith("dgx-h100"):
+            m = ~r.pts.outlier & ~r.host_bound
+            assert np.median(np.abs(r.err(True)[m])) <= 0.10, r.case.name
+    assert run_mod.per_gpu_count(results, bound=True)[8]["max"] <= run_mod.TARGET_MAX
     # fitted parameters stay inside the physical bounds
     from cosim.engine import load_params
 
@@ -247,10 +254,30 @@ def test_validation_error_targets_on_held_out_points():
               if st["median"] > run_mod.TARGET_MEDIAN or st["max"] > run_mod.TARGET_MAX}
     if missed:
         assert set(missed) <= {2, 4, 8}
-        pytest.xfail(f"held-out max-error target missed (GPU count: (median, max)) {missed}: small sizes where "
-                     "the measured kernel time includes waiting for late peers (DGX 4-GPU 38 us floor), protocol "
-                     "switch regions, and pairwise-NVLink send/recv faster than the bridge's documented capacity; "
+        pytest.xfail(f"held-out max-error target missed (GPU count: (median, max)) {missed}: small all-reduces "
+                     "whose measured median reads the host's launch period (DGX ~42 us) or, in other runs, the "
+                     "collective itself (7 us), a protocol switch NCCL's default constants place elsewhere "
+                     "(pairwise 4 GPUs), and pairwise-NVLink send/recv above the bridge's documented capacity; "
                      "see validation/collectives/RESULTS.md")
+
+
+def test_host_floor_from_measurements():
+    """The host launch period read from each machine's small all-reduces (real data): most runs of
+    the small DGX 4-GPU all-reduces sit at it, while 8 GPUs' fastest runs are far below."""
+    run_mod = pytest.importorskip("validation.collectives.run")
+    root = run_mod.measured_dir()
+    if root is None:
+        pytest.skip("../shared/measured not found: measured NCCL data absent")
+    dgx = run_mod.host_floor(root, "vidur-dgx-h100/all_reduce.csv")
+    pair = run_mod.host_floor(root, "vidur-h100-pairwise-nvlink/send_recv.csv")  # the machine's all-reduce file
+    assert 35e-6 <= dgx <= 50e-6 and 25e-6 <= pair <= 35e-6, (dgx, pair)
+    cases = {c.name: c for c in run_mod.CASES}
+    r4 = run_mod.runs(cases["dgx-h100 all_reduce 4 GPUs"], root)
+    r8 = run_mod.runs(cases["dgx-h100 all_reduce 8 GPUs"], root)
+    small = [s for s in r4 if s <= 2**20 and s in r8]
+    at_floor = np.mean([r4[s][1] > run_mod.HOST_FLOOR_RUN * dgx for s in small])
+    assert at_floor > 0.9
+    assert np.median([r8[s][0] for s in small]) < 0.75 * np.median([r4[s][1] for s in small])
 
 
 def test_cluster_router_matches_topology_paths():

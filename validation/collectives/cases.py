@@ -59,7 +59,9 @@ CASES: list[Case] = [
          note="in the targets but not fitted (held out by every fit): from 8 MiB the sender's kernel time implies "
          "310-340 GB/s over the bridge, above the bridge's documented 300 GB/s per direction (H100 NVL: 600 GB/s "
          "bidirectional), while the same pair's all-reduce reaches ~205 GB/s per direction; no link capacity fits "
-         "both, so fitting it would only bend the p2p latency and Simple efficiency the other cases use"),
+         "both, so fitting it would only bend the p2p latency and Simple efficiency the other cases use. The "
+         "curve equals the DGX H100 (NVSwitch) send/recv one: 105 / 161 / 342 GB/s at 1 / 2 / 48 MiB on both "
+         "machines, i.e. it is set by something other than the bridge"),
     Case("pairwise-nvlink send_recv 2 GPUs, two nodes", "vidur-h100-pairwise-nvlink/send_recv.csv", "send_recv", 2,
          1, "inline:pairwise-2node", ["node0.gpu0", "node1.gpu0"], targets=False,
          note="excluded from fits and targets: the network between the two hosts is unknown and the curve is not "
