@@ -140,10 +140,16 @@ def test_cli_calibrate_from_traces(tmp_path):
     t = next((shared_dir() / "traces" / "tracelens-h100").glob("gaunernst*"))
     out = tmp_path / "p.yaml"
     r = subprocess.run([sys.executable, "-m", "cosim", "calibrate", "--from-traces", str(t), "--out", str(out),
-                        "--db-out", str(tmp_path / "db")], capture_output=True, text=True, timeout=60)
+                        "--db-out", str(tmp_path / "db"), "--kernel-db", "20"], capture_output=True, text=True,
+                       timeout=60)
     assert r.returncode == 0, r.stderr
     assert "gemm" in r.stdout and (tmp_path / "db" / "h100-sxm5.csv").exists()
-    assert load_profile(out).provenance["inputs_hash"]
+    prof = load_profile(out)
+    assert prof.provenance["inputs_hash"]
+    assert 0 < len(prof.kernel_db) <= 20 and prof.kernel_scale
+    from cosim.models.fit import load_db
+
+    assert (load_db(tmp_path / "db" / "h100-sxm5.csv").feats.grid > 0).any()  # grid columns round-trip
 
 
 def test_cli_microbench_cpu_quick(tmp_path):
@@ -251,3 +257,86 @@ def test_named_tiles_and_tile_profile_keys():
     assert pinned[0] >= free[0]  # the free choice is the fastest candidate
     prof = load_profile("h100-sxm5")
     assert any(key.startswith("tile:") for key in prof.models["gemm"])
+
+
+def test_grid_derived_split_k_on_a100_trace_kernels():
+    """Split-K count and tile orientation come from the launch grid of the traced kernel (grid_z = splits,
+    grid_x*grid_y = the output tiles, padded by the threadblock swizzle)."""
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared not found")
+    from cosim.models.calibrated import launch_split, named_tiles
+    from cosim.models.features import extract_features
+    from cosim.workload import load_trace
+
+    rg = load_trace(shared / "traces/hta/a100-rank3of8-control.json.gz").ranks[0]
+    f = extract_features(rg)
+    idx = [j for j in range(len(f)) if f.cls[j] == "gemm" and np.isfinite(f.m[j]) and f.grid[j][0] > 0
+           and np.isfinite(named_tiles([f.kernel[j]])[0, 0])]
+    assert len(idx) > 100
+    tiles = named_tiles([f.kernel[j] for j in idx])
+    m, n, b, g = f.m[idx], f.n[idx], f.batch[idx], f.grid[idx]
+    tm, tn, s = launch_split(m, n, b, tiles, g)
+    assert np.isfinite(s).all()
+    # every launch covers its output tiles, and the splits are grid_z / batch
+    assert (np.ceil(m / tm) * np.ceil(n / tn) <= g[:, 0] * g[:, 1]).mean() > 0.95
+    assert np.array_equal(s, np.maximum(1, np.round(g[:, 2] / b)))
+    assert (s > 1).sum() > 50  # the trace runs many split-K GEMMs
+    # one known launch: cutlass 64x64 tile, M=1024, N=96, grid (32, 1, 2) -> 32 tiles x 2 K slices
+    j = next(i for i, jj in enumerate(idx) if "64x64_32x6_tn" in f.kernel[jj] and tuple(g[i]) == (32, 1, 2)
+             and m[i] == 1024 and n[i] == 96)
+    assert (tm[j], tn[j], s[j]) == (64, 64, 2)
+    # the launch pins the split: the modeled time is that of s = 2, not the best over all splits
+    p = GemmParams(efficiency=0.5, tile_overhead_s=0.0, memory_efficiency=1.0, floor_s=0.0, small_tile_alpha=0.0)
+    hw = HardwareFigures.of(load_catalog().accelerator("a100-sxm-80gb"))
+    k = f.k[idx[j]]
+    t = gemm_time(m[j:j + 1], n[j:j + 1], np.array([k]), np.ones(1), np.zeros(1), hw.peak("tf32"), hw, p,
+                  tiles[j:j + 1], g[j:j + 1])[0]
+    want = 2 * 64 * 64 * (k / 2) / (hw.peak("tf32") / hw.sm_count * 0.5) + 8.0 * 1024 * 96 * 2 / hw.hbm_bandwidth
+    assert t == pytest.approx(want, rel=1e-9)
+
+
+def test_kernel_db_hit_miss_and_round_trip(tmp_path):
+    """An exact-key hit returns the stored median (source 'database'); a miss, another GPU or
+    database=False fall back to the model; the database and kernel factors survive save/load."""
+    from dataclasses import replace
+
+    from cosim.models.features import KernelFeatures
+    from cosim.models.predict import SOURCES, predict_features
+    from cosim.models.profile import db_key
+
+    kern = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(Params)"
+    f = KernelFeatures(cls=["gemm", "gemm"], kernel=[kern, kern], op_name=["aten::mm"] * 2, dtype=["tf32"] * 2,
+                       m=np.array([1024.0, 2048.0]), n=np.array([96.0, 96.0]), k=np.array([512.0, 512.0]),
+                       batch=np.ones(2), heads=np.ones(2), bwd=np.zeros(2, bool), flops=np.full(2, np.nan),
+                       bytes=np.array([1.0e6, 2.0e6]), dur=np.full(2, np.nan),
+                       grid=np.array([[32, 1, 2], [64, 1, 2]]), block=np.array([[128, 1, 1]] * 2))
+    a100 = load_catalog().accelerator("a100-sxm-80gb")
+    base = replace(load_profile("a100-sxm-80gb"), kernel_db={}, kernel_scale={})
+    model = predict_features(f, a100, base).dur
+    key = db_key(kern, "gemm", "tf32", 1024.0, 96.0, 512.0, 1.0, 1.0, False, 1.0e6)
+    prof = replace(base, kernel_db={key: (19.0e-6, 33)},
+                   kernel_scale={"void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>":
+                                 {"scale": 1.5, "n": 10}})
+    pr = predict_features(f, a100, prof)
+    assert pr.dur[0] == 19.0e-6 and SOURCES[pr.source[0]] == "database"
+    assert pr.dur[1] == pytest.approx(1.5 * model[1]) and SOURCES[pr.source[1]] == "model"
+    only = predict_features(f, a100, prof, kernel_scale=False, database=False).dur
+    assert np.allclose(only, model)
+    other = predict_features(f, load_catalog().accelerator("h100-sxm5"), prof)  # cross-GPU: model only
+    assert np.allclose(other.dur, predict_features(f, load_catalog().accelerator("h100-sxm5"), base).dur)
+    prof.save(tmp_path / "p.yaml")
+    back = load_profile(tmp_path / "p.yaml")
+    assert back.kernel_db == prof.kernel_db and back.kernel_scale == prof.kernel_scale
+    assert predict_features(f, a100, back).dur[0] == 19.0e-6
+
+
+def test_bundled_profiles_kernel_db_bounded_and_gemv_params():
+    from cosim.models.calibrated import GEMV_PREFIX, gemv_kernels
+    from cosim.models.fit import KERNEL_DB_MAX
+
+    for name in bundled_profiles():
+        assert len(load_profile(name).kernel_db) <= KERNEL_DB_MAX
+    assert GEMV_PREFIX + "default" in load_profile("v100-sxm2-32gb").models["gemm"]
+    assert gemv_kernels(["void gemmSN_TN_kernel<float, 128>", "void dot_kernel<float, 128, 0>",
+                         "volta_sgemm_128x32_nt"]).tolist() == [True, True, False]

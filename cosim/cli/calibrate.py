@@ -20,13 +20,16 @@ def _run(args: argparse.Namespace) -> int:
         raise CosimInputError("give either --from-traces PATH... or --microbench")
     if not args.out and not args.db_out:
         raise CosimInputError("give --out PROFILE.yaml (and/or --db-out DIR)")
+    if args.kernel_db < 0:
+        raise CosimInputError(f"--kernel-db must be >= 0, got {args.kernel_db}")
     results = []
     if args.from_traces:
         paths = [Path(p) for p in args.from_traces]
         for p in paths:
             if not p.exists():
                 raise CosimInputError("trace not found", file=p)
-        key = inputs_hash([*map(str, paths), args.accelerator or "", "cosim.profile/1", "traces"])
+        key = inputs_hash([*map(str, paths), args.accelerator or "", "cosim.profile/1", "traces",
+                           f"kernel_db={args.kernel_db}", f"kernel_scale={not args.no_kernel_scale}"])
         if args.out and Path(args.out).exists() and not args.force:
             try:
                 old = load_profile(args.out)
@@ -47,7 +50,8 @@ def _run(args: argparse.Namespace) -> int:
                                       "calibrate one GPU model per profile")
             db = next(iter(dbs.values()))
             prof = fit_profile(db, name=args.name or Path(args.out).stem,
-                               provenance={"inputs_hash": key, "sources": [str(p) for p in paths]})
+                               provenance={"inputs_hash": key, "sources": [str(p) for p in paths]},
+                               kernel_scale=not args.no_kernel_scale, kernel_db=args.kernel_db)
             prof.save(args.out)
             results.append({"profile": str(args.out), "cached": False, "inputs_hash": key,
                             "accelerator": prof.accelerator, "fit_errors": prof.fit_errors})
@@ -81,7 +85,8 @@ def _run(args: argparse.Namespace) -> int:
 
     prov["date"] = _dt.date.today().isoformat()
     prov["inputs_hash"] = inputs_hash([prov, "quick" if args.quick else "full"])
-    prof = fit_profile(db, name=args.name or (Path(args.out).stem if args.out else acc), provenance=prov)
+    prof = fit_profile(db, name=args.name or (Path(args.out).stem if args.out else acc), provenance=prov,
+                       kernel_scale=not args.no_kernel_scale, kernel_db=args.kernel_db)
     if args.out:
         prof.save(args.out)
     results.append({"profile": str(args.out), "accelerator": acc, "device": prov["gpu"],
@@ -121,5 +126,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--db-out", help="directory for the kernel database CSV (one file per GPU model)")
     p.add_argument("--name", help="profile name (default: the output file's stem)")
     p.add_argument("--force", action="store_true", help="refit even when the inputs hash matches --out")
+    p.add_argument("--kernel-db", type=int, default=0, metavar="N",
+                   help="store up to N measured medians keyed by (kernel, shapes, dtype) in the profile; an exact "
+                        "hit on the same GPU model replaces the model's prediction (default 0: none)")
+    p.add_argument("--no-kernel-scale", action="store_true",
+                   help="do not fit per-kernel-family factors on the GEMM model")
     add_json_flag(p)
     p.set_defaults(func=_run)

@@ -18,7 +18,10 @@ cross-GPU prediction, see docs/MODELS.md).
       t      = floor + max(t_comp, bytes / (HBM * mem_eff))
 
   parameters ``efficiency``, ``tile_overhead_s``, ``memory_efficiency``, ``floor_s``,
-  ``small_tile_alpha``, fitted per dtype where the data has enough GEMMs of it.
+  ``small_tile_alpha``, fitted per dtype where the data has enough GEMMs of it. A kernel whose
+  name spells its tile (:func:`named_tiles`) uses that tile, and with a recorded launch grid its
+  split-K count and orientation (:func:`launch_split`), instead of the search; cuBLAS gemv /
+  skinny kernels (:func:`gemv_kernels`) use their own parameter set (``gemv:`` keys).
 * **Attention** (flash forward / backward) — one CTA per (batch, head, 128-query block)::
 
       waves = ceil(B H ceil(Sq/128) / SMs)
@@ -48,6 +51,7 @@ from cosim.catalog.models import Accelerator
 __all__ = [
     "DEFAULTS",
     "GEMM_CLASSES",
+    "GEMV_PREFIX",
     "MEMORY_CLASSES",
     "TILES",
     "TILE_PREFIX",
@@ -60,6 +64,8 @@ __all__ = [
     "fit_gemm",
     "fit_memory",
     "gemm_time",
+    "gemv_kernels",
+    "launch_split",
     "memory_time",
     "named_tiles",
     "params_from_dict",
@@ -256,13 +262,53 @@ def _gemm_candidates(m, n, k, batch, peak_sm, hw: HardwareFigures, p: GemmParams
     return best
 
 
+def launch_split(m: np.ndarray, n: np.ndarray, batch: np.ndarray, tile: np.ndarray,
+                 grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Tile orientation and split-K count of GEMM launches, read from their grid.
+
+    cuBLAS / CUTLASS GEMM kernels launch the output tiles over ``grid_x * grid_y`` (padded by the
+    threadblock swizzle, so possibly more CTAs than tiles) and the K slices of split-K — or the
+    batch of a batched GEMM — over ``grid_z``. For each row with a finite ``tile`` (rows, cols) and
+    a known grid (shape (n, 3)) this returns ``(tm, tn, splits)``: ``splits = max(1, round(grid_z /
+    batch))`` and the orientation (cuBLAS may compute the transposed product) whose tile count
+    ``ceil(M/tm) * ceil(N/tn)`` is closest to ``grid_x * grid_y`` from below (the swizzle only
+    pads). NaN where unknown."""
+    m, n, batch = (np.asarray(x, dtype=float) for x in (m, n, batch))
+    tile = np.asarray(tile, dtype=float).reshape(-1, 2)
+    g = np.asarray(grid, dtype=float).reshape(-1, 3)
+    out_tm, out_tn, out_s = (np.full(len(m), np.nan) for _ in range(3))
+    ok = np.isfinite(tile[:, 0]) & (g > 0).all(axis=1)
+    xy = g[:, 0] * g[:, 1]
+    s = np.maximum(1.0, np.round(g[:, 2] / np.maximum(batch, 1.0)))
+    best_err = np.full(len(m), np.inf)
+    for tm, tn in ((tile[:, 0], tile[:, 1]), (tile[:, 1], tile[:, 0])):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tiles = np.ceil(m / tm) * np.ceil(n / tn)
+            # tiles <= grid_x*grid_y expected (swizzle padding); more tiles than CTAs is penalized
+            err = np.where(tiles <= xy, np.log(xy / tiles), 4.0 * np.log(tiles / xy))
+        better = ok & (err < best_err - 1e-12)
+        out_tm[better], out_tn[better], out_s[better], best_err[better] = tm[better], tn[better], s[better], err[better]
+    return out_tm, out_tn, out_s
+
+
+def _gemm_launched(m, n, k, batch, peak_sm, hw: HardwareFigures, p: GemmParams, tm, tn, s) -> np.ndarray:
+    """Time of GEMMs whose tile and split-K come from the launch (:func:`launch_split`)."""
+    eff = p.efficiency * (tm * tn / _TILE_REF) ** p.small_tile_alpha
+    waves = np.ceil(batch * np.ceil(m / tm) * np.ceil(n / tn) * s / hw.sm_count)
+    t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (k / s) / (peak_sm * eff))
+    return t + np.where(s > 1, 8.0 * m * n * batch * s / (hw.hbm_bandwidth * p.memory_efficiency), 0.0)
+
+
 def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
               peak: np.ndarray | float, hw: HardwareFigures, p: GemmParams,
-              tile: np.ndarray | None = None) -> np.ndarray:
+              tile: np.ndarray | None = None, grid: np.ndarray | None = None) -> np.ndarray:
     """Modeled GEMM durations (s) for arrays of shapes; ``peak`` is FLOP/s of the math dtype.
 
     ``tile`` (optional, shape (n, 2)): the CTA tile each GEMM ran with (:func:`named_tiles`); rows
-    with a finite tile use it instead of the fastest of :data:`TILES`."""
+    with a finite tile use it instead of the fastest of :data:`TILES`. ``grid`` (optional, shape
+    (n, 3)): each kernel's launch grid (-1 if unknown); rows with both a tile and a grid take the
+    tile orientation and split-K count from the launch (:func:`launch_split`) instead of trying
+    every split."""
     m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
     nbytes = np.asarray(nbytes, dtype=float)
     peak_sm = np.broadcast_to(np.asarray(peak, dtype=float) / hw.sm_count, np.broadcast(m, n, k).shape)
@@ -270,11 +316,31 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nb
     if tile is not None:
         tile = np.asarray(tile, dtype=float).reshape(-1, 2)
         known = np.isfinite(tile[:, 0])
-        for a, b in {(int(x), int(y)) for x, y in tile[known]}:
-            sel = known & (tile[:, 0] == a) & (tile[:, 1] == b)
+        launched = np.zeros(len(m), dtype=bool)
+        if grid is not None:
+            tm, tn, s = launch_split(m, n, np.broadcast_to(batch, m.shape), tile, grid)
+            launched = known & np.isfinite(s)
+            if launched.any():
+                L = launched
+                best[L] = _gemm_launched(m[L], n[L], k[L], np.broadcast_to(batch, m.shape)[L], peak_sm[L], hw, p,
+                                         tm[L], tn[L], s[L])
+        for a, b in {(int(x), int(y)) for x, y in tile[known & ~launched]}:
+            sel = known & ~launched & (tile[:, 0] == a) & (tile[:, 1] == b)
             best[sel] = _gemm_candidates(m[sel], n[sel], k[sel], batch[sel], peak_sm[sel], hw, p, ((a, b),))
     t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
     return p.floor_s + np.maximum(best, t_mem)
+
+
+GEMV_PREFIX = "gemv:"
+"""Profile key prefix of the GEMM parameters fitted on cuBLAS's matrix-vector / skinny-GEMM kernels
+(:func:`gemv_kernels`: ``gemv*``, ``gemmSN``, ``gemmk1``, ``dot_kernel``): µs-scale, memory- and
+launch-bound kernels with their own floor and bandwidth; used only for kernels named that way."""
+_GEMV = re.compile(r"gemv|gemmSN_|gemmk1_|\bdot_kernel|gemvx", re.I)
+
+
+def gemv_kernels(kernels: list[str]) -> np.ndarray:
+    """True for kernels of cuBLAS's matrix-vector / skinny-GEMM family (gemv, gemmSN, gemmk1, dot)."""
+    return np.array([bool(_GEMV.search(k or "")) for k in kernels], dtype=bool)
 
 
 TILE_PREFIX = "tile:"
@@ -340,7 +406,8 @@ def _lsq(fun, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
              peak: np.ndarray, dur: np.ndarray, hw: HardwareFigures,
-             start: GemmParams | None = None, tile: np.ndarray | None = None) -> GemmParams:
+             start: GemmParams | None = None, tile: np.ndarray | None = None,
+             grid: np.ndarray | None = None) -> GemmParams:
     """Fit :class:`GemmParams` to measured GEMM durations (s) by robust least squares on log time."""
     x0p = start or GemmParams()
     logd = np.log(dur)
@@ -351,7 +418,7 @@ def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nby
                           small_tile_alpha=float(x[4]))
 
     def fun(x: np.ndarray) -> np.ndarray:
-        return np.log(gemm_time(m, n, k, batch, nbytes, peak, hw, build(x), tile)) - logd
+        return np.log(gemm_time(m, n, k, batch, nbytes, peak, hw, build(x), tile, grid)) - logd
 
     x0 = np.array([math.log(x0p.efficiency), math.log(max(x0p.tile_overhead_s, 1e-8)),
                    math.log(x0p.memory_efficiency), math.log(max(x0p.floor_s, 1e-7)), x0p.small_tile_alpha])

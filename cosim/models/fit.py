@@ -3,12 +3,13 @@
 The database is a CSV per GPU model (``<accelerator>.csv``), one row per measured
 GPU op, columns (units in the name where there is one)::
 
-    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s
+    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s,grid_x,grid_y,grid_z
 
 ``cls`` is the model class (gemm, grouped_gemm, attention, elementwise, ...),
 ``op`` the parent ATen op, ``m, n, k, batch, heads, bwd`` the shape features of
 :class:`cosim.models.features.KernelFeatures`, ``flops`` in FLOP, ``bytes`` in
-bytes, ``dur_s`` the measured duration in seconds. Empty cells are unknown.
+bytes, ``dur_s`` the measured duration in seconds, ``grid_*`` the launch grid (-1 unknown; optional
+when reading). Empty cells are unknown.
 """
 
 from __future__ import annotations
@@ -26,25 +27,31 @@ from cosim.catalog import load_catalog
 from cosim.errors import CosimInputError
 from cosim.models.calibrated import (
     GEMM_CLASSES,
+    GEMV_PREFIX,
     MEMORY_CLASSES,
     TILE_PREFIX,
     HardwareFigures,
     fit_attention,
     fit_gemm,
     fit_memory,
+    gemv_kernels,
     named_tiles,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features
 from cosim.models.profile import CalibrationProfile
 
-__all__ = ["DB_COLUMNS", "KernelDB", "class_errors", "fit_profile", "load_db", "mape"]
+__all__ = ["DB_COLUMNS", "KERNEL_DB_MAX", "KernelDB", "build_kernel_db", "class_errors", "fit_kernel_scale",
+           "fit_profile", "load_db", "mape"]
 
 DB_COLUMNS = ("source", "step", "cls", "kernel", "op", "dtype", "m", "n", "k", "batch", "heads", "bwd",
               "flops", "bytes", "dur_s")
+GRID_COLUMNS = ("grid_x", "grid_y", "grid_z")
+"""Optional trailing columns: the kernel's launch grid (-1 unknown); files without them still load."""
 _MIN_SAMPLES = {"gemm": 4, "grouped_gemm": 1, "attention": 1}
 _MIN_MEMORY = 3
 _MIN_PER_DTYPE = 12
+_MIN_GEMV = 8
 
 
 @dataclass
@@ -98,12 +105,13 @@ class KernelDB:
 
         with atomic_open(path, "w") as fh:
             w = csv.writer(fh)
-            w.writerow(DB_COLUMNS)
+            w.writerow(DB_COLUMNS + GRID_COLUMNS)
             for i in range(len(self.feats)):
                 r = self.feats.row(i)
                 w.writerow([self.source[i], int(self.step[i]), r["cls"], r["kernel"], r["op"], r["dtype"],
                             *(_fmt(r[c]) for c in ("m", "n", "k", "batch", "heads")), r["bwd"],
-                            _fmt(r["flops"]), _fmt(r["bytes"]), _fmt(r["dur_s"])])
+                            _fmt(r["flops"]), _fmt(r["bytes"]), _fmt(r["dur_s"]),
+                            *(int(x) for x in self.feats.grid[i])])
 
 
 def _fmt(v: float) -> str:
@@ -126,10 +134,14 @@ def load_db(path: str | Path, accelerator: str | None = None) -> KernelDB:
         return np.array([float(r[name]) if r[name] != "" else np.nan for r in rows], dtype=float)
 
     n = len(rows)
+    grid = -np.ones((n, 3), np.int64)
+    if rows and not set(GRID_COLUMNS) - set(rows[0]):
+        grid = np.array([[int(float(r[c])) if r[c] not in ("", None) else -1 for c in GRID_COLUMNS] for r in rows],
+                        dtype=np.int64).reshape(n, 3)
     f = KernelFeatures(cls=[r["cls"] for r in rows], kernel=[r["kernel"] for r in rows], op_name=[r["op"] for r in rows],
                        dtype=[r["dtype"] for r in rows], m=col("m"), n=col("n"), k=col("k"), batch=col("batch"),
                        heads=col("heads"), bwd=col("bwd").astype(bool), flops=col("flops"), bytes=col("bytes"),
-                       dur=col("dur_s"), grid=-np.ones((n, 3), np.int64), block=-np.ones((n, 3), np.int64))
+                       dur=col("dur_s"), grid=grid, block=-np.ones((n, 3), np.int64))
     return KernelDB(accelerator or p.stem, "", f, [r["source"] for r in rows],
                     np.array([int(r["step"]) for r in rows], dtype=np.int64))
 
@@ -169,8 +181,61 @@ def _usable(f: KernelFeatures) -> np.ndarray:
     return np.isfinite(f.dur) & (f.dur > 0)
 
 
-def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None = None) -> CalibrationProfile:
-    """Fit every class with enough modeled samples in ``db``; report in-sample errors."""
+KERNEL_SCALE_PRIOR = 2.0
+"""Shrinkage of the per-kernel-family factors: a family seen n times gets ``exp(median log residual
+* n / (n + KERNEL_SCALE_PRIOR))``."""
+KERNEL_SCALE_MAX = 256
+"""At most this many kernel families (the most frequent) get a factor."""
+KERNEL_DB_MAX = 2000
+"""Default size bound of a profile's kernel database (entries, the most frequent keys)."""
+
+
+def fit_kernel_scale(db: KernelDB, prof: CalibrationProfile, max_families: int = KERNEL_SCALE_MAX) -> dict:
+    """Per-kernel-family factors on the model's GEMM times: the shrunk median of the fitted rows'
+    log(measured / modeled), clipped to [1/4, 4] (a kernel's efficiency relative to its class curve)."""
+    from cosim.models.predict import SOURCES, predict_features
+    from cosim.models.profile import kernel_family
+
+    acc = load_catalog().accelerator(db.accelerator)
+    pr = predict_features(db.feats, acc, prof, kernel_scale=False, database=False)
+    f = db.feats
+    res: dict[str, list[float]] = {}
+    for j in np.flatnonzero(_usable(f) & (pr.source == SOURCES.index("model"))):
+        if f.cls[j] in GEMM_CLASSES and pr.dur[j] > 0:
+            res.setdefault(kernel_family(f.kernel[j]), []).append(math.log(f.dur[j] / pr.dur[j]))
+    top = sorted(res.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:max_families]
+    out = {}
+    for fam, r in top:
+        n = len(r)
+        out[fam] = {"scale": float(np.clip(math.exp(float(np.median(r)) * n / (n + KERNEL_SCALE_PRIOR)), 0.25, 4.0)),
+                    "n": n}
+    return out
+
+
+def build_kernel_db(db: KernelDB, max_entries: int = KERNEL_DB_MAX) -> dict[tuple, tuple[float, int]]:
+    """Measured median duration per exact key (:func:`cosim.models.profile.db_key`) of the rows with
+    shapes or bytes (collectives excluded), keeping the ``max_entries`` most frequent keys."""
+    from cosim.models.profile import db_key
+
+    f = db.feats
+    by: dict[tuple, list[float]] = {}
+    for j in np.flatnonzero(_usable(f)):
+        if f.cls[j] == "collective" or not (np.isfinite(f.m[j]) or np.isfinite(f.bytes[j])):
+            continue
+        key = db_key(f.kernel[j], f.cls[j], f.dtype[j], f.m[j], f.n[j], f.k[j], f.batch[j], f.heads[j], f.bwd[j],
+                     f.bytes[j])
+        by.setdefault(key, []).append(float(f.dur[j]))
+    top = sorted(by.items(), key=lambda kv: (-len(kv[1]), tuple(str(x) for x in kv[0])))[:max(int(max_entries), 0)]
+    return {k: (float(np.median(v)), len(v)) for k, v in top}
+
+
+def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None = None, *,
+                kernel_scale: bool = True, kernel_db: int = 0) -> CalibrationProfile:
+    """Fit every class with enough modeled samples in ``db``; report in-sample errors.
+
+    ``kernel_scale``: also fit per-kernel-family factors (:func:`fit_kernel_scale`). ``kernel_db``:
+    store up to this many measured medians (:func:`build_kernel_db`; 0 = none). The in-sample
+    ``fit_errors`` never use the database."""
     acc = load_catalog().accelerator(db.accelerator)
     hw = HardwareFigures.of(acc)
     f = db.feats
@@ -190,19 +255,27 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
             if s.sum() >= _MIN_PER_DTYPE and len(set(dts[ok])) > 1:
                 models[c][dt] = fit_gemm(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), f.dur[s],
                                          hw, start=base)
-        # second set for kernels whose name spells their CTA tile (used only together with that tile)
+        # second set for kernels whose name spells their CTA tile (used only together with that tile;
+        # the launch grid, when recorded, gives the split-K count and waves)
         tiles = named_tiles(f.kernel)
         okt = ok & np.isfinite(tiles[:, 0])
         if okt.sum() >= _MIN_SAMPLES[c]:
             peaks = np.array([hw.peak(d) for d in dts[okt]])
             tbase = fit_gemm(f.m[okt], f.n[okt], f.k[okt], f.batch[okt], f.bytes[okt], peaks, f.dur[okt], hw,
-                             start=base, tile=tiles[okt])
+                             start=base, tile=tiles[okt], grid=f.grid[okt])
             models[c][TILE_PREFIX + "default"] = tbase
             for dt in sorted(set(dts[okt])):
                 s = okt & (dts == dt)
                 if s.sum() >= _MIN_PER_DTYPE and len(set(dts[okt])) > 1:
                     models[c][TILE_PREFIX + dt] = fit_gemm(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s],
-                                                           hw.peak(dt), f.dur[s], hw, start=tbase, tile=tiles[s])
+                                                           hw.peak(dt), f.dur[s], hw, start=tbase, tile=tiles[s],
+                                                           grid=f.grid[s])
+        # third set for cuBLAS's gemv / skinny kernels (launch- and memory-bound, their own floor)
+        okv = ok & gemv_kernels(f.kernel)
+        if okv.sum() >= _MIN_GEMV:
+            peaks = np.array([hw.peak(d) for d in dts[okv]])
+            models[c][GEMV_PREFIX + "default"] = fit_gemm(f.m[okv], f.n[okv], f.k[okv], f.batch[okv], f.bytes[okv],
+                                                          peaks, f.dur[okv], hw, start=base)
     ok = use & (cls == "attention") & np.isfinite(f.m) & np.isfinite(f.k)
     if ok.sum() >= _MIN_SAMPLES["attention"]:
         peaks = np.array([hw.peak(d) for d in dts[ok]])
@@ -222,20 +295,26 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
     }
     prov.update(provenance or {})
     prof.provenance = prov
-    prof.fit_errors = class_errors(db, prof)
+    if kernel_scale:
+        prof.kernel_scale = fit_kernel_scale(db, prof)
+    if kernel_db:
+        prof.kernel_db = build_kernel_db(db, kernel_db)
+    prof.fit_errors = class_errors(db, prof, database=False)
     return prof
 
 
-def class_errors(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = None) -> dict[str, dict]:
+def class_errors(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = None, *,
+                 kernel_scale: bool = True, database: bool = False) -> dict[str, dict]:
     """Per-class MAPE of ``prof`` on the *modeled* rows of ``db`` (rows with shapes/bytes), predicted on
-    ``accelerator`` (default: the DB's GPU). Keys: n, mape, median_ape, time_err (error of the class total)."""
+    ``accelerator`` (default: the DB's GPU). Keys: n, mape, median_ape, time_err (error of the class total).
+    ``database=True`` lets the profile's kernel database answer exact-key hits (scored too)."""
     from cosim.models.predict import SOURCES, predict_features
 
     acc = load_catalog().accelerator(accelerator or db.accelerator)
-    pr = predict_features(db.feats, acc, prof)
+    pr = predict_features(db.feats, acc, prof, kernel_scale=kernel_scale, database=database)
     f = db.feats
     cls = np.array(f.cls, dtype=object)
-    use = _usable(f) & (pr.source == SOURCES.index("model"))
+    use = _usable(f) & np.isin(pr.source, [SOURCES.index("model"), SOURCES.index("database")])
     out: dict[str, dict] = {}
     for c in sorted(set(f.cls)):
         s = use & (cls == c)

@@ -22,21 +22,23 @@ import numpy as np
 from cosim.catalog.models import Accelerator
 from cosim.models.calibrated import (
     GEMM_CLASSES,
+    GEMV_PREFIX,
     TILE_PREFIX,
     HardwareFigures,
     attention_time,
     gemm_time,
+    gemv_kernels,
     memory_time,
     named_tiles,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features
-from cosim.models.profile import CalibrationProfile, profile_for
+from cosim.models.profile import CalibrationProfile, db_key, kernel_family, profile_for
 from cosim.workload.graph import RankGraph
 
 __all__ = ["Prediction", "predict_durations", "predict_features"]
 
-SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine")
+SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine", "database")
 """Where a prediction came from (:attr:`Prediction.source` codes index this)."""
 
 
@@ -63,9 +65,26 @@ def _default_profile(acc: Accelerator) -> CalibrationProfile:
     return load_profile("h100-sxm5")  # cross-GPU from the H100 fit: efficiencies travel, figures do not
 
 
+def _same_gpu(prof: CalibrationProfile, accelerator: Accelerator) -> bool:
+    from cosim.catalog import load_catalog
+    from cosim.errors import CosimInputError
+
+    try:
+        return load_catalog().accelerator(prof.accelerator).name == accelerator.name
+    except CosimInputError:
+        return False
+
+
 def predict_features(f: KernelFeatures, accelerator: Accelerator,
-                     profile: CalibrationProfile | None = None) -> Prediction:
-    """Predicted durations (s) for the ops described by ``f`` on ``accelerator``."""
+                     profile: CalibrationProfile | None = None, *, kernel_scale: bool = True,
+                     database: bool = True) -> Prediction:
+    """Predicted durations (s) for the ops described by ``f`` on ``accelerator``.
+
+    When the profile was fitted on this GPU model, its optional per-kernel-family factors
+    (``kernel_scale``) multiply the model's GEMM times, and its optional measured medians
+    (``kernel_db``) replace the prediction of an op whose exact key (kernel family, class, dtype,
+    shapes, bytes) they hold (source ``database``). Either can be switched off to score the model
+    alone."""
     prof = profile if profile is not None else _default_profile(accelerator)
     hw = HardwareFigures.of(accelerator)
     n = len(f)
@@ -82,16 +101,22 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
         if c in GEMM_CLASSES:
             ok = sel & np.isfinite(f.m) & np.isfinite(f.n) & np.isfinite(f.k)
             by = prof.models.get(c) or (prof.models.get("gemm") or {} if c == "grouped_gemm" else {})
-            tiled = ok & np.isfinite(tiles[:, 0]) & any(key.startswith(TILE_PREFIX) for key in by)
+            gemv = ok & gemv_kernels(f.kernel) & (GEMV_PREFIX + "default" in by)
+            tiled = ok & ~gemv & np.isfinite(tiles[:, 0]) & any(key.startswith(TILE_PREFIX) for key in by)
             for dt in sorted(set(dts[ok])):
-                s = ok & ~tiled & (dts == dt)
+                s = ok & ~tiled & ~gemv & (dts == dt)
                 if s.any():
                     p = prof.params(c, dt)
                     out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
                 s = tiled & (dts == dt)
-                if s.any():  # the kernel's own tile, with the parameters fitted that way
+                if s.any():  # the kernel's own tile (and split-K from its grid), with the parameters fitted that way
                     p = by.get(TILE_PREFIX + dt) or by[TILE_PREFIX + "default"]
-                    out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p, tiles[s])
+                    out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p, tiles[s],
+                                       f.grid[s])
+                s = gemv & (dts == dt)
+                if s.any():  # cuBLAS gemv / skinny kernels: their own parameter set
+                    p = by.get(GEMV_PREFIX + dt) or by[GEMV_PREFIX + "default"]
+                    out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
                 src[ok & (dts == dt)] = SOURCES.index("model")
             rest = sel & ~ok & np.isfinite(f.flops)
             if rest.any():
@@ -113,6 +138,22 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
             p = prof.params(c, "")
             out[ok] = memory_time(f.bytes[ok], reference_bandwidth(c, hw), p)
             src[ok] = SOURCES.index("model")
+    if (kernel_scale and prof.kernel_scale) or (database and prof.kernel_db):
+        if _same_gpu(prof, accelerator):
+            modeled = np.flatnonzero(src == SOURCES.index("model"))
+            if kernel_scale and prof.kernel_scale:
+                for j in modeled:
+                    if f.cls[j] in GEMM_CLASSES:
+                        e = prof.kernel_scale.get(kernel_family(f.kernel[j]))
+                        if e is not None:
+                            out[j] *= e["scale"]
+            if database and prof.kernel_db:
+                for j in modeled:
+                    hit = prof.kernel_db.get(db_key(f.kernel[j], f.cls[j], f.dtype[j], f.m[j], f.n[j], f.k[j],
+                                                    f.batch[j], f.heads[j], f.bwd[j], f.bytes[j]))
+                    if hit is not None:
+                        out[j] = hit[0]
+                        src[j] = SOURCES.index("database")
     # twins for ops the models could not see
     todo = np.flatnonzero(np.isnan(out) & (cls != "collective"))
     if len(todo):

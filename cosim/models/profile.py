@@ -15,10 +15,18 @@ whose hash matches the existing output). Layout::
     models:
       gemm: {default: {efficiency: 0.8, tile_overhead_s: 1.0e-6, ...}, bf16: {...}}
       elementwise: {default: {efficiency: 0.6, floor_s: 2.0e-6}}
+    kernel_scale:                   # optional: per kernel family, fitted residual factor (GEMM classes)
+      "ampere_sgemm_128x64_nn": {scale: 1.21, n: 40}
+    kernel_db:                      # optional: measured medians by exact key (Vidur-style lookup)
+      key: [kernel, cls, dtype, gemm_m, gemm_n, gemm_k, batch, heads, bwd, bytes]
+      rows: [[ampere_sgemm_128x64_nn, gemm, fp32, 1024.0, 512.0, 64.0, 1.0, 1.0, 0, 2400000.0, 2.0e-05, 33], ...]
+
+``kernel_scale`` and ``kernel_db`` apply only when predicting the GPU the profile was fitted on.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -31,11 +39,36 @@ from cosim.errors import CosimInputError
 from cosim.models.calibrated import DEFAULTS, ParamsT, params_from_dict, params_to_dict
 from cosim.yamlio import input_error_at, load_yaml
 
-__all__ = ["PROFILE_SCHEMA", "CalibrationProfile", "bundled_profiles", "inputs_hash", "load_profile",
-           "profile_for"]
+__all__ = ["DB_KEY", "PROFILE_SCHEMA", "CalibrationProfile", "bundled_profiles", "db_key", "inputs_hash",
+           "kernel_family", "load_profile", "profile_for"]
 
 PROFILE_SCHEMA = "cosim.profile/1"
 _DATA = Path(__file__).resolve().parent / "data"
+DB_KEY = ("kernel", "cls", "dtype", "gemm_m", "gemm_n", "gemm_k", "batch", "heads", "bwd", "bytes")
+"""Fields of a :attr:`CalibrationProfile.kernel_db` key (kernel = :func:`kernel_family`)."""
+_FAMILY_MAX = 200
+
+
+def kernel_family(name: str) -> str:
+    """A kernel's family: its name without the argument list (``void k<...>(args)`` → ``void k<...>``),
+    capped at 200 characters."""
+    base = name.split("(", 1)[0] if "(" in name and not name.startswith("(") else name
+    return base.strip()[:_FAMILY_MAX]
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else round(v, 6)
+
+
+def db_key(kernel: str, cls: str, dtype: str, m: Any, n: Any, k: Any, batch: Any, heads: Any, bwd: Any,
+           nbytes: Any) -> tuple:
+    """Exact-match key of the kernel database (NaN / unknown numbers become None)."""
+    return (kernel_family(kernel), cls, dtype or "", _num(m), _num(n), _num(k), _num(batch), _num(heads),
+            int(bool(bwd)), _num(nbytes))
 
 
 @dataclass
@@ -52,6 +85,10 @@ class CalibrationProfile:
     """gpu, sources, torch_version, date, method, inputs_hash, split."""
     fit_errors: dict[str, dict[str, float]] = field(default_factory=dict)
     """class → {n: samples, mape: in-sample mean absolute percentage error (fraction)}."""
+    kernel_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Optional: kernel family → {scale: factor on the model's time, n: fitted samples}."""
+    kernel_db: dict[tuple, tuple[float, int]] = field(default_factory=dict)
+    """Optional: :func:`db_key` → (measured median duration s, samples): exact-key lookups."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -76,7 +113,7 @@ class CalibrationProfile:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (what :meth:`save` writes)."""
-        return {
+        out: dict[str, Any] = {
             "schema": PROFILE_SCHEMA,
             "name": self.name,
             "accelerator": self.accelerator,
@@ -84,14 +121,28 @@ class CalibrationProfile:
             "fit_errors": self.fit_errors,
             "models": {c: {k: params_to_dict(p) for k, p in sorted(by.items())} for c, by in sorted(self.models.items())},
         }
+        if self.kernel_scale:
+            out["kernel_scale"] = {k: {"scale": round(float(v["scale"]), 5), "n": int(v["n"])}
+                                   for k, v in sorted(self.kernel_scale.items())}
+        if self.kernel_db:
+            rows = [[*key, float(f"{t:.6g}"), int(n)] for key, (t, n) in
+                    sorted(self.kernel_db.items(), key=lambda kv: tuple(str(x) for x in kv[0]))]
+            out["kernel_db"] = {"key": list(DB_KEY), "rows": rows}
+        return out
 
     def save(self, path: str | Path) -> None:
         """Write the profile as YAML (atomically)."""
         from cosim.fileio import atomic_open
 
+        data = _plain(self.to_dict())
+        kdb = data.pop("kernel_db", None)
         with atomic_open(path, "w") as fh:
             fh.write(f"# cosim calibration profile ({PROFILE_SCHEMA}); see docs/MODELS.md\n")
-            yaml.safe_dump(_plain(self.to_dict()), fh, sort_keys=False, default_flow_style=False, width=120)
+            yaml.safe_dump(data, fh, sort_keys=False, default_flow_style=False, width=120)
+            if kdb:  # one flow-style row per line (JSON is valid YAML)
+                fh.write(f"kernel_db:\n  key: {json.dumps(kdb['key'])}\n  rows:\n")
+                for r in kdb["rows"]:
+                    fh.write(f"  - [{', '.join(_flow(v) for v in r)}]\n")
 
     @classmethod
     def from_dict(cls, data: Any, file: str | Path | None = None) -> CalibrationProfile:
@@ -101,7 +152,7 @@ class CalibrationProfile:
         if data.get("schema") != PROFILE_SCHEMA:
             raise input_error_at(data, ["schema"], f"expected schema {PROFILE_SCHEMA!r}, got {data.get('schema')!r}",
                                  file)
-        allowed = {"schema", "name", "accelerator", "provenance", "fit_errors", "models"}
+        allowed = {"schema", "name", "accelerator", "provenance", "fit_errors", "models", "kernel_scale", "kernel_db"}
         for key in data:
             if key not in allowed:
                 raise input_error_at(data, [key], f"unknown key; known: {', '.join(sorted(allowed))}", file)
@@ -137,8 +188,47 @@ class CalibrationProfile:
         errs = data.get("fit_errors") or {}
         if not isinstance(prov, dict) or not isinstance(errs, dict):
             raise input_error_at(data, ["provenance"], "provenance and fit_errors must be mappings", file)
+        scale: dict[str, dict[str, float]] = {}
+        ks = data.get("kernel_scale") or {}
+        if not isinstance(ks, dict):
+            raise input_error_at(data, ["kernel_scale"], "must map kernel family -> {scale, n}", file)
+        for fam, v in ks.items():
+            if not isinstance(v, dict) or not isinstance(v.get("scale"), (int, float)) or not v["scale"] > 0:
+                raise input_error_at(data, ["kernel_scale", fam], "needs scale: a number > 0 (and n)", file)
+            scale[str(fam)] = {"scale": float(v["scale"]), "n": int(v.get("n", 0))}
+        kdb: dict[tuple, tuple[float, int]] = {}
+        raw = data.get("kernel_db") or {}
+        if raw:
+            if not isinstance(raw, dict) or list(raw.get("key") or []) != list(DB_KEY) \
+                    or not isinstance(raw.get("rows"), list):
+                raise input_error_at(data, ["kernel_db"], f"needs key: {list(DB_KEY)} and rows: [[...key, "
+                                     "median_s, n], ...]", file)
+            for i, r in enumerate(raw["rows"]):
+                if not isinstance(r, list) or len(r) != len(DB_KEY) + 2 or not isinstance(r[-2], (int, float)) \
+                        or not r[-2] > 0:
+                    raise input_error_at(data, ["kernel_db", "rows"], f"row {i}: expected {len(DB_KEY)} key "
+                                         "fields, a median > 0 and a count", file)
+                kdb[db_key(*[str(x) if x is not None and j < 3 else x for j, x in enumerate(r[:len(DB_KEY)])])] = \
+                    (float(r[-2]), int(r[-1]))
         return cls(name=data["name"], accelerator=data["accelerator"], models=models,
-                   provenance=_plain(prov), fit_errors=_plain(errs))
+                   provenance=_plain(prov), fit_errors=_plain(errs), kernel_scale=scale, kernel_db=kdb)
+
+
+def _flow(v: Any) -> str:
+    """One YAML flow scalar: strings JSON-quoted, floats always with a '.' (PyYAML reads 1e-05 as a string)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        t = repr(v)
+        if "e" in t and "." not in t.split("e")[0]:
+            a, b = t.split("e")
+            t = f"{a}.0e{b}"
+        return t
+    return json.dumps(str(v))
 
 
 def _plain(obj: Any) -> Any:
@@ -171,8 +261,21 @@ def load_profile(name_or_path: str | Path) -> CalibrationProfile:
             raise CosimInputError(f"unknown calibration profile {str(name_or_path)!r}; bundled: "
                                   f"{', '.join(bundled_profiles()) or 'none'} (or give a .yaml file)")
         p = cand
-    data = load_yaml(p)
-    return CalibrationProfile.from_dict(data, file=p)
+    try:
+        st = p.stat()
+        ck = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        ck = None
+    if ck is not None and ck in _CACHE:
+        return copy.deepcopy(_CACHE[ck])
+    prof = CalibrationProfile.from_dict(load_yaml(p), file=p)
+    if ck is not None:
+        _CACHE[ck] = copy.deepcopy(prof)
+    return prof
+
+
+_CACHE: dict[tuple, CalibrationProfile] = {}
+"""Parsed profiles by (path, mtime, size): bundled profiles with a kernel database take ~0.2 s to parse."""
 
 
 def profile_for(accelerator_name: str) -> CalibrationProfile | None:

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cosim, not an installed copy
+
 from cosim.catalog import load_catalog
 from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time
-from cosim.models.fit import KernelDB, class_errors, fit_profile
+from cosim.models.fit import KERNEL_DB_MAX, KernelDB, build_kernel_db, class_errors, fit_profile
 from cosim.models.predict import SOURCES, predict_features
 from cosim.models.profile import CalibrationProfile
 from cosim.resources import shared_dir
@@ -44,11 +46,11 @@ def one_db(paths: list[Path]) -> KernelDB:
     return next(iter(dbs.values()))
 
 
-def pooled(parts: list[tuple[KernelDB, CalibrationProfile]], accelerator: str | None = None) -> dict:
+def pooled(parts: list[tuple[KernelDB, CalibrationProfile]], accelerator: str | None = None, **kw) -> dict:
     """Per-class errors pooled over several (test DB, profile) pairs (weighted by n)."""
     acc: dict[str, dict] = {}
     for db, prof in parts:
-        for c, e in class_errors(db, prof, accelerator).items():
+        for c, e in class_errors(db, prof, accelerator, **kw).items():
             a = acc.setdefault(c, {"n": 0, "ape_sum": 0.0, "pred": 0.0, "meas": 0.0})
             a["n"] += e["n"]
             a["ape_sum"] += e["mape"] * e["n"]
@@ -59,9 +61,10 @@ def pooled(parts: list[tuple[KernelDB, CalibrationProfile]], accelerator: str | 
 
 
 def sum_err(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = None) -> dict:
-    """Error of the total kernel time of each trace (all non-communication ops, any prediction source)."""
+    """Error of the total kernel time of each trace (all non-communication ops, any prediction source
+    but the kernel database)."""
     acc = load_catalog().accelerator(accelerator or db.accelerator)
-    pr = predict_features(db.feats, acc, prof)
+    pr = predict_features(db.feats, acc, prof, database=False)
     out = {}
     src = np.array(db.source)
     for s in sorted(set(db.source)):
@@ -73,17 +76,61 @@ def sum_err(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = No
     return out
 
 
-def step_time(paths: list[Path] | Path, prof: CalibrationProfile, tmp: Path) -> dict:
-    """Modeled-replay step time (``durations="modeled"`` with ``prof``) vs the measured step time."""
+def step_time(paths: list[Path] | Path, prof: CalibrationProfile, tmp: Path, train: KernelDB | None = None) -> dict:
+    """Modeled-replay step time (``durations="modeled"`` with ``prof``, no kernel database) vs the measured
+    step time; with ``train`` also the step time when ``prof`` carries the database of those rows."""
+    from dataclasses import replace
+
     from cosim.replay import replay
     from cosim.replay.config import ReplayConfig
 
-    ppath = tmp / f"{prof.name}.yaml"
-    prof.save(ppath)
     work = [str(p) for p in paths] if isinstance(paths, list) else str(paths)
-    s = replay(work, None, ReplayConfig(durations="modeled", profile=str(ppath))).summary()
-    meas, pred = float(s["measured_step_time_s"]), float(s["step_time_s"])
-    return {"meas_ms": round(meas * 1e3, 3), "pred_ms": round(pred * 1e3, 3), "err": round(pred / meas - 1, 4)}
+    out = {}
+    for tag, pr in (("", replace(prof, kernel_db={})),
+                    ("db_", replace(prof, kernel_db=build_kernel_db(train)) if train is not None else None)):
+        if pr is None:
+            continue
+        ppath = tmp / f"{prof.name}-{tag}.yaml"
+        pr.save(ppath)
+        s = replay(work, None, ReplayConfig(durations="modeled", profile=str(ppath))).summary()
+        meas, pred = float(s["measured_step_time_s"]), float(s["step_time_s"])
+        out.update({"meas_ms": round(meas * 1e3, 3), f"{tag}pred_ms": round(pred * 1e3, 3),
+                    f"{tag}err": round(pred / meas - 1, 4)})
+    return out
+
+
+def gemm_columns(parts: list[tuple[KernelDB, CalibrationProfile, KernelDB]]) -> dict:
+    """Held-out GEMM MAPE three ways, pooled over (test, profile, train) triples: the shape model alone,
+    the model with its per-kernel-family factors, and the model plus a kernel database of the train rows."""
+    out = {}
+    from dataclasses import replace
+
+    for tag, kw, with_db in (("shape_model", {"kernel_scale": False}, False), ("model", {}, False),
+                             ("model_db", {"database": True}, True)):
+        n = ape = 0.0
+        hits = 0
+        for test, prof, train in parts:
+            pr = replace(prof, kernel_db=build_kernel_db(train)) if with_db else replace(prof, kernel_db={})
+            e = class_errors(test, pr, **kw).get("gemm")
+            if e:
+                n += e["n"]
+                ape += e["mape"] * e["n"]
+            if with_db:
+                hits += db_hits(test, pr)
+        out[tag] = round(ape / n, 4) if n else None
+        out["n"] = int(n)
+        if with_db:
+            out["db_hit_frac"] = round(hits / n, 3) if n else None
+    return out
+
+
+def db_hits(test: KernelDB, prof: CalibrationProfile) -> int:
+    """GEMM rows of ``test`` answered by the profile's kernel database."""
+    acc = load_catalog().accelerator(test.accelerator)
+    pr = predict_features(test.feats, acc, prof)
+    cls = np.array(test.feats.cls, dtype=object)
+    ok = np.isfinite(test.feats.dur) & (test.feats.dur > 0)
+    return int(np.sum(ok & (cls == "gemm") & (pr.source == SOURCES.index("database"))))
 
 
 def vidur(prof: CalibrationProfile) -> dict:
@@ -162,7 +209,7 @@ def main() -> int:
     if shared_dir() is None:
         print("../shared not found", file=sys.stderr)
         return 1
-    res: dict = {"held_out": {}, "fit": {}, "kernel_sum": {}, "cross_gpu": {}, "splits": {}}
+    res: dict = {"held_out": {}, "fit": {}, "kernel_sum": {}, "cross_gpu": {}, "splits": {}, "gemm_held_out": {}}
 
     tmp = Path(tempfile.mkdtemp(prefix="cosim-val-"))
     stept: dict[str, dict] = {}
@@ -171,32 +218,36 @@ def main() -> int:
     # H100: leave one trace out (3 folds)
     h = traces("tracelens-h100")
     parts = []
+    gparts = []
     for i, test in enumerate(h):
         train = [p for p in h if p != test]
         prof = fit_profile(one_db(train), name=f"h100-fold-{test.name.split('_')[0].lower()}",
                            provenance={"split": f"train {', '.join(p.name for p in train)}; test {test.name}"})
         tdb = one_db([test])
         parts.append((tdb, prof))
+        gparts.append((tdb, prof, one_db(train)))
         res["kernel_sum"][f"h100 fold {i}"] = sum_err(tdb, prof)
-        stept[f"H100 {test.name}"] = {"profile": f"{prof.name} (LOTO)", **step_time(test, prof, tmp)}
+        stept[f"H100 {test.name}"] = {"profile": f"{prof.name} (LOTO)", **step_time(test, prof, tmp, gparts[-1][2])}
         if args.write:
             prof.save(HERE / "profiles" / f"{prof.name}.yaml")
     res["held_out"]["H100 (tracelens-h100, leave-one-trace-out)"] = pooled(parts)
+    res["gemm_held_out"]["H100 (tracelens-h100, leave-one-trace-out)"] = gemm_columns(gparts)
     res["splits"]["H100"] = "3 folds: fit on two of bert-small / nsfw / Qwen1.5-0.5B, test on the third"
-    h_all = fit_profile(one_db(h), name="h100-sxm5",
+    h_all = fit_profile(one_db(h), name="h100-sxm5", kernel_db=KERNEL_DB_MAX,
                         provenance={"split": "all three tracelens-h100 traces (held-out numbers: LOTO folds)"})
     res["fit"]["h100-sxm5"] = h_all.fit_errors
 
     # B300 MoE: odd / even
     b = traces("tracelens-b300-moe")
     btrain, btest = b[0::2], b[1::2]
-    b_prof = fit_profile(one_db(btrain), name="b300", provenance={
+    b_prof = fit_profile(one_db(btrain), name="b300", kernel_db=KERNEL_DB_MAX, provenance={
         "split": f"train {', '.join(p.name for p in btrain)}; test {', '.join(p.name for p in btest)}"})
     bdb = one_db(btest)
     res["held_out"]["B300 (tracelens-b300-moe 02/04/06)"] = class_errors(bdb, b_prof)
+    res["gemm_held_out"]["B300 (tracelens-b300-moe 02/04/06)"] = gemm_columns([(bdb, b_prof, one_db(btrain))])
     res["kernel_sum"]["b300 test"] = sum_err(bdb, b_prof)
     for t in btest:
-        stept[f"B300 {t.name}"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp)}
+        stept[f"B300 {t.name}"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp, one_db(btrain))}
     for t in btrain:
         stept[f"B300 {t.name} (in-sample)"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp)}
     res["splits"]["B300"] = "fit moe_01/03/05, test moe_02/04/06"
@@ -206,23 +257,26 @@ def main() -> int:
     a_db = one_db(traces("hta", "a100-rank3of8-control.json.gz"))
     steps = sorted(set(int(s) for s in a_db.step if s >= 0))
     cut = steps[len(steps) // 2]
-    a_prof = fit_profile(a_db.subset(a_db.step < cut), name="a100-sxm-80gb", provenance={
+    a_prof = fit_profile(a_db.subset(a_db.step < cut), name="a100-sxm-80gb", kernel_db=KERNEL_DB_MAX, provenance={
         "split": f"hta/a100-rank3of8-control steps < {cut} (test: steps >= {cut}, same shapes)"})
     a_test = a_db.subset(a_db.step >= cut)
     res["held_out"]["A100 (hta control, later steps; same shapes)"] = class_errors(a_test, a_prof)
+    res["gemm_held_out"]["A100 (hta control, later steps; same shapes)"] = gemm_columns(
+        [(a_test, a_prof, a_db.subset(a_db.step < cut))])
     res["kernel_sum"]["a100 test steps"] = sum_err(a_test, a_prof)
     res["splits"]["A100"] = f"hta/a100-rank3of8-control: fit step rows < {cut}, test >= {cut} (shapes repeat)"
     res["fit"]["a100-sxm-80gb"] = a_prof.fit_errors
 
     # V100: DLRM 8 ranks; fit ranks 0-3, test 4-7
     v = traces("param-dlrm-v100x8/kineto")
-    v_prof = fit_profile(one_db(v[:4]), name="v100-sxm2-32gb", provenance={
+    v_prof = fit_profile(one_db(v[:4]), name="v100-sxm2-32gb", kernel_db=KERNEL_DB_MAX, provenance={
         "split": "param-dlrm-v100x8 workers 0-3 (test: workers 4-7)"})
     vdb = one_db(v[4:])
     res["held_out"]["V100 (DLRM workers 4-7)"] = class_errors(vdb, v_prof)
+    res["gemm_held_out"]["V100 (DLRM workers 4-7)"] = gemm_columns([(vdb, v_prof, one_db(v[:4]))])
     try:
         stept["V100 DLRM 8 ranks (workers 4-7 held out)"] = {"profile": "v100-sxm2-32gb (fit workers 0-3)",
-                                                             **step_time(list(v), v_prof, tmp)}
+                                                             **step_time(list(v), v_prof, tmp, one_db(v[:4]))}
     except Exception as e:  # report, keep validating
         stept["V100 DLRM 8 ranks (workers 4-7 held out)"] = {"error": f"{type(e).__name__}: {e}"}
     res["splits"]["V100"] = "param-dlrm-v100x8: fit worker0-3, test worker4-7"
