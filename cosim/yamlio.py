@@ -77,11 +77,13 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader with YAML-1.2-like scalars and location-carrying containers."""
 
     file: str | None = None
+    path: list[str | int]  # where construction is in the document, for messages
 
 
-def _err(loader: _StrictLoader, node: yaml.Node, message: str) -> CosimInputError:
+def _err(loader: _StrictLoader, node: yaml.Node, message: str, key: str | None = None) -> CosimInputError:
     line, col = _mark(node)
-    return CosimInputError(message, file=loader.file, line=line, column=col)
+    path = [*loader.path, key] if key is not None else loader.path
+    return CosimInputError(message, file=loader.file, line=line, column=col, path=format_path(path))
 
 
 def _construct_scalar(loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
@@ -126,14 +128,21 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> LocDict
         key = key_node.value  # keys are names: always strings, never 1.1 booleans
         if key in out:
             first = out.key_marks[key]
-            raise _err(loader, key_node, f"duplicate key {key!r} (first defined at line {first[0]})")
+            raise _err(loader, key_node, f"duplicate key {key!r} (first defined at line {first[0]})", key)
+        loader.path.append(key)
         out[key] = loader.construct_object(value_node, deep=True)
+        loader.path.pop()
         out.key_marks[key] = _mark(value_node)
     return out
 
 
 def _construct_sequence(loader: _StrictLoader, node: yaml.SequenceNode) -> LocList:
-    out = LocList(loader.construct_object(child, deep=True) for child in node.value)
+    items = []
+    for i, child in enumerate(node.value):
+        loader.path.append(i)
+        items.append(loader.construct_object(child, deep=True))
+        loader.path.pop()
+    out = LocList(items)
     out.mark = _mark(node)
     out.item_marks = [_mark(child) for child in node.value]
     out.file = loader.file
@@ -154,6 +163,7 @@ def loads_yaml(text: str, file: str | Path | None = None) -> Any:
     fname = str(file) if file is not None else None
     loader = _StrictLoader(text)
     loader.file = fname
+    loader.path = []
     try:
         return loader.get_single_data()
     except CosimInputError:

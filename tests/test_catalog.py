@@ -162,6 +162,7 @@ class TestHandChecked:
         assert 6 * US <= cat.cpu("epyc-7742").launch_overhead <= 10 * US  # A100 hosts
         assert 5 * US <= cat.cpu("xeon-e5-2698v4").launch_overhead <= 6 * US  # V100 hosts
         assert cat.cpu("xeon-8480c").memory_bandwidth == pytest.approx(307.2 * GB)  # 8 x 4800 MT/s x 8 B
+        assert cat.cpu("xeon-8480c").sockets == 2 and cat.cpu("xeon-8480c").cores == 56  # DGX H100: 2 x 56 cores
 
 
 # --------------------------------------------------------------------------- extends

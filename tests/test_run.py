@@ -101,6 +101,12 @@ def test_cli_run_json_and_outputs(tmp_path) -> None:
     s = json.loads(p.stdout)
     assert s["schema"] == "cosim.summary/1" and s["step_time_s"] > 0
     assert {"summary.json", "timeline.json.gz", "scenario.yaml"} <= {x.name for x in out.iterdir()}
+    p = subprocess.run([sys.executable, "-m", "cosim", "run", "moe-ep2-decode-dgx-h100", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    # the README's main job prints the DGX H100 figures: 18 x 25 GB/s NVLink, 400 Gb/s NIC, Gen5 x16, 4 x 450 GB/s
+    assert p.stdout.splitlines()[0] == ("hardware dgx-h100: 8 x NVIDIA H100 SXM5 80GB; per GPU per direction: "
+                                        "scale-up 450 GB/s, scale-out 50 GB/s, host 64 GB/s; bisection 1.8 TB/s")
     p = subprocess.run([sys.executable, "-m", "cosim", "run", "nope"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 

@@ -131,6 +131,41 @@ def test_other_preset_figures():
     assert h800.figures()["gpus"] == 64 and h800.figures()["per_gpu_scale_out_bw_Bps"] == 50 * GB
 
 
+# Every preset's five headline figures, bytes/s per direction, with their arithmetic:
+# (gpus, nodes, scale-up per GPU, scale-out per GPU, host per GPU, bisection).
+FIGURES = {
+    "dgx-h100": (8, 1, 18 * 25 * GB, 400 / 8 * GB, 64 * GB, 4 * 18 * 25 * GB),  # NVLink4 x18, CX-7 400G, Gen5 x16
+    "hgx-h200": (8, 1, 18 * 25 * GB, 400 / 8 * GB, 64 * GB, 4 * 18 * 25 * GB),  # same board as DGX H100
+    "dgx-a100": (8, 1, 12 * 25 * GB, 200 / 8 * GB, 32 * GB, 4 * 12 * 25 * GB),  # NVLink3 x12, CX-6 200G, Gen4 x16
+    # hybrid cube mesh: halves {0..3}/{4..7} joined by 0-4 (2), 1-5 (2), 2-6 (1), 3-7 (1) = 6 NVLink2 links
+    "dgx1-v100": (8, 1, 6 * 25 * GB, 100 / 8 * GB / 2, 16 * GB, 6 * 25 * GB),  # one EDR NIC per 2 GPUs, Gen3 x16
+    "hgx-b200": (8, 1, 18 * 50 * GB, 400 / 8 * GB, 64 * GB, 4 * 18 * 50 * GB),  # NVLink5 x18
+    # 18 compute trays x 4 GPUs; host is NVLink-C2C (900 GB/s both ways); NVLink domain of 72
+    "gb200-nvl72": (72, 18, 18 * 50 * GB, 400 / 8 * GB, 900 / 2 * GB, 36 * 18 * 50 * GB),
+    # PCIe only; 400G NIC per 2 GPUs; bisection min(UPI 4 x 32 GB/s, 4 GPU Gen4 links x 32 GB/s)
+    "pcie-8x-l40s": (8, 1, 0.0, 400 / 8 * GB / 2, 32 * GB, 4 * 32 * GB),
+    # rail-optimized clusters: bisection = half of the GPUs x their 50 GB/s NIC
+    "dgx-h100-4node": (32, 4, 18 * 25 * GB, 50 * GB, 64 * GB, 32 / 2 * 50 * GB),
+    "dgx-h100-32node": (256, 32, 18 * 25 * GB, 50 * GB, 64 * GB, 256 / 2 * 50 * GB),
+    "h800-8node": (64, 8, 8 * 25 * GB, 400 / 8 * GB, 64 * GB, 64 / 2 * 50 * GB),  # H800: 8 NVLink4 links
+    # the proposal: NVLink 2x per link, ConnectX-8 800G, root ports stay Gen5
+    "proposal-example": (8, 1, 18 * 50 * GB, 800 / 8 * GB, 64 * GB, 4 * 18 * 50 * GB),
+}
+
+
+def test_figures_table_covers_every_preset():
+    assert set(FIGURES) == set(PRESETS) == set(list_presets())
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_every_preset_figures(name):
+    f = load_topology(name).figures()
+    gpus, nodes, up, out, host, bisection = FIGURES[name]
+    got = (f["gpus"], f["nodes"], f["per_gpu_scale_up_bw_Bps"], f["per_gpu_scale_out_bw_Bps"],
+           f["per_gpu_host_bw_Bps"], f["bisection_bw_Bps"])
+    assert got == pytest.approx((gpus, nodes, up, out, host, bisection), rel=1e-12)
+
+
 # --- proposals ---------------------------------------------------------------------------------
 
 def test_proposal_example():
@@ -266,6 +301,14 @@ def test_cli_show_list_check_draw(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["gpus"] == 32 and doc["per_gpu_scale_up_bw_Bps"] == 450 * GB
     assert {"per_gpu_scale_out_bw_Bps", "per_gpu_host_bw_Bps", "bisection_bw_Bps", "devices", "links"} <= set(doc)
+    # the host tree as data: socket -> Gen5 switch -> GPU and NIC, and the UPI links between sockets
+    tree = doc["host_tree"]
+    sw = tree["sockets"][0]["children"][0]
+    assert sw["kind"] == "pcie_switch" and sw["bandwidth_Bps"] == 64 * GB
+    assert [(c["id"], c["kind"], c["link"]) for c in sw["children"]] == [("gpu0", "gpu", "pcie5x16"),
+                                                                       ("nic0", "nic", "pcie5x16")]
+    assert tree["socket_links"] == [{"between": ["cpu0", "cpu1"], "link": "upi", "count": 4,
+                                     "bandwidth_Bps": 4 * 32 * GB}]
     assert main(["topo", "list", "--json"]) == 0
     assert {row["name"] for row in json.loads(capsys.readouterr().out)} >= set(PRESETS)
     assert main(["topo", "check", str(ROOT / "topologies/dgx-a100.yaml")]) == 0
@@ -274,6 +317,20 @@ def test_cli_show_list_check_draw(tmp_path, capsys):
     assert main(["topo", "draw", "dgx-h100", "--out", str(out)]) == 0
     html = out.read_text()
     assert "Plotly.newPlot" in html and '<script src="http' not in html and len(html) > 1_000_000  # plotly.js inline
+    capsys.readouterr()
+    assert main(["topo", "draw", "dgx-h100", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"out": str(out), "name": "dgx-h100", "devices": 27,
+                                                   "directed_links": 66}
+
+
+def test_python_api_at_top_level():
+    """The notebook API: ``cosim.load_topology(...)`` and friends, imported lazily."""
+    code = ("import sys, cosim; assert 'networkx' not in sys.modules; "
+            "t = cosim.load_topology('dgx-h100'); print(t.figures()['per_gpu_scale_up_bw_Bps']); "
+            "print(all(getattr(cosim, n) is not None for n in cosim.__all__))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["450000000000.0", "True"]
 
 
 def test_nic_bandwidth_bounds_its_network_port() -> None:

@@ -17,7 +17,13 @@ def err(text: str) -> str:
 
 
 def test_duplicate_key_is_rejected_with_both_lines() -> None:
-    assert err("a: 1\nb: 2\na: 3\n") == "f.yaml:3:1: duplicate key 'a' (first defined at line 1)"
+    assert err("a: 1\nb: 2\na: 3\n") == "f.yaml:3:1: a: duplicate key 'a' (first defined at line 1)"
+
+
+def test_parser_errors_name_the_field_path() -> None:
+    text = "devices:\n  - {id: a}\n  - id: b\n    opts: {x: 1, x: 2}\n"
+    assert err(text) == "f.yaml:4:18: devices[1].opts.x: duplicate key 'x' (first defined at line 4)"
+    assert err("a:\n  b: [1, off]\n").startswith("f.yaml:2:10: a.b[1]: 'off' is a boolean")
 
 
 @pytest.mark.parametrize("word", ["on", "off", "yes", "no", "On", "NO", "y", "n"])
@@ -27,7 +33,7 @@ def test_yaml11_booleans_are_rejected(word: str) -> None:
 
 
 def test_yaml11_octal_is_rejected() -> None:
-    assert err("n: 010\n").startswith("f.yaml:1:4: '010' is octal in YAML 1.1")
+    assert err("n: 010\n").startswith("f.yaml:1:4: n: '010' is octal in YAML 1.1")
 
 
 def test_yaml12_scalars() -> None:

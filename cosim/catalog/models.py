@@ -255,6 +255,9 @@ class CPU(Sourced):
     """A host CPU socket, and the cost of dispatching GPU work from it."""
 
     vendor: str
+    sockets: int = Field(gt=0)
+    """Sockets of this part per server in the system its source describes (DGX H100: 2 x 8480C).
+    A topology places its own count; this is the reference configuration."""
     cores: int = Field(gt=0)
     """Cores per socket."""
     threads_per_core: int = Field(default=2, gt=0)

@@ -61,7 +61,7 @@ def config_from_args(args: argparse.Namespace, base=None):
 
 def finish(result, args: argparse.Namespace, out: Path) -> int:
     """Write outputs and print the summary (table, or JSON with --json)."""
-    from cosim.output.text import format_summary
+    from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
 
     paths = result.write(out, timeline=not args.no_timeline)
@@ -70,6 +70,8 @@ def finish(result, args: argparse.Namespace, out: Path) -> int:
     if args.json:
         emit_json(summary)
     else:
+        if hasattr(result.topology, "figures"):
+            print(format_hardware(result.topology))
         print(format_summary(summary))
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     sys.stdout.flush()

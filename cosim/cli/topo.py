@@ -69,7 +69,11 @@ def _draw(args: argparse.Namespace) -> int:
 
     topo = load_topology(args.topology, overrides=_overrides(args))
     write_text(args.out, draw_html(topo))
-    sys.stdout.write(f"wrote {args.out}\n")
+    if args.json:
+        emit_json({"out": str(args.out), "name": topo.name, "devices": topo.graph.number_of_nodes(),
+                   "directed_links": topo.graph.number_of_edges()})
+    else:
+        sys.stdout.write(f"wrote {args.out}\n")
     return 0
 
 
@@ -112,4 +116,5 @@ def register(subparsers: Any) -> None:
     q.add_argument("topology", metavar="NAME|FILE")
     q.add_argument("--out", required=True, metavar="FILE.html")
     q.add_argument("--set", action="append", metavar="PATH=VALUE", help="catalog override (repeatable)")
+    add_json_flag(q)
     q.set_defaults(func=_draw)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cosim.units import fmt_time
+from cosim.units import fmt_bandwidth, fmt_time
 
-__all__ = ["format_summary"]
+__all__ = ["format_hardware", "format_summary"]
 
 
 def _t(x: float | None) -> str:
@@ -15,6 +15,19 @@ def _t(x: float | None) -> str:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.2f}%"
+
+
+def format_hardware(topology: Any) -> str:
+    """One line of the topology's headline figures (bytes/s per direction), e.g. for ``cosim run``."""
+    fig = topology.figures()
+    specs: dict[str, int] = {}
+    for g in topology.gpus:
+        name = topology.accelerator(g).name
+        specs[name] = specs.get(name, 0) + 1
+    gpus = ", ".join(f"{n} x {name}" for name, n in specs.items())
+    return (f"hardware {topology.name}: {gpus}; per GPU per direction: scale-up "
+            f"{fmt_bandwidth(fig['per_gpu_scale_up_bw_Bps'])}, scale-out {fmt_bandwidth(fig['per_gpu_scale_out_bw_Bps'])}, "
+            f"host {fmt_bandwidth(fig['per_gpu_host_bw_Bps'])}; bisection {fmt_bandwidth(fig['bisection_bw_Bps'])}")
 
 
 def format_summary(s: dict[str, Any], max_ranks: int = 16) -> str:

@@ -75,8 +75,9 @@ def resolve_ref(ref: str, base_dir: Path | None) -> Path | None:
 def _read(path: Path) -> LocDict:
     raw = load_yaml(path)
     if not isinstance(raw, LocDict):
+        mark = getattr(raw, "mark", None) or (1, 1)
         raise CosimInputError("a topology file must be a YAML mapping (name:, devices:, links:, ...)", file=path,
-                              line=getattr(raw, "mark", (None,))[0] if raw is not None else None)
+                              line=mark[0], column=mark[1])
     validate(TopologyFile, raw, path)
     return raw
 

@@ -9,13 +9,12 @@ from cosim.units import fmt_bandwidth
 
 from .model import Topology, natural_key
 
-__all__ = ["draw_html", "pcie_tree_lines", "show_text", "summary_json"]
+__all__ = ["draw_html", "pcie_tree", "pcie_tree_lines", "show_text", "summary_json"]
 
 _BW = fmt_bandwidth
 
 
-def _spec_text(topo: Topology, dev: str) -> str:
-    a = topo.graph.nodes[dev]
+def _spec_text(a: dict[str, Any]) -> str:
     parts = [a["spec"]] if a["spec"] else []
     if a.get("label"):
         parts.append(a["label"])
@@ -24,49 +23,79 @@ def _spec_text(topo: Topology, dev: str) -> str:
     return "  ".join(parts)
 
 
+def _link_text(count: int, link: str, bandwidth: float) -> str:
+    return f"[{f'{count} x ' if count > 1 else ''}{link}, {_BW(bandwidth)}]"
+
+
 def _edge_text(topo: Topology, a: str, b: str) -> str:
     e = topo.graph.edges[a, b]
-    n = f"{e['count']} x " if e["count"] > 1 else ""
-    return f"[{n}{e['link']}, {_BW(e['bandwidth'])}]"
+    return _link_text(e["count"], e["link"], e["bandwidth"])
 
 
 def _local(topo: Topology, dev: str) -> str:
     return topo.graph.nodes[dev]["local_id"] if topo.is_cluster and topo.node_of(dev) >= 0 else dev
 
 
-def pcie_tree_lines(topo: Topology, node: int = 0) -> list[str]:
-    """The host tree of one node: each CPU socket, what hangs off its root ports (PCIe
-    switches, GPUs, NICs; NVLink-C2C attachments too), then the socket-to-socket links."""
+def pcie_tree(topo: Topology, node: int = 0) -> dict[str, Any]:
+    """The host tree of one node as data: each CPU socket with what hangs off its root ports
+    (PCIe switches, GPUs, NICs; NVLink-C2C attachments too), nested, and the socket-to-socket
+    links. Bandwidths in bytes/s per direction. ``cosim topo show --json`` puts it under ``host_tree``."""
     g = topo.graph
     cpus = topo.devices("cpu", node)
     seen = set(cpus)
-    lines: list[str] = []
     host_kinds = {"pcie", "c2c"}
 
-    def children(dev: str) -> list[str]:
-        out = []
-        for v in g.successors(dev):
-            if v in seen or topo.node_of(v) != node or g.edges[dev, v]["kind"] not in host_kinds:
-                continue
-            out.append(v)
-        return sorted(out, key=lambda v: (topo.kind_of(v) != "pcie_switch", natural_key(v)))
+    def entry(dev: str) -> dict[str, Any]:
+        a = g.nodes[dev]
+        out = {"id": _local(topo, dev), "kind": topo.kind_of(dev), "spec": a["spec"] or None}
+        out.update({k: a[k] for k in ("label", "chips") if a.get(k)})
+        return out
 
-    def walk(dev: str, prefix: str) -> None:
-        kids = children(dev)
+    def link(a: str, b: str) -> dict[str, Any]:
+        e = g.edges[a, b]
+        return {"link": e["link"], "count": e["count"], "bandwidth_Bps": e["bandwidth"]}
+
+    def walk(dev: str) -> list[dict[str, Any]]:
+        kids = sorted((v for v in g.successors(dev) if v not in seen and topo.node_of(v) == node
+                       and g.edges[dev, v]["kind"] in host_kinds),
+                      key=lambda v: (topo.kind_of(v) != "pcie_switch", natural_key(v)))
         seen.update(kids)
-        for i, v in enumerate(kids):
-            last = i == len(kids) - 1
-            lines.append(f"{prefix}{'└── ' if last else '├── '}{_local(topo, v)}  {_spec_text(topo, v)}  {_edge_text(topo, dev, v)}")
+        out = []
+        for v in kids:
+            item = {**entry(v), **link(dev, v)}
             if topo.kind_of(v) == "pcie_switch":
-                walk(v, prefix + ("    " if last else "│   "))
+                item["children"] = walk(v)
+            out.append(item)
+        return out
 
-    for cpu in cpus:
-        lines.append(f"{_local(topo, cpu)}  {_spec_text(topo, cpu)}")
-        walk(cpu, "")
-    for i, a in enumerate(cpus):
-        for b in cpus[i + 1:]:
-            if g.has_edge(a, b):
-                lines.append(f"{_local(topo, a)} <-> {_local(topo, b)}  {_edge_text(topo, a, b)}")
+    sockets = [{**entry(cpu), "children": walk(cpu)} for cpu in cpus]
+    between = [{"between": [_local(topo, a), _local(topo, b)], **link(a, b)}
+               for i, a in enumerate(cpus) for b in cpus[i + 1:] if g.has_edge(a, b)]
+    return {"node": node, "sockets": sockets, "socket_links": between}
+
+
+def pcie_tree_lines(topo: Topology, node: int = 0) -> list[str]:
+    """:func:`pcie_tree` as the indented lines of ``cosim topo show``."""
+    tree = pcie_tree(topo, node)
+    lines: list[str] = []
+
+    spec = _spec_text
+
+    def edge(item: dict[str, Any]) -> str:
+        return _link_text(item["count"], item["link"], item["bandwidth_Bps"])
+
+    def walk(kids: list[dict[str, Any]], prefix: str) -> None:
+        for i, item in enumerate(kids):
+            last = i == len(kids) - 1
+            lines.append(f"{prefix}{'└── ' if last else '├── '}{item['id']}  {spec(item)}  {edge(item)}")
+            if "children" in item:
+                walk(item["children"], prefix + ("    " if last else "│   "))
+
+    for sock in tree["sockets"]:
+        lines.append(f"{sock['id']}  {spec(sock)}")
+        walk(sock["children"], "")
+    for sl in tree["socket_links"]:
+        lines.append(f"{sl['between'][0]} <-> {sl['between'][1]}  {edge(sl)}")
     return lines
 
 
@@ -103,6 +132,7 @@ def summary_json(topo: Topology) -> dict[str, Any]:
         "node_topology": topo.node_name,
         "fabric": topo.fabric,
         "gpu_specs": dict(sorted(Counter(topo.graph.nodes[g]["spec"] for g in topo.gpus).items())),
+        "host_tree": pcie_tree(topo, topo.node_of(topo.gpus[0])),
     })
     return fig
 
