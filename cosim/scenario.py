@@ -55,6 +55,8 @@ class ReplaySpec(Strict):
     cuda_graphs: list[str] = Field(default_factory=list)
     accelerator: str | None = None
     ranks_per_node: int | None = None
+    profile: str | None = None
+    """Kernel-model calibration profile for ``durations: modeled`` (a bundled name or a YAML file)."""
 
 
 class Scenario(Strict):
@@ -115,12 +117,19 @@ def load_scenario(name_or_path: str | Path | None = None) -> Scenario:
 
 
 def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, dict[str, str]]:
-    """Apply scenario-level keys (workload, topology, projection.*); return the rest for the replay."""
+    """Apply scenario-level keys (workload, topology, projection.*); return the rest for the replay.
+
+    ``replay.<field>`` is the scenario file's own spelling of the replay knob ``<field>``."""
     rest: dict[str, str] = {}
     upd: dict[str, Any] = {}
     proj = scn.projection.model_dump()
     for k, v in sets.items():
-        if k in ("workload", "name", "description"):
+        if k.startswith("replay."):
+            field = k.split(".", 1)[1]
+            if field not in ReplaySpec.model_fields:
+                raise CosimInputError(f"--set {k}: unknown replay field; known: {', '.join(ReplaySpec.model_fields)}")
+            rest[field] = v
+        elif k in ("workload", "name", "description"):
             upd[k] = v
         elif k == "topology":
             upd["topology"] = v
@@ -185,7 +194,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,  # type: ignore[arg-type]
                        launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
                        cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator, ranks_per_node=r.ranks_per_node,
-                       topology=scn.topology)
+                       profile=r.profile, topology=scn.topology)
     cfg = apply_sets(cfg, {**scn.set, **rest})
     topo_ref = cfg.topology or scn.topology
     tpath = resolve_path(topo_ref, base)
@@ -200,7 +209,8 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     cache = cache or WorkloadCache(size=1)
     wkey = WorkloadCache.file_key(wpath)
     graph = cache.get(("trace", wkey), lambda: load_trace(wpath))
-    if needs_projection(graph):
+    projected = needs_projection(graph)
+    if projected:
         p = scn.projection
         pcfg = ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead)
         src = graph
@@ -215,4 +225,8 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     except ValueError as exc:
         raise CosimInputError(str(exc), file=scn.source_file) from None
     result.sources = [str(wpath)]
+    if projected:
+        result.notes.insert(0, f"CPU capture: its ATen ops were projected onto {topo.accelerator(topo.gpus[0]).name} "
+                               f"kernels with {scn.projection.dtype} roofline durations (docs/CAPTURE.md); "
+                               "'measured' durations are those projected ones")
     return scn, result

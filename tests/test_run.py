@@ -42,6 +42,27 @@ def test_default_run_summary_adds_up(default_run) -> None:
     assert sum(s["breakdown"].values()) == pytest.approx(s["step_time_s"], rel=1e-9)
 
 
+def test_scenario_replay_fields_as_sets_and_projection_note(default_run) -> None:
+    _, res = default_run
+    assert res.summary()["notes"][0].startswith("CPU capture: its ATen ops were projected onto NVIDIA H100")
+    # --set replay.<field> is the scenario file's spelling of the knob <field>
+    _, a = run_scenario(load_scenario(), {"replay.collectives": "measured", "replay.host_speed": "4"})
+    _, b = run_scenario(load_scenario(), {"collectives": "measured", "host.speed": "4"})
+    assert a.summary()["step_time_s"] == b.summary()["step_time_s"] != res.summary()["step_time_s"]
+    with pytest.raises(CosimInputError, match="unknown replay field"):
+        run_scenario(load_scenario(), {"replay.colour": "red"})
+    # a scenario's replay section selects the calibration profile of modeled durations
+    modeled = load_scenario().model_copy(update={"replay": load_scenario().replay.model_copy(
+        update={"durations": "modeled", "profile": "no-such-profile"})})
+    with pytest.raises(CosimInputError, match="unknown calibration profile 'no-such-profile'"):
+        run_scenario(modeled)
+    # the bundled what-if scenario carries its overrides in set:
+    what_if = load_scenario("moe-ep4-dgx-h100-half-nvlink")
+    assert what_if.set == {"links.nvlink4.bandwidth": "12.5 GB/s", "host.speed": "100"}
+    _, w = run_scenario(what_if)
+    assert w.summary()["step_time_s"] < res.summary()["step_time_s"] / 3  # the 100x faster host
+
+
 def test_projection_maps_ops_to_kernels() -> None:
     from cosim.resources import bundled_dir
 
