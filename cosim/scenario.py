@@ -16,6 +16,7 @@ Example (``workloads/scenarios/moe-ep4-dgx-h100.yaml``)::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ from cosim.errors import CosimInputError
 from cosim.resources import bundled_dir
 from cosim.yamlio import load_yaml, validate
 
-__all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "list_scenarios",
-           "load_scenario", "resolve_path", "run_scenario"]
+__all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
+           "expand_port_bandwidth", "list_scenarios", "load_scenario", "resolve_path", "run_scenario",
+           "split_topology_sets"]
 
 DEFAULT_SCENARIO = "moe-ep4-dgx-h100"
 
@@ -57,6 +59,8 @@ class ReplaySpec(Strict):
     ranks_per_node: int | None = None
     profile: str | None = None
     """Kernel-model calibration profile for ``durations: modeled`` (a bundled name or a YAML file)."""
+    precision: dict[str, str] = Field(default_factory=dict)
+    """Precision what-if, e.g. ``{experts: fp8}``: keys ``experts`` / ``gemm``, values ``bf16``, ``fp8``, ``mxfp8``."""
 
 
 class Scenario(Strict):
@@ -147,6 +151,93 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
     return scn.model_copy(update={**upd, "projection": proj_model}), rest
 
 
+TOPOLOGY_KNOB = "topology."
+"""Prefix of the knob family that sets a field of the topology document (as a topology file's ``set:`` does)."""
+_PORT_BW = re.compile(r"^nics\.([^.]+)\.port_bandwidth$")
+
+
+def split_topology_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split ``sets`` into (``topology.<path>`` knobs, the rest), order kept."""
+    topo = {k: v for k, v in sets.items() if k.startswith(TOPOLOGY_KNOB)}
+    return topo, {k: v for k, v in sets.items() if not k.startswith(TOPOLOGY_KNOB)}
+
+
+def _scalar(value: Any) -> Any:
+    """A ``--set`` string as the YAML scalar a topology file would hold: int, float, bool or string."""
+    if not isinstance(value, str):
+        return value
+    v = value.strip()
+    if v in ("true", "false"):
+        return v == "true"
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def expand_port_bandwidth(sets: dict[str, str], catalog: Any = None) -> dict[str, str]:
+    """Expand the knob ``nics.<id>.port_bandwidth=V`` into ``nics.<id>.bandwidth=V`` and
+    ``links.<port link type>.bandwidth=V``.
+
+    A NIC port runs at the slower of the adapter and its cable's link type
+    (``cosim.topology.build``), so raising either alone does nothing once it
+    is above the other; this knob moves both. The link type is the NIC's
+    ``link`` (or a ``nics.<id>.link`` set in the same ``sets``), so every link
+    of that type (fabric switch links too) moves with it. ``catalog`` (default:
+    the bundled catalog) resolves the NIC id.
+    """
+    if not any(_PORT_BW.match(k) for k in sets):
+        return dict(sets)
+    if catalog is None:
+        from cosim.catalog import load_catalog
+
+        catalog = load_catalog()
+    out: dict[str, str] = {}
+    for k, v in sets.items():
+        m = _PORT_BW.match(k)
+        if not m:
+            out[k] = v
+            continue
+        nid = m.group(1)
+        if nid not in catalog.nics:
+            raise CosimInputError(f"--set {k}: unknown NIC {nid!r}; known: {', '.join(sorted(catalog.nics))}")
+        link = sets.get(f"nics.{nid}.link") or catalog.nics[nid].link
+        for kk in (f"nics.{nid}.bandwidth", f"links.{link}.bandwidth"):
+            out.pop(kk, None)
+            out[kk] = v
+    return out
+
+
+def build_topology(ref: str, base: Path | None, overrides: dict[str, Any] | None = None,
+                   topology_sets: dict[str, Any] | None = None) -> Any:
+    """Load topology ``ref`` (a preset, or a file relative to ``base``) with catalog ``overrides`` and
+    ``topology.<path>`` knobs.
+
+    The knobs are appended to the topology document's own ``set:`` block and applied by the topology
+    loader's set machinery (:func:`cosim.topology.loader.with_sets`), exactly as if the file had them.
+    """
+    from cosim.topology import Topology, find_topology, load_topology
+
+    path = resolve_path(ref, base) or ref
+    if not topology_sets:
+        return load_topology(path, overrides=overrides or None)
+    from cosim.topology.build import build_from_document
+    from cosim.topology.loader import read_document, with_sets
+
+    fpath = find_topology(path)
+    data = with_sets(read_document(fpath), {k: _scalar(v) for k, v in topology_sets.items()})
+    try:
+        return Topology(build_from_document(data, fpath, overrides or None), source_file=fpath)
+    except CosimInputError as exc:
+        where = exc.location.path or ""
+        for k, v in topology_sets.items():
+            if where == f"set.{k}" or where.startswith(f"set.{k}.") or where.startswith(f"set[{k}]"):
+                raise CosimInputError(f"--set {k}={v}: {exc.message}") from None
+        raise
+
+
 class WorkloadCache:
     """Loaded and projected workloads of one process, for runs that share them (sweeps).
 
@@ -184,7 +275,6 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     ``cache`` reuses workloads loaded (and projected) by earlier runs in this process.
     """
     from cosim.replay import ReplayConfig, apply_sets, replay
-    from cosim.topology import load_topology
     from cosim.workload import load_trace
     from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
 
@@ -194,11 +284,12 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,  # type: ignore[arg-type]
                        launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
                        cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator, ranks_per_node=r.ranks_per_node,
-                       profile=r.profile, topology=scn.topology)
-    cfg = apply_sets(cfg, {**scn.set, **rest})
-    topo_ref = cfg.topology or scn.topology
-    tpath = resolve_path(topo_ref, base)
-    topo = load_topology(tpath or topo_ref, overrides=dict(cfg.catalog_overrides) or None)
+                       profile=r.profile, precision=dict(r.precision), topology=scn.topology)
+    tsets, other = split_topology_sets({**scn.set, **rest})
+    cfg = apply_sets(cfg, expand_port_bandwidth(other))
+    topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets)
+    if tsets:  # recorded in the resolved scenario (scenario.yaml), so that the run's hardware can be rebuilt
+        scn = scn.model_copy(update={"set": {**scn.set, **tsets}})
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
         cand = bundled_dir("workloads") / scn.workload
@@ -215,15 +306,20 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
         pcfg = ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead)
         src = graph
         graph = cache.get(("projected", wkey, topo.name, repr(sorted(cfg.catalog_overrides.items())),
-                           cfg.accelerator, repr(pcfg)),
+                           repr(sorted(tsets.items())), cfg.accelerator, repr(pcfg)),
                           lambda: project_onto(src, topo, cfg.accelerator, pcfg))
         from dataclasses import replace
 
         cfg = replace(cfg, accelerator=None)
+    from dataclasses import replace as _replace
+
     try:
-        result = replay(graph, topo, cfg)
+        # ``topo`` already has the catalog overrides (and topology knobs); given them again, replay would
+        # rebuild the topology from its file without the knobs. The result records them all the same.
+        result = replay(graph, topo, _replace(cfg, catalog_overrides={}))
     except ValueError as exc:
         raise CosimInputError(str(exc), file=scn.source_file) from None
+    result.config = _replace(result.config, catalog_overrides=dict(cfg.catalog_overrides))
     result.sources = [str(wpath)]
     if projected:
         result.notes.insert(0, f"CPU capture: its ATen ops were projected onto {topo.accelerator(topo.gpus[0]).name} "

@@ -11,9 +11,10 @@ parameters come from the scenario's topology:
   (``accelerators.<id>.hbm_bandwidth``, ``accelerators.<id>.peak_flops.<dtype>``;
   these move projected kernel durations, not measured ones);
 * the host CPU's launch overhead and launch latency (``cpus.<id>.*``);
-* the NIC's latency (``nics.<id>.latency``); NIC bandwidth is the bandwidth of its
-  port link type (``links.ib-ndr.bandwidth`` for a ConnectX-7), which the
-  fabric uses, and is perturbed with the link types;
+* the NIC's bandwidth and latency: ``nics.<id>.port_bandwidth`` moves the NIC's
+  own bandwidth and its port link type's (``links.ib-ndr.bandwidth`` for a
+  ConnectX-7) together, from the port rate (the smaller of the two), because a
+  port runs at the slower of adapter and link type; ``nics.<id>.latency``;
 * host speed (replay knob ``host.speed``: host time is divided by it) and, for
   projected CPU captures, the ATen dispatch overhead per op
   (``projection.aten_overhead``).
@@ -67,14 +68,14 @@ def parse_delta(text: str | float) -> float:
 def _scenario_hw(scn: Any, sets: dict[str, str]) -> tuple[Any, Any, Any]:
     """(resolved scenario, replay config, topology) of ``scn`` with ``sets``, without replaying."""
     from cosim.replay import ReplayConfig, apply_sets
-    from cosim.scenario import apply_scenario_sets, resolve_path
-    from cosim.topology import load_topology
+    from cosim.scenario import apply_scenario_sets, build_topology, expand_port_bandwidth, split_topology_sets
 
     scn, rest = apply_scenario_sets(scn, dict(sets))
-    cfg = apply_sets(ReplayConfig(topology=scn.topology, host_speed=scn.replay.host_speed), {**scn.set, **rest})
+    tsets, other = split_topology_sets({**scn.set, **rest})
+    cfg = apply_sets(ReplayConfig(topology=scn.topology, host_speed=scn.replay.host_speed),
+                     expand_port_bandwidth(other))
     base = Path(scn.source_file).parent if scn.source_file else None
-    ref = cfg.topology or scn.topology
-    topo = load_topology(resolve_path(ref, base) or ref, overrides=dict(cfg.catalog_overrides) or None)
+    topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets)
     return scn, cfg, topo
 
 
@@ -104,8 +105,12 @@ def candidate_params(scn: Any, sets: dict[str, str] | None = None) -> list[Param
         out.append(Param(f"cpus.{c}.launch_latency", f"{c} launch latency", float(cpu.launch_latency), "time"))
     for n in sorted({topo.graph.nodes[d]["spec"] for d in topo.devices("nic")}):
         nic = cat.nic(n)
-        # the fabric moves NIC traffic at its port link's rate (links.<nic.link>, above); the NIC's own
-        # bandwidth field does not reach the fabric model, so only its latency is perturbed here
+        # A NIC port runs at min(NIC bandwidth, port link type bandwidth) (cosim.topology.build), and the NIC
+        # model also caps each transfer by its own bandwidth (cosim.engine.nic); moving either alone does
+        # nothing upward once it is above the other. nics.<id>.port_bandwidth moves both, from the port rate.
+        port = min(float(nic.bandwidth), float(cat.link(nic.link).bandwidth))
+        out.append(Param(f"nics.{n}.port_bandwidth", f"{n} NIC bandwidth (NIC and its {nic.link} port)", port,
+                         "bandwidth"))
         out.append(Param(f"nics.{n}.latency", f"{n} NIC latency", float(nic.latency), "time"))
     out.append(Param("host.speed", "host speed (host time / speed)", float(cfg.host_speed), "factor"))
     if cfg.launch_overhead is not None:

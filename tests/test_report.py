@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -42,6 +43,92 @@ class _Scan(HTMLParser):
             self.headline += data
 
 
+class _Figures(HTMLParser):
+    """The plotly figures of a page, parsed from each ``Plotly.newPlot(id, data, layout)`` call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.divs: list[str] = []
+        self.figures: list[dict] = []
+        self._script: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "div" and "plotly-graph-div" in (a.get("class") or ""):
+            self.divs.append(str(a.get("id")))
+        if tag == "script":
+            self._script = []
+
+    def handle_data(self, data: str) -> None:
+        if self._script is not None:
+            self._script.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag != "script" or self._script is None:
+            return
+        text, self._script = "".join(self._script), None
+        i = text.find("Plotly.newPlot(")
+        if i < 0:
+            return
+        dec = json.JSONDecoder()
+        args, pos = [], i + len("Plotly.newPlot(")
+        for _ in range(3):  # id, data, layout
+            while text[pos] in " \n\t,":
+                pos += 1
+            v, pos = dec.raw_decode(text, pos)
+            args.append(v)
+        title = args[2].get("title") or {}
+        self.figures.append({"id": args[0], "data": args[1], "layout": args[2],
+                             "title": title.get("text", "") if isinstance(title, dict) else str(title)})
+
+
+def plotly_figures(path: Path) -> list[dict]:
+    """Every plotly figure of the HTML page at ``path`` (id, data traces, layout, title); each one has its div."""
+    f = _Figures()
+    f.feed(path.read_text())
+    f.close()
+    assert [x["id"] for x in f.figures] == f.divs, "a plotly div without its figure (or the other way)"
+    return f.figures
+
+
+def _table_rows(path: Path, table_id: str) -> list[list[str]]:
+    """The body rows (cell texts) of the table with ``id=table_id``."""
+
+    class _T(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[list[str]] = []
+            self._on = self._cell = False
+            self._row: list[str] | None = None
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag == "table" and dict(attrs).get("id") == table_id:
+                self._on = True
+            elif self._on and tag == "tr":
+                self._row = []
+            elif self._on and tag == "td" and self._row is not None:
+                self._row.append("")
+                self._cell = True
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "table":
+                self._on = False
+            elif tag == "td":
+                self._cell = False
+            elif tag == "tr" and self._on and self._row:
+                self.rows.append(self._row)
+                self._row = None
+
+        def handle_data(self, data: str) -> None:
+            if self._cell and self._row is not None:
+                self._row[-1] += data
+
+    t = _T()
+    t.feed(path.read_text())
+    t.close()
+    return t.rows
+
+
 def _scan(path: Path) -> _Scan:
     s = _Scan()
     s.feed(path.read_text())
@@ -78,6 +165,31 @@ def test_run_report_html(tmp_path: Path) -> None:
     assert all(0.0 <= r["share"] <= 1.0 + 1e-9 for r in d["resources"])
     assert {t["link"] for t in d["link_types"]} >= {"nvlink4", "pcie5x16"}
     assert d["stress_points"][0]["kind"] == "host_thread"  # host-bound: the host thread is the busiest resource
+    # every link with traffic has a row of the full (sortable) link table, not only the busiest 24
+    rows = _table_rows(p, "all-links")
+    assert len(rows) == len(d["links"]) > 0
+    assert {r[0] for r in rows} == {f"{x['src']} -> {x['dst']}" for x in d["links"]}
+    assert "memcpy/memset ops" in text and "not placed on any link" in text
+    figs = plotly_figures(p)
+    assert len(figs) == s.plotly_divs
+    busiest = next(f for f in figs if f["title"].startswith("Busiest directed links"))
+    assert len(busiest["data"][0]["y"]) == min(24, len(d["links"]))
+
+
+def test_run_report_lists_more_than_24_links(tmp_path: Path) -> None:
+    from cosim.report import run_report_data, write_run_report
+    from cosim.scenario import load_scenario, run_scenario
+
+    # one rank per node on a cluster: the all-to-alls cross PCIe switches, NICs and the fabric
+    _, res = run_scenario(load_scenario(SCN), {"topology": "dgx-h100-4node", "replay.ranks_per_node": "1"})
+    d = run_report_data(res)
+    p = write_run_report(res, tmp_path / "report.html")
+    rows = _table_rows(p, "all-links")
+    assert len(rows) == len(d["links"])
+    kinds = {r[2] for r in rows}
+    assert {"pcie", "infiniband"} <= kinds
+    text = p.read_text()
+    assert 'class="sortable"' in text and "<details" in text
 
 
 def test_proposal_report_json_and_html(runs: tuple[Path, Path], tmp_path: Path,
@@ -103,6 +215,11 @@ def test_proposal_report_json_and_html(runs: tuple[Path, Path], tmp_path: Path,
     assert p["perf_per_watt_ratio"] is not None and p["perf_per_dollar_ratio"] is None  # no prices in the catalog
     s = _scan(out)
     assert s.plotly_divs >= 1 and "speedup" in s.headline
+    assert "host_bound_gpu_idle" not in s.headline and "-bound" in s.headline
+    html = out.read_text()
+    # the hardware diff prints values with their units
+    assert "450 GB/s" in html and "900 GB/s" in html  # per-GPU scale-up bandwidth, baseline and proposal
+    assert not re.search(r"<td[^>]*>[0-9.]+e[+-]?[0-9]+</td>", html)
 
 
 def test_report_bad_dir_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,3 +233,40 @@ def test_sweep_report_pareto() -> None:
 
     assert pareto_front([1, 2, 3, 2], [5, 3, 4, 6]) == [0, 1]
     assert numeric_value("25 GB/s") == 25e9 and numeric_value("off") is None and numeric_value("2") == 2.0
+
+
+def test_hardware_values_have_units() -> None:
+    from cosim.report.hardware import fmt_hw_value
+
+    assert fmt_hw_value("figure per_gpu_scale_up_bw_Bps", 1.8e12) == "1.8 TB/s"
+    assert fmt_hw_value("catalog links.nvlink4.bandwidth", 2.5e10) == "25 GB/s"
+    assert fmt_hw_value("catalog nics.cx7-ndr400.latency", 1e-6) == "1 us"
+    assert fmt_hw_value("catalog accelerators.h100-sxm5.peak_flops.bf16", 9.89e14) == "989 TFLOP/s"
+    assert fmt_hw_value("catalog accelerators.h100-sxm5.tdp", 700.0) == "700 W"
+    assert fmt_hw_value("parts nic:cx8-xdr800", 8) == "8"
+
+
+def test_sweep_report_figures(tmp_path: Path) -> None:
+    from cosim.report.sweep import write_sweep_report
+
+    rows = []
+    for i, (bw, hs) in enumerate((a, b) for a in ("25 GB/s", "50 GB/s") for b in ("1", "2")):
+        rows.append({"key": f"k{i}", "status": "ok", "links.nvlink4.bandwidth": bw, "host.speed": hs,
+                     "step_time_s": 0.01 / float(hs) + (0.001 if bw == "25 GB/s" else 0.0),
+                     "power_W": 1000.0 + 100 * i, "cost_usd": None, "compute_s": 0.001})
+    p = write_sweep_report(tmp_path / "r.html", rows, ["links.nvlink4.bandwidth", "host.speed"], title="t")
+    figs = plotly_figures(p)
+    lines = [f for f in figs if f["title"].startswith("Step time vs ") and f["title"] != "Step time vs power_W"]
+    assert sorted(f["title"] for f in lines) == ["Step time vs host.speed", "Step time vs links.nvlink4.bandwidth"]
+    for f in lines:  # one line per combination of the other parameter, two points each
+        assert len(f["data"]) == 2 and all("lines" in t["mode"] and len(t["y"]) == 2 for t in f["data"])
+    by_bw = next(f for f in lines if f["title"] == "Step time vs links.nvlink4.bandwidth")
+    assert by_bw["data"][0]["x"] == ["25 GB/s", "50 GB/s"] and by_bw["data"][0]["y"] == pytest.approx([11.0, 10.0])
+    heat = [f for f in figs if f["data"] and f["data"][0]["type"] == "heatmap"]
+    assert len(heat) == 1  # one pair of parameters
+    z = heat[0]["data"][0]["z"]
+    assert [row for row in z] == [pytest.approx([11.0, 10.0]), pytest.approx([6.0, 5.0])]
+    pareto = next(f for f in figs if f["title"] == "Step time vs power_W")
+    front = next(t for t in pareto["data"] if t["name"] == "Pareto front")
+    assert front["x"] == pytest.approx([1.0, 1.1, 1.3]) and front["y"] == pytest.approx([11.0, 6.0, 5.0])
+    assert not any(f["title"] == "Step time vs cost_usd" for f in figs)  # no prices: no cost front

@@ -56,6 +56,14 @@ def test_scenario_replay_fields_as_sets_and_projection_note(default_run) -> None
         update={"durations": "modeled", "profile": "no-such-profile"})})
     with pytest.raises(CosimInputError, match="unknown calibration profile 'no-such-profile'"):
         run_scenario(modeled)
+    # ... and the precision what-if, the same as --set precision.experts=fp8
+    fp8 = load_scenario().model_copy(update={"replay": load_scenario().replay.model_copy(
+        update={"precision": {"experts": "fp8"}})})
+    _, p1 = run_scenario(fp8)
+    _, p2 = run_scenario(load_scenario(), {"replay.precision": "experts:fp8"})
+    assert p1.summary()["precision"] == p2.summary()["precision"] and p1.summary()["precision"]
+    assert "precision" not in res.summary() or not res.summary()["precision"]
+    assert p1.summary()["step_time_s"] == p2.summary()["step_time_s"]
     # the bundled what-if scenario carries its overrides in set:
     what_if = load_scenario("moe-ep4-dgx-h100-half-nvlink")
     assert what_if.set == {"links.nvlink4.bandwidth": "12.5 GB/s", "host.speed": "100"}

@@ -25,8 +25,15 @@ def test_default_scenario_ranks_host_first(tmp_path: Path) -> None:
     assert lo["up_pct"] > 0 > lo["down_pct"]  # more launch overhead: longer step
     for e in d["parameters"][2:]:  # GPU-side parameters barely matter on a host-bound step
         assert e["effect"] < 0.01
-    html = (tmp_path / "tornado.html").read_text()
-    assert "plotly-graph-div" in html and "tornado" in html
+    from test_report import plotly_figures
+
+    figs = plotly_figures(tmp_path / "tornado.html")
+    assert len(figs) == 1 and "tornado" in figs[0]["title"]
+    bars = figs[0]["data"]
+    assert [t["type"] for t in bars] == ["bar", "bar"] and all(t["orientation"] == "h" for t in bars)
+    labels = [e["label"] for e in d["parameters"]]
+    assert bars[0]["y"] == labels[::-1] and bars[1]["y"] == labels[::-1]  # one bar per parameter, largest on top
+    assert bars[1]["x"][-1] == pytest.approx(top["up_pct"]) and bars[0]["x"][-1] == pytest.approx(top["down_pct"])
     assert json.loads((tmp_path / "sensitivity.json").read_text())["parameters"][0]["key"] == "host.speed"
 
 
@@ -36,3 +43,17 @@ def test_bad_inputs() -> None:
         parse_delta("150%")
     with pytest.raises(CosimInputError, match="no such parameter"):
         run_sensitivity(None, "/nonexistent-never-written", params=["warp.drive"], progress=False)
+
+
+def test_nic_bandwidth_raised_speeds_up_a_nic_bound_step(tmp_path: Path) -> None:
+    # 2 ranks on 2 nodes with a fast host and slow (10 Gb/s) NIC ports: the all-to-alls wait on the NICs
+    sets = {"topology": "dgx-h100-4node", "replay.ranks_per_node": "1", "host.speed": "100",
+            "nics.cx7-ndr400.port_bandwidth": "10 Gb/s"}
+    d = run_sensitivity("moe-ep2-decode-dgx-h100", tmp_path, delta=0.2, sets=sets, progress=False,
+                        params=["nics.cx7-ndr400.port_bandwidth", "links.ib-ndr.bandwidth"])
+    by = {e["key"]: e for e in d["parameters"]}
+    nic = by["nics.cx7-ndr400.port_bandwidth"]
+    assert nic["baseline"] == "1.25e+09 B/s"  # the port rate: min(NIC, link type)
+    assert nic["up_pct"] < 0 < nic["down_pct"]  # a faster NIC port shortens the step, a slower one lengthens it
+    link = by["links.ib-ndr.bandwidth"]
+    assert link["up_pct"] == 0.0 and link["down_pct"] > 0  # the link type alone cannot go above the NIC

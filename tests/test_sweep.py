@@ -83,8 +83,15 @@ def test_local_sweep_writes_points_csv_and_report(tmp_path: Path) -> None:
     for r in rows:
         d = tmp_path / "out" / "points" / r["key"]
         assert (d / "summary.json").is_file() and (d / "scenario.yaml").is_file() and (d / "result.json").is_file()
-    html = (tmp_path / "out" / "report.html").read_text()
-    assert "plotly" in html and "Pareto front" in html
+    from test_report import plotly_figures
+
+    figs = plotly_figures(tmp_path / "out" / "report.html")
+    titles = [f["title"] for f in figs]
+    assert "Step time vs host.speed" in titles and "Step time vs power_W" in titles
+    line = figs[titles.index("Step time vs host.speed")]["data"][0]
+    assert line["x"] == ["1", "4"] and line["y"] == pytest.approx([r["step_time_s"] * 1e3 for r in rows])
+    front = next(t for t in figs[titles.index("Step time vs power_W")]["data"] if t["name"] == "Pareto front")
+    assert front["y"] == pytest.approx([rows[1]["step_time_s"] * 1e3])  # same power: the faster point alone
     # a rerun computes nothing
     res2 = run_sweep(spec, tmp_path / "out", None, progress=False)
     assert (res2.computed, res2.skipped) == (0, 2)
@@ -201,3 +208,93 @@ def test_cli_sweep_bad_spec_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["sweep", str(p), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sweep.yaml:2" in err[0]
+
+
+def test_topology_knobs_in_a_sweep(tmp_path: Path) -> None:
+    # topology.<path> knobs reach into the topology document like a topology file's set: block
+    from test_report import plotly_figures
+
+    spec = load_sweep(_spec(tmp_path, f"""name: topo
+base: {SCN}
+set:
+  topology: dgx-h100-4node
+  replay.ranks_per_node: 1             # every all-to-all byte crosses PCIe switch -> NIC -> fabric
+  host.speed: 100
+  nics.cx7-ndr400.port_bandwidth: 800 Gb/s
+parameters:
+  topology.nodes: [2, 4]
+  topology.node.links.nic-pcie.type: [pcie3x16, pcie5x16]
+"""))
+    res = run_sweep(spec, tmp_path / "out", None, progress=False)
+    assert res.failed == 0
+    by = {(r["topology.nodes"], r["topology.node.links.nic-pcie.type"]): r for r in res.rows}
+    assert by["2", "pcie5x16"]["gpus"] == 16 and by["4", "pcie5x16"]["gpus"] == 32
+    assert by["4", "pcie5x16"]["power_W"] == pytest.approx(2 * by["2", "pcie5x16"]["power_W"])
+    for n in ("2", "4"):  # a Gen3 NIC switch link slows the NIC-crossing all-to-alls
+        assert by[n, "pcie3x16"]["step_time_s"] > by[n, "pcie5x16"]["step_time_s"]
+    sc = (tmp_path / "out" / "points" / by["2", "pcie3x16"]["key"] / "scenario.yaml").read_text()
+    assert "topology.nodes: '2'" in sc and "topology.node.links.nic-pcie.type: pcie3x16" in sc
+    figs = plotly_figures(tmp_path / "out" / "report.html")
+    assert sum(f["data"][0]["type"] == "heatmap" for f in figs if f["data"]) == 1
+    pw = next(f for f in figs if f["title"] == "Step time vs power_W")
+    assert sorted(set(pw["data"][0]["x"])) == pytest.approx([12.6, 25.2])  # kW: 2 and 4 nodes
+
+
+def test_topology_knob_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _spec(tmp_path, f"base: {SCN}\nset:\n  topology: dgx-h100-4node\nparameters:\n"
+                          "  topology.fabric.oversubscriptio: [1, 2]\n", "t1.yaml")
+    with pytest.raises(CosimInputError, match=r"t1\.yaml:5.*topology\.fabric\.oversubscriptio.*unknown key") as ei:
+        load_sweep(bad)
+    assert "\n" not in str(ei.value)
+    bad = _spec(tmp_path, f"base: {SCN}\nparameters:\n  topology.links.gpu-pcie.type: [pcie5x16, pcie9x16]\n",
+                "t2.yaml")
+    with pytest.raises(CosimInputError, match=r"t2\.yaml:3:\d+: topology\.links\.gpu-pcie\.type\[1\].*pcie9x16"):
+        load_sweep(bad)
+    bad = _spec(tmp_path, f"base: {SCN}\nparameters:\n  topology.links.nope.type: [pcie5x16]\n", "t3.yaml")
+    with pytest.raises(CosimInputError, match="no entry with name 'nope'"):
+        load_sweep(bad)
+    # the same knob family on cosim run --set
+    from cosim.cli import main
+
+    assert main(["run", SCN, "--set", "topology.fabric.x=1", "--out", str(tmp_path / "r"), "--no-timeline"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "topology.fabric.x" in err[0]
+    assert main(["run", SCN, "--set", "topology.links.gpu-pcie.type=pcie3x16", "--out", str(tmp_path / "r"),
+                 "--no-timeline", "--json"]) == 0
+    assert "pcie3x16" in (tmp_path / "r" / "scenario.yaml").read_text()
+
+
+def test_unexpected_exception_leaves_error_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cosim.scenario
+
+    real = cosim.scenario.run_scenario
+
+    def flaky(scn, sets=None, cache=None):
+        if (sets or {}).get("host.speed") == "2":
+            raise TypeError("boom: not a CosimError")
+        return real(scn, sets, cache)
+
+    monkeypatch.setattr(cosim.scenario, "run_scenario", flaky)
+    spec = load_sweep(_spec(tmp_path, f"base: {SCN}\nparameters:\n  host.speed: [1, 2]\n"))
+    res = run_sweep(spec, tmp_path / "out", None, progress=False)
+    assert (res.computed, res.failed) == (2, 1)
+    bad = next(r for r in res.rows if r["status"] == "error")
+    err = json.loads((tmp_path / "out" / "points" / bad["key"] / "error.json").read_text())
+    assert err["error"] == "TypeError: boom: not a CosimError" and "Traceback" in err["traceback"]
+    assert next(r for r in res.rows if r["status"] == "ok")["step_time_s"] > 0
+
+
+def test_point_key_covers_topology_file_contents(tmp_path: Path) -> None:
+    topo = tmp_path / "mytopo.yaml"
+    topo.write_text("name: mytopo\nextends: dgx-h100\nset:\n  links.nvlink4.bandwidth: 25 GB/s\n")
+    (tmp_path / "scn.yaml").write_text("name: s\nworkload: moe-ep2-decode-cpu\ntopology: mytopo.yaml\n"
+                                       "replay: {collectives: simulated}\n")
+    spec = load_sweep(_spec(tmp_path, "base: scn.yaml\nparameters:\n  host.speed: [1]\n"))
+    r1 = run_sweep(spec, tmp_path / "out", None, progress=False)
+    assert r1.computed == 1
+    assert run_sweep(spec, tmp_path / "out", None, progress=False).skipped == 1  # unchanged: reused
+    topo.write_text("name: mytopo\nextends: dgx-h100\nset:\n  links.nvlink4.bandwidth: 2 GB/s\n")
+    r2 = run_sweep(spec, tmp_path / "out", None, progress=False)
+    assert (r2.computed, r2.skipped) == (1, 0)  # the edited file is not answered from the old point
+    assert r2.rows[0]["key"] != r1.rows[0]["key"]
+    assert r2.rows[0]["step_time_s"] > r1.rows[0]["step_time_s"]  # 12x less NVLink bandwidth

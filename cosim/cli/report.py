@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from cosim.cli import emit_json
     from cosim.report import proposal_report, write_proposal_report
     from cosim.report.html import fmt_time
+    from cosim.report.proposal import bound_words
 
     data = proposal_report(args.baseline, list(args.proposals))
     write_proposal_report(args.out, data)
@@ -34,10 +35,11 @@ def run(args: argparse.Namespace) -> int:
         emit_json({k: v for k, v in data.items()} | {"html": str(args.out)})
         return 0
     b = data["baseline"]
-    print(f"baseline {b['name']}: step {fmt_time(b['step_time_s'])}, {b['bottleneck']}")
+    print(f"baseline {b['name']}: step {fmt_time(b['step_time_s'])}, {bound_words(b['bottleneck'], short=True)}")
     for p in data["proposals"]:
-        moved = f"bottleneck {p['bottleneck_from']} -> {p['bottleneck_to']}" if p["bottleneck_moved"] else \
-            f"still {p['bottleneck_to']}"
+        moved = (f"bottleneck moved: {bound_words(p['bottleneck_from'], short=True)} -> "
+                 f"{bound_words(p['bottleneck_to'], short=True)}" if p["bottleneck_moved"]
+                 else f"still {bound_words(p['bottleneck_to'], short=True)}")
         print(f"{p['name']}: step {fmt_time(p['step_time_s'])}, speedup {p['speedup']:.3f}x, {moved}, "
               f"{len(p['hardware_diff'])} hardware change(s)")
     print(f"wrote {args.out}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-__all__ = ["hardware_diff", "hardware_totals", "link_kinds"]
+__all__ = ["fmt_hw_value", "hardware_diff", "hardware_totals", "link_kinds"]
 
 _KINDS = (("gpu", "accelerators"), ("cpu", "cpus"), ("nic", "nics"))
 
@@ -125,3 +125,40 @@ def hardware_diff(base: Any, other: Any) -> list[dict[str, Any]]:
                 rows.append({"what": f"catalog {section}.{key}.{f}", "baseline": a.get(f), "proposal": b.get(f)})
     sorted_rows = sorted(rows, key=lambda r: (not r["what"].startswith("figure"), r["what"]))
     return sorted_rows
+
+
+_FIELD_KINDS = {
+    "bandwidth": "bandwidth", "hbm_bandwidth": "bandwidth", "memory_bandwidth": "bandwidth",
+    "latency": "time", "launch_overhead": "time", "launch_latency": "time", "per_message_overhead": "time",
+    "hbm_capacity": "size", "l2_size": "size",
+    "clock": "frequency", "frequency": "frequency", "boost_frequency": "frequency",
+    "tdp": "power", "message_rate": "rate",
+}
+
+
+def fmt_hw_value(what: str, value: Any) -> str:
+    """A hardware-diff value with its unit, from the row's name: ``figure per_gpu_scale_up_bw_Bps`` 1.8e12
+    -> "1.8 TB/s", ``catalog links.nvlink4.bandwidth`` -> bandwidth, ``...peak_flops.bf16`` -> FLOP/s,
+    latencies and overheads -> time, TDP -> W, ``price_usd`` -> $. Counts and names print as they are."""
+    from cosim import units
+
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    name = what.split(" ", 1)[-1]
+    last = name.rsplit(".", 1)[-1]
+    if name.endswith("_Bps"):
+        return units.fmt_bandwidth(float(value))
+    if name.endswith("_s"):
+        return units.fmt_time(float(value))
+    if ".peak_flops." in f".{name}." or last == "peak_flops":
+        return units.fmt_flops(float(value))
+    if last == "price_usd":
+        return f"${value:,.0f}"
+    kind = _FIELD_KINDS.get(last)
+    if kind and what.startswith("catalog "):
+        return units.fmt(float(value), kind)  # type: ignore[arg-type]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -27,6 +27,30 @@ th,td{border:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
 th{background:#f3f3f3} td.l,th.l{text-align:left}
 .note{color:#666;font-size:13px}
 .grid{display:flex;flex-wrap:wrap;gap:12px}
+details{margin:8px 0} summary{cursor:pointer;font-weight:600;font-size:14px}
+.scroll{max-height:560px;overflow:auto;display:inline-block}
+table.sortable th{cursor:pointer} table.sortable th:hover{background:#e6e6e6}
+"""
+
+# Click a header of a sortable table to sort by that column (again: the other way). Cells with data-v sort by
+# that number; others by their text. Plain JS, no network.
+_SORT_JS = """
+document.querySelectorAll('table.sortable').forEach(function(t){
+  t.querySelectorAll('th').forEach(function(th, i){
+    th.addEventListener('click', function(){
+      var rows = Array.prototype.slice.call(t.querySelectorAll('tr')).slice(1);
+      var asc = th.getAttribute('data-dir') !== 'asc';
+      t.querySelectorAll('th').forEach(function(x){ x.removeAttribute('data-dir'); });
+      th.setAttribute('data-dir', asc ? 'asc' : 'desc');
+      function key(r){ var c = r.children[i]; var v = c.getAttribute('data-v');
+        return v !== null ? parseFloat(v) : c.textContent; }
+      rows.sort(function(a, b){ var x = key(a), y = key(b);
+        var d = (typeof x === 'number' && typeof y === 'number') ? x - y : String(x).localeCompare(String(y));
+        return asc ? d : -d; });
+      rows.forEach(function(r){ t.appendChild(r); });
+    });
+  });
+});
 """
 
 
@@ -69,6 +93,7 @@ class Page:
         self.title = title
         self.parts: list[str] = []
         self.figures = 0
+        self.scripts = False
 
     def h1(self, text: str, sub: str = "") -> None:
         self.parts.append(f"<h1>{html.escape(text)}</h1>")
@@ -85,16 +110,39 @@ class Page:
         c = f' class="{cls}"' if cls else ""
         self.parts.append(f"<p{c}>{html.escape(text)}</p>")
 
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> None:
-        """A table; the first ``left`` columns are left-aligned (names), the rest right-aligned (numbers)."""
-        out = ["<table><tr>"]
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1, *,
+              sortable: bool = False, table_id: str | None = None) -> None:
+        """A table; the first ``left`` columns are left-aligned (names), the rest right-aligned (numbers).
+
+        A cell given as ``(text, number)`` shows ``text`` and sorts by ``number``; ``sortable`` tables sort
+        by a column when its header is clicked."""
+        attrs = (f' id="{html.escape(table_id)}"' if table_id else "") + (' class="sortable"' if sortable else "")
+        out = [f"<table{attrs}><tr>"]
         out += [f'<th class="{"l" if i < left else ""}">{html.escape(str(h))}</th>' for i, h in enumerate(headers)]
         out.append("</tr>")
         for r in rows:
-            out.append("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{html.escape(str(v))}</td>'
-                                        for i, v in enumerate(r)) + "</tr>")
+            cells = []
+            for i, v in enumerate(r):
+                cls = "l" if i < left else ""
+                if isinstance(v, tuple):
+                    text, key = v
+                    dv = f' data-v="{float(key):.9g}"' if isinstance(key, (int, float)) and key == key else ""
+                    cells.append(f'<td class="{cls}"{dv}>{html.escape(str(text))}</td>')
+                else:
+                    cells.append(f'<td class="{cls}">{html.escape(str(v))}</td>')
+            out.append("<tr>" + "".join(cells) + "</tr>")
         out.append("</table>")
+        if sortable:
+            self.scripts = True
         self.parts.append("".join(out))
+
+    def details_start(self, summary: str, open_: bool = False) -> None:
+        """Start a collapsible section (``details_end`` closes it); its content scrolls when long."""
+        self.parts.append(f'<details{" open" if open_ else ""}><summary>{html.escape(summary)}</summary>'
+                          '<div class="scroll">')
+
+    def details_end(self) -> None:
+        self.parts.append("</div></details>")
 
     def fig(self, fig: Any) -> None:
         """Embed a plotly figure (plotly.js inline with the first figure of the page)."""
@@ -104,6 +152,8 @@ class Page:
 
     def render(self) -> str:
         body = "\n".join(self.parts)
+        if self.scripts:
+            body += f"\n<script>{_SORT_JS}</script>"
         return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(self.title)}'
                 f"</title><style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
 

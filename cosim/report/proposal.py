@@ -24,27 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError
-from cosim.report.hardware import flatten, hardware_diff, hardware_totals
+from cosim.report.hardware import flatten, fmt_hw_value, hardware_diff, hardware_totals
 from cosim.report.html import Page, fmt_pct, fmt_time
 from cosim.report.run import BREAKDOWN_LABELS, headline
 
-__all__ = ["load_run_dir", "proposal_report", "write_proposal_report"]
+__all__ = ["bound_words", "load_run_dir", "proposal_report", "write_proposal_report"]
 
 
 def _load_topology(scn: dict[str, Any], d: Path) -> Any:
-    from cosim.topology import load_topology
+    """The run's hardware: its topology with the catalog overrides and ``topology.<path>`` knobs it ran with."""
+    from cosim.scenario import build_topology, split_topology_sets
 
     rc = scn.get("replay_config") or {}
     ref = rc.get("topology") or scn.get("topology") or "dgx-h100"
     overrides = dict(rc.get("catalog_overrides") or {}) or None
+    tsets, _ = split_topology_sets({str(k): str(v) for k, v in (scn.get("set") or {}).items()})
     src = scn.get("source_file")
-    cands = [Path(ref)]
-    if src:
-        cands.insert(0, Path(src).parent / ref)
-    for c in cands:
-        if c.is_file():
-            return load_topology(c, overrides=overrides)
-    return load_topology(ref, overrides=overrides)
+    return build_topology(str(ref), Path(src).parent if src else None, overrides, tsets)
 
 
 def load_run_dir(d: str | Path) -> dict[str, Any]:
@@ -129,6 +125,25 @@ def proposal_report(baseline: str | Path, proposals: list[str | Path]) -> dict[s
     return {"schema": "cosim.proposal/1", "baseline": base, "proposals": out}
 
 
+_BOUND_WORDS = {
+    "compute": "compute-bound (running kernels is the largest part of the step)",
+    "exposed_communication": "communication-bound (exposed communication is the largest part of the step)",
+    "memcpy": "copy-bound (memcpy/memset is the largest part of the step)",
+    "host_bound_gpu_idle": "host-bound (the GPU waiting for launches is the largest part of the step)",
+    "other_idle": "dependency-bound (the GPU waiting on peers is the largest part of the step)",
+}
+
+
+def bound_words(part: str | None, short: bool = False) -> str:
+    """A breakdown part as the bottleneck it means, in words: "host-bound (the GPU waiting for launches is the
+    largest part of the step)", or with ``short`` just "host-bound"."""
+    words = _BOUND_WORDS.get(str(part), f"bound by {part}")
+    return words.split(" (", 1)[0] if short else words
+
+
+_bound = bound_words
+
+
 def _v(x: Any) -> str:
     if isinstance(x, float):
         return f"{x:.4g}"
@@ -147,8 +162,8 @@ def write_proposal_report(path: str | Path, data: dict[str, Any]) -> Path:
     lines = []
     for p in props:
         sp = p.get("speedup")
-        moved = (f"bottleneck moved from {p['bottleneck_from']} to {p['bottleneck_to']}" if p["bottleneck_moved"]
-                 else f"still {p['bottleneck_to']}-bound")
+        moved = (f"bottleneck moved from {_bound(p['bottleneck_from'])} to {_bound(p['bottleneck_to'])}"
+                 if p["bottleneck_moved"] else f"still {_bound(p['bottleneck_to'])}")
         lines.append(f"{p['name']}: step {fmt_time(p['step_time_s'])} vs {fmt_time(base['step_time_s'])}, "
                      f"{sp:.2f}x speedup, {moved}" if sp else f"{p['name']}: no step time")
     page.headline("; ".join(lines))
@@ -189,8 +204,9 @@ def write_proposal_report(path: str | Path, data: dict[str, Any]) -> Path:
         page.h2(f"Hardware diff: {base['name']} -> {p['name']}")
         hd = p["hardware_diff"]
         if hd:
-            page.table(["what changed", "baseline", "proposal"], [[x["what"], _v(x["baseline"]), _v(x["proposal"])]
-                                                                  for x in hd])
+            page.table(["what changed", "baseline", "proposal"],
+                       [[x["what"], fmt_hw_value(x["what"], x["baseline"]), fmt_hw_value(x["what"], x["proposal"])]
+                        for x in hd])
         else:
             page.p("Same hardware.", "note")
         sd = [x for x in p["scenario_diff"] if not x["what"].startswith("replay_config.catalog_overrides")]

@@ -348,14 +348,27 @@ def run_report_html(result: Any, title: str | None = None) -> str:
     if d["links"]:
         lk = d["links"][:24]
         page.fig(_hbar([f"{x['src']}->{x['dst']} ({x['link']})" for x in lk], [x["busy_share"] * 100 for x in lk],
-                       "Busiest directed links", "busy share of simulated time (%)"))
-        page.table(["link", "type", "capacity", "bytes", "busy time", "busy share", "avg load", "peak flows"],
-                   [[f"{x['src']} -> {x['dst']}", x["link"], _gbps(x.get("capacity_Bps")), units.fmt_size(x["bytes"]),
-                     fmt_time(x.get("busy_time_s")), fmt_pct(x["busy_share"], 2), fmt_pct(x.get("utilization"), 3),
-                     x.get("peak_flows")] for x in lk])
+                       f"Busiest directed links (top {len(lk)} of {len(d['links'])} with traffic)",
+                       "busy share of simulated time (%)"))
+        n = len(d["links"])
+        page.details_start(f"Every link with traffic: {n} directed links (click a column header to sort)",
+                           open_=n <= 24)
+        page.table(["link", "type", "kind", "capacity", "bytes", "busy time", "busy share", "avg load",
+                    "peak flows"],
+                   [[f"{x['src']} -> {x['dst']}", x["link"], x["kind"],
+                     (_gbps(x.get("capacity_Bps")), x.get("capacity_Bps") or 0.0),
+                     (units.fmt_size(x["bytes"]), x.get("bytes") or 0.0),
+                     (fmt_time(x.get("busy_time_s")), x.get("busy_time_s") or 0.0),
+                     (fmt_pct(x["busy_share"], 2), x["busy_share"]),
+                     (fmt_pct(x.get("utilization"), 3), x.get("utilization") or 0.0),
+                     x.get("peak_flows")] for x in d["links"]], left=3, sortable=True, table_id="all-links")
+        page.details_end()
     else:
         page.p("No link traffic recorded: collectives used their measured durations (run with "
                "--collectives simulated to put them on the fabric).", "note")
+    page.p("Link traffic is collective traffic only: the replay puts simulated collectives on the links, but "
+           "memcpy/memset ops (host-device copies over PCIe included) keep their measured or scaled durations on "
+           "the copy engines and are not placed on any link, so PCIe links show no copy traffic.", "note")
     # --- critical path
     cp = s.get("critical_path") or {}
     page.h2("Critical path")

@@ -10,8 +10,8 @@ Layout of a sweep's output folder ``DIR``::
     DIR/results.csv  (+ results.parquet when pyarrow is importable)
     DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep)
 
-``<key>`` is a content hash of the resolved base scenario and the point's sets,
-so a rerun (after a crash, a kill, or with more points added) skips every
+``<key>`` is a content hash of the resolved base scenario, the point's sets and
+the files it reads (topology chain, catalog data, workload traces, profile), so a rerun (after a crash, a kill, or with more points added) skips every
 finished point and computes only the rest.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from cosim.fileio import write_json, write_text
 
-__all__ = ["POINT_SCHEMA", "SweepResult", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
+__all__ = ["POINT_SCHEMA", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
 
 POINT_SCHEMA = "cosim.sweep-point/1"
 METRIC_COLUMNS = ("step_time_s", "steps_per_s", "compute_s", "exposed_communication_s", "memcpy_s",
@@ -71,11 +71,84 @@ def _base_fingerprint(base: str) -> dict[str, Any]:
     return d
 
 
-def point_key(base_fingerprint: dict[str, Any], sets: dict[str, str]) -> str:
-    """Content hash (16 hex digits) of a base scenario and a point's sets."""
-    blob = json.dumps({"schema": POINT_SCHEMA, "base": base_fingerprint, "sets": dict(sorted(sets.items()))},
-                      sort_keys=True, separators=(",", ":"))
+def point_key(base_fingerprint: dict[str, Any], sets: dict[str, str], inputs: Any = None) -> str:
+    """Content hash (16 hex digits) of a base scenario, a point's sets and its input files
+    (``inputs``, see :func:`input_files_fingerprint`)."""
+    blob = json.dumps({"schema": POINT_SCHEMA, "base": base_fingerprint, "sets": dict(sorted(sets.items())),
+                       "inputs": inputs}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _topology_files(path: Path, seen: set[Path]) -> list[Path]:
+    """``path`` and every topology file it reaches through ``extends`` and ``node``."""
+    import yaml
+
+    from cosim.topology.loader import resolve_ref
+
+    path = path.resolve()
+    if path in seen:
+        return []
+    seen.add(path)
+    out = [path]
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return out
+    if isinstance(doc, dict):
+        for k in ("extends", "node"):
+            ref = doc.get(k)
+            if isinstance(ref, str):
+                p = resolve_ref(ref, path.parent)
+                if p is not None:
+                    out += _topology_files(p, seen)
+    return out
+
+
+def input_files_fingerprint(base: str, sets: dict[str, str]) -> dict[str, Any]:
+    """Identity of the files a point reads besides its scenario: the topology file and the files its
+    ``extends`` / ``node`` chain reaches (content hashes), the bundled catalog data (content hashes), the
+    workload's trace files (path, size, mtime: traces are large) and a calibration profile file.
+
+    Editing any of them changes the point keys, so a rerun does not reuse points computed from the old
+    files. A reference that cannot be resolved is keyed by its text (the point then fails and says why).
+    """
+    from cosim.resources import bundled_dir
+    from cosim.scenario import WorkloadCache, apply_scenario_sets, load_scenario, resolve_path
+    from cosim.topology import find_topology
+
+    out: dict[str, Any] = {}
+    scn = load_scenario(base)
+    bdir = Path(scn.source_file).parent if scn.source_file else None
+    try:
+        scn, rest = apply_scenario_sets(scn, dict(sets))
+    except Exception as exc:  # bad sets: the point records the error
+        return {"error": str(exc)}
+    allsets = {**scn.set, **rest}
+    tref = allsets.get("topology") or scn.topology
+    try:
+        tpath = find_topology(resolve_path(tref, bdir) or tref)
+        out["topology"] = [[str(p), _sha(p)] for p in _topology_files(tpath, set())]
+    except Exception:
+        out["topology"] = str(tref)
+    cat_dir = Path(__file__).resolve().parent.parent / "catalog" / "data"
+    out["catalog"] = [[p.name, _sha(p)] for p in sorted(cat_dir.glob("*.yaml"))]
+    wpath = resolve_path(scn.workload, bdir)
+    if wpath is None:
+        try:
+            cand = bundled_dir("workloads") / scn.workload
+            wpath = cand if cand.exists() else None
+        except FileNotFoundError:
+            wpath = None
+    out["workload"] = [list(k) for k in WorkloadCache.file_key(wpath)] if wpath is not None else scn.workload
+    prof = allsets.get("profile") or allsets.get("models.profile") or allsets.get("replay.profile") or scn.replay.profile
+    ppath = resolve_path(str(prof), bdir) if prof else None
+    if ppath is not None and ppath.is_file():
+        out["profile"] = [str(ppath.resolve()), _sha(ppath)]
+    return out
 
 
 def summary_row(summary: dict[str, Any], topo: Any = None) -> dict[str, Any]:
@@ -105,9 +178,9 @@ def summary_row(summary: dict[str, Any], topo: Any = None) -> dict[str, Any]:
 def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one point (base scenario + sets) and write its folder; returns its row.
 
-    Errors in the point (bad input, a failing replay) are recorded in
-    ``error.json`` and returned as a row with ``status: error``; they do not
-    raise. KeyboardInterrupt and SystemExit do raise (the sweep stops; the
+    Any exception of the point (bad input, a failing replay, a bug: TypeError,
+    IndexError, ...) is recorded in ``error.json`` (with its traceback) and
+    returned as a row with ``status: error``; it does not raise. KeyboardInterrupt and SystemExit do raise (the sweep stops; the
     point's folder has no result.json, so a rerun computes it).
     """
     import yaml
@@ -130,7 +203,7 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
         row.update(status="ok", error="", wall_s=time.perf_counter() - t0)
         (out / "error.json").unlink(missing_ok=True)
         write_json(out / "result.json", row)
-    except (CosimError, ValueError, KeyError, RuntimeError, ArithmeticError, OSError) as exc:
+    except Exception as exc:  # any failure of the point is recorded; the sweep goes on
         msg = str(exc) if isinstance(exc, CosimError) else f"{type(exc).__name__}: {exc}"
         row.update(status="error", error=msg.splitlines()[0] if msg else type(exc).__name__,
                    wall_s=time.perf_counter() - t0)
@@ -189,7 +262,15 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
     fixed = dict(fixed or {})
     fp = _base_fingerprint(base)
     params = list(dict.fromkeys(k for p in points for k in p))
-    keys = [point_key(fp, {**fixed, **p}) for p in points]
+    inputs: dict[str, Any] = {}
+    keys = []
+    for p in points:
+        sets = {**fixed, **p}
+        ik = json.dumps({k: sets.get(k) for k in ("topology", "workload", "profile", "models.profile",
+                                                   "replay.profile")}, sort_keys=True)
+        if ik not in inputs:
+            inputs[ik] = input_files_fingerprint(base, sets)
+        keys.append(point_key(fp, sets, inputs[ik]))
     write_json(out / "sweep.json", {"schema": "cosim.sweep/1", "label": label, "base": base, "fixed": fixed,
                                     "parameters": params, "points": [{"key": k, "params": p}
                                                                      for k, p in zip(keys, points)],

@@ -18,8 +18,11 @@ each value uniformly from its list, or from a range ``{low: "10 GB/s", high:
 
 Every key is checked before anything runs: scenario keys (``topology``,
 ``workload``, ``projection.*``), replay knobs (``host.speed``,
-``cuda_graphs``, ...) and catalog paths (``links.nvlink4.bandwidth``) with each
-of their values. A bad key or value is one :class:`CosimInputError` naming the
+``cuda_graphs``, ...), catalog paths (``links.nvlink4.bandwidth``, and
+``nics.<id>.port_bandwidth``, which moves a NIC and its port link type
+together) and topology fields (``topology.fabric.oversubscription``,
+``topology.node.links.nic-pcie.type``: applied like a topology file's
+``set:``, and built with the sweep's topology) with each of their values. A bad key or value is one :class:`CosimInputError` naming the
 file and line.
 """
 
@@ -102,13 +105,68 @@ def check_key(key: str, value: str) -> None:
         if fld not in ProjectionSpec.model_fields:
             raise CosimInputError(f"unknown projection field {fld!r}; known: {', '.join(ProjectionSpec.model_fields)}")
         return
-    apply_sets(ReplayConfig(), {key: value})
-    from cosim.replay.config import CATALOG_SECTIONS
+    if key.startswith("replay."):  # a scenario file's own spelling of the replay knob <field>
+        from cosim.scenario import ReplaySpec
 
-    if key.split(".", 1)[0] in CATALOG_SECTIONS:
-        from cosim.catalog import load_catalog
+        fld = key.split(".", 1)[1]
+        if fld not in ReplaySpec.model_fields:
+            raise CosimInputError(f"--set {key}: unknown replay field; known: {', '.join(ReplaySpec.model_fields)}")
+        if fld in ("durations", "collectives", "ranks_per_node", "profile", "accelerator", "launch_overhead",
+                   "launch_latency", "kernel_gap", "host_speed", "cuda_graphs"):
+            apply_sets(ReplayConfig(), {fld: value})
+        return
+    if key.startswith("topology."):
+        # a field of the topology document; checked against the sweep's topologies by load_sweep
+        if any(not seg for seg in key.split(".")[1:]):
+            raise CosimInputError(f"--set {key}: empty path segment; write topology.<field>[.<entry>...], "
+                                  "e.g. topology.fabric.oversubscription")
+        return
+    from cosim.scenario import expand_port_bandwidth
 
-        load_catalog().with_overrides({key: value})
+    for k, v in expand_port_bandwidth({key: value}).items():
+        apply_sets(ReplayConfig(), {k: v})
+        from cosim.replay.config import CATALOG_SECTIONS
+
+        if k.split(".", 1)[0] in CATALOG_SECTIONS:
+            from cosim.catalog import load_catalog
+
+            load_catalog().with_overrides({k: v})
+
+
+def _check_topology_knobs(base: str, data: Any, params: dict[str, list[Any]], sets: dict[str, str],
+                          f: str) -> None:
+    """Build the sweep's topology (each value of a ``topology`` parameter) with every value of every
+    ``topology.<path>`` knob, so that a bad path or value is an error at its line before anything runs."""
+    from cosim.scenario import build_topology, load_scenario, split_topology_sets
+
+    scn = load_scenario(base)
+    bdir = Path(scn.source_file).parent if scn.source_file else None
+    fixed_all = {**scn.set, **sets}
+    refs = [_fmt_value(v) for v in params["topology"]] if "topology" in params and isinstance(
+        params["topology"], list) else [fixed_all.get("topology") or scn.topology]
+    fixed, _ = split_topology_sets(fixed_all)
+    pkeys = [k for k in params if k.startswith("topology.")]
+    if not pkeys and not fixed:
+        return
+    ps = data.get("parameters") or {}
+    sr = data.get("set") or {}
+    for ref in refs:
+        if fixed:
+            try:
+                build_topology(ref, bdir, None, fixed)
+            except CosimInputError as exc:
+                bad = [k for k in fixed if exc.message.startswith(f"--set {k}=")]
+                loc = [bad[0]] if bad and bad[0] in sr else []
+                raise _err(sr if loc else data, loc, f"with topology {ref}: {exc.message}", f) from None
+        for k in pkeys:
+            vals = params[k]
+            items = list(enumerate(vals)) if isinstance(vals, list) else [(None, vals["low"]), (None, vals["high"])]
+            for i, v in items:
+                try:
+                    build_topology(ref, bdir, None, {**fixed, k: _fmt_value(v)})
+                except CosimInputError as exc:
+                    loc: list[str | int] = [k, i] if i is not None and isinstance(ps.get(k), list) else [k]
+                    raise _err(ps, loc, f"with topology {ref}: {exc.message}", f) from None
 
 
 def _err(data: Any, loc: list[str | int], message: str, file: str | None) -> CosimInputError:
@@ -195,6 +253,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
         except CosimInputError as exc:
             raise _err(sets_raw, [k], exc.message, f) from None
         sets[str(k)] = _fmt_value(v)
+    _check_topology_knobs(base, data, out, sets, f)
     name = str(data.get("name") or p.stem)
     return SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
                      seed=seed, sets=sets, description=str(data.get("description", "")), source_file=f)

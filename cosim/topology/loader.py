@@ -25,6 +25,7 @@ __all__ = [
     "resolve_document",
     "resolve_ref",
     "split_set",
+    "with_sets",
 ]
 
 CATALOG_SECTIONS = ("accelerators", "cpus", "nics", "links")
@@ -200,6 +201,25 @@ def split_set(data: LocDict) -> tuple[dict[str, tuple[Any, list[str | int]]], di
                 "or with 'topology.' for a field of this file",
             )
     return cat, topo
+
+
+def with_sets(data: LocDict, sets: dict[str, Any]) -> LocDict:
+    """``data`` with ``sets`` added at the end of its ``set:`` block (after the file's own entries).
+
+    Keys are written as in a ``set:`` block (``topology.fabric.oversubscription``,
+    ``links.nvlink4.bandwidth``); :func:`split_set` and :func:`apply_topology_set`
+    then apply them exactly as if the file had them. A key the file already sets
+    moves to the end with the new value.
+    """
+    out = _copy_locdict(data)
+    own = out.get("set")
+    block = _copy_locdict(own) if isinstance(own, LocDict) else LocDict(own or {})
+    for key, value in sets.items():
+        block.pop(key, None)
+        block.key_marks.pop(key, None)
+        block[key] = value
+    out["set"] = block
+    return out
 
 
 def _select(container: Any, seg: str, data: LocDict, loc: list[str | int], key: str) -> tuple[Any, Any]:
