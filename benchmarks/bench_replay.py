@@ -11,8 +11,12 @@ fresh subprocess so that ``ru_maxrss`` belongs to that trace alone:
   (the graph already loaded);
 * end-to-end throughput: graph ops per wall second of load + compile + run +
   summary (what ``cosim replay --no-timeline`` spends, less interpreter start);
-* peak Python heap (tracemalloc, in a second, traced run) and peak RSS
-  (``ru_maxrss``) of the process.
+* peak Python heap (tracemalloc, in a second, traced run) of loading alone and
+  of load + replay, and peak RSS (``ru_maxrss``) of the process, also less the
+  RSS the process had after its imports, before reading the trace;
+* memory against the file size (issue: "memory stays within a small multiple of
+  the file size"): each of those peaks divided by the trace's size on disk
+  (compressed) and by its uncompressed JSON size.
 
 It also times two reference simpy kernel models on this machine (see
 :func:`simpy_baseline`) as the reference point for "kernels per second".
@@ -23,6 +27,7 @@ It also times two reference simpy kernel models on this machine (see
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import resource
 import subprocess
@@ -55,17 +60,56 @@ def _replay_once(path: Path) -> dict[str, Any]:
             "error": s["error"]}
 
 
+def trace_sizes(path: Path) -> tuple[int, int]:
+    """(bytes on disk, uncompressed JSON bytes) of a trace file or a folder of rank traces."""
+    files = sorted(f for f in path.iterdir() if f.name.endswith((".json", ".json.gz"))) if path.is_dir() else [path]
+    disk = raw = 0
+    for f in files:
+        disk += f.stat().st_size
+        if f.name.endswith(".gz"):
+            with gzip.open(f, "rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    raw += len(chunk)
+        else:
+            raw += f.stat().st_size
+    return disk, raw
+
+
+def _maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
 def bench_one(path: Path, repeat: int) -> dict[str, Any]:
-    """Best-of-``repeat`` timings, then one traced run for the Python heap peak."""
+    """Best-of-``repeat`` timings, then traced runs for the Python heap peaks."""
+    import cosim.replay
+    import cosim.workload  # noqa: F401
+
+    rss0 = _maxrss()
     runs = [_replay_once(path) for _ in range(repeat)]
     best = min(runs, key=lambda r: r["end_to_end_s"])
     best["sim_wall_s"] = min(r["sim_wall_s"] for r in runs)
+    best["maxrss_bytes"] = _maxrss()
+    best["rss_after_imports_bytes"] = rss0
+    from cosim.workload import load_trace
+
+    tracemalloc.start()
+    load_trace(path)
+    _, load_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
     tracemalloc.start()
     _replay_once(path)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    best["tracemalloc_load_peak_bytes"] = load_peak
     best["tracemalloc_peak_bytes"] = peak
-    best["maxrss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    disk, raw = trace_sizes(path)
+    best["file_bytes"], best["json_bytes"] = disk, raw
+    grown = best["maxrss_bytes"] - rss0
+    best["memory_per_file_size"] = {
+        "load_heap/json": load_peak / raw, "load_heap/file": load_peak / disk,
+        "heap/json": peak / raw, "heap/file": peak / disk,
+        "rss_growth/json": grown / raw, "rss_growth/file": grown / disk,
+    }
     best["executor_ops_per_s"] = best["ops"] / best["sim_wall_s"]
     best["end_to_end_ops_per_s"] = best["ops"] / best["end_to_end_s"]
     best["replay_ops_per_s"] = best["ops"] / best["replay_s"]
@@ -160,6 +204,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['replay_s']:>6.2f}s {r['sim_wall_s']:>7.3f}s {r['executor_ops_per_s']:>11,.0f} "
               f"{r['replay_ops_per_s']:>12,.0f} {r['end_to_end_ops_per_s']:>10,.0f} "
               f"{_mb(r['tracemalloc_peak_bytes']):>11} {_mb(r['maxrss_bytes']):>8}")
+    print("\nmemory vs file size (file: on disk, gzip; json: uncompressed)")
+    print(f"{'trace':38s} {'file':>8} {'json':>8} {'load heap':>9} {'heap':>8} {'RSS growth':>10} "
+          f"{'load heap/json':>14} {'heap/json':>9} {'heap/file':>9} {'RSS growth/json':>15} {'RSS growth/file':>15}")
+    for r in rows:
+        m = r["memory_per_file_size"]
+        print(f"{r['trace']:38s} {_mb(r['file_bytes']):>8} {_mb(r['json_bytes']):>8} "
+              f"{_mb(r['tracemalloc_load_peak_bytes']):>9} {_mb(r['tracemalloc_peak_bytes']):>8} "
+              f"{_mb(r['maxrss_bytes'] - r['rss_after_imports_bytes']):>10} {m['load_heap/json']:>14.2f} "
+              f"{m['heap/json']:>9.2f} {m['heap/file']:>9.2f} {m['rss_growth/json']:>15.2f} "
+              f"{m['rss_growth/file']:>15.2f}")
+    print("\nheap: tracemalloc peak (Python allocations, numpy included) of load (+ replay); RSS growth: peak RSS "
+          "less the RSS after imports (includes allocator slack and the timed runs)")
     print("\nload: parse the trace into the execution graph; replay: compile + run + summary; executor: the "
           "simpy run alone (summary.json sim_wall_s); ops = host ops + GPU ops; e2e = load + replay")
     print(f"\nsimpy reference on this machine ({base['kernels']:,} kernels): one timeout per kernel "

@@ -209,6 +209,90 @@ def test_exact_slow_launch_delays_submission(tmp_path: Path) -> None:
     assert list(res.programs[0].launch_delay.values()) == [pytest.approx(20 * US)]
 
 
+def test_exact_ops_without_launch_follow_dependencies_not_timestamps(tmp_path: Path) -> None:
+    """GPU ops whose launch is not in the trace (queued before profiling started)
+    follow their stream predecessor, or the op that ended last before them, after
+    the recorded idle time; only the head of the replay keeps its recorded offset."""
+    ev = [
+        step(1, 0, 400),
+        kernel("void k1_x", 0, 100, 901),             # no launch: the head of the replay
+        kernel("void k2_x", 130, 50, 902),            # no launch: 30 us after k1 on its stream
+        kernel("void k3_x", 200, 10, 903, stream=9),  # no launch, first on stream 9: 20 us after k2
+        launch(300, 5, 1), kernel("void k4_x", 310, 10, 1),
+    ]
+    path = write_trace(tmp_path / "t.json", ev)
+    assert_times(timeline(replay(path, config=EXACT)),
+                 [("k1", 0, 100), ("k2", 130, 180), ("k3", 200, 210), ("k4", 305, 315)])
+    cfg = ReplayConfig(launch_latency=5 * US, kernel_gap=2 * US, sync_overhead=0.0, gpu_scale={"all": 2.0})
+    res = replay(path, config=cfg)
+    # twice as long: each follows its dependency, with the recorded idle time kept as a delay
+    assert_times(timeline(res), [("k1", 0, 200), ("k2", 230, 330), ("k3", 350, 370), ("k4", 332, 352)])
+    rg, run = res.graph.ranks[0], res.runs[0]
+    names = [rg.strings[n].split()[1].split("_")[0] for n in rg.gpu_ops.name]
+    assert dict(zip(names, run.gpu_bound.tolist()))["k3"] == BOUND_PRED
+    assert names[int(run.gpu_bound_src[names.index("k3")])] == "k2"
+
+
+def test_exact_head_op_without_launch_follows_the_main_thread(tmp_path: Path) -> None:
+    """A GPU op without launch that started before any GPU op ended is anchored to the
+    main-thread op that last started before it, not to its timestamp."""
+    ev = [step(1, 0, 300), cpu("aten::a", 100, 20), kernel("void k1_x", 150, 10, 901),
+          launch(200, 5, 1), kernel("void k2_x", 210, 10, 1)]
+    path = write_trace(tmp_path / "t.json", ev)
+    assert_times(timeline(replay(path, config=EXACT)), [("k1", 150, 160), ("k2", 205, 215)])
+    fast = ReplayConfig(launch_latency=5 * US, kernel_gap=2 * US, sync_overhead=0.0, host_speed=2.0)
+    # aten::a now starts at 50: k1 follows it by its recorded 50 us
+    assert_times(timeline(replay(path, config=fast)), [("aten::a", 50, 60), ("k1", 100, 110), ("k2", 112, 122)])
+
+
+def test_exact_second_thread_starts_after_its_anchor_on_the_main_thread(tmp_path: Path) -> None:
+    """A host thread other than the main one starts at the recorded offset from the
+    main-thread op that last started before it, after the main thread's stalls."""
+    def on2(ev: dict[str, Any]) -> dict[str, Any]:
+        return {**ev, "tid": 2}
+
+    ev = [
+        step(1, 0, 300),
+        launch(10, 5, 1), kernel("void k1_x", 20, 100, 1),
+        sync("cudaDeviceSynchronize", 30, 90, 2),
+        cpu("aten::foo", 130, 10),
+        on2(cpu("aten::bwd", 150, 20)),
+        on2(launch(160, 5, 3)), kernel("void k2_x", 170, 10, 3, stream=9),
+    ]
+    path = write_trace(tmp_path / "t.json", ev)
+    base = timeline(replay(path, config=EXACT))
+    assert_times(base, [("k1", 15, 115), ("cudaDeviceSynchronize", 30, 115), ("aten::foo", 125, 135),
+                        ("aten::bwd", 145, 165), ("k2", 160, 170)])
+    cfg = ReplayConfig(launch_latency=5 * US, kernel_gap=2 * US, sync_overhead=0.0, gpu_scale={"all": 2.0})
+    got = timeline(replay(path, config=cfg))
+    # k1 takes 100 us longer: the main thread's sync stalls 100 us more, and thread 2 follows it
+    assert_times(got, [("k1", 15, 215), ("aten::foo", 225, 235), ("aten::bwd", 245, 265), ("k2", 260, 280)])
+
+
+def test_cpu_only_trace_step_is_mean_profiler_step(tmp_path: Path) -> None:
+    """A CPU-only trace with nothing a GPU would run: its step time is the mean
+    ProfilerStep duration, measured from the trace and simulated from the replay."""
+    ev = [step(1, 0, 100), cpu("aten::empty", 10, 5), step(2, 150, 60), cpu("aten::empty", 160, 5)]
+    path = write_trace(tmp_path / "t.json", ev)
+    s = replay(path, config=EXACT).summary()
+    assert s["measured_step_time_s"] == pytest.approx(80 * US) and s["step_time_s"] == pytest.approx(80 * US)
+    assert [x["measured_step_time_s"] for x in s["ranks"][0]["steps"]] == [pytest.approx(100 * US),
+                                                                            pytest.approx(60 * US)]
+    fast = replay(path, config=apply_sets(EXACT, {"host.speed": "2"})).summary()
+    assert fast["step_time_s"] == pytest.approx(40 * US) and fast["measured_step_time_s"] == pytest.approx(80 * US)
+    assert fast["error"] == pytest.approx(-0.5)
+
+
+def test_cpu_only_shared_trace_step_time() -> None:
+    p = _traces() / "hta/cpu-only.json.gz"
+    s = replay(p).summary()
+    with gzip.open(p, "rt") as f:
+        durs = [e["dur"] * US for e in json.load(f)["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert durs and s["measured_step_time_s"] == pytest.approx(statistics.mean(durs))
+    assert s["step_time_s"] == pytest.approx(s["measured_step_time_s"], rel=1e-9)
+    assert s["ranks"][0]["measured_cpu_step_time_s"] == pytest.approx(statistics.mean(durs))
+
+
 def test_exact_cuda_graph_region_removes_host_time(tmp_path: Path) -> None:
     """Host time inside a CUDA-graph region disappears (one graph launch instead);
     the gaps outside it stay."""
@@ -620,3 +704,39 @@ def test_cli_bad_knob(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.json", basic_events())
     p = _cli(str(trace), "--set", "gpu.scale.gemm=lots", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_cli_knobs_file(tmp_path: Path) -> None:
+    """--knobs FILE.yaml: nested or dotted --set keys; --set wins over the file."""
+    trace = write_trace(tmp_path / "t.json", basic_events())
+    knobs = tmp_path / "knobs.yaml"
+    knobs.write_text("gpu:\n  scale:\n    gemm: 0.5\n    all: 0.8\nhost.launch_overhead: 2 us\n"
+                     "cuda_graphs: ['## fwd ##', 'ProfilerStep*']\ncollectives: simulated\n")
+    p = _cli(str(trace), "--json", "--no-timeline", "--out", str(tmp_path / "out"), "--knobs", str(knobs),
+             "--set", "gpu.scale.all=0.9", "--collectives", "measured", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    cfg = json.loads(p.stdout)["config"]
+    assert cfg["gpu_scale"] == {"all": pytest.approx(0.9), "gemm": pytest.approx(0.5)}  # --set wins
+    assert cfg["launch_overhead"] == pytest.approx(2e-6)
+    assert cfg["cuda_graphs"] == ["## fwd ##", "ProfilerStep*"]
+    assert cfg["collectives"] == "measured"  # the flag wins too
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("gpu.scale.gemm: 0.5\nhost:\n  speed: fast\n", r":3:\d+: host\.speed: expected a number"),
+    ("gpu.scale.gemm: 0.5\nbogus.knob: 3\n", r":2:\d+: bogus\.knob: unknown knob"),
+    ("host.launch_overhead: 2\n", r":1:\d+: host\.launch_overhead: .*unit"),
+    ("- gpu.scale.gemm\n", r":1:\d+: expected a mapping"),
+    ("gpu: {scale: [1\n", r":2:\d+: malformed YAML"),
+])
+def test_cli_bad_knobs_file(tmp_path: Path, text: str, want: str) -> None:
+    """A bad knobs file is one line, file:line:col: key: problem, exit 2."""
+    import re
+
+    trace = write_trace(tmp_path / "t.json", basic_events())
+    knobs = tmp_path / "knobs.yaml"
+    knobs.write_text(text)
+    p = _cli(str(trace), "--knobs", str(knobs), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(re.escape(str(knobs)) + want, lines[0]), lines

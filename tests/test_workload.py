@@ -27,6 +27,7 @@ from cosim.workload import (
     SeqSource,
     load_trace,
 )
+from cosim.workload import et as et_mod
 from cosim.workload.classify import classify_kernel, collective_type, op_flops_bytes, parse_nccl_kernel
 from cosim.workload.kineto import read_kineto
 
@@ -328,6 +329,53 @@ def test_et_with_record_function_id_links() -> None:
     h = rg.host_ops
     mm = [i for i in np.nonzero(h.et_node >= 0)[0] if rg.name(h.name[i]) == "aten::addmm"]
     assert mm and np.isfinite(h.flops[mm]).all()
+
+
+def _rf_id_copy(tmp_path: Path, with_rf_id: bool) -> Path:
+    """hta/simple-add-kineto-for-et with every External id moved out of the ET's rf_id
+    range (so the External-id fallback cannot match) and, if ``with_rf_id``, the old
+    id kept as the cpu ops' ``Record function id`` — what newer Kineto traces carry."""
+    assert TRACES is not None
+    doc = json.loads(gzip.decompress((TRACES / "hta/simple-add-kineto-for-et.json.gz").read_bytes()))
+    for ev in doc["traceEvents"]:
+        a = ev.get("args")
+        if not isinstance(a, dict) or "External id" not in a:
+            continue
+        if with_rf_id and ev.get("cat") in ("cpu_op", "user_annotation"):
+            a["Record function id"] = a["External id"]
+        a["External id"] = a["External id"] + 1_000_000
+    out = tmp_path / ("rf.json.gz" if with_rf_id else "norf.json.gz")
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out
+
+
+@needs_shared
+def test_et_links_by_record_function_id(tmp_path: Path) -> None:
+    """ET nodes link to Kineto ops by rf_id <-> Record function id, not by External id."""
+    assert TRACES is not None
+    et = TRACES / "hta/simple-add-et.json.gz"
+    plain = load_trace(TRACES / "hta/simple-add-kineto-for-et.json.gz").ranks[0]
+    rg = load_trace([et, _rf_id_copy(tmp_path, True)]).ranks[0]
+    h = rg.host_ops
+    assert (h.rf_id > 0).any()
+    linked = np.nonzero(h.et_node >= 0)[0]
+    assert rg.source["et_matched_ops"] == len(linked) >= 20
+    # every link is by rf_id: the op's Record function id is its ET node's rf_id, and its
+    # External id is no ET rf_id at all
+    _, nodes = et_mod.load_et_nodes(et)
+    rf_of = {n["id"]: n["rf_id"] for n in nodes}
+    et_rf = {n["rf_id"] for n in nodes}
+    assert all(rf_of[int(h.et_node[i])] == int(h.rf_id[i]) for i in linked)
+    assert not any(int(h.ext_id[i]) in et_rf for i in linked)
+    # ... and the ops gained shapes and types they did not have without the ET
+    assert len(plain.host_ops) == len(h) and (plain.host_ops.input_shapes[linked] < 0).all()
+    gained = [i for i in linked if h.input_shapes[i] >= 0 and h.input_types[i] >= 0 and h.output_shapes[i] >= 0]
+    assert len(gained) >= 20
+    add = [i for i in linked if rg.name(h.name[i]) == "aten::add"]
+    assert add and all(i in gained for i in add)
+    # control: without Record function id the moved External ids match nothing
+    norf = load_trace([et, _rf_id_copy(tmp_path, False)]).ranks[0]
+    assert norf.source["et_matched_ops"] == 0 and (norf.host_ops.et_node < 0).all()
 
 
 @needs_shared

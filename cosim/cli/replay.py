@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -38,8 +39,61 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Replay captured PyTorch traces (Kineto .json/.json.gz, a folder of per-rank "
                                    "files, or Execution Traces) on a topology, and compare with the measured step.")
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="trace file(s) or a folder of rank traces")
+    p.add_argument("--knobs", type=Path, metavar="FILE.yaml",
+                   help="what-if knobs from a YAML mapping of --set keys (nested or dotted, e.g. "
+                        "'gpu: {scale: {gemm: 0.5}}'); --topology/--durations/--collectives/--set win over it")
     add_replay_knobs(p)
     p.set_defaults(func=run)
+
+
+_SET_PREFIX = re.compile(r"^--set(?: [^:]*)?: ")
+
+
+def load_knobs(path: str | Path) -> dict[str, str]:
+    """Read a knobs file: a YAML mapping of the ``--set`` keys to values, as ``--set`` pairs.
+
+    Keys may be dotted (``gpu.scale.gemm: 0.5``) or nested (``gpu: {scale: {gemm: 0.5}}``);
+    a list value (``cuda_graphs: [a, b]``) is joined with commas. Every value is checked
+    as ``--set`` would check it; a bad key or value is a :class:`CosimInputError` that
+    names the file, line, column and key.
+    """
+    from cosim.errors import CosimInputError
+    from cosim.replay import ReplayConfig, apply_sets
+    from cosim.yamlio import input_error_at, load_yaml
+
+    data = load_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise input_error_at(data, [], "expected a mapping of knob names to values, e.g. 'gpu.scale.gemm: 0.5'",
+                             file=path)
+    out: dict[str, str] = {}
+
+    def walk(node: dict, loc: list[str]) -> None:
+        for k, v in node.items():
+            here = [*loc, str(k)]
+            key = ".".join(here)
+            if isinstance(v, dict):
+                if not v:
+                    raise input_error_at(data, here, "empty mapping: expected a value", file=path)
+                walk(v, here)
+                continue
+            if isinstance(v, list):
+                if not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in v):
+                    raise input_error_at(data, here, "expected a list of names", file=path)
+                value = ",".join(str(x) for x in v)
+            elif v is None or isinstance(v, bool):
+                raise input_error_at(data, here, f"expected a value, got {str(v).lower()}", file=path)
+            else:
+                value = str(v)
+            try:
+                apply_sets(ReplayConfig(), {key: value})
+            except CosimInputError as exc:
+                raise input_error_at(data, here, _SET_PREFIX.sub("", exc.message), file=path) from None
+            out[key] = value
+
+    walk(data, [])
+    return out
 
 
 def config_from_args(args: argparse.Namespace, base=None):
@@ -47,6 +101,8 @@ def config_from_args(args: argparse.Namespace, base=None):
 
     cfg = base or ReplayConfig()
     sets = {}
+    if getattr(args, "knobs", None):
+        sets.update(load_knobs(args.knobs))
     if args.topology:
         sets["topology"] = args.topology
     if args.durations:

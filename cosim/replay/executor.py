@@ -72,7 +72,7 @@ class RankRun:
 
 class _Rank:
     __slots__ = ("bound", "bound_src", "coll_key", "comm_fallback", "end", "pending", "prog", "ready", "rg",
-                 "start", "succ", "sync_bound", "sync_stall", "waiters")
+                 "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
         n = len(rg.gpu_ops)
@@ -97,6 +97,8 @@ class _Rank:
         self.coll_key: dict[int, Any] = {}
         self.sync_stall: dict[int, list[float]] = {}
         self.sync_bound: dict[int, list[int]] = {}
+        self.sync_watch: dict[int, list[tuple[int, Any]]] = {}
+        """Thread -> (number of SYNC events, event) that threads anchored to it wait for."""
         self.comm_fallback = 0
 
 
@@ -154,7 +156,7 @@ class Executor:
             prog = r.prog
             sp = prog.gpu_stream_pred[j]
             if sp >= 0:
-                e = end_[sp] + prog.kernel_gap
+                e = end_[sp] + prog.gpu_pred_gap[j]
                 if e > start:
                     start, bound, src = e, BOUND_PRED, sp
             for p in prog.gpu_preds[j]:
@@ -246,6 +248,15 @@ class Executor:
         r.sync_stall[tp.thread] = stalls
         r.sync_bound[tp.thread] = bounds
         stall = 0.0
+        if tp.anchor_syncs > 0:  # start after the anchor thread's first syncs; inherit their stall
+            done = r.sync_stall.get(tp.anchor_thread)
+            if done is None or len(done) < tp.anchor_syncs:
+                ev = env.event()
+                r.sync_watch.setdefault(tp.anchor_thread, []).append((tp.anchor_syncs, ev))
+                yield ev
+                done = r.sync_stall[tp.anchor_thread]
+            stall = sum(done[:tp.anchor_syncs])
+        watch = r.sync_watch
         end_ = r.end
         for k in range(len(kinds)):
             t = statics[k] + stall
@@ -278,6 +289,12 @@ class Executor:
             stalls.append(m - end_min)
             bounds.append(by)
             stall += m - end_min
+            ws = watch.get(tp.thread)
+            if ws:
+                n = len(stalls)
+                for w in [w for w in ws if w[0] <= n]:
+                    ws.remove(w)
+                    w[1].succeed()
 
     # ----------------------------------------------------------------- run
     def run(self) -> tuple[list[RankRun], float]:
@@ -286,6 +303,19 @@ class Executor:
         for r in self.ranks:
             for j, t in r.prog.gpu_orphan_ready.items():
                 self._set_ready(r, j, t)
+            for j, (thread, nsync, t) in r.prog.gpu_host_anchor.items():
+                if nsync == 0:
+                    self._set_ready(r, j, t)
+                    continue
+                ev = self.env.event()  # ready once the anchor thread returned from its first syncs
+
+                def anchored(_: Any, r: _Rank = r, j: int = j, thread: int = thread, nsync: int = nsync,
+                             t: float = t) -> None:
+                    self._set_ready(r, j, t + sum(r.sync_stall[thread][:nsync]))
+                    self._drain()
+
+                ev.callbacks.append(anchored)
+                r.sync_watch.setdefault(thread, []).append((nsync, ev))
         self._drain()
         for r in self.ranks:
             for tp in r.prog.threads:
@@ -313,7 +343,10 @@ class Executor:
         thread = H.thread
         for tp in prog.threads:
             st = np.asarray(r.sync_stall.get(tp.thread, []), dtype=float)
-            prefix = np.concatenate([[0.0], np.cumsum(st)])
+            base = 0.0
+            if tp.anchor_syncs > 0:  # stall inherited from the anchor thread
+                base = float(sum(r.sync_stall.get(tp.anchor_thread, [])[:tp.anchor_syncs]))
+            prefix = np.concatenate([[base], base + np.cumsum(st)])
             sel = thread == tp.thread
             nb = len(prefix) - 1
             hs[sel] += prefix[np.minimum(prog.host_syncs_before_start[sel], nb)]

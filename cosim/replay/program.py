@@ -10,7 +10,13 @@ is its static time plus the stall accumulated before it.
 
 GPU ops become a dependency graph: each op waits for its launch (ready at the
 launch call's start plus the launch-to-start latency), its predecessor on the
-same stream, and the cross-stream event waits the trace shows.
+same stream, and the cross-stream event waits the trace shows. An op whose launch
+is not in the trace follows its stream predecessor (or, first on its stream, the op
+that ended last before it) after the recorded idle time.
+
+Only the rank's first op is placed at its recorded time: a thread other than the
+main one, and a launchless GPU op with nothing before it, is anchored to the
+main-thread op that last started before it.
 
 Units: seconds, relative to the rank's ``time_origin``.
 """
@@ -45,6 +51,12 @@ class ThreadProgram:
     ev_host: list[int]
     ev_static: list[float]
     ev_cost: list[float]
+    anchor_thread: int = -1
+    """The thread this one's start depends on (the rank's main thread), or -1 for the
+    main thread itself, whose first op is the rank's origin."""
+    anchor_syncs: int = 0
+    """SYNC events of ``anchor_thread`` before the anchor op: this thread starts only
+    after they returned, and inherits the stall they accumulated."""
 
 
 @dataclass
@@ -70,14 +82,28 @@ class RankProgram:
     gpu_dur: list[float]
     """Effective duration of each GPU op (s), after knobs."""
     gpu_stream_pred: list[int]
-    """GPU op -> the op before it on its stream (-1 for the first)."""
+    """GPU op -> the op before it on its stream (-1 for the first). A GPU op with no
+    launch in the trace and no op before it on its stream points to its *anchor*
+    instead: the GPU op of the rank that ended last before it started."""
+    gpu_pred_gap: list[float]
+    """GPU op -> time between its ``gpu_stream_pred``'s end and its earliest start (s):
+    the kernel gap for launched ops; for ops without a launch in the trace, the
+    recorded idle time after that predecessor (kept as a delay, like host gaps)."""
     gpu_preds: list[list[int]]
     """GPU op -> GPU ops on other streams it waits for (event waits)."""
     kernel_gap: float
     """Minimum time between the end of an op and the start of the next on the same stream (s)."""
     kernel_gap_source: str
     gpu_orphan_ready: dict[int, float]
-    """GPU ops with no launch in the trace -> ready time (their recorded start)."""
+    """GPU ops with no launch in the trace -> ready time. Those with a predecessor or an
+    anchor are ready at the rank's origin (their start comes from that dependency);
+    only ops that started before any GPU op of the rank had ended, the head of the
+    replay, keep their recorded offset from the rank's origin."""
+    gpu_host_anchor: dict[int, tuple[int, int, float]]
+    """GPU ops without a launch that started before any GPU op of the rank ended, but
+    after the main thread's first op -> (main thread, SYNC events of it before the anchor
+    op, static ready time): ready at the main-thread op that last started before them,
+    plus the recorded time since its start, plus the stall of those SYNC events."""
     launch_delay: dict[int, float]
     """Launch host op -> extra delay before its GPU ops are submitted (s): a launch call
     longer than the rank's median launch spends the excess before submission (lazy
@@ -165,6 +191,51 @@ def _pick(configured: float | None, from_trace: float | None, trace_max: float, 
     return default, default_name
 
 
+def _orphan_deps(gstart: np.ndarray, gdur: np.ndarray, orphans: list[int], stream_pred: list[int],
+                 pred_gap: list[float], offset: float) -> dict[int, float]:
+    """Dependencies of GPU ops whose launch is not in the trace (launched before the
+    profiler started, or by an unprofiled thread); updates ``stream_pred`` and
+    ``pred_gap`` in place and returns their ready times.
+
+    Such an op follows its stream predecessor after the idle time recorded between
+    them. The first op of its stream follows its *anchor* — the GPU op of the rank
+    that started before it and ended last before it started — after the recorded
+    time between that end and its start. Anchors start strictly earlier, so anchor
+    chains have no cycles. Only ops with neither (the head of the replay: nothing had
+    ended when they started) get a ready time here: their recorded offset from the
+    rank's origin, which :func:`compile_rank` replaces by an anchor on the main thread
+    when a main-thread op started before them.
+    """
+    ready: dict[int, float] = {}
+    if not orphans:
+        return ready
+    gend = gstart + np.nan_to_num(gdur, nan=0.0)
+    fin = np.nonzero(np.isfinite(gstart))[0]
+    by_end = fin[np.argsort(gend[fin], kind="stable")]
+    ends_sorted = gend[by_end]
+    for j in orphans:
+        sj = float(gstart[j])
+        if not math.isfinite(sj):  # no timing at all (ET-only): nothing to derive from
+            ready[j] = offset
+            continue
+        p = stream_pred[j]
+        if p >= 0 and math.isfinite(gend[p]):
+            pred_gap[j] = max(sj - float(gend[p]), 0.0)
+            ready[j] = offset
+            continue
+        k = int(np.searchsorted(ends_sorted, sj, side="right")) - 1
+        while k >= 0 and not gstart[by_end[k]] < sj:
+            k -= 1
+        if k >= 0:
+            a = int(by_end[k])
+            stream_pred[j] = a
+            pred_gap[j] = sj - float(gend[a])
+            ready[j] = offset
+        else:
+            ready[j] = sj + offset
+    return ready
+
+
 def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
                  gpu_factor: np.ndarray | None = None, offset: float = 0.0,
                  durations: np.ndarray | None = None) -> RankProgram:
@@ -173,7 +244,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     ``gpu_factor`` multiplies each GPU op's measured duration (cross-accelerator
     scaling); ``default_launch_latency`` comes from the topology's CPU; ``offset``
     (s) places this rank's time origin on the replay's common clock, so that the
-    first op of each thread starts where it was recorded relative to the other ranks.
+    rank's first op starts where it was recorded relative to the other ranks. Every
+    other start follows from dependencies (docs/REPLAY.md, "Start times")
     ``durations`` (s per GPU op) replaces the measured durations where finite (modeled replay).
     """
     H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
@@ -195,41 +267,47 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
 
     # --- launch -> GPU ops
     launch_gpu: dict[int, list[int]] = {}
-    orphan: dict[int, float] = {}
+    orphans: list[int] = []
     lrow = G.launch
-    for j in range(n_gpu):
-        li = int(lrow[j])
-        if li >= 0:
-            launch_gpu.setdefault(int(L.host_op[li]), []).append(j)
+    lhost = np.where(lrow >= 0, L.host_op[np.maximum(lrow, 0)], -1).tolist() if len(L) else [-1] * n_gpu
+    for j, h in enumerate(lhost):
+        if h >= 0:
+            launch_gpu.setdefault(h, []).append(j)
         else:
-            orphan[j] = (float(G.start[j]) if np.isfinite(G.start[j]) else 0.0) + offset
+            orphans.append(j)
 
     # --- GPU deps and sync deps from edges
     preds: list[list[int]] = [[] for _ in range(n_gpu)]
     stream_pred = [-1] * n_gpu
     sync_deps: dict[int, list[int]] = {}
-    src, dst, kind = E.src, E.dst, E.kind
-    for k in np.nonzero(kind == EdgeKind.STREAM)[0]:
-        s, d = int(src[k]) - n_host, int(dst[k]) - n_host
-        if 0 <= s < n_gpu and 0 <= d < n_gpu and s != d:
-            stream_pred[d] = s
-    for k in np.nonzero(kind == EdgeKind.EVENT_WAIT)[0]:
-        s, d = int(src[k]) - n_host, int(dst[k]) - n_host
-        if 0 <= s < n_gpu and 0 <= d < n_gpu and s != d and s != stream_pred[d]:
+    src, dst, kind = E.src.astype(np.int64), E.dst.astype(np.int64), E.kind
+
+    def gpu_edges(k: int, dst_gpu: bool) -> list[tuple[int, int]]:
+        sel = kind == k
+        s, d = src[sel] - n_host, dst[sel] - (n_host if dst_gpu else 0)
+        ok = (s >= 0) & (s < n_gpu) & (d >= 0) & (d < (n_gpu if dst_gpu else n_host))
+        if dst_gpu:
+            ok &= s != d
+        return list(zip(s[ok].tolist(), d[ok].tolist()))
+
+    for s, d in gpu_edges(EdgeKind.STREAM, True):
+        stream_pred[d] = s
+    for s, d in gpu_edges(EdgeKind.EVENT_WAIT, True):
+        if s != stream_pred[d]:
             preds[d].append(s)
-    for k in np.nonzero(kind == EdgeKind.SYNC)[0]:
-        s, d = int(src[k]) - n_host, int(dst[k])
-        if 0 <= s < n_gpu and 0 <= d < n_host:
-            sync_deps.setdefault(d, []).append(s)
+    for s, d in gpu_edges(EdgeKind.SYNC, False):
+        sync_deps.setdefault(d, []).append(s)
+
+    pred_gap = [gap] * n_gpu
+    orphan = _orphan_deps(G.start, G.dur, orphans, stream_pred, pred_gap, offset)
 
     # A launch of a device-to-pageable copy blocks like a synchronous copy.
     hkind = H.kind.copy()
     names = rg.strings
-    for h, js in launch_gpu.items():
-        if hkind[h] == HostKind.LAUNCH:
-            for j in js:
-                if G.copy_kind[j] == CopyKind.DTOH and "Pageable" in names[G.name[j]]:
-                    hkind[h] = HostKind.LAUNCH_SYNC
+    for j in np.nonzero(G.copy_kind == CopyKind.DTOH)[0].tolist():
+        h = lhost[j]
+        if h >= 0 and hkind[h] == HostKind.LAUNCH and "Pageable" in names[G.name[j]]:
+            hkind[h] = HostKind.LAUNCH_SYNC
     for h in np.nonzero(hkind == HostKind.LAUNCH_SYNC)[0]:
         h = int(h)
         deps = sync_deps.setdefault(h, [])
@@ -300,14 +378,41 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         sb_end[q] = nsync
         return cursor
 
+    # Host ops are grouped by thread, each thread in pre-order (hence by start).
+    blocks: list[tuple[int, int]] = []
     i = 0
     while i < n_host:
-        t = thread_col[i]
         j_end = i
-        while j_end < n_host and thread_col[j_end] == t:
+        while j_end < n_host and thread_col[j_end] == thread_col[i]:
             j_end += 1
+        blocks.append((i, j_end))
+        i = j_end
+    # The main thread holds the rank's first host op, the one op placed at its recorded
+    # offset from the rank's origin. Every other thread starts after the main-thread op
+    # that last started before it (its anchor), by the recorded time since that op's
+    # start: statically here, and at run time only once the anchor's thread has returned
+    # from the synchronize calls before the anchor, whose stall it inherits.
+    firsts = [hstart[b[0]] if hstart[b[0]] == hstart[b[0]] else math.inf for b in blocks]
+    main = int(np.argmin(firsts)) if blocks else 0
+    order = [main] + [k for k in range(len(blocks)) if k != main]
+    main_starts = H.start[blocks[main][0]:blocks[main][1]] if blocks else H.start[:0]
+
+    for bi in order:
+        i, j_end = blocks[bi]
+        t = thread_col[i]
         first = hstart[i]
-        cursor = (first if first == first else 0.0) + offset  # NaN-safe (ET-only graphs)
+        anchor_thread, anchor_syncs = -1, 0
+        if bi == main or not (first == first):
+            cursor = (first if first == first else 0.0) + offset  # NaN-safe (ET-only graphs)
+        else:
+            m0 = blocks[main][0]
+            k = int(np.searchsorted(main_starts, first, side="right")) - 1
+            if k < 0:  # cannot happen (the main thread starts first); keep the recorded offset
+                cursor = first + offset
+            else:
+                m = m0 + k
+                cursor = static_start[m] + (first - hstart[m]) / speed
+                anchor_thread, anchor_syncs = thread_col[m0], int(sb_start[m])
         stack: list[int] = []
         nsync = 0
         ev_kind: list[int] = []
@@ -338,8 +443,20 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
             stack.append(h)
         while stack:
             cursor = close(stack.pop(), cursor, nsync)
-        threads.append(ThreadProgram(t, ev_kind, ev_host, ev_static, ev_cost))
-        i = j_end
+        threads.append(ThreadProgram(t, ev_kind, ev_host, ev_static, ev_cost, anchor_thread, anchor_syncs))
+
+    # GPU ops at the head of the replay (no launch, nothing ended before them): anchored to
+    # the main-thread op that last started before them; only those before every host op
+    # keep their recorded offset from the rank's origin.
+    host_anchor: dict[int, tuple[int, int, float]] = {}
+    if blocks and main_starts.size:
+        m0 = blocks[main][0]
+        for j in [j for j in orphan if stream_pred[j] < 0 and np.isfinite(G.start[j])]:
+            k = int(np.searchsorted(main_starts, G.start[j], side="right")) - 1
+            if k >= 0:
+                m = m0 + k
+                host_anchor[j] = (thread_col[m0], int(sb_start[m]), float(static_start[m] + G.start[j] - hstart[m]))
+                del orphan[j]
 
     return RankProgram(
         rank=rg.rank,
@@ -353,10 +470,12 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         sync_deps=sync_deps,
         gpu_dur=gpu_dur,
         gpu_stream_pred=stream_pred,
+        gpu_pred_gap=pred_gap,
         gpu_preds=preds,
         kernel_gap=gap,
         kernel_gap_source=gap_src,
         gpu_orphan_ready=orphan,
+        gpu_host_anchor=host_anchor,
         launch_delay=launch_delay,
         launch_latency=lat,
         launch_latency_source=lat_src,

@@ -9,7 +9,9 @@ docs/REPLAY.md):
   start of step N+1's first GPU op minus start of step N's, averaged over the
   periods the trace has;
 * otherwise it is the GPU span of the step: first GPU op start to last GPU op end;
-* the CPU step time is the duration of the ProfilerStep annotation.
+* the CPU step time is the duration of the ProfilerStep annotation;
+* a CPU-only trace (no GPU op, nothing to project) takes the mean ProfilerStep
+  duration as its step time, on both sides.
 
 The breakdown splits the same window (per step) into ``compute`` (some compute
 kernel runs), ``exposed_communication`` (communication runs, no compute),

@@ -341,9 +341,24 @@ def project_to_gpu(graph: ExecutionGraph, accelerator: Accelerator, cpu: CPU,
     return ExecutionGraph(ranks)
 
 
+def _has_kernel_work(rg: RankGraph) -> bool:
+    """Whether projecting ``rg`` would launch anything: a collective, or an ATen op
+    that is not a view / allocation / metadata op (:data:`NO_KERNEL`)."""
+    if len(rg.collectives):
+        return True
+    H = rg.host_ops
+    names = rg.strings
+    ops = np.unique(H.name[(H.kind == HostKind.OP) & (H.name >= 0)])
+    return any(names[int(k)].startswith("aten::") and names[int(k)] not in NO_KERNEL for k in ops)
+
+
 def needs_projection(graph: ExecutionGraph) -> bool:
-    """True for graphs without GPU ops (a CPU capture, an Execution Trace alone)."""
-    return bool(graph.ranks) and all(len(rg.gpu_ops) == 0 for rg in graph.ranks)
+    """True for graphs without GPU ops (a CPU capture, an Execution Trace alone) that
+    hold work a GPU would run. A CPU-only trace with nothing to launch (only
+    allocations, views, or the CPU backend's own ``gloo:*`` work) is replayed as it
+    is: its step time is then its mean ProfilerStep duration (docs/REPLAY.md)."""
+    return (bool(graph.ranks) and all(len(rg.gpu_ops) == 0 for rg in graph.ranks)
+            and any(_has_kernel_work(rg) for rg in graph.ranks))
 
 
 def project_onto(graph: ExecutionGraph, topology: object, accelerator: str | None = None,

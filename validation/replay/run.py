@@ -179,8 +179,11 @@ def _ms(x: float) -> str:
 
 def _git() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
                               timeout=10).stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "cosim"], cwd=HERE.parents[1],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head + (" + uncommitted changes to cosim/" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -197,7 +200,10 @@ def render(rows: list[Row], what_if: list[dict[str, Any]]) -> str:
         "",
         "Identity replay: measured GPU op durations, measured collectives (matched across ranks when every rank "
         "is replayed; the shortest participant time is the transfer), launch latency and kernel gap estimated "
-        "from each trace, host time replayed from the trace's gaps. The step time is defined identically on both "
+        "from each trace, host time replayed from the trace's gaps. Every start comes from dependencies (launch, "
+        "stream order, event waits, synchronizations, a thread's anchor on the main thread) plus recorded "
+        "durations and gaps; only each rank's first op (its first host op, or GPU ops already running before it) "
+        "keeps its recorded offset (docs/REPLAY.md, \"Start times\"). The step time is defined identically on both "
         "sides (docs/REPLAY.md): mean GPU step-to-step period where the trace has several ProfilerSteps, else "
         "the GPU span of the one step. Error = simulated / measured - 1. Multi-rank jobs: the slowest rank; "
         "every rank's error is listed below the table.",
