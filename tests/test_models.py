@@ -118,8 +118,9 @@ needs_shared = pytest.mark.skipif(shared_dir() is None, reason="../shared not pr
 
 @needs_shared
 def test_held_out_h100_gemm_and_predict_durations():
-    """Fit on two H100 traces, predict the third (Qwen). Measured 17 % GEMM MAPE (target 15 %, see
-    validation/kernels/RESULTS.md); the bound here guards against regressions."""
+    """Fit on two H100 traces, predict the third (Qwen, held out). Measured 14.2 % GEMM MAPE over the
+    169 GEMMs with shapes (16.1 % over all 242, shape-less ones included; see
+    validation/kernels/RESULTS.md): the issue's 15 % target is the bound."""
     from cosim.models.fit import KernelDB, class_errors, fit_profile
     from cosim.workload import load_trace
 
@@ -127,8 +128,9 @@ def test_held_out_h100_gemm_and_predict_durations():
     qwen = next(d.glob("Qwen*"))
     train = [p for p in sorted(d.glob("*.json.gz")) if p != qwen]
     prof = fit_profile(KernelDB.from_traces(train)["h100-sxm5"])
-    errs = class_errors(KernelDB.from_traces([qwen])["h100-sxm5"], prof)
-    assert errs["gemm"]["mape"] < 0.20
+    errs = class_errors(KernelDB.from_traces([qwen])["h100-sxm5"], prof, all_ops=True)
+    assert errs["gemm"]["mape"] <= 0.15 and errs["gemm"]["n"] > 100
+    assert errs["gemm"]["n_all"] > errs["gemm"]["n"] and errs["gemm"]["mape_all"] >= errs["gemm"]["mape"]
     rg = load_trace(qwen).ranks[0]
     dur = predict_durations(rg, H100, prof)
     assert dur.shape == (len(rg.gpu_ops),) and np.all(np.isfinite(dur) | (rg.gpu_ops.cls == 8))
@@ -214,13 +216,17 @@ def test_gather_bytes_from_kernel_launch():
 
 
 def test_modeled_replay_of_held_out_b300_moe_is_within_10_percent() -> None:
-    """B300 MoE gathers dominate moe_05/06: held-out modeled step time with the bundled b300 profile."""
+    """Held-out modeled step time of the B300 MoE traces with the bundled b300 profile, which is fitted on
+    moe_01/03/05: only moe_02/04/06 are scored (gathers dominate moe_06)."""
+    from cosim.models import load_profile
     from cosim.replay import ReplayConfig, replay
 
     shared = shared_dir()
     if shared is None:
         pytest.skip("../shared not found: the real B300 traces are needed")
-    for name in ("moe_05_large_capacity", "moe_06_tiny_batch_many_experts"):
+    split = load_profile("b300").provenance["split"]
+    for name in ("moe_02_few_experts_many_tokens", "moe_04_top2_dense", "moe_06_tiny_batch_many_experts"):
+        assert f"{name}.json.gz" in split.split("test", 1)[1], split  # held out, not fitted
         trace = shared / f"traces/tracelens-b300-moe/{name}.json.gz"
         s = replay(trace, None, ReplayConfig(durations="modeled", profile="b300")).summary()
         assert abs(s["step_time_s"] / s["measured_step_time_s"] - 1) <= 0.10, (name, s["step_time_s"])
@@ -340,3 +346,29 @@ def test_bundled_profiles_kernel_db_bounded_and_gemv_params():
     assert GEMV_PREFIX + "default" in load_profile("v100-sxm2-32gb").models["gemm"]
     assert gemv_kernels(["void gemmSN_TN_kernel<float, 128>", "void dot_kernel<float, 128, 0>",
                          "volta_sgemm_128x32_nt"]).tolist() == [True, True, False]
+
+
+def test_modeled_replay_reports_kernel_error_by_class() -> None:
+    """--durations modeled puts the per-class error against the measured kernels in the summary and the text."""
+    from pathlib import Path
+
+    from cosim.models.fit import KernelDB, class_errors
+    from cosim.output.text import format_summary
+    from cosim.replay import ReplayConfig, replay
+
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared not found: the real H100 traces are needed")
+    prof = Path(__file__).resolve().parent.parent / "validation/kernels/profiles/h100-fold-gaunernst.yaml"
+    trace = shared / "traces/tracelens-h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    s = replay(trace, None, ReplayConfig(durations="modeled", profile=str(prof))).summary()
+    ke = s["kernel_error_by_class"]
+    assert {"gemm", "attention", "elementwise", "norm"} <= set(ke)
+    # the same numbers as the validation's class_errors on that trace (one implementation)
+    ref = class_errors(KernelDB.from_traces([trace])["h100-sxm5"], load_profile(prof), all_ops=True)
+    for c, e in ref.items():
+        assert ke[c] == e, c
+    assert 0 < ke["gemm"]["mape"] < 0.5 and ke["gemm"]["n"] > 10
+    text = format_summary(s)
+    assert "kernel model error vs measured" in text and f"{100 * ke['gemm']['mape']:.1f}%" in text
+    assert "kernel_error_by_class" not in replay(trace, None, ReplayConfig()).summary()  # measured: absent

@@ -304,24 +304,15 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
 
 
 def class_errors(db: KernelDB, prof: CalibrationProfile, accelerator: str | None = None, *,
-                 kernel_scale: bool = True, database: bool = False) -> dict[str, dict]:
+                 kernel_scale: bool = True, database: bool = False, all_ops: bool = False) -> dict[str, dict]:
     """Per-class MAPE of ``prof`` on the *modeled* rows of ``db`` (rows with shapes/bytes), predicted on
-    ``accelerator`` (default: the DB's GPU). Keys: n, mape, median_ape, time_err (error of the class total).
-    ``database=True`` lets the profile's kernel database answer exact-key hits (scored too)."""
-    from cosim.models.predict import SOURCES, predict_features
+    ``accelerator`` (default: the DB's GPU). Keys: n, mape, median_ape, time_err (error of the class total);
+    with ``all_ops`` also n_all, mape_all, time_err_all over every row with a prediction (shape-less rows
+    predicted from a twin / kernel name / class floor included). ``database=True`` lets the profile's
+    kernel database answer exact-key hits (scored too). See :mod:`cosim.models.errors`."""
+    from cosim.models.errors import class_error_table
+    from cosim.models.predict import predict_features
 
     acc = load_catalog().accelerator(accelerator or db.accelerator)
     pr = predict_features(db.feats, acc, prof, kernel_scale=kernel_scale, database=database)
-    f = db.feats
-    cls = np.array(f.cls, dtype=object)
-    use = _usable(f) & np.isin(pr.source, [SOURCES.index("model"), SOURCES.index("database")])
-    out: dict[str, dict] = {}
-    for c in sorted(set(f.cls)):
-        s = use & (cls == c)
-        if not s.any():
-            continue
-        ape = np.abs(pr.dur[s] - f.dur[s]) / f.dur[s]
-        out[c] = {"n": int(s.sum()), "mape": round(float(np.mean(ape)), 4),
-                  "median_ape": round(float(np.median(ape)), 4),
-                  "time_err": round(float(pr.dur[s].sum() / f.dur[s].sum() - 1), 4)}
-    return out
+    return class_error_table([db.feats], [pr], all_ops=all_ops)

@@ -59,6 +59,17 @@ def format_summary(s: dict[str, Any], max_ranks: int = 16) -> str:
                 lines.append(f"  {k:<24} {_t(v):>12}")
         for op in cp.get("top_ops", [])[:3]:
             lines.append(f"  top op {_t(op['time_s']):>10}  {op['name'][:90]}")
+    ke = s.get("kernel_error_by_class")
+    if ke:
+        lines.append(f"kernel model error vs measured, per op by class (step time error {_pct(s['error'])}):")
+        lines.append(f"  {'class':<14} {'n':>6} {'MAPE':>8} {'median':>8} {'time err':>9}   "
+                     f"{'all ops':>7} {'MAPE':>8} {'time err':>9}")
+        for c, e in ke.items():
+            def pc(x: float | None) -> str:
+                return "-" if x is None else f"{100 * x:.1f}%"
+            lines.append(f"  {c:<14} {e['n']:>6} {pc(e['mape']):>8} {pc(e['median_ape']):>8} "
+                         f"{_pct(e['time_err']) if e['time_err'] is not None else '-':>9}   {e.get('n_all', '-'):>7} "
+                         f"{pc(e.get('mape_all')):>8} {_pct(e.get('time_err_all')):>9}")
     for n in s.get("notes", []):
         lines.append(f"note: {n}")
     lines.append(f"simulated {s['events']} events in {s['sim_wall_s']:.3f} s wall")

@@ -44,6 +44,10 @@ class ReplayResult:
     notes: list[str] = field(default_factory=list)
     links: list[dict[str, Any]] = field(default_factory=list)
     """Per directed link of the fabric (with simulated collectives): bytes, busy_s, peak_flows, utilization."""
+    kernel_errors: dict[str, Any] | None = None
+    """Modeled replay: per-class error of the kernel models against the trace's measured durations."""
+    precision: dict[str, Any] | None = None
+    """Precision what-if: what it changed (summary field ``precision``)."""
     _summary: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -153,6 +157,8 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
         "notes": res.notes,
         "links": res.links,
         "host": platform.node(),
+        **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
+        **({"precision": res.precision} if res.precision else {}),
     }
 
 
@@ -287,18 +293,31 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     if len(graph.ranks) > 1 and not aligned:
         notes.append("rank clocks differ by more than an hour: ranks start together instead of on the trace clock")
     modeled = None
+    kernel_errors = None
+    if cfg.durations == "modeled" or cfg.precision:
+        from cosim.models import load_profile
+
+        prof = load_profile(cfg.profile) if cfg.profile else None
     if cfg.durations == "modeled":
-        from cosim.models import load_profile, predict_durations
+        from cosim.models.errors import kernel_error_by_class
+        from cosim.models.features import extract_features
+        from cosim.models.predict import predict_features
 
         acc_id = target or traced or topology.graph.nodes[gpu0].get("spec")
         acc = topology.catalog.accelerator(acc_id) if acc_id else topology.accelerator(gpu0)
-        prof = load_profile(cfg.profile) if cfg.profile else None
-        modeled = [predict_durations(rg, acc, prof) for rg in graph.ranks]
+        feats = [extract_features(rg) for rg in graph.ranks]
+        preds = [predict_features(f, acc, prof) for f in feats]
+        modeled = [p.dur for p in preds]
+        kernel_errors = kernel_error_by_class(feats, preds)
         notes.append(f"GPU op durations predicted by the kernel models for {acc.name} "
                      f"(profile {cfg.profile or 'bundled for the accelerator'}); communication kept measured "
                      "or simulated")
+    precision = None
+    if cfg.precision:
+        graph, modeled, precision = _apply_precision(graph, cfg, topology, gpu0, traced, target, prof, modeled)
+        notes.append(precision.pop("note"))
     for k, (rg, origin) in enumerate(zip(graph.ranks, origins)):
-        scale = target and traced and target != traced and modeled is None
+        scale = target and traced and target != traced and cfg.durations != "modeled"
         factor = cross_accelerator_factor(rg, traced, target) if scale else None
         programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0,
                                      durations=modeled[k] if modeled is not None else None))
@@ -321,7 +340,46 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     fallback = sum(getattr(r, "comm_fallback", 0) for r in ex.ranks)
     if fallback:
         notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
-    if target and traced and target != traced and modeled is None:
+    if target and traced and target != traced and cfg.durations != "modeled":
         notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
     links = [d for d in sim.link_report() if d.get("bytes", 0) > 0] if sim is not None else []
-    return ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes, links)
+    res = ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes, links)
+    res.kernel_errors = kernel_errors
+    res.precision = precision
+    return res
+
+
+def _apply_precision(graph: ExecutionGraph, cfg: ReplayConfig, topology: Any, gpu0: str, traced: str | None,
+                     target: str | None, prof: Any, modeled: list[np.ndarray] | None
+                     ) -> tuple[ExecutionGraph, list[np.ndarray], dict[str, Any]]:
+    """The precision what-if (``cfg.precision``) on every rank: the rewritten graph, the per-op
+    durations that replace the recorded ones (NaN: keep) and the summary's ``precision`` entry.
+
+    Modeled replay: the target accelerator's models. Measured replay: the accelerator the durations
+    were measured on (the traced one; a projected graph's own), so that ``accelerator=`` scaling
+    afterwards is not applied twice."""
+    from cosim.models.precision import apply_precision
+
+    if cfg.durations == "modeled" or not (target and traced and target != traced):
+        acc_id = target or traced or topology.graph.nodes[gpu0].get("spec")
+    else:
+        acc_id = traced
+    acc = topology.catalog.accelerator(acc_id) if acc_id else topology.accelerator(gpu0)
+    ranks, durs, per_rank = [], [], []
+    for k, rg in enumerate(graph.ranks):
+        r = apply_precision(rg, acc, prof, experts=cfg.precision.get("experts"), gemm=cfg.precision.get("gemm"),
+                            durations=modeled[k] if modeled is not None else None)
+        ranks.append(r.graph)
+        durs.append(r.durations)
+        per_rank.append({"rank": rg.rank, **r.summary()})
+    tot = {key: sum(x[key] for x in per_rank) for key in per_rank[0] if key != "rank"} if per_rank else {}
+    what = ", ".join(f"{k}={v}" for k, v in sorted(cfg.precision.items()))
+    note = (f"precision what-if {what} on {acc.name}: {tot.get('gemm_ops', 0)} GEMM ops "
+            f"{tot.get('gemm_time_before_s', 0) * 1e3:.4g} -> {tot.get('gemm_time_after_s', 0) * 1e3:.4g} ms, "
+            f"{tot.get('quantize_ops', 0)} quantize kernels added ({tot.get('quantize_time_s', 0) * 1e3:.4g} ms), "
+            f"{tot.get('dispatch_collectives', 0)} dispatch all-to-alls at "
+            f"{tot.get('dispatch_bytes_after', 0) / max(tot.get('dispatch_bytes_before', 0), 1e-300):.3f}x bytes "
+            "(all ranks; docs/MODELS.md)")
+    if any(rg.source.get("projected") and '"dtype": "fp8"' in str(rg.source.get("projection")) for rg in graph.ranks):
+        note += "; the graph was projected at fp8 already, so GEMMs at one byte per element were left alone"
+    return ExecutionGraph(ranks), durs, {**cfg.precision, "ranks": per_rank, **tot, "note": note}

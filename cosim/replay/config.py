@@ -10,6 +10,7 @@ to the topology as catalog overrides.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
@@ -17,7 +18,8 @@ from typing import Any, Literal
 from cosim import units
 from cosim.errors import CosimInputError
 
-__all__ = ["CATALOG_SECTIONS", "OP_CLASSES", "ReplayConfig", "apply_sets", "parse_sets"]
+__all__ = ["CATALOG_SECTIONS", "OP_CLASSES", "PRECISION_DTYPES", "PRECISION_SCOPES", "ReplayConfig", "apply_sets",
+           "parse_sets"]
 
 OP_CLASSES = (
     "gemm", "grouped_gemm", "attention", "elementwise", "reduction", "norm",
@@ -26,6 +28,10 @@ OP_CLASSES = (
 """GPU op classes of the execution graph (``OpClass`` names, lower case)."""
 
 CATALOG_SECTIONS = ("accelerators", "cpus", "nics", "links")
+PRECISION_SCOPES = ("experts", "gemm")
+"""Keys of the precision what-if: the MoE expert GEMMs, or every GEMM (cosim.models.precision)."""
+PRECISION_DTYPES = ("bf16", "fp8", "mxfp8")
+"""Values of the precision what-if; ``bf16`` leaves the GEMMs as traced."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,10 @@ class ReplayConfig:
     """Ranks per host node when mapping trace ranks onto topology GPUs; None: topology GPU order."""
     record_timeline: bool = True
     """Keep per-op simulated times for the timeline and critical path."""
+    precision: Mapping[str, str] = field(default_factory=dict)
+    """Precision what-ifs (docs/MODELS.md): ``{"experts": "fp8"}`` runs the MoE expert GEMMs in FP8
+    (``"mxfp8"``: MX block scales), ``{"gemm": "fp8"}`` every GEMM; quantize kernels are added and
+    the dispatch payload shrinks. ``"bf16"`` (or absent): as traced."""
 
     def __post_init__(self) -> None:
         if self.durations not in ("measured", "modeled"):
@@ -110,6 +120,11 @@ class ReplayConfig:
                 raise ValueError(f"gpu_scale.{k} must be a factor >= 0, got {v}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ValueError("ranks_per_node must be >= 1")
+        for k, v in self.precision.items():
+            if k not in PRECISION_SCOPES:
+                raise ValueError(f"precision: unknown key {k!r}; known: {', '.join(PRECISION_SCOPES)}")
+            if v not in PRECISION_DTYPES:
+                raise ValueError(f"precision.{k} must be one of {', '.join(PRECISION_DTYPES)}, got {v!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (for summary.json and sweep keys)."""
@@ -175,10 +190,13 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
     ``host.launch_overhead`` / ``host.launch_latency`` / ``host.sync_overhead``
     (times with units), ``host.speed`` (factor), ``gpu.scale.<class>`` (factor),
     ``cuda_graphs`` (comma-separated region names, or ``off``),
-    ``ranks_per_node``, and catalog paths ``accelerators|cpus|nics|links.<id>.<field>``.
+    ``ranks_per_node``, ``precision.experts`` / ``precision.gemm`` (``bf16``, ``fp8``, ``mxfp8``;
+    ``precision=experts:fp8,gemm:bf16`` sets both), and catalog paths
+    ``accelerators|cpus|nics|links.<id>.<field>``.
     """
     changes: dict[str, Any] = {}
     gpu_scale = dict(cfg.gpu_scale)
+    precision = dict(cfg.precision)
     cat = dict(cfg.catalog_overrides)
     for key, raw in sets.items():
         value = str(raw).strip()
@@ -196,16 +214,36 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
                     v.strip() for v in value.split(",") if v.strip())
             elif key == "ranks_per_node":
                 changes["ranks_per_node"] = int(value)
+            elif key.startswith("precision.") or key == "precision":
+                if key != "precision":
+                    items = [(key[len("precision."):], value)]
+                elif value in ("", "off", "none", "bf16"):
+                    precision.clear()
+                    items = []
+                else:
+                    items = [tuple(x.strip() for x in re.split(r"[:=]", part, maxsplit=1)) if re.search(r"[:=]", part)
+                             else ("?", part.strip()) for part in value.split(",") if part.strip()]
+                for scope, dt in items:
+                    if scope not in PRECISION_SCOPES:
+                        raise CosimInputError(f"--set {key}={value}: unknown precision scope {scope!r}; known: "
+                                              f"{', '.join(PRECISION_SCOPES)} (e.g. precision.experts=fp8)")
+                    if dt not in PRECISION_DTYPES:
+                        raise CosimInputError(f"--set {key}={value}: expected one of {', '.join(PRECISION_DTYPES)}")
+                    if dt == "bf16":
+                        precision.pop(scope, None)
+                    else:
+                        precision[scope] = dt
             elif key.split(".", 1)[0] in CATALOG_SECTIONS:
                 cat[key] = value
             else:
                 raise CosimInputError(
                     f"--set {key}: unknown knob; known: durations, collectives, topology, accelerator, "
                     "profile, host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
-                    "gpu.scale.<class>, cuda_graphs, ranks_per_node, or a catalog path like links.nvlink4.bandwidth")
+                    "gpu.scale.<class>, cuda_graphs, ranks_per_node, precision.experts, precision.gemm, "
+                    "or a catalog path like links.nvlink4.bandwidth")
         except units.UnitError as exc:
             raise CosimInputError(f"--set {key}={value}: {exc}") from None
     try:
-        return replace(cfg, gpu_scale=gpu_scale, catalog_overrides=cat, **changes)
+        return replace(cfg, gpu_scale=gpu_scale, catalog_overrides=cat, precision=precision, **changes)
     except ValueError as exc:
         raise CosimInputError(f"--set: {exc}") from None

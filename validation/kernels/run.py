@@ -96,6 +96,41 @@ def step_time(paths: list[Path] | Path, prof: CalibrationProfile, tmp: Path, tra
         meas, pred = float(s["measured_step_time_s"]), float(s["step_time_s"])
         out.update({"meas_ms": round(meas * 1e3, 3), f"{tag}pred_ms": round(pred * 1e3, 3),
                     f"{tag}err": round(pred / meas - 1, 4)})
+        if tag == "":
+            out["summary"] = s
+    return out
+
+
+def per_rank(s: dict, ranks: list[int]) -> dict:
+    """Step time and compute time per step (modeled vs measured) of ``ranks`` of a modeled-replay summary."""
+    out = {}
+    for r in s["ranks"]:
+        if r["rank"] not in ranks:
+            continue
+        m, p = r["measured_step_time_s"], r["step_time_s"]
+        mc, pc = r["measured_breakdown"]["compute"], r["breakdown"]["compute"]
+        out[f"rank {r['rank']}"] = {
+            "meas_ms": round(m * 1e3, 3), "pred_ms": round(p * 1e3, 3), "err": round(p / m - 1, 4),
+            "meas_compute_ms": round(mc * 1e3, 3), "pred_compute_ms": round(pc * 1e3, 3),
+            "compute_err": round(pc / mc - 1, 4) if mc else None,
+            "meas_exposed_comm_ms": round(r["measured_breakdown"]["exposed_communication"] * 1e3, 3)}
+    return out
+
+
+def held_out_steps(s: dict, rg_steps, first_row: int) -> dict:
+    """Per-step modeled vs measured step time of the steps whose row is >= ``first_row`` (one rank)."""
+    numbers = {int(rg_steps.number[k]) for k in range(first_row, len(rg_steps))}
+    rows = [st for st in s["ranks"][0]["steps"] if st["step"] in numbers and st["measured_step_time_s"]
+            and st["step_time_s"]]
+    out = {f"step {st['step']}": {"meas_ms": round(st["measured_step_time_s"] * 1e3, 3),
+                                  "pred_ms": round(st["step_time_s"] * 1e3, 3),
+                                  "err": round(st["step_time_s"] / st["measured_step_time_s"] - 1, 4)}
+           for st in rows}
+    if rows:
+        m = sum(st["measured_step_time_s"] for st in rows)
+        p = sum(st["step_time_s"] for st in rows)
+        out["mean"] = {"meas_ms": round(m / len(rows) * 1e3, 3), "pred_ms": round(p / len(rows) * 1e3, 3),
+                       "err": round(p / m - 1, 4)}
     return out
 
 
@@ -107,18 +142,24 @@ def gemm_columns(parts: list[tuple[KernelDB, CalibrationProfile, KernelDB]]) -> 
 
     for tag, kw, with_db in (("shape_model", {"kernel_scale": False}, False), ("model", {}, False),
                              ("model_db", {"database": True}, True)):
-        n = ape = 0.0
+        n = ape = n_all = ape_all = 0.0
         hits = 0
         for test, prof, train in parts:
             pr = replace(prof, kernel_db=build_kernel_db(train)) if with_db else replace(prof, kernel_db={})
-            e = class_errors(test, pr, **kw).get("gemm")
-            if e:
+            e = class_errors(test, pr, all_ops=True, **kw).get("gemm")
+            if e and e["n"]:
                 n += e["n"]
                 ape += e["mape"] * e["n"]
+            if e:
+                n_all += e["n_all"]
+                ape_all += e["mape_all"] * e["n_all"]
             if with_db:
                 hits += db_hits(test, pr)
         out[tag] = round(ape / n, 4) if n else None
         out["n"] = int(n)
+        if tag == "model":  # every GEMM kernel, shape-less ones (twin / kernel-name / floor predictions) included
+            out["model_all_gemms"] = round(ape_all / n_all, 4) if n_all else None
+            out["n_all"] = int(n_all)
         if with_db:
             out["db_hit_frac"] = round(hits / n, 3) if n else None
     return out
@@ -227,7 +268,9 @@ def main() -> int:
         parts.append((tdb, prof))
         gparts.append((tdb, prof, one_db(train)))
         res["kernel_sum"][f"h100 fold {i}"] = sum_err(tdb, prof)
-        stept[f"H100 {test.name}"] = {"profile": f"{prof.name} (LOTO)", **step_time(test, prof, tmp, gparts[-1][2])}
+        st = step_time(test, prof, tmp, gparts[-1][2])
+        st.pop("summary")
+        stept[f"H100 {test.name}"] = {"profile": f"{prof.name} (LOTO)", **st}
         if args.write:
             prof.save(HERE / "profiles" / f"{prof.name}.yaml")
     res["held_out"]["H100 (tracelens-h100, leave-one-trace-out)"] = pooled(parts)
@@ -247,9 +290,13 @@ def main() -> int:
     res["gemm_held_out"]["B300 (tracelens-b300-moe 02/04/06)"] = gemm_columns([(bdb, b_prof, one_db(btrain))])
     res["kernel_sum"]["b300 test"] = sum_err(bdb, b_prof)
     for t in btest:
-        stept[f"B300 {t.name}"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp, one_db(btrain))}
+        st = step_time(t, b_prof, tmp, one_db(btrain))
+        st.pop("summary")
+        stept[f"B300 {t.name}"] = {"profile": "b300 (fit moe_01/03/05)", **st}
     for t in btrain:
-        stept[f"B300 {t.name} (in-sample)"] = {"profile": "b300 (fit moe_01/03/05)", **step_time(t, b_prof, tmp)}
+        st = step_time(t, b_prof, tmp)
+        st.pop("summary")
+        stept[f"B300 {t.name} (in-sample)"] = {"profile": "b300 (fit moe_01/03/05)", **st}
     res["splits"]["B300"] = "fit moe_01/03/05, test moe_02/04/06"
     res["fit"]["b300"] = b_prof.fit_errors
 
@@ -264,6 +311,15 @@ def main() -> int:
     res["gemm_held_out"]["A100 (hta control, later steps; same shapes)"] = gemm_columns(
         [(a_test, a_prof, a_db.subset(a_db.step < cut))])
     res["kernel_sum"]["a100 test steps"] = sum_err(a_test, a_prof)
+    # modeled replay of the whole trace with the profile fitted on steps < cut; score the steps >= cut only
+    from cosim.workload import load_trace
+
+    a_path = traces("hta", "a100-rank3of8-control.json.gz")[0]
+    st = step_time(a_path, a_prof, tmp)
+    a_sum = st.pop("summary")
+    res["held_out_steps"] = {"A100 hta/a100-rank3of8-control": {
+        "profile": f"a100-sxm-80gb (fit steps < {cut})", "first_held_out_row": cut,
+        "steps": held_out_steps(a_sum, load_trace(a_path).ranks[0].steps, cut)}}
     res["splits"]["A100"] = f"hta/a100-rank3of8-control: fit step rows < {cut}, test >= {cut} (shapes repeat)"
     res["fit"]["a100-sxm-80gb"] = a_prof.fit_errors
 
@@ -275,10 +331,22 @@ def main() -> int:
     res["held_out"]["V100 (DLRM workers 4-7)"] = class_errors(vdb, v_prof)
     res["gemm_held_out"]["V100 (DLRM workers 4-7)"] = gemm_columns([(vdb, v_prof, one_db(v[:4]))])
     try:
-        stept["V100 DLRM 8 ranks (workers 4-7 held out)"] = {"profile": "v100-sxm2-32gb (fit workers 0-3)",
-                                                             **step_time(list(v), v_prof, tmp, one_db(v[:4]))}
+        st = step_time(list(v), v_prof, tmp, one_db(v[:4]))
+        v_sum = st.pop("summary")
+        stept["V100 DLRM 8 ranks (slowest rank; workers 0-3 fitted)"] = {"profile": "v100-sxm2-32gb (fit workers 0-3)",
+                                                                          **st}
+        res["held_out_ranks"] = {"V100 DLRM workers 4-7": per_rank(v_sum, [4, 5, 6, 7])}
     except Exception as e:  # report, keep validating
-        stept["V100 DLRM 8 ranks (workers 4-7 held out)"] = {"error": f"{type(e).__name__}: {e}"}
+        stept["V100 DLRM 8 ranks (slowest rank; workers 0-3 fitted)"] = {"error": f"{type(e).__name__}: {e}"}
+    # a V100 trace without Input Dims (GPU-bound): every op falls back to twins / kernel names / class floors
+    vs = traces("hta", "v100-single-ns.json.gz")
+    if vs:
+        st = step_time(vs[0], v_prof, tmp)
+        vs_sum = st.pop("summary")
+        stept["V100 hta/v100-single-ns (no Input Dims)"] = {"profile": "v100-sxm2-32gb (fit DLRM workers 0-3)", **st}
+        res["v100_single_ns"] = {"kernel_error_by_class": vs_sum.get("kernel_error_by_class"),
+                                 "measured_compute_ms": round(vs_sum["ranks"][0]["measured_breakdown"]["compute"] * 1e3, 3),
+                                 "modeled_compute_ms": round(vs_sum["ranks"][0]["breakdown"]["compute"] * 1e3, 3)}
     res["splits"]["V100"] = "param-dlrm-v100x8: fit worker0-3, test worker4-7"
     res["fit"]["v100-sxm2-32gb"] = v_prof.fit_errors
 
