@@ -14,11 +14,14 @@ Tests that read ../shared/traces skip when that folder is absent.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -704,6 +707,26 @@ def test_cli_bad_knob(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.json", basic_events())
     p = _cli(str(trace), "--set", "gpu.scale.gemm=lots", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_cli_topology_knobs() -> None:
+    """``--set topology.<path>`` edits the topology document (as its own ``set:`` block would), together
+    with catalog overrides: 2 instead of 18 NVLink4 links per GPU at 20 GB/s x 0.77 efficiency each."""
+    from cosim.cli import main
+
+    def gpu0_capacity(*sets: str) -> tuple[float, dict]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["replay", str(_traces() / DLRM), "--collectives", "simulated", "--topology", "dgx-h100",
+                         "--no-timeline", "--json", "--out", str(Path(tempfile.mkdtemp()) / "o"),
+                         *[a for kv in sets for a in ("--set", kv)]]) == 0
+        s = json.loads(out.getvalue())
+        (cap,) = [x["capacity_Bps"] for x in s["links"] if (x["src"], x["dst"]) == ("gpu0", "nvswitch0")]
+        return cap, s["config"]["catalog_overrides"]
+
+    cap, ov = gpu0_capacity("links.nvlink4.bandwidth=20 GB/s", "topology.links.gpu-nvlink.count=2")
+    assert cap == pytest.approx(2 * 20e9 * 0.77) and ov == {"links.nvlink4.bandwidth": "20 GB/s"}
+    assert gpu0_capacity("links.nvlink4.bandwidth=20 GB/s")[0] == pytest.approx(18 * 20e9 * 0.77)
 
 
 def test_cli_knobs_file(tmp_path: Path) -> None:

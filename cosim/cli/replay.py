@@ -97,7 +97,10 @@ def load_knobs(path: str | Path) -> dict[str, str]:
 
 
 def config_from_args(args: argparse.Namespace, base=None):
+    """The ReplayConfig of the flags. ``topology.<path>`` knobs are left in ``args.topology_sets``
+    (they change the topology document, see :func:`cosim.scenario.build_topology`)."""
     from cosim.replay import ReplayConfig, apply_sets, parse_sets
+    from cosim.scenario import expand_port_bandwidth, split_topology_sets
 
     cfg = base or ReplayConfig()
     sets = {}
@@ -112,7 +115,8 @@ def config_from_args(args: argparse.Namespace, base=None):
     if getattr(args, "profile", None):
         sets["profile"] = args.profile
     sets.update(parse_sets(args.sets))
-    return apply_sets(cfg, sets)
+    args.topology_sets, sets = split_topology_sets(sets)
+    return apply_sets(cfg, expand_port_bandwidth(sets))
 
 
 def finish(result, args: argparse.Namespace, out: Path) -> int:
@@ -139,7 +143,21 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     paths = [str(p) for p in args.paths]
-    result = replay(paths if len(paths) > 1 else paths[0], None, cfg)
+    topo = None
+    if args.topology_sets:
+        from dataclasses import replace
+
+        from cosim.errors import CosimInputError
+        from cosim.scenario import build_topology
+
+        if not cfg.topology:
+            raise CosimInputError(f"--set {next(iter(args.topology_sets))}: topology.<path> knobs need --topology")
+        topo = build_topology(cfg.topology, None, dict(cfg.catalog_overrides), args.topology_sets)
+        overrides = dict(cfg.catalog_overrides)
+        cfg = replace(cfg, catalog_overrides={})  # already in ``topo``; replay would rebuild it without the knobs
+    result = replay(paths if len(paths) > 1 else paths[0], topo, cfg)
+    if topo is not None:
+        result.config = replace(result.config, catalog_overrides=overrides)
     stem = args.paths[0].name.split(".")[0] or "trace"
     out = args.out or Path("cosim-out") / f"replay-{stem}"
     return finish(result, args, out)
