@@ -286,6 +286,17 @@ def test_cpu_only_trace_step_is_mean_profiler_step(tmp_path: Path) -> None:
     assert fast["error"] == pytest.approx(-0.5)
 
 
+def test_cpu_only_trace_without_profiler_steps(tmp_path: Path) -> None:
+    """No ProfilerStep and no GPU ops: the whole trace is one step, the span of its host ops,
+    on both sides (10..165 us here)."""
+    ev = [cpu("aten::empty", 10, 5), cpu("aten::view", 100, 20), cpu("aten::empty", 160, 5)]
+    path = write_trace(tmp_path / "t.json", ev)
+    s = replay(path, config=EXACT).summary()
+    assert s["measured_step_time_s"] == pytest.approx(155 * US) and s["step_time_s"] == pytest.approx(155 * US)
+    fast = replay(path, config=apply_sets(EXACT, {"host.speed": "2"})).summary()
+    assert fast["step_time_s"] == pytest.approx(77.5 * US)
+
+
 def test_cpu_only_shared_trace_step_time() -> None:
     p = _traces() / "hta/cpu-only.json.gz"
     s = replay(p).summary()

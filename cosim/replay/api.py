@@ -87,9 +87,10 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
             if h >= 0:
                 cpu_meas.append(float(rg.host_ops.dur[h]))
                 cpu_sim.append(float(run.host_end[h] - run.host_start[h]))
-            elif 0 <= s < len(st_rows):
+            elif 0 <= s < len(st_rows):  # no ProfilerStep annotation: the step is the span of its host ops
                 cpu_meas.append(float(st_rows.cpu_dur[s]))
-                cpu_sim.append(math.nan)
+                mine = rg.host_ops.step == s
+                cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
         bd = breakdown(rg, run, sim["window"], sim["n_periods"])
         bd_meas = breakdown(rg, run, meas["window"], meas["n_periods"], start=G.start, end=G.start + G.dur)
         cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
