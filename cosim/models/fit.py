@@ -230,12 +230,16 @@ def build_kernel_db(db: KernelDB, max_entries: int = KERNEL_DB_MAX) -> dict[tupl
 
 
 def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None = None, *,
-                kernel_scale: bool = True, kernel_db: int = 0) -> CalibrationProfile:
+                kernel_scale: bool = True, kernel_db: int = 0, launch: bool = True,
+                launch_extra: KernelDB | None = None) -> CalibrationProfile:
     """Fit every class with enough modeled samples in ``db``; report in-sample errors.
 
     ``kernel_scale``: also fit per-kernel-family factors (:func:`fit_kernel_scale`). ``kernel_db``:
-    store up to this many measured medians (:func:`build_kernel_db`; 0 = none). The in-sample
-    ``fit_errors`` never use the database."""
+    store up to this many measured medians (:func:`build_kernel_db`; 0 = none). ``launch``: also fit
+    the launch-configuration laws for ops without shapes (:func:`cosim.models.launch.fit_launch`) on
+    the rows of ``db`` plus ``launch_extra`` (more calibration traces of the same GPU, e.g. ones without
+    Input Dims: they feed the launch laws only, never the shape models). The in-sample ``fit_errors``
+    never use the database."""
     acc = load_catalog().accelerator(db.accelerator)
     hw = HardwareFigures.of(acc)
     f = db.feats
@@ -299,6 +303,14 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
         prof.kernel_scale = fit_kernel_scale(db, prof)
     if kernel_db:
         prof.kernel_db = build_kernel_db(db, kernel_db)
+    if launch:
+        from cosim.models.launch import fit_launch
+
+        lf = concat([db.feats, launch_extra.feats]) if launch_extra is not None else db.feats
+        prof.launch = fit_launch(lf.cls, lf.kernel, lf.grid, lf.block, lf.dur)
+        if prof.launch:
+            srcs = set(db.source) | (set(launch_extra.source) if launch_extra is not None else set())
+            prof.launch["sources"] = sorted({Path(s).name for s in srcs})
     prof.fit_errors = class_errors(db, prof, database=False)
     return prof
 

@@ -7,9 +7,11 @@ overheads are kept and the catalog figures (peaks, HBM bandwidth, SM count,
 PCIe) of the target are used (see docs/MODELS.md).
 
 Ops the models cannot see (no parent ATen op or no shapes, e.g. kernels enqueued
-before the profiler started) take the prediction of a *twin*: a modeled op with
-the same kernel name, grid and block (same kernel configuration), else the same
-kernel name; else the class floor. Communication ops get NaN: the engine
+before the profiler started, or a trace without Input Dims) take the prediction of a
+*twin*: a modeled op with the same kernel name, grid and block (same kernel
+configuration); else the profile's launch-configuration law (:mod:`cosim.models.launch`,
+fitted on calibration rows) from the kernel's grid and block; else a modeled op with
+the same kernel name; else the class floor. Communication ops get NaN: the engine
 simulates them.
 """
 
@@ -38,7 +40,7 @@ from cosim.workload.graph import RankGraph
 
 __all__ = ["Prediction", "predict_durations", "predict_features"]
 
-SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine", "database")
+SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine", "database", "launch")
 """Where a prediction came from (:attr:`Prediction.source` codes index this)."""
 
 
@@ -162,11 +164,15 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
         for j in np.flatnonzero(np.isfinite(out)):
             by_cfg.setdefault((f.kernel[j], *f.grid[j], *f.block[j]), []).append(out[j])
             by_name.setdefault(f.kernel[j], []).append(out[j])
-        for j in todo:
+        law_t = _launch_times(f, todo, prof, accelerator, hw)
+        for j, lt in zip(todo, law_t):
             key = (f.kernel[j], *f.grid[j], *f.block[j])
             if key in by_cfg and f.grid[j][0] >= 0:
                 out[j] = float(np.median(by_cfg[key]))
                 src[j] = SOURCES.index("twin")
+            elif np.isfinite(lt):
+                out[j] = float(lt)
+                src[j] = SOURCES.index("launch")
             elif f.kernel[j] in by_name:
                 out[j] = float(np.median(by_name[f.kernel[j]]))
                 src[j] = SOURCES.index("kernel_name")
@@ -174,6 +180,33 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
                 p = prof.params(f.cls[j], f.dtype[j])
                 out[j] = float(p.floor_s)
     return Prediction(out, src)
+
+
+def _launch_times(f: KernelFeatures, idx: np.ndarray, prof: CalibrationProfile, accelerator: Accelerator,
+                  hw: HardwareFigures) -> np.ndarray:
+    """Launch-law times (s) of rows ``idx`` of ``f`` (NaN where the profile has no law or the launch is unknown)."""
+    from cosim.models.launch import launch_family, launch_time, launch_work, scale_rate
+
+    out = np.full(len(idx), np.nan)
+    laws = (prof.launch or {}).get("laws") or {}
+    if not laws or not len(idx):
+        return out
+    same = _same_gpu(prof, accelerator)
+    fit_hw = hw
+    if not same:
+        from cosim.catalog import load_catalog
+
+        fit_hw = HardwareFigures.of(load_catalog().accelerator(prof.accelerator))
+    family = (prof.launch.get("family") or {}) if same else {}
+    work, keys = launch_work([f.cls[j] for j in idx], [f.kernel[j] for j in idx], f.grid[idx], f.block[idx])
+    for i, key in enumerate(keys):
+        law = laws.get(key) if key else None
+        if law is None or not np.isfinite(work[i]):
+            continue
+        rs = 1.0 if same else scale_rate(key, fit_hw, hw)
+        fam = family.get(launch_family(f.kernel[idx[i]]))
+        out[i] = float(launch_time(work[i], law, rs)) * (fam["scale"] if fam else 1.0)
+    return out
 
 
 def predict_durations(rg: RankGraph, accelerator: Accelerator,

@@ -7,7 +7,7 @@ microbenchmark, torch version, date, in-sample fit errors) and ``inputs_hash``, 
 SHA-256 of the fit inputs that keys the cache (``cosim calibrate`` skips a fit
 whose hash matches the existing output). Layout::
 
-    schema: cosim.profile/1
+    schema: cosim.profile/1         # cosim.profile/2 when the optional launch section is present
     name: h100-sxm5
     accelerator: h100-sxm5          # catalog id the fit was made on
     provenance: {gpu: ..., sources: [...], torch_version: ..., date: ..., inputs_hash: ...}
@@ -21,7 +21,16 @@ whose hash matches the existing output). Layout::
       key: [kernel, cls, dtype, gemm_m, gemm_n, gemm_k, batch, heads, bwd, bytes]
       rows: [[ampere_sgemm_128x64_nn, gemm, fp32, 1024.0, 512.0, 64.0, 1.0, 1.0, 0, 2400000.0, 2.0e-05, 33], ...]
 
-``kernel_scale`` and ``kernel_db`` apply only when predicting the GPU the profile was fitted on.
+    launch:                         # optional (schema cosim.profile/2): launch-configuration laws for
+      laws:                         #   ops without shapes (cosim.models.launch)
+        "gemm:tile": {floor_s: 1.0e-05, rate: 2.0e+10, n: 2645}
+        "elementwise:threads": {floor_s: 2.5e-06, rate: 2.5e+10, n: 12100}
+      family:
+        "volta_sgemm_64x64_nt": {scale: 1.3, n: 40}
+      sources: [...]                #   calibration traces the laws were fitted on
+
+``kernel_scale``, ``kernel_db`` and the launch ``family`` factors apply only when predicting the GPU the
+profile was fitted on. Files without ``launch`` are written as ``cosim.profile/1`` (both schemas load).
 """
 
 from __future__ import annotations
@@ -39,10 +48,14 @@ from cosim.errors import CosimInputError
 from cosim.models.calibrated import DEFAULTS, ParamsT, params_from_dict, params_to_dict
 from cosim.yamlio import input_error_at, load_yaml
 
-__all__ = ["DB_KEY", "PROFILE_SCHEMA", "CalibrationProfile", "bundled_profiles", "db_key", "inputs_hash",
+__all__ = ["DB_KEY", "PROFILE_SCHEMA", "PROFILE_SCHEMA_V1", "CalibrationProfile", "bundled_profiles", "db_key", "inputs_hash",
            "kernel_family", "load_profile", "profile_for"]
 
-PROFILE_SCHEMA = "cosim.profile/1"
+PROFILE_SCHEMA = "cosim.profile/2"
+"""Schema written by profiles with a ``launch`` section; others keep writing :data:`PROFILE_SCHEMA_V1`."""
+PROFILE_SCHEMA_V1 = "cosim.profile/1"
+SCHEMAS = (PROFILE_SCHEMA_V1, PROFILE_SCHEMA)
+"""Schemas :meth:`CalibrationProfile.from_dict` reads (/2 = /1 plus the optional ``launch`` section)."""
 _DATA = Path(__file__).resolve().parent / "data"
 DB_KEY = ("kernel", "cls", "dtype", "gemm_m", "gemm_n", "gemm_k", "batch", "heads", "bwd", "bytes")
 """Fields of a :attr:`CalibrationProfile.kernel_db` key (kernel = :func:`kernel_family`)."""
@@ -89,6 +102,10 @@ class CalibrationProfile:
     """Optional: kernel family → {scale: factor on the model's time, n: fitted samples}."""
     kernel_db: dict[tuple, tuple[float, int]] = field(default_factory=dict)
     """Optional: :func:`db_key` → (measured median duration s, samples): exact-key lookups."""
+    launch: dict[str, Any] = field(default_factory=dict)
+    """Optional: launch-configuration laws for ops without shapes (:mod:`cosim.models.launch`):
+    ``{"laws": {"<class>:<tile|threads>": {floor_s, rate, n}}, "family": {family: {scale, n}},
+    "sources": [...]}``."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -114,7 +131,7 @@ class CalibrationProfile:
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (what :meth:`save` writes)."""
         out: dict[str, Any] = {
-            "schema": PROFILE_SCHEMA,
+            "schema": PROFILE_SCHEMA if self.launch else PROFILE_SCHEMA_V1,
             "name": self.name,
             "accelerator": self.accelerator,
             "provenance": self.provenance,
@@ -128,6 +145,16 @@ class CalibrationProfile:
             rows = [[*key, float(f"{t:.6g}"), int(n)] for key, (t, n) in
                     sorted(self.kernel_db.items(), key=lambda kv: tuple(str(x) for x in kv[0]))]
             out["kernel_db"] = {"key": list(DB_KEY), "rows": rows}
+        if self.launch:
+            la = self.launch
+            out["launch"] = {
+                "laws": {k: {"floor_s": float(f"{v['floor_s']:.6g}"), "rate": float(f"{v['rate']:.6g}"),
+                             "n": int(v.get("n", 0))} for k, v in sorted(la.get("laws", {}).items())},
+                "family": {k: {"scale": round(float(v["scale"]), 5), "n": int(v.get("n", 0))}
+                           for k, v in sorted(la.get("family", {}).items())},
+            }
+            if la.get("sources"):
+                out["launch"]["sources"] = [str(x) for x in la["sources"]]
         return out
 
     def save(self, path: str | Path) -> None:
@@ -136,6 +163,9 @@ class CalibrationProfile:
 
         data = _plain(self.to_dict())
         kdb = data.pop("kernel_db", None)
+        launch = data.pop("launch", None)
+        if launch:
+            data["launch"] = launch  # before the (long) kernel database
         with atomic_open(path, "w") as fh:
             fh.write(f"# cosim calibration profile ({PROFILE_SCHEMA}); see docs/MODELS.md\n")
             yaml.safe_dump(data, fh, sort_keys=False, default_flow_style=False, width=120)
@@ -149,10 +179,11 @@ class CalibrationProfile:
         """Validate plain data; a problem raises a one-line :class:`CosimInputError` naming the field."""
         if not isinstance(data, dict):
             raise CosimInputError("a calibration profile must be a YAML mapping", file=file)
-        if data.get("schema") != PROFILE_SCHEMA:
-            raise input_error_at(data, ["schema"], f"expected schema {PROFILE_SCHEMA!r}, got {data.get('schema')!r}",
-                                 file)
-        allowed = {"schema", "name", "accelerator", "provenance", "fit_errors", "models", "kernel_scale", "kernel_db"}
+        if data.get("schema") not in SCHEMAS:
+            raise input_error_at(data, ["schema"], f"expected schema {' or '.join(map(repr, SCHEMAS))}, got "
+                                 f"{data.get('schema')!r}", file)
+        allowed = {"schema", "name", "accelerator", "provenance", "fit_errors", "models", "kernel_scale", "kernel_db",
+                   "launch"}
         for key in data:
             if key not in allowed:
                 raise input_error_at(data, [key], f"unknown key; known: {', '.join(sorted(allowed))}", file)
@@ -210,8 +241,44 @@ class CalibrationProfile:
                                          "fields, a median > 0 and a count", file)
                 kdb[db_key(*[str(x) if x is not None and j < 3 else x for j, x in enumerate(r[:len(DB_KEY)])])] = \
                     (float(r[-2]), int(r[-1]))
+        launch = _launch_from(data, file)
         return cls(name=data["name"], accelerator=data["accelerator"], models=models,
-                   provenance=_plain(prov), fit_errors=_plain(errs), kernel_scale=scale, kernel_db=kdb)
+                   provenance=_plain(prov), fit_errors=_plain(errs), kernel_scale=scale, kernel_db=kdb,
+                   launch=launch)
+
+
+def _launch_from(data: dict, file: str | Path | None) -> dict[str, Any]:
+    """Validate a profile's optional ``launch`` section (see :mod:`cosim.models.launch`)."""
+    from cosim.models.calibrated import DEFAULTS
+
+    raw = data.get("launch") or {}
+    if not raw:
+        return {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("laws") or {}, dict) \
+            or not isinstance(raw.get("family") or {}, dict):
+        raise input_error_at(data, ["launch"], "needs laws: {<class>:<tile|threads>: {floor_s, rate}} and optional "
+                             "family: {family: {scale, n}}", file)
+    extra = set(raw) - {"laws", "family", "sources"}
+    if extra:
+        raise input_error_at(data, ["launch", sorted(extra)[0]], "unknown key; known: family, laws, sources", file)
+    laws: dict[str, dict[str, float]] = {}
+    for key, v in (raw.get("laws") or {}).items():
+        c, _, kind = str(key).rpartition(":")
+        ok = c in DEFAULTS and kind in ("tile", "threads") and isinstance(v, dict)
+        ok = ok and all(isinstance(v.get(x), (int, float)) and v[x] > 0 for x in ("floor_s", "rate"))
+        if not ok:
+            raise input_error_at(data, ["launch", "laws", key], "key must be <class>:tile or <class>:threads and "
+                                 "the law needs floor_s > 0 and rate > 0", file)
+        laws[str(key)] = {"floor_s": float(v["floor_s"]), "rate": float(v["rate"]), "n": int(v.get("n", 0))}
+    family: dict[str, dict[str, float]] = {}
+    for fam, v in (raw.get("family") or {}).items():
+        if not isinstance(v, dict) or not isinstance(v.get("scale"), (int, float)) or not v["scale"] > 0:
+            raise input_error_at(data, ["launch", "family", fam], "needs scale: a number > 0 (and n)", file)
+        family[str(fam)] = {"scale": float(v["scale"]), "n": int(v.get("n", 0))}
+    out: dict[str, Any] = {"laws": laws, "family": family}
+    if raw.get("sources"):
+        out["sources"] = [str(x) for x in raw["sources"]]
+    return out
 
 
 def _flow(v: Any) -> str:

@@ -134,6 +134,24 @@ def held_out_steps(s: dict, rg_steps, first_row: int) -> dict:
     return out
 
 
+def shapeless_case(out: dict, stept: dict, label: str, path: Path, prof: CalibrationProfile, plabel: str,
+                   tmp: Path) -> None:
+    """Modeled replay of a trace without Input Dims, with ``prof`` (after) and ``prof`` without its launch
+    laws (before): step time, compute per step and per-class errors over all ops."""
+    from dataclasses import replace
+
+    for tag, pr in (("before", replace(prof, launch={})), ("after", prof)):
+        st = step_time(path, pr, tmp)
+        s = st.pop("summary")
+        r0 = s["ranks"][0]
+        stept[f"{label} (no Input Dims, {tag})"] = {"profile": plabel + ("" if tag == "after" else ", no launch laws"),
+                                                   **st}
+        out.setdefault(label, {})[tag] = {
+            "step": st, "measured_compute_ms": round(r0["measured_breakdown"]["compute"] * 1e3, 3),
+            "modeled_compute_ms": round(r0["breakdown"]["compute"] * 1e3, 3),
+            "kernel_error_by_class": s.get("kernel_error_by_class")}
+
+
 def gemm_columns(parts: list[tuple[KernelDB, CalibrationProfile, KernelDB]]) -> dict:
     """Held-out GEMM MAPE three ways, pooled over (test, profile, train) triples: the shape model alone,
     the model with its per-kernel-family factors, and the model plus a kernel database of the train rows."""
@@ -250,7 +268,8 @@ def main() -> int:
     if shared_dir() is None:
         print("../shared not found", file=sys.stderr)
         return 1
-    res: dict = {"held_out": {}, "fit": {}, "kernel_sum": {}, "cross_gpu": {}, "splits": {}, "gemm_held_out": {}}
+    res: dict = {"held_out": {}, "fit": {}, "kernel_sum": {}, "cross_gpu": {}, "splits": {}, "gemm_held_out": {},
+                 "shapeless": {}}
 
     tmp = Path(tempfile.mkdtemp(prefix="cosim-val-"))
     stept: dict[str, dict] = {}
@@ -320,13 +339,20 @@ def main() -> int:
     res["held_out_steps"] = {"A100 hta/a100-rank3of8-control": {
         "profile": f"a100-sxm-80gb (fit steps < {cut})", "first_held_out_row": cut,
         "steps": held_out_steps(a_sum, load_trace(a_path).ranks[0].steps, cut)}}
+    a_nccl = traces("hta", "a100-rank0of2-nccl.json.gz")
+    if a_nccl:
+        shapeless_case(res["shapeless"], stept, "A100 hta/a100-rank0of2-nccl", a_nccl[0], a_prof, f"a100-sxm-80gb (control steps < {cut})", tmp)
     res["splits"]["A100"] = f"hta/a100-rank3of8-control: fit step rows < {cut}, test >= {cut} (shapes repeat)"
     res["fit"]["a100-sxm-80gb"] = a_prof.fit_errors
 
     # V100: DLRM 8 ranks; fit ranks 0-3, test 4-7
     v = traces("param-dlrm-v100x8/kineto")
-    v_prof = fit_profile(one_db(v[:4]), name="v100-sxm2-32gb", kernel_db=KERNEL_DB_MAX, provenance={
-        "split": "param-dlrm-v100x8 workers 0-3 (test: workers 4-7)"})
+    v_df = traces("hta", "v100-rank1of2-df.json.gz")
+    v_ns = traces("hta", "v100-single-ns.json.gz")
+    v_prof = fit_profile(one_db(v[:4]), name="v100-sxm2-32gb", kernel_db=KERNEL_DB_MAX,
+                         launch_extra=one_db(v_df) if v_df else None, provenance={
+        "split": "param-dlrm-v100x8 workers 0-3 (test: workers 4-7); launch laws also on hta/v100-rank1of2-df "
+                 "(test: hta/v100-single-ns)"})
     vdb = one_db(v[4:])
     res["held_out"]["V100 (DLRM workers 4-7)"] = class_errors(vdb, v_prof)
     res["gemm_held_out"]["V100 (DLRM workers 4-7)"] = gemm_columns([(vdb, v_prof, one_db(v[:4]))])
@@ -338,15 +364,19 @@ def main() -> int:
         res["held_out_ranks"] = {"V100 DLRM workers 4-7": per_rank(v_sum, [4, 5, 6, 7])}
     except Exception as e:  # report, keep validating
         stept["V100 DLRM 8 ranks (slowest rank; workers 0-3 fitted)"] = {"error": f"{type(e).__name__}: {e}"}
-    # a V100 trace without Input Dims (GPU-bound): every op falls back to twins / kernel names / class floors
-    vs = traces("hta", "v100-single-ns.json.gz")
-    if vs:
-        st = step_time(vs[0], v_prof, tmp)
-        vs_sum = st.pop("summary")
-        stept["V100 hta/v100-single-ns (no Input Dims)"] = {"profile": "v100-sxm2-32gb (fit DLRM workers 0-3)", **st}
-        res["v100_single_ns"] = {"kernel_error_by_class": vs_sum.get("kernel_error_by_class"),
-                                 "measured_compute_ms": round(vs_sum["ranks"][0]["measured_breakdown"]["compute"] * 1e3, 3),
-                                 "modeled_compute_ms": round(vs_sum["ranks"][0]["breakdown"]["compute"] * 1e3, 3)}
+    # traces without Input Dims: the launch-configuration laws (cosim.models.launch) predict their ops;
+    # "before" = the same profile without the launch section (twins / kernel names / class floors)
+    shapeless = res["shapeless"]
+    if v_ns:
+        shapeless_case(shapeless, stept, "V100 hta/v100-single-ns", v_ns[0], v_prof,
+                       "v100-sxm2-32gb (DLRM workers 0-3; launch laws + hta/v100-rank1of2-df)", tmp)
+    if v_df and v_ns:
+        v_fold = fit_profile(one_db(v[:4]), name="v100-fold-df", launch_extra=one_db(v_ns), provenance={
+            "split": "param-dlrm-v100x8 workers 0-3; launch laws + hta/v100-single-ns (test: hta/v100-rank1of2-df)"})
+        if args.write:
+            v_fold.save(HERE / "profiles" / f"{v_fold.name}.yaml")
+        shapeless_case(shapeless, stept, "V100 hta/v100-rank1of2-df", v_df[0], v_fold,
+                       "v100-fold-df (DLRM workers 0-3; launch laws + hta/v100-single-ns)", tmp)
     res["splits"]["V100"] = "param-dlrm-v100x8: fit worker0-3, test worker4-7"
     res["fit"]["v100-sxm2-32gb"] = v_prof.fit_errors
 
