@@ -457,9 +457,40 @@ MIN_MEMORY_EFFICIENCY = 0.05
 of HBM (V100 memset), which made a 12.8 MB memset of another trace take 2.4 ms instead of 16 µs."""
 
 
+MIN_BANDWIDTH_ROWS = 8
+"""Rows a memory-class fit needs before it may fit the bandwidth efficiency."""
+
+
+BANDWIDTH_SHARE = 0.1
+"""Share of the rows' median time the largest transfer's bandwidth term must reach (at half the reference
+bandwidth) for a fit to identify the efficiency."""
+
+
+def bandwidth_identifiable(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float) -> bool:
+    """True when calibration rows can tell a memory class's bandwidth: at least :data:`MIN_BANDWIDTH_ROWS`
+    rows, and a largest transfer whose time at half the reference bandwidth is at least
+    :data:`BANDWIDTH_SHARE` of the rows' median time. Otherwise every row is floor-bound and the efficiency
+    is a free parameter: 6 DLRM memsets of 16 B - 5 KB once fitted V100 memset bandwidth to 5 % of HBM,
+    making a 12.8 MB memset of another trace 18x too slow."""
+    return (len(dur) >= MIN_BANDWIDTH_ROWS
+            and float(np.max(nbytes)) / (0.5 * bandwidth) >= BANDWIDTH_SHARE * float(np.median(dur)))
+
+
 def fit_memory(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float) -> MemoryParams:
-    """Fit :class:`MemoryParams` (floor and bandwidth efficiency >= :data:`MIN_MEMORY_EFFICIENCY`) on log time."""
+    """Fit :class:`MemoryParams` (floor and bandwidth efficiency >= :data:`MIN_MEMORY_EFFICIENCY`) on log time.
+
+    The efficiency is fitted only when the rows can identify it (:func:`bandwidth_identifiable`);
+    otherwise it stays at the model's default and only the floor is fitted."""
     logd = np.log(dur)
+    if not bandwidth_identifiable(nbytes, dur, bandwidth):
+        eff = MemoryParams().efficiency
+
+        def fun1(x: np.ndarray) -> np.ndarray:
+            return np.log(memory_time(nbytes, bandwidth, MemoryParams(eff, float(np.exp(x[0]))))) - logd
+
+        lo1, hi1 = np.array([math.log(1e-7)]), np.array([math.log(1e-3)])
+        x1 = np.array([math.log(max(float(np.median(dur)) * 0.5, 2e-7))])
+        return MemoryParams(efficiency=eff, floor_s=float(np.exp(_lsq(fun1, np.clip(x1, lo1, hi1), lo1, hi1)[0])))
 
     def build(x: np.ndarray) -> MemoryParams:
         return MemoryParams(efficiency=float(np.exp(x[0])), floor_s=float(np.exp(x[1])))

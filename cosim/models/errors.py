@@ -57,7 +57,8 @@ def class_error_table(feats: Sequence[KernelFeatures], preds: Sequence, *,
     if not cls_l:
         return {}
     cls, pred, meas, shaped = (np.concatenate(x) for x in (cls_l, pred_l, meas_l, shape_l))
-    ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred)
+    timed = np.concatenate([np.asarray(p.source) == SOURCES.index("measured") for p in preds])
+    ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred) & ~timed
     out: dict[str, dict] = {}
     for c in sorted(set(cls[ok].tolist())):
         s_all = ok & (cls == c)

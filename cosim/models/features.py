@@ -104,6 +104,9 @@ class KernelFeatures:
     """Grid dims (x, y, z), -1 if unknown (used to match shape-less ops to twins)."""
     block: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
     """Block dims (x, y, z), -1 if unknown."""
+    inferred: np.ndarray | None = None
+    """Rows whose ``bytes`` were inferred from a neighbouring kernel's launch (:func:`infer_norm_bytes`),
+    not read from shapes; None when no row was."""
 
     def __len__(self) -> int:
         return len(self.cls)
@@ -391,4 +394,72 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
             f.dtype[j] = tdt
         if not np.isfinite(f.flops[j]) and np.isfinite(G.flops[j]) and c in ("gemm", "grouped_gemm", "attention"):
             f.flops[j] = float(G.flops[j])
+    infer_norm_bytes(rg, f)
     return f
+
+
+_ELEMENTWISE_LAUNCH = re.compile(r"\b(?:vectorized_elementwise_kernel|unrolled_elementwise_kernel|elementwise_kernel)<")
+_ELEMENTWISE_WORK = re.compile(r"\belementwise_kernel<(\d+), (\d+)")
+_ITEM_BYTES = (("double", 8.0), ("c10::Half", 2.0), ("__half", 2.0), ("c10::BFloat16", 2.0), ("float", 4.0))
+NORM_PASSES = {False: 2.0, True: 3.0}
+"""Tensor-sized transfers a norm kernel is charged, the convention of ops with shapes (:func:`_mem_bytes`:
+inputs + an output), so that efficiencies fitted on those apply: forward x in, y out (2); backward x and dy
+in, dx out (3)."""
+NEIGHBOURS = 3
+"""How far (ops on the same stream, same step) :func:`infer_norm_bytes` looks for an element-wise launch."""
+
+
+def _elementwise_numel(kernel: str, grid: np.ndarray, block: np.ndarray) -> float:
+    """Elements a PyTorch element-wise kernel covers, from its launch: ``prod(grid) * prod(block) *
+    work per thread`` (``elementwise_kernel<threads, work>`` spells it; the vectorized/unrolled kernels use
+    PyTorch's ``thread_work_size`` of 4). Exact up to one block's work (the grid is rounded up); NaN for a
+    single-block launch."""
+    if not _ELEMENTWISE_LAUNCH.search(kernel) or (grid < 1).any() or (block < 1).any() or np.prod(grid) < 2:
+        return math.nan  # a one-block launch is scalar bookkeeping (e.g. num_batches_tracked += 1)
+    m = _ELEMENTWISE_WORK.search(kernel)
+    per_thread = float(m.group(2)) if m else 4.0
+    return float(np.prod(grid) * np.prod(block)) * per_thread
+
+
+def infer_norm_bytes(rg: RankGraph, f: KernelFeatures) -> None:
+    """Bytes of norm kernels without shapes, from the tensor their neighbours touch.
+
+    A trace without ``Input Dims`` says nothing of a batch-norm's tensor, and its launch neither (cuDNN's
+    ``bn_*_1C11`` kernels launch one block per channel and loop). The element-wise kernel next to it on the
+    same stream (the ReLU or residual add after a forward norm, the ReLU backward before a backward one)
+    covers the same tensor, and PyTorch's element-wise launch gives its element count exactly (up to one
+    block). So: bytes = elements x item size (from the kernel's template, fp32 by default) x
+    :data:`NORM_PASSES`, taking the nearest such neighbour within :data:`NEIGHBOURS` ops on the same stream
+    and step (the following one first for a forward kernel, the preceding one first for a backward one).
+    Sets ``f.inferred`` on the rows it fills; rows with bytes already known are left alone."""
+    G = rg.gpu_ops
+    todo = [j for j in range(len(f)) if f.cls[j] == "norm" and not np.isfinite(f.bytes[j]) and f.kernel[j]]
+    if not todo:
+        return
+    order: dict[tuple[int, int, int], list[int]] = {}
+    for j in np.argsort(G.start, kind="stable"):
+        order.setdefault((int(G.device[j]), int(G.stream[j]), int(G.step[j])), []).append(int(j))
+    pos = {j: (key, i) for key, js in order.items() for i, j in enumerate(js)}
+    inferred = np.zeros(len(f), dtype=bool)
+    for j in todo:
+        key, i = pos[j]
+        js = order[key]
+        bwd = bool(re.search(r"bw|backward|bwd|grad", f.kernel[j], re.I))
+        steps = [(-d, d) if bwd else (d, -d) for d in range(1, NEIGHBOURS + 1)]
+        numel = math.nan
+        for offs in steps:
+            for o in offs:
+                if 0 <= i + o < len(js):
+                    q = js[i + o]
+                    numel = _elementwise_numel(f.kernel[q], f.grid[q], f.block[q])
+                    if np.isfinite(numel):
+                        break
+            if np.isfinite(numel):
+                break
+        if not np.isfinite(numel):
+            continue
+        item = next((b for t, b in _ITEM_BYTES if f"<{t}" in f.kernel[j].replace(" ", "")), 4.0)
+        f.bytes[j] = numel * item * NORM_PASSES[bwd]
+        inferred[j] = True
+    if inferred.any():
+        f.inferred = inferred

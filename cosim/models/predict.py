@@ -17,6 +17,7 @@ simulates them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +41,7 @@ from cosim.workload.graph import RankGraph
 
 __all__ = ["Prediction", "predict_durations", "predict_features"]
 
-SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine", "database", "launch")
+SOURCES = ("model", "roofline", "twin", "kernel_name", "floor", "engine", "database", "launch", "measured", "inferred")
 """Where a prediction came from (:attr:`Prediction.source` codes index this)."""
 
 
@@ -65,6 +66,12 @@ def _default_profile(acc: Accelerator) -> CalibrationProfile:
     from cosim.models.profile import load_profile
 
     return load_profile("h100-sxm5")  # cross-GPU from the H100 fit: efficiencies travel, figures do not
+
+
+TIMED_KERNELS = re.compile(r"spin_kernel|sleep_kernel|nanosleep|\b_?sleep\b", re.IGNORECASE)
+"""Kernels whose duration is their argument, not their work (``torch.cuda._sleep``'s ``spin_kernel``
+spins a given number of cycles): they stand for a wait, so every prediction keeps their measured
+duration (source ``measured``) and the error tables leave them out."""
 
 
 def _same_gpu(prof: CalibrationProfile, accelerator: Accelerator) -> bool:
@@ -140,6 +147,8 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
             p = prof.params(c, "")
             out[ok] = memory_time(f.bytes[ok], reference_bandwidth(c, hw), p)
             src[ok] = SOURCES.index("model")
+    if f.inferred is not None:  # bytes read off a neighbouring launch, not shapes (features.infer_norm_bytes)
+        src[f.inferred & (src == SOURCES.index("model"))] = SOURCES.index("inferred")
     if (kernel_scale and prof.kernel_scale) or (database and prof.kernel_db):
         if _same_gpu(prof, accelerator):
             modeled = np.flatnonzero(src == SOURCES.index("model"))
@@ -156,6 +165,10 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
                     if hit is not None:
                         out[j] = hit[0]
                         src[j] = SOURCES.index("database")
+    timed = np.array([bool(TIMED_KERNELS.search(k or "")) for k in f.kernel], dtype=bool)
+    timed &= np.isfinite(f.dur) & (f.dur > 0) & (cls != "collective")
+    out[timed] = f.dur[timed]
+    src[timed] = SOURCES.index("measured")
     # twins for ops the models could not see
     todo = np.flatnonzero(np.isnan(out) & (cls != "collective"))
     if len(todo):
