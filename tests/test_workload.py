@@ -117,6 +117,15 @@ def _manifest_rows() -> list[tuple[str, str, list[float]]]:
     return out
 
 
+MANIFEST_RULE_DIFFERS = {
+    # 26 % of this trace's GPU ops were enqueued before profiling began (no launch in the trace): a ~30 ms
+    # backlog that MANIFEST's rule counts into step 15 (periods 16.80, 51.21 ms). Counting from each step's
+    # first launched op gives the steady GPU period (the trace is GPU-bound: CPU steps 16.8 / 16.0 / 15.9 ms).
+    "tracelens-mi300/resnet_act_checkpoint.json.gz": [18.98, 18.98],
+}
+"""Traces whose measured step time differs from MANIFEST.md's by the step-start rule, with ours (ms)."""
+
+
 def _find(pattern: str) -> str:
     assert TRACES is not None
     hits = sorted(
@@ -139,7 +148,16 @@ def test_manifest_rows_parsed() -> None:
 def test_manifest_step_times(row: tuple[str, str, list[float]]) -> None:
     name, measure, expected = row
     rel = _find(name)
-    times = _load(rel).ranks[0].measured_step_times()[measure] * 1e3
+    rg = _load(rel).ranks[0]
+    if rel in MANIFEST_RULE_DIFFERS:
+        # MANIFEST starts a step at its first GPU op of any kind; ours at its first launched op
+        # (docs/REPLAY.md): reproduce MANIFEST's figure with its rule, and check ours
+        any_op = np.diff(rg.steps.gpu_start)[: len(expected)] * 1e3
+        assert np.allclose(any_op, expected, atol=0.0101), (rel, any_op, expected)
+        ours = rg.measured_step_times()[measure] * 1e3
+        assert np.allclose(ours[np.isfinite(ours)], MANIFEST_RULE_DIFFERS[rel], atol=0.0101), (rel, ours)
+        return
+    times = rg.measured_step_times()[measure] * 1e3
     got = [x for x in times if np.isfinite(x)]
     # MANIFEST lists the leading values with 2 (3 for H100) decimals; allow one unit of the
     # last digit (a100-rank0of2 step 4: 222.0548 here vs 222.06 listed)

@@ -6,8 +6,9 @@ docs/REPLAY.md):
 * a GPU op belongs to the step recorded for it in the execution graph
   (``gpu_ops.step``: the ProfilerStep containing its launch);
 * where a rank has several steps, its step time is the GPU step-to-step period:
-  start of step N+1's first GPU op minus start of step N's, averaged over the
-  periods the trace has;
+  start of step N+1's first launched GPU op minus start of step N's, averaged over
+  the periods the trace has (ops enqueued before profiling started have no launch
+  in the trace and do not start a step);
 * otherwise it is the GPU span of the step: first GPU op start to last GPU op end;
 * the CPU step time is the duration of the ProfilerStep annotation;
 * a CPU-only trace (no GPU op, nothing to project) takes the mean ProfilerStep
@@ -37,18 +38,32 @@ __all__ = ["BREAKDOWN_KEYS", "breakdown", "critical_path", "merge_intervals", "s
 BREAKDOWN_KEYS = ("compute", "exposed_communication", "memcpy", "host_bound_gpu_idle", "other_idle")
 
 
-def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, Any]:
+def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray,
+               launched: np.ndarray | None = None) -> dict[str, Any]:
     """Per-step first GPU start and step times from per-op (step, start, end).
 
-    Returns ``steps`` (step row indices present), ``first`` (first GPU start per
-    step), ``span`` (GPU span per step), ``periods`` (step-to-step, len-1), and
+    ``launched`` (optional, per op) marks the ops whose launch is in the trace. A step's
+    start for the step-to-step period is its first *launched* GPU op (its first op of any
+    kind if it has none): ops enqueued before the profiler started carry no launch and are
+    a backlog, not the step's work, and would make the periods uneven (tracelens-mi300:
+    16.8 and 51.2 ms by any op, 19.0 and 19.0 ms by launched ops). The GPU span of a
+    single step still runs from its first op of any kind.
+
+    Returns ``steps`` (step row indices present), ``first`` (first GPU start per step, as
+    above), ``span`` (GPU span per step), ``periods`` (step-to-step, len-1), and
     ``step_time`` (mean period if several steps, else the span; NaN if no GPU op).
     """
     ok = (gstep >= 0) & np.isfinite(start) & np.isfinite(end)
     steps = np.unique(gstep[ok])
-    first = np.array([start[ok & (gstep == s)].min() for s in steps]) if steps.size else np.zeros(0)
-    last = np.array([end[ok & (gstep == s)].max() for s in steps]) if steps.size else np.zeros(0)
-    span = last - first
+    anchor = ok if launched is None else ok & np.asarray(launched, dtype=bool)
+    first_any, first, last = (np.zeros(steps.size) for _ in range(3))
+    for i, s in enumerate(steps):
+        mine = ok & (gstep == s)
+        first_any[i] = start[mine].min()
+        last[i] = end[mine].max()
+        a = mine & anchor
+        first[i] = start[a].min() if a.any() else first_any[i]
+    span = last - first_any
     periods = np.diff(first) if steps.size >= 2 else np.zeros(0)
     if periods.size:
         st = float(periods.mean())
@@ -58,7 +73,7 @@ def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[st
         st = math.nan
     return {"steps": steps, "first": first, "span": span, "periods": periods, "step_time": st,
             "window": (float(first[0]), float(first[-1])) if periods.size else
-            ((float(first[0]), float(last[0])) if span.size else (math.nan, math.nan)),
+            ((float(first_any[0]), float(last[0])) if span.size else (math.nan, math.nan)),
             "n_periods": max(int(periods.size), 1)}
 
 

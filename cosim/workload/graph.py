@@ -425,15 +425,20 @@ class RankGraph:
         Keys: ``step`` (N of ProfilerStep#N), ``cpu`` (ProfilerStep duration),
         ``gpu_span`` (first GPU op start to last GPU op end among the ops whose
         launch lies in the step), ``gpu_step_to_step`` (start of step N+1's first
-        GPU op minus step N's; NaN for the last step), and ``gpu``: the rank's
-        measured step time — step-to-step where the trace has several steps,
-        otherwise the GPU span.
+        launched GPU op minus step N's, as ``cosim.replay.summary.step_times``; NaN
+        for the last step), and ``gpu``: the rank's measured step time per step —
+        step-to-step where the trace has several steps, otherwise the GPU span.
         """
         st = self.steps
         span = st.gpu_end - st.gpu_start
         s2s = np.full(len(st), np.nan)
         if len(st) >= 2:
-            s2s[:-1] = np.diff(st.gpu_start)
+            G = self.gpu_ops
+            first = np.full(len(st), np.nan)
+            for s in range(len(st)):
+                mine = (G.step == s) & (G.launch >= 0)
+                first[s] = G.start[mine].min() if mine.any() else st.gpu_start[s]
+            s2s[:-1] = np.diff(first)
         gpu = s2s if len(st) >= 2 else span.copy()
         return {
             "step": st.number.copy(),
