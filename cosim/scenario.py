@@ -117,7 +117,39 @@ def load_scenario(name_or_path: str | Path | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise CosimInputError("a scenario file must be a mapping", file=p)
     scn = validate(Scenario, data, file=p)
-    return scn.model_copy(update={"source_file": str(p)})
+    scn = scn.model_copy(update={"source_file": str(p)})
+    _check_scenario(scn, data, p)
+    return scn
+
+
+def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
+    """Check a scenario file's ``topology:`` and each ``set:`` knob on their own, so that a bad one is
+    reported at its line in the file (not later, as if it had been a ``--set`` flag)."""
+    from cosim.replay import ReplayConfig, apply_sets
+    from cosim.topology import find_topology
+    from cosim.yamlio import input_error_at
+
+    base = path.parent
+    try:
+        find_topology(resolve_path(scn.topology, base) or scn.topology)
+    except CosimInputError as exc:
+        raise input_error_at(data, ["topology"], exc.message, file=path) from None
+    sets = data.get("set") or {}
+    for key in scn.set:
+        value = scn.set[key]
+        try:
+            if key.startswith(TOPOLOGY_KNOB):
+                build_topology(scn.topology, base, None, {key: value})
+            else:
+                cfg = apply_sets(ReplayConfig(), expand_port_bandwidth({key: value}))
+                if cfg.catalog_overrides:
+                    from cosim.catalog import load_catalog
+
+                    load_catalog().with_overrides(dict(cfg.catalog_overrides))
+        except CosimInputError as exc:
+            message = re.sub(r"^--set [^:]*: ", "", exc.message)
+            loc = ["set", key] if key in sets else ["set"]
+            raise input_error_at(data, loc, message, file=path) from None
 
 
 def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, dict[str, str]]:

@@ -122,6 +122,21 @@ def test_bad_scenario_inputs(tmp_path) -> None:
         run_scenario(load_scenario(), {"gpu.colour": "red"})
 
 
+@pytest.mark.parametrize("line, want", [
+    ("set: {gpu.colour: 2}", "s.yaml:3:19: set.gpu.colour: unknown knob"),
+    ("set: {links.nvlink4.bandwidth: 50}", "s.yaml:3:32: set.links.nvlink4.bandwidth: bare number '50' needs a unit"),
+    ("set: {topology.links.gpu-pcie.type: pcie9x16}", "s.yaml:3:37: set.topology.links.gpu-pcie.type: "),
+    ("topology: dgx-h1000", "s.yaml:3:11: topology: unknown topology 'dgx-h1000'"),
+])
+def test_scenario_set_and_topology_errors_are_located(tmp_path, line, want) -> None:
+    """A bad knob or topology in a scenario file is reported at its line, like any other field."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"name: t\nworkload: moe-ep2-decode-cpu\n{line}\n")
+    with pytest.raises(CosimInputError) as e:
+        load_scenario(f)
+    assert str(e.value).startswith(str(tmp_path / want)), str(e.value)
+
+
 def test_cli_run_json_and_outputs(tmp_path) -> None:
     out = tmp_path / "o"
     p = subprocess.run([sys.executable, "-m", "cosim", "run", "moe-ep2-decode-dgx-h100", "--json", "--out", str(out)],

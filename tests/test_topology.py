@@ -323,6 +323,27 @@ def test_cli_show_list_check_draw(tmp_path, capsys):
                                                    "directed_links": 66}
 
 
+def test_derived_link_part_given_bidirectional(tmp_path):
+    """A part that extends a catalog link and gives ``bidirectional:`` (no source of its own) is halved
+    to its per-direction bandwidth, and its sources record that field as bandwidth."""
+    f = tmp_path / "bi.yaml"
+    f.write_text("""name: bi
+parts:
+  links:
+    foo: {extends: nvlink4, name: foo, bidirectional: "50 GB/s"}
+devices:
+  - {id: cpu0, kind: cpu, spec: xeon-8480c}
+  - {id: "gpu{i}", kind: gpu, spec: h100-sxm5, count: 2}
+  - {id: sw, kind: nvswitch}
+links:
+  - {between: ["gpu{i}", cpu0], type: pcie5x16, repeat: 2}
+  - {between: ["gpu{i}", sw], type: foo, repeat: 2}
+""")
+    topo = load_topology(f)
+    assert topo.figures()["per_gpu_scale_up_bw_Bps"] == 50 / 2 * GB
+    assert "bandwidth" in topo.catalog.links["foo"].sources and "bidirectional" not in topo.catalog.links["foo"].sources
+
+
 def test_python_api_at_top_level():
     """The notebook API: ``cosim.load_topology(...)`` and friends, imported lazily."""
     code = ("import sys, cosim; assert 'networkx' not in sys.modules; "

@@ -258,10 +258,11 @@ def _derived_sources(base: Any, child: Any, data: LocDict, file: str | None) -> 
     for k, v in child.items():
         if k in _PROVENANCE:
             continue
-        subs = [f"{k}.{sub}" for sub in v] if isinstance(v, dict) and isinstance(base.get(k), dict) else [k]
+        name = "bandwidth" if k == "bidirectional" else k  # the field it sets (halved, per direction)
+        subs = [f"{name}.{sub}" for sub in v] if isinstance(v, dict) and isinstance(base.get(k), dict) else [name]
         changed += [(path, k) for path in subs]
     paths = {p for p, _ in changed}
-    replaced = {k for p, k in changed if p == k}
+    replaced = {p for p, k in changed if p in (k, "bandwidth")}
     base_sources = base.get("sources") or {}
     child_sources = child.get("sources") or {}
     if not isinstance(base_sources, dict) or not isinstance(child_sources, dict):
@@ -437,6 +438,12 @@ class Catalog:
         if not isinstance(overrides, Mapping):
             raise CosimInputError(f"overrides must be a mapping of path -> value, got {type(overrides).__name__}")
         raw = self._raw_copy()
+        given = {str(p) for p in overrides}
+        for path in sorted(given):
+            head, _, last = path.rpartition(".")
+            if last == "bidirectional" and f"{head}.bandwidth" in given:
+                raise self._override_error(overrides, path, CosimInputError(
+                    f"give either {head}.bandwidth (per direction) or {head}.bidirectional, not both"))
         for path, value in overrides.items():
             try:
                 raw = self._apply_override(raw, str(path), value)

@@ -245,6 +245,14 @@ def _make_catalog(parts_docs: list[LocDict], cat_sets: list[tuple[str, Any, LocD
                 raise input_error_at(data, ["parts", *inner], exc.message) from None
             except (KeyError, ValueError) as exc:
                 raise input_error_at(data, ["parts"], f"bad part: {exc}") from None
+    by_doc: dict[int, set[str]] = {}
+    for key, _, data, _ in cat_sets:
+        by_doc.setdefault(id(data), set()).add(key)
+    for key, _, data, loc in cat_sets:
+        head, _, last = key.rpartition(".")
+        if last == "bidirectional" and f"{head}.bandwidth" in by_doc[id(data)]:
+            raise input_error_at(data, loc, f"give either {head}.bandwidth (per direction) or "
+                                            f"{head}.bidirectional, not both")
     for key, value, data, loc in cat_sets:
         try:
             cat = cat.with_overrides({key: _plain(value)})
