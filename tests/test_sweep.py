@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from cosim.errors import CosimInputError
-from cosim.sweep import load_sweep, make_executor, run_sweep
+from cosim.sweep import InlineExecutor, load_sweep, make_executor, run_sweep
 
 SCN = "moe-ep2-decode-dgx-h100"
 
@@ -68,9 +69,19 @@ def _two_point_spec(tmp_path: Path) -> Path:
     return _spec(tmp_path, f"name: t\nbase: {SCN}\nparameters:\n  host.speed: [1, 4]\n  links.nvlink4.bandwidth: [25 GB/s]\n")
 
 
+def test_make_executor_local_kinds() -> None:
+    with make_executor("local", workers=1) as ex:  # one worker: in this process, no pool
+        assert isinstance(ex, InlineExecutor)
+    with make_executor("local", workers=2) as ex:
+        assert isinstance(ex, ProcessPoolExecutor) and ex._max_workers == 2
+    with pytest.raises(CosimInputError, match="--workers must be >= 1"), make_executor("local", workers=0):
+        pass
+
+
 def test_local_sweep_writes_points_csv_and_report(tmp_path: Path) -> None:
     spec = load_sweep(_two_point_spec(tmp_path))
-    with make_executor("local", workers=1) as ex:
+    with make_executor("local", workers=2) as ex:  # the default local executor: a real process pool
+        assert isinstance(ex, ProcessPoolExecutor)
         res = run_sweep(spec, tmp_path / "out", ex, progress=False)
     assert (res.computed, res.skipped, res.failed) == (2, 0, 0)
     rows = res.rows
@@ -96,6 +107,46 @@ def test_local_sweep_writes_points_csv_and_report(tmp_path: Path) -> None:
     res2 = run_sweep(spec, tmp_path / "out", None, progress=False)
     assert (res2.computed, res2.skipped) == (0, 2)
     assert [r["step_time_s"] for r in res2.rows] == [r["step_time_s"] for r in rows]
+    assert not list((tmp_path / "out").glob("points/*/running.json"))  # no point left marked as running
+
+
+def test_point_that_kills_its_worker_is_isolated_and_the_sweep_goes_on(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """host.speed=3 SIGKILLs the pool worker running it (tests/sweep_killer.py): that breaks the process pool.
+    The sweep records the culprit (error.json: the worker died, SIGKILL), completes every other point (those
+    running beside it are retried alone; those not started go on in a fresh pool) and writes all rows."""
+    import sweep_killer
+
+    import cosim.sweep.runner
+
+    monkeypatch.setattr(cosim.sweep.runner, "run_point", sweep_killer.run_point_or_die)
+    spec = load_sweep(_spec(tmp_path, f"name: kill\nbase: {SCN}\nparameters:\n  host.speed: [1, 2, 3, 4, 5, 6]\n"))
+    out = tmp_path / "out"
+    with make_executor("local", workers=2) as ex:
+        res = run_sweep(spec, out, ex, progress=False)
+    assert (res.computed, res.skipped, res.failed) == (6, 0, 1)
+    by = {r["host.speed"]: r for r in res.rows}
+    bad = by.pop(sweep_killer.KILL_VALUE)
+    assert bad["status"] == "error" and "worker process died" in bad["error"] and "SIGKILL" in bad["error"]
+    err = json.loads((out / "points" / bad["key"] / "error.json").read_text())
+    assert err["exitcode"] == -signal.SIGKILL and err["error"] == bad["error"]
+    assert not (out / "points" / bad["key"] / "result.json").exists()
+    for r in by.values():
+        assert r["status"] == "ok" and r["step_time_s"] > 0
+        assert (out / "points" / r["key"] / "result.json").is_file()
+    import csv
+
+    with open(out / "results.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert [t["host.speed"] for t in table] == ["1", "2", "3", "4", "5", "6"]
+    assert [t["status"] for t in table] == ["ok", "ok", "error", "ok", "ok", "ok"]
+    assert "worker process died" in table[2]["error"]
+    assert not list(out.glob("points/*/running.json"))
+    # the failed point is retried on the next run (here it runs fine), the others are not recomputed
+    monkeypatch.undo()
+    res2 = run_sweep(spec, out, None, progress=False)
+    assert (res2.computed, res2.skipped, res2.failed) == (1, 5, 0)
+    assert not (out / "points" / bad["key"] / "error.json").exists()
 
 
 def test_failing_point_is_recorded_and_sweep_goes_on(tmp_path: Path) -> None:
@@ -156,13 +207,62 @@ def test_cli_sweep_on_an_existing_scheduler(tmp_path: Path, capsys: pytest.Captu
     assert [r["step_time_s"] for r in remote["rows"]] == [r["step_time_s"] for r in local.rows]
 
 
+def test_executor_failures_of_one_point_are_recorded(tmp_path: Path) -> None:
+    """An executor that fails a point itself (a Dask KilledWorker, a pickling error) gives that point an
+    error.json; a broken executor the sweep cannot replace (no fresh pool) fails what is left, and says so."""
+    from concurrent.futures import BrokenExecutor, Executor, Future
+
+    class Flaky(Executor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+            fut: Future = Future()
+            speed = args[-1]["host.speed"]  # the point's params
+            if speed == "2":
+                fut.set_exception(RuntimeError("KilledWorker: the point's worker was lost 3 times"))
+            elif speed == "3":
+                fut.set_exception(BrokenExecutor("a worker process died"))
+            else:
+                fut.set_result(fn(*args, **kwargs))
+            return fut
+
+    spec = load_sweep(_spec(tmp_path, f"base: {SCN}\nparameters:\n  host.speed: [1, 2, 3]\n"))
+    res = run_sweep(spec, tmp_path / "out", Flaky(), progress=False)
+    assert (res.computed, res.failed) == (3, 2)
+    r1, r2, r3 = res.rows
+    assert r1["status"] == "ok"
+    e2 = json.loads((tmp_path / "out" / "points" / r2["key"] / "error.json").read_text())
+    assert e2["error"] == r2["error"] == "RuntimeError: KilledWorker: the point's worker was lost 3 times"
+    assert "RuntimeError" in e2["traceback"]
+    e3 = json.loads((tmp_path / "out" / "points" / r3["key"] / "error.json").read_text())
+    assert e3["error"] == r3["error"] and "executor broke" in r3["error"] and "rerun" in r3["error"]
+
+
+def _wait_group_gone(pgid: int, timeout: float = 30.0) -> None:
+    """Wait until no live process of process group ``pgid`` is left (Linux /proc)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        alive = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"process group {pgid} still alive after SIGKILL")
+
+
 def test_kill_midway_then_rerun_loses_and_recomputes_nothing(tmp_path: Path) -> None:
     speeds = [1 + i / 4 for i in range(12)]
     spec_path = _spec(tmp_path, f"name: k\nbase: {SCN}\nparameters:\n  host.speed: {speeds}\n")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # two pool workers, in a session of their own: the kill takes the sweep and its workers, as a job kill does
     proc = subprocess.Popen([sys.executable, "-m", "cosim", "sweep", str(spec_path), "--out", str(out),
-                             "--workers", "1", "--no-progress"], env=env,
+                             "--workers", "2", "--no-progress"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     done: list[Path] = []
@@ -172,8 +272,9 @@ def test_kill_midway_then_rerun_loses_and_recomputes_nothing(tmp_path: Path) -> 
             break
         time.sleep(0.01)
     if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    _wait_group_gone(proc.pid)  # no worker writes after this
     finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("points/*/result.json")}
     assert finished, "no point finished before the kill"
     assert not (out / "results.csv").exists() or len(finished) == 12

@@ -8,11 +8,18 @@
   by dask-jobqueue (see docs/STUDIES.md); without it, it starts an in-process
   ``LocalCluster`` (threads, dashboard off). The executor is
   ``client.get_executor()``.
+
+When a worker process of a local pool dies (SIGKILL, the OOM killer, a crash in
+native code), the pool is broken for good (``BrokenProcessPool``); the sweep
+asks :func:`fresh_executor` for a new one and goes on (see
+:mod:`cosim.sweep.runner`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -20,7 +27,7 @@ from typing import Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["EXECUTORS", "InlineExecutor", "make_executor"]
+__all__ = ["EXECUTORS", "InlineExecutor", "exit_text", "fresh_executor", "make_executor", "worker_exitcode"]
 
 EXECUTORS = ("local", "dask")
 
@@ -35,6 +42,54 @@ class InlineExecutor(Executor):
         except Exception as exc:  # KeyboardInterrupt / SystemExit propagate: the sweep stops
             fut.set_exception(exc)
         return fut
+
+
+def fresh_executor(ex: Executor, workers: int | None = None) -> Executor | None:
+    """A new executor like ``ex``, which broke because a worker process died (``BrokenExecutor``), with
+    ``workers`` workers (default: as many as ``ex``); None when this cannot be made.
+
+    An executor with a ``fresh(workers)`` method makes its own; a ``ProcessPoolExecutor`` gets a new one with its
+    start method, initializer and (default) worker count. The caller shuts it down.
+    """
+    make = getattr(ex, "fresh", None)
+    if callable(make):
+        return make(workers)
+    if isinstance(ex, ProcessPoolExecutor):
+        return ProcessPoolExecutor(workers or getattr(ex, "_max_workers", None) or default_workers(),
+                                   mp_context=getattr(ex, "_mp_context", None),
+                                   initializer=getattr(ex, "_initializer", None),
+                                   initargs=getattr(ex, "_initargs", ()))
+    return None
+
+
+def worker_exitcode(ex: Executor, pid: int | None, timeout: float = 5.0) -> int | None:
+    """Exit code of the worker process ``pid`` of a broken process pool ``ex`` (``-N``: killed by signal N), or
+    None when it cannot be known (not a CPython ``ProcessPoolExecutor``, an unknown pid, still running)."""
+    procs = getattr(ex, "_processes", None)  # CPython's ProcessPoolExecutor: pid -> multiprocessing.Process
+    proc = procs.get(pid) if isinstance(procs, dict) and pid is not None else None
+    if proc is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            code = proc.exitcode
+        except (OSError, ValueError):  # pragma: no cover - already closed
+            return None
+        if code is not None or time.monotonic() > deadline:
+            return code
+        time.sleep(0.01)
+
+
+def exit_text(code: int | None) -> str:
+    """``killed by signal SIGKILL`` / ``exit code 3`` / ``""`` (unknown) for a process exit code."""
+    if code is None:
+        return ""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def default_workers() -> int:

@@ -6,13 +6,19 @@ Layout of a sweep's output folder ``DIR``::
     DIR/points/<key>/point.json the point's parameters and the sets it ran with
     DIR/points/<key>/scenario.yaml, summary.json   as written by `cosim run`
     DIR/points/<key>/result.json   the point's row of results.csv; written last: the point is finished
-    DIR/points/<key>/error.json    instead of result.json when the point failed (retried on the next run)
+    DIR/points/<key>/error.json    instead of result.json when the point failed (retried on the next run),
+                                   its worker process died included
+    DIR/points/<key>/running.json  while the point runs (the worker's pid); left behind by a kill
     DIR/results.csv  (+ results.parquet when pyarrow is importable)
     DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep)
 
 ``<key>`` is a content hash of the resolved base scenario, the point's sets and
 the files it reads (topology chain, catalog data, workload traces, profile), so a rerun (after a crash, a kill, or with more points added) skips every
 finished point and computes only the rest.
+
+A point that kills its worker process (SIGKILL, the OOM killer, a crash in
+native code) breaks a process pool; the sweep finds the culprit, records it and
+goes on in a fresh pool (see :func:`_execute`).
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import hashlib
 import io
 import json
 import math
+import os
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Sequence
-from concurrent.futures import Executor, Future, as_completed
+from concurrent.futures import BrokenExecutor, Executor, Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,28 +298,22 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
         rows[k] = {}
         todo.append((k, p))
     skipped = len(points) - len(todo)
-    ex = executor or InlineExecutor()
     bar = tqdm(total=len(points), initial=skipped, desc=label, unit="pt", file=sys.stderr, disable=not progress,
                dynamic_ncols=True)
-    computed = failed = 0
+    counts = {"computed": 0, "failed": 0}
+
+    def finish(k: str, row: dict[str, Any]) -> None:
+        rows[k] = row
+        counts["computed"] += 1
+        counts["failed"] += row.get("status") != "ok"
+        bar.update(1)
+        bar.set_postfix(failed=counts["failed"])
+
     try:
-        futs: dict[Future, str] = {}
-        for k, p in todo:
-            f = ex.submit(run_point, base, {**fixed, **p}, str(out / "points" / k), p)
-            futs[f] = k
-        for f in as_completed(futs):
-            k = futs[f]
-            try:
-                row = f.result()
-            except Exception as exc:  # the executor itself failed (a lost worker, a pickling error)
-                row = {"key": k, "status": "error", "error": f"{type(exc).__name__}: {exc}"}
-            rows[k] = row
-            computed += 1
-            failed += row.get("status") != "ok"
-            bar.update(1)
-            bar.set_postfix(failed=failed)
+        _execute(executor or InlineExecutor(), base, fixed, out, todo, finish)
     finally:
         bar.close()
+    computed, failed = counts["computed"], counts["failed"]
     ordered = []
     for k, p in zip(keys, points):
         r = rows.get(k) or {"key": k, "status": "missing"}
@@ -324,6 +326,144 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
         res.files["report"] = out / "report.html"
         write_sweep_report(res.files["report"], ordered, params, title=f"{label}: {Path(base).stem}")
     return res
+
+
+_MARKER = "running.json"
+
+
+def _run_marked(fn: Any, token: str, base: str, sets: dict[str, str], out_dir: str,
+                params: dict[str, str]) -> dict[str, Any]:
+    """Run one point in a worker. ``running.json`` (this sweep run's token and the worker's pid) marks the point
+    as started until ``fn`` returns, so that after a worker process died the sweep can tell the points that were
+    running from those still queued."""
+    marker = Path(out_dir) / _MARKER
+    write_json(marker, {"token": token, "pid": os.getpid()})
+    try:
+        return fn(base, sets, out_dir, params)
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def _started_pid(out_dir: Path, token: str) -> int | None:
+    """The worker pid of a point that started in this run (``token``) and did not return; else None."""
+    try:
+        d = json.loads((out_dir / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return d.get("pid") if isinstance(d, dict) and d.get("token") == token else None
+
+
+def _error_row(out_dir: Path, p: dict[str, str], msg: str, wall_s: float | None, **extra: Any) -> dict[str, Any]:
+    """Record a point that failed outside :func:`run_point` (its worker died, the executor failed) in its
+    ``error.json``, as run_point records its own failures."""
+    row: dict[str, Any] = {"key": out_dir.name, **p, "status": "error", "error": msg, "wall_s": wall_s}
+    write_json(out_dir / "error.json", {**row, "traceback": "", **extra})
+    (out_dir / _MARKER).unlink(missing_ok=True)
+    return row
+
+
+def _execute(ex: Executor, base: str, fixed: dict[str, str], out: Path, todo: list[tuple[str, dict[str, str]]],
+             finish: Any) -> None:
+    """Run ``todo`` (key, params) on ``ex``; call ``finish(key, row)`` for every point.
+
+    A worker process that dies (SIGKILL, OOM killer, a native crash) breaks a process pool: every point that had
+    not returned fails with ``BrokenExecutor`` and the pool takes no more work. Then: points whose result.json
+    was written keep it; points that had not started go on in a fresh pool (:func:`fresh_executor`); points that
+    were running (one of them killed the worker; the others died with the pool) are run again one at a time, each
+    alone in a fresh single-worker pool: one that kills its worker again is the culprit and gets an error.json
+    saying that its worker process died (and the signal), the others complete. Any other exception raised by the
+    executor for a point (a Dask ``KilledWorker``, a pickling error) is that point's error.json.
+    """
+    from cosim.sweep.executors import exit_text, fresh_executor, worker_exitcode
+
+    token = uuid.uuid4().hex
+    order = {k: i for i, (k, _) in enumerate(todo)}
+    owned: list[Executor] = []
+
+    def pdir(k: str) -> Path:
+        return out / "points" / k
+
+    def run_batch(e: Executor, items: list[tuple[str, dict[str, str]]]) -> list[tuple[str, dict[str, str]]]:
+        """Run ``items`` on ``e``; return those lost to a broken executor, in point order."""
+        futs: dict[Future, tuple[str, dict[str, str]]] = {}
+        lost = []
+        for k, p in items:
+            try:
+                futs[e.submit(_run_marked, run_point, token, base, {**fixed, **p}, str(pdir(k)), p)] = (k, p)
+            except BrokenExecutor:
+                lost.append((k, p))
+        for f in as_completed(futs):
+            k, p = futs[f]
+            try:
+                row = f.result()
+            except BrokenExecutor:
+                lost.append((k, p))
+                continue
+            except Exception as exc:  # the executor failed this point (a lost Dask worker, a pickling error)
+                row = _error_row(pdir(k), p, f"{type(exc).__name__}: {exc}", None,
+                                 traceback="".join(traceback.format_exception(exc)))
+            finish(k, row)
+        done = []
+        for k, p in lost:  # finished in the worker, but the pool broke before it said so
+            try:
+                row = {**json.loads((pdir(k) / "result.json").read_text()), **p}
+            except (OSError, ValueError):
+                continue
+            finish(k, row)
+            done.append(k)
+        return sorted((it for it in lost if it[0] not in done), key=lambda it: order[it[0]])
+
+    def fresh(workers: int | None = None) -> Executor | None:
+        e = fresh_executor(ex, workers)
+        if e is not None:
+            owned.append(e)
+        return e
+
+    def give_up(items: list[tuple[str, dict[str, str]]], why: str) -> None:
+        for k, p in items:
+            finish(k, _error_row(pdir(k), p, f"the executor broke ({why}) before this point finished; "
+                                 "not retried (rerun the sweep)", None))
+
+    try:
+        queue, alone = list(todo), []
+        cur: Executor | None = ex
+        solo: Executor | None = None
+        while queue or alone:
+            if queue:
+                if cur is None:
+                    cur = fresh()
+                    if cur is None:
+                        give_up(queue + alone, "a worker process died")
+                        return
+                lost = run_batch(cur, queue)
+                queue = []
+                if lost:
+                    cur = None  # broken: a fresh pool for what is left
+                    started = [it for it in lost if _started_pid(pdir(it[0]), token) is not None]
+                    if started:
+                        alone += started
+                        queue = [it for it in lost if it not in started]
+                    else:  # no point says it was running: run every one alone
+                        alone += lost
+                continue
+            k, p = alone.pop(0)
+            if solo is None:
+                solo = fresh(1)
+                if solo is None:
+                    give_up([(k, p), *alone], "a worker process died")
+                    return
+            t0 = time.perf_counter()
+            if run_batch(solo, [(k, p)]):
+                pid = _started_pid(pdir(k), token)
+                code = worker_exitcode(solo, pid)
+                how = exit_text(code)
+                finish(k, _error_row(pdir(k), p, "worker process died" + (f" ({how})" if how else "")
+                                     + " while running this point (alone in a fresh pool)",
+                                     time.perf_counter() - t0, worker_pid=pid, exitcode=code))
+                solo = None
+    finally:
+        for e in owned:
+            e.shutdown(wait=True, cancel_futures=True)
 
 
 def run_sweep(spec: Any, out: str | Path, executor: Executor | None = None, progress: bool = True) -> SweepResult:
