@@ -169,7 +169,21 @@ def test_run_report_html(tmp_path: Path) -> None:
     rows = _table_rows(p, "all-links")
     assert len(rows) == len(d["links"]) > 0
     assert {r[0] for r in rows} == {f"{x['src']} -> {x['dst']}" for x in d["links"]}
-    assert "memcpy/memset ops" in text and "not placed on any link" in text
+    # links: the projected D2H copies are on PCIe, collectives on NVLink; shares over the step window
+    assert "copies keep their measured or modeled durations" in text
+    pcie = next(t for t in d["link_types"] if t["link"] == "pcie5x16")
+    assert pcie["with_traffic"] > 0 and pcie["memcpy_bytes"] == pcie["bytes"] > 0
+    from cosim.report.run import _step_window
+
+    a, b, n = _step_window(res)
+    busy = res.link_usage.busy(a, b)
+    for x in d["links"]:
+        i = res.link_usage.link_id[(x["src"], x["dst"])]
+        assert x["busy_share"] == pytest.approx(busy[i] / (b - a)) and x["busy_s_per_step"] == pytest.approx(busy[i] / n)
+        assert 0.0 < x["busy_share"] <= 1.0 and x["busy_time_s"] >= busy[i] - 1e-15
+    links_sp = [x for x in d["stress_points"] if x["kind"].startswith("link:")]
+    assert all(x["share"] == next(lk["busy_share"] for lk in d["links"] if x["what"].startswith(
+        f"link {lk['src']} -> {lk['dst']} ")) for x in links_sp)
     figs = plotly_figures(p)
     assert len(figs) == s.plotly_divs
     busiest = next(f for f in figs if f["title"].startswith("Busiest directed links"))

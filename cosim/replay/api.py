@@ -18,10 +18,11 @@ from cosim.fileio import write_json
 from cosim.replay.config import ReplayConfig
 from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
 from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
+from cosim.replay.links import COLLECTIVE, MEMCPY, EngineRoutes, LinkUsage, record_fabric
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, critical_path, step_times
 from cosim.workload import ExecutionGraph, load_trace
-from cosim.workload.graph import CollType, RankGraph
+from cosim.workload.graph import CollType, CopyKind, GpuKind, RankGraph
 from cosim.workload.project import needs_projection, project_onto
 
 __all__ = ["SUMMARY_SCHEMA", "ReplayResult", "replay"]
@@ -43,7 +44,10 @@ class ReplayResult:
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     links: list[dict[str, Any]] = field(default_factory=list)
-    """Per directed link of the fabric (with simulated collectives): bytes, busy_s, peak_flows, utilization."""
+    """Per directed link that carried bytes (collectives and memcpys, docs/REPLAY.md): bytes, busy_time_s,
+    peak_flows, utilization (``summary.json["links"]``)."""
+    link_usage: LinkUsage | None = None
+    """The traffic intervals behind ``links`` (for windowed figures: :mod:`cosim.replay.links`)."""
     kernel_errors: dict[str, Any] | None = None
     """Modeled replay: per-class error of the kernel models against the trace's measured durations."""
     precision: dict[str, Any] | None = None
@@ -77,8 +81,8 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
     ranks = []
     for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
         G = rg.gpu_ops
-        meas = step_times(G.step, G.start, G.start + G.dur)
-        sim = step_times(G.step, run.gpu_start, run.gpu_end)
+        meas = step_times(G.step, G.start, G.start + G.dur, G.launch >= 0)
+        sim = step_times(G.step, run.gpu_start, run.gpu_end, G.launch >= 0)
         st_rows = rg.steps
         cpu_meas, cpu_sim = [], []
         step_rows = sim["steps"] if sim["steps"].size else np.arange(len(st_rows))
@@ -197,48 +201,152 @@ def _split_matrix(arr: list, ranks: list[int]) -> list[list[float]] | None:
     return m
 
 
+def _nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
+    C = rg.collectives
+    b = float(C.out_bytes[c] if ctype == CollType.ALL_GATHER else C.in_bytes[c])
+    if not math.isfinite(b) or b <= 0:
+        eb = int(C.elem_bytes[c])
+        n = int(C.out_nelems[c] if ctype == CollType.ALL_GATHER else C.in_nelems[c])
+        b = float(eb * n) if eb > 0 and n > 0 else math.nan
+    return b
+
+
+def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list[str], float, Any] | None:
+    """What the engine runs for matched participants ``arr`` [(rank, gpu op, start)]:
+    (op, GPUs, nbytes, all-to-allv matrix or None), or None when it cannot (type or size unknown)."""
+    r0, j0, _ = arr[0]
+    rg = r0.rg
+    c = int(rg.gpu_ops.collective[j0])
+    ctype = int(rg.collectives.type[c])
+    op = ENGINE_OPS.get(CollType(ctype))
+    nb = _nbytes_of(rg, c, ctype)
+    if op is None or not math.isfinite(nb):
+        return None
+    if len(arr) > 1:
+        ranks = sorted({r.rg.rank for r, _, _ in arr})
+    else:
+        gsize = int(rg.collectives.group_size[c])
+        g = int(rg.collectives.group[c])
+        members = [int(x) for x in rg.groups.ragged("ranks", g)] if g >= 0 else []
+        if len(members) < 2:
+            members = list(range(max(gsize, 1)))
+        ranks = members  # symmetric peers: the other members behave like this rank
+    if len(ranks) < 2:
+        return None
+    gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
+    if op == "send_recv":
+        gpus = gpus[:2]
+    if ctype == CollType.ALL_TO_ALL and len(arr) == len(ranks) > 1:
+        matrix = _split_matrix(arr, ranks)
+        if matrix is not None:
+            return "all_to_allv", gpus, nb, matrix
+    return op, gpus, nb, None
+
+
 def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
     """Start a collective on the engine's fabric for matched participants."""
 
-    def nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
-        C = rg.collectives
-        b = float(C.out_bytes[c] if ctype == CollType.ALL_GATHER else C.in_bytes[c])
-        if not math.isfinite(b) or b <= 0:
-            eb = int(C.elem_bytes[c])
-            n = int(C.out_nelems[c] if ctype == CollType.ALL_GATHER else C.in_nelems[c])
-            b = float(eb * n) if eb > 0 and n > 0 else math.nan
-        return b
-
     def run(arr: list) -> simpy.Event | None:
-        r0, j0, _ = arr[0]
-        rg = r0.rg
-        c = int(rg.gpu_ops.collective[j0])
-        ctype = int(rg.collectives.type[c])
-        op = ENGINE_OPS.get(CollType(ctype))
-        nb = nbytes_of(rg, c, ctype)
-        if op is None or not math.isfinite(nb):
+        spec = _collective_spec(arr, topo, cfg)
+        if spec is None:
             return None
-        if len(arr) > 1:
-            ranks = sorted({r.rg.rank for r, _, _ in arr})
-        else:
-            gsize = int(rg.collectives.group_size[c])
-            g = int(rg.collectives.group[c])
-            members = [int(x) for x in rg.groups.ragged("ranks", g)] if g >= 0 else []
-            if len(members) < 2:
-                members = list(range(max(gsize, 1)))
-            ranks = members  # symmetric peers: the other members behave like this rank
-        if len(ranks) < 2:
-            return None
-        gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
-        if op == "send_recv":
-            gpus = gpus[:2]
-        if ctype == CollType.ALL_TO_ALL and len(arr) == len(ranks) > 1:
-            matrix = _split_matrix(arr, ranks)
-            if matrix is not None:
-                return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
+        op, gpus, nb, matrix = spec
+        if matrix is not None:
+            return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
         return sim.collective(op, gpus, nb, name=f"{op}")
 
     return run
+
+
+def _replay_end(now: float, runs: list[RankRun]) -> float:
+    """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
+    end = now
+    for run in runs:
+        for arr in (run.gpu_end, run.host_end):
+            v = arr[np.isfinite(arr)]
+            if v.size:
+                end = max(end, float(v.max()))
+    return end
+
+
+def _link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
+                finish_fabric: Any) -> tuple[LinkUsage | None, dict[str, int]]:
+    """Per-link traffic of the finished replay and the ops left off the links (reason -> count).
+
+    Attribution only, no replayed time changes. Simulated collectives: the fabric's recorded
+    flows. Measured collectives: the engine's decomposition over the kernel's replayed interval.
+    Memcpys (both modes): bytes on the copy's route over its replayed interval (docs/REPLAY.md)."""
+    skipped: dict[str, int] = {}
+    state: dict[str, Any] = {"usage": fabric_usage, "routes": None}
+    if fabric_usage is not None:
+        finish_fabric()
+
+    def skip(reason: str, n: int = 1) -> None:
+        if n:
+            skipped[reason] = skipped.get(reason, 0) + n
+
+    def routes() -> tuple[LinkUsage, EngineRoutes]:
+        if state["routes"] is None:
+            state["routes"] = EngineRoutes(topology)
+            if state["usage"] is None:
+                fab = state["routes"].fabric
+                state["usage"] = LinkUsage(fab.links, fab.capacity)
+        return state["usage"], state["routes"]
+
+    if fabric_usage is None:  # measured collectives: the instances the simulated mode would run, over their kernels
+        instances: dict[Any, list] = {}
+        singles: list[list] = []
+        for r in ex.ranks:
+            for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
+                key = r.coll_key.get(j)
+                if key is None:
+                    singles.append([(r, j, r.start[j])])
+                else:
+                    instances.setdefault(key, []).append((r, j, r.start[j]))
+        for arr in [*instances.values(), *singles]:
+            t0 = max(float(r.start[j]) for r, j, _ in arr)  # the last participant's start
+            t1 = max(float(r.end[j]) for r, j, _ in arr)
+            try:
+                spec = _collective_spec(arr, topology, cfg) if math.isfinite(t0 + t1) else None
+            except CosimInputError:  # its group does not fit the topology
+                spec = None
+            if spec is None:
+                skip("collectives (type, size or GPUs unknown)")
+                continue
+            usage, rt = routes()
+            idx, wire, flows = rt.collective(*spec)
+            usage.add(idx, t0, t1, flows, wire, COLLECTIVE)
+    for r in ex.ranks:
+        G = r.rg.gpu_ops
+        mem = G.kind == GpuKind.MEMCPY
+        if not mem.any():
+            continue
+        start, end = np.asarray(r.start, dtype=float), np.asarray(r.end, dtype=float)
+        try:
+            gpu = _gpu_of_rank(topology, r.rg.rank, cfg)
+            cpu = topology.cpu_of(gpu)
+        except Exception:  # a rank beyond the topology, or a GPU without a CPU
+            gpu = cpu = None
+        for kind, pair in ((CopyKind.HTOD, (cpu, gpu)), (CopyKind.DTOH, (gpu, cpu)), (CopyKind.PTOP, None)):
+            sel = np.flatnonzero(mem & (G.copy_kind == kind))
+            if not sel.size:
+                continue
+            if pair is None or gpu is None or cpu is None:
+                skip("peer copies (the trace names no peer GPU)" if pair is None
+                     else "memcpys of ranks with no GPU and CPU on the topology", int(sel.size))
+                continue
+            nb = G.bytes[sel]
+            ok = np.isfinite(nb) & (nb > 0) & np.isfinite(start[sel]) & np.isfinite(end[sel])
+            skip("memcpys of unknown size", int((~ok).sum()))
+            sel, nb = sel[ok], nb[ok]
+            if not sel.size:
+                continue
+            usage, rt = routes()
+            idx, w = rt.transfer(*pair)
+            k = idx.size
+            usage.add(np.tile(idx, sel.size), np.repeat(start[sel], k), np.repeat(end[sel], k), 1.0,
+                      np.outer(nb, w).reshape(-1), MEMCPY)
+    return state["usage"], skipped
 
 
 def _as_graph(src: ExecutionGraph | str | Path | Sequence[str | Path]) -> tuple[ExecutionGraph, list[str]]:
@@ -324,11 +432,14 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
                                      durations=modeled[k] if modeled is not None else None))
     runner = None
     sim = None
+    finish_fabric = fabric_usage = None
     if cfg.collectives == "simulated":
         from cosim.engine import SimConfig, Simulator
 
         sim = Simulator(topology, SimConfig(record_trace=False), env=env)
         runner = _collective_runner(sim, topology, cfg, notes)
+        fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
+        finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
     ex = Executor(env, list(zip(graph.ranks, programs)), runner)
     runs, wall = ex.run()
     stuck = ex.unresolved()
@@ -343,8 +454,12 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
     if target and traced and target != traced and cfg.durations != "modeled":
         notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
-    links = [d for d in sim.link_report() if d.get("bytes", 0) > 0] if sim is not None else []
+    usage, skipped = _link_usage(ex, topology, cfg, fabric_usage, finish_fabric)
+    links = usage.report(_replay_end(env.now, runs)) if usage is not None else []
+    if skipped:
+        notes.append("link traffic leaves out " + ", ".join(f"{n} {why}" for why, n in skipped.items()))
     res = ReplayResult(graph, cfg, topology, programs, runs, wall, ex.events, sources, notes, links)
+    res.link_usage = usage
     res.kernel_errors = kernel_errors
     res.precision = precision
     return res

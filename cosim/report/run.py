@@ -8,9 +8,14 @@ of rank 0 and the hardware (topology figures, parts, power).
 
 Resource utilization is the busy time (union of op intervals) of a GPU stream /
 host thread over the step window of its rank (the same window as the
-breakdown), divided by the window. Link figures come from the fabric model
-(``summary["links"]``, only with simulated collectives): bytes, busy time and
-average load (bytes / (capacity x simulated time)).
+breakdown), divided by the window. Links are measured on the same basis: a
+link's busy time (union of the intervals it carried something) within the step
+window of the job (from the earliest rank's window start to the latest rank's
+window end), divided by that window; its load is the bytes it moved in the
+window over capacity x window. The traffic is ``summary["links"]`` and its
+intervals (:mod:`cosim.replay.links`): collectives (simulated on the fabric, or
+with measured collectives the engine's decomposition over the replayed kernel)
+and host<->device memcpys on the GPU's PCIe path, in both modes.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def _window(rg: Any, run: Any) -> tuple[float, float, int, tuple[float, float]]:
     from cosim.replay.summary import step_times
 
     G = rg.gpu_ops
-    st = step_times(G.step, run.gpu_start, run.gpu_end)
+    st = step_times(G.step, run.gpu_start, run.gpu_end, G.launch >= 0)
     a, b = st["window"]
     n = st["n_periods"]
     if not (math.isfinite(a) and math.isfinite(b) and b > a):
@@ -120,6 +125,42 @@ def _rank_resources(rg: Any, run: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _step_window(result: Any) -> tuple[float, float, int]:
+    """(a, b, n_periods) of the job: the hull of every rank's step window."""
+    ws = [_window(rg, run) for rg, run in zip(result.graph.ranks, result.runs)]
+    if not ws:
+        return 0.0, 0.0, 1
+    return min(w[0] for w in ws), max(w[1] for w in ws), max(w[2] for w in ws)
+
+
+def _link_rows(result: Any, s: dict[str, Any], topo: Any, kinds: dict[str, str]) -> list[dict[str, Any]]:
+    """The summary's links with their busy share, busy time per step and load over the step window."""
+    a, b, n = _step_window(result)
+    span = b - a
+    usage = getattr(result, "link_usage", None)
+    busy = load_b = None
+    if usage is not None and span > 0:
+        busy, load_b = usage.busy(a, b), usage.bytes_in(a, b)
+    elapsed = _elapsed(result)
+    links = []
+    for lk in s.get("links") or []:
+        key = (lk["src"], lk["dst"])
+        e = topo.graph.edges[key] if topo is not None and topo.graph.has_edge(*key) else {}
+        lt = e.get("link", "?")
+        i = usage.link_id.get(key) if busy is not None else None
+        if i is not None:
+            cap = lk.get("capacity_Bps") or 0.0
+            row = {"busy_share": float(busy[i]) / span, "busy_s_per_step": float(busy[i]) / n,
+                   "step_load": float(load_b[i]) / (cap * span) if cap > 0 else 0.0}
+        else:  # no intervals (a result without them): the whole simulated time
+            bt = lk.get("busy_time_s", 0.0)
+            row = {"busy_share": bt / elapsed if elapsed > 0 else 0.0, "busy_s_per_step": bt / n,
+                   "step_load": lk.get("utilization") or 0.0}
+        links.append({**lk, "link": lt, "kind": kinds.get(lt, "?"), **row})
+    links.sort(key=lambda x: (-x["busy_share"], -x["step_load"], -(x.get("bytes") or 0.0)))
+    return links
+
+
 def _elapsed(result: Any) -> float:
     hi = 0.0
     for run in result.runs:
@@ -139,20 +180,15 @@ def run_report_data(result: Any) -> dict[str, Any]:
         res.extend(_rank_resources(rg, run))
     kinds = link_kinds(topo) if topo is not None else {}
     elapsed = _elapsed(result)
-    links = []
-    for lk in s.get("links") or []:
-        e = topo.graph.edges[lk["src"], lk["dst"]] if topo is not None and topo.graph.has_edge(lk["src"], lk["dst"]) else {}
-        lt = e.get("link", "?")
-        links.append({**lk, "link": lt, "kind": kinds.get(lt, "?"),
-                      "busy_share": (lk.get("busy_time_s", 0.0) / elapsed) if elapsed > 0 else 0.0})
-    links.sort(key=lambda x: (-(x.get("utilization") or 0.0), -(x.get("bytes") or 0.0)))
+    links = _link_rows(result, s, topo, kinds)
     # per link type present in the topology, used or not
     types: dict[str, dict[str, Any]] = {}
     if topo is not None:
         for _u, _v, e in topo.graph.edges(data=True):
             t = types.setdefault(e.get("link", "?"), {"link": e.get("link", "?"), "kind": kinds.get(e.get("link"), "?"),
                                                       "directed_links": 0, "with_traffic": 0, "bytes": 0.0,
-                                                      "max_utilization": 0.0, "max_busy_share": 0.0})
+                                                      "memcpy_bytes": 0.0, "max_step_load": 0.0,
+                                                      "max_busy_share": 0.0})
             t["directed_links"] += 1
         for lk in links:
             t = types.get(lk["link"])
@@ -160,11 +196,12 @@ def run_report_data(result: Any) -> dict[str, Any]:
                 continue
             t["with_traffic"] += 1
             t["bytes"] += lk.get("bytes") or 0.0
-            t["max_utilization"] = max(t["max_utilization"], lk.get("utilization") or 0.0)
+            t["memcpy_bytes"] += lk.get("memcpy_bytes") or 0.0
+            t["max_step_load"] = max(t["max_step_load"], lk["step_load"])
             t["max_busy_share"] = max(t["max_busy_share"], lk["busy_share"])
     stress = [{"what": r["resource"], "kind": r["kind"], "share": r["share"]} for r in res]
     stress += [{"what": f"link {lk['src']} -> {lk['dst']} ({lk['link']})", "kind": f"link:{lk['kind']}",
-                "share": lk["busy_share"], "utilization": lk.get("utilization")} for lk in links]
+                "share": lk["busy_share"], "load": lk["step_load"]} for lk in links]
     stress.sort(key=lambda x: -x["share"])
     hw = hardware_totals(topo) if topo is not None else None
     return {"schema": "cosim.run-report/1", "headline": headline(s), "step_time_s": s.get("step_time_s"),
@@ -235,6 +272,12 @@ def _hbar(labels: list[str], values: list[float], title: str, xtitle: str, color
 
 _KIND_COLORS = {"sm": "#2ca02c", "stream": "#98df8a", "comm": "#d62728", "copy": "#9467bd",
                 "host_thread": "#ff7f0e"}
+_LINK_NOTE = ("Link traffic: collectives (simulated: the fabric's flows; measured: the engine's decomposition of each "
+              "collective into flows for the algorithm its tuner picks, spread over the collective kernel's replayed "
+              "interval) and host<->device memcpys on the GPU's PCIe path to its CPU over the copy's replayed "
+              "interval. Memcpy bytes are attributed only: copies keep their measured or modeled durations and do "
+              "not contend with other traffic in the replay. Busy share and load are over the step window, as for "
+              "the other resources; 'load (whole replay)' is bytes / (capacity x simulated time).")
 
 
 def _timeline(result: Any, bins: int = 300) -> Any | None:
@@ -324,12 +367,13 @@ def run_report_html(result: Any, title: str | None = None) -> str:
     # --- stress points
     page.h2("Top stress points")
     page.p("Most loaded resources and links: busy share of the step window (GPU streams, SM, copy engines, host "
-           "threads) or of the simulated time (links). A host thread near 100% with the GPU idle means host-bound.",
-           "note")
+           "threads and links alike). A host thread near 100% with the GPU idle means host-bound.", "note")
     sp = d["stress_points"][:10]
     if sp:
         page.fig(_hbar([x["what"] for x in sp], [x["share"] * 100 for x in sp], "Busiest resources",
-                       "busy share (%)", [_KIND_COLORS.get(x["kind"], "#1f77b4") for x in sp]))
+                       "busy share of step window (%)",
+                       [_KIND_COLORS.get(x["kind"], "#17becf" if x["kind"].startswith("link:") else "#1f77b4")
+                        for x in sp]))
     # --- utilization
     page.h2("Utilization of every resource")
     res = d["resources"]
@@ -341,34 +385,35 @@ def run_report_html(result: Any, title: str | None = None) -> str:
                        "GPU streams, SM, copy engines and host threads", "busy share of step window (%)",
                        [_KIND_COLORS.get(r["kind"], "#1f77b4") for r in top]))
     page.h2("Links (PCIe, NVLink, NIC, fabric)")
+    page.p(_LINK_NOTE, "note")
     if d["link_types"]:
-        page.table(["link type", "kind", "directed links", "with traffic", "bytes", "max avg load", "max busy share"],
+        page.table(["link type", "kind", "directed links", "with traffic", "bytes", "of which memcpy",
+                    "max load (step window)", "max busy share of step"],
                    [[t["link"], t["kind"], t["directed_links"], t["with_traffic"], units.fmt_size(t["bytes"]),
-                     fmt_pct(t["max_utilization"], 3), fmt_pct(t["max_busy_share"], 2)] for t in d["link_types"]])
+                     units.fmt_size(t["memcpy_bytes"]), fmt_pct(t["max_step_load"], 3),
+                     fmt_pct(t["max_busy_share"], 2)] for t in d["link_types"]])
     if d["links"]:
         lk = d["links"][:24]
         page.fig(_hbar([f"{x['src']}->{x['dst']} ({x['link']})" for x in lk], [x["busy_share"] * 100 for x in lk],
                        f"Busiest directed links (top {len(lk)} of {len(d['links'])} with traffic)",
-                       "busy share of simulated time (%)"))
+                       "busy share of step window (%)"))
         n = len(d["links"])
         page.details_start(f"Every link with traffic: {n} directed links (click a column header to sort)",
                            open_=n <= 24)
-        page.table(["link", "type", "kind", "capacity", "bytes", "busy time", "busy share", "avg load",
-                    "peak flows"],
+        page.table(["link", "type", "kind", "capacity", "bytes", "memcpy bytes", "busy per step",
+                    "busy share of step", "load (step window)", "load (whole replay)", "peak transfers"],
                    [[f"{x['src']} -> {x['dst']}", x["link"], x["kind"],
                      (_gbps(x.get("capacity_Bps")), x.get("capacity_Bps") or 0.0),
                      (units.fmt_size(x["bytes"]), x.get("bytes") or 0.0),
-                     (fmt_time(x.get("busy_time_s")), x.get("busy_time_s") or 0.0),
+                     (units.fmt_size(x.get("memcpy_bytes") or 0.0), x.get("memcpy_bytes") or 0.0),
+                     (fmt_time(x["busy_s_per_step"]), x["busy_s_per_step"]),
                      (fmt_pct(x["busy_share"], 2), x["busy_share"]),
+                     (fmt_pct(x["step_load"], 3), x["step_load"]),
                      (fmt_pct(x.get("utilization"), 3), x.get("utilization") or 0.0),
                      x.get("peak_flows")] for x in d["links"]], left=3, sortable=True, table_id="all-links")
         page.details_end()
     else:
-        page.p("No link traffic recorded: collectives used their measured durations (run with "
-               "--collectives simulated to put them on the fabric).", "note")
-    page.p("Link traffic is collective traffic only: the replay puts simulated collectives on the links, but "
-           "memcpy/memset ops (host-device copies over PCIe included) keep their measured or scaled durations on "
-           "the copy engines and are not placed on any link, so PCIe links show no copy traffic.", "note")
+        page.p("No link traffic: no collective or host<->device copy of this replay put bytes on a link.", "note")
     # --- critical path
     cp = s.get("critical_path") or {}
     page.h2("Critical path")

@@ -1,0 +1,232 @@
+"""Per-link traffic of a replay: the counters behind ``summary.json["links"]``.
+
+Every directed link of the topology (the engine's fabric links) gets bytes, busy
+time (the union of the intervals it carried something), peak concurrent
+transfers and average utilization. Three sources feed it:
+
+* **simulated collectives** (``collectives=simulated``): the fabric's own flows,
+  recorded as they run (per-link flow count and load between rate solves);
+  bytes are the fabric's wire-byte counters;
+* **measured collectives** (``collectives=measured``): the engine's own
+  decomposition of the collective into flows, for the algorithm and protocol its
+  tuner picks at that size, read from the fabric counters of an idle *scratch*
+  simulator (bytes per link are linear in the size, so one run per
+  (op, GPUs, algorithm, protocol) serves every size; all-to-allv runs per byte
+  matrix). The bytes are spread evenly over the collective kernel's replayed
+  interval, from the last participant's start to the end;
+* **memcpys** (both modes): an H2D copy's bytes on the route CPU -> GPU, D2H on
+  GPU -> CPU (the GPU's PCIe path to its CPU, split over equal-cost paths as the
+  engine would), spread over the copy's replayed interval. A device-local D2D
+  copy or a memset uses no link; a peer copy (PtoP) is not attributed because
+  the execution graph does not record the peer device.
+
+This is attribution only: nothing here feeds back into the replay. Memcpys keep
+their measured (or modeled) durations and do not contend with other traffic on
+the links; measured collectives keep their measured durations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from cosim.replay.summary import merge_intervals
+
+__all__ = ["EngineRoutes", "LinkUsage", "record_fabric"]
+
+COLLECTIVE, MEMCPY = 0, 1
+"""Source tags of an interval."""
+
+_UNIT = float(2**30)
+"""Size of the scratch probes (bytes); per-byte loads are rounded to 12 decimals."""
+
+
+class LinkUsage:
+    """Traffic intervals per directed link: (start, end, concurrent transfers, bytes, source).
+
+    ``links`` and ``capacity`` are the fabric's (edge order, bytes/s). Bytes of an
+    interval are spread evenly over it (for windowed figures)."""
+
+    def __init__(self, links: Sequence[tuple[str, str]], capacity: np.ndarray) -> None:
+        self.links = list(links)
+        self.link_id = {lk: i for i, lk in enumerate(self.links)}
+        self.capacity = np.asarray(capacity, dtype=float)
+        self.total_bytes = np.zeros(len(self.links))
+        """Bytes per link (wire bytes of collectives + memcpy bytes)."""
+        self.memcpy_bytes = np.zeros(len(self.links))
+        self._parts: list[tuple[np.ndarray, ...]] = []
+        self._compiled: tuple[np.ndarray, ...] | None = None
+
+    def add(self, link: np.ndarray, start: Any, end: Any, count: Any, nbytes: Any, source: int,
+            count_bytes: bool = True) -> None:
+        """Intervals on ``link[k]`` over [start[k], end[k]) with ``count[k]`` transfers moving ``nbytes[k]``.
+
+        ``count_bytes=False`` records the interval only (its bytes are counted elsewhere)."""
+        link = np.asarray(link, dtype=np.int64).reshape(-1)
+        n = link.size
+        if not n:
+            return
+        s, e, c, b = (np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy() for x in (start, end, count, nbytes))
+        if count_bytes:
+            np.add.at(self.total_bytes, link, b)
+            if source == MEMCPY:
+                np.add.at(self.memcpy_bytes, link, b)
+        self._parts.append((link, s, e, c, b, np.full(n, source, dtype=np.int8)))
+        self._compiled = None
+
+    def _data(self) -> tuple[np.ndarray, ...]:
+        """(link, start, end, count, bytes, source, offsets) sorted by link then start."""
+        if self._compiled is None:
+            if self._parts:
+                cols = [np.concatenate([p[i] for p in self._parts]) for i in range(6)]
+            else:
+                cols = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
+            o = np.lexsort((cols[1], cols[0]))
+            cols = [c[o] for c in cols]
+            off = np.searchsorted(cols[0], np.arange(len(self.links) + 1))
+            self._parts = [tuple(cols)]
+            self._compiled = (*cols, off)
+        return self._compiled
+
+    def used(self) -> np.ndarray:
+        """Indices of links that carried bytes."""
+        return np.flatnonzero(self.total_bytes > 0)
+
+    def busy(self, a: float = -math.inf, b: float = math.inf) -> np.ndarray:
+        """Seconds per link within [a, b] with at least one transfer (union of intervals)."""
+        _, s, e, *_rest, off = self._data()
+        out = np.zeros(len(self.links))
+        for i in np.flatnonzero(np.diff(off) > 0).tolist():
+            ss, ee = np.clip(s[off[i]:off[i + 1]], a, b), np.clip(e[off[i]:off[i + 1]], a, b)
+            ok = ee > ss
+            ms, me = merge_intervals(ss[ok], ee[ok])
+            out[i] = float((me - ms).sum())
+        return out
+
+    def bytes_in(self, a: float, b: float) -> np.ndarray:
+        """Bytes per link moved within [a, b] (each interval's bytes spread evenly over it)."""
+        lk, s, e, _c, nb, *_ = self._data()
+        d = e - s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(d > 0, (np.minimum(e, b) - np.maximum(s, a)) / d, ((s >= a) & (s <= b)).astype(float))
+        frac = np.clip(np.nan_to_num(frac), 0.0, 1.0)
+        return np.bincount(lk, weights=nb * frac, minlength=len(self.links))
+
+    def peak(self) -> np.ndarray:
+        """Most concurrent transfers per link (flows of a collective counted with multiplicity)."""
+        _, s, e, c, *_rest, off = self._data()
+        out = np.zeros(len(self.links), dtype=np.int64)
+        for i in np.flatnonzero(np.diff(off) > 0).tolist():
+            sl = slice(off[i], off[i + 1])
+            ok = e[sl] > s[sl]
+            if not ok.any():
+                continue
+            t = np.concatenate([s[sl][ok], e[sl][ok]])
+            dc = np.concatenate([c[sl][ok], -c[sl][ok]])
+            o = np.lexsort((dc, t))  # at one instant, ends before starts: back-to-back is not concurrent
+            out[i] = round(float(np.cumsum(dc[o]).max()))
+        return out
+
+    def report(self, elapsed: float) -> list[dict[str, Any]]:
+        """``summary.json["links"]``: every link that carried bytes, in edge order."""
+        idx = self.used()
+        if not idx.size:
+            return []
+        busy, peak = self.busy(), self.peak()
+        out = []
+        for i in idx.tolist():
+            cap = float(self.capacity[i])
+            nb = float(self.total_bytes[i])
+            out.append({"src": self.links[i][0], "dst": self.links[i][1], "capacity_Bps": cap, "bytes": nb,
+                        "memcpy_bytes": float(self.memcpy_bytes[i]), "busy_time_s": float(busy[i]),
+                        "peak_flows": int(peak[i]),
+                        "utilization": nb / (cap * elapsed) if elapsed > 0 and cap > 0 else 0.0})
+        return out
+
+
+def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
+    """Record the fabric's per-link flow count and load between rate solves into ``usage``
+    (read-only: the solve itself is unchanged). Returns ``finish()``, which closes the last
+    interval and adds the fabric's wire-byte counters."""
+    orig = fabric._solve
+    st: dict[str, Any] = {"t": fabric.env.now, "idx": np.zeros(0, dtype=np.int64), "cnt": None, "load": None}
+
+    def close(now: float) -> None:
+        idx = st["idx"]
+        if idx.size and now > st["t"]:
+            usage.add(idx, st["t"], now, st["cnt"], st["load"] * (now - st["t"]), COLLECTIVE, count_bytes=False)
+
+    def solve() -> None:
+        now = fabric.env.now
+        close(now)
+        orig()
+        nf = fabric._nflows
+        idx = np.flatnonzero(nf > 0)
+        st.update(t=now, idx=idx, cnt=np.rint(nf[idx]), load=np.asarray(fabric._load)[idx].copy())
+
+    def finish() -> None:
+        fabric._advance()
+        close(fabric.env.now)
+        st["idx"] = np.zeros(0, dtype=np.int64)
+        usage.total_bytes += fabric.bytes_moved
+
+    fabric._solve = solve
+    return finish
+
+
+class EngineRoutes:
+    """Per-link loads of transfers and collectives as the engine's fabric would place them,
+    read from the counters of an idle scratch simulator (its own simpy environment)."""
+
+    def __init__(self, topology: Any, config: Any = None) -> None:
+        from cosim.engine import SimConfig, Simulator
+
+        self.sim = Simulator(topology, config or SimConfig(record_trace=False))
+        self._cache: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    @property
+    def fabric(self) -> Any:
+        return self.sim.fabric
+
+    def _probe(self, start: Callable[[], Any], size: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(link indices, wire bytes per byte of ``size``, peak flows) of what ``start()`` puts on the fabric."""
+        fab = self.sim.fabric
+        before = fab.bytes_moved.copy()
+        fab.peak_flows[:] = 0
+        start()
+        self.sim.run()
+        d = fab.bytes_moved - before
+        idx = np.flatnonzero(d > 0)
+        return idx, np.round(d[idx] / size, 12), fab.peak_flows[idx].astype(float)
+
+    def transfer(self, src: str, dst: str) -> tuple[np.ndarray, np.ndarray]:
+        """(link indices, bytes per byte) of a copy from ``src`` to ``dst``."""
+        key = ("transfer", src, dst)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._probe(lambda: self.sim.transfer(src, dst, _UNIT), _UNIT)
+            self._cache[key] = hit
+        return hit[0], hit[1]
+
+    def collective(self, op: str, gpus: Sequence[str], nbytes: float,
+                   matrix: Sequence[Sequence[float]] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(link indices, wire bytes, flows per link) of one collective as the engine decomposes it."""
+        gpus = list(gpus)
+        if matrix is not None:
+            key: tuple[Any, ...] = (op, tuple(gpus), tuple(tuple(float(x) for x in row) for row in matrix))
+            hit = self._cache.get(key)
+            if hit is None:
+                hit = self._probe(lambda: self.sim.collective(op, gpus, matrix=matrix, name=op), 1.0)
+                self._cache[key] = hit
+            return hit
+        cfg = self.sim.config.nccl
+        a, p = self.sim.collectives.choose(op, gpus, nbytes, cfg.algo, cfg.proto)
+        key = (op, tuple(gpus), a, p)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._probe(lambda: self.sim.collective(op, gpus, _UNIT, algo=a, proto=p, name=op), _UNIT)
+            self._cache[key] = hit
+        return hit[0], hit[1] * nbytes, hit[2]

@@ -1,0 +1,196 @@
+"""Per-link traffic of a replay (``summary.json["links"]``, cosim/replay/links.py): memcpys on their PCIe
+route in both collective modes, measured collectives decomposed by the engine, and no change to any
+replayed time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cosim.replay.api as api
+from cosim.replay import ReplayConfig, replay
+from cosim.replay.links import EngineRoutes
+from cosim.resources import shared_dir
+from cosim.topology import load_topology
+from cosim.workload import load_trace
+
+US = 1e-6
+T0 = 1000.0
+H2D_BYTES = 4 * 2**20
+D2H_BYTES = 2**20
+DLRM = "param-dlrm-v100x8/kineto"
+
+
+def _ev(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": T0 + ts, "dur": dur, "args": args}
+
+
+def _copy_trace(path: Path) -> Path:
+    """One step: an H2D copy of 4 MiB (100 us), a kernel, a D2H copy of 1 MiB (50 us)."""
+    gpu = {"device": 0, "stream": 7}
+    ev = [
+        _ev("user_annotation", "ProfilerStep#1", 0, 1000),
+        _ev("cuda_runtime", "cudaMemcpyAsync", 10, 5, correlation=1),
+        _ev("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 100, 0, 7, correlation=1, bytes=H2D_BYTES, **gpu),
+        _ev("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=2),
+        _ev("kernel", "void k1_elementwise_kernel", 130, 40, 0, 7, correlation=2, grid=[1, 1, 1],
+            block=[128, 1, 1], **gpu),
+        _ev("cuda_runtime", "cudaMemcpyAsync", 30, 5, correlation=3),
+        _ev("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 175, 50, 0, 7, correlation=3, bytes=D2H_BYTES, **gpu),
+        _ev("cuda_runtime", "cudaStreamSynchronize", 40, 190, correlation=4),
+    ]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _links(s: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(x["src"], x["dst"]): x for x in s["links"]}
+
+
+def _no_attribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay with the link attribution switched off (no fabric recorder, no link usage)."""
+    monkeypatch.setattr(api, "record_fabric", lambda fabric, usage: lambda: None)
+    monkeypatch.setattr(api, "_link_usage", lambda *a, **k: (None, {}))
+
+
+def _times(res: Any) -> list[tuple[np.ndarray, ...]]:
+    return [(r.gpu_start, r.gpu_end, r.host_start, r.host_end) for r in res.runs]
+
+
+def _assert_same_times(a: Any, b: Any) -> None:
+    assert a.summary()["step_time_s"] == b.summary()["step_time_s"]
+    assert [r["step_time_s"] for r in a.summary()["ranks"]] == [r["step_time_s"] for r in b.summary()["ranks"]]
+    for x, y in zip(_times(a), _times(b)):
+        for u, v in zip(x, y):
+            assert np.array_equal(u, v, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", ["measured", "simulated"])
+def test_memcpy_bytes_on_the_pcie_route(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """H2D: cpu0 -> pcie0 -> gpu0 carries the 4 MiB for exactly the copy's 100 us; D2H: gpu0 -> pcie0 -> cpu0
+    the 1 MiB for 50 us (dgx-h100: gpu0 hangs off PCIe switch pcie0 under cpu0). The copies keep their times."""
+    topo = load_topology("dgx-h100")
+    assert topo.route("gpu0", topo.cpu_of("gpu0")) == ["gpu0", "pcie0", "cpu0"]
+    g = load_trace(_copy_trace(tmp_path / "t.json"))
+    cfg = ReplayConfig(collectives=mode, launch_latency=5 * US, kernel_gap=2 * US, sync_overhead=0.0)
+    res = replay(g, topo, cfg)
+    s = res.summary()
+    G, run = res.graph.ranks[0].gpu_ops, res.runs[0]
+    dur = run.gpu_end - run.gpu_start
+    assert dur.tolist() == pytest.approx([100 * US, 40 * US, 50 * US], abs=1e-12)  # measured durations kept
+    lk = _links(s)
+    assert set(lk) == {("cpu0", "pcie0"), ("pcie0", "gpu0"), ("gpu0", "pcie0"), ("pcie0", "cpu0")}
+    end = float(max(run.gpu_end.max(), run.host_end.max()))
+    for key, nb, busy in ((("cpu0", "pcie0"), H2D_BYTES, 100 * US), (("pcie0", "gpu0"), H2D_BYTES, 100 * US),
+                          (("gpu0", "pcie0"), D2H_BYTES, 50 * US), (("pcie0", "cpu0"), D2H_BYTES, 50 * US)):
+        x = lk[key]
+        assert x["bytes"] == nb and x["memcpy_bytes"] == nb, key
+        assert x["busy_time_s"] == pytest.approx(busy, abs=1e-12), key
+        assert x["peak_flows"] == 1
+        assert x["capacity_Bps"] == pytest.approx(64e9 * 0.87)  # pcie5x16 x its efficiency
+        assert x["utilization"] == pytest.approx(nb / (x["capacity_Bps"] * end), rel=1e-9)
+    # the interval is the copy's replayed one
+    usage = res.link_usage
+    i = usage.link_id[("cpu0", "pcie0")]
+    h2d = int(np.flatnonzero(G.copy_kind == 1)[0])
+    a, b = float(run.gpu_start[h2d]), float(run.gpu_end[h2d])
+    assert usage.busy(a, b)[i] == pytest.approx(b - a, abs=1e-15) and usage.busy(-1.0, a)[i] == 0.0
+    assert usage.bytes_in(a, (a + b) / 2)[i] == pytest.approx(H2D_BYTES / 2)
+    # attribution off: every replayed time is the same, bit for bit
+    _no_attribution(monkeypatch)
+    off = replay(g, topo, cfg)
+    assert off.summary()["links"] == []
+    _assert_same_times(res, off)
+
+
+def test_engine_routes_equal_a_simulated_collective() -> None:
+    """The measured-mode decomposition is the engine's: bytes per link of an 8-GPU all-reduce and a
+    4-GPU all-to-allv equal the fabric counters of the same collective run for real."""
+    from cosim.engine import SimConfig, Simulator
+
+    topo = load_topology("dgx-h100")
+    er = EngineRoutes(topo)
+    m = [[0.0 if i == j else (i + 1) * 1e6 + j * 1e5 for j in range(4)] for i in range(4)]
+    for op, gpus, nb, matrix in (("all_reduce", topo.gpus, 48e6, None), ("all_to_allv", topo.gpus[:4], 0.0, m)):
+        idx, wire, flows = er.collective(op, gpus, nb, matrix)
+        sim = Simulator(topo, SimConfig(record_trace=False))
+        if matrix is None:
+            sim.collective(op, gpus, nb)
+        else:
+            sim.collective(op, gpus, matrix=matrix)
+        sim.run()
+        want = {(x.src, x.dst): x for x in sim.fabric.link_stats() if x.bytes > 0}
+        got = {er.fabric.links[i]: (w, f) for i, w, f in zip(idx.tolist(), wire.tolist(), flows.tolist())}
+        assert set(got) == set(want)
+        for k, (w, f) in got.items():
+            assert w == pytest.approx(want[k].bytes, rel=1e-9)
+            assert f == want[k].peak_flows
+
+
+@pytest.fixture(scope="module")
+def dlrm() -> Any:
+    root = shared_dir()
+    if root is None or not (root / "traces" / DLRM).exists():
+        pytest.skip("../shared not found: DLRM link test skipped (set COSIM_SHARED)")
+    return load_trace(root / "traces" / DLRM)
+
+
+def test_dlrm_measured_collectives_put_bytes_on_links(dlrm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 V100 ranks with measured collectives (the default of ``cosim replay``): NVLink (and the PCIe/UPI
+    hops the topology routes some pairs over) carry the bytes of the engine's decomposition of every
+    collective, i.e. the same bytes per link as the simulated-collectives replay puts on the fabric; the
+    H2D/D2H copies are on PCIe in both modes; replayed times are unchanged."""
+    meas = replay(dlrm, config=ReplayConfig(collectives="measured"))
+    sim = replay(dlrm, config=ReplayConfig(collectives="simulated"))
+    lm, ls = _links(meas.summary()), _links(sim.summary())
+    assert meas.summary()["topology"] == "dgx1-v100"
+    assert set(lm) == set(ls) and len(lm) == 58
+    for k, x in ls.items():
+        assert lm[k]["bytes"] == pytest.approx(x["bytes"], rel=1e-9), k
+        assert lm[k]["memcpy_bytes"] == x["memcpy_bytes"], k
+    topo = meas.topology
+    nvl = [k for k in lm if topo.graph.edges[k]["link"].startswith("nvlink")]
+    assert len(nvl) == 32  # every directed NVLink of the hybrid cube mesh
+    nv_bytes = sum(lm[k]["bytes"] for k in nvl)
+    assert nv_bytes == pytest.approx(sum(ls[k]["bytes"] for k in nvl), rel=1e-12)
+    assert nv_bytes == pytest.approx(26.558e6, rel=1e-4)
+    assert all(lm[k]["memcpy_bytes"] == 0 and lm[k]["busy_time_s"] > 0 for k in nvl)
+    # the copies: per rank 31,112 B H2D + 216 B D2H over two hops each (the one D2D per rank stays on the GPU)
+    assert lm[("pcie0", "gpu0")]["memcpy_bytes"] == 31112 and lm[("gpu0", "pcie0")]["memcpy_bytes"] == 216
+    assert lm[("cpu0", "pcie0")]["memcpy_bytes"] == 2 * 31112  # gpu0 and gpu1 share PCIe switch pcie0
+    assert sum(x["memcpy_bytes"] for x in lm.values()) == 8 * (31112 + 216) * 2
+    # simulated mode: links without copies keep the fabric's own counters
+    fab = {(x.src, x.dst): x for x in _fabric_stats(dlrm)}
+    for k, x in ls.items():
+        if x["memcpy_bytes"] == 0:
+            assert x["bytes"] == fab[k].bytes and x["peak_flows"] == fab[k].peak_flows
+            assert x["busy_time_s"] == pytest.approx(fab[k].busy_time, rel=1e-9)
+    _no_attribution(monkeypatch)
+    _assert_same_times(meas, replay(dlrm, config=ReplayConfig(collectives="measured")))
+    _assert_same_times(sim, replay(dlrm, config=ReplayConfig(collectives="simulated")))
+
+
+def _fabric_stats(g: Any) -> list[Any]:
+    """The fabric's own link counters of a simulated-collectives replay of ``g``."""
+    from cosim.engine import Simulator
+
+    seen: list[Any] = []
+    orig = Simulator.__init__
+
+    def init(self: Any, *a: Any, **k: Any) -> None:
+        orig(self, *a, **k)
+        if k.get("env") is not None:
+            seen.append(self)
+
+    Simulator.__init__ = init  # type: ignore[method-assign]
+    try:
+        replay(g, config=ReplayConfig(collectives="simulated"))
+    finally:
+        Simulator.__init__ = orig  # type: ignore[method-assign]
+    (sim,) = seen
+    return sim.fabric.link_stats()
