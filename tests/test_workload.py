@@ -694,3 +694,131 @@ def test_doc_lists_every_column() -> None:
         assert f"### `{table}`" in doc
         for c in cols:
             assert f"| `{c.name}` | {c.dtype}" in doc, (table, c.name)
+
+
+# -- bytes and FLOPs of non-GEMM GPU ops (cosim.workload.cost) -------------------------------------------
+
+QWEN = "tracelens-h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def _shape_bearing(rg) -> np.ndarray:
+    """GPU ops whose parent op recorded at least one tensor shape (compute kernels; collectives excluded)."""
+    from cosim.workload.cost import is_tensor_shape
+
+    G, H = rg.gpu_ops, rg.host_ops
+    out = np.zeros(len(G), bool)
+    for j in range(len(G)):
+        o = int(G.op[j])
+        if o >= 0 and H.input_shapes[o] >= 0 and G.cls[j] != OpClass.COLLECTIVE:
+            out[j] = any(is_tensor_shape(s) for s in rg.shapes(o) or [])
+    return out
+
+
+def _ops_named(rg, name: str) -> list[int]:
+    G, H, S = rg.gpu_ops, rg.host_ops, rg.strings
+    return [j for j in range(len(G)) if G.op[j] >= 0 and S[int(H.name[int(G.op[j])])] == name]
+
+
+def test_cost_rules_without_traces() -> None:
+    from cosim.workload.cost import mem_bytes, numel, op_flops
+
+    x = [16, 559, 2816]
+    n = 16 * 559 * 2816
+    assert numel(x) == n and numel([[2, 3], [4]]) == 10 and numel([]) == 1
+    assert mem_bytes("aten::silu", [x], ["c10::BFloat16"], "elementwise") == 2 * n * 2
+    assert op_flops("aten::silu", [x], "elementwise") == n
+    # broadcasting binary op: both inputs + an output the size of the larger
+    assert mem_bytes("aten::add", [x, [2816], []], ["float", "float", "Scalar"], "elementwise") == (2 * n + 2816) * 4
+    assert op_flops("aten::add", [x, [2816], []], "elementwise") == n
+    # reductions: inputs only, one FLOP per input element
+    assert mem_bytes("aten::sum", [x, [], []], ["float", "ScalarList", ""], "reduction") == n * 4
+    assert op_flops("aten::sum", [x, [], []], "reduction") == n
+    # softmax and norms: a few FLOPs per element
+    assert op_flops("aten::_softmax", [x, [], []], "reduction") == 5 * n
+    assert op_flops("aten::native_layer_norm", [x, [], [2816], [2816], []], "norm") == 5 * n
+    # data movement: no arithmetic
+    for op, cls in (
+        ("aten::copy_", "elementwise"),
+        ("aten::cat", "elementwise"),
+        ("aten::fill_", "elementwise"),
+        ("aten::index_select", "elementwise"),
+    ):
+        assert op_flops(op, [x, x], cls) == 0.0, op
+    assert mem_bytes("aten::copy_", [x, x, []], ["c10::BFloat16", "float", "Scalar"], "elementwise") == n * (2 + 4)
+    # accumulating scatter: one add per source element
+    assert op_flops("aten::index_add_", [[1000, 64], [], [10], [10, 64]], "elementwise") == 640
+    # scalars only: nothing to count
+    assert math.isnan(mem_bytes("aten::add_", [[], [], []], ["long int", "long int", "Scalar"], "elementwise"))
+    assert math.isnan(op_flops("aten::add_", [[], [], []], "elementwise"))
+    assert math.isnan(op_flops("my::custom", [x], "other"))
+
+
+@needs_shared
+def test_non_gemm_gpu_ops_get_bytes_and_flops_from_shapes() -> None:
+    """Issue 4 §2: GPU ops carry bytes and FLOPs where shapes allow, not only GEMMs (schema 1.1)."""
+    rg = _load(QWEN).ranks[0]
+    G = rg.gpu_ops
+    n = 16 * 559 * 2816
+    silu = _ops_named(rg, "aten::silu")
+    assert len(silu) == 24
+    for j in silu:
+        assert rg.shapes(int(G.op[j])) == [[16, 559, 2816]] and rg.types(int(G.op[j])) == ["c10::BFloat16"]
+        assert G.bytes[j] == 2 * n * 2  # read x, write y, bf16
+        assert G.flops[j] == n  # one per output element
+    # RMS norm's mean: a reduction reads its input once, one FLOP per element
+    for j in _ops_named(rg, "aten::mean"):
+        assert rg.shapes(int(G.op[j]))[0] == [16, 559, 1024]
+        assert G.bytes[j] == 16 * 559 * 1024 * 4 and G.flops[j] == 16 * 559 * 1024
+    # copies move data without arithmetic
+    assert all(G.flops[j] == 0 for j in _ops_named(rg, "aten::copy_"))
+    # every GPU op whose parent op has tensor shapes now has bytes and FLOPs (schema 1.0: 836 had no bytes)
+    sb = _shape_bearing(rg)
+    assert sb.sum() == 1197  # of 1707; one more parent (aten::arange) has scalar inputs only
+    assert (sb & ~np.isfinite(G.bytes)).sum() == 0
+    assert (sb & ~np.isfinite(G.flops)).sum() == 0
+    # GEMMs keep their figures from op_flops_bytes, split over the op's compute kernels
+    H, S = rg.host_ops, rg.strings
+    mm = [j for j in range(len(G)) if G.cls[j] == OpClass.GEMM and np.isfinite(G.flops[j])]
+    assert len(mm) > 100
+    for j in mm:
+        o = int(G.op[j])
+        f, b = op_flops_bytes(S[int(H.name[o])], S[int(H.input_shapes[o])], S[int(H.input_types[o])])
+        k = int(((G.op == o) & np.isin(G.cls, [OpClass.GEMM, OpClass.GROUPED_GEMM, OpClass.ATTENTION])).sum())
+        assert (G.flops[j], G.bytes[j]) == (f / k, b / k)
+
+
+@needs_shared
+@pytest.mark.parametrize(
+    "rel", [QWEN, "tracelens-h100/Falconsai_nsfw_image_detection__1016002.json.gz", "hta/a100-rank3of8-control.json.gz"]
+)
+def test_graph_bytes_agree_with_kernel_model_features(rel: str) -> None:
+    """One implementation (cosim.workload.cost) for both layers: the graph's bytes of memory-bound kernels
+    are the kernel models' feature bytes."""
+    from cosim.models.features import extract_features
+
+    rg = _load(rel).ranks[0]
+    G = rg.gpu_ops
+    f = extract_features(rg)
+    mem = np.isin(G.cls, [OpClass.ELEMENTWISE, OpClass.REDUCTION, OpClass.NORM, OpClass.OTHER]) & (G.kind == 0)
+    both = mem & np.isfinite(G.bytes)
+    assert both.sum() > 50
+    np.testing.assert_allclose(G.bytes[both], f.bytes[both], rtol=1e-12)
+    # the graph does not invent bytes the features lack (features also infer norms from neighbours)
+    assert not (mem & np.isfinite(G.bytes) & ~np.isfinite(f.bytes)).any()
+
+
+@needs_shared
+def test_schema_1_0_graph_gets_costs_on_load(tmp_path: Path) -> None:
+    """A 1.0 .npz (GEMM-only gpu_ops bytes/FLOPs) still loads, and is filled as 1.1 does."""
+    g = load_trace(TRACES / QWEN)
+    G = g.ranks[0].gpu_ops
+    want_b, want_f = G.bytes.copy(), G.flops.copy()
+    mem = np.isin(G.cls, [OpClass.ELEMENTWISE, OpClass.REDUCTION, OpClass.NORM, OpClass.OTHER])
+    G.bytes[mem] = np.nan
+    G.flops[mem | (G.kind != 0)] = np.nan
+    g.schema_version = "1.0"
+    g.to_npz(tmp_path / "old.npz")
+    g2 = ExecutionGraph.from_npz(tmp_path / "old.npz")
+    assert g2.schema_version == SCHEMA_VERSION == "1.1"
+    np.testing.assert_array_equal(g2.ranks[0].gpu_ops.bytes, want_b)
+    np.testing.assert_array_equal(g2.ranks[0].gpu_ops.flops, want_f)

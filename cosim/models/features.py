@@ -10,7 +10,9 @@ parent ATen op (Kineto ``Input Dims`` / ``Input type``, or the ET):
 * attention: ``batch`` (B), ``heads`` (H), ``m`` (query length), ``n`` (key
   length), ``k`` (head dim) and ``bwd`` (backward kernel);
 * every op: ``flops`` (FLOP) and ``bytes`` (minimum HBM traffic, bytes) split over
-  the kernels its parent op launched in that class.
+  the kernels its parent op launched in that class. The shape -> bytes rules of memory-bound
+  ops (element counts, dtype sizes, ``mem_bytes``, gathers and scatters) live in
+  :mod:`cosim.workload.cost`, shared with the execution graph's ``gpu_ops.bytes``.
 
 Everything is SI: bytes, FLOPs, seconds. Unknown numbers are NaN / -1.
 """
@@ -24,6 +26,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cosim.workload.cost import (  # the shape -> bytes rules are shared with the execution graph
+    CLASS_NAMES,
+    DTYPE_OF_TYPE,
+    elem_bytes,
+)
+from cosim.workload.cost import GATHERS as _GATHERS
+from cosim.workload.cost import dtype_of as _dtype
+from cosim.workload.cost import gather_bytes_from_launch as _gather_bytes_from_launch
+from cosim.workload.cost import is_tensor_shape as _is_tensor_shape
+from cosim.workload.cost import mem_bytes as _mem_bytes
 from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = [
@@ -34,37 +46,6 @@ __all__ = [
     "extract_features",
     "feature_class",
 ]
-
-DTYPE_OF_TYPE: dict[str, str] = {
-    "float": "fp32", "double": "fp64", "c10::half": "fp16", "half": "fp16", "c10::bfloat16": "bf16",
-    "bfloat16": "bf16", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
-    "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8", "long int": "int64", "long": "int64",
-    "int": "int32", "short int": "int16", "bool": "bool", "unsigned char": "uint8", "signed char": "int8",
-    "c10::complex<float>": "c64",
-}
-"""Kineto/ET element-type names → cosim dtype names."""
-
-_BYTES: dict[str, float] = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "mxfp8": 1,
-                            "int64": 8, "int32": 4, "int16": 2, "bool": 1, "uint8": 1, "int8": 1, "c64": 8,
-                            "fp4": 0.5, "mxfp4": 0.5}
-
-CLASS_NAMES: dict[int, str] = {
-    OpClass.GEMM: "gemm", OpClass.GROUPED_GEMM: "grouped_gemm", OpClass.ATTENTION: "attention",
-    OpClass.ELEMENTWISE: "elementwise", OpClass.REDUCTION: "reduction", OpClass.NORM: "norm",
-    OpClass.MEMCPY: "memcpy", OpClass.MEMSET: "memset", OpClass.COLLECTIVE: "collective",
-    OpClass.MOE_DISPATCH: "moe_dispatch", OpClass.MOE_COMBINE: "moe_combine", OpClass.OTHER: "other",
-}
-"""``OpClass`` → the class name used in profiles and reports."""
-
-
-def elem_bytes(dtype: str) -> float:
-    """Bytes per element of a cosim dtype name (4 when unknown)."""
-    return _BYTES.get(dtype, 4.0)
-
-
-def _dtype(type_name: str) -> str:
-    return DTYPE_OF_TYPE.get(type_name.strip().lower(), "")
-
 
 @dataclass
 class KernelFeatures:
@@ -139,21 +120,6 @@ _GEMM_NAME = re.compile(r"gemm|gemv|cutlass|nvjet|xmma|cublas|cijk|matmul|_mm|mm
                         r"sm\d\d_|ampere|volta|turing|hopper|blackwell|igemm|wgrad|dgrad", re.I)
 """Kernel names that look like a GEMM / convolution (``fbgemm`` removed first: its embedding kernels are not)."""
 _TF32_KERNEL = re.compile(r"tf32|s1688|s16816gemm(?!.*bf16)|tensorop_s|xmma_gemm_f32f32_tf32", re.I)
-
-
-def _numel(shape: object) -> float:
-    if not isinstance(shape, list) or not shape:
-        return 0.0 if not isinstance(shape, list) else 1.0
-    if isinstance(shape[0], list):  # TensorList
-        return sum(_numel(s) for s in shape)
-    try:
-        return float(np.prod([max(int(d), 0) for d in shape]))
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _is_tensor_shape(s: object) -> bool:
-    return isinstance(s, list) and len(s) > 0
 
 
 def _conv_stride(x: list, w: list) -> int:
@@ -232,78 +198,6 @@ def _attn_dims(op: str, shapes: list) -> tuple[float, float, float, float, float
         return q[0], q[1], q[2], kk[2], q[3], bwd
     except (TypeError, IndexError):
         return None
-
-
-_GATHERS = ("aten::index", "aten::index_select", "aten::gather", "aten::embedding", "aten::take")
-_SCATTERS = ("aten::index_add_", "aten::index_add", "aten::scatter_add_", "aten::scatter_add", "aten::scatter_",
-             "aten::scatter", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_", "aten::index_copy_",
-             "aten::scatter_reduce_", "aten::scatter_reduce", "aten::index_fill_", "aten::masked_scatter_")
-
-
-def _mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
-    """Minimum bytes an ATen op moves, from its input shapes (inputs + an output the size of the largest)."""
-    sizes = []
-    for s, ty in zip(shapes, types + [""] * (len(shapes) - len(types))):
-        if not _is_tensor_shape(s):
-            continue
-        if isinstance(s[0], list):  # TensorList: assume the list's dtype
-            sizes.append(_numel(s) * elem_bytes(_dtype(ty) or "fp32"))
-        else:
-            sizes.append(_numel(s) * elem_bytes(_dtype(ty) or "fp32"))
-    if not sizes:
-        return math.nan
-    if op.endswith(("fill_", "zero_")) or fcls == "memset":
-        return sizes[0]
-    if op in ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cat", "aten::clone", "aten::contiguous"):
-        return 2 * max(sizes) if op != "aten::copy_" else sum(sizes[:2])
-    tens = [(s, _numel(s) * elem_bytes(_dtype(ty) or "fp32"))
-            for s, ty in zip(shapes, types + [""] * (len(shapes) - len(types)))
-            if _is_tensor_shape(s) and not isinstance(s[0], list)]
-    if op in _GATHERS and len(tens) >= 2:
-        # gathers read as many rows as they write (index size x row width), not the whole table
-        table, tbytes = tens[0]
-        idx, ibytes = tens[1]
-        if op == "aten::gather":  # output has the index's shape
-            out = _numel(idx) * tbytes / max(_numel(table), 1.0)
-        else:  # index_select / embedding / index: rows of the table along dim 0
-            row = tbytes / max(float(table[0]), 1.0)
-            out = _numel(idx) * row
-        return 2.0 * out + ibytes
-    if op in _SCATTERS and len(tens) >= 2:
-        # scatters touch the updated rows only: read the source, read-modify-write the target rows
-        rest = [b for _, b in tens[1:]]
-        return sum(rest) + 2.0 * max(rest)
-    if fcls == "reduction":
-        return sum(sizes)
-    return sum(sizes) + max(sizes)
-
-
-_VEC_GATHER = re.compile(r"vectorized_gather_kernel")
-_INDEX_ELEMWISE = re.compile(r"index_elementwise_kernel<(\d+),\s*(\d+)")
-
-
-def _gather_bytes_from_launch(kernel: str, grid: np.ndarray, shapes: list, types: list) -> float:
-    """Bytes of an ``aten::index``-style gather from its kernel launch, NaN if unknown.
-
-    Kineto records ``aten::index``'s indices as a TensorList it does not size (``[]``), so the
-    number of gathered rows is read from the launch configuration of PyTorch's gather kernels:
-    ``vectorized_gather_kernel`` launches one block column per index (``grid.x = #indices``) and
-    copies one row (``table[0]``'s trailing dims) each; ``index_elementwise_kernel<nt, vt>`` launches
-    ``ceil(out_numel / (nt*vt))`` blocks. Traffic = read + write of the gathered rows (+ indices).
-    """
-    if not shapes or not _is_tensor_shape(shapes[0]) or isinstance(shapes[0][0], list) or grid[0] <= 0:
-        return math.nan
-    eb = elem_bytes(_dtype(types[0]) if types else "") if types and _dtype(types[0]) else 4.0
-    if _VEC_GATHER.search(kernel):
-        row = _numel(shapes[0][1:]) if len(shapes[0]) >= 2 else 1.0
-        nidx = float(grid[0])
-        return nidx * (2.0 * row * eb + 8.0)
-    mt = _INDEX_ELEMWISE.search(kernel)
-    if mt:
-        out = float(grid[0]) * max(int(grid[1]), 1) * int(mt.group(1)) * int(mt.group(2))
-        out = min(out, _numel(shapes[0]) * 64)  # last block is partial; cap absurd grids
-        return out * (2.0 * eb + 8.0)
-    return math.nan
 
 
 def extract_features(rg: RankGraph) -> KernelFeatures:

@@ -28,6 +28,7 @@ import numpy as np
 from cosim.errors import CosimInputError
 from cosim.fileio import open_maybe_gzip
 from cosim.workload.classify import collective_type, dtype_bytes, op_flops_bytes
+from cosim.workload.cost import fill_gpu_costs
 from cosim.workload.graph import CollType, HostKind, RankGraph, SeqSource, StringTable, Table, ragged_arrays
 
 try:
@@ -411,8 +412,9 @@ def link_et(rg: RankGraph, et_path: str | Path, nodes: list[EtNode] | None = Non
     ``Record function id`` arg, or — in older traces without it — the ``External id``
     of cpu ops (which was the record-function id then). A match also requires equal
     op names. Matched ops get the ET node id, missing input shapes/types, output
-    shapes and FLOPs; collectives get split sizes and sequence numbers from the ET's
-    record_param_comms. Returns counts ``{matched, et_ops, kineto_ops}``.
+    shapes and FLOPs, and their non-GEMM kernels bytes and FLOPs (``cost.fill_gpu_costs``);
+    collectives get split sizes and sequence numbers from the ET's record_param_comms.
+    Returns counts ``{matched, et_ops, kineto_ops}``.
     """
     if nodes is None:
         _, nodes = load_et_nodes(et_path)
@@ -466,6 +468,7 @@ def link_et(rg: RankGraph, et_path: str | Path, nodes: list[EtNode] | None = Non
         cols["out_splits_offsets"], cols["out_splits_values"] = ragged_arrays(new_out)
         rg.collectives = Table("collectives", len(c), **cols)
     rg.strings = st.strings
+    fill_gpu_costs(rg)  # kernels whose parent op gained shapes from the ET
     rg.source["et"] = str(et_path)
     rg.source["et_matched_ops"] = matched
     return {"matched": matched, "et_ops": len(by_rf), "kineto_ops": int(cpu.sum())}

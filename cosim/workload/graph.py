@@ -43,10 +43,12 @@ __all__ = [
     "Table",
 ]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 """Version of the execution-graph contract: ``MAJOR.MINOR``. Readers accept any
 minor version of their own major version (new minor versions only add columns or
-enum values); a different major version is rejected."""
+enum values, or fill values an older minor version left unknown); a different major
+version is rejected. 1.1: ``gpu_ops.bytes`` / ``gpu_ops.flops`` of non-GEMM kernels
+from their parent op's shapes (``cosim.workload.cost``); 1.0 graphs are filled on load."""
 
 
 class HostKind(IntEnum):
@@ -226,10 +228,16 @@ TABLE_SCHEMAS: dict[str, tuple[Column, ...]] = {
             "bytes",
             "float64",
             B,
-            "bytes moved: memcpy/memset size from the trace, GEMM traffic from shapes; NaN if unknown",
+            "bytes moved: memcpy/memset size from the trace; GEMM/attention traffic from the parent op's shapes, "
+            "split over its compute kernels; other kernels: the parent op's minimum traffic from its shapes "
+            "(inputs + an output, cost.mem_bytes), split over its kernels of the same class; NaN if unknown",
         ),
         Column(
-            "flops", "float64", F, "FLOPs from the parent op's shapes, split over its compute kernels; NaN if unknown"
+            "flops",
+            "float64",
+            F,
+            "FLOPs from the parent op's shapes: GEMM/attention split over its compute kernels, other kernels "
+            "cost.op_flops split over its kernels of the same class; 0 for memcpy/memset; NaN if unknown",
         ),
         Column("collective", "int32", ID, "collectives row, -1 for non-communication ops"),
     ),
@@ -629,4 +637,12 @@ class ExecutionGraph:
                         **tabs,
                     )
                 )
+        parts = ver.split(".")
+        if len(parts) < 2 or not parts[1].isdigit() or int(parts[1]) < 1:
+            # 1.0: gpu_ops bytes/FLOPs were GEMM/memcpy-only; fill the other kernels as 1.1 does
+            from cosim.workload.cost import fill_gpu_costs
+
+            for rg in ranks:
+                fill_gpu_costs(rg)
+            ver = "1.1"
         return cls(ranks, schema_version=ver)

@@ -34,6 +34,7 @@ from cosim.workload.classify import (
     op_flops_bytes,
     parse_nccl_kernel,
 )
+from cosim.workload.cost import fill_gpu_costs
 from cosim.workload.graph import (
     CollType,
     EdgeKind,
@@ -570,6 +571,7 @@ def _build(
             "schemaVersion": meta.get("schemaVersion"),
         },
     )
+    fill_gpu_costs(rg)  # bytes / FLOPs of the non-GEMM kernels from their parent op's shapes
     return rg
 
 
