@@ -58,7 +58,7 @@ from cosim.catalog.models import Accelerator
 from cosim.models.calibrated import GEMM_CLASSES, HardwareFigures, gemm_time, memory_time
 from cosim.models.features import KernelFeatures, elem_bytes, extract_features
 from cosim.models.profile import CalibrationProfile
-from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, Table
+from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, StringTable, Table
 
 __all__ = [
     "COMBINE_BYTES_FACTOR",
@@ -407,15 +407,8 @@ def _insert_ops(rg: RankGraph, before: list[int], dur: list[float], nbytes: list
     dur_s = [dur[i] for i in order]
     bytes_s = [nbytes[i] for i in order]
     names_s = [names[i] for i in order]
-    strings = list(rg.strings)
-    ids = {s: k for k, s in enumerate(strings)}
-
-    def intern(s: str) -> int:
-        k = ids.get(s)
-        if k is None:
-            k = ids[s] = len(strings)
-            strings.append(s)
-        return k
+    intern = StringTable(rg.strings)
+    strings = intern.strings
 
     remap = np.arange(n) + np.searchsorted(pos, np.arange(n), side="right")
     new_cols = {}

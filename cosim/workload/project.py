@@ -47,6 +47,7 @@ from cosim.workload.graph import (
     HostKind,
     OpClass,
     RankGraph,
+    StringTable,
     Table,
 )
 
@@ -213,15 +214,8 @@ def project_rank(rg: RankGraph, accelerator: Accelerator, cpu: CPU, cfg: Project
     order = order[np.argsort(H.start[order], kind="stable")]
     g_cols: dict[str, list] = {k: [] for k in ("cls", "kind", "copy_kind", "dur", "name", "launch", "op", "step",
                                                 "bytes", "flops", "collective", "correlation")}
-    strings = list(rg.strings)
-    ids = {s: k for k, s in enumerate(strings)}
-
-    def intern(s: str) -> int:
-        k = ids.get(s)
-        if k is None:
-            k = ids[s] = len(strings)
-            strings.append(s)
-        return k
+    intern = StringTable(rg.strings)
+    strings = intern.strings
 
     l_host: list[int] = []
     sync_hosts: list[int] = []
