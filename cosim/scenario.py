@@ -118,8 +118,14 @@ def load_scenario(name_or_path: str | Path | None = None) -> Scenario:
         raise CosimInputError("a scenario file must be a mapping", file=p)
     scn = validate(Scenario, data, file=p)
     scn = scn.model_copy(update={"source_file": str(p)})
-    _check_scenario(scn, data, p)
+    key = (str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
+    if key not in _CHECKED:  # a sweep loads its base scenario once per point: check the file once
+        _check_scenario(scn, data, p)
+        _CHECKED.add(key)
     return scn
+
+
+_CHECKED: set[tuple[str, int, int]] = set()
 
 
 def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
