@@ -42,7 +42,7 @@ from cosim.models.features import KernelFeatures, extract_features
 from cosim.models.profile import CalibrationProfile
 
 __all__ = ["DB_COLUMNS", "KERNEL_DB_MAX", "KernelDB", "build_kernel_db", "class_errors", "fit_kernel_scale",
-           "fit_profile", "load_db", "mape"]
+           "fit_profile", "launch_key_floor", "launch_keys", "load_db", "mape"]
 
 DB_COLUMNS = ("source", "step", "cls", "kernel", "op", "dtype", "m", "n", "k", "batch", "heads", "bwd",
               "flops", "bytes", "dur_s")
@@ -175,6 +175,33 @@ def mape(pred: np.ndarray, meas: np.ndarray) -> float:
     """Mean absolute percentage error as a fraction (NaN when empty)."""
     ok = np.isfinite(pred) & np.isfinite(meas) & (meas > 0)
     return float(np.mean(np.abs(pred[ok] - meas[ok]) / meas[ok])) if ok.any() else math.nan
+
+
+def launch_keys(f: KernelFeatures, classes: Sequence[str] = GEMM_CLASSES) -> list[tuple]:
+    """Per row of ``classes`` (others: skipped), the launch a shape-less predictor can see:
+    (kernel name, grid, block)."""
+    return [(f.kernel[i], tuple(int(v) for v in f.grid[i]), tuple(int(v) for v in f.block[i]))
+            for i in range(len(f)) if f.cls[i] in classes and f.dur[i] > 0]
+
+
+def launch_key_floor(f: KernelFeatures, classes: Sequence[str] = GEMM_CLASSES) -> tuple[float, int, int]:
+    """The lowest per-op MAPE that any predictor seeing only each kernel's launch (name, grid, block)
+    can reach on the rows of ``classes``, given measured rows of exactly those launches: rows sharing a
+    launch get one prediction, at best the MAPE-optimal constant of their durations (the median
+    weighted by 1/duration). Returns (floor as a fraction, rows, distinct launches); NaN without rows."""
+    groups: dict[tuple, list[float]] = {}
+    rows = [i for i in range(len(f)) if f.cls[i] in classes and f.dur[i] > 0]
+    for i, key in zip(rows, launch_keys(f, classes)):
+        groups.setdefault(key, []).append(float(f.dur[i]))
+    if not rows:
+        return math.nan, 0, 0
+    ape = 0.0
+    for durs in groups.values():
+        t = np.sort(np.asarray(durs))
+        w = np.cumsum(1.0 / t)
+        best = t[int(np.searchsorted(w, w[-1] / 2))]
+        ape += float(np.abs(best / t - 1).sum())
+    return ape / len(rows), len(rows), len(groups)
 
 
 def _usable(f: KernelFeatures) -> np.ndarray:

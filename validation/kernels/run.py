@@ -26,7 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's 
 
 from cosim.catalog import load_catalog
 from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time
-from cosim.models.fit import KERNEL_DB_MAX, KernelDB, build_kernel_db, class_errors, fit_profile
+from cosim.models.fit import (
+    KERNEL_DB_MAX,
+    KernelDB,
+    build_kernel_db,
+    class_errors,
+    fit_profile,
+    launch_key_floor,
+    launch_keys,
+)
 from cosim.models.predict import SOURCES, predict_features
 from cosim.models.profile import CalibrationProfile
 from cosim.resources import shared_dir
@@ -150,6 +158,19 @@ def shapeless_case(out: dict, stept: dict, label: str, path: Path, prof: Calibra
             "step": st, "measured_compute_ms": round(r0["measured_breakdown"]["compute"] * 1e3, 3),
             "modeled_compute_ms": round(r0["breakdown"]["compute"] * 1e3, 3),
             "kernel_error_by_class": s.get("kernel_error_by_class")}
+
+
+def launch_information(test: Path, calibration: list[Path]) -> dict:
+    """What a trace without shapes lets any GEMM predictor reach: the launch-keyed floor (one prediction
+    per kernel name + grid + block, at its best constant; :func:`cosim.models.fit.launch_key_floor`), and
+    how many of those launches the calibration traces of the same GPU measured at all."""
+    tdb, cdb = one_db([test]), one_db(calibration)
+    floor, rows, launches = launch_key_floor(tdb.feats)
+    seen = set(launch_keys(cdb.feats))
+    keys = launch_keys(tdb.feats)
+    return {"gemm_rows": rows, "launches": launches, "floor_mape": round(floor, 4),
+            "launches_in_calibration": len(set(keys) & seen), "rows_in_calibration": sum(k in seen for k in keys),
+            "calibration": [p.name for p in calibration]}
 
 
 def gemm_columns(parts: list[tuple[KernelDB, CalibrationProfile, KernelDB]]) -> dict:
@@ -378,6 +399,15 @@ def main() -> int:
         shapeless_case(shapeless, stept, "V100 hta/v100-rank1of2-df", v_df[0], v_fold,
                        "v100-fold-df (DLRM workers 0-3; launch laws + hta/v100-single-ns)", tmp)
     res["splits"]["V100"] = "param-dlrm-v100x8: fit worker0-3, test worker4-7"
+    # shape-less held-out traces: the best a launch-keyed predictor could do, and whether any other trace
+    # of the GPU measured those launches (it is the data, not the model form, that is missing)
+    info = res["shapeless_launch"] = {}
+    if v_ns:
+        info["V100 hta/v100-single-ns"] = launch_information(v_ns[0], list(v) + list(v_df))
+    for name in ("a100-rank0of2-nccl", "alexnet", "simple-add"):
+        t = traces("hta", f"{name}.json.gz")
+        if t:
+            info[f"A100 hta/{name}"] = launch_information(t[0], [a_path])
     res["fit"]["v100-sxm2-32gb"] = v_prof.fit_errors
 
     # cross-GPU: a profile predicts another GPU's traces with the target's catalog figures
