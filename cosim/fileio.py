@@ -24,9 +24,16 @@ def atomic_open(path: str | Path, mode: str = "w", gz: bool | None = None) -> It
     ``gz`` compresses (default: when ``path`` ends in ``.gz``).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise CosimInputError("cannot write a file here: it is a directory", file=path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        blocker = next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+        why = f"{blocker} is a file, not a directory" if blocker is not None else (exc.strerror or str(exc))
+        raise CosimInputError(f"cannot write: {why}", file=path) from None
     gz = path.suffix == ".gz" if gz is None else gz
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as raw:
             if gz:

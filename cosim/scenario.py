@@ -319,11 +319,16 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     scn, rest = apply_scenario_sets(scn, dict(sets or {}))
     base = Path(scn.source_file).parent if scn.source_file else None
     r = scn.replay
+
+    def near(v: str | None) -> str | None:  # a profile file named by the scenario lies beside it
+        return str(resolve_path(v, base) or v) if v else v
+
     cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,  # type: ignore[arg-type]
                        launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
                        cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator, ranks_per_node=r.ranks_per_node,
-                       profile=r.profile, precision=dict(r.precision), topology=scn.topology)
-    tsets, other = split_topology_sets({**scn.set, **rest})
+                       profile=near(r.profile), precision=dict(r.precision), topology=scn.topology)
+    own = {k: (near(v) if k.rsplit(".", 1)[-1] == "profile" else v) for k, v in scn.set.items()}
+    tsets, other = split_topology_sets({**own, **rest})
     cfg = apply_sets(cfg, expand_port_bandwidth(other))
     topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets)
     if tsets:  # recorded in the resolved scenario (scenario.yaml), so that the run's hardware can be rebuilt

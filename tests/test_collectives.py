@@ -220,6 +220,36 @@ def test_cli_collective_table_and_errors(capsys):
     assert "4 KiB" in out and "ring/simple" in out
     assert main(["collective", "-t", "dgx-h100", "--ranks", "9", "--sizes", "1MiB"]) == 2
     assert "only 8 GPUs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["-t", "dgx-h100", "--algo", "nvls", "--proto", "ll"], "protocol 'll' is not available with algorithm nvls"),
+    (["-t", "dgx-h100", "--op", "send_recv", "--ranks", "2", "--proto", "ll128"], "algorithm p2p (it runs ll, simple)"),
+    (["-t", "dgx-h100", "--op", "all_to_all", "--algo", "tree"], "point-to-point transfers"),
+    (["-t", "dgx-h100-4node", "--algo", "nvls"], "the ranks span several nodes"),
+    (["-t", "dgx-a100", "--algo", "nvls"], "predates Hopper"),
+    (["-t", "dgx-h100", "--comm-sms", "100000"], "the GPU has only 132 SMs"),
+])
+def test_cli_collective_impossible_overrides(capsys, args, says):
+    """An algorithm/protocol the communicator cannot run is one line and exit status 2, as NCCL refuses
+    an NCCL_ALGO / NCCL_PROTO with no available algorithm."""
+    pytest.importorskip("cosim.topology")
+    from cosim.cli import main
+
+    assert main(["collective", *args, "--sizes", "1MiB"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_busbw_of_one_rank_is_zero(capsys):
+    """nccl-tests: busbw = algbw * 2(n-1)/n for all-reduce, 0 on one rank; sizes come back as integers."""
+    pytest.importorskip("cosim.topology")
+    from cosim.cli import main
+
+    assert main(["collective", "-t", "dgx-h100", "--ranks", "1", "--sizes", "1MiB", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["results"]
+    assert row["busbw_Bps"] == 0.0 and row["algbw_Bps"] > 0 and row["size_bytes"] == 2**20
+    assert isinstance(row["size_bytes"], int)
     assert main(["collective", "-t", "dgx-h100", "--sizes", "12"]) == 2
 
 
@@ -346,3 +376,85 @@ def test_cluster_router_matches_topology_paths():
     random.Random(1).shuffle(pairs)
     for a, b in pairs[:60]:
         assert sorted(map(tuple, router(a, b))) == sorted(map(tuple, t.paths(a, b))), (a, b)
+
+
+# ----------------------------------------------------------------------------- NICs
+def _two_hosts(gpudirect: bool, **nic) -> Simulator:
+    """Two hosts of one GPU each, PCIe 10 GB/s per direction everywhere inside a host, 25 GB/s NICs."""
+    from cosim.engine.config import NicConfig
+
+    g = cluster(2, 1, nvlink_bw=B, nic_bw=25e9, pcie_bw=10e9)
+    return Simulator(g, SimConfig(nccl=NcclConfig(use_calibration=False),
+                                  nic=NicConfig(default_gpudirect=gpudirect, **nic)))
+
+
+@pytest.mark.parametrize("gpudirect", [True, False])
+def test_collective_gpudirect_or_host_bounce(gpudirect):
+    """send/recv of 1 GB between hosts next to a 3 GB host-to-GPU copy on the sender's host (it outlasts the
+    send). With GPUDirect
+    RDMA the send leaves by GPU -> PCIe switch -> NIC and shares no link with the copy (CPU -> switch -> GPU):
+    1 GB / 10 GB/s = 0.1 s. Without it the send is staged in host memory (GPU -> CPU -> NIC) and shares the
+    CPU -> switch link with the copy: half of 10 GB/s each, 0.2 s."""
+    sim = _two_hosts(gpudirect)
+    a, b = "node0.gpu0", "node1.gpu0"
+    ev = sim.collective("send_recv", [a, b], 1e9)
+    copy = sim.transfer("node0.cpu0", a, 3e9)
+    sim.run()
+    r = ev.value
+    assert copy.processed
+    assert r.time - r.latency == pytest.approx(0.1 if gpudirect else 0.2, rel=1e-6)
+    up = sim.fabric.link("node0.pcie0", "node0.cpu0").bytes  # only the staged send goes up to the CPU
+    assert up == pytest.approx(0.0 if gpudirect else 1e9)
+    # bytes sent = bytes received, either way: every link into node1.gpu0 carries the message once
+    assert sim.fabric.link("node1.pcie0", "node1.gpu0").bytes == pytest.approx(1e9)
+
+
+def test_collective_gpudirect_shares_the_gpus_pcie_link():
+    """With GPUDirect, the NIC's traffic and the GPU's own device-to-host copy (3 GB, outlasting the send)
+    share GPU -> PCIe switch: 5 GB/s each, 1 GB in 0.2 s."""
+    sim = _two_hosts(True)
+    ev = sim.collective("send_recv", ["node0.gpu0", "node1.gpu0"], 1e9)
+    sim.transfer("node0.gpu0", "node0.cpu0", 3e9)
+    sim.run()
+    assert ev.value.time - ev.value.latency == pytest.approx(0.2, rel=1e-6)
+
+
+def test_collective_nic_message_rate_caps_small_messages():
+    """1,000 messages/s of at most 1 KB each cap a flow at 1 MB/s: an all-to-all between two hosts with
+    4 KB per peer moves it in 4 ms; with 1 M msg/s the cap is 1 GB/s: 4 us."""
+    slow = _two_hosts(True, default_message_rate=1e3, message_size=1e3)
+    ev = slow.collective("all_to_all", ["node0.gpu0", "node1.gpu0"], 8e3)  # 4 KB to the peer
+    slow.run()
+    assert ev.value.time - ev.value.latency == pytest.approx(4e3 / 1e6, rel=1e-6)
+    fast = _two_hosts(True, default_message_rate=1e6, message_size=1e3)
+    ev = fast.collective("all_to_all", ["node0.gpu0", "node1.gpu0"], 8e3)
+    fast.run()
+    assert ev.value.time - ev.value.latency == pytest.approx(4e3 / 1e9, rel=1e-6)  # 1 GB/s cap: 1e6 x 1 KB
+
+
+def test_transfer_through_nics_pays_latency_overhead_and_message_rate():
+    """A point-to-point transfer between hosts (``sim.transfer``): the NIC latency once plus each NIC's
+    per-message overhead (sender's and receiver's), then 1 GB over the 10 GB/s PCIe bottleneck."""
+    sim = _two_hosts(True, default_latency=2e-6, default_per_message_overhead=1e-6)
+    sim.transfer("node0.gpu0", "node1.gpu0", 1e9)
+    sim.run()
+    assert sim.now == pytest.approx(2e-6 + 2 * 1e-6 + 0.1, rel=1e-9)
+    # 1,000 messages/s of 1 KB: 1 MB/s, whatever the links offer
+    sim = _two_hosts(True, default_latency=2e-6, default_message_rate=1e3, message_size=1e3)
+    sim.transfer("node0.gpu0", "node1.gpu0", 1e6)
+    sim.run()
+    assert sim.now == pytest.approx(2e-6 + 1.0, rel=1e-9)
+
+
+def test_transfer_without_gpudirect_is_staged_in_host_memory():
+    """Without GPUDirect RDMA the bytes go GPU -> CPU, CPU -> CPU over the NICs, CPU -> GPU (three coupled
+    flows): the host links carry them, and a host-to-GPU copy on the sender's host halves the rate."""
+    for gpudirect, expect in ((True, 0.1), (False, 0.2)):
+        sim = _two_hosts(gpudirect, default_latency=0.0)
+        sim.transfer("node0.gpu0", "node1.gpu0", 1e9)
+        sim.transfer("node0.cpu0", "node0.gpu0", 3e9)
+        sim.run(until=0.25)
+        t = sim.fabric.link("node1.pcie0", "node1.gpu0")
+        assert t.bytes == pytest.approx(1e9)  # delivered by 0.25 s either way
+        assert sim.fabric.link("node1.cpu0", "node1.pcie0").bytes == pytest.approx(0.0 if gpudirect else 1e9)
+        assert t.busy_time == pytest.approx(expect, rel=1e-6)  # the receive link is busy while it moves

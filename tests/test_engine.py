@@ -137,6 +137,41 @@ def test_hbm_sharing():
     assert sorted(spans(sim, "gpu0")) == [("c", 0.0, 10.0), ("m1", 0.0, 20.0), ("m2", 0.0, 20.0)]
 
 
+def test_d2d_copy_uses_hbm_not_sms():
+    """A D2D copy (all of HBM, no SMs) beside a compute-bound full-chip kernel: neither slows the other;
+    beside a memory-bound kernel they split HBM."""
+    from cosim.engine.gpu import Kernel
+
+    sim = make()
+    gpu = sim.gpu("gpu0")
+    gpu.stream(1).enqueue(Kernel("k", 100 * US))
+    gpu.memcpy(gpu.stream(2), "d2d", 50e6)  # 2 * 50 MB / (1 TB/s * d2d_efficiency)
+    sim.run()
+    d2d = 2 * 50e6 / (1e12 * sim.config.gpu.d2d_efficiency) / US
+    assert sorted(spans(sim, "gpu0")) == [("k", 0.0, 100.0), ("memcpy_d2d", 0.0, round(d2d, 6))]
+
+    sim = make()
+    gpu = sim.gpu("gpu0")
+    gpu.stream(1).enqueue(Kernel("m", d2d * US, sm_demand=30, hbm_fraction=1.0))
+    gpu.memcpy(gpu.stream(2), "d2d", 50e6)
+    sim.run()
+    assert sorted(spans(sim, "gpu0")) == [("m", 0.0, round(2 * d2d, 6)), ("memcpy_d2d", 0.0, round(2 * d2d, 6))]
+
+
+def test_launch_latency_counts_from_when_the_launch_runs():
+    """One core: thread b's launch waits for a's 50 us CPU op, runs 50..55, and its kernel starts at
+    50 + 8 us launch latency, not at 0 + 8 (the request time) nor at 55."""
+    sim = make(cores_per_socket=1)
+    cpu = sim.topo.cpu_of("gpu0")
+    a, b = sim.thread("a", cpu=cpu), sim.thread("b", gpu="gpu0", cpu=cpu)
+    s = sim.gpu("gpu0").stream(0)
+    a.cpu_op(50 * US, name="busy")  # asks for the core first
+    b.launch(s, 10 * US, name="k")
+    sim.run()
+    assert ("launch k", 50.0, 55.0) in spans(sim, ".b")
+    assert spans(sim, "stream0") == [("k", 58.0, 68.0)]
+
+
 def test_h2d_copy_over_pcie_and_contention():
     sim = make()
     t = sim.thread("rank0", gpu="gpu0")

@@ -163,6 +163,19 @@ def test_cli_microbench_cpu_quick(tmp_path):
     assert load_profile(out).provenance["method"].startswith("microbench cpu")
 
 
+def test_microbench_times_attention_backward():
+    """The sweep times SDPA backward (forward + backward minus forward), so a microbenchmarked profile fits
+    the backward efficiency instead of tying it to the forward one; its FLOPs are 2.5x the forward's."""
+    pytest.importorskip("torch")
+    from cosim.models.microbench import MicrobenchConfig, run_microbench
+
+    db, _ = run_microbench(MicrobenchConfig(device="cpu", quick=True, progress=False))
+    att = [i for i, c in enumerate(db.feats.cls) if c == "attention"]
+    assert [bool(db.feats.bwd[i]) for i in att] == [False, True]
+    fwd, bwd = att
+    assert db.feats.dur[bwd] > 0 and db.feats.flops[bwd] == pytest.approx(2.5 * db.feats.flops[fwd])
+
+
 def test_cli_bad_args_one_line():
     r = subprocess.run([sys.executable, "-m", "cosim", "calibrate", "--out", "x.yaml"], capture_output=True,
                        text=True, timeout=30)

@@ -167,3 +167,27 @@ def test_replay_projects_a_graph_without_gpu_ops() -> None:
     s = res.summary()
     assert len(res.graph.ranks[0].gpu_ops) > 0
     assert s["step_time_s"] > 0 and any("projected" in n for n in s["notes"])
+
+
+def test_scenario_profile_file_resolves_beside_the_scenario(tmp_path, monkeypatch) -> None:
+    """A profile file named in a scenario (replay section or set:) is looked up beside the scenario, like
+    its workload and topology; the same name from another working directory still finds it."""
+    import shutil
+
+    from cosim.models.profile import _DATA
+
+    d = tmp_path / "sc"
+    d.mkdir()
+    shutil.copy(_DATA / "h100-sxm5.yaml", d / "myprof.yaml")
+    (d / "s.yaml").write_text("name: s\nworkload: moe-ep2-decode-cpu\ntopology: dgx-h100\n"
+                              "replay: {durations: modeled, profile: myprof.yaml}\n")
+    (d / "t.yaml").write_text("name: t\nworkload: moe-ep2-decode-cpu\ntopology: dgx-h100\n"
+                              "set: {durations: modeled, profile: myprof.yaml}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _, a = run_scenario(load_scenario(d / "s.yaml"))
+    _, b = run_scenario(load_scenario(d / "t.yaml"))
+    _, c = run_scenario(load_scenario(d / "s.yaml"), {"replay.profile": "h100-sxm5"})
+    assert a.config.profile == b.config.profile == str(d / "myprof.yaml")
+    assert a.summary()["step_time_s"] == b.summary()["step_time_s"] == c.summary()["step_time_s"]

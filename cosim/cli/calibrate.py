@@ -14,7 +14,7 @@ __all__ = ["register"]
 
 def _run(args: argparse.Namespace) -> int:
     from cosim.models.fit import KernelDB, fit_profile
-    from cosim.models.profile import inputs_hash, load_profile
+    from cosim.models.profile import CalibrationProfile, inputs_hash, load_profile
 
     if bool(args.from_traces) == bool(args.microbench):
         raise CosimInputError("give either --from-traces PATH... or --microbench")
@@ -28,33 +28,42 @@ def _run(args: argparse.Namespace) -> int:
         for p in paths:
             if not p.exists():
                 raise CosimInputError("trace not found", file=p)
-        key = inputs_hash([*map(str, paths), args.accelerator or "", "cosim.profile/1", "traces",
-                           f"kernel_db={args.kernel_db}", f"kernel_scale={not args.no_kernel_scale}"])
+        name = args.name or (Path(args.out).stem if args.out else None)
+        key = _traces_key(args, paths, name)
+        cached: CalibrationProfile | None = None
         if args.out and Path(args.out).exists() and not args.force:
             try:
                 old = load_profile(args.out)
                 if old.provenance.get("inputs_hash") == key:
-                    results.append({"profile": str(args.out), "cached": True, "inputs_hash": key,
-                                    "fit_errors": old.fit_errors})
-                    return _report(args, results)
+                    cached = old
             except CosimInputError:
                 pass
+        if cached is not None and not args.db_out:  # nothing else to write: skip loading the traces
+            results.append({"profile": str(args.out), "cached": True, "inputs_hash": key,
+                            "fit_errors": cached.fit_errors})
+            return _report(args, results)
         dbs = KernelDB.from_traces(paths, args.accelerator)
         if args.db_out:
             Path(args.db_out).mkdir(parents=True, exist_ok=True)
             for acc, db in dbs.items():
                 db.write_csv(Path(args.db_out) / f"{acc}.csv")
         if args.out:
-            if len(dbs) > 1:
-                raise CosimInputError(f"the traces come from several GPU models ({', '.join(sorted(dbs))}); "
-                                      "calibrate one GPU model per profile")
-            db = next(iter(dbs.values()))
-            prof = fit_profile(db, name=args.name or Path(args.out).stem,
-                               provenance={"inputs_hash": key, "sources": [str(p) for p in paths]},
-                               kernel_scale=not args.no_kernel_scale, kernel_db=args.kernel_db)
-            prof.save(args.out)
-            results.append({"profile": str(args.out), "cached": False, "inputs_hash": key,
-                            "accelerator": prof.accelerator, "fit_errors": prof.fit_errors})
+            if cached is not None:
+                res = {"profile": str(args.out), "cached": True, "inputs_hash": key,
+                       "fit_errors": cached.fit_errors}
+            else:
+                if len(dbs) > 1:
+                    raise CosimInputError(f"the traces come from several GPU models ({', '.join(sorted(dbs))}); "
+                                          "calibrate one GPU model per profile")
+                db = next(iter(dbs.values()))
+                prof = fit_profile(db, name=name, provenance={"inputs_hash": key, "sources": [str(p) for p in paths]},
+                                   kernel_scale=not args.no_kernel_scale, kernel_db=args.kernel_db)
+                prof.save(args.out)
+                res = {"profile": str(args.out), "cached": False, "inputs_hash": key,
+                       "accelerator": prof.accelerator, "fit_errors": prof.fit_errors}
+            if args.db_out:
+                res.update({"db_out": str(args.db_out), "gpus": sorted(dbs)})
+            results.append(res)
         else:
             results.append({"db_out": str(args.db_out), "gpus": sorted(dbs)})
         return _report(args, results)
@@ -92,6 +101,24 @@ def _run(args: argparse.Namespace) -> int:
     results.append({"profile": str(args.out), "accelerator": acc, "device": prov["gpu"],
                     "fit_errors": prof.fit_errors})
     return _report(args, results)
+
+
+def _traces_key(args: argparse.Namespace, paths: list[Path], name: str | None) -> str:
+    """Cache key of ``--from-traces``: everything the profile depends on (see docs/MODELS.md).
+
+    The content of every trace file that will be read (directories expanded into their trace files, sorted by
+    path), the arguments as given (they become ``provenance.sources``), the profile name, the fit options, the
+    accelerator override and the cosim version.
+    """
+    from cosim import __version__
+    from cosim.models.fit import KernelDB
+    from cosim.models.profile import inputs_hash
+
+    files = sorted(set(KernelDB.trace_files(paths)), key=str)
+    opts = {"what": "cosim calibrate --from-traces", "cosim": __version__, "sources": [str(p) for p in paths],
+            "name": name, "accelerator": args.accelerator or "", "kernel_db": args.kernel_db,
+            "kernel_scale": not args.no_kernel_scale}
+    return inputs_hash([opts, *files])
 
 
 def _report(args: argparse.Namespace, results: list[dict]) -> int:

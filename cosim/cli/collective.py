@@ -36,8 +36,11 @@ def register(subparsers: Any) -> None:
                    help='sizes: list "1MiB,64MiB" or doubling range "1KiB:16GiB" (default 1KiB:1GiB)')
     p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "hier"))
     p.add_argument("--proto", default="auto", choices=("auto", "ll", "ll128", "simple"))
-    p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters)")
-    p.add_argument("--comm-sms", type=int, default=None, help="SMs a communication kernel occupies")
+    p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters); they set LL128's rate cap, not the bandwidth of other "
+                        "protocols (docs/ENGINE.md, known gaps)")
+    p.add_argument("--comm-sms", type=int, default=None,
+                   help="SMs a communication kernel occupies (they slow compute kernels running beside it; "
+                        "a lone collective's time does not depend on them)")
     p.add_argument("--no-calibration", action="store_true", help="use NCCL's default constants only")
     add_json_flag(p)
     p.set_defaults(func=handler)
@@ -99,7 +102,7 @@ def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str
             raise CosimInputError(str(exc)) from None
         sim.run()
         r = ev.value
-        rows.append({"size_bytes": s, "time_s": r.time, "algbw_Bps": r.algbw, "busbw_Bps": r.busbw,
+        rows.append({"size_bytes": int(s) if float(s).is_integer() else s, "time_s": r.time, "algbw_Bps": r.algbw, "busbw_Bps": r.busbw,
                      "algo": r.algo, "proto": r.proto})
     return rows
 
@@ -113,12 +116,18 @@ def handler(args: argparse.Namespace) -> int:
         raise CosimInputError(str(exc)) from None
     if not sizes:
         raise CosimInputError("--sizes: no sizes given")
+    if args.op in ("all_to_all", "all_to_allv", "send_recv") and args.algo not in ("auto", None):
+        raise CosimInputError(f"--algo {args.algo}: {args.op} runs as point-to-point transfers (NCCL has no "
+                              "algorithm choice for it); leave --algo auto")
     if args.channels is not None and args.channels < 1:
         raise CosimInputError("--channels must be >= 1")
     if args.comm_sms is not None and args.comm_sms < 0:
         raise CosimInputError("--comm-sms must be >= 0")
     topo = _load(args.topology)
     ranks = pick_ranks(topo, args.ranks, args.ranks_per_node)
+    sms = getattr(topo.accelerator(ranks[0]), "sm_count", None) if hasattr(topo, "accelerator") else None
+    if args.comm_sms is not None and sms is not None and args.comm_sms > sms:
+        raise CosimInputError(f"--comm-sms {args.comm_sms}: the GPU has only {sms} SMs")
     if args.op == "send_recv" and len(ranks) < 2:
         raise CosimInputError("send_recv needs at least 2 ranks")
     progress = (not args.json) and sys.stderr.isatty() and len(sizes) > 4

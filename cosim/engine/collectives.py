@@ -155,6 +155,7 @@ class Collectives:
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         self.results: list[CollectiveResult] = []
         self._unit: dict[tuple[Any, ...], float] = {}
+        self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
 
     # ----------------------------------------------------------- topology facts
     def _hw_class(self, src: str, dst: str) -> str:
@@ -363,13 +364,23 @@ class Collectives:
         cands = self.candidates(op, ranks)
         if algo not in ("auto", None):
             if op in ("all_to_all", "all_to_allv", "send_recv"):
-                algo = "p2p"
+                algo = "p2p"  # a configured default algorithm applies to the collectives that can use it
             elif algo not in ALGOS_FOR[op]:
                 raise ValueError(f"{op} cannot use algorithm {algo!r} (choose from {', '.join(ALGOS_FOR[op])})")
+            if algo == "nvls" and not self.shape(op, ranks).nvls:
+                sh = self.shape(op, ranks)
+                why = ("the ranks span several nodes" if sh.nnodes > 1 else
+                       "the ranks are not all on one NVSwitch" if sh.intra != "nvswitch" else
+                       f"the GPU ({sh.accel or 'unknown'}) predates Hopper")
+                raise ValueError(f"algorithm nvls needs NVLink SHARP (NVSwitch, Hopper or newer, one node): {why}")
             cands = [(a, p) for a, p in cands if a == algo] or [(algo, p) for p in ("ll", "ll128", "simple")
                                                                if not (algo == "nvls" and p != "simple")]
         if proto not in ("auto", None):
-            cands = [(a, p) for a, p in cands if p == proto] or [(c[0], proto) for c in cands[:1]]
+            kept = [(a, p) for a, p in cands if p == proto]
+            if not kept and any(a in ("nvls", "p2p") for a, _ in cands):
+                raise ValueError(f"protocol {proto!r} is not available with algorithm {cands[0][0]} "
+                                 f"(it runs {', '.join(sorted({p for _, p in cands}))})")
+            cands = kept or [(c[0], proto) for c in cands[:1]]
         if not cands:
             raise ValueError(f"no algorithm/protocol available for {op} on {len(ranks)} ranks")
         if len(cands) == 1:
@@ -440,6 +451,75 @@ class Collectives:
         env.process(self._execute(plan, scale, lat, eff, cap, label, res, done))
         return done
 
+    # ------------------------------------------------------------------ NICs
+    def _endpoint_nic(self, name: str) -> tuple[int, float, float, float, bool, float]:
+        """(node, message rate msg/s, per-message overhead s, port bandwidth B/s, GPUDirect RDMA, the port's
+        usable capacity on the fabric B/s) of the NIC a rank's inter-node traffic leaves by
+        (``topo.nic_of``); a rank without one: no limits."""
+        hit = self._nic.get(name)
+        if hit is None:
+            from cosim.engine.nic import nic_params
+
+            topo, fab = self.sim.topo, self.sim.fabric
+            node = int(topo.node_of(name)) if name in topo.graph else -1
+            nic = topo.nic_of(name) if name in topo.graph and topo.graph.nodes[name].get("kind") == "gpu" else None
+            if nic is None:
+                hit = (node, math.inf, 0.0, math.inf, True, math.inf)
+            else:
+                p = nic_params(self.sim, nic)
+                out = [fab.capacity[fab.link_id[(nic, v)]] for v in topo.graph.successors(nic)
+                       if topo.graph.nodes[v].get("kind") == "fabric_switch"]
+                hit = (node, p["message_rate"], p["per_message_overhead"], p["bandwidth"], p["gpudirect"],
+                       float(max(out)) if out else math.inf)
+            self._nic[name] = hit
+        return hit
+
+    def _bounce_segment(self, src: str, dst: str) -> int:
+        """One segment over the host-staged route of a GPU pair whose NIC lacks GPUDirect RDMA:
+        GPU -> its CPU (host memory), CPU -> remote CPU over the NICs, CPU -> GPU; a single flow over
+        all of those links, as NCCL's chunked staging pipelines them (a link used twice carries the
+        bytes twice)."""
+        fab, topo = self.sim.fabric, self.sim.topo
+        a, b = topo.cpu_of(src), topo.cpu_of(dst)
+        walk = fab.paths(src, a)[0] + fab.paths(a, b)[0][1:] + fab.paths(b, dst)[0][1:]
+        return fab.segment(("bounce", src, dst), [walk])
+
+    def _network(self, names: Sequence[str], si: np.ndarray, di: np.ndarray, nb: np.ndarray,
+                 segs: np.ndarray) -> np.ndarray | None:
+        """For the flows of a phase that cross nodes: reroute those whose NIC lacks GPUDirect RDMA
+        through host memory (in ``segs``), and return each flow's NIC rate cap (bytes/s; inf where none
+        binds): ``min(message_rate * m, m / (per_message_overhead + m / bandwidth))`` at both ends, m the
+        message (``nic.message_size``, or the flow's bytes when smaller). None: no flow crosses a node.
+        NIC latency is not added: NCCL's network per-step latency already holds it."""
+        info = [self._endpoint_nic(n) if n != _NVSW else (-2, math.inf, 0.0, math.inf, True, math.inf) for n in names]
+        node = np.array([x[0] for x in info], dtype=np.int64)
+        if (node < 0).all() or (node == node[0]).all():
+            return None
+        ns, nd = node[si], node[di]  # (all-to-alls have millions of rows: few temporaries)
+        cross = ns != nd
+        cross &= ns >= 0
+        cross &= nd >= 0
+        del ns, nd
+        if not cross.any():
+            return None
+        rate, ovh, bw, port = (np.array([x[k] for x in info], dtype=float) for k in (1, 2, 3, 5))
+        gdr = np.array([x[4] for x in info], dtype=bool)
+        if not gdr.all():
+            for k in np.flatnonzero(cross & ~(gdr[si] & gdr[di])).tolist():
+                segs[k] = (self._bounce_segment(names[si[k]], names[di[k]]), -1, -1)
+        m0 = min(self.sim.config.nic.message_size, float(nb.min(where=cross, initial=np.inf)))
+        with np.errstate(divide="ignore", invalid="ignore"):  # caps grow with the message: test the smallest
+            low = np.minimum(rate * m0, np.where(ovh > 0, m0 / (ovh + m0 / bw), np.inf))
+        if (low >= np.minimum(bw, port)).all():  # no cap below what the port link carries anyway
+            return None
+        m = np.minimum(self.sim.config.nic.message_size, nb)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            side = [np.minimum(rate[x] * m, np.where(ovh[x] > 0, m / (ovh[x] + m / bw[x]), np.inf)) for x in (si, di)]
+        rc = np.minimum(*side)
+        lim = np.minimum(np.minimum(bw, port)[si], np.minimum(bw, port)[di])
+        rc[~cross | (rc >= lim)] = np.inf  # at or above what the ports carry: never binds
+        return rc
+
     def _execute(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
                  res: CollectiveResult, done: simpy.Event):
         env = self.sim.env
@@ -465,8 +545,14 @@ class Collectives:
                     segs[k, 0] = self._nvswitch_segment(names[si[k]] if up else names[di[k]], up)
             if (~isnv).any():
                 segs[~isnv] = fab.route_segments(names, si[~isnv], di[~isnv])
-            yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
-                                 name=label)
+            rc = self._network(names, si, di, nb, segs)
+            if rc is None or np.isinf(rc).all():
+                yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
+                                     name=label)
+            else:
+                yield env.all_of([fab.start_rows(segs[rc == c], nb[rc == c], efficiency=eff, max_rate=min(cap, c),
+                                                 link_latency=False, group=grp, name=label)
+                                  for c in np.unique(rc).tolist()])
         res.end = env.now
         res.bytes_on_fabric = moved
         self.results.append(res)

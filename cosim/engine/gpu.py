@@ -19,7 +19,8 @@ concurrently and share the chip:
 Copies: H2D / D2H move over the topology's PCIe path (GPU <-> its CPU), P2P
 over the GPU-to-GPU route (NVLink); they are fabric flows and contend with all
 other traffic. D2D runs as a copy kernel of ``2 * bytes / (HBM * d2d_efficiency)``
-standalone time that uses all of HBM. Each direction class (H2D, D2H, P2P) has
+standalone time that uses all of HBM and no SMs (``sm_demand=0``): it slows the
+memory-bound kernels beside it, not the compute-bound ones. Each direction class (H2D, D2H, P2P) has
 ``copy_engines`` engines; more concurrent copies queue.
 """
 
@@ -47,7 +48,7 @@ class Kernel:
     kind: str = "compute"
     """compute, comm, memcpy."""
     sm_demand: float | None = None
-    """SMs it wants (None: all)."""
+    """SMs it wants (None: all; 0: none, e.g. a D2D copy)."""
     hbm_fraction: float = 0.0
     """Fraction of HBM bandwidth it uses when alone (0..1)."""
     not_before: float = 0.0
@@ -185,7 +186,7 @@ class Gpu:
     def _rates(self) -> None:
         free = max(self.sm_count - self._comm_active * self.comm_sms, 1)
         compute = [k for k in self._running if k.kind != "comm"]
-        demand = sum((k.sm_demand or self.sm_count) for k in compute)
+        demand = sum(self.sm_count if k.sm_demand is None else k.sm_demand for k in compute)
         sm_rate = min(1.0, free / demand) if demand > 0 else 1.0
         hbm = sum(k.hbm_fraction for k in compute) + self._comm_active * self.sim.config.gpu.comm_hbm_fraction
         hbm_rate = min(1.0, 1.0 / hbm) if hbm > 0 else 1.0
@@ -292,5 +293,6 @@ class Gpu:
     def utilization_now(self) -> float:
         """Fraction of SMs held by running kernels right now (for reports)."""
         used = self._comm_active * self.comm_sms
-        used += sum(min(k.sm_demand or self.sm_count, self.sm_count) * k.rate for k in self._running)
+        used += sum(min(self.sm_count if k.sm_demand is None else k.sm_demand, self.sm_count) * k.rate
+                    for k in self._running)
         return min(1.0, used / self.sm_count) if math.isfinite(used) else 1.0

@@ -64,15 +64,19 @@ class HostThread:
         self.launch_latency = socket.launch_latency if socket else cfg.default_launch_latency
 
     def _on_core(self, seconds: float, name: str):
-        t0 = self.env.now
+        """Hold a core of the socket for ``seconds``; returns the time the work started (after any
+        wait for a free core), which is also where its recorded span starts."""
         if self.socket is not None:
             with self.socket.cores.request() as req:
                 yield req
+                t0 = self.env.now
                 yield self.env.timeout(seconds)
         else:
+            t0 = self.env.now
             yield self.env.timeout(seconds)
         if name:
             self.sim.record(name, t0, self.env.now, self.track)
+        return t0
 
     def cpu_op(self, duration: float, name: str = "cpu_op") -> simpy.Process:
         """Run a CPU op of ``duration`` s (scaled by ``cpu_op_scale``) on a core."""
@@ -91,8 +95,7 @@ class HostThread:
         return self.env.process(self._launch(stream, list(kernels), f"graph_launch {name}", many=True))
 
     def _launch(self, stream: Stream, specs: list[dict[str, Any]], label: str, many: bool = False):
-        t0 = self.env.now
-        yield from self._on_core(self.launch_overhead, label)
+        t0 = yield from self._on_core(self.launch_overhead, label)
         out = []
         for sp in specs:
             k = Kernel(**sp)
@@ -107,8 +110,7 @@ class HostThread:
         return self.env.process(self._launch_comm(stream, call, rank, name or call.op))
 
     def _launch_comm(self, stream: Stream, call: CollectiveCall, rank: str, name: str):
-        t0 = self.env.now
-        yield from self._on_core(self.launch_overhead, f"launch {name}")
+        t0 = yield from self._on_core(self.launch_overhead, f"launch {name}")
         return stream._put("comm", (call, rank, name, t0 + self.launch_latency))
 
     def memcpy(self, gpu: Gpu, stream: Stream, kind: str, nbytes: float, peer: str | None = None,
@@ -118,8 +120,7 @@ class HostThread:
 
     def _memcpy(self, gpu: Gpu, stream: Stream, kind: str, nbytes: float, peer: str | None, blocking: bool,
                 name: str | None):
-        t0 = self.env.now
-        yield from self._on_core(self.launch_overhead, f"memcpy {kind}")
+        t0 = yield from self._on_core(self.launch_overhead, f"memcpy {kind}")
         ev = gpu.memcpy(stream, kind, nbytes, peer, not_before=t0 + self.launch_latency, name=name)
         if blocking:
             yield from self._blocked(ev, f"memcpy {kind} (blocking)")

@@ -46,9 +46,10 @@ DEFAULT_PARAMS = Path(__file__).resolve().parent / "data" / "nccl_h100.yaml"
 
 
 def BUSBW_FACTOR(op: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor: busbw = algbw * factor (PERFORMANCE.md)."""
-    if n <= 1:
-        return 1.0
+    """nccl-tests bus-bandwidth factor: busbw = algbw * factor (PERFORMANCE.md); 0 for one rank of
+    an all-reduce / all-gather / reduce-scatter / all-to-all, whose data never leaves the GPU."""
+    if n < 1:
+        raise ValueError(f"a collective needs at least one rank, got {n}")
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
     if op in ("all_gather", "reduce_scatter", "all_to_all", "all_to_allv"):

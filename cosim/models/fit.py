@@ -69,16 +69,59 @@ class KernelDB:
     step: np.ndarray
     """Step index (row of the rank's steps table) of each row, -1 if none."""
 
+    @staticmethod
+    def trace_files(paths: Sequence[str | Path]) -> list[Path]:
+        """Every file :meth:`from_traces` reads for ``paths``, in argument order.
+
+        A directory stands for its ``.json``/``.json.gz`` files (sorted by name, not recursive), exactly the
+        files :func:`cosim.workload.load_trace` loads from it; a file stands for itself.
+        """
+        from cosim.workload.load import _TRACE_SUFFIXES  # the same rule load_trace applies to a directory
+
+        out: list[Path] = []
+        for p in map(Path, paths):
+            if p.is_dir():
+                out += sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+            else:
+                out.append(p)
+        return out
+
     @classmethod
     def from_traces(cls, paths: Sequence[str | Path], accelerator: str | None = None) -> dict[str, KernelDB]:
-        """Databases by accelerator id from Kineto traces (all ranks of each)."""
+        """Databases by accelerator id from Kineto traces (all ranks of each).
+
+        Each path is a Kineto file (one rank), a directory (all its ranks, each Execution Trace in it attached to
+        its Kineto rank by :func:`cosim.workload.load_trace`), or an Execution Trace file. ET files given next
+        to Kineto files are attached to the Kineto traces they belong to by the same rule
+        (:func:`cosim.workload.load.attach_ets`), so ``[trace.json.gz, et.json.gz]`` gives the shapes, dtypes
+        and bytes that the two files in one directory give. With no Kineto file among ``paths``, an ET file
+        loads alone (an ET-only rank: no GPU ops).
+        Rows of a Kineto file are labelled with its path, rows of a directory with the directory.
+        """
         from cosim.replay.hardware import guess_accelerator
         from cosim.workload import load_trace
+        from cosim.workload.graph import RankGraph
+        from cosim.workload.load import attach_ets, detect_format
+
+        loaded: list[tuple[Path, list[RankGraph]]] = []
+        ets: list[Path] = []
+        kineto: list[RankGraph] = []  # ranks of single Kineto files, which an ET file given beside them may belong to
+        for p in map(Path, paths):
+            if not p.is_dir() and detect_format(p) == "et":
+                ets.append(p)
+                continue
+            ranks = list(load_trace(p).ranks)
+            loaded.append((p, ranks))
+            if not p.is_dir():
+                kineto += ranks
+        if ets and kineto:
+            attach_ets(kineto, ets)
+        else:
+            loaded += [(p, list(load_trace(p).ranks)) for p in ets]
 
         parts: dict[str, list[tuple[KernelFeatures, str, np.ndarray, str]]] = {}
-        for p in paths:
-            g = load_trace(p)
-            for rg in g.ranks:
+        for p, ranks in loaded:
+            for rg in ranks:
                 acc = accelerator or guess_accelerator(rg.device_name)
                 if acc is None:
                     raise CosimInputError(f"cannot tell the GPU of rank {rg.rank} (device {rg.device_name!r}); "

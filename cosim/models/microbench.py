@@ -1,4 +1,5 @@
-"""Microbenchmark sweeps with torch: GEMM, grouped GEMM, elementwise and attention.
+"""Microbenchmark sweeps with torch: GEMM, grouped GEMM, elementwise and attention (forward, and backward
+timed as forward + backward minus forward).
 
 On CUDA each case is timed with CUDA events after warm-up, median of repeats; on
 CPU with ``time.perf_counter``. The result is a :class:`~cosim.models.fit.KernelDB`
@@ -9,6 +10,7 @@ profile. ``quick`` runs a handful of small cases (seconds on a CPU).
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -34,6 +36,8 @@ class MicrobenchConfig:
     """Untimed repetitions before timing."""
     dtype: str = "bf16"
     """GEMM / attention dtype ("bf16", "fp16", "fp32")."""
+    progress: bool = True
+    """A progress bar on stderr (only when it is a terminal)."""
 
     def __post_init__(self) -> None:
         if self.device not in ("cuda", "cpu"):
@@ -88,12 +92,17 @@ def run_microbench(cfg: MicrobenchConfig) -> tuple[KernelDB, dict[str, str]]:
         elems = [2**p for p in range(12, 29, 2)]
         attn = [(b, h, s, 128) for b in (1, 8) for h in (16, 32) for s in (512, 2048, 8192)]
     rep, wu = (3, 1) if cfg.quick else (cfg.repeats, cfg.warmup)
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(gemms) + len(groups) + len(elems) + len(attn), desc=f"microbench {cfg.device}",
+               unit="case", file=sys.stderr, disable=not (cfg.progress and sys.stderr.isatty()), leave=False)
     for m, n, k in gemms:
         a = torch.randn(m, k, device=dev, dtype=tdt)
         b = torch.randn(k, n, device=dev, dtype=tdt)
         t = _timer(torch, cfg.device, lambda a=a, b=b: torch.mm(a, b), wu, rep)
         rows.append(dict(cls="gemm", kernel="torch.mm", op="aten::mm", dtype=dname, m=m, n=n, k=k, batch=1,
                          flops=2.0 * m * n * k, bytes=float(eb * (m * k + k * n + m * n)), dur=t))
+        bar.update()
     for g, m, n, k in groups:  # a loop of per-expert GEMMs: the grouped GEMM eager MoE runs
         xs = [torch.randn(m, k, device=dev, dtype=tdt) for _ in range(g)]
         w = torch.randn(g, k, n, device=dev, dtype=tdt)
@@ -101,6 +110,7 @@ def run_microbench(cfg: MicrobenchConfig) -> tuple[KernelDB, dict[str, str]]:
         t = _timer(torch, cfg.device, lambda x3=x3, w=w: torch.bmm(x3, w), wu, rep)
         rows.append(dict(cls="grouped_gemm", kernel="torch.bmm", op="aten::bmm", dtype=dname, m=m, n=n, k=k,
                          batch=g, flops=2.0 * g * m * n * k, bytes=float(eb * g * (m * k + k * n + m * n)), dur=t))
+        bar.update()
     for ne in elems:
         x = torch.randn(ne, device=dev, dtype=tdt)
         y = torch.randn(ne, device=dev, dtype=tdt)
@@ -110,14 +120,30 @@ def run_microbench(cfg: MicrobenchConfig) -> tuple[KernelDB, dict[str, str]]:
         t = _timer(torch, cfg.device, lambda x=x: torch.sum(x), wu, rep)
         rows.append(dict(cls="reduction", kernel="torch.sum", op="aten::sum", dtype=dname, bytes=1.0 * eb * ne,
                          dur=t))
+        bar.update()
     for b, h, s, d in attn:
         q = torch.randn(b, h, s, d, device=dev, dtype=tdt)
-        def fn(q=q):
-            return (torch.nn.functional.scaled_dot_product_attention(q, q, q))
-        t = _timer(torch, cfg.device, fn, wu, rep)
-        rows.append(dict(cls="attention", kernel="sdpa", op="aten::scaled_dot_product_attention", dtype=dname,
-                         m=s, n=s, k=d, batch=b, heads=h, flops=4.0 * b * h * s * s * d,
+        qg = q.detach().clone().requires_grad_(True)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def fwd(q=q):
+            return sdpa(q, q, q)
+
+        def fwd_bwd(qg=qg):
+            sdpa(qg, qg, qg).sum().backward()
+            qg.grad = None
+
+        t = _timer(torch, cfg.device, fwd, wu, rep)
+        common = dict(cls="attention", kernel="sdpa", dtype=dname, m=s, n=s, k=d, batch=b, heads=h)
+        rows.append(dict(common, op="aten::scaled_dot_product_attention", flops=4.0 * b * h * s * s * d,
                          bytes=4.0 * eb * b * h * s * d, dur=t))
+        # backward alone: forward + backward (+ the tiny sum) minus the forward
+        tb = _timer(torch, cfg.device, fwd_bwd, wu, rep) - t
+        if tb > 0:
+            rows.append(dict(common, op="aten::_scaled_dot_product_attention_backward", bwd=1.0,
+                             flops=10.0 * b * h * s * s * d, bytes=8.0 * eb * b * h * s * d, dur=tb))
+        bar.update()
+    bar.close()
     n = len(rows)
 
     def col(key: str, default: float = np.nan) -> np.ndarray:
@@ -125,7 +151,7 @@ def run_microbench(cfg: MicrobenchConfig) -> tuple[KernelDB, dict[str, str]]:
 
     f = KernelFeatures(cls=[r["cls"] for r in rows], kernel=[r["kernel"] for r in rows],
                        op_name=[r["op"] for r in rows], dtype=[r["dtype"] for r in rows], m=col("m"), n=col("n"),
-                       k=col("k"), batch=col("batch", 1.0), heads=col("heads", 1.0), bwd=np.zeros(n, dtype=bool),
+                       k=col("k"), batch=col("batch", 1.0), heads=col("heads", 1.0), bwd=col("bwd", 0.0) > 0,
                        flops=col("flops"), bytes=col("bytes"), dur=col("dur"),
                        grid=-np.ones((n, 3), np.int64), block=-np.ones((n, 3), np.int64))
     name = torch.cuda.get_device_name(0) if cfg.device == "cuda" else "cpu"

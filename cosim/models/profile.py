@@ -361,12 +361,26 @@ def profile_for(accelerator_name: str) -> CalibrationProfile | None:
 
 
 def inputs_hash(parts: list[Any]) -> str:
-    """SHA-256 (hex, 16 chars) of the fit inputs: file paths with sizes and mtimes, options, code version."""
+    """SHA-256 (hex, first 16 chars) of the fit inputs, the key of the ``cosim calibrate`` cache.
+
+    A :class:`pathlib.Path` part that names a file contributes its path as given and the SHA-256 of its bytes,
+    so a changed, replaced or added trace changes the key whatever its size and mtime; a directory must be
+    expanded by the caller into the files it will read. Every other part (``str`` included, so that an option
+    value is never mistaken for a file name) contributes its JSON form: options, output name, code version.
+    Raises :class:`CosimInputError` when a file cannot be read.
+    """
     h = hashlib.sha256()
     for part in parts:
-        if isinstance(part, (str, Path)) and Path(part).is_file():
-            st = Path(part).stat()
-            h.update(f"{Path(part).resolve()}|{st.st_size}|{int(st.st_mtime)}".encode())
+        if isinstance(part, Path) and part.is_file():
+            fh_sum = hashlib.sha256()
+            try:
+                with open(part, "rb") as fh:
+                    while chunk := fh.read(1 << 20):
+                        fh_sum.update(chunk)
+            except OSError as exc:
+                raise CosimInputError(f"cannot read input file: {exc.strerror or exc}", file=part) from None
+            h.update(f"file|{part}|{fh_sum.hexdigest()}".encode())
         else:
             h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        h.update(b"\0")
     return h.hexdigest()[:16]

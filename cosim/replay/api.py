@@ -49,7 +49,8 @@ class ReplayResult:
     link_usage: LinkUsage | None = None
     """The traffic intervals behind ``links`` (for windowed figures: :mod:`cosim.replay.links`)."""
     kernel_errors: dict[str, Any] | None = None
-    """Modeled replay: per-class error of the kernel models against the trace's measured durations."""
+    """Modeled replay: per-class error of the kernel models against the trace's measured durations; None
+    when those are not measurements of the replayed GPU (a projected graph, another accelerator)."""
     precision: dict[str, Any] | None = None
     """Precision what-if: what it changed (summary field ``precision``)."""
     _summary: dict[str, Any] | None = None
@@ -410,17 +411,22 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     if cfg.durations == "modeled":
         from cosim.models.errors import kernel_error_by_class
         from cosim.models.features import extract_features
-        from cosim.models.predict import predict_features
+        from cosim.models.predict import _default_profile, _same_gpu, predict_features
 
         acc_id = target or traced or topology.graph.nodes[gpu0].get("spec")
         acc = topology.catalog.accelerator(acc_id) if acc_id else topology.accelerator(gpu0)
+        used = prof if prof is not None else _default_profile(acc)
         feats = [extract_features(rg) for rg in graph.ranks]
-        preds = [predict_features(f, acc, prof) for f in feats]
+        preds = [predict_features(f, acc, used) for f in feats]
         modeled = [p.dur for p in preds]
-        kernel_errors = kernel_error_by_class(feats, preds)
+        unscored = _unscored_reason(graph, topology, traced, acc)
+        kernel_errors = None if unscored else kernel_error_by_class(feats, preds)
         notes.append(f"GPU op durations predicted by the kernel models for {acc.name} "
-                     f"(profile {cfg.profile or 'bundled for the accelerator'}); communication kept measured "
-                     "or simulated")
+                     f"({_profile_label(cfg.profile, used, not _same_gpu(used, acc))}); communication kept "
+                     "measured or simulated" + (f"; no kernel model error by class: {unscored}" if unscored else ""))
+    elif cfg.profile and not cfg.precision:
+        notes.append(f"profile {cfg.profile} unused: GPU op durations are the trace's measured ones "
+                     "(a profile applies to --durations modeled and to precision what-ifs)")
     precision = None
     if cfg.precision:
         graph, modeled, precision = _apply_precision(graph, cfg, topology, gpu0, traced, target, prof, modeled)
@@ -463,6 +469,32 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     res.kernel_errors = kernel_errors
     res.precision = precision
     return res
+
+
+def _profile_label(named: str | None, used: Any, cross: bool) -> str:
+    """How the modeled-durations note names the calibration profile ``used`` (``named``: the config's)."""
+    if not cross:
+        return f"profile {named}" if named else f"profile {used.name}, bundled for the accelerator"
+    if named:
+        return f"profile {named}, fitted on {used.accelerator}: predicted cross-GPU"
+    return (f"profile {used.name} (none is bundled for this accelerator), fitted on {used.accelerator}: "
+            "predicted cross-GPU")
+
+
+def _unscored_reason(graph: ExecutionGraph, topology: Any, traced: str | None, acc: Any) -> str | None:
+    """Why a modeled replay has no ``kernel_error_by_class`` (the trace's GPU durations are not
+    measurements of the GPU the models predict), or None when the models can be scored."""
+    if any(rg.source.get("projected") for rg in graph.ranks):
+        return "the projected GPU op durations are not measurements"
+    if traced is None:
+        return None
+    try:
+        traced_acc = topology.catalog.accelerator(traced)
+    except CosimInputError:
+        return None
+    if traced_acc.name != acc.name:
+        return f"the trace's kernels were measured on {traced_acc.name}, not on {acc.name}"
+    return None
 
 
 def _apply_precision(graph: ExecutionGraph, cfg: ReplayConfig, topology: Any, gpu0: str, traced: str | None,

@@ -40,6 +40,29 @@ def _trailing_int(p: Path) -> int | None:
     return int(m[-1]) if m else None
 
 
+def attach_ets(ranks: Sequence[RankGraph], ets: Sequence[Path]) -> None:
+    """Attach each Execution Trace file in ``ets`` to its Kineto rank: the rank with the ET's process id,
+    else the rank numbered like the end of the ET's file name, else (as many ETs as ranks) by position in
+    rank order. Raises :class:`CosimInputError` naming the ET when none fits or two ETs claim one rank."""
+    by_pid: dict[int, RankGraph] = {}
+    for rg in ranks:
+        for pid in set(rg.threads.pid.tolist()):
+            by_pid.setdefault(pid, rg)
+    unused = list(ranks)
+    for k, f in enumerate(ets):
+        header, nodes = load_et_nodes(f)
+        rg = by_pid.get(header.get("pid"))
+        if rg is None:
+            num = _trailing_int(f)
+            rg = next((r for r in ranks if r.rank == num), None) if num is not None else None
+        if rg is None and len(ets) == len(ranks):
+            rg = sorted(ranks, key=lambda r: r.rank)[k]
+        if rg is None or rg not in unused:
+            raise CosimInputError("cannot tell which Kineto rank this Execution Trace belongs to", file=f)
+        unused.remove(rg)
+        link_et(rg, f, nodes)
+
+
 def load_trace(source: str | Path | Sequence[str | Path], *, time_unit: str | None = None) -> ExecutionGraph:
     """Load a trace into an :class:`ExecutionGraph`.
 
@@ -75,24 +98,7 @@ def load_trace(source: str | Path | Sequence[str | Path], *, time_unit: str | No
             )
         seen[rg.rank] = f
     if ets and ranks:
-        by_pid = {}
-        for rg in ranks:
-            pids = set(rg.threads.pid.tolist())
-            for pid in pids:
-                by_pid.setdefault(pid, rg)
-        unused = list(ranks)
-        for k, f in enumerate(ets):
-            header, nodes = load_et_nodes(f)
-            rg = by_pid.get(header.get("pid"))
-            if rg is None:
-                num = _trailing_int(f)
-                rg = next((r for r in ranks if r.rank == num), None) if num is not None else None
-            if rg is None and len(ets) == len(ranks):
-                rg = sorted(ranks, key=lambda r: r.rank)[k]
-            if rg is None or rg not in unused:
-                raise CosimInputError("cannot tell which Kineto rank this Execution Trace belongs to", file=f)
-            unused.remove(rg)
-            link_et(rg, f, nodes)
+        attach_ets(ranks, ets)
     elif ets:
         nums = [_trailing_int(f) for f in ets]
         if len(ets) > 1 and (None in nums or len(set(nums)) != len(nums)):

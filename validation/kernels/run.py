@@ -6,7 +6,8 @@ Reads ../shared/traces and ../shared/measured (never copied). With --write it
 refreshes the bundled profiles (cosim/models/data/*.yaml, fitted on the TRAIN
 side of each split only, except h100-sxm5 which is fitted on all three H100
 traces; the H100 held-out numbers come from leave-one-trace-out folds whose
-profiles are written to validation/kernels/profiles/), and RESULTS.md.
+profiles are written to validation/kernels/profiles/). Every run writes
+results.json; RESULTS.md is written by hand from it.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def deepgemm(prof: CalibrationProfile) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--write", action="store_true", help="refresh bundled profiles and RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="also refresh the bundled profiles (results.json is always written)")
     args = ap.parse_args()
     if shared_dir() is None:
         print("../shared not found", file=sys.stderr)
