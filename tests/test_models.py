@@ -511,3 +511,41 @@ def test_shapeless_gemms_need_data_not_a_new_model():
     assert not set(launch_keys(test.feats)) & set(launch_keys(calib.feats))
     gemm = np.array([c == "gemm" for c in test.feats.cls])
     assert np.isnan(test.feats.k[gemm]).all() and not np.isfinite(test.feats.flops[gemm]).any()  # no K, no work
+
+
+def test_attention_time_by_hand():
+    """One CTA per (batch, head, 128-query block): B=2, H=16, Sq=1024 -> 256 blocks on 132 SMs = 2 waves;
+    each block does c*128*Sk*D FLOPs (c = 4 forward, 10 backward) at peak/SMs x efficiency."""
+    from cosim.models.calibrated import AttentionParams, attention_time
+
+    hw = HardwareFigures(sm_count=132, hbm_bandwidth=3.35e12, pcie_bandwidth=64e9, peaks={"bf16": 989e12})
+    p = AttentionParams(efficiency=0.5, bwd_efficiency=0.25, tile_overhead_s=2e-6, floor_s=4e-6)
+    t = attention_time([2, 2], [16, 16], [1024, 1024], [1024, 1024], [128, 128], [False, True], 989e12, hw, p)
+    per_sm = 989e12 / 132
+    fwd = 4e-6 + 2 * (2e-6 + 4 * 128 * 1024 * 128 / (per_sm * 0.5))
+    bwd = 4e-6 + 2 * (2e-6 + 10 * 128 * 1024 * 128 / (per_sm * 0.25))
+    assert t == pytest.approx([fwd, bwd], rel=1e-12)
+    # one more query block past a full wave costs a whole wave
+    assert attention_time([1], [1], [128 * 133], [1024], [128], [False], 989e12, hw, p)[0] == pytest.approx(
+        4e-6 + 2 * (2e-6 + 4 * 128 * 1024 * 128 / (per_sm * 0.5)))
+
+
+def test_cross_gpu_gemm_scales_with_the_target_peak():
+    """A profile fitted on one GPU predicts another with the target's figures: a large compute-bound BF16 GEMM
+    takes about the ratio of the two dense BF16 peaks (H100 SXM5 vs A100: ~3.2x faster); the shared
+    efficiencies and overheads do not change."""
+    from cosim.models.features import KernelFeatures
+    from cosim.models.predict import predict_features
+
+    prof = load_profile("h100-sxm5")
+    cat = load_catalog()
+    h100, a100 = cat.accelerator("h100-sxm5"), cat.accelerator("a100-sxm-80gb")
+    one = np.ones(1)
+    big = KernelFeatures(cls=["gemm"], kernel=["gemm"], op_name=["aten::mm"], dtype=["bf16"], m=8192 * one,
+                         n=8192 * one, k=8192 * one, batch=one, heads=one, bwd=np.zeros(1, dtype=bool),
+                         flops=2 * 8192.0**3 * one, bytes=3 * 2 * 8192.0**2 * one, dur=np.full(1, np.nan),
+                         grid=-np.ones((1, 3), np.int64), block=-np.ones((1, 3), np.int64))
+    th = predict_features(big, h100, prof).dur[0]
+    ta = predict_features(big, a100, prof).dur[0]
+    ratio = h100.peak("bf16") / a100.peak("bf16")
+    assert ta / th == pytest.approx(ratio, rel=0.1)

@@ -60,3 +60,20 @@ def test_profile_without_modeled_durations_is_noted_as_unused() -> None:
     assert any(n.startswith("profile b300 unused") for n in s["notes"])
     assert "profile b300 unused" in format_summary(s)
     assert not any("unused" in n for n in replay(wl, "dgx-h100", ReplayConfig()).summary()["notes"])
+
+
+def test_cli_replay_profile_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """``cosim replay --durations modeled --profile NAME`` predicts with that profile (a B300 profile on an
+    H100 trace: cross-GPU, a different step time than the bundled H100 one) and its note says so."""
+    import json
+
+    from cosim.cli import main
+
+    t = str(_shared(BERT))
+    assert main(["replay", t, "--durations", "modeled", "--profile", "b300", "--json"]) == 0
+    b300 = json.loads(capsys.readouterr().out)
+    assert main(["replay", t, "--durations", "modeled", "--json"]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert b300["step_time_s"] != own["step_time_s"]
+    assert any("profile b300, fitted on b300: predicted cross-GPU" in n for n in b300["notes"])
+    assert any("profile h100-sxm5, bundled for the accelerator" in n for n in own["notes"])
