@@ -121,10 +121,10 @@ def run_microbench(cfg: MicrobenchConfig) -> tuple[KernelDB, dict[str, str]]:
         rows.append(dict(cls="reduction", kernel="torch.sum", op="aten::sum", dtype=dname, bytes=1.0 * eb * ne,
                          dur=t))
         bar.update()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
     for b, h, s, d in attn:
         q = torch.randn(b, h, s, d, device=dev, dtype=tdt)
         qg = q.detach().clone().requires_grad_(True)
-        sdpa = torch.nn.functional.scaled_dot_product_attention
 
         def fwd(q=q):
             return sdpa(q, q, q)
