@@ -458,3 +458,26 @@ def test_transfer_without_gpudirect_is_staged_in_host_memory():
         assert t.bytes == pytest.approx(1e9)  # delivered by 0.25 s either way
         assert sim.fabric.link("node1.cpu0", "node1.pcie0").bytes == pytest.approx(0.0 if gpudirect else 1e9)
         assert t.busy_time == pytest.approx(expect, rel=1e-6)  # the receive link is busy while it moves
+
+
+def test_channels_cap_a_collectives_bandwidth():
+    """A channel carries at most NCCL's fastest planned channel speed (Hopper, inside a node: 60 GB/s), so a
+    ring all-reduce on 1 channel of a DGX H100 moves 2(n-1)/n S at 60 GB/s per rank; at the default 16
+    channels (960 GB/s) NVLink is the limit again, as without the cap."""
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100")
+    S = 2.0**30
+
+    def run(channels):
+        sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False))
+        ev = sim.collective("all_reduce", topo.gpus, S, algo="ring", proto="simple", channels=channels)
+        sim.run()
+        return ev.value
+
+    one = run(1)
+    assert one.time - one.latency == pytest.approx(2 * 7 / 8 * S / 60e9, rel=1e-9)
+    assert run(2).time - run(2).latency == pytest.approx((one.time - one.latency) / 2, rel=1e-9)
+    assert run(16).time == pytest.approx(run(None).time, rel=1e-12)
+    p = run(None)
+    assert p.time - p.latency > 2 * 7 / 8 * S / (16 * 60e9)  # NVLink, not the 16 channels, is the limit

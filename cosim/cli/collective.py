@@ -36,8 +36,8 @@ def register(subparsers: Any) -> None:
                    help='sizes: list "1MiB,64MiB" or doubling range "1KiB:16GiB" (default 1KiB:1GiB)')
     p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "hier"))
     p.add_argument("--proto", default="auto", choices=("auto", "ll", "ll128", "simple"))
-    p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters); they set LL128's rate cap, not the bandwidth of other "
-                        "protocols (docs/ENGINE.md, known gaps)")
+    p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters): each carries at most NCCL's fastest planned channel "
+                        "speed (Hopper 60 GB/s in a node), so few channels cap the bandwidth")
     p.add_argument("--comm-sms", type=int, default=None,
                    help="SMs a communication kernel occupies (they slow compute kernels running beside it; "
                         "a lone collective's time does not depend on them)")

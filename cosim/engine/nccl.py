@@ -148,6 +148,10 @@ class NcclParams:
     """Fraction of link capacity the comm kernels reach, per hw class (defaults only)."""
     ll_max_busbw: float
     ll128_max_busbw_per_channel: float
+    channel_max_busbw: dict[str, float]
+    """Most a channel carries (bytes/s, per direction), ``intra`` inside a node and ``inter`` between nodes:
+    NCCL's topology search never plans a channel faster than the first entry of its speed arrays (Hopper:
+    60 / 48 GB/s), so a communicator of ``c`` channels moves at most ``c`` times that per rank."""
     nvls_efficiency: float
     p2p_ll_threshold: float = 16384.0
     """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
@@ -211,12 +215,15 @@ class NcclParams:
         return min(e, 1.0)
 
     def rate_cap(self, shape: Shape, algo: str, proto: str, channels: int) -> float:
-        """Cap on each rank's payload send rate (bytes/s) from NCCL's protocol limits."""
+        """Cap on each rank's payload send rate (bytes/s): NCCL's protocol limits and, for collectives,
+        ``channels`` x the most a channel carries (point-to-point transfers pick their own channels)."""
+        chan = math.inf if algo == "p2p" else channels * self.channel_max_busbw["inter" if shape.nnodes > 1
+                                                                                 else "intra"]
         if proto == "ll":
-            return self.ll_max_busbw
+            return min(self.ll_max_busbw, chan)
         if proto == "ll128":
-            return self.ll128_max_busbw_per_channel * channels
-        return math.inf
+            return min(self.ll128_max_busbw_per_channel * channels, chan)
+        return chan
 
     def cost(self, shape: Shape, algo: str, proto: str, channels: int | None = None,
              use_fit: bool = True) -> tuple[float, float, float]:
@@ -257,6 +264,9 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
         ll_max_busbw=units.parse_bandwidth(d["ll_max_busbw"], "ll_max_busbw"),
         ll128_max_busbw_per_channel=units.parse_bandwidth(d["ll128_max_busbw_per_channel"],
                                                           "ll128_max_busbw_per_channel"),
+        channel_max_busbw={"intra": math.inf, "inter": math.inf,
+                           **{k: units.parse_bandwidth(v, f"defaults.channel_max_busbw.{k}")
+                              for k, v in (d.get("channel_max_busbw") or {}).items()}},
         nvls_efficiency=float(d["nvls_efficiency"]),
         p2p_ll_threshold=units.parse_size(d.get("p2p_ll_threshold", "16KiB"), "p2p_ll_threshold"),
         tuner=str(d.get("tuner", "nccl")),
