@@ -507,15 +507,14 @@ class Collectives:
         if not gdr.all():
             for k in np.flatnonzero(cross & ~(gdr[si] & gdr[di])).tolist():
                 segs[k] = (self._bounce_segment(names[si[k]], names[di[k]]), -1, -1)
+        from cosim.engine.nic import message_cap
+
         m0 = min(self.sim.config.nic.message_size, float(nb.min(where=cross, initial=np.inf)))
-        with np.errstate(divide="ignore", invalid="ignore"):  # caps grow with the message: test the smallest
-            low = np.minimum(rate * m0, np.where(ovh > 0, m0 / (ovh + m0 / bw), np.inf))
-        if (low >= np.minimum(bw, port)).all():  # no cap below what the port link carries anyway
+        # caps grow with the message: if none binds at the smallest, none binds at all
+        if (message_cap(rate, ovh, bw, m0) >= np.minimum(bw, port)).all():
             return None
         m = np.minimum(self.sim.config.nic.message_size, nb)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            side = [np.minimum(rate[x] * m, np.where(ovh[x] > 0, m / (ovh[x] + m / bw[x]), np.inf)) for x in (si, di)]
-        rc = np.minimum(*side)
+        rc = np.minimum(*(message_cap(rate[x], ovh[x], bw[x], m) for x in (si, di)))
         lim = np.minimum(np.minimum(bw, port)[si], np.minimum(bw, port)[di])
         rc[~cross | (rc >= lim)] = np.inf  # at or above what the ports carry: never binds
         return rc

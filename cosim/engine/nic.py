@@ -21,12 +21,24 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import simpy
 
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["net_transfer", "nic_params"]
+__all__ = ["message_cap", "net_transfer", "nic_params"]
+
+
+def message_cap(message_rate: Any, per_message_overhead: Any, bandwidth: Any, message: Any) -> Any:
+    """A NIC's cap on one flow's rate (bytes/s) at messages of ``message`` bytes:
+    ``min(message_rate * message, message / (per_message_overhead + message / bandwidth))``, the second term
+    only where the overhead is > 0. Scalars or numpy arrays (broadcast)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.minimum(np.multiply(message_rate, message),
+                          np.where(np.greater(per_message_overhead, 0),
+                                   np.divide(message, np.add(per_message_overhead, np.divide(message, bandwidth))),
+                                   np.inf))
 
 
 def nic_params(sim: Simulator, nic: str) -> dict[str, Any]:
@@ -61,11 +73,8 @@ def net_transfer(sim: Simulator, src: str, dst: str, nbytes: float, *, name: str
     for nic in dict.fromkeys(nics):
         p = nic_params(sim, nic)
         extra = max(extra, p["latency"])
-        extra_msg = p["per_message_overhead"]
-        cap = min(cap, p["message_rate"] * msg)
-        if extra_msg > 0:
-            cap = min(cap, msg / (extra_msg + msg / p["bandwidth"]))
-        extra += extra_msg
+        cap = min(cap, float(message_cap(p["message_rate"], p["per_message_overhead"], p["bandwidth"], msg)))
+        extra += p["per_message_overhead"]
         gpudirect = gpudirect and p["gpudirect"]
     kinds = (g.nodes[src].get("kind"), g.nodes[dst].get("kind"))
     if gpudirect or "gpu" not in kinds:
