@@ -183,10 +183,14 @@ class Gpu:
         return s
 
     # ------------------------------------------------------------ sharing
+    def _sms(self, k: Kernel) -> float:
+        """SMs kernel ``k`` asks for (its ``sm_demand``; all of them when None)."""
+        return self.sm_count if k.sm_demand is None else k.sm_demand
+
     def _rates(self) -> None:
         free = max(self.sm_count - self._comm_active * self.comm_sms, 1)
         compute = [k for k in self._running if k.kind != "comm"]
-        demand = sum(self.sm_count if k.sm_demand is None else k.sm_demand for k in compute)
+        demand = sum(self._sms(k) for k in compute)
         sm_rate = min(1.0, free / demand) if demand > 0 else 1.0
         hbm = sum(k.hbm_fraction for k in compute) + self._comm_active * self.sim.config.gpu.comm_hbm_fraction
         hbm_rate = min(1.0, 1.0 / hbm) if hbm > 0 else 1.0
@@ -293,6 +297,5 @@ class Gpu:
     def utilization_now(self) -> float:
         """Fraction of SMs held by running kernels right now (for reports)."""
         used = self._comm_active * self.comm_sms
-        used += sum(min(self.sm_count if k.sm_demand is None else k.sm_demand, self.sm_count) * k.rate
-                    for k in self._running)
+        used += sum(min(self._sms(k), self.sm_count) * k.rate for k in self._running)
         return min(1.0, used / self.sm_count) if math.isfinite(used) else 1.0

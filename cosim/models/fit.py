@@ -76,14 +76,11 @@ class KernelDB:
         A directory stands for its ``.json``/``.json.gz`` files (sorted by name, not recursive), exactly the
         files :func:`cosim.workload.load_trace` loads from it; a file stands for itself.
         """
-        from cosim.workload.load import _TRACE_SUFFIXES  # the same rule load_trace applies to a directory
+        from cosim.workload.load import trace_files_in
 
         out: list[Path] = []
         for p in map(Path, paths):
-            if p.is_dir():
-                out += sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
-            else:
-                out.append(p)
+            out += trace_files_in(p) if p.is_dir() else [p]
         return out
 
     @classmethod

@@ -40,6 +40,12 @@ def _trailing_int(p: Path) -> int | None:
     return int(m[-1]) if m else None
 
 
+def trace_files_in(directory: Path) -> list[Path]:
+    """The trace files :func:`load_trace` reads from a directory: its ``.json`` / ``.json.gz`` files,
+    sorted by name (not recursive)."""
+    return sorted(f for f in directory.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+
+
 def attach_ets(ranks: Sequence[RankGraph], ets: Sequence[Path]) -> None:
     """Attach each Execution Trace file in ``ets`` to its Kineto rank: the rank with the ET's process id,
     else the rank numbered like the end of the ET's file name, else (as many ETs as ranks) by position in
@@ -77,7 +83,7 @@ def load_trace(source: str | Path | Sequence[str | Path], *, time_unit: str | No
     if isinstance(source, (str, Path)):
         p = Path(source)
         if p.is_dir():
-            files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+            files = trace_files_in(p)
             if not files:
                 raise CosimInputError("directory holds no .json or .json.gz trace files", file=p)
         else:

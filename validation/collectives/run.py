@@ -514,13 +514,11 @@ def floor_per_gpu_count(results: list[CaseResult], filtered: bool = True, alt: b
         size, time = pts.size[m], pts.time[m]
         eps, i, j = monotone_floor(time, drop)
         n = r.case.workers
-        fall = fall_needed(time, TARGET_MAX)
+        fall = max(fall_needed(time, TARGET_MAX), out.get(n, {}).get("fall_needed", 0.0))
         if n not in out or eps > out[n]["floor"]:
             out[n] = {"floor": eps, "case": r.case.name, "pair": ((float(size[i]), float(time[i])),
-                                                                  (float(size[j]), float(time[j]))),
-                      "fall_needed": max(fall, out.get(n, {}).get("fall_needed", 0.0))}
-        else:
-            out[n]["fall_needed"] = max(out[n]["fall_needed"], fall)
+                                                                  (float(size[j]), float(time[j])))}
+        out[n]["fall_needed"] = fall
     return dict(sorted(out.items()))
 
 
