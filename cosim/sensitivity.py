@@ -49,8 +49,13 @@ class Param:
     """units kind (bandwidth, time, flops) or "factor"."""
 
     def fmt(self, v: float) -> str:
-        unit = {"bandwidth": "B/s", "time": "s", "flops": "FLOP/s"}.get(self.kind, "")
-        return f"{v:.6g} {unit}".strip()
+        """``v`` as a ``--set`` value in engineering units ("30 GB/s", "4.8 us"; a factor as a number), to six
+        significant digits so that the perturbation is what it says."""
+        from cosim import units
+
+        if self.kind in ("bandwidth", "time", "flops"):
+            return units.fmt(v, self.kind, 6)  # type: ignore[arg-type]
+        return f"{v:.6g}"
 
 
 def parse_delta(text: str | float) -> float:

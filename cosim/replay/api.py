@@ -126,6 +126,7 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
         ranks.append({
             "rank": rg.rank,
             "device": rg.device_name,
+            "gpu": _rank_gpu(res.topology, rg.rank, res.config),
             "step_time_s": _nan_to_none(sim_t),
             "measured_step_time_s": _nan_to_none(meas_t),
             "error": _nan_to_none(err),
@@ -180,6 +181,16 @@ def _job_window(windows: list[tuple[float, float, int]]) -> tuple[tuple[float, f
     if not ok:
         return (math.nan, math.nan), 1
     return (min(w[0] for w in ok), max(w[1] for w in ok)), max(w[2] for w in ok)
+
+
+def _rank_gpu(topo: Any, rank: int, cfg: ReplayConfig) -> str | None:
+    """The topology GPU a rank ran on (``summary.json`` ranks[].gpu), None without a topology."""
+    if topo is None or not hasattr(topo, "gpus"):
+        return None
+    try:
+        return _gpu_of_rank(topo, rank, cfg)
+    except CosimInputError:
+        return None
 
 
 def _gpu_of_rank(topo: Any, rank: int, cfg: ReplayConfig) -> str:

@@ -30,7 +30,17 @@ from cosim.replay.summary import merge_intervals
 from cosim.report.hardware import hardware_totals, link_kinds
 from cosim.report.html import Page, fmt_pct, fmt_time
 
-__all__ = ["headline", "run_report_data", "run_report_html", "write_run_report"]
+__all__ = ["PERFETTO_URL", "headline", "perfetto_note", "run_report_data", "run_report_html", "write_run_report"]
+
+PERFETTO_URL = "https://ui.perfetto.dev"
+
+
+def perfetto_note(dirs: list[str] | None = None) -> str:
+    """How to open a run's timeline in Perfetto (it runs in the browser; the file stays local)."""
+    where = (" (" + ", ".join(f"{d}/timeline.json.gz" for d in dirs) + ")") if dirs else ""
+    return (f"Timeline: open {PERFETTO_URL} and choose 'Open trace file', then pick timeline.json.gz from the "
+            f"run's folder{where}. Perfetto reads the file in the browser; nothing is uploaded. Runs written "
+            "with --no-timeline have none.")
 
 BREAKDOWN_LABELS = {
     "compute": "compute (kernels run)",
