@@ -386,4 +386,6 @@ def fmt_delta(d: float, step: float) -> str:
 def _share(x: float) -> str:
     """A share of the step as a percentage, with a decimal when small ("2%", "0.04%")."""
     p = 100 * x
-    return f"{p:.0f}%" if p >= 10 or p == 0 else (f"{p:.1f}%" if p >= 0.1 else f"{p:.2g}%")
+    if p >= 10 or p == 0:
+        return f"{p:.0f}%"
+    return f"{p:.1f}%" if p >= 0.1 else ("<0.1%" if p >= 0.01 else "<0.01%")
