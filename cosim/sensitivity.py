@@ -22,7 +22,11 @@ parameters come from the scenario's topology:
 Runs go through :func:`cosim.sweep.run_points`, so they are cached in
 ``out/points/<key>`` and can use any executor. The result is the
 ``cosim.sensitivity/1`` dict written to ``out/sensitivity.json`` and the tornado
-chart ``out/tornado.html``.
+chart ``out/tornado.html``. Each parameter says its step-time change when it
+gets better (``better_pct``: more bandwidth, FLOP/s or speed; less latency or
+overhead) and worse; one that moves the step by less than the noise floor
+(:data:`cosim.replay.summary.NOISE_FLOOR`) either way is ``no_effect`` and
+ranked after the others.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError
+from cosim.replay.summary import NOISE_FLOOR
 
 __all__ = ["Param", "candidate_params", "parse_delta", "run_sensitivity"]
 
@@ -49,8 +54,13 @@ class Param:
     """units kind (bandwidth, time, flops) or "factor"."""
 
     def fmt(self, v: float) -> str:
-        unit = {"bandwidth": "B/s", "time": "s", "flops": "FLOP/s"}.get(self.kind, "")
-        return f"{v:.6g} {unit}".strip()
+        """``v`` as a ``--set`` value in engineering units ("30 GB/s", "4.8 us"; a factor as a number), to six
+        significant digits so that the perturbation is what it says."""
+        from cosim import units
+
+        if self.kind in ("bandwidth", "time", "flops"):
+            return units.fmt(v, self.kind, 6)  # type: ignore[arg-type]
+        return f"{v:.6g}"
 
 
 def parse_delta(text: str | float) -> float:
@@ -167,17 +177,22 @@ def run_sensitivity(scenario: str | Path | None, out: str | Path, *, params: lis
             entry.update(status="error", error=up.get("error") or dn.get("error"), effect=-1.0)
         else:
             u, d = float(up["step_time_s"]), float(dn["step_time_s"])
-            entry.update(status="ok", up_step_time_s=u, down_step_time_s=d, up_pct=(u / bst - 1) * 100,
-                         down_pct=(d / bst - 1) * 100, effect=max(abs(u / bst - 1), abs(d / bst - 1)),
-                         up_bound=up.get("bound"), down_bound=dn.get("bound"))
+            up_pct, down_pct = (u / bst - 1) * 100, (d / bst - 1) * 100
+            raised_better = c.kind != "time"  # more bandwidth / FLOP/s / speed is better, more latency worse
+            effect = max(abs(u / bst - 1), abs(d / bst - 1))
+            entry.update(status="ok", up_step_time_s=u, down_step_time_s=d, up_pct=up_pct, down_pct=down_pct,
+                         better_pct=up_pct if raised_better else down_pct,
+                         worse_pct=down_pct if raised_better else up_pct, effect=effect,
+                         no_effect=effect < NOISE_FLOOR, up_bound=up.get("bound"), down_bound=dn.get("bound"))
         ranked.append(entry)
-    ranked.sort(key=lambda e: (-e["effect"], e["key"]))
+    ranked.sort(key=lambda e: (bool(e.get("no_effect")), -e["effect"], e["key"]))
     data = {"schema": "cosim.sensitivity/1", "scenario": scn.name, "baseline_step_time_s": bst,
+            "noise_floor": NOISE_FLOOR,
             "baseline_bound": base_row.get("bound"), "delta": delta, "sets": sets, "parameters": ranked,
             "files": {"json": str(out / "sensitivity.json"), "html": str(out / "tornado.html"),
                       "csv": str(out / "results.csv")}}
     for e in ranked:
-        for k in ("up_pct", "down_pct", "effect"):
+        for k in ("up_pct", "down_pct", "better_pct", "worse_pct", "effect"):
             if k in e and isinstance(e[k], float) and not math.isfinite(e[k]):
                 e[k] = None
     write_json(out / "sensitivity.json", data)

@@ -580,8 +580,8 @@ def test_deterministic(cache: _Cache, tmp_path: Path) -> None:
 
 SUMMARY_KEYS = {"schema", "cosim_version", "sources", "topology", "config", "step_time_s", "measured_step_time_s",
                 "error", "breakdown", "critical_path", "ranks", "sim_wall_s", "events", "ops_per_wall_s", "notes", "links",
-                "host"}
-RANK_KEYS = {"rank", "device", "step_time_s", "measured_step_time_s", "error", "cpu_step_time_s",
+                "host", "exposed_communication_split", "busiest_links"}
+RANK_KEYS = {"rank", "device", "gpu", "exposed_communication_split", "step_time_s", "measured_step_time_s", "error", "cpu_step_time_s",
              "measured_cpu_step_time_s", "steps", "breakdown", "measured_breakdown", "critical_path",
              "launch_latency_s", "launch_latency_source", "gpu_ops", "host_ops"}
 

@@ -228,7 +228,10 @@ def test_proposal_report_json_and_html(runs: tuple[Path, Path], tmp_path: Path,
     assert any(x["what"] == "replay_config.host_speed" for x in p["scenario_diff"])
     assert p["perf_per_watt_ratio"] is not None and p["perf_per_dollar_ratio"] is None  # no prices in the catalog
     s = _scan(out)
-    assert s.plotly_divs >= 1 and "speedup" in s.headline
+    assert s.plotly_divs >= 1 and "x faster (Δ -" in s.headline
+    assert p["label"] == "proposal-example, host_speed=4" and b["label"] == "dgx-h100, host_speed=1"
+    assert re.fullmatch(r"\d\.\d\dx \(Δ -\d+\.\d ms\)", p["speedup_text"])
+    assert not p["vs_baseline"]["unchanged"] and p["vs_baseline"]["bound"] == "host"
     assert "host_bound_gpu_idle" not in s.headline and "-bound" in s.headline
     html = out.read_text()
     # the hardware diff prints values with their units
@@ -279,8 +282,57 @@ def test_sweep_report_figures(tmp_path: Path) -> None:
     heat = [f for f in figs if f["data"] and f["data"][0]["type"] == "heatmap"]
     assert len(heat) == 1  # one pair of parameters
     z = heat[0]["data"][0]["z"]
-    assert [row for row in z] == [pytest.approx([11.0, 10.0]), pytest.approx([6.0, 5.0])]
+    assert [row for row in z] == [pytest.approx([120.0, 100.0]), pytest.approx([20.0, 0.0])]  # % over the best
     pareto = next(f for f in figs if f["title"] == "Step time vs power_W")
     front = next(t for t in pareto["data"] if t["name"] == "Pareto front")
     assert front["x"] == pytest.approx([1.0, 1.1, 1.3]) and front["y"] == pytest.approx([11.0, 6.0, 5.0])
     assert not any(f["title"] == "Step time vs cost_usd" for f in figs)  # no prices: no cost front
+
+
+def test_run_labels_say_what_differs(runs: tuple[Path, Path]) -> None:
+    from cosim.report.proposal import load_run_dir, run_labels
+
+    base, prop = runs
+    b, p = load_run_dir(base), load_run_dir(prop)
+    assert run_labels([b, p]) == ["dgx-h100, host_speed=1", "proposal-example, host_speed=4"]
+    assert run_labels([b, b]) == ["base #1", "base #2"]  # nothing differs: the folder, numbered
+    assert b["run"]["hardware"]["gpus"] == 2 and b["run"]["hardware"]["topology_gpus"] == 8  # 2 ranks: 2 GPUs
+    assert b["run"]["power_W"] < 8 * 700  # only the GPUs the run used (with their CPUs and NICs)
+
+
+def test_explain_change_by_hand() -> None:
+    from cosim.replay.summary import explain_change, fmt_delta
+
+    cp = {"bound": "host", "by_resource": {"host": 0.08, "gpu": 0.02}}
+    links = {"nvlink4": {"kind": "nvlink", "link": "gpu0 -> nvswitch0", "busy_s_per_step": 2e-6,
+                         "busy_share": 2e-6 / 0.1}}
+    base = {"step_time_s": 0.1, "critical_path": cp, "busiest_links": links, "config": {"catalog_overrides": {}}}
+    same = dict(base, step_time_s=0.1 + 3e-6, config={"catalog_overrides": {"links.nvlink4.bandwidth": "50 GB/s"}})
+    e = explain_change(base, same)
+    assert e["unchanged"] and e["text"] == ("unchanged (Δ 0.0 ms, below the 0.1% noise floor): host-bound (host 80% "
+                                            "of the critical path); NVLink busy <0.01% of the step (2 us per step)")
+    fast = dict(base, step_time_s=0.08)
+    e = explain_change(base, fast)
+    assert not e["unchanged"] and e["speedup"] == 1.25 and e["text"].startswith("1.25x faster (Δ -20.0 ms, -20.0%)")
+    assert fmt_delta(-1e-7, 0.09) == "0.0 ms" and fmt_delta(-0.0401, 0.0908) == "-40.1 ms"
+
+
+def test_exposed_communication_split() -> None:
+    from cosim.scenario import load_scenario, run_scenario
+
+    _, res = run_scenario(load_scenario(SCN))
+    s = res.summary()
+    for r in [s, *s["ranks"]]:
+        sp = r["exposed_communication_split"]
+        assert sp["transfer_s"] + sp["wait_for_peers_s"] == pytest.approx(r["breakdown"]["exposed_communication"])
+    # host-bound: the collectives mostly wait for the slower rank's launch; the transfer is short
+    sp = s["exposed_communication_split"]
+    assert sp["wait_for_peers_s"] > 10 * sp["transfer_s"] > 0
+    # transfer can be no longer than the collectives' intervals after their last peer arrived
+    from cosim.replay.program import is_comm
+
+    run, rg = res.runs[0], res.graph.ranks[0]
+    comm = is_comm(rg.gpu_ops.cls) & (rg.gpu_ops.collective >= 0)
+    assert (run.gpu_meet[comm] >= run.gpu_start[comm]).all() and (run.gpu_meet[comm] <= run.gpu_end[comm]).all()
+    assert s["busiest_links"] and all(0 < x["busy_share"] <= 1 for x in s["busiest_links"].values())
+    assert [r["gpu"] for r in s["ranks"]] == ["gpu0", "gpu1"]

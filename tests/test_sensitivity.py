@@ -21,8 +21,13 @@ def test_default_scenario_ranks_host_first(tmp_path: Path) -> None:
     assert keys[1] == "cpus.xeon-8480c.launch_overhead"
     top = d["parameters"][0]
     assert top["up_pct"] < -5 and top["down_pct"] > 5  # faster host: shorter step
+    assert top["better_pct"] == top["up_pct"] and not top["no_effect"]
+    from cosim.report.sweep import tornado_headline
+
+    assert f"host time / speed): 20% better -> step {top['up_pct']:+.1f}%" in tornado_headline(d)
     lo = d["parameters"][1]
     assert lo["up_pct"] > 0 > lo["down_pct"]  # more launch overhead: longer step
+    assert lo["better_pct"] == lo["down_pct"] < 0  # less overhead is better
     for e in d["parameters"][2:]:  # GPU-side parameters barely matter on a host-bound step
         assert e["effect"] < 0.01
     from test_report import plotly_figures
@@ -31,9 +36,9 @@ def test_default_scenario_ranks_host_first(tmp_path: Path) -> None:
     assert len(figs) == 1 and "tornado" in figs[0]["title"]
     bars = figs[0]["data"]
     assert [t["type"] for t in bars] == ["bar", "bar"] and all(t["orientation"] == "h" for t in bars)
-    labels = [e["label"] for e in d["parameters"]]
+    labels = [e["label"] for e in d["parameters"] if not e["no_effect"]]  # no-effect ones are not ranked
     assert bars[0]["y"] == labels[::-1] and bars[1]["y"] == labels[::-1]  # one bar per parameter, largest on top
-    assert bars[1]["x"][-1] == pytest.approx(top["up_pct"]) and bars[0]["x"][-1] == pytest.approx(top["down_pct"])
+    assert bars[0]["x"][-1] == pytest.approx(top["better_pct"]) and bars[1]["x"][-1] == pytest.approx(top["worse_pct"])
     assert json.loads((tmp_path / "sensitivity.json").read_text())["parameters"][0]["key"] == "host.speed"
 
 
@@ -53,7 +58,7 @@ def test_nic_bandwidth_raised_speeds_up_a_nic_bound_step(tmp_path: Path) -> None
                         params=["nics.cx7-ndr400.port_bandwidth", "links.ib-ndr.bandwidth"])
     by = {e["key"]: e for e in d["parameters"]}
     nic = by["nics.cx7-ndr400.port_bandwidth"]
-    assert nic["baseline"] == "1.25e+09 B/s"  # the port rate: min(NIC, link type)
+    assert nic["baseline"] == "1.25 GB/s"  # the port rate: min(NIC, link type), in engineering units
     assert nic["up_pct"] < 0 < nic["down_pct"]  # a faster NIC port shortens the step, a slower one lengthens it
     link = by["links.ib-ndr.bandwidth"]
     assert link["up_pct"] == 0.0 and link["down_pct"] > 0  # the link type alone cannot go above the NIC

@@ -119,8 +119,9 @@ def config_from_args(args: argparse.Namespace, base=None):
     return apply_sets(cfg, expand_port_bandwidth(sets))
 
 
-def finish(result, args: argparse.Namespace, out: Path) -> int:
-    """Write outputs and print the summary (table, or JSON with --json)."""
+def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = None) -> int:
+    """Write outputs and print the summary (table, or JSON with --json); with ``baseline`` (an earlier run's
+    summary) also how the step changed against it (``vs_baseline`` in the JSON)."""
     from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
 
@@ -128,11 +129,15 @@ def finish(result, args: argparse.Namespace, out: Path) -> int:
     paths["report"] = write_run_report(result, out / "report.html")
     summary = result.summary()
     if args.json:
+        if baseline is not None:
+            from cosim.replay.summary import explain_change
+
+            summary = {**summary, "vs_baseline": explain_change(baseline, summary)}
         emit_json(summary)
     else:
         if hasattr(result.topology, "figures"):
             print(format_hardware(result.topology))
-        print(format_summary(summary))
+        print(format_summary(summary, baseline=baseline))
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     sys.stdout.flush()
     return 0

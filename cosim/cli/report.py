@@ -35,12 +35,9 @@ def run(args: argparse.Namespace) -> int:
         emit_json({k: v for k, v in data.items()} | {"html": str(args.out)})
         return 0
     b = data["baseline"]
-    print(f"baseline {b['name']}: step {fmt_time(b['step_time_s'])}, {bound_words(b['bottleneck'], short=True)}")
+    print(f"baseline {b['label']}: step {fmt_time(b['step_time_s'])}, {bound_words(b['bottleneck'], short=True)}")
     for p in data["proposals"]:
-        moved = (f"bottleneck moved: {bound_words(p['bottleneck_from'], short=True)} -> "
-                 f"{bound_words(p['bottleneck_to'], short=True)}" if p["bottleneck_moved"]
-                 else f"still {bound_words(p['bottleneck_to'], short=True)}")
-        print(f"{p['name']}: step {fmt_time(p['step_time_s'])}, speedup {p['speedup']:.3f}x, {moved}, "
-              f"{len(p['hardware_diff'])} hardware change(s)")
+        print(f"{p['label']}: step {fmt_time(p['step_time_s'])}, speedup {p['speedup_text']}; "
+              f"{p['vs_baseline']['text']}; {len(p['hardware_diff'])} hardware change(s)")
     print(f"wrote {args.out}")
     return 0

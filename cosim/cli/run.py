@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "projection.dtype=fp8, gpu.scale.gemm=0.5, host.launch_overhead='2 us', "
                         "links.nvlink4.bandwidth='900 GB/s' (repeatable)")
     p.add_argument("--list", action="store_true", help="list the bundled scenarios and exit")
+    p.add_argument("--baseline", type=Path, metavar="RUN_DIR",
+                   help="an earlier run's folder (its summary.json): say how this run's step differs from it, "
+                        "or what bounds the step when it does not")
     add_output_flags(p)
     p.set_defaults(func=run)
 
@@ -41,10 +44,26 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("\n".join(names))
         return 0
+    baseline = _baseline(args.baseline) if args.baseline else None
     scn = load_scenario(args.scenario)
     scn, result = run_scenario(scn, parse_sets(args.sets))
     out = args.out or Path("cosim-out") / scn.name
     resolved = scn.model_dump(mode="json")
     resolved["replay_config"] = result.config.to_dict()
     write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
-    return finish(result, args, out)
+    return finish(result, args, out, baseline)
+
+
+def _baseline(d: Path) -> dict:
+    """The summary of the run folder ``d``."""
+    import json
+
+    from cosim.errors import CosimInputError
+
+    p = d / "summary.json"
+    if not p.is_file():
+        raise CosimInputError("no summary.json here: not a folder written by `cosim run`", file=d)
+    try:
+        return json.loads(p.read_text())
+    except ValueError as exc:
+        raise CosimInputError(f"not JSON: {exc}", file=p) from None

@@ -49,13 +49,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(data)
         return 0
+    from cosim.replay.summary import bound_label
+    from cosim.report.sweep import tornado_headline
+
     print(f"{data['scenario']}: baseline step {fmt_time(data['baseline_step_time_s'])} "
-          f"({data['baseline_bound']}-bound), each parameter +/-{delta * 100:g}%")
-    print(f"{'rank':>4}  {'parameter':48s} {'raised':>9} {'lowered':>9}")
+          f"({bound_label(data['baseline_bound'])}), each parameter +/-{delta * 100:g}%")
+    print(tornado_headline(data))
+    print(f"{'rank':>4}  {'parameter':48s} {'better':>10} {'worse':>10}")
     for i, e in enumerate(data["parameters"], 1):
-        if e["status"] == "ok":
-            print(f"{i:>4}  {e['key']:48s} {e['up_pct']:+8.2f}% {e['down_pct']:+8.2f}%")
-        else:
+        if e["status"] != "ok":
             print(f"{i:>4}  {e['key']:48s} failed: {e['error']}")
+        elif e.get("no_effect"):
+            print(f"{'-':>4}  {e['key']:48s} {'no effect':>10} {'no effect':>10}")
+        else:
+            print(f"{i:>4}  {e['key']:48s} {e['better_pct']:+9.2f}% {e['worse_pct']:+9.2f}%")
     print("wrote " + ", ".join(data["files"].values()))
     return 0

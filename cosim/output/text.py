@@ -30,8 +30,10 @@ def format_hardware(topology: Any) -> str:
             f"host {fmt_bandwidth(fig['per_gpu_host_bw_Bps'])}; bisection {fmt_bandwidth(fig['bisection_bw_Bps'])}")
 
 
-def format_summary(s: dict[str, Any], max_ranks: int = 16) -> str:
-    """The summary as text: per-rank step times, breakdown and critical path."""
+def format_summary(s: dict[str, Any], max_ranks: int = 16, baseline: dict[str, Any] | None = None) -> str:
+    """The summary as text: per-rank step times, breakdown (exposed communication split into transfer and
+    waiting for peers) and critical path; with ``baseline`` (the baseline run's summary) a last line says
+    how the step changed against it, or what bounds it when it did not change."""
     lines = []
     lines.append(f"topology {s.get('topology')}   durations {s['config']['durations']}   "
                  f"collectives {s['config']['collectives']}")
@@ -51,6 +53,11 @@ def format_summary(s: dict[str, Any], max_ranks: int = 16) -> str:
     for k, v in s["breakdown"].items():
         share = f"{100 * v / st:5.1f}%" if st else ""
         lines.append(f"  {k:<24} {_t(v):>12} {share}")
+        split = s.get("exposed_communication_split")
+        if k == "exposed_communication" and split and v > 0:
+            for sk, label in (("transfer_s", "transfer"), ("wait_for_peers_s", "waiting for peers")):
+                sv = split.get(sk) or 0.0
+                lines.append(f"    {label:<22} {_t(sv):>12} {100 * sv / st:5.1f}%" if st else f"    {label}")
     cp = s.get("critical_path") or {}
     if cp.get("by_resource"):
         lines.append(f"critical path: bound by {cp.get('bound')}")
@@ -72,5 +79,9 @@ def format_summary(s: dict[str, Any], max_ranks: int = 16) -> str:
                          f"{pc(e.get('mape_all')):>8} {_pct(e.get('time_err_all')):>9}")
     for n in s.get("notes", []):
         lines.append(f"note: {n}")
+    if baseline is not None:
+        from cosim.replay.summary import explain_change
+
+        lines.append(f"vs baseline ({_t(baseline.get('step_time_s'))}): {explain_change(baseline, s)['text']}")
     lines.append(f"simulated {s['events']} events in {s['sim_wall_s']:.3f} s wall")
     return "\n".join(lines)

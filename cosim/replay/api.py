@@ -20,7 +20,7 @@ from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
 from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
 from cosim.replay.links import COLLECTIVE, MEMCPY, EngineRoutes, LinkUsage, record_fabric
 from cosim.replay.program import RankProgram, compile_rank
-from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, critical_path, step_times
+from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, busiest_links, comm_split, critical_path, step_times
 from cosim.workload import ExecutionGraph, load_trace
 from cosim.workload.graph import CollType, CopyKind, GpuKind, RankGraph
 from cosim.workload.project import needs_projection, project_onto
@@ -80,6 +80,7 @@ def _nan_to_none(x: float) -> float | None:
 
 def _summarize(res: ReplayResult) -> dict[str, Any]:
     ranks = []
+    windows = []
     for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
         G = rg.gpu_ops
         meas = step_times(G.step, G.start, G.start + G.dur, G.launch >= 0)
@@ -97,6 +98,7 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
                 mine = rg.host_ops.step == s
                 cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
         bd = breakdown(rg, run, sim["window"], sim["n_periods"])
+        windows.append((*sim["window"], sim["n_periods"]))
         bd_meas = breakdown(rg, run, meas["window"], meas["n_periods"], start=G.start, end=G.start + G.dur)
         cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
@@ -124,6 +126,7 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
         ranks.append({
             "rank": rg.rank,
             "device": rg.device_name,
+            "gpu": _rank_gpu(res.topology, rg.rank, res.config),
             "step_time_s": _nan_to_none(sim_t),
             "measured_step_time_s": _nan_to_none(meas_t),
             "error": _nan_to_none(err),
@@ -131,6 +134,7 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
             "measured_cpu_step_time_s": _nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
             "steps": per_step,
             "breakdown": bd,
+            "exposed_communication_split": comm_split(rg, run, sim["window"], sim["n_periods"]),
             "measured_breakdown": {k: bd_meas[k] for k in ("compute", "exposed_communication", "memcpy")},
             "critical_path": cp,
             "launch_latency_s": run.launch_latency,
@@ -154,7 +158,10 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
         "measured_step_time_s": mstep,
         "error": _nan_to_none((step - mstep) / mstep) if (step is not None and mstep) else None,
         "breakdown": slow["breakdown"] if slow else dict.fromkeys(BREAKDOWN_KEYS, 0.0),
+        "exposed_communication_split": slow["exposed_communication_split"] if slow else
+        {"transfer_s": 0.0, "wait_for_peers_s": 0.0},
         "critical_path": slow["critical_path"] if slow else {},
+        "busiest_links": busiest_links(res.link_usage, topo, *_job_window(windows)),
         "ranks": ranks,
         "sim_wall_s": res.sim_wall_s,
         "events": res.events,
@@ -166,6 +173,24 @@ def _summarize(res: ReplayResult) -> dict[str, Any]:
         **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
         **({"precision": res.precision} if res.precision else {}),
     }
+
+
+def _job_window(windows: list[tuple[float, float, int]]) -> tuple[tuple[float, float], int]:
+    """The hull of the ranks' simulated step windows, and the most step periods of any rank."""
+    ok = [w for w in windows if math.isfinite(w[0]) and math.isfinite(w[1])]
+    if not ok:
+        return (math.nan, math.nan), 1
+    return (min(w[0] for w in ok), max(w[1] for w in ok)), max(w[2] for w in ok)
+
+
+def _rank_gpu(topo: Any, rank: int, cfg: ReplayConfig) -> str | None:
+    """The topology GPU a rank ran on (``summary.json`` ranks[].gpu), None without a topology."""
+    if topo is None or not hasattr(topo, "gpus"):
+        return None
+    try:
+        return _gpu_of_rank(topo, rank, cfg)
+    except CosimInputError:
+        return None
 
 
 def _gpu_of_rank(topo: Any, rank: int, cfg: ReplayConfig) -> str:

@@ -60,6 +60,9 @@ class RankRun:
     """BOUND_LAUNCH / BOUND_PRED / BOUND_COLL per GPU op."""
     gpu_bound_src: np.ndarray
     """The predecessor GPU op that bound the start (BOUND_PRED), else -1."""
+    gpu_meet: np.ndarray
+    """When the op could start its work: for a collective, the arrival of its last peer (its interval before
+    that is waiting for peers); for any other op, its start."""
     host_start: np.ndarray
     host_end: np.ndarray
     sync_stall: dict[int, np.ndarray]
@@ -71,8 +74,8 @@ class RankRun:
 
 
 class _Rank:
-    __slots__ = ("bound", "bound_src", "coll_key", "comm_fallback", "end", "pending", "prog", "ready", "rg",
-                 "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
+    __slots__ = ("bound", "bound_src", "coll_key", "comm_fallback", "end", "meet", "pending", "prog", "ready",
+                 "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
         n = len(rg.gpu_ops)
@@ -81,6 +84,7 @@ class _Rank:
         self.ready = [NAN] * n
         self.start = [NAN] * n
         self.end = [NAN] * n
+        self.meet = [NAN] * n
         self.bound = [BOUND_LAUNCH] * n
         self.bound_src = [-1] * n
         sp = prog.gpu_stream_pred
@@ -173,9 +177,10 @@ class Executor:
             else:
                 self._finish(r, j, start, start + r.prog.gpu_dur[j])
 
-    def _finish(self, r: _Rank, j: int, start: float, end: float) -> None:
+    def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
         r.start[j] = start
         r.end[j] = end
+        r.meet[j] = start if meet is None else max(meet, start)
         self.events += 1
         pending = r.pending
         for s in r.succ[j]:
@@ -207,7 +212,7 @@ class Executor:
         for rr, jj, st in arr:
             if st < t_all:
                 rr.bound[jj] = BOUND_COLL
-            self._finish(rr, jj, st, t_all + d)
+            self._finish(rr, jj, st, t_all + d, t_all)
 
     def _start_collective(self, arr: list[tuple[_Rank, int, float]], t_all: float) -> None:
         def go(_: Any = None) -> None:
@@ -216,7 +221,7 @@ class Executor:
                 d = min(rr.prog.gpu_dur[jj] for rr, jj, _ in arr)
                 for rr, jj, st in arr:
                     rr.comm_fallback += 1
-                    self._finish(rr, jj, st, t_all + d)
+                    self._finish(rr, jj, st, t_all + d, t_all)
                 self._drain()
                 return
 
@@ -225,7 +230,7 @@ class Executor:
                 for rr, jj, st in arr:
                     if st < t_all:
                         rr.bound[jj] = BOUND_COLL
-                    self._finish(rr, jj, st, now)
+                    self._finish(rr, jj, st, now, t_all)
                 self._drain()
 
             ev.callbacks.append(done)
@@ -358,6 +363,7 @@ class Executor:
             gpu_ready=np.asarray(r.ready, dtype=float),
             gpu_bound=np.asarray(r.bound, dtype=np.int8),
             gpu_bound_src=np.asarray(r.bound_src, dtype=np.int64),
+            gpu_meet=np.asarray(r.meet, dtype=float),
             host_start=hs,
             host_end=he,
             sync_stall={t: np.asarray(v, dtype=float) for t, v in r.sync_stall.items()},

@@ -20,6 +20,11 @@ kernel runs), ``exposed_communication`` (communication runs, no compute),
 and the next GPU op is waiting for its launch: the host is late) and
 ``other_idle`` (nothing runs for another reason: a peer, a dependency). The five
 add up to the step time.
+
+:func:`comm_split` splits ``exposed_communication`` in two: ``transfer_s`` (a
+collective has all its peers and moves data) and ``wait_for_peers_s`` (a
+collective kernel runs but waits for its slowest peer to arrive: a sync, not a
+fabric cost). The two add up to ``exposed_communication``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED, RankRun
 from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
-__all__ = ["BREAKDOWN_KEYS", "breakdown", "critical_path", "merge_intervals", "step_times"]
+__all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "bound_label", "breakdown", "busiest_links", "comm_split",
+           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "step_times"]
 
 BREAKDOWN_KEYS = ("compute", "exposed_communication", "memcpy", "host_bound_gpu_idle", "other_idle")
 
@@ -151,6 +157,36 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
     return out
 
 
+def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int) -> dict[str, float]:
+    """Split the exposed communication of ``window`` into transfer and wait-for-peers (seconds per step).
+
+    A collective's interval on a rank is waiting from its start until its last peer arrives
+    (``run.gpu_meet``), then transfer until its end. Exposed transfer is the time some transfer runs and no
+    compute kernel does (``|compute U transfer| - |compute|``); the rest of the exposed communication is
+    waiting. O(n log n) in the number of GPU ops.
+    """
+    out = {"transfer_s": 0.0, "wait_for_peers_s": 0.0}
+    a, b = window
+    if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
+        return out
+    G = rg.gpu_ops
+    s, e = run.gpu_start, run.gpu_end
+    meet = getattr(run, "gpu_meet", None)
+    m = s if meet is None else np.where(np.isfinite(meet), np.maximum(meet, s), s)
+    ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
+    cls = G.cls[ok]
+    comm = is_comm(cls)
+    comp = ~comm & (G.kind[ok] == GpuKind.KERNEL) & (cls != OpClass.MEMCPY) & (cls != OpClass.MEMSET)
+    s_, e_, m_ = np.clip(s[ok], a, b), np.clip(e[ok], a, b), np.clip(m[ok], a, b)
+    c1 = _covered(s_[comp], e_[comp])
+    exposed = _covered(np.concatenate([s_[comp], s_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
+    transfer = _covered(np.concatenate([s_[comp], m_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
+    n = max(n_periods, 1)
+    out["transfer_s"] = max(transfer, 0.0) / n
+    out["wait_for_peers_s"] = max(exposed - transfer, 0.0) / n
+    return out
+
+
 def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[float, float],
                   n_periods: int) -> dict[str, Any]:
     """What bounds the step: walk back from the last GPU op in ``window`` through
@@ -238,3 +274,118 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         "top_ops": [{"name": k[:160], "time_s": v / n} for k, v in top],
         "bound": max(res, key=lambda k: res[k]),
     }
+
+
+NOISE_FLOOR = 1e-3
+"""Relative step-time change below which two runs count as the same ("no effect"): 0.1% of the step.
+
+The replay is deterministic, but a what-if that does not touch the bound resource still moves the step by a
+few microseconds (a reordered tie, a collective that starts a little later); cosim's accuracy against
+measurements (median 0.1-10%) is far coarser, so ranking such differences would rank noise."""
+
+_CP_BOUND = {"host": "host-bound", "gpu": "compute-bound", "communication": "communication-bound",
+             "memcpy": "copy-bound", "launch_latency": "launch-latency-bound"}
+_LINK_KIND = {"nvlink": "NVLink", "pcie": "PCIe", "infiniband": "InfiniBand", "ethernet": "Ethernet",
+              "c2c": "NVLink-C2C", "upi": "UPI", "xgmi": "Infinity Fabric", "infinity_fabric": "Infinity Fabric"}
+
+
+def bound_label(cp_bound: str | None) -> str:
+    """A critical-path bound as a word: "host" -> "host-bound"."""
+    return _CP_BOUND.get(str(cp_bound), f"{cp_bound}-bound")
+
+
+def busiest_links(usage: Any, topology: Any, window: tuple[float, float], n_periods: int) -> dict[str, Any]:
+    """Per link type with traffic, its busiest directed link within the job's step ``window``.
+
+    Returns ``{link_type: {"kind", "link", "busy_s_per_step", "busy_share"}}`` (``busy_share``: union of the
+    link's traffic intervals in the window over the window), sorted by busy share, largest first. Empty when
+    the replay recorded no link traffic."""
+    a, b = window
+    if usage is None or topology is None or not (math.isfinite(a) and math.isfinite(b)) or b <= a:
+        return {}
+    busy = usage.busy(a, b)
+    n = max(n_periods, 1)
+    best: dict[str, dict[str, Any]] = {}
+    g = topology.graph
+    for i in np.flatnonzero(busy > 0).tolist():
+        u, v = usage.links[i]
+        e = g.edges[u, v] if g.has_edge(u, v) else {}
+        lt = str(e.get("link", "?"))
+        share = float(busy[i]) / (b - a)
+        if lt not in best or share > best[lt]["busy_share"]:
+            best[lt] = {"kind": str(e.get("kind", "?")), "link": f"{u} -> {v}",
+                        "busy_s_per_step": float(busy[i]) / n, "busy_share": share}
+    return dict(sorted(best.items(), key=lambda kv: (-kv[1]["busy_share"], kv[0])))
+
+
+def _link_name(lt: str, info: dict[str, Any]) -> str:
+    return _LINK_KIND.get(str(info.get("kind")), lt)
+
+
+def _touched_link_types(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Link types whose catalog entry the two runs' overrides set differently (``links.<type>.<field>``)."""
+    co_a = (base.get("config") or {}).get("catalog_overrides") or {}
+    co_b = (new.get("config") or {}).get("catalog_overrides") or {}
+    out = []
+    for k in sorted(co_a.keys() | co_b.keys()):
+        if co_a.get(k) != co_b.get(k) and k.startswith("links."):
+            lt = k.split(".")[1]
+            if lt not in out:
+                out.append(lt)
+    return out
+
+
+def explain_change(base: dict[str, Any], new: dict[str, Any], noise_floor: float = NOISE_FLOOR) -> dict[str, Any]:
+    """Compare a run's summary with its baseline's, in words a hardware architect can use.
+
+    Returns ``{"delta_s", "relative", "speedup", "unchanged", "bound", "text"}``. When the step moved by
+    less than ``noise_floor`` of the baseline step, ``unchanged`` is True and the text says which resource
+    bounds the step instead, e.g. "unchanged (Δ +0.0 ms, below the 0.1% noise floor): host-bound (host 82% of
+    the critical path); NVLink busy 2% of the step" -- naming the link types the what-if changed, else the
+    busiest one."""
+    from cosim.units import fmt_time
+
+    bs, ns = base.get("step_time_s"), new.get("step_time_s")
+    cp = new.get("critical_path") or {}
+    bound = cp.get("bound")
+    out: dict[str, Any] = {"delta_s": None, "relative": None, "speedup": None, "unchanged": False,
+                           "bound": bound, "text": "no step time to compare"}
+    if not bs or not ns:
+        return out
+    d = ns - bs
+    rel = d / bs
+    out.update(delta_s=d, relative=rel, speedup=bs / ns, unchanged=abs(rel) < noise_floor)
+    br = cp.get("by_resource") or {}
+    tot = sum(br.values())
+    why = bound_label(bound) + (f" ({bound} {br[bound] / tot:.0%} of the critical path)"
+                                if bound in br and tot > 0 else "")
+    links = new.get("busiest_links") or {}
+    touched = [lt for lt in _touched_link_types(base, new) if lt in links] or list(links)[:1]
+    busy = [f"{_link_name(lt, links[lt])} busy {_share(links[lt]['busy_share'])} of the step"
+            + (f" ({fmt_time(links[lt]['busy_s_per_step'])} per step)" if links[lt]["busy_share"] < 0.01 else "")
+            for lt in touched]
+    ms = fmt_delta(d, bs)
+    if out["unchanged"]:
+        head = f"unchanged (Δ {ms}, below the {noise_floor:.1%} noise floor)"
+    else:
+        head = f"{bs / ns:.2f}x {'faster' if d < 0 else 'slower'} (Δ {ms}, {rel:+.1%})"
+    out["text"] = f"{head}: {why}" + ("; " + ", ".join(busy) if busy else "")
+    return out
+
+
+def fmt_delta(d: float, step: float) -> str:
+    """A step-time difference in ms to a resolution of 0.1% of ``step`` (at least 0.1 ms digits), signed;
+    one that rounds to zero prints as "0.0 ms", never "-0.000 ms"."""
+    digits = 1
+    if step > 0:
+        digits = max(1, min(6, -math.ceil(math.log10(step))))
+    v = round(d * 1e3, digits)
+    return f"{0.0:.{digits}f} ms" if v == 0 else f"{v:+.{digits}f} ms"
+
+
+def _share(x: float) -> str:
+    """A share of the step as a percentage, with a decimal when small ("2%", "0.04%")."""
+    p = 100 * x
+    if p >= 10 or p == 0:
+        return f"{p:.0f}%"
+    return f"{p:.1f}%" if p >= 0.1 else ("<0.1%" if p >= 0.01 else "<0.01%")

@@ -1,6 +1,7 @@
 """Hardware facts for reports: parts, power and cost of a topology, and what changed between two.
 
-Power is the sum of catalog TDPs over the topology's GPUs, CPU sockets and
+Power is the sum of catalog TDPs over the GPUs the run used (all of the
+topology's when not known), the CPU sockets and NICs those GPUs attach to, and
 NICs (NICs without a TDP in the catalog count 0 W and are named in
 ``missing_power``). Cost is the sum of ``price_usd`` over the same parts, or
 None when any of them has no price (named in ``missing_price``); set prices
@@ -12,20 +13,52 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-__all__ = ["fmt_hw_value", "hardware_diff", "hardware_totals", "link_kinds"]
+__all__ = ["FIGURE_LABELS", "fmt_hw_value", "hardware_diff", "hardware_totals", "hw_label", "link_kinds",
+           "used_devices"]
+
+FIGURE_LABELS = {
+    "name": "topology",
+    "nodes": "host nodes",
+    "gpus": "GPUs",
+    "gpus_per_node": "GPUs per node",
+    "per_gpu_scale_up_bw_Bps": "scale-up bandwidth per GPU (per direction)",
+    "per_gpu_scale_out_bw_Bps": "scale-out bandwidth per GPU (per direction)",
+    "per_gpu_host_bw_Bps": "host (PCIe) bandwidth per GPU (per direction)",
+    "bisection_bw_Bps": "bisection bandwidth (per direction)",
+    "nvlink_domain_gpus": "NVLink domain (GPUs)",
+}
+"""Topology figures (``Topology.figures()`` keys) in words, for tables."""
+_PART_KINDS = {"gpu": "GPUs", "cpu": "CPU sockets", "nic": "NICs", "pcie_switch": "PCIe switches",
+               "nvswitch": "NVSwitches", "fabric_switch": "fabric switches", "nvme": "NVMe drives"}
 
 _KINDS = (("gpu", "accelerators"), ("cpu", "cpus"), ("nic", "nics"))
 
 
-def hardware_totals(topo: Any) -> dict[str, Any]:
-    """Parts (kind, spec, count, TDP, price), total power (W) and cost (USD or None) of ``topo``."""
+def used_devices(topo: Any, gpus: list[str] | None) -> dict[str, list[str]]:
+    """The GPUs a run used and the CPU sockets and NICs they attach to (every one of the topology's when
+    ``gpus`` is None or names none of its GPUs)."""
+    known = [g for g in (gpus or []) if g in topo.graph]
+    if not known:
+        return {kind: list(topo.devices(kind)) for kind, _ in _KINDS}
+    used = sorted(set(known), key=known.index)
+    cpus = {topo.cpu_of(g) for g in used} - {None}
+    nics = {topo.nic_of(g) for g in used} - {None}
+    return {"gpu": used, "cpu": [d for d in topo.devices("cpu") if d in cpus],
+            "nic": [d for d in topo.devices("nic") if d in nics]}
+
+
+def hardware_totals(topo: Any, gpus: list[str] | None = None) -> dict[str, Any]:
+    """Parts (kind, spec, count, TDP, price), total power (W) and cost (USD or None) of what a run used:
+    the GPUs ``gpus`` (default: all of ``topo``'s) with their CPU sockets and NICs (:func:`used_devices`).
+    ``topology_gpus`` is the topology's GPU count, ``gpus`` the used ones."""
     parts: list[dict[str, Any]] = []
     power = 0.0
     cost = 0.0
     missing_power: list[str] = []
     missing_price: list[str] = []
+    used = used_devices(topo, gpus)
     for kind, section in _KINDS:
-        specs = Counter(topo.graph.nodes[d].get("spec") for d in topo.devices(kind))
+        specs = Counter(topo.graph.nodes[d].get("spec") for d in used[kind])
         for spec, n in sorted(specs.items(), key=lambda kv: str(kv[0])):
             try:
                 entry = topo.catalog.lookup(section, spec)
@@ -43,7 +76,7 @@ def hardware_totals(topo: Any) -> dict[str, Any]:
                 missing_price.append(str(spec))
             else:
                 cost += n * float(price)
-    return {"gpus": len(topo.gpus), "parts": parts, "power_W": power,
+    return {"gpus": len(used["gpu"]), "topology_gpus": len(topo.gpus), "parts": parts, "power_W": power,
             "cost_usd": None if missing_price else cost,
             "missing_power": missing_power, "missing_price": missing_price}
 
@@ -125,6 +158,23 @@ def hardware_diff(base: Any, other: Any) -> list[dict[str, Any]]:
                 rows.append({"what": f"catalog {section}.{key}.{f}", "baseline": a.get(f), "proposal": b.get(f)})
     sorted_rows = sorted(rows, key=lambda r: (not r["what"].startswith("figure"), r["what"]))
     return sorted_rows
+
+
+def hw_label(what: str) -> str:
+    """A hardware-diff row name in words: ``figure per_gpu_scale_up_bw_Bps`` -> "scale-up bandwidth per GPU
+    (per direction)", ``parts gpu:b200`` -> "GPUs: b200 (count)", ``links nvlink5`` -> "nvlink5 links
+    (count)", ``catalog links.nvlink4.bandwidth`` -> "links.nvlink4.bandwidth (catalog)"."""
+    head, _, rest = what.partition(" ")
+    if head == "figure":
+        return FIGURE_LABELS.get(rest, rest.replace("_", " "))
+    if head == "parts":
+        kind, _, spec = rest.partition(":")
+        return f"{_PART_KINDS.get(kind, kind)}: {spec} (count)"
+    if head == "links":
+        return f"{rest} links (count)"
+    if head == "catalog":
+        return f"{rest} (catalog)"
+    return what
 
 
 _FIELD_KINDS = {

@@ -110,6 +110,11 @@ class Page:
         c = f' class="{cls}"' if cls else ""
         self.parts.append(f"<p{c}>{html.escape(text)}</p>")
 
+    def link(self, href: str, text: str) -> None:
+        """A paragraph with one link (opens in a new tab)."""
+        self.parts.append(f'<p><a href="{html.escape(href)}" target="_blank" rel="noopener">{html.escape(text)}</a>'
+                          "</p>")
+
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1, *,
               sortable: bool = False, table_id: str | None = None) -> None:
         """A table; the first ``left`` columns are left-aligned (names), the rest right-aligned (numbers).

@@ -26,11 +26,21 @@ from typing import Any
 
 import numpy as np
 
-from cosim.replay.summary import merge_intervals
+from cosim.replay.summary import bound_label, merge_intervals
 from cosim.report.hardware import hardware_totals, link_kinds
 from cosim.report.html import Page, fmt_pct, fmt_time
 
-__all__ = ["headline", "run_report_data", "run_report_html", "write_run_report"]
+__all__ = ["PERFETTO_URL", "headline", "perfetto_note", "run_report_data", "run_report_html", "write_run_report"]
+
+PERFETTO_URL = "https://ui.perfetto.dev"
+
+
+def perfetto_note(dirs: list[str] | None = None) -> str:
+    """How to open a run's timeline in Perfetto (it runs in the browser; the file stays local)."""
+    where = (" (" + ", ".join(f"{d}/timeline.json.gz" for d in dirs) + ")") if dirs else ""
+    return (f"Timeline: open {PERFETTO_URL} and choose 'Open trace file', then pick timeline.json.gz from the "
+            f"run's folder{where}. Perfetto reads the file in the browser; nothing is uploaded. Runs written "
+            "with --no-timeline have none.")
 
 BREAKDOWN_LABELS = {
     "compute": "compute (kernels run)",
@@ -203,7 +213,8 @@ def run_report_data(result: Any) -> dict[str, Any]:
     stress += [{"what": f"link {lk['src']} -> {lk['dst']} ({lk['link']})", "kind": f"link:{lk['kind']}",
                 "share": lk["busy_share"], "load": lk["step_load"]} for lk in links]
     stress.sort(key=lambda x: -x["share"])
-    hw = hardware_totals(topo) if topo is not None else None
+    gpus = [r.get("gpu") for r in s.get("ranks") or [] if r.get("gpu")]
+    hw = hardware_totals(topo, gpus or None) if topo is not None else None
     return {"schema": "cosim.run-report/1", "headline": headline(s), "step_time_s": s.get("step_time_s"),
             "breakdown": s.get("breakdown"), "critical_path": s.get("critical_path"), "resources": res,
             "links": links, "link_types": sorted(types.values(), key=lambda t: t["link"]),
@@ -267,6 +278,8 @@ def _hbar(labels: list[str], values: list[float], title: str, xtitle: str, color
     fig.update_layout(title=title, xaxis_title=xtitle, height=height or max(220, 26 * len(labels) + 90),
                       margin=dict(l=20, r=20, t=50, b=40))
     fig.update_yaxes(automargin=True)
+    if pct:  # a share is read against the whole: 0.1% busy must look empty, not like a full bar
+        fig.update_xaxes(range=[0, 100], ticksuffix="%")
     return fig
 
 
@@ -325,7 +338,9 @@ def _timeline(result: Any, bins: int = 300) -> Any | None:
 
 
 def _gbps(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e9:.4g} GB/s"
+    from cosim.units import fmt_bandwidth
+
+    return "n/a" if x is None else fmt_bandwidth(x)
 
 
 def run_report_html(result: Any, title: str | None = None) -> str:
@@ -348,7 +363,8 @@ def run_report_html(result: Any, title: str | None = None) -> str:
             ["topology", str(s.get("topology"))],
             ["ranks", str(len(s.get("ranks") or []))],
             ["collectives", str((s.get("config") or {}).get("collectives"))],
-            ["critical path bound", str((s.get("critical_path") or {}).get("bound"))],
+            ["critical path bound", bound_label((s.get("critical_path") or {}).get("bound"))
+             if (s.get("critical_path") or {}).get("bound") else "n/a"],
             ["simulation wall time", fmt_time(s.get("sim_wall_s"))]]
     page.table(["quantity", "value"], rows, left=1)
     for n in s.get("notes") or []:
@@ -358,12 +374,19 @@ def run_report_html(result: Any, title: str | None = None) -> str:
     page.h2("Step-time breakdown (slowest rank)")
     if st:
         page.fig(_bar_breakdown(bd, f"Where the {fmt_time(st)} step goes"))
-        page.table(["category", "time per step", "share of step"],
-                   [[BREAKDOWN_LABELS.get(k, k), fmt_time(v), fmt_pct(v / st, 1)] for k, v in bd.items()])
+        rows = []
+        split = s.get("exposed_communication_split")
+        for k, v in bd.items():
+            rows.append([BREAKDOWN_LABELS.get(k, k), fmt_time(v), fmt_pct(v / st, 1)])
+            if k == "exposed_communication" and split:
+                for sk, label in (("transfer_s", "of which transfer (all peers present, data moving)"),
+                                  ("wait_for_peers_s", "of which waiting for peers (sync)")):
+                    rows.append([label, fmt_time(split.get(sk) or 0.0), fmt_pct((split.get(sk) or 0.0) / st, 1)])
+        page.table(["category", "time per step", "share of step"], rows, table_id="breakdown")
         per_rank = [[f"rank {r['rank']}", fmt_time(r.get("step_time_s")),
                      *(fmt_pct((r["breakdown"][k] / r["step_time_s"]) if r.get("step_time_s") else None)
                        for k in bd)] for r in s.get("ranks") or []]
-        page.table(["rank", "step time", *bd.keys()], per_rank)
+        page.table(["rank", "step time", *(BREAKDOWN_LABELS.get(k, k) for k in bd)], per_rank)
     # --- stress points
     page.h2("Top stress points")
     page.p("Most loaded resources and links: busy share of the step window (GPU streams, SM, copy engines, host "
@@ -437,12 +460,16 @@ def run_report_html(result: Any, title: str | None = None) -> str:
     tl = _timeline(result)
     if tl is not None:
         page.fig(tl)
+    page.p(perfetto_note(), "note")
+    page.link(PERFETTO_URL, "Open ui.perfetto.dev (then open this run's timeline.json.gz)")
     # --- hardware
     page.h2("Hardware")
     f = d.get("figures") or {}
+    hw = d.get("hardware")
     if f:
         page.table(["figure", "value"], [
-            ["topology", f.get("name")], ["host nodes", f.get("nodes")], ["GPUs", f.get("gpus")],
+            ["topology", f.get("name")], ["host nodes", f.get("nodes")],
+            ["GPUs", f"{hw['gpus']} used by this run, of {f.get('gpus')}" if hw else f.get("gpus")],
             ["GPUs per node", f.get("gpus_per_node")], ["NVLink domain (GPUs)", f.get("nvlink_domain_gpus")],
             ["scale-up bandwidth per GPU (per direction)", _gbps(f.get("per_gpu_scale_up_bw_Bps"))],
             ["scale-out bandwidth per GPU (per direction)", _gbps(f.get("per_gpu_scale_out_bw_Bps"))],
@@ -455,7 +482,8 @@ def run_report_html(result: Any, title: str | None = None) -> str:
         page.table(["part", "catalog id", "count", "TDP", "price"],
                    [[p["name"], p["spec"], p["count"], f"{p['tdp_W']:.0f} W" if p["tdp_W"] is not None else "n/a",
                      f"${p['price_usd']:,.0f}" if p["price_usd"] is not None else "n/a"] for p in hw["parts"]])
-        page.p(f"Total TDP of GPUs, CPUs and NICs: {hw['power_W']:.0f} W"
+        page.p(f"Total TDP of the {hw['gpus']} GPUs this run used, their CPU sockets and NICs: "
+               f"{hw['power_W']:,.0f} W"
                + (f" (no TDP in the catalog for {', '.join(hw['missing_power'])})" if hw["missing_power"] else "")
                + (f"; cost ${hw['cost_usd']:,.0f}" if hw["cost_usd"] is not None else "") + ".", "note")
     return page.render()

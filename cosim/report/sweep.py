@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cosim.replay.summary import NOISE_FLOOR
 from cosim.report.html import Page, fmt_time
 
-__all__ = ["numeric_value", "pareto_front", "write_sweep_report", "write_tornado_report"]
+__all__ = ["numeric_value", "parameter_effects", "pareto_front", "sweep_headline", "write_sweep_report",
+           "write_tornado_report"]
 
 _KINDS = ("bandwidth", "time", "size", "flops", "frequency", "power", "rate")
 
@@ -67,6 +69,48 @@ def _sorted_values(vals: list[Any]) -> list[Any]:
     return uniq
 
 
+HEAT_MIN_SPAN = 0.01
+"""A heatmap's colour scale spans at least this fraction of the best step (1%)."""
+
+
+def sweep_headline(ok: list[dict[str, Any]], params: Sequence[str], metric: str = "step_time_s",
+                   failed: int = 0) -> str:
+    """The sweep's headline: the best step and where, unless the points differ by less than the noise floor
+    (then "no effect"); points within the floor of the best are named as tied, not ranked."""
+    if not ok:
+        return f"No point finished; {failed} failed"
+    best = min(ok, key=lambda r: r[metric])
+    worst = max(ok, key=lambda r: r[metric])
+    b, w = best[metric], worst[metric]
+    tail = f"; {failed} failed point(s)" if failed else ""
+    if w / b - 1 < NOISE_FLOOR:
+        return (f"No effect: every point's step is {fmt_time(b)} to within {NOISE_FLOOR:.1%} (spread "
+                f"{fmt_time(w - b)}), below the noise floor; nothing to rank{tail}")
+    ties = [r for r in ok if r[metric] / b - 1 < NOISE_FLOOR]
+    desc = ", ".join(f"{p}={best.get(p)}" for p in params)
+    tied = f" (and {len(ties) - 1} more point(s) within the {NOISE_FLOOR:.1%} noise floor)" if len(ties) > 1 else ""
+    return (f"Best step {fmt_time(b)} at {desc}{tied}; worst {fmt_time(w)} (+{w / b - 1:.1%}, "
+            f"{w / b:.2f}x slower){tail}")
+
+
+def parameter_effects(ok: list[dict[str, Any]], params: Sequence[str],
+                      metric: str = "step_time_s") -> dict[str, dict[str, Any]]:
+    """Per parameter: the range of the mean step over its values (mean over the other parameters), its spread
+    relative to the smallest, and whether that is below the noise floor (``no_effect``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in params:
+        means = []
+        for v in dict.fromkeys(r.get(p) for r in ok):
+            vals = [r[metric] for r in ok if r.get(p) == v]
+            means.append(sum(vals) / len(vals))
+        if not means:
+            continue
+        lo, hi = min(means), max(means)
+        spread = hi / lo - 1 if lo > 0 else 0.0
+        out[p] = {"min_s": lo, "max_s": hi, "spread": spread, "no_effect": spread < NOISE_FLOOR}
+    return out
+
+
 def write_sweep_report(path: str | Path, rows: list[dict[str, Any]], params: Sequence[str],
                        title: str = "sweep", metric: str = "step_time_s") -> Path:
     """Write the sweep report for ``rows`` (results.csv rows as dicts) over ``params``."""
@@ -76,14 +120,16 @@ def write_sweep_report(path: str | Path, rows: list[dict[str, Any]], params: Seq
     page.h1(f"Sweep: {title}", sub=f"{len(rows)} points; parameters: {', '.join(params)}")
     ok = [r for r in rows if r.get("status") == "ok" and r.get(metric) is not None]
     failed = [r for r in rows if r.get("status") != "ok"]
-    if ok:
-        best = min(ok, key=lambda r: r[metric])
-        worst = max(ok, key=lambda r: r[metric])
-        desc = ", ".join(f"{p}={best.get(p)}" for p in params)
-        page.headline(f"Best step {fmt_time(best[metric])} at {desc}; worst {fmt_time(worst[metric])} "
-                      f"({worst[metric] / best[metric]:.2f}x slower); {len(failed)} failed point(s)")
-    else:
-        page.headline(f"No point finished; {len(failed)} failed")
+    page.headline(sweep_headline(ok, params, metric, len(failed)))
+    effects = parameter_effects(ok, params, metric)
+    if effects:
+        page.table(["parameter", "step-time range over its values (mean over the others)", "effect"],
+                   [[p, f"{fmt_time(e['min_s'])} .. {fmt_time(e['max_s'])} ({e['spread']:.2%})",
+                     "no effect" if e["no_effect"] else "moves the step"] for p, e in effects.items()],
+                   table_id="effects")
+        page.p(f"Differences below the noise floor ({NOISE_FLOOR:.1%} of the step) are marked 'no effect' and not "
+               "ranked: the replay is deterministic, but such differences come from reordered ties, far below "
+               "cosim's accuracy against measurements.", "note")
     # lines: metric vs each parameter, one line per combination of the others
     page.h2("Step time against each parameter")
     for p in params:
@@ -100,25 +146,39 @@ def write_sweep_report(path: str | Path, rows: list[dict[str, Any]], params: Seq
             fig.add_trace(go.Scatter(x=[_label(r.get(p)) for r in rs], y=[r[metric] * 1e3 for r in rs],
                                      mode="lines+markers", name=name))
         fig.update_layout(title=f"Step time vs {p}", xaxis_title=p + (" (as given)" if numeric else ""),
-                          yaxis_title="step time (ms)", height=420, margin=dict(l=60, r=20, t=50, b=50))
+                          yaxis_title="step time (ms, axis from zero)", height=420,
+                          margin=dict(l=60, r=20, t=50, b=50))
+        fig.update_yaxes(rangemode="tozero")
         fig.update_xaxes(type="category", categoryorder="array", categoryarray=[_label(v) for v in xs_order])
         page.fig(fig)
     # heatmaps for pairs
     if len(params) >= 2 and ok:
-        page.h2("Heatmaps (step time, ms; mean over the other parameters)")
+        best_s = min(r[metric] for r in ok)
+        page.h2("Heatmaps (step time as % over the sweep's best step; mean over the other parameters)")
+        page.p(f"Colour runs from 0% to the largest change, and at least to {HEAT_MIN_SPAN:.0%}, so that "
+               f"differences below the {NOISE_FLOOR:.1%} noise floor look alike; such cells read 'no effect'.",
+               "note")
         for p, q in itertools.combinations(params, 2):
             xv, yv = _sorted_values([r.get(p) for r in ok]), _sorted_values([r.get(q) for r in ok])
-            z = []
+            z: list[list[float | None]] = []
+            text: list[list[str]] = []
             for y in yv:
-                line = []
+                line: list[float | None] = []
+                tl: list[str] = []
                 for x in xv:
                     vals = [r[metric] for r in ok if r.get(p) == x and r.get(q) == y]
-                    line.append(sum(vals) / len(vals) * 1e3 if vals else None)
+                    v = (sum(vals) / len(vals) / best_s - 1) * 100 if vals else None
+                    line.append(v)
+                    tl.append("" if v is None else (f"{fmt_time(sum(vals) / len(vals))}<br>"
+                                                    + ("no effect" if v < NOISE_FLOOR * 100 else f"+{v:.1f}%")))
                 z.append(line)
-            fig = go.Figure(go.Heatmap(z=z, x=[_label(v) for v in xv], y=[_label(v) for v in yv],
-                                       colorscale="Viridis_r", colorbar=dict(title="ms"),
-                                       texttemplate="%{z:.3g}", hovertemplate=f"{p}=%{{x}}<br>{q}=%{{y}}<br>"
-                                                                              "%{z:.4g} ms<extra></extra>"))
+                text.append(tl)
+            vmax = max((v for row in z for v in row if v is not None), default=0.0)
+            fig = go.Figure(go.Heatmap(z=z, x=[_label(v) for v in xv], y=[_label(v) for v in yv], text=text,
+                                       colorscale="Viridis_r", zmin=0.0, zmax=max(vmax, HEAT_MIN_SPAN * 100),
+                                       colorbar=dict(title="% over best", ticksuffix="%"),
+                                       texttemplate="%{text}", hovertemplate=f"{p}=%{{x}}<br>{q}=%{{y}}<br>"
+                                                                              "%{text}<extra></extra>"))
             fig.update_layout(title=f"Step time: {q} vs {p}", xaxis_title=p, yaxis_title=q, height=420,
                               margin=dict(l=60, r=20, t=50, b=50))
             fig.update_xaxes(type="category")
@@ -162,48 +222,88 @@ def write_sweep_report(path: str | Path, rows: list[dict[str, Any]], params: Seq
     # table
     page.h2("All points")
     cols = ["key", *params, "status", "step_time_s", "bound", "power_W", "error"]
-    page.table(cols, [[fmt_time(r.get(c)) if c == "step_time_s" else ("" if r.get(c) is None else r.get(c))
-                       for c in cols] for r in rows], left=len(params) + 2)
+    heads = ["key", *params, "status", "step time", "bound", "power (TDP)", "error"]
+
+    def cell(r: dict[str, Any], c: str) -> Any:
+        v = r.get(c)
+        if v is None:
+            return ""
+        if c == "step_time_s":
+            return fmt_time(v)
+        if c == "power_W":
+            return f"{float(v):,.0f} W"
+        if c == "bound":
+            from cosim.replay.summary import bound_label
+
+            return bound_label(v)
+        return v
+
+    page.table(heads, [[cell(r, c) for c in cols] for r in rows], left=len(params) + 2, table_id="points")
     return page.write(path)
 
 
+def tornado_headline(data: dict[str, Any]) -> str:
+    """The sensitivity headline: the most sensitive parameter and what a better and a worse value of it do to
+    the step ("host speed: 20% better -> step -22.4%, 20% worse -> +33.6%"), or "no effect" when nothing moves
+    the step by more than the noise floor."""
+    base = data["baseline_step_time_s"]
+    rows = [r for r in data["parameters"] if r.get("status") == "ok"]
+    dp = f"{data['delta'] * 100:g}%"
+    moving = [r for r in rows if not r.get("no_effect")]
+    if not moving:
+        return (f"Step {fmt_time(base)}; no parameter moves it by more than the "
+                f"{data.get('noise_floor', NOISE_FLOOR):.1%} noise floor (each moved by {dp})")
+    top = moving[0]
+    better = top.get("better_pct", top["up_pct"])
+    worse = top.get("worse_pct", top["down_pct"])
+    return (f"Step {fmt_time(base)}; most sensitive: {top['label']}: {dp} better -> step {better:+.1f}%, "
+            f"{dp} worse -> step {worse:+.1f}%")
+
+
 def write_tornado_report(path: str | Path, data: dict[str, Any]) -> Path:
-    """Write the tornado chart of a sensitivity analysis (``cosim.sensitivity/1`` dict)."""
+    """Write the tornado chart of a sensitivity analysis (``cosim.sensitivity/1`` dict); parameters below the
+    noise floor are listed as "no effect", not drawn as ranked bars."""
     import plotly.graph_objects as go
 
     base = data["baseline_step_time_s"]
-    rows = [r for r in data["parameters"] if r.get("status") == "ok"]
+    ok = [r for r in data["parameters"] if r.get("status") == "ok"]
+    rows = [r for r in ok if not r.get("no_effect")]
+    flat = [r for r in ok if r.get("no_effect")]
+    dp = f"{data['delta'] * 100:g}%"
+    floor = data.get("noise_floor", NOISE_FLOOR)
     page = Page(f"cosim sensitivity: {data.get('scenario')}")
     page.h1(f"Sensitivity of the step time: {data.get('scenario')}",
-            sub=f"baseline step {fmt_time(base)}; each parameter moved by +/-{data['delta'] * 100:g}%")
-    if rows:
-        top = rows[0]
-        page.headline(f"Step {fmt_time(base)}; most sensitive: {top['label']} "
-                      f"({top['effect']:+.1%} step time per {data['delta'] * 100:g}% better; "
-                      f"{top['up_pct']:+.1f}% when raised, {top['down_pct']:+.1f}% when lowered)")
+            sub=f"baseline step {fmt_time(base)}; each parameter moved by +/-{dp}")
+    page.headline(tornado_headline(data))
     rs = rows[::-1]
     fig = go.Figure()
-    fig.add_trace(go.Bar(y=[r["label"] for r in rs], x=[r["down_pct"] for r in rs], orientation="h",
-                         name=f"parameter -{data['delta'] * 100:g}%", marker_color="#ff7f0e",
-                         hovertemplate="%{y}: %{x:+.2f}%<extra>lowered</extra>"))
-    fig.add_trace(go.Bar(y=[r["label"] for r in rs], x=[r["up_pct"] for r in rs], orientation="h",
-                         name=f"parameter +{data['delta'] * 100:g}%", marker_color="#1f77b4",
-                         hovertemplate="%{y}: %{x:+.2f}%<extra>raised</extra>"))
+    fig.add_trace(go.Bar(y=[r["label"] for r in rs], x=[r.get("better_pct", r["up_pct"]) for r in rs],
+                         orientation="h", name=f"parameter {dp} better", marker_color="#1f77b4",
+                         hovertemplate="%{y}: %{x:+.2f}%<extra>better</extra>"))
+    fig.add_trace(go.Bar(y=[r["label"] for r in rs], x=[r.get("worse_pct", r["down_pct"]) for r in rs],
+                         orientation="h", name=f"parameter {dp} worse", marker_color="#ff7f0e",
+                         hovertemplate="%{y}: %{x:+.2f}%<extra>worse</extra>"))
     fig.update_layout(barmode="overlay", title="Change of step time when each parameter moves (tornado)",
-                      xaxis_title="step-time change (%)", height=max(300, 30 * len(rs) + 120),
-                      margin=dict(l=20, r=20, t=50, b=40), legend=dict(orientation="h", y=-0.12))
+                      xaxis_title="step-time change (%; negative = shorter step)",
+                      height=max(300, 30 * len(rs) + 120), margin=dict(l=20, r=20, t=50, b=40),
+                      legend=dict(orientation="h", y=-0.12))
+    fig.update_xaxes(ticksuffix="%", zeroline=True)
     fig.update_yaxes(automargin=True)
     page.fig(fig)
+    if flat:
+        page.p(f"No effect (step moves by less than the {floor:.1%} noise floor either way; not ranked): "
+               + ", ".join(r["label"] for r in flat) + ".", "note")
     page.table(["rank", "parameter", "key", "baseline", "lowered", "raised", "step lowered", "step raised",
-                "change lowered", "change raised"],
-               [[i + 1, r["label"], r["key"], r["baseline"], r["down_value"], r["up_value"],
-                 fmt_time(r["down_step_time_s"]), fmt_time(r["up_step_time_s"]), f"{r['down_pct']:+.2f}%",
-                 f"{r['up_pct']:+.2f}%"] for i, r in enumerate(data["parameters"]) if r.get("status") == "ok"],
-               left=3)
+                "change when better", "change when worse"],
+               [["-" if r.get("no_effect") else i + 1, r["label"], r["key"], r["baseline"], r["down_value"],
+                 r["up_value"], fmt_time(r["down_step_time_s"]), fmt_time(r["up_step_time_s"]),
+                 "no effect" if r.get("no_effect") else f"{r.get('better_pct', r['up_pct']):+.2f}%",
+                 "no effect" if r.get("no_effect") else f"{r.get('worse_pct', r['down_pct']):+.2f}%"]
+                for i, r in enumerate(ok)], left=3, table_id="parameters")
     bad = [r for r in data["parameters"] if r.get("status") != "ok"]
     for r in bad:
         page.p(f"{r['key']}: failed: {r.get('error')}", "note")
-    page.p("Step-time change = perturbed step / baseline step - 1. Parameters are hardware figures from the "
-           "catalog (via catalog overrides) or replay knobs; 'raised' means the number is larger (a larger latency "
-           "or overhead is worse, a larger bandwidth or speed is better).", "note")
+    page.p("Step-time change = perturbed step / baseline step - 1. 'Better' is a larger bandwidth, FLOP/s or "
+           "speed, or a smaller latency or overhead; 'worse' the other way. Parameters are hardware figures from "
+           "the catalog (via catalog overrides) or replay knobs.", "note")
     return page.write(path)

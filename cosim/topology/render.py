@@ -9,7 +9,7 @@ from cosim.units import fmt_bandwidth
 
 from .model import Topology, natural_key
 
-__all__ = ["draw_html", "pcie_tree", "pcie_tree_lines", "show_text", "summary_json"]
+__all__ = ["draw_html", "link_label", "pcie_tree", "pcie_tree_lines", "show_text", "summary_json"]
 
 _BW = fmt_bandwidth
 
@@ -231,6 +231,34 @@ def _positions(topo: Topology) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def link_label(count: int, link: str, bandwidth: float) -> str:
+    """An always-on label of a link: "18 x nvlink4, 450 GB/s" (count x type, total bandwidth per direction)."""
+    return f"{count} x {link}, {_BW(bandwidth)}"
+
+
+def _link_annotations(topo: Topology, pos: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
+    """One always-visible label per group of identical links of one node (the first host node, or the
+    fabric) where they meet: "18 x nvlink4, 450 GB/s" at the middle of the first such edge, so the picture
+    reads without hovering. Identical edges elsewhere (other GPUs, other nodes) share the label."""
+    g = topo.graph
+    first_node = min((topo.node_of(n) for n in g if topo.node_of(n) >= 0), default=-1)
+    seen: dict[tuple[str, str, str, int, float], tuple[str, str]] = {}
+    for a, b, e in g.edges(data=True):
+        if natural_key(a) >= natural_key(b):
+            continue
+        na, nb = topo.node_of(a), topo.node_of(b)
+        if not ({na, nb} <= {first_node, -1}):
+            continue
+        key = (topo.kind_of(a), topo.kind_of(b), e["link"], int(e["count"]), float(e["bandwidth"]))
+        seen.setdefault(key, (a, b))
+    out = []
+    for (_ka, _kb, link, count, bw), (a, b) in sorted(seen.items(), key=lambda kv: natural_key(kv[1][0])):
+        (x0, y0), (x1, y1) = pos[a], pos[b]
+        out.append({"x": (x0 + x1) / 2, "y": (y0 + y1) / 2, "text": link_label(count, link, bw), "showarrow": False,
+                    "font": {"size": 10, "color": "#333"}, "bgcolor": "rgba(255,255,255,0.85)"})
+    return out
+
+
 def draw_html(topo: Topology) -> str:
     """A self-contained HTML page (plotly.js inline) drawing the topology graph."""
     import plotly.graph_objects as go
@@ -256,6 +284,7 @@ def draw_html(topo: Topology) -> str:
         mx, my, mt = mids[kind]
         traces.append(go.Scatter(x=mx, y=my, mode="markers", marker={"size": 3, "opacity": 0.3}, text=mt,
                                  hoverinfo="text", showlegend=False))
+    annotations = _link_annotations(topo, pos)
     by_kind: dict[str, list[str]] = defaultdict(list)
     for n in g:
         by_kind[topo.kind_of(n)].append(n)
@@ -271,6 +300,6 @@ def draw_html(topo: Topology) -> str:
     f = topo.figures()
     title = (f"{topo.name}: {f['gpus']} GPUs, scale-up {_BW(f['per_gpu_scale_up_bw_Bps'])}/GPU, "
              f"scale-out {_BW(f['per_gpu_scale_out_bw_Bps'])}/GPU, bisection {_BW(f['bisection_bw_Bps'])} (per direction)")
-    fig.update_layout(title=title, template="plotly_white", hovermode="closest",
+    fig.update_layout(title=title, template="plotly_white", hovermode="closest", annotations=annotations,
                       xaxis={"visible": False}, yaxis={"visible": False}, height=700)
     return fig.to_html(include_plotlyjs=True, full_html=True)
