@@ -383,7 +383,7 @@ class Block(nn.Module):
         super().__init__()
         self.layer = layer
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.attn = (MLAttention(cfg, ep.sdpa) if getattr(cfg, "attention", "gqa") == "mla"
+        self.attn = (MLAttention(cfg, ep.sdpa) if cfg.attention_kind == "mla"
                      else Attention(cfg, ep.sdpa))
         self.ffn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.ffn: nn.Module
@@ -431,7 +431,7 @@ class MoETransformer(nn.Module):
 
     def new_cache(self, batch: int, max_len: int, device: torch.device, dtype: torch.dtype) -> list[KVCache]:
         cfg = self.cfg
-        if getattr(cfg, "attention", "gqa") == "mla":  # expanded keys and values, as Hugging Face caches them
+        if cfg.attention_kind == "mla":  # expanded keys and values, as Hugging Face caches them
             k_shape = (batch, cfg.num_heads, max_len, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)  # type: ignore[attr-defined]
             v_shape = (batch, cfg.num_heads, max_len, cfg.v_head_dim)  # type: ignore[attr-defined]
         else:

@@ -85,8 +85,11 @@ class RankProgram:
     def __post_init__(self) -> None:
         opts = self.opts
         self.train = opts.mode == "train"
-        self.model = MoETransformer(opts.model, self.ctx, seed=opts.seed).to(device=self.device, dtype=self.dtype)
+        self.model = MoETransformer(opts.model, self.ctx, seed=opts.seed)
         params = list(self.model.parameters())
+        if any(p.dtype != self.dtype or p.device != self.device for p in params):
+            self.model.to(device=self.device, dtype=self.dtype)
+            params = list(self.model.parameters())
         self.expert_params = [p for p in params if getattr(p, "is_expert", False)]
         dense_params = [p for p in params if not getattr(p, "is_expert", False)]
         cap = opts.bucket_mb * 2**20
