@@ -13,14 +13,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from cosim.capture.config import CaptureOptions, MoEModelConfig, load_model_config, parse_skew  # noqa: E402
-from cosim.errors import CosimInputError  # noqa: E402
-from cosim.topology import load_topology  # noqa: E402
-from cosim.workload import load_trace  # noqa: E402
-from cosim.workload.graph import HostKind, OpClass, RankGraph  # noqa: E402
-from cosim.workload.project import ProjectionConfig, attention_flops, project_to_gpu  # noqa: E402
+from capture_checks import comm_events, parse_list, read_gz_json
 
-from capture_checks import comm_events, parse_list, read_gz_json  # noqa: E402
+from cosim.capture.config import CaptureOptions, MoEModelConfig, load_model_config, parse_skew
+from cosim.errors import CosimInputError
+from cosim.topology import load_topology
+from cosim.workload import load_trace
+from cosim.workload.graph import HostKind, OpClass, RankGraph
+from cosim.workload.project import ProjectionConfig, attention_flops, project_to_gpu
 
 
 def _first_layers(card: MoEModelConfig, n: int, dense: int) -> MoEModelConfig:

@@ -90,6 +90,11 @@ def _flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causa
                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``[b, h, sq, d]`` queries over ``[b, h, sk, d]`` keys and ``[b, h, sk, dv]`` values:
     (output ``[b, h, sq, dv]``, log-sum-exp ``[b, h, sq]`` fp32), as a flash-attention kernel returns."""
+    return _attention_math(q, k, v, is_causal, scale)
+
+
+def _attention_math(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     s = (q.float() @ k.float().transpose(-2, -1)) * scale
     if is_causal:
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
@@ -107,12 +112,17 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
 def _flash_attention_backward(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               out: torch.Tensor, lse: torch.Tensor, is_causal: bool,
                               scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients (dq, dk, dv) of :func:`_flash_attention`, recomputing the scores as FlashAttention does."""
-    with torch.enable_grad():
-        qq, kk, vv = (t.detach().requires_grad_(True) for t in (q, k, v))
-        o, _ = _flash_attention(qq, kk, vv, is_causal, scale)
-        dq, dk, dv = torch.autograd.grad(o, (qq, kk, vv), grad)
-    return dq, dk, dv
+    """Gradients (dq, dk, dv) of :func:`_flash_attention`, recomputing the probabilities from the
+    log-sum-exp as FlashAttention's backward does."""
+    qf, kf, vf, gf = q.float(), k.float(), v.float(), grad.float()
+    sc = (qf @ kf.transpose(-2, -1)) * scale
+    if is_causal:
+        sc = sc.masked_fill(torch.ones(sc.shape[-2:], dtype=torch.bool, device=sc.device).triu(1), -math.inf)
+    p = (sc - lse.unsqueeze(-1)).exp()
+    dv = p.transpose(-2, -1) @ gf
+    dp = gf @ vf.transpose(-2, -1)
+    ds = p * (dp - (gf * out.float()).sum(-1, keepdim=True))
+    return (ds @ kf * scale).to(q.dtype), (ds.transpose(-2, -1) @ qf * scale).to(k.dtype), dv.to(v.dtype)
 
 
 @_flash_attention_backward.register_fake
