@@ -34,7 +34,7 @@ import yaml
 from cosim.capture.config import CaptureOptions
 from cosim.errors import CosimError, CosimInputError
 
-__all__ = ["CAPTURE_FORMAT", "CaptureFailed", "capture", "dump_capture_yaml"]
+__all__ = ["CAPTURE_FORMAT", "CaptureFailed", "capture", "capture_doc", "dump_capture_yaml"]
 
 CAPTURE_FORMAT = "cosim-capture/1"
 """Value of ``format`` in capture.yaml."""
@@ -146,7 +146,7 @@ def capture(opts: CaptureOptions, out: str | Path, *, command: str | None = None
         routing = [json.loads((raw / f"rank{r}.routing.json").read_text()) for r in range(opts.world_size)]
         if opts.ep > 1 and any(rt["comm_events"] == 0 for rt in routing):
             raise CaptureFailed("a rank's trace has no collective events; the profiler missed them")
-        doc = _capture_doc(opts, routing, command)
+        doc = capture_doc(opts, routing, command)
         (tmp / "capture.yaml").write_text(dump_capture_yaml(doc), encoding="utf-8")
         shutil.rmtree(raw)
         _publishable(tmp)
@@ -212,7 +212,9 @@ def _run_ranks(opts: CaptureOptions, raw: Path, progress: bool) -> None:
                 os.environ[k] = v
 
 
-def _capture_doc(opts: CaptureOptions, routing: list[dict[str, Any]], command: str | None) -> dict[str, Any]:
+def capture_doc(opts: CaptureOptions, routing: list[dict[str, Any]], command: str | None,
+                et: bool = True) -> dict[str, Any]:
+    """capture.yaml's content from every rank's routing record (``et``: the ranks wrote Execution Traces)."""
     import torch
 
     r0 = routing[0]
@@ -271,7 +273,8 @@ def _capture_doc(opts: CaptureOptions, routing: list[dict[str, Any]], command: s
             "profile_memory": opts.profile_memory,
         },
         "profiled_steps": steps,
-        "files": [{"rank": r, "trace": f"rank{r}.trace.json.gz", "et": f"rank{r}.et.json.gz"} for r in range(ws)],
+        "files": [{"rank": r, "trace": f"rank{r}.trace.json.gz", **({"et": f"rank{r}.et.json.gz"} if et else {})}
+                  for r in range(ws)],
         "wall_ms_per_step": {f"rank{rt['rank']}": rt["step_ms"] for rt in routing},
         "routing": {
             "moe_layers": r0["moe_layers"],

@@ -24,6 +24,8 @@ Tensors are ``[tokens, hidden]`` inside the MoE layer; sizes are elements.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -35,7 +37,26 @@ from cosim.capture.comm import AllToAll, Comm, Group
 from cosim.capture.config import MoEModelConfig, Skew
 from cosim.capture.routing import choose_experts, zipf_popularity
 
-__all__ = ["EPContext", "KVCache", "MoETransformer", "grouped_mm_works"]
+__all__ = ["EPContext", "KVCache", "MoETransformer", "RoutingPlan", "grouped_mm_works", "layer_popularity",
+           "routing_generator"]
+
+RoutingPlan = Callable[[int, int], list[list[int]]]
+"""``plan(layer, call) -> rows``: assignments per expert (``rows[j][e]``, length ``num_experts``) of
+every member ``j`` of this rank's EP group in the ``call``-th forward pass of MoE layer ``layer``.
+A fake capture (no tensor values) takes the routing from it instead of the router's choice."""
+
+Sdpa = Callable[..., torch.Tensor]
+"""``sdpa(q, k, v, is_causal=..., scale=...)``: attention of ``[batch, heads, len, dim]`` tensors."""
+
+
+def routing_generator(seed: int, global_rank: int, layer: int) -> torch.Generator:
+    """The generator of rank ``global_rank``'s forced routing choices in MoE layer ``layer``."""
+    return torch.Generator().manual_seed(seed * 104_729 + global_rank * 613 + layer)
+
+
+def layer_popularity(num_experts: int, s: float, seed: int, layer: int) -> torch.Tensor:
+    """Zipf popularity of the experts of MoE layer ``layer`` (the same on every rank)."""
+    return zipf_popularity(num_experts, s, torch.Generator().manual_seed(seed * 7919 + layer))
 
 
 @dataclass
@@ -58,6 +79,15 @@ class EPContext:
     """Number of ranks (balanced routing numbers tokens globally)."""
     use_grouped_mm: bool = False
     """Run expert GEMMs with ``torch._grouped_mm``."""
+    plan: RoutingPlan | None = None
+    """Routing from a plan instead of the router's values (fake tensors have none); see :data:`RoutingPlan`."""
+    on_host_read: Callable[[torch.Tensor], None] | None = None
+    """With a plan: called for each device tensor the program reads back to the host (split sizes), whose
+    values then come from the plan."""
+    sdpa: Sdpa = F.scaled_dot_product_attention
+    """The attention kernel (a fake capture substitutes the fused GPU kernel's signature)."""
+    init_weights: bool = True
+    """Draw random weights (off for fake tensors: they have no values to draw)."""
 
     @property
     def ep(self) -> int:
@@ -107,10 +137,11 @@ class KVCache:
 class Attention(nn.Module):
     """Causal self-attention with grouped-query heads, via SDPA."""
 
-    def __init__(self, cfg: MoEModelConfig) -> None:
+    def __init__(self, cfg: MoEModelConfig, sdpa: Sdpa = F.scaled_dot_product_attention) -> None:
         super().__init__()
         d = cfg.attn_head_dim
         self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, d
+        self.sdpa = sdpa
         self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * d, bias=False)
         self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * d, bias=False)
@@ -121,17 +152,71 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, s, self.h, self.d).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.hkv, self.d).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.hkv, self.d).transpose(1, 2)
-        if cache is not None:
-            cache.k[:, :, pos:pos + s] = k
-            cache.v[:, :, pos:pos + s] = v
-            k, v = cache.k[:, :, :pos + s], cache.v[:, :, :pos + s]
+        k, v = _cached(cache, k, v, pos)
         if self.hkv != self.h:
             k = k.repeat_interleave(self.h // self.hkv, dim=1)
             v = v.repeat_interleave(self.h // self.hkv, dim=1)
         # Prefill (and training) starts at position 0: plain causal mask. Decode
         # (one new token) attends to the whole cache: no mask.
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1)
+        o = self.sdpa(q, k, v, is_causal=s > 1)
         return self.o_proj(o.transpose(1, 2).reshape(b, s, self.h * self.d))
+
+
+def _cached(cache: KVCache | None, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write this step's keys/values at ``pos`` into ``cache`` and return all keys/values so far."""
+    if cache is None:
+        return k, v
+    s = k.shape[2]
+    cache.k[:, :, pos:pos + s] = k
+    cache.v[:, :, pos:pos + s] = v
+    return cache.k[:, :, :pos + s], cache.v[:, :, :pos + s]
+
+
+class MLAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2/V3), with the projections of Hugging Face's
+    ``modeling_deepseek.py``: queries through a low-rank ``q_a_proj`` (hidden -> ``q_lora_rank``),
+    RMSNorm and ``q_b_proj`` (-> heads x (``qk_nope_head_dim`` + ``qk_rope_head_dim``)), or one
+    ``q_proj`` when ``q_lora_rank`` is unset; keys and values from one joint compression
+    ``kv_a_proj_with_mqa`` (hidden -> ``kv_lora_rank`` + ``qk_rope_head_dim``), RMSNorm of the latent,
+    ``kv_b_proj`` (latent -> heads x (``qk_nope_head_dim`` + ``v_head_dim``)); the rope part of the key
+    is one head shared by all heads. Attention over query/key head dim ``nope + rope`` and value head
+    dim ``v_head_dim``, scale ``1/sqrt(nope + rope)``; ``o_proj`` (heads x ``v_head_dim`` -> hidden).
+    The KV cache holds the expanded keys and values (as the Hugging Face model does). No rotary
+    embedding (it changes no shape or FLOP count that matters to a replay)."""
+
+    def __init__(self, cfg: MoEModelConfig, sdpa: Sdpa = F.scaled_dot_product_attention) -> None:
+        super().__init__()
+        h = cfg.hidden_size
+        self.h = cfg.num_heads
+        self.nope, self.rope = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim  # type: ignore[attr-defined]
+        self.dv, self.kv_rank = cfg.v_head_dim, cfg.kv_lora_rank  # type: ignore[attr-defined]
+        self.q_rank = cfg.q_lora_rank  # type: ignore[attr-defined]
+        self.sdpa = sdpa
+        dq = self.nope + self.rope
+        if self.q_rank:
+            self.q_a_proj = nn.Linear(h, self.q_rank, bias=False)
+            self.q_a_layernorm = RMSNorm(self.q_rank, cfg.rms_norm_eps)
+            self.q_b_proj = nn.Linear(self.q_rank, self.h * dq, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, self.h * dq, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, self.kv_rank + self.rope, bias=False)
+        self.kv_a_layernorm = RMSNorm(self.kv_rank, cfg.rms_norm_eps)
+        self.kv_b_proj = nn.Linear(self.kv_rank, self.h * (self.nope + self.dv), bias=False)
+        self.o_proj = nn.Linear(self.h * self.dv, h, bias=False)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+        b, s, _ = x.shape
+        dq = self.nope + self.rope
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if self.q_rank else self.q_proj(x)
+        q = q.view(b, s, self.h, dq).transpose(1, 2)
+        latent, k_pe = self.kv_a_proj_with_mqa(x).split([self.kv_rank, self.rope], dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, s, self.h, self.nope + self.dv).transpose(1, 2)
+        k_nope, v = kv.split([self.nope, self.dv], dim=-1)
+        k_pe = k_pe.view(b, 1, s, self.rope).expand(b, self.h, s, self.rope)
+        k = torch.cat([k_nope, k_pe], dim=-1)
+        k, v = _cached(cache, k, v, pos)
+        o = self.sdpa(q, k, v, is_causal=s > 1, scale=1.0 / math.sqrt(dq))
+        return self.o_proj(o.transpose(1, 2).reshape(b, s, self.h * self.dv))
 
 
 class SwiGLU(nn.Module):
@@ -160,7 +245,7 @@ class MoE(nn.Module):
         self.router = nn.Linear(h, cfg.num_experts, bias=False)
         self.w13 = nn.Parameter(torch.empty(e_local, h, 2 * f))
         self.w2 = nn.Parameter(torch.empty(e_local, f, h))
-        for i in range(e_local):  # each expert's weights depend only on (seed, layer, global expert id)
+        for i in range(e_local if ep.init_weights else 0):  # each expert's weights: (seed, layer, expert id)
             g = torch.Generator().manual_seed(seed * 1_000_003 + layer * 4099 + self.first_expert + i)
             self.w13.data[i].normal_(0.0, 0.02, generator=g)
             self.w2.data[i].normal_(0.0, 0.02, generator=g)
@@ -169,10 +254,9 @@ class MoE(nn.Module):
         self.shared = (SwiGLU(h, (cfg.shared_expert_ffn_size or f) * cfg.num_shared_experts)
                        if cfg.num_shared_experts else None)
         self.popularity: torch.Tensor | None = None
-        if ep.skew.kind == "zipf":
-            g = torch.Generator().manual_seed(ep.seed * 7919 + layer)
-            self.popularity = zipf_popularity(cfg.num_experts, ep.skew.s, g)
-        self._gen = torch.Generator().manual_seed(ep.seed * 104_729 + ep.global_rank * 613 + layer)
+        if ep.skew.kind == "zipf" and ep.plan is None:
+            self.popularity = layer_popularity(cfg.num_experts, ep.skew.s, ep.seed, layer)
+        self._gen = routing_generator(ep.seed, ep.global_rank, layer)
         self._calls = 0
         self.recording = False
         self.routed: list[list[int]] = []
@@ -195,6 +279,14 @@ class MoE(nn.Module):
                 start += c
         return torch.cat(outs) if outs else x.new_zeros((0, x.shape[1]))
 
+    def _read(self, t: torch.Tensor, planned: list[int] | None) -> list[int]:
+        """``t.tolist()``: a device-to-host read of split sizes; with a routing plan, the planned values."""
+        if planned is None:
+            return t.tolist()
+        if self.ep.on_host_read is not None:
+            self.ep.on_host_read(t)
+        return [int(v) for v in planned]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg, ep = self.cfg, self.ep
         n, h = x.shape
@@ -205,9 +297,13 @@ class MoE(nn.Module):
             # Balanced: number tokens globally (call, rank, token) so that the
             # assignments of all ranks together are round-robin too.
             offset = (self._calls * ep.world_size + ep.global_rank) * n
+            plan = ep.plan(self.layer, self._calls) if ep.plan is not None else None
             self._calls += 1
-            idx = choose_experts(scores.detach(), k, ep.skew, popularity=self.popularity,
-                                 generator=self._gen, offset=offset)
+            if plan is None:
+                idx = choose_experts(scores.detach(), k, ep.skew, popularity=self.popularity,
+                                     generator=self._gen, offset=offset)
+            else:  # the router's own top-k; the counts that follow from it come from the plan
+                idx = torch.topk(scores.detach(), k, dim=-1).indices
             weights = scores.gather(1, idx)
             if cfg.normalize_top_k:
                 weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-20)
@@ -224,6 +320,8 @@ class MoE(nn.Module):
             flat_w = weights.t().reshape(-1)
             dropped = torch.zeros_like(routed)
             if cfg.capacity_factor is not None:
+                if plan is not None:
+                    raise ValueError("a routing plan (fake capture) cannot drop tokens for capacity")
                 cap = int(-(-cfg.capacity_factor * n * k // num_e))
                 one_hot = F.one_hot(flat_e, num_e)
                 pos_in_expert = (one_hot.cumsum(0) * one_hot).sum(1) - 1
@@ -234,8 +332,8 @@ class MoE(nn.Module):
             flat_e, flat_t, flat_w = flat_e[order], flat_t[order], flat_w[order]
             send_counts = torch.bincount(flat_e, minlength=num_e)
             if self.recording:
-                self.routed.append(routed.tolist())
-                self.dropped.append(dropped.tolist())
+                self.routed.append(routed.tolist() if plan is None else list(plan[ep.ep_rank]))
+                self.dropped.append(dropped.tolist() if plan is None else [0] * num_e)
 
         xs = x[flat_t]
         if ep.ep > 1:
@@ -244,20 +342,24 @@ class MoE(nn.Module):
                 ep.comm.all_to_all_single(recv_counts, send_counts, ep.ep_group, f"layer{self.layer}.moe.counts")
                 sc = send_counts.view(ep.ep, self.e_local)
                 rc = recv_counts.view(ep.ep, self.e_local)
-                in_split = sc.sum(1).tolist()
-                out_split = rc.sum(1).tolist()
+                mine = slice(self.first_expert, self.first_expert + self.e_local)
+                in_split = self._read(sc.sum(1), plan and [sum(plan[ep.ep_rank][j * self.e_local:(j + 1) * self.e_local])
+                                                           for j in range(ep.ep)])
+                out_split = self._read(rc.sum(1), plan and [sum(row[mine]) for row in plan])
                 recv = AllToAll.apply(xs, ep.comm, ep.ep_group, in_split, out_split, f"layer{self.layer}.moe.dispatch")
                 # Received rows are grouped by (source peer, local expert); regroup them by
                 # local expert with a stable sort of each row's expert id (as Megatron does).
                 row_expert = torch.repeat_interleave(
-                    torch.arange(self.e_local, device=x.device).repeat(ep.ep), rc.reshape(-1))
+                    torch.arange(self.e_local, device=x.device).repeat(ep.ep), rc.reshape(-1),
+                    output_size=sum(out_split))
                 perm_t = torch.argsort(row_expert, stable=True)
                 local_in = recv[perm_t]
-                local_counts = rc.sum(0).tolist()
+                local_counts = self._read(rc.sum(0), plan and [sum(row[mine][i] for row in plan)
+                                                               for i in range(self.e_local)])
         else:
             in_split = out_split = []
             local_in = xs
-            local_counts = send_counts.tolist()
+            local_counts = self._read(send_counts, plan and list(plan[0]))
         with record_function(f"cosim::layer{self.layer}.moe.experts"):
             local_out = self._experts(local_in, local_counts)
         if ep.ep > 1:
@@ -281,7 +383,8 @@ class Block(nn.Module):
         super().__init__()
         self.layer = layer
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.attn = Attention(cfg)
+        self.attn = (MLAttention(cfg, ep.sdpa) if cfg.attention_kind == "mla"
+                     else Attention(cfg, ep.sdpa))
         self.ffn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.ffn: nn.Module
         if layer < cfg.dense_layers:
@@ -310,7 +413,7 @@ class MoETransformer(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         with torch.no_grad():
-            for name, p in self.named_parameters():
+            for name, p in self.named_parameters() if ep.init_weights else ():
                 if p.dim() == 2 and not getattr(p, "is_expert", False) and "norm" not in name:
                     p.normal_(0.0, 0.02)
 
@@ -328,8 +431,12 @@ class MoETransformer(nn.Module):
 
     def new_cache(self, batch: int, max_len: int, device: torch.device, dtype: torch.dtype) -> list[KVCache]:
         cfg = self.cfg
-        shape = (batch, cfg.num_kv_heads, max_len, cfg.attn_head_dim)
-        return [KVCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        if cfg.attention_kind == "mla":  # expanded keys and values, as Hugging Face caches them
+            k_shape = (batch, cfg.num_heads, max_len, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)  # type: ignore[attr-defined]
+            v_shape = (batch, cfg.num_heads, max_len, cfg.v_head_dim)  # type: ignore[attr-defined]
+        else:
+            k_shape = v_shape = (batch, cfg.num_kv_heads, max_len, cfg.attn_head_dim)
+        return [KVCache(torch.zeros(k_shape, device=device, dtype=dtype), torch.zeros(v_shape, device=device, dtype=dtype))
                 for _ in range(cfg.num_layers)]
 
     def forward(self, tokens: torch.Tensor, cache: list[KVCache] | None = None, pos: int = 0,

@@ -19,13 +19,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
 
 from cosim.capture.capture import _cpu_model
 from cosim.capture.comm import Comm, Group
 from cosim.capture.config import CaptureOptions
-from cosim.capture.model import EPContext, MoETransformer, grouped_mm_works
+from cosim.capture.model import EPContext, grouped_mm_works
 from cosim.capture.postprocess import fix_rank
+from cosim.capture.program import RankProgram
 
 __all__ = ["run_rank"]
 
@@ -61,38 +62,6 @@ def _groups(opts: CaptureOptions, rank: int) -> tuple[Group, Group, Group | None
             if rank in ranks:
                 my_dp = Group(pg, ranks, _pg_name(pg), "dp_experts")
     return world, my_ep, my_dp
-
-
-def _buckets(params: list[torch.nn.Parameter], cap_bytes: float) -> list[list[torch.nn.Parameter]]:
-    """Split ``params`` (already in reverse order, as DDP) into buckets of at most ``cap_bytes``."""
-    out: list[list[torch.nn.Parameter]] = []
-    cur: list[torch.nn.Parameter] = []
-    size = 0
-    for p in params:
-        nbytes = p.numel() * p.element_size()
-        if cur and size + nbytes > cap_bytes:
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(p)
-        size += nbytes
-    if cur:
-        out.append(cur)
-    return out
-
-
-def _allreduce_grads(comm: Comm, buckets: list[list[torch.nn.Parameter]], group: Group, scale: float,
-                     tag: str) -> None:
-    """Flatten each bucket's gradients, sum them over ``group``, scale, copy back."""
-    for i, bucket in enumerate(buckets):
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in bucket]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        comm.all_reduce(flat, group, f"{tag}.bucket{i}")
-        flat.mul_(scale)
-        off = 0
-        for p in bucket:
-            n = p.numel()
-            p.grad = flat[off:off + n].view_as(p)
-            off += n
 
 
 def _device_name(device: torch.device) -> str:
@@ -137,58 +106,13 @@ def _run(opts: CaptureOptions, rank: int, raw: Path, device: torch.device, backe
     ctx = EPContext(comm=comm, ep_group=ep_group, ep_rank=ep_group.ranks.index(rank), skew=opts.skew,
                     seed=opts.seed, global_rank=rank, world_size=opts.world_size,
                     use_grouped_mm=grouped_mm_works(device, dtype, backward=train))
-    model = MoETransformer(cfg, ctx, seed=opts.seed).to(device=device, dtype=dtype)
-    expert_params = [p for p in model.parameters() if getattr(p, "is_expert", False)]
-    dense_params = [p for p in model.parameters() if not getattr(p, "is_expert", False)]
-    cap = opts.bucket_mb * 2**20
-    dense_buckets = _buckets(list(reversed(dense_params)), cap)
-    expert_buckets = _buckets(list(reversed(expert_params)), cap)
-    # foreach: one multi-tensor kernel per AdamW stage (the default on GPUs; on CPU torch
-    # would loop per parameter).
-    opt = torch.optim.AdamW(model.parameters(), lr=opts.lr, foreach=True) if train else None
-    if not train:
-        model.eval()
-
     gen = torch.Generator().manual_seed(opts.seed * 31 + rank)
-    b, s, total = opts.batch, opts.seq, opts.warmup + opts.steps
-    cache = None
-    next_tok = None
-    if opts.mode == "decode":
-        cache = model.new_cache(b, s + total, device, dtype)
-        prompt = torch.randint(cfg.vocab_size, (b, s), generator=gen).to(device)
-        with torch.inference_mode():
-            next_tok = model(prompt, cache, 0, last_only=True).argmax(-1)
-    elif opts.mode == "prefill":
-        cache = model.new_cache(b, s, device, dtype)
-
-    def step(i: int) -> None:
-        nonlocal next_tok
-        if train:
-            assert opt is not None
-            tokens = torch.randint(cfg.vocab_size, (b, s + 1), generator=gen).to(device)
-            with record_function("cosim::forward"):
-                logits = model(tokens[:, :-1])
-                loss = _lm_loss(logits, tokens[:, 1:]) + model.aux_loss().to(logits.dtype)
-            with record_function("cosim::backward"):
-                loss.backward()
-            with record_function("cosim::grad_sync"):
-                _allreduce_grads(comm, dense_buckets, world, 1.0 / opts.world_size, "grad.dense")
-                if dp_group is not None:
-                    _allreduce_grads(comm, expert_buckets, dp_group, 1.0 / opts.world_size, "grad.experts")
-                else:
-                    for p in expert_params:
-                        if p.grad is not None:
-                            p.grad.mul_(1.0 / opts.world_size)
-            with record_function("cosim::optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-        elif opts.mode == "prefill":
-            tokens = torch.randint(cfg.vocab_size, (b, s), generator=gen).to(device)
-            with torch.inference_mode(), record_function("cosim::prefill"):
-                model(tokens, cache, 0, last_only=True).argmax(-1)
-        else:
-            with torch.inference_mode(), record_function("cosim::decode"):
-                next_tok = model(next_tok, cache, s + i).argmax(-1)
+    prog = RankProgram(opts, comm, world, dp_group, ctx, device, dtype,
+                       tokens=lambda shape: torch.randint(cfg.vocab_size, shape, generator=gen).to(device))
+    model = prog.model
+    total = opts.warmup + opts.steps
+    prog.prepare(total)
+    step = prog.step
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     trace_path = raw / f"rank{rank}.trace.json"
@@ -231,9 +155,4 @@ def _run(opts: CaptureOptions, rank: int, raw: Path, device: torch.device, backe
     routing["comm_events"] = counts["comm_events"]
     (raw / f"rank{rank}.routing.json").write_text(json.dumps(routing))
     dist.barrier()
-
-
-def _lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over all positions (fp32)."""
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
 

@@ -58,8 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="train step (fwd+bwd+AdamW), prefill, or decode with a KV cache; default train")
     p.add_argument("--ep", type=_positive("--ep"), default=None, metavar="N",
                    help="expert-parallel size (default: world size); world size / EP data-parallel replicas")
-    p.add_argument("--skew", default="natural", metavar="balanced|natural|zipf:S",
-                   help="routing skew (default natural)")
+    p.add_argument("--skew", default=None, metavar="balanced|natural|zipf:S",
+                   help="routing skew (default natural; balanced with --fake)")
+    p.add_argument("--fake", action="store_true",
+                   help="record under fake tensors (no memory, no processes, seconds): full-size models on a CPU; "
+                   "routing from --skew balanced|zipf:S; traces are replayed with modeled kernel times")
+    p.add_argument("--layers", type=_positive("--layers"), default=None, metavar="N",
+                   help="keep only the model's first N layers (quick checks of a big model)")
     p.add_argument("--batch", type=_positive("--batch"), default=2, metavar="B", help="sequences per rank (default 2)")
     p.add_argument("--seq", type=_positive("--seq"), default=64, metavar="S",
                    help="tokens per sequence; the prompt length in decode mode (default 64)")
@@ -77,7 +82,16 @@ def _handler(args: argparse.Namespace) -> int:
     from cosim.capture.config import CaptureOptions, load_model_config, parse_skew
 
     model = load_model_config(args.model)
-    skew = parse_skew(args.skew)
+    if args.layers is not None and args.layers < model.num_layers:
+        data = model.model_dump()
+        data.update(num_layers=args.layers, dense_layers=min(model.dense_layers, args.layers))
+        try:
+            model = type(model).model_validate(data)
+        except ValidationError as exc:
+            raise CosimInputError(f"--layers {args.layers}: {exc.errors(include_url=False)[0]['msg']}") from None
+    skew = parse_skew(args.skew or ("balanced" if args.fake else "natural"))
+    if args.fake and (args.device != "cpu" or args.profile_memory):
+        raise CosimInputError("--fake records without a device: drop --device / --profile-memory")
     ep = args.ep or args.world_size
     try:
         opts = CaptureOptions(model=model, world_size=args.world_size, ep=ep, steps=args.steps, warmup=args.warmup,
@@ -90,7 +104,16 @@ def _handler(args: argparse.Namespace) -> int:
     command = "cosim capture " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("capture") + 1:]) \
         if "capture" in sys.argv else "cosim capture"
     try:
-        summary = capture(opts, args.out, command=command, progress=not args.no_progress)
+        if args.fake:
+            try:
+                from cosim.capture.fake import capture_fake
+            except ImportError:
+                raise CosimInputError("cosim capture --fake needs PyTorch: pip install torch (or cosim[capture])") \
+                    from None
+
+            summary = capture_fake(opts, args.out, command=command, progress=not args.no_progress)
+        else:
+            summary = capture(opts, args.out, command=command, progress=not args.no_progress)
     except CaptureFailed as exc:
         sys.stderr.write(f"cosim: error: {exc}\n")
         return 1
@@ -98,6 +121,7 @@ def _handler(args: argparse.Namespace) -> int:
         emit_json(summary)
     else:
         print(f"wrote {summary['out']}: {opts.world_size} ranks x {opts.steps} {opts.mode} steps of "
+              f"{'(fake tensors) ' if args.fake else ''}"
               f"{opts.model.name} (EP {opts.ep}, DP {opts.dp}, skew {skew.label()}), "
               f"{summary['bytes'] / 1024:.0f} KiB")
     return 0

@@ -51,7 +51,7 @@ from cosim.workload.graph import (
     Table,
 )
 
-__all__ = ["NO_KERNEL", "ProjectionConfig", "needs_projection", "op_class", "project_onto", "project_to_gpu"]
+__all__ = ["NO_KERNEL", "ProjectionConfig", "attention_flops", "needs_projection", "op_class", "project_onto", "project_to_gpu"]
 
 NO_KERNEL = frozenset({
     "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::as_strided", "aten::view", "aten::_unsafe_view",
@@ -134,7 +134,8 @@ def _work(rg: RankGraph, i: int, cls: OpClass, dtype: str) -> tuple[float, float
     H = rg.host_ops
     shapes = rg.shapes(i) or []
     types = rg.types(i) or []
-    tensors = [(s, t) for s, t in zip(shapes, types) if isinstance(s, list) and s and all(isinstance(x, int) for x in s)]
+    tensors = [(s, t.lower() if isinstance(t, str) else t) for s, t in zip(shapes, types)
+               if isinstance(s, list) and s and all(isinstance(x, int) for x in s)]
     cap_float = next((t for _, t in tensors if t in _FLOAT_TYPES), "float")
     op_dtype = dtype if dtype != "captured" else {"float": "fp32", "double": "fp64"}.get(cap_float, "bf16")
 
@@ -146,17 +147,29 @@ def _work(rg: RankGraph, i: int, cls: OpClass, dtype: str) -> tuple[float, float
     flops = float(H.flops[i]) if np.isfinite(H.flops[i]) else math.nan
     nbytes_in = sum(size(s, t) for s, t in tensors)
     out = max((size(s, t) for s, t in tensors), default=0.0)
-    if cls == OpClass.ATTENTION and len(tensors) >= 3:
-        q, k = tensors[0][0], tensors[1][0]
-        if len(q) == 4 and len(k) == 4:
-            b, h, sq, d = q
-            sk = k[2]
-            fwd = 4.0 * b * h * sq * sk * d
-            flops = fwd * (2.5 if "backward" in rg.name(int(H.name[i])) else 1.0)
+    if cls == OpClass.ATTENTION:
+        flops = attention_flops([sh for sh, _ in tensors], "backward" in rg.name(int(H.name[i])), flops)
     if not math.isfinite(flops):
         flops = float(max((_numel(s) for s, _ in tensors), default=0)) if cls != OpClass.MEMSET else 0.0
     nbytes = nbytes_in + out
     return flops, float(nbytes), op_dtype
+
+
+def attention_flops(shapes: list[list[int]], backward: bool, default: float = math.nan) -> float:
+    """FLOPs of a fused attention op from its tensor inputs' shapes: ``QK^T`` and ``PV``,
+    ``2 b h sq sk (d + dv)`` for queries ``[b, h, sq, d]``, keys ``[b, h, sk, d]`` and values
+    ``[b, h, sk, dv]`` (a backward op's first input is the output gradient: q, k, v follow it);
+    halved when causal, x2.5 for a backward op (FlashAttention-2: the recomputed ``QK^T`` and four
+    GEMMs). Traces do not record whether a mask was applied: self-attention over the whole
+    sequence (``sq == sk > 1``) is taken as causal, as in decoder-only language models, whose
+    flash kernels skip the masked half. ``default`` when the shapes are not 4-d."""
+    four = [sh for sh in shapes if len(sh) == 4]
+    qkv = four[1:4] if backward else four[:3]
+    if len(qkv) < 3:
+        return default
+    (b, h, sq, d), (_, _, sk, _), (_, _, _, dv) = qkv
+    fwd = 2.0 * b * h * sq * sk * (d + dv) * (0.5 if sq == sk > 1 else 1.0)
+    return fwd * (2.5 if backward else 1.0)
 
 
 def _ancestors_flag(parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
