@@ -119,8 +119,8 @@ def config_from_args(args: argparse.Namespace, base=None):
     return apply_sets(cfg, expand_port_bandwidth(sets))
 
 
-def finish(result, args: argparse.Namespace, out: Path) -> int:
-    """Write outputs and print the summary (table, or JSON with --json)."""
+def finish(result, args: argparse.Namespace, out: Path, extra: dict | None = None) -> int:
+    """Write outputs and print the summary (table, or JSON with --json, with the keys of ``extra`` added)."""
     from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
 
@@ -128,7 +128,7 @@ def finish(result, args: argparse.Namespace, out: Path) -> int:
     paths["report"] = write_run_report(result, out / "report.html")
     summary = result.summary()
     if args.json:
-        emit_json(summary)
+        emit_json(summary | (extra or {}))
     else:
         if hasattr(result.topology, "figures"):
             print(format_hardware(result.topology))

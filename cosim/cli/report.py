@@ -29,7 +29,10 @@ def run(args: argparse.Namespace) -> int:
     from cosim.report.html import fmt_time
     from cosim.report.proposal import bound_words
 
-    data = proposal_report(args.baseline, list(args.proposals))
+    from cosim.scenario import run_folder
+
+    # cosim-out/<scenario> stands for its latest run (cosim-out/<scenario>/latest)
+    data = proposal_report(run_folder(args.baseline), [run_folder(p) for p in args.proposals])
     write_proposal_report(args.out, data)
     if args.json:
         emit_json({k: v for k, v in data.items()} | {"html": str(args.out)})

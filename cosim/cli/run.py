@@ -12,10 +12,13 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a scenario: workload + topology + what-if overrides",
-                       description="Run a scenario YAML (or a bundled scenario by name; default "
-                                   "moe-ep4-dgx-h100) and write summary.json, timeline.json.gz and the resolved "
-                                   "scenario to --out (default cosim-out/<scenario>).")
-    p.add_argument("scenario", nargs="?", help="bundled scenario name or scenario YAML file")
+                       description="Run a scenario YAML (or a scenario by name, from ./workloads/scenarios "
+                                   "first, then the installed ones; default moe-ep4-dgx-h100) and write "
+                                   "summary.json, timeline.json.gz, report.html and the resolved settings "
+                                   "(scenario.yaml) to --out, by default cosim-out/<scenario>/<short hash of the "
+                                   "settings>/, with cosim-out/<scenario>/latest pointing at it: a what-if never "
+                                   "overwrites its baseline.")
+    p.add_argument("scenario", nargs="?", help="scenario name or scenario YAML file")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario field or what-if knob: topology=hgx-b200, workload=PATH, "
                         "projection.dtype=fp8, gpu.scale.gemm=0.5, host.launch_overhead='2 us', "
@@ -32,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from cosim.cli.replay import finish
     from cosim.fileio import write_text
     from cosim.replay import parse_sets
-    from cosim.scenario import list_scenarios, load_scenario, run_scenario
+    from cosim.scenario import link_latest, list_scenarios, load_scenario, resolved_settings, run_dir, run_scenario
+    from cosim.sweep.cache import process_cache
 
     if args.list:
         names = list_scenarios()
@@ -42,9 +46,13 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(names))
         return 0
     scn = load_scenario(args.scenario)
-    scn, result = run_scenario(scn, parse_sets(args.sets))
-    out = args.out or Path("cosim-out") / scn.name
-    resolved = scn.model_dump(mode="json")
-    resolved["replay_config"] = result.config.to_dict()
+    scn, result = run_scenario(scn, parse_sets(args.sets), cache=process_cache())
+    resolved = resolved_settings(scn, result)
+    out: Path = args.out or run_dir(resolved)
     write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
-    return finish(result, args, out)
+    code = finish(result, args, out, extra={"out": str(out)})
+    if args.out is None:
+        latest = link_latest(out)
+        if not args.json:
+            print(f"run folder: {out} (also {latest})")
+    return code

@@ -124,8 +124,7 @@ def input_files_fingerprint(base: str, sets: dict[str, str]) -> dict[str, Any]:
     Editing any of them changes the point keys, so a rerun does not reuse points computed from the old
     files. A reference that cannot be resolved is keyed by its text (the point then fails and says why).
     """
-    from cosim.resources import bundled_dir
-    from cosim.scenario import WorkloadCache, apply_scenario_sets, load_scenario, resolve_path
+    from cosim.scenario import WorkloadCache, apply_scenario_sets, find_workload, load_scenario, resolve_path
     from cosim.topology import find_topology
 
     out: dict[str, Any] = {}
@@ -146,11 +145,7 @@ def input_files_fingerprint(base: str, sets: dict[str, str]) -> dict[str, Any]:
     out["catalog"] = [[p.name, _sha(p)] for p in sorted(cat_dir.glob("*.yaml"))]
     wpath = resolve_path(scn.workload, bdir)
     if wpath is None:
-        try:
-            cand = bundled_dir("workloads") / scn.workload
-            wpath = cand if cand.exists() else None
-        except FileNotFoundError:
-            wpath = None
+        wpath = find_workload(scn.workload)
     out["workload"] = [list(k) for k in WorkloadCache.file_key(wpath)] if wpath is not None else scn.workload
     prof = allsets.get("profile") or allsets.get("models.profile") or allsets.get("replay.profile") or scn.replay.profile
     ppath = resolve_path(str(prof), bdir) if prof else None
