@@ -19,6 +19,11 @@ finished point and computes only the rest.
 A point that kills its worker process (SIGKILL, the OOM killer, a crash in
 native code) breaks a process pool; the sweep finds the culprit, records it and
 goes on in a fresh pool (see :func:`_execute`).
+
+Ctrl-C (``KeyboardInterrupt``) stops the sweep at once: queued points are
+cancelled, the workers running points are terminated (their points get no
+``error.json``: they were not wrong, and a rerun computes them), finished points
+keep their ``result.json``, and :class:`SweepInterrupted` says how many there are.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any
 
 from cosim.fileio import write_json, write_text
 
-__all__ = ["POINT_SCHEMA", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
+__all__ = ["POINT_SCHEMA", "SweepInterrupted", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
 
 POINT_SCHEMA = "cosim.sweep-point/1"
 METRIC_COLUMNS = ("step_time_s", "steps_per_s", "compute_s", "exposed_communication_s", "memcpy_s",
@@ -67,6 +72,16 @@ class SweepResult:
                 "computed": self.computed, "skipped": self.skipped, "failed": self.failed,
                 "parameters": self.parameters, "files": {k: str(v) for k, v in self.files.items()},
                 "rows": self.rows}
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep: ``finished`` of ``total`` points have their result in ``out/points`` (a rerun
+    skips them); the running points were cancelled."""
+
+    def __init__(self, out: Path, finished: int, total: int) -> None:
+        super().__init__(f"interrupted: {finished} of {total} points finished (kept in {out / 'points'}); "
+                         "rerun the same sweep to compute the rest")
+        self.out, self.finished, self.total = out, finished, total
 
 
 def _base_fingerprint(base: str) -> dict[str, Any]:
@@ -306,6 +321,9 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
 
     try:
         _execute(executor or InlineExecutor(), base, fixed, out, todo, finish)
+    except KeyboardInterrupt:
+        ok = sum(1 for k in set(keys) if (out / "points" / k / "result.json").is_file())
+        raise SweepInterrupted(out, ok, len(set(keys))) from None
     finally:
         bar.close()
     computed, failed = counts["computed"], counts["failed"]
@@ -456,9 +474,35 @@ def _execute(ex: Executor, base: str, fixed: dict[str, str], out: Path, todo: li
                                      + " while running this point (alone in a fresh pool)",
                                      time.perf_counter() - t0, worker_pid=pid, exitcode=code))
                 solo = None
+    except KeyboardInterrupt:
+        _interrupt([ex, *owned], out, todo, token)
+        owned.clear()
+        raise
     finally:
         for e in owned:
             e.shutdown(wait=True, cancel_futures=True)
+
+
+def _interrupt(executors: list[Executor], out: Path, todo: list[tuple[str, dict[str, str]]], token: str) -> None:
+    """Ctrl-C: stop ``executors`` now (:func:`cosim.sweep.executors.cancel_executor`), then clear the
+    ``running.json`` markers this run (``token``) left on the points it was running. A second Ctrl-C meanwhile
+    is ignored, so that no worker outlives the sweep."""
+    import signal
+    import threading
+
+    from cosim.sweep.executors import cancel_executor
+
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for e in executors:
+            cancel_executor(e)
+        for k, _ in todo:
+            if _started_pid(out / "points" / k, token) is not None:
+                (out / "points" / k / _MARKER).unlink(missing_ok=True)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
 
 
 def run_sweep(spec: Any, out: str | Path, executor: Executor | None = None, progress: bool = True) -> SweepResult:
