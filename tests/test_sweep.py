@@ -423,7 +423,7 @@ def test_ctrl_c_stops_a_sweep_keeps_finished_points_and_exits_130(tmp_path: Path
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"the sweep was still running 60 s after Ctrl-C ({at_sigint} of 24 points done)")
+        raise AssertionError(f"the sweep was still running 60 s after Ctrl-C ({at_sigint} of 24 points done)") from None
     stopped_s = time.monotonic() - t0
     _wait_group_gone(proc.pid, timeout=5)  # no worker outlives the sweep
     finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("points/*/result.json")}

@@ -28,7 +28,6 @@ def run(args: argparse.Namespace) -> int:
     from cosim.report import proposal_report, write_proposal_report
     from cosim.report.html import fmt_time
     from cosim.report.proposal import bound_words
-
     from cosim.scenario import run_folder
 
     # cosim-out/<scenario> stands for its latest run (cosim-out/<scenario>/latest)
