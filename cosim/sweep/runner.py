@@ -198,13 +198,13 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
 
     Any exception of the point (bad input, a failing replay, a bug: TypeError,
     IndexError, ...) is recorded in ``error.json`` (with its traceback) and
-    returned as a row with ``status: error``; it does not raise. KeyboardInterrupt and SystemExit do raise (the sweep stops; the
-    point's folder has no result.json, so a rerun computes it).
+    returned as a row with ``status: error``; it does not raise. KeyboardInterrupt and SystemExit do raise (the
+    sweep stops; the point's folder has no result.json, so a rerun computes it).
     """
     import yaml
 
     from cosim.errors import CosimError
-    from cosim.scenario import load_scenario, run_scenario
+    from cosim.scenario import load_scenario, resolved_settings, run_scenario
     from cosim.sweep.cache import process_cache
 
     out = Path(out_dir)
@@ -213,9 +213,7 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
     t0 = time.perf_counter()
     try:
         scn, result = run_scenario(load_scenario(base), dict(sets), cache=process_cache())
-        resolved = scn.model_dump(mode="json")
-        resolved["replay_config"] = result.config.to_dict()
-        write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        write_text(out / "scenario.yaml", yaml.safe_dump(resolved_settings(scn, result), sort_keys=False))
         result.write(out, timeline=False)
         row.update(summary_row(result.summary(), result.topology))
         row.update(status="ok", error="", wall_s=time.perf_counter() - t0)
