@@ -75,13 +75,25 @@ class SweepResult:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped a sweep: ``finished`` of ``total`` points have their result in ``out/points`` (a rerun
-    skips them); the running points were cancelled."""
+    """Ctrl-C stopped a sweep: :attr:`finished` of :attr:`total` points have their result in ``out/points`` (a
+    rerun skips them); the running points were cancelled."""
 
-    def __init__(self, out: Path, finished: int, total: int) -> None:
-        super().__init__(f"interrupted: {finished} of {total} points finished (kept in {out / 'points'}); "
-                         "rerun the same sweep to compute the rest")
-        self.out, self.finished, self.total = out, finished, total
+    def __init__(self, out: Path, keys: Sequence[str]) -> None:
+        super().__init__()
+        self.out, self.keys = out, list(dict.fromkeys(keys))
+
+    @property
+    def total(self) -> int:
+        return len(self.keys)
+
+    @property
+    def finished(self) -> int:
+        """Points with a result.json now (read from disk: a thread executor may finish a running point later)."""
+        return sum(1 for k in self.keys if (self.out / "points" / k / "result.json").is_file())
+
+    def __str__(self) -> str:
+        return (f"interrupted: {self.finished} of {self.total} points finished (kept in {self.out / 'points'}); "
+                "rerun the same sweep to compute the rest")
 
 
 def _base_fingerprint(base: str) -> dict[str, Any]:
@@ -320,8 +332,7 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
     try:
         _execute(executor or InlineExecutor(), base, fixed, out, todo, finish)
     except KeyboardInterrupt:
-        ok = sum(1 for k in set(keys) if (out / "points" / k / "result.json").is_file())
-        raise SweepInterrupted(out, ok, len(set(keys))) from None
+        raise SweepInterrupted(out, keys) from None
     finally:
         bar.close()
     computed, failed = counts["computed"], counts["failed"]
