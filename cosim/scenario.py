@@ -432,15 +432,14 @@ def link_latest(folder: Path) -> Path:
 
 
 def run_folder(path: str | Path) -> Path:
-    """A folder written by ``cosim run`` from ``path``: ``path`` itself when it holds ``summary.json``, else the
-    run its ``latest`` link (or ``latest`` text file) points at, so ``cosim-out/<scenario>`` means its last run."""
+    """A folder written by ``cosim run`` from ``path``: the run that ``path/latest`` (a link, or a text file holding
+    a folder name) points at when there is one, so ``cosim-out/<scenario>`` means its last run (also where an older
+    cosim left a run's files in that folder itself); else ``path`` itself."""
     p = Path(path)
     latest = p / LATEST
-    if (p / "summary.json").is_file() or not (latest.exists() or latest.is_symlink()):
-        return p
     if latest.is_file() and not latest.is_symlink():
         try:
             return p / latest.read_text().strip()
         except OSError:
             return p
-    return latest
+    return latest if latest.is_dir() else p
