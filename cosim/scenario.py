@@ -24,12 +24,12 @@ from pydantic import Field, field_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
-from cosim.resources import bundled_dir
+from cosim.resources import data_dirs, find_data
 from cosim.yamlio import load_yaml, validate
 
 __all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
-           "expand_port_bandwidth", "list_scenarios", "load_scenario", "resolve_path", "run_scenario",
-           "split_topology_sets"]
+           "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
+           "resolved_settings", "run_dir", "run_folder", "run_scenario", "settings_hash", "split_topology_sets"]
 
 DEFAULT_SCENARIO = "moe-ep4-dgx-h100"
 
@@ -67,7 +67,7 @@ class Scenario(Strict):
     """A workload on a topology, with what-if overrides."""
 
     name: str
-    """Scenario name; also the default output folder cosim-out/<name>."""
+    """Scenario name; ``cosim run`` writes to cosim-out/<name>/<short hash of the settings>/ (see :func:`run_dir`)."""
     description: str = ""
     workload: str
     """Bundled workload name (workloads/<name>), or a trace file / folder (relative to this file)."""
@@ -86,9 +86,13 @@ class Scenario(Strict):
 
 
 def list_scenarios() -> list[str]:
-    """Names of the bundled scenarios."""
-    d = bundled_dir("workloads") / "scenarios"
-    return sorted(p.stem for p in d.glob("*.yaml"))
+    """Names of the scenarios found by name: ``./workloads/scenarios`` (when it exists) and the installed ones."""
+    return sorted({p.stem for d in data_dirs("workloads") for p in (d / "scenarios").glob("*.yaml")})
+
+
+def find_workload(name: str) -> Path | None:
+    """A workload given by name: ``./workloads/<name>`` when it exists, else the installed one; None if neither."""
+    return find_data("workloads", name)
 
 
 def resolve_path(name: str, base: Path | None) -> Path | None:
@@ -100,12 +104,13 @@ def resolve_path(name: str, base: Path | None) -> Path | None:
 
 
 def load_scenario(name_or_path: str | Path | None = None) -> Scenario:
-    """Load a bundled scenario by name, or a scenario YAML file."""
+    """Load a scenario YAML file, or a scenario by name: ``./workloads/scenarios/<name>.yaml`` when it exists,
+    else the installed one."""
     name_or_path = name_or_path or DEFAULT_SCENARIO
     p = Path(name_or_path)
-    if not p.exists():
-        cand = bundled_dir("workloads") / "scenarios" / f"{name_or_path}.yaml"
-        if not cand.exists():
+    if not p.is_file():
+        cand = find_data("workloads", f"scenarios/{name_or_path}.yaml")
+        if cand is None:
             import difflib
 
             known = list_scenarios()
@@ -335,11 +340,10 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
         scn = scn.model_copy(update={"set": {**scn.set, **tsets}})
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
-        cand = bundled_dir("workloads") / scn.workload
-        if not cand.exists():
+        wpath = find_workload(scn.workload)
+        if wpath is None:
             raise CosimInputError(f"workload {scn.workload!r} not found (not a bundled workload or a path)",
                                   file=scn.source_file)
-        wpath = cand
     cache = cache or WorkloadCache(size=1)
     wkey = WorkloadCache.file_key(wpath)
     graph = cache.get(("trace", wkey), lambda: load_trace(wpath))
@@ -369,3 +373,75 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
                                f"kernels with {scn.projection.dtype} roofline durations (docs/CAPTURE.md); "
                                "'measured' durations are those projected ones")
     return scn, result
+
+
+OUT_ROOT = Path("cosim-out")
+"""Where ``cosim run`` writes when not given ``--out``."""
+LATEST = "latest"
+"""Name of the link (or, where links cannot be made, the text file) to a scenario's last run folder."""
+BASELINE = "baseline"
+"""Name of the link to a scenario's last run without ``--set`` what-ifs: later what-ifs are compared with it."""
+_HASH_LEN = 10
+_NOT_SETTINGS = ("record_timeline",)  # output options of the replay config, not settings of the simulated run
+
+
+def resolved_settings(scn: Scenario, result: Any) -> dict[str, Any]:
+    """What ``scenario.yaml`` holds: the resolved scenario (what-ifs applied) and the replay config it ran with."""
+    resolved = scn.model_dump(mode="json")
+    resolved["replay_config"] = result.config.to_dict()
+    return resolved
+
+
+def settings_hash(resolved: dict[str, Any]) -> str:
+    """Short content hash (10 hex digits) of resolved settings (:func:`resolved_settings`): equal settings, equal
+    hash, whatever order or spelling the ``--set`` flags had; the scenario file is keyed by its absolute path."""
+    import hashlib
+    import json
+
+    d = dict(resolved)
+    if d.get("source_file"):
+        d["source_file"] = str(Path(d["source_file"]).resolve())
+    d["replay_config"] = {k: v for k, v in (d.get("replay_config") or {}).items() if k not in _NOT_SETTINGS}
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:_HASH_LEN]
+
+
+def run_dir(resolved: dict[str, Any], root: str | Path = OUT_ROOT) -> Path:
+    """The output folder of a run: ``<root>/<scenario name>/<settings_hash>``, so that runs with other settings
+    (a what-if after its baseline) never overwrite each other, and a rerun of the same settings reuses its folder."""
+    return Path(root) / str(resolved["name"]) / settings_hash(resolved)
+
+
+def link_latest(folder: Path, name: str = LATEST) -> Path:
+    """Point ``<folder's parent>/<name>`` (default ``latest``) at ``folder``: a relative symlink, replaced
+    atomically; where symlinks cannot be made, a text file holding the folder's name. Returns the link's path."""
+    import os
+
+    from cosim.fileio import write_text
+
+    latest = folder.parent / name
+    tmp = folder.parent / f".{name}.{os.getpid()}.tmp"
+    try:
+        tmp.unlink(missing_ok=True)
+        os.symlink(folder.name, tmp, target_is_directory=True)
+        os.replace(tmp, latest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        if latest.is_symlink():
+            latest.unlink()
+        write_text(latest, folder.name + "\n")
+    return latest
+
+
+def run_folder(path: str | Path) -> Path:
+    """A folder written by ``cosim run`` from ``path``: the run that ``path/latest`` (a link, or a text file holding
+    a folder name) points at when there is one, so ``cosim-out/<scenario>`` means its last run (also where an older
+    cosim left a run's files in that folder itself); else ``path`` itself."""
+    p = Path(path)
+    latest = p / LATEST
+    if latest.is_file() and not latest.is_symlink():
+        try:
+            return p / latest.read_text().strip()
+        except OSError:
+            return p
+    return latest if latest.is_dir() else p

@@ -191,3 +191,82 @@ def test_scenario_profile_file_resolves_beside_the_scenario(tmp_path, monkeypatc
     _, c = run_scenario(load_scenario(d / "s.yaml"), {"replay.profile": "h100-sxm5"})
     assert a.config.profile == b.config.profile == str(d / "myprof.yaml")
     assert a.summary()["step_time_s"] == b.summary()["step_time_s"] == c.summary()["step_time_s"]
+
+
+def test_scenario_and_workload_names_are_looked_up_in_the_working_directory_first(tmp_path, monkeypatch) -> None:
+    """``./workloads/scenarios/<name>.yaml`` and ``./workloads/<name>`` win over the installed ones of the same
+    name; the other installed ones are still found."""
+    import shutil
+    from pathlib import Path
+
+    from cosim.resources import bundled_dir
+    from cosim.scenario import find_workload
+
+    inst = bundled_dir("workloads")
+    sdir = tmp_path / "workloads" / "scenarios"
+    sdir.mkdir(parents=True)
+    (sdir / f"{DEFAULT_SCENARIO}.yaml").write_text(f"name: {DEFAULT_SCENARIO}\nworkload: moe-ep2-decode-cpu\n")
+    (sdir / "mine.yaml").write_text("name: mine\nworkload: my-capture\ntopology: dgx-h100\n")
+    shutil.copytree(inst / "moe-ep2-decode-cpu", tmp_path / "workloads" / "my-capture")
+    monkeypatch.chdir(tmp_path)
+    scn = load_scenario()  # the default name: the working directory's file
+    assert Path(scn.source_file) == sdir / f"{DEFAULT_SCENARIO}.yaml" and scn.workload == "moe-ep2-decode-cpu"
+    assert {"mine", DEFAULT_SCENARIO, "moe-ep2-decode-dgx-h100"} <= set(list_scenarios())
+    assert load_scenario("moe-ep2-decode-dgx-h100").source_file == str(inst / "scenarios/moe-ep2-decode-dgx-h100.yaml")
+    assert find_workload("my-capture") == tmp_path / "workloads" / "my-capture"
+    assert find_workload("moe-ep4-cpu") == inst / "moe-ep4-cpu" and find_workload("nope") is None
+    _, res = run_scenario(load_scenario("mine"))
+    assert res.sources == [str(tmp_path / "workloads" / "my-capture")] and res.summary()["step_time_s"] > 0
+
+
+def test_each_run_writes_its_own_folder_and_a_latest_link(tmp_path, monkeypatch, capsys) -> None:
+    """`cosim run` writes cosim-out/<scenario>/<hash of the settings>/ and points cosim-out/<scenario>/latest at
+    it: a what-if does not overwrite its baseline; the same settings spelled otherwise reuse their folder; where
+    symlinks cannot be made, ``latest`` is a text file; `cosim report` reads cosim-out/<scenario> as its latest."""
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    from cosim.cli import main
+    from cosim.scenario import link_latest, run_folder
+
+    name = "moe-ep2-decode-dgx-h100"
+    monkeypatch.chdir(tmp_path)
+    root = Path("cosim-out") / name
+    assert main(["run", name, "--no-timeline"]) == 0
+    text = capsys.readouterr().out
+    (base,) = [d for d in root.iterdir() if d.name not in ("latest", "baseline")]
+    assert (root / "baseline").resolve() == base.resolve()  # a run without --set is the scenario's baseline
+    assert text.splitlines()[-1] == f"run folder: {base} (also {root / 'latest'})"
+    assert {"summary.json", "scenario.yaml", "report.html"} <= {p.name for p in base.iterdir()}
+    before = (base / "summary.json").read_bytes()
+
+    assert main(["run", name, "--no-timeline", "--json", "--set", "host.speed=2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    what_if = Path(out["out"])
+    base_step = json.loads(before)["step_time_s"]
+    vs = out["vs_baseline"]  # compared with the baseline by itself
+    assert vs["delta_s"] == pytest.approx(out["step_time_s"] - base_step, abs=1e-12) and vs["text"]
+    assert (root / "baseline").resolve() == base.resolve()  # a what-if does not move the baseline
+    assert what_if.parent == root and what_if != base
+    assert (base / "summary.json").read_bytes() == before  # the baseline is kept
+    assert (root / "latest").is_symlink() and (root / "latest").resolve() == what_if.resolve()
+    assert yaml.safe_load((what_if / "scenario.yaml").read_text())["replay_config"]["host_speed"] == 2.0
+    assert yaml.safe_load((base / "scenario.yaml").read_text())["replay_config"]["host_speed"] == 1.0
+    assert main(["run", name, "--no-timeline", "--json", "--set", "replay.host_speed=2.0"]) == 0
+    assert Path(json.loads(capsys.readouterr().out)["out"]) == what_if  # same settings, same folder
+    assert sorted(p.name for p in root.iterdir()) == sorted([base.name, what_if.name, "latest", "baseline"])
+    assert run_folder(root).resolve() == what_if.resolve() and run_folder(base) == base
+
+    assert main(["report", str(base), str(root), "--out", "r.html", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["proposals"][0]["step_time_s"] == json.loads((what_if / "summary.json").read_text())["step_time_s"]
+
+    def no_symlinks(*a, **k):
+        raise OSError("symlinks not supported here")
+
+    monkeypatch.setattr(os, "symlink", no_symlinks)
+    assert link_latest(base) == root / "latest"
+    assert not (root / "latest").is_symlink() and (root / "latest").read_text() == f"{base.name}\n"
+    assert run_folder(root) == root / base.name

@@ -399,3 +399,44 @@ def test_point_key_covers_topology_file_contents(tmp_path: Path) -> None:
     assert (r2.computed, r2.skipped) == (1, 0)  # the edited file is not answered from the old point
     assert r2.rows[0]["key"] != r1.rows[0]["key"]
     assert r2.rows[0]["step_time_s"] > r1.rows[0]["step_time_s"]  # 12x less NVLink bandwidth
+
+
+def test_ctrl_c_stops_a_sweep_keeps_finished_points_and_exits_130(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) at a few of 24 points: the sweep stops
+    at once with exit 130 and one line on stderr, the running points are cancelled (their workers gone, no
+    error.json, no marker left), the finished points are kept and a rerun computes only the rest."""
+    speeds = [1 + i / 8 for i in range(24)]
+    spec_path = _spec(tmp_path, f"name: c\nbase: {SCN}\nparameters:\n  host.speed: {speeds}\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "cosim", "sweep", str(spec_path), "--out", str(out),
+                             "--workers", "2", "--no-progress"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and len(list(out.glob("points/*/result.json"))) < 2:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep ended before Ctrl-C"
+    at_sigint = len(list(out.glob("points/*/result.json")))
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"the sweep was still running 60 s after Ctrl-C ({at_sigint} of 24 points done)") from None
+    stopped_s = time.monotonic() - t0
+    _wait_group_gone(proc.pid, timeout=5)  # no worker outlives the sweep
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("points/*/result.json")}
+    print(f"Ctrl-C at {at_sigint}/24 points: stopped in {stopped_s:.2f} s with {len(finished)} finished")
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == (f"cosim: interrupted: {len(finished)} of 24 points finished (kept in "
+                                            f"{out / 'points'}); rerun the same sweep to compute the rest"), err
+    # the running points were cancelled, not run to the end: at most the two running ones finished meanwhile
+    assert at_sigint <= len(finished) <= at_sigint + 2
+    assert not list(out.glob("points/*/error.json")) and not list(out.glob("points/*/running.json"))
+    assert not (out / "results.csv").exists()
+    res = run_sweep(load_sweep(spec_path), out, None, progress=False)
+    assert (res.skipped, res.computed, res.failed) == (len(finished), 24 - len(finished), 0)
+    for key, mtime in finished.items():
+        assert (out / "points" / key / "result.json").stat().st_mtime_ns == mtime

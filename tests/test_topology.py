@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -362,3 +363,39 @@ def test_nic_bandwidth_bounds_its_network_port() -> None:
     assert base["per_gpu_scale_out_bw_Bps"] == 50e9
     assert slow["per_gpu_scale_out_bw_Bps"] == 25e9
     assert slow["bisection_bw_Bps"] == base["bisection_bw_Bps"] / 2
+
+
+def test_preset_names_are_looked_up_in_the_working_directory_first(tmp_path, monkeypatch):
+    """An edited ``topologies/dgx-h100.yaml`` in the working directory wins over the installed preset (also where
+    another preset names it: ``node: dgx-h100``), may itself ``extends`` the installed one, and ``cosim topo show``
+    says which file it used."""
+    from cosim.resources import bundled_dir
+    from cosim.topology.loader import preset_path
+
+    installed = bundled_dir("topologies") / "dgx-h100.yaml"
+    (tmp_path / "topologies").mkdir()
+    local = tmp_path / "topologies" / "dgx-h100.yaml"
+    local.write_text(installed.read_text() + 'set: {links.nvlink4.bandwidth: "50 GB/s"}\n')  # the edit: 2x NVLink
+    monkeypatch.chdir(tmp_path)
+    assert preset_path("dgx-h100") == local and preset_path("dgx-a100") == bundled_dir("topologies") / "dgx-a100.yaml"
+    topo = load_topology("dgx-h100")
+    assert topo.source_file == local
+    assert topo.figures()["per_gpu_scale_up_bw_Bps"] == 18 * 50 * GB  # not the installed 18 x 25 GB/s
+    assert load_topology("dgx-h100-4node").figures()["per_gpu_scale_up_bw_Bps"] == 18 * 50 * GB
+    assert set(PRESETS) <= set(list_presets())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "cosim", "topo", "show", "dgx-h100"], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[1] == (f"file: {local} (./topologies first; it hides the installed "
+                                        f"{installed.resolve()})")
+    p = subprocess.run([sys.executable, "-m", "cosim", "topo", "show", "dgx-h100", "--json"], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=tmp_path)
+    assert json.loads(p.stdout)["file"] == str(local)
+    # a working-directory preset that extends the installed one of its own name
+    local.write_text('name: dgx-h100\nextends: dgx-h100\nset: {links.nvlink4.bandwidth: "12.5 GB/s"}\n')
+    topo = load_topology("dgx-h100")
+    assert topo.source_file == local and topo.figures()["per_gpu_scale_up_bw_Bps"] == 18 * 12.5 * GB
+    # elsewhere, the installed preset
+    monkeypatch.chdir(tmp_path.parent)
+    assert load_topology("dgx-h100").figures()["per_gpu_scale_up_bw_Bps"] == 18 * 25 * GB

@@ -119,9 +119,10 @@ def config_from_args(args: argparse.Namespace, base=None):
     return apply_sets(cfg, expand_port_bandwidth(sets))
 
 
-def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = None) -> int:
-    """Write outputs and print the summary (table, or JSON with --json); with ``baseline`` (an earlier run's
-    summary) also how the step changed against it (``vs_baseline`` in the JSON)."""
+def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = None,
+           extra: dict | None = None) -> int:
+    """Write outputs and print the summary (table, or JSON with --json, with the keys of ``extra`` added); with
+    ``baseline`` (an earlier run's summary) also how the step changed against it (``vs_baseline`` in the JSON)."""
     from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
 
@@ -133,7 +134,7 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
             from cosim.replay.summary import explain_change
 
             summary = {**summary, "vs_baseline": explain_change(baseline, summary)}
-        emit_json(summary)
+        emit_json(summary | (extra or {}))
     else:
         if hasattr(result.topology, "figures"):
             print(format_hardware(result.topology))

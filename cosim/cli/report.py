@@ -28,8 +28,10 @@ def run(args: argparse.Namespace) -> int:
     from cosim.report import proposal_report, write_proposal_report
     from cosim.report.html import fmt_time
     from cosim.report.proposal import bound_words
+    from cosim.scenario import run_folder
 
-    data = proposal_report(args.baseline, list(args.proposals))
+    # cosim-out/<scenario> stands for its latest run (cosim-out/<scenario>/latest)
+    data = proposal_report(run_folder(args.baseline), [run_folder(p) for p in args.proposals])
     write_proposal_report(args.out, data)
     if args.json:
         emit_json({k: v for k, v in data.items()} | {"html": str(args.out)})

@@ -12,10 +12,13 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a scenario: workload + topology + what-if overrides",
-                       description="Run a scenario YAML (or a bundled scenario by name; default "
-                                   "moe-ep4-dgx-h100) and write summary.json, timeline.json.gz and the resolved "
-                                   "scenario to --out (default cosim-out/<scenario>).")
-    p.add_argument("scenario", nargs="?", help="bundled scenario name or scenario YAML file")
+                       description="Run a scenario YAML (or a scenario by name, from ./workloads/scenarios "
+                                   "first, then the installed ones; default moe-ep4-dgx-h100) and write "
+                                   "summary.json, timeline.json.gz, report.html and the resolved settings "
+                                   "(scenario.yaml) to --out, by default cosim-out/<scenario>/<short hash of the "
+                                   "settings>/, with cosim-out/<scenario>/latest pointing at it: a what-if never "
+                                   "overwrites its baseline.")
+    p.add_argument("scenario", nargs="?", help="scenario name or scenario YAML file")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario field or what-if knob: topology=hgx-b200, workload=PATH, "
                         "projection.dtype=fp8, gpu.scale.gemm=0.5, host.launch_overhead='2 us', "
@@ -23,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the bundled scenarios and exit")
     p.add_argument("--baseline", type=Path, metavar="RUN_DIR",
                    help="an earlier run's folder (its summary.json): say how this run's step differs from it, "
-                        "or what bounds the step when it does not")
+                        "or what bounds the step when it does not (default for a run with --set: the scenario's "
+                        "last run without --set, cosim-out/<scenario>/baseline, when there is one)")
     add_output_flags(p)
     p.set_defaults(func=run)
 
@@ -35,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from cosim.cli.replay import finish
     from cosim.fileio import write_text
     from cosim.replay import parse_sets
-    from cosim.scenario import list_scenarios, load_scenario, run_scenario
+    from cosim.scenario import BASELINE, link_latest, list_scenarios, load_scenario, resolved_settings, run_dir, run_scenario
+    from cosim.sweep.cache import process_cache
 
     if args.list:
         names = list_scenarios()
@@ -46,24 +51,37 @@ def run(args: argparse.Namespace) -> int:
         return 0
     baseline = _baseline(args.baseline) if args.baseline else None
     scn = load_scenario(args.scenario)
-    scn, result = run_scenario(scn, parse_sets(args.sets))
-    out = args.out or Path("cosim-out") / scn.name
-    resolved = scn.model_dump(mode="json")
-    resolved["replay_config"] = result.config.to_dict()
+    scn, result = run_scenario(scn, parse_sets(args.sets), cache=process_cache())
+    resolved = resolved_settings(scn, result)
+    out: Path = args.out or run_dir(resolved)
     write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
-    return finish(result, args, out, baseline)
+    sets_given = bool(args.sets)
+    if baseline is None and sets_given and args.out is None:
+        baseline = _baseline(out.parent / BASELINE, missing_ok=True)
+    code = finish(result, args, out, baseline, extra={"out": str(out)})
+    if args.out is None:
+        latest = link_latest(out)
+        if not sets_given:
+            link_latest(out, BASELINE)
+        if not args.json:
+            print(f"run folder: {out} (also {latest})")
+    return code
 
 
-def _baseline(d: Path) -> dict:
-    """The summary of the run folder ``d``."""
+def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
+    """The summary of the run folder ``d`` (None when ``missing_ok`` and it has none)."""
     import json
 
     from cosim.errors import CosimInputError
 
     p = d / "summary.json"
     if not p.is_file():
+        if missing_ok:
+            return None
         raise CosimInputError("no summary.json here: not a folder written by `cosim run`", file=d)
     try:
         return json.loads(p.read_text())
     except ValueError as exc:
+        if missing_ok:
+            return None
         raise CosimInputError(f"not JSON: {exc}", file=p) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from cosim.cli import add_json_flag
@@ -15,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run every point of SWEEP.yaml (base: scenario, parameters: dotted --set keys; "
                                    "combine: grid|zip|random). Each point gets its own folder under OUT/points, "
                                    "keyed by a content hash, so a rerun skips finished points. Writes "
-                                   "OUT/results.csv (+ .parquet with pyarrow) and OUT/report.html.")
+                                   "OUT/results.csv (+ .parquet with pyarrow) and OUT/report.html. Ctrl-C "
+                                   "stops it at once (exit 130): finished points are kept, running ones "
+                                   "cancelled; rerun to compute the rest.")
     p.add_argument("spec", type=Path, metavar="SWEEP.yaml", help="sweep specification")
     p.add_argument("--out", type=Path, help="output folder (default cosim-out/sweep-<name>)")
     p.add_argument("--executor", choices=("local", "dask"), default="local",
@@ -31,15 +34,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cosim.cli import emit_json
-    from cosim.sweep import load_sweep, make_executor, run_sweep
+    from cosim.sweep import SweepInterrupted, load_sweep, make_executor, run_sweep
     from cosim.sweep.executors import default_workers
 
     spec = load_sweep(args.spec)
     out = args.out or Path("cosim-out") / f"sweep-{spec.name}"
     n = len(spec.points())
     workers = args.workers or (min(n, default_workers()) if args.executor == "local" else None)
-    with make_executor(args.executor, workers, args.scheduler) as ex:
-        res = run_sweep(spec, out, ex, progress=not args.no_progress)
+    try:
+        with make_executor(args.executor, workers, args.scheduler) as ex:
+            res = run_sweep(spec, out, ex, progress=not args.no_progress)
+    except SweepInterrupted as exc:  # Ctrl-C: running points cancelled, finished ones kept
+        sys.stderr.write(f"cosim: {exc}\n")
+        return 130
     if args.json:
         emit_json(res.to_dict())
     else:

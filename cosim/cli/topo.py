@@ -56,10 +56,32 @@ def _show(args: argparse.Namespace) -> int:
 
     topo = load_topology(args.topology, overrides=_overrides(args))
     if args.json:
-        emit_json(summary_json(topo))
+        emit_json(summary_json(topo) | {"file": _file_text(topo.source_file)})
     else:
-        sys.stdout.write(show_text(topo))
+        head, _, rest = show_text(topo).partition("\n")
+        sys.stdout.write(f"{head}\nfile: {_file_text(topo.source_file, shadow=True)}\n{rest}")
     return 0
+
+
+def _file_text(path: Any, shadow: bool = False) -> str | None:
+    """The absolute path of the topology file a command used; with ``shadow``, saying which installed preset
+    of the same name it hides (a name is looked up in ./topologies before the installed presets)."""
+    from pathlib import Path
+
+    from cosim.resources import bundled_dir
+
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    if not shadow:
+        return str(p)
+    try:
+        installed = bundled_dir("topologies") / p.name
+    except FileNotFoundError:
+        return str(p)
+    if installed.is_file() and installed.resolve() != p and p.parent == (Path.cwd() / "topologies").resolve():
+        return f"{p} (./topologies first; it hides the installed {installed.resolve()})"
+    return str(p)
 
 
 def _draw(args: argparse.Namespace) -> int:

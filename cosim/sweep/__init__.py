@@ -13,13 +13,14 @@ See docs/STUDIES.md for the spec format, executors and SLURM.
 from __future__ import annotations
 
 from .executors import EXECUTORS, InlineExecutor, make_executor
-from .runner import SweepResult, point_key, run_point, run_points, run_sweep
+from .runner import SweepInterrupted, SweepResult, point_key, run_point, run_points, run_sweep
 from .spec import COMBINE_MODES, SweepSpec, expand_points, load_sweep
 
 __all__ = [
     "COMBINE_MODES",
     "EXECUTORS",
     "InlineExecutor",
+    "SweepInterrupted",
     "SweepResult",
     "SweepSpec",
     "expand_points",

@@ -13,6 +13,11 @@ When a worker process of a local pool dies (SIGKILL, the OOM killer, a crash in
 native code), the pool is broken for good (``BrokenProcessPool``); the sweep
 asks :func:`fresh_executor` for a new one and goes on (see
 :mod:`cosim.sweep.runner`).
+
+Ctrl-C: pool workers ignore SIGINT (the terminal sends it to the whole process
+group), so that only the sweep's own process sees it; the sweep then cancels
+the queued points and terminates the workers running points
+(:func:`cancel_executor`) instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from typing import Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["EXECUTORS", "InlineExecutor", "exit_text", "fresh_executor", "make_executor", "worker_exitcode"]
+__all__ = ["EXECUTORS", "InlineExecutor", "cancel_executor", "exit_text", "fresh_executor", "make_executor",
+           "worker_exitcode"]
 
 EXECUTORS = ("local", "dask")
 
@@ -42,6 +48,34 @@ class InlineExecutor(Executor):
         except Exception as exc:  # KeyboardInterrupt / SystemExit propagate: the sweep stops
             fut.set_exception(exc)
         return fut
+
+
+def ignore_sigint() -> None:
+    """Process-pool worker initializer: ignore SIGINT (Ctrl-C), which the sweep's process handles for the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
+    """Stop ``ex`` now: cancel the calls not started and stop the running ones, without waiting for them.
+
+    A ``ProcessPoolExecutor``'s worker processes are terminated (SIGTERM, then SIGKILL after ``grace`` seconds)
+    and reaped, so that none writes anything after this returns; other executors are shut down with their
+    pending calls cancelled (a Dask executor cancels its futures; threads cannot be stopped). Safe to call twice.
+    """
+    procs = list((getattr(ex, "_processes", None) or {}).values()) if isinstance(ex, ProcessPoolExecutor) else []
+    try:
+        ex.shutdown(wait=False, cancel_futures=True)
+    except TypeError:  # an Executor whose shutdown() predates cancel_futures (Dask's ClientExecutor)
+        ex.shutdown(wait=False)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        proc.join(max(deadline - time.monotonic(), 0.0))
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def fresh_executor(ex: Executor, workers: int | None = None) -> Executor | None:
@@ -114,8 +148,13 @@ def make_executor(kind: str = "local", workers: int | None = None, scheduler: st
         if n == 1:
             yield InlineExecutor()
             return
-        with ProcessPoolExecutor(max_workers=n) as ex:
+        ex = ProcessPoolExecutor(max_workers=n, initializer=ignore_sigint)
+        try:
             yield ex
+        except BaseException:  # Ctrl-C, or an error: do not wait for the points still running
+            cancel_executor(ex)
+            raise
+        ex.shutdown(wait=True)
         return
     try:
         from dask.distributed import Client, LocalCluster

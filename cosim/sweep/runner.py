@@ -19,6 +19,11 @@ finished point and computes only the rest.
 A point that kills its worker process (SIGKILL, the OOM killer, a crash in
 native code) breaks a process pool; the sweep finds the culprit, records it and
 goes on in a fresh pool (see :func:`_execute`).
+
+Ctrl-C (``KeyboardInterrupt``) stops the sweep at once: queued points are
+cancelled, the workers running points are terminated (their points get no
+``error.json``: they were not wrong, and a rerun computes them), finished points
+keep their ``result.json``, and :class:`SweepInterrupted` says how many there are.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any
 
 from cosim.fileio import write_json, write_text
 
-__all__ = ["POINT_SCHEMA", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
+__all__ = ["POINT_SCHEMA", "SweepInterrupted", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
 
 POINT_SCHEMA = "cosim.sweep-point/1"
 METRIC_COLUMNS = ("step_time_s", "steps_per_s", "compute_s", "exposed_communication_s", "memcpy_s",
@@ -67,6 +72,28 @@ class SweepResult:
                 "computed": self.computed, "skipped": self.skipped, "failed": self.failed,
                 "parameters": self.parameters, "files": {k: str(v) for k, v in self.files.items()},
                 "rows": self.rows}
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep: :attr:`finished` of :attr:`total` points have their result in ``out/points`` (a
+    rerun skips them); the running points were cancelled."""
+
+    def __init__(self, out: Path, keys: Sequence[str]) -> None:
+        super().__init__()
+        self.out, self.keys = out, list(dict.fromkeys(keys))
+
+    @property
+    def total(self) -> int:
+        return len(self.keys)
+
+    @property
+    def finished(self) -> int:
+        """Points with a result.json now (read from disk: a thread executor may finish a running point later)."""
+        return sum(1 for k in self.keys if (self.out / "points" / k / "result.json").is_file())
+
+    def __str__(self) -> str:
+        return (f"interrupted: {self.finished} of {self.total} points finished (kept in {self.out / 'points'}); "
+                "rerun the same sweep to compute the rest")
 
 
 def _base_fingerprint(base: str) -> dict[str, Any]:
@@ -124,8 +151,7 @@ def input_files_fingerprint(base: str, sets: dict[str, str]) -> dict[str, Any]:
     Editing any of them changes the point keys, so a rerun does not reuse points computed from the old
     files. A reference that cannot be resolved is keyed by its text (the point then fails and says why).
     """
-    from cosim.resources import bundled_dir
-    from cosim.scenario import WorkloadCache, apply_scenario_sets, load_scenario, resolve_path
+    from cosim.scenario import WorkloadCache, apply_scenario_sets, find_workload, load_scenario, resolve_path
     from cosim.topology import find_topology
 
     out: dict[str, Any] = {}
@@ -146,11 +172,7 @@ def input_files_fingerprint(base: str, sets: dict[str, str]) -> dict[str, Any]:
     out["catalog"] = [[p.name, _sha(p)] for p in sorted(cat_dir.glob("*.yaml"))]
     wpath = resolve_path(scn.workload, bdir)
     if wpath is None:
-        try:
-            cand = bundled_dir("workloads") / scn.workload
-            wpath = cand if cand.exists() else None
-        except FileNotFoundError:
-            wpath = None
+        wpath = find_workload(scn.workload)
     out["workload"] = [list(k) for k in WorkloadCache.file_key(wpath)] if wpath is not None else scn.workload
     prof = allsets.get("profile") or allsets.get("models.profile") or allsets.get("replay.profile") or scn.replay.profile
     ppath = resolve_path(str(prof), bdir) if prof else None
@@ -188,13 +210,13 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
 
     Any exception of the point (bad input, a failing replay, a bug: TypeError,
     IndexError, ...) is recorded in ``error.json`` (with its traceback) and
-    returned as a row with ``status: error``; it does not raise. KeyboardInterrupt and SystemExit do raise (the sweep stops; the
-    point's folder has no result.json, so a rerun computes it).
+    returned as a row with ``status: error``; it does not raise. KeyboardInterrupt and SystemExit do raise (the
+    sweep stops; the point's folder has no result.json, so a rerun computes it).
     """
     import yaml
 
     from cosim.errors import CosimError
-    from cosim.scenario import load_scenario, run_scenario
+    from cosim.scenario import load_scenario, resolved_settings, run_scenario
     from cosim.sweep.cache import process_cache
 
     out = Path(out_dir)
@@ -203,9 +225,7 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
     t0 = time.perf_counter()
     try:
         scn, result = run_scenario(load_scenario(base), dict(sets), cache=process_cache())
-        resolved = scn.model_dump(mode="json")
-        resolved["replay_config"] = result.config.to_dict()
-        write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        write_text(out / "scenario.yaml", yaml.safe_dump(resolved_settings(scn, result), sort_keys=False))
         result.write(out, timeline=False)
         row.update(summary_row(result.summary(), result.topology))
         row.update(status="ok", error="", wall_s=time.perf_counter() - t0)
@@ -311,6 +331,8 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
 
     try:
         _execute(executor or InlineExecutor(), base, fixed, out, todo, finish)
+    except KeyboardInterrupt:
+        raise SweepInterrupted(out, keys) from None
     finally:
         bar.close()
     computed, failed = counts["computed"], counts["failed"]
@@ -461,9 +483,35 @@ def _execute(ex: Executor, base: str, fixed: dict[str, str], out: Path, todo: li
                                      + " while running this point (alone in a fresh pool)",
                                      time.perf_counter() - t0, worker_pid=pid, exitcode=code))
                 solo = None
+    except KeyboardInterrupt:
+        _interrupt([ex, *owned], out, todo, token)
+        owned.clear()
+        raise
     finally:
         for e in owned:
             e.shutdown(wait=True, cancel_futures=True)
+
+
+def _interrupt(executors: list[Executor], out: Path, todo: list[tuple[str, dict[str, str]]], token: str) -> None:
+    """Ctrl-C: stop ``executors`` now (:func:`cosim.sweep.executors.cancel_executor`), then clear the
+    ``running.json`` markers this run (``token``) left on the points it was running. A second Ctrl-C meanwhile
+    is ignored, so that no worker outlives the sweep."""
+    import signal
+    import threading
+
+    from cosim.sweep.executors import cancel_executor
+
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for e in executors:
+            cancel_executor(e)
+        for k, _ in todo:
+            if _started_pid(out / "points" / k, token) is not None:
+                (out / "points" / k / _MARKER).unlink(missing_ok=True)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
 
 
 def run_sweep(spec: Any, out: str | Path, executor: Executor | None = None, progress: bool = True) -> SweepResult:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError
-from cosim.resources import bundled_dir
+from cosim.resources import bundled_dir, data_dirs, find_data
 from cosim.yamlio import LocDict, LocList, input_error_at, load_yaml, validate
 
 from .schema import TopologyFile
@@ -21,6 +21,7 @@ __all__ = [
     "CATALOG_SECTIONS",
     "apply_topology_set",
     "list_presets",
+    "preset_dirs",
     "preset_path",
     "resolve_document",
     "resolve_ref",
@@ -32,43 +33,44 @@ CATALOG_SECTIONS = ("accelerators", "cpus", "nics", "links")
 
 
 def presets_dir() -> Path:
-    """The folder of bundled topology presets."""
+    """The folder of the installed topology presets (see :func:`preset_dirs` for the search order)."""
     return bundled_dir("topologies")
 
 
+def preset_dirs() -> list[Path]:
+    """Folders searched for a preset name, in order: ``./topologies`` (when it exists), then the installed one."""
+    return data_dirs("topologies")
+
+
 def list_presets() -> list[str]:
-    """Names of the bundled topology presets, sorted."""
-    try:
-        d = presets_dir()
-    except FileNotFoundError:
-        return []
-    return sorted(p.stem for p in d.glob("*.yaml"))
+    """Names of the topology presets (working directory's ``topologies/`` and the installed ones), sorted."""
+    return sorted({p.stem for d in preset_dirs() for p in d.glob("*.yaml")})
 
 
-def preset_path(name: str) -> Path | None:
-    """Path of preset ``name``, or None if there is none."""
-    try:
-        p = presets_dir() / f"{name}.yaml"
-    except FileNotFoundError:
-        return None
-    return p if p.is_file() else None
+def preset_path(name: str, exclude: frozenset[Path] = frozenset()) -> Path | None:
+    """Path of preset ``name``: ``./topologies/<name>.yaml`` if there is one, else the installed preset; None if
+    there is none. Files in ``exclude`` (resolved paths) are skipped, so that ``topologies/dgx-h100.yaml`` in the
+    working directory may ``extends: dgx-h100`` (the installed one)."""
+    p = find_data("topologies", f"{name}.yaml", exclude)
+    return p if p is not None and p.is_file() else None
 
 
 def _looks_like_path(ref: str) -> bool:
     return ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref
 
 
-def resolve_ref(ref: str, base_dir: Path | None) -> Path | None:
-    """A topology reference to a file: a path (relative to ``base_dir``) or a preset name."""
+def resolve_ref(ref: str, base_dir: Path | None, exclude: frozenset[Path] = frozenset()) -> Path | None:
+    """A topology reference to a file: a path (relative to ``base_dir``) or a preset name (:func:`preset_path`;
+    files in ``exclude`` skipped)."""
     if _looks_like_path(ref):
         p = Path(ref).expanduser()
         if not p.is_absolute() and base_dir is not None:
             p = base_dir / p
         return p if p.is_file() else None
-    p = preset_path(ref)
+    p = preset_path(ref, exclude)
     if p is None and base_dir is not None:
         cand = base_dir / f"{ref}.yaml"
-        if cand.is_file():
+        if cand.is_file() and cand.resolve() not in exclude:
             return cand
     return p
 
@@ -165,7 +167,7 @@ def resolve_document(data: LocDict, path: Path | None, stack: tuple[Path, ...] =
     here = path.resolve() if path is not None else None
     chain = (*stack, here) if here is not None else stack
     base_dir = path.parent if path is not None else None
-    parent_path = resolve_ref(str(ref), base_dir)
+    parent_path = resolve_ref(str(ref), base_dir, frozenset(chain))
     if parent_path is None:
         hint = "a preset name (see `cosim topo list`) or a .yaml path relative to this file"
         raise input_error_at(data, ["extends"], f"extends {ref!r}: no such preset or file; give {hint}", file=path)
