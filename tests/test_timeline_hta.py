@@ -172,6 +172,7 @@ def test_combined_timeline_opens_in_hta(scenario: tuple[Any, Path], tmp_path: Pa
     (tmp_path / "all/timeline.json.gz").write_bytes((out / "timeline.json.gz").read_bytes())
     tb, ov = _analyse(tmp_path / "all")
     assert len(tb) == 1 and tb["compute_time(us)"].iloc[0] > 0
+    assert math.isfinite(ov["comp_comm_overlap_pctg"].iloc[0])
     doc = json.loads(gzip.decompress((out / "timeline.json.gz").read_bytes()))
     gpu = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     corr = [e["args"]["correlation"] for e in gpu]
