@@ -165,6 +165,26 @@ def test_simulated_collectives_are_nccl_kernels(scenario: tuple[Any, Path]) -> N
         assert copies and all(e["name"].startswith(("Memcpy ", "Memset (")) for e in copies)
 
 
+def test_gpu_user_annotations_span_their_steps(scenario: tuple[Any, Path]) -> None:
+    """Kineto's gpu_user_annotation ProfilerStep#N runs from the first to the last GPU op launched in the step;
+    only the Perfetto file has them (HTA 0.5 would count them as kernels)."""
+    res, out = scenario
+    rg, run = res.graph.ranks[1], res.runs[1]
+    doc = json.loads(gzip.decompress((out / "timeline.json.gz").read_bytes()))
+    gpu_pid = 2000 + 1 + int(rg.gpu_ops.device[0])
+    got = {e["name"]: (e["ts"], e["dur"], e["pid"], e["tid"]) for e in doc["traceEvents"]
+           if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#") and e["pid"] == gpu_pid}
+    G = rg.gpu_ops
+    assert len(got) == len(rg.steps) >= 2
+    for s in range(len(rg.steps)):
+        mine = (G.step == s) & (G.launch >= 0)
+        t0, t1 = run.gpu_start[mine].min(), run.gpu_end[mine].max()
+        name = rg.strings[int(rg.host_ops.name[int(rg.steps.host_op[s])])]
+        assert got[name] == (round(t0 * 1e6, 3), round((t1 - t0) * 1e6, 3), gpu_pid, int(G.stream[mine][0]))
+    rank_file = (out / "timeline/rank1.json.gz").read_bytes()
+    assert b"gpu_user_annotation" not in gzip.decompress(rank_file)
+
+
 def test_combined_timeline_opens_in_hta(scenario: tuple[Any, Path], tmp_path: Path) -> None:
     """The all-ranks file for Perfetto crashed HTA (correlation ids repeated per rank, int16 overflow)."""
     res, out = scenario

@@ -21,6 +21,8 @@ a measured one (docs/REPLAY.md, "Timeline"):
   ``^Memcpy``/``^Memset``, the rest computation);
 * flow arrows ``ac2g`` (``ph: s`` at the launch, ``ph: f`` with ``bp: e`` at the
   GPU op) sharing the correlation id;
+* ``gpu_user_annotation`` (Perfetto file only): each user annotation (``ProfilerStep#N``,
+  ``## forward ##`` ...) over the GPU ops launched inside it, per stream;
 * process/thread metadata (``process_name``, ``process_labels``, ``process_sort_index``,
   ``thread_name``, ``thread_sort_index``), ``distributedInfo`` (rank, world size),
   ``deviceProperties``; ``ts``/``dur`` in microseconds with 3 decimals.
@@ -53,7 +55,7 @@ import orjson
 from cosim.fileio import atomic_open
 from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass
 
-__all__ = ["nccl_kernel_name", "rank_trace", "write_timeline"]
+__all__ = ["gpu_annotation_events", "nccl_kernel_name", "rank_events", "rank_trace", "write_timeline"]
 
 _HOST_CAT = {
     HostKind.OP: "cpu_op",
@@ -95,6 +97,7 @@ _MEMCPY_NAME = {
     CopyKind.PTOP: "Memcpy PtoP (Device -> Device)",
 }
 _MEMSET_NAME = "Memset (Device)"
+_DRIVER_API = re.compile(r"^cu[A-Z]")  # CUDA driver calls (cuLaunchKernel ...): Kineto's cuda_driver
 _GPU_SORT_BASE = 5_000_000  # Kineto's process_sort_index of GPU d: 5000000 + d
 
 
@@ -254,6 +257,8 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
     names, kinds, thr = H.name.tolist(), H.kind.tolist(), H.thread.tolist()
     ext, corr = H.ext_id.tolist(), H.correlation.tolist()
     hcat = {k: _HOST_CAT.get(HostKind(k), "cpu_op") for k in set(kinds)}
+    cats = {(n, k): "cuda_driver" if hcat[k] == "cuda_runtime" and n >= 0 and _DRIVER_API.match(S[n]) else hcat[k]
+            for n, k in set(zip(names, kinds))}
     for i in np.flatnonzero(hok).tolist():
         t = thr[i]
         args: dict[str, Any] = {}
@@ -261,7 +266,7 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
             args["External id"] = base + ext[i]
         if corr[i] >= 0:
             args["correlation"] = base + corr[i]
-        host.append({"ph": "X", "cat": hcat[kinds[i]], "name": S[names[i]] if names[i] >= 0 else "?",
+        host.append({"ph": "X", "cat": cats[names[i], kinds[i]], "name": S[names[i]] if names[i] >= 0 else "?",
                      "pid": thread_pid[t], "tid": thread_tid[t], "ts": hts[i], "dur": hdur[i], "args": args})
 
     gs, ge = run.gpu_start, run.gpu_end
@@ -313,6 +318,47 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
             gpu.append({"ph": "f", "id": fid, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g",
                         "bp": "e"})
     return host, gpu
+
+
+def gpu_annotation_events(rg: Any, run: Any, ids: _Ids | None = None) -> list[dict[str, Any]]:
+    """Kineto's ``gpu_user_annotation`` events: per user annotation and stream, the span of the GPU
+    ops launched inside it (O(GPU ops x nesting depth)).
+
+    Only the Perfetto file gets them: HTA 0.5 counts them as GPU kernels in its temporal breakdown.
+    """
+    H, G = rg.host_ops, rg.gpu_ops
+    base = (ids or _Ids([rg])).base(rg.rank)
+    gok = np.isfinite(run.gpu_start) & np.isfinite(run.gpu_end)
+    j = np.flatnonzero(gok & (G.launch >= 0))
+    if j.size == 0:
+        return []
+    parent, kind = H.parent, H.kind
+    cur = parent[rg.launches.host_op[G.launch[j]]]
+    anns, ops = [], []
+    while j.size:
+        alive = cur >= 0
+        j, cur = j[alive], cur[alive]
+        is_ann = kind[cur] == HostKind.ANNOTATION
+        anns.append(cur[is_ann])
+        ops.append(j[is_ann])
+        cur = parent[cur]
+    a, o = np.concatenate(anns), np.concatenate(ops)
+    if a.size == 0:
+        return []
+    keys, inv = np.unique(np.stack([a, G.device[o].astype(np.int64), G.stream[o].astype(np.int64)]), axis=1,
+                          return_inverse=True)
+    inv = inv.reshape(-1)
+    lo = np.full(keys.shape[1], np.inf)
+    hi = np.full(keys.shape[1], -np.inf)
+    np.minimum.at(lo, inv, run.gpu_start[o])
+    np.maximum.at(hi, inv, run.gpu_end[o])
+    S, names, ext = rg.strings, H.name.tolist(), H.ext_id.tolist()
+    out = []
+    for (h, d, s), t0, t1 in zip(keys.T.tolist(), lo.tolist(), hi.tolist()):
+        out.append({"ph": "X", "cat": "gpu_user_annotation", "name": S[names[h]] if names[h] >= 0 else "?",
+                    "pid": d, "tid": s, "ts": _us(t0), "dur": _us(max(t1 - t0, 0.0)),
+                    "args": {"External id": base + ext[h]} if ext[h] >= 0 else {}})
+    return out
 
 
 def _header(rg: Any, devices: list[int]) -> dict[str, Any]:
@@ -405,6 +451,7 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
                 w.events(gpu)
                 w.close()
             written.append(p)
+            gpu.extend(gpu_annotation_events(rg, run, ids))
             if not single:
                 _renumber(rg.rank, host, gpu)
             cw.events(host)
