@@ -62,8 +62,8 @@ def _measure(name: str, make: Any, repeat: int) -> dict[str, Any]:
         size = sum(p.stat().st_size for p in files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    gpu = sum(int(len(rg.gpu_ops)) for rg in res.graph.ranks)
-    host = sum(int(len(rg.host_ops)) for rg in res.graph.ranks)
+    gpu = sum(len(rg.gpu_ops) for rg in res.graph.ranks)
+    host = sum(len(rg.host_ops) for rg in res.graph.ranks)
     events = 2 * (gpu + host)  # each op goes to its rank file and to the combined file (flows not counted)
     return {"case": name, "ranks": len(res.graph.ranks), "gpu_ops": gpu, "host_ops": host,
             "sim_wall_s": res.sim_wall_s, "load_and_replay_s": t1 - t0, "summary_s": t2 - t1,
