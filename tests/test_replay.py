@@ -601,7 +601,7 @@ def _check_summary(s: dict[str, Any]) -> None:
 
 def _check_kineto_layout(doc: dict[str, Any], rg: Any) -> None:
     ev = doc["traceEvents"]
-    xs = [e for e in ev if e["ph"] == "X"]
+    xs = [e for e in ev if e["ph"] == "X" and e["cat"] != "gpu_user_annotation"]
     gpu = [e for e in xs if e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")]
     host = [e for e in xs if e not in gpu]
     assert len(gpu) == len(rg.gpu_ops) and len(host) == len(rg.host_ops)
@@ -611,7 +611,7 @@ def _check_kineto_layout(doc: dict[str, Any], rg: Any) -> None:
     pids, tids = set(rg.threads.pid.tolist()), set(rg.threads.tid.tolist())
     for e in host:
         assert e["pid"] in pids and e["tid"] in tids
-        assert e["cat"] in ("cpu_op", "user_annotation", "cuda_runtime")
+        assert e["cat"] in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
     s = {e["id"]: e for e in ev if e["ph"] == "s"}
     f = {e["id"]: e for e in ev if e["ph"] == "f"}
     assert s and set(s) == set(f)

@@ -1,36 +1,61 @@
 """Simulated timelines in Kineto's own chrome-trace layout.
 
-A replayed rank is written like the trace it came from, so ui.perfetto.dev and
-HolisticTraceAnalysis open it like a measured one:
+A replayed rank is written like a trace torch.profiler would have recorded on the
+simulated machine, so ui.perfetto.dev and HolisticTraceAnalysis (HTA) open it like
+a measured one (docs/REPLAY.md, "Timeline"):
 
 * host ops: ``ph: X`` on ``pid`` = the traced process id, ``tid`` = the traced
   thread id, with Kineto's categories (``cpu_op``, ``user_annotation``,
   ``cuda_runtime``) and ``External id`` / ``correlation`` args;
 * GPU ops: ``ph: X`` on ``pid`` = device index, ``tid`` = stream id, categories
-  ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` with ``device``, ``stream``,
-  ``correlation``, ``grid``, ``block`` args;
+  ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` with Kineto's args in Kineto's order
+  (``External id``, ``queued``, ``device``, ``context``, ``stream``, ``correlation``,
+  ``grid``, ``block``; copies and memsets ``bytes`` and ``memory bandwidth (GB/s)``);
+* names as the libraries write them: a trace's own kernel names are kept; GPU ops
+  that cosim made up (projected captures, communication without a recorded NCCL
+  kernel) get NCCL's kernel names (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL(...)``,
+  ``ncclDevKernel_SendRecv(...)``: NCCL >= 2.19, the kernel NCCL launches for the
+  collective, reduction type and algorithm the simulation chose) and Kineto's copy
+  names (``Memcpy HtoD (Pageable -> Device)``, ``Memset (Device)``), so that HTA
+  classes every op as cosim does (communication ``^nccl.*Kernel``, memory
+  ``^Memcpy``/``^Memset``, the rest computation);
 * flow arrows ``ac2g`` (``ph: s`` at the launch, ``ph: f`` with ``bp: e`` at the
-  kernel) sharing the correlation id;
-* ``distributedInfo`` with rank and world size; ``ts``/``dur`` in microseconds.
+  GPU op) sharing the correlation id;
+* ``gpu_user_annotation`` (Perfetto file only): each user annotation (``ProfilerStep#N``,
+  ``## forward ##`` ...) over the GPU ops launched inside it, per stream;
+* process/thread metadata (``process_name``, ``process_labels``, ``process_sort_index``,
+  ``thread_name``, ``thread_sort_index``), ``distributedInfo`` (rank, world size),
+  ``deviceProperties``; ``ts``/``dur`` in microseconds with 3 decimals.
 
-One rank: ``timeline.json.gz`` is that rank's trace. Several ranks: it holds all
-of them for Perfetto (each rank's pids offset, and named ``rank{r}.host`` /
-``rank{r}.gpu{d}``), and ``timeline/rank{r}.json.gz`` holds one trace per rank
-for HTA, which reads a folder of per-rank files.
+Correlation and External ids are the trace's plus ``(rank + 1) * stride`` (``stride``
+a power of ten above every id of the run, at least 10^5), so that they are unique
+across ranks and HTA's integer downcasts hold its row indices.
+
+Files: ``timeline/rank{r}.json.gz``, one trace per rank, for HTA (which reads a folder
+of per-rank files, the rank taken from ``distributedInfo``), and ``timeline.json.gz``
+beside it for Perfetto: all ranks in one file (each rank's host on pid
+``(r + 1) * 1000``, GPU ``d`` on pid ``(r + 1) * 1000 + 1 + d``, named ``rank{r}.host`` /
+``rank{r}.gpu{d}``). Both are streamed rank by rank (orjson, one event per line,
+gzip level 1): writing costs O(events) time and one rank's events of memory.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
+import orjson
 
 from cosim.fileio import atomic_open
-from cosim.workload.graph import GpuKind, HostKind
+from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass
 
-__all__ = ["rank_trace", "write_timeline"]
+__all__ = ["gpu_annotation_events", "nccl_kernel_name", "rank_events", "rank_trace", "write_timeline"]
 
 _HOST_CAT = {
     HostKind.OP: "cpu_op",
@@ -42,117 +67,421 @@ _HOST_CAT = {
 }
 _GPU_CAT = {GpuKind.KERNEL: "kernel", GpuKind.MEMCPY: "gpu_memcpy", GpuKind.MEMSET: "gpu_memset"}
 
+NCCL_KERNEL_RE = re.compile(r"^nccl.*Kernel")
+"""HTA's test for a communication kernel (hta.utils.utils.is_comm_kernel)."""
+_NCCL_ARGS = "(ncclDevKernelArgsStorage<4096ul>)"
+# NCCL >= 2.19 compiles one kernel per (collective, reduction, type) family and runs every
+# algorithm/protocol of it inside that kernel (src/device/generate.py, ncclDevKernelForFunc):
+# all-reduce's tree algorithms run in ..._TREE_LL, everything else in ..._RING_LL; signed and
+# unsigned integers share the unsigned kernel; all-to-all and point-to-point are SendRecv.
+_NCCL_COLL = {
+    CollType.ALL_REDUCE: ("AllReduce", True),
+    CollType.ALL_GATHER: ("AllGather", False),
+    CollType.REDUCE_SCATTER: ("ReduceScatter", True),
+    CollType.BROADCAST: ("Broadcast", False),
+    CollType.REDUCE: ("Reduce", True),
+}
+_NCCL_TYPE = {
+    "float": "f32", "float32": "f32", "bfloat16": "bf16", "half": "f16", "float16": "f16", "double": "f64",
+    "float64": "f64", "long": "u64", "long int": "u64", "int64": "u64", "uint64": "u64", "int": "u32", "int32": "u32",
+    "uint32": "u32", "char": "u8", "int8": "u8", "byte": "u8", "uint8": "u8", "bool": "u8", "unsigned char": "u8",
+    "float8_e4m3fn": "f8e4m3", "float8_e4m3fnuz": "f8e4m3", "float8_e5m2": "f8e5m2", "float8_e5m2fnuz": "f8e5m2",
+    "fp32": "f32", "bf16": "bf16", "fp16": "f16", "fp8": "f8e4m3", "fp8_e4m3": "f8e4m3", "fp8_e5m2": "f8e5m2",
+}
+_NCCL_TYPE_BY_BYTES = {1: "u8", 2: "bf16", 4: "f32", 8: "f64"}
+_MEMCPY_NAME = {
+    CopyKind.HTOD: "Memcpy HtoD (Pageable -> Device)",
+    CopyKind.DTOH: "Memcpy DtoH (Device -> Pageable)",
+    CopyKind.DTOD: "Memcpy DtoD (Device -> Device)",
+    CopyKind.HTOH: "Memcpy HtoH (Pageable -> Pageable)",
+    CopyKind.PTOP: "Memcpy PtoP (Device -> Device)",
+}
+_MEMSET_NAME = "Memset (Device)"
+_DRIVER_API = re.compile(r"^cu[A-Z]")  # CUDA driver calls (cuLaunchKernel ...): Kineto's cuda_driver
+_GPU_SORT_BASE = 5_000_000  # Kineto's process_sort_index of GPU d: 5000000 + d
+
 
 def _us(x: float) -> float:
     return round(float(x) * 1e6, 3)
 
 
-def rank_trace(rg: Any, run: Any, pid_offset: int | None = None) -> dict[str, Any]:
-    """The Kineto-layout trace dict of one simulated rank.
+def nccl_type(dtype: str | None, elem_bytes: int = -1) -> str:
+    """NCCL's short type name (``bf16``, ``f32``, ``u64`` ...) of a recorded PyTorch dtype name."""
+    if dtype:
+        key = dtype.lower().replace("c10::", "").replace("torch.", "").replace("at::", "").strip()
+        if key in _NCCL_TYPE:
+            return _NCCL_TYPE[key]
+    return _NCCL_TYPE_BY_BYTES.get(int(elem_bytes), "f32")
 
-    ``pid_offset`` None keeps Kineto's pids (host: traced pid; GPU: device);
-    an int renumbers them for a multi-rank file: host ``offset``, GPU ``offset + 1 + device``.
+
+def nccl_kernel_name(ctype: CollType, dtype: str = "f32", algo: str | None = None) -> str:
+    """The kernel NCCL (>= 2.19) launches for a collective, as Kineto names it.
+
+    ``dtype`` is NCCL's short type name (:func:`nccl_type`); ``algo`` the algorithm
+    (``ring``, ``tree``, ``nvls``, ...; only all-reduce's tree has its own kernel).
     """
-    H, G, T = rg.host_ops, rg.gpu_ops, rg.threads
-    S = rg.strings
-    ev: list[dict[str, Any]] = []
-    thread_pid = T.pid.tolist()
-    thread_tid = T.tid.tolist()
-    host_pids = sorted(set(thread_pid)) or [0]
+    coll = _NCCL_COLL.get(CollType(ctype))
+    if coll is None:
+        return f"ncclDevKernel_SendRecv{_NCCL_ARGS}"
+    name, typed = coll
+    fam = "TREE_LL" if ctype == CollType.ALL_REDUCE and (algo or "").lower() == "tree" else "RING_LL"
+    mid = f"_Sum_{dtype}" if typed else ""
+    return f"ncclDevKernel_{name}{mid}_{fam}{_NCCL_ARGS}"
 
-    def hpid(p: int) -> int:
-        return p if pid_offset is None else pid_offset
 
-    def gpid(d: int) -> int:
-        return d if pid_offset is None else pid_offset + 1 + d
+class _Ids:
+    """Run-wide correlation/External id offsets: rank r's ids are the trace's + (r + 1) * stride."""
 
-    r = rg.rank
-    for p in host_pids:
-        ev.append({"ph": "M", "name": "process_name", "pid": hpid(p), "tid": 0,
-                   "args": {"name": f"rank{r}.host" if pid_offset is not None else f"python {p}"}})
+    def __init__(self, ranks: Iterable[Any]) -> None:
+        top = 0
+        for rg in ranks:
+            for col in (rg.host_ops.ext_id, rg.host_ops.correlation, rg.gpu_ops.correlation, rg.gpu_ops.ext_id):
+                if len(col):
+                    top = max(top, int(col.max()))
+        self.stride = max(10 ** len(str(top + 1)), 100_000)
+
+    def base(self, rank: int) -> int:
+        return (rank + 1) * self.stride
+
+
+def _process_name(rg: Any) -> str:
+    for k in range(len(rg.threads)):
+        n = int(rg.threads.name[k])
+        m = re.search(r"\(([^()]+)\)\s*$", rg.strings[n]) if n >= 0 else None
+        if m:
+            return m.group(1)
+    return "python3"
+
+
+def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
+    """Name and category of every GPU op, as the libraries and Kineto write them."""
+    G, C, S = rg.gpu_ops, rg.collectives, rg.strings
+    projected = bool(rg.source.get("projected"))
+    proj_dtype = None
+    if projected:
+        try:
+            proj_dtype = json.loads(rg.source.get("projection", "{}")).get("dtype")
+        except (TypeError, ValueError):
+            proj_dtype = None
+    names = [S[n] if n >= 0 else "?" for n in G.name.tolist()]
+    kinds = G.kind.tolist()
+    cats = [_GPU_CAT.get(GpuKind(k), "kernel") for k in kinds]
+    cls, coll, ck = G.cls.tolist(), G.collective.tolist(), G.copy_kind.tolist()
+    coll_algo = getattr(run, "coll_algo", {}) or {}
+    for j in np.flatnonzero((G.collective >= 0) | (G.kind != GpuKind.KERNEL) |
+                            (projected & ((G.cls == OpClass.MEMCPY) | (G.cls == OpClass.MEMSET)))).tolist():
+        nm, kind = names[j], kinds[j]
+        if coll[j] >= 0 and kind == GpuKind.KERNEL:
+            if NCCL_KERNEL_RE.match(nm):
+                continue  # the trace's own NCCL kernel
+            c = coll[j]
+            dt = S[int(C.dtype[c])] if C.dtype[c] >= 0 else None
+            t = nccl_type(dt, int(C.elem_bytes[c]))
+            if proj_dtype and proj_dtype != "captured" and t in ("f32", "f16", "bf16"):
+                t = nccl_type(proj_dtype)
+            algo = coll_algo.get(j, (S[int(C.algo[c])] if C.algo[c] >= 0 else "ring", ""))[0]
+            names[j] = nccl_kernel_name(CollType(int(C.type[c])), t, algo)
+        elif kind == GpuKind.MEMCPY or (kind == GpuKind.KERNEL and cls[j] == OpClass.MEMCPY):
+            if not nm.startswith("Memcpy"):
+                names[j] = _MEMCPY_NAME.get(CopyKind(ck[j]), _MEMCPY_NAME[CopyKind.DTOD])
+            cats[j] = "gpu_memcpy"
+        elif kind == GpuKind.MEMSET or (kind == GpuKind.KERNEL and cls[j] == OpClass.MEMSET):
+            if not nm.startswith("Memset"):
+                names[j] = _MEMSET_NAME
+            cats[j] = "gpu_memset"
+    return names, cats
+
+
+def _coll_args(rg: Any, c: int) -> dict[str, Any]:
+    """Kineto's NCCL metadata args of a communication kernel (record_param_comms)."""
+    C, S = rg.collectives, rg.strings
+    a: dict[str, Any] = {}
+    if C.name[c] >= 0:
+        a["Collective name"] = S[int(C.name[c])]
+    if C.in_nelems[c] >= 0:
+        a["In msg nelems"] = int(C.in_nelems[c])
+    if C.out_nelems[c] >= 0:
+        a["Out msg nelems"] = int(C.out_nelems[c])
+    if C.group_size[c] >= 0:
+        a["Group size"] = int(C.group_size[c])
+    if C.dtype[c] >= 0:
+        a["dtype"] = S[int(C.dtype[c])]
+    g = int(C.group[c])
+    if g >= 0:
+        grp = rg.groups
+        if grp.name[g] >= 0:
+            a["Process Group Name"] = S[int(grp.name[g])]
+        if grp.desc[g] >= 0:
+            a["Process Group Description"] = S[int(grp.desc[g])]
+        a["Process Group Ranks"] = str([int(x) for x in grp.ragged("ranks", g)])
+    return a
+
+
+def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Kineto-layout events of one simulated rank: (host-side events, GPU-side events).
+
+    Host-side events sit on the traced pids/tids, GPU-side ones on pid = device,
+    tid = stream; :func:`write_timeline` renumbers the two groups for the combined file.
+    """
+    H, G, T, S = rg.host_ops, rg.gpu_ops, rg.threads, rg.strings
+    base = (ids or _Ids([rg])).base(rg.rank)
+    thread_pid, thread_tid = T.pid.tolist(), T.tid.tolist()
+    proc = _process_name(rg)
+    host: list[dict[str, Any]] = []
+    gpu: list[dict[str, Any]] = []
+    for p in sorted(set(thread_pid)):
+        host.append({"name": "process_name", "ph": "M", "pid": p, "tid": 0, "args": {"name": proc}})
+        host.append({"name": "process_labels", "ph": "M", "pid": p, "tid": 0, "args": {"labels": "CPU"}})
+        host.append({"name": "process_sort_index", "ph": "M", "pid": p, "tid": 0, "args": {"sort_index": p}})
     for k in range(len(T)):
-        nm = S[int(T.name[k])] if T.name[k] >= 0 else f"thread {thread_tid[k]}"
-        ev.append({"ph": "M", "name": "thread_name", "pid": hpid(thread_pid[k]), "tid": thread_tid[k],
-                   "args": {"name": f"rank{r}.{nm}"}})
-    devices = sorted(set(G.device.tolist())) if len(G) else []
-    for d in devices:
-        ev.append({"ph": "M", "name": "process_name", "pid": gpid(d), "tid": 0, "args": {"name": f"rank{r}.gpu{d}"}})
-        ev.append({"ph": "M", "name": "process_labels", "pid": gpid(d), "tid": 0, "args": {"labels": f"GPU {d}"}})
+        n = int(T.name[k])
+        nm = S[n] if n >= 0 else f"thread {thread_tid[k]} ({proc})"
+        host.append({"name": "thread_name", "ph": "M", "pid": thread_pid[k], "tid": thread_tid[k],
+                     "args": {"name": nm}})
+        host.append({"name": "thread_sort_index", "ph": "M", "pid": thread_pid[k], "tid": thread_tid[k],
+                     "args": {"sort_index": thread_tid[k]}})
+    gdev, gstream = G.device.tolist(), G.stream.tolist()
+    for d in sorted(set(gdev)):
+        gpu.append({"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": proc}})
+        gpu.append({"name": "process_labels", "ph": "M", "pid": d, "tid": 0, "args": {"labels": f"GPU {d}"}})
+        gpu.append({"name": "process_sort_index", "ph": "M", "pid": d, "tid": 0,
+                    "args": {"sort_index": _GPU_SORT_BASE + d}})
+    for d, s in sorted(set(zip(gdev, gstream))):
+        gpu.append({"name": "thread_name", "ph": "M", "pid": d, "tid": s, "args": {"name": f"stream {s} "}})
+        gpu.append({"name": "thread_sort_index", "ph": "M", "pid": d, "tid": s, "args": {"sort_index": s}})
 
     hs, he = run.host_start, run.host_end
+    hok = np.isfinite(hs) & np.isfinite(he)
+    hts = np.round(np.where(hok, hs, 0.0) * 1e6, 3).tolist()
+    hdur = np.round(np.where(hok, np.maximum(he - hs, 0.0), 0.0) * 1e6, 3).tolist()
     names, kinds, thr = H.name.tolist(), H.kind.tolist(), H.thread.tolist()
     ext, corr = H.ext_id.tolist(), H.correlation.tolist()
-    for i in range(len(H)):
-        if not (np.isfinite(hs[i]) and np.isfinite(he[i])):
-            continue
+    hcat = {k: _HOST_CAT.get(HostKind(k), "cpu_op") for k in set(kinds)}
+    cats = {(n, k): "cuda_driver" if hcat[k] == "cuda_runtime" and n >= 0 and _DRIVER_API.match(S[n]) else hcat[k]
+            for n, k in set(zip(names, kinds))}
+    for i in np.flatnonzero(hok).tolist():
         t = thr[i]
         args: dict[str, Any] = {}
         if ext[i] >= 0:
-            args["External id"] = ext[i]
+            args["External id"] = base + ext[i]
         if corr[i] >= 0:
-            args["correlation"] = corr[i]
-        ev.append({"ph": "X", "cat": _HOST_CAT.get(HostKind(kinds[i]), "cpu_op"),
-                   "name": S[names[i]] if names[i] >= 0 else "?", "pid": hpid(thread_pid[t]), "tid": thread_tid[t],
-                   "ts": _us(hs[i]), "dur": _us(max(he[i] - hs[i], 0.0)), "args": args})
+            args["correlation"] = base + corr[i]
+        host.append({"ph": "X", "cat": cats[names[i], kinds[i]], "name": S[names[i]] if names[i] >= 0 else "?",
+                     "pid": thread_pid[t], "tid": thread_tid[t], "ts": hts[i], "dur": hdur[i], "args": args})
 
     gs, ge = run.gpu_start, run.gpu_end
-    launch_host = rg.launches.host_op
-    gname, gkind, gdev, gstream = G.name.tolist(), G.kind.tolist(), G.device.tolist(), G.stream.tolist()
-    gcorr, grid, block, glaunch = G.correlation.tolist(), G.grid.tolist(), G.block.tolist(), G.launch.tolist()
-    for j in range(len(G)):
-        if not (np.isfinite(gs[j]) and np.isfinite(ge[j])):
-            continue
-        args = {"device": gdev[j], "stream": gstream[j]}
-        if gcorr[j] >= 0:
-            args["correlation"] = gcorr[j]
-            args["External id"] = gcorr[j]
-        if grid[j][0] >= 0:
-            args["grid"] = grid[j]
-            args["block"] = block[j]
-        pid, tid, ts = gpid(gdev[j]), gstream[j], _us(gs[j])
-        ev.append({"ph": "X", "cat": _GPU_CAT.get(GpuKind(gkind[j]), "kernel"),
-                   "name": S[gname[j]] if gname[j] >= 0 else "?", "pid": pid, "tid": tid, "ts": ts,
-                   "dur": _us(max(ge[j] - gs[j], 0.0)), "args": args})
+    gok = np.isfinite(gs) & np.isfinite(ge)
+    gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3).tolist()
+    gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3).tolist()
+    gnames, gcats = _gpu_names(rg, run)
+    launch_host = rg.launches.host_op.tolist()
+    gcorr, gext, glaunch, gop = G.correlation.tolist(), G.ext_id.tolist(), G.launch.tolist(), G.op.tolist()
+    grid, block, gbytes, coll = G.grid.tolist(), G.block.tolist(), G.bytes.tolist(), G.collective.tolist()
+    coll_algo = getattr(run, "coll_algo", {}) or {}
+    for j in np.flatnonzero(gok).tolist():
         li = glaunch[j]
-        if li >= 0 and gcorr[j] >= 0:
-            h = int(launch_host[li])
-            if np.isfinite(hs[h]):
-                t = thr[h]
-                fid = gcorr[j] if pid_offset is None else pid_offset * 10_000_000 + gcorr[j]
-                ev.append({"ph": "s", "id": fid, "pid": hpid(thread_pid[t]), "tid": thread_tid[t],
-                           "ts": _us(hs[h]), "cat": "ac2g", "name": "ac2g"})
-                ev.append({"ph": "f", "id": fid, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g",
-                           "name": "ac2g", "bp": "e"})
+        h = launch_host[li] if li >= 0 else -1
+        x = gext[j]
+        if x < 0 and h >= 0:
+            x = ext[h]
+        if x < 0 and gop[j] >= 0:
+            x = ext[gop[j]]
+        args = {"External id": base + x} if x >= 0 else {}
+        cat = gcats[j]
+        if cat == "kernel":
+            args["queued"] = 0
+        args["device"] = gdev[j]
+        args["context"] = 1
+        args["stream"] = gstream[j]
+        if gcorr[j] >= 0:
+            args["correlation"] = base + gcorr[j]
+        if cat == "kernel":
+            if grid[j][0] >= 0:
+                args["grid"] = grid[j]
+                args["block"] = block[j]
+            if coll[j] >= 0:
+                args.update(_coll_args(rg, coll[j]))
+                if j in coll_algo:  # the simulated choice (not a Kineto field)
+                    args["algorithm"], args["protocol"] = coll_algo[j]
+        elif math.isfinite(gbytes[j]) and gbytes[j] >= 0:
+            args["bytes"] = int(gbytes[j])
+            if gdur[j] > 0:
+                args["memory bandwidth (GB/s)"] = gbytes[j] / (gdur[j] * 1e3)
+        pid, tid, ts = gdev[j], gstream[j], gts[j]
+        gpu.append({"ph": "X", "cat": cat, "name": gnames[j], "pid": pid, "tid": tid, "ts": ts, "dur": gdur[j],
+                    "args": args})
+        if h >= 0 and gcorr[j] >= 0 and hok[h]:
+            t = thr[h]
+            fid = base + gcorr[j]
+            host.append({"ph": "s", "id": fid, "pid": thread_pid[t], "tid": thread_tid[t], "ts": hts[h],
+                         "cat": "ac2g", "name": "ac2g"})
+            gpu.append({"ph": "f", "id": fid, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g",
+                        "bp": "e"})
+    return host, gpu
+
+
+def gpu_annotation_events(rg: Any, run: Any, ids: _Ids | None = None) -> list[dict[str, Any]]:
+    """Kineto's ``gpu_user_annotation`` events: per user annotation and stream, the span of the GPU
+    ops launched inside it (O(GPU ops x nesting depth)).
+
+    Only the Perfetto file gets them: HTA 0.5 counts them as GPU kernels in its temporal breakdown.
+    """
+    H, G = rg.host_ops, rg.gpu_ops
+    base = (ids or _Ids([rg])).base(rg.rank)
+    gok = np.isfinite(run.gpu_start) & np.isfinite(run.gpu_end)
+    j = np.flatnonzero(gok & (G.launch >= 0))
+    if j.size == 0:
+        return []
+    parent, kind = H.parent, H.kind
+    cur = parent[rg.launches.host_op[G.launch[j]]]
+    anns, ops = [], []
+    while j.size:
+        alive = cur >= 0
+        j, cur = j[alive], cur[alive]
+        is_ann = kind[cur] == HostKind.ANNOTATION
+        anns.append(cur[is_ann])
+        ops.append(j[is_ann])
+        cur = parent[cur]
+    a, o = np.concatenate(anns), np.concatenate(ops)
+    if a.size == 0:
+        return []
+    keys, inv = np.unique(np.stack([a, G.device[o].astype(np.int64), G.stream[o].astype(np.int64)]), axis=1,
+                          return_inverse=True)
+    inv = inv.reshape(-1)
+    lo = np.full(keys.shape[1], np.inf)
+    hi = np.full(keys.shape[1], -np.inf)
+    np.minimum.at(lo, inv, run.gpu_start[o])
+    np.maximum.at(hi, inv, run.gpu_end[o])
+    S, names, ext = rg.strings, H.name.tolist(), H.ext_id.tolist()
+    out = []
+    for (h, d, s), t0, t1 in zip(keys.T.tolist(), lo.tolist(), hi.tolist()):
+        out.append({"ph": "X", "cat": "gpu_user_annotation", "name": S[names[h]] if names[h] >= 0 else "?",
+                    "pid": d, "tid": s, "ts": _us(t0), "dur": _us(max(t1 - t0, 0.0)),
+                    "args": {"External id": base + ext[h]} if ext[h] >= 0 else {}})
+    return out
+
+
+def _header(rg: Any, devices: list[int]) -> dict[str, Any]:
     return {
         "schemaVersion": 1,
-        "distributedInfo": {"backend": "nccl", "rank": r, "world_size": rg.world_size},
         "deviceProperties": [{"id": d, "name": rg.device_name} for d in devices],
-        "traceName": f"cosim replay rank {r}",
+        "distributedInfo": {"backend": "nccl", "rank": rg.rank, "world_size": rg.world_size},
+        "traceName": f"cosim replay rank {rg.rank}",
         "displayTimeUnit": "ms",
-        "traceEvents": ev,
     }
 
 
-def _dump(path: Path, obj: dict[str, Any]) -> None:
-    with atomic_open(path, "w") as fh:
+def rank_trace(rg: Any, run: Any) -> dict[str, Any]:
+    """The Kineto-layout trace dict of one simulated rank (what ``timeline/rank{r}.json.gz`` holds)."""
+    host, gpu = rank_events(rg, run)
+    doc = _header(rg, sorted(set(rg.gpu_ops.device.tolist())))
+    doc["traceEvents"] = host + gpu
+    return doc
+
+
+class _TraceWriter:
+    """Streams one chrome-trace JSON document: a header, then events one per line."""
+
+    def __init__(self, fh: IO[bytes], header: dict[str, Any]) -> None:
+        self.fh = fh
+        self.first = True
         # ", " / ": " as Kineto writes them: HTA finds a file's rank with the regex '"rank":\s+(\d+)'
-        json.dump(obj, fh, separators=(", ", ": "))
+        head = json.dumps(header, separators=(", ", ": "))
+        fh.write(head[:-1].encode() + b', "traceEvents": [\n')
+
+    def events(self, evs: list[dict[str, Any]]) -> None:
+        if not evs:
+            return
+        dumps = orjson.dumps
+        body = b",\n".join([dumps(e) for e in evs])
+        self.fh.write(body if self.first else b",\n" + body)
+        self.first = False
+
+    def close(self) -> None:
+        self.fh.write(b"\n]}\n")
+
+
+class _GzipOut:
+    """An atomically replaced gzip file (deterministic: no name, mtime 0), fast compression."""
+
+    LEVEL = 1
+
+    def __init__(self, path: Path) -> None:
+        self._cm = atomic_open(path, "wb", gz=False)
+        raw = self._cm.__enter__()
+        self.gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=self.LEVEL, mtime=0)
+
+    def __enter__(self) -> gzip.GzipFile:
+        return self.gz
+
+    def __exit__(self, *exc: Any) -> bool:
+        try:
+            if exc[0] is None:
+                self.gz.close()
+        finally:
+            self._cm.__exit__(*exc)
+        return False
 
 
 def write_timeline(path: str | Path, result: Any) -> list[Path]:
-    """Write the simulated timeline of ``result`` (a ReplayResult); returns the files written."""
+    """Write the simulated timeline of ``result`` (a ReplayResult); returns the files written.
+
+    ``path`` (``timeline.json.gz``) gets every rank for Perfetto; ``path.parent/timeline/rank{r}.json.gz``
+    one Kineto trace per rank for HTA. Stale ``rank*.json.gz`` files of an earlier run there are removed.
+    """
     path = Path(path)
     ranks = list(zip(result.graph.ranks, result.runs))
-    if len(ranks) == 1:
-        _dump(path, rank_trace(*ranks[0]))
-        return [path]
-    written = []
-    merged: list[dict[str, Any]] = []
-    for rg, run in ranks:
-        tr = rank_trace(rg, run, pid_offset=(rg.rank + 1) * 1000)
-        merged.extend(tr["traceEvents"])
-        p = path.parent / "timeline" / f"rank{rg.rank}.json.gz"
-        _dump(p, rank_trace(rg, run))
-        written.append(p)
-    _dump(path, {"schemaVersion": 1, "traceName": "cosim replay", "displayTimeUnit": "ms", "traceEvents": merged})
+    ids = _Ids(rg for rg, _ in ranks)
+    folder = path.parent / "timeline"
+    written: list[Path] = []
+    single = len(ranks) == 1
+    combined = {"schemaVersion": 1, "traceName": "cosim replay", "displayTimeUnit": "ms"}
+    if single:
+        rg0 = ranks[0][0]
+        combined = _header(rg0, sorted(set(rg0.gpu_ops.device.tolist())))
+    with _GzipOut(path) as cfh:
+        cw = _TraceWriter(cfh, combined)
+        for rg, run in ranks:
+            host, gpu = rank_events(rg, run, ids)
+            devices = sorted(set(rg.gpu_ops.device.tolist()))
+            p = folder / f"rank{rg.rank}.json.gz"
+            with _GzipOut(p) as fh:
+                w = _TraceWriter(fh, _header(rg, devices))
+                w.events(host)
+                w.events(gpu)
+                w.close()
+            written.append(p)
+            gpu.extend(gpu_annotation_events(rg, run, ids))
+            if not single:
+                _renumber(rg.rank, host, gpu)
+            cw.events(host)
+            cw.events(gpu)
+        cw.close()
+    keep = {p.name for p in written}
+    for old in folder.glob("rank*.json.gz"):
+        if re.fullmatch(r"rank\d+\.json\.gz", old.name) and old.name not in keep:
+            old.unlink()
     return [path, *written]
+
+
+def _renumber(rank: int, host: list[dict[str, Any]], gpu: list[dict[str, Any]]) -> None:
+    """Move one rank's events onto its own pids of the combined file (in place)."""
+    off = (rank + 1) * 1000
+    for e in host:
+        e["pid"] = off
+    for e in gpu:
+        e["pid"] = off + 1 + e["pid"]
+    for e in host:
+        if e["ph"] != "M":
+            break
+        if e["name"] == "process_name":
+            e["args"] = {"name": f"rank{rank}.host"}
+        elif e["name"] == "process_sort_index":
+            e["args"] = {"sort_index": off}
+    for e in gpu:
+        if e["ph"] != "M":
+            break
+        if e["name"] == "process_name":
+            e["args"] = {"name": f"rank{rank}.gpu{e['pid'] - off - 1}"}
+        elif e["name"] == "process_sort_index":
+            e["args"] = {"sort_index": e["pid"]}

@@ -62,7 +62,8 @@ class ReplayResult:
         return self._summary
 
     def write(self, out: str | Path, timeline: bool = True) -> dict[str, Path]:
-        """Write ``summary.json`` and ``timeline.json.gz`` into ``out``; returns their paths."""
+        """Write ``summary.json``, ``timeline.json.gz`` (Perfetto) and ``timeline/rank{r}.json.gz`` (HTA) into
+        ``out``; returns their paths (``timeline_ranks``: the folder to give HTA's ``TraceAnalysis``)."""
         from cosim.output.timeline import write_timeline
 
         out = Path(out)
@@ -71,6 +72,7 @@ class ReplayResult:
         if timeline:
             paths["timeline"] = out / "timeline.json.gz"
             write_timeline(paths["timeline"], self)
+            paths["timeline_ranks"] = out / "timeline"
         return paths
 
 

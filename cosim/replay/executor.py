@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,11 +71,13 @@ class RankRun:
     """Thread -> GPU op that released each SYNC event last (-1: nothing to wait for)."""
     launch_latency: float
     launch_latency_source: str
+    coll_algo: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Simulated collectives: GPU op -> (algorithm, protocol) the engine chose (names the timeline's NCCL kernels)."""
 
 
 class _Rank:
-    __slots__ = ("bound", "bound_src", "coll_key", "comm_fallback", "end", "meet", "pending", "prog", "ready",
-                 "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
+    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "end", "meet", "pending", "prog",
+                 "ready", "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
         n = len(rg.gpu_ops)
@@ -99,6 +101,7 @@ class _Rank:
         self.succ = succ
         self.waiters: dict[int, list[list[Any]]] = {}
         self.coll_key: dict[int, Any] = {}
+        self.coll_algo: dict[int, tuple[str, str]] = {}
         self.sync_stall: dict[int, list[float]] = {}
         self.sync_bound: dict[int, list[int]] = {}
         self.sync_watch: dict[int, list[tuple[int, Any]]] = {}
@@ -225,9 +228,11 @@ class Executor:
                 self._drain()
                 return
 
-            def done(_: Any) -> None:
+            def done(fin: Any) -> None:
                 now = self.env.now
+                res = fin.value
                 for rr, jj, st in arr:
+                    rr.coll_algo[jj] = (res.algo, res.proto)
                     if st < t_all:
                         rr.bound[jj] = BOUND_COLL
                     self._finish(rr, jj, st, now, t_all)
@@ -370,4 +375,5 @@ class Executor:
             sync_bound={t: np.asarray(v, dtype=np.int64) for t, v in r.sync_bound.items()},
             launch_latency=prog.launch_latency,
             launch_latency_source=prog.launch_latency_source,
+            coll_algo=dict(r.coll_algo),
         )
