@@ -845,16 +845,96 @@ class Fabric:
         fixed = np.zeros(nlk) if full else np.maximum(self._load[ulinks] - old_load, 0.0)
         rem_cap = np.maximum(capl - fixed, 0.0)
         cap = p.cap[R]
+        grp = p.group[R]
+        if k <= self._DENSE_ROWS:
+            rate = self._fill_dense(m, cap, grp, ent_row, lseg, ns, e_seg, e_link, e_w, nlk, rem_cap, capl)
+        else:
+            rate = self._fill_indexed(m, cap, grp, LS, ns, seg_off, seg_rows, ln, e_off, e_seg, e_link, e_w,
+                                      nlk, lo, l_off, seg_cnt, seg_nrows, cnt, lnk_nseg, rem_cap, capl)
+        new_seg = np.bincount(lseg, weights=(rate * m)[ent_row], minlength=ns)
+        new_load = np.bincount(e_link, weights=new_seg[e_seg] * e_w, minlength=nlk)
+        if full:
+            self._load[:] = 0.0
+            self._load[ulinks] = new_load
+        else:
+            self._load[ulinks] += new_load - old_load
+        return rate
+
+    _DENSE_ROWS = 4096
+    """Solves of at most this many rows use :meth:`_fill_dense` (fewer numpy calls per level)."""
+
+    @staticmethod
+    def _fill_dense(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, ent_row: np.ndarray, lseg: np.ndarray, ns: int,
+                    e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray, nlk: int, rem_cap: np.ndarray,
+                    capl: np.ndarray) -> np.ndarray:
+        """Progressive filling, one round per saturation level over the unfrozen rows' entries:
+        O(levels x (rows + entries)), few numpy calls per round (small solves)."""
+        k = len(m)
+        rate = np.zeros(k)
+        frozen = np.zeros(k, dtype=bool)
+        capped = np.isfinite(cap)
+        any_capped = bool(capped.any())
+        has_groups = bool((grp >= 0).any())
+        ur, us = ent_row, lseg
+        for _ in range(k + nlk + 2):
+            if not ur.size:
+                break
+            seg_cnt = np.bincount(us, weights=m[ur], minlength=ns)
+            cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
+            used = cnt > 0
+            share = np.full(nlk, _INF)
+            share[used] = rem_cap[used] / cnt[used]
+            j = int(np.argmin(share))
+            delta = float(share[j])
+            unf = np.flatnonzero(~frozen)
+            if any_capped:
+                head = cap[unf] - rate[unf]
+                delta = min(delta, float(head.min()))
+            if not math.isfinite(delta):
+                raise RuntimeError("fabric: unbounded flow rate (a flow crosses no capacity-limited link)")
+            rate[unf] += delta
+            rem_cap -= delta * cnt
+            sat = used & (rem_cap <= 1e-9 * capl)
+            newly = np.zeros(k, dtype=bool)
+            if sat.any():
+                seg_sat = np.zeros(ns, dtype=bool)
+                seg_sat[e_seg[sat[e_link]]] = True
+                newly[ur[seg_sat[us]]] = True
+            if any_capped:
+                newly[unf[capped[unf] & (head - delta <= 1e-12 * np.maximum(cap[unf], 1.0))]] = True
+            if has_groups:
+                g = grp[newly]
+                g = g[g >= 0]
+                if g.size:
+                    newly |= np.isin(grp, g)
+            newly &= ~frozen
+            if not newly.any():  # numerical safety: freeze the tightest link's rows
+                seg_j = np.zeros(ns, dtype=bool)
+                seg_j[e_seg[e_link == j]] = True
+                newly[ur[seg_j[us]]] = True
+            frozen |= newly
+            keep = ~frozen[ur]
+            ur, us = ur[keep], us[keep]
+        return rate
+
+    @staticmethod
+    def _fill_indexed(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, seg_off: np.ndarray,
+                      seg_rows: np.ndarray, ln: np.ndarray, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
+                      e_w: np.ndarray, nlk: int, lo: np.ndarray, l_off: np.ndarray, seg_cnt: np.ndarray,
+                      seg_nrows: np.ndarray, cnt: np.ndarray, lnk_nseg: np.ndarray, rem_cap: np.ndarray,
+                      capl: np.ndarray) -> np.ndarray:
+        """Progressive filling driven by saturation events: a round costs O(links of the solve) plus
+        the rows and segments it freezes (each frozen once, found through the segment -> rows and
+        link -> entries indexes): O(rows log rows + entries + levels x links) per solve (big solves)."""
+        k = len(m)
         c_order = np.flatnonzero(np.isfinite(cap))
         c_order = c_order[np.argsort(cap[c_order], kind="stable")]
         c_ptr = 0
-        grp = p.group[R]
         g_rows = g_off = g_of = None
         if (grp >= 0).any():
             ug, g_of = np.unique(np.where(grp >= 0, grp, -1), return_inverse=True)
             g_of = g_of.reshape(-1)
-            gs, g_off = _csr(g_of, len(ug))
-            g_rows = gs
+            g_rows, g_off = _csr(g_of, len(ug))
             if ug[0] < 0:
                 g_of = np.where(grp >= 0, g_of, -1)
         rate = np.zeros(k)
@@ -919,13 +999,6 @@ class Fabric:
                 ee = _ranges(e_off[empty], ln[empty])
                 lnk_nseg -= np.bincount(e_link[ee], minlength=nlk)
                 cnt[lnk_nseg == 0] = 0.0
-        new_seg = np.bincount(lseg, weights=(rate * m)[ent_row], minlength=ns)
-        new_load = np.bincount(e_link, weights=new_seg[e_seg] * e_w, minlength=nlk)
-        if full:
-            self._load[:] = 0.0
-            self._load[ulinks] = new_load
-        else:
-            self._load[ulinks] += new_load - old_load
         return rate
 
     # ---------------------------------------------------------------- reports
