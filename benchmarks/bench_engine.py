@@ -16,7 +16,9 @@ two ways: logical flow events (2 per logical flow + re-solves, what a per-flow
 simulator would process) and simpy events the engine actually processed.
 Sizes up to 256 GPUs use ``dgx-h100-32node`` (its first n GPUs); larger ones a
 ``n/8``-node variant of the same preset written to a temporary topology file.
-``--max-wall`` stops a size after that many seconds of simulation and reports
+``--completion-tolerance`` sets :attr:`FabricConfig.completion_tolerance` (flows
+due within that fraction of their duration end together; 0 = exact). CPU time is
+printed beside wall time (the machine may be shared). ``--max-wall`` stops a size after that many seconds of simulation and reports
 how far it got (for extrapolating runs that would take hours).
 
     python benchmarks/bench_engine.py [--pattern equal|uneven] [--sizes 64,256,1024] [--per-rank 64MiB] [--json]
@@ -64,11 +66,12 @@ def uneven_matrix(n: int, per_rank: float, seed: int):
     return w / w.sum(axis=1, keepdims=True) * per_rank
 
 
-def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float) -> dict[str, Any]:
+def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol: float = 0.0) -> dict[str, Any]:
     import numpy as np
     import simpy
 
     from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.engine.fabric import FabricConfig
 
     t0 = time.perf_counter()
     topo = topology(n)
@@ -77,7 +80,9 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float) -> 
     matrix = uneven_matrix(n, per_rank, seed) if pattern == "uneven" else None
     tracemalloc.start()
     w0 = time.perf_counter()
-    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False))
+    c0 = time.process_time()
+    fcfg = FabricConfig(completion_tolerance=tol) if tol else FabricConfig()
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False, fabric=fcfg))
     fab = sim.fabric
     if not hasattr(fab, "n_rows_solved"):  # the solver before re-solves were selective: every active row
         orig = fab._solve
@@ -104,6 +109,7 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float) -> 
             finished = False
             break
     wall = time.perf_counter() - w0
+    cpu = time.process_time() - c0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     events = fab.n_flows * 2 + fab.n_solves  # logical flow start + end + re-solves
@@ -113,7 +119,7 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float) -> 
     out: dict[str, Any] = {
         "gpus": n, "pattern": pattern, "finished": finished, "flows": fab.n_flows, "rows": fab.n_rows,
         "solves": fab.n_solves, "rows_per_solve": fab.n_rows_solved / max(fab.n_solves, 1),
-        "wall_s": wall, "max_rss_bytes": rss, "topology_load_s": t_topo, "peak_mem_bytes": peak,
+        "wall_s": wall, "cpu_s": cpu, "completion_tolerance": tol, "max_rss_bytes": rss, "topology_load_s": t_topo, "peak_mem_bytes": peak,
         "events_per_wall_s": events / wall if wall > 0 else float("inf"), "simpy_events": steps,
         "simpy_events_per_wall_s": steps / wall if wall > 0 else float("inf")}
     if finished:
@@ -129,7 +135,7 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float) -> 
 
 def _line(r: dict[str, Any]) -> str:
     s = (f"{r['gpus']:>5} GPUs {r['pattern']:>6}  flows {r['flows']:>8}  rows {r['rows']:>8}  solves {r['solves']:>7}  "
-         f"rows/solve {r['rows_per_solve']:>10.1f}  wall {r['wall_s']:8.2f} s  "
+         f"rows/solve {r['rows_per_solve']:>10.1f}  wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
          f"peak mem {units.fmt_size(r['peak_mem_bytes']):>10}  max RSS {units.fmt_size(r['max_rss_bytes']):>10}  "
          f"sim {units.fmt_time(r['sim_time_s']):>9}  ")
     if r["finished"]:
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="64,256,1024", help="GPU counts")
     ap.add_argument("--per-rank", default="64MiB", help="all-to-all send buffer per rank")
     ap.add_argument("--seed", type=int, default=0, help="seed of the uneven splits")
+    ap.add_argument("--completion-tolerance", type=float, default=0.0,
+                    help="FabricConfig.completion_tolerance (0: exact completion times)")
     ap.add_argument("--max-wall", type=float, default=0.0, help="stop a size after this many seconds (0: never)")
     ap.add_argument("--in-process", action="store_true", help="run every size in this process (peak RSS is then "
                     "the running maximum)")
@@ -164,10 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in counts:
         if args.in_process or len(counts) == 1:
-            rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall))
+            rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall, args.completion_tolerance))
         else:  # a fresh process per size: honest peak RSS
             cmd = [sys.executable, __file__, "--pattern", args.pattern, "--sizes", str(n), "--per-rank",
-                   args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall), "--json"]
+                   args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall),
+                   "--completion-tolerance", str(args.completion_tolerance), "--json"]
             rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
                         ["results"][0])
         if not args.json:

@@ -82,7 +82,9 @@ class FabricConfig:
     channels spread over all NVLinks/NVSwitch planes; adaptive routing); "hash"
     puts it on one path chosen by a deterministic key (ECMP)."""
     max_paths: int = 8
-    """At most this many equal-cost paths per transfer with ``multipath="split"``."""
+    """At most this many equal-cost paths per transfer with ``multipath="split"``. On
+    cluster fabrics the leaf -> spine -> leaf bundle always spreads over every spine
+    (switch ECMP / adaptive routing use all uplinks; capping it would leave spines idle)."""
     router: str = "auto"
     """"auto": on multi-node topologies compose paths from cached segments
     (:class:`cosim.engine.topoview.ClusterRouter`, fast for all-to-all on big
@@ -323,13 +325,16 @@ class Fabric:
             raise ValueError(f"path {list(path)} uses a missing edge {exc.args[0]}") from None
 
     # --------------------------------------------------------------- segments
-    def segment(self, key: Any, paths: Sequence[Sequence[str]]) -> int:
+    def segment(self, key: Any, paths: Sequence[Sequence[str]], *, all_paths: bool = False) -> int:
         """Id of the segment ``key``: ``paths`` bundled (bytes split in proportion to
-        each path's idle bottleneck capacity; at most ``max_paths`` paths). Cached by key."""
+        each path's idle bottleneck capacity; at most ``max_paths`` paths unless
+        ``all_paths``). Cached by key."""
         sid = self._seg_ids.get(key)
         if sid is not None:
             return sid
-        ps = [list(p) for p in paths][: self.config.max_paths]
+        ps = [list(p) for p in paths]
+        if not all_paths:
+            ps = ps[: self.config.max_paths]
         links = [self.path_links(p) for p in ps]
         caps = np.array([self.capacity[li].min() if len(li) else _INF for li in links])
         if not np.all(np.isfinite(caps)) or caps.sum() <= 0:
@@ -407,7 +412,8 @@ class Fabric:
                 mids = np.empty(len(uc), dtype=np.int64)
                 for k, cc in enumerate(uc.tolist()):
                     la, lb = leaves[cc // nleaf], leaves[cc % nleaf]
-                    mids[k] = -1 if la == lb else self.segment(("mid", la, lb), r.mid_paths(la, lb))
+                    mids[k] = -1 if la == lb else self.segment(("mid", la, lb), r.mid_paths(la, lb),
+                                                                           all_paths=True)
                 out[c, 1] = mids[inv]
             rest = rest[~cross]
         if rest.size:
