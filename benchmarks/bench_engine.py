@@ -66,7 +66,8 @@ def uneven_matrix(n: int, per_rank: float, seed: int):
     return w / w.sum(axis=1, keepdims=True) * per_rank
 
 
-def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol: float = 0.0) -> dict[str, Any]:
+def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol: float = 0.0,
+          progress: bool = False) -> dict[str, Any]:
     import numpy as np
     import simpy
 
@@ -97,17 +98,25 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol
         ev = sim.collective("all_to_all", ranks, per_rank, proto="simple")
     else:
         ev = sim.collective("all_to_allv", ranks, matrix=matrix, proto="simple")
+    from tqdm import tqdm
+
     steps = 0
     finished = True
+    bar = tqdm(total=fab.n_rows, desc=f"{pattern} all-to-all x{n}", unit="row", file=sys.stderr, disable=not progress,
+               leave=False, mininterval=1.0)
     while True:  # sim.run(), counting the simpy events it processes
         try:
             sim.env.step()
         except simpy.core.EmptySchedule:
             break
         steps += 1
+        if progress and not steps % 16:
+            bar.total = fab.n_rows
+            bar.update(fab.n_rows - fab.active_flows - bar.n)
         if max_wall and not steps % 64 and time.perf_counter() - w0 > max_wall:
             finished = False
             break
+    bar.close()
     wall = time.perf_counter() - w0
     cpu = time.process_time() - c0
     _, peak = tracemalloc.get_traced_memory()
@@ -172,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in counts:
         if args.in_process or len(counts) == 1:
-            rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall, args.completion_tolerance))
+            rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall, args.completion_tolerance,
+                              progress=not args.json))
         else:  # a fresh process per size: honest peak RSS
             cmd = [sys.executable, __file__, "--pattern", args.pattern, "--sizes", str(n), "--per-rank",
                    args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall),
                    "--completion-tolerance", str(args.completion_tolerance), "--json"]
-            rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            rows.append(json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
                         ["results"][0])
         if not args.json:
             print(_line(rows[-1]), flush=True)
