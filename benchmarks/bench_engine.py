@@ -1,25 +1,40 @@
-"""Engine benchmark (not a test): all-to-all among 64, 256 and 1024 GPUs of DGX H100 clusters.
+"""Engine benchmark (not a test): all-to-all on DGX H100 clusters, equal or uneven per-peer splits.
 
-Prints wall time, peak Python memory (tracemalloc, includes numpy arrays), the
-process's peak RSS, logical flows, solver rows (flow classes), rate re-solves
-and simulated events per wall second, two ways: logical flow events (2 per logical flow + re-solves, what a
-per-flow simulator would process) and simpy events the engine actually processed (the fabric moves a collective's
-phase as one vectorized event). 64 and 256 GPUs use ``dgx-h100-32node``
-(first 8 nodes / all 32 nodes); 1024 GPUs a 128-node variant of the same
-preset written to a temporary topology file.
+``--pattern equal`` (default): nccl-tests' all-to-all, ``--per-rank`` bytes split
+equally over the peers (every flow ends at once). ``--pattern uneven``: an
+all-to-allv whose per-peer byte counts are random (what MoE routing produces):
+row i of the byte matrix is ``--per-rank`` bytes split over the n-1 peers in
+proportion to uniform(0, 1) draws from ``numpy.random.default_rng(--seed)``, so
+flows end one after another and the fabric re-solves rates at every completion.
 
-    python benchmarks/bench_engine.py [--sizes 64,256,1024] [--per-rank 64MiB] [--json]
+Printed per size: wall time of the simulation (topology loading excluded),
+logical flows, solver rows (flow classes), rate re-solves, rows touched per
+solve (the rows whose rate a solve recomputed, averaged), peak Python memory
+(tracemalloc, includes numpy arrays), the process's peak RSS (each size runs in
+its own process), simulated time and bus bandwidth, and events per wall second
+two ways: logical flow events (2 per logical flow + re-solves, what a per-flow
+simulator would process) and simpy events the engine actually processed.
+Sizes up to 256 GPUs use ``dgx-h100-32node`` (its first n GPUs); larger ones a
+``n/8``-node variant of the same preset written to a temporary topology file.
+``--completion-tolerance`` sets :attr:`FabricConfig.completion_tolerance` (flows
+due within that fraction of their duration end together; 0 = exact). CPU time is
+printed beside wall time (the machine may be shared). ``--max-wall`` stops a size after that many seconds of simulation and reports
+how far it got (for extrapolating runs that would take hours).
+
+    python benchmarks/bench_engine.py [--pattern equal|uneven] [--sizes 64,256,1024] [--per-rank 64MiB] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cosim import units
@@ -30,7 +45,7 @@ def topology(n_gpus: int):
 
     if n_gpus <= 256:
         return load_topology("dgx-h100-32node")
-    nodes = n_gpus // 8
+    nodes = -(-n_gpus // 8)
     text = (f"name: dgx-h100-{nodes}node\n"
             f"description: \"{nodes}x DGX H100, rail-optimized NDR400 (benchmark variant of dgx-h100-32node)\"\n"
             "source: \"cosim benchmark: dgx-h100-32node with more nodes\"\n"
@@ -42,45 +57,116 @@ def topology(n_gpus: int):
     return load_topology(p)
 
 
-def bench(n: int, per_rank: float) -> dict:
+def uneven_matrix(n: int, per_rank: float, seed: int):
+    """Per-peer bytes: row i splits ``per_rank`` over the other ranks in proportion to uniform draws."""
+    import numpy as np
+
+    w = np.random.default_rng(seed).random((n, n))
+    np.fill_diagonal(w, 0.0)
+    return w / w.sum(axis=1, keepdims=True) * per_rank
+
+
+def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol: float = 0.0,
+          progress: bool = False) -> dict[str, Any]:
+    import numpy as np
+    import simpy
+
     from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.engine.fabric import FabricConfig
 
     t0 = time.perf_counter()
     topo = topology(n)
     t_topo = time.perf_counter() - t0
+    ranks = topo.gpus[:n]
+    matrix = uneven_matrix(n, per_rank, seed) if pattern == "uneven" else None
     tracemalloc.start()
     w0 = time.perf_counter()
-    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False))
-    ranks = topo.gpus[:n]
-    ev = sim.collective("all_to_all", ranks, per_rank, proto="simple")
-    import simpy
+    c0 = time.process_time()
+    fcfg = FabricConfig(completion_tolerance=tol) if tol else FabricConfig()
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False, fabric=fcfg))
+    fab = sim.fabric
+    if not hasattr(fab, "n_rows_solved"):  # the solver before re-solves were selective: every active row
+        orig = fab._solve
+        fab.n_rows_solved = 0
+
+        def counted() -> None:
+            fab.n_rows_solved += fab._n_active
+            orig()
+
+        fab._solve = counted
+    if matrix is None:
+        ev = sim.collective("all_to_all", ranks, per_rank, proto="simple")
+    else:
+        ev = sim.collective("all_to_allv", ranks, matrix=matrix, proto="simple")
+    from tqdm import tqdm
 
     steps = 0
+    finished = True
+    bar = tqdm(total=fab.n_rows, desc=f"{pattern} all-to-all x{n}", unit="row", file=sys.stderr, disable=not progress,
+               leave=False, mininterval=1.0)
     while True:  # sim.run(), counting the simpy events it processes
         try:
             sim.env.step()
         except simpy.core.EmptySchedule:
             break
         steps += 1
+        if progress and not steps % 16:
+            bar.total = fab.n_rows
+            bar.update(fab.n_rows - fab.active_flows - bar.n)
+        if max_wall and not steps % 64 and time.perf_counter() - w0 > max_wall:
+            finished = False
+            break
+    bar.close()
     wall = time.perf_counter() - w0
+    cpu = time.process_time() - c0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    r = ev.value
-    events = sim.fabric.n_flows * 2 + sim.fabric.n_solves  # logical flow start + end + re-solves
+    events = fab.n_flows * 2 + fab.n_solves  # logical flow start + end + re-solves
     import resource
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"gpus": n, "flows": sim.fabric.n_flows, "rows": sim.fabric.n_rows, "solves": sim.fabric.n_solves,
-            "wall_s": wall, "max_rss_bytes": rss,
-            "topology_load_s": t_topo, "peak_mem_bytes": peak, "sim_time_s": r.time, "busbw_Bps": r.busbw,
-            "events_per_wall_s": events / wall if wall > 0 else float("inf"), "simpy_events": steps,
-            "simpy_events_per_wall_s": steps / wall if wall > 0 else float("inf")}
+    out: dict[str, Any] = {
+        "gpus": n, "pattern": pattern, "finished": finished, "flows": fab.n_flows, "rows": fab.n_rows,
+        "solves": fab.n_solves, "rows_per_solve": fab.n_rows_solved / max(fab.n_solves, 1),
+        "wall_s": wall, "cpu_s": cpu, "completion_tolerance": tol, "max_rss_bytes": rss, "topology_load_s": t_topo, "peak_mem_bytes": peak,
+        "events_per_wall_s": events / wall if wall > 0 else float("inf"), "simpy_events": steps,
+        "simpy_events_per_wall_s": steps / wall if wall > 0 else float("inf")}
+    if finished:
+        r = ev.value
+        out.update(sim_time_s=r.time, busbw_Bps=r.busbw)
+    else:
+        out["rows_done_fraction"] = 1.0 - fab.active_flows / max(fab.n_rows, 1)
+        out["sim_time_s"] = float(sim.env.now)
+    if matrix is not None:
+        out["matrix_checksum"] = float(np.asarray(matrix).sum())
+    return out
+
+
+def _line(r: dict[str, Any]) -> str:
+    s = (f"{r['gpus']:>5} GPUs {r['pattern']:>6}  flows {r['flows']:>8}  rows {r['rows']:>8}  solves {r['solves']:>7}  "
+         f"rows/solve {r['rows_per_solve']:>10.1f}  wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
+         f"peak mem {units.fmt_size(r['peak_mem_bytes']):>10}  max RSS {units.fmt_size(r['max_rss_bytes']):>10}  "
+         f"sim {units.fmt_time(r['sim_time_s']):>9}  ")
+    if r["finished"]:
+        s += f"busbw {units.fmt_bandwidth(r['busbw_Bps']):>10}  "
+    else:
+        s += f"STOPPED at --max-wall, {100 * r['rows_done_fraction']:.1f}% of rows done  "
+    return s + (f"flow events/s {r['events_per_wall_s']:,.0f}  simpy events {r['simpy_events']:,} "
+                f"({r['simpy_events_per_wall_s']:,.0f}/s)  (topology load {r['topology_load_s']:.2f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pattern", choices=("equal", "uneven"), default="equal",
+                    help="equal: all-to-all; uneven: all-to-allv with random per-peer splits")
     ap.add_argument("--sizes", default="64,256,1024", help="GPU counts")
     ap.add_argument("--per-rank", default="64MiB", help="all-to-all send buffer per rank")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the uneven splits")
+    ap.add_argument("--completion-tolerance", type=float, default=0.0,
+                    help="FabricConfig.completion_tolerance (0: exact completion times)")
+    ap.add_argument("--max-wall", type=float, default=0.0, help="stop a size after this many seconds (0: never)")
+    ap.add_argument("--in-process", action="store_true", help="run every size in this process (peak RSS is then "
+                    "the running maximum)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -94,17 +180,20 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--sizes: each GPU count must be >= 2")
     rows = []
     for n in counts:
-        rows.append(bench(n, per_rank))
+        if args.in_process or len(counts) == 1:
+            rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall, args.completion_tolerance,
+                              progress=not args.json))
+        else:  # a fresh process per size: honest peak RSS
+            cmd = [sys.executable, __file__, "--pattern", args.pattern, "--sizes", str(n), "--per-rank",
+                   args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall),
+                   "--completion-tolerance", str(args.completion_tolerance), "--json"]
+            rows.append(json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+                        ["results"][0])
         if not args.json:
-            r = rows[-1]
-            print(f"{r['gpus']:>5} GPUs  flows {r['flows']:>8}  rows {r['rows']:>8}  solves {r['solves']:>4}  "
-                  f"wall {r['wall_s']:8.2f} s  peak mem {units.fmt_size(r['peak_mem_bytes']):>10}  "
-                  f"max RSS {units.fmt_size(r['max_rss_bytes']):>10}  sim {units.fmt_time(r['sim_time_s']):>9}  "
-                  f"busbw {units.fmt_bandwidth(r['busbw_Bps']):>10}  flow events/s {r['events_per_wall_s']:,.0f}  "
-                  f"simpy events {r['simpy_events']:,} ({r['simpy_events_per_wall_s']:,.0f}/s)  "
-                  f"(topology load {r['topology_load_s']:.2f} s)", flush=True)
+            print(_line(rows[-1]), flush=True)
     if args.json:
-        json.dump({"benchmark": "all_to_all", "per_rank_bytes": per_rank, "results": rows}, sys.stdout, indent=2)
+        json.dump({"benchmark": f"all_to_all ({args.pattern})", "per_rank_bytes": per_rank, "seed": args.seed,
+                   "results": rows}, sys.stdout, indent=2)
         print()
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import networkx as nx
 import pytest
@@ -205,3 +206,125 @@ def test_deterministic():
         return sorted(run_flows(fab, specs).items())
 
     assert once() == once()
+
+
+# ----------------------------------------------------------------- selective re-solves
+
+
+def test_arrival_on_disjoint_links_changes_nothing_else():
+    """f1 alone on a->b (10 GB/s, 1 GB) ends at exactly 0.1 s whether or not f2 starts at 0.05 s on the
+    disjoint c->d; the solve at f2's arrival re-rates f2 only (its own component)."""
+    def once(with_f2: bool) -> tuple[dict[str, float], int]:
+        g = chain("a", "b")
+        add_link(g, "c", "d", 10 * GB)
+        env = simpy.Environment()
+        fab = Fabric(env, g)
+        specs = [("f1", "a", "b", 1e9, 0.0)] + ([("f2", "c", "d", 2e9, 0.05)] if with_f2 else [])
+        out = run_flows(fab, specs)
+        return out, fab.n_rows_solved
+
+    alone, solved_alone = once(False)
+    both, solved_both = once(True)
+    assert alone["f1"] == both["f1"] == 0.1
+    assert both["f2"] == pytest.approx(0.05 + 0.2)
+    assert solved_alone == 1 and solved_both == 2  # one row per solve: f1 at 0, f2 at 0.05
+
+
+def test_departure_re_rates_only_rows_at_or_above_its_rate():
+    """Links s->m 10, m->t 2, m->u 10 GB/s. P: s->t, Q: m->t, X and Y: s->u. Water filling: m->t gives
+    P = Q = 1; s->m leaves 9 for X, Y: 4.5 each. Y (0.45 GB) ends at 0.1 s; X (1 GB) has 0.55 GB left and
+    gets all 9 GB/s: ends at 0.1 + 0.55 / 9. P and Q (rate 1 < 4.5) keep their rates and are not re-solved;
+    P, Q (0.5 GB at 1 GB/s) end at 0.5 s. All four flows are one component (P shares s->m with X)."""
+    g = nx.DiGraph()
+    add_link(g, "s", "m", 10 * GB)
+    add_link(g, "m", "t", 2 * GB)
+    add_link(g, "m", "u", 10 * GB)
+    env = simpy.Environment()
+    fab = Fabric(env, g)
+    solved = []
+    orig = fab._solve
+
+    def solve() -> None:
+        before = fab.n_rows_solved
+        orig()
+        solved.append((env.now, fab.n_rows_solved - before))
+
+    fab._solve = solve  # type: ignore[method-assign]
+    out = run_flows(fab, [("P", "s", "t", 0.5e9, 0.0), ("Q", "m", "t", 0.5e9, 0.0), ("X", "s", "u", 1e9, 0.0),
+                          ("Y", "s", "u", 0.45e9, 0.0)])
+    assert out["Y"] == pytest.approx(0.1, rel=1e-12)
+    assert out["X"] == pytest.approx(0.1 + 0.55 / 9, rel=1e-12)
+    assert out["P"] == pytest.approx(0.5, rel=1e-12) and out["Q"] == pytest.approx(0.5, rel=1e-12)
+    assert solved[0] == (0.0, 4)
+    assert solved[1] == (pytest.approx(0.1), 1)  # Y left: only X re-rated
+
+
+def test_completion_tolerance_batches_nearby_ends_and_keeps_bytes():
+    """Two flows on one 10 GB/s link, 1 GB and 1.0005 GB: exact, the first ends at 0.2 s and the second
+    0.0005 GB later at full rate (0.20005 s). With completion_tolerance 1e-3 the second is due within 0.1% of
+    its duration at the first end, so both end at 0.2 s; the link still counts every byte."""
+    def once(tol: float) -> tuple[dict[str, float], float]:
+        env = simpy.Environment()
+        fab = Fabric(env, chain("a", "b"), FabricConfig(completion_tolerance=tol))
+        out = run_flows(fab, [("f1", "a", "b", 1e9, 0.0), ("f2", "a", "b", 1.0005e9, 0.0)])
+        return out, fab.link("a", "b").bytes
+
+    exact, b0 = once(0.0)
+    assert exact["f1"] == pytest.approx(0.2) and exact["f2"] == pytest.approx(0.2 + 0.0005e9 / (10 * GB))
+    batched, b1 = once(1e-3)
+    assert batched == {"f1": pytest.approx(0.2), "f2": pytest.approx(0.2)}
+    assert b0 == pytest.approx(2.0005e9) and b1 == pytest.approx(2.0005e9)
+
+
+def test_indexed_and_dense_filling_agree(monkeypatch: pytest.MonkeyPatch):
+    """The event-driven filling used for big solves gives the dense one's max-min rates (random flows on a
+    two-level tree with caps and a coupled group)."""
+    import numpy as np
+
+    def rates(dense_rows: int) -> list[float]:
+        monkeypatch.setattr(Fabric, "_DENSE_ROWS", dense_rows)
+        g = nx.DiGraph()
+        for i in range(8):
+            add_link(g, f"h{i}", f"l{i // 4}", (i + 1) * GB)
+        add_link(g, "l0", "sp", 6 * GB)
+        add_link(g, "l1", "sp", 9 * GB)
+        env = simpy.Environment()
+        fab = Fabric(env, g)
+        rng = np.random.default_rng(1)
+        grp = fab.new_group()
+        for k in range(40):
+            i, j = rng.choice(8, 2, replace=False)
+            fab.transfer(f"h{i}", f"h{j}", 1e12, name=f"f{k}", max_rate=(0.3 * GB if k % 7 == 0 else math.inf),
+                         group=grp if k % 11 == 0 else -1)
+        env.run(until=1e-6)
+        p = fab._rows
+        return p.rate[: p.size].tolist()
+
+    assert rates(0) == pytest.approx(rates(10**9), rel=1e-9)
+
+
+def test_spine_bundle_uses_every_spine():
+    """dgx-h100-32node: rail 0's leaf has 32 uplinks (8 to each of 4 spines) of 50 GB/s x 0.72 (NDR400
+    efficiency) = 1152 GB/s, exactly its 32 NICs' 36 GB/s: non-blocking. 32 flows of 1 GiB from node k gpu0
+    (rail 0) to node k+1 gpu1 (rail 1) all cross the spines; each is NIC-bound at 36 GB/s and ends at
+    1 GiB / 36 GB/s even with max_paths=1 (the leaf -> spine -> leaf bundle spreads over all 4 spines, not
+    one: one spine would give 8 x 36 / 32 = 9 GB/s each). Each leaf0 -> spine edge carries 32 GiB / 4."""
+    import numpy as np
+
+    from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100-32node")
+    sim = Simulator(topo, SimConfig(fabric=FabricConfig(max_paths=1), record_trace=False))
+    fab = sim.fabric
+    names = [f"node{k}.gpu0" for k in range(32)] + [f"node{(k + 1) % 32}.gpu1" for k in range(32)]
+    segs = fab.route_segments(names, np.arange(32), np.arange(32, 64))
+    ev = fab.start_rows(segs, np.full(32, float(2**30)), link_latency=False)
+    sim.run()
+    assert ev.triggered
+    nic_rate = 50e9 * 0.72
+    assert sim.env.now == pytest.approx(2**30 / nic_rate, rel=1e-9)
+    spines = [v for v in topo.graph.successors("fabric.leaf0") if "spine" in v]
+    assert len(spines) == 4
+    for s in spines:
+        assert fab.link("fabric.leaf0", s).bytes == pytest.approx(32 * 2**30 / 4, rel=1e-9)

@@ -132,6 +132,22 @@ def test_engine_routes_equal_a_simulated_collective() -> None:
             assert f == want[k].peak_flows
 
 
+@pytest.mark.parametrize("op", ["all_to_all", "all_reduce", "all_gather"])
+def test_analytic_attribution_equals_solved_probe_across_nodes(op: str) -> None:
+    """dgx-h100-4node (32 GPUs, rail-optimized): the analytic attribution (no rate solve) puts the same
+    wire bytes and peak flows on every link as running the collective on the scratch fabric."""
+    topo = load_topology("dgx-h100-4node")
+    a, b = EngineRoutes(topo), EngineRoutes(topo, solve=True)
+    solves = b.fabric.n_solves
+    for nb in (1e6, 256e6):
+        ia, wa, fa = a.collective(op, topo.gpus, nb)
+        ib, wb, fb = b.collective(op, topo.gpus, nb)
+        assert ia.tolist() == ib.tolist()
+        assert wa == pytest.approx(wb, rel=1e-9)
+        assert fa.tolist() == fb.tolist()
+    assert a.fabric.n_solves == 0 and b.fabric.n_solves > solves
+
+
 @pytest.fixture(scope="module")
 def dlrm() -> Any:
     root = shared_dir()

@@ -82,7 +82,9 @@ class FabricConfig:
     channels spread over all NVLinks/NVSwitch planes; adaptive routing); "hash"
     puts it on one path chosen by a deterministic key (ECMP)."""
     max_paths: int = 8
-    """At most this many equal-cost paths per transfer with ``multipath="split"``."""
+    """At most this many equal-cost paths per transfer with ``multipath="split"``. On
+    cluster fabrics the leaf -> spine -> leaf bundle always spreads over every spine
+    (switch ECMP / adaptive routing use all uplinks; capping it would leave spines idle)."""
     router: str = "auto"
     """"auto": on multi-node topologies compose paths from cached segments
     (:class:`cosim.engine.topoview.ClusterRouter`, fast for all-to-all on big
@@ -90,6 +92,12 @@ class FabricConfig:
     time_tolerance: float = 1e-12
     """A flow whose remaining time at its current rate is below this (seconds)
     counts as finished; absorbs floating-point round-off."""
+    completion_tolerance: float = 0.0
+    """Relative completion window: at each completion, every flow whose own end is due
+    within this fraction of its duration so far also ends (its last bytes are counted on
+    its links at once). Rates stay exact max-min; a flow's end is early by at most this
+    fraction of its duration. 0 (default): exact; 1e-3 batches the ~1M distinct
+    completions of an uneven all-to-all among 1024 GPUs into a few thousand solves."""
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_scale > 0 and math.isfinite(self.bandwidth_scale)):
@@ -100,6 +108,8 @@ class FabricConfig:
             raise ValueError(f"multipath must be 'split' or 'hash', got {self.multipath!r}")
         if self.router not in ("auto", "topology"):
             raise ValueError(f"router must be 'auto' or 'topology', got {self.router!r}")
+        if not (0 <= self.completion_tolerance < 1):
+            raise ValueError(f"completion_tolerance must be in [0, 1), got {self.completion_tolerance}")
         if self.max_paths < 1:
             raise ValueError(f"max_paths must be >= 1, got {self.max_paths}")
 
@@ -142,21 +152,29 @@ _K = 3
 
 @dataclass
 class _Rows:
-    """Growable struct-of-arrays of flow classes (rows)."""
+    """Growable struct-of-arrays of flow classes (rows).
+
+    Remaining bytes are lazy (SimGrid's lazy action update): ``rem`` is what was left
+    at time ``t0``, when the row's ``rate`` was last set; ``tend`` is the predicted end
+    of its bandwidth phase at that rate. A solve touches only the rows it re-rates."""
 
     size: int = 0
     rem: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    t0: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tend: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tbeg: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rate: np.ndarray = field(default_factory=lambda: np.zeros(0))
     cap: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mult: np.ndarray = field(default_factory=lambda: np.zeros(0))
     lat: np.ndarray = field(default_factory=lambda: np.zeros(0))
     group: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     batch: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     active: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     seg: np.ndarray = field(default_factory=lambda: np.zeros((0, _K), dtype=np.int64))
 
-    _FILL = {"rem": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0, "group": -1, "batch": -1,
-             "active": False, "seg": -1}
+    _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
+             "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -176,6 +194,22 @@ class _Rows:
             b[: len(idx)] = a[idx]
             setattr(self, name, b)
         self.size = len(idx)
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(starts[i], starts[i] + lens[i])`` over i."""
+    tot = int(lens.sum())
+    if not tot:
+        return np.zeros(0, dtype=np.int64)
+    return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(tot)
+
+
+def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, offsets): positions of ``keys`` grouped by key value 0..n-1 (stable)."""
+    order = np.argsort(keys, kind="stable")
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=off[1:])
+    return order, off
 
 
 class Fabric:
@@ -241,6 +275,9 @@ class Fabric:
         self._se_seg = np.zeros(0, dtype=np.int64)
         self._se_link = np.zeros(0, dtype=np.int64)
         self._se_w = np.zeros(0)
+        self._se_off = np.zeros(1, dtype=np.int64)  # segment -> its entries (CSR offsets)
+        self._seg_m = np.zeros(0)  # active multiplicity per segment
+        self._link_comp = np.zeros(len(self.links), dtype=np.int64)
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
         # rows and batches
@@ -260,6 +297,10 @@ class Fabric:
         """Logical flows started so far (a row of multiplicity m counts m)."""
         self.n_rows = 0
         """Solver rows (flow classes) started so far."""
+        self.n_rows_solved = 0
+        """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
+        self._arrived: list[np.ndarray] = []  # rows started since the last solve
+        self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
 
     # ------------------------------------------------------------------ paths
     def paths(self, src: str, dst: str) -> list[list[str]]:
@@ -284,13 +325,16 @@ class Fabric:
             raise ValueError(f"path {list(path)} uses a missing edge {exc.args[0]}") from None
 
     # --------------------------------------------------------------- segments
-    def segment(self, key: Any, paths: Sequence[Sequence[str]]) -> int:
+    def segment(self, key: Any, paths: Sequence[Sequence[str]], *, all_paths: bool = False) -> int:
         """Id of the segment ``key``: ``paths`` bundled (bytes split in proportion to
-        each path's idle bottleneck capacity; at most ``max_paths`` paths). Cached by key."""
+        each path's idle bottleneck capacity; at most ``max_paths`` paths unless
+        ``all_paths``). Cached by key."""
         sid = self._seg_ids.get(key)
         if sid is not None:
             return sid
-        ps = [list(p) for p in paths][: self.config.max_paths]
+        ps = [list(p) for p in paths]
+        if not all_paths:
+            ps = ps[: self.config.max_paths]
         links = [self.path_links(p) for p in ps]
         caps = np.array([self.capacity[li].min() if len(li) else _INF for li in links])
         if not np.all(np.isfinite(caps)) or caps.sum() <= 0:
@@ -368,7 +412,8 @@ class Fabric:
                 mids = np.empty(len(uc), dtype=np.int64)
                 for k, cc in enumerate(uc.tolist()):
                     la, lb = leaves[cc // nleaf], leaves[cc % nleaf]
-                    mids[k] = -1 if la == lb else self.segment(("mid", la, lb), r.mid_paths(la, lb))
+                    mids[k] = -1 if la == lb else self.segment(("mid", la, lb), r.mid_paths(la, lb),
+                                                                           all_paths=True)
                 out[c, 1] = mids[inv]
             rest = rest[~cross]
         if rest.size:
@@ -514,6 +559,10 @@ class Fabric:
         p.grow(s0 + k)
         sl = slice(s0, s0 + k)
         p.rem[sl] = wire
+        p.t0[sl] = env.now
+        p.tbeg[sl] = env.now
+        p.tend[sl] = _INF
+        p.comp[sl] = -1
         p.rate[sl] = 0.0
         p.cap[sl] = max_rate / efficiency if math.isfinite(max_rate) else _INF
         p.mult[sl] = mult
@@ -525,6 +574,9 @@ class Fabric:
         p.size = s0 + k
         self._n_active += k
         self.n_rows += k
+        self._arrived.append(np.arange(s0, s0 + k))
+        self._seg_flows(segs, mult, +1.0)
+        np.maximum(self.peak_flows, np.rint(self._nflows).astype(np.int64), out=self.peak_flows)
         self._request_solve()
         return ev
 
@@ -552,6 +604,36 @@ class Fabric:
             self._se_link = np.concatenate([self._se_link, *(x[1] for x in self._se_parts)])
             self._se_w = np.concatenate([self._se_w, *(x[2] for x in self._se_parts)])
             self._se_parts.clear()
+            nseg = len(self._seg_lat)
+            self._se_off = np.searchsorted(self._se_seg, np.arange(nseg + 1)).astype(np.int64)
+            self._seg_m = np.concatenate([self._seg_m, np.zeros(nseg - len(self._seg_m))])
+
+    def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
+        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it)."""
+        nl = len(self.links)
+        ok = segs >= 0
+        if not ok.all():
+            segs, vals = segs[ok], vals[ok]
+        if not segs.size:
+            return np.zeros(nl)
+        us, inv = np.unique(segs, return_inverse=True)
+        v = np.bincount(inv.reshape(-1), weights=vals, minlength=len(us))
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        e = _ranges(st, ln)
+        w = np.repeat(v, ln)
+        if weighted:
+            w = w * self._se_w[e]
+        return np.bincount(self._se_link[e], weights=w, minlength=nl)
+
+    def _seg_flows(self, segs: np.ndarray, mult: np.ndarray, sign: float) -> None:
+        """Add (sign +1) or remove (-1) rows' multiplicity on their segments and links' flow counts."""
+        s = segs.reshape(-1)
+        m = np.repeat(mult, _K)
+        ok = s >= 0
+        s, m = s[ok], m[ok]
+        self._seg_m += sign * np.bincount(s, weights=m, minlength=len(self._seg_m))
+        self._nflows += sign * self._to_links(s, m, weighted=False)
 
     # ----------------------------------------------------------------- solver
     def _request_solve(self) -> None:
@@ -570,42 +652,52 @@ class Fabric:
         self._solve_and_schedule()
 
     def _advance(self) -> None:
-        """Move remaining bytes and counters forward to ``env.now``."""
+        """Move the link counters forward to ``env.now`` (rows' bytes are lazy: see :class:`_Rows`)."""
         now = self.env.now
         dt = now - self._t_last
         if dt > 0 and self._n_active:
-            p = self._rows
-            n = p.size
-            p.rem[:n] -= p.rate[:n] * dt
             self.bytes_moved += self._load * dt
-            self.busy_time += (self._nflows > 0) * dt
+            self.busy_time += (self._nflows > 0.5) * dt
         self._t_last = now
 
     def _complete_finished(self) -> None:
+        """End the bandwidth phase of every row due now (within the tolerances)."""
         if not self._n_active:
             return
         p = self._rows
         n = p.size
+        now = self.env.now
         act = p.active[:n]
-        rate = p.rate[:n]
-        rem = p.rem[:n]
-        fin = act & ((rem <= 1e-6) | ((rate > 0) & (rem <= rate * self.config.time_tolerance)))
+        tend, rate = p.tend[:n], p.rate[:n]
+        rem = p.rem[:n] - rate * (now - p.t0[:n])
+        with np.errstate(invalid="ignore"):
+            slack = np.maximum(self.config.time_tolerance, self.config.completion_tolerance * (tend - p.tbeg[:n]))
+            fin = act & ((rem <= 1e-6) | (np.isfinite(tend) & (tend - now <= slack)))
         idx = np.flatnonzero(fin)
         if not idx.size:
             return
+        segs, m, r = p.seg[idx], p.mult[idx], rate[idx]
+        left = np.maximum(rem[idx], 0.0)
+        if (left > 0).any():  # bytes of rows ended early (within the tolerance) still cross their links
+            self.bytes_moved += self._to_links(segs.reshape(-1), np.repeat(left * m, _K))
+        self._load -= self._to_links(segs.reshape(-1), np.repeat(r * m, _K))
+        self._seg_flows(segs, m, -1.0)
+        self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         p.active[idx] = False
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
+        p.tend[idx] = _INF
         self._n_active -= len(idx)
-        now = self.env.now
         bs = p.batch[idx]
         np.maximum.at(self._b_deadline, bs, now + p.lat[idx])
         ub, cnt = np.unique(bs, return_counts=True)
         self._b_left[ub] -= cnt
         for b in ub[self._b_left[ub] == 0].tolist():  # batch order = start order: deterministic
             self._fire(b)
-        if n > 1024 and n > 4 * max(self._n_active, 1):
-            p.keep(np.flatnonzero(p.active[:n]))
+        if not self._n_active:
+            self._load[:] = 0.0
+            self._nflows[:] = 0.0
+            self._seg_m[:] = 0.0
 
     def _solve_and_schedule(self) -> None:
         self._gen += 1
@@ -615,11 +707,7 @@ class Fabric:
             return
         p = self._rows
         n = p.size
-        act = p.active[:n]
-        rate = p.rate[:n]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(act & (rate > 0), p.rem[:n] / rate, _INF)
-        dt = float(t.min())
+        dt = float(p.tend[:n].min(initial=_INF, where=p.active[:n])) - self.env.now
         if not math.isfinite(dt):
             raise RuntimeError("fabric deadlock: active flows with zero rate (a zero-capacity link?)")
         ev = self.env.timeout(max(dt, 0.0))
@@ -632,48 +720,178 @@ class Fabric:
         self._complete_finished()
         self._solve_and_schedule()
 
-    def _solve(self) -> None:
-        """Progressive filling over the active rows (two-level incidence row -> segment -> link)."""
-        self.n_solves += 1
-        self._flush_segments()
+    def _label_components(self) -> None:
+        """Connected components of active rows and links (rows joined by shared links and by
+        coupled groups): ``_rows.comp`` and ``_link_comp``. O(active rows + segment entries)."""
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
         p = self._rows
         n = p.size
-        nl = len(self.links)
-        p.rate[:n] = 0.0
-        if not self._n_active:
-            self._load[:] = 0.0
-            self._nflows[:] = 0.0
-            return
         act = np.flatnonzero(p.active[:n])
-        k = len(act)
+        nl, nseg = len(self.links), len(self._seg_lat)
         S = p.seg[act]
-        valid = S >= 0
-        rs_row = np.broadcast_to(np.arange(k)[:, None], S.shape)[valid]
-        rs_seg = S[valid]
-        m = p.mult[act]
-        cap = p.cap[act]
         grp = p.group[act]
-        nseg = len(self._seg_lat)
-        seg_m = np.bincount(rs_seg, weights=m[rs_row], minlength=nseg)
-        esel = seg_m[self._se_seg] > 0
-        es, el, ew = self._se_seg[esel], self._se_link[esel], self._se_w[esel]
-        nflows = np.bincount(el, weights=seg_m[es], minlength=nl)
-        has_groups = bool((grp >= 0).any())
-        capped = np.isfinite(cap)
-        any_capped = bool(capped.any())
+        ug, ginv = np.unique(grp[grp >= 0], return_inverse=True)
+        used = self._seg_m[self._se_seg] > 0
+        a = [nl + self._se_seg[used]]
+        b = [self._se_link[used]]
+        for j in (1, 2):
+            ok = S[:, j] >= 0
+            a.append(nl + S[ok, 0])
+            b.append(nl + S[ok, j])
+        a.append(nl + S[grp >= 0, 0])
+        b.append(nl + nseg + ginv.reshape(-1))
+        nn = nl + nseg + len(ug)
+        ai, bi = np.concatenate(a), np.concatenate(b)
+        g = coo_matrix((np.ones(len(ai), dtype=np.int8), (ai, bi)), shape=(nn, nn)).tocsr()
+        _, lab = connected_components(g, directed=False)
+        p.comp[act] = lab[nl + S[:, 0]]
+        self._link_comp = lab[:nl]
+
+    def _select(self) -> np.ndarray:
+        """Rows whose rate the pending arrivals and departures can change (see docs/ENGINE.md).
+
+        Arrivals: every active row connected to an arrived or departed row's links (components are
+        relabelled). Departures only: in the (possibly coarser, never finer) components of the
+        departed rows, the rows whose rate is at least the smallest departed rate there; max-min
+        filling below that level is unchanged by a departure, so slower rows keep their rates."""
+        p = self._rows
+        n = p.size
+        act = p.active[:n]
+        if self._arrived:
+            self._label_components()
+            comps = [p.comp[np.concatenate(self._arrived)]]
+            for segs, _r, _c in self._departed:
+                lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
+                comps.append(self._link_comp[lk])
+            touched = np.unique(np.concatenate(comps))
+            return np.flatnonzero(act & np.isin(p.comp[:n], touched))
+        if not self._departed:
+            return np.zeros(0, dtype=np.int64)
+        rates = np.concatenate([d[1] for d in self._departed])
+        comps = np.concatenate([d[2] for d in self._departed])
+        uc, inv = np.unique(comps, return_inverse=True)
+        floor = np.full(len(uc), _INF)
+        np.minimum.at(floor, inv.reshape(-1), rates)
+        pos = np.searchsorted(uc, p.comp[:n])
+        pos[pos >= len(uc)] = 0
+        hit = act & (uc[pos] == p.comp[:n])
+        return np.flatnonzero(hit & (p.rate[:n] >= floor[pos] * (1.0 - 1e-9)))
+
+    def _solve(self) -> None:
+        """Re-solve the rates of the rows the pending arrivals/departures can affect (selective update)."""
+        self._flush_segments()
+        R = self._select()
+        self._arrived.clear()
+        self._departed.clear()
+        if not R.size:
+            return
+        self.n_solves += 1
+        self.n_rows_solved += len(R)
+        p = self._rows
+        full = len(R) == self._n_active
+        old = p.rate[R].copy()
+        new = self._fill(R, full)
+        if not full and (new <= 0).any():  # numerical safety: re-solve everything
+            R = np.flatnonzero(p.active[: p.size])
+            old = p.rate[R].copy()
+            new = self._fill(R, True)
+            full = True
+        if (new <= 0).any():
+            raise RuntimeError("fabric deadlock: active flows with zero rate (a zero-capacity link?)")
+        now = self.env.now
+        p.rem[R] -= old * (now - p.t0[R])
+        p.t0[R] = now
+        p.rate[R] = new
+        p.tend[R] = now + p.rem[R] / new
+        n = p.size
+        if n > 1024 and n > 4 * max(self._n_active, 1):
+            p.keep(np.flatnonzero(p.active[:n]))
+
+    def _fill(self, R: np.ndarray, full: bool) -> np.ndarray:
+        """Progressive filling of rows ``R`` on what the other active rows leave of each link.
+
+        Event-driven: one round per saturation level; a round touches the links of ``R``
+        (O(links)), and each row and segment is frozen once through segment -> rows and
+        link -> segments indexes, so a solve costs O(|R| log |R| + entries + levels x links of R).
+        Updates ``_load`` for the new rates and returns them."""
+        p = self._rows
+        k = len(R)
+        S = p.seg[R]
+        m = p.mult[R]
+        old = p.rate[R]
+        valid = S >= 0
+        ent_row = np.nonzero(valid)[0]
+        useg, lseg = np.unique(S[valid], return_inverse=True)
+        lseg = lseg.reshape(-1)
+        ns = len(useg)
+        LS = np.full(S.shape, -1, dtype=np.int64)
+        LS[valid] = lseg
+        o, seg_off = _csr(lseg, ns)
+        seg_rows = ent_row[o]  # rows of local segment s: seg_rows[seg_off[s]:seg_off[s+1]]
+        st = self._se_off[useg]
+        ln = self._se_off[useg + 1] - st
+        e = _ranges(st, ln)
+        e_seg = np.repeat(np.arange(ns), ln)
+        e_off = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(ln, out=e_off[1:])
+        ulinks, e_link = np.unique(self._se_link[e], return_inverse=True)
+        e_link = e_link.reshape(-1)
+        e_w = self._se_w[e]
+        nlk = len(ulinks)
+        lo, l_off = _csr(e_link, nlk)  # entries of local link j: lo[l_off[j]:l_off[j+1]]
+        seg_cnt = np.bincount(lseg, weights=m[ent_row], minlength=ns)
+        seg_nrows = np.bincount(lseg, minlength=ns)
+        cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
+        lnk_nseg = np.bincount(e_link, minlength=nlk)
+        old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
+        old_load = np.bincount(e_link, weights=old_seg[e_seg] * e_w, minlength=nlk)
+        capl = self.capacity[ulinks]
+        fixed = np.zeros(nlk) if full else np.maximum(self._load[ulinks] - old_load, 0.0)
+        rem_cap = np.maximum(capl - fixed, 0.0)
+        cap = p.cap[R]
+        grp = p.group[R]
+        if k <= self._DENSE_ROWS:
+            rate = self._fill_dense(m, cap, grp, ent_row, lseg, ns, e_seg, e_link, e_w, nlk, rem_cap, capl)
+        else:
+            rate = self._fill_indexed(m, cap, grp, LS, ns, seg_off, seg_rows, ln, e_off, e_seg, e_link, e_w,
+                                      nlk, lo, l_off, seg_cnt, seg_nrows, cnt, lnk_nseg, rem_cap, capl)
+        new_seg = np.bincount(lseg, weights=(rate * m)[ent_row], minlength=ns)
+        new_load = np.bincount(e_link, weights=new_seg[e_seg] * e_w, minlength=nlk)
+        if full:
+            self._load[:] = 0.0
+            self._load[ulinks] = new_load
+        else:
+            self._load[ulinks] += new_load - old_load
+        return rate
+
+    _DENSE_ROWS = 4096
+    """Solves of at most this many rows use :meth:`_fill_dense` (fewer numpy calls per level)."""
+
+    @staticmethod
+    def _fill_dense(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, ent_row: np.ndarray, lseg: np.ndarray, ns: int,
+                    e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray, nlk: int, rem_cap: np.ndarray,
+                    capl: np.ndarray) -> np.ndarray:
+        """Progressive filling, one round per saturation level over the unfrozen rows' entries:
+        O(levels x (rows + entries)), few numpy calls per round (small solves)."""
+        k = len(m)
         rate = np.zeros(k)
         frozen = np.zeros(k, dtype=bool)
-        rem_cap = self.capacity.copy()
-        ur, us = rs_row, rs_seg  # row-segment entries of unfrozen rows
-        for _ in range(k + nl + 2):
+        capped = np.isfinite(cap)
+        any_capped = bool(capped.any())
+        has_groups = bool((grp >= 0).any())
+        ur, us = ent_row, lseg
+        for _ in range(k + nlk + 2):
             if not ur.size:
                 break
-            seg_cnt = np.bincount(us, weights=m[ur], minlength=nseg)
-            cnt = np.bincount(el, weights=seg_cnt[es] * ew, minlength=nl)
+            seg_cnt = np.bincount(us, weights=m[ur], minlength=ns)
+            cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
             used = cnt > 0
-            share = np.full(nl, _INF)
-            share[used] = np.maximum(rem_cap[used], 0.0) / cnt[used]
-            delta = float(share.min())
+            share = np.full(nlk, _INF)
+            share[used] = rem_cap[used] / cnt[used]
+            j = int(np.argmin(share))
+            delta = float(share[j])
             unf = np.flatnonzero(~frozen)
             if any_capped:
                 head = cap[unf] - rate[unf]
@@ -682,11 +900,11 @@ class Fabric:
                 raise RuntimeError("fabric: unbounded flow rate (a flow crosses no capacity-limited link)")
             rate[unf] += delta
             rem_cap -= delta * cnt
-            sat = used & (rem_cap <= 1e-9 * self.capacity)
+            sat = used & (rem_cap <= 1e-9 * capl)
             newly = np.zeros(k, dtype=bool)
             if sat.any():
-                seg_sat = np.zeros(nseg, dtype=bool)
-                seg_sat[es[sat[el]]] = True
+                seg_sat = np.zeros(ns, dtype=bool)
+                seg_sat[e_seg[sat[e_link]]] = True
                 newly[ur[seg_sat[us]]] = True
             if any_capped:
                 newly[unf[capped[unf] & (head - delta <= 1e-12 * np.maximum(cap[unf], 1.0))]] = True
@@ -697,18 +915,97 @@ class Fabric:
                     newly |= np.isin(grp, g)
             newly &= ~frozen
             if not newly.any():  # numerical safety: freeze the tightest link's rows
-                j = int(np.argmin(share))
-                seg_j = np.zeros(nseg, dtype=bool)
-                seg_j[es[el == j]] = True
+                seg_j = np.zeros(ns, dtype=bool)
+                seg_j[e_seg[e_link == j]] = True
                 newly[ur[seg_j[us]]] = True
             frozen |= newly
             keep = ~frozen[ur]
             ur, us = ur[keep], us[keep]
-        p.rate[act] = rate
-        seg_rate = np.bincount(rs_seg, weights=(rate * m)[rs_row], minlength=nseg)
-        self._load = np.bincount(el, weights=seg_rate[es] * ew, minlength=nl)
-        self._nflows = nflows
-        np.maximum(self.peak_flows, np.rint(nflows).astype(np.int64), out=self.peak_flows)
+        return rate
+
+    @staticmethod
+    def _fill_indexed(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, seg_off: np.ndarray,
+                      seg_rows: np.ndarray, ln: np.ndarray, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
+                      e_w: np.ndarray, nlk: int, lo: np.ndarray, l_off: np.ndarray, seg_cnt: np.ndarray,
+                      seg_nrows: np.ndarray, cnt: np.ndarray, lnk_nseg: np.ndarray, rem_cap: np.ndarray,
+                      capl: np.ndarray) -> np.ndarray:
+        """Progressive filling driven by saturation events: a round costs O(links of the solve) plus
+        the rows and segments it freezes (each frozen once, found through the segment -> rows and
+        link -> entries indexes): O(rows log rows + entries + levels x links) per solve (big solves)."""
+        k = len(m)
+        c_order = np.flatnonzero(np.isfinite(cap))
+        c_order = c_order[np.argsort(cap[c_order], kind="stable")]
+        c_ptr = 0
+        g_rows = g_off = g_of = None
+        if (grp >= 0).any():
+            ug, g_of = np.unique(np.where(grp >= 0, grp, -1), return_inverse=True)
+            g_of = g_of.reshape(-1)
+            g_rows, g_off = _csr(g_of, len(ug))
+            if ug[0] < 0:
+                g_of = np.where(grp >= 0, g_of, -1)
+        rate = np.zeros(k)
+        frozen = np.zeros(k, dtype=bool)
+        seg_done = np.zeros(ns, dtype=bool)
+        nfree = k
+        level = 0.0
+        for _ in range(k + nlk + 2):
+            if not nfree:
+                break
+            used = lnk_nseg > 0
+            share = np.full(nlk, _INF)
+            share[used] = rem_cap[used] / np.maximum(cnt[used], 1e-300)
+            j = int(np.argmin(share))
+            delta = float(share[j])
+            while c_ptr < len(c_order) and frozen[c_order[c_ptr]]:
+                c_ptr += 1
+            by_cap = c_ptr < len(c_order) and cap[c_order[c_ptr]] - level <= delta
+            if by_cap:
+                delta = max(float(cap[c_order[c_ptr]]) - level, 0.0)
+            if not math.isfinite(delta):
+                raise RuntimeError("fabric: unbounded flow rate (a flow crosses no capacity-limited link)")
+            level += delta
+            rem_cap -= delta * cnt
+            sat = used & (rem_cap <= 1e-9 * capl)
+            if not by_cap:
+                sat[j] = True
+            sl = np.flatnonzero(sat)
+            ss = e_seg[lo[_ranges(l_off[sl], l_off[sl + 1] - l_off[sl])]]
+            ss = np.unique(ss[~seg_done[ss]])
+            newly = seg_rows[_ranges(seg_off[ss], seg_off[ss + 1] - seg_off[ss])]
+            if by_cap:
+                hi = c_ptr
+                while hi < len(c_order) and cap[c_order[hi]] <= level * (1 + 1e-12):
+                    hi += 1
+                newly = np.concatenate([newly, c_order[c_ptr:hi]])
+            newly = newly[~frozen[newly]]
+            if g_rows is not None and newly.size:
+                gg = np.unique(g_of[newly])
+                gg = gg[gg >= 0]
+                if gg.size:
+                    newly = np.concatenate([newly, g_rows[_ranges(g_off[gg], g_off[gg + 1] - g_off[gg])]])
+            newly = np.unique(newly)
+            newly = newly[~frozen[newly]]
+            if not newly.size:
+                continue
+            rate[newly] = level
+            frozen[newly] = True
+            nfree -= len(newly)
+            ls = LS[newly]
+            ok = ls >= 0
+            ch, inv = np.unique(ls[ok], return_inverse=True)
+            inv = inv.reshape(-1)
+            dm = np.bincount(inv, weights=np.broadcast_to(m[newly][:, None], ls.shape)[ok], minlength=len(ch))
+            seg_cnt[ch] -= dm
+            seg_nrows[ch] -= np.bincount(inv, minlength=len(ch))
+            ce = _ranges(e_off[ch], ln[ch])
+            cnt -= np.bincount(e_link[ce], weights=np.repeat(dm, ln[ch]) * e_w[ce], minlength=nlk)
+            empty = ch[seg_nrows[ch] == 0]
+            if empty.size:
+                seg_done[empty] = True
+                ee = _ranges(e_off[empty], ln[empty])
+                lnk_nseg -= np.bincount(e_link[ee], minlength=nlk)
+                cnt[lnk_nseg == 0] = 0.0
+        return rate
 
     # ---------------------------------------------------------------- reports
     @property

@@ -9,10 +9,13 @@ transfers and average utilization. Three sources feed it:
   bytes are the fabric's wire-byte counters;
 * **measured collectives** (``collectives=measured``): the engine's own
   decomposition of the collective into flows, for the algorithm and protocol its
-  tuner picks at that size, read from the fabric counters of an idle *scratch*
-  simulator (bytes per link are linear in the size, so one run per
-  (op, GPUs, algorithm, protocol) serves every size; all-to-allv runs per byte
-  matrix). The bytes are spread evenly over the collective kernel's replayed
+  tuner picks at that size, attributed analytically: a *scratch* simulator runs
+  the collective's plan with the fabric's ``start_rows`` recording each phase's
+  flows instead of solving rates, and each flow's wire bytes go on the links of
+  its segments (bytes per link are linear in the size, so one pass per
+  (op, GPUs, algorithm, protocol) serves every size; all-to-allv per byte
+  matrix). No max-min solve: the bytes are what the fabric's counters would
+  show (tested against a solved run). The bytes are spread evenly over the collective kernel's replayed
   interval, from the last participant's start to the end;
 * **memcpys** (both modes): an H2D copy's bytes on the route CPU -> GPU, D2H on
   GPU -> CPU (the GPU's PCIe path to its CPU, split over equal-cost paths as the
@@ -179,12 +182,17 @@ def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
 
 class EngineRoutes:
     """Per-link loads of transfers and collectives as the engine's fabric would place them,
-    read from the counters of an idle scratch simulator (its own simpy environment)."""
+    from a scratch simulator (its own simpy environment).
 
-    def __init__(self, topology: Any, config: Any = None) -> None:
+    ``solve=False`` (default): analytic, each flow's wire bytes on its segments' links, no
+    rate solve; ``solve=True``: the flows run on the scratch fabric and its counters are read
+    (the reference the analytic attribution is tested against)."""
+
+    def __init__(self, topology: Any, config: Any = None, *, solve: bool = False) -> None:
         from cosim.engine import SimConfig, Simulator
 
         self.sim = Simulator(topology, config or SimConfig(record_trace=False))
+        self.solve = solve
         self._cache: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @property
@@ -193,6 +201,8 @@ class EngineRoutes:
 
     def _probe(self, start: Callable[[], Any], size: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(link indices, wire bytes per byte of ``size``, peak flows) of what ``start()`` puts on the fabric."""
+        if not self.solve:
+            return self._attribute(start, size)
         fab = self.sim.fabric
         before = fab.bytes_moved.copy()
         fab.peak_flows[:] = 0
@@ -201,6 +211,39 @@ class EngineRoutes:
         d = fab.bytes_moved - before
         idx = np.flatnonzero(d > 0)
         return idx, np.round(d[idx] / size, 12), fab.peak_flows[idx].astype(float)
+
+    def _attribute(self, start: Callable[[], Any], size: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_probe` without a rate solve: the fabric's ``start_rows`` records each batch of flows
+        (segments, wire bytes, multiplicity) and returns at once, one simulated second later so that
+        batches started together count as concurrent and successive phases do not."""
+        fab, env = self.sim.fabric, self.sim.env
+        calls: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
+
+        def record(segs: Any, nbytes: Any, *, efficiency: float = 1.0, multiplicity: Any = None,
+                   **_kw: Any) -> Any:
+            sg = np.asarray(segs, dtype=np.int64).reshape(-1, 3)
+            nb = np.asarray(nbytes, dtype=float).reshape(-1)
+            m = np.ones(len(nb)) if multiplicity is None else np.asarray(multiplicity, dtype=float).reshape(-1)
+            calls.append((env.now, sg, nb / efficiency * m, m))
+            return env.timeout(1.0)
+
+        fab.start_rows = record
+        try:
+            start()
+            self.sim.run()
+        finally:
+            del fab.start_rows
+        fab._flush_segments()
+        nl = len(fab.links)
+        moved = np.zeros(nl)
+        flows: dict[float, np.ndarray] = {}
+        for t, sg, wire, m in calls:
+            moved += fab._to_links(sg.reshape(-1), np.repeat(wire, 3))
+            f = fab._to_links(sg.reshape(-1), np.repeat(m, 3), weighted=False)
+            flows[t] = flows[t] + f if t in flows else f
+        peak = np.max(np.stack(list(flows.values())), axis=0) if flows else np.zeros(nl)
+        idx = np.flatnonzero(moved > 0)
+        return idx, np.round(moved[idx] / size, 12), np.rint(peak[idx])
 
     def transfer(self, src: str, dst: str) -> tuple[np.ndarray, np.ndarray]:
         """(link indices, bytes per byte) of a copy from ``src`` to ``dst``."""
