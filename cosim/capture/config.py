@@ -35,13 +35,18 @@ PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 
 class MoEModelConfig(Strict):
-    """A decoder-only transformer whose FFNs are mixture-of-experts layers.
+    """A decoder-only transformer whose FFNs are mixture-of-experts layers: the
+    model card shared by capture and synthesis (``cosim.workload.synth``).
 
-    Each layer is: RMSNorm -> self-attention (SDPA, grouped-query when
-    ``num_kv_heads < num_heads``) -> residual -> RMSNorm -> MoE FFN (router,
-    top-k routed SwiGLU experts, optional always-on shared experts) ->
+    Each layer is: RMSNorm -> self-attention -> residual -> RMSNorm -> MoE FFN
+    (router, top-k routed SwiGLU experts, optional always-on shared experts) ->
     residual. The first ``dense_layers`` layers use a dense SwiGLU FFN instead
-    (DeepSeek's ``first_k_dense_replace``).
+    (DeepSeek's ``first_k_dense_replace``). Attention is multi-head (``mha``),
+    grouped-query (``gqa``, ``num_kv_heads < num_heads``) or DeepSeek's
+    multi-head latent attention (``mla``: low-rank query and key/value
+    projections, ``q_lora_rank`` / ``kv_lora_rank``, decoupled RoPE dims).
+    A dense model (Llama) has ``num_experts: 0``, ``top_k: 0`` and
+    ``dense_layers == num_layers``.
     """
 
     name: str
@@ -66,12 +71,27 @@ class MoEModelConfig(Strict):
     vocab_size: int = Field(gt=0)
     """Vocabulary size (embedding rows and LM-head columns)."""
 
-    num_experts: int = Field(gt=0)
-    """Routed experts per MoE layer."""
-    top_k: int = Field(gt=0)
-    """Routed experts chosen per token."""
-    expert_ffn_size: int = Field(gt=0)
-    """Intermediate width of one routed SwiGLU expert (``moe_intermediate_size``)."""
+    attention: Literal["mha", "gqa", "mla"] | None = None
+    """Attention kind; derived when absent: ``mla`` when ``kv_lora_rank`` is set, else
+    ``gqa`` when ``num_kv_heads < num_heads``, else ``mha``."""
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    """MLA: rank of the low-rank query projection (``null``: full-rank query, as DeepSeek-V2-Lite)."""
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    """MLA: rank of the compressed key/value latent (the cached vector per token)."""
+    qk_nope_head_dim: int | None = Field(default=None, gt=0)
+    """MLA: per-head query/key dims without rotary embedding."""
+    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    """MLA: per-head decoupled rotary query/key dims (the rotary key is shared by all heads)."""
+    v_head_dim: int | None = Field(default=None, gt=0)
+    """MLA: per-head value dims (also the attention output dims per head)."""
+
+    num_experts: int = Field(ge=0)
+    """Routed experts per MoE layer (0: a dense model)."""
+    top_k: int = Field(ge=0)
+    """Routed experts chosen per token (0 for a dense model)."""
+    expert_ffn_size: int | None = Field(default=None, gt=0)
+    """Intermediate width of one routed SwiGLU expert (``moe_intermediate_size``); required
+    when ``num_experts > 0``."""
     num_shared_experts: int = Field(default=0, ge=0)
     """Always-active shared experts per MoE layer (DeepSeek), run on every token."""
     shared_expert_ffn_size: int | None = Field(default=None, gt=0)
@@ -95,6 +115,21 @@ class MoEModelConfig(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> MoEModelConfig:
+        if self.num_experts == 0:
+            if self.top_k or self.dense_layers != self.num_layers:
+                raise ValueError("a dense model (num_experts 0) needs top_k 0 and dense_layers == num_layers")
+        elif self.top_k == 0:
+            raise ValueError("top_k must be > 0 when num_experts > 0")
+        elif self.expert_ffn_size is None:
+            raise ValueError("num_experts > 0 needs expert_ffn_size")
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if self.attention == "mla" or any(v is not None for v in mla):
+            if any(v is None for v in mla):
+                raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+            if self.attention not in (None, "mla"):
+                raise ValueError(f"attention {self.attention!r} contradicts the MLA fields (kv_lora_rank ...)")
+        elif self.attention == "mha" and self.num_kv_heads != self.num_heads:
+            raise ValueError(f"attention mha needs num_kv_heads == num_heads ({self.num_heads})")
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k ({self.top_k}) must be <= num_experts ({self.num_experts})")
         if self.num_heads % self.num_kv_heads:
@@ -111,8 +146,35 @@ class MoEModelConfig(Strict):
     # Derived sizes -----------------------------------------------------------------
     @property
     def attn_head_dim(self) -> int:
-        """Elements per attention head."""
+        """Elements per attention head (MHA/GQA; for MLA the capture model's plain-attention head)."""
         return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def attention_kind(self) -> Literal["mha", "gqa", "mla"]:
+        """``attention`` if given, else derived from the fields."""
+        if self.attention:
+            return self.attention
+        if self.kv_lora_rank is not None:
+            return "mla"
+        return "gqa" if self.num_kv_heads < self.num_heads else "mha"
+
+    @property
+    def is_dense(self) -> bool:
+        """True for a model without routed experts (every FFN dense)."""
+        return self.num_experts == 0
+
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections and MLA's latent norms)."""
+        h, nh = self.hidden_size, self.num_heads
+        if self.attention_kind == "mla":
+            qk = (self.qk_nope_head_dim or 0) + (self.qk_rope_head_dim or 0)
+            kvr, rope, vd = self.kv_lora_rank or 0, self.qk_rope_head_dim or 0, self.v_head_dim or 0
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * nh * qk if self.q_lora_rank
+                 else h * nh * qk)
+            kv = h * (kvr + rope) + kvr + kvr * nh * ((self.qk_nope_head_dim or 0) + vd)
+            return q + kv + nh * vd * h
+        d = self.attn_head_dim
+        return h * d * (nh * 2 + self.num_kv_heads * 2)
 
     @property
     def moe_layers(self) -> list[int]:
@@ -121,14 +183,14 @@ class MoEModelConfig(Strict):
 
     def param_counts(self) -> dict[str, int]:
         """Parameter counts: ``dense`` (replicated on every rank) and ``expert`` (all routed experts)."""
-        h, d = self.hidden_size, self.attn_head_dim
-        attn = h * d * (self.num_heads * 2 + self.num_kv_heads * 2)
-        shared = 3 * h * (self.shared_expert_ffn_size or self.expert_ffn_size) * self.num_shared_experts
+        h = self.hidden_size
+        attn = self.attention_params()
+        shared = 3 * h * (self.shared_expert_ffn_size or self.expert_ffn_size or 0) * self.num_shared_experts
         n_moe = len(self.moe_layers)
         dense = (2 * self.vocab_size * h + self.num_layers * (attn + 2 * h) + h
                  + self.dense_layers * 3 * h * (self.dense_ffn_size or 0)
                  + n_moe * (h * self.num_experts + shared))
-        expert = n_moe * self.num_experts * 3 * h * self.expert_ffn_size
+        expert = n_moe * self.num_experts * 3 * h * (self.expert_ffn_size or 0)
         return {"dense": dense, "expert": expert}
 
 
@@ -179,9 +241,19 @@ def list_presets() -> list[str]:
 
 
 def load_model_config(name_or_file: str | Path) -> MoEModelConfig:
-    """Load a preset by name (``tiny-moe``) or a model YAML file by path."""
+    """Load a model card: a preset by name (``tiny-moe``), a model YAML file by path, or a
+    Hugging Face ``config.json`` by path (:mod:`cosim.capture.hf`)."""
     text = str(name_or_file)
     path = Path(text)
+    if text.endswith(".json"):
+        from cosim.capture.hf import card_from_hf_config
+
+        try:
+            return MoEModelConfig(**card_from_hf_config(path))
+        except ValueError as e:  # pydantic ValidationError is a ValueError
+            first = str(e).splitlines()
+            msg = first[-1].strip() if len(first) < 3 else first[2].strip()
+            raise CosimInputError(f"{path}: {msg}") from None
     if not (text.endswith((".yaml", ".yml")) or path.is_file()):
         path = PRESET_DIR / f"{text}.yaml"
         if not path.is_file():

@@ -1,0 +1,121 @@
+"""Read a Hugging Face ``config.json`` into a model card (:class:`MoEModelConfig`).
+
+Supported ``model_type`` values and the fields read (names as in the
+transformers configuration classes):
+
+* ``deepseek_v3`` / ``deepseek_v2``: ``n_routed_experts``, ``num_experts_per_tok``,
+  ``moe_intermediate_size``, ``n_shared_experts``, ``first_k_dense_replace``,
+  ``intermediate_size`` (dense layers), ``scoring_func``, ``norm_topk_prob`` and the
+  MLA fields ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+  ``qk_rope_head_dim``, ``v_head_dim``;
+* ``qwen3_moe`` / ``qwen2_moe``: ``num_experts``, ``num_experts_per_tok``,
+  ``moe_intermediate_size``, ``head_dim``, ``norm_topk_prob`` (``decoder_sparse_step``
+  must be 1 and ``mlp_only_layers`` empty);
+* ``mixtral`` and ``gpt_oss``: ``num_local_experts``, ``num_experts_per_tok`` (gpt-oss:
+  ``experts_per_token``), ``intermediate_size`` (the expert width);
+* ``llama`` / ``mistral`` / ``qwen2`` / ``qwen3``: dense, ``intermediate_size``.
+
+Every model needs ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads`` and
+``vocab_size``; ``num_key_value_heads`` defaults to the head count. A missing field or
+an unknown ``model_type`` is a one-line :class:`CosimInputError` naming the file and
+the field. Fields that do not change shapes or FLOPs (rope scaling, dtypes, ...) are
+ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cosim.errors import CosimInputError
+
+__all__ = ["SUPPORTED_MODEL_TYPES", "card_from_hf_config"]
+
+_MOE_DEEPSEEK = ("deepseek_v3", "deepseek_v2")
+_MOE_QWEN = ("qwen3_moe", "qwen2_moe")
+_MOE_MIXTRAL = ("mixtral", "gpt_oss")
+_DENSE = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = _MOE_DEEPSEEK + _MOE_QWEN + _MOE_MIXTRAL + _DENSE
+"""``model_type`` values :func:`card_from_hf_config` understands."""
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise CosimInputError(f"{path}: cannot read ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CosimInputError(f"{path}: not a JSON config.json ({e})") from None
+    if not isinstance(data, dict):
+        raise CosimInputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return data
+
+
+def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, Any]:
+    """The model-card fields (a dict for :class:`MoEModelConfig`) of a Hugging Face ``config.json``."""
+    path = Path(path)
+    cfg = _read(path)
+
+    def need(key: str, *alts: str) -> Any:
+        for k in (key, *alts):
+            if cfg.get(k) is not None:
+                v = cfg[k]
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise CosimInputError(f"{path}: {k}: expected a number, got {v!r}")
+                return int(v)
+        raise CosimInputError(f"{path}: missing field {key!r} (needed for model_type {cfg.get('model_type')!r})")
+
+    def opt(key: str) -> Any:
+        v = cfg.get(key)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    mt = cfg.get("model_type")
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise CosimInputError(f"{path}: model_type: unknown {mt!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    heads = need("num_attention_heads")
+    layers = need("num_hidden_layers")
+    card: dict[str, Any] = {
+        "name": name or path.parent.name or path.stem,
+        "description": f"read from {path.name} (model_type {mt})",
+        "sources": [str(path)],
+        "hidden_size": need("hidden_size"),
+        "num_layers": layers,
+        "num_heads": heads,
+        "num_kv_heads": opt("num_key_value_heads") or heads,
+        "vocab_size": need("vocab_size"),
+        "rms_norm_eps": float(cfg.get("rms_norm_eps") or 1e-6),
+    }
+    if opt("head_dim"):
+        card["head_dim"] = opt("head_dim")
+    if mt in _MOE_DEEPSEEK:
+        card.update(
+            num_experts=need("n_routed_experts"), top_k=need("num_experts_per_tok"),
+            expert_ffn_size=need("moe_intermediate_size"), num_shared_experts=opt("n_shared_experts") or 0,
+            dense_layers=opt("first_k_dense_replace") or 0,
+            router="sigmoid" if cfg.get("scoring_func") == "sigmoid" else "softmax",
+            normalize_top_k=bool(cfg.get("norm_topk_prob", False)),
+            kv_lora_rank=need("kv_lora_rank"), qk_nope_head_dim=need("qk_nope_head_dim"),
+            qk_rope_head_dim=need("qk_rope_head_dim"), v_head_dim=need("v_head_dim"),
+            q_lora_rank=opt("q_lora_rank"), attention="mla",
+        )
+        card.setdefault("head_dim", card["v_head_dim"])
+        if card["dense_layers"]:
+            card["dense_ffn_size"] = need("intermediate_size")
+    elif mt in _MOE_QWEN:
+        if (opt("decoder_sparse_step") or 1) != 1 or cfg.get("mlp_only_layers"):
+            raise CosimInputError(f"{path}: decoder_sparse_step/mlp_only_layers: interleaved dense layers "
+                                  "are not supported (only leading dense layers)")
+        card.update(num_experts=need("num_experts"), top_k=need("num_experts_per_tok"),
+                    expert_ffn_size=need("moe_intermediate_size"), router="softmax",
+                    normalize_top_k=bool(cfg.get("norm_topk_prob", False)))
+        if mt == "qwen2_moe" and opt("shared_expert_intermediate_size"):
+            card.update(num_shared_experts=1, shared_expert_ffn_size=opt("shared_expert_intermediate_size"))
+    elif mt in _MOE_MIXTRAL:
+        card.update(num_experts=need("num_local_experts"), top_k=need("num_experts_per_tok", "experts_per_token"),
+                    expert_ffn_size=need("intermediate_size"), router="softmax", normalize_top_k=True)
+    else:
+        card.update(num_experts=0, top_k=0, dense_layers=layers, dense_ffn_size=need("intermediate_size"))
+    if cfg.get("router_aux_loss_coef") is not None:
+        card["aux_loss_coef"] = float(cfg["router_aux_loss_coef"])
+    return card
