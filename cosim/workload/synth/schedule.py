@@ -1,0 +1,65 @@
+"""Pipeline schedules: the order in which one stage runs its forward and backward units.
+
+A unit is ``(kind, microbatch, v)``: kind ``"F"`` or ``"B"``, ``v`` the virtual stage
+(model chunk ``v * pp + stage``). Only the order is fixed here; when each unit runs,
+and so the bubble, comes out of the simulation (units wait for their activations and
+gradients from the neighbouring stages).
+
+* 1F1B (PipeDream-Flush, Megatron ``forward_backward_pipelining_without_interleaving``):
+  stage ``s`` runs ``min(pp - s - 1, m)`` warm-up forwards, then alternates one forward
+  and one backward, then drains the remaining backwards.
+* Interleaved 1F1B (Megatron ``forward_backward_pipelining_with_interleaving``): forward
+  unit ``k`` is micro-batch ``(k // (pp * vpp)) * pp + k % pp`` of chunk
+  ``(k // pp) % vpp``; backward units walk the chunks in reverse; warm-up
+  ``(pp - s - 1) * 2 + (vpp - 1) * pp`` units. Needs ``m`` to be a multiple of ``pp``.
+"""
+
+from __future__ import annotations
+
+from cosim.errors import CosimInputError
+
+__all__ = ["Unit", "peak_in_flight", "stage_order"]
+
+Unit = tuple[str, int, int]
+
+
+def _fwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
+    group, within = divmod(k, pp * vpp)
+    return group * pp + within % pp, within // pp
+
+
+def _bwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
+    mb, v = _fwd_unit(k, pp, vpp)
+    return mb, vpp - 1 - v
+
+
+def stage_order(stage: int, pp: int, vpp: int, microbatches: int) -> list[Unit]:
+    """The units of pipeline stage ``stage`` in issue order."""
+    m = microbatches
+    if vpp == 1:
+        warm = min(pp - stage - 1, m)
+        out: list[Unit] = [("F", i, 0) for i in range(warm)]
+        for i in range(m - warm):
+            out += [("F", warm + i, 0), ("B", i, 0)]
+        out += [("B", i, 0) for i in range(m - warm, m)]
+        return out
+    if m % pp:
+        raise CosimInputError(f"interleaved 1F1B needs the micro-batches per pipeline ({m}) to be a multiple "
+                              f"of pp ({pp})")
+    total = m * vpp
+    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    out = [("F", *_fwd_unit(k, pp, vpp)) for k in range(warm)]
+    for k in range(total - warm):
+        out.append(("F", *_fwd_unit(warm + k, pp, vpp)))
+        out.append(("B", *_bwd_unit(k, pp, vpp)))
+    out += [("B", *_bwd_unit(k, pp, vpp)) for k in range(total - warm, total)]
+    return out
+
+
+def peak_in_flight(order: list[Unit]) -> int:
+    """Most forward units whose backward has not run yet (activations held at once)."""
+    live = peak = 0
+    for kind, _, _ in order:
+        live += 1 if kind == "F" else -1
+        peak = max(peak, live)
+    return peak
