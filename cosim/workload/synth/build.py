@@ -201,7 +201,7 @@ class _RankBuilder:
         self.c["group"].append(g)
         self.c["group_size"].append(n)
         self.c["seq"].append(seq)
-        self.c["in_splits"].append([int(round(x)) for x in splits] if splits is not None else [])
+        self.c["in_splits"].append([round(x) for x in splits] if splits is not None else [])
         return c
 
     def finish(self, sync_cost: float = 10e-6) -> RankGraph:
@@ -268,7 +268,8 @@ class _RankBuilder:
         return RankGraph(rank=self.rank, world_size=self.world, device_name=self.device, strings=self.s.strings,
                          threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
                          collectives=collectives, groups=groups, steps=steps, edges=edges,
-                         source={"format": "cosim-synthetic", "synthetic": True})
+                         source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
+                                 "projected_onto": self.device})
 
 
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float) -> Shard:
@@ -338,7 +339,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
     keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
 
-    for rank in ranks:
+    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int]]]:
         _, _, _, stage = rm.coords(rank)
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
@@ -425,8 +426,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if comp:
                 unit_span.append((comp[0], comp[-1]))
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
-        spans[rank] = unit_span
-        graphs.append(rb.finish())
+        return rb.finish(), unit_span
+
+    for rank in ranks:
+        rg, spans[rank] = one_rank(rank)
+        graphs.append(rg)
     tokens = global_batch * seq
     per_tok = _model_flops_per_token(card, seq)
     notes = []
