@@ -365,11 +365,13 @@ def build_topology(ref: str, base: Path | None, overrides: dict[str, Any] | None
     fpath = find_topology(path)
     doc = scaled_document(fpath, nodes) if nodes else read_document(fpath)
     data = with_sets(doc, {k: _scalar(v) for k, v in (topology_sets or {}).items()})
+    if nodes and doc.get("node") is not None and read_document(fpath).get("node") is None:
+        fpath = fpath.with_name(f"{fpath.stem}-x{nodes}.yaml")  # generated: a cluster of the file's node
     try:
         return Topology(build_from_document(data, fpath, overrides or None), source_file=fpath)
     except CosimInputError as exc:
         where = exc.location.path or ""
-        for k, v in topology_sets.items():
+        for k, v in (topology_sets or {}).items():
             if where == f"set.{k}" or where.startswith(f"set.{k}.") or where.startswith(f"set[{k}]"):
                 raise CosimInputError(f"--set {k}={v}: {exc.message}") from None
         raise
