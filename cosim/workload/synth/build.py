@@ -111,8 +111,9 @@ class Built:
     """Tokens of the global batch (global * seq)."""
     model_flops: float
     """FLOPs of the step over all GPUs (forward + backward, no recompute)."""
-    unit_spans: dict[int, list[tuple[int, int]]]
-    """Rank -> (first, last) compute GPU op of every schedule unit (for the bubble)."""
+    unit_spans: dict[int, list[tuple[int, int, bool]]]
+    """Rank -> (first, last compute GPU op, waits for a neighbouring stage) of every schedule unit
+    (for the bubble)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -339,7 +340,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
     keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
 
-    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int]]]:
+    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]]]:
         _, _, _, stage = rm.coords(rank)
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
@@ -347,7 +348,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         order = stage_order(stage, rm.pp, rm.vpp, m)
         prepared = {c: chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
-        unit_span: list[tuple[int, int]] = []
+        unit_span: list[tuple[int, int, bool]] = []
         bucket: dict[str, float] = {"dp": 0.0, "edp": 0.0}
 
         def emit(o: Op, d: float, ly: int = -1) -> int:
@@ -416,15 +417,17 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                             emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
                     for o, d in zip(ops, durs):
                         emit(o, d, ly)
-                    if mb == m - 1 and 0 <= ly < card.num_layers:
+                    if mb == m - 1:
                         _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
                 if mb == m - 1:
-                    _grad_buckets(rb, rm, card, -1, bucket, groups, launch, emit, final=True)
+                    _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
                 if c > 0:
                     p2p("B", True, mb, c, c - 1)
             comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
             if comp:
-                unit_span.append((comp[0], comp[-1]))
+                recv = any(rb.g["stream"][j] != _STREAMS["compute"] and rb.g["stream"][j] >= 30
+                           for j in range(first, comp[0]))
+                unit_span.append((comp[0], comp[-1], recv))
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
         return rb.finish(), unit_span
 
@@ -454,8 +457,11 @@ def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:
 
 def _grad_buckets(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, layer: int, bucket: dict[str, float],
                   groups: dict[str, list[int]], launch: float, emit: Any, final: bool) -> None:
-    """Add ``layer``'s gradients to the open buckets; reduce a bucket once full (or at the end)."""
-    if layer >= 0:
+    """Add ``layer``'s gradients (-1: embedding, ``num_layers``: head, -2: none) to the open buckets;
+    reduce a bucket once full (or at the end, ``final``)."""
+    if layer in (-1, card.num_layers):  # the embedding; the LM head and the final norm
+        bucket["dp"] += card.vocab_size * card.hidden_size / rm.tp + (card.hidden_size if layer >= 0 else 0)
+    elif layer >= 0:
         dense, expert = layer_params(card, layer)
         bucket["dp"] += dense / rm.tp
         bucket["edp"] += expert / (rm.ep * rm.etp)

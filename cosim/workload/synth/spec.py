@@ -156,9 +156,11 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
 
 
 def bubble_fraction(syn: Synthesized, result: Any) -> float:
-    """Mean over the simulated ranks of the share of the step their compute stream sits
-    between schedule units (waiting for a neighbouring stage), from the first unit's start to
-    the last unit's end."""
+    """Pipeline bubble: mean over the simulated ranks of the share of the step (first unit's start
+    to last unit's end) their compute stream idles before a schedule unit that receives from a
+    neighbouring stage (waiting for its activations or gradients). Stage 0's wait for its first
+    micro-batch and the last stage's wait for its first backward count; gaps before units that
+    wait for nothing (no pipeline) do not."""
     fr = []
     by_rank = {run.rank: run for run in result.runs}
     for rank, spans in syn.built.unit_spans.items():
@@ -166,10 +168,10 @@ def bubble_fraction(syn: Synthesized, result: Any) -> float:
         if run is None or not spans:
             continue
         s, e = run.gpu_start, run.gpu_end
-        busy = sum(float(e[b] - s[a]) for a, b in spans)
         window = float(e[spans[-1][1]] - s[spans[0][0]])
+        idle = sum(max(0.0, float(s[a] - e[prev[1]])) for prev, (a, _, recv) in zip(spans, spans[1:]) if recv)
         if window > 0:
-            fr.append(max(0.0, 1.0 - busy / window))
+            fr.append(idle / window)
     return float(sum(fr) / len(fr)) if fr else math.nan
 
 

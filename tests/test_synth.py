@@ -1,0 +1,263 @@
+"""Training-step synthesis, checked by hand on small cases: layer FLOPs, layout errors,
+pipeline order, every collective of one step of a 2-layer EP4 PP2 model, routing skew."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cosim.capture.config import MoEModelConfig, load_model_config
+from cosim.errors import CosimInputError
+from cosim.workload.graph import CollType, OpClass
+from cosim.workload.synth import ParallelLayout, SyntheticSpec, layer_forward_flops, synthesize, synthetic_figures
+from cosim.workload.synth.costs import layer_ops
+from cosim.workload.synth.routing import RoutingSpec, expert_shares, route
+from cosim.workload.synth.schedule import peak_in_flight, stage_order
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256
+TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
+            num_experts=8, top_k=2, expert_ffn_size=32)
+
+
+def tiny(**kw: object) -> MoEModelConfig:
+    return MoEModelConfig(**{**TINY, **kw})
+
+
+@pytest.fixture(scope="module")
+def dgx() -> object:
+    from cosim.topology import load_topology
+
+    return load_topology("dgx-h100")
+
+
+def test_layer_flops_by_hand() -> None:
+    c = tiny()
+    T, S = 128, 64  # two sequences of 64
+    by_hand = (128 * 64 * 5            # attention RMSNorm, 5 FLOPs per element
+               + 2 * 128 * 64 * (4 + 2 * 2) * 16  # fused QKV projection
+               + 128 * (4 + 2) * 16 * 3          # rotary embedding on q and k
+               + 4 * 2 * 4 * 64 * 64 * 16 // 2  # causal flash attention: QK^T and PV, half the scores
+               + 2 * 128 * 64 * 64               # output projection
+               + 128 * 64                        # residual add
+               + 128 * 64 * 5                    # MoE RMSNorm
+               + 2 * 128 * 8 * 64                # router
+               + 128 * 8 * 5                     # softmax + top-k
+               + 2 * (128 * 2) * (2 * 32) * 64   # experts fc1 (w1, w3) on tokens * top_k rows
+               + (128 * 2) * 32 * 4              # SwiGLU
+               + 2 * (128 * 2) * 64 * 32         # experts fc2
+               + 128 * 2 * 64                    # unpermute: weighted sum of the top-k rows
+               + 128 * 64)                       # residual add
+    assert layer_forward_flops(c, 1, T, S) == by_hand
+    # a dense layer: the same attention, a SwiGLU FFN of width 96 instead of the MoE block
+    d = tiny(dense_layers=1, dense_ffn_size=96)
+    attn = 128 * 64 * 5 + 2 * 128 * 64 * 128 + 128 * 6 * 16 * 3 + 4 * 2 * 4 * 64 * 64 * 16 // 2 + 2 * 128 * 64 * 64 \
+        + 128 * 64
+    ffn = 128 * 64 * 5 + 2 * 128 * 192 * 64 + 128 * 96 * 4 + 2 * 128 * 64 * 96 + 128 * 64
+    assert layer_forward_flops(d, 0, T, S) == attn + ffn
+    with pytest.raises(ValueError, match="out of range"):
+        layer_forward_flops(c, 2, T, S)
+
+
+def test_mla_projections_by_hand() -> None:
+    v3 = load_model_config("deepseek-v3")
+    T = 10
+    ops = {o.name: o for o in layer_ops(v3, 3, T, 4096)}
+    h, nh = 7168, 128
+    assert ops["attn.q_down"].flops == 2 * T * h * 1536
+    assert ops["attn.q_up"].flops == 2 * T * 1536 * nh * (128 + 64)
+    assert ops["attn.kv_down"].flops == 2 * T * h * (512 + 64)
+    assert ops["attn.kv_up"].flops == 2 * T * 512 * nh * (128 + 128)
+    assert ops["attn.o_proj"].flops == 2 * T * nh * 128 * h
+    # causal attention: scores over the 192-dim q/k and values of 128 dims
+    assert ops["attn.core"].flops == pytest.approx(2 * (T / 4096) * nh * 4096 * 4096 * (192 + 128) * 0.5)
+    # routed experts: tokens * 8 rows through 3 matrices of 7168 x 2048; one shared expert on every token
+    assert ops["moe.experts_fc1"].flops + ops["moe.experts_fc2"].flops == 2 * T * 8 * 3 * h * 2048
+    assert ops["moe.shared.fc1"].flops + ops["moe.shared.fc2"].flops == 2 * T * 3 * h * 2048
+
+
+def test_layout_errors_name_the_field() -> None:
+    c = tiny()
+    cases = [
+        (dict(tp=3), 12, r"layout\.tp: 4 attention heads of tiny2 are not divisible by tp 3"),
+        (dict(ep=3), 6, r"layout\.ep: 8 experts of tiny2 are not divisible by ep 3"),
+        (dict(tp=2, pp=2, dp=3), 8, r"layout\.dp: dp 3 \* tp 2 \* cp 1 \* pp 2 = 12 != 8 GPUs"),
+        (dict(pp=3), 6, r"layout\.pp: 2 layers of tiny2 are not divisible by pp\*vpp = 3"),
+        (dict(pp=2, pipeline_layers=[2, 1]), 8, r"layout\.pipeline_layers: entries must be >= 0 and sum to 2"),
+        (dict(ep=8), 4, r"layout\.ep: ep\*etp = 8 does not divide tp\*cp\*dp = 4"),
+        (dict(tp=3), 8, r"layout\.tp: tp\*cp\*pp = 3\*1\*1 = 3 does not divide the 8 GPUs"),
+        (dict(vpp=1, schedule="interleaved"), 8, r"layout\.vpp: schedule interleaved needs vpp > 1"),
+    ]
+    for kw, gpus, msg in cases:
+        with pytest.raises(CosimInputError, match=msg):
+            ParallelLayout(**kw).resolve(c, gpus)
+    rm = ParallelLayout(pp=2, pipeline_layers=[0, 2]).resolve(c, 8)
+    assert rm.chunk_layers == [[], [0, 1]] and rm.dp == 4
+    with pytest.raises(CosimInputError, match=r"layout\.ep: llama-3-70b is dense"):
+        ParallelLayout(ep=2).resolve(load_model_config("llama-3-70b"), 8)
+
+
+def test_issue_example_layout_resolves() -> None:
+    v3 = load_model_config("deepseek-v3")
+    with pytest.raises(CosimInputError, match="give pipeline_layers"):
+        ParallelLayout(tp=2, pp=8, vpp=4, ep=64).resolve(v3, 1024)
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "workloads/scenarios/dsv3-1024.yaml").read_text())
+    rm = ParallelLayout(**doc["workload"]["synthetic"]["layout"]).resolve(v3, 1024)
+    assert (rm.dp, rm.edp, rm.schedule) == (64, 2, "interleaved")
+    assert sum(len(x) for x in rm.chunk_layers) == 61 and rm.chunk_layers[0] == [0]
+    assert rm.group("ep", 0) == list(range(64)) and rm.group("ep", 64) == list(range(64, 128))
+    assert rm.group("tp", 5) == [4, 5] and rm.group("pp", 1) == [1 + 128 * s for s in range(8)]
+    assert rm.group("edp", 3) == [3, 67] and len(rm.group("dp", 0)) == 64
+
+
+def test_1f1b_and_interleaved_order_by_hand() -> None:
+    F, B = "F", "B"
+    assert stage_order(0, 4, 1, 6) == [(F, 0, 0), (F, 1, 0), (F, 2, 0), (F, 3, 0), (B, 0, 0), (F, 4, 0), (B, 1, 0),
+                                       (F, 5, 0), (B, 2, 0), (B, 3, 0), (B, 4, 0), (B, 5, 0)]
+    assert stage_order(3, 4, 1, 6) == [x for i in range(6) for x in ((F, i, 0), (B, i, 0))]
+    assert stage_order(0, 2, 2, 2) == [(F, 0, 0), (F, 1, 0), (F, 0, 1), (F, 1, 1),
+                                       (B, 0, 1), (B, 1, 1), (B, 0, 0), (B, 1, 0)]
+    assert stage_order(1, 2, 2, 2) == [(F, 0, 0), (F, 1, 0), (F, 0, 1), (B, 0, 1), (F, 1, 1), (B, 1, 1),
+                                       (B, 0, 0), (B, 1, 0)]
+    assert peak_in_flight(stage_order(0, 4, 1, 6)) == 4
+    with pytest.raises(CosimInputError, match="multiple of pp"):
+        stage_order(0, 4, 2, 6)
+
+
+def _spec(**kw: object) -> SyntheticSpec:
+    base = dict(model="x", layout=dict(pp=2, ep=4), batch={"global": 8, "micro": 1, "seq": 64}, precision="bf16")
+    base.update(kw)
+    return SyntheticSpec.model_validate(base)
+
+
+def _synth(tmp_path: Path, topo: object, card: dict | None = None, **kw: object) -> object:
+    import yaml
+
+    f = tmp_path / "tiny2.yaml"
+    f.write_text(yaml.safe_dump(card or TINY))
+    return synthesize(_spec(model=str(f), **kw), topo)
+
+
+def test_every_collective_of_a_2_layer_ep4_pp2_step_by_hand(tmp_path: Path, dgx: object) -> None:
+    # 8 GPUs: pp 2 x dp 4, ep 4 inside each stage; global 8 x 64 tokens -> 2 micro-batches per pipeline
+    syn = _synth(tmp_path, dgx, fold=False)
+    assert [rg.rank for rg in syn.graph.ranks] == list(range(8)) and syn.built.microbatches == 2
+    h, T, k = 64, 64, 2
+    a2a = T * k * h * 2  # every all-to-all moves the 64 tokens x top-2 rows of d 64 in bf16: 16384 bytes
+    pp_msg = T * h * 2   # one micro-batch's activations (or gradients) between the stages: 8192 bytes
+    layer = 64 * 16 * (4 * 2 + 2 * 2) + 2 * 64 + 64 * 8  # attention, 2 norms, router (experts: no DP replica)
+    emb = 256 * 64
+    for rg in syn.graph.ranks:
+        C = rg.collectives
+        got = Counter((CollType(int(C.type[c])).name, int(C.group_size[c]), float(C.in_bytes[c]))
+                      for c in range(len(C)))
+        stage = rg.rank // 4
+        dense = layer + emb + (64 if stage == 1 else 0)  # stage 1 also holds the final norm
+        want = Counter({
+            ("ALL_TO_ALL", 4, float(a2a)): 2 * 4,  # dispatch, combine, and their backward, x 2 micro-batches
+            ("SEND_RECV", 2, float(pp_msg)): 4,     # 2 activations one way, 2 gradients the other
+            ("REDUCE_SCATTER", 4, float(dense * 4)): 1,  # fp32 gradients over the 4 DP replicas, one bucket
+            ("ALL_REDUCE", 4, 8.0): 1,              # gradient norm
+            ("ALL_GATHER", 4, float(dense * 2 / 4)): 1,  # ZeRO-1: updated bf16 parameters (input = one shard)
+        })
+        assert got == want, (rg.rank, got)
+        # dispatch/combine groups are this stage's 4 ranks; pipeline pairs are (r, r + 4)
+        ep = {tuple(rg.groups.ragged("ranks", int(C.group[c])).tolist()) for c in range(len(C))
+              if C.type[c] == CollType.ALL_TO_ALL}
+        assert ep == {tuple(range(4 * stage, 4 * stage + 4))}
+        pairs = {tuple(rg.groups.ragged("ranks", int(C.group[c])).tolist()) for c in range(len(C))
+                 if C.type[c] == CollType.SEND_RECV}
+        assert pairs == {(rg.rank % 4, rg.rank % 4 + 4)}
+
+
+def test_pipeline_runs_1f1b_with_a_bubble(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    syn = _synth(tmp_path, dgx)  # folded: one rank per stage
+    assert syn.built.folded and [rg.rank for rg in syn.graph.ranks] == [0, 4]
+    res = replay(syn.graph, dgx, ReplayConfig(collectives="simulated"))
+    run0, run1 = res.runs
+    spans0, spans1 = syn.built.unit_spans[0], syn.built.unit_spans[4]
+    # stage 0: F0 F1 B0 B1 (warm-up 1); stage 1: F0 B0 F1 B1. Stage 1's F0 starts after stage 0's F0 ends,
+    # stage 0's B0 after stage 1's B0.
+    assert run1.gpu_start[spans1[0][0]] > run0.gpu_end[spans0[0][1]]
+    assert run0.gpu_start[spans0[2][0]] > run1.gpu_end[spans1[1][1]]
+    figs = synthetic_figures(syn, res)
+    assert 0.05 < figs["bubble_fraction"] < 0.9
+    flat = _synth(tmp_path, dgx, layout=dict(ep=4))
+    res1 = replay(flat.graph, dgx, ReplayConfig(collectives="simulated"))
+    assert synthetic_figures(flat, res1)["bubble_fraction"] < 1e-3
+
+
+def test_folded_matches_full_under_uniform_routing(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    cfg = ReplayConfig(collectives="simulated")
+    a = replay(_synth(tmp_path, dgx, fold=True).graph, dgx, cfg).summary()["step_time_s"]
+    b = replay(_synth(tmp_path, dgx, fold=False).graph, dgx, cfg).summary()["step_time_s"]
+    assert a == pytest.approx(b, rel=0.01)
+
+
+def test_routing_shares_placement_and_redundancy() -> None:
+    c = tiny()
+    u = route(RoutingSpec(), c, 0, 4, 64.0)
+    assert [r.tolist() for r in u.rows] == [[64.0, 64.0]] * 4  # 4 ranks x 64 tokens x top-2 / 8 experts
+    z = expert_shares(RoutingSpec(model="zipf:1.2"), c, 0)
+    assert z.sum() == pytest.approx(1.0) and z.max() <= 0.5 + 1e-12  # no expert above 1 / top_k
+    assert np.array_equal(z, expert_shares(RoutingSpec(model="zipf:1.2"), c, 0))  # deterministic
+    hot = int(np.argmax(z))
+    rr = route(RoutingSpec(model="zipf:1.2", placement="round-robin"), c, 0, 4, 64.0)
+    assert int(np.argmax([r.sum() for r in rr.rows])) == hot % 4
+    red = route(RoutingSpec(model="zipf:1.2", redundant=1), c, 0, 4, 64.0)
+    assert sum(len(r) for r in red.rows) == 9
+    assert max(r.sum() for r in red.rows) < max(r.sum() for r in route(RoutingSpec(model="zipf:1.2"), c, 0, 4,
+                                                                          64.0).rows)
+
+
+def _compute_time(rg: object, run: object) -> float:
+    G = rg.gpu_ops  # type: ignore[attr-defined]
+    sel = G.cls != OpClass.COLLECTIVE
+    return float(np.sum(run.gpu_end[sel] - run.gpu_start[sel]))  # type: ignore[attr-defined]
+
+
+def test_routing_skew_moves_the_slowest_rank(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    cfg = ReplayConfig(collectives="simulated")
+    shares = expert_shares(RoutingSpec(model="zipf:1.5"), tiny(), 0)
+    hot = int(np.argmax(shares))
+    wide = {**TINY, "hidden_size": 2048, "expert_ffn_size": 8192}  # GPU-bound experts, not launch-bound
+    batch = {"global": 32, "micro": 4, "seq": 256}
+    for owner in (1, 3):  # put the hot expert of every layer on EP rank `owner`, the rest round-robin
+        emap = [(e % 4) for e in range(8)]
+        emap[hot], emap[(hot + 1) % 8] = owner, emap[hot]
+        syn = _synth(tmp_path, dgx, wide, layout=dict(ep=4), batch=batch,
+                     routing=dict(model="zipf:1.5", placement="map", map=emap))
+        res = replay(syn.graph, dgx, cfg)
+        busy = [_compute_time(rg, run) for rg, run in zip(syn.graph.ranks, res.runs)]
+        assert int(np.argmax(busy)) == owner, busy
+    base = _synth(tmp_path, dgx, wide, layout=dict(ep=4), batch=batch)
+    assert base.built.folded
+    skew_step = replay(syn.graph, dgx, cfg).summary()["step_time_s"]
+    assert skew_step > replay(base.graph, dgx, cfg).summary()["step_time_s"]
+
+
+def test_memory_and_oom(tmp_path: Path, dgx: object) -> None:
+    spec = SyntheticSpec.model_validate(dict(model="qwen3-30b-a3b", layout=dict(ep=8),
+                                             batch={"global": 8, "micro": 1, "seq": 4096}))
+    with pytest.raises(CosimInputError, match=r"out of memory: stage 0 needs .* GiB .* allow_oom"):
+        synthesize(spec, dgx)
+    syn = _synth(tmp_path, dgx)
+    m0 = syn.memory[0]
+    # stage 0 (embedding + layer 0): bf16 weights, fp32 grads, Adam state over 4 DP replicas (experts: 1 replica)
+    dense = 64 * 16 * 12 + 2 * 64 + 64 * 8 + 256 * 64
+    expert = 8 * 3 * 64 * 32 / 4
+    assert m0.weights == 2 * (dense + expert) and m0.gradients == 4 * (dense + expert)
+    assert m0.optimizer == 12 * (dense / 4 + expert)
+    assert m0.activations > 0 and not syn.oom
