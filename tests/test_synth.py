@@ -261,3 +261,44 @@ def test_memory_and_oom(tmp_path: Path, dgx: object) -> None:
     assert m0.weights == 2 * (dense + expert) and m0.gradients == 4 * (dense + expert)
     assert m0.optimizer == 12 * (dense / 4 + expert)
     assert m0.activations > 0 and not syn.oom
+
+
+def test_scenario_synthetic_block_sets_and_json_fields(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from cosim.scenario import apply_scenario_sets, build_topology, load_scenario
+
+    scn = load_scenario(ROOT / "workloads/scenarios/dsv3-1024.yaml")
+    assert scn.nodes == 128 and scn.workload.synthetic.layout.ep == 64  # type: ignore[union-attr]
+    scn2, rest = apply_scenario_sets(scn, {"workload.synthetic.layout.ep": "32", "workload.synthetic.precision": "bf16",
+                                           "workload.synthetic.batch.global": "4096", "nodes": "64"})
+    s = scn2.workload.synthetic  # type: ignore[union-attr]
+    assert (s.layout.ep, s.layout.tp, s.precision, s.batch.global_, scn2.nodes, rest) == (32, 2, "bf16", 4096, 64, {})
+    with pytest.raises(CosimInputError, match=r"--set workload.synthetic.layout.ep: .*greater than 0"):
+        apply_scenario_sets(scn, {"workload.synthetic.layout.ep": "0"})
+    with pytest.raises(CosimInputError, match=r"--set workload.synthetic.layout.bogus: .*[Ee]xtra"):
+        apply_scenario_sets(scn, {"workload.synthetic.layout.bogus": "1"})
+    topo = build_topology("dgx-h100", None, None, None, 4)
+    assert len(topo.gpus) == 32 and topo.nodes == 4
+    assert len(build_topology("dgx-h100-4node", None, None, None, 2).gpus) == 16
+    with pytest.raises(CosimInputError, match="cannot be scaled"):
+        build_topology("gb200-nvl72", None, None, None, 2)
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "t", "topology": "dgx-h100", "workload": {"synthetic": {
+        "model": "qwen3-moe-mini", "layout": {"ep": 8, "pp": 1}, "batch": {"global": 16, "micro": 2, "seq": 256}}}}))
+    out = subprocess.run([sys.executable, "-m", "cosim", "run", str(f), "--json", "--no-timeline", "--out",
+                          str(tmp_path / "o"), "--set", "workload.synthetic.layout.ep=4"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["synthetic"]["ep"] == 4 and d["synthetic"]["dp"] == 8 and d["synthetic"]["folded"]
+    tok = 16 * 256
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(tok / d["step_time_s"] / 8)
+    assert 0 < d["mfu"] < 1 and d["bubble_fraction"] == 0 and d["memory_per_gpu_bytes"] > 0
+    bad = subprocess.run([sys.executable, "-m", "cosim", "run", str(f), "--set", "workload.synthetic.layout.ep=3"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "layout.ep" in bad.stderr

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -169,7 +170,7 @@ def bubble_fraction(syn: Synthesized, result: Any) -> float:
             continue
         s, e = run.gpu_start, run.gpu_end
         window = float(e[spans[-1][1]] - s[spans[0][0]])
-        idle = sum(max(0.0, float(s[a] - e[prev[1]])) for prev, (a, _, recv) in zip(spans, spans[1:]) if recv)
+        idle = sum(max(0.0, float(s[a] - e[prev[1]])) for prev, (a, _, recv) in pairwise(spans) if recv)
         if window > 0:
             fr.append(idle / window)
     return float(sum(fr) / len(fr)) if fr else math.nan
