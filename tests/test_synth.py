@@ -302,3 +302,30 @@ def test_scenario_synthetic_block_sets_and_json_fields(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "cosim", "run", str(f), "--set", "workload.synthetic.layout.ep=3"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "layout.ep" in bad.stderr
+
+
+def test_stragglers_slow_gpu_host_and_jitter(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    cfg = ReplayConfig(collectives="simulated")
+    wide = {**TINY, "hidden_size": 1024, "expert_ffn_size": 4096}
+    kw = dict(layout=dict(ep=4), batch={"global": 16, "micro": 2, "seq": 256})
+    base = replay(_synth(tmp_path, dgx, wide, **kw).graph, dgx, cfg)
+    t0 = base.summary()["step_time_s"]
+    slow = _synth(tmp_path, dgx, wide, stragglers={"gpu": {5: 1.5}}, **kw)
+    assert not slow.built.folded and len(slow.graph.ranks) == 8
+    res = replay(slow.graph, dgx, cfg)
+    busy = [_compute_time(rg, run) for rg, run in zip(slow.graph.ranks, res.runs)]
+    assert int(np.argmax(busy)) == 5 and busy[5] == pytest.approx(1.5 * busy[0], rel=1e-9)
+    assert res.summary()["step_time_s"] > t0  # its EP peers wait for it in every all-to-all
+    host = _synth(tmp_path, dgx, wide, stragglers={"host": {2: 50.0}}, **kw)
+    H = host.graph.ranks[2].host_ops
+    assert H.tail[1] == pytest.approx(50 * host.graph.ranks[0].host_ops.tail[1])
+    jit = _synth(tmp_path, dgx, wide, stragglers={"launch_jitter": {3: "20 us"}}, **kw)
+    again = _synth(tmp_path, dgx, wide, stragglers={"launch_jitter": {3: "20 us"}}, **kw)
+    t3, t0h = jit.graph.ranks[3].host_ops.tail, jit.graph.ranks[0].host_ops.tail
+    assert np.array_equal(t3, again.graph.ranks[3].host_ops.tail)  # seeded: deterministic
+    extra = float(np.mean(t3[1:-1] - t0h[1:-1]))
+    assert 15e-6 < extra < 25e-6  # mean of the exponential draws, 20 us
+    with pytest.raises(CosimInputError, match=r"stragglers\.gpu\.9: needs a rank in \[0, 8\)"):
+        _synth(tmp_path, dgx, wide, stragglers={"gpu": {9: 2.0}}, **kw)

@@ -95,6 +95,8 @@ class BuildOptions:
     """Straggler GPUs: rank -> factor on every kernel duration."""
     host_slowdown: dict[int, float] = field(default_factory=dict)
     """Slow hosts: rank -> factor on every host launch time."""
+    launch_jitter: dict[int, float] = field(default_factory=dict)
+    """Rank -> mean extra host time per launch (s), exponentially distributed, seeded by the rank."""
 
 
 @dataclass
@@ -149,7 +151,13 @@ class _RankBuilder:
             g = self.groups[key] = len(self.groups)
         return g
 
+    jitter: float = 0.0
+    """Mean of the exponentially distributed extra host time of each launch (s)."""
+    rng: np.random.Generator | None = None
+
     def _host(self, name: str, kind: int, cost: float) -> int:
+        if self.jitter > 0 and self.rng is not None and kind == HostKind.LAUNCH:
+            cost += float(self.rng.exponential(self.jitter))
         h = len(self.h["name"])
         self.h["name"].append(self.s(name))
         self.h["kind"].append(kind)
@@ -301,7 +309,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}
     fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and not opts.gpu_slowdown
-                                                    and not opts.host_slowdown)
+                                                    and not opts.host_slowdown and not opts.launch_jitter)
     ranks = [rm.rank(0, 0, 0, s) for s in range(rm.pp)] if fold else list(range(rm.world))
     chunks = rm.pp * rm.vpp
     sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
@@ -345,6 +353,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
+        if opts.launch_jitter.get(rank):
+            rb.jitter = opts.launch_jitter[rank]
+            rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         order = stage_order(stage, rm.pp, rm.vpp, m)
         prepared = {c: chunk_ops(rank, c) for c in rm.stage_chunks(stage)}

@@ -48,6 +48,8 @@ class StragglerSpec(Strict):
     """Rank -> factor on every kernel duration of that GPU (a slow or throttled GPU)."""
     host: dict[int, float] = Field(default_factory=dict)
     """Rank -> factor on every host launch (a slow or busy host CPU)."""
+    launch_jitter: dict[int, Time] = Field(default_factory=dict)
+    """Rank -> mean extra host time per kernel launch, e.g. "3 us" (exponentially distributed, seeded)."""
 
 
 class SyntheticSpec(Strict):
@@ -119,6 +121,10 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
             if not 0 <= r < gpus or not (f >= 1 and math.isfinite(f)):
                 raise CosimInputError(f"workload.synthetic.stragglers.{kind}.{r}: needs a rank in [0, {gpus}) "
                                       f"and a factor >= 1, got {f}")
+    for r, v in spec.stragglers.launch_jitter.items():
+        if not 0 <= r < gpus or not (float(v) >= 0 and math.isfinite(float(v))):
+            raise CosimInputError(f"workload.synthetic.stragglers.launch_jitter.{r}: needs a rank in [0, {gpus}) "
+                                  "and a time >= 0")
     gpu0 = topology.gpus[0]
     acc = topology.accelerator(gpu0)
     prof = None
@@ -133,7 +139,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
         launch = 5e-6
     opts = BuildOptions(precision=spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead), gpu_slowdown=dict(spec.stragglers.gpu),
-                        host_slowdown=dict(spec.stragglers.host))
+                        host_slowdown=dict(spec.stragglers.host),
+                        launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
     b = spec.batch
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
