@@ -329,3 +329,24 @@ def test_stragglers_slow_gpu_host_and_jitter(tmp_path: Path, dgx: object) -> Non
     assert 15e-6 < extra < 25e-6  # mean of the exponential draws, 20 us
     with pytest.raises(CosimInputError, match=r"stragglers\.gpu\.9: needs a rank in \[0, 8\)"):
         _synth(tmp_path, dgx, wide, stragglers={"gpu": {9: 2.0}}, **kw)
+
+
+def test_cuda_graphs_launch_each_layer_once(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    eager = _synth(tmp_path, dgx, layout=dict(ep=4))
+    graph = _synth(tmp_path, dgx, layout=dict(ep=4, cuda_graphs=True))
+    e, g = eager.graph.ranks[0], graph.graph.ranks[0]
+    assert len(e.gpu_ops) == len(g.gpu_ops)
+    names = [g.strings[int(x)] for x in g.host_ops.name]
+    # 1 micro-batch (8 sequences over dp 8) x (forward + backward) x (embedding, 2 layers, head): one graph each
+    assert names.count("cudaGraphLaunch") == 1 * 2 * 4
+    # eager: gradient reduce-scatters (dense over dp 8, experts over edp 2), grad-norm all-reduce, Adam, and the
+    # two parameter all-gathers
+    assert names.count("cudaLaunchKernel") == 6
+    assert [e.strings[int(x)] for x in e.host_ops.name].count("cudaLaunchKernel") == len(e.gpu_ops)
+    cfg = ReplayConfig(collectives="simulated")
+    te = replay(eager.graph, dgx, cfg).summary()
+    tg = replay(graph.graph, dgx, cfg).summary()
+    assert te["breakdown"]["host_bound_gpu_idle"] > 0  # the tiny model is launch-bound eagerly
+    assert tg["step_time_s"] < te["step_time_s"]

@@ -95,6 +95,8 @@ class BuildOptions:
     """Straggler GPUs: rank -> factor on every kernel duration."""
     host_slowdown: dict[int, float] = field(default_factory=dict)
     """Slow hosts: rank -> factor on every host launch time."""
+    graph_launch_overhead: float = 10e-6
+    """Host time of one cudaGraphLaunch (s), with ``layout.cuda_graphs``."""
     launch_jitter: dict[int, float] = field(default_factory=dict)
     """Rank -> mean extra host time per launch (s), exponentially distributed, seeded by the rank."""
 
@@ -153,6 +155,15 @@ class _RankBuilder:
 
     jitter: float = 0.0
     """Mean of the exponentially distributed extra host time of each launch (s)."""
+    graph_host: int = -1
+    """The open CUDA-graph launch (host op), or -1 when kernels launch one by one."""
+
+    def open_graph(self, cost: float) -> None:
+        """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
+        self.graph_host = self._host("cudaGraphLaunch", HostKind.LAUNCH, cost)
+
+    def close_graph(self) -> None:
+        self.graph_host = -1
     rng: np.random.Generator | None = None
 
     def _host(self, name: str, kind: int, cost: float) -> int:
@@ -171,7 +182,10 @@ class _RankBuilder:
            waits: list[int] | None = None) -> int:
         """Launch ``o`` on ``stream`` after the ops in ``waits``; returns its GPU op index."""
         j = len(self.g["name"])
-        self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
+        if self.graph_host >= 0:  # inside a captured CUDA graph: its one launch enqueues this op too
+            self.launch_host = self.graph_host
+        else:
+            self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
         self.g["name"].append(self.s(o.name))
@@ -353,6 +367,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
+        graphs_on = rm.layout.cuda_graphs
+        graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
@@ -414,8 +430,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if c > 0:
                     p2p("F", False, mb, c - 1, c)
                 for ly, ops, durs in fw:
+                    if graphs_on:
+                        rb.open_graph(graph_cost)
                     for o, d in zip(ops, durs):
                         emit(o, d, ly)
+                    rb.close_graph()
                 if c < chunks - 1:
                     p2p("F", True, mb, c, c + 1)
             else:
@@ -423,11 +442,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     p2p("B", False, mb, c + 1, c)
                 fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
                 for ly, ops, durs in bw:
+                    if graphs_on:
+                        rb.open_graph(graph_cost)
                     if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
                         for fo, fd in zip(*fwd_of[ly]):
                             emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
                     for o, d in zip(ops, durs):
                         emit(o, d, ly)
+                    rb.close_graph()
                     if mb == m - 1:
                         _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
                 if mb == m - 1:

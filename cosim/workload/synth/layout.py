@@ -59,7 +59,8 @@ class ParallelLayout(Strict):
     grad_bucket_params: float = Field(default=40e6, gt=0)
     """Parameters per gradient-reduction bucket (Megatron DDP's 40M default)."""
     cuda_graphs: bool = False
-    """Launch each layer's kernels as one CUDA graph (one host launch) instead of eagerly."""
+    """Launch each layer's forward (and backward) kernels as one CUDA graph: one host launch per
+    layer and unit instead of one per kernel (eager)."""
 
     def resolve(self, card: MoEModelConfig, gpus: int, where: str = "layout") -> RankMap:
         """Check this layout against ``card`` on ``gpus`` GPUs; one-line errors name the field."""
