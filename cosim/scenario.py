@@ -483,6 +483,9 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     from cosim.workload.synth import synthesize, synthetic_figures
 
     assert isinstance(scn.workload, SyntheticWorkload)
+    if cfg.precision:
+        raise CosimInputError("precision.* what-ifs rewrite captured graphs; for a synthetic workload set "
+                              "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
     syn = synthesize(scn.workload.synthetic, topo, base)
     notes = list(syn.built.notes)
     if cfg.collectives != "simulated":

@@ -350,3 +350,17 @@ def test_cuda_graphs_launch_each_layer_once(tmp_path: Path, dgx: object) -> None
     tg = replay(graph.graph, dgx, cfg).summary()
     assert te["breakdown"]["host_bound_gpu_idle"] > 0  # the tiny model is launch-bound eagerly
     assert tg["step_time_s"] < te["step_time_s"]
+
+
+def test_sweeps_take_synthetic_keys_and_precision_whatif_is_refused() -> None:
+    from cosim.scenario import load_scenario, run_scenario
+    from cosim.sweep.runner import input_files_fingerprint
+    from cosim.sweep.spec import check_key
+
+    check_key("workload.synthetic.layout.ep", "4")
+    check_key("nodes", "16")
+    base = str(ROOT / "workloads/scenarios/qwen3-30b-ep8-dgx-h100.yaml")
+    fp = input_files_fingerprint(base, {"workload.synthetic.layout.ep": "4"})
+    assert fp["workload"]["synthetic"]["layout"]["ep"] == 4 and fp["workload"]["synthetic"]["model"] == "qwen3-30b-a3b"
+    with pytest.raises(CosimInputError, match="set workload.synthetic.precision"):
+        run_scenario(load_scenario(base), {"precision.experts": "fp8"})
