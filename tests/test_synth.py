@@ -364,3 +364,24 @@ def test_sweeps_take_synthetic_keys_and_precision_whatif_is_refused() -> None:
     assert fp["workload"]["synthetic"]["layout"]["ep"] == 4 and fp["workload"]["synthetic"]["model"] == "qwen3-30b-a3b"
     with pytest.raises(CosimInputError, match="set workload.synthetic.precision"):
         run_scenario(load_scenario(base), {"precision.experts": "fp8"})
+
+
+def test_routing_from_a_capture_and_from_a_file(tmp_path: Path) -> None:
+    import yaml
+
+    cap = ROOT / "workloads/moe-ep4-cpu/capture.yaml"
+    card = load_model_config("tiny-moe")
+    doc = yaml.safe_load(cap.read_text())
+    for layer in (0, 1):
+        counts = np.asarray(doc["routing"]["layers"][layer]["tokens_per_expert"], dtype=float).sum(axis=0)
+        got = expert_shares(RoutingSpec(model=str(cap)), card, layer)
+        assert np.allclose(got, counts / counts.sum())  # measured shares (none above 1 / top_k here)
+    f = tmp_path / "w.yaml"
+    f.write_text("experts: [4, 1, 1, 1, 1, 0, 0, 0]\n")
+    s = expert_shares(RoutingSpec(model=str(f)), card, 0)
+    assert s.tolist() == pytest.approx([0.5, 0.125, 0.125, 0.125, 0.125, 0.0, 0.0, 0.0])
+    f.write_text("experts: [6, 1, 1, 0, 0, 0, 0, 0]\n")  # 0.75 > 1 / top_k: capped, the excess spread by weight
+    assert expert_shares(RoutingSpec(model=str(f)), card, 0).tolist() == pytest.approx([0.5, 0.25, 0.25] + [0.0] * 5)
+    f.write_text("experts: [1, 2]\n")
+    with pytest.raises(CosimInputError, match="2 expert weights for layer 0, but tiny-moe has 8 experts"):
+        expert_shares(RoutingSpec(model=str(f)), card, 0)
