@@ -385,3 +385,36 @@ def test_routing_from_a_capture_and_from_a_file(tmp_path: Path) -> None:
     f.write_text("experts: [1, 2]\n")
     with pytest.raises(CosimInputError, match="2 expert weights for layer 0, but tiny-moe has 8 experts"):
         expert_shares(RoutingSpec(model=str(f)), card, 0)
+
+
+def test_calibrate_from_a_measured_multi_rank_trace(tmp_path: Path) -> None:
+    from cosim.models.predict import predict_features
+    from cosim.resources import shared_dir
+    from cosim.topology import load_topology
+    from cosim.workload.synth.spec import calibrated_profile
+    from cosim.workload.synth.timing import KernelTimer
+
+    shared = shared_dir()
+    trace = shared / "traces/param-dlrm-v100x8/kineto" if shared else None
+    if trace is None or not trace.is_dir():
+        pytest.skip("../shared/traces/param-dlrm-v100x8 (8-rank DLRM on V100) is not present")
+    topo = load_topology("dgx1-v100")
+    prof = calibrated_profile(str(trace))
+    assert prof.accelerator == "v100-sxm2-32gb" and prof.fit_errors["gemm"]["n"] > 100  # the 8 ranks' GEMMs
+    a = _synth(tmp_path, topo, layout=dict(ep=4), calibrate_from=str(trace))
+    b = _synth(tmp_path, topo, layout=dict(ep=8, pp=1), calibrate_from=str(trace), batch={"global": 8, "micro": 1,
+                                                                                          "seq": 64})
+    default = _synth(tmp_path, topo, layout=dict(ep=4))
+    acc = topo.accelerator(topo.gpus[0])
+    timer = KernelTimer(acc, prof)
+    for syn in (a, b):  # every kernel of every layout timed by the fitted models
+        rg = syn.graph.ranks[0]
+        G = rg.gpu_ops
+        j = int(np.flatnonzero([rg.strings[int(x)] == "attn.qkv" for x in G.name])[0])
+        qkv = next(o for o in layer_ops(tiny(), 0, 64.0, 64.0) if o.name == "attn.qkv")
+        assert G.dur[j] == pytest.approx(timer([qkv])[0])
+    dd = default.graph.ranks[0].gpu_ops.dur
+    assert not np.allclose(a.graph.ranks[0].gpu_ops.dur, dd)  # not the bundled profile's times
+    with pytest.raises(CosimInputError, match="calibrate_from: nope: no such trace"):
+        _synth(tmp_path, topo, calibrate_from="nope")
+    assert predict_features  # the models the fit feeds (cosim.models.predict)

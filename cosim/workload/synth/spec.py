@@ -69,6 +69,10 @@ class SyntheticSpec(Strict):
     """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
     profile: str | None = None
     """Kernel-model calibration profile (bundled name or YAML); default: the accelerator's."""
+    calibrate_from: str | list[str] | None = None
+    """Trace(s) of the user's own measured step (Kineto files or a folder of ranks): the kernel models are
+    fitted to their kernels (as ``cosim calibrate --from-traces``) and time this step's ops; the same
+    fit then serves any layout of the model (Lumos-style re-layout keeping measured timings)."""
     fold: bool | None = None
     """Simulate one rank per pipeline stage (default: when routing is uniform and there are no stragglers)."""
     allow_oom: bool = False
@@ -128,10 +132,14 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
     gpu0 = topology.gpus[0]
     acc = topology.accelerator(gpu0)
     prof = None
+    if spec.profile and spec.calibrate_from:
+        raise CosimInputError("workload.synthetic: give profile or calibrate_from, not both")
     if spec.profile:
         from cosim.models import load_profile
 
         prof = load_profile(str(base / spec.profile) if base and (base / spec.profile).is_file() else spec.profile)
+    if spec.calibrate_from:
+        prof = calibrated_profile(spec.calibrate_from, base)
     try:
         cpu = topology.cpu_spec(topology.cpu_of(gpu0))
         launch = float(cpu.launch_overhead)
@@ -161,6 +169,35 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
     built = build_step(card, rm, b.global_, b.micro, b.seq, opts, KernelTimer(acc, prof), device=acc.name)
     peak = float(acc.peak("bf16"))
     return Synthesized(spec, card, rm, built, mem, hbm, peak)
+
+
+def calibrated_profile(traces: str | list[str], base: Path | None = None) -> Any:
+    """A calibration profile fitted to the kernels of ``traces`` (files or folders, relative to ``base``)."""
+    from cosim.models.fit import KernelDB, fit_profile
+
+    paths = []
+    for t in [traces] if isinstance(traces, str) else traces:
+        p = Path(t)
+        if base is not None and not p.is_absolute() and (base / p).exists():
+            p = base / p
+        if not p.exists():
+            raise CosimInputError(f"workload.synthetic.calibrate_from: {t}: no such trace file or folder")
+        paths.append(p)
+    files = sorted(KernelDB.trace_files(paths), key=str)
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key in _FITTED:
+        return _FITTED[key]
+    dbs = KernelDB.from_traces(paths, None)
+    if len(dbs) != 1:
+        raise CosimInputError(f"workload.synthetic.calibrate_from: the traces come from {len(dbs)} GPU models "
+                              f"({', '.join(sorted(dbs)) or 'none recognised'}); give traces of one GPU model")
+    prof = _FITTED[key] = fit_profile(next(iter(dbs.values())), name="calibrate_from",
+                                      provenance={"sources": [str(p) for p in paths]})
+    return prof
+
+
+_FITTED: dict[tuple[Any, ...], Any] = {}
+"""Profiles fitted by :func:`calibrated_profile` in this process, by the traces' identity (sweeps refit once)."""
 
 
 def bubble_fraction(syn: Synthesized, result: Any) -> float:
