@@ -362,7 +362,7 @@ def test_sweeps_take_synthetic_keys_and_precision_whatif_is_refused() -> None:
     base = str(ROOT / "workloads/scenarios/qwen3-30b-ep8-dgx-h100.yaml")
     fp = input_files_fingerprint(base, {"workload.synthetic.layout.ep": "4"})
     assert fp["workload"]["synthetic"]["layout"]["ep"] == 4 and fp["workload"]["synthetic"]["model"] == "qwen3-30b-a3b"
-    with pytest.raises(CosimInputError, match="set workload.synthetic.precision"):
+    with pytest.raises(CosimInputError, match=r"set workload\.synthetic\.precision"):
         run_scenario(load_scenario(base), {"precision.experts": "fp8"})
 
 
