@@ -418,3 +418,23 @@ def test_calibrate_from_a_measured_multi_rank_trace(tmp_path: Path) -> None:
     with pytest.raises(CosimInputError, match="calibrate_from: nope: no such trace"):
         _synth(tmp_path, topo, calibrate_from="nope")
     assert predict_features  # the models the fit feeds (cosim.models.predict)
+
+
+def test_fsdp_gathers_each_layer_and_reduce_scatters_its_gradients(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    syn = _synth(tmp_path, dgx, layout=dict(pp=2, ep=4, zero="fsdp"), fold=False)
+    layer = 64 * 16 * (4 * 2 + 2 * 2) + 2 * 64 + 64 * 8  # dense parameters of one layer (experts: edp 1)
+    for rg in syn.graph.ranks:
+        C = rg.collectives
+        got = Counter((CollType(int(C.type[c])).name, float(C.in_bytes[c])) for c in range(len(C))
+                      if C.type[c] in (CollType.ALL_GATHER, CollType.REDUCE_SCATTER))
+        edge = 256 * 64 + (64 if rg.rank >= 4 else 0)  # embedding (stage 0) or LM head + final norm (stage 1)
+        want = Counter({
+            # bf16 parameters gathered before each layer's forward and backward, 2 micro-batches (input: a shard)
+            ("ALL_GATHER", layer * 2 / 4): 4, ("ALL_GATHER", edge * 2 / 4): 4,
+            # fp32 gradients of each layer reduce-scattered once, after the last micro-batch's backward
+            ("REDUCE_SCATTER", layer * 4.0): 1, ("REDUCE_SCATTER", edge * 4.0): 1,
+        })
+        assert got == want, (rg.rank, got)
+    assert replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"] > 0

@@ -49,6 +49,7 @@ from cosim.workload.graph import (
 )
 from cosim.workload.synth.costs import (
     PRECISIONS,
+    Comm,
     Op,
     Shard,
     backward_ops,
@@ -405,6 +406,40 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 rb.last_main = j
             return j
 
+        fsdp = rm.layout.zero == "fsdp"
+        gathered: dict[int, list[int]] = {}
+
+        def fsdp_gather(ly: int) -> None:
+            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start)."""
+            if not fsdp or ly in gathered:
+                return
+            dense, expert = _unit_params(card, ly)
+            ids = []
+            for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
+                if n > 0 and len(groups[g]) > 1:
+                    o = Op(f"fsdp.{g}_param_all_gather", "collective", 0.0, n * 2.0,
+                           comm=Comm(g, "all_gather", n * 2.0), stream="dp")
+                    c = rb.collective(o.name, "all_gather", groups[g], n * 2.0)
+                    ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
+            gathered[ly] = ids
+
+        def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None) -> None:
+            """Emit ``layers`` in order (FSDP: gather each layer one ahead; CUDA graphs: one per layer)."""
+            for i, (ly, ops, durs) in enumerate(layers):
+                fsdp_gather(ly)
+                rb.pending += [(j, "fsdp") for j in gathered.pop(ly, [])]
+                if i + 1 < len(layers):
+                    fsdp_gather(layers[i + 1][0])  # prefetch: overlaps this layer's compute
+                if graphs_on:
+                    rb.open_graph(graph_cost)
+                if before is not None:
+                    before(ly)
+                for o, d in zip(ops, durs):
+                    emit(o, d, ly)
+                rb.close_graph()
+                if after is not None:
+                    after(ly)
+
         def p2p(kind: str, send: bool, mb: int, c_from: int, c_to: int) -> int:
             peer_stage = rm.chunk_stage(c_to if send else c_from)
             tp_i, cp_i, dp_i, _ = rm.coords(rank)
@@ -429,29 +464,24 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if kind == "F":
                 if c > 0:
                     p2p("F", False, mb, c - 1, c)
-                for ly, ops, durs in fw:
-                    if graphs_on:
-                        rb.open_graph(graph_cost)
-                    for o, d in zip(ops, durs):
-                        emit(o, d, ly)
-                    rb.close_graph()
+                run_layers(fw)
                 if c < chunks - 1:
                     p2p("F", True, mb, c, c + 1)
             else:
                 if c < chunks - 1:
                     p2p("B", False, mb, c + 1, c)
                 fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
-                for ly, ops, durs in bw:
-                    if graphs_on:
-                        rb.open_graph(graph_cost)
+
+                def recompute(ly: int, fwd_of: dict = fwd_of) -> None:
                     if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
                         for fo, fd in zip(*fwd_of[ly]):
                             emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
-                    for o, d in zip(ops, durs):
-                        emit(o, d, ly)
-                    rb.close_graph()
+
+                def grads(ly: int, mb: int = mb) -> None:
                     if mb == m - 1:
                         _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+
+                run_layers(bw, recompute, grads)
                 if mb == m - 1:
                     _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
                 if c > 0:
@@ -492,22 +522,30 @@ def _grad_buckets(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, layer: in
                   groups: dict[str, list[int]], launch: float, emit: Any, final: bool) -> None:
     """Add ``layer``'s gradients (-1: embedding, ``num_layers``: head, -2: none) to the open buckets;
     reduce a bucket once full (or at the end, ``final``)."""
-    if layer in (-1, card.num_layers):  # the embedding; the LM head and the final norm
-        bucket["dp"] += card.vocab_size * card.hidden_size / rm.tp + (card.hidden_size if layer >= 0 else 0)
-    elif layer >= 0:
-        dense, expert = layer_params(card, layer)
+    if layer >= -1:
+        dense, expert = _unit_params(card, layer)
         bucket["dp"] += dense / rm.tp
         bucket["edp"] += expert / (rm.ep * rm.etp)
     kind = "all_reduce" if rm.layout.zero == 0 else "reduce_scatter"
+    per_layer = rm.layout.zero == "fsdp"  # FSDP reduce-scatters each layer's gradients as its backward ends
     for g in ("dp", "edp"):
-        if bucket[g] > 0 and (final or bucket[g] >= rm.layout.grad_bucket_params) and len(groups[g]) > 1:
-            from cosim.workload.synth.costs import Comm
-
+        if bucket[g] > 0 and (final or per_layer or bucket[g] >= rm.layout.grad_bucket_params) and len(groups[g]) > 1:
             emit(Op(f"grad.{g}_{kind}", "collective", 0.0, bucket[g] * GRAD_BYTES,
                     comm=Comm(g, kind, bucket[g] * GRAD_BYTES), stream="dp"), 0.0)
             bucket[g] = 0.0
         elif final:
             bucket[g] = 0.0
+
+
+def _unit_params(card: MoEModelConfig, layer: int) -> tuple[float, float]:
+    """(dense, expert) parameters of a layer, of the embedding (-1) or of the LM head and final norm
+    (``num_layers``), unsharded."""
+    if layer == -1:
+        return float(card.vocab_size * card.hidden_size), 0.0
+    if layer == card.num_layers:
+        return float(card.vocab_size * card.hidden_size + card.hidden_size), 0.0
+    d, e = layer_params(card, layer)
+    return float(d), float(e)
 
 
 def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float, float]:
@@ -528,15 +566,13 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
 def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, groups: dict[str, list[int]],
                launch: float, emit: Any, predict: Any) -> None:
     """Grad-norm all-reduce, Adam on this rank's shard, and (ZeRO-1) the parameter all-gather."""
-    from cosim.workload.synth.costs import Comm
-
     dense, expert = _stage_params(rm, card, stage)
     local = dense + expert if rm.layout.zero == 0 else dense / len(groups["dp"]) + expert / len(groups["edp"])
     emit(Op("optim.grad_norm_all_reduce", "collective", 0.0, 8.0, comm=Comm("dp", "all_reduce", 8.0),
             stream="dp"), 0.0)
     adam = Op("optim.adam", "elementwise", local * 12.0, local * ADAM_BYTES, "fp32")
     emit(adam, predict([adam])[0])
-    if rm.layout.zero != 0:
+    if rm.layout.zero == 1:  # ZeRO-1: every rank gathers the updated parameters (FSDP keeps them sharded)
         for g, n in (("dp", dense), ("edp", expert)):
             left = n
             while left > 0 and len(groups[g]) > 1:
