@@ -438,3 +438,33 @@ def test_fsdp_gathers_each_layer_and_reduce_scatters_its_gradients(tmp_path: Pat
         })
         assert got == want, (rg.rank, got)
     assert replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"] > 0
+
+
+def test_dualpipe_order_by_hand_and_its_overlap(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+    from cosim.workload.synth.schedule import dualpipe_order
+
+    F0, F1, W = ("F", 0), ("F", 1), ("W",)
+    # rank 0 of 4, 8 micro-batches (deepseek-ai/DualPipe dualpipe.py, DualPipe.step, steps 1-8)
+    assert dualpipe_order(0, 4, 8) == [F0, F0, F0, F1, ("B", 1, True), W, F1, ("FB", 0, 1), ("FB", 1, 0),
+                                       ("B", 1, False), ("FB", 1, 0), ("B", 1, False), ("B", 0, True), W,
+                                       ("B", 0, True), W]
+    # rank 3 mirrors rank 0 with the directions swapped
+    assert dualpipe_order(3, 4, 8) == [tuple(a[:1]) + tuple(1 - x if isinstance(x, int) and not isinstance(x, bool)
+                                                            else x for x in a[1:]) for a in dualpipe_order(0, 4, 8)]
+    with pytest.raises(CosimInputError, match="dualpipe needs"):
+        dualpipe_order(0, 4, 6)
+    wide = {**TINY, "hidden_size": 1024, "expert_ffn_size": 4096}
+    kw = dict(batch={"global": 64, "micro": 4, "seq": 256})  # pp 2 x dp 4: 4 micro-batches per pipeline
+    plain = _synth(tmp_path, dgx, wide, layout=dict(pp=2, ep=4), **kw)
+    dual = _synth(tmp_path, dgx, wide, layout=dict(pp=2, ep=4, schedule="dualpipe"), **kw)
+    # each rank holds one stage per direction: rank 0 the embedding + layer 0 and layer 1 + the head
+    names = {dual.graph.ranks[0].strings[int(x)] for x in dual.graph.ranks[0].gpu_ops.name}
+    assert {"embed.lookup", "head.lm_head"} <= names and not {"embed.lookup", "head.lm_head"} <= {
+        plain.graph.ranks[0].strings[int(x)] for x in plain.graph.ranks[0].gpu_ops.name}
+    assert dual.memory[0].weights > plain.memory[0].weights  # two stages' parameters per rank
+    cfg = ReplayConfig(collectives="simulated")
+    p, d = replay(plain.graph, dgx, cfg).summary(), replay(dual.graph, dgx, cfg).summary()
+    assert d["breakdown"]["exposed_communication"] < p["breakdown"]["exposed_communication"]
+    with pytest.raises(CosimInputError, match=r"layout\.schedule: dualpipe needs vpp 1 and an even pp"):
+        ParallelLayout(pp=2, vpp=2, schedule="dualpipe").resolve(tiny(num_layers=4), 8)

@@ -27,6 +27,7 @@ members' traffic on the links; see docs/SYNTHESIS.md for what that leaves out).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,7 +61,7 @@ from cosim.workload.synth.costs import (
 )
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
-from cosim.workload.synth.schedule import stage_order
+from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
 __all__ = ["BuildOptions", "Built", "build_step"]
 
@@ -140,12 +141,24 @@ class _RankBuilder:
         self.last_compute = -1
         self.last_main = -1
         self.pending: list[tuple[int, str]] = []  # comm ops not yet waited for: (gpu op, name)
+        self.lane = 0
+        self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.h["name"].append(self.s("ProfilerStep#0"))
         self.h["kind"].append(HostKind.ANNOTATION)
         self.h["parent"].append(-1)
         self.h["depth"].append(0)
         self.h["tail"].append(0.0)
         self.h["dur"].append(0.0)
+
+    def switch(self, lane: int) -> None:
+        """Continue the program of ``lane`` (DualPipe runs one per direction, interleaved on the compute
+        stream): its own pending collectives and last ops."""
+        if lane == self.lane:
+            return
+        self.lanes[self.lane] = (self.pending, self.last_compute, self.last_main)
+        self.pending, self.last_compute, self.last_main = self.lanes.pop(lane, ([], self.last_compute,
+                                                                              self.last_main))
+        self.lane = lane
 
     def group(self, members: list[int]) -> int:
         key = tuple(members)
@@ -374,8 +387,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-        order = stage_order(stage, rm.pp, rm.vpp, m)
-        prepared = {c: chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
+        order = stage_order(stage, rm.pp, rm.vpp, m) if rm.schedule != "dualpipe" else []
+        if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
+            prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
+        else:
+            prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
         unit_span: list[tuple[int, int, bool]] = []
         bucket: dict[str, float] = {"dp": 0.0, "edp": 0.0}
 
@@ -390,7 +406,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if ly in routes and not opts.routing.is_uniform and o.comm.kind.startswith("all_to_all"):
                     splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
                 c = rb.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits)
-                j = rb.op(o, 0.0, _STREAMS[o.stream], launch, coll=c,
+                j = rb.op(o, 0.0, _STREAMS[o.stream] + 100 * rb.lane, launch, coll=c,
                           waits=[rb.last_compute if shared else rb.last_main])
                 rb.pending.append((j, o.name))
                 return j
@@ -423,8 +439,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
             gathered[ly] = ids
 
-        def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None) -> None:
-            """Emit ``layers`` in order (FSDP: gather each layer one ahead; CUDA graphs: one per layer)."""
+        def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None,
+                       skip_wgrad: list[tuple[Op, float]] | None = None) -> Iterator[None]:
+            """Emit ``layers`` in order, yielding after every collective (DualPipe interleaves two units
+            there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
+            weight-gradient GEMMs collected there instead (zero-bubble)."""
             for i, (ly, ops, durs) in enumerate(layers):
                 fsdp_gather(ly)
                 rb.pending += [(j, "fsdp") for j in gathered.pop(ly, [])]
@@ -435,21 +454,26 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if before is not None:
                     before(ly)
                 for o, d in zip(ops, durs):
+                    if skip_wgrad is not None and o.name.endswith(".wgrad"):
+                        skip_wgrad.append((o, d))
+                        continue
                     emit(o, d, ly)
+                    if o.cls == "collective":
+                        yield
                 rb.close_graph()
                 if after is not None:
                     after(ly)
 
-        def p2p(kind: str, send: bool, mb: int, c_from: int, c_to: int) -> int:
-            peer_stage = rm.chunk_stage(c_to if send else c_from)
+        def p2p(kind: str, send: bool, mb: int, c_from: int, c_to: int, dirn: int = 0) -> int:
+            peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
             tp_i, cp_i, dp_i, _ = rm.coords(rank)
             peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
             if peer == rank:
                 return -1
             members = sorted([rank, peer])
-            seq = ((0 if kind == "F" else 1) * m + mb) * chunks + (c_to if kind == "F" else c_from)
+            seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
             c = rb.collective(f"pp.{kind}", "send_recv", members, pp_bytes, seq=seq)
-            stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0)  # one FIFO per channel
+            stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
             o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
                    0.0, pp_bytes)
             j = rb.op(o, 0.0, stream, launch, coll=c, waits=[rb.last_compute] if send else None)
@@ -457,40 +481,95 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 rb.pending.append((j, o.name))
             return j
 
-        for kind, mb, v in order:
-            c = v * rm.pp + stage
-            fw, bw = prepared[c]
-            first = len(rb.g["name"])
-            if kind == "F":
-                if c > 0:
-                    p2p("F", False, mb, c - 1, c)
-                run_layers(fw)
-                if c < chunks - 1:
-                    p2p("F", True, mb, c, c + 1)
-            else:
-                if c < chunks - 1:
-                    p2p("B", False, mb, c + 1, c)
-                fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
+        wfifo: list[tuple[int, list[tuple[Op, float]]]] = []
+        last_mb = m - 1 if rm.schedule != "dualpipe" else m // 2 - 1
 
-                def recompute(ly: int, fwd_of: dict = fwd_of) -> None:
-                    if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
-                        for fo, fd in zip(*fwd_of[ly]):
-                            emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+        def forward(c: int, mb: int, dirn: int = 0) -> Iterator[None]:
+            fw, _ = prepared[(c, dirn)]
+            if c > 0:
+                p2p("F", False, mb, c - 1, c, dirn)
+            yield from run_layers(fw)
+            if c < chunks - 1:
+                p2p("F", True, mb, c, c + 1, dirn)
 
-                def grads(ly: int, mb: int = mb) -> None:
-                    if mb == m - 1:
-                        _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+        def backward(c: int, mb: int, dirn: int = 0, zb: bool = False) -> Iterator[None]:
+            fw, bw = prepared[(c, dirn)]
+            if c < chunks - 1:
+                p2p("B", False, mb, c + 1, c, dirn)
+            fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
 
-                run_layers(bw, recompute, grads)
-                if mb == m - 1:
-                    _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
-                if c > 0:
-                    p2p("B", True, mb, c, c - 1)
+            def recompute(ly: int) -> None:
+                if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
+                    for fo, fd in zip(*fwd_of[ly]):
+                        emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+
+            def grads(ly: int) -> None:
+                if mb == last_mb:
+                    _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+
+            deferred: list[tuple[Op, float]] | None = [] if zb else None
+            yield from run_layers(bw, recompute, grads, deferred)
+            if deferred:
+                wfifo.append((dirn, deferred))
+            if mb == last_mb:
+                _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
+            if c > 0:
+                p2p("B", True, mb, c, c - 1, dirn)
+
+        def run(gen: Iterator[None], lane: int = 0) -> None:
+            rb.switch(lane)
+            for _ in gen:
+                pass
+
+        def overlapped(a: Iterator[None], la: int, b: Iterator[None], lb: int) -> None:
+            """Alternate ``a`` and ``b`` at their collectives: each one's communication runs under the
+            other's compute (DualPipe's overlapped forward-backward)."""
+            live = [(a, la), (b, lb)]
+            while live:
+                for item in list(live):
+                    rb.switch(item[1])
+                    if next(item[0], StopIteration) is StopIteration:
+                        live.remove(item)
+
+        def unit(first: int, recv: bool) -> None:
             comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
             if comp:
-                recv = any(rb.g["stream"][j] != _STREAMS["compute"] and rb.g["stream"][j] >= 30
-                           for j in range(first, comp[0]))
                 unit_span.append((comp[0], comp[-1], recv))
+
+        def has_recv(first: int) -> bool:
+            comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
+            return bool(comp) and any(rb.g["stream"][j] >= 30 for j in range(first, comp[0]))
+
+        if rm.schedule == "dualpipe":
+            nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
+
+            def take(kind: str, dirn: int) -> int:
+                nxt[(kind, dirn)] += 1
+                return nxt[(kind, dirn)] - 1
+
+            for act in dualpipe_order(stage, rm.pp, m):
+                first = len(rb.g["name"])
+                if act[0] == "F":
+                    run(forward(rm.chunk_stage(stage, act[1]), take("F", act[1]), act[1]), act[1])
+                elif act[0] == "B":
+                    run(backward(rm.chunk_stage(stage, act[1]), take("B", act[1]), act[1], act[2]), act[1])
+                elif act[0] == "W":
+                    dirn, ops = wfifo.pop(0)
+                    rb.switch(dirn)
+                    for o, d in ops:
+                        emit(o, d)
+                else:
+                    df, db = act[1], act[2]
+                    overlapped(forward(rm.chunk_stage(stage, df), take("F", df), df), df,
+                               backward(rm.chunk_stage(stage, db), take("B", db), db), db)
+                unit(first, has_recv(first))
+            rb.switch(0)
+        else:
+            for kind, mb, v in order:
+                c = v * rm.pp + stage
+                first = len(rb.g["name"])
+                run(forward(c, mb) if kind == "F" else backward(c, mb))
+                unit(first, has_recv(first))
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
         return rb.finish(), unit_span
 

@@ -104,9 +104,9 @@ class RankMap:
         self.edp = (tp * cp * dp) // (lay.ep * lay.etp)
         if lay.schedule == "interleaved" and vpp == 1:
             raise bad("vpp", "schedule interleaved needs vpp > 1")
-        if lay.schedule == "dualpipe":
-            raise bad("schedule", "dualpipe is not implemented yet (use 1f1b or interleaved)")
-        self.schedule = "interleaved" if vpp > 1 else "1f1b"
+        if lay.schedule == "dualpipe" and (vpp != 1 or pp % 2):
+            raise bad("schedule", f"dualpipe needs vpp 1 and an even pp (got pp {pp}, vpp {vpp})")
+        self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"
         self.sequence_parallel = lay.sequence_parallel if lay.sequence_parallel is not None else tp > 1
         chunks = pp * vpp
         if lay.pipeline_layers is not None:
@@ -139,12 +139,16 @@ class RankMap:
         return tp_i, cp_i, r % self.dp, r // self.dp
 
     def stage_chunks(self, stage: int) -> list[int]:
-        """Model chunks of pipeline stage ``stage`` (virtual stage order)."""
+        """Model chunks of pipeline stage ``stage`` (virtual stage order; DualPipe: the chunk of direction 0,
+        then that of direction 1)."""
+        if self.schedule == "dualpipe":
+            return [stage, self.pp - 1 - stage]
         return [v * self.pp + stage for v in range(self.vpp)]
 
-    def chunk_stage(self, chunk: int) -> int:
-        """Pipeline stage that holds model chunk ``chunk``."""
-        return chunk % self.pp
+    def chunk_stage(self, chunk: int, direction: int = 0) -> int:
+        """Pipeline stage that holds model chunk ``chunk`` (DualPipe: of pipeline direction ``direction``;
+        direction 1 runs the stages from rank pp - 1 down to rank 0)."""
+        return self.pp - 1 - chunk if direction else chunk % self.pp
 
     # --------------------------------------------------------------- groups
     def group(self, kind: str, rank: int) -> list[int]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.synth.costs import PRECISIONS, Shard, embedding_ops, head_ops, layer_ops, layer_params
 from cosim.workload.synth.layout import RankMap
-from cosim.workload.synth.schedule import stage_order
+from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
 __all__ = ["OVERHEAD_BYTES", "MemoryEstimate", "memory_per_stage"]
 
@@ -82,10 +82,18 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                 dense += card.vocab_size * card.hidden_size / rm.tp
                 a += sum(o.saved for o in head_ops(card, T, sh, p))
             act_chunk.append(a)
-        order = stage_order(stage, rm.pp, rm.vpp, microbatches)
-        live = [0] * rm.vpp
+        if rm.schedule == "dualpipe":  # (kind, chunk) per action; an overlapped pair is a forward then a backward
+            steps: list[tuple[str, int]] = []
+            for a in dualpipe_order(stage, rm.pp, microbatches):
+                if a[0] == "FB":
+                    steps += [("F", a[1]), ("B", a[2])]
+                elif a[0] in ("F", "B"):
+                    steps.append((a[0], a[1]))
+        else:
+            steps = [(kind, v) for kind, _, v in stage_order(stage, rm.pp, rm.vpp, microbatches)]
+        live = [0] * len(act_chunk)
         peak = cur = 0.0
-        for kind, _, v in order:
+        for kind, v in steps:
             live[v] += 1 if kind == "F" else -1
             cur = sum(n * act_chunk[i] for i, n in enumerate(live))
             peak = max(peak, cur)

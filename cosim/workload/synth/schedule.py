@@ -16,9 +16,11 @@ gradients from the neighbouring stages).
 
 from __future__ import annotations
 
+from typing import Any
+
 from cosim.errors import CosimInputError
 
-__all__ = ["Unit", "peak_in_flight", "stage_order"]
+__all__ = ["Unit", "dualpipe_order", "peak_in_flight", "stage_order"]
 
 Unit = tuple[str, int, int]
 
@@ -63,3 +65,50 @@ def peak_in_flight(order: list[Unit]) -> int:
         live += 1 if kind == "F" else -1
         peak = max(peak, live)
     return peak
+
+
+def dualpipe_order(rank: int, pp: int, microbatches: int) -> list[tuple[Any, ...]]:
+    """DualPipe's actions on ``rank`` (DeepSeek-V3 report section 3.2.1; the step order of
+    deepseek-ai/DualPipe ``dualpipe.py``, ``DualPipe.step``), with phases mapped to directions.
+
+    Actions: ``("F", d)`` forward of the next micro-batch of direction ``d`` (0: enters at rank 0,
+    1: enters at rank pp-1); ``("B", d, zb)`` its backward (``zb``: weight gradients deferred);
+    ``("W",)`` the oldest deferred weight gradients; ``("FB", d_f, d_b)`` a forward and a backward
+    overlapped (one's communication under the other's compute). ``microbatches`` in total, half per
+    direction; needs pp even and ``microbatches >= 2 * pp``, even."""
+    if pp % 2 or microbatches % 2 or microbatches < 2 * pp:
+        raise CosimInputError(f"dualpipe needs an even pp ({pp}) and an even number of micro-batches per "
+                              f"pipeline >= 2 * pp ({microbatches})")
+    half, hr, hm = pp // 2, min(rank, pp - 1 - rank), microbatches // 2
+    second = int(rank >= half)
+    middle = hr == half - 1
+
+    def d(phase: int) -> int:
+        return phase ^ second
+
+    out: list[tuple[Any, ...]] = []
+    out += [("F", d(0))] * ((half - hr - 1) * 2)
+    for _ in range(hr + 1):
+        out += [("F", d(0)), ("F", d(1))]
+    for _ in range(half - hr - 1):
+        out += [("B", d(1), True), ("W",), ("F", d(1))]
+    for i in range(hm - pp + hr + 1):
+        if i == 0 and middle:
+            out += [("F", d(0)), ("B", d(1), False)]
+        else:
+            out.append(("FB", d(0), d(1)))
+        out.append(("FB", d(1), d(0)))
+    for _ in range(half - hr - 1):
+        out += [("B", d(1), False), ("FB", d(1), d(0))]
+    zb = False
+    for i in range(hr + 1):
+        if i == (hr + 1) // 2 and hr % 2 == 1:
+            zb = True
+        out.append(("B", d(1), zb))
+        if i == (hr + 1) // 2 and hr % 2 == 0:
+            zb = True
+        out.append(("B", d(0), zb))
+    for _ in range(half - hr - 1):
+        out += [("W",), ("B", d(0), True)]
+    out += [("W",)] * (hr + 1)
+    return out
