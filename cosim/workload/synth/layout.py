@@ -50,7 +50,8 @@ class ParallelLayout(Strict):
     fsdp: parameters and gradients sharded too (per-layer all-gather before forward and
     backward, reduce-scatter of gradients after backward)."""
     schedule: Literal["1f1b", "interleaved", "dualpipe"] = "1f1b"
-    """Pipeline schedule; interleaved needs vpp > 1 (and is implied by it)."""
+    """Pipeline schedule: 1f1b; interleaved (implied by vpp > 1); dualpipe (DeepSeek-V3's bidirectional
+    schedule: vpp 1, even pp, each rank holds two stages)."""
     pipeline_layers: list[int] | None = None
     """Layers per model chunk, ``pp * vpp`` entries in chunk order (chunk ``v * pp + s`` is
     virtual stage ``v`` of stage ``s``); for uneven splits such as DeepSeek-V3's 61 layers."""

@@ -12,6 +12,8 @@ gradients from the neighbouring stages).
   unit ``k`` is micro-batch ``(k // (pp * vpp)) * pp + k % pp`` of chunk
   ``(k // pp) % vpp``; backward units walk the chunks in reverse; warm-up
   ``(pp - s - 1) * 2 + (vpp - 1) * pp`` units. Needs ``m`` to be a multiple of ``pp``.
+* DualPipe (:func:`dualpipe_order`): bidirectional, with zero-bubble weight-gradient units and
+  overlapped forward-backward pairs.
 """
 
 from __future__ import annotations
