@@ -468,3 +468,16 @@ def test_dualpipe_order_by_hand_and_its_overlap(tmp_path: Path, dgx: object) -> 
     assert d["breakdown"]["exposed_communication"] < p["breakdown"]["exposed_communication"]
     with pytest.raises(CosimInputError, match=r"layout\.schedule: dualpipe needs vpp 1 and an even pp"):
         ParallelLayout(pp=2, vpp=2, schedule="dualpipe").resolve(tiny(num_layers=4), 8)
+
+
+def test_synthesis_and_its_replay_are_deterministic(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    kw = dict(layout=dict(pp=2, ep=4), routing="zipf:1.1", stragglers={"launch_jitter": {1: "2 us"}})
+    a, b = _synth(tmp_path, dgx, **kw), _synth(tmp_path, dgx, **kw)
+    for ra, rb in zip(a.graph.ranks, b.graph.ranks):
+        for t in ("host_ops", "gpu_ops", "collectives", "edges"):
+            ca, cb = getattr(ra, t).columns(), getattr(rb, t).columns()
+            assert all(np.array_equal(ca[k], cb[k], equal_nan=True) for k in ca), t
+    cfg = ReplayConfig(collectives="simulated")
+    assert replay(a.graph, dgx, cfg).summary()["step_time_s"] == replay(b.graph, dgx, cfg).summary()["step_time_s"]

@@ -580,7 +580,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     per_tok = _model_flops_per_token(card, seq)
     notes = []
     if fold:
-        notes.append(f"folded {rm.world} ranks into {len(ranks)} classes (one rank per pipeline stage; uniform "
+        notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} (one rank per "
+                     "pipeline stage; uniform "
                      "routing makes every rank of a stage run the same program)")
     return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes)
 
