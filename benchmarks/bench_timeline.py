@@ -29,7 +29,7 @@ def _cases() -> list[tuple[str, Any]]:
     def scenario() -> Any:
         from cosim.scenario import load_scenario, run_scenario
 
-        return run_scenario(load_scenario())[1]
+        return run_scenario(load_scenario("moe-ep4-dgx-h100"))[1]
 
     out = [("cosim run (default scenario)", scenario)]
     sh = shared_dir()

@@ -12,6 +12,16 @@ Example (``workloads/scenarios/moe-ep4-dgx-h100.yaml``)::
     projection: {dtype: bf16, host_speed: 2.0, aten_overhead: 4 us}
     replay: {collectives: simulated}
     set: {gpu.scale.gemm: 0.5}       # optional what-if knobs, as with --set
+
+A scenario's workload can also be synthesized from a model card and a parallel layout
+(:mod:`cosim.workload.synth`, docs/SYNTHESIS.md), on a cluster preset scaled to ``nodes``::
+
+    name: dsv3-1024
+    workload:
+      synthetic: {model: deepseek-v3, layout: {tp: 2, pp: 8, vpp: 4, ep: 64}, batch: {global: 8192, micro: 1, seq: 4096},
+                  precision: fp8, routing: uniform}
+    topology: dgx-h100
+    nodes: 128
 """
 
 from __future__ import annotations
@@ -25,13 +35,16 @@ from pydantic import Field, field_validator
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
 from cosim.resources import data_dirs, find_data
+from cosim.workload.synth.spec import SyntheticSpec
 from cosim.yamlio import load_yaml, validate
 
 __all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
            "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
            "resolved_settings", "run_dir", "run_folder", "run_scenario", "settings_hash", "split_topology_sets"]
 
-DEFAULT_SCENARIO = "moe-ep4-dgx-h100"
+DEFAULT_SCENARIO = "qwen3-30b-ep8-dgx-h100"
+MAX_NODES = 1024
+"""Most host nodes ``nodes:`` scales a topology to."""
 
 
 class ProjectionSpec(Strict):
@@ -63,16 +76,28 @@ class ReplaySpec(Strict):
     """Precision what-if, e.g. ``{experts: fp8}``: keys ``experts`` / ``gemm``, values ``bf16``, ``fp8``, ``mxfp8``."""
 
 
+class SyntheticWorkload(Strict):
+    """``workload: {synthetic: ...}``: a training step synthesized from a model card (docs/SYNTHESIS.md)."""
+
+    synthetic: SyntheticSpec
+    """Model card, parallel layout, batch, precision and routing."""
+
+
 class Scenario(Strict):
     """A workload on a topology, with what-if overrides."""
 
     name: str
     """Scenario name; ``cosim run`` writes to cosim-out/<name>/<short hash of the settings>/ (see :func:`run_dir`)."""
     description: str = ""
-    workload: str
-    """Bundled workload name (workloads/<name>), or a trace file / folder (relative to this file)."""
+    workload: str | SyntheticWorkload
+    """Bundled workload name (workloads/<name>), a trace file / folder (relative to this file), or
+    ``{synthetic: {...}}``."""
     topology: str = "dgx-h100"
     """Topology preset name or YAML file (relative to this file)."""
+    nodes: int | None = Field(default=None, gt=0, le=MAX_NODES)
+    """Scale the topology to this many host nodes: a host-node preset (dgx-h100, hgx-h200, ...) becomes
+    a rail-optimized non-blocking cluster of them; a cluster preset with a generated fabric gets this
+    node count. None: the topology as it is."""
     projection: ProjectionSpec = Field(default_factory=ProjectionSpec)
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     set: dict[str, Any] = Field(default_factory=dict)
@@ -170,8 +195,22 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
     rest: dict[str, str] = {}
     upd: dict[str, Any] = {}
     proj = scn.projection.model_dump()
+    synth: dict[str, Any] | None = None
     for k, v in sets.items():
-        if k.startswith("replay."):
+        if k.startswith("workload.synthetic."):
+            if not isinstance(scn.workload, SyntheticWorkload):
+                raise CosimInputError(f"--set {k}: the scenario's workload is not synthetic")
+            if synth is None:
+                synth = scn.workload.synthetic.model_dump(by_alias=True, exclude_unset=True)
+            _set_path(synth, k.split(".")[2:], v, k)
+        elif k == "nodes":
+            try:
+                upd["nodes"] = None if v in ("", "none", "null") else int(v)
+            except ValueError:
+                raise CosimInputError(f"--set nodes={v}: expected a node count") from None
+            if upd["nodes"] is not None and not 0 < upd["nodes"] <= MAX_NODES:
+                raise CosimInputError(f"--set nodes={v}: expected 1..{MAX_NODES}")
+        elif k.startswith("replay."):
             field = k.split(".", 1)[1]
             if field not in ReplaySpec.model_fields:
                 raise CosimInputError(f"--set {k}: unknown replay field; known: {', '.join(ReplaySpec.model_fields)}")
@@ -187,11 +226,42 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
             proj[field] = v
         else:
             rest[k] = v
+    if synth is not None:
+        try:
+            upd["workload"] = SyntheticWorkload(synthetic=SyntheticSpec.model_validate(synth))
+        except ValueError as exc:  # pydantic: name the first bad field
+            errs = getattr(exc, "errors", lambda: [])()
+            where = ".".join(str(x) for x in errs[0]["loc"]) if errs else ""
+            msg = errs[0]["msg"] if errs else str(exc)
+            raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
         rest["topology"] = upd["topology"]
     proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
                                             for k, v in proj.items()})
     return scn.model_copy(update={**upd, "projection": proj_model}), rest
+
+
+def _set_path(doc: dict[str, Any], path: list[str], value: str, key: str) -> None:
+    """Set ``doc[path[0]][path[1]]... = value`` (a ``--set`` string read as a YAML scalar or flow value)."""
+    from cosim.yamlio import loads_yaml
+
+    try:
+        parsed = loads_yaml(value) if value.strip() else value
+    except CosimInputError:
+        parsed = value
+    if isinstance(parsed, dict):
+        parsed = dict(parsed)
+    cur = doc
+    for seg in path[:-1]:
+        nxt = cur.get(seg)
+        if nxt is None:
+            nxt = cur[seg] = {}
+        elif not isinstance(nxt, dict):
+            raise CosimInputError(f"--set {key}: {seg} is not a mapping")
+        cur = nxt
+    if not path:
+        raise CosimInputError(f"--set {key}: name a field of workload.synthetic")
+    cur[path[-1]] = parsed
 
 
 TOPOLOGY_KNOB = "topology."
@@ -253,10 +323,38 @@ def expand_port_bandwidth(sets: dict[str, str], catalog: Any = None) -> dict[str
     return out
 
 
+def scaled_document(fpath: Path, nodes: int) -> Any:
+    """The topology document of ``fpath`` scaled to ``nodes`` host nodes.
+
+    A host-node file (``devices:``/``links:``, e.g. dgx-h100) becomes a cluster of ``nodes`` of
+    it on a rail-optimized, non-blocking fat tree of 64-port switches (the DGX SuperPOD compute
+    fabric; the NIC of each GPU on its own rail); a cluster file with a generated ``fabric:`` gets
+    ``nodes`` as its node count. Clusters with hand-written rack links (gb200-nvl72) cannot be scaled."""
+    from cosim.topology.loader import read_document
+    from cosim.yamlio import loads_yaml
+
+    data = read_document(fpath)
+    if data.get("node") is None:
+        name = data.get("name") or fpath.stem
+        return loads_yaml(f"name: {name}-x{nodes}\ndescription: \"{nodes} x {name} on a rail-optimized non-blocking "
+                          f"fabric (scaled by nodes:)\"\nnode: \"{fpath.resolve()}\"\nnodes: {nodes}\n"
+                          "fabric: {topology: rail-optimized, switch_radix: 64, oversubscription: 1}\n", file=fpath)
+    if data.get("fabric") is None or data.get("links"):
+        raise CosimInputError(f"nodes: {nodes}: topology {fpath.name} has hand-written cluster links and cannot be "
+                              "scaled; use a host-node preset (dgx-h100, hgx-h200, ...) or a cluster with a fabric:")
+    out = dict(data)
+    out["nodes"] = nodes
+    out["name"] = f"{data.get('name') or fpath.stem}-x{nodes}"
+    doc = type(data)(out)
+    for attr in ("mark", "key_marks", "file"):
+        setattr(doc, attr, getattr(data, attr, None) if attr != "key_marks" else dict(data.key_marks))
+    return doc
+
+
 def build_topology(ref: str, base: Path | None, overrides: dict[str, Any] | None = None,
-                   topology_sets: dict[str, Any] | None = None) -> Any:
-    """Load topology ``ref`` (a preset, or a file relative to ``base``) with catalog ``overrides`` and
-    ``topology.<path>`` knobs.
+                   topology_sets: dict[str, Any] | None = None, nodes: int | None = None) -> Any:
+    """Load topology ``ref`` (a preset, or a file relative to ``base``) with catalog ``overrides``,
+    ``topology.<path>`` knobs, and scaled to ``nodes`` host nodes (:func:`scaled_document`).
 
     The knobs are appended to the topology document's own ``set:`` block and applied by the topology
     loader's set machinery (:func:`cosim.topology.loader.with_sets`), exactly as if the file had them.
@@ -264,18 +362,21 @@ def build_topology(ref: str, base: Path | None, overrides: dict[str, Any] | None
     from cosim.topology import Topology, find_topology, load_topology
 
     path = resolve_path(ref, base) or ref
-    if not topology_sets:
+    if not topology_sets and not nodes:
         return load_topology(path, overrides=overrides or None)
     from cosim.topology.build import build_from_document
     from cosim.topology.loader import read_document, with_sets
 
     fpath = find_topology(path)
-    data = with_sets(read_document(fpath), {k: _scalar(v) for k, v in topology_sets.items()})
+    doc = scaled_document(fpath, nodes) if nodes else read_document(fpath)
+    data = with_sets(doc, {k: _scalar(v) for k, v in (topology_sets or {}).items()})
+    if nodes and doc.get("node") is not None and read_document(fpath).get("node") is None:
+        fpath = fpath.with_name(f"{fpath.stem}-x{nodes}.yaml")  # generated: a cluster of the file's node
     try:
         return Topology(build_from_document(data, fpath, overrides or None), source_file=fpath)
     except CosimInputError as exc:
         where = exc.location.path or ""
-        for k, v in topology_sets.items():
+        for k, v in (topology_sets or {}).items():
             if where == f"set.{k}" or where.startswith(f"set.{k}.") or where.startswith(f"set[{k}]"):
                 raise CosimInputError(f"--set {k}={v}: {exc.message}") from None
         raise
@@ -335,9 +436,11 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     own = {k: (near(v) if k.rsplit(".", 1)[-1] == "profile" else v) for k, v in scn.set.items()}
     tsets, other = split_topology_sets({**own, **rest})
     cfg = apply_sets(cfg, expand_port_bandwidth(other))
-    topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets)
+    topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets, scn.nodes)
     if tsets:  # recorded in the resolved scenario (scenario.yaml), so that the run's hardware can be rebuilt
         scn = scn.model_copy(update={"set": {**scn.set, **tsets}})
+    if isinstance(scn.workload, SyntheticWorkload):
+        return scn, _run_synthetic(scn, topo, cfg, base)
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
         wpath = find_workload(scn.workload)
@@ -445,3 +548,42 @@ def run_folder(path: str | Path) -> Path:
         except OSError:
             return p
     return latest if latest.is_dir() else p
+
+
+def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any:
+    """Synthesize the scenario's training step on ``topo`` and replay it (collectives on the fabric);
+    the summary gains the figures of :func:`cosim.workload.synth.synthetic_figures`."""
+    from dataclasses import replace as _replace
+
+    from cosim.replay import replay
+    from cosim.workload.synth import synthesize, synthetic_figures
+
+    assert isinstance(scn.workload, SyntheticWorkload)
+    if cfg.precision:
+        raise CosimInputError("precision.* what-ifs rewrite captured graphs; for a synthetic workload set "
+                              "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
+    syn = synthesize(scn.workload.synthetic, topo, base)
+    notes = list(syn.built.notes)
+    if cfg.collectives != "simulated":
+        notes.append("synthetic workloads have no measured collectives: collectives simulated on the fabric")
+    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={})
+    try:
+        result = replay(syn.graph, topo, run_cfg)
+    except ValueError as exc:
+        raise CosimInputError(str(exc), file=scn.source_file) from None
+    result.config = _replace(result.config, catalog_overrides=dict(cfg.catalog_overrides))
+    result.sources = [scn.source_file or scn.name]
+    figs = synthetic_figures(syn, result)
+    s = syn.spec
+    result.notes[:0] = [f"synthetic {syn.card.name} training step ({s.precision}, routing {s.routing if isinstance(s.routing, str) else s.routing.model}) on "
+                        f"{syn.rm.world} GPUs: tp {syn.rm.tp} pp {syn.rm.pp} vpp {syn.rm.vpp} ep {syn.rm.ep} "
+                        f"etp {syn.rm.etp} cp {syn.rm.cp} dp {syn.rm.dp}, {syn.built.microbatches} micro-batches per "
+                        f"pipeline; kernel durations from the kernel models (docs/SYNTHESIS.md)", *notes,
+                        f"{figs['tokens_per_s_per_gpu'] or 0:.0f} tokens/s/GPU, MFU {100 * (figs['mfu'] or 0):.1f}% "
+                        f"(of the bf16 dense peak), pipeline bubble {100 * figs['bubble_fraction']:.1f}%, "
+                        f"memory {figs['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU"
+                        + (" - OUT OF MEMORY (allow_oom)" if syn.oom else "")]
+    summary = result.summary()
+    summary.update(figs)
+    result._summary = summary
+    return result

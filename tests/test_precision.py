@@ -154,8 +154,8 @@ def test_expert_fp8_on_the_default_moe_scenario() -> None:
     from cosim.scenario import load_scenario, run_scenario
 
     sets = {"host.speed": "100"}  # GPU- and fabric-bound, so the GPU changes reach the step time
-    _, base = run_scenario(load_scenario(), sets)
-    _, fp8 = run_scenario(load_scenario(), {**sets, "precision.experts": "fp8"})
+    _, base = run_scenario(load_scenario("moe-ep4-dgx-h100"), sets)
+    _, fp8 = run_scenario(load_scenario("moe-ep4-dgx-h100"), {**sets, "precision.experts": "fp8"})
     sb, sf = base.summary(), fp8.summary()
     pr = sf["precision"]
     prof = load_profile("h100-sxm5")

@@ -20,7 +20,7 @@ from cosim.workload.project import ProjectionConfig, op_class, project_to_gpu
 
 @pytest.fixture(scope="module")
 def default_run():
-    return run_scenario(load_scenario())
+    return run_scenario(load_scenario("moe-ep4-dgx-h100"))
 
 
 def test_bundled_scenarios_load() -> None:
@@ -46,21 +46,21 @@ def test_scenario_replay_fields_as_sets_and_projection_note(default_run) -> None
     _, res = default_run
     assert res.summary()["notes"][0].startswith("CPU capture: its ATen ops were projected onto NVIDIA H100")
     # --set replay.<field> is the scenario file's spelling of the knob <field>
-    _, a = run_scenario(load_scenario(), {"replay.collectives": "measured", "replay.host_speed": "4"})
-    _, b = run_scenario(load_scenario(), {"collectives": "measured", "host.speed": "4"})
+    _, a = run_scenario(load_scenario("moe-ep4-dgx-h100"), {"replay.collectives": "measured", "replay.host_speed": "4"})
+    _, b = run_scenario(load_scenario("moe-ep4-dgx-h100"), {"collectives": "measured", "host.speed": "4"})
     assert a.summary()["step_time_s"] == b.summary()["step_time_s"] != res.summary()["step_time_s"]
     with pytest.raises(CosimInputError, match="unknown replay field"):
-        run_scenario(load_scenario(), {"replay.colour": "red"})
+        run_scenario(load_scenario("moe-ep4-dgx-h100"), {"replay.colour": "red"})
     # a scenario's replay section selects the calibration profile of modeled durations
-    modeled = load_scenario().model_copy(update={"replay": load_scenario().replay.model_copy(
+    modeled = load_scenario("moe-ep4-dgx-h100").model_copy(update={"replay": load_scenario("moe-ep4-dgx-h100").replay.model_copy(
         update={"durations": "modeled", "profile": "no-such-profile"})})
     with pytest.raises(CosimInputError, match="unknown calibration profile 'no-such-profile'"):
         run_scenario(modeled)
     # ... and the precision what-if, the same as --set precision.experts=fp8
-    fp8 = load_scenario().model_copy(update={"replay": load_scenario().replay.model_copy(
+    fp8 = load_scenario("moe-ep4-dgx-h100").model_copy(update={"replay": load_scenario("moe-ep4-dgx-h100").replay.model_copy(
         update={"precision": {"experts": "fp8"}})})
     _, p1 = run_scenario(fp8)
-    _, p2 = run_scenario(load_scenario(), {"replay.precision": "experts:fp8"})
+    _, p2 = run_scenario(load_scenario("moe-ep4-dgx-h100"), {"replay.precision": "experts:fp8"})
     assert p1.summary()["precision"] == p2.summary()["precision"] and p1.summary()["precision"]
     assert "precision" not in res.summary() or not res.summary()["precision"]
     assert p1.summary()["step_time_s"] == p2.summary()["step_time_s"]
@@ -104,7 +104,7 @@ def test_op_class_rules() -> None:
 
 def test_faster_nvlink_cannot_slow_down_and_sets_apply(default_run) -> None:
     base = default_run[1].summary()["step_time_s"]
-    _, res = run_scenario(load_scenario(), {"links.nvlink4.bandwidth": "0.5 GB/s"})
+    _, res = run_scenario(load_scenario("moe-ep4-dgx-h100"), {"links.nvlink4.bandwidth": "0.5 GB/s"})
     slow = res.summary()["step_time_s"]
     assert slow > base  # a 50x slower NVLink makes the all-to-alls expensive
     assert res.config.catalog_overrides == {"links.nvlink4.bandwidth": "0.5 GB/s"}
@@ -119,7 +119,7 @@ def test_bad_scenario_inputs(tmp_path) -> None:
         load_scenario(bad)
     assert str(e.value).startswith(f"{bad}:3:") and "projection.colour: unknown key 'colour'" in str(e.value)
     with pytest.raises(CosimInputError, match="unknown knob"):
-        run_scenario(load_scenario(), {"gpu.colour": "red"})
+        run_scenario(load_scenario("moe-ep4-dgx-h100"), {"gpu.colour": "red"})
 
 
 @pytest.mark.parametrize("line, want", [

@@ -68,7 +68,7 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     from cosim.scenario import load_scenario, run_scenario
 
-    _, res = run_scenario(load_scenario())
+    _, res = run_scenario(load_scenario("moe-ep4-dgx-h100"))
     out = tmp_path_factory.mktemp("run")
     res.write(out)
     return res, out

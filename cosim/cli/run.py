@@ -13,7 +13,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a scenario: workload + topology + what-if overrides",
                        description="Run a scenario YAML (or a scenario by name, from ./workloads/scenarios "
-                                   "first, then the installed ones; default moe-ep4-dgx-h100) and write "
+                                   "first, then the installed ones; default qwen3-30b-ep8-dgx-h100) and write "
                                    "summary.json, timeline.json.gz, report.html and the resolved settings "
                                    "(scenario.yaml) to --out, by default cosim-out/<scenario>/<short hash of the "
                                    "settings>/, with cosim-out/<scenario>/latest pointing at it: a what-if never "
@@ -39,7 +39,15 @@ def run(args: argparse.Namespace) -> int:
     from cosim.cli.replay import finish
     from cosim.fileio import write_text
     from cosim.replay import parse_sets
-    from cosim.scenario import BASELINE, link_latest, list_scenarios, load_scenario, resolved_settings, run_dir, run_scenario
+    from cosim.scenario import (
+        BASELINE,
+        link_latest,
+        list_scenarios,
+        load_scenario,
+        resolved_settings,
+        run_dir,
+        run_scenario,
+    )
     from cosim.sweep.cache import process_cache
 
     if args.list:

@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "HBM bandwidth, peak FLOP/s, launch overhead and latency, NIC bandwidth, host "
                                    "speed, ...) up and down by --delta, replay, and rank them by the step-time "
                                    "change. Writes OUT/sensitivity.json, OUT/tornado.html, OUT/results.csv.")
-    p.add_argument("scenario", nargs="?", help="bundled scenario name or scenario YAML (default moe-ep4-dgx-h100)")
+    p.add_argument("scenario", nargs="?", help="bundled scenario name or scenario YAML (default qwen3-30b-ep8-dgx-h100)")
     p.add_argument("--params", nargs="+", metavar="P",
                    help="parameters to perturb: keys or substrings (links.nvlink4.bandwidth, host.speed, nvlink4)")
     p.add_argument("--delta", default="20%", help="relative perturbation, e.g. 20%% or 0.1 (default 20%%)")

@@ -170,10 +170,11 @@ def input_files_fingerprint(base: str, sets: dict[str, str]) -> dict[str, Any]:
         out["topology"] = str(tref)
     cat_dir = Path(__file__).resolve().parent.parent / "catalog" / "data"
     out["catalog"] = [[p.name, _sha(p)] for p in sorted(cat_dir.glob("*.yaml"))]
-    wpath = resolve_path(scn.workload, bdir)
-    if wpath is None:
-        wpath = find_workload(scn.workload)
-    out["workload"] = [list(k) for k in WorkloadCache.file_key(wpath)] if wpath is not None else scn.workload
+    if isinstance(scn.workload, str):
+        wpath = resolve_path(scn.workload, bdir) or find_workload(scn.workload)
+        out["workload"] = [list(k) for k in WorkloadCache.file_key(wpath)] if wpath is not None else scn.workload
+    else:  # a synthetic workload: its spec (the model card is bundled or named)
+        out["workload"] = scn.workload.model_dump(mode="json", by_alias=True)
     prof = allsets.get("profile") or allsets.get("models.profile") or allsets.get("replay.profile") or scn.replay.profile
     ppath = resolve_path(str(prof), bdir) if prof else None
     if ppath is not None and ppath.is_file():

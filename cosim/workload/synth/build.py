@@ -1,0 +1,679 @@
+"""Build one training step as an execution graph (docs/EXECUTION_GRAPH.md).
+
+For every simulated rank: one host thread that launches each kernel (eager PyTorch:
+the CPU's launch overhead plus a per-op dispatch cost), GPU ops on streams (compute,
+and one stream per communication group: tp, ep, dp, cp, and one per pipeline
+channel), event-wait edges where an op needs another stream's result, collectives
+with their process group and a sequence number that matches them across ranks, and a
+final synchronize. Units of work follow the pipeline schedule
+(:mod:`cosim.workload.synth.schedule`); within a unit, the ops of
+:mod:`cosim.workload.synth.costs` in order.
+
+Streams and waits: a collective waits for the last compute op before it; a compute op
+waits for every collective issued since (shared-expert ops only for their own, so the
+shared expert overlaps the dispatch all-to-all, as Megatron's
+``--moe-shared-expert-overlap``). Pipeline activations and gradients are point-to-point
+transfers matched by (pair, message id); each direction and kind has its own stream, so
+every channel is FIFO on both ends and the schedule cannot deadlock. DP gradient
+buckets go out on the dp stream during the last micro-batch's backward (overlapped
+with it), the optimizer runs after, then (ZeRO-1) the parameter all-gather.
+
+Folding: under uniform routing every rank of a pipeline stage runs the same program,
+so only one rank per stage is built (tp, cp and dp index 0); its TP/EP/DP collectives
+name their whole group, and replay runs each on all the group's GPUs (the other
+members' traffic on the links; see docs/SYNTHESIS.md for what that leaves out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from cosim.capture.config import MoEModelConfig
+from cosim.workload.graph import (
+    CollType,
+    CopyKind,
+    EdgeKind,
+    ExecutionGraph,
+    GpuKind,
+    HostKind,
+    OpClass,
+    RankGraph,
+    SeqSource,
+    StringTable,
+    Table,
+    ragged_arrays,
+)
+from cosim.workload.synth.costs import (
+    PRECISIONS,
+    Comm,
+    Op,
+    Shard,
+    backward_ops,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    layer_params,
+)
+from cosim.workload.synth.layout import RankMap
+from cosim.workload.synth.routing import RoutingSpec, route
+from cosim.workload.synth.schedule import dualpipe_order, stage_order
+
+__all__ = ["BuildOptions", "Built", "build_step"]
+
+_COLL_TYPE = {"all_gather": CollType.ALL_GATHER, "reduce_scatter": CollType.REDUCE_SCATTER,
+              "all_reduce": CollType.ALL_REDUCE, "all_to_all_dispatch": CollType.ALL_TO_ALL,
+              "all_to_all_combine": CollType.ALL_TO_ALL, "send_recv": CollType.SEND_RECV}
+_CLS = {"gemm": OpClass.GEMM, "grouped_gemm": OpClass.GROUPED_GEMM, "attention": OpClass.ATTENTION,
+        "elementwise": OpClass.ELEMENTWISE, "norm": OpClass.NORM, "reduction": OpClass.REDUCTION,
+        "moe_dispatch": OpClass.MOE_DISPATCH, "moe_combine": OpClass.MOE_COMBINE, "collective": OpClass.COLLECTIVE}
+_STREAMS = {"compute": 7, "tp": 20, "ep": 21, "dp": 22, "cp": 23, "etp": 21}
+GRAD_BYTES = 4.0
+"""Bytes per gradient element reduced over data parallelism (fp32 main gradients, Megatron's default)."""
+ADAM_BYTES = 34.0
+"""HBM bytes per parameter of one Adam step: fp32 master weight, m and v read and written (24),
+fp32 gradient read (4), bf16 weight written (2) and read (2), grad zeroing (2)."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What to build besides the model, layout and batch."""
+
+    precision: str = "bf16"
+    """bf16, fp8 or mxfp8 (:data:`cosim.workload.synth.costs.PRECISIONS`)."""
+    routing: RoutingSpec = field(default_factory=RoutingSpec)
+    """Routing model."""
+    fold: bool | None = None
+    """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers)."""
+    launch_overhead: float = 5e-6
+    """Host time of one kernel launch call (s): the CPU's launch overhead."""
+    dispatch_overhead: float = 4e-6
+    """Host time per op besides the launch call (framework dispatch, s)."""
+    gpu_slowdown: dict[int, float] = field(default_factory=dict)
+    """Straggler GPUs: rank -> factor on every kernel duration."""
+    host_slowdown: dict[int, float] = field(default_factory=dict)
+    """Slow hosts: rank -> factor on every host launch time."""
+    graph_launch_overhead: float = 10e-6
+    """Host time of one cudaGraphLaunch (s), with ``layout.cuda_graphs``."""
+    launch_jitter: dict[int, float] = field(default_factory=dict)
+    """Rank -> mean extra host time per launch (s), exponentially distributed, seeded by the rank."""
+
+
+@dataclass
+class Built:
+    """The synthesized step: graph and what the figures need."""
+
+    graph: ExecutionGraph
+    ranks: list[int]
+    """Global ranks simulated (one per stage when folded, else all)."""
+    folded: bool
+    microbatches: int
+    """Micro-batches per pipeline per step."""
+    tokens_per_step: int
+    """Tokens of the global batch (global * seq)."""
+    model_flops: float
+    """FLOPs of the step over all GPUs (forward + backward, no recompute)."""
+    unit_spans: dict[int, list[tuple[int, int, bool]]]
+    """Rank -> (first, last compute GPU op, waits for a neighbouring stage) of every schedule unit
+    (for the bubble)."""
+    notes: list[str] = field(default_factory=list)
+
+
+class _RankBuilder:
+    """Accumulates one rank's tables."""
+
+    def __init__(self, rank: int, world: int, device: str) -> None:
+        self.rank, self.world, self.device = rank, world, device
+        self.s = StringTable()
+        self.h: dict[str, list[Any]] = {k: [] for k in ("name", "kind", "parent", "depth", "tail", "dur")}
+        self.g: dict[str, list[Any]] = {k: [] for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
+                                                        "collective")}
+        self.c: dict[str, list[Any]] = {k: [] for k in ("type", "name", "in_bytes", "out_bytes", "group",
+                                                        "group_size", "seq", "in_splits")}
+        self.groups: dict[tuple[int, ...], int] = {}
+        self.seq: dict[tuple[tuple[int, ...], int], int] = {}
+        self.edges: list[tuple[int, int, int]] = []  # (src gpu, dst gpu, kind) ; host links added at the end
+        self.last_on: dict[int, int] = {}
+        self.last_compute = -1
+        self.last_main = -1
+        self.pending: list[tuple[int, str]] = []  # comm ops not yet waited for: (gpu op, name)
+        self.lane = 0
+        self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
+        self.h["name"].append(self.s("ProfilerStep#0"))
+        self.h["kind"].append(HostKind.ANNOTATION)
+        self.h["parent"].append(-1)
+        self.h["depth"].append(0)
+        self.h["tail"].append(0.0)
+        self.h["dur"].append(0.0)
+
+    def switch(self, lane: int) -> None:
+        """Continue the program of ``lane`` (DualPipe runs one per direction, interleaved on the compute
+        stream): its own pending collectives and last ops."""
+        if lane == self.lane:
+            return
+        self.lanes[self.lane] = (self.pending, self.last_compute, self.last_main)
+        self.pending, self.last_compute, self.last_main = self.lanes.pop(lane, ([], self.last_compute,
+                                                                              self.last_main))
+        self.lane = lane
+
+    def group(self, members: list[int]) -> int:
+        key = tuple(members)
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = len(self.groups)
+        return g
+
+    jitter: float = 0.0
+    """Mean of the exponentially distributed extra host time of each launch (s)."""
+    graph_host: int = -1
+    """The open CUDA-graph launch (host op), or -1 when kernels launch one by one."""
+
+    def open_graph(self, cost: float) -> None:
+        """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
+        self.graph_host = self._host("cudaGraphLaunch", HostKind.LAUNCH, cost)
+
+    def close_graph(self) -> None:
+        self.graph_host = -1
+    rng: np.random.Generator | None = None
+
+    def _host(self, name: str, kind: int, cost: float) -> int:
+        if self.jitter > 0 and self.rng is not None and kind == HostKind.LAUNCH:
+            cost += float(self.rng.exponential(self.jitter))
+        h = len(self.h["name"])
+        self.h["name"].append(self.s(name))
+        self.h["kind"].append(kind)
+        self.h["parent"].append(0)
+        self.h["depth"].append(1)
+        self.h["tail"].append(cost)
+        self.h["dur"].append(cost)
+        return h
+
+    def op(self, o: Op, dur: float, stream: int, launch_cost: float, *, coll: int = -1,
+           waits: list[int] | None = None) -> int:
+        """Launch ``o`` on ``stream`` after the ops in ``waits``; returns its GPU op index."""
+        j = len(self.g["name"])
+        if self.graph_host >= 0:  # inside a captured CUDA graph: its one launch enqueues this op too
+            self.launch_host = self.graph_host
+        else:
+            self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
+        self.g["stream"].append(stream)
+        self.g["dur"].append(dur)
+        self.g["name"].append(self.s(o.name))
+        self.g["cls"].append(_CLS[o.cls])
+        self.g["kind"].append(GpuKind.KERNEL)
+        self.g["flops"].append(o.flops if o.cls != "collective" else math.nan)
+        self.g["bytes"].append(o.bytes)
+        self.g["collective"].append(coll)
+        prev = self.last_on.get(stream)
+        if prev is not None:
+            self.edges.append((prev, j, EdgeKind.STREAM))
+        self.last_on[stream] = j
+        for w in waits or ():
+            if w >= 0 and w != prev:
+                self.edges.append((w, j, EdgeKind.EVENT_WAIT))
+        self.launch_of = getattr(self, "launch_of", [])
+        self.launch_of.append(self.launch_host)
+        return j
+
+    def collective(self, name: str, kind: str, members: list[int], nbytes: float, seq: int | None = None,
+                   splits: list[float] | None = None) -> int:
+        c = len(self.c["type"])
+        g = self.group(members)
+        if seq is None:
+            key = (tuple(members), int(_COLL_TYPE[kind]))
+            seq = self.seq.get(key, 0)
+            self.seq[key] = seq + 1
+        n = len(members)
+        ctype = _COLL_TYPE[kind]
+        self.c["type"].append(ctype)
+        self.c["name"].append(self.s(kind))
+        in_b = nbytes / n if ctype == CollType.ALL_GATHER else nbytes
+        out_b = nbytes / n if ctype == CollType.REDUCE_SCATTER else nbytes
+        self.c["in_bytes"].append(in_b)
+        self.c["out_bytes"].append(out_b)
+        self.c["group"].append(g)
+        self.c["group_size"].append(n)
+        self.c["seq"].append(seq)
+        self.c["in_splits"].append([round(x) for x in splits] if splits is not None else [])
+        return c
+
+    def finish(self, sync_cost: float = 10e-6) -> RankGraph:
+        n_gpu = len(self.g["name"])
+        hs = self._host("cudaDeviceSynchronize", HostKind.SYNC, sync_cost)
+        n_host = len(self.h["name"])
+        tails = np.asarray(self.h["tail"], dtype=float)
+        dur = tails.copy()
+        dur[0] = tails[1:].sum()
+        start = np.concatenate([[0.0], np.cumsum(tails[1:]) - tails[1:]])
+        host_ops = Table("host_ops", n_host, thread=np.zeros(n_host), start=start, dur=dur,
+                         name=np.asarray(self.h["name"]), kind=np.asarray(self.h["kind"]),
+                         parent=np.asarray(self.h["parent"]), depth=np.asarray(self.h["depth"]),
+                         pre_gap=np.zeros(n_host), tail=np.where(np.arange(n_host) == 0, 0.0, tails),
+                         self_time=np.where(np.arange(n_host) == 0, 0.0, tails), step=np.zeros(n_host))
+        launch_host = np.asarray(getattr(self, "launch_of", []), dtype=np.int64)
+        G = self.g
+        gpu_ops = Table("gpu_ops", n_gpu, device=np.zeros(n_gpu), stream=np.asarray(G["stream"]),
+                        start=np.full(n_gpu, np.nan), dur=np.asarray(G["dur"], dtype=float),
+                        name=np.asarray(G["name"]), kind=np.asarray(G["kind"]), cls=np.asarray(G["cls"]),
+                        copy_kind=np.full(n_gpu, CopyKind.NONE), launch=np.arange(n_gpu), op=np.full(n_gpu, -1),
+                        correlation=np.arange(1, n_gpu + 1), step=np.zeros(n_gpu),
+                        bytes=np.asarray(G["bytes"], dtype=float), flops=np.asarray(G["flops"], dtype=float),
+                        collective=np.asarray(G["collective"]))
+        launches = Table("launches", n_gpu, host_op=launch_host, correlation=np.arange(1, n_gpu + 1),
+                         first_gpu_op=np.arange(n_gpu), n_gpu_ops=np.ones(n_gpu), device=np.zeros(n_gpu),
+                         stream=np.asarray(G["stream"]))
+        C = self.c
+        nc = len(C["type"])
+        coll_gpu = np.full(nc, -1)
+        cidx = np.asarray(G["collective"], dtype=np.int64)
+        sel = np.flatnonzero(cidx >= 0)
+        coll_gpu[cidx[sel]] = sel
+        off, val = ragged_arrays(C["in_splits"])
+        collectives = Table("collectives", nc, host_op=launch_host[coll_gpu] if nc else np.zeros(0),
+                            gpu_op=coll_gpu, type=np.asarray(C["type"]), name=np.asarray(C["name"]),
+                            elem_bytes=np.full(nc, 1), in_nelems=np.asarray(C["in_bytes"], dtype=np.int64),
+                            out_nelems=np.asarray(C["out_bytes"], dtype=np.int64),
+                            in_bytes=np.asarray(C["in_bytes"], dtype=float),
+                            out_bytes=np.asarray(C["out_bytes"], dtype=float), group=np.asarray(C["group"]),
+                            group_size=np.asarray(C["group_size"]), seq=np.asarray(C["seq"]),
+                            seq_source=np.full(nc, SeqSource.COUNTER), in_splits_offsets=off,
+                            in_splits_values=val)
+        goff, gval = ragged_arrays(list(self.groups))
+        gnames = [self.s(",".join(map(str, k)) if len(k) <= 8 else f"{k[0]}..{k[-1]}x{len(k)}") for k in self.groups]
+        groups = Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
+                       ranks_offsets=goff, ranks_values=gval)
+        last = [j for j in self.last_on.values()]
+        e_src = [n_host + s for s, _, _ in self.edges] + list(launch_host) + [n_host + j for j in last]
+        e_dst = [n_host + d for _, d, _ in self.edges] + [n_host + j for j in range(n_gpu)] + [hs] * len(last)
+        e_kind = ([k for _, _, k in self.edges] + [EdgeKind.LAUNCH] * n_gpu + [EdgeKind.SYNC] * len(last))
+        hh = np.arange(1, n_host - 1)
+        e_src += hh.tolist()
+        e_dst += (hh + 1).tolist()
+        e_kind += [EdgeKind.HOST] * len(hh)
+        ne = len(e_src)
+        edges = Table("edges", ne, src=np.asarray(e_src), dst=np.asarray(e_dst), kind=np.asarray(e_kind),
+                      inferred=np.zeros(ne))
+        threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
+                        name=np.asarray([self.s("python main thread")]))
+        steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
+                      cpu_dur=np.asarray([dur[0]]), gpu_start=np.asarray([np.nan]), gpu_end=np.asarray([np.nan]),
+                      n_gpu_ops=np.asarray([n_gpu]))
+        return RankGraph(rank=self.rank, world_size=self.world, device_name=self.device, strings=self.s.strings,
+                         threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
+                         collectives=collectives, groups=groups, steps=steps, edges=edges,
+                         source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
+                                 "projected_onto": self.device})
+
+
+def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float) -> Shard:
+    base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel)
+    if card.is_dense or layer < card.dense_layers:
+        return base
+    r = routes[layer]
+    i = rm.ep_index(rank)
+    tm = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
+    return replace(base, expert_tokens=tuple(float(x) * rm.etp for x in r.rows[i]),  # etp all-gathers its rows
+                   a2a_send_tokens=tm * card.top_k)
+
+
+def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
+               opts: BuildOptions, predict: Any, device: str = "GPU") -> Built:
+    """Synthesize one training step (see module docs). ``predict(ops) -> durations`` times kernels."""
+    from cosim.errors import CosimInputError
+
+    if global_batch % (micro * rm.dp):
+        raise CosimInputError(f"batch.global: {global_batch} sequences are not divisible by micro {micro} x dp "
+                              f"{rm.dp} = {micro * rm.dp}")
+    if seq % rm.cp:
+        raise CosimInputError(f"batch.seq: {seq} is not divisible by cp {rm.cp}")
+    m = global_batch // (micro * rm.dp)
+    T = float(micro * seq // rm.cp)
+    p = PRECISIONS[opts.precision]
+    routes = {} if card.is_dense else {
+        ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
+        for ly in card.moe_layers}
+    fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and not opts.gpu_slowdown
+                                                    and not opts.host_slowdown and not opts.launch_jitter)
+    ranks = [rm.rank(0, 0, 0, s) for s in range(rm.pp)] if fold else list(range(rm.world))
+    chunks = rm.pp * rm.vpp
+    sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
+    pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
+    graphs, spans = [], {}
+    cache: dict[Any, tuple[list[Op], list[float], list[Op], list[float]]] = {}
+
+    def chunk_ops(rank: int, c: int) -> tuple[list[tuple[int, list[Op], list[float]]],
+                                              list[tuple[int, list[Op], list[float]]]]:
+        """Chunk ``c`` of ``rank``: per layer (embedding -1, head num_layers) its forward ops and
+        durations, and the backward ones in backward order."""
+        fw: list[tuple[int, list[Op], list[float]]] = []
+        sh0 = Shard(tp=rm.tp, cp=rm.cp, sequence_parallel=rm.sequence_parallel)
+        if c == 0:
+            fw.append((-1, embedding_ops(card, T, sh0, p), []))
+        for ly in rm.chunk_layers[c]:
+            sh = _shard(rm, card, rank, ly, routes, T)
+            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, sh)
+            if key not in cache:
+                cache[key] = layer_ops(card, ly, T, seq, sh, p)
+            fw.append((ly, cache[key], []))
+        if c == chunks - 1:
+            fw.append((card.num_layers, head_ops(card, T, sh0, p), []))
+        fw = [(ly, ops, timed(ops)) for ly, ops, _ in fw]
+        bw = [(ly, bops, timed(bops)) for ly, bops in ((ly, backward_ops(ops)) for ly, ops, _ in reversed(fw))]
+        return fw, bw
+
+    times: dict[int, list[float]] = {}
+
+    def timed(ops: list[Op]) -> list[float]:
+        key = id(ops)
+        if key not in times:
+            times[key] = predict(ops)
+            keep.append(ops)
+        return times[key]
+
+    keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
+
+    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]]]:
+        _, _, _, stage = rm.coords(rank)
+        gslow = opts.gpu_slowdown.get(rank, 1.0)
+        launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
+        rb = _RankBuilder(rank, rm.world, device)
+        graphs_on = rm.layout.cuda_graphs
+        graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
+        if opts.launch_jitter.get(rank):
+            rb.jitter = opts.launch_jitter[rank]
+            rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
+        groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
+        order = stage_order(stage, rm.pp, rm.vpp, m) if rm.schedule != "dualpipe" else []
+        if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
+            prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
+        else:
+            prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
+        unit_span: list[tuple[int, int, bool]] = []
+        bucket: dict[str, float] = {"dp": 0.0, "edp": 0.0}
+
+        def emit(o: Op, d: float, ly: int = -1) -> int:
+            shared = o.name.startswith("moe.shared")
+            if o.cls == "collective":
+                assert o.comm is not None
+                members = groups[o.comm.group]
+                if len(members) < 2:
+                    return -1
+                splits = None
+                if ly in routes and not opts.routing.is_uniform and o.comm.kind.startswith("all_to_all"):
+                    splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+                c = rb.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits)
+                j = rb.op(o, 0.0, _STREAMS[o.stream] + 100 * rb.lane, launch, coll=c,
+                          waits=[rb.last_compute if shared else rb.last_main])
+                rb.pending.append((j, o.name))
+                return j
+            if shared:  # the shared expert waits only for its own collectives
+                waits = [w for w, nm in rb.pending if nm.startswith("moe.shared")]
+                rb.pending = [(w, nm) for w, nm in rb.pending if not nm.startswith("moe.shared")]
+            else:
+                waits = [w for w, _ in rb.pending]
+                rb.pending = []
+            j = rb.op(o, d * gslow, _STREAMS["compute"], launch, waits=waits)
+            rb.last_compute = j
+            if not shared:
+                rb.last_main = j
+            return j
+
+        fsdp = rm.layout.zero == "fsdp"
+        gathered: dict[int, list[int]] = {}
+
+        def fsdp_gather(ly: int) -> None:
+            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start)."""
+            if not fsdp or ly in gathered:
+                return
+            dense, expert = _unit_params(card, ly)
+            ids = []
+            for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
+                if n > 0 and len(groups[g]) > 1:
+                    o = Op(f"fsdp.{g}_param_all_gather", "collective", 0.0, n * 2.0,
+                           comm=Comm(g, "all_gather", n * 2.0), stream="dp")
+                    c = rb.collective(o.name, "all_gather", groups[g], n * 2.0)
+                    ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
+            gathered[ly] = ids
+
+        def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None,
+                       skip_wgrad: list[tuple[Op, float]] | None = None) -> Iterator[None]:
+            """Emit ``layers`` in order, yielding after every collective (DualPipe interleaves two units
+            there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
+            weight-gradient GEMMs collected there instead (zero-bubble)."""
+            for i, (ly, ops, durs) in enumerate(layers):
+                fsdp_gather(ly)
+                rb.pending += [(j, "fsdp") for j in gathered.pop(ly, [])]
+                if i + 1 < len(layers):
+                    fsdp_gather(layers[i + 1][0])  # prefetch: overlaps this layer's compute
+                if graphs_on:
+                    rb.open_graph(graph_cost)
+                if before is not None:
+                    before(ly)
+                for o, d in zip(ops, durs):
+                    if skip_wgrad is not None and o.name.endswith(".wgrad"):
+                        skip_wgrad.append((o, d))
+                        continue
+                    emit(o, d, ly)
+                    if o.cls == "collective":
+                        yield
+                rb.close_graph()
+                if after is not None:
+                    after(ly)
+
+        def p2p(kind: str, send: bool, mb: int, c_from: int, c_to: int, dirn: int = 0) -> int:
+            peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
+            tp_i, cp_i, dp_i, _ = rm.coords(rank)
+            peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
+            if peer == rank:
+                return -1
+            members = sorted([rank, peer])
+            seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
+            c = rb.collective(f"pp.{kind}", "send_recv", members, pp_bytes, seq=seq)
+            stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
+            o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
+                   0.0, pp_bytes)
+            j = rb.op(o, 0.0, stream, launch, coll=c, waits=[rb.last_compute] if send else None)
+            if not send:
+                rb.pending.append((j, o.name))
+            return j
+
+        wfifo: list[tuple[int, list[tuple[Op, float]]]] = []
+        last_mb = m - 1 if rm.schedule != "dualpipe" else m // 2 - 1
+
+        def forward(c: int, mb: int, dirn: int = 0) -> Iterator[None]:
+            fw, _ = prepared[(c, dirn)]
+            if c > 0:
+                p2p("F", False, mb, c - 1, c, dirn)
+            yield from run_layers(fw)
+            if c < chunks - 1:
+                p2p("F", True, mb, c, c + 1, dirn)
+
+        def backward(c: int, mb: int, dirn: int = 0, zb: bool = False) -> Iterator[None]:
+            fw, bw = prepared[(c, dirn)]
+            if c < chunks - 1:
+                p2p("B", False, mb, c + 1, c, dirn)
+            fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
+
+            def recompute(ly: int) -> None:
+                if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
+                    for fo, fd in zip(*fwd_of[ly]):
+                        emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+
+            def grads(ly: int) -> None:
+                if mb == last_mb:
+                    _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+
+            deferred: list[tuple[Op, float]] | None = [] if zb else None
+            yield from run_layers(bw, recompute, grads, deferred)
+            if deferred:
+                wfifo.append((dirn, deferred))
+            if mb == last_mb:
+                _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
+            if c > 0:
+                p2p("B", True, mb, c, c - 1, dirn)
+
+        def run(gen: Iterator[None], lane: int = 0) -> None:
+            rb.switch(lane)
+            for _ in gen:
+                pass
+
+        def overlapped(a: Iterator[None], la: int, b: Iterator[None], lb: int) -> None:
+            """Alternate ``a`` and ``b`` at their collectives: each one's communication runs under the
+            other's compute (DualPipe's overlapped forward-backward)."""
+            live = [(a, la), (b, lb)]
+            while live:
+                for item in list(live):
+                    rb.switch(item[1])
+                    if next(item[0], StopIteration) is StopIteration:
+                        live.remove(item)
+
+        def unit(first: int, recv: bool) -> None:
+            comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
+            if comp:
+                unit_span.append((comp[0], comp[-1], recv))
+
+        def has_recv(first: int) -> bool:
+            comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
+            return bool(comp) and any(rb.g["stream"][j] >= 30 for j in range(first, comp[0]))
+
+        if rm.schedule == "dualpipe":
+            nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
+
+            def take(kind: str, dirn: int) -> int:
+                nxt[(kind, dirn)] += 1
+                return nxt[(kind, dirn)] - 1
+
+            for act in dualpipe_order(stage, rm.pp, m):
+                first = len(rb.g["name"])
+                if act[0] == "F":
+                    run(forward(rm.chunk_stage(stage, act[1]), take("F", act[1]), act[1]), act[1])
+                elif act[0] == "B":
+                    run(backward(rm.chunk_stage(stage, act[1]), take("B", act[1]), act[1], act[2]), act[1])
+                elif act[0] == "W":
+                    dirn, ops = wfifo.pop(0)
+                    rb.switch(dirn)
+                    for o, d in ops:
+                        emit(o, d)
+                else:
+                    df, db = act[1], act[2]
+                    overlapped(forward(rm.chunk_stage(stage, df), take("F", df), df), df,
+                               backward(rm.chunk_stage(stage, db), take("B", db), db), db)
+                unit(first, has_recv(first))
+            rb.switch(0)
+        else:
+            for kind, mb, v in order:
+                c = v * rm.pp + stage
+                first = len(rb.g["name"])
+                run(forward(c, mb) if kind == "F" else backward(c, mb))
+                unit(first, has_recv(first))
+        _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
+        return rb.finish(), unit_span
+
+    for rank in ranks:
+        rg, spans[rank] = one_rank(rank)
+        graphs.append(rg)
+    tokens = global_batch * seq
+    per_tok = _model_flops_per_token(card, seq)
+    notes = []
+    if fold:
+        notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} (one rank per "
+                     "pipeline stage; uniform "
+                     "routing makes every rank of a stage run the same program)")
+    return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes)
+
+
+def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:
+    """Per-peer bytes of a routed all-to-all (``elem_bytes`` is 1): towards the experts (the dispatch,
+    and the combine's backward) by each peer's share of the routed rows; back from the experts (the
+    combine, and the dispatch's backward) an equal part to every peer, since every peer sent this
+    rank the same rows."""
+    assert o.comm is not None
+    ep = len(send_fraction)
+    if o.comm.kind == "all_to_all_dispatch":
+        return [o.comm.nbytes * float(f) for f in send_fraction]
+    return [o.comm.nbytes / ep] * ep
+
+
+def _grad_buckets(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, layer: int, bucket: dict[str, float],
+                  groups: dict[str, list[int]], launch: float, emit: Any, final: bool) -> None:
+    """Add ``layer``'s gradients (-1: embedding, ``num_layers``: head, -2: none) to the open buckets;
+    reduce a bucket once full (or at the end, ``final``)."""
+    if layer >= -1:
+        dense, expert = _unit_params(card, layer)
+        bucket["dp"] += dense / rm.tp
+        bucket["edp"] += expert / (rm.ep * rm.etp)
+    kind = "all_reduce" if rm.layout.zero == 0 else "reduce_scatter"
+    per_layer = rm.layout.zero == "fsdp"  # FSDP reduce-scatters each layer's gradients as its backward ends
+    for g in ("dp", "edp"):
+        if bucket[g] > 0 and (final or per_layer or bucket[g] >= rm.layout.grad_bucket_params) and len(groups[g]) > 1:
+            emit(Op(f"grad.{g}_{kind}", "collective", 0.0, bucket[g] * GRAD_BYTES,
+                    comm=Comm(g, kind, bucket[g] * GRAD_BYTES), stream="dp"), 0.0)
+            bucket[g] = 0.0
+        elif final:
+            bucket[g] = 0.0
+
+
+def _unit_params(card: MoEModelConfig, layer: int) -> tuple[float, float]:
+    """(dense, expert) parameters of a layer, of the embedding (-1) or of the LM head and final norm
+    (``num_layers``), unsharded."""
+    if layer == -1:
+        return float(card.vocab_size * card.hidden_size), 0.0
+    if layer == card.num_layers:
+        return float(card.vocab_size * card.hidden_size + card.hidden_size), 0.0
+    d, e = layer_params(card, layer)
+    return float(d), float(e)
+
+
+def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters one rank of ``stage`` holds."""
+    dense = expert = 0.0
+    for c in rm.stage_chunks(stage):
+        for ly in rm.chunk_layers[c]:
+            d, e = layer_params(card, ly)
+            dense += d / rm.tp
+            expert += e / (rm.ep * rm.etp)
+        if c == 0:
+            dense += card.vocab_size * card.hidden_size / rm.tp
+        if c == rm.pp * rm.vpp - 1:
+            dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
+    return dense, expert
+
+
+def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, groups: dict[str, list[int]],
+               launch: float, emit: Any, predict: Any) -> None:
+    """Grad-norm all-reduce, Adam on this rank's shard, and (ZeRO-1) the parameter all-gather."""
+    dense, expert = _stage_params(rm, card, stage)
+    local = dense + expert if rm.layout.zero == 0 else dense / len(groups["dp"]) + expert / len(groups["edp"])
+    emit(Op("optim.grad_norm_all_reduce", "collective", 0.0, 8.0, comm=Comm("dp", "all_reduce", 8.0),
+            stream="dp"), 0.0)
+    adam = Op("optim.adam", "elementwise", local * 12.0, local * ADAM_BYTES, "fp32")
+    emit(adam, predict([adam])[0])
+    if rm.layout.zero == 1:  # ZeRO-1: every rank gathers the updated parameters (FSDP keeps them sharded)
+        for g, n in (("dp", dense), ("edp", expert)):
+            left = n
+            while left > 0 and len(groups[g]) > 1:
+                b = min(left, rm.layout.grad_bucket_params)
+                emit(Op(f"optim.{g}_param_all_gather", "collective", 0.0, b * 2.0,
+                        comm=Comm(g, "all_gather", b * 2.0), stream="dp"), 0.0)
+                left -= b
+
+
+def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:
+    """Forward FLOPs per token of the whole model (layers, embedding-free LM head), for MFU."""
+    from cosim.workload.synth.costs import layer_forward_flops
+
+    t = float(seq)
+    total = sum(layer_forward_flops(card, ly, int(t), seq) for ly in _distinct_layers(card)) / t
+    return total + 2.0 * card.vocab_size * card.hidden_size
+
+
+def _distinct_layers(card: MoEModelConfig) -> list[int]:
+    # every dense layer costs the same and every MoE layer costs the same (uniform routing)
+    out: list[int] = []
+    out += [0] * card.dense_layers
+    out += [card.dense_layers] * (card.num_layers - card.dense_layers)
+    return out

@@ -1,0 +1,378 @@
+"""FLOPs, bytes and saved activations of every op of one transformer layer.
+
+Pure Python: no torch, no simulation. :func:`layer_ops` lists the ops one rank
+runs for one micro-batch through one layer, forward, under a :class:`Shard`
+(tensor, sequence, context and expert parallelism); :func:`backward_ops` derives
+the backward ops from them. :func:`layer_forward_flops` is the unsharded total
+that the fake-tensor capture (issue 15 point 11) is checked against.
+
+Conventions (SI units):
+
+* 2 FLOPs per multiply-accumulate; a GEMM ``[m, k] x [k, n]`` is ``2 m n k``.
+* Causal flash attention: ``QK^T`` and ``PV`` each ``2 sq sk d`` per head and
+  sequence, halved by the causal mask (``sk`` keys, ``sq`` queries); backward is
+  2.5x forward (recomputed ``QK^T`` plus four GEMMs, FlashAttention-2).
+* Norms :data:`cosim.workload.cost.NORM_FLOPS` per element, softmax
+  :data:`~cosim.workload.cost.SOFTMAX_FLOPS`, element-wise ops 1 per output element.
+* Bytes are the minimum HBM traffic: every input once plus the output.
+* Routed experts count ``tokens * top_k`` expert-token rows (uniform routing in
+  :func:`layer_forward_flops`; :func:`layer_ops` takes the per-expert counts of a
+  routing model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from cosim.capture.config import MoEModelConfig
+from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
+
+__all__ = ["PRECISIONS", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
+           "layer_forward_flops", "layer_ops", "layer_params"]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Datatypes of one training precision recipe."""
+
+    name: str
+    """bf16, fp8 (DeepSeek-V3 / Transformer Engine tensorwise or blockwise FP8) or mxfp8 (Blackwell)."""
+    gemm: str
+    """Math dtype of linear layers and expert GEMMs (forward, dgrad, wgrad)."""
+    gemm_in_bytes: float
+    """Bytes per element of a GEMM's inputs."""
+    act_bytes: float = 2.0
+    """Bytes per element of activations between ops (bf16)."""
+    dispatch_bytes: float = 2.0
+    """Bytes per element of the all-to-all dispatch payload (FP8 dispatch with its scales)."""
+
+
+PRECISIONS: dict[str, Precision] = {
+    "bf16": Precision("bf16", "bf16", 2.0),
+    # 1 byte per element plus one fp32 scale per 128 elements (DeepSeek-V3 report, section 3.3)
+    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128),
+    # 1 byte plus one e8m0 scale per 32 elements (OCP MX spec v1.0)
+    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32),
+}
+"""The precision recipes ``precision:`` accepts."""
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A collective an op stands for: which group, what, and its bytes on this rank."""
+
+    group: str
+    """tp, cp, ep, etp, dp or edp (the layout's group of this rank)."""
+    kind: str
+    """all_gather, reduce_scatter, all_reduce, all_to_all_dispatch, all_to_all_combine."""
+    nbytes: float
+    """The engine's size of the collective on this rank: all-gather the gathered output,
+    reduce-scatter and all-reduce the full input, all-to-all everything this rank sends
+    (its own share included). A transposed collective (backward) keeps it."""
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel of one rank, forward or backward."""
+
+    name: str
+    """What it computes, e.g. ``attn.qkv``; backward ops end in ``.dgrad`` / ``.wgrad`` / ``.bwd``."""
+    cls: str
+    """Kernel-model class: gemm, grouped_gemm, attention, elementwise, norm, reduction,
+    moe_dispatch, moe_combine, collective."""
+    flops: float = 0.0
+    """FLOPs."""
+    bytes: float = 0.0
+    """Minimum HBM traffic, bytes."""
+    dtype: str = "bf16"
+    """Math dtype."""
+    m: float = 0.0
+    """GEMM rows (grouped GEMM: mean rows per group); attention query length."""
+    n: float = 0.0
+    """GEMM columns; attention key length."""
+    k: float = 0.0
+    """GEMM reduction dim; attention head dim."""
+    batch: float = 1.0
+    """Groups of a grouped GEMM; attention sequences."""
+    heads: float = 1.0
+    """Attention heads."""
+    bwd: bool = False
+    """A backward kernel."""
+    saved: float = 0.0
+    """Activation bytes this op keeps for the backward pass."""
+    comm: Comm | None = None
+    """The collective, for class ``collective``."""
+    stream: str = "compute"
+    """compute, or the communication stream that carries it (tp, ep, ...)."""
+    waits: tuple[str, ...] = field(default_factory=tuple)
+    """Names of earlier ops of the same layer on other streams that this op waits for."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How one rank's share of a layer is cut (the parallel layout seen from one rank)."""
+
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    expert_tokens: Sequence[float] | None = None
+    """Rows each local expert gets on this rank (length ``num_experts / ep``); None: uniform."""
+    a2a_send_tokens: float | None = None
+    """Token rows this rank sends in the dispatch all-to-all (top-k copies, self included);
+    None: ``tokens_moe * top_k``."""
+
+
+def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
+          batch: float = 1.0, cls: str = "gemm") -> Op:
+    """A linear layer ``[m, k] x [k, n]`` (weights ``k x n``)."""
+    inb, outb = p.gemm_in_bytes, p.act_bytes
+    nbytes = (m * k + k * n) * batch * inb + m * n * batch * outb
+    return Op(name, cls, 2.0 * m * n * k * batch, nbytes, p.gemm, m, n, k, batch,
+              saved=m * k * batch * inb if save_input else 0.0)
+
+
+def _quant(name: str, numel: float, p: Precision) -> list[Op]:
+    """The cast of a GEMM input to FP8 (nothing at bf16)."""
+    if p.gemm == "bf16":
+        return []
+    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.gemm_in_bytes), p.gemm)]
+
+
+def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
+        cls: str = "elementwise") -> Op:
+    return Op(name, cls, numel * flops_per, numel * p.act_bytes * (inputs + 1), "bf16", saved=saved)
+
+
+def _norm(name: str, tokens: float, width: float, p: Precision) -> Op:
+    return Op(name, "norm", tokens * width * NORM_FLOPS, 2 * tokens * width * p.act_bytes, "bf16",
+              saved=tokens * width * p.act_bytes)
+
+
+def _coll(name: str, group: str, kind: str, nbytes: float, stream: str = "", waits: tuple[str, ...] = ()) -> Op:
+    return Op(name, "collective", 0.0, nbytes, comm=Comm(group, kind, nbytes), stream=stream or group, waits=waits)
+
+
+def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precision) -> list[Op]:
+    """Attention block of one rank: norm, projections, flash attention, output projection, collectives."""
+    h = c.hidden_size
+    tp, cp = s.tp, s.cp
+    sp = s.sequence_parallel and tp > 1
+    heads = c.num_heads / tp
+    b = T / (seq / cp)  # sequences in this micro-batch on this rank
+    sq, sk = seq / cp, seq
+    ops: list[Op] = [_norm("attn.norm", T / tp if sp else T, h, p)]
+    if sp:
+        ops.append(_coll("attn.sp_all_gather", "tp", "all_gather", T * h * p.act_bytes))
+    elif tp > 1:
+        pass  # the input is replicated on every TP rank; the all-reduce comes after o_proj
+    ops += _quant("attn.input", T * h, p)
+    if c.attention_kind == "mla":
+        nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
+        vd, kvr = c.v_head_dim or 0, c.kv_lora_rank or 0
+        dqk = nope + rope
+        if c.q_lora_rank:
+            ops += [_gemm("attn.q_down", T, c.q_lora_rank, h, p), _norm("attn.q_norm", T, c.q_lora_rank, p),
+                    *_quant("attn.q_latent", T * c.q_lora_rank, p),
+                    _gemm("attn.q_up", T, heads * dqk, c.q_lora_rank, p)]
+        else:
+            ops.append(_gemm("attn.q_proj", T, heads * dqk, h, p))
+        ops += [_gemm("attn.kv_down", T, kvr + rope, h, p), _norm("attn.kv_norm", T, kvr, p),
+                *_quant("attn.kv_latent", T * kvr, p), _gemm("attn.kv_up", T, heads * (nope + vd), kvr, p),
+                _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
+        d_core, d_out = (dqk + vd) / 2.0, vd
+        kv_bytes = T * (kvr + rope) * p.act_bytes
+    else:
+        d = c.attn_head_dim
+        kvh = max(c.num_kv_heads / tp, 1.0)
+        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), _ew("attn.rope", T * (heads + kvh) * d, p,
+                                                                       flops_per=3.0)]
+        d_core, d_out = float(d), float(d)
+        kv_bytes = T * 2 * kvh * d * p.act_bytes
+    if cp > 1:  # every rank needs the keys and values of the whole sequence
+        ops.append(_coll("attn.cp_kv_all_gather", "cp", "all_gather", kv_bytes * cp, stream="cp"))
+    flops = 4.0 * b * heads * sq * sk * d_core * 0.5  # causal: half the score matrix
+    qkvo = b * heads * (sq * d_core * 2 + sk * d_core * 2) * p.act_bytes
+    ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
+                  saved=qkvo + b * heads * sq * 4.0))
+    ops += _quant("attn.o_input", T * heads * d_out, p)
+    ops.append(_gemm("attn.o_proj", T, h, heads * d_out, p))
+    if sp:
+        ops.append(_coll("attn.sp_reduce_scatter", "tp", "reduce_scatter", T * h * p.act_bytes))
+    elif tp > 1:
+        ops.append(_coll("attn.tp_all_reduce", "tp", "all_reduce", T * h * p.act_bytes))
+    ops.append(_ew("attn.residual", (T / tp if sp else T) * h, p, inputs=2))
+    return ops
+
+
+def _dense_ffn_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision, ffn: int, prefix: str = "mlp") -> list[Op]:
+    """A TP-sharded SwiGLU FFN of width ``ffn`` on ``T`` tokens (with its SP all-gather / reduce-scatter)."""
+    h, tp = c.hidden_size, s.tp
+    sp = s.sequence_parallel and tp > 1
+    f = ffn / tp
+    ops: list[Op] = []
+    if sp:
+        ops.append(_coll(f"{prefix}.sp_all_gather", "tp", "all_gather", T * h * p.act_bytes))
+    ops += [*_quant(f"{prefix}.input", T * h, p), _gemm(f"{prefix}.fc1", T, 2 * f, h, p),
+            _ew(f"{prefix}.swiglu", T * f, p, inputs=2, flops_per=4.0, saved=2 * T * f * p.act_bytes),
+            *_quant(f"{prefix}.act", T * f, p), _gemm(f"{prefix}.fc2", T, h, f, p)]
+    if sp:
+        ops.append(_coll(f"{prefix}.sp_reduce_scatter", "tp", "reduce_scatter", T * h * p.act_bytes))
+    elif tp > 1:
+        ops.append(_coll(f"{prefix}.tp_all_reduce", "tp", "all_reduce", T * h * p.act_bytes))
+    return ops
+
+
+def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
+    """MoE block of one rank (Megatron's all-to-all token dispatcher).
+
+    With sequence parallelism the router sees this rank's ``T / tp`` tokens; permuted rows
+    go to their experts' ranks in the EP group (all-to-all), the local experts run as
+    grouped GEMMs on the rows they got, and the combine all-to-all brings them back.
+    Shared experts run on the compute stream while the dispatch is in flight (Megatron's
+    ``--moe-shared-expert-overlap``)."""
+    h, E, k = c.hidden_size, c.num_experts, c.top_k
+    tp, ep, etp = s.tp, s.ep, s.etp
+    sp = s.sequence_parallel and tp > 1
+    tm = T / tp if sp else T  # tokens routed by this rank
+    e_local = E // ep
+    # uniform: each of the ep peers sends this rank's experts their share of its tm * k rows
+    rows = list(s.expert_tokens) if s.expert_tokens is not None else [tm * k * ep / E] * e_local
+    total = float(sum(rows))
+    mean = total / max(len(rows), 1)
+    f = (c.expert_ffn_size or 0) / etp
+    send = s.a2a_send_tokens if s.a2a_send_tokens is not None else tm * k
+    ops: list[Op] = [_norm("moe.norm", tm, h, p),
+                     Op("moe.router", "gemm", 2.0 * tm * E * h, (tm * h + h * E) * p.act_bytes + tm * E * 4.0, "bf16",
+                        tm, E, h, saved=tm * h * p.act_bytes),
+                     _ew("moe.router_topk", tm * E, p, flops_per=SOFTMAX_FLOPS, cls="reduction",
+                         saved=tm * E * 4.0),
+                     Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16")]
+    if ep > 1:
+        ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
+    if etp > 1:
+        ops.append(_coll("moe.etp_all_gather", "etp", "all_gather", total * h * p.act_bytes, stream="ep"))
+    ops += _shared_ops(c, T, s, p)
+    ops += [*_quant("moe.experts_input", total * h, p),
+            _gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
+            _ew("moe.experts_swiglu", total * f, p, inputs=2, flops_per=4.0, saved=2 * total * f * p.act_bytes),
+            *_quant("moe.experts_act", total * f, p),
+            _gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm")]
+    if etp > 1:
+        ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
+    if ep > 1:
+        ops.append(_coll("moe.combine", "ep", "all_to_all_combine", total * h * p.act_bytes, stream="ep"))
+    ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16",
+               saved=tm * k * h * p.act_bytes),
+            _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
+    return ops
+
+
+def _shared_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
+    if not c.num_shared_experts:
+        return []
+    width = (c.shared_expert_ffn_size or c.expert_ffn_size or 0) * c.num_shared_experts
+    return _dense_ffn_ops(c, T, s, p, width, prefix="moe.shared")
+
+
+def layer_ops(card: MoEModelConfig, layer: int, tokens: float, seq: float, shard: Shard | None = None,
+              precision: Precision | str = "bf16") -> list[Op]:
+    """Forward ops of transformer layer ``layer`` (0-based) on one rank.
+
+    ``tokens``: tokens of the micro-batch on this rank's TP group (``micro * seq / cp``);
+    ``seq``: the full sequence length (causal attention over it)."""
+    s = shard or Shard()
+    p = PRECISIONS[precision] if isinstance(precision, str) else precision
+    ops = _attention_ops(card, tokens, seq, s, p)
+    if layer < card.dense_layers:
+        sp = s.sequence_parallel and s.tp > 1
+        ops.append(_norm("mlp.norm", tokens / s.tp if sp else tokens, card.hidden_size, p))
+        ops += _dense_ffn_ops(card, tokens, s, p, card.dense_ffn_size or 0)
+        ops.append(_ew("mlp.residual", (tokens / s.tp if sp else tokens) * card.hidden_size, p, inputs=2))
+    else:
+        ops += _moe_ops(card, tokens, s, p)
+    return ops
+
+
+def embedding_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = None,
+                  precision: Precision | str = "bf16") -> list[Op]:
+    """Input embedding of the first pipeline stage (vocabulary-parallel lookup, then its TP reduction)."""
+    s = shard or Shard()
+    p = PRECISIONS[precision] if isinstance(precision, str) else precision
+    h = card.hidden_size
+    ops = [Op("embed.lookup", "elementwise", 0.0, 2 * tokens * h * p.act_bytes + tokens * 8.0, "bf16")]
+    if s.tp > 1:
+        kind = "reduce_scatter" if s.sequence_parallel else "all_reduce"
+        ops.append(_coll(f"embed.tp_{kind}", "tp", kind, tokens * h * p.act_bytes))
+    return ops
+
+
+def head_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = None,
+             precision: Precision | str = "bf16") -> list[Op]:
+    """Final norm, LM head (vocabulary-parallel) and cross-entropy loss of the last stage."""
+    s = shard or Shard()
+    p = PRECISIONS[precision] if isinstance(precision, str) else precision
+    h, V = card.hidden_size, card.vocab_size / s.tp
+    sp = s.sequence_parallel and s.tp > 1
+    ops = [_norm("head.norm", tokens / s.tp if sp else tokens, h, p)]
+    if sp:
+        ops.append(_coll("head.sp_all_gather", "tp", "all_gather", tokens * h * p.act_bytes))
+    ops += [_gemm("head.lm_head", tokens, V, h, Precision("bf16", "bf16", 2.0)),
+            Op("head.cross_entropy", "reduction", tokens * V * SOFTMAX_FLOPS, tokens * V * 4.0 * 2, "bf16",
+               saved=tokens * V * 4.0)]
+    if s.tp > 1:
+        ops.append(_coll("head.tp_loss_all_reduce", "tp", "all_reduce", tokens * 4.0 * 3))
+    return ops
+
+
+_BWD_COLL = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_reduce": "all_reduce",
+             "all_to_all_dispatch": "all_to_all_combine", "all_to_all_combine": "all_to_all_dispatch"}
+
+
+def backward_ops(fwd: list[Op]) -> list[Op]:
+    """The backward ops of a forward op list, in backward order.
+
+    A linear layer gives a data-gradient and a weight-gradient GEMM (each the forward's
+    FLOPs), attention its flash backward (2.5x), element-wise ops and norms twice their
+    traffic, each collective its transpose (all-gather <-> reduce-scatter, dispatch <->
+    combine) with the same bytes, a quantize its own cast of the gradient."""
+    out: list[Op] = []
+    for o in reversed(fwd):
+        if o.cls == "collective" and o.comm is not None:
+            kind = _BWD_COLL[o.comm.kind]
+            out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
+        elif o.cls in ("gemm", "grouped_gemm"):
+            out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
+            out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0))
+        elif o.cls == "attention":
+            out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
+                               saved=0.0))
+        else:
+            out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bytes * 2.0, bwd=True,
+                               saved=0.0))
+    return out
+
+
+def layer_params(card: MoEModelConfig, layer: int) -> tuple[int, int]:
+    """(dense parameters, routed-expert parameters) of one layer."""
+    h = card.hidden_size
+    dense = card.attention_params() + 2 * h
+    if layer < card.dense_layers:
+        return dense + 3 * h * (card.dense_ffn_size or 0), 0
+    shared = 3 * h * (card.shared_expert_ffn_size or card.expert_ffn_size or 0) * card.num_shared_experts
+    return dense + h * card.num_experts + shared, card.num_experts * 3 * h * (card.expert_ffn_size or 0)
+
+
+def layer_forward_flops(card: MoEModelConfig, layer: int, tokens: int, seq: int) -> float:
+    """Total forward FLOPs of transformer layer ``layer`` (0-based; a dense FFN when
+    ``layer < card.dense_layers``) for ``tokens`` tokens in sequences of length ``seq``
+    (causal attention), unsharded, routed experts counted as ``tokens * top_k`` rows under
+    uniform routing, shared experts included, 2 FLOPs per multiply-accumulate.
+
+    Includes every op of :func:`layer_ops` (norms, router, softmax/top-k, activations,
+    residual adds); at bf16 (no quantize casts)."""
+    if not 0 <= layer < card.num_layers:
+        raise ValueError(f"layer {layer} out of range: {card.name} has {card.num_layers} layers")
+    return float(sum(o.flops for o in layer_ops(card, layer, float(tokens), float(seq)) if o.cls != "collective"))

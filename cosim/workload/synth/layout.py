@@ -1,0 +1,184 @@
+"""Parallel layouts (tp, pp, vpp, ep, etp, cp, dp) and the rank map they define.
+
+Rank order follows Megatron-Core (``RankGenerator``, order ``tp-cp-ep-dp-pp``):
+``rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i))``. Within one pipeline stage the
+``tp * cp * dp`` ranks are re-cut for the experts as ``etp * ep * edp`` (expert tensor
+parallel fastest, then expert parallel, then expert data parallel), so an EP group is
+``ep`` consecutive blocks of ``etp`` ranks.
+
+Pipeline stages: stage ``s`` holds the model chunks ``v * pp + s`` for ``v < vpp``
+(interleaved 1F1B), chunk ``c`` holds layers ``[sum(pipeline_layers[:c]), ...)``.
+Without ``pipeline_layers`` the layers split evenly (the count must divide).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from cosim.capture.config import MoEModelConfig
+from cosim.catalog.models import Strict
+from cosim.errors import CosimInputError
+
+__all__ = ["ParallelLayout", "RankMap"]
+
+
+class ParallelLayout(Strict):
+    """How the model is cut over the GPUs (names as practitioners use them)."""
+
+    tp: int = Field(default=1, gt=0)
+    """Tensor-parallel degree (attention heads and dense FFN columns split over tp GPUs)."""
+    pp: int = Field(default=1, gt=0)
+    """Pipeline-parallel stages."""
+    vpp: int = Field(default=1, gt=0)
+    """Virtual stages (model chunks) per pipeline stage: interleaved 1F1B when > 1."""
+    ep: int = Field(default=1, gt=0)
+    """Expert-parallel degree: routed experts split over ep GPUs of a stage."""
+    etp: int = Field(default=1, gt=0)
+    """Expert tensor parallelism: each expert's FFN split over etp GPUs."""
+    cp: int = Field(default=1, gt=0)
+    """Context parallelism: each sequence split over cp GPUs (keys/values all-gathered)."""
+    dp: int | None = Field(default=None, gt=0)
+    """Data-parallel replicas; derived as GPUs / (tp * cp * pp) when absent."""
+    sequence_parallel: bool | None = None
+    """Megatron sequence parallelism (norms and residuals on seq / tp tokens, all-gather /
+    reduce-scatter instead of all-reduce); default: on when tp > 1."""
+    zero: Literal[0, 1, "fsdp"] = 1
+    """0: replicated optimizer, gradient all-reduce; 1: distributed optimizer (ZeRO-1:
+    gradient reduce-scatter, parameter all-gather, optimizer state sharded over DP);
+    fsdp: parameters and gradients sharded too (per-layer all-gather before forward and
+    backward, reduce-scatter of gradients after backward)."""
+    schedule: Literal["1f1b", "interleaved", "dualpipe"] = "1f1b"
+    """Pipeline schedule: 1f1b; interleaved (implied by vpp > 1); dualpipe (DeepSeek-V3's bidirectional
+    schedule: vpp 1, even pp, each rank holds two stages)."""
+    pipeline_layers: list[int] | None = None
+    """Layers per model chunk, ``pp * vpp`` entries in chunk order (chunk ``v * pp + s`` is
+    virtual stage ``v`` of stage ``s``); for uneven splits such as DeepSeek-V3's 61 layers."""
+    recompute: Literal["none", "full"] = "none"
+    """Activation recomputation: full re-runs each layer's forward before its backward."""
+    grad_bucket_params: float = Field(default=40e6, gt=0)
+    """Parameters per gradient-reduction bucket (Megatron DDP's 40M default)."""
+    cuda_graphs: bool = False
+    """Launch each layer's forward (and backward) kernels as one CUDA graph: one host launch per
+    layer and unit instead of one per kernel (eager)."""
+
+    def resolve(self, card: MoEModelConfig, gpus: int, where: str = "layout") -> RankMap:
+        """Check this layout against ``card`` on ``gpus`` GPUs; one-line errors name the field."""
+        return RankMap(self, card, gpus, where)
+
+
+class RankMap:
+    """A resolved layout: degrees, pipeline chunks, and every rank's coordinates and groups."""
+
+    def __init__(self, lay: ParallelLayout, card: MoEModelConfig, gpus: int, where: str = "layout") -> None:
+        def bad(field: str, msg: str) -> CosimInputError:
+            return CosimInputError(f"{where}.{field}: {msg}")
+
+        self.layout = lay
+        self.card = card
+        tp, pp, cp, vpp = lay.tp, lay.pp, lay.cp, lay.vpp
+        base = tp * cp * pp
+        if gpus % base:
+            raise bad("tp", f"tp*cp*pp = {tp}*{cp}*{pp} = {base} does not divide the {gpus} GPUs")
+        dp = gpus // base
+        if lay.dp is not None and lay.dp != dp:
+            raise bad("dp", f"dp {lay.dp} * tp {tp} * cp {cp} * pp {pp} = {lay.dp * base} != {gpus} GPUs")
+        self.tp, self.pp, self.cp, self.vpp, self.dp = tp, pp, cp, vpp, dp
+        self.ep, self.etp = lay.ep, lay.etp
+        self.world = gpus
+        if card.num_heads % tp:
+            raise bad("tp", f"{card.num_heads} attention heads of {card.name} are not divisible by tp {tp}")
+        if card.attention_kind != "mla" and card.num_kv_heads % tp and tp % card.num_kv_heads:
+            raise bad("tp", f"{card.num_kv_heads} KV heads of {card.name} neither divide nor are divisible by tp {tp}")
+        if card.is_dense:
+            if lay.ep != 1 or lay.etp != 1:
+                raise bad("ep", f"{card.name} is dense (no experts): ep and etp must be 1")
+        else:
+            if card.num_experts % lay.ep:
+                raise bad("ep", f"{card.num_experts} experts of {card.name} are not divisible by ep {lay.ep}")
+            if (tp * cp * dp) % (lay.ep * lay.etp):
+                raise bad("ep", f"ep*etp = {lay.ep * lay.etp} does not divide tp*cp*dp = {tp * cp * dp} "
+                                "(the GPUs of one pipeline stage)")
+            if (card.expert_ffn_size or 0) % lay.etp:
+                raise bad("etp", f"expert FFN width {card.expert_ffn_size} is not divisible by etp {lay.etp}")
+        self.edp = (tp * cp * dp) // (lay.ep * lay.etp)
+        if lay.schedule == "interleaved" and vpp == 1:
+            raise bad("vpp", "schedule interleaved needs vpp > 1")
+        if lay.schedule == "dualpipe" and (vpp != 1 or pp % 2):
+            raise bad("schedule", f"dualpipe needs vpp 1 and an even pp (got pp {pp}, vpp {vpp})")
+        self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"
+        self.sequence_parallel = lay.sequence_parallel if lay.sequence_parallel is not None else tp > 1
+        chunks = pp * vpp
+        if lay.pipeline_layers is not None:
+            pl = lay.pipeline_layers
+            if len(pl) != chunks:
+                raise bad("pipeline_layers", f"has {len(pl)} entries, needs pp*vpp = {chunks}")
+            if any(x < 0 for x in pl) or sum(pl) != card.num_layers:
+                raise bad("pipeline_layers", f"entries must be >= 0 and sum to {card.num_layers} layers "
+                                             f"of {card.name} (they sum to {sum(pl)})")
+            counts = list(pl)
+        else:
+            if card.num_layers % chunks:
+                raise bad("pp", f"{card.num_layers} layers of {card.name} are not divisible by pp*vpp = {chunks}; "
+                                "give pipeline_layers (layers per model chunk) for an uneven split")
+            counts = [card.num_layers // chunks] * chunks
+        starts = [sum(counts[:c]) for c in range(chunks)]
+        self.chunk_layers: list[list[int]] = [list(range(starts[c], starts[c] + counts[c])) for c in range(chunks)]
+
+    # --------------------------------------------------------------- coordinates
+    def rank(self, tp_i: int, cp_i: int, dp_i: int, pp_i: int) -> int:
+        """Global rank of the coordinates."""
+        return tp_i + self.tp * (cp_i + self.cp * (dp_i + self.dp * pp_i))
+
+    def coords(self, rank: int) -> tuple[int, int, int, int]:
+        """(tp_i, cp_i, dp_i, pp_i) of ``rank``."""
+        tp_i = rank % self.tp
+        r = rank // self.tp
+        cp_i = r % self.cp
+        r //= self.cp
+        return tp_i, cp_i, r % self.dp, r // self.dp
+
+    def stage_chunks(self, stage: int) -> list[int]:
+        """Model chunks of pipeline stage ``stage`` (virtual stage order; DualPipe: the chunk of direction 0,
+        then that of direction 1)."""
+        if self.schedule == "dualpipe":
+            return [stage, self.pp - 1 - stage]
+        return [v * self.pp + stage for v in range(self.vpp)]
+
+    def chunk_stage(self, chunk: int, direction: int = 0) -> int:
+        """Pipeline stage that holds model chunk ``chunk`` (DualPipe: of pipeline direction ``direction``;
+        direction 1 runs the stages from rank pp - 1 down to rank 0)."""
+        return self.pp - 1 - chunk if direction else chunk % self.pp
+
+    # --------------------------------------------------------------- groups
+    def group(self, kind: str, rank: int) -> list[int]:
+        """Global ranks of ``rank``'s group ``kind``: tp, cp, dp (dense-gradient replicas: dp x cp),
+        ep, etp, edp (expert-gradient replicas), pp."""
+        tp_i, cp_i, dp_i, pp_i = self.coords(rank)
+        stage0 = self.rank(0, 0, 0, pp_i)
+        local = rank - stage0
+        n_stage = self.tp * self.cp * self.dp
+        if kind == "tp":
+            return [self.rank(t, cp_i, dp_i, pp_i) for t in range(self.tp)]
+        if kind == "cp":
+            return [self.rank(tp_i, c, dp_i, pp_i) for c in range(self.cp)]
+        if kind == "dp":
+            return [self.rank(tp_i, c, d, pp_i) for d in range(self.dp) for c in range(self.cp)]
+        if kind == "pp":
+            return [self.rank(tp_i, cp_i, dp_i, s) for s in range(self.pp)]
+        etp, ep = self.etp, self.ep
+        e_i, rest = local % etp, local // etp
+        ep_i, edp_i = rest % ep, rest // ep
+        if kind == "etp":
+            return [stage0 + t + etp * (ep_i + ep * edp_i) for t in range(etp)]
+        if kind == "ep":
+            return [stage0 + e_i + etp * (j + ep * edp_i) for j in range(ep)]
+        if kind == "edp":
+            return [stage0 + e_i + etp * (ep_i + ep * j) for j in range(n_stage // (etp * ep))]
+        raise ValueError(f"unknown group kind {kind!r}")
+
+    def ep_index(self, rank: int) -> int:
+        """Position of ``rank`` in its EP group."""
+        g = self.group("ep", rank)
+        return g.index(rank)

@@ -1,0 +1,116 @@
+"""Pipeline schedules: the order in which one stage runs its forward and backward units.
+
+A unit is ``(kind, microbatch, v)``: kind ``"F"`` or ``"B"``, ``v`` the virtual stage
+(model chunk ``v * pp + stage``). Only the order is fixed here; when each unit runs,
+and so the bubble, comes out of the simulation (units wait for their activations and
+gradients from the neighbouring stages).
+
+* 1F1B (PipeDream-Flush, Megatron ``forward_backward_pipelining_without_interleaving``):
+  stage ``s`` runs ``min(pp - s - 1, m)`` warm-up forwards, then alternates one forward
+  and one backward, then drains the remaining backwards.
+* Interleaved 1F1B (Megatron ``forward_backward_pipelining_with_interleaving``): forward
+  unit ``k`` is micro-batch ``(k // (pp * vpp)) * pp + k % pp`` of chunk
+  ``(k // pp) % vpp``; backward units walk the chunks in reverse; warm-up
+  ``(pp - s - 1) * 2 + (vpp - 1) * pp`` units. Needs ``m`` to be a multiple of ``pp``.
+* DualPipe (:func:`dualpipe_order`): bidirectional, with zero-bubble weight-gradient units and
+  overlapped forward-backward pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cosim.errors import CosimInputError
+
+__all__ = ["Unit", "dualpipe_order", "peak_in_flight", "stage_order"]
+
+Unit = tuple[str, int, int]
+
+
+def _fwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
+    group, within = divmod(k, pp * vpp)
+    return group * pp + within % pp, within // pp
+
+
+def _bwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
+    mb, v = _fwd_unit(k, pp, vpp)
+    return mb, vpp - 1 - v
+
+
+def stage_order(stage: int, pp: int, vpp: int, microbatches: int) -> list[Unit]:
+    """The units of pipeline stage ``stage`` in issue order."""
+    m = microbatches
+    if vpp == 1:
+        warm = min(pp - stage - 1, m)
+        out: list[Unit] = [("F", i, 0) for i in range(warm)]
+        for i in range(m - warm):
+            out += [("F", warm + i, 0), ("B", i, 0)]
+        out += [("B", i, 0) for i in range(m - warm, m)]
+        return out
+    if m % pp:
+        raise CosimInputError(f"interleaved 1F1B needs the micro-batches per pipeline ({m}) to be a multiple "
+                              f"of pp ({pp})")
+    total = m * vpp
+    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    out = [("F", *_fwd_unit(k, pp, vpp)) for k in range(warm)]
+    for k in range(total - warm):
+        out.append(("F", *_fwd_unit(warm + k, pp, vpp)))
+        out.append(("B", *_bwd_unit(k, pp, vpp)))
+    out += [("B", *_bwd_unit(k, pp, vpp)) for k in range(total - warm, total)]
+    return out
+
+
+def peak_in_flight(order: list[Unit]) -> int:
+    """Most forward units whose backward has not run yet (activations held at once)."""
+    live = peak = 0
+    for kind, _, _ in order:
+        live += 1 if kind == "F" else -1
+        peak = max(peak, live)
+    return peak
+
+
+def dualpipe_order(rank: int, pp: int, microbatches: int) -> list[tuple[Any, ...]]:
+    """DualPipe's actions on ``rank`` (DeepSeek-V3 report section 3.2.1; the step order of
+    deepseek-ai/DualPipe ``dualpipe.py``, ``DualPipe.step``), with phases mapped to directions.
+
+    Actions: ``("F", d)`` forward of the next micro-batch of direction ``d`` (0: enters at rank 0,
+    1: enters at rank pp-1); ``("B", d, zb)`` its backward (``zb``: weight gradients deferred);
+    ``("W",)`` the oldest deferred weight gradients; ``("FB", d_f, d_b)`` a forward and a backward
+    overlapped (one's communication under the other's compute). ``microbatches`` in total, half per
+    direction; needs pp even and ``microbatches >= 2 * pp``, even."""
+    if pp % 2 or microbatches % 2 or microbatches < 2 * pp:
+        raise CosimInputError(f"dualpipe needs an even pp ({pp}) and an even number of micro-batches per "
+                              f"pipeline >= 2 * pp ({microbatches})")
+    half, hr, hm = pp // 2, min(rank, pp - 1 - rank), microbatches // 2
+    second = int(rank >= half)
+    middle = hr == half - 1
+
+    def d(phase: int) -> int:
+        return phase ^ second
+
+    out: list[tuple[Any, ...]] = []
+    out += [("F", d(0))] * ((half - hr - 1) * 2)
+    for _ in range(hr + 1):
+        out += [("F", d(0)), ("F", d(1))]
+    for _ in range(half - hr - 1):
+        out += [("B", d(1), True), ("W",), ("F", d(1))]
+    for i in range(hm - pp + hr + 1):
+        if i == 0 and middle:
+            out += [("F", d(0)), ("B", d(1), False)]
+        else:
+            out.append(("FB", d(0), d(1)))
+        out.append(("FB", d(1), d(0)))
+    for _ in range(half - hr - 1):
+        out += [("B", d(1), False), ("FB", d(1), d(0))]
+    zb = False
+    for i in range(hr + 1):
+        if i == (hr + 1) // 2 and hr % 2 == 1:
+            zb = True
+        out.append(("B", d(1), zb))
+        if i == (hr + 1) // 2 and hr % 2 == 0:
+            zb = True
+        out.append(("B", d(0), zb))
+    for _ in range(half - hr - 1):
+        out += [("W",), ("B", d(0), True)]
+    out += [("W",)] * (hr + 1)
+    return out

@@ -1,0 +1,245 @@
+"""The ``workload: synthetic:`` block of a scenario, and the figures of a synthesized run.
+
+::
+
+    workload:
+      synthetic:
+        model: deepseek-v3            # a card name, a card .yaml or a Hugging Face config.json
+        layout: {tp: 2, pp: 8, vpp: 4, ep: 64, pipeline_layers: [...]}
+        batch: {global: 8192, micro: 1, seq: 4096}
+        precision: fp8                # bf16 | fp8 | mxfp8
+        routing: uniform              # uniform | zipf:1.2 | FILE | {model: ..., placement: ..., redundant: N}
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from cosim.catalog.models import Strict, Time
+from cosim.errors import CosimInputError
+from cosim.workload.synth.layout import ParallelLayout
+from cosim.workload.synth.routing import RoutingSpec
+
+__all__ = ["BatchSpec", "StragglerSpec", "Synthesized", "SyntheticSpec", "synthesize", "synthetic_figures"]
+
+
+class BatchSpec(Strict):
+    """Global batch, micro-batch and sequence length (sequences and tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    global_: int = Field(alias="global", gt=0)
+    """Sequences per optimizer step over all data-parallel replicas."""
+    micro: int = Field(default=1, gt=0)
+    """Sequences per micro-batch (per pipeline, per forward/backward unit)."""
+    seq: int = Field(gt=0)
+    """Tokens per sequence."""
+
+
+class StragglerSpec(Strict):
+    """Per-rank slowdowns (no peer simulator has them): factors >= 1 keyed by global rank."""
+
+    gpu: dict[int, float] = Field(default_factory=dict)
+    """Rank -> factor on every kernel duration of that GPU (a slow or throttled GPU)."""
+    host: dict[int, float] = Field(default_factory=dict)
+    """Rank -> factor on every host launch (a slow or busy host CPU)."""
+    launch_jitter: dict[int, Time] = Field(default_factory=dict)
+    """Rank -> mean extra host time per kernel launch, e.g. "3 us" (exponentially distributed, seeded)."""
+
+
+class SyntheticSpec(Strict):
+    """A synthesized training step: model card, parallel layout, batch, precision, routing."""
+
+    model: str
+    """Model card: a bundled card name (cosim/capture/presets), a card YAML or a Hugging Face config.json."""
+    mode: Literal["train"] = "train"
+    """What one step is (training: forward, backward and optimizer)."""
+    layout: ParallelLayout = Field(default_factory=ParallelLayout)
+    """Parallel layout; dp follows from the GPU count."""
+    batch: BatchSpec
+    """Batch sizes."""
+    precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
+    """GEMM precision recipe."""
+    routing: str | RoutingSpec = "uniform"
+    """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
+    profile: str | None = None
+    """Kernel-model calibration profile (bundled name or YAML); default: the accelerator's."""
+    calibrate_from: str | list[str] | None = None
+    """Trace(s) of the user's own measured step (Kineto files or a folder of ranks): the kernel models are
+    fitted to their kernels (as ``cosim calibrate --from-traces``) and time this step's ops; the same
+    fit then serves any layout of the model (Lumos-style re-layout keeping measured timings)."""
+    fold: bool | None = None
+    """Simulate one rank per pipeline stage (default: when routing is uniform and there are no stragglers)."""
+    allow_oom: bool = False
+    """Run a layout that does not fit in GPU memory anyway (flagged in the result) instead of failing."""
+    stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+    """Slow GPUs and hosts."""
+    dispatch_overhead: Time = 4e-6
+    """Host time per launched kernel besides the CUDA launch call (framework dispatch), e.g. "4 us"."""
+
+
+class Synthesized:
+    """A synthesized step ready to replay, with what its figures need."""
+
+    def __init__(self, spec: SyntheticSpec, card: Any, rm: Any, built: Any, memory: list[Any], hbm: float,
+                 peak_flops: float) -> None:
+        self.spec, self.card, self.rm, self.built, self.memory = spec, card, rm, built, memory
+        self.hbm, self.peak_flops = hbm, peak_flops
+
+    @property
+    def graph(self) -> Any:
+        return self.built.graph
+
+    @property
+    def oom(self) -> bool:
+        return max(m.total for m in self.memory) > self.hbm
+
+
+def _card(model: str, base: Path | None) -> Any:
+    from cosim.capture.config import load_model_config
+
+    p = Path(model)
+    if base is not None and not p.is_absolute() and (base / p).is_file():
+        p = base / p
+    return load_model_config(p if p.is_file() else model)
+
+
+def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> Synthesized:
+    """Build the step of ``spec`` for every GPU of ``topology``."""
+    from cosim.workload.synth.build import BuildOptions, build_step
+    from cosim.workload.synth.memory import memory_per_stage
+    from cosim.workload.synth.routing import parse_routing
+    from cosim.workload.synth.timing import KernelTimer
+
+    card = _card(spec.model, base)
+    gpus = len(topology.gpus)
+    rm = spec.layout.resolve(card, gpus, where="workload.synthetic.layout")
+    routing = parse_routing(spec.routing, str(base) if base else None)
+    for kind, d in (("gpu", spec.stragglers.gpu), ("host", spec.stragglers.host)):
+        for r, f in d.items():
+            if not 0 <= r < gpus or not (f >= 1 and math.isfinite(f)):
+                raise CosimInputError(f"workload.synthetic.stragglers.{kind}.{r}: needs a rank in [0, {gpus}) "
+                                      f"and a factor >= 1, got {f}")
+    for r, v in spec.stragglers.launch_jitter.items():
+        if not 0 <= r < gpus or not (float(v) >= 0 and math.isfinite(float(v))):
+            raise CosimInputError(f"workload.synthetic.stragglers.launch_jitter.{r}: needs a rank in [0, {gpus}) "
+                                  "and a time >= 0")
+    gpu0 = topology.gpus[0]
+    acc = topology.accelerator(gpu0)
+    prof = None
+    if spec.profile and spec.calibrate_from:
+        raise CosimInputError("workload.synthetic: give profile or calibrate_from, not both")
+    if spec.profile:
+        from cosim.models import load_profile
+
+        prof = load_profile(str(base / spec.profile) if base and (base / spec.profile).is_file() else spec.profile)
+    if spec.calibrate_from:
+        prof = calibrated_profile(spec.calibrate_from, base)
+    try:
+        cpu = topology.cpu_spec(topology.cpu_of(gpu0))
+        launch = float(cpu.launch_overhead)
+    except Exception:  # a topology without a host CPU
+        launch = 5e-6
+    opts = BuildOptions(precision=spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
+                        dispatch_overhead=float(spec.dispatch_overhead), gpu_slowdown=dict(spec.stragglers.gpu),
+                        host_slowdown=dict(spec.stragglers.host),
+                        launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
+    b = spec.batch
+    if b.global_ % (b.micro * rm.dp):
+        raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
+                              f"micro {b.micro} x dp {rm.dp} = {b.micro * rm.dp}")
+    mbs = b.global_ // (b.micro * rm.dp)
+    if rm.vpp > 1 and mbs % rm.pp:
+        raise CosimInputError(f"workload.synthetic.batch.global: interleaved 1F1B needs the {mbs} micro-batches "
+                              f"per pipeline to be a multiple of pp {rm.pp}")
+    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs, spec.precision)
+    hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
+    worst = max(mem, key=lambda m: m.total)
+    if worst.total > hbm and not spec.allow_oom:
+        raise CosimInputError(
+            f"workload.synthetic.layout: out of memory: stage {worst.stage} needs {worst.total / 2**30:.1f} GiB per "
+            f"GPU (weights {worst.weights / 2**30:.1f}, gradients {worst.gradients / 2**30:.1f}, optimizer "
+            f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
+            f"{acc.name}; shard more, recompute, or set allow_oom: true")
+    built = build_step(card, rm, b.global_, b.micro, b.seq, opts, KernelTimer(acc, prof), device=acc.name)
+    peak = float(acc.peak("bf16"))
+    return Synthesized(spec, card, rm, built, mem, hbm, peak)
+
+
+def calibrated_profile(traces: str | list[str], base: Path | None = None) -> Any:
+    """A calibration profile fitted to the kernels of ``traces`` (files or folders, relative to ``base``)."""
+    from cosim.models.fit import KernelDB, fit_profile
+
+    paths = []
+    for t in [traces] if isinstance(traces, str) else traces:
+        p = Path(t)
+        if base is not None and not p.is_absolute() and (base / p).exists():
+            p = base / p
+        if not p.exists():
+            raise CosimInputError(f"workload.synthetic.calibrate_from: {t}: no such trace file or folder")
+        paths.append(p)
+    files = sorted(KernelDB.trace_files(paths), key=str)
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key in _FITTED:
+        return _FITTED[key]
+    dbs = KernelDB.from_traces(paths, None)
+    if len(dbs) != 1:
+        raise CosimInputError(f"workload.synthetic.calibrate_from: the traces come from {len(dbs)} GPU models "
+                              f"({', '.join(sorted(dbs)) or 'none recognised'}); give traces of one GPU model")
+    prof = _FITTED[key] = fit_profile(next(iter(dbs.values())), name="calibrate_from",
+                                      provenance={"sources": [str(p) for p in paths]})
+    return prof
+
+
+_FITTED: dict[tuple[Any, ...], Any] = {}
+"""Profiles fitted by :func:`calibrated_profile` in this process, by the traces' identity (sweeps refit once)."""
+
+
+def bubble_fraction(syn: Synthesized, result: Any) -> float:
+    """Pipeline bubble: mean over the simulated ranks of the share of the step (first unit's start
+    to last unit's end) their compute stream idles before a schedule unit that receives from a
+    neighbouring stage (waiting for its activations or gradients). Stage 0's wait for its first
+    micro-batch and the last stage's wait for its first backward count; gaps before units that
+    wait for nothing (no pipeline) do not."""
+    fr = []
+    by_rank = {run.rank: run for run in result.runs}
+    for rank, spans in syn.built.unit_spans.items():
+        run = by_rank.get(rank)
+        if run is None or not spans:
+            continue
+        s, e = run.gpu_start, run.gpu_end
+        window = float(e[spans[-1][1]] - s[spans[0][0]])
+        idle = sum(max(0.0, float(s[a] - e[prev[1]])) for prev, (a, _, recv) in pairwise(spans) if recv)
+        if window > 0:
+            fr.append(idle / window)
+    return float(sum(fr) / len(fr)) if fr else math.nan
+
+
+def synthetic_figures(syn: Synthesized, result: Any) -> dict[str, Any]:
+    """Throughput, MFU, bubble and memory of a replayed synthesized step (``cosim run --json`` fields)."""
+    summ = result.summary()
+    step = summ.get("step_time_s")
+    world = syn.rm.world
+    ok = step is not None and step > 0
+    tokens = syn.built.tokens_per_step
+    return {
+        "tokens_per_s_per_gpu": tokens / step / world if ok else None,
+        "mfu": syn.built.model_flops / (step * world * syn.peak_flops) if ok else None,
+        "step_time_s": step,
+        "bubble_fraction": bubble_fraction(syn, result),
+        "memory_per_gpu_bytes": max(m.total for m in syn.memory),
+        "memory_by_stage": [m.as_dict() for m in syn.memory],
+        "oom": syn.oom,
+        "synthetic": {
+            "model": syn.card.name, "gpus": world, "tp": syn.rm.tp, "pp": syn.rm.pp, "vpp": syn.rm.vpp,
+            "ep": syn.rm.ep, "etp": syn.rm.etp, "cp": syn.rm.cp, "dp": syn.rm.dp,
+            "microbatches": syn.built.microbatches, "schedule": syn.rm.schedule,
+            "precision": syn.spec.precision, "folded": syn.built.folded, "simulated_ranks": len(syn.built.ranks),
+            "model_flops_per_step": syn.built.model_flops, "tokens_per_step": tokens,
+        },
+    }

@@ -1,0 +1,483 @@
+"""Training-step synthesis, checked by hand on small cases: layer FLOPs, layout errors,
+pipeline order, every collective of one step of a 2-layer EP4 PP2 model, routing skew."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cosim.capture.config import MoEModelConfig, load_model_config
+from cosim.errors import CosimInputError
+from cosim.workload.graph import CollType, OpClass
+from cosim.workload.synth import ParallelLayout, SyntheticSpec, layer_forward_flops, synthesize, synthetic_figures
+from cosim.workload.synth.costs import layer_ops
+from cosim.workload.synth.routing import RoutingSpec, expert_shares, route
+from cosim.workload.synth.schedule import peak_in_flight, stage_order
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256
+TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
+            num_experts=8, top_k=2, expert_ffn_size=32)
+
+
+def tiny(**kw: object) -> MoEModelConfig:
+    return MoEModelConfig(**{**TINY, **kw})
+
+
+@pytest.fixture(scope="module")
+def dgx() -> object:
+    from cosim.topology import load_topology
+
+    return load_topology("dgx-h100")
+
+
+def test_layer_flops_by_hand() -> None:
+    c = tiny()
+    T, S = 128, 64  # two sequences of 64
+    by_hand = (128 * 64 * 5            # attention RMSNorm, 5 FLOPs per element
+               + 2 * 128 * 64 * (4 + 2 * 2) * 16  # fused QKV projection
+               + 128 * (4 + 2) * 16 * 3          # rotary embedding on q and k
+               + 4 * 2 * 4 * 64 * 64 * 16 // 2  # causal flash attention: QK^T and PV, half the scores
+               + 2 * 128 * 64 * 64               # output projection
+               + 128 * 64                        # residual add
+               + 128 * 64 * 5                    # MoE RMSNorm
+               + 2 * 128 * 8 * 64                # router
+               + 128 * 8 * 5                     # softmax + top-k
+               + 2 * (128 * 2) * (2 * 32) * 64   # experts fc1 (w1, w3) on tokens * top_k rows
+               + (128 * 2) * 32 * 4              # SwiGLU
+               + 2 * (128 * 2) * 64 * 32         # experts fc2
+               + 128 * 2 * 64                    # unpermute: weighted sum of the top-k rows
+               + 128 * 64)                       # residual add
+    assert layer_forward_flops(c, 1, T, S) == by_hand
+    # a dense layer: the same attention, a SwiGLU FFN of width 96 instead of the MoE block
+    d = tiny(dense_layers=1, dense_ffn_size=96)
+    attn = 128 * 64 * 5 + 2 * 128 * 64 * 128 + 128 * 6 * 16 * 3 + 4 * 2 * 4 * 64 * 64 * 16 // 2 + 2 * 128 * 64 * 64 \
+        + 128 * 64
+    ffn = 128 * 64 * 5 + 2 * 128 * 192 * 64 + 128 * 96 * 4 + 2 * 128 * 64 * 96 + 128 * 64
+    assert layer_forward_flops(d, 0, T, S) == attn + ffn
+    with pytest.raises(ValueError, match="out of range"):
+        layer_forward_flops(c, 2, T, S)
+
+
+def test_mla_projections_by_hand() -> None:
+    v3 = load_model_config("deepseek-v3")
+    T = 10
+    ops = {o.name: o for o in layer_ops(v3, 3, T, 4096)}
+    h, nh = 7168, 128
+    assert ops["attn.q_down"].flops == 2 * T * h * 1536
+    assert ops["attn.q_up"].flops == 2 * T * 1536 * nh * (128 + 64)
+    assert ops["attn.kv_down"].flops == 2 * T * h * (512 + 64)
+    assert ops["attn.kv_up"].flops == 2 * T * 512 * nh * (128 + 128)
+    assert ops["attn.o_proj"].flops == 2 * T * nh * 128 * h
+    # causal attention: scores over the 192-dim q/k and values of 128 dims
+    assert ops["attn.core"].flops == pytest.approx(2 * (T / 4096) * nh * 4096 * 4096 * (192 + 128) * 0.5)
+    # routed experts: tokens * 8 rows through 3 matrices of 7168 x 2048; one shared expert on every token
+    assert ops["moe.experts_fc1"].flops + ops["moe.experts_fc2"].flops == 2 * T * 8 * 3 * h * 2048
+    assert ops["moe.shared.fc1"].flops + ops["moe.shared.fc2"].flops == 2 * T * 3 * h * 2048
+
+
+def test_layout_errors_name_the_field() -> None:
+    c = tiny()
+    cases = [
+        (dict(tp=3), 12, r"layout\.tp: 4 attention heads of tiny2 are not divisible by tp 3"),
+        (dict(ep=3), 6, r"layout\.ep: 8 experts of tiny2 are not divisible by ep 3"),
+        (dict(tp=2, pp=2, dp=3), 8, r"layout\.dp: dp 3 \* tp 2 \* cp 1 \* pp 2 = 12 != 8 GPUs"),
+        (dict(pp=3), 6, r"layout\.pp: 2 layers of tiny2 are not divisible by pp\*vpp = 3"),
+        (dict(pp=2, pipeline_layers=[2, 1]), 8, r"layout\.pipeline_layers: entries must be >= 0 and sum to 2"),
+        (dict(ep=8), 4, r"layout\.ep: ep\*etp = 8 does not divide tp\*cp\*dp = 4"),
+        (dict(tp=3), 8, r"layout\.tp: tp\*cp\*pp = 3\*1\*1 = 3 does not divide the 8 GPUs"),
+        (dict(vpp=1, schedule="interleaved"), 8, r"layout\.vpp: schedule interleaved needs vpp > 1"),
+    ]
+    for kw, gpus, msg in cases:
+        with pytest.raises(CosimInputError, match=msg):
+            ParallelLayout(**kw).resolve(c, gpus)
+    rm = ParallelLayout(pp=2, pipeline_layers=[0, 2]).resolve(c, 8)
+    assert rm.chunk_layers == [[], [0, 1]] and rm.dp == 4
+    with pytest.raises(CosimInputError, match=r"layout\.ep: llama-3-70b is dense"):
+        ParallelLayout(ep=2).resolve(load_model_config("llama-3-70b"), 8)
+
+
+def test_issue_example_layout_resolves() -> None:
+    v3 = load_model_config("deepseek-v3")
+    with pytest.raises(CosimInputError, match="give pipeline_layers"):
+        ParallelLayout(tp=2, pp=8, vpp=4, ep=64).resolve(v3, 1024)
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "workloads/scenarios/dsv3-1024.yaml").read_text())
+    rm = ParallelLayout(**doc["workload"]["synthetic"]["layout"]).resolve(v3, 1024)
+    assert (rm.dp, rm.edp, rm.schedule) == (64, 2, "interleaved")
+    assert sum(len(x) for x in rm.chunk_layers) == 61 and rm.chunk_layers[0] == [0]
+    assert rm.group("ep", 0) == list(range(64)) and rm.group("ep", 64) == list(range(64, 128))
+    assert rm.group("tp", 5) == [4, 5] and rm.group("pp", 1) == [1 + 128 * s for s in range(8)]
+    assert rm.group("edp", 3) == [3, 67] and len(rm.group("dp", 0)) == 64
+
+
+def test_1f1b_and_interleaved_order_by_hand() -> None:
+    F, B = "F", "B"
+    assert stage_order(0, 4, 1, 6) == [(F, 0, 0), (F, 1, 0), (F, 2, 0), (F, 3, 0), (B, 0, 0), (F, 4, 0), (B, 1, 0),
+                                       (F, 5, 0), (B, 2, 0), (B, 3, 0), (B, 4, 0), (B, 5, 0)]
+    assert stage_order(3, 4, 1, 6) == [x for i in range(6) for x in ((F, i, 0), (B, i, 0))]
+    assert stage_order(0, 2, 2, 2) == [(F, 0, 0), (F, 1, 0), (F, 0, 1), (F, 1, 1),
+                                       (B, 0, 1), (B, 1, 1), (B, 0, 0), (B, 1, 0)]
+    assert stage_order(1, 2, 2, 2) == [(F, 0, 0), (F, 1, 0), (F, 0, 1), (B, 0, 1), (F, 1, 1), (B, 1, 1),
+                                       (B, 0, 0), (B, 1, 0)]
+    assert peak_in_flight(stage_order(0, 4, 1, 6)) == 4
+    with pytest.raises(CosimInputError, match="multiple of pp"):
+        stage_order(0, 4, 2, 6)
+
+
+def _spec(**kw: object) -> SyntheticSpec:
+    base = dict(model="x", layout=dict(pp=2, ep=4), batch={"global": 8, "micro": 1, "seq": 64}, precision="bf16")
+    base.update(kw)
+    return SyntheticSpec.model_validate(base)
+
+
+def _synth(tmp_path: Path, topo: object, card: dict | None = None, **kw: object) -> object:
+    import yaml
+
+    f = tmp_path / "tiny2.yaml"
+    f.write_text(yaml.safe_dump(card or TINY))
+    return synthesize(_spec(model=str(f), **kw), topo)
+
+
+def test_every_collective_of_a_2_layer_ep4_pp2_step_by_hand(tmp_path: Path, dgx: object) -> None:
+    # 8 GPUs: pp 2 x dp 4, ep 4 inside each stage; global 8 x 64 tokens -> 2 micro-batches per pipeline
+    syn = _synth(tmp_path, dgx, fold=False)
+    assert [rg.rank for rg in syn.graph.ranks] == list(range(8)) and syn.built.microbatches == 2
+    h, T, k = 64, 64, 2
+    a2a = T * k * h * 2  # every all-to-all moves the 64 tokens x top-2 rows of d 64 in bf16: 16384 bytes
+    pp_msg = T * h * 2   # one micro-batch's activations (or gradients) between the stages: 8192 bytes
+    layer = 64 * 16 * (4 * 2 + 2 * 2) + 2 * 64 + 64 * 8  # attention, 2 norms, router (experts: no DP replica)
+    emb = 256 * 64
+    for rg in syn.graph.ranks:
+        C = rg.collectives
+        got = Counter((CollType(int(C.type[c])).name, int(C.group_size[c]), float(C.in_bytes[c]))
+                      for c in range(len(C)))
+        stage = rg.rank // 4
+        dense = layer + emb + (64 if stage == 1 else 0)  # stage 1 also holds the final norm
+        want = Counter({
+            ("ALL_TO_ALL", 4, float(a2a)): 2 * 4,  # dispatch, combine, and their backward, x 2 micro-batches
+            ("SEND_RECV", 2, float(pp_msg)): 4,     # 2 activations one way, 2 gradients the other
+            ("REDUCE_SCATTER", 4, float(dense * 4)): 1,  # fp32 gradients over the 4 DP replicas, one bucket
+            ("ALL_REDUCE", 4, 8.0): 1,              # gradient norm
+            ("ALL_GATHER", 4, float(dense * 2 / 4)): 1,  # ZeRO-1: updated bf16 parameters (input = one shard)
+        })
+        assert got == want, (rg.rank, got)
+        # dispatch/combine groups are this stage's 4 ranks; pipeline pairs are (r, r + 4)
+        ep = {tuple(rg.groups.ragged("ranks", int(C.group[c])).tolist()) for c in range(len(C))
+              if C.type[c] == CollType.ALL_TO_ALL}
+        assert ep == {tuple(range(4 * stage, 4 * stage + 4))}
+        pairs = {tuple(rg.groups.ragged("ranks", int(C.group[c])).tolist()) for c in range(len(C))
+                 if C.type[c] == CollType.SEND_RECV}
+        assert pairs == {(rg.rank % 4, rg.rank % 4 + 4)}
+
+
+def test_pipeline_runs_1f1b_with_a_bubble(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    syn = _synth(tmp_path, dgx)  # folded: one rank per stage
+    assert syn.built.folded and [rg.rank for rg in syn.graph.ranks] == [0, 4]
+    res = replay(syn.graph, dgx, ReplayConfig(collectives="simulated"))
+    run0, run1 = res.runs
+    spans0, spans1 = syn.built.unit_spans[0], syn.built.unit_spans[4]
+    # stage 0: F0 F1 B0 B1 (warm-up 1); stage 1: F0 B0 F1 B1. Stage 1's F0 starts after stage 0's F0 ends,
+    # stage 0's B0 after stage 1's B0.
+    assert run1.gpu_start[spans1[0][0]] > run0.gpu_end[spans0[0][1]]
+    assert run0.gpu_start[spans0[2][0]] > run1.gpu_end[spans1[1][1]]
+    figs = synthetic_figures(syn, res)
+    assert 0.05 < figs["bubble_fraction"] < 0.9
+    flat = _synth(tmp_path, dgx, layout=dict(ep=4))
+    res1 = replay(flat.graph, dgx, ReplayConfig(collectives="simulated"))
+    assert synthetic_figures(flat, res1)["bubble_fraction"] < 1e-3
+
+
+def test_folded_matches_full_under_uniform_routing(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    cfg = ReplayConfig(collectives="simulated")
+    a = replay(_synth(tmp_path, dgx, fold=True).graph, dgx, cfg).summary()["step_time_s"]
+    b = replay(_synth(tmp_path, dgx, fold=False).graph, dgx, cfg).summary()["step_time_s"]
+    assert a == pytest.approx(b, rel=0.01)
+
+
+def test_routing_shares_placement_and_redundancy() -> None:
+    c = tiny()
+    u = route(RoutingSpec(), c, 0, 4, 64.0)
+    assert [r.tolist() for r in u.rows] == [[64.0, 64.0]] * 4  # 4 ranks x 64 tokens x top-2 / 8 experts
+    z = expert_shares(RoutingSpec(model="zipf:1.2"), c, 0)
+    assert z.sum() == pytest.approx(1.0) and z.max() <= 0.5 + 1e-12  # no expert above 1 / top_k
+    assert np.array_equal(z, expert_shares(RoutingSpec(model="zipf:1.2"), c, 0))  # deterministic
+    hot = int(np.argmax(z))
+    rr = route(RoutingSpec(model="zipf:1.2", placement="round-robin"), c, 0, 4, 64.0)
+    assert int(np.argmax([r.sum() for r in rr.rows])) == hot % 4
+    red = route(RoutingSpec(model="zipf:1.2", redundant=1), c, 0, 4, 64.0)
+    assert sum(len(r) for r in red.rows) == 9
+    assert max(r.sum() for r in red.rows) < max(r.sum() for r in route(RoutingSpec(model="zipf:1.2"), c, 0, 4,
+                                                                          64.0).rows)
+
+
+def _compute_time(rg: object, run: object) -> float:
+    G = rg.gpu_ops  # type: ignore[attr-defined]
+    sel = G.cls != OpClass.COLLECTIVE
+    return float(np.sum(run.gpu_end[sel] - run.gpu_start[sel]))  # type: ignore[attr-defined]
+
+
+def test_routing_skew_moves_the_slowest_rank(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    cfg = ReplayConfig(collectives="simulated")
+    shares = expert_shares(RoutingSpec(model="zipf:1.5"), tiny(), 0)
+    hot = int(np.argmax(shares))
+    wide = {**TINY, "hidden_size": 2048, "expert_ffn_size": 8192}  # GPU-bound experts, not launch-bound
+    batch = {"global": 32, "micro": 4, "seq": 256}
+    for owner in (1, 3):  # put the hot expert of every layer on EP rank `owner`, the rest round-robin
+        emap = [(e % 4) for e in range(8)]
+        emap[hot], emap[(hot + 1) % 8] = owner, emap[hot]
+        syn = _synth(tmp_path, dgx, wide, layout=dict(ep=4), batch=batch,
+                     routing=dict(model="zipf:1.5", placement="map", map=emap))
+        res = replay(syn.graph, dgx, cfg)
+        busy = [_compute_time(rg, run) for rg, run in zip(syn.graph.ranks, res.runs)]
+        assert int(np.argmax(busy)) == owner, busy
+    base = _synth(tmp_path, dgx, wide, layout=dict(ep=4), batch=batch)
+    assert base.built.folded
+    skew_step = replay(syn.graph, dgx, cfg).summary()["step_time_s"]
+    assert skew_step > replay(base.graph, dgx, cfg).summary()["step_time_s"]
+
+
+def test_memory_and_oom(tmp_path: Path, dgx: object) -> None:
+    spec = SyntheticSpec.model_validate(dict(model="qwen3-30b-a3b", layout=dict(ep=8),
+                                             batch={"global": 8, "micro": 1, "seq": 4096}))
+    with pytest.raises(CosimInputError, match=r"out of memory: stage 0 needs .* GiB .* allow_oom"):
+        synthesize(spec, dgx)
+    syn = _synth(tmp_path, dgx)
+    m0 = syn.memory[0]
+    # stage 0 (embedding + layer 0): bf16 weights, fp32 grads, Adam state over 4 DP replicas (experts: 1 replica)
+    dense = 64 * 16 * 12 + 2 * 64 + 64 * 8 + 256 * 64
+    expert = 8 * 3 * 64 * 32 / 4
+    assert m0.weights == 2 * (dense + expert) and m0.gradients == 4 * (dense + expert)
+    assert m0.optimizer == 12 * (dense / 4 + expert)
+    assert m0.activations > 0 and not syn.oom
+
+
+def test_scenario_synthetic_block_sets_and_json_fields(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from cosim.scenario import apply_scenario_sets, build_topology, load_scenario
+
+    scn = load_scenario(ROOT / "workloads/scenarios/dsv3-1024.yaml")
+    assert scn.nodes == 128 and scn.workload.synthetic.layout.ep == 64  # type: ignore[union-attr]
+    scn2, rest = apply_scenario_sets(scn, {"workload.synthetic.layout.ep": "32", "workload.synthetic.precision": "bf16",
+                                           "workload.synthetic.batch.global": "4096", "nodes": "64"})
+    s = scn2.workload.synthetic  # type: ignore[union-attr]
+    assert (s.layout.ep, s.layout.tp, s.precision, s.batch.global_, scn2.nodes, rest) == (32, 2, "bf16", 4096, 64, {})
+    with pytest.raises(CosimInputError, match=r"--set workload.synthetic.layout.ep: .*greater than 0"):
+        apply_scenario_sets(scn, {"workload.synthetic.layout.ep": "0"})
+    with pytest.raises(CosimInputError, match=r"--set workload.synthetic.layout.bogus: .*[Ee]xtra"):
+        apply_scenario_sets(scn, {"workload.synthetic.layout.bogus": "1"})
+    topo = build_topology("dgx-h100", None, None, None, 4)
+    assert len(topo.gpus) == 32 and topo.nodes == 4
+    assert len(build_topology("dgx-h100-4node", None, None, None, 2).gpus) == 16
+    with pytest.raises(CosimInputError, match="cannot be scaled"):
+        build_topology("gb200-nvl72", None, None, None, 2)
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "t", "topology": "dgx-h100", "workload": {"synthetic": {
+        "model": "qwen3-moe-mini", "layout": {"ep": 8, "pp": 1}, "batch": {"global": 16, "micro": 2, "seq": 256}}}}))
+    out = subprocess.run([sys.executable, "-m", "cosim", "run", str(f), "--json", "--no-timeline", "--out",
+                          str(tmp_path / "o"), "--set", "workload.synthetic.layout.ep=4"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["synthetic"]["ep"] == 4 and d["synthetic"]["dp"] == 8 and d["synthetic"]["folded"]
+    tok = 16 * 256
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(tok / d["step_time_s"] / 8)
+    assert 0 < d["mfu"] < 1 and d["bubble_fraction"] == 0 and d["memory_per_gpu_bytes"] > 0
+    bad = subprocess.run([sys.executable, "-m", "cosim", "run", str(f), "--set", "workload.synthetic.layout.ep=3"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "layout.ep" in bad.stderr
+
+
+def test_stragglers_slow_gpu_host_and_jitter(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    cfg = ReplayConfig(collectives="simulated")
+    wide = {**TINY, "hidden_size": 1024, "expert_ffn_size": 4096}
+    kw = dict(layout=dict(ep=4), batch={"global": 16, "micro": 2, "seq": 256})
+    base = replay(_synth(tmp_path, dgx, wide, **kw).graph, dgx, cfg)
+    t0 = base.summary()["step_time_s"]
+    slow = _synth(tmp_path, dgx, wide, stragglers={"gpu": {5: 1.5}}, **kw)
+    assert not slow.built.folded and len(slow.graph.ranks) == 8
+    res = replay(slow.graph, dgx, cfg)
+    busy = [_compute_time(rg, run) for rg, run in zip(slow.graph.ranks, res.runs)]
+    assert int(np.argmax(busy)) == 5 and busy[5] == pytest.approx(1.5 * busy[0], rel=1e-9)
+    assert res.summary()["step_time_s"] > t0  # its EP peers wait for it in every all-to-all
+    host = _synth(tmp_path, dgx, wide, stragglers={"host": {2: 50.0}}, **kw)
+    H = host.graph.ranks[2].host_ops
+    assert H.tail[1] == pytest.approx(50 * host.graph.ranks[0].host_ops.tail[1])
+    jit = _synth(tmp_path, dgx, wide, stragglers={"launch_jitter": {3: "20 us"}}, **kw)
+    again = _synth(tmp_path, dgx, wide, stragglers={"launch_jitter": {3: "20 us"}}, **kw)
+    t3, t0h = jit.graph.ranks[3].host_ops.tail, jit.graph.ranks[0].host_ops.tail
+    assert np.array_equal(t3, again.graph.ranks[3].host_ops.tail)  # seeded: deterministic
+    extra = float(np.mean(t3[1:-1] - t0h[1:-1]))
+    assert 15e-6 < extra < 25e-6  # mean of the exponential draws, 20 us
+    with pytest.raises(CosimInputError, match=r"stragglers\.gpu\.9: needs a rank in \[0, 8\)"):
+        _synth(tmp_path, dgx, wide, stragglers={"gpu": {9: 2.0}}, **kw)
+
+
+def test_cuda_graphs_launch_each_layer_once(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    eager = _synth(tmp_path, dgx, layout=dict(ep=4))
+    graph = _synth(tmp_path, dgx, layout=dict(ep=4, cuda_graphs=True))
+    e, g = eager.graph.ranks[0], graph.graph.ranks[0]
+    assert len(e.gpu_ops) == len(g.gpu_ops)
+    names = [g.strings[int(x)] for x in g.host_ops.name]
+    # 1 micro-batch (8 sequences over dp 8) x (forward + backward) x (embedding, 2 layers, head): one graph each
+    assert names.count("cudaGraphLaunch") == 1 * 2 * 4
+    # eager: gradient reduce-scatters (dense over dp 8, experts over edp 2), grad-norm all-reduce, Adam, and the
+    # two parameter all-gathers
+    assert names.count("cudaLaunchKernel") == 6
+    assert [e.strings[int(x)] for x in e.host_ops.name].count("cudaLaunchKernel") == len(e.gpu_ops)
+    cfg = ReplayConfig(collectives="simulated")
+    te = replay(eager.graph, dgx, cfg).summary()
+    tg = replay(graph.graph, dgx, cfg).summary()
+    assert te["breakdown"]["host_bound_gpu_idle"] > 0  # the tiny model is launch-bound eagerly
+    assert tg["step_time_s"] < te["step_time_s"]
+
+
+def test_sweeps_take_synthetic_keys_and_precision_whatif_is_refused() -> None:
+    from cosim.scenario import load_scenario, run_scenario
+    from cosim.sweep.runner import input_files_fingerprint
+    from cosim.sweep.spec import check_key
+
+    check_key("workload.synthetic.layout.ep", "4")
+    check_key("nodes", "16")
+    base = str(ROOT / "workloads/scenarios/qwen3-30b-ep8-dgx-h100.yaml")
+    fp = input_files_fingerprint(base, {"workload.synthetic.layout.ep": "4"})
+    assert fp["workload"]["synthetic"]["layout"]["ep"] == 4 and fp["workload"]["synthetic"]["model"] == "qwen3-30b-a3b"
+    with pytest.raises(CosimInputError, match=r"set workload\.synthetic\.precision"):
+        run_scenario(load_scenario(base), {"precision.experts": "fp8"})
+
+
+def test_routing_from_a_capture_and_from_a_file(tmp_path: Path) -> None:
+    import yaml
+
+    cap = ROOT / "workloads/moe-ep4-cpu/capture.yaml"
+    card = load_model_config("tiny-moe")
+    doc = yaml.safe_load(cap.read_text())
+    for layer in (0, 1):
+        counts = np.asarray(doc["routing"]["layers"][layer]["tokens_per_expert"], dtype=float).sum(axis=0)
+        got = expert_shares(RoutingSpec(model=str(cap)), card, layer)
+        assert np.allclose(got, counts / counts.sum())  # measured shares (none above 1 / top_k here)
+    f = tmp_path / "w.yaml"
+    f.write_text("experts: [4, 1, 1, 1, 1, 0, 0, 0]\n")
+    s = expert_shares(RoutingSpec(model=str(f)), card, 0)
+    assert s.tolist() == pytest.approx([0.5, 0.125, 0.125, 0.125, 0.125, 0.0, 0.0, 0.0])
+    f.write_text("experts: [6, 1, 1, 0, 0, 0, 0, 0]\n")  # 0.75 > 1 / top_k: capped, the excess spread by weight
+    assert expert_shares(RoutingSpec(model=str(f)), card, 0).tolist() == pytest.approx([0.5, 0.25, 0.25] + [0.0] * 5)
+    f.write_text("experts: [1, 2]\n")
+    with pytest.raises(CosimInputError, match="2 expert weights for layer 0, but tiny-moe has 8 experts"):
+        expert_shares(RoutingSpec(model=str(f)), card, 0)
+
+
+def test_calibrate_from_a_measured_multi_rank_trace(tmp_path: Path) -> None:
+    from cosim.models.predict import predict_features
+    from cosim.resources import shared_dir
+    from cosim.topology import load_topology
+    from cosim.workload.synth.spec import calibrated_profile
+    from cosim.workload.synth.timing import KernelTimer
+
+    shared = shared_dir()
+    trace = shared / "traces/param-dlrm-v100x8/kineto" if shared else None
+    if trace is None or not trace.is_dir():
+        pytest.skip("../shared/traces/param-dlrm-v100x8 (8-rank DLRM on V100) is not present")
+    topo = load_topology("dgx1-v100")
+    prof = calibrated_profile(str(trace))
+    assert prof.accelerator == "v100-sxm2-32gb" and prof.fit_errors["gemm"]["n"] > 100  # the 8 ranks' GEMMs
+    a = _synth(tmp_path, topo, layout=dict(ep=4), calibrate_from=str(trace))
+    b = _synth(tmp_path, topo, layout=dict(ep=8, pp=1), calibrate_from=str(trace), batch={"global": 8, "micro": 1,
+                                                                                          "seq": 64})
+    default = _synth(tmp_path, topo, layout=dict(ep=4))
+    acc = topo.accelerator(topo.gpus[0])
+    timer = KernelTimer(acc, prof)
+    for syn in (a, b):  # every kernel of every layout timed by the fitted models
+        rg = syn.graph.ranks[0]
+        G = rg.gpu_ops
+        j = int(np.flatnonzero([rg.strings[int(x)] == "attn.qkv" for x in G.name])[0])
+        qkv = next(o for o in layer_ops(tiny(), 0, 64.0, 64.0) if o.name == "attn.qkv")
+        assert G.dur[j] == pytest.approx(timer([qkv])[0])
+    dd = default.graph.ranks[0].gpu_ops.dur
+    assert not np.allclose(a.graph.ranks[0].gpu_ops.dur, dd)  # not the bundled profile's times
+    with pytest.raises(CosimInputError, match="calibrate_from: nope: no such trace"):
+        _synth(tmp_path, topo, calibrate_from="nope")
+    assert predict_features  # the models the fit feeds (cosim.models.predict)
+
+
+def test_fsdp_gathers_each_layer_and_reduce_scatters_its_gradients(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    syn = _synth(tmp_path, dgx, layout=dict(pp=2, ep=4, zero="fsdp"), fold=False)
+    layer = 64 * 16 * (4 * 2 + 2 * 2) + 2 * 64 + 64 * 8  # dense parameters of one layer (experts: edp 1)
+    for rg in syn.graph.ranks:
+        C = rg.collectives
+        got = Counter((CollType(int(C.type[c])).name, float(C.in_bytes[c])) for c in range(len(C))
+                      if C.type[c] in (CollType.ALL_GATHER, CollType.REDUCE_SCATTER))
+        edge = 256 * 64 + (64 if rg.rank >= 4 else 0)  # embedding (stage 0) or LM head + final norm (stage 1)
+        want = Counter({
+            # bf16 parameters gathered before each layer's forward and backward, 2 micro-batches (input: a shard)
+            ("ALL_GATHER", layer * 2 / 4): 4, ("ALL_GATHER", edge * 2 / 4): 4,
+            # fp32 gradients of each layer reduce-scattered once, after the last micro-batch's backward
+            ("REDUCE_SCATTER", layer * 4.0): 1, ("REDUCE_SCATTER", edge * 4.0): 1,
+        })
+        assert got == want, (rg.rank, got)
+    assert replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"] > 0
+
+
+def test_dualpipe_order_by_hand_and_its_overlap(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+    from cosim.workload.synth.schedule import dualpipe_order
+
+    F0, F1, W = ("F", 0), ("F", 1), ("W",)
+    # rank 0 of 4, 8 micro-batches (deepseek-ai/DualPipe dualpipe.py, DualPipe.step, steps 1-8)
+    assert dualpipe_order(0, 4, 8) == [F0, F0, F0, F1, ("B", 1, True), W, F1, ("FB", 0, 1), ("FB", 1, 0),
+                                       ("B", 1, False), ("FB", 1, 0), ("B", 1, False), ("B", 0, True), W,
+                                       ("B", 0, True), W]
+    # rank 3 mirrors rank 0 with the directions swapped
+    assert dualpipe_order(3, 4, 8) == [tuple(a[:1]) + tuple(1 - x if isinstance(x, int) and not isinstance(x, bool)
+                                                            else x for x in a[1:]) for a in dualpipe_order(0, 4, 8)]
+    with pytest.raises(CosimInputError, match="dualpipe needs"):
+        dualpipe_order(0, 4, 6)
+    wide = {**TINY, "hidden_size": 1024, "expert_ffn_size": 4096}
+    kw = dict(batch={"global": 64, "micro": 4, "seq": 256})  # pp 2 x dp 4: 4 micro-batches per pipeline
+    plain = _synth(tmp_path, dgx, wide, layout=dict(pp=2, ep=4), **kw)
+    dual = _synth(tmp_path, dgx, wide, layout=dict(pp=2, ep=4, schedule="dualpipe"), **kw)
+    # each rank holds one stage per direction: rank 0 the embedding + layer 0 and layer 1 + the head
+    names = {dual.graph.ranks[0].strings[int(x)] for x in dual.graph.ranks[0].gpu_ops.name}
+    assert {"embed.lookup", "head.lm_head"} <= names and not {"embed.lookup", "head.lm_head"} <= {
+        plain.graph.ranks[0].strings[int(x)] for x in plain.graph.ranks[0].gpu_ops.name}
+    assert dual.memory[0].weights > plain.memory[0].weights  # two stages' parameters per rank
+    cfg = ReplayConfig(collectives="simulated")
+    p, d = replay(plain.graph, dgx, cfg).summary(), replay(dual.graph, dgx, cfg).summary()
+    assert d["breakdown"]["exposed_communication"] < p["breakdown"]["exposed_communication"]
+    with pytest.raises(CosimInputError, match=r"layout\.schedule: dualpipe needs vpp 1 and an even pp"):
+        ParallelLayout(pp=2, vpp=2, schedule="dualpipe").resolve(tiny(num_layers=4), 8)
+
+
+def test_synthesis_and_its_replay_are_deterministic(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    kw = dict(layout=dict(pp=2, ep=4), routing="zipf:1.1", stragglers={"launch_jitter": {1: "2 us"}})
+    a, b = _synth(tmp_path, dgx, **kw), _synth(tmp_path, dgx, **kw)
+    for ra, rb in zip(a.graph.ranks, b.graph.ranks):
+        for t in ("host_ops", "gpu_ops", "collectives", "edges"):
+            ca, cb = getattr(ra, t).columns(), getattr(rb, t).columns()
+            assert all(np.array_equal(ca[k], cb[k], equal_nan=True) for k in ca), t
+    cfg = ReplayConfig(collectives="simulated")
+    assert replay(a.graph, dgx, cfg).summary()["step_time_s"] == replay(b.graph, dgx, cfg).summary()["step_time_s"]
