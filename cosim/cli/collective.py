@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
                    help="ranks on each node (default: fill nodes in GPU order)")
     p.add_argument("--sizes", "-s", default="1KiB:1GiB",
                    help='sizes: list "1MiB,64MiB" or doubling range "1KiB:16GiB" (default 1KiB:1GiB)')
-    p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "hier"))
+    p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "nvls_tree", "hier"))
     p.add_argument("--proto", default="auto", choices=("auto", "ll", "ll128", "simple"))
     p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters): each carries at most NCCL's fastest planned channel "
                         "speed (Hopper 60 GB/s in a node), so few channels cap the bandwidth")
