@@ -481,3 +481,36 @@ def test_channels_cap_a_collectives_bandwidth():
     assert run(16).time == pytest.approx(run(None).time, rel=1e-12)
     p = run(None)
     assert p.time - p.latency > 2 * 7 / 8 * S / (16 * 60e9)  # NVLink, not the 16 channels, is the limit
+
+
+def test_nvls_moves_s_each_way_at_nccl_nvls_efficiency() -> None:
+    """NVLS all-reduce: each GPU sends and receives S through the switch at NCCL's Hopper
+    nvlsEfficiency 0.85 x 15/16 of the NVLink capacity: 8 GiB on 8 H200 -> algbw = 18 x 25 GB/s x 0.77
+    x 0.85 x 15/16 x eff_simple."""
+    from cosim.topology import load_topology
+
+    from cosim.engine import SimConfig, Simulator
+
+    sim = Simulator(load_topology("hgx-h200"), SimConfig(record_trace=False))
+    ev = sim.collective("all_reduce", sim.topo.gpus, 8 * 2**30)
+    sim.run()
+    r = ev.value
+    eff = sim.nccl_params.fitted.efficiency["simple"]
+    want = 18 * 25e9 * 0.77 * 0.85 * 15 / 16 * eff
+    assert r.algo == "nvls"
+    assert r.algbw == pytest.approx(want, rel=0.01)
+
+
+def test_nvls_tree_across_nodes() -> None:
+    from cosim.topology import load_topology
+
+    from cosim.engine import SimConfig, Simulator
+
+    topo = load_topology("dgx-h100-4node")
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    ranks = list(topo.gpus)[:16]
+    ev = sim.collective("all_reduce", ranks, 2**32)
+    sim.run()
+    assert ev.value.algo == "nvls_tree"
+    with pytest.raises(ValueError, match="use nvls_tree"):
+        sim.collective("all_reduce", ranks, 2**20, algo="nvls")

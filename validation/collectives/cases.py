@@ -37,15 +37,19 @@ class Case:
     note: str = ""
     fitted: bool = True
     """Used in fits (a target case that is not fitted is held out by every fit)."""
+    nvls: bool = True
+    """NVLink SHARP available on the measured machine; False for vidur's DGX H100: its 8-GPU all-reduce
+    peaks at 364.7 GB/s bus bandwidth, ring's level (NCCL with NVLS reaches ~480 GB/s on 8 H100s,
+    NVIDIA/nccl-tests#212), i.e. the measurements ran without NVLS (NCCL_NVLS_ENABLE=0 equivalent)."""
 
 
 CASES: list[Case] = [
     Case("dgx-h100 all_reduce 2 GPUs", "vidur-dgx-h100/all_reduce.csv", "all_reduce", 2, 2, "dgx-h100",
-         ["gpu0", "gpu1"]),
+         ["gpu0", "gpu1"], nvls=False),
     Case("dgx-h100 all_reduce 4 GPUs", "vidur-dgx-h100/all_reduce.csv", "all_reduce", 4, 4, "dgx-h100",
-         ["gpu0", "gpu1", "gpu2", "gpu3"]),
+         ["gpu0", "gpu1", "gpu2", "gpu3"], nvls=False),
     Case("dgx-h100 all_reduce 8 GPUs", "vidur-dgx-h100/all_reduce.csv", "all_reduce", 8, 8, "dgx-h100",
-         [f"gpu{i}" for i in range(8)]),
+         [f"gpu{i}" for i in range(8)], nvls=False),
     Case("dgx-h100 send_recv 2 GPUs, same node", "vidur-dgx-h100/send_recv.csv", "send_recv", 2, 2, "dgx-h100",
          ["gpu0", "gpu1"]),
     Case("dgx-h100 send_recv 2 GPUs, two nodes", "vidur-dgx-h100/send_recv.csv", "send_recv", 2, 1,

@@ -253,10 +253,14 @@ SCALE = np.array([1e-6] * 5 + [1.0] * 5)
 """Optimizer units: latencies in us."""
 
 
-def _sim(topo: Any, params: Any = None, use_calibration: bool = True) -> Any:
+def _sim(topo: Any, params: Any = None, use_calibration: bool = True, nvls: bool = True) -> Any:
+    import dataclasses
+
     from cosim.engine import NcclConfig, SimConfig, Simulator
 
     sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=use_calibration), record_trace=False))
+    if not nvls:  # the measured machine ran without NVLink SHARP (Case.nvls)
+        params = dataclasses.replace(params if params is not None else sim.nccl_params, nvls_enable=False)
     if params is not None:
         sim.nccl_params = params
         sim.collectives.params = params
@@ -287,7 +291,7 @@ def table(case: Case, pts: Points) -> Table:
     from cosim.engine.nccl import Fitted
 
     topo = topology_for(case)
-    sim = _sim(topo)
+    sim = _sim(topo, nvls=case.nvls)
     zero = Fitted.from_vector([0.0] * 5 + [1.0] * 5)
     params = sim.nccl_params.with_fitted(zero)
     col = sim.collectives
@@ -442,7 +446,7 @@ class CaseResult:
 
 def simulate(case: Case, topo: Any, sizes: np.ndarray, params: Any = None) -> tuple[np.ndarray, list[str]]:
     """Engine times (s) and chosen algo/proto per size."""
-    sim = _sim(topo, params)
+    sim = _sim(topo, params, nvls=case.nvls)
     times, picks = [], []
     for s in sizes:
         ev = sim.collective(case.op, case.ranks, float(s))
@@ -725,6 +729,9 @@ def render(results: list[CaseResult]) -> str:
     if notes:
         lines += ["", "## Notes", ""] + [f"* {r.case.name}: {r.case.note}" for r in notes]
     lines.append("")
+    from validation.collectives.published import render as published
+
+    lines += ["", published()]
     return "\n".join(lines)
 
 
