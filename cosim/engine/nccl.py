@@ -176,7 +176,7 @@ class NcclParams:
         n, nn = shape.nranks, shape.nnodes
         op = shape.op
         hw = self.hw_latency
-        if fit and fit.hw_latency_scale != 1.0 and algo != "nvls":
+        if fit and fit.hw_latency_scale != 1.0:
             k = fit.hw_latency_scale
             hw = {c: {a: {p: v * k for p, v in row.items()} for a, row in t.items()} for c, t in hw.items()}
         if algo == "p2p":
@@ -206,7 +206,10 @@ class NcclParams:
                 base + 2 * (ppn - 1) * intra_lat
         if algo == "nvls":
             if fit:
-                return fit.nvls_latency + (inter_lat if nn > 1 else 0.0)
+                # the fitted NVLS latency plus one NVLink step per further rank: the multimem
+                # reduction waits for every GPU's data (vidur DGX H100: the 8-GPU intercept is
+                # ~27 us above the 4-GPU one at equal slope)
+                return fit.nvls_latency + (n - 1) * hw["nvlink"]["ring"][proto] + (inter_lat if nn > 1 else 0.0)
             return base + intra_lat + (inter_lat if nn > 1 else 0.0)
         if algo == "nvls_tree":
             # NVLS inside each node, a tree of nodes over the network (NCCL: intra + 2 log2(nNodes) inter)

@@ -259,8 +259,13 @@ def _sim(topo: Any, params: Any = None, use_calibration: bool = True, nvls: bool
     from cosim.engine import NcclConfig, SimConfig, Simulator
 
     sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=use_calibration), record_trace=False))
+    params = params if params is not None else sim.nccl_params
     if not nvls:  # the measured machine ran without NVLink SHARP (Case.nvls)
-        params = dataclasses.replace(params if params is not None else sim.nccl_params, nvls_enable=False)
+        params = dataclasses.replace(params, nvls_enable=False)
+    if params.fitted is not None:
+        # the measured library's NVLS rate: the fitted nvlsEfficiency replaces NCCL's current one
+        # (Hopper 0.85) for vidur's cases only; shipped simulations keep NCCL's
+        params = dataclasses.replace(params, nvls_efficiency=params.fitted.nvls_efficiency)
     if params is not None:
         sim.nccl_params = params
         sim.collectives.params = params
@@ -285,13 +290,17 @@ class Table:
     p2p: bool
     choice: np.ndarray | None = None
     """Per size, the candidate index NCCL's tuner (defaults) picks; None: min over fitted estimates."""
+    nvls_ch: float = 1.0
+    """NCCL's NVLS channel factor (channels-1)/channels on the fitted nvlsEfficiency."""
 
 
 def table(case: Case, pts: Points) -> Table:
     from cosim.engine.nccl import Fitted
 
+    from cosim.engine import load_params
+
     topo = topology_for(case)
-    sim = _sim(topo, nvls=case.nvls)
+    sim = _sim(topo, load_params().with_fitted(None), nvls=case.nvls)  # the tuner: NCCL's own constants
     zero = Fitted.from_vector([0.0] * 5 + [1.0] * 5)
     params = sim.nccl_params.with_fitted(zero)
     col = sim.collectives
@@ -305,7 +314,7 @@ def table(case: Case, pts: Points) -> Table:
         fmax.append(col._plan(case.op, case.ranks, a).max_factor())
         caps.append(cap)
     tb = Table(case, pts, cands, np.array(steps), np.array(unit), np.array(fmax), np.array(caps),
-               case.op in ("send_recv", "all_to_all"))
+               case.op in ("send_recv", "all_to_all"), nvls_ch=params.nvls_factor() / params.nvls_efficiency)
     if params.tuner == "nccl" and not tb.p2p:
         est = []
         for a, p in cands:
@@ -327,10 +336,10 @@ def predict(tb: Table, x: np.ndarray, sizes: np.ndarray | None = None) -> np.nda
         if a == "p2p":
             lat = l_p2p + hw_k * tb.steps_lat[k]
         elif a == "nvls":
-            lat = l_nvls
+            lat = l_nvls + hw_k * tb.steps_lat[k]
         else:
             lat = base[p] + hw_k * tb.steps_lat[k]
-        e = min(eff[p] * (e_nvls if a == "nvls" else 1.0), 1.0)
+        e = min(eff[p] * (e_nvls * tb.nvls_ch if a == "nvls" else 1.0), 1.0)
         u = max(tb.unit[k] / e, tb.fmax[k] / tb.cap[k])
         t = lat + s * u
         if tb.p2p:
