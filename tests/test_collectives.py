@@ -96,8 +96,9 @@ def test_tuner_decides_with_nccls_constants_not_the_fit():
     from cosim.engine.nccl import Fitted
 
     sim = sim_for(8, use_calibration=True)
-    # a fit that makes NVLS look free must not change the choice at 1 KiB (NCCL's defaults pick ring/LL)
-    fake = Fitted.from_vector([40e-6, 40e-6, 40e-6, 2e-6, 5e-6, 0.5, 0.9, 1.0, 1.0])
+    # a fit that makes NVLS look free must not change the choice at 1 KiB (NCCL's defaults pick ring/LL);
+    # NVLS keeps NCCL's 2(n-1) unscaled NVLink steps (47.6 us on 8 GPUs), so ring's steps are made dear
+    fake = Fitted.from_vector([40e-6, 40e-6, 40e-6, 2e-6, 5e-6, 0.5, 0.9, 1.0, 1.0, 3.0])
     p = sim.nccl_params.with_fitted(fake)
     sim.nccl_params = sim.collectives.params = p
     r = run(sim, "all_reduce", sim.topo.gpus, 1024)

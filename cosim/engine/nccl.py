@@ -57,6 +57,10 @@ def BUSBW_FACTOR(op: str, n: int) -> float:
     return 1.0
 
 
+P2P_SIMPLE_EFFICIENCY = 1.0
+"""Payload fraction of send/recv with the Simple protocol (NCCL's Simple: 1, nothing fitted)."""
+
+
 @dataclass(frozen=True)
 class Shape:
     """What the cost model needs to know about one collective call."""
@@ -95,9 +99,8 @@ class Fitted:
     efficiency: dict[str, float]
     """Payload fraction of link capacity per protocol (ll, ll128, simple)."""
     nvls_efficiency: float
-    """Kept for older parameter files; not used: NVLS and NVLS-tree take NCCL's own ``nvlsEfficiency``
-    times ``(channels-1)/channels`` (see :meth:`NcclParams.efficiency`), since the measured data the
-    fit uses (vidur) ran without NVLS."""
+    """NVLS's ``nvlsEfficiency`` (times ``(channels-1)/channels`` and the Simple efficiency), fitted on
+    vidur's 4- and 8-GPU DGX H100 all-reduce (NVLS from ~1 MiB up); NCCL's own Hopper value is 0.85."""
     fit: dict[str, Any] = field(default_factory=dict)
     """Provenance: data, split, date, errors."""
     hw_latency_scale: float = 1.0
@@ -176,7 +179,7 @@ class NcclParams:
         n, nn = shape.nranks, shape.nnodes
         op = shape.op
         hw = self.hw_latency
-        if fit and fit.hw_latency_scale != 1.0:
+        if fit and fit.hw_latency_scale != 1.0 and algo != "nvls":
             k = fit.hw_latency_scale
             hw = {c: {a: {p: v * k for p, v in row.items()} for a, row in t.items()} for c, t in hw.items()}
         if algo == "p2p":
@@ -206,10 +209,11 @@ class NcclParams:
                 base + 2 * (ppn - 1) * intra_lat
         if algo == "nvls":
             if fit:
-                # the fitted NVLS latency plus one NVLink step per further rank: the multimem
-                # reduction waits for every GPU's data (vidur DGX H100: the 8-GPU intercept is
-                # ~27 us above the 4-GPU one at equal slope)
-                return fit.nvls_latency + (n - 1) * hw["nvlink"]["ring"][proto] + (inter_lat if nn > 1 else 0.0)
+                # the fitted NVLS latency plus ring all-reduce's 2(n-1) NVLink steps at NCCL's hwLat
+                # (not the fitted ring factor): a reduce-scatter (multimem loads) then an all-gather
+                # (multimem stores) over the n ranks' shards; vidur DGX H100 from 24 MiB: 4- and
+                # 8-GPU slopes agree within 0.5%, intercepts 17.6 vs 47.6 us (2 x 4 x 3.4 us = 27 us apart)
+                return fit.nvls_latency + 2 * (n - 1) * hw["nvlink"]["ring"][proto] + (inter_lat if nn > 1 else 0.0)
             return base + intra_lat + (inter_lat if nn > 1 else 0.0)
         if algo == "nvls_tree":
             # NVLS inside each node, a tree of nodes over the network (NCCL: intra + 2 log2(nNodes) inter)
@@ -217,18 +221,21 @@ class NcclParams:
             return intra + 2 * math.log2(max(nn, 1)) * inter_lat
         raise ValueError(f"unknown algorithm {algo!r}")
 
-    def nvls_factor(self, channels: int | None = None) -> float:
+    def nvls_factor(self, channels: int | None = None, nvls_efficiency: float | None = None) -> float:
         """NCCL's NVLS bandwidth factor: ``nvlsEfficiency * (nChannels-1)/nChannels`` (tuning.cc)."""
         ch = max(channels or self.channels, 2)
-        return self.nvls_efficiency * (ch - 1) / ch
+        return (self.nvls_efficiency if nvls_efficiency is None else nvls_efficiency) * (ch - 1) / ch
 
     def efficiency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True,
                    channels: int | None = None) -> float:
         """Payload fraction of the fabric's link capacity."""
         fit = self.fitted if use_fit else None
-        nv = self.nvls_factor(channels) if algo in ("nvls", "nvls_tree") else 1.0
+        nv = self.nvls_factor(channels, fit.nvls_efficiency if fit else None) \
+            if algo in ("nvls", "nvls_tree") else 1.0
         if fit:
-            e = fit.efficiency[proto] * nv
+            # point-to-point Simple is a plain copy at NCCL's payload fraction 1: the fitted Simple
+            # efficiency is that of the reducing collectives (their kernels read, reduce and write)
+            e = (P2P_SIMPLE_EFFICIENCY if (algo, proto) == ("p2p", "simple") else fit.efficiency[proto]) * nv
         else:
             cls = "net" if shape.nnodes > 1 else ("pci" if shape.intra == "pci" else "nvlink")
             e = self.protocol_efficiency[proto] * self.bus_efficiency[cls] * nv

@@ -41,8 +41,7 @@ class Case:
     """NVLink SHARP available on the measured machine (False: NCCL_NVLS_ENABLE=0). vidur's DGX H100
     all-reduce ran NVLS on 4 and 8 GPUs: from 16 MiB up its 4- and 8-GPU times agree within 1-3%
     (64 MiB: 318 vs 322 us), as NVLS's n-independent S each way predicts, where ring's 2(n-1)/n S
-    would make 8 GPUs 17% slower than 4; its NVLS rate is below today's NCCL (fitted
-    ``nvls_efficiency``, the measured library's nvlsEfficiency, see run._sim)."""
+    would make 8 GPUs 17% slower than 4."""
 
 
 CASES: list[Case] = [

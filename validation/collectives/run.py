@@ -259,13 +259,8 @@ def _sim(topo: Any, params: Any = None, use_calibration: bool = True, nvls: bool
     from cosim.engine import NcclConfig, SimConfig, Simulator
 
     sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=use_calibration), record_trace=False))
-    params = params if params is not None else sim.nccl_params
     if not nvls:  # the measured machine ran without NVLink SHARP (Case.nvls)
-        params = dataclasses.replace(params, nvls_enable=False)
-    if params.fitted is not None:
-        # the measured library's NVLS rate: the fitted nvlsEfficiency replaces NCCL's current one
-        # (Hopper 0.85) for vidur's cases only; shipped simulations keep NCCL's
-        params = dataclasses.replace(params, nvls_efficiency=params.fitted.nvls_efficiency)
+        params = dataclasses.replace(params if params is not None else sim.nccl_params, nvls_enable=False)
     if params is not None:
         sim.nccl_params = params
         sim.collectives.params = params
@@ -336,10 +331,10 @@ def predict(tb: Table, x: np.ndarray, sizes: np.ndarray | None = None) -> np.nda
         if a == "p2p":
             lat = l_p2p + hw_k * tb.steps_lat[k]
         elif a == "nvls":
-            lat = l_nvls + hw_k * tb.steps_lat[k]
+            lat = l_nvls + tb.steps_lat[k]  # NCCL's hwLat steps, unscaled
         else:
             lat = base[p] + hw_k * tb.steps_lat[k]
-        e = min(eff[p] * (e_nvls * tb.nvls_ch if a == "nvls" else 1.0), 1.0)
+        e = 1.0 if (a, p) == ("p2p", "simple") else min(eff[p] * (e_nvls * tb.nvls_ch if a == "nvls" else 1.0), 1.0)
         u = max(tb.unit[k] / e, tb.fmax[k] / tb.cap[k])
         t = lat + s * u
         if tb.p2p:
