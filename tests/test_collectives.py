@@ -484,10 +484,11 @@ def test_channels_cap_a_collectives_bandwidth():
     assert p.time - p.latency > 2 * 7 / 8 * S / (16 * 60e9)  # NVLink, not the 16 channels, is the limit
 
 
-def test_nvls_moves_s_each_way_at_nccl_nvls_efficiency() -> None:
-    """NVLS all-reduce: each GPU sends and receives S through the switch at NCCL's Hopper
-    nvlsEfficiency 0.85 x 15/16 of the NVLink capacity: 8 GiB on 8 H200 -> algbw = 18 x 25 GB/s x 0.77
-    x 0.85 x 15/16 x eff_simple."""
+def test_nvls_moves_s_each_way_at_the_nvls_efficiency() -> None:
+    """NVLS all-reduce: each GPU sends and receives S through the switch at nvlsEfficiency x 15/16
+    of the NVLink capacity (NCCL's tuning.cc form; the efficiency is fitted on vidur's 4- and 8-GPU
+    DGX H100 NVLS all-reduce, NCCL's own Hopper value is 0.85): 8 GiB on 8 H200 -> algbw =
+    18 x 25 GB/s x 0.77 x nvls_efficiency x 15/16 x eff_simple."""
     from cosim.topology import load_topology
 
     from cosim.engine import SimConfig, Simulator
@@ -496,10 +497,15 @@ def test_nvls_moves_s_each_way_at_nccl_nvls_efficiency() -> None:
     ev = sim.collective("all_reduce", sim.topo.gpus, 8 * 2**30)
     sim.run()
     r = ev.value
-    eff = sim.nccl_params.fitted.efficiency["simple"]
-    want = 18 * 25e9 * 0.77 * 0.85 * 15 / 16 * eff
+    fit = sim.nccl_params.fitted
+    assert 0.7 <= fit.nvls_efficiency <= 0.9  # fitted without NVLS's published figures, near NCCL's 0.85
+    want = 18 * 25e9 * 0.77 * fit.nvls_efficiency * 15 / 16 * fit.efficiency["simple"]
     assert r.algo == "nvls"
     assert r.algbw == pytest.approx(want, rel=0.01)
+    # S each way: the same bytes per GPU on 4 GPUs take the same time (ring's 2(n-1)/n S would not)
+    ev4 = sim.collective("all_reduce", sim.topo.gpus[:4], 8 * 2**30, algo="nvls")
+    sim.run()
+    assert ev4.value.algbw == pytest.approx(r.algbw, rel=0.01)
 
 
 def test_nvls_tree_across_nodes() -> None:

@@ -209,11 +209,10 @@ class NcclParams:
                 base + 2 * (ppn - 1) * intra_lat
         if algo == "nvls":
             if fit:
-                # the fitted NVLS latency plus ring all-reduce's 2(n-1) NVLink steps at NCCL's hwLat
-                # (not the fitted ring factor): a reduce-scatter (multimem loads) then an all-gather
-                # (multimem stores) over the n ranks' shards; vidur DGX H100 from 24 MiB: 4- and
-                # 8-GPU slopes agree within 0.5%, intercepts 17.6 vs 47.6 us (2 x 4 x 3.4 us = 27 us apart)
-                return fit.nvls_latency + 2 * (n - 1) * hw["nvlink"]["ring"][proto] + (inter_lat if nn > 1 else 0.0)
+                # the fitted NVLS latency plus one NVLink step (NCCL's ring hwLat, not the fitted ring
+                # factor) per further rank: the multimem reduction waits for every GPU's data; vidur DGX
+                # H100 from 24 MiB: 4- and 8-GPU slopes agree within 0.5%, intercepts 17.6 vs 47.6 us
+                return fit.nvls_latency + (n - 1) * hw["nvlink"]["ring"][proto] + (inter_lat if nn > 1 else 0.0)
             return base + intra_lat + (inter_lat if nn > 1 else 0.0)
         if algo == "nvls_tree":
             # NVLS inside each node, a tree of nodes over the network (NCCL: intra + 2 log2(nNodes) inter)
