@@ -61,3 +61,48 @@ def test_deepep_runs_on_the_fabric_and_combine_reverses() -> None:
     sim.run()
     assert ev.value.rdma_bytes == 0
     assert ev.value.nvl_bw <= 8 / 7 * 8 * 25e9 * 1.001
+
+
+def test_sim_collective_deepep_intranode_by_hand() -> None:
+    """EP8 dispatch on one H800 node through ``sim.collective``: each rank sends 7 x T x p x b bytes to its
+    peers over its 8 NVLinks (25 GB/s each x the catalog's 0.77) after the p2p launch latency, where
+    p = 1 - C(224, 8) / C(256, 8) is the chance that one of a token's 8 experts (of 256) is on a given
+    rank (32 experts) and b = 7168 x (1 + 4/128) FP8 bytes with scales."""
+    from cosim.topology import load_topology
+
+    topo = load_topology("h800-8node")
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    ev = sim.collective("deepep_dispatch", list(topo.gpus)[:8], num_tokens=4096, hidden=7168, num_topk=8,
+                        num_experts=256)
+    sim.run()
+    r = ev.value
+    p = 1 - comb(224, 8) / comb(256, 8)
+    b = 7168 * (1 + 4 / 128)
+    want = sim.nccl_params.fitted.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.77)
+    assert r.time == pytest.approx(want, rel=1e-6)
+    assert r.nvl_bytes == pytest.approx(8 * 4096 * p * b)  # DeepEP's NVL counts the rank's own tokens
+    with pytest.raises(ValueError, match="nbytes"):
+        sim.collective("deepep_combine", list(topo.gpus)[:8], 1e6, num_tokens=1, hidden=8, num_topk=1,
+                       num_experts=8)
+
+
+def test_cli_collective_deepep_json_and_bad_input() -> None:
+    import json
+    import subprocess
+    import sys
+
+    def cli(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cosim", "collective", "-t", "h800-8node", *a],
+                              capture_output=True, text=True, timeout=120)
+
+    out = cli("--op", "deepep_combine", "--ranks", "16", "--tokens", "512,1024", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    rows = doc["results"]
+    assert [r["tokens"] for r in rows] == [512, 1024] and doc["op"] == "deepep_combine"
+    # twice the tokens: twice the bytes, and (bandwidth-bound) nearly twice the time
+    assert rows[1]["nvl_bytes"] == pytest.approx(2 * rows[0]["nvl_bytes"])
+    assert 1.8 < rows[1]["time_s"] / rows[0]["time_s"] <= 2.0
+    assert rows[0]["rdma_bw_Bps"] > 0  # two nodes: RDMA
+    bad = cli("--op", "deepep_dispatch", "--experts", "100")
+    assert bad.returncode == 2 and "multiple of the 64 ranks" in bad.stderr and "Traceback" not in bad.stderr
