@@ -489,9 +489,8 @@ def test_nvls_moves_s_each_way_at_the_nvls_efficiency() -> None:
     of the NVLink capacity (NCCL's tuning.cc form; the efficiency is fitted on vidur's 4- and 8-GPU
     DGX H100 NVLS all-reduce, NCCL's own Hopper value is 0.85): 8 GiB on 8 H200 -> algbw =
     18 x 25 GB/s x 0.77 x nvls_efficiency x 15/16 x eff_simple."""
-    from cosim.topology import load_topology
-
     from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
 
     sim = Simulator(load_topology("hgx-h200"), SimConfig(record_trace=False))
     ev = sim.collective("all_reduce", sim.topo.gpus, 8 * 2**30)
@@ -509,9 +508,8 @@ def test_nvls_moves_s_each_way_at_the_nvls_efficiency() -> None:
 
 
 def test_nvls_tree_across_nodes() -> None:
-    from cosim.topology import load_topology
-
     from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
 
     topo = load_topology("dgx-h100-4node")
     sim = Simulator(topo, SimConfig(record_trace=False))

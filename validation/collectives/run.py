@@ -290,9 +290,8 @@ class Table:
 
 
 def table(case: Case, pts: Points) -> Table:
-    from cosim.engine.nccl import Fitted
-
     from cosim.engine import load_params
+    from cosim.engine.nccl import Fitted
 
     topo = topology_for(case)
     sim = _sim(topo, load_params().with_fitted(None), nvls=case.nvls)  # the tuner: NCCL's own constants

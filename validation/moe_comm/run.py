@@ -59,7 +59,7 @@ def render(rs: list[dict[str, Any]]) -> str:
               "Independent figures checked (none closes the gap, so no DeepEP-specific efficiency is applied): "
               "DeepEP's own statement of the peaks it measures against (docs/legacy.md: H800 ~160 GB/s NVLink, "
               "CX7 400 Gb/s ~50 GB/s RDMA) puts NVLink within 4% of the catalog's 154 GB/s (EP8 would stay "
-              "~+15-19%) and RDMA above the catalog (EP32/EP64 would move to about +14%/+12%, EP16 unchanged). "
+              "~+15-19%) and RDMA above the catalog (scaling the RDMA-bound rows by 50/36: EP32/EP64 about +14%/+12%, EP16 unchanged). "
               "The achieved fractions that would fit (0.84-0.87 of those peaks) come only from the scored "
               "tables themselves. Low-latency kernels (pure RDMA) are modelled (`mode=\"low_latency\"`) "
               "but not scored here.", ""]
