@@ -30,7 +30,7 @@ import simpy
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["MoeTraffic", "MoeCommResult", "deepep", "expected_traffic", "token_bytes"]
+__all__ = ["MoeCommResult", "MoeTraffic", "deepep", "expected_traffic", "token_bytes"]
 
 KINDS = ("dispatch", "combine")
 MODES = ("normal", "low_latency")
