@@ -669,7 +669,7 @@ def render(results: list[CaseResult]) -> str:
         f"allowed to reach {TARGET_MAX:.0%} at all (`fall_needed`). For scale: where the measurements read the "
         "collective (not the host period), the curves fall by up to 7-16% at protocol switches (DGX 8 GPUs "
         "64 MiB, pairwise 2 and 4 GPUs) and 22-28% in two dips (DGX 4 GPUs 4.25 -> 4.97 MiB, DGX two-node "
-        "send/recv 402 -> 522 KiB); cosim's own curves fall by up to 27% (its 8-GPU LL -> NVLS switch). A "
+        "send/recv 402 -> 522 KiB); cosim's own curves fall by up to 26.5% (its 4-GPU ring -> NVLS switch at 2 MiB; 18% at the 2-GPU LL -> Simple switch). A "
         "floor above 25% means no non-decreasing model meets the max target on that scope, whatever its "
         "parameters:",
         "",
