@@ -65,7 +65,8 @@ def test_deepep_runs_on_the_fabric_and_combine_reverses() -> None:
 
 def test_sim_collective_deepep_intranode_by_hand() -> None:
     """EP8 dispatch on one H800 node through ``sim.collective``: each rank sends 7 x T x p x b bytes to its
-    peers over its 8 NVLinks (25 GB/s each x the catalog's 0.77) after the p2p launch latency, where
+    peers over its 8 NVLinks (25 GB/s each x the catalog's 0.77 x the fitted Simple efficiency) after the
+    p2p launch latency, where
     p = 1 - C(224, 8) / C(256, 8) is the chance that one of a token's 8 experts (of 256) is on a given
     rank (32 experts) and b = 7168 x (1 + 4/128) FP8 bytes with scales."""
     from cosim.topology import load_topology
@@ -78,7 +79,8 @@ def test_sim_collective_deepep_intranode_by_hand() -> None:
     r = ev.value
     p = 1 - comb(224, 8) / comb(256, 8)
     b = 7168 * (1 + 4 / 128)
-    want = sim.nccl_params.fitted.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.77)
+    fit = sim.nccl_params.fitted
+    want = fit.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.77 * fit.efficiency["simple"])
     assert r.time == pytest.approx(want, rel=1e-6)
     assert r.nvl_bytes == pytest.approx(8 * 4096 * p * b)  # DeepEP's NVL counts the rank's own tokens
     with pytest.raises(ValueError, match="nbytes"):

@@ -15,10 +15,8 @@ op              algo    flows
 all_reduce      ring    rank -> next: 2(n-1)/n S (R rings over rails, S/R each)
 all_reduce      tree    two trees (chain in node, binary tree of nodes): S/2
                         up and S/2 down per tree edge
-all_reduce      nvls    GPU <-> NVSwitch planes: S each way (in-switch reduction:
-                        multimem loads reduce every GPU's data in the switch,
-                        multimem stores multicast the result)
-all_reduce      nvls_   NVLS inside each node (S each way) + per rail r (local
+all_reduce      nvls    GPU <-> NVSwitch planes: (n-1)/n S each way
+all_reduce      nvls_   NVLS inside each node ((g-1)/g S each way) + per rail r (local
                 tree    GPU r of each node) two mirrored binary trees of
                         nodes, S/(2 ppn) up and down per tree edge
 all_reduce      hier    phases: intra-node ring reduce-scatter (g-1)/g S; ring
@@ -253,12 +251,15 @@ class Collectives:
         elif op in ("all_gather", "reduce_scatter") and algo == "ring":
             phases = [self._ring_edges(ranks, (n - 1) / n)]
         elif op == "all_reduce" and algo == "nvls":
-            phases = [[(r, _NVSW, 1.0) for r in ranks] + [(_NVSW, r, 1.0) for r in ranks]]
+            f = (n - 1) / n
+            phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]]
         elif op in ("all_gather", "reduce_scatter") and algo == "nvls":
             up, down = (1.0 / n, (n - 1) / n) if op == "all_gather" else ((n - 1) / n, 1.0 / n)
             phases = [[(r, _NVSW, up) for r in ranks] + [(_NVSW, r, down) for r in ranks]]
         elif op == "all_reduce" and algo == "nvls_tree":
-            phases = [[(r, _NVSW, 1.0) for r in ranks] + [(_NVSW, r, 1.0) for r in ranks]
+            g = min(len(x) for x in self._by_node(ranks))
+            f = (g - 1) / g  # as single-node NVLS, on the node's g GPUs
+            phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]
                       + self._rail_tree_edges(ranks)]
         elif op == "all_reduce" and algo == "tree":
             phases = [self._tree_edges(ranks)]

@@ -57,10 +57,6 @@ def BUSBW_FACTOR(op: str, n: int) -> float:
     return 1.0
 
 
-P2P_SIMPLE_EFFICIENCY = 1.0
-"""Payload fraction of send/recv with the Simple protocol (NCCL's Simple: 1, nothing fitted)."""
-
-
 @dataclass(frozen=True)
 class Shape:
     """What the cost model needs to know about one collective call."""
@@ -99,8 +95,7 @@ class Fitted:
     efficiency: dict[str, float]
     """Payload fraction of link capacity per protocol (ll, ll128, simple)."""
     nvls_efficiency: float
-    """NVLS's ``nvlsEfficiency`` (times ``(channels-1)/channels`` and the Simple efficiency), fitted on
-    vidur's 4- and 8-GPU DGX H100 all-reduce (NVLS from ~1 MiB up); NCCL's own Hopper value is 0.85."""
+    """Extra factor on NVLS and NVLS-tree (times the Simple efficiency)."""
     fit: dict[str, Any] = field(default_factory=dict)
     """Provenance: data, split, date, errors."""
     hw_latency_scale: float = 1.0
@@ -158,8 +153,8 @@ class NcclParams:
     NCCL's topology search never plans a channel faster than the first entry of its speed arrays (Hopper:
     60 / 48 GB/s), so a communicator of ``c`` channels moves at most ``c`` times that per rank."""
     nvls_efficiency: float
-    """NCCL's ``nvlsEfficiency`` for the GPU generation (Hopper 0.85, Blackwell 0.74): NVLS moves
-    ``nvls_efficiency * (channels-1)/channels`` of a GPU's NVLink bandwidth (src/graph/tuning.cc)."""
+    """NCCL's ``nvlsEfficiency`` for the GPU generation (Hopper 0.85), a factor on NVLS's bandwidth
+    (used with ``use_calibration=False``; the fitted model has its own)."""
     p2p_ll_threshold: float = 16384.0
     """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
     tuner: str = "nccl"
@@ -209,10 +204,7 @@ class NcclParams:
                 base + 2 * (ppn - 1) * intra_lat
         if algo == "nvls":
             if fit:
-                # the fitted NVLS latency plus one NVLink step (NCCL's ring hwLat, not the fitted ring
-                # factor) per further rank: the multimem reduction waits for every GPU's data; vidur DGX
-                # H100 from 24 MiB: 4- and 8-GPU slopes agree within 0.5%, intercepts 17.6 vs 47.6 us
-                return fit.nvls_latency + (n - 1) * hw["nvlink"]["ring"][proto] + (inter_lat if nn > 1 else 0.0)
+                return fit.nvls_latency + (inter_lat if nn > 1 else 0.0)
             return base + intra_lat + (inter_lat if nn > 1 else 0.0)
         if algo == "nvls_tree":
             # NVLS inside each node, a tree of nodes over the network (NCCL: intra + 2 log2(nNodes) inter)
@@ -220,21 +212,12 @@ class NcclParams:
             return intra + 2 * math.log2(max(nn, 1)) * inter_lat
         raise ValueError(f"unknown algorithm {algo!r}")
 
-    def nvls_factor(self, channels: int | None = None, nvls_efficiency: float | None = None) -> float:
-        """NCCL's NVLS bandwidth factor: ``nvlsEfficiency * (nChannels-1)/nChannels`` (tuning.cc)."""
-        ch = max(channels or self.channels, 2)
-        return (self.nvls_efficiency if nvls_efficiency is None else nvls_efficiency) * (ch - 1) / ch
-
-    def efficiency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True,
-                   channels: int | None = None) -> float:
+    def efficiency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
         """Payload fraction of the fabric's link capacity."""
         fit = self.fitted if use_fit else None
-        nv = self.nvls_factor(channels, fit.nvls_efficiency if fit else None) \
-            if algo in ("nvls", "nvls_tree") else 1.0
+        nv = (fit.nvls_efficiency if fit else self.nvls_efficiency) if algo in ("nvls", "nvls_tree") else 1.0
         if fit:
-            # point-to-point Simple is a plain copy at NCCL's payload fraction 1: the fitted Simple
-            # efficiency is that of the reducing collectives (their kernels read, reduce and write)
-            e = (P2P_SIMPLE_EFFICIENCY if (algo, proto) == ("p2p", "simple") else fit.efficiency[proto]) * nv
+            e = fit.efficiency[proto] * nv
         else:
             cls = "net" if shape.nnodes > 1 else ("pci" if shape.intra == "pci" else "nvlink")
             e = self.protocol_efficiency[proto] * self.bus_efficiency[cls] * nv
@@ -255,7 +238,7 @@ class NcclParams:
              use_fit: bool = True) -> tuple[float, float, float]:
         """(latency s, efficiency, per-rank payload rate cap bytes/s) for a call."""
         ch = channels or self.channels
-        return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit, ch), \
+        return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
             self.rate_cap(shape, algo, proto, ch)
 
     def with_fitted(self, fitted: Fitted | None) -> NcclParams:

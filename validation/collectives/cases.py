@@ -37,11 +37,6 @@ class Case:
     note: str = ""
     fitted: bool = True
     """Used in fits (a target case that is not fitted is held out by every fit)."""
-    nvls: bool = True
-    """NVLink SHARP available on the measured machine (False: NCCL_NVLS_ENABLE=0). vidur's DGX H100
-    all-reduce ran NVLS on 4 and 8 GPUs: from 16 MiB up its 4- and 8-GPU times agree within 1-3%
-    (64 MiB: 318 vs 322 us), as NVLS's n-independent S each way predicts, where ring's 2(n-1)/n S
-    would make 8 GPUs 17% slower than 4."""
 
 
 CASES: list[Case] = [

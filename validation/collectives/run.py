@@ -253,14 +253,10 @@ SCALE = np.array([1e-6] * 5 + [1.0] * 5)
 """Optimizer units: latencies in us."""
 
 
-def _sim(topo: Any, params: Any = None, use_calibration: bool = True, nvls: bool = True) -> Any:
-    import dataclasses
-
+def _sim(topo: Any, params: Any = None, use_calibration: bool = True) -> Any:
     from cosim.engine import NcclConfig, SimConfig, Simulator
 
     sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=use_calibration), record_trace=False))
-    if not nvls:  # the measured machine ran without NVLink SHARP (Case.nvls)
-        params = dataclasses.replace(params if params is not None else sim.nccl_params, nvls_enable=False)
     if params is not None:
         sim.nccl_params = params
         sim.collectives.params = params
@@ -285,16 +281,13 @@ class Table:
     p2p: bool
     choice: np.ndarray | None = None
     """Per size, the candidate index NCCL's tuner (defaults) picks; None: min over fitted estimates."""
-    nvls_ch: float = 1.0
-    """NCCL's NVLS channel factor (channels-1)/channels on the fitted nvlsEfficiency."""
 
 
 def table(case: Case, pts: Points) -> Table:
-    from cosim.engine import load_params
     from cosim.engine.nccl import Fitted
 
     topo = topology_for(case)
-    sim = _sim(topo, load_params().with_fitted(None), nvls=case.nvls)  # the tuner: NCCL's own constants
+    sim = _sim(topo)
     zero = Fitted.from_vector([0.0] * 5 + [1.0] * 5)
     params = sim.nccl_params.with_fitted(zero)
     col = sim.collectives
@@ -308,7 +301,7 @@ def table(case: Case, pts: Points) -> Table:
         fmax.append(col._plan(case.op, case.ranks, a).max_factor())
         caps.append(cap)
     tb = Table(case, pts, cands, np.array(steps), np.array(unit), np.array(fmax), np.array(caps),
-               case.op in ("send_recv", "all_to_all"), nvls_ch=params.nvls_factor() / params.nvls_efficiency)
+               case.op in ("send_recv", "all_to_all"))
     if params.tuner == "nccl" and not tb.p2p:
         est = []
         for a, p in cands:
@@ -330,10 +323,10 @@ def predict(tb: Table, x: np.ndarray, sizes: np.ndarray | None = None) -> np.nda
         if a == "p2p":
             lat = l_p2p + hw_k * tb.steps_lat[k]
         elif a == "nvls":
-            lat = l_nvls + tb.steps_lat[k]  # NCCL's hwLat steps, unscaled
+            lat = l_nvls
         else:
             lat = base[p] + hw_k * tb.steps_lat[k]
-        e = 1.0 if (a, p) == ("p2p", "simple") else min(eff[p] * (e_nvls * tb.nvls_ch if a == "nvls" else 1.0), 1.0)
+        e = min(eff[p] * (e_nvls if a == "nvls" else 1.0), 1.0)
         u = max(tb.unit[k] / e, tb.fmax[k] / tb.cap[k])
         t = lat + s * u
         if tb.p2p:
@@ -449,7 +442,7 @@ class CaseResult:
 
 def simulate(case: Case, topo: Any, sizes: np.ndarray, params: Any = None) -> tuple[np.ndarray, list[str]]:
     """Engine times (s) and chosen algo/proto per size."""
-    sim = _sim(topo, params, nvls=case.nvls)
+    sim = _sim(topo, params)
     times, picks = [], []
     for s in sizes:
         ev = sim.collective(case.op, case.ranks, float(s))
@@ -625,12 +618,7 @@ def render(results: list[CaseResult]) -> str:
         "Model: NCCL's cost structure with 10 global parameters (no per-configuration calibration): base latency per "
         "protocol, NVLS latency, p2p latency (all bounded to 2-40 us), efficiency per protocol (0.3-1 of the "
         "fabric's link capacity), NVLS efficiency (0.3-1), one factor (0.5-3) on NCCL's per-step hardware latencies "
-        "(hwLat NVLink/PCI/net). NVLS: S each way per GPU at the Simple efficiency x NVLS efficiency x 15/16 "
-        "(NCCL's (channels-1)/channels), latency = NVLS latency + (n-1) of NCCL's NVLink ring steps (3.4 us, "
-        "unscaled); vidur's 4- and 8-GPU DGX H100 all-reduce ran NVLS (from 24 MiB their times share one slope, "
-        "4.70 vs 4.72 us/MiB, as NVLS's n-independent traffic predicts and ring's 2(n-1)/n S does not). "
-        "Send/recv Simple runs at payload fraction 1 (a copy; the fitted Simple efficiency is the reducing "
-        "collectives'). The LL/LL128 caps and the p2p LL threshold (16 KiB) are NCCL's; the tuner picks the "
+        "(hwLat NVLink/PCI/net). The LL/LL128 caps and the p2p LL threshold (16 KiB) are NCCL's; the tuner picks the "
         "algorithm/protocol as NCCL does, by NCCL's own constants (`defaults`, bandwidth from the fabric), and "
         "the fitted parameters then give the time. Fit: least squares on log(time), soft-L1 loss; residuals "
         f"where the model is below a measured point weigh {UNDER_WEIGHT} (a kernel's time is the collective's "
@@ -669,7 +657,7 @@ def render(results: list[CaseResult]) -> str:
         f"allowed to reach {TARGET_MAX:.0%} at all (`fall_needed`). For scale: where the measurements read the "
         "collective (not the host period), the curves fall by up to 7-16% at protocol switches (DGX 8 GPUs "
         "64 MiB, pairwise 2 and 4 GPUs) and 22-28% in two dips (DGX 4 GPUs 4.25 -> 4.97 MiB, DGX two-node "
-        "send/recv 402 -> 522 KiB); cosim's own curves fall by up to 26.5% (its 4-GPU ring -> NVLS switch at 2 MiB; 18% at the 2-GPU LL -> Simple switch). A "
+        "send/recv 402 -> 522 KiB); cosim's own curves fall by up to 27% (its 8-GPU LL -> NVLS switch). A "
         "floor above 25% means no non-decreasing model meets the max target on that scope, whatever its "
         "parameters:",
         "",
