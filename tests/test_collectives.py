@@ -481,3 +481,39 @@ def test_channels_cap_a_collectives_bandwidth():
     assert run(16).time == pytest.approx(run(None).time, rel=1e-12)
     p = run(None)
     assert p.time - p.latency > 2 * 7 / 8 * S / (16 * 60e9)  # NVLink, not the 16 channels, is the limit
+
+
+def test_nvls_moves_its_share_each_way_at_the_fitted_nvls_efficiency() -> None:
+    """NVLS all-reduce: each GPU sends and receives (n-1)/n S through its NVSwitch planes at the fitted
+    Simple efficiency x fitted NVLS efficiency of the NVLink capacity: 8 GiB on 8 H200 -> algbw =
+    18 x 25 GB/s x 0.77 x eff_simple x nvls_efficiency x 8/7 (latency aside)."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    sim = Simulator(load_topology("hgx-h200"), SimConfig(record_trace=False))
+    S = 8 * 2**30
+    ev = sim.collective("all_reduce", sim.topo.gpus, S)
+    sim.run()
+    r = ev.value
+    fit = sim.nccl_params.fitted
+    rate = 18 * 25e9 * 0.77 * fit.efficiency["simple"] * fit.nvls_efficiency
+    assert r.algo == "nvls"
+    assert r.time - r.latency == pytest.approx(7 / 8 * S / rate, rel=1e-6)
+    # 4 GPUs move 3/4 S each way: 7/8 : 3/4 of the 8-GPU transfer time
+    ev4 = sim.collective("all_reduce", sim.topo.gpus[:4], S, algo="nvls")
+    sim.run()
+    assert ev4.value.time - ev4.value.latency == pytest.approx(3 / 4 * S / rate, rel=1e-6)
+
+
+def test_nvls_tree_across_nodes() -> None:
+    from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100-4node")
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    ranks = list(topo.gpus)[:16]
+    ev = sim.collective("all_reduce", ranks, 2**32)
+    sim.run()
+    assert ev.value.algo == "nvls_tree"
+    with pytest.raises(ValueError, match="use nvls_tree"):
+        sim.collective("all_reduce", ranks, 2**20, algo="nvls")

@@ -3,7 +3,9 @@
 Runs one collective per size on an otherwise idle topology and prints time,
 algorithm bandwidth (size / time) and bus bandwidth (algbw times the
 nccl-tests factor: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
-(n-1)/n; broadcast, reduce, send/recv 1).
+(n-1)/n; broadcast, reduce, send/recv 1). ``--op deepep_dispatch|deepep_combine``
+runs a DeepEP MoE dispatch/combine (cosim.engine.moe_comm) once per --tokens value and
+prints time and DeepEP's logical NVL / RDMA bandwidths.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from cosim import units
 from cosim.cli import add_json_flag, emit_json
 from cosim.errors import CosimInputError
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv",
+       "deepep_dispatch", "deepep_combine")
+DEEPEP = ("deepep_dispatch", "deepep_combine")
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +38,7 @@ def register(subparsers: Any) -> None:
                    help="ranks on each node (default: fill nodes in GPU order)")
     p.add_argument("--sizes", "-s", default="1KiB:1GiB",
                    help='sizes: list "1MiB,64MiB" or doubling range "1KiB:16GiB" (default 1KiB:1GiB)')
-    p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "hier"))
+    p.add_argument("--algo", default="auto", choices=("auto", "ring", "tree", "nvls", "nvls_tree", "hier"))
     p.add_argument("--proto", default="auto", choices=("auto", "ll", "ll128", "simple"))
     p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters): each carries at most NCCL's fastest planned channel "
                         "speed (Hopper 60 GB/s in a node), so few channels cap the bandwidth")
@@ -42,6 +46,13 @@ def register(subparsers: Any) -> None:
                    help="SMs a communication kernel occupies (they slow compute kernels running beside it; "
                         "a lone collective's time does not depend on them)")
     p.add_argument("--no-calibration", action="store_true", help="use NCCL's default constants only")
+    g = p.add_argument_group("DeepEP (--op deepep_dispatch / deepep_combine)")
+    g.add_argument("--tokens", default="4096", help="tokens per rank, comma list (default 4096)")
+    g.add_argument("--hidden", type=int, default=7168, help="hidden size (default 7168)")
+    g.add_argument("--topk", type=int, default=8, help="experts per token (default 8)")
+    g.add_argument("--experts", type=int, default=256, help="routed experts in all (default 256)")
+    g.add_argument("--topk-groups", type=int, default=None, help="node groups a token may use (default min(nodes, 4))")
+    g.add_argument("--mode", default="normal", choices=("normal", "low_latency"), help="DeepEP kernels (default normal)")
     add_json_flag(p)
     p.set_defaults(func=handler)
 
@@ -107,9 +118,61 @@ def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str
     return rows
 
 
+def deepep_rows(topo: Any, op: str, ranks: list[str], tokens: list[int], *, hidden: int, topk: int, experts: int,
+                topk_groups: int | None = None, mode: str = "normal") -> list[dict[str, Any]]:
+    """One DeepEP dispatch/combine per token count on an idle topology."""
+    from cosim.engine import SimConfig, Simulator
+
+    rows = []
+    for t in tokens:
+        sim = Simulator(topo, SimConfig(record_trace=False))
+        try:
+            ev = sim.collective(op, ranks, num_tokens=t, hidden=hidden, num_topk=topk, num_experts=experts,
+                                num_topk_groups=topk_groups, mode=mode)
+        except ValueError as exc:
+            raise CosimInputError(f"--op {op}: {exc}") from None
+        sim.run()
+        r = ev.value
+        rows.append({"tokens": t, "time_s": r.time, "nvl_bytes": r.nvl_bytes, "rdma_bytes": r.rdma_bytes,
+                     "nvl_bw_Bps": r.nvl_bw, "rdma_bw_Bps": r.rdma_bw, "mode": mode})
+    return rows
+
+
+def _deepep(args: argparse.Namespace) -> int:
+    try:
+        tokens = [int(x) for x in str(args.tokens).split(",") if x.strip()]
+    except ValueError:
+        raise CosimInputError(f"--tokens {args.tokens!r}: expected a comma list of integers") from None
+    for name, v in (("--tokens", min(tokens, default=0)), ("--hidden", args.hidden), ("--topk", args.topk),
+                    ("--experts", args.experts)):
+        if v < 1:
+            raise CosimInputError(f"{name} must be >= 1, got {v}")
+    if args.topk > args.experts:
+        raise CosimInputError(f"--topk {args.topk} exceeds --experts {args.experts}")
+    if args.topk_groups is not None and args.topk_groups < 1:
+        raise CosimInputError(f"--topk-groups must be >= 1, got {args.topk_groups}")
+    topo = _load(args.topology)
+    ranks = pick_ranks(topo, args.ranks, args.ranks_per_node)
+    rows = deepep_rows(topo, args.op, ranks, tokens, hidden=args.hidden, topk=args.topk, experts=args.experts,
+                       topk_groups=args.topk_groups, mode=args.mode)
+    if args.json:
+        emit_json({"topology": args.topology, "op": args.op, "ranks": len(ranks), "hidden": args.hidden,
+                   "topk": args.topk, "experts": args.experts, "results": rows})
+        return 0
+    print(f"# {args.op} ({args.mode}) on {getattr(topo, 'name', args.topology)}, {len(ranks)} ranks, hidden "
+          f"{args.hidden}, top-{args.topk} of {args.experts} experts")
+    print(f"{'tokens':>8}  {'time':>10}  {'NVL bw':>11}  {'RDMA bw':>11}")
+    for r in rows:
+        print(f"{r['tokens']:>8}  {units.fmt_time(r['time_s']):>10}  {units.fmt_bandwidth(r['nvl_bw_Bps']):>11}  "
+              f"{units.fmt_bandwidth(r['rdma_bw_Bps']):>11}")
+    return 0
+
+
 def handler(args: argparse.Namespace) -> int:
     if args.op not in OPS:
         raise CosimInputError(f"--op {args.op!r}: choose from {', '.join(OPS)}")
+    if args.op in DEEPEP:
+        return _deepep(args)
     try:
         sizes = units.parse_size_list(args.sizes, "--sizes")
     except units.UnitError as exc:

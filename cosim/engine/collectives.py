@@ -16,11 +16,15 @@ all_reduce      ring    rank -> next: 2(n-1)/n S (R rings over rails, S/R each)
 all_reduce      tree    two trees (chain in node, binary tree of nodes): S/2
                         up and S/2 down per tree edge
 all_reduce      nvls    GPU <-> NVSwitch planes: (n-1)/n S each way
+all_reduce      nvls_   NVLS inside each node ((g-1)/g S each way) + per rail r (local
+                tree    GPU r of each node) two mirrored binary trees of
+                        nodes, S/(2 ppn) up and down per tree edge
 all_reduce      hier    phases: intra-node ring reduce-scatter (g-1)/g S; ring
                         all-reduce among same-index GPUs across nodes, S/g; intra
                         all-gather (g-1)/g S
 all_gather,     ring    rank -> next: (n-1)/n S
-reduce_scatter  nvls    GPU <-> NVSwitch: (n-1)/n S each way
+reduce_scatter  nvls    all_gather: GPU -> NVSwitch S/n (multicast store), NVSwitch
+                        -> GPU (n-1)/n S; reduce_scatter: the reverse
 broadcast       ring    chain from root: S per edge
 reduce          ring    chain to root: S per edge
 all_to_all      p2p     every rank -> every other: S/n (uncoupled)
@@ -47,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ALGOS_FOR", "CollectiveCall", "CollectiveResult", "Collectives"]
 
 ALGOS_FOR = {
-    "all_reduce": ("ring", "tree", "nvls", "hier"),
+    "all_reduce": ("ring", "tree", "nvls", "nvls_tree", "hier"),
     "all_gather": ("ring", "nvls"),
     "reduce_scatter": ("ring", "nvls"),
     "broadcast": ("ring",),
@@ -192,7 +196,8 @@ class Collectives:
         nn = len(nodes)
         ppn = max(len(v) for v in nodes.values())
         nvls = False
-        if nn == 1 and len(ranks) > 1 and topo.has_nvswitch(topo.node_of(ranks[0])) and worst == "nvswitch":
+        if (len(ranks) > 1 and self.params.nvls_enable and worst == "nvswitch"
+                and all(topo.has_nvswitch(k) for k in nodes)):
             nvls = self.sim.supports_nvls(ranks[0])
         acc = self.sim._spec("accelerator", ranks[0])
         s = Shape(op=op, nranks=len(ranks), nnodes=nn, ppn=ppn, intra=worst,
@@ -245,9 +250,17 @@ class Collectives:
             phases = [self._ring_edges(ranks, 2.0 * (n - 1) / n)]
         elif op in ("all_gather", "reduce_scatter") and algo == "ring":
             phases = [self._ring_edges(ranks, (n - 1) / n)]
-        elif op in ("all_reduce", "all_gather", "reduce_scatter") and algo == "nvls":
+        elif op == "all_reduce" and algo == "nvls":
             f = (n - 1) / n
             phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]]
+        elif op in ("all_gather", "reduce_scatter") and algo == "nvls":
+            up, down = (1.0 / n, (n - 1) / n) if op == "all_gather" else ((n - 1) / n, 1.0 / n)
+            phases = [[(r, _NVSW, up) for r in ranks] + [(_NVSW, r, down) for r in ranks]]
+        elif op == "all_reduce" and algo == "nvls_tree":
+            g = min(len(x) for x in self._by_node(ranks))
+            f = (g - 1) / g  # as single-node NVLS, on the node's g GPUs
+            phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]
+                      + self._rail_tree_edges(ranks)]
         elif op == "all_reduce" and algo == "tree":
             phases = [self._tree_edges(ranks)]
         elif op == "all_reduce" and algo == "hier":
@@ -296,6 +309,22 @@ class Collectives:
                 flows += [(child, parent, 0.5), (parent, child, 0.5)]
         return _merge(flows)
 
+    def _rail_tree_edges(self, ranks: Sequence[str]) -> list[tuple[str, str, float]]:
+        """NVLS-tree's network part: the node's reduced data is split over its ppn GPUs (rails); per
+        rail, two mirrored binary trees of nodes each move half of the rail's S/ppn up and down."""
+        per_node = self._by_node(ranks)
+        g = min(len(x) for x in per_node)
+        nn = len(per_node)
+        flows: list[tuple[str, str, float]] = []
+        for r in range(g):
+            heads = [local[r] for local in per_node]
+            for t in range(2):
+                idx = list(range(nn)) if t == 0 else [nn - 1 - i for i in range(nn)]
+                for pos in range(1, nn):
+                    child, parent = heads[idx[pos]], heads[idx[(pos - 1) // 2]]
+                    flows += [(child, parent, 0.5 / g), (parent, child, 0.5 / g)]
+        return _merge(flows)
+
     def _nvswitch_segment(self, gpu: str, up: bool) -> int:
         """Fabric segment GPU -> its NVSwitch planes (or back), split by capacity."""
         g = self.sim.topo.graph
@@ -315,11 +344,16 @@ class Collectives:
         shape = self.shape(op, ranks)
         fit = self.sim.config.nccl.use_calibration if use_fit is None else use_fit
         lat, eff, cap = self.params.cost(shape, algo, proto, channels, fit)
-        return lat + nbytes * self.unit_time(op, tuple(ranks), algo, eff, cap)
+        return lat + nbytes * self.unit_time(op, tuple(ranks), algo, eff, cap, self._net_eff(shape, algo, proto, fit))
 
-    def unit_time(self, op: str, ranks: tuple[str, ...], algo: str, eff: float, cap: float) -> float:
+    def _net_eff(self, shape: Shape, algo: str, proto: str, use_fit: bool) -> float | None:
+        """NVLS-tree's network flows: the protocol's efficiency without the NVLS factor."""
+        return self.params.efficiency(shape, "ring", proto, use_fit) if algo == "nvls_tree" else None
+
+    def unit_time(self, op: str, ranks: tuple[str, ...], algo: str, eff: float, cap: float,
+                  net_eff: float | None = None) -> float:
         """Seconds per byte of size for the flow phases of a plan on the idle fabric."""
-        key = (op, ranks, algo, eff, cap)
+        key = (op, ranks, algo, eff, cap, net_eff)
         hit = self._unit.get(key)
         if hit is not None:
             return hit
@@ -331,7 +365,7 @@ class Collectives:
         plan = self._plan(op, ranks, algo)
         res = CollectiveResult(op, size, list(ranks), algo, "", 0.0, 0.0, 0.0)
         done = scratch.env.event()
-        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done))
+        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done, net_eff))
         scratch.run()
         u = res.time / size
         self._unit[key] = u
@@ -342,7 +376,9 @@ class Collectives:
         shape = self.shape(op, ranks)
         out = []
         for a in ALGOS_FOR[op]:
-            if a == "nvls" and not shape.nvls:
+            if a == "nvls" and not (shape.nvls and shape.nnodes == 1):
+                continue
+            if a == "nvls_tree" and not (shape.nvls and shape.nnodes > 1):
                 continue
             if a == "hier" and shape.nnodes < 2:
                 continue
@@ -351,7 +387,7 @@ class Collectives:
             for p in ("ll", "ll128", "simple"):
                 if a == "p2p" and p == "ll128":
                     continue  # NCCL p2p: LL or Simple
-                if a == "nvls" and p != "simple":
+                if a in ("nvls", "nvls_tree") and p != "simple":
                     continue
                 if p == "ll128" and shape.intra == "pci":
                     continue  # NCCL enables LL128 only over NVLink
@@ -367,17 +403,21 @@ class Collectives:
                 algo = "p2p"  # a configured default algorithm applies to the collectives that can use it
             elif algo not in ALGOS_FOR[op]:
                 raise ValueError(f"{op} cannot use algorithm {algo!r} (choose from {', '.join(ALGOS_FOR[op])})")
-            if algo == "nvls" and not self.shape(op, ranks).nvls:
-                sh = self.shape(op, ranks)
-                why = ("the ranks span several nodes" if sh.nnodes > 1 else
+            sh = self.shape(op, ranks)
+            if algo in ("nvls", "nvls_tree") and not (sh.nvls and (sh.nnodes == 1) == (algo == "nvls")):
+                why = ("the ranks span several nodes (use nvls_tree)" if algo == "nvls" and sh.nnodes > 1 else
+                       "the ranks are on one node (use nvls)" if algo == "nvls_tree" and sh.nnodes == 1 else
+                       "NVLS is disabled (nvls_enable: false)" if not self.params.nvls_enable else
                        "the ranks are not all on one NVSwitch" if sh.intra != "nvswitch" else
                        f"the GPU ({sh.accel or 'unknown'}) predates Hopper")
-                raise ValueError(f"algorithm nvls needs NVLink SHARP (NVSwitch, Hopper or newer, one node): {why}")
+                where = "one node" if algo == "nvls" else "several nodes"
+                raise ValueError(f"algorithm {algo} needs NVLink SHARP (NVSwitch, Hopper or newer, {where}): {why}")
             cands = [(a, p) for a, p in cands if a == algo] or [(algo, p) for p in ("ll", "ll128", "simple")
-                                                               if not (algo == "nvls" and p != "simple")]
+                                                               if not (algo in ("nvls", "nvls_tree")
+                                                                       and p != "simple")]
         if proto not in ("auto", None):
             kept = [(a, p) for a, p in cands if p == proto]
-            if not kept and any(a in ("nvls", "p2p") for a, _ in cands):
+            if not kept and any(a in ("nvls", "nvls_tree", "p2p") for a, _ in cands):
                 raise ValueError(f"protocol {proto!r} is not available with algorithm {cands[0][0]} "
                                  f"(it runs {', '.join(sorted({p for _, p in cands}))})")
             cands = kept or [(c[0], proto) for c in cands[:1]]
@@ -448,7 +488,8 @@ class Collectives:
         label = name or f"{op}"
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
         done = env.event()
-        env.process(self._execute(plan, scale, lat, eff, cap, label, res, done))
+        env.process(self._execute(plan, scale, lat, eff, cap, label, res, done,
+                                  self._net_eff(shape, a, p, cfg.use_calibration)))
         return done
 
     # ------------------------------------------------------------------ NICs
@@ -520,7 +561,8 @@ class Collectives:
         return rc
 
     def _execute(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
-                 res: CollectiveResult, done: simpy.Event):
+                 res: CollectiveResult, done: simpy.Event, net_eff: float | None = None):
+        net_eff = eff if net_eff is None else net_eff
         env = self.sim.env
         fab = self.sim.fabric
         if lat > 0:
@@ -543,9 +585,23 @@ class Collectives:
                     up = di[k] == nv
                     segs[k, 0] = self._nvswitch_segment(names[si[k]] if up else names[di[k]], up)
             if (~isnv).any():
-                segs[~isnv] = fab.route_segments(names, si[~isnv], di[~isnv])
+                real = names if nv < 0 else [n if n != _NVSW else names[0 if nv else 1] for n in names]
+                segs[~isnv] = fab.route_segments(real, si[~isnv], di[~isnv])
             rc = self._network(names, si, di, nb, segs)
-            if rc is None or np.isinf(rc).all():
+            if isnv.any() and (~isnv).any():
+                # NVLS-tree: the switch part and the network part are two pipelined stages that run
+                # side by side, each at its own rate and efficiency (NVLS factor only on the switch part)
+                grp2 = fab.new_group() if grp >= 0 else -1
+                evs = [fab.start_rows(segs[isnv], nb[isnv], efficiency=eff, max_rate=cap, link_latency=False,
+                                      group=grp, name=label)]
+                rest = ~isnv
+                crc = np.full(int(rest.sum()), np.inf) if rc is None else rc[rest]
+                for c in np.unique(crc).tolist():
+                    k = crc == c
+                    evs.append(fab.start_rows(segs[rest][k], nb[rest][k], efficiency=net_eff,
+                                              max_rate=min(cap, c), link_latency=False, group=grp2, name=label))
+                yield env.all_of(evs)
+            elif rc is None or np.isinf(rc).all():
                 yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
                                      name=label)
             else:

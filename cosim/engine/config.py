@@ -9,7 +9,7 @@ from cosim.engine.fabric import FabricConfig
 
 __all__ = ["FabricConfig", "GpuConfig", "HostConfig", "NcclConfig", "NicConfig", "SimConfig"]
 
-ALGOS = ("auto", "ring", "tree", "nvls", "hier")
+ALGOS = ("auto", "ring", "tree", "nvls", "nvls_tree", "hier")
 PROTOS = ("auto", "ll", "ll128", "simple")
 
 
@@ -118,7 +118,7 @@ class NcclConfig:
     """Collective library model (NCCL-like)."""
 
     algo: str = "auto"
-    """Default algorithm: auto (tuner), ring, tree, nvls, hier."""
+    """Default algorithm: auto (tuner), ring, tree, nvls, nvls_tree, hier."""
     proto: str = "auto"
     """Default protocol: auto (tuner), ll, ll128, simple."""
     channels: int | None = None

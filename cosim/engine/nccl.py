@@ -71,7 +71,7 @@ class Shape:
     machine: str | None = None
     """Topology name, for machine-specific calibrations."""
     nvls: bool = False
-    """NVLink SHARP available (NVSwitch + Hopper or newer, single node)."""
+    """NVLink SHARP available inside the node(s) (NVSwitch + Hopper or newer, every node alike)."""
     accel: str | None = None
     """Accelerator catalog name of the first rank, for accelerator-specific calibrations."""
 
@@ -95,7 +95,7 @@ class Fitted:
     efficiency: dict[str, float]
     """Payload fraction of link capacity per protocol (ll, ll128, simple)."""
     nvls_efficiency: float
-    """Extra factor on NVLS (times the Simple efficiency)."""
+    """Extra factor on NVLS and NVLS-tree (times the Simple efficiency)."""
     fit: dict[str, Any] = field(default_factory=dict)
     """Provenance: data, split, date, errors."""
     hw_latency_scale: float = 1.0
@@ -153,6 +153,8 @@ class NcclParams:
     NCCL's topology search never plans a channel faster than the first entry of its speed arrays (Hopper:
     60 / 48 GB/s), so a communicator of ``c`` channels moves at most ``c`` times that per rank."""
     nvls_efficiency: float
+    """NCCL's ``nvlsEfficiency`` for the GPU generation (Hopper 0.85), a factor on NVLS's bandwidth
+    (used with ``use_calibration=False``; the fitted model has its own)."""
     p2p_ll_threshold: float = 16384.0
     """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
     tuner: str = "nccl"
@@ -160,6 +162,9 @@ class NcclParams:
     real library decides), ``fitted`` = the fitted parameters (the simulator's best estimate)."""
     fitted: Fitted | None = None
     path: str | None = None
+    nvls_enable: bool = True
+    """NCCL_NVLS_ENABLE: False removes NVLS and NVLS-tree from the candidates (a machine or a
+    library build without NVLink SHARP, e.g. a VM without multicast support)."""
 
     # ------------------------------------------------------------ latency
     def latency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
@@ -181,8 +186,9 @@ class NcclParams:
             ppn = max(shape.ppn, 1)
             base = fit.base_latency[proto] if fit else self.base_latency["ring"][proto]
             return base + 2 * (ppn - 1) * hw[intra_hw]["ring"][proto] + 2 * (nn - 1) * hw["net"]["ring"][proto]
-        base = fit.base_latency[proto] if fit and algo != "nvls" else self.base_latency[algo][proto]
-        intra_lat = hw[intra_hw][algo][proto]
+        nv = algo in ("nvls", "nvls_tree")
+        base = fit.base_latency[proto] if fit and not nv else self.base_latency[algo][proto]
+        intra_lat = hw[intra_hw if not nv else "nvlink"][algo][proto]
         inter_lat = hw["net"][algo][proto]
         if nn > 1 and proto == "ll":
             intra_lat *= 1.8
@@ -200,18 +206,21 @@ class NcclParams:
             if fit:
                 return fit.nvls_latency + (inter_lat if nn > 1 else 0.0)
             return base + intra_lat + (inter_lat if nn > 1 else 0.0)
+        if algo == "nvls_tree":
+            # NVLS inside each node, a tree of nodes over the network (NCCL: intra + 2 log2(nNodes) inter)
+            intra = fit.nvls_latency if fit else base + intra_lat
+            return intra + 2 * math.log2(max(nn, 1)) * inter_lat
         raise ValueError(f"unknown algorithm {algo!r}")
 
     def efficiency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
         """Payload fraction of the fabric's link capacity."""
         fit = self.fitted if use_fit else None
+        nv = (fit.nvls_efficiency if fit else self.nvls_efficiency) if algo in ("nvls", "nvls_tree") else 1.0
         if fit:
-            e = fit.efficiency[proto] * (fit.nvls_efficiency if algo == "nvls" else 1.0)
+            e = fit.efficiency[proto] * nv
         else:
             cls = "net" if shape.nnodes > 1 else ("pci" if shape.intra == "pci" else "nvlink")
-            e = self.protocol_efficiency[proto] * self.bus_efficiency[cls]
-            if algo == "nvls":
-                e *= self.nvls_efficiency
+            e = self.protocol_efficiency[proto] * self.bus_efficiency[cls] * nv
         return min(e, 1.0)
 
     def rate_cap(self, shape: Shape, algo: str, proto: str, channels: int) -> float:
@@ -271,6 +280,7 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
         p2p_ll_threshold=units.parse_size(d.get("p2p_ll_threshold", "16KiB"), "p2p_ll_threshold"),
         tuner=str(d.get("tuner", "nccl")),
         fitted=fitted,
+        nvls_enable=bool(d.get("nvls_enable", True)),
         path=path,
     )
 

@@ -182,7 +182,17 @@ class Simulator:
 
     # ------------------------------------------------------------- collectives
     def collective(self, op: str, ranks: Sequence[str], nbytes: float = 0.0, **kw: Any) -> simpy.Event:
-        """Start a collective now on ``ranks`` (GPU ids); see :meth:`Collectives.run`."""
+        """Start a collective now on ``ranks`` (GPU ids); see :meth:`Collectives.run`.
+
+        ``deepep_dispatch`` / ``deepep_combine``: a DeepEP MoE dispatch/combine whose traffic follows from
+        the keywords of :func:`cosim.engine.moe_comm.deepep` (num_tokens, hidden, num_topk, num_experts, ...),
+        not from ``nbytes`` (which must be 0); the event's value is a ``MoeCommResult``."""
+        if op in ("deepep_dispatch", "deepep_combine"):
+            from cosim.engine.moe_comm import deepep
+
+            if nbytes:
+                raise ValueError(f"{op}: traffic follows from num_tokens x hidden x routing; pass nbytes=0")
+            return deepep(self, op.removeprefix("deepep_"), ranks, **kw)
         return self.collectives.run(op, ranks, nbytes, **kw)
 
     def collective_call(self, key: Any, op: str, ranks: Sequence[str], nbytes: float = 0.0,

@@ -725,6 +725,9 @@ def render(results: list[CaseResult]) -> str:
     if notes:
         lines += ["", "## Notes", ""] + [f"* {r.case.name}: {r.case.note}" for r in notes]
     lines.append("")
+    from validation.collectives.published import render as published
+
+    lines += ["", published()]
     return "\n".join(lines)
 
 

@@ -1,0 +1,110 @@
+"""DeepEP dispatch/combine model: traffic worked out by hand, flows on the fabric."""
+
+from math import comb
+
+import pytest
+
+from cosim.engine import SimConfig, Simulator
+from cosim.engine.moe_comm import _flows, deepep, expected_traffic, token_bytes
+
+
+def test_token_bytes_by_hand() -> None:
+    assert token_bytes(7168, "dispatch") == 7168 + 7168 / 128 * 4  # FP8 + fp32 scale per 128
+    assert token_bytes(7168, "combine") == 2 * 7168
+    with pytest.raises(ValueError):
+        token_bytes(7168, "gather")
+
+
+def test_expected_traffic_by_hand() -> None:
+    # 2 nodes x 2 ranks, 8 experts (2 per rank, 4 per node), top-2, both node groups allowed
+    tr = expected_traffic(2, 2, 100, 2, 8, 2)
+    p_rank = 1 - comb(6, 2) / comb(8, 2)  # 1 - 15/28
+    p_node = 1 - comb(4, 2) / comb(8, 2)  # 1 - 6/28
+    assert tr.rank_tokens[0, 3] == pytest.approx(100 * p_rank)
+    assert tr.node_tokens[0, 1] == pytest.approx(100 * p_node)
+    # one node group of two: half the tokens never reach a given node
+    tr1 = expected_traffic(2, 2, 100, 2, 8, 1)
+    assert tr1.node_tokens[0, 1] == pytest.approx(100 * 0.5)
+
+
+def test_normal_internode_flows_go_once_per_node_then_forward() -> None:
+    tr = expected_traffic(2, 2, 100, 2, 8, 2)
+    per_node = [["a0", "a1"], ["b0", "b1"]]
+    f = {(s, d): v for s, d, v in _flows(per_node, tr, 1.0, "normal")}
+    p_rank, p_node = 100 * (1 - 15 / 28), 100 * (1 - 6 / 28)
+    # a0 -> b0 (rail peer): once per node over RDMA, plus b0's own tokens from a0 (forwarded from itself: none)
+    assert f[("a0", "b0")] == pytest.approx(p_node)
+    assert ("a0", "b1") not in f  # no direct cross-rail RDMA
+    # b0 forwards a0's tokens for b1 and b1's... : from a0 (rail 0) and its own node's b0 tokens to b1
+    assert f[("b0", "b1")] == pytest.approx(p_rank + p_rank)
+    ll = {(s, d): v for s, d, v in _flows(per_node, tr, 1.0, "low_latency")}
+    assert ll[("a0", "b1")] == pytest.approx(p_rank)
+
+
+def test_deepep_runs_on_the_fabric_and_combine_reverses() -> None:
+    from cosim.topology import load_topology
+
+    topo = load_topology("h800-8node")
+    ranks = [g for g in topo.gpus][:16]
+    res = {}
+    for kind in ("dispatch", "combine"):
+        sim = Simulator(topo, SimConfig(record_trace=False))
+        ev = deepep(sim, kind, ranks, num_tokens=1024, hidden=7168, num_topk=8, num_experts=256)
+        sim.run()
+        res[kind] = ev.value
+    assert res["dispatch"].time > 0
+    # combine moves BF16 (2 bytes) where dispatch moves FP8 (1.03 bytes): about twice the time
+    assert res["combine"].time / res["dispatch"].time == pytest.approx(2 / 1.03125, rel=0.15)
+    # NVLink-bound single node: logical NVL bandwidth <= (8/7) x the 8-link NVLink capacity
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    ev = deepep(sim, "dispatch", ranks[:8], num_tokens=1024, hidden=7168, num_topk=8, num_experts=256)
+    sim.run()
+    assert ev.value.rdma_bytes == 0
+    assert ev.value.nvl_bw <= 8 / 7 * 8 * 25e9 * 1.001
+
+
+def test_sim_collective_deepep_intranode_by_hand() -> None:
+    """EP8 dispatch on one H800 node through ``sim.collective``: each rank sends 7 x T x p x b bytes to its
+    peers over its 8 NVLinks (25 GB/s each x the catalog's 0.77 x the fitted Simple efficiency) after the
+    p2p launch latency, where
+    p = 1 - C(224, 8) / C(256, 8) is the chance that one of a token's 8 experts (of 256) is on a given
+    rank (32 experts) and b = 7168 x (1 + 4/128) FP8 bytes with scales."""
+    from cosim.topology import load_topology
+
+    topo = load_topology("h800-8node")
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    ev = sim.collective("deepep_dispatch", list(topo.gpus)[:8], num_tokens=4096, hidden=7168, num_topk=8,
+                        num_experts=256)
+    sim.run()
+    r = ev.value
+    p = 1 - comb(224, 8) / comb(256, 8)
+    b = 7168 * (1 + 4 / 128)
+    fit = sim.nccl_params.fitted
+    want = fit.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.77 * fit.efficiency["simple"])
+    assert r.time == pytest.approx(want, rel=1e-6)
+    assert r.nvl_bytes == pytest.approx(8 * 4096 * p * b)  # DeepEP's NVL counts the rank's own tokens
+    with pytest.raises(ValueError, match="nbytes"):
+        sim.collective("deepep_combine", list(topo.gpus)[:8], 1e6, num_tokens=1, hidden=8, num_topk=1,
+                       num_experts=8)
+
+
+def test_cli_collective_deepep_json_and_bad_input() -> None:
+    import json
+    import subprocess
+    import sys
+
+    def cli(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cosim", "collective", "-t", "h800-8node", *a],
+                              capture_output=True, text=True, timeout=120)
+
+    out = cli("--op", "deepep_combine", "--ranks", "16", "--tokens", "512,1024", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    rows = doc["results"]
+    assert [r["tokens"] for r in rows] == [512, 1024] and doc["op"] == "deepep_combine"
+    # twice the tokens: twice the bytes, and (bandwidth-bound) nearly twice the time
+    assert rows[1]["nvl_bytes"] == pytest.approx(2 * rows[0]["nvl_bytes"])
+    assert 1.8 < rows[1]["time_s"] / rows[0]["time_s"] <= 2.0
+    assert rows[0]["rdma_bw_Bps"] > 0  # two nodes: RDMA
+    bad = cli("--op", "deepep_dispatch", "--experts", "100")
+    assert bad.returncode == 2 and "multiple of the 64 ranks" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,1 @@
+"""DeepEP dispatch/combine validation against DeepEP's published tables."""

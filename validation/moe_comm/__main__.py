@@ -1,0 +1,3 @@
+from validation.moe_comm.run import main
+
+raise SystemExit(main())
