@@ -531,6 +531,10 @@ class ExecutionGraph:
     def world_size(self) -> int:
         return max((r.world_size for r in self.ranks), default=0)
 
+    def warnings(self) -> list[str]:
+        """The importers' warnings about usable but suspicious input, every rank's, in rank order."""
+        return [w for rg in self.ranks for w in rg.source.get("warnings", [])]
+
     def rank(self, r: int) -> RankGraph:
         for rg in self.ranks:
             if rg.rank == r:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from cosim.errors import CosimInputError
+from cosim.errors import CosimInputError, warn_input
 from cosim.workload.et import link_et, load_et_nodes, read_et
 from cosim.workload.graph import ExecutionGraph, RankGraph
 from cosim.workload.jsonstream import read_head
@@ -113,4 +113,7 @@ def load_trace(source: str | Path | Sequence[str | Path], *, time_unit: str | No
         world = max(nums) + 1
         ranks = [read_et(f, rank=n, world_size=world) for f, n in zip(ets, nums)]
     ranks.sort(key=lambda r: r.rank)
-    return ExecutionGraph(ranks)
+    graph = ExecutionGraph(ranks)
+    for w in graph.warnings():
+        warn_input(w)
+    return graph
