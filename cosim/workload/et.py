@@ -397,7 +397,7 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
         h_step = np.zeros(nh, np.int32)
 
     threads = Table(
-        "threads", len(tids), pid=np.full(len(tids), int(header.get("pid", -1))), tid=np.array(list(tids), np.int64)
+        "threads", len(tids), pid=np.full(len(tids), header["pid"] if _is_int(header.get("pid")) else -1), tid=np.array(list(tids), np.int64)
     )
     nan = np.full(nh, np.nan)
     host_ops = Table(

@@ -73,7 +73,10 @@ SPAN_FACTOR = 10.0
 
 
 def _dumps(x: Any) -> str:
-    return orjson.dumps(x).decode()
+    try:
+        return orjson.dumps(x).decode()
+    except TypeError:  # integers beyond 64 bits, lone surrogates: the standard library writes them
+        return json.dumps(x, separators=(",", ":"))
 
 
 class _Args(msgspec.Struct, omit_defaults=True):
@@ -82,8 +85,8 @@ class _Args(msgspec.Struct, omit_defaults=True):
     external_id: Any = msgspec.field(default=None, name="External id")
     rf_id: Any = msgspec.field(default=None, name="Record function id")
     correlation: Any = None
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
+    input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
+    input_type: list[Any] | None = msgspec.field(default=None, name="Input type")
     device: Any = None
     stream: Any = None
     grid: Any = None
@@ -243,7 +246,7 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event], bytes]
         doc = _DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise _validation_error(path, data, exc) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         # the streaming reader locates syntax errors precisely (line:column, event index)
         reader = ChromeTraceReader(path)
         for _ in reader.events():
@@ -263,7 +266,7 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event], bytes]
 
 def _dim3(x: Any) -> tuple[int, int, int]:
     if isinstance(x, list) and len(x) == 3:
-        return (as_int(x[0]), as_int(x[1]), as_int(x[2]))
+        return (as_int(x[0], bits=32), as_int(x[1], bits=32), as_int(x[2], bits=32))
     return (-1, -1, -1)
 
 
@@ -343,7 +346,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                 name = e.name
                 gpu.append(
                     (
-                        as_int(a.device if a.device is not None else e.pid, 0),
+                        as_int(a.device if a.device is not None else e.pid, 0, bits=16),
                         as_int(a.stream if a.stream is not None else e.tid, 0),
                         e.ts,
                         e.dur,
@@ -423,10 +426,11 @@ def check_events(
     idx = np.array(h_idx + g_idx, np.int64)
     n = len(rows)
     if n == 0:
-        return [
-            "no host or GPU events (cpu_op, user_annotation, cuda_runtime, kernel, gpu_memcpy, gpu_memset): "
-            "nothing to replay"
-        ]
+        raise CosimInputError(
+            "no host or GPU events: nothing to replay (expected complete events, ph 'X', with cat cpu_op, "
+            "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
+            file=path,
+        )
     ts = np.array([r[2] for r in rows], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
     dur = np.array([r[3] for r in rows], np.float64)
     names = np.array([r[4] for r in rows], np.int64)

@@ -99,12 +99,15 @@ def _dim3(x: Any) -> tuple[int, int, int]:
     return (-1, -1, -1)
 
 
-def as_int(x: Any, default: int = -1) -> int:
-    """``int(x)``, or ``default`` when ``x`` is not a number (None, a string, a list...)."""
+def as_int(x: Any, default: int = -1, bits: int = 64) -> int:
+    """``int(x)``, or ``default`` when ``x`` is not a number (None, a string, a list...) or does not fit
+    a signed integer of ``bits`` bits (the column it goes to)."""
     try:
-        return int(x)
+        v = int(x)
     except (TypeError, ValueError, OverflowError):
         return default
+    lim = 1 << (bits - 1)
+    return v if -lim <= v < lim else default
 
 
 def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray) -> np.ndarray:
