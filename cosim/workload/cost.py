@@ -129,7 +129,7 @@ def numel(shape: object) -> float:
     if isinstance(shape[0], list):  # TensorList
         return sum(numel(s) for s in shape)
     try:
-        return float(np.prod([max(int(d), 0) for d in shape]))
+        return float(math.prod([max(int(d), 0) for d in shape]))
     except (TypeError, ValueError):
         return 0.0
 

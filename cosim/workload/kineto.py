@@ -82,9 +82,9 @@ def _dumps(x: Any) -> str:
 class _Args(msgspec.Struct, omit_defaults=True):
     """The ``args`` members cosim reads (any JSON value; checked where used)."""
 
-    external_id: Any = msgspec.field(default=None, name="External id")
-    rf_id: Any = msgspec.field(default=None, name="Record function id")
-    correlation: Any = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    rf_id: int | None = msgspec.field(default=None, name="Record function id")
+    correlation: int | None = None
     input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
     input_type: list[Any] | None = msgspec.field(default=None, name="Input type")
     device: Any = None
@@ -95,8 +95,8 @@ class _Args(msgspec.Struct, omit_defaults=True):
     kind: Any = None
     name: Any = None
     cuda_sync_kind: Any = None
-    wait_on_stream: Any = None
-    wait_on_cuda_event_record_corr_id: Any = None
+    wait_on_stream: int | None = None
+    wait_on_cuda_event_record_corr_id: int | None = None
     coll_name: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -330,9 +330,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                         e.dur,
                         st(name) if name is not None else -1,
                         int(hk),
-                        as_int(a.external_id),
-                        as_int(a.rf_id),
-                        as_int(a.correlation),
+                        -1 if (x := a.external_id) is None else x,
+                        -1 if (x := a.rf_id) is None else x,
+                        -1 if (x := a.correlation) is None else x,
                         did,
                         tid_,
                         comm,
@@ -352,8 +352,8 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                         e.dur,
                         st(name) if name is not None else -1,
                         int(gk),
-                        as_int(a.correlation),
-                        as_int(a.external_id),
+                        -1 if (x := a.correlation) is None else x,
+                        -1 if (x := a.external_id) is None else x,
                         _dim3(a.grid),
                         _dim3(a.block),
                         a.bytes,
@@ -442,6 +442,8 @@ def check_events(
         if bad.any():
             raise _missing_field_error(path, data, int(idx[first(bad)]), field, int(bad.sum()), n)
 
+    _check_int_ranges(path, data, host, gpu, h_idx, g_idx)
+
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
         k = int(idx[j])
@@ -468,6 +470,38 @@ def check_events(
             f"a duration may be at most {SPAN_FACTOR:g}x that + 1 s)",
         )
     return []
+
+
+_I64 = (-(1 << 63), 1 << 63)
+#: (rows, column, name, [lo, hi)) of the integer fields that land in fixed-width columns.
+_INT_FIELDS = (
+    ("host", 6, "args.External id", _I64),
+    ("host", 7, "args.Record function id", _I64),
+    ("host", 8, "args.correlation", _I64),
+    ("gpu", 0, "args.device", (0, 1 << 15)),
+    ("gpu", 1, "args.stream", _I64),
+    ("gpu", 6, "args.correlation", _I64),
+    ("gpu", 7, "args.External id", _I64),
+)
+
+
+def _check_int_ranges(
+    path: Path, data: bytes, host: list[tuple], gpu: list[tuple], h_idx: list[int], g_idx: list[int]
+) -> None:
+    """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused."""
+    rows = {"host": (host, h_idx), "gpu": (gpu, g_idx)}
+    for which, col, field, (lo, hi) in _INT_FIELDS:
+        rs, idx = rows[which]
+        if not rs:
+            continue
+        vals = [r[col] for r in rs]
+        if min(vals) >= lo and max(vals) < hi:
+            continue
+        j = next(j for j, v in enumerate(vals) if not lo <= v < hi)
+        k = idx[j]
+        raise CosimInputError(
+            f"{field} {vals[j]} is out of range [{lo}, {hi})", file=path, path=_event_label(k, _generic_event(data, k))
+        )
 
 
 def _suspicious(path: Path, rg: RankGraph) -> list[str]:
