@@ -142,10 +142,8 @@ def build_rank(
         c = int(h_corr[i])
         if c >= 0 and c not in corr2host:
             corr2host[c] = i
-    g_launch_host = np.full(ng, -1, np.int64)
-    for j in range(ng):
-        h = corr2host.get(int(g_corr[j]), -1)
-        g_launch_host[j] = h
+    get = corr2host.get
+    g_launch_host = np.array([get(c, -1) for c in g_corr.tolist()], np.int64).reshape(ng)
     missing = np.nonzero(g_launch_host < 0)[0]
     n_flow_links = 0
     if len(missing) and (flow_s or flow_f):
@@ -174,14 +172,25 @@ def build_rank(
     # host-op kinds for runtime calls
     launched = np.zeros(nh, bool)
     launched[g_launch_host[g_launch_host >= 0]] = True
-    for i in runtime_idx.tolist():
-        nm = strings[h_name[i]]
-        if nm in SYNC_APIS:
-            h_kind[i] = HostKind.SYNC
-        elif nm in LAUNCH_SYNC_APIS:
-            h_kind[i] = HostKind.LAUNCH_SYNC
-        elif launched[i] or _LAUNCH_NAME.search(nm):
-            h_kind[i] = HostKind.LAUNCH
+    # per distinct runtime-call name: SYNC, LAUNCH_SYNC, LAUNCH by name, or RUNTIME (then LAUNCH if it launched)
+    rt_names = h_name[runtime_idx]
+    uniq, inv = np.unique(rt_names, return_inverse=True)
+    by_name = np.array(
+        [
+            HostKind.SYNC
+            if strings[u] in SYNC_APIS
+            else HostKind.LAUNCH_SYNC
+            if strings[u] in LAUNCH_SYNC_APIS
+            else HostKind.LAUNCH
+            if _LAUNCH_NAME.search(strings[u])
+            else HostKind.RUNTIME
+            for u in uniq.tolist()
+        ],
+        np.int8,
+    )
+    rt_kind = by_name[inv.reshape(-1)] if len(runtime_idx) else np.zeros(0, np.int8)
+    rt_kind = np.where((rt_kind == HostKind.RUNTIME) & launched[runtime_idx], np.int8(HostKind.LAUNCH), rt_kind)
+    h_kind[runtime_idx] = rt_kind
 
     # launches table
     l_host = np.nonzero((h_kind == HostKind.LAUNCH) | (h_kind == HostKind.LAUNCH_SYNC))[0].astype(np.int32)
@@ -216,15 +225,20 @@ def build_rank(
     g_op = np.where(g_launch_host >= 0, op_anc[np.maximum(g_launch_host, 0)], -1).astype(np.int32)
 
     # classification
+    # classification, once per distinct (kernel name, parent op name)
+    op_name = np.where(g_op >= 0, h_name[np.maximum(g_op, 0)], -1) if nh else np.full(ng, -1)
+    memo: dict[tuple[int, int], int] = {}
     g_cls = np.empty(ng, np.int8)
-    for j in range(ng):
-        k = g_kind[j]
-        if k == GpuKind.MEMCPY:
+    for j, (kn, on, gk) in enumerate(zip(g_name.tolist(), op_name.tolist(), g_kind.tolist())):
+        if gk == GpuKind.MEMCPY:
             g_cls[j] = OpClass.MEMCPY
-        elif k == GpuKind.MEMSET:
+        elif gk == GpuKind.MEMSET:
             g_cls[j] = OpClass.MEMSET
         else:
-            g_cls[j] = classify_kernel(strings[g_name[j]], strings[h_name[g_op[j]]] if g_op[j] >= 0 else "")
+            c = memo.get((kn, on))
+            if c is None:
+                c = memo[(kn, on)] = int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
+            g_cls[j] = c
 
     # FLOPs / bytes from shapes
     h_shapes = np.array([r[9] for r in host], np.int32)
