@@ -215,6 +215,8 @@ def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
             f"unsupported Execution Trace schema {schema!r} (supported: 1.0.x to 1.1.x)", file=path, path="schema"
         )
     nodes = doc["nodes"]
+    if "pid" in doc and not _is_int(doc["pid"]):
+        raise CosimInputError(f"pid must be an integer (the process id), got {doc['pid']!r:.60}", file=path, path="pid")
     chakra = _chakra_layout(schema, nodes)
     parent_key, expected = ("ctrl_deps", ET_FIELDS_CHAKRA) if chakra else ("parent", ET_FIELDS_FLAT)
     missing_everywhere = {
@@ -332,6 +334,8 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
     header, nodes = load_et_nodes(path)
     st = StringTable()
     keep = [n for n in nodes if not _ROOT.match(n["name"])]
+    if not keep:
+        raise CosimInputError("the Execution Trace holds no operator nodes: nothing to replay", file=path, path="nodes")
     by_id = {n["id"]: k for k, n in enumerate(keep)}
     # threads, in order of first appearance
     tids: dict[int, int] = {}
@@ -397,7 +401,10 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
         h_step = np.zeros(nh, np.int32)
 
     threads = Table(
-        "threads", len(tids), pid=np.full(len(tids), header["pid"] if _is_int(header.get("pid")) else -1), tid=np.array(list(tids), np.int64)
+        "threads",
+        len(tids),
+        pid=np.full(len(tids), header["pid"] if _is_int(header.get("pid")) else -1),
+        tid=np.array(list(tids), np.int64),
     )
     nan = np.full(nh, np.nan)
     host_ops = Table(
