@@ -79,7 +79,7 @@ def _dumps(x: Any) -> str:
         return json.dumps(x, separators=(",", ":"))
 
 
-class _Args(msgspec.Struct, omit_defaults=True):
+class _Args(msgspec.Struct, omit_defaults=True, gc=False):
     """The ``args`` members cosim reads (any JSON value; checked where used)."""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
@@ -138,7 +138,7 @@ _COMM_ATTRS = {
 }
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     """One ``traceEvents`` element: the fields cosim reads, typed (others are skipped)."""
 
     ph: str | None = None
@@ -152,7 +152,7 @@ class _Event(msgspec.Struct):
     args: _Args | None = None
 
 
-class _Doc(msgspec.Struct):
+class _Doc(msgspec.Struct, gc=False):
     traceEvents: list[_Event]
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[Any] | None = None
@@ -264,7 +264,14 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event], bytes]
     return meta, doc.traceEvents, data
 
 
+_NO_DIM3 = (-1, -1, -1)
+
+
 def _dim3(x: Any) -> tuple[int, int, int]:
+    if x is None:
+        return _NO_DIM3
+    if type(x) is list and len(x) == 3 and all(type(v) is int and 0 <= v < 1 << 31 for v in x):
+        return (x[0], x[1], x[2])
     if isinstance(x, list) and len(x) == 3:
         return (as_int(x[0], bits=32), as_int(x[1], bits=32), as_int(x[2], bits=32))
     return (-1, -1, -1)
@@ -299,7 +306,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     flow_f: dict[Any, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
-    host_cats, gpu_cats, no_args = HOST_CATS, GPU_CATS, _NO_ARGS
+    host_cats = {c: int(k) for c, k in HOST_CATS.items()}
+    gpu_cats = {c: int(k) for c, k in GPU_CATS.items()}
+    no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
 
     for k, e in enumerate(events):
         ph = e.ph
@@ -328,8 +337,8 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                         e.tid,
                         e.ts,
                         e.dur,
-                        st(name) if name is not None else -1,
-                        int(hk),
+                        (sid_of(name) or intern(name)) if name is not None else -1,
+                        hk,
                         -1 if (x := a.external_id) is None else x,
                         -1 if (x := a.rf_id) is None else x,
                         -1 if (x := a.correlation) is None else x,
@@ -350,14 +359,14 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                         as_int(a.stream if a.stream is not None else e.tid, 0),
                         e.ts,
                         e.dur,
-                        st(name) if name is not None else -1,
-                        int(gk),
+                        (sid_of(name) or intern(name)) if name is not None else -1,
+                        gk,
                         -1 if (x := a.correlation) is None else x,
                         -1 if (x := a.external_id) is None else x,
                         _dim3(a.grid),
                         _dim3(a.block),
                         a.bytes,
-                        int(copy_kind(name or "", a.kind)) if gk == GpuKind.MEMCPY else 0,
+                        int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
                         e.pid,
                         e.tid,
                     )

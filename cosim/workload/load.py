@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from cosim.errors import CosimInputError, warn_input
@@ -112,12 +114,26 @@ def load_trace(
             for w in graph.warnings():
                 warn_input(w)
             return graph
-    graph = _import(files, time_unit)
+    with _gc_paused():
+        graph = _import(files, time_unit)
     if key:
         _cache.store(key, graph)
     for w in graph.warnings():
         warn_input(w)
     return graph
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while importing: the importers build millions of small
+    acyclic objects, and collections triggered by their allocation cost a third of the time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _import(files: list[Path], time_unit: str | None) -> ExecutionGraph:
