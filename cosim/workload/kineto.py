@@ -180,8 +180,10 @@ def _read_bytes(path: Path) -> bytes:
         raise CosimInputError(f"corrupt gzip data ({exc})", file=path) from None
 
 
-def _generic_event(data: bytes, k: int) -> Any:
-    """Event ``k`` decoded without a schema (error path only), or None."""
+def _generic_event(data: bytes | Path, k: int) -> Any:
+    """Event ``k`` decoded without a schema (error path only; ``data`` is the file's bytes or its path), or None."""
+    if isinstance(data, Path):
+        data = _read_bytes(data)
     try:
         doc = json.loads(data)  # the standard library reads 1e400 (as inf), msgspec refuses it
     except (ValueError, RecursionError):
@@ -234,8 +236,8 @@ def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError) -> 
     )
 
 
-def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event], bytes]:
-    """Decode a Chrome-trace file into (top-level members other than the events, typed events, raw bytes).
+def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event]]:
+    """Decode a Chrome-trace file into (top-level members other than the events, typed events).
 
     Malformed JSON is located (line:column, ``traceEvents[i]``) by :class:`ChromeTraceReader`;
     wrong field types name the event.
@@ -255,13 +257,13 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event], bytes]
             raise CosimInputError("empty file", file=path) from None
         raise CosimInputError(f"invalid JSON: {exc}", file=path) from None
     if isinstance(doc, list):
-        return {}, doc, data
+        return {}, doc
     meta = {
         k: getattr(doc, k)
         for k in ("distributedInfo", "deviceProperties", "schemaVersion", "displayTimeUnit")
         if getattr(doc, k) is not None
     }
-    return meta, doc.traceEvents, data
+    return meta, doc.traceEvents
 
 
 _NO_DIM3 = (-1, -1, -1)
@@ -295,7 +297,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     cannot be trusted; see :func:`check_events`.
     """
     path = Path(path)
-    meta, events, data = decode_trace(path)
+    meta, events = decode_trace(path)  # the file's bytes are dropped here: error messages re-read them
     st = StringTable()
     host: list[tuple] = []
     gpu: list[tuple] = []
@@ -394,7 +396,8 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
             if e.name == "thread_name":
                 thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
 
-    warnings = check_events(path, data, host, gpu, h_idx, g_idx, time_unit)
+    del events
+    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit)
     rg = build_rank(path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit)
     warnings += _suspicious(path, rg)
     if warnings:
@@ -402,8 +405,8 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     return rg
 
 
-def _missing_field_error(path: Path, data: bytes, k: int, field: str, n_missing: int, n_total: int) -> CosimInputError:
-    ev = _generic_event(data, k)
+def _missing_field_error(path: Path, k: int, field: str, n_missing: int, n_total: int) -> CosimInputError:
+    ev = _generic_event(path, k)
     label = _event_label(k, ev)
     if n_missing == n_total and isinstance(ev, dict):
         have = ", ".join(sorted(map(str, ev)))
@@ -419,7 +422,6 @@ def _missing_field_error(path: Path, data: bytes, k: int, field: str, n_missing:
 
 def check_events(
     path: Path,
-    data: bytes,
     host: list[tuple],
     gpu: list[tuple],
     h_idx: list[int],
@@ -449,15 +451,15 @@ def check_events(
 
     for field, bad in (("name", names < 0), ("ts", np.isnan(ts)), ("dur", np.isnan(dur))):
         if bad.any():
-            raise _missing_field_error(path, data, int(idx[first(bad)]), field, int(bad.sum()), n)
+            raise _missing_field_error(path, int(idx[first(bad)]), field, int(bad.sum()), n)
 
-    _check_int_ranges(path, data, host, gpu, h_idx, g_idx)
+    _check_int_ranges(path, host, gpu, h_idx, g_idx)
 
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
         k = int(idx[j])
         raise CosimInputError(
-            problem.format(ts=ts[j], dur=dur[j]), file=path, path=_event_label(k, _generic_event(data, k))
+            problem.format(ts=ts[j], dur=dur[j]), file=path, path=_event_label(k, _generic_event(path, k))
         )
 
     if np.isinf(ts).any():
@@ -494,9 +496,7 @@ _INT_FIELDS = (
 )
 
 
-def _check_int_ranges(
-    path: Path, data: bytes, host: list[tuple], gpu: list[tuple], h_idx: list[int], g_idx: list[int]
-) -> None:
+def _check_int_ranges(path: Path, host: list[tuple], gpu: list[tuple], h_idx: list[int], g_idx: list[int]) -> None:
     """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused."""
     rows = {"host": (host, h_idx), "gpu": (gpu, g_idx)}
     for which, col, field, (lo, hi) in _INT_FIELDS:
@@ -509,7 +509,7 @@ def _check_int_ranges(
         j = next(j for j, v in enumerate(vals) if not lo <= v < hi)
         k = idx[j]
         raise CosimInputError(
-            f"{field} {vals[j]} is out of range [{lo}, {hi})", file=path, path=_event_label(k, _generic_event(data, k))
+            f"{field} {vals[j]} is out of range [{lo}, {hi})", file=path, path=_event_label(k, _generic_event(path, k))
         )
 
 
