@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,15 +153,19 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
-class _Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_Event]
+class _RawDoc(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw]
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[Any] | None = None
     schemaVersion: Any = None
     displayTimeUnit: Any = None
 
 
-_DECODER = msgspec.json.Decoder(_Doc | list[_Event])
+#: Events decoded at a time: the file is checked whole (syntax, top level), the events in chunks,
+#: so that typed records of only one chunk are alive at once.
+CHUNK_EVENTS = 8192
+_RAW_DECODER = msgspec.json.Decoder(_RawDoc | list[msgspec.Raw])
+_CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
 _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
@@ -205,8 +210,9 @@ def _type_name(v: Any) -> str:
     )
 
 
-def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError) -> CosimInputError:
-    """A one-line error from msgspec's type error, naming the event and its name."""
+def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError, offset: int = 0) -> CosimInputError:
+    """A one-line error from msgspec's type error, naming the event and its name (events of a chunk
+    that starts at event ``offset``)."""
     m = _AT.match(str(exc))
     problem, where = (m.group(1), m.group(2) or "") if m else (str(exc), "")
     problem = problem.replace("`", "")
@@ -215,7 +221,7 @@ def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError) -> 
         if "missing required field" in problem and "traceEvents" in problem:
             return CosimInputError("no 'traceEvents' array: not a Chrome/Kineto trace", file=path)
         return CosimInputError(f"{problem}", file=path, path=where.lstrip(".") or None)
-    k, field, rest = int(em.group(1)), em.group(2), em.group(3)
+    k, field, rest = int(em.group(1)) + offset, em.group(2), em.group(3)
     ev = _generic_event(data, k)
     if not isinstance(ev, dict):
         return CosimInputError(
@@ -236,34 +242,51 @@ def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError) -> 
     )
 
 
-def decode_trace(path: str | Path) -> tuple[dict[str, Any], list[_Event]]:
-    """Decode a Chrome-trace file into (top-level members other than the events, typed events).
+def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_Event]]:
+    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order).
 
-    Malformed JSON is located (line:column, ``traceEvents[i]``) by :class:`ChromeTraceReader`;
-    wrong field types name the event.
+    The whole file is parsed once into raw event slices (syntax and top-level types checked), then
+    the events are decoded into typed records :data:`CHUNK_EVENTS` at a time as the iterator is
+    consumed. Malformed JSON is located (line:column, ``traceEvents[i]``) by
+    :class:`ChromeTraceReader`; a field of the wrong type names the event.
     """
     path = Path(path)
     data = _read_bytes(path)
     try:
-        doc = _DECODER.decode(data)
+        doc = _RAW_DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise _validation_error(path, data, exc) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        # the streaming reader locates syntax errors precisely (line:column, event index)
-        reader = ChromeTraceReader(path)
-        for _ in reader.events():
-            pass
-        if not data.strip():
-            raise CosimInputError("empty file", file=path) from None
-        raise CosimInputError(f"invalid JSON: {exc}", file=path) from None
+        raise _syntax_error(path, data, exc) from None
     if isinstance(doc, list):
-        return {}, doc
+        return {}, _events(path, data, doc)
     meta = {
         k: getattr(doc, k)
         for k in ("distributedInfo", "deviceProperties", "schemaVersion", "displayTimeUnit")
         if getattr(doc, k) is not None
     }
-    return meta, doc.traceEvents
+    return meta, _events(path, data, doc.traceEvents)
+
+
+def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
+    # the streaming reader locates syntax errors precisely (line:column, event index)
+    reader = ChromeTraceReader(path)
+    for _ in reader.events():
+        pass
+    if not data.strip():
+        return CosimInputError("empty file", file=path)
+    return CosimInputError(f"invalid JSON: {exc}", file=path)
+
+
+def _events(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[_Event]:
+    for lo in range(0, len(raws), CHUNK_EVENTS):
+        try:
+            chunk = _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+        except msgspec.ValidationError as exc:
+            raise _validation_error(path, data, exc, offset=lo) from None
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise _syntax_error(path, data, exc) from None
+        yield from chunk
 
 
 _NO_DIM3 = (-1, -1, -1)
@@ -297,7 +320,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     cannot be trusted; see :func:`check_events`.
     """
     path = Path(path)
-    meta, events = decode_trace(path)  # the file's bytes are dropped here: error messages re-read them
+    meta, events = decode_trace(path)
     st = StringTable()
     host: list[tuple] = []
     gpu: list[tuple] = []
@@ -396,7 +419,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
             if e.name == "thread_name":
                 thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
 
-    del events
+    del events  # the file's bytes go with it: error messages re-read them
     warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit)
     rg = build_rank(path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit)
     warnings += _suspicious(path, rg)
