@@ -244,7 +244,7 @@ def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
             EtNode(
                 id=n["id"],
                 name=n["name"],
-                parent=n[parent_key] or -1,
+                parent=-1 if n[parent_key] == n["id"] else (n[parent_key] or -1),  # a self-parent is a root
                 rf_id=field("rf_id"),
                 tid=field("tid", 0),
                 scope=field("scope", 0),
