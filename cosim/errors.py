@@ -1,7 +1,10 @@
 """Errors that cosim reports to users as one line, with exit status 2.
 
 Every problem with user input (YAML, traces, CLI values) is raised as
-:class:`CosimInputError`. The CLI prints ``str(err)`` on one line and exits 2,
+:class:`CosimInputError`. Input that is usable but suspicious (a field dropped from
+some events, GPU ops outside every profiler step) is reported with
+:func:`warn_input`: one ``cosim: warning: ...`` line on stderr (through the
+``cosim`` logger), and the run's summary ``notes`` repeat it. The CLI prints ``str(err)`` on one line and exits 2,
 without a traceback. The message names the file, the place in it and the
 problem, e.g. ``topologies/x.yaml:12:5: links[3].bandwidth: bare number 450
 needs a unit, e.g. "450 GB/s"``.
@@ -9,6 +12,7 @@ needs a unit, e.g. "450 GB/s"``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,3 +82,12 @@ class CosimInputError(CosimError):
         return CosimInputError(
             self.message, file=file, line=loc.line, column=loc.column, path=loc.path
         )
+
+
+#: Logger of input warnings; with no logging configured, Python prints each message as one line on stderr.
+LOG = logging.getLogger("cosim")
+
+
+def warn_input(message: str) -> None:
+    """Report usable but suspicious input as one line, ``cosim: warning: <message>`` (through :data:`LOG`)."""
+    LOG.warning("cosim: warning: %s", " ".join(message.split("\n")))

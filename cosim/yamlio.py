@@ -161,13 +161,26 @@ for _tag in ("int", "float", "bool", "null", "timestamp"):
 def loads_yaml(text: str, file: str | Path | None = None) -> Any:
     """Parse YAML text strictly; containers are :class:`LocDict` / :class:`LocList`."""
     fname = str(file) if file is not None else None
-    loader = _StrictLoader(text)
-    loader.file = fname
-    loader.path = []
+    loader = None
     try:
+        loader = _StrictLoader(text)
+        loader.file = fname
+        loader.path = []
         return loader.get_single_data()
     except CosimInputError:
         raise
+    except yaml.reader.ReaderError as exc:  # a control character (NUL, ...) anywhere in the text
+        pos = max(0, min(int(exc.position), len(text)))
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        raise CosimInputError(
+            f"malformed YAML: unacceptable character #x{exc.character:04x} (control characters are not allowed)"
+            if isinstance(exc.character, int)
+            else f"malformed YAML: {exc.reason}",
+            file=fname,
+            line=line,
+            column=column,
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "malformed YAML"
@@ -180,7 +193,8 @@ def loads_yaml(text: str, file: str | Path | None = None) -> Any:
     except yaml.YAMLError as exc:
         raise CosimInputError(f"malformed YAML: {exc}", file=fname) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def load_yaml(path: str | Path) -> Any:

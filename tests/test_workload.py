@@ -822,3 +822,65 @@ def test_schema_1_0_graph_gets_costs_on_load(tmp_path: Path) -> None:
     assert g2.schema_version == SCHEMA_VERSION == "1.1"
     np.testing.assert_array_equal(g2.ranks[0].gpu_ops.bytes, want_b)
     np.testing.assert_array_equal(g2.ranks[0].gpu_ops.flops, want_f)
+
+
+# -- load cache -----------------------------------------------------------------------------------------
+
+
+def _same_graph(a: ExecutionGraph, b: ExecutionGraph) -> None:
+    assert len(a.ranks) == len(b.ranks)
+    for ra, rb in zip(a.ranks, b.ranks):
+        assert ra.strings == rb.strings and ra.source == rb.source and ra.time_origin == rb.time_origin
+        for t, tab in ra.tables().items():
+            for c, arr in tab.columns().items():
+                np.testing.assert_array_equal(arr, rb.tables()[t].columns()[c], err_msg=f"{t}.{c}")
+
+
+def test_load_cache_roundtrip_and_corrupt_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cosim.workload import cache
+
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path / "c"))
+    src = tmp_path / "t.json"
+    src.write_text((DATA / "ns_epoch.json").read_text())
+    fresh = load_trace(src, cache=False)
+    assert not (tmp_path / "c").exists()
+    first = load_trace(src)  # parses and writes the entry
+    entries = list((tmp_path / "c").glob("graph-*.npz"))
+    assert len(entries) == 1
+    cached = load_trace(src)  # reads the entry
+    _same_graph(fresh, first)
+    _same_graph(fresh, cached)
+    key = cache.cache_key([src], None)
+    assert entries[0].name == f"graph-{key}.npz"
+    # a corrupt entry is ignored, removed and rebuilt
+    entries[0].write_bytes(b"PK\x03\x04 not really a zip")
+    _same_graph(fresh, load_trace(src))
+    assert ExecutionGraph.from_npz(entries[0]).ranks[0].rank == fresh.ranks[0].rank
+    # other content, other key; the time-unit override is part of the key
+    src.write_text(src.read_text().replace("aten::mm", "aten::mm "))
+    assert cache.cache_key([src], None) != key
+    assert cache.cache_key([src], "ns") != cache.cache_key([src], None)
+
+
+def test_load_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cosim.workload import cache
+
+    monkeypatch.setenv("COSIM_CACHE_DIR", "off")
+    assert cache.cache_dir() is None
+    load_trace(DATA / "ns_epoch.json")
+    monkeypatch.delenv("COSIM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "cosim"
+
+
+@needs_shared
+def test_load_cache_keeps_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path / "c"))
+    src = TRACES / "tracelens-h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    with caplog.at_level(logging.WARNING, logger="cosim"):
+        a = load_trace(src)
+        b = load_trace(src)
+    assert a.warnings() == b.warnings() and len(a.warnings()) == 1
+    assert sum("outside every ProfilerStep" in r.getMessage() for r in caplog.records) == 2

@@ -401,7 +401,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     graph, sources = _as_graph(workload)
     if not graph.ranks:
         raise CosimInputError("the workload has no ranks to replay")
-    notes: list[str] = []
+    notes: list[str] = list(graph.warnings()) if hasattr(graph, "warnings") else []
     traced = cfg.traced_accelerator or guess_accelerator(graph.ranks[0].device_name)
     if topology is None:
         topology = cfg.topology or default_topology(traced)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 import numpy as np
 
@@ -129,7 +130,7 @@ def numel(shape: object) -> float:
     if isinstance(shape[0], list):  # TensorList
         return sum(numel(s) for s in shape)
     try:
-        return float(np.prod([max(int(d), 0) for d in shape]))
+        return float(math.prod([max(int(d), 0) for d in shape]))
     except (TypeError, ValueError):
         return 0.0
 
@@ -337,6 +338,8 @@ def fill_gpu_costs(rg: RankGraph) -> int:
         key = (int(op[j]), int(G.cls[j]))
         share[key] = share.get(key, 0) + 1
     parsed: dict[int, tuple[str, list, list]] = {}
+    # ops with the same name, shapes and dtypes (interned strings) have the same figures per class
+    memo: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     filled = 0
     for j in idx.tolist():
         o = int(op[j])
@@ -358,10 +361,29 @@ def fill_gpu_costs(rg: RankGraph) -> int:
             if name in GATHERS and G.name[j] >= 0:
                 b = gather_bytes_from_launch(S[int(G.name[j])], G.grid[j], shapes, types)
             if not np.isfinite(b):
-                b = mem_bytes(name, shapes, types, fcls) / cnt
+                b = _op_costs(memo, H, o, int(G.cls[j]), name, shapes, types, fcls)[0] / cnt
             if np.isfinite(b):
                 G.bytes[j] = b
                 filled += 1
         if not np.isfinite(G.flops[j]):
-            G.flops[j] = op_flops(name, shapes, fcls) / cnt
+            G.flops[j] = _op_costs(memo, H, o, int(G.cls[j]), name, shapes, types, fcls)[1] / cnt
     return filled
+
+
+def _op_costs(
+    memo: dict[tuple[int, int, int, int], tuple[float, float]],
+    H: Any,
+    o: int,
+    cls: int,
+    name: str,
+    shapes: list,
+    types: list,
+    fcls: str,
+) -> tuple[float, float]:
+    """(:func:`mem_bytes`, :func:`op_flops`) of host op ``o`` for kernel class ``cls``, once per distinct
+    (name, shapes, dtypes, class)."""
+    key = (int(H.name[o]), int(H.input_shapes[o]), int(H.input_types[o]), cls)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = (mem_bytes(name, shapes, types, fcls), op_flops(name, shapes, fcls))
+    return got

@@ -29,6 +29,7 @@ from cosim.errors import CosimInputError
 from cosim.fileio import open_maybe_gzip
 from cosim.workload.classify import collective_type, dtype_bytes, op_flops_bytes
 from cosim.workload.cost import fill_gpu_costs
+from cosim.workload.deps import host_edges
 from cosim.workload.graph import CollType, HostKind, RankGraph, SeqSource, StringTable, Table, ragged_arrays
 
 try:
@@ -79,8 +80,131 @@ def _strip_tensor(t: Any) -> Any:
     return t
 
 
+#: Node fields per layout: 1.0.1 (flat) and 1.0.2+ (chakra-style, ``ctrl_deps`` and ``attrs``).
+ET_FIELDS_FLAT = (
+    "id",
+    "name",
+    "parent",
+    "rf_id",
+    "tid",
+    "scope",
+    "inputs",
+    "input_shapes",
+    "input_types",
+    "outputs",
+    "output_shapes",
+    "output_types",
+)
+ET_FIELDS_CHAKRA = ("id", "name", "ctrl_deps", "inputs", "outputs", "attrs")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _chakra_layout(schema: str, nodes: list[Any]) -> bool:
+    m = re.match(r"^1\.(\d+)\.(\d+)", schema)
+    if m:
+        return (int(m.group(1)), int(m.group(2))) >= (0, 2)
+    return any(isinstance(n, dict) and ("ctrl_deps" in n or "attrs" in n) for n in nodes[:100])
+
+
+def _node_label(k: int, n: Any) -> str:
+    if isinstance(n, dict):
+        nid, name = n.get("id"), n.get("name")
+        return f"nodes[{k}]" + (
+            f" (id {nid}" + (f", {name!r})" if isinstance(name, str) else ")") if nid is not None else ""
+        )
+    return f"nodes[{k}]"
+
+
+def _check_node(
+    path: Path, k: int, n: Any, parent_key: str, expected: tuple[str, ...], missing_everywhere: set[str]
+) -> None:
+    """Types and required fields of ET node ``k``; raises a one-line CosimInputError."""
+    if not isinstance(n, dict):
+        raise CosimInputError(
+            f"a node must be an object with fields {', '.join(expected)}; got {type(n).__name__}",
+            file=path,
+            path=f"nodes[{k}]",
+        )
+    for key in ("id", "name", parent_key):
+        if key not in n:
+            if key in missing_everywhere:
+                raise CosimInputError(
+                    f"no node has {key!r}: not the Execution Trace schema this importer reads (expected fields "
+                    f"{', '.join(expected)}; this node has {', '.join(sorted(map(str, n)))})",
+                    file=path,
+                    path=_node_label(k, n),
+                )
+            raise CosimInputError(
+                f"no {key!r} field (expected fields {', '.join(expected)})", file=path, path=_node_label(k, n)
+            )
+    if not _is_int(n["id"]) or n["id"] < 0:
+        raise CosimInputError(f"id must be a non-negative integer, got {n['id']!r:.60}", file=path, path=f"nodes[{k}]")
+    if not isinstance(n["name"], str):
+        raise CosimInputError(f"name must be a string, got {n['name']!r:.60}", file=path, path=_node_label(k, n))
+    if not _is_int(n[parent_key]):
+        raise CosimInputError(
+            f"{parent_key} must be a node id (an integer), got {n[parent_key]!r:.60}", file=path, path=_node_label(k, n)
+        )
+    for key in ("inputs", "outputs"):
+        v = n.get(key)
+        if v is not None and not isinstance(v, (list, dict)):
+            raise CosimInputError(
+                f"{key} must be an object or an array, got {v!r:.60}", file=path, path=_node_label(k, n)
+            )
+        if isinstance(v, dict):
+            for sub in ("values", "shapes", "types"):
+                if not isinstance(v.get(sub, []), list):
+                    raise CosimInputError(
+                        f"{key}.{sub} must be an array, got {v.get(sub)!r:.60}", file=path, path=_node_label(k, n)
+                    )
+    for key in ("input_shapes", "input_types", "output_shapes", "output_types"):
+        if not isinstance(n.get(key, []), list):
+            raise CosimInputError(f"{key} must be an array, got {n.get(key)!r:.60}", file=path, path=_node_label(k, n))
+    attrs = n.get("attrs", [])
+    if not isinstance(attrs, list) or not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in attrs):
+        raise CosimInputError(
+            "attrs must be an array of {name, type, value} objects", file=path, path=_node_label(k, n)
+        )
+
+
+def _check_graph(path: Path, ids: np.ndarray, parents: np.ndarray, labels: list[str], parent_key: str) -> None:
+    """Unique ids, parents that exist, no cycles in the parent chains (vectorized)."""
+    order = np.argsort(ids, kind="stable")
+    sid = ids[order]
+    dup = np.nonzero(sid[1:] == sid[:-1])[0]
+    if len(dup):
+        k = int(order[dup[0] + 1])
+        raise CosimInputError(f"duplicate node id {int(sid[dup[0]])}", file=path, path=labels[k])
+    pos = np.searchsorted(sid, parents)
+    found = (pos < len(sid)) & (sid[np.minimum(pos, len(sid) - 1)] == parents)
+    root = (parents == ids) | (parents <= 0)
+    bad = ~found & ~root
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise CosimInputError(f"{parent_key} {int(parents[k])} names no node of this trace", file=path, path=labels[k])
+    # parent pointers as row indices; 2^r hops after r doublings: a chain still going after n hops is a cycle
+    up = np.where(found & ~root, order[np.minimum(pos, len(sid) - 1)], -1)
+    hops = 1
+    while hops < len(ids) and (up >= 0).any():
+        up = np.where(up >= 0, up[np.maximum(up, 0)], -1)
+        hops *= 2
+    if (up >= 0).any():
+        k = int(np.argmax(up >= 0))
+        raise CosimInputError(
+            f"cyclic {parent_key}: the chain of parents from this node never reaches a root", file=path, path=labels[k]
+        )
+
+
 def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
-    """Read an ET file; returns (header without nodes, normalised nodes sorted by id)."""
+    """Read an ET file; returns (header without nodes, normalised nodes sorted by id).
+
+    Checks every node (required fields and their types for the file's layout, unique ids,
+    parents that exist, no cyclic parent chains); a bad node is one :class:`CosimInputError`
+    naming the file, the node (index, id, name) and the problem.
+    """
     path = Path(path)
     doc = _loads(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
@@ -90,11 +214,19 @@ def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
         raise CosimInputError(
             f"unsupported Execution Trace schema {schema!r} (supported: 1.0.x to 1.1.x)", file=path, path="schema"
         )
+    nodes = doc["nodes"]
+    if "pid" in doc and not _is_int(doc["pid"]):
+        raise CosimInputError(f"pid must be an integer (the process id), got {doc['pid']!r:.60}", file=path, path="pid")
+    chakra = _chakra_layout(schema, nodes)
+    parent_key, expected = ("ctrl_deps", ET_FIELDS_CHAKRA) if chakra else ("parent", ET_FIELDS_FLAT)
+    missing_everywhere = {
+        k for k in ("id", "name", parent_key) if not any(isinstance(n, dict) and k in n for n in nodes)
+    }
     out: list[EtNode] = []
-    for k, n in enumerate(doc["nodes"]):
-        if not isinstance(n, dict) or "id" not in n or "name" not in n:
-            raise CosimInputError("node without 'id'/'name'", file=path, path=f"nodes[{k}]")
-        attrs = {a.get("name"): a.get("value") for a in n.get("attrs", []) if isinstance(a, dict)}
+    labels: list[str] = []
+    for k, n in enumerate(nodes):
+        _check_node(path, k, n, parent_key, expected, missing_everywhere)
+        attrs = {a["name"]: a.get("value") for a in n.get("attrs", [])}
         ins, outs = n.get("inputs"), n.get("outputs")
         if isinstance(ins, dict):
             in_values, in_shapes, in_types = ins.get("values", []), ins.get("shapes", []), ins.get("types", [])
@@ -102,23 +234,35 @@ def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
             in_values, in_shapes, in_types = ins or [], n.get("input_shapes", []), n.get("input_types", [])
         out_shapes = outs.get("shapes", []) if isinstance(outs, dict) else n.get("output_shapes", [])
 
-        def field(key: str, default: Any = -1, n: dict = n, attrs: dict = attrs) -> Any:
-            return n[key] if key in n else attrs.get(key, default)
+        def field(key: str, default: int = -1, n: dict = n, attrs: dict = attrs, k: int = k) -> int:
+            v = n[key] if key in n else attrs.get(key, default)
+            if not _is_int(v):
+                raise CosimInputError(f"{key} must be an integer, got {v!r:.60}", file=path, path=_node_label(k, n))
+            return v
 
         out.append(
             EtNode(
-                id=int(n["id"]),
-                name=str(n["name"]),
-                parent=int(n.get("ctrl_deps", n.get("parent", -1)) or -1),
-                rf_id=int(field("rf_id")),
-                tid=int(field("tid", 0)),
-                scope=int(field("scope", 0)),
+                id=n["id"],
+                name=n["name"],
+                parent=-1 if n[parent_key] == n["id"] else (n[parent_key] or -1),  # a self-parent is a root
+                rf_id=field("rf_id"),
+                tid=field("tid", 0),
+                scope=field("scope", 0),
                 in_values=in_values,
                 in_shapes=in_shapes,
                 in_types=[_strip_tensor(t) for t in in_types],
                 out_shapes=out_shapes,
                 attrs=attrs,
             )
+        )
+        labels.append(_node_label(k, n))
+    if out:
+        _check_graph(
+            path,
+            np.array([n["id"] for n in out], np.int64),
+            np.array([n["parent"] for n in out], np.int64),
+            labels,
+            parent_key,
         )
     out.sort(key=lambda x: x["id"])
     return {k: v for k, v in doc.items() if k != "nodes"}, out
@@ -190,6 +334,8 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
     header, nodes = load_et_nodes(path)
     st = StringTable()
     keep = [n for n in nodes if not _ROOT.match(n["name"])]
+    if not keep:
+        raise CosimInputError("the Execution Trace holds no operator nodes: nothing to replay", file=path, path="nodes")
     by_id = {n["id"]: k for k, n in enumerate(keep)}
     # threads, in order of first appearance
     tids: dict[int, int] = {}
@@ -255,7 +401,10 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
         h_step = np.zeros(nh, np.int32)
 
     threads = Table(
-        "threads", len(tids), pid=np.full(len(tids), int(header.get("pid", -1))), tid=np.array(list(tids), np.int64)
+        "threads",
+        len(tids),
+        pid=np.full(len(tids), header["pid"] if _is_int(header.get("pid")) else -1),
+        tid=np.array(list(tids), np.int64),
     )
     nan = np.full(nh, np.nan)
     host_ops = Table(
@@ -292,7 +441,7 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
         collectives=Table("collectives", 0),
         groups=Table("groups", 0),
         steps=steps,
-        edges=_host_edges(host_ops),
+        edges=host_edges(host_ops),
         source={
             "format": "execution_trace",
             "file": str(path),
@@ -303,12 +452,6 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
     rg.collectives, rg.groups = _et_collectives(st, keep, rg)
     rg.strings = st.strings
     return rg
-
-
-def _host_edges(h: Table) -> Table:
-    n = len(h)
-    same = np.nonzero(h.thread[1:] == h.thread[:-1])[0] if n > 1 else np.zeros(0, np.int64)
-    return Table("edges", len(same), src=same, dst=same + 1, kind=np.full(len(same), 4), inferred=np.zeros(len(same)))
 
 
 def _et_collectives(st: StringTable, keep: list[EtNode], rg: RankGraph) -> tuple[Table, Table]:

@@ -531,6 +531,10 @@ class ExecutionGraph:
     def world_size(self) -> int:
         return max((r.world_size for r in self.ranks), default=0)
 
+    def warnings(self) -> list[str]:
+        """The importers' warnings about usable but suspicious input, every rank's, in rank order."""
+        return [w for rg in self.ranks for w in rg.source.get("warnings", [])]
+
     def rank(self, r: int) -> RankGraph:
         for rg in self.ranks:
             if rg.rank == r:
@@ -557,8 +561,9 @@ class ExecutionGraph:
         }
 
     # -- persistence -----------------------------------------------------------------------
-    def to_npz(self, path: str | Path) -> None:
-        """Write the graph to one compressed ``.npz`` (no pickles; versioned)."""
+    def to_npz(self, path: str | Path, *, compress: bool = True) -> None:
+        """Write the graph to one ``.npz`` (no pickles; versioned); ``compress=False`` writes it
+        uncompressed (larger, faster to read: the load cache's format)."""
         arrays: dict[str, np.ndarray] = {}
         meta: dict[str, Any] = {"format": "cosim.execution_graph", "schema_version": self.schema_version, "ranks": []}
         for k, rg in enumerate(self.ranks):
@@ -585,7 +590,7 @@ class ExecutionGraph:
         from cosim.fileio import atomic_open
 
         with atomic_open(path, "wb", gz=False) as fh:
-            np.savez_compressed(fh, **arrays)
+            (np.savez_compressed if compress else np.savez)(fh, **arrays)
 
     @classmethod
     def from_npz(cls, path: str | Path) -> ExecutionGraph:

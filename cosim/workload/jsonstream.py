@@ -1,5 +1,10 @@
 """Incremental reader for Chrome-trace JSON (Kineto / torch.profiler output).
 
+The Kineto importer decodes a trace in one pass with msgspec (:mod:`cosim.workload.kineto`);
+it uses this reader to locate a syntax error (line, column, ``traceEvents[i]``) when that
+decode fails, and :func:`read_head` sniffs a file's format. It also streams events for
+callers that want one event at a time in bounded memory.
+
 A trace is one JSON object whose ``traceEvents`` member is a large array. This
 reader decodes the file in 1 MiB pieces and hands out one event at a time, so
 memory holds the current piece plus whatever the caller keeps — never the whole

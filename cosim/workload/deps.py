@@ -1,0 +1,210 @@
+"""Dependency inference shared by the importers: the ``edges`` table
+(docs/EXECUTION_GRAPH.md, "Edges").
+
+:func:`host_edges` links consecutive host ops of a thread (both importers);
+:func:`kineto_edges` adds launch, stream, synchronization and cross-stream event
+edges from a Kineto trace's correlation ids and ``cuda_sync`` events, inferring
+them conservatively where the trace lacks stream/event information.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from cosim.workload.graph import EdgeKind, HostKind, Table
+from cosim.workload.kineto_common import EVENT_RECORD_APIS, STREAM_WAIT_APIS
+
+__all__ = ["host_edges", "kineto_edges"]
+
+
+def host_edges(h: Table) -> Table:
+    """HOST edges: each host op to the next one on the same thread in row (pre-)order."""
+    n = len(h)
+    same = np.nonzero(h.thread[1:] == h.thread[:-1])[0] if n > 1 else np.zeros(0, np.int64)
+    return Table(
+        "edges",
+        len(same),
+        src=same,
+        dst=same + 1,
+        kind=np.full(len(same), int(EdgeKind.HOST), np.int8),
+        inferred=np.zeros(len(same), np.int8),
+    )
+
+
+def kineto_edges(
+    strings: list[str],
+    h: Table,
+    g: Table,
+    launches: Table,
+    g_launch_host: np.ndarray,
+    syncs: dict[int, tuple],
+    corr2host: dict[int, int],
+) -> Table:
+    nh, ng = len(h), len(g)
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    kind: list[np.ndarray] = []
+    inf: list[np.ndarray] = []
+
+    def add(s: np.ndarray, d: np.ndarray, k: EdgeKind, inferred: int | np.ndarray = 0) -> None:
+        s = np.asarray(s, np.int64)
+        src.append(s)
+        dst.append(np.asarray(d, np.int64))
+        kind.append(np.full(len(s), int(k), np.int8))
+        inf.append(np.broadcast_to(np.asarray(inferred, np.int8), (len(s),)).copy())
+
+    # host order
+    same = np.nonzero(h.thread[1:] == h.thread[:-1])[0] if nh > 1 else np.zeros(0, np.int64)
+    add(same, same + 1, EdgeKind.HOST)
+    # launch
+    lj = np.nonzero(g_launch_host >= 0)[0]
+    add(g_launch_host[lj], nh + lj, EdgeKind.LAUNCH)
+
+    # per-stream order and launch times
+    g_when = np.where(g_launch_host >= 0, h.start[np.maximum(g_launch_host, 0)], g.start)
+    streams: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    if ng:
+        so = np.lexsort((g.start, g.stream, g.device))
+        dev, strm = g.device[so], g.stream[so]
+        cut = np.nonzero((dev[1:] != dev[:-1]) | (strm[1:] != strm[:-1]))[0] + 1
+        for seg in np.split(so, cut):
+            streams[(int(g.device[seg[0]]), int(g.stream[seg[0]]))] = (seg, np.maximum.accumulate(g_when[seg]))
+            add(nh + seg[:-1], nh + seg[1:], EdgeKind.STREAM)
+
+    def last_before(key: tuple[int, int], t: float) -> int:
+        s = streams.get(key)
+        if s is None:
+            return -1
+        k = int(np.searchsorted(s[1], t, side="left")) - 1
+        return int(s[0][k]) if k >= 0 else -1
+
+    def first_after(key: tuple[int, int], t: float) -> int:
+        s = streams.get(key)
+        if s is None:
+            return -1
+        k = int(np.searchsorted(s[1], t, side="right"))
+        return int(s[0][k]) if k < len(s[0]) else -1
+
+    def find_key(stream: int, device: int) -> tuple[int, int] | None:
+        if (device, stream) in streams:
+            return (device, stream)
+        for k in streams:
+            if k[1] == stream:
+                return k
+        return None
+
+    ss, sd, si = [], [], []
+    # synchronization: GPU op -> blocking host call
+    for i in np.nonzero((h.kind == HostKind.SYNC) | (h.kind == HostKind.LAUNCH_SYNC))[0].tolist():
+        t = float(h.start[i])
+        info = syncs.get(int(h.correlation[i]))
+        if h.kind[i] == HostKind.LAUNCH_SYNC:
+            own = np.nonzero(g_launch_host == i)[0]
+            if len(own):
+                for j in own.tolist():
+                    ss.append(j), sd.append(i), si.append(0)
+                continue
+        targets: list[tuple[tuple[int, int], float]] = []
+        inferred = 0
+        if info is not None:
+            sname, wait_stream, rec_corr, stream, device = info
+            if rec_corr >= 0 and wait_stream >= 0 and rec_corr in corr2host:
+                key = find_key(wait_stream, device)
+                if key:
+                    targets.append((key, float(h.start[corr2host[rec_corr]])))
+            elif stream >= 0 and "Context" not in sname:
+                key = find_key(stream, device)
+                if key:
+                    targets.append((key, t))
+        if not targets:
+            device_wide = (info is not None and "Context" in info[0]) or strings[h.name[i]] in (
+                "cudaDeviceSynchronize",
+                "hipDeviceSynchronize",
+                "cuCtxSynchronize",
+            )
+            inferred = 0 if device_wide else 1
+            targets = [(k, t) for k in streams]
+            if not device_wide:
+                # A stream or event sync without stream info waited on one stream: the one whose
+                # last op launched before the call ended latest without ending after the call
+                # returned (a stream still busy after the call returned was not waited for).
+                call_end = t + float(h.dur[i]) + 1e-6
+                best, best_end = None, -np.inf
+                for key in streams:
+                    j = last_before(key, t)
+                    if j < 0:
+                        continue
+                    e = float(g.start[j] + g.dur[j])
+                    if best_end < e <= call_end:
+                        best, best_end = key, e
+                if best is not None:
+                    targets = [(best, t)]
+        for key, tt in targets:
+            j = last_before(key, tt)
+            if j >= 0:
+                ss.append(j), sd.append(i), si.append(inferred)
+    if ss:
+        add(nh + np.array(ss), np.array(sd), EdgeKind.SYNC, np.array(si, np.int8))
+
+    # cross-stream event waits
+    es, ed, ei = [], [], []
+    waits = [i for i in np.nonzero(h.kind == HostKind.RUNTIME)[0].tolist() if strings[h.name[i]] in STREAM_WAIT_APIS]
+    if waits:
+        # per-thread launch lists and event-record times for the fallback
+        th_launch: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        lh = launches.host_op
+        ok = launches.first_gpu_op >= 0
+        for t in np.unique(h.thread[lh[ok]]).tolist() if ok.any() else []:
+            m = ok & (h.thread[lh] == t)
+            th_launch[t] = (h.start[lh[m]], launches.first_gpu_op[m])
+        records: dict[int, list[float]] = defaultdict(list)
+        for i in np.nonzero(h.kind == HostKind.RUNTIME)[0].tolist():
+            if strings[h.name[i]] in EVENT_RECORD_APIS:
+                records[int(h.thread[i])].append(float(h.start[i]))
+        for i in waits:
+            t = float(h.start[i])
+            info = syncs.get(int(h.correlation[i]))
+            if info is not None and info[2] in corr2host and info[1] >= 0 and info[3] >= 0:
+                _, wait_stream, rec_corr, stream, device = info
+                ks, kd = find_key(wait_stream, device), find_key(stream, device)
+                if ks and kd and ks != kd:
+                    a = last_before(ks, float(h.start[corr2host[rec_corr]]))
+                    b = first_after(kd, t)
+                    if a >= 0 and b >= 0:
+                        es.append(a), ed.append(b), ei.append(0)
+                continue
+            # No stream/event info: the next GPU op this thread launches after the wait depends on
+            # the latest op it launched on another stream before the matching event record (or,
+            # with no record in the trace, before the wait).
+            th = int(h.thread[i])
+            tl = th_launch.get(th)
+            if tl is None:
+                continue
+            recs = records.get(th, [])
+            r = int(np.searchsorted(recs, t, side="left")) - 1
+            cutoff = recs[r] if r >= 0 else t
+            kb = int(np.searchsorted(tl[0], t, side="right"))
+            if kb >= len(tl[0]):
+                continue
+            b = int(tl[1][kb])
+            kd = (int(g.device[b]), int(g.stream[b]))
+            ka = int(np.searchsorted(tl[0], cutoff, side="left")) - 1
+            b_start = float(g.start[b]) + 1e-6
+            for k in range(ka, max(-1, ka - 256), -1):
+                a = int(tl[1][k])
+                # the op waited for is on another stream and, in the measured timeline, ended
+                # before the waiting op started (a guess must not contradict the trace)
+                if (int(g.device[a]), int(g.stream[a])) != kd and float(g.start[a] + g.dur[a]) <= b_start:
+                    es.append(a), ed.append(b), ei.append(1)
+                    break
+    if es:
+        add(nh + np.array(es), nh + np.array(ed), EdgeKind.EVENT_WAIT, np.array(ei, np.int8))
+
+    if src:
+        s = np.concatenate(src)
+        return Table(
+            "edges", len(s), src=s, dst=np.concatenate(dst), kind=np.concatenate(kind), inferred=np.concatenate(inf)
+        )
+    return Table("edges", 0)

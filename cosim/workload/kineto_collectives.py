@@ -1,0 +1,246 @@
+"""Collectives of a Kineto rank: one row per communication kernel (NCCL/RCCL) and
+per ``record_param_comms`` without a kernel, with sizes, process groups and
+sequence numbers (docs/EXECUTION_GRAPH.md, "Collectives")."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from cosim.workload.classify import collective_type, dtype_bytes, parse_nccl_kernel
+from cosim.workload.graph import CollType, GpuKind, OpClass, SeqSource, StringTable, Table, ragged_arrays
+from cosim.workload.kineto_common import as_int, nearest_ancestor
+
+__all__ = ["collectives_tables", "parse_list"]
+
+
+def parse_list(x: Any) -> list[int]:
+    if isinstance(x, list):
+        return [as_int(v) for v in x]
+    if isinstance(x, str) and x.strip():
+        try:
+            v = json.loads(x)
+        except ValueError:
+            return []
+        return [as_int(y) for y in v] if isinstance(v, list) else []
+    return []
+
+
+def collectives_tables(
+    st: StringTable, host: list[tuple], h: Table, g: Table, g_launch_host: np.ndarray, dist: dict[str, Any], world: int
+) -> tuple[Table, Table]:
+    strings = st.strings
+    nh = len(h)
+    names = [strings[i] for i in h.name.tolist()]
+    is_rpc = (
+        np.array([nm == "record_param_comms" or host[i][11] is not None for i, nm in enumerate(names)], bool)
+        if nh
+        else np.zeros(0, bool)
+    )
+    is_ann = (
+        np.array([nm.startswith(("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")) for nm in names], bool)
+        if nh
+        else np.zeros(0, bool)
+    )
+    rpc_anc = nearest_ancestor(h.parent, is_rpc)
+    ann_anc = nearest_ancestor(h.parent, is_ann)
+    # the nccl:* annotation directly inside each record_param_comms
+    ann_of_rpc: dict[int, int] = {}
+    for i in np.nonzero(is_ann)[0].tolist():
+        p = int(h.parent[i])
+        if p >= 0 and is_rpc[p]:
+            ann_of_rpc.setdefault(p, i)
+
+    # process groups
+    pg_cfg = {str(c.get("pg_name")): c for c in (dist.get("pg_config") or []) if isinstance(c, dict)}
+    groups: dict[tuple, int] = {}
+    g_rows: list[tuple[int, int, list[int]]] = []
+
+    def group_id(name: str | None, desc: str | None, ranks: list[int]) -> int:
+        if name is None and not ranks:
+            name = "0"
+            cfg = pg_cfg.get("0")
+            ranks = parse_list(cfg.get("ranks")) if cfg else list(range(world))
+            desc = desc or (cfg.get("pg_desc") if cfg else "default_pg")
+        elif not ranks and name in pg_cfg:
+            ranks = parse_list(pg_cfg[name].get("ranks"))
+            desc = desc or pg_cfg[name].get("pg_desc")
+        key = (name, tuple(ranks))
+        k = groups.get(key)
+        if k is None:
+            k = groups[key] = len(g_rows)
+            g_rows.append((st(name), st(desc) if desc else -1, ranks))
+        return k
+
+    rows: list[dict[str, Any]] = []
+    used_rpc: set[int] = set()
+    comm_gpu = np.nonzero((g.cls == OpClass.COLLECTIVE) & (g.kind == GpuKind.KERNEL))[0]
+    for j in comm_gpu.tolist():
+        lh = int(g_launch_host[j])
+        rpc = int(rpc_anc[lh]) if lh >= 0 else -1
+        ann = int(ann_anc[lh]) if lh >= 0 else -1
+        if rpc >= 0:
+            used_rpc.add(rpc)
+            ann = ann_of_rpc.get(rpc, ann)
+        rows.append({"gpu": j, "rpc": rpc, "ann": ann})
+    for i in np.nonzero(is_rpc)[0].tolist():
+        if i in used_rpc:
+            continue
+        comm = host[i][11] or {}
+        cname = str(comm.get("Collective name", ""))
+        ann = ann_of_rpc.get(i, -1)
+        if (cname and cname not in ("wait", "")) or ann >= 0:
+            rows.append({"gpu": -1, "rpc": i, "ann": ann})
+
+    out: dict[str, list[Any]] = defaultdict(list)
+    in_splits: list[list[int]] = []
+    out_splits: list[list[int]] = []
+    counters: dict[tuple[int, int], int] = defaultdict(int)
+    order_key = []
+    for r in rows:
+        j, rpc, ann = r["gpu"], r["rpc"], r["ann"]
+        comm = (host[rpc][11] or {}) if rpc >= 0 else {}
+        kinfo = parse_nccl_kernel(strings[g.name[j]]) if j >= 0 else None
+        cname = str(comm.get("Collective name", "") or "")
+        ann_name = names[ann] if ann >= 0 else ""
+        if cname:
+            ctype, rec_name = collective_type(cname), cname
+        elif ann_name:
+            ctype, rec_name = collective_type(ann_name), ann_name
+        elif kinfo is not None:
+            ctype, rec_name = kinfo["type"], strings[g.name[j]].split("(")[0]
+        else:
+            ctype, rec_name = CollType.OTHER, ""
+        if ctype == CollType.OTHER and kinfo is not None:
+            ctype = kinfo["type"]
+        dtype = comm.get("dtype")
+        in_n = as_int(comm.get("In msg nelems"))
+        out_n = as_int(comm.get("Out msg nelems"))
+        if in_n < 0 and ann >= 0:
+            shp = host[ann][9]
+            if shp >= 0:
+                try:
+                    dims = json.loads(strings[shp])
+                except ValueError:
+                    dims = []
+                if dims and isinstance(dims[0], list) and all(isinstance(x, int) for x in dims[0]):
+                    in_n = math.prod(dims[0])
+            if dtype is None and host[ann][10] >= 0:
+                ts_ = json.loads(strings[host[ann][10]])
+                dtype = ts_[0] if ts_ else None
+        if dtype is None and kinfo is not None:
+            dtype = kinfo["dtype"]
+        esz = dtype_bytes(str(dtype)) if dtype is not None else -1
+        if esz < 0 and kinfo is not None and kinfo["dtype"]:
+            esz = _NCCL_DT.get(kinfo["dtype"], -1)
+        ranks = parse_list(comm.get("Process Group Ranks"))
+        gid = group_id(
+            str(comm["Process Group Name"]) if "Process Group Name" in comm else None,
+            comm.get("Process Group Description"),
+            ranks,
+        )
+        gsize = as_int(comm.get("Group size"), len(g_rows[gid][2]) or -1)
+        if out_n < 0 and in_n >= 0:
+            if ctype in (
+                CollType.ALL_REDUCE,
+                CollType.ALL_TO_ALL,
+                CollType.BROADCAST,
+                CollType.REDUCE,
+                CollType.SEND_RECV,
+            ):
+                out_n = in_n
+            elif ctype == CollType.ALL_GATHER and gsize > 0:
+                out_n = in_n * gsize
+            elif ctype == CollType.REDUCE_SCATTER and gsize > 0:
+                out_n = in_n // gsize
+        seq = as_int(comm.get("Seq", comm.get("seq")))
+        if seq >= 0:
+            src = SeqSource.TRACE
+        else:
+            src = SeqSource.COUNTER
+        out["host_op"].append(rpc if rpc >= 0 else ann)
+        out["gpu_op"].append(j)
+        out["type"].append(int(ctype))
+        out["name"].append(st(rec_name) if rec_name else -1)
+        out["dtype"].append(st(str(dtype)) if dtype is not None else -1)
+        out["elem_bytes"].append(esz)
+        out["in_nelems"].append(in_n)
+        out["out_nelems"].append(out_n)
+        out["in_bytes"].append(in_n * esz if in_n >= 0 and esz > 0 else math.nan)
+        out["out_bytes"].append(out_n * esz if out_n >= 0 and esz > 0 else math.nan)
+        out["group"].append(gid)
+        out["group_size"].append(gsize)
+        out["seq"].append(seq)
+        out["seq_source"].append(int(src))
+        out["algo"].append(st(kinfo["algo"]) if kinfo and kinfo["algo"] else -1)
+        out["protocol"].append(st(kinfo["protocol"]) if kinfo and kinfo["protocol"] else -1)
+        in_splits.append(parse_list(comm.get("In split size")))
+        out_splits.append(parse_list(comm.get("Out split size")))
+        hop = rpc if rpc >= 0 else ann
+        order_key.append(float(h.start[hop]) if hop >= 0 else float(g.start[j]))
+
+    n = len(rows)
+    # issue order; counters for rows without a recorded sequence number
+    order = np.argsort(np.array(order_key), kind="stable") if n else np.zeros(0, np.int64)
+    seqs = out["seq"]
+    for k in order.tolist():
+        if out["seq_source"][k] == SeqSource.COUNTER:
+            key = (out["group"][k], out["type"][k])
+            seqs[k] = counters[key]
+            counters[key] += 1
+    cols = {k: np.array(v) for k, v in out.items()} if n else {}
+    cols = {k: v[order] for k, v in cols.items()}
+    in_splits = [in_splits[k] for k in order.tolist()]
+    out_splits = [out_splits[k] for k in order.tolist()]
+    io, iv = ragged_arrays(in_splits)
+    oo, ov = ragged_arrays(out_splits)
+    coll = Table(
+        "collectives", n, in_splits_offsets=io, in_splits_values=iv, out_splits_offsets=oo, out_splits_values=ov, **cols
+    )
+    gp = g.collective
+    for k in range(n):
+        j = int(coll.gpu_op[k])
+        if j >= 0:
+            gp[j] = k
+    go, gv = ragged_arrays([r[2] for r in g_rows])
+    groups_t = Table(
+        "groups",
+        len(g_rows),
+        name=np.array([r[0] for r in g_rows], np.int32),
+        desc=np.array([r[1] for r in g_rows], np.int32),
+        ranks_offsets=go,
+        ranks_values=gv,
+    )
+    return coll, groups_t
+
+
+_NCCL_DT = {
+    "i8": 1,
+    "u8": 1,
+    "int8_t": 1,
+    "uint8_t": 1,
+    "i32": 4,
+    "u32": 4,
+    "int32_t": 4,
+    "uint32_t": 4,
+    "i64": 8,
+    "u64": 8,
+    "int64_t": 8,
+    "uint64_t": 8,
+    "f16": 2,
+    "half": 2,
+    "bf16": 2,
+    "__nv_bfloat16": 2,
+    "f32": 4,
+    "float": 4,
+    "f64": 8,
+    "double": 8,
+    "f8e4m3": 1,
+    "f8e5m2": 1,
+    "e4m3": 1,
+    "e5m2": 1,
+}

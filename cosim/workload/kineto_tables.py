@@ -1,0 +1,442 @@
+"""Table building for the Kineto importer: from the rows the reader extracted
+(:mod:`cosim.workload.kineto`) to the execution-graph tables of one rank.
+
+Host ops are sorted into pre-order per thread and nested (:func:`nest`), GPU ops
+sorted by start, linked to their launch calls (correlation id, else flow events),
+classified, given steps, FLOPs and bytes; collectives and dependency edges come
+from :mod:`cosim.workload.kineto_collectives` and :mod:`cosim.workload.deps`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosim.workload.classify import classify_kernel, op_flops_bytes
+from cosim.workload.cost import fill_gpu_costs
+from cosim.workload.deps import kineto_edges
+from cosim.workload.graph import GpuKind, HostKind, OpClass, RankGraph, StringTable, Table
+from cosim.workload.kineto_collectives import collectives_tables
+from cosim.workload.kineto_common import LAUNCH_SYNC_APIS, SYNC_APIS, as_int, detect_scale, nearest_ancestor
+
+__all__ = ["build_rank", "nest"]
+
+_LAUNCH_NAME = re.compile(r"Launch(?!HostFunc)|Memcpy|Memset|GraphLaunch")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def build_rank(
+    path: Path,
+    meta: dict[str, Any],
+    st: StringTable,
+    host: list[tuple],
+    gpu: list[tuple],
+    syncs: dict[int, tuple],
+    flow_s: dict[Any, tuple],
+    flow_f: dict[Any, tuple],
+    thread_names: dict[tuple[Any, Any], str],
+    time_unit: str | None,
+) -> RankGraph:
+    dist = meta.get("distributedInfo") or {}
+    rank = as_int(dist.get("rank"), 0)
+    world = max(as_int(dist.get("world_size"), 1), rank + 1)
+
+    # ---------------- raw columns -----------------------------------------------------------
+    nh, ng = len(host), len(gpu)
+    h_ts = np.array([r[2] for r in host], np.float64)
+    h_dur = np.array([r[3] for r in host], np.float64)
+    g_ts = np.array([r[2] for r in gpu], np.float64)
+    g_dur = np.array([r[3] for r in gpu], np.float64)
+    all_ts = np.concatenate([h_ts, g_ts])
+    origin = float(all_ts.min()) if len(all_ts) else 0.0
+    scale = detect_scale(float(np.abs(all_ts).max()) if len(all_ts) else 0.0, time_unit)
+
+    # threads
+    tkeys: dict[tuple[Any, Any], int] = {}
+    h_thread = np.empty(nh, np.int32)
+    for i, r in enumerate(host):
+        k = (r[0], r[1])
+        t = tkeys.get(k)
+        if t is None:
+            t = tkeys[k] = len(tkeys)
+        h_thread[i] = t
+    tlist = list(tkeys)
+    threads = Table(
+        "threads",
+        len(tlist),
+        pid=np.array([as_int(p) for p, _ in tlist], np.int64),
+        tid=np.array([as_int(t) for _, t in tlist], np.int64),
+        name=np.array([st(thread_names[k]) if k in thread_names else -1 for k in tlist], np.int32),
+    )
+
+    # ---------------- host ops: sort to pre-order per thread ------------------------------------
+    h_kind = np.array([r[5] for r in host], np.int8)
+    h_start = (h_ts - origin) * scale
+    h_dur_s = h_dur * scale
+    h_end = h_start + h_dur_s
+    cat_rank = np.select([h_kind == HostKind.ANNOTATION, h_kind == HostKind.OP], [0, 1], 2)
+    order = np.lexsort((cat_rank, -h_end, h_start, h_thread)) if nh else np.zeros(0, np.int64)
+    host = [host[i] for i in order]
+    h_thread, h_start, h_dur_s, h_end, h_kind = (
+        h_thread[order],
+        h_start[order],
+        h_dur_s[order],
+        h_end[order],
+        h_kind[order],
+    )
+    h_name = np.array([r[4] for r in host], np.int32)
+    h_corr = np.array([r[8] for r in host], np.int64)
+
+    parent, depth, pre_gap, tail, self_time = nest(h_thread, h_start, h_end, h_dur_s)
+
+    # ---------------- steps ---------------------------------------------------------------------
+    strings = st.strings
+    step_rows = []
+    for i in np.nonzero(h_kind == HostKind.ANNOTATION)[0]:
+        m = _STEP_RE.match(strings[h_name[i]])
+        if m:
+            step_rows.append((h_start[i], int(m.group(1)), int(i)))
+    step_rows.sort()
+    if step_rows:
+        s_start = np.array([r[0] for r in step_rows])
+        s_num = np.array([r[1] for r in step_rows], np.int64)
+        s_host = np.array([r[2] for r in step_rows], np.int32)
+        s_dur = h_dur_s[s_host]
+    else:
+        lo = float(h_start.min()) if nh else (float((g_ts.min() - origin) * scale) if ng else 0.0)
+        hi = float(h_end.max()) if nh else (float(((g_ts + g_dur).max() - origin) * scale) if ng else 0.0)
+        s_start, s_num, s_host, s_dur = (
+            np.array([lo]),
+            np.array([-1], np.int64),
+            np.array([-1], np.int32),
+            np.array([hi - lo]),
+        )
+
+    def step_of(t: np.ndarray) -> np.ndarray:
+        if s_host[0] < 0:
+            return np.zeros(len(t), np.int32)
+        k = np.searchsorted(s_start, t, side="right") - 1
+        ok = (k >= 0) & (t < (s_start + s_dur)[np.maximum(k, 0)])
+        return np.where(ok, k, -1).astype(np.int32)
+
+    h_step = step_of(h_start)
+
+    # ---------------- GPU ops -------------------------------------------------------------------
+    g_start = (g_ts - origin) * scale
+    gorder = np.argsort(g_start, kind="stable")
+    gpu = [gpu[i] for i in gorder]
+    g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
+    g_dev = np.array([r[0] for r in gpu], np.int16)
+    g_stream = np.array([r[1] for r in gpu], np.int64)
+    g_name = np.array([r[4] for r in gpu], np.int32)
+    g_kind = np.array([r[5] for r in gpu], np.int8)
+    g_corr = np.array([r[6] for r in gpu], np.int64)
+
+    # link GPU ops to the runtime call that enqueued them: correlation, else flow events
+    runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
+    corr2host: dict[int, int] = {}
+    for i in runtime_idx.tolist():
+        c = int(h_corr[i])
+        if c >= 0 and c not in corr2host:
+            corr2host[c] = i
+    get = corr2host.get
+    g_launch_host = np.array([get(c, -1) for c in g_corr.tolist()], np.int64).reshape(ng)
+    missing = np.nonzero(g_launch_host < 0)[0]
+    n_flow_links = 0
+    if len(missing) and (flow_s or flow_f):
+        at_pos: dict[tuple, int] = {}
+        for i in runtime_idx.tolist():
+            r = host[i]
+            at_pos[(r[0], r[1], r[2])] = i
+        end_at: dict[tuple, Any] = {}
+        for fid, pos in flow_f.items():
+            end_at[pos] = fid
+        for fid, pos in flow_s.items():
+            end_at.setdefault(pos, fid)
+        for j in missing.tolist():
+            r = gpu[j]
+            fid = end_at.get((r[12], r[13], r[2]))
+            if fid is None:
+                continue
+            for other in (flow_s.get(fid), flow_f.get(fid)):
+                if other is not None and other in at_pos:
+                    g_launch_host[j] = at_pos[other]
+                    if g_corr[j] < 0:
+                        g_corr[j] = fid if isinstance(fid, int) else -1
+                    n_flow_links += 1
+                    break
+
+    # host-op kinds for runtime calls
+    launched = np.zeros(nh, bool)
+    launched[g_launch_host[g_launch_host >= 0]] = True
+    # per distinct runtime-call name: SYNC, LAUNCH_SYNC, LAUNCH by name, or RUNTIME (then LAUNCH if it launched)
+    rt_names = h_name[runtime_idx]
+    uniq, inv = np.unique(rt_names, return_inverse=True)
+    by_name = np.array(
+        [
+            HostKind.SYNC
+            if strings[u] in SYNC_APIS
+            else HostKind.LAUNCH_SYNC
+            if strings[u] in LAUNCH_SYNC_APIS
+            else HostKind.LAUNCH
+            if _LAUNCH_NAME.search(strings[u])
+            else HostKind.RUNTIME
+            for u in uniq.tolist()
+        ],
+        np.int8,
+    )
+    rt_kind = by_name[inv.reshape(-1)] if len(runtime_idx) else np.zeros(0, np.int8)
+    rt_kind = np.where((rt_kind == HostKind.RUNTIME) & launched[runtime_idx], np.int8(HostKind.LAUNCH), rt_kind)
+    h_kind[runtime_idx] = rt_kind
+
+    # launches table
+    l_host = np.nonzero((h_kind == HostKind.LAUNCH) | (h_kind == HostKind.LAUNCH_SYNC))[0].astype(np.int32)
+    host2launch = np.full(nh, -1, np.int32)
+    host2launch[l_host] = np.arange(len(l_host), dtype=np.int32)
+    g_launch = np.where(g_launch_host >= 0, host2launch[np.maximum(g_launch_host, 0)], -1).astype(np.int32)
+    nl = len(l_host)
+    l_first = np.full(nl, -1, np.int32)
+    l_count = np.zeros(nl, np.int32)
+    l_dev = np.full(nl, -1, np.int16)
+    l_stream = np.full(nl, -1, np.int64)
+    has = np.nonzero(g_launch >= 0)[0]
+    np.add.at(l_count, g_launch[has], 1)
+    for j in has[::-1].tolist():  # reversed: first (earliest) op wins
+        k = g_launch[j]
+        l_first[k] = j
+        l_dev[k] = g_dev[j]
+        l_stream[k] = g_stream[j]
+    launches = Table(
+        "launches",
+        nl,
+        host_op=l_host,
+        correlation=h_corr[l_host],
+        first_gpu_op=l_first,
+        n_gpu_ops=l_count,
+        device=l_dev,
+        stream=l_stream,
+    )
+
+    # the 'parent ATen op' of each GPU op: innermost OP ancestor of its launch call
+    op_anc = nearest_ancestor(parent, h_kind == HostKind.OP)
+    g_op = np.where(g_launch_host >= 0, op_anc[np.maximum(g_launch_host, 0)], -1).astype(np.int32)
+
+    # classification
+    # classification, once per distinct (kernel name, parent op name)
+    op_name = np.where(g_op >= 0, h_name[np.maximum(g_op, 0)], -1) if nh else np.full(ng, -1)
+    memo: dict[tuple[int, int], int] = {}
+    g_cls = np.empty(ng, np.int8)
+    for j, (kn, on, gk) in enumerate(zip(g_name.tolist(), op_name.tolist(), g_kind.tolist())):
+        if gk == GpuKind.MEMCPY:
+            g_cls[j] = OpClass.MEMCPY
+        elif gk == GpuKind.MEMSET:
+            g_cls[j] = OpClass.MEMSET
+        else:
+            c = memo.get((kn, on))
+            if c is None:
+                c = memo[(kn, on)] = int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
+            g_cls[j] = c
+
+    # FLOPs / bytes from shapes
+    h_shapes = np.array([r[9] for r in host], np.int32)
+    h_types = np.array([r[10] for r in host], np.int32)
+    h_flops, h_bytes = _host_flops(strings, h_name, h_shapes, h_types, h_kind)
+    g_flops, g_bytes = _gpu_flops(g_op, g_cls, g_kind, h_flops, h_bytes)
+    for j, r in enumerate(gpu):
+        if r[10] is not None and g_kind[j] != GpuKind.KERNEL:
+            g_bytes[j] = float(r[10])
+
+    # step of each GPU op: the step containing its launch call (else its own start)
+    # GPU ops whose launch is not in the trace (enqueued before the profiling window)
+    # belong to the step whose CPU window contains their GPU start (MANIFEST's rule).
+    g_when = np.where(g_launch_host >= 0, h_start[np.maximum(g_launch_host, 0)], g_start)
+    g_step = step_of(g_when)
+    ns = len(s_start)
+    s_gstart = np.full(ns, np.inf)
+    s_gend = np.full(ns, -np.inf)
+    s_cnt = np.zeros(ns, np.int32)
+    m = g_step >= 0
+    np.minimum.at(s_gstart, g_step[m], g_start[m])
+    np.maximum.at(s_gend, g_step[m], (g_start + g_dur_s)[m])
+    np.add.at(s_cnt, g_step[m], 1)
+    s_gstart[np.isinf(s_gstart)] = np.nan
+    s_gend[np.isinf(s_gend)] = np.nan
+    steps = Table(
+        "steps",
+        ns,
+        number=s_num,
+        host_op=s_host,
+        cpu_start=s_start,
+        cpu_dur=s_dur,
+        gpu_start=s_gstart,
+        gpu_end=s_gend,
+        n_gpu_ops=s_cnt,
+    )
+
+    host_ops = Table(
+        "host_ops",
+        nh,
+        thread=h_thread,
+        start=h_start,
+        dur=h_dur_s,
+        name=h_name,
+        kind=h_kind,
+        parent=parent,
+        depth=depth,
+        pre_gap=pre_gap,
+        tail=tail,
+        self_time=self_time,
+        step=h_step,
+        input_shapes=h_shapes,
+        input_types=h_types,
+        rf_id=np.array([r[7] for r in host], np.int64),
+        ext_id=np.array([r[6] for r in host], np.int64),
+        correlation=h_corr,
+        flops=h_flops,
+        bytes=h_bytes,
+    )
+    gpu_ops = Table(
+        "gpu_ops",
+        ng,
+        device=g_dev,
+        stream=g_stream,
+        start=g_start,
+        dur=g_dur_s,
+        name=g_name,
+        kind=g_kind,
+        cls=g_cls,
+        copy_kind=np.array([r[11] for r in gpu], np.int8),
+        grid=np.array([r[8] for r in gpu], np.int32).reshape(ng, 3),
+        block=np.array([r[9] for r in gpu], np.int32).reshape(ng, 3),
+        launch=g_launch,
+        op=g_op,
+        correlation=g_corr,
+        ext_id=np.array([r[7] for r in gpu], np.int64),
+        step=g_step,
+        bytes=g_bytes,
+        flops=g_flops,
+    )
+
+    collectives, groups = collectives_tables(st, host, host_ops, gpu_ops, g_launch_host, dist, world)
+    edges = kineto_edges(strings, host_ops, gpu_ops, launches, g_launch_host, syncs, corr2host)
+
+    device_name = _device_name(meta, g_dev)
+    rg = RankGraph(
+        rank=rank,
+        world_size=world,
+        device_name=device_name,
+        strings=st.strings,
+        threads=threads,
+        host_ops=host_ops,
+        gpu_ops=gpu_ops,
+        launches=launches,
+        collectives=collectives,
+        groups=groups,
+        steps=steps,
+        edges=edges,
+        time_origin=origin * scale,
+        source={
+            "format": "kineto",
+            "file": str(path),
+            "time_unit": "ns" if scale == 1e-9 else "us",
+            "flow_links": n_flow_links,
+            "schemaVersion": meta.get("schemaVersion"),
+        },
+    )
+    fill_gpu_costs(rg)  # bytes / FLOPs of the non-GEMM kernels from their parent op's shapes
+    return rg
+
+
+def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Parent, depth, pre_gap, tail and self time of host ops sorted in pre-order per thread.
+
+    An op is a child of the innermost open op that has not ended when it starts.
+    """
+    n = len(thread)
+    parent = np.full(n, -1, np.int32)
+    depth = np.zeros(n, np.int16)
+    pre_gap = np.zeros(n)
+    tail = np.zeros(n)
+    child_sum = np.zeros(n)
+    th, s_, e_, d_ = thread.tolist(), start.tolist(), end.tolist(), dur.tolist()
+    boundary = [0.0] * n
+    stack: list[int] = []
+    cur = None
+    last_top_end = None
+    for i in range(n):
+        t = th[i]
+        s = s_[i]
+        if t != cur:
+            for j in stack:
+                tail[j] = max(0.0, e_[j] - boundary[j])
+            stack = []
+            cur = t
+            last_top_end = None
+        while stack and e_[stack[-1]] <= s:
+            j = stack.pop()
+            tail[j] = max(0.0, e_[j] - boundary[j])
+        if stack:
+            p = stack[-1]
+            parent[i] = p
+            depth[i] = len(stack)
+            pre_gap[i] = max(0.0, s - boundary[p])
+            if e_[i] > boundary[p]:
+                boundary[p] = e_[i]
+            child_sum[p] += d_[i]
+        else:
+            if last_top_end is not None:
+                pre_gap[i] = max(0.0, s - last_top_end)
+            last_top_end = e_[i] if last_top_end is None else max(last_top_end, e_[i])
+        boundary[i] = s
+        stack.append(i)
+    for j in stack:
+        tail[j] = max(0.0, e_[j] - boundary[j])
+    self_time = np.maximum(0.0, dur - child_sum)
+    return parent, depth, pre_gap, tail, self_time
+
+
+def _host_flops(
+    strings: list[str], name: np.ndarray, shapes: np.ndarray, types: np.ndarray, kind: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    n = len(name)
+    flops = np.full(n, np.nan)
+    byts = np.full(n, np.nan)
+    for i in np.nonzero((shapes >= 0) & (kind == HostKind.OP))[0].tolist():
+        f, b = op_flops_bytes(strings[name[i]], strings[shapes[i]], strings[types[i]] if types[i] >= 0 else None)
+        flops[i], byts[i] = f, b
+    return flops, byts
+
+
+_COMPUTE = np.array([OpClass.GEMM, OpClass.GROUPED_GEMM, OpClass.ATTENTION], np.int8)
+
+
+def _gpu_flops(
+    g_op: np.ndarray, g_cls: np.ndarray, g_kind: np.ndarray, h_flops: np.ndarray, h_bytes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Spread each op's FLOPs and bytes evenly over its compute-class kernels."""
+    ng = len(g_op)
+    flops = np.full(ng, np.nan)
+    byts = np.full(ng, np.nan)
+    sel = np.nonzero((g_op >= 0) & np.isin(g_cls, _COMPUTE) & (g_kind == GpuKind.KERNEL))[0]
+    if len(sel):
+        ops = g_op[sel]
+        cnt = np.bincount(ops, minlength=len(h_flops))
+        flops[sel] = h_flops[ops] / cnt[ops]
+        byts[sel] = h_bytes[ops] / cnt[ops]
+    return flops, byts
+
+
+def _device_name(meta: dict[str, Any], g_dev: np.ndarray) -> str:
+    props = meta.get("deviceProperties") or []
+    if not len(g_dev):
+        return "cpu"
+    dev = int(np.bincount(g_dev.astype(np.int64) - g_dev.min()).argmax() + g_dev.min())
+    for p in props:
+        if isinstance(p, dict) and as_int(p.get("id")) == dev:
+            return str(p.get("name", ""))
+    if props and isinstance(props[0], dict):
+        return str(props[0].get("name", ""))
+    return ""
