@@ -1,4 +1,5 @@
-"""Sensitivity: the host-bound default scenario ranks host and launch parameters on top."""
+"""Sensitivity: a host-bound capture ranks host and launch parameters on top; the GPU-bound default (a synthetic
+MoE training step) ranks the GPU's compute first."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from cosim.errors import CosimInputError
 from cosim.sensitivity import parse_delta, run_sensitivity
 
 
-def test_default_scenario_ranks_host_first(tmp_path: Path) -> None:
+def test_host_bound_capture_ranks_host_first(tmp_path: Path) -> None:
     params = ["host.speed", "cpus.xeon-8480c.launch_overhead", "links.nvlink4.bandwidth",
               "accelerators.h100-sxm5.hbm_bandwidth", "accelerators.h100-sxm5.peak_flops"]
-    d = run_sensitivity(None, tmp_path, params=params, delta=0.2, progress=False)
+    d = run_sensitivity("moe-ep4-dgx-h100", tmp_path, params=params, delta=0.2, progress=False)
     assert d["schema"] == "cosim.sensitivity/1" and d["baseline_bound"] == "host"
     keys = [e["key"] for e in d["parameters"]]
     assert keys[0] == "host.speed"
@@ -40,6 +41,17 @@ def test_default_scenario_ranks_host_first(tmp_path: Path) -> None:
     assert bars[0]["y"] == labels[::-1] and bars[1]["y"] == labels[::-1]  # one bar per parameter, largest on top
     assert bars[0]["x"][-1] == pytest.approx(top["better_pct"]) and bars[1]["x"][-1] == pytest.approx(top["worse_pct"])
     assert json.loads((tmp_path / "sensitivity.json").read_text())["parameters"][0]["key"] == "host.speed"
+
+
+def test_gpu_bound_default_ranks_compute_above_the_host(tmp_path: Path) -> None:
+    d = run_sensitivity(None, tmp_path, params=["host.speed", "accelerators.h100-sxm5.peak_flops.bf16"], delta=0.2,
+                        progress=False)
+    assert d["baseline_bound"] == "gpu"
+    by = {e["key"]: e for e in d["parameters"]}
+    flops, host = by["accelerators.h100-sxm5.peak_flops.bf16"], by["host.speed"]
+    assert [e["key"] for e in d["parameters"]][0] == "accelerators.h100-sxm5.peak_flops.bf16"
+    assert flops["better_pct"] < -1 and flops["worse_pct"] > 1  # more FLOP/s: a shorter step
+    assert host["effect"] < flops["effect"] / 10
 
 
 def test_bad_inputs() -> None:
