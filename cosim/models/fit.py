@@ -29,12 +29,18 @@ from cosim.models.calibrated import (
     GEMM_CLASSES,
     GEMV_PREFIX,
     MEMORY_CLASSES,
+    PARALLEL_PATTERNS,
+    PATTERN_PREFIX,
     TILE_PREFIX,
     HardwareFigures,
+    access_patterns,
+    bandwidth_identifiable,
     fit_attention,
     fit_gemm,
     fit_memory,
     gemv_kernels,
+    parallel_time,
+    pattern_efficiency,
     named_tiles,
     reference_bandwidth,
 )
@@ -42,7 +48,7 @@ from cosim.models.features import KernelFeatures, extract_features
 from cosim.models.profile import CalibrationProfile
 
 __all__ = ["DB_COLUMNS", "KERNEL_DB_MAX", "KernelDB", "build_kernel_db", "class_errors", "fit_kernel_scale",
-           "fit_profile", "launch_key_floor", "launch_keys", "load_db", "mape"]
+           "fit_memory_patterns", "fit_profile", "launch_key_floor", "launch_keys", "load_db", "mape"]
 
 DB_COLUMNS = ("source", "step", "cls", "kernel", "op", "dtype", "m", "n", "k", "batch", "heads", "bwd",
               "flops", "bytes", "dur_s")
@@ -198,6 +204,8 @@ def concat(items: Sequence[KernelFeatures]) -> KernelFeatures:
         bwd=cat("bwd").astype(bool), flops=cat("flops"), bytes=cat("bytes"), dur=cat("dur"),
         grid=np.concatenate([f.grid for f in items]) if items else np.zeros((0, 3), np.int64),
         block=np.concatenate([f.block for f in items]) if items else np.zeros((0, 3), np.int64),
+        elems=(np.concatenate([f.elems if f.elems is not None else np.full(len(f), np.nan) for f in items])
+               if any(f.elems is not None for f in items) else None),
     )
 
 
@@ -207,7 +215,7 @@ def take(f: KernelFeatures, idx: np.ndarray) -> KernelFeatures:
         cls=[f.cls[i] for i in idx], kernel=[f.kernel[i] for i in idx], op_name=[f.op_name[i] for i in idx],
         dtype=[f.dtype[i] for i in idx], m=f.m[idx], n=f.n[idx], k=f.k[idx], batch=f.batch[idx],
         heads=f.heads[idx], bwd=f.bwd[idx], flops=f.flops[idx], bytes=f.bytes[idx], dur=f.dur[idx],
-        grid=f.grid[idx], block=f.block[idx],
+        grid=f.grid[idx], block=f.block[idx], elems=f.elems[idx] if f.elems is not None else None,
     )
 
 
@@ -296,6 +304,32 @@ def build_kernel_db(db: KernelDB, max_entries: int = KERNEL_DB_MAX) -> dict[tupl
     return {k: (float(np.median(v)), len(v)) for k, v in top}
 
 
+def fit_memory_patterns(nbytes: np.ndarray, dur: np.ndarray, patterns: np.ndarray, bandwidth: float,
+                        hw: HardwareFigures, parallel: np.ndarray | float = 0.0) -> dict:
+    """Parameters of one memory class by access pattern (:func:`cosim.models.calibrated.access_patterns`).
+
+    ``default`` is the reference pattern's (contiguous / pinned) fit on every row, each row's bytes divided
+    by its pattern's relative bandwidth (:func:`cosim.models.calibrated.pattern_efficiency` at a reference
+    efficiency of :data:`REFERENCE_EFFICIENCY`), so a strided row counts as the contiguous traffic it costs;
+    a pattern whose own rows identify a bandwidth (:func:`bandwidth_identifiable`) also gets its own fit,
+    ``pattern:<name>``. Patterns without one are predicted from ``default`` by their pattern rule.
+    ``parallel``: the rows' parallelism bounds (:func:`cosim.models.calibrated.parallel_time`), 0 if none."""
+    par = np.broadcast_to(np.asarray(parallel, dtype=float), np.shape(nbytes))
+    ratio = np.array([pattern_efficiency(p, REFERENCE_EFFICIENCY, hw, bandwidth) / REFERENCE_EFFICIENCY
+                      for p in patterns])
+    out: dict = {"default": fit_memory(nbytes / ratio, dur, bandwidth, par)}
+    if len(set(patterns)) > 1 or np.any(ratio != 1.0):
+        for pat in sorted(set(patterns) - {""}):
+            s = patterns == pat
+            if bandwidth_identifiable(nbytes[s], dur[s], bandwidth):
+                out[PATTERN_PREFIX + pat] = fit_memory(nbytes[s], dur[s], bandwidth, par[s])
+    return out
+
+
+REFERENCE_EFFICIENCY = 0.8
+"""Efficiency of a contiguous kernel assumed when weighting other patterns' rows in a class fit."""
+
+
 def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None = None, *,
                 kernel_scale: bool = True, kernel_db: int = 0, launch: bool = True,
                 launch_extra: KernelDB | None = None) -> CalibrationProfile:
@@ -352,10 +386,12 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
         peaks = np.array([hw.peak(d) for d in dts[ok]])
         models["attention"] = {"default": fit_attention(f.batch[ok], f.heads[ok], f.m[ok], f.n[ok], f.k[ok],
                                                         f.bwd[ok], peaks, f.dur[ok], hw)}
+    pats = access_patterns(f.kernel)
     for c in MEMORY_CLASSES:
         ok = use & (cls == c) & np.isfinite(f.bytes)
         if ok.sum() >= _MIN_MEMORY:
-            models[c] = {"default": fit_memory(f.bytes[ok], f.dur[ok], reference_bandwidth(c, hw))}
+            par = parallel_time(f.bytes[ok], f.grid[ok], f.block[ok], hw) * np.isin(pats[ok], PARALLEL_PATTERNS)
+            models[c] = fit_memory_patterns(f.bytes[ok], f.dur[ok], pats[ok], reference_bandwidth(c, hw), hw, par)
     prof = CalibrationProfile(name=name or db.accelerator, accelerator=db.accelerator, models=models)
     prov = {
         "gpu": db.device_name or acc.name,

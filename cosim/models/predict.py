@@ -26,13 +26,17 @@ from cosim.catalog.models import Accelerator
 from cosim.models.calibrated import (
     GEMM_CLASSES,
     GEMV_PREFIX,
+    PARALLEL_PATTERNS,
     TILE_PREFIX,
     HardwareFigures,
+    access_patterns,
     attention_time,
     gemm_time,
     gemv_kernels,
+    memory_params,
     memory_time,
     named_tiles,
+    parallel_time,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features
@@ -102,6 +106,7 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
     cls = np.array(f.cls, dtype=object)
     dts = np.array(f.dtype, dtype=object)
     tiles = named_tiles(f.kernel)
+    patterns = access_patterns(f.kernel)
     for c in sorted(set(f.cls)):
         sel = cls == c
         if c == "collective":
@@ -144,8 +149,13 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
                 src[s] = SOURCES.index("model")
         else:
             ok = sel & np.isfinite(f.bytes)
-            p = prof.params(c, "")
-            out[ok] = memory_time(f.bytes[ok], reference_bandwidth(c, hw), p)
+            base = prof.params(c, "")
+            for pat in sorted(set(patterns[ok])):  # access pattern: its own fit, else the class's x a ratio
+                s = ok & (patterns == pat)
+                bw = reference_bandwidth(c, hw)
+                p = memory_params(prof.models.get(c), base, pat, hw, bw)  # type: ignore[arg-type]
+                par = parallel_time(f.bytes[s], f.grid[s], f.block[s], hw) if pat in PARALLEL_PATTERNS else 0.0
+                out[s] = memory_time(f.bytes[s], bw, p, par)
             src[ok] = SOURCES.index("model")
     if f.inferred is not None:  # bytes read off a neighbouring launch, not shapes (features.infer_norm_bytes)
         src[f.inferred & (src == SOURCES.index("model"))] = SOURCES.index("inferred")

@@ -249,6 +249,49 @@ def vidur(prof: CalibrationProfile) -> dict:
     return out
 
 
+VIDUR_MEMORY_OPS = ("input_layernorm", "post_attention_layernorm", "mlp_act", "add", "attn_rope")
+"""vidur's memory-bound Llama-2 ops (vLLM's fused CUDA kernels: contiguous access)."""
+
+
+def vidur_memory(prof: CalibrationProfile) -> dict:
+    """Memory-bound ops (RMSNorm, SiLU-and-mul, residual add, rotary embedding) predicted from the bytes
+    they move vs vidur's measured H100 medians (Llama-2 7B/70B, token counts x TP). Bytes, BF16: RMSNorm
+    reads x and writes y (T x E each) plus the weight; SiLU-and-mul reads T x 2F/tp and writes T x F/tp;
+    add reads two T x E and writes one; rotary reads and writes q and k (T x (H + Hkv) x hd / tp)."""
+    from cosim.models.calibrated import memory_params, memory_time, reference_bandwidth
+
+    acc = load_catalog().accelerator("h100-sxm5")
+    hw = HardwareFigures.of(acc)
+    out: dict = {}
+    for model in ("llama2-7b", "llama2-70b"):
+        p = shared_dir() / "measured" / "vidur-h100-compute" / f"{model}-mlp.csv"
+        rows = list(csv.DictReader(open(p)))
+        per: dict[str, list[tuple[float, float]]] = {}
+        for r in rows:
+            T, tp = float(r["num_tokens"]), float(r["num_tensor_parallel_workers"])
+            H, Hkv, E, F = (float(r[x]) for x in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd"))
+            hd = E / H
+            nbytes = {"input_layernorm": 2 * (2 * T * E + E), "post_attention_layernorm": 2 * (2 * T * E + E),
+                      "mlp_act": 2 * (T * 2 * F / tp + T * F / tp), "add": 2 * 3 * T * E,
+                      "attn_rope": 2 * 2 * T * (H + Hkv) * hd / tp}
+            for op in VIDUR_MEMORY_OPS:
+                per.setdefault(op, []).append((nbytes[op], float(r[f"time_stats.{op}.median"]) * 1e-3))
+        res: dict = {}
+        for op, v in per.items():
+            b, t = np.array([x[0] for x in v]), np.array([x[1] for x in v])
+            cls = "norm" if "layernorm" in op else "elementwise"
+            base = prof.params(cls, "")
+            pp = memory_params(prof.models.get(cls), base, "contiguous", hw, reference_bandwidth(cls, hw))
+            pred = memory_time(b, hw.hbm_bandwidth, pp)
+            ape = np.abs(pred - t) / t
+            res[op] = {"n": len(t), "class": cls, "mape": round(float(ape.mean()), 4),
+                       "median_ape": round(float(np.median(ape)), 4),
+                       "time_err": round(float(pred.sum() / t.sum() - 1), 4),
+                       "achieved_hbm_frac_at_max_bytes": round(float(b.max() / t[np.argmax(b)] / hw.hbm_bandwidth), 3)}
+        out[model] = res
+    return out
+
+
 def deepgemm(prof: CalibrationProfile) -> dict:
     """FP8 dense and grouped GEMM predictions on H800 vs DeepGEMM's published TFLOPS."""
     acc = load_catalog().accelerator("h800-sxm5")
@@ -311,6 +354,9 @@ def main() -> int:
         res["kernel_sum"][f"h100 fold {i}"] = sum_err(tdb, prof)
         st = step_time(test, prof, tmp, gparts[-1][2])
         st.pop("summary")
+        res.setdefault("loto_h100", {})[test.name] = {
+            "step": {k: st[k] for k in ("meas_ms", "pred_ms", "err")},
+            "classes": class_errors(tdb, prof, all_ops=True)}
         stept[f"H100 {test.name}"] = {"profile": f"{prof.name} (LOTO)", **st}
         if args.write:
             prof.save(HERE / "profiles" / f"{prof.name}.yaml")
@@ -420,6 +466,7 @@ def main() -> int:
 
     shutil.rmtree(tmp, ignore_errors=True)
     res["vidur_h100"] = vidur(h_all)
+    res["vidur_h100_memory"] = vidur_memory(h_all)
     res["deepgemm_h800_fp8"] = deepgemm(h_all)
     (HERE / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True))
     if args.write:
