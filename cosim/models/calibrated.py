@@ -56,6 +56,8 @@ __all__ = [
     "PATTERN_PREFIX",
     "PATTERN_RATIO",
     "PATTERN_SM_BANDWIDTH",
+    "ELEMENT_PATTERNS",
+    "ELEMENT_RATE_PER_SM",
     "TILES",
     "TILE_PREFIX",
     "AttentionParams",
@@ -64,11 +66,13 @@ __all__ = [
     "MemoryParams",
     "access_patterns",
     "attention_time",
+    "element_time",
     "fit_attention",
     "fit_gemm",
     "fit_memory",
     "gemm_time",
     "gemv_kernels",
+    "launch_bound",
     "launch_split",
     "memory_params",
     "memory_time",
@@ -402,18 +406,33 @@ optimizers). Host copies are ``pinned`` (DMA straight from page-locked memory) o
 stages them through a pinned buffer: a CPU memcpy, then DMA, chunk by chunk)."""
 
 PATTERN_SM_BANDWIDTH: dict[str, float] = {
-    "strided": 9.6e9,
-    "unrolled": 9.1e9,
     "batched_copy": 11.5e9,
 }
-"""Sustained bytes/s **per SM** of the access patterns that do not reach HBM bandwidth (used where a profile has
-no fit of that pattern, ``pattern:<name>``): a kernel without 16-byte vector loads keeps few bytes in flight
-per thread, so by Little's law its bandwidth is (bytes in flight per SM / memory latency) x SMs, whatever the
-HBM: ``efficiency = min(class efficiency, SMs x this / HBM)``. Values: medians of the rows moving >= 8 MB of
-hta/a100-rank3of8-control (A100, 108 SMs, 2.04 TB/s; another GPU than the H100 traces scored leave-one-out):
-strided 0.51 of HBM, unrolled 0.48, batched copy 0.61. On the H100 Qwen trace (132 SMs) this predicts 0.38 /
-0.36 / 0.45 of HBM where 0.44 / 0.56 / 0.52 were measured; a fixed ratio to contiguous (A100: 0.74 / 0.70 /
-0.88) would predict 0.73 / 0.69 / 0.87."""
+"""Sustained bytes/s **per SM** of access patterns that do not reach HBM bandwidth (used where a profile has
+no fit of that pattern, ``pattern:<name>``): ``efficiency = min(class efficiency, SMs x this / HBM)``. Value:
+the median of the ``CatArrayBatchedCopy`` rows moving >= 8 MB of hta/a100-rank3of8-control (A100, 108 SMs,
+0.61 of its 2.04 TB/s; another GPU than the H100 traces scored leave-one-out). H100 Qwen trace: 0.52 of HBM
+measured, 0.45 predicted."""
+
+ELEMENT_PATTERNS = ("strided", "unrolled")
+"""Access patterns whose kernels load one element per operand per thread at a time (no vector loads): their
+time is bound by :func:`element_time`."""
+
+ELEMENT_RATE_PER_SM = 2.3e9
+"""Elements/s per SM of a kernel that keeps one scalar load per operand in flight per thread: by Little's law,
+resident threads (2048 per SM) over the loaded memory latency (~0.9 us), whatever the element size, so a
+strided FP32 op moves twice the bytes per second of a BF16 one. Value: the median over vidur's H100 SiLU-and-mul
+(vLLM ``silu_and_mul``, scalar loads; Llama-2-7B 2.21, Llama-2-70B 2.42 G elements/s/SM at >= 1024 tokens,
+../shared/measured/vidur-h100-compute). The same law matches, without refitting, the H100 Qwen trace's PyTorch
+strided and unrolled kernels (2.1-2.8) and vidur's RMSNorm (2.2-2.5 per pass) and rotary embedding (2.9)."""
+
+
+def element_time(elems: np.ndarray, hw: HardwareFigures) -> np.ndarray:
+    """Lower bound (s) on the time of a scalar-load kernel (:data:`ELEMENT_PATTERNS`) producing ``elems``
+    elements: ``elems / (SMs x ELEMENT_RATE_PER_SM)``; 0 where unknown."""
+    e = np.asarray(elems, dtype=float)
+    return np.where(np.isfinite(e), e, 0.0) / (hw.sm_count * ELEMENT_RATE_PER_SM)
+
 
 PATTERN_RATIO: dict[str, float] = {"pageable": 0.35}
 """Bandwidth of a host-copy pattern relative to the class's reference (pinned) fit, where a profile has no fit
@@ -482,6 +501,18 @@ def parallel_time(nbytes: np.ndarray, grid: np.ndarray, block: np.ndarray, hw: H
     with np.errstate(invalid="ignore", divide="ignore"):
         t = nb / (live * THREAD_BANDWIDTH)
     return np.where(np.isfinite(t), t, 0.0)
+
+
+def launch_bound(f, sel: np.ndarray, pattern: str, hw: HardwareFigures) -> np.ndarray | float:  # type: ignore[no-untyped-def]
+    """Lower bound (s) on the memory-bound rows ``sel`` of features ``f`` (all of access ``pattern``) from how
+    their kernel works: the reduction parallelism bound (:func:`parallel_time`) for :data:`PARALLEL_PATTERNS`,
+    the scalar-load element bound (:func:`element_time`) for :data:`ELEMENT_PATTERNS` when the element counts
+    are known; 0 otherwise."""
+    if pattern in PARALLEL_PATTERNS:
+        return parallel_time(f.bytes[sel], f.grid[sel], f.block[sel], hw)
+    if pattern in ELEMENT_PATTERNS and getattr(f, "elems", None) is not None:
+        return element_time(f.elems[sel], hw)
+    return 0.0
 
 
 def reference_bandwidth(cls: str, hw: HardwareFigures) -> float:

@@ -29,7 +29,6 @@ from cosim.models.calibrated import (
     GEMM_CLASSES,
     GEMV_PREFIX,
     MEMORY_CLASSES,
-    PARALLEL_PATTERNS,
     PATTERN_PREFIX,
     TILE_PREFIX,
     HardwareFigures,
@@ -39,7 +38,7 @@ from cosim.models.calibrated import (
     fit_gemm,
     fit_memory,
     gemv_kernels,
-    parallel_time,
+    launch_bound,
     pattern_efficiency,
     named_tiles,
     reference_bandwidth,
@@ -390,7 +389,10 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
     for c in MEMORY_CLASSES:
         ok = use & (cls == c) & np.isfinite(f.bytes)
         if ok.sum() >= _MIN_MEMORY:
-            par = parallel_time(f.bytes[ok], f.grid[ok], f.block[ok], hw) * np.isin(pats[ok], PARALLEL_PATTERNS)
+            par = np.zeros(int(ok.sum()))
+            for pat in set(pats[ok]):
+                s = pats[ok] == pat
+                par[s] = launch_bound(f, np.flatnonzero(ok)[s], pat, hw)
             models[c] = fit_memory_patterns(f.bytes[ok], f.dur[ok], pats[ok], reference_bandwidth(c, hw), hw, par)
     prof = CalibrationProfile(name=name or db.accelerator, accelerator=db.accelerator, models=models)
     prov = {

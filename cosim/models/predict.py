@@ -26,7 +26,6 @@ from cosim.catalog.models import Accelerator
 from cosim.models.calibrated import (
     GEMM_CLASSES,
     GEMV_PREFIX,
-    PARALLEL_PATTERNS,
     TILE_PREFIX,
     HardwareFigures,
     access_patterns,
@@ -35,8 +34,8 @@ from cosim.models.calibrated import (
     gemv_kernels,
     memory_params,
     memory_time,
+    launch_bound,
     named_tiles,
-    parallel_time,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features
@@ -154,8 +153,7 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
                 s = ok & (patterns == pat)
                 bw = reference_bandwidth(c, hw)
                 p = memory_params(prof.models.get(c), base, pat, hw, bw)  # type: ignore[arg-type]
-                par = parallel_time(f.bytes[s], f.grid[s], f.block[s], hw) if pat in PARALLEL_PATTERNS else 0.0
-                out[s] = memory_time(f.bytes[s], bw, p, par)
+                out[s] = memory_time(f.bytes[s], bw, p, launch_bound(f, s, pat, hw))
             src[ok] = SOURCES.index("model")
     if f.inferred is not None:  # bytes read off a neighbouring launch, not shapes (features.infer_norm_bytes)
         src[f.inferred & (src == SOURCES.index("model"))] = SOURCES.index("inferred")
