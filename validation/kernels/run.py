@@ -258,7 +258,7 @@ def vidur_memory(prof: CalibrationProfile) -> dict:
     they move vs vidur's measured H100 medians (Llama-2 7B/70B, token counts x TP). Bytes, BF16: RMSNorm
     reads x and writes y (T x E each) plus the weight; SiLU-and-mul reads T x 2F/tp and writes T x F/tp;
     add reads two T x E and writes one; rotary reads and writes q and k (T x (H + Hkv) x hd / tp)."""
-    from cosim.models.calibrated import memory_params, memory_time, reference_bandwidth
+    from cosim.models.calibrated import element_time, memory_params, memory_time, reference_bandwidth
 
     acc = load_catalog().accelerator("h100-sxm5")
     hw = HardwareFigures.of(acc)
@@ -274,20 +274,26 @@ def vidur_memory(prof: CalibrationProfile) -> dict:
             nbytes = {"input_layernorm": 2 * (2 * T * E + E), "post_attention_layernorm": 2 * (2 * T * E + E),
                       "mlp_act": 2 * (T * 2 * F / tp + T * F / tp), "add": 2 * 3 * T * E,
                       "attn_rope": 2 * 2 * T * (H + Hkv) * hd / tp}
+            elems = {"input_layernorm": T * E, "post_attention_layernorm": T * E, "mlp_act": T * F / tp,
+                     "add": T * E, "attn_rope": T * (H + Hkv) * hd / tp}  # output elements
             for op in VIDUR_MEMORY_OPS:
-                per.setdefault(op, []).append((nbytes[op], float(r[f"time_stats.{op}.median"]) * 1e-3))
+                per.setdefault(op, []).append((nbytes[op], float(r[f"time_stats.{op}.median"]) * 1e-3, elems[op]))
         res: dict = {}
         for op, v in per.items():
-            b, t = np.array([x[0] for x in v]), np.array([x[1] for x in v])
+            b, t, el = (np.array([x[i] for x in v]) for i in range(3))
             cls = "norm" if "layernorm" in op else "elementwise"
             base = prof.params(cls, "")
             pp = memory_params(prof.models.get(cls), base, "contiguous", hw, reference_bandwidth(cls, hw))
-            pred = memory_time(b, hw.hbm_bandwidth, pp)
-            ape = np.abs(pred - t) / t
-            res[op] = {"n": len(t), "class": cls, "mape": round(float(ape.mean()), 4),
-                       "median_ape": round(float(np.median(ape)), 4),
-                       "time_err": round(float(pred.sum() / t.sum() - 1), 4),
-                       "achieved_hbm_frac_at_max_bytes": round(float(b.max() / t[np.argmax(b)] / hw.hbm_bandwidth), 3)}
+            res[op] = {"n": len(t), "class": cls,
+                       "achieved_hbm_frac_at_max_bytes": round(float(b.max() / t[np.argmax(b)] / hw.hbm_bandwidth), 3),
+                       "elements_per_s_per_sm_median": round(float(np.median(el / t / hw.sm_count)), -7)}
+            # bytes: the kernel taken as contiguous (vector loads); elements: as scalar loads (vLLM's kernels
+            # load one element per thread at a time), bound by element_time as well
+            for tag, pred in (("bytes", memory_time(b, hw.hbm_bandwidth, pp)),
+                              ("elements", memory_time(b, hw.hbm_bandwidth, pp, element_time(el, hw)))):
+                ape = np.abs(pred - t) / t
+                res[op][tag] = {"mape": round(float(ape.mean()), 4), "median_ape": round(float(np.median(ape)), 4),
+                                "time_err": round(float(pred.sum() / t.sum() - 1), 4)}
         out[model] = res
     return out
 
