@@ -649,3 +649,24 @@ def test_leave_one_trace_out_h100_memory_classes():
     errs = class_errors(KernelDB.from_traces([qwen])["h100-sxm5"], prof)
     assert errs["elementwise"]["n"] > 700 and errs["elementwise"]["mape"] <= 0.25, errs["elementwise"]
     assert errs["reduction"]["mape"] <= 0.20, errs["reduction"]
+
+
+@needs_shared
+def test_kernel_db_csv_keeps_launch_block_and_elements(tmp_path):
+    """The database CSV carries what the memory bounds need (block dims, element counts): a profile fitted
+    from the CSV predicts the Qwen trace's memory-bound kernels like one fitted from the trace."""
+    from cosim.models.fit import KernelDB, fit_profile, load_db
+    from cosim.models.predict import predict_features
+
+    qwen = next((shared_dir() / "traces" / "tracelens-h100").glob("Qwen*"))
+    db = KernelDB.from_traces([qwen])["h100-sxm5"]
+    db.write_csv(tmp_path / "h100-sxm5.csv")
+    back = load_db(tmp_path / "h100-sxm5.csv")
+    assert np.array_equal(back.feats.block, db.feats.block)
+    assert np.allclose(back.feats.elems, db.feats.elems, equal_nan=True)
+    p1 = fit_profile(db, kernel_scale=False, launch=False)
+    p2 = fit_profile(back, kernel_scale=False, launch=False)
+    mem = np.isin(np.array(db.feats.cls), ["elementwise", "reduction"])
+    d1 = predict_features(db.feats, H100, p1, database=False).dur[mem]
+    d2 = predict_features(back.feats, H100, p2, database=False).dur[mem]
+    assert np.allclose(d1, d2, rtol=1e-6, equal_nan=True)

@@ -3,13 +3,15 @@
 The database is a CSV per GPU model (``<accelerator>.csv``), one row per measured
 GPU op, columns (units in the name where there is one)::
 
-    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s,grid_x,grid_y,grid_z
+    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s,grid_x,grid_y,grid_z,
+    block_x,block_y,block_z,elems
 
 ``cls`` is the model class (gemm, grouped_gemm, attention, elementwise, ...),
 ``op`` the parent ATen op, ``m, n, k, batch, heads, bwd`` the shape features of
 :class:`cosim.models.features.KernelFeatures`, ``flops`` in FLOP, ``bytes`` in
-bytes, ``dur_s`` the measured duration in seconds, ``grid_*`` the launch grid (-1 unknown; optional
-when reading). Empty cells are unknown.
+bytes, ``dur_s`` the measured duration in seconds, ``grid_*`` / ``block_*`` the launch grid and block (-1
+unknown; optional when reading), ``elems`` the elements of the op's largest tensor per kernel (optional).
+Empty cells are unknown.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ DB_COLUMNS = ("source", "step", "cls", "kernel", "op", "dtype", "m", "n", "k", "
               "flops", "bytes", "dur_s")
 GRID_COLUMNS = ("grid_x", "grid_y", "grid_z")
 """Optional trailing columns: the kernel's launch grid (-1 unknown); files without them still load."""
+BLOCK_COLUMNS = ("block_x", "block_y", "block_z")
+"""Optional columns after the grid: the kernel's thread-block dims (-1 unknown), which the reduction
+parallelism bound needs; files without them still load."""
+ELEMS_COLUMN = "elems"
+"""Optional last column: elements of the op's largest tensor per kernel (``KernelFeatures.elems``; empty =
+unknown), which the scalar-load bound needs; files without it still load."""
 _MIN_SAMPLES = {"gemm": 4, "grouped_gemm": 1, "attention": 1}
 _MIN_MEMORY = 3
 _MIN_PER_DTYPE = 12
@@ -150,13 +158,15 @@ class KernelDB:
 
         with atomic_open(path, "w") as fh:
             w = csv.writer(fh)
-            w.writerow(DB_COLUMNS + GRID_COLUMNS)
+            w.writerow(DB_COLUMNS + GRID_COLUMNS + BLOCK_COLUMNS + (ELEMS_COLUMN,))
+            el = self.feats.elems
             for i in range(len(self.feats)):
                 r = self.feats.row(i)
                 w.writerow([self.source[i], int(self.step[i]), r["cls"], r["kernel"], r["op"], r["dtype"],
                             *(_fmt(r[c]) for c in ("m", "n", "k", "batch", "heads")), r["bwd"],
                             _fmt(r["flops"]), _fmt(r["bytes"]), _fmt(r["dur_s"]),
-                            *(int(x) for x in self.feats.grid[i])])
+                            *(int(x) for x in self.feats.grid[i]), *(int(x) for x in self.feats.block[i]),
+                            _fmt(float(el[i])) if el is not None else ""])
 
 
 def _fmt(v: float) -> str:
@@ -183,10 +193,16 @@ def load_db(path: str | Path, accelerator: str | None = None) -> KernelDB:
     if rows and not set(GRID_COLUMNS) - set(rows[0]):
         grid = np.array([[int(float(r[c])) if r[c] not in ("", None) else -1 for c in GRID_COLUMNS] for r in rows],
                         dtype=np.int64).reshape(n, 3)
+    block = -np.ones((n, 3), np.int64)
+    if rows and not set(BLOCK_COLUMNS) - set(rows[0]):
+        block = np.array([[int(float(r[c])) if r[c] not in ("", None) else -1 for c in BLOCK_COLUMNS] for r in rows],
+                         dtype=np.int64).reshape(n, 3)
+    elems = col(ELEMS_COLUMN) if rows and ELEMS_COLUMN in rows[0] else None
     f = KernelFeatures(cls=[r["cls"] for r in rows], kernel=[r["kernel"] for r in rows], op_name=[r["op"] for r in rows],
                        dtype=[r["dtype"] for r in rows], m=col("m"), n=col("n"), k=col("k"), batch=col("batch"),
                        heads=col("heads"), bwd=col("bwd").astype(bool), flops=col("flops"), bytes=col("bytes"),
-                       dur=col("dur_s"), grid=grid, block=-np.ones((n, 3), np.int64))
+                       dur=col("dur_s"), grid=grid, block=block,
+                       elems=elems if elems is not None and np.isfinite(elems).any() else None)
     return KernelDB(accelerator or p.stem, "", f, [r["source"] for r in rows],
                     np.array([int(r["step"]) for r in rows], dtype=np.int64))
 
