@@ -670,3 +670,16 @@ def test_kernel_db_csv_keeps_launch_block_and_elements(tmp_path):
     d1 = predict_features(db.feats, H100, p1, database=False).dur[mem]
     d2 = predict_features(back.feats, H100, p2, database=False).dur[mem]
     assert np.allclose(d1, d2, rtol=1e-6, equal_nan=True)
+
+
+def test_fused_adam_bytes_count_the_state_it_writes():
+    """aten::_fused_adamw_ over 2 fp32 params of 1000 and 24 elements: reads params, grads, exp_avg,
+    exp_avg_sq (and the empty max list, the steps), writes params, exp_avg, exp_avg_sq: 7 x 1024 x 4 B plus
+    the two 4-byte steps; the generic rule (inputs + the largest) would say 5 x 1024 x 4."""
+    from cosim.workload.cost import mem_bytes
+
+    lst = [[1000], [24]]
+    shapes = [lst, lst, lst, lst, [], [[], []]]
+    types = ["TensorList"] * 6
+    assert mem_bytes("aten::_fused_adamw_", shapes, types, "elementwise") == 7 * 1024 * 4 + 2 * 4
+    assert mem_bytes("aten::_foreach_add_", [lst, lst], ["TensorList"] * 2, "elementwise") == 3 * 1024 * 4
