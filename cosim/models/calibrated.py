@@ -53,22 +53,33 @@ __all__ = [
     "GEMM_CLASSES",
     "GEMV_PREFIX",
     "MEMORY_CLASSES",
+    "PATTERN_PREFIX",
+    "PATTERN_RATIO",
+    "PATTERN_SM_BANDWIDTH",
+    "ELEMENT_PATTERNS",
+    "ELEMENT_RATE_PER_SM",
     "TILES",
     "TILE_PREFIX",
     "AttentionParams",
     "GemmParams",
     "HardwareFigures",
     "MemoryParams",
+    "access_patterns",
     "attention_time",
+    "element_time",
     "fit_attention",
     "fit_gemm",
     "fit_memory",
     "gemm_time",
     "gemv_kernels",
+    "launch_bound",
     "launch_split",
+    "memory_params",
     "memory_time",
     "named_tiles",
+    "parallel_time",
     "params_from_dict",
+    "pattern_efficiency",
 ]
 
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 128), (128, 64), (64, 64), (64, 32))
@@ -360,10 +371,148 @@ def attention_time(batch: np.ndarray, heads: np.ndarray, sq: np.ndarray, sk: np.
     return p.floor_s + waves * (p.tile_overhead_s + c * 128.0 * sk * hd / (peak_sm * eff))
 
 
-def memory_time(nbytes: np.ndarray, bandwidth: float, p: MemoryParams) -> np.ndarray:
-    """Modeled duration (s) of memory-bound kernels moving ``nbytes`` bytes."""
+def memory_time(nbytes: np.ndarray, bandwidth: float, p: MemoryParams,
+                parallel: np.ndarray | float = 0.0) -> np.ndarray:
+    """Modeled duration (s) of memory-bound kernels moving ``nbytes`` bytes: ``floor + max(bytes / (bandwidth x
+    efficiency), parallel)``, ``parallel`` being the launch's parallelism bound (:func:`parallel_time`)."""
     nb = np.where(np.isfinite(np.asarray(nbytes, dtype=float)), nbytes, 0.0)
-    return p.floor_s + nb / (bandwidth * p.efficiency)
+    return p.floor_s + np.maximum(nb / (bandwidth * p.efficiency), parallel)
+
+
+# ----------------------------------------------------------------------------- access patterns
+
+PATTERN_PREFIX = "pattern:"
+"""Profile key prefix of a memory class's parameters fitted on one access pattern (``pattern:strided``)."""
+
+_ACCESS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("pageable", re.compile(r"\(Pageable|Pageable\)")),
+    ("pinned", re.compile(r"\(Pinned|Pinned\)")),
+    ("multi_tensor", re.compile(r"multi_tensor_apply")),
+    ("gather", re.compile(r"index_elementwise|gather|indexSelect|index_select|embedding|scatter|index_put|"
+                          r"indexing_backward", re.I)),
+    ("batched_copy", re.compile(r"CatArrayBatchedCopy")),
+    ("contiguous", re.compile(r"vectorized_elementwise_kernel|triton_poi")),
+    ("unrolled", re.compile(r"unrolled_elementwise_kernel")),
+    ("strided", re.compile(r"\belementwise_kernel(?:_with_index)?<")),
+    ("reduce", re.compile(r"\breduce_kernel<")),
+)
+"""How a memory-bound kernel walks memory, read from the kernel PyTorch (or the driver) launched. PyTorch's
+TensorIterator picks ``vectorized_elementwise_kernel`` when every operand is contiguous and aligned (16-byte
+vector loads), ``unrolled_elementwise_kernel`` when contiguous but not vectorizable (a dtype cast, misaligned
+storage), and the generic ``elementwise_kernel<nt, vt>`` with an offset calculator when any operand is
+strided or broadcast (stride 0); ``CatArrayBatchedCopy`` copies several inputs into one output; gathers and
+scatters touch rows picked by an index; ``multi_tensor_apply`` walks lists of tensors (foreach / fused
+optimizers). Host copies are ``pinned`` (DMA straight from page-locked memory) or ``pageable`` (the driver
+stages them through a pinned buffer: a CPU memcpy, then DMA, chunk by chunk)."""
+
+PATTERN_SM_BANDWIDTH: dict[str, float] = {
+    "batched_copy": 11.5e9,
+}
+"""Sustained bytes/s **per SM** of access patterns that do not reach HBM bandwidth (used where a profile has
+no fit of that pattern, ``pattern:<name>``): ``efficiency = min(class efficiency, SMs x this / HBM)``. Value:
+the median of the ``CatArrayBatchedCopy`` rows moving >= 8 MB of hta/a100-rank3of8-control (A100, 108 SMs,
+0.61 of its 2.04 TB/s; another GPU than the H100 traces scored leave-one-out). H100 Qwen trace: 0.52 of HBM
+measured, 0.45 predicted."""
+
+ELEMENT_PATTERNS = ("strided", "unrolled")
+"""Access patterns whose kernels load one element per operand per thread at a time (no vector loads): their
+time is bound by :func:`element_time`."""
+
+ELEMENT_RATE_PER_SM = 2.3e9
+"""Elements/s per SM of a kernel that keeps one scalar load per operand in flight per thread: by Little's law,
+resident threads (2048 per SM) over the loaded memory latency (~0.9 us), whatever the element size, so a
+strided FP32 op moves twice the bytes per second of a BF16 one. Value: the median over vidur's H100 SiLU-and-mul
+(vLLM ``silu_and_mul``, scalar loads; Llama-2-7B 2.21, Llama-2-70B 2.42 G elements/s/SM at >= 1024 tokens,
+../shared/measured/vidur-h100-compute). The same law matches, without refitting, the H100 Qwen trace's PyTorch
+strided and unrolled kernels (2.1-2.8) and vidur's RMSNorm (2.2-2.5 per pass) and rotary embedding (2.9)."""
+
+
+def element_time(elems: np.ndarray, hw: HardwareFigures) -> np.ndarray:
+    """Lower bound (s) on the time of a scalar-load kernel (:data:`ELEMENT_PATTERNS`) producing ``elems``
+    elements: ``elems / (SMs x ELEMENT_RATE_PER_SM)``; 0 where unknown."""
+    e = np.asarray(elems, dtype=float)
+    return np.where(np.isfinite(e), e, 0.0) / (hw.sm_count * ELEMENT_RATE_PER_SM)
+
+
+PATTERN_RATIO: dict[str, float] = {"pageable": 0.35}
+"""Bandwidth of a host-copy pattern relative to the class's reference (pinned) fit, where a profile has no fit
+of it. Pageable copies are staged by the driver through a pinned buffer (a CPU memcpy, then DMA, chunk by
+chunk), about a third of a pinned copy's bandwidth; no trace in ../shared has a pageable copy large enough to
+fit it, so this is an assumption (docs/MODELS.md)."""
+
+
+def pattern_efficiency(pattern: str, efficiency: float, hw: HardwareFigures, bandwidth: float) -> float:
+    """Efficiency (fraction of ``bandwidth``) of a kernel with access ``pattern`` in a class whose reference
+    pattern reaches ``efficiency``: capped by the pattern's per-SM bandwidth (:data:`PATTERN_SM_BANDWIDTH`),
+    or scaled by :data:`PATTERN_RATIO`; unchanged for other patterns."""
+    if pattern in PATTERN_SM_BANDWIDTH:
+        return min(efficiency, hw.sm_count * PATTERN_SM_BANDWIDTH[pattern] / bandwidth)
+    return min(1.0, max(efficiency * PATTERN_RATIO.get(pattern, 1.0), 1e-4))
+
+
+def access_patterns(kernels: list[str]) -> np.ndarray:
+    """Access pattern (:data:`_ACCESS_PATTERNS` names; '' when the name does not say) of each kernel."""
+    out = np.full(len(kernels), "", dtype=object)
+    for i, k in enumerate(kernels):
+        for name, rx in _ACCESS_PATTERNS:
+            if k and rx.search(k):
+                out[i] = name
+                break
+    return out
+
+
+def memory_params(by: Mapping[str, ParamsT] | None, base: MemoryParams, pattern: str, hw: HardwareFigures,
+                  bandwidth: float) -> MemoryParams:
+    """Parameters of a memory-bound kernel with access ``pattern`` moving data at up to ``bandwidth``: the
+    profile's fit of that pattern (``by["pattern:<pattern>"]``), else the class's ``base`` with the pattern's
+    efficiency (:func:`pattern_efficiency`)."""
+    if pattern and by and PATTERN_PREFIX + pattern in by:
+        return by[PATTERN_PREFIX + pattern]  # type: ignore[return-value]
+    e = pattern_efficiency(pattern, base.efficiency, hw, bandwidth)
+    return base if e == base.efficiency else MemoryParams(efficiency=e, floor_s=base.floor_s)
+
+
+THREAD_BANDWIDTH = 128e6
+"""Bytes/s one thread of a PyTorch reduction kernel sustains when it loops over its share of the reduced axis:
+by Little's law, the bytes it keeps in flight (``reduce_kernel`` unrolls 4 vector loads: ~64-80 B) over the
+memory latency (~0.6 us). Value: the 90th percentile of bytes / duration / threads of the ``reduce_kernel`` rows
+of hta/a100-rank3of8-control (A100) launched with fewer threads than a quarter of the GPU holds (rows below it
+are floor-bound, so the limit is an upper envelope: aten::sum over 256 threads, 410 KB in 12 us = 133 MB/s per
+thread). See :func:`parallel_time`."""
+RESIDENT_THREADS_PER_SM = 2048
+"""Threads an SM holds at once (H100, A100, B200, V100)."""
+PARALLEL_PATTERNS = ("reduce",)
+"""Access patterns whose kernels get the parallelism limit :func:`parallel_time`: PyTorch's ``reduce_kernel``,
+whose threads loop over the reduced axis. (Not cub's scans and sorts, nor kernels that share their op's bytes
+with others: their launch does not bound the op's traffic.)"""
+
+
+def parallel_time(nbytes: np.ndarray, grid: np.ndarray, block: np.ndarray, hw: HardwareFigures) -> np.ndarray:
+    """Lower bound (s) on a reduction kernel's time from the parallelism its launch exposes: the bytes over
+    ``min(threads, SMs x resident threads) x`` :data:`THREAD_BANDWIDTH`. A reduction over a long axis into few
+    outputs (a bias gradient summed over tokens, a loss summed to a scalar, a norm over all parameters) runs
+    few blocks, each looping over the reduced axis, and reaches a fraction of HBM however large its input:
+    the launch records the parallelism PyTorch chose for that reduced axis. 0 where the launch is unknown."""
+    g = np.asarray(grid, dtype=float).reshape(-1, 3)
+    b = np.asarray(block, dtype=float).reshape(-1, 3)
+    threads = np.where((g > 0).all(axis=1) & (b > 0).all(axis=1), g.prod(axis=1) * b.prod(axis=1), np.nan)
+    live = np.minimum(threads, hw.sm_count * RESIDENT_THREADS_PER_SM)
+    nb = np.where(np.isfinite(np.asarray(nbytes, dtype=float)), nbytes, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = nb / (live * THREAD_BANDWIDTH)
+    return np.where(np.isfinite(t), t, 0.0)
+
+
+def launch_bound(f, sel: np.ndarray, pattern: str, hw: HardwareFigures) -> np.ndarray | float:  # type: ignore[no-untyped-def]
+    """Lower bound (s) on the memory-bound rows ``sel`` of features ``f`` (all of access ``pattern``) from how
+    their kernel works: the reduction parallelism bound (:func:`parallel_time`) for :data:`PARALLEL_PATTERNS`,
+    the scalar-load element bound (:func:`element_time`) for :data:`ELEMENT_PATTERNS` when the element counts
+    are known; 0 otherwise."""
+    if pattern in PARALLEL_PATTERNS:
+        return parallel_time(f.bytes[sel], f.grid[sel], f.block[sel], hw)
+    if pattern in ELEMENT_PATTERNS and getattr(f, "elems", None) is not None:
+        return element_time(f.elems[sel], hw)
+    return 0.0
 
 
 def reference_bandwidth(cls: str, hw: HardwareFigures) -> float:
@@ -476,17 +625,19 @@ def bandwidth_identifiable(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float
             and float(np.max(nbytes)) / (0.5 * bandwidth) >= BANDWIDTH_SHARE * float(np.median(dur)))
 
 
-def fit_memory(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float) -> MemoryParams:
+def fit_memory(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float,
+               parallel: np.ndarray | float = 0.0) -> MemoryParams:
     """Fit :class:`MemoryParams` (floor and bandwidth efficiency >= :data:`MIN_MEMORY_EFFICIENCY`) on log time.
 
     The efficiency is fitted only when the rows can identify it (:func:`bandwidth_identifiable`);
-    otherwise it stays at the model's default and only the floor is fitted."""
+    otherwise it stays at the model's default and only the floor is fitted. ``parallel``: each row's
+    parallelism bound (:func:`parallel_time`), part of the model being fitted."""
     logd = np.log(dur)
     if not bandwidth_identifiable(nbytes, dur, bandwidth):
         eff = MemoryParams().efficiency
 
         def fun1(x: np.ndarray) -> np.ndarray:
-            return np.log(memory_time(nbytes, bandwidth, MemoryParams(eff, float(np.exp(x[0]))))) - logd
+            return np.log(memory_time(nbytes, bandwidth, MemoryParams(eff, float(np.exp(x[0]))), parallel)) - logd
 
         lo1, hi1 = np.array([math.log(1e-7)]), np.array([math.log(1e-3)])
         x1 = np.array([math.log(max(float(np.median(dur)) * 0.5, 2e-7))])
@@ -496,7 +647,7 @@ def fit_memory(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float) -> MemoryP
         return MemoryParams(efficiency=float(np.exp(x[0])), floor_s=float(np.exp(x[1])))
 
     def fun(x: np.ndarray) -> np.ndarray:
-        return np.log(memory_time(nbytes, bandwidth, build(x))) - logd
+        return np.log(memory_time(nbytes, bandwidth, build(x), parallel)) - logd
 
     lo = np.array([math.log(MIN_MEMORY_EFFICIENCY), math.log(1e-7)])
     hi = np.array([0.0, math.log(1e-3)])

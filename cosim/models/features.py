@@ -36,6 +36,7 @@ from cosim.workload.cost import dtype_of as _dtype
 from cosim.workload.cost import gather_bytes_from_launch as _gather_bytes_from_launch
 from cosim.workload.cost import is_tensor_shape as _is_tensor_shape
 from cosim.workload.cost import mem_bytes as _mem_bytes
+from cosim.workload.cost import numel as _numel
 from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = [
@@ -85,6 +86,9 @@ class KernelFeatures:
     """Grid dims (x, y, z), -1 if unknown (used to match shape-less ops to twins)."""
     block: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
     """Block dims (x, y, z), -1 if unknown."""
+    elems: np.ndarray | None = None
+    """Elements of the largest tensor a memory-bound op touches (its output for element-wise ops, split over
+    the op's kernels like ``bytes``), NaN where unknown; None when no row has it (e.g. a database CSV)."""
     inferred: np.ndarray | None = None
     """Rows whose ``bytes`` were inferred from a neighbouring kernel's launch (:func:`infer_norm_bytes`),
     not read from shapes; None when no row was."""
@@ -229,6 +233,7 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
         o = int(G.op[j])
         if o >= 0:
             share[(o, classes[j])] = share.get((o, classes[j]), 0) + 1
+    elems = np.full(n, np.nan)
     parsed: dict[int, tuple[str, list, list]] = {}
     for j in range(n):
         c = classes[j]
@@ -285,9 +290,14 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
             if not np.isfinite(f.bytes[j]):
                 gb = _gather_bytes_from_launch(f.kernel[j], f.grid[j], shapes, types) if op in _GATHERS else math.nan
                 f.bytes[j] = gb if np.isfinite(gb) else _mem_bytes(op, shapes, types, c) / cnt
+                sizes = [_numel(sh) for sh in shapes if _is_tensor_shape(sh)]
+                if sizes and max(sizes) > 0:
+                    elems[j] = max(sizes) / cnt
             f.dtype[j] = tdt
         if not np.isfinite(f.flops[j]) and np.isfinite(G.flops[j]) and c in ("gemm", "grouped_gemm", "attention"):
             f.flops[j] = float(G.flops[j])
+    if np.isfinite(elems).any():
+        f.elems = elems
     infer_norm_bytes(rg, f)
     return f
 

@@ -3,13 +3,15 @@
 The database is a CSV per GPU model (``<accelerator>.csv``), one row per measured
 GPU op, columns (units in the name where there is one)::
 
-    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s,grid_x,grid_y,grid_z
+    source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s,grid_x,grid_y,grid_z,
+    block_x,block_y,block_z,elems
 
 ``cls`` is the model class (gemm, grouped_gemm, attention, elementwise, ...),
 ``op`` the parent ATen op, ``m, n, k, batch, heads, bwd`` the shape features of
 :class:`cosim.models.features.KernelFeatures`, ``flops`` in FLOP, ``bytes`` in
-bytes, ``dur_s`` the measured duration in seconds, ``grid_*`` the launch grid (-1 unknown; optional
-when reading). Empty cells are unknown.
+bytes, ``dur_s`` the measured duration in seconds, ``grid_*`` / ``block_*`` the launch grid and block (-1
+unknown; optional when reading), ``elems`` the elements of the op's largest tensor per kernel (optional).
+Empty cells are unknown.
 """
 
 from __future__ import annotations
@@ -29,12 +31,17 @@ from cosim.models.calibrated import (
     GEMM_CLASSES,
     GEMV_PREFIX,
     MEMORY_CLASSES,
+    PATTERN_PREFIX,
     TILE_PREFIX,
     HardwareFigures,
+    access_patterns,
+    bandwidth_identifiable,
     fit_attention,
     fit_gemm,
     fit_memory,
     gemv_kernels,
+    launch_bound,
+    pattern_efficiency,
     named_tiles,
     reference_bandwidth,
 )
@@ -42,12 +49,18 @@ from cosim.models.features import KernelFeatures, extract_features
 from cosim.models.profile import CalibrationProfile
 
 __all__ = ["DB_COLUMNS", "KERNEL_DB_MAX", "KernelDB", "build_kernel_db", "class_errors", "fit_kernel_scale",
-           "fit_profile", "launch_key_floor", "launch_keys", "load_db", "mape"]
+           "fit_memory_patterns", "fit_profile", "launch_key_floor", "launch_keys", "load_db", "mape"]
 
 DB_COLUMNS = ("source", "step", "cls", "kernel", "op", "dtype", "m", "n", "k", "batch", "heads", "bwd",
               "flops", "bytes", "dur_s")
 GRID_COLUMNS = ("grid_x", "grid_y", "grid_z")
 """Optional trailing columns: the kernel's launch grid (-1 unknown); files without them still load."""
+BLOCK_COLUMNS = ("block_x", "block_y", "block_z")
+"""Optional columns after the grid: the kernel's thread-block dims (-1 unknown), which the reduction
+parallelism bound needs; files without them still load."""
+ELEMS_COLUMN = "elems"
+"""Optional last column: elements of the op's largest tensor per kernel (``KernelFeatures.elems``; empty =
+unknown), which the scalar-load bound needs; files without it still load."""
 _MIN_SAMPLES = {"gemm": 4, "grouped_gemm": 1, "attention": 1}
 _MIN_MEMORY = 3
 _MIN_PER_DTYPE = 12
@@ -145,13 +158,15 @@ class KernelDB:
 
         with atomic_open(path, "w") as fh:
             w = csv.writer(fh)
-            w.writerow(DB_COLUMNS + GRID_COLUMNS)
+            w.writerow(DB_COLUMNS + GRID_COLUMNS + BLOCK_COLUMNS + (ELEMS_COLUMN,))
+            el = self.feats.elems
             for i in range(len(self.feats)):
                 r = self.feats.row(i)
                 w.writerow([self.source[i], int(self.step[i]), r["cls"], r["kernel"], r["op"], r["dtype"],
                             *(_fmt(r[c]) for c in ("m", "n", "k", "batch", "heads")), r["bwd"],
                             _fmt(r["flops"]), _fmt(r["bytes"]), _fmt(r["dur_s"]),
-                            *(int(x) for x in self.feats.grid[i])])
+                            *(int(x) for x in self.feats.grid[i]), *(int(x) for x in self.feats.block[i]),
+                            _fmt(float(el[i])) if el is not None else ""])
 
 
 def _fmt(v: float) -> str:
@@ -178,10 +193,16 @@ def load_db(path: str | Path, accelerator: str | None = None) -> KernelDB:
     if rows and not set(GRID_COLUMNS) - set(rows[0]):
         grid = np.array([[int(float(r[c])) if r[c] not in ("", None) else -1 for c in GRID_COLUMNS] for r in rows],
                         dtype=np.int64).reshape(n, 3)
+    block = -np.ones((n, 3), np.int64)
+    if rows and not set(BLOCK_COLUMNS) - set(rows[0]):
+        block = np.array([[int(float(r[c])) if r[c] not in ("", None) else -1 for c in BLOCK_COLUMNS] for r in rows],
+                         dtype=np.int64).reshape(n, 3)
+    elems = col(ELEMS_COLUMN) if rows and ELEMS_COLUMN in rows[0] else None
     f = KernelFeatures(cls=[r["cls"] for r in rows], kernel=[r["kernel"] for r in rows], op_name=[r["op"] for r in rows],
                        dtype=[r["dtype"] for r in rows], m=col("m"), n=col("n"), k=col("k"), batch=col("batch"),
                        heads=col("heads"), bwd=col("bwd").astype(bool), flops=col("flops"), bytes=col("bytes"),
-                       dur=col("dur_s"), grid=grid, block=-np.ones((n, 3), np.int64))
+                       dur=col("dur_s"), grid=grid, block=block,
+                       elems=elems if elems is not None and np.isfinite(elems).any() else None)
     return KernelDB(accelerator or p.stem, "", f, [r["source"] for r in rows],
                     np.array([int(r["step"]) for r in rows], dtype=np.int64))
 
@@ -198,6 +219,8 @@ def concat(items: Sequence[KernelFeatures]) -> KernelFeatures:
         bwd=cat("bwd").astype(bool), flops=cat("flops"), bytes=cat("bytes"), dur=cat("dur"),
         grid=np.concatenate([f.grid for f in items]) if items else np.zeros((0, 3), np.int64),
         block=np.concatenate([f.block for f in items]) if items else np.zeros((0, 3), np.int64),
+        elems=(np.concatenate([f.elems if f.elems is not None else np.full(len(f), np.nan) for f in items])
+               if any(f.elems is not None for f in items) else None),
     )
 
 
@@ -207,7 +230,7 @@ def take(f: KernelFeatures, idx: np.ndarray) -> KernelFeatures:
         cls=[f.cls[i] for i in idx], kernel=[f.kernel[i] for i in idx], op_name=[f.op_name[i] for i in idx],
         dtype=[f.dtype[i] for i in idx], m=f.m[idx], n=f.n[idx], k=f.k[idx], batch=f.batch[idx],
         heads=f.heads[idx], bwd=f.bwd[idx], flops=f.flops[idx], bytes=f.bytes[idx], dur=f.dur[idx],
-        grid=f.grid[idx], block=f.block[idx],
+        grid=f.grid[idx], block=f.block[idx], elems=f.elems[idx] if f.elems is not None else None,
     )
 
 
@@ -296,6 +319,32 @@ def build_kernel_db(db: KernelDB, max_entries: int = KERNEL_DB_MAX) -> dict[tupl
     return {k: (float(np.median(v)), len(v)) for k, v in top}
 
 
+def fit_memory_patterns(nbytes: np.ndarray, dur: np.ndarray, patterns: np.ndarray, bandwidth: float,
+                        hw: HardwareFigures, parallel: np.ndarray | float = 0.0) -> dict:
+    """Parameters of one memory class by access pattern (:func:`cosim.models.calibrated.access_patterns`).
+
+    ``default`` is the reference pattern's (contiguous / pinned) fit on every row, each row's bytes divided
+    by its pattern's relative bandwidth (:func:`cosim.models.calibrated.pattern_efficiency` at a reference
+    efficiency of :data:`REFERENCE_EFFICIENCY`), so a strided row counts as the contiguous traffic it costs;
+    a pattern whose own rows identify a bandwidth (:func:`bandwidth_identifiable`) also gets its own fit,
+    ``pattern:<name>``. Patterns without one are predicted from ``default`` by their pattern rule.
+    ``parallel``: the rows' parallelism bounds (:func:`cosim.models.calibrated.parallel_time`), 0 if none."""
+    par = np.broadcast_to(np.asarray(parallel, dtype=float), np.shape(nbytes))
+    ratio = np.array([pattern_efficiency(p, REFERENCE_EFFICIENCY, hw, bandwidth) / REFERENCE_EFFICIENCY
+                      for p in patterns])
+    out: dict = {"default": fit_memory(nbytes / ratio, dur, bandwidth, par)}
+    if len(set(patterns)) > 1 or np.any(ratio != 1.0):
+        for pat in sorted(set(patterns) - {""}):
+            s = patterns == pat
+            if bandwidth_identifiable(nbytes[s], dur[s], bandwidth):
+                out[PATTERN_PREFIX + pat] = fit_memory(nbytes[s], dur[s], bandwidth, par[s])
+    return out
+
+
+REFERENCE_EFFICIENCY = 0.8
+"""Efficiency of a contiguous kernel assumed when weighting other patterns' rows in a class fit."""
+
+
 def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None = None, *,
                 kernel_scale: bool = True, kernel_db: int = 0, launch: bool = True,
                 launch_extra: KernelDB | None = None) -> CalibrationProfile:
@@ -352,10 +401,15 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
         peaks = np.array([hw.peak(d) for d in dts[ok]])
         models["attention"] = {"default": fit_attention(f.batch[ok], f.heads[ok], f.m[ok], f.n[ok], f.k[ok],
                                                         f.bwd[ok], peaks, f.dur[ok], hw)}
+    pats = access_patterns(f.kernel)
     for c in MEMORY_CLASSES:
         ok = use & (cls == c) & np.isfinite(f.bytes)
         if ok.sum() >= _MIN_MEMORY:
-            models[c] = {"default": fit_memory(f.bytes[ok], f.dur[ok], reference_bandwidth(c, hw))}
+            par = np.zeros(int(ok.sum()))
+            for pat in set(pats[ok]):
+                s = pats[ok] == pat
+                par[s] = launch_bound(f, np.flatnonzero(ok)[s], pat, hw)
+            models[c] = fit_memory_patterns(f.bytes[ok], f.dur[ok], pats[ok], reference_bandwidth(c, hw), hw, par)
     prof = CalibrationProfile(name=name or db.accelerator, accelerator=db.accelerator, models=models)
     prov = {
         "gpu": db.device_name or acc.name,

@@ -28,10 +28,13 @@ from cosim.models.calibrated import (
     GEMV_PREFIX,
     TILE_PREFIX,
     HardwareFigures,
+    access_patterns,
     attention_time,
     gemm_time,
     gemv_kernels,
+    memory_params,
     memory_time,
+    launch_bound,
     named_tiles,
     reference_bandwidth,
 )
@@ -102,6 +105,7 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
     cls = np.array(f.cls, dtype=object)
     dts = np.array(f.dtype, dtype=object)
     tiles = named_tiles(f.kernel)
+    patterns = access_patterns(f.kernel)
     for c in sorted(set(f.cls)):
         sel = cls == c
         if c == "collective":
@@ -144,8 +148,12 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
                 src[s] = SOURCES.index("model")
         else:
             ok = sel & np.isfinite(f.bytes)
-            p = prof.params(c, "")
-            out[ok] = memory_time(f.bytes[ok], reference_bandwidth(c, hw), p)
+            base = prof.params(c, "")
+            for pat in sorted(set(patterns[ok])):  # access pattern: its own fit, else the class's x a ratio
+                s = ok & (patterns == pat)
+                bw = reference_bandwidth(c, hw)
+                p = memory_params(prof.models.get(c), base, pat, hw, bw)  # type: ignore[arg-type]
+                out[s] = memory_time(f.bytes[s], bw, p, launch_bound(f, s, pat, hw))
             src[ok] = SOURCES.index("model")
     if f.inferred is not None:  # bytes read off a neighbouring launch, not shapes (features.infer_norm_bytes)
         src[f.inferred & (src == SOURCES.index("model"))] = SOURCES.index("inferred")

@@ -160,6 +160,16 @@ SCATTERS = (
 )
 """Ops that update rows of a target selected by an index (traffic: the rows they update)."""
 _COPIES = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cat", "aten::clone", "aten::contiguous")
+FUSED_OPTIMIZERS: dict[str, tuple[int, ...]] = {
+    "aten::_fused_adam_": (0, 2, 3, 4),
+    "aten::_fused_adamw_": (0, 2, 3, 4),
+    "aten::_fused_sgd_": (0, 2),
+    "aten::_fused_adagrad_": (0, 2),
+}
+"""Fused optimizer steps: the positions of the tensor lists they update in place (params, then optimizer
+state: Adam's exp_avg, exp_avg_sq and, with amsgrad, max_exp_avg_sq; SGD's momentum buffers; Adagrad's
+state sums). Traffic = every list read + those lists written (Adam: 4 read + 3 written), not the generic
+inputs + one output."""
 
 
 def mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
@@ -179,6 +189,10 @@ def mem_bytes(op: str, shapes: list, types: list, fcls: str) -> float:
         return math.nan
     if op.endswith(("fill_", "zero_")) or fcls == "memset":
         return sizes[0]
+    if op in FUSED_OPTIMIZERS:
+        listed = [numel(s) * elem_bytes(dtype_of(ty) or "fp32") if is_tensor_shape(s) else 0.0
+                  for s, ty in zip(shapes, types + [""] * (len(shapes) - len(types)))]
+        return sum(sizes) + sum(listed[i] for i in FUSED_OPTIMIZERS[op] if i < len(listed))
     if op in _COPIES:
         return 2 * max(sizes) if op != "aten::copy_" else sum(sizes[:2])
     tens = [
