@@ -16,6 +16,7 @@ from cosim import __version__
 from cosim.errors import CosimInputError
 from cosim.fileio import write_json
 from cosim.replay.config import ReplayConfig
+from cosim.replay.copies import CopyModel, copy_engines_of
 from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
 from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
 from cosim.replay.links import COLLECTIVE, MEMCPY, EngineRoutes, LinkUsage, record_fabric
@@ -286,6 +287,42 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
     return run
 
 
+def _simulator(topology: Any, cfg: ReplayConfig, env: simpy.Environment) -> Any:
+    """The engine for this replay: the topology's fabric (collectives, copies) on the replay's clock."""
+    from cosim.engine import GpuConfig, SimConfig, Simulator
+
+    gcfg = GpuConfig() if cfg.comm_sms is None else GpuConfig(comm_sms=cfg.comm_sms)
+    return Simulator(topology, SimConfig(record_trace=False, gpu=gcfg), env=env)
+
+
+def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], topology: Any,
+                cfg: ReplayConfig) -> CopyModel | None:
+    """Host <-> device copies of every rank as fabric flows (cosim.replay.copies); None when there are none."""
+    from cosim.engine import GpuConfig
+
+    if not any(((rg.gpu_ops.kind == GpuKind.MEMCPY) & ((rg.gpu_ops.copy_kind == CopyKind.HTOD)
+                                                      | (rg.gpu_ops.copy_kind == CopyKind.DTOH))).any()
+               for rg in graph.ranks):
+        return None
+    base_fabric = sim.fabric
+    if cfg.catalog_overrides and (topology.source_file or topology.name):
+        from cosim.engine import SimConfig, Simulator
+        from cosim.topology import load_topology
+
+        base = load_topology(topology.source_file or topology.name)  # the traced hardware: no what-if overrides
+        base_fabric = Simulator(base, SimConfig(record_trace=False)).fabric
+    ranks = []
+    for rg, prog in zip(graph.ranks, programs):
+        try:
+            gpu = _gpu_of_rank(topology, rg.rank, cfg)
+            cpu = topology.cpu_of(gpu)
+        except Exception:  # a rank beyond the topology, or a GPU without a CPU: copies keep their durations
+            gpu = cpu = None
+        ranks.append((rg, prog.gpu_dur, gpu, cpu,
+                      copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
+    return CopyModel(sim.env, sim.fabric, base_fabric.path_capacity, ranks)
+
+
 def _replay_end(now: float, runs: list[RankRun]) -> float:
     """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
     end = now
@@ -298,12 +335,13 @@ def _replay_end(now: float, runs: list[RankRun]) -> float:
 
 
 def _link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
-                finish_fabric: Any) -> tuple[LinkUsage | None, dict[str, int]]:
+                finish_fabric: Any, copies: CopyModel | None = None) -> tuple[LinkUsage | None, dict[str, int]]:
     """Per-link traffic of the finished replay and the ops left off the links (reason -> count).
 
     Attribution only, no replayed time changes. Simulated collectives: the fabric's recorded
     flows. Measured collectives: the engine's decomposition over the kernel's replayed interval.
-    Memcpys (both modes): bytes on the copy's route over its replayed interval (docs/REPLAY.md)."""
+    Memcpys (both modes): bytes on the copy's route over its replayed interval (docs/REPLAY.md); with simulated
+    collectives the fabric's counters hold the copies' flows too, so their wire bytes are not counted twice."""
     skipped: dict[str, int] = {}
     state: dict[str, Any] = {"usage": fabric_usage, "routes": None}
     if fabric_usage is not None:
@@ -374,6 +412,10 @@ def _link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: Li
             k = idx.size
             usage.add(np.tile(idx, sel.size), np.repeat(start[sel], k), np.repeat(end[sel], k), 1.0,
                       np.outer(nb, w).reshape(-1), MEMCPY)
+            if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
+                on_fab = copies.bytes_on_fabric.get(r.rg.rank)
+                if on_fab is not None:
+                    np.add.at(usage.total_bytes, np.tile(idx, sel.size), -np.outer(on_fab[sel], w).reshape(-1))
     return state["usage"], skipped
 
 
@@ -464,16 +506,14 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0,
                                      durations=modeled[k] if modeled is not None else None))
     runner = None
-    sim = None
     finish_fabric = fabric_usage = None
+    sim = _simulator(topology, cfg, env)
+    copies = _copy_model(sim, graph, programs, topology, cfg)
     if cfg.collectives == "simulated":
-        from cosim.engine import SimConfig, Simulator
-
-        sim = Simulator(topology, SimConfig(record_trace=False), env=env)
         runner = _collective_runner(sim, topology, cfg, notes)
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
-    ex = Executor(env, list(zip(graph.ranks, programs)), runner)
+    ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies)
     runs, wall = ex.run()
     stuck = ex.unresolved()
     if stuck:
@@ -487,7 +527,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
     if target and traced and target != traced and cfg.durations != "modeled":
         notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
-    usage, skipped = _link_usage(ex, topology, cfg, fabric_usage, finish_fabric)
+    usage, skipped = _link_usage(ex, topology, cfg, fabric_usage, finish_fabric, copies)
     links = usage.report(_replay_end(env.now, runs)) if usage is not None else []
     if skipped:
         notes.append("link traffic leaves out " + ", ".join(f"{n} {why}" for why, n in skipped.items()))

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from cosim.replay.copies import CopyModel
 from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
 from cosim.workload.graph import CollType, RankGraph
 
@@ -76,7 +77,8 @@ class RankRun:
 
 
 class _Rank:
-    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "end", "meet", "pending", "prog",
+    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "copy_route", "end", "meet",
+                 "pending", "prog",
                  "ready", "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
@@ -107,6 +109,8 @@ class _Rank:
         self.sync_watch: dict[int, list[tuple[int, Any]]] = {}
         """Thread -> (number of SYNC events, event) that threads anchored to it wait for."""
         self.comm_fallback = 0
+        self.copy_route: list[int] | None = None
+        """Per GPU op: its route in the executor's :class:`CopyModel`, or -1 (None: no fabric copies)."""
 
 
 class Executor:
@@ -118,14 +122,23 @@ class Executor:
         collective_runner: for simulated collectives, a callable
             ``(op, participants: list[(rank, gpu_op)], nbytes, matrix) -> simpy.Event | None``
             that starts the collective now; None means measured durations.
+        copies: host <-> device copies as flows on the engine's fabric (:mod:`cosim.replay.copies`);
+            None: every copy keeps its duration.
     """
 
     def __init__(self, env: simpy.Environment, ranks: Sequence[tuple[RankGraph, RankProgram]],
-                 collective_runner: Callable[..., simpy.Event | None] | None = None) -> None:
+                 collective_runner: Callable[..., simpy.Event | None] | None = None,
+                 copies: CopyModel | None = None) -> None:
         self.env = env
         self.ranks = [_Rank(rg, prog) for rg, prog in ranks]
         self.by_rank = {r.rg.rank: r for r in self.ranks}
         self.collective_runner = collective_runner
+        self.copies = copies
+        if copies is not None:
+            for r in self.ranks:
+                route = copies.route.get(r.rg.rank)
+                if route is not None and any(x >= 0 for x in route):
+                    r.copy_route = route
         self.work: list[tuple[_Rank, int]] = []
         self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
         self.needed: dict[Any, int] = {}
@@ -177,6 +190,8 @@ class Executor:
                 self._arrive(key, r, j, start)
             elif self.collective_runner is not None and r.rg.gpu_ops.collective[j] >= 0:
                 self._start_collective([(r, j, start)], start)
+            elif r.copy_route is not None and r.copy_route[j] >= 0:
+                self._copy(r, j, start)
             else:
                 self._finish(r, j, start, start + r.prog.gpu_dur[j])
 
@@ -198,6 +213,16 @@ class Executor:
                     w[1], w[3] = end + w[4], j
                 if w[0] == 0:
                     w[2].succeed((w[1], w[3]))
+
+    def _copy(self, r: _Rank, j: int, start: float) -> None:
+        """A host <-> device copy: a flow on its route once it has a copy engine (ends in simulated time)."""
+
+        def done(t0: float, end: float) -> None:
+            self._finish(r, j, t0, end)
+            self._drain()
+
+        assert self.copies is not None
+        self.copies.start(r.rg.rank, j, float(r.rg.gpu_ops.bytes[j]), r.prog.gpu_dur[j], start, done)
 
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:
         arr = self.arrivals.setdefault(key, [])
