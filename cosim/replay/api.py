@@ -287,6 +287,16 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
     return run
 
 
+def _sm_count(topology: Any, accelerator: str | None) -> int | None:
+    """SMs of the accelerator the GPU ops run on (the block dispatcher's GPU size); None when unknown."""
+    if accelerator is None:
+        return None
+    try:
+        return int(topology.catalog.accelerator(accelerator).sm_count)
+    except Exception:  # not in the catalog
+        return None
+
+
 def _simulator(topology: Any, cfg: ReplayConfig, env: simpy.Environment) -> Any:
     """The engine for this replay: the topology's fabric (collectives, copies) on the replay's clock."""
     from cosim.engine import GpuConfig, SimConfig, Simulator
@@ -500,11 +510,12 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     if cfg.precision:
         graph, modeled, precision = _apply_precision(graph, cfg, topology, gpu0, traced, target, prof, modeled)
         notes.append(precision.pop("note"))
+    sms = _sm_count(topology, target or traced)
     for k, (rg, origin) in enumerate(zip(graph.ranks, origins)):
         scale = target and traced and target != traced and cfg.durations != "modeled"
         factor = cross_accelerator_factor(rg, traced, target) if scale else None
         programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0,
-                                     durations=modeled[k] if modeled is not None else None))
+                                     durations=modeled[k] if modeled is not None else None, sm_count=sms))
     runner = None
     finish_fabric = fabric_usage = None
     sim = _simulator(topology, cfg, env)

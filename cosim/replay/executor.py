@@ -16,6 +16,7 @@ collective peers (2) — and feeds the breakdown and the critical path.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ import simpy
 
 from cosim.replay.copies import CopyModel
 from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
-from cosim.workload.graph import CollType, RankGraph
+from cosim.workload.graph import CollType, GpuKind, RankGraph
 
 __all__ = ["BOUND_COLL", "BOUND_LAUNCH", "BOUND_PRED", "Executor", "RankRun"]
 
@@ -77,8 +78,8 @@ class RankRun:
 
 
 class _Rank:
-    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "copy_route", "end", "meet",
-                 "pending", "prog",
+    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "copy_route", "end", "fill",
+                 "fillers", "meet", "pending", "prog", "sm_free", "stream",
                  "ready", "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
@@ -111,6 +112,16 @@ class _Rank:
         self.comm_fallback = 0
         self.copy_route: list[int] | None = None
         """Per GPU op: its route in the executor's :class:`CopyModel`, or -1 (None: no fabric copies)."""
+        self.fill = prog.gpu_last_wave
+        """Per GPU op: its last wave's duration when it fills the GPU, else 0 (None: no op does)."""
+        self.stream: list[int] = []
+        self.sm_free: list[bool] = []
+        self.fillers: dict[int, tuple[list[float], list[tuple[float, int, int]], list[float]]] = {}
+        """Device -> (starts, (end of all but the last wave, stream, op), [longest such span]) of GPU-filling ops."""
+        if self.fill is not None:
+            G = rg.gpu_ops
+            self.stream = G.stream.tolist()
+            self.sm_free = (G.kind == GpuKind.MEMCPY).tolist()  # copies run on copy engines, not SMs
 
 
 class Executor:
@@ -183,6 +194,10 @@ class Executor:
                 e = end_[p]
                 if e > start:
                     start, bound, src = e, BOUND_PRED, p
+            if r.fill is not None and not r.sm_free[j]:
+                t, by = self._dispatch(r, j, start)
+                if by >= 0:
+                    start, bound, src = t, BOUND_PRED, by
             r.bound[j] = bound
             r.bound_src[j] = src
             key = r.coll_key.get(j)
@@ -213,6 +228,41 @@ class Executor:
                     w[1], w[3] = end + w[4], j
                 if w[0] == 0:
                     w[2].succeed((w[1], w[3]))
+
+    @staticmethod
+    def _dispatch(r: _Rank, j: int, t: float) -> tuple[float, int]:
+        """Block dispatcher: ``j`` (ready at ``t``) gets SMs only once every kernel of another stream that
+        fills the GPU and started before it is in its last wave (program.last_wave). Returns its start and
+        the op that delayed it (-1: none). ``j`` itself is registered if it fills the GPU."""
+        assert r.fill is not None
+        dev = r.prog.gpu_device[j] if r.prog.gpu_device is not None else 0
+        ent = r.fillers.get(dev)
+        stream = r.stream[j]
+        by = -1
+        if ent is not None:
+            starts, items, longest = ent
+            moved = True
+            while moved:
+                moved = False
+                k = bisect.bisect_right(starts, t) - 1
+                lo = t - longest[0]
+                while k >= 0 and starts[k] >= lo:
+                    lw, st, op = items[k]
+                    if st != stream and lw > t:
+                        t, by, moved = lw, op, True
+                        break
+                    k -= 1
+        lw = r.fill[j]
+        if lw > 0:
+            d = r.prog.gpu_dur[j] - lw
+            if ent is None:
+                ent = r.fillers[dev] = ([], [], [0.0])
+            k = bisect.bisect_right(ent[0], t)
+            ent[0].insert(k, t)
+            ent[1].insert(k, (t + d, stream, j))
+            if d > ent[2][0]:
+                ent[2][0] = d
+        return t, by
 
     def _copy(self, r: _Rank, j: int, start: float) -> None:
         """A host <-> device copy: a flow on its route once it has a copy engine (ends in simulated time)."""

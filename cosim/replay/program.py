@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from cosim.replay.config import OP_CLASSES, ReplayConfig
-from cosim.workload.graph import CopyKind, EdgeKind, HostKind, OpClass, RankGraph
+from cosim.workload.graph import CopyKind, EdgeKind, GpuKind, HostKind, OpClass, RankGraph
 
-__all__ = ["LAUNCH", "SYNC", "RankProgram", "ThreadProgram", "compile_rank"]
+__all__ = ["LAUNCH", "SYNC", "THREADS_PER_SM", "RankProgram", "ThreadProgram", "compile_rank", "last_wave"]
 
 LAUNCH, SYNC = 0, 1
 """Program event kinds."""
@@ -111,6 +111,39 @@ class RankProgram:
     launch_latency: float
     """Launch-to-start latency used (s)."""
     launch_latency_source: str
+    gpu_device: list[int] | None = None
+    """GPU op -> device index (for the block dispatcher; None: no op fills its GPU)."""
+    gpu_last_wave: list[float] | None = None
+    """GPU op -> duration of its last wave of thread blocks when it fills its GPU (more blocks than the
+    GPU holds at once), else 0 (s): see :func:`last_wave`."""
+
+
+THREADS_PER_SM = 2048
+"""Resident threads per SM (Volta to Blackwell data-center parts): bounds the blocks an SM holds at once."""
+
+
+def last_wave(rg: RankGraph, dur: np.ndarray, sm_count: int, threads_per_sm: int = THREADS_PER_SM) -> np.ndarray:
+    """Per GPU op, the time of its last wave of thread blocks if it fills the GPU, else 0 (s).
+
+    The block dispatcher is in order: once a kernel holds every SM, a kernel of another stream gets its first
+    blocks only when the first kernel's last blocks have been dispatched. A kernel of ``B`` blocks of ``T``
+    threads runs in ``waves = ceil(B / (sm_count * min(32, threads_per_sm // T)))`` waves (occupancy bounded
+    by threads only: registers and shared memory can only lower it); with ``waves >= 2`` it fills the GPU and
+    its last wave lasts ``dur / waves``. Ops without grid and block (copies, CPU-side or unknown) never fill it.
+    """
+    G = rg.gpu_ops
+    out = np.zeros(len(G))
+    if not len(G) or sm_count <= 0:
+        return out
+    grid, block = G.grid.astype(np.int64), G.block.astype(np.int64)
+    known = (grid.min(axis=1) > 0) & (block.min(axis=1) > 0) & (G.kind != GpuKind.MEMCPY)
+    blocks = np.prod(np.maximum(grid, 1), axis=1)
+    threads = np.prod(np.maximum(block, 1), axis=1)
+    per_sm = np.clip(threads_per_sm // np.maximum(threads, 1), 1, 32)
+    waves = np.ceil(blocks / (sm_count * per_sm))
+    fill = known & (waves >= 2) & (dur > 0)
+    out[fill] = dur[fill] / waves[fill]
+    return out
 
 
 def _region_mask(rg: RankGraph, patterns: tuple[str, ...]) -> np.ndarray:
@@ -238,7 +271,7 @@ def _orphan_deps(gstart: np.ndarray, gdur: np.ndarray, orphans: list[int], strea
 
 def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
                  gpu_factor: np.ndarray | None = None, offset: float = 0.0,
-                 durations: np.ndarray | None = None) -> RankProgram:
+                 durations: np.ndarray | None = None, sm_count: int | None = None) -> RankProgram:
     """Compile rank ``rg`` under ``cfg``.
 
     ``gpu_factor`` multiplies each GPU op's measured duration (cross-accelerator
@@ -247,6 +280,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     rank's first op starts where it was recorded relative to the other ranks. Every
     other start follows from dependencies (docs/REPLAY.md, "Start times")
     ``durations`` (s per GPU op) replaces the measured durations where finite (modeled replay).
+    ``sm_count``: SMs of the rank's GPU, for the block dispatcher (:func:`last_wave`); None: not modeled.
     """
     H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
     n_host, n_gpu = len(H), len(G)
@@ -264,6 +298,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     if gpu_factor is not None:
         dur = dur * gpu_factor
     gpu_dur = dur.tolist()
+    waves = last_wave(rg, dur, sm_count) if sm_count else None
+    fills = waves is not None and bool((waves > 0).any())
 
     # --- launch -> GPU ops
     launch_gpu: dict[int, list[int]] = {}
@@ -479,6 +515,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         launch_delay=launch_delay,
         launch_latency=lat,
         launch_latency_source=lat_src,
+        gpu_device=G.device.tolist() if fills else None,
+        gpu_last_wave=waves.tolist() if fills else None,
     )
 
 
