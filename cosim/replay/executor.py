@@ -327,6 +327,7 @@ class Executor:
         prog = r.prog
         lat = prog.launch_latency
         launch_gpu, sync_deps, delay = prog.launch_gpu, prog.sync_deps, prog.launch_delay
+        hidden = prog.gpu_hidden_delay
         kinds, hosts, statics, costs = tp.ev_kind, tp.ev_host, tp.ev_static, tp.ev_cost
         stalls: list[float] = []
         bounds: list[int] = []
@@ -352,7 +353,7 @@ class Executor:
             if kinds[k] == LAUNCH:
                 rdy = t + lat + delay.get(h, 0.0)
                 for j in launch_gpu[h]:
-                    self._set_ready(r, j, rdy)
+                    self._set_ready(r, j, rdy + hidden.get(j, 0.0) if hidden else rdy)
                 self._drain()
                 continue
             cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work

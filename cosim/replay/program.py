@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -111,6 +111,9 @@ class RankProgram:
     launch_latency: float
     """Launch-to-start latency used (s)."""
     launch_latency_source: str
+    gpu_hidden_delay: dict[int, float] = field(default_factory=dict)
+    """Launched GPU op -> time the trace shows it waiting on an idle GPU after its launch (s): unrecorded GPU
+    work (see :func:`hidden_gpu_delay`); added to its ready time."""
     gpu_device: list[int] | None = None
     """GPU op -> device index (for the block dispatcher; None: no op fills its GPU)."""
     gpu_last_wave: list[float] | None = None
@@ -144,6 +147,49 @@ def last_wave(rg: RankGraph, dur: np.ndarray, sm_count: int, threads_per_sm: int
     fill = known & (waves >= 2) & (dur > 0)
     out[fill] = dur[fill] / waves[fill]
     return out
+
+
+HIDDEN_WORK_MIN = 5e-6
+"""Shortest launch-to-start wait on an idle GPU that is kept as unrecorded GPU work (s)."""
+
+
+def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: dict[int, float],
+                     minimum: float = HIDDEN_WORK_MIN) -> dict[int, float]:
+    """Launched GPU ops that the trace shows starting late on an idle GPU -> that wait (s).
+
+    An op is ready ``lat`` (+ its call's ``launch_delay``) after its launch call started; if its device had
+    no op running between then and its recorded start (every op that started before it had ended), nothing
+    in the trace explains the wait: the GPU ran work the profiler did not record (another process, a
+    driver-internal copy, host staging of a pageable copy). Waits of at least ``minimum`` are kept, as
+    host gaps are: the replayed op becomes ready that much later."""
+    G, H = rg.gpu_ops, rg.host_ops
+    n = len(G)
+    if n == 0:
+        return {}
+    lh = np.asarray(lhost, dtype=np.int64)
+    start = G.start.astype(float)
+    end = start + np.nan_to_num(G.dur.astype(float), nan=0.0)
+    ok = (lh >= 0) & np.isfinite(start)
+    if not ok.any():
+        return {}
+    o = np.lexsort((start, G.device))
+    dev_o, end_o = G.device[o], np.where(np.isfinite(end[o]), end[o], -np.inf)
+    # latest end of the ops that started before each op on its device (running max, reset per device)
+    first = np.ones(n, dtype=bool)
+    first[1:] = dev_o[1:] != dev_o[:-1]
+    base = np.where(first, -np.inf, np.r_[-np.inf, end_o[:-1]])
+    run = np.empty(n)
+    bounds = np.r_[np.flatnonzero(first), n].tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        run[a:b] = np.maximum.accumulate(base[a:b])
+    prev_end = np.empty(n)
+    prev_end[o] = run
+    hstart = np.where(lh >= 0, H.start[np.maximum(lh, 0)], np.nan)
+    extra = np.array([launch_delay.get(int(h), 0.0) for h in lh]) if launch_delay else 0.0
+    ready = hstart + lat + extra
+    wait = start - np.maximum(ready, prev_end)
+    sel = np.flatnonzero(ok & np.isfinite(wait) & (wait >= minimum))
+    return dict(zip(sel.tolist(), wait[sel].tolist()))
 
 
 def _region_mask(rg: RankGraph, patterns: tuple[str, ...]) -> np.ndarray:
@@ -393,6 +439,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
             if extra > 0:
                 launch_delay[h] = extra
 
+    hidden = hidden_gpu_delay(rg, lhost, lat, launch_delay) if not region.any() else {}
+
     static_start = np.zeros(n_host)
     static_end = np.zeros(n_host)
     sb_start = np.zeros(n_host, dtype=np.int64)
@@ -515,6 +563,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         launch_delay=launch_delay,
         launch_latency=lat,
         launch_latency_source=lat_src,
+        gpu_hidden_delay=hidden,
         gpu_device=G.device.tolist() if fills else None,
         gpu_last_wave=waves.tolist() if fills else None,
     )
