@@ -287,6 +287,42 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
     return run
 
 
+def _times(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    return b if a is None else (a if b is None else a * b)
+
+
+def _resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str | None, sms: int | None,
+                     notes: list[str] | None) -> np.ndarray | None:
+    """Duration factors of the shared-resource what-ifs on measured durations (cosim.replay.interference):
+    HBM bandwidth / bf16 peak overrides of the replayed accelerator, and ``comm_sms``; None: none applies."""
+    from cosim.catalog import load_catalog
+    from cosim.replay.interference import comm_sm_factor, hardware_factor, traced_comm_sms
+
+    out = None
+    if acc_id is not None and cfg.catalog_overrides and cfg.durations != "modeled":
+        try:
+            base, changed = load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)
+        except (CosimInputError, AttributeError):
+            base = changed = None
+        if base is not None:
+            out = _times(out, hardware_factor(rg, base, changed))
+            if out is not None and notes is not None:
+                notes.append(f"{acc_id}: kernel durations scaled by the overridden HBM bandwidth "
+                             f"({base.hbm_bandwidth / 1e12:.4g} -> {changed.hbm_bandwidth / 1e12:.4g} TB/s) and "
+                             f"bf16 peak ({base.peak('bf16') / 1e12:.4g} -> {changed.peak('bf16') / 1e12:.4g} TFLOP/s)")
+    if cfg.comm_sms is not None:
+        if sms is None:
+            raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the accelerator's SM count is unknown "
+                                  "(give --set traced_accelerator=ID)")
+        if cfg.comm_sms >= sms:
+            raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the GPU has only {sms} SMs")
+        out = _times(out, comm_sm_factor(rg, sms, cfg.comm_sms))
+        if notes is not None:
+            notes.append(f"communication kernels hold {cfg.comm_sms} of {sms} SMs (traced: "
+                         f"{traced_comm_sms(rg):g}): overlapping compute kernels rescaled (docs/ENGINE.md)")
+    return out
+
+
 def _sm_count(topology: Any, accelerator: str | None) -> int | None:
     """SMs of the accelerator the GPU ops run on (the block dispatcher's GPU size); None when unknown."""
     if accelerator is None:
@@ -514,6 +550,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     for k, (rg, origin) in enumerate(zip(graph.ranks, origins)):
         scale = target and traced and target != traced and cfg.durations != "modeled"
         factor = cross_accelerator_factor(rg, traced, target) if scale else None
+        factor = _times(factor, _resource_factor(rg, topology, cfg, target or traced, sms, notes if k == 0 else None))
         programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0,
                                      durations=modeled[k] if modeled is not None else None, sm_count=sms))
     runner = None
