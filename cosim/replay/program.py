@@ -439,7 +439,10 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
             if extra > 0:
                 launch_delay[h] = extra
 
-    hidden = hidden_gpu_delay(rg, lhost, lat, launch_delay) if not region.any() else {}
+    # waits are measured against the trace's own launch latency, so that a launch-latency what-if moves them
+    traced_lat = trace_launch_latency(rg)
+    hidden = hidden_gpu_delay(rg, lhost, traced_lat if traced_lat is not None else lat, launch_delay) \
+        if not region.any() else {}
 
     static_start = np.zeros(n_host)
     static_end = np.zeros(n_host)
