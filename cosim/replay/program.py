@@ -440,9 +440,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
                 launch_delay[h] = extra
 
     # waits are measured against the trace's own launch latency, so that a launch-latency what-if moves them
-    traced_lat = trace_launch_latency(rg)
-    hidden = hidden_gpu_delay(rg, lhost, traced_lat if traced_lat is not None else lat, launch_delay) \
-        if not region.any() else {}
+    traced_lat, _ = _pick(None, trace_launch_latency(rg), cfg.max_trace_launch_latency, default_launch_latency, "")
+    hidden = hidden_gpu_delay(rg, lhost, traced_lat, launch_delay) if not region.any() else {}
 
     static_start = np.zeros(n_host)
     static_end = np.zeros(n_host)
