@@ -68,10 +68,13 @@ class CopyModel:
         fabric: the engine's :class:`~cosim.engine.fabric.Fabric` (shared with collectives).
         baseline_capacity: ``(src, dst) -> C0`` idle route capacity on the traced hardware (bytes/s).
         ranks: per rank, ``(graph, durations, gpu or None, cpu or None, copy engines)``.
+        solo_ok: nothing but copies uses the fabric (measured collectives): a copy that starts while no other
+            copy is in flight runs as one timeout and joins the fabric only when another copy starts.
     """
 
     def __init__(self, env: simpy.Environment, fabric: Any, baseline_capacity: Callable[[str, str], float],
-                 ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]]) -> None:
+                 ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]],
+                 solo_ok: bool = False) -> None:
         self.env = env
         self.fabric = fabric
         self.route: dict[int, list[int]] = {}
@@ -86,6 +89,11 @@ class CopyModel:
         """Copies that ran on the fabric."""
         self.bytes_on_fabric: dict[int, np.ndarray] = {}
         """Rank -> wire bytes each fabric copy put on its route (0 for the others)."""
+        self.solo_ok = solo_ok
+        self.running = 0
+        """Copies in flight."""
+        self.solo: list[dict[str, Any]] = []
+        """Copies running alone as one timeout each (``solo_ok``), not yet on the fabric."""
         for rg, dur, gpu, cpu, engines in ranks:
             self._add_rank(rg, np.asarray(dur, dtype=float), gpu, cpu, engines, baseline_capacity)
 
@@ -152,20 +160,48 @@ class CopyModel:
         wire = dur - o
         alone = o + wire * ratio  # its time alone on the route
         self.count += 1
-        if wire <= 0:
-            ev = self.env.timeout(o)
-        else:
-            cap = self.fabric.path_capacity(src, dst)
-            w = min(nbytes, wire * cap * ratio)  # wire bytes: at most what C0 moves in the measured wire time
-            self.bytes_on_fabric[rank][j] = w
-            ev = self.fabric.transfer(src, dst, w, max_rate=w / (wire * ratio), extra_latency=o,
-                                      link_latency=False, name="memcpy")
 
-        def fin(_e: Any) -> None:
+        def fin(_e: Any = None) -> None:
+            self.running -= 1
             end = self.env.now
             if abs(end - (t0 + alone)) <= 1e-9 * alone + 1e-12:  # alone on its route: exact, no round-off
                 end = t0 + alone
             self._release(key)
             done(t0, end)
 
-        ev.callbacks.append(fin)
+        self.running += 1
+        if wire <= 0:
+            self.env.timeout(o).callbacks.append(fin)
+            return
+        cap = self.fabric.path_capacity(src, dst)
+        w = min(nbytes, wire * cap * ratio)  # wire bytes: at most what C0 moves in the measured wire time
+        rate = w / (wire * ratio)
+        self.bytes_on_fabric[rank][j] = w
+        if self.solo_ok and self.running == 1:
+            # the only copy in flight and nothing else on the fabric: one timeout, no rate solve, until
+            # another copy starts (then it moves onto the fabric with the bytes it has left)
+            rec = {"live": True, "t0": t0, "w": w, "rate": rate, "o": o, "src": src, "dst": dst, "fin": fin}
+            self.solo.append(rec)
+
+            def solo_done(_e: Any) -> None:
+                if rec["live"]:
+                    rec["live"] = False
+                    fin()
+
+            self.env.timeout(alone).callbacks.append(solo_done)
+            return
+        self._to_fabric()
+        self.fabric.transfer(src, dst, w, max_rate=rate, extra_latency=o, link_latency=False,
+                             name="memcpy").callbacks.append(fin)
+
+    def _to_fabric(self) -> None:
+        """Move the copies running alone onto the fabric (another copy is about to share their links)."""
+        now = self.env.now
+        for rec in self.solo:
+            left = rec["w"] - rec["rate"] * (now - rec["t0"])
+            if not rec["live"] or left <= 0:  # done, or in its fixed tail: no link in use
+                continue
+            rec["live"] = False
+            self.fabric.transfer(rec["src"], rec["dst"], left, max_rate=rec["rate"], extra_latency=rec["o"],
+                                 link_latency=False, name="memcpy").callbacks.append(rec["fin"])
+        self.solo = []

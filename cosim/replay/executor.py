@@ -116,8 +116,8 @@ class _Rank:
         """Per GPU op: its last wave's duration when it fills the GPU, else 0 (None: no op does)."""
         self.stream: list[int] = []
         self.sm_free: list[bool] = []
-        self.fillers: dict[int, tuple[list[float], list[tuple[float, int, int]], list[float]]] = {}
-        """Device -> (starts, (end of all but the last wave, stream, op), [longest such span]) of GPU-filling ops."""
+        self.fillers: dict[int, dict[int, tuple[list[float], list[float], list[int]]]] = {}
+        """Device -> stream -> (starts, ends of all but the last wave, ops) of its GPU-filling ops, by start."""
         if self.fill is not None:
             G = rg.gpu_ops
             self.stream = G.stream.tolist()
@@ -233,35 +233,36 @@ class Executor:
     def _dispatch(r: _Rank, j: int, t: float) -> tuple[float, int]:
         """Block dispatcher: ``j`` (ready at ``t``) gets SMs only once every kernel of another stream that
         fills the GPU and started before it is in its last wave (program.last_wave). Returns its start and
-        the op that delayed it (-1: none). ``j`` itself is registered if it fills the GPU."""
+        the op that delayed it (-1: none). ``j`` itself is registered if it fills the GPU.
+
+        Fillers of one stream never overlap (stream order), so per stream a bisection finds the one that
+        could hold ``t``: O(streams with fillers x log fillers) per op."""
         assert r.fill is not None
         dev = r.prog.gpu_device[j] if r.prog.gpu_device is not None else 0
-        ent = r.fillers.get(dev)
+        per_stream = r.fillers.get(dev)
         stream = r.stream[j]
         by = -1
-        if ent is not None:
-            starts, items, longest = ent
+        if per_stream is not None:
             moved = True
             while moved:
                 moved = False
-                k = bisect.bisect_right(starts, t) - 1
-                lo = t - longest[0]
-                while k >= 0 and starts[k] >= lo:
-                    lw, st, op = items[k]
-                    if st != stream and lw > t:
-                        t, by, moved = lw, op, True
-                        break
-                    k -= 1
+                for st, (starts, lws, ops) in per_stream.items():
+                    if st == stream:
+                        continue
+                    k = bisect.bisect_right(starts, t) - 1
+                    if k >= 0 and lws[k] > t:
+                        t, by, moved = lws[k], ops[k], True
         lw = r.fill[j]
         if lw > 0:
-            d = r.prog.gpu_dur[j] - lw
+            if per_stream is None:
+                per_stream = r.fillers[dev] = {}
+            ent = per_stream.get(stream)
             if ent is None:
-                ent = r.fillers[dev] = ([], [], [0.0])
+                ent = per_stream[stream] = ([], [], [])
             k = bisect.bisect_right(ent[0], t)
             ent[0].insert(k, t)
-            ent[1].insert(k, (t + d, stream, j))
-            if d > ent[2][0]:
-                ent[2][0] = d
+            ent[1].insert(k, t + r.prog.gpu_dur[j] - lw)
+            ent[2].insert(k, j)
         return t, by
 
     def _copy(self, r: _Rank, j: int, start: float) -> None:
