@@ -139,6 +139,14 @@ def test_gpudirect_rdma_through_the_pcie_switch_slows_a_copy(tmp_path: Path) -> 
     cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
     sim.run()
     assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
+    # the RDMA write starting 50 us into the copy (which ran alone until then at 8 MiB / 200 us): the copy
+    # moves its remaining 8 MiB * 150 / 200 at C0 / 2
+    late = Simulator(topo, SimConfig(record_trace=False))
+    cm = CopyModel(late.env, late.fabric, late.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("late", (s, e)))
+    late.env.timeout(50 * US).callbacks.append(lambda _e: late.fabric.transfer("nic0", "gpu0", 10 * MIB8))
+    late.run()
+    assert out["late"][1] == pytest.approx(50 * US + MIB8 * 150 / 200 / (C0 / 2) + 5 * US, rel=1e-9)
     alone = Simulator(topo, SimConfig(record_trace=False))
     cm = CopyModel(alone.env, alone.fabric, alone.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
     cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("alone", (s, e)))

@@ -366,7 +366,7 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
             gpu = cpu = None
         ranks.append((rg, prog.gpu_dur, gpu, cpu,
                       copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
-    return CopyModel(sim.env, sim.fabric, base_fabric.path_capacity, ranks, solo_ok=cfg.collectives != "simulated")
+    return CopyModel(sim.env, sim.fabric, base_fabric.path_capacity, ranks)
 
 
 def _replay_end(now: float, runs: list[RankRun]) -> float:

@@ -68,13 +68,13 @@ class CopyModel:
         fabric: the engine's :class:`~cosim.engine.fabric.Fabric` (shared with collectives).
         baseline_capacity: ``(src, dst) -> C0`` idle route capacity on the traced hardware (bytes/s).
         ranks: per rank, ``(graph, durations, gpu or None, cpu or None, copy engines)``.
-        solo_ok: nothing but copies uses the fabric (measured collectives): a copy that starts while no other
-            copy is in flight runs as one timeout and joins the fabric only when another copy starts.
+        solo_ok: a copy that starts while no flow is in flight runs as one timeout (no rate solve) and joins the
+            fabric, with the bytes it has left, when any other flow starts (wraps ``fabric.start_rows``).
     """
 
     def __init__(self, env: simpy.Environment, fabric: Any, baseline_capacity: Callable[[str, str], float],
                  ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]],
-                 solo_ok: bool = False) -> None:
+                 solo_ok: bool = True) -> None:
         self.env = env
         self.fabric = fabric
         self.route: dict[int, list[int]] = {}
@@ -96,6 +96,15 @@ class CopyModel:
         """Copies running alone as one timeout each (``solo_ok``), not yet on the fabric."""
         for rg, dur, gpu, cpu, engines in ranks:
             self._add_rank(rg, np.asarray(dur, dtype=float), gpu, cpu, engines, baseline_capacity)
+        if solo_ok:  # any flow that starts (a collective's, another copy's) first moves lone copies onto the fabric
+            start_rows = fabric.start_rows
+
+            def joined(*args: Any, **kw: Any) -> simpy.Event:
+                if self.solo:
+                    self._to_fabric()
+                return start_rows(*args, **kw)
+
+            fabric.start_rows = joined
 
     def _add_rank(self, rg: RankGraph, dur: np.ndarray, gpu: str | None, cpu: str | None, engines: int,
                   baseline_capacity: Callable[[str, str], float]) -> None:
@@ -177,9 +186,9 @@ class CopyModel:
         w = min(nbytes, wire * cap * ratio)  # wire bytes: at most what C0 moves in the measured wire time
         rate = w / (wire * ratio)
         self.bytes_on_fabric[rank][j] = w
-        if self.solo_ok and self.running == 1:
-            # the only copy in flight and nothing else on the fabric: one timeout, no rate solve, until
-            # another copy starts (then it moves onto the fabric with the bytes it has left)
+        if self.solo_ok and self.running == 1 and self.fabric.active_flows == 0:
+            # the only flow in flight: one timeout, no rate solve, until another flow starts on the fabric
+            # (then it moves onto the fabric with the bytes it has left)
             rec = {"live": True, "t0": t0, "w": w, "rate": rate, "o": o, "src": src, "dst": dst, "fin": fin}
             self.solo.append(rec)
 
@@ -197,11 +206,11 @@ class CopyModel:
     def _to_fabric(self) -> None:
         """Move the copies running alone onto the fabric (another copy is about to share their links)."""
         now = self.env.now
-        for rec in self.solo:
+        solos, self.solo = self.solo, []
+        for rec in solos:
             left = rec["w"] - rec["rate"] * (now - rec["t0"])
             if not rec["live"] or left <= 0:  # done, or in its fixed tail: no link in use
                 continue
             rec["live"] = False
             self.fabric.transfer(rec["src"], rec["dst"], left, max_rate=rec["rate"], extra_latency=rec["o"],
                                  link_latency=False, name="memcpy").callbacks.append(rec["fin"])
-        self.solo = []
