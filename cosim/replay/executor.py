@@ -79,7 +79,7 @@ class RankRun:
 
 class _Rank:
     __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "copy_route", "end", "fill",
-                 "fillers", "meet", "pending", "prog", "sm_free", "stream",
+                 "fillers", "horizon", "meet", "pending", "prog", "sm_free", "stream",
                  "ready", "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
@@ -116,6 +116,8 @@ class _Rank:
         """Per GPU op: its last wave's duration when it fills the GPU, else 0 (None: no op does)."""
         self.stream: list[int] = []
         self.sm_free: list[bool] = []
+        self.horizon = -math.inf
+        """Latest end of all but the last wave of any filler: an op ready after it is never held back."""
         self.fillers: dict[int, dict[int, tuple[list[float], list[float], list[int]]]] = {}
         """Device -> stream -> (starts, ends of all but the last wave, ops) of its GPU-filling ops, by start."""
         if self.fill is not None:
@@ -194,7 +196,8 @@ class Executor:
                 e = end_[p]
                 if e > start:
                     start, bound, src = e, BOUND_PRED, p
-            if r.fill is not None and not r.sm_free[j]:
+            fl = r.fill
+            if fl is not None and (fl[j] > 0 or start < r.horizon) and not r.sm_free[j]:
                 t, by = self._dispatch(r, j, start)
                 if by >= 0:
                     start, bound, src = t, BOUND_PRED, by
@@ -263,6 +266,8 @@ class Executor:
             ent[0].insert(k, t)
             ent[1].insert(k, t + r.prog.gpu_dur[j] - lw)
             ent[2].insert(k, j)
+            if ent[1][k] > r.horizon:
+                r.horizon = ent[1][k]
         return t, by
 
     def _copy(self, r: _Rank, j: int, start: float) -> None:
