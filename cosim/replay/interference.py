@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cosim.engine.gpu import sm_rate
 from cosim.replay.hardware import _COMPUTE, _MEMORY
 from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
 
@@ -104,13 +105,13 @@ def comm_sm_factor(rg: RankGraph, sm_count: int, comm_sms: int) -> np.ndarray:
     instead of the traced number (module docstring)."""
     G = rg.gpu_ops
     f = np.ones(len(G))
-    c0 = min(traced_comm_sms(rg), sm_count - 1.0)
-    c1 = min(float(comm_sms), sm_count - 1.0)
-    if c0 == c1:
+    rho0 = sm_rate(sm_count, 1, traced_comm_sms(rg))  # the engine's law: (S - c) / S, one SM kept free
+    rho1 = sm_rate(sm_count, 1, float(comm_sms))
+    if rho0 == rho1:
         return f
     ov = comm_overlap(rg)
     compute = ~_is_comm(rg) & (G.kind != GpuKind.MEMCPY)
-    f[compute] = (1.0 - ov[compute]) + ov[compute] * (sm_count - c0) / (sm_count - c1)
+    f[compute] = (1.0 - ov[compute]) + ov[compute] * rho0 / rho1
     return f
 
 
