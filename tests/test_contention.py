@@ -250,3 +250,37 @@ def test_pcie_what_if_on_a_real_trace(a100_control: Any) -> None:
     assert alone.sum() > 0.9 * cp.size
     np.testing.assert_allclose(got[alone], want[alone], rtol=1e-9, atol=1e-12)
     assert got.sum() > 1.5 * d[cp].sum()  # the copies' total time moves, not only the lone ones
+
+
+@pytest.mark.parametrize("gpudirect, nic", [(True, "100 Gb/s"), (True, "800 Gb/s"), (False, "800 Gb/s")])
+def test_nic_bandwidth_gpudirect_vs_host_staged_beside_a_copy(tmp_path: Path, gpudirect: bool, nic: str) -> None:
+    """dgx-h100-4node: node1.gpu0 sends a long message to node0.gpu0 while node0.gpu0 runs an 8 MiB H2D copy
+    (alone: 5 us + 200 us at 8 MiB / 200 us = 41.9 GB/s). GPUDirect enters node0.gpu0 through nic0 -> pcie0 ->
+    gpu0; host-staged through node0.cpu0 -> pcie0 -> gpu0: both cross the copy's pcie0 -> gpu0 link (C0).
+    100 Gb/s NIC: the message is capped at 12.5 GB/s, C0 - 12.5 = 43.2 GB/s >= 41.9 left: the copy keeps 205 us.
+    800 Gb/s NIC (100 GB/s): the message wants more than C0 / 2, max-min gives each C0 / 2 and the copy takes
+    5 us + 8 MiB / (C0 / 2), GPUDirect or host-staged alike (host-staged also loads cpu0 -> pcie0, which the
+    copy shares too)."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.replay.copies import CopyModel
+    from cosim.topology import load_topology
+
+    over = {"nics.cx7-ndr400.bandwidth": nic, "links.ib-ndr.bandwidth": nic,
+            "nics.cx7-ndr400.gpudirect_rdma": "true" if gpudirect else "false"}
+    topo = load_topology("dgx-h100-4node", overrides=over)
+    p = write(tmp_path / "c.json", [launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+                                    launch(30, 2, "cudaMemcpyAsync"), copy(35, 205, 2, MIB8)])
+    rg = load_trace(p).ranks[0]
+    dur = rg.gpu_ops.dur.astype(float).tolist()
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    assert sim.fabric.path_capacity("node0.cpu0", "node0.gpu0") == pytest.approx(C0)
+    cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "node0.gpu0", "node0.cpu0", 2)])
+    out: dict[str, tuple[float, float]] = {}
+    sim.transfer("node1.gpu0", "node0.gpu0", 200 * MIB8)
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    sim.run()
+    if nic == "100 Gb/s":
+        assert C0 - 12.5e9 >= MIB8 / (200 * US)
+        assert out["copy"][1] == 205 * US
+    else:
+        assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
