@@ -88,7 +88,8 @@ class CopyModel:
         self.count = 0
         """Copies that ran on the fabric."""
         self.bytes_on_fabric: dict[int, np.ndarray] = {}
-        """Rank -> wire bytes each fabric copy put on its route (0 for the others)."""
+        """Rank -> wire bytes each copy moved as a fabric flow (0 for copies that ran alone as a timeout), so
+        that link reports count every copy's bytes once."""
         self.solo_ok = solo_ok
         self.running = 0
         """Copies in flight."""
@@ -185,11 +186,11 @@ class CopyModel:
         cap = self.fabric.path_capacity(src, dst)
         w = min(nbytes, wire * cap * ratio)  # wire bytes: at most what C0 moves in the measured wire time
         rate = w / (wire * ratio)
-        self.bytes_on_fabric[rank][j] = w
         if self.solo_ok and self.running == 1 and self.fabric.active_flows == 0:
             # the only flow in flight: one timeout, no rate solve, until another flow starts on the fabric
             # (then it moves onto the fabric with the bytes it has left)
-            rec = {"live": True, "t0": t0, "w": w, "rate": rate, "o": o, "src": src, "dst": dst, "fin": fin}
+            rec = {"live": True, "t0": t0, "w": w, "rate": rate, "o": o, "src": src, "dst": dst, "fin": fin,
+                   "rank": rank, "j": j}
             self.solo.append(rec)
 
             def solo_done(_e: Any) -> None:
@@ -200,6 +201,7 @@ class CopyModel:
             self.env.timeout(alone).callbacks.append(solo_done)
             return
         self._to_fabric()
+        self.bytes_on_fabric[rank][j] = w
         self.fabric.transfer(src, dst, w, max_rate=rate, extra_latency=o, link_latency=False,
                              name="memcpy").callbacks.append(fin)
 
@@ -212,5 +214,6 @@ class CopyModel:
             if not rec["live"] or left <= 0:  # done, or in its fixed tail: no link in use
                 continue
             rec["live"] = False
+            self.bytes_on_fabric[rec["rank"]][rec["j"]] = left
             self.fabric.transfer(rec["src"], rec["dst"], left, max_rate=rec["rate"], extra_latency=rec["o"],
                                  link_latency=False, name="memcpy").callbacks.append(rec["fin"])
