@@ -284,3 +284,16 @@ def test_nic_bandwidth_gpudirect_vs_host_staged_beside_a_copy(tmp_path: Path, gp
         assert out["copy"][1] == 205 * US
     else:
         assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
+
+
+def test_a_long_copy_call_runs_its_copy_during_the_call(tmp_path: Path) -> None:
+    """A cudaMemcpyAsync of 1000 us (median launch call: 2 us) whose copy the trace shows starting 5 us into
+    the call (a pageable copy stages while it copies): the slow-launch submission delay (call - median =
+    998 us) must not push the copy after the call; it runs at 55-1045 as traced, not at 1053-2043. A kernel
+    launch of the same length still gets the delay (its kernel waits for the call, as before)."""
+    ev = [launch(10, 1), kernel("void k1", 15, 10, 1), launch(30, 2), kernel("void k2", 35, 10, 2),
+          _host("cuda_runtime", "cudaMemcpyAsync", 50, 1000, correlation=3), copy(55, 990, 3, MIB8)]
+    assert gpu_times(replay(write(tmp_path / "p.json", ev), "dgx-h100", EXACT))[2] == (55, 1045)
+    ev[4] = _host("cuda_runtime", "cudaLaunchKernel", 50, 1000, correlation=3)
+    ev[5] = kernel("void k3", 1053, 990, 3)
+    assert gpu_times(replay(write(tmp_path / "k.json", ev), "dgx-h100", EXACT))[2] == (1053, 2043)

@@ -430,17 +430,24 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         sync_cost[region] = 0.0
 
     call_dur = np.where(is_sync, sync_cost, tail)
+    # waits are measured against the trace's own launch latency, so that a launch-latency what-if moves them
+    traced_lat, _ = _pick(None, trace_launch_latency(rg), cfg.max_trace_launch_latency, default_launch_latency, "")
     launch_delay: dict[int, float] = {}
     lh = np.array(sorted(launch_gpu), dtype=np.int64)
     if lh.size:
         d = call_dur[lh]
         med = float(np.median(d))
+        gstart = G.start.astype(float)
+        is_copy = G.kind == GpuKind.MEMCPY
         for h, extra in zip(lh.tolist(), np.maximum(d - med, 0.0).tolist()):
+            if extra > 0 and is_copy[launch_gpu[h]].all():
+                # a copy call runs its copy during the call (a pageable copy stages while it copies): never
+                # later than the trace shows the copy started
+                seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
+                seen = seen[np.isfinite(seen)]
+                extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
             if extra > 0:
                 launch_delay[h] = extra
-
-    # waits are measured against the trace's own launch latency, so that a launch-latency what-if moves them
-    traced_lat, _ = _pick(None, trace_launch_latency(rg), cfg.max_trace_launch_latency, default_launch_latency, "")
     hidden = hidden_gpu_delay(rg, lhost, traced_lat, launch_delay) if not region.any() else {}
 
     static_start = np.zeros(n_host)
