@@ -1,17 +1,23 @@
 """Run compiled rank programs on the simulation engine.
 
 The executor is event-driven on the engine's simpy environment, and lean: one
-simpy event per host launch or synchronize call, none per GPU op. A GPU op's
-start is ``max(ready, ends of its predecessors)``; once every input is known its
-end is computed at once (``start + duration``), even if that lies in the
-simulated future, and its successors follow through a work list. Only
-collectives wait on something outside the rank: a rendezvous of every
-participant (matched by process group and sequence number), then either the
-measured duration or flows on the fabric.
+simpy event per host launch or synchronize call, none per GPU op that shares
+nothing. A GPU op's start is ``max(ready, ends of its predecessors, the block
+dispatcher)``; once every input is known its end is computed at once
+(``start + duration``), even if it lies in the simulated future, and its
+successors follow through a work list (list scheduling: exact, because nothing
+else changes its speed). What shares a resource runs on the engine in
+simulated-time order instead: host <-> device copies wait for a copy engine and
+move as flows on the fabric (:mod:`cosim.replay.copies`), collectives meet at a
+rendezvous of every participant (matched by process group and sequence number)
+and then take the measured duration or run as flows on the same fabric. The
+block dispatcher holds an op back while a kernel of another stream that fills
+the GPU has more than its last wave to dispatch (:func:`cosim.replay.program.last_wave`).
 
 Why the binding constraint is recorded: ``bound[j]`` says what set op ``j``'s
-start — its launch (0: the host was late), a predecessor on the GPU (1), or
-collective peers (2) — and feeds the breakdown and the critical path.
+start — its launch (0: the host was late), a predecessor on the GPU or the
+filling kernel that held the dispatcher (1), or collective peers (2) — and feeds
+the breakdown and the critical path.
 """
 
 from __future__ import annotations
