@@ -84,9 +84,31 @@ class RankRun:
 
 
 class _Rank:
-    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "copy_route", "end", "fill",
-                 "fillers", "horizon", "meet", "pending", "prog", "sm_free", "stream",
-                 "ready", "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
+    __slots__ = (
+        "bound",
+        "bound_src",
+        "coll_algo",
+        "coll_key",
+        "comm_fallback",
+        "copy_route",
+        "end",
+        "fill",
+        "fillers",
+        "horizon",
+        "meet",
+        "pending",
+        "prog",
+        "ready",
+        "rg",
+        "sm_free",
+        "start",
+        "stream",
+        "succ",
+        "sync_bound",
+        "sync_stall",
+        "sync_watch",
+        "waiters",
+    )
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
         n = len(rg.gpu_ops)

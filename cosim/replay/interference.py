@@ -33,6 +33,8 @@ overridden copy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from cosim.engine.gpu import sm_rate
@@ -115,11 +117,11 @@ def comm_sm_factor(rg: RankGraph, sm_count: int, comm_sms: int) -> np.ndarray:
     return f
 
 
-def hardware_factor(rg: RankGraph, base: object, changed: object) -> np.ndarray | None:
+def hardware_factor(rg: RankGraph, base: Any, changed: Any) -> np.ndarray | None:
     """Per GPU op, the factor for catalog overrides of the replayed accelerator (``changed``) against the
     catalog's own part (``base``); None when neither HBM bandwidth nor the bf16 peak changed."""
-    b0, b1 = float(getattr(base, "hbm_bandwidth")), float(getattr(changed, "hbm_bandwidth"))
-    p0, p1 = float(base.peak("bf16")), float(changed.peak("bf16"))  # type: ignore[attr-defined]
+    b0, b1 = float(base.hbm_bandwidth), float(changed.hbm_bandwidth)
+    p0, p1 = float(base.peak("bf16")), float(changed.peak("bf16"))
     if b0 == b1 and p0 == p1:
         return None
     G = rg.gpu_ops

@@ -24,6 +24,7 @@ Units: seconds, relative to the rank's ``time_origin``.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -180,7 +181,7 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: 
     base = np.where(first, -np.inf, np.r_[-np.inf, end_o[:-1]])
     run = np.empty(n)
     bounds = np.r_[np.flatnonzero(first), n].tolist()
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         run[a:b] = np.maximum.accumulate(base[a:b])
     prev_end = np.empty(n)
     prev_end[o] = run
