@@ -240,7 +240,8 @@ def _nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
     return b
 
 
-def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list[str], float, Any] | None:
+def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig,
+                     gpu_of: dict[int, str] | None = None) -> tuple[str, list[str], float, Any] | None:
     """What the engine runs for matched participants ``arr`` [(rank, gpu op, start)]:
     (op, GPUs, nbytes, all-to-allv matrix or None), or None when it cannot (type or size unknown)."""
     r0, j0, _ = arr[0]
@@ -262,7 +263,10 @@ def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list
         ranks = members  # symmetric peers: the other members behave like this rank
     if len(ranks) < 2:
         return None
-    gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
+    if gpu_of is None:
+        gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
+    else:  # the runner's cache: topology.gpus builds its list on every call
+        gpus = [gpu_of[r] if r in gpu_of else gpu_of.setdefault(r, _gpu_of_rank(topo, r, cfg)) for r in ranks]
     if op == "send_recv":
         gpus = gpus[:2]
     if ctype == CollType.ALL_TO_ALL and len(arr) == len(ranks) > 1:
@@ -275,8 +279,10 @@ def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list
 def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
     """Start a collective on the engine's fabric for matched participants."""
 
+    gpu_of: dict[int, str] = {}
+
     def run(arr: list) -> simpy.Event | None:
-        spec = _collective_spec(arr, topo, cfg)
+        spec = _collective_spec(arr, topo, cfg, gpu_of)
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
