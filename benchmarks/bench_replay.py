@@ -25,6 +25,7 @@ It also times two reference simpy kernel models on this machine (see
 :func:`simpy_baseline`) as the reference point for "kernels per second".
 
     python benchmarks/bench_replay.py [--traces DIR] [--repeat 3] [--json]
+    python benchmarks/bench_replay.py --engine   # executor: identity vs contended replay (engine_throughput)
 """
 
 from __future__ import annotations
@@ -182,6 +183,64 @@ def simpy_baseline(n_kernels: int = 200_000, streams: int = 4) -> dict[str, Any]
             "simple_kernels_per_s": n / simple}
 
 
+# --------------------------------------------------------------------------------------------------------
+# Engine throughput (issue 14): identity vs contended replay, executor only
+# --------------------------------------------------------------------------------------------------------
+
+ENGINE_TRACES = ("param-dlrm-v100x8/kineto", "hta/v100-rank1of2-df.json.gz", "hta/a100-rank3of8-control.json.gz",
+                 "hta/v100-single-ns.json.gz")
+"""The largest shared traces: all 8 DLRM ranks together, the V100 and A100 HTA traces."""
+
+ENGINE_MODES = {
+    "identity": {},
+    "contended": {"collectives": "simulated"},
+    "contended+comm_sms": {"collectives": "simulated", "comm_sms": 32},
+}
+"""identity: measured durations and collectives (copies still run on the fabric, alone); contended:
+collectives as flows on the fabric beside the copies; +comm_sms: also the communication-SM what-if."""
+
+
+def engine_throughput(traces: Path, repeat: int = 3) -> list[dict[str, Any]]:
+    """Executor throughput (graph ops per wall second of ``sim_wall_s``, best of ``repeat``) per trace and
+    mode; the graph is loaded once per trace."""
+    from cosim.replay import ReplayConfig, replay
+    from cosim.workload import load_trace
+
+    rows = []
+    for rel in ENGINE_TRACES:
+        p = traces / rel
+        if not p.exists():
+            continue
+        g = load_trace(p)
+        ops = sum(len(rg.gpu_ops) + len(rg.host_ops) for rg in g.ranks)
+        for mode, kw in ENGINE_MODES.items():
+            try:
+                cfg = ReplayConfig(**kw)
+            except TypeError:  # an older cosim without this knob
+                continue
+            best, step = float("inf"), None
+            for _ in range(repeat):
+                res = replay(g, None, cfg)
+                best = min(best, res.sim_wall_s)
+                step = res.summary()["step_time_s"]
+            rows.append({"trace": rel, "mode": mode, "ranks": len(g.ranks), "ops": ops, "executor_s": best,
+                         "ops_per_s": ops / best, "step_time_s": step})
+    return rows
+
+
+def engine_main(traces: Path, repeat: int, as_json: bool) -> int:
+    rows = engine_throughput(traces, repeat)
+    if as_json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{'trace':38s} {'mode':20s} {'ranks':>5} {'graph ops':>9} {'executor':>9} {'ops/s':>11} {'step ms':>9}")
+    for r in rows:
+        print(f"{r['trace']:38s} {r['mode']:20s} {r['ranks']:>5} {r['ops']:>9} {r['executor_s']:>8.3f}s "
+              f"{r['ops_per_s']:>11,.0f} {r['step_time_s'] * 1e3:>9.3f}")
+    return 0
+
+
 def _mb(b: float) -> str:
     return f"{b / 2**20:.0f} MiB"
 
@@ -192,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per trace (best is reported)")
     ap.add_argument("--only", help=argparse.SUPPRESS)  # child mode: one trace, JSON on stdout
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--engine", action="store_true", help="only the engine table: identity vs contended replay")
     args = ap.parse_args(argv)
     if args.only:
         json.dump(bench_one(Path(args.only), args.repeat), sys.stdout)
@@ -205,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             print("../shared/traces not found; pass --traces DIR", file=sys.stderr)
             return 2
         traces = sd / "traces"
+    if args.engine:
+        return engine_main(traces, args.repeat, args.json)
     rows = []
     for rel in TRACES:
         p = subprocess.run([sys.executable, __file__, "--only", str(traces / rel), "--repeat", str(args.repeat)],

@@ -20,6 +20,8 @@ def add_replay_knobs(p: argparse.ArgumentParser) -> None:
                                      "(bundled name or YAML; default: the accelerator's bundled profile)")
     p.add_argument("--collectives", choices=("measured", "simulated"),
                    help="communication kernels: measured times, or flows on the fabric (default measured)")
+    p.add_argument("--comm-sms", type=int, metavar="N",
+                   help="SMs a communication kernel holds (= --set gpu.comm_sms=N; default: as traced)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="what-if knob, e.g. gpu.scale.gemm=0.5, host.launch_overhead='2 us', host.speed=2, "
                         "cuda_graphs='## forward ##', accelerator=b200, links.nvlink4.bandwidth='50 GB/s' "
@@ -112,6 +114,8 @@ def config_from_args(args: argparse.Namespace, base=None):
         sets["durations"] = args.durations
     if args.collectives:
         sets["collectives"] = args.collectives
+    if getattr(args, "comm_sms", None) is not None:
+        sets["gpu.comm_sms"] = str(args.comm_sms)
     if getattr(args, "profile", None):
         sets["profile"] = args.profile
     sets.update(parse_sets(args.sets))

@@ -35,7 +35,17 @@ import simpy
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["CudaEvent", "Gpu", "Kernel", "Stream"]
+__all__ = ["CudaEvent", "Gpu", "Kernel", "Stream", "sm_rate"]
+
+
+def sm_rate(sm_count: float, comm_kernels: float, comm_sms: float, demand: float | None = None) -> float:
+    """Speed (fraction of standalone) of compute kernels asking for ``demand`` SMs in total (None: the whole
+    chip) while ``comm_kernels`` communication kernels hold ``comm_sms`` SMs each: ``free / demand`` when the
+    demand exceeds the free SMs (at least one SM stays free), else 1. The one SM-sharing law of the engine,
+    used by :class:`Gpu` and by the replay's communication-SM what-if (cosim.replay.interference)."""
+    free = max(sm_count - comm_kernels * comm_sms, 1.0)
+    want = sm_count if demand is None else demand
+    return min(1.0, free / want) if want > 0 else 1.0
 
 
 @dataclass(eq=False)
@@ -188,14 +198,13 @@ class Gpu:
         return self.sm_count if k.sm_demand is None else k.sm_demand
 
     def _rates(self) -> None:
-        free = max(self.sm_count - self._comm_active * self.comm_sms, 1)
         compute = [k for k in self._running if k.kind != "comm"]
         demand = sum(self._sms(k) for k in compute)
-        sm_rate = min(1.0, free / demand) if demand > 0 else 1.0
+        sm_share = sm_rate(self.sm_count, self._comm_active, self.comm_sms, demand)
         hbm = sum(k.hbm_fraction for k in compute) + self._comm_active * self.sim.config.gpu.comm_hbm_fraction
         hbm_rate = min(1.0, 1.0 / hbm) if hbm > 0 else 1.0
         for k in compute:
-            k.rate = min(sm_rate, hbm_rate if k.hbm_fraction > 0 else 1.0)
+            k.rate = min(sm_share, hbm_rate if k.hbm_fraction > 0 else 1.0)
 
     def _advance(self) -> None:
         dt = self.env.now - self._t_last

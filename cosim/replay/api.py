@@ -16,6 +16,7 @@ from cosim import __version__
 from cosim.errors import CosimInputError
 from cosim.fileio import write_json
 from cosim.replay.config import ReplayConfig
+from cosim.replay.copies import CopyModel, copy_engines_of
 from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
 from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
 from cosim.replay.links import COLLECTIVE, MEMCPY, EngineRoutes, LinkUsage, record_fabric
@@ -239,7 +240,8 @@ def _nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
     return b
 
 
-def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list[str], float, Any] | None:
+def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig,
+                     gpu_of: dict[int, str] | None = None) -> tuple[str, list[str], float, Any] | None:
     """What the engine runs for matched participants ``arr`` [(rank, gpu op, start)]:
     (op, GPUs, nbytes, all-to-allv matrix or None), or None when it cannot (type or size unknown)."""
     r0, j0, _ = arr[0]
@@ -261,7 +263,10 @@ def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list
         ranks = members  # symmetric peers: the other members behave like this rank
     if len(ranks) < 2:
         return None
-    gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
+    if gpu_of is None:
+        gpus = [_gpu_of_rank(topo, r, cfg) for r in ranks]
+    else:  # the runner's cache: topology.gpus builds its list on every call
+        gpus = [gpu_of[r] if r in gpu_of else gpu_of.setdefault(r, _gpu_of_rank(topo, r, cfg)) for r in ranks]
     if op == "send_recv":
         gpus = gpus[:2]
     if ctype == CollType.ALL_TO_ALL and len(arr) == len(ranks) > 1:
@@ -274,8 +279,10 @@ def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list
 def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
     """Start a collective on the engine's fabric for matched participants."""
 
+    gpu_of: dict[int, str] = {}
+
     def run(arr: list) -> simpy.Event | None:
-        spec = _collective_spec(arr, topo, cfg)
+        spec = _collective_spec(arr, topo, cfg, gpu_of)
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
@@ -284,6 +291,88 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
         return sim.collective(op, gpus, nb, name=f"{op}")
 
     return run
+
+
+def _times(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    return b if a is None else (a if b is None else a * b)
+
+
+def _resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str | None, sms: int | None,
+                     notes: list[str] | None) -> np.ndarray | None:
+    """Duration factors of the shared-resource what-ifs on measured durations (cosim.replay.interference):
+    HBM bandwidth / bf16 peak overrides of the replayed accelerator, and ``comm_sms``; None: none applies."""
+    from cosim.catalog import load_catalog
+    from cosim.replay.interference import comm_sm_factor, hardware_factor, traced_comm_sms
+
+    out = None
+    if acc_id is not None and cfg.catalog_overrides and cfg.durations != "modeled":
+        try:
+            base, changed = load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)
+        except (CosimInputError, AttributeError):
+            base = changed = None
+        if base is not None:
+            out = _times(out, hardware_factor(rg, base, changed))
+            if out is not None and notes is not None:
+                notes.append(f"{acc_id}: kernel durations scaled by the overridden HBM bandwidth "
+                             f"({base.hbm_bandwidth / 1e12:.4g} -> {changed.hbm_bandwidth / 1e12:.4g} TB/s) and "
+                             f"bf16 peak ({base.peak('bf16') / 1e12:.4g} -> {changed.peak('bf16') / 1e12:.4g} TFLOP/s)")
+    if cfg.comm_sms is not None:
+        if sms is None:
+            raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the accelerator's SM count is unknown "
+                                  "(give --set traced_accelerator=ID)")
+        if cfg.comm_sms >= sms:
+            raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the GPU has only {sms} SMs")
+        out = _times(out, comm_sm_factor(rg, sms, cfg.comm_sms))
+        if notes is not None:
+            notes.append(f"communication kernels hold {cfg.comm_sms} of {sms} SMs (traced: "
+                         f"{traced_comm_sms(rg):g}): overlapping compute kernels rescaled (docs/ENGINE.md)")
+    return out
+
+
+def _sm_count(topology: Any, accelerator: str | None) -> int | None:
+    """SMs of the accelerator the GPU ops run on (the block dispatcher's GPU size); None when unknown."""
+    if accelerator is None:
+        return None
+    try:
+        return int(topology.catalog.accelerator(accelerator).sm_count)
+    except Exception:  # not in the catalog
+        return None
+
+
+def _simulator(topology: Any, cfg: ReplayConfig, env: simpy.Environment) -> Any:
+    """The engine for this replay: the topology's fabric (collectives, copies) on the replay's clock."""
+    from cosim.engine import GpuConfig, SimConfig, Simulator
+
+    gcfg = GpuConfig() if cfg.comm_sms is None else GpuConfig(comm_sms=cfg.comm_sms)
+    return Simulator(topology, SimConfig(record_trace=False, gpu=gcfg), env=env)
+
+
+def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], topology: Any,
+                cfg: ReplayConfig) -> CopyModel | None:
+    """Host <-> device copies of every rank as fabric flows (cosim.replay.copies); None when there are none."""
+    from cosim.engine import GpuConfig
+
+    if not any(((rg.gpu_ops.kind == GpuKind.MEMCPY) & ((rg.gpu_ops.copy_kind == CopyKind.HTOD)
+                                                      | (rg.gpu_ops.copy_kind == CopyKind.DTOH))).any()
+               for rg in graph.ranks):
+        return None
+    base_fabric = sim.fabric
+    if cfg.catalog_overrides and (topology.source_file or topology.name):
+        from cosim.engine import SimConfig, Simulator
+        from cosim.topology import load_topology
+
+        base = load_topology(topology.source_file or topology.name)  # the traced hardware: no what-if overrides
+        base_fabric = Simulator(base, SimConfig(record_trace=False)).fabric
+    ranks = []
+    for rg, prog in zip(graph.ranks, programs):
+        try:
+            gpu = _gpu_of_rank(topology, rg.rank, cfg)
+            cpu = topology.cpu_of(gpu)
+        except Exception:  # a rank beyond the topology, or a GPU without a CPU: copies keep their durations
+            gpu = cpu = None
+        ranks.append((rg, prog.gpu_dur, gpu, cpu,
+                      copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
+    return CopyModel(sim.env, sim.fabric, base_fabric.path_capacity, ranks)
 
 
 def _replay_end(now: float, runs: list[RankRun]) -> float:
@@ -298,12 +387,13 @@ def _replay_end(now: float, runs: list[RankRun]) -> float:
 
 
 def _link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
-                finish_fabric: Any) -> tuple[LinkUsage | None, dict[str, int]]:
+                finish_fabric: Any, copies: CopyModel | None = None) -> tuple[LinkUsage | None, dict[str, int]]:
     """Per-link traffic of the finished replay and the ops left off the links (reason -> count).
 
     Attribution only, no replayed time changes. Simulated collectives: the fabric's recorded
     flows. Measured collectives: the engine's decomposition over the kernel's replayed interval.
-    Memcpys (both modes): bytes on the copy's route over its replayed interval (docs/REPLAY.md)."""
+    Memcpys (both modes): bytes on the copy's route over its replayed interval (docs/REPLAY.md); with simulated
+    collectives the fabric's counters hold the copies' flows too, so their wire bytes are not counted twice."""
     skipped: dict[str, int] = {}
     state: dict[str, Any] = {"usage": fabric_usage, "routes": None}
     if fabric_usage is not None:
@@ -374,6 +464,10 @@ def _link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: Li
             k = idx.size
             usage.add(np.tile(idx, sel.size), np.repeat(start[sel], k), np.repeat(end[sel], k), 1.0,
                       np.outer(nb, w).reshape(-1), MEMCPY)
+            if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
+                on_fab = copies.bytes_on_fabric.get(r.rg.rank)
+                if on_fab is not None:
+                    np.add.at(usage.total_bytes, np.tile(idx, sel.size), -np.outer(on_fab[sel], w).reshape(-1))
     return state["usage"], skipped
 
 
@@ -458,22 +552,22 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     if cfg.precision:
         graph, modeled, precision = _apply_precision(graph, cfg, topology, gpu0, traced, target, prof, modeled)
         notes.append(precision.pop("note"))
+    sms = _sm_count(topology, target or traced)
     for k, (rg, origin) in enumerate(zip(graph.ranks, origins)):
         scale = target and traced and target != traced and cfg.durations != "modeled"
         factor = cross_accelerator_factor(rg, traced, target) if scale else None
+        factor = _times(factor, _resource_factor(rg, topology, cfg, target or traced, sms, notes if k == 0 else None))
         programs.append(compile_rank(rg, cfg, lat_default, factor, offset=(origin - common) if aligned else 0.0,
-                                     durations=modeled[k] if modeled is not None else None))
+                                     durations=modeled[k] if modeled is not None else None, sm_count=sms))
     runner = None
-    sim = None
     finish_fabric = fabric_usage = None
+    sim = _simulator(topology, cfg, env)
+    copies = _copy_model(sim, graph, programs, topology, cfg)
     if cfg.collectives == "simulated":
-        from cosim.engine import SimConfig, Simulator
-
-        sim = Simulator(topology, SimConfig(record_trace=False), env=env)
         runner = _collective_runner(sim, topology, cfg, notes)
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
-    ex = Executor(env, list(zip(graph.ranks, programs)), runner)
+    ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies)
     runs, wall = ex.run()
     stuck = ex.unresolved()
     if stuck:
@@ -487,7 +581,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         notes.append(f"{fallback} communication ops kept their measured duration (type or size unknown)")
     if target and traced and target != traced and cfg.durations != "modeled":
         notes.append(f"GPU op durations scaled from {traced} to {target} by peak bf16 FLOP/s and HBM bandwidth ratios")
-    usage, skipped = _link_usage(ex, topology, cfg, fabric_usage, finish_fabric)
+    usage, skipped = _link_usage(ex, topology, cfg, fabric_usage, finish_fabric, copies)
     links = usage.report(_replay_end(env.now, runs)) if usage is not None else []
     if skipped:
         notes.append("link traffic leaves out " + ", ".join(f"{n} {why}" for why, n in skipped.items()))

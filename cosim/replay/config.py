@@ -92,6 +92,14 @@ class ReplayConfig:
     """Ranks per host node when mapping trace ranks onto topology GPUs; None: topology GPU order."""
     record_timeline: bool = True
     """Keep per-op simulated times for the timeline and critical path."""
+    copy_engines: int | None = None
+    """Copy engines per GPU and direction (H2D, D2H): more concurrent host <-> device copies queue. None: the
+    accelerator's ``copy_engines`` in the catalog when it has one, else 2 (cosim.engine.config.GpuConfig)."""
+    comm_sms: int | None = None
+    """SMs a communication kernel occupies while it runs (NCCL: one CTA per channel). None: as traced (the
+    measured compute kernels already include the share they lost); a number: compute kernels that overlap a
+    communication kernel run at ``(SMs - comm_sms) / (SMs - traced comm_sms)`` of their traced speed
+    (docs/ENGINE.md, "Interference")."""
     precision: Mapping[str, str] = field(default_factory=dict)
     """Precision what-ifs (docs/MODELS.md): ``{"experts": "fp8"}`` runs the MoE expert GEMMs in FP8
     (``"mxfp8"``: MX block scales), ``{"gemm": "fp8"}`` every GEMM; quantize kernels are added and
@@ -118,6 +126,10 @@ class ReplayConfig:
                 raise ValueError(f"gpu_scale: unknown class {k!r}; known: all, {', '.join(OP_CLASSES)}")
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"gpu_scale.{k} must be a factor >= 0, got {v}")
+        if self.copy_engines is not None and self.copy_engines < 1:
+            raise ValueError("copy_engines must be >= 1")
+        if self.comm_sms is not None and self.comm_sms < 0:
+            raise ValueError("comm_sms must be >= 0")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ValueError("ranks_per_node must be >= 1")
         for k, v in self.precision.items():
@@ -162,6 +174,17 @@ _STR_KEYS = {
     "profile": "profile",
     "models.profile": "profile",
 }
+
+
+_INT_KEYS = {"gpu.copy_engines": "copy_engines", "copy_engines": "copy_engines", "gpu.comm_sms": "comm_sms",
+             "comm_sms": "comm_sms"}
+
+
+def _integer(key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise CosimInputError(f"--set {key}={value}: expected a whole number") from None
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, str]:
@@ -214,6 +237,8 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
                     v.strip() for v in value.split(",") if v.strip())
             elif key == "ranks_per_node":
                 changes["ranks_per_node"] = int(value)
+            elif key in _INT_KEYS:
+                changes[_INT_KEYS[key]] = None if value in ("auto", "traced", "catalog") else _integer(key, value)
             elif key.startswith("precision.") or key == "precision":
                 if key != "precision":
                     items = [(key[len("precision."):], value)]
@@ -239,7 +264,7 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
                 raise CosimInputError(
                     f"--set {key}: unknown knob; known: durations, collectives, topology, accelerator, "
                     "profile, host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
-                    "gpu.scale.<class>, cuda_graphs, ranks_per_node, precision.experts, precision.gemm, "
+                    "gpu.scale.<class>, gpu.copy_engines, gpu.comm_sms, cuda_graphs, ranks_per_node, precision.experts, precision.gemm, "
                     "or a catalog path like links.nvlink4.bandwidth")
         except units.UnitError as exc:
             raise CosimInputError(f"--set {key}={value}: {exc}") from None

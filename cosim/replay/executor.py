@@ -1,21 +1,28 @@
 """Run compiled rank programs on the simulation engine.
 
 The executor is event-driven on the engine's simpy environment, and lean: one
-simpy event per host launch or synchronize call, none per GPU op. A GPU op's
-start is ``max(ready, ends of its predecessors)``; once every input is known its
-end is computed at once (``start + duration``), even if that lies in the
-simulated future, and its successors follow through a work list. Only
-collectives wait on something outside the rank: a rendezvous of every
-participant (matched by process group and sequence number), then either the
-measured duration or flows on the fabric.
+simpy event per host launch or synchronize call, none per GPU op that shares
+nothing. A GPU op's start is ``max(ready, ends of its predecessors, the block
+dispatcher)``; once every input is known its end is computed at once
+(``start + duration``), even if it lies in the simulated future, and its
+successors follow through a work list (list scheduling: exact, because nothing
+else changes its speed). What shares a resource runs on the engine in
+simulated-time order instead: host <-> device copies wait for a copy engine and
+move as flows on the fabric (:mod:`cosim.replay.copies`), collectives meet at a
+rendezvous of every participant (matched by process group and sequence number)
+and then take the measured duration or run as flows on the same fabric. The
+block dispatcher holds an op back while a kernel of another stream that fills
+the GPU has more than its last wave to dispatch (:func:`cosim.replay.program.last_wave`).
 
 Why the binding constraint is recorded: ``bound[j]`` says what set op ``j``'s
-start — its launch (0: the host was late), a predecessor on the GPU (1), or
-collective peers (2) — and feeds the breakdown and the critical path.
+start — its launch (0: the host was late), a predecessor on the GPU or the
+filling kernel that held the dispatcher (1), or collective peers (2) — and feeds
+the breakdown and the critical path.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -25,8 +32,9 @@ from typing import Any
 import numpy as np
 import simpy
 
+from cosim.replay.copies import CopyModel
 from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
-from cosim.workload.graph import CollType, RankGraph
+from cosim.workload.graph import CollType, GpuKind, RankGraph
 
 __all__ = ["BOUND_COLL", "BOUND_LAUNCH", "BOUND_PRED", "Executor", "RankRun"]
 
@@ -76,8 +84,31 @@ class RankRun:
 
 
 class _Rank:
-    __slots__ = ("bound", "bound_src", "coll_algo", "coll_key", "comm_fallback", "end", "meet", "pending", "prog",
-                 "ready", "rg", "start", "succ", "sync_bound", "sync_stall", "sync_watch", "waiters")
+    __slots__ = (
+        "bound",
+        "bound_src",
+        "coll_algo",
+        "coll_key",
+        "comm_fallback",
+        "copy_route",
+        "end",
+        "fill",
+        "fillers",
+        "horizon",
+        "meet",
+        "pending",
+        "prog",
+        "ready",
+        "rg",
+        "sm_free",
+        "start",
+        "stream",
+        "succ",
+        "sync_bound",
+        "sync_stall",
+        "sync_watch",
+        "waiters",
+    )
 
     def __init__(self, rg: RankGraph, prog: RankProgram) -> None:
         n = len(rg.gpu_ops)
@@ -107,6 +138,20 @@ class _Rank:
         self.sync_watch: dict[int, list[tuple[int, Any]]] = {}
         """Thread -> (number of SYNC events, event) that threads anchored to it wait for."""
         self.comm_fallback = 0
+        self.copy_route: list[int] | None = None
+        """Per GPU op: its route in the executor's :class:`CopyModel`, or -1 (None: no fabric copies)."""
+        self.fill = prog.gpu_last_wave
+        """Per GPU op: its last wave's duration when it fills the GPU, else 0 (None: no op does)."""
+        self.stream: list[int] = []
+        self.sm_free: list[bool] = []
+        self.horizon = -math.inf
+        """Latest end of all but the last wave of any filler: an op ready after it is never held back."""
+        self.fillers: dict[int, dict[int, tuple[list[float], list[float], list[int]]]] = {}
+        """Device -> stream -> (starts, ends of all but the last wave, ops) of its GPU-filling ops, by start."""
+        if self.fill is not None:
+            G = rg.gpu_ops
+            self.stream = G.stream.tolist()
+            self.sm_free = (G.kind == GpuKind.MEMCPY).tolist()  # copies run on copy engines, not SMs
 
 
 class Executor:
@@ -118,14 +163,23 @@ class Executor:
         collective_runner: for simulated collectives, a callable
             ``(op, participants: list[(rank, gpu_op)], nbytes, matrix) -> simpy.Event | None``
             that starts the collective now; None means measured durations.
+        copies: host <-> device copies as flows on the engine's fabric (:mod:`cosim.replay.copies`);
+            None: every copy keeps its duration.
     """
 
     def __init__(self, env: simpy.Environment, ranks: Sequence[tuple[RankGraph, RankProgram]],
-                 collective_runner: Callable[..., simpy.Event | None] | None = None) -> None:
+                 collective_runner: Callable[..., simpy.Event | None] | None = None,
+                 copies: CopyModel | None = None) -> None:
         self.env = env
         self.ranks = [_Rank(rg, prog) for rg, prog in ranks]
         self.by_rank = {r.rg.rank: r for r in self.ranks}
         self.collective_runner = collective_runner
+        self.copies = copies
+        if copies is not None:
+            for r in self.ranks:
+                route = copies.route.get(r.rg.rank)
+                if route is not None and any(x >= 0 for x in route):
+                    r.copy_route = route
         self.work: list[tuple[_Rank, int]] = []
         self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
         self.needed: dict[Any, int] = {}
@@ -170,6 +224,11 @@ class Executor:
                 e = end_[p]
                 if e > start:
                     start, bound, src = e, BOUND_PRED, p
+            fl = r.fill
+            if fl is not None and (fl[j] > 0 or start < r.horizon) and not r.sm_free[j]:
+                t, by = self._dispatch(r, j, start)
+                if by >= 0:
+                    start, bound, src = t, BOUND_PRED, by
             r.bound[j] = bound
             r.bound_src[j] = src
             key = r.coll_key.get(j)
@@ -177,6 +236,8 @@ class Executor:
                 self._arrive(key, r, j, start)
             elif self.collective_runner is not None and r.rg.gpu_ops.collective[j] >= 0:
                 self._start_collective([(r, j, start)], start)
+            elif r.copy_route is not None and r.copy_route[j] >= 0:
+                self._copy(r, j, start)
             else:
                 self._finish(r, j, start, start + r.prog.gpu_dur[j])
 
@@ -198,6 +259,54 @@ class Executor:
                     w[1], w[3] = end + w[4], j
                 if w[0] == 0:
                     w[2].succeed((w[1], w[3]))
+
+    @staticmethod
+    def _dispatch(r: _Rank, j: int, t: float) -> tuple[float, int]:
+        """Block dispatcher: ``j`` (ready at ``t``) gets SMs only once every kernel of another stream that
+        fills the GPU and started before it is in its last wave (program.last_wave). Returns its start and
+        the op that delayed it (-1: none). ``j`` itself is registered if it fills the GPU.
+
+        Fillers of one stream never overlap (stream order), so per stream a bisection finds the one that
+        could hold ``t``: O(streams with fillers x log fillers) per op."""
+        assert r.fill is not None
+        dev = r.prog.gpu_device[j] if r.prog.gpu_device is not None else 0
+        per_stream = r.fillers.get(dev)
+        stream = r.stream[j]
+        by = -1
+        if per_stream is not None:
+            moved = True
+            while moved:
+                moved = False
+                for st, (starts, lws, ops) in per_stream.items():
+                    if st == stream:
+                        continue
+                    k = bisect.bisect_right(starts, t) - 1
+                    if k >= 0 and lws[k] > t:
+                        t, by, moved = lws[k], ops[k], True
+        lw = r.fill[j]
+        if lw > 0:
+            if per_stream is None:
+                per_stream = r.fillers[dev] = {}
+            ent = per_stream.get(stream)
+            if ent is None:
+                ent = per_stream[stream] = ([], [], [])
+            k = bisect.bisect_right(ent[0], t)
+            ent[0].insert(k, t)
+            ent[1].insert(k, t + r.prog.gpu_dur[j] - lw)
+            ent[2].insert(k, j)
+            if ent[1][k] > r.horizon:
+                r.horizon = ent[1][k]
+        return t, by
+
+    def _copy(self, r: _Rank, j: int, start: float) -> None:
+        """A host <-> device copy: a flow on its route once it has a copy engine (ends in simulated time)."""
+
+        def done(t0: float, end: float) -> None:
+            self._finish(r, j, t0, end)
+            self._drain()
+
+        assert self.copies is not None
+        self.copies.start(r.rg.rank, j, float(r.rg.gpu_ops.bytes[j]), r.prog.gpu_dur[j], start, done)
 
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:
         arr = self.arrivals.setdefault(key, [])
@@ -252,6 +361,7 @@ class Executor:
         prog = r.prog
         lat = prog.launch_latency
         launch_gpu, sync_deps, delay = prog.launch_gpu, prog.sync_deps, prog.launch_delay
+        hidden = prog.gpu_hidden_delay
         kinds, hosts, statics, costs = tp.ev_kind, tp.ev_host, tp.ev_static, tp.ev_cost
         stalls: list[float] = []
         bounds: list[int] = []
@@ -277,7 +387,7 @@ class Executor:
             if kinds[k] == LAUNCH:
                 rdy = t + lat + delay.get(h, 0.0)
                 for j in launch_gpu[h]:
-                    self._set_ready(r, j, rdy)
+                    self._set_ready(r, j, rdy + hidden.get(j, 0.0) if hidden else rdy)
                 self._drain()
                 continue
             cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work

@@ -24,15 +24,16 @@ Units: seconds, relative to the rank's ``time_origin``.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cosim.replay.config import OP_CLASSES, ReplayConfig
-from cosim.workload.graph import CopyKind, EdgeKind, HostKind, OpClass, RankGraph
+from cosim.workload.graph import CopyKind, EdgeKind, GpuKind, HostKind, OpClass, RankGraph
 
-__all__ = ["LAUNCH", "SYNC", "RankProgram", "ThreadProgram", "compile_rank"]
+__all__ = ["LAUNCH", "SYNC", "THREADS_PER_SM", "RankProgram", "ThreadProgram", "compile_rank", "last_wave"]
 
 LAUNCH, SYNC = 0, 1
 """Program event kinds."""
@@ -111,6 +112,85 @@ class RankProgram:
     launch_latency: float
     """Launch-to-start latency used (s)."""
     launch_latency_source: str
+    gpu_hidden_delay: dict[int, float] = field(default_factory=dict)
+    """Launched GPU op -> time the trace shows it waiting on an idle GPU after its launch (s): unrecorded GPU
+    work (see :func:`hidden_gpu_delay`); added to its ready time."""
+    gpu_device: list[int] | None = None
+    """GPU op -> device index (for the block dispatcher; None: no op fills its GPU)."""
+    gpu_last_wave: list[float] | None = None
+    """GPU op -> duration of its last wave of thread blocks when it fills its GPU (more blocks than the
+    GPU holds at once), else 0 (s): see :func:`last_wave`."""
+
+
+THREADS_PER_SM = 2048
+"""Resident threads per SM (Volta to Blackwell data-center parts): bounds the blocks an SM holds at once."""
+
+
+def last_wave(rg: RankGraph, dur: np.ndarray, sm_count: int, threads_per_sm: int = THREADS_PER_SM) -> np.ndarray:
+    """Per GPU op, the time of its last wave of thread blocks if it fills the GPU, else 0 (s).
+
+    The block dispatcher is in order: once a kernel holds every SM, a kernel of another stream gets its first
+    blocks only when the first kernel's last blocks have been dispatched. A kernel of ``B`` blocks of ``T``
+    threads runs in ``waves = ceil(B / (sm_count * min(32, threads_per_sm // T)))`` waves (occupancy bounded
+    by threads only: registers and shared memory can only lower it); with ``waves >= 2`` it fills the GPU and
+    its last wave lasts ``dur / waves``. Ops without grid and block (copies, CPU-side or unknown) never fill it.
+    """
+    G = rg.gpu_ops
+    out = np.zeros(len(G))
+    if not len(G) or sm_count <= 0:
+        return out
+    grid, block = G.grid.astype(np.int64), G.block.astype(np.int64)
+    known = (grid.min(axis=1) > 0) & (block.min(axis=1) > 0) & (G.kind != GpuKind.MEMCPY)
+    blocks = np.prod(np.maximum(grid, 1), axis=1)
+    threads = np.prod(np.maximum(block, 1), axis=1)
+    per_sm = np.clip(threads_per_sm // np.maximum(threads, 1), 1, 32)
+    waves = np.ceil(blocks / (sm_count * per_sm))
+    fill = known & (waves >= 2) & (dur > 0)
+    out[fill] = dur[fill] / waves[fill]
+    return out
+
+
+HIDDEN_WORK_MIN = 5e-6
+"""Shortest launch-to-start wait on an idle GPU that is kept as unrecorded GPU work (s)."""
+
+
+def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: dict[int, float],
+                     minimum: float = HIDDEN_WORK_MIN) -> dict[int, float]:
+    """Launched GPU ops that the trace shows starting late on an idle GPU -> that wait (s).
+
+    An op is ready ``lat`` (+ its call's ``launch_delay``) after its launch call started; if its device had
+    no op running between then and its recorded start (every op that started before it had ended), nothing
+    in the trace explains the wait: the GPU ran work the profiler did not record (another process, a
+    driver-internal copy, host staging of a pageable copy). Waits of at least ``minimum`` are kept, as
+    host gaps are: the replayed op becomes ready that much later."""
+    G, H = rg.gpu_ops, rg.host_ops
+    n = len(G)
+    if n == 0:
+        return {}
+    lh = np.asarray(lhost, dtype=np.int64)
+    start = G.start.astype(float)
+    end = start + np.nan_to_num(G.dur.astype(float), nan=0.0)
+    ok = (lh >= 0) & np.isfinite(start)
+    if not ok.any():
+        return {}
+    o = np.lexsort((start, G.device))
+    dev_o, end_o = G.device[o], np.where(np.isfinite(end[o]), end[o], -np.inf)
+    # latest end of the ops that started before each op on its device (running max, reset per device)
+    first = np.ones(n, dtype=bool)
+    first[1:] = dev_o[1:] != dev_o[:-1]
+    base = np.where(first, -np.inf, np.r_[-np.inf, end_o[:-1]])
+    run = np.empty(n)
+    bounds = np.r_[np.flatnonzero(first), n].tolist()
+    for a, b in itertools.pairwise(bounds):
+        run[a:b] = np.maximum.accumulate(base[a:b])
+    prev_end = np.empty(n)
+    prev_end[o] = run
+    hstart = np.where(lh >= 0, H.start[np.maximum(lh, 0)], np.nan)
+    extra = np.array([launch_delay.get(int(h), 0.0) for h in lh]) if launch_delay else 0.0
+    ready = hstart + lat + extra
+    wait = start - np.maximum(ready, prev_end)
+    sel = np.flatnonzero(ok & np.isfinite(wait) & (wait >= minimum))
+    return dict(zip(sel.tolist(), wait[sel].tolist()))
 
 
 def _region_mask(rg: RankGraph, patterns: tuple[str, ...]) -> np.ndarray:
@@ -238,7 +318,7 @@ def _orphan_deps(gstart: np.ndarray, gdur: np.ndarray, orphans: list[int], strea
 
 def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
                  gpu_factor: np.ndarray | None = None, offset: float = 0.0,
-                 durations: np.ndarray | None = None) -> RankProgram:
+                 durations: np.ndarray | None = None, sm_count: int | None = None) -> RankProgram:
     """Compile rank ``rg`` under ``cfg``.
 
     ``gpu_factor`` multiplies each GPU op's measured duration (cross-accelerator
@@ -247,6 +327,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     rank's first op starts where it was recorded relative to the other ranks. Every
     other start follows from dependencies (docs/REPLAY.md, "Start times")
     ``durations`` (s per GPU op) replaces the measured durations where finite (modeled replay).
+    ``sm_count``: SMs of the rank's GPU, for the block dispatcher (:func:`last_wave`); None: not modeled.
     """
     H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
     n_host, n_gpu = len(H), len(G)
@@ -264,6 +345,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     if gpu_factor is not None:
         dur = dur * gpu_factor
     gpu_dur = dur.tolist()
+    waves = last_wave(rg, dur, sm_count) if sm_count else None
+    fills = waves is not None and bool((waves > 0).any())
 
     # --- launch -> GPU ops
     launch_gpu: dict[int, list[int]] = {}
@@ -348,14 +431,25 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         sync_cost[region] = 0.0
 
     call_dur = np.where(is_sync, sync_cost, tail)
+    # waits are measured against the trace's own launch latency, so that a launch-latency what-if moves them
+    traced_lat, _ = _pick(None, trace_launch_latency(rg), cfg.max_trace_launch_latency, default_launch_latency, "")
     launch_delay: dict[int, float] = {}
     lh = np.array(sorted(launch_gpu), dtype=np.int64)
     if lh.size:
         d = call_dur[lh]
         med = float(np.median(d))
+        gstart = G.start.astype(float)
+        is_copy = G.kind == GpuKind.MEMCPY
         for h, extra in zip(lh.tolist(), np.maximum(d - med, 0.0).tolist()):
+            if extra > 0 and is_copy[launch_gpu[h]].all():
+                # a copy call runs its copy during the call (a pageable copy stages while it copies): never
+                # later than the trace shows the copy started
+                seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
+                seen = seen[np.isfinite(seen)]
+                extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
             if extra > 0:
                 launch_delay[h] = extra
+    hidden = hidden_gpu_delay(rg, lhost, traced_lat, launch_delay) if not region.any() else {}
 
     static_start = np.zeros(n_host)
     static_end = np.zeros(n_host)
@@ -479,6 +573,9 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         launch_delay=launch_delay,
         launch_latency=lat,
         launch_latency_source=lat_src,
+        gpu_hidden_delay=hidden,
+        gpu_device=G.device.tolist() if fills else None,
+        gpu_last_wave=waves.tolist() if fills else None,
     )
 
 

@@ -1,0 +1,299 @@
+"""Replay on the engine's shared resources: copies on PCIe, copy engines, GPUDirect sharing a PCIe switch,
+communication SMs, HBM bandwidth, the block dispatcher, and host time kept (docs/ENGINE.md, docs/REPLAY.md).
+
+Every expectation is worked out by hand in the test from the catalog's numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cosim.catalog import load_catalog
+from cosim.errors import CosimInputError
+from cosim.replay import ReplayConfig, apply_sets, replay
+from cosim.resources import shared_dir
+from cosim.workload import load_trace
+from cosim.workload.graph import CopyKind, GpuKind
+
+US = 1e-6
+T0 = 1000.0
+MIB8 = 8 * 2**20
+EXACT = ReplayConfig(launch_latency=5 * US, kernel_gap=0.0, sync_overhead=0.0)
+SHARED = shared_dir()
+
+
+def _host(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": T0 + ts, "dur": dur, "args": args}
+
+
+def launch(ts: float, corr: int, name: str = "cudaLaunchKernel") -> dict[str, Any]:
+    return _host("cuda_runtime", name, ts, 2, correlation=corr)
+
+
+def copy(ts: float, dur: float, corr: int, nbytes: float, stream: int = 7, kind: str = "HtoD") -> dict[str, Any]:
+    name = f"Memcpy {kind} (Pinned -> Device)" if kind == "HtoD" else f"Memcpy {kind} (Device -> Pinned)"
+    return {"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": stream, "ts": T0 + ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": corr, "bytes": nbytes}}
+
+
+def kernel(name: str, ts: float, dur: float, corr: int, stream: int = 7, grid: int = 1,
+           block: int = 128) -> dict[str, Any]:
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": T0 + ts, "dur": dur,
+            "args": {"device": 0, "stream": stream, "correlation": corr, "grid": [grid, 1, 1],
+                     "block": [block, 1, 1]}}
+
+
+def write(path: Path, events: list[dict[str, Any]]) -> Path:
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+           "traceEvents": [_host("user_annotation", "ProfilerStep#1", 0, 3000), *events]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def gpu_times(res: Any) -> list[tuple[float, float]]:
+    """(start, end) in us of every GPU op of rank 0, in trace order."""
+    run = res.runs[0]
+    return [(round(s / US, 6), round(e / US, 6)) for s, e in zip(run.gpu_start, run.gpu_end)]
+
+
+PCIE5 = load_catalog().link("pcie5x16")
+C0 = PCIE5.bandwidth * PCIE5.efficiency  # H100's GPU <-> CPU route on dgx-h100: cpu0 -> pcie0 -> gpu0, PCIe 5 x16
+
+
+def copies_trace(tmp_path: Path) -> Path:
+    """A 4 KiB copy of 5 us (the rank's fixed per-copy cost o = 5 us), then an 8 MiB copy of 400 us."""
+    return write(tmp_path / "copies.json", [
+        launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+        launch(30, 2, "cudaMemcpyAsync"), copy(35, 400, 2, MIB8),
+    ])
+
+
+def test_copies_alone_keep_their_measured_duration(tmp_path: Path) -> None:
+    res = replay(copies_trace(tmp_path), "dgx-h100", EXACT)
+    assert gpu_times(res) == [(20, 25), (35, 435)]
+
+
+def test_pcie_bandwidth_scales_the_wire_part_of_a_copy(tmp_path: Path) -> None:
+    """Half the PCIe bandwidth: C0 / C = 2. The 8 MiB copy: o + (d - o) * 2 = 5 + 395 * 2 = 795 us; the
+    4 KiB copy is all fixed cost (d = o) and keeps its 5 us."""
+    cfg = apply_sets(EXACT, {"links.pcie5x16.bandwidth": f"{PCIE5.bandwidth / 2 / 1e9} GB/s"})
+    res = replay(copies_trace(tmp_path), "dgx-h100", cfg)
+    assert gpu_times(res) == [(20, 25), (35, 35 + 5 + 395 * 2)]
+    # a Gen6-like doubling halves the wire part: 5 + 395 / 2 = 202.5 us
+    cfg = apply_sets(EXACT, {"links.pcie5x16.bandwidth": f"{PCIE5.bandwidth * 2 / 1e9} GB/s"})
+    assert gpu_times(replay(copies_trace(tmp_path), "dgx-h100", cfg))[1] == (35, 35 + 202.5)
+
+
+def two_streams_trace(tmp_path: Path) -> Path:
+    """The 5 us copy, then two 8 MiB copies of 400 us on streams 7 and 8 that overlap (ready at 40, 41)."""
+    return write(tmp_path / "two.json", [
+        launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+        launch(35, 2, "cudaMemcpyAsync"), copy(40, 400, 2, MIB8, stream=7),
+        launch(36, 3, "cudaMemcpyAsync"), copy(41, 400, 3, MIB8, stream=8),
+    ])
+
+
+def test_copy_engine_count(tmp_path: Path) -> None:
+    """Two engines (default): both copies run at their measured rates, 2 x 21.2 GB/s < C0, as traced.
+    One engine: the second waits for the first (ends at 440) and then takes its 400 us."""
+    assert 2 * MIB8 / (395 * US) < C0
+    p = two_streams_trace(tmp_path)
+    assert gpu_times(replay(p, "dgx-h100", EXACT))[1:] == [(40, 440), (41, 441)]
+    one = apply_sets(EXACT, {"gpu.copy_engines": "1"})
+    assert gpu_times(replay(p, "dgx-h100", one))[1:] == [(40, 440), (440, 840)]
+
+
+def test_copies_share_the_link_when_it_is_too_slow_for_both(tmp_path: Path) -> None:
+    """PCIe at a quarter (C = C0 / 4): alone each 8 MiB copy would move at 21.2 / 4 GB/s; together they
+    fit (2 x 5.3 GB/s < C = 13.9 GB/s), so only their own slowdown applies: o + 395 * 4 = 1585 us each."""
+    cfg = apply_sets(EXACT, {"links.pcie5x16.bandwidth": f"{PCIE5.bandwidth / 4 / 1e9} GB/s"})
+    assert 2 * MIB8 / (395 * US) / 4 < C0 / 4
+    t = gpu_times(replay(two_streams_trace(tmp_path), "dgx-h100", cfg))
+    assert t[1:] == [(40, 40 + 5 + 395 * 4), (41, 41 + 5 + 395 * 4)]
+
+
+def test_gpudirect_rdma_through_the_pcie_switch_slows_a_copy(tmp_path: Path) -> None:
+    """An RDMA write NIC -> PCIe switch -> GPU (GPUDirect) and an H2D copy CPU -> switch -> GPU share the
+    switch -> GPU link (capacity C0). The copy alone: 8 MiB at 8 MiB / 200 us = 41.9 GB/s > C0 / 2, so with a
+    long RDMA flow beside it max-min gives each C0 / 2: the copy takes o + 8 MiB / (C0 / 2)."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.replay.copies import CopyModel
+    from cosim.topology import load_topology
+
+    p = write(tmp_path / "rdma.json", [launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+                                       launch(30, 2, "cudaMemcpyAsync"), copy(35, 205, 2, MIB8)])
+    rg = load_trace(p).ranks[0]
+    topo = load_topology("dgx-h100")
+    assert topo.paths("nic0", "gpu0") == [["nic0", "pcie0", "gpu0"]]
+    assert topo.paths("cpu0", "gpu0") == [["cpu0", "pcie0", "gpu0"]]
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    assert sim.fabric.path_capacity("nic0", "pcie0") >= C0 / 2  # the RDMA flow is not limited before the switch
+    dur = rg.gpu_ops.dur.astype(float).tolist()
+    cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
+    out: dict[str, tuple[float, float]] = {}
+    sim.fabric.transfer("nic0", "gpu0", 10 * MIB8, link_latency=False)  # GPUDirect RDMA write, outlasts the copy
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    sim.run()
+    assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
+    # the RDMA write starting 50 us into the copy (which ran alone until then at 8 MiB / 200 us): the copy
+    # moves its remaining 8 MiB * 150 / 200 at C0 / 2
+    late = Simulator(topo, SimConfig(record_trace=False))
+    cm = CopyModel(late.env, late.fabric, late.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("late", (s, e)))
+    late.env.timeout(50 * US).callbacks.append(lambda _e: late.fabric.transfer("nic0", "gpu0", 10 * MIB8))
+    late.run()
+    assert out["late"][1] == pytest.approx(50 * US + MIB8 * 150 / 200 / (C0 / 2) + 5 * US, rel=1e-9)
+    alone = Simulator(topo, SimConfig(record_trace=False))
+    cm = CopyModel(alone.env, alone.fabric, alone.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("alone", (s, e)))
+    alone.run()
+    assert out["alone"][1] == 205 * US
+
+
+def comm_trace(tmp_path: Path) -> Path:
+    """An NCCL kernel of 16 blocks on stream 20 over [100, 300]; a compute kernel on stream 7 over [200, 400]
+    (overlap f = 0.5) and an elementwise kernel and a GEMM after it (no overlap)."""
+    return write(tmp_path / "comm.json", [
+        launch(90, 1), kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 100, 200, 1, stream=20, grid=16),
+        launch(190, 2), kernel("void vectorized_elementwise_kernel_a", 200, 200, 2, grid=100),
+        launch(600, 3), kernel("void vectorized_elementwise_kernel_b", 610, 100, 3, grid=100),
+        launch(800, 4), kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 810, 100, 4, grid=100),
+    ])
+
+
+def test_comm_sms_slow_the_overlapping_compute(tmp_path: Path) -> None:
+    """H100: S = 132 SMs; traced c0 = 16 (the NCCL kernel's grid). With c1 = 32 the overlapping kernel takes
+    200 ((1 - 0.5) + 0.5 (132 - 16) / (132 - 32)) = 216 us; with c1 = 16 nothing moves; kernels that
+    overlapped nothing keep their time."""
+    p = comm_trace(tmp_path)
+    base = gpu_times(replay(p, "dgx-h100", EXACT))
+    assert base == [(95, 295), (195, 395), (605, 705), (805, 905)]
+    t = gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "32"})))
+    assert t == [(95, 295), (195, 195 + 216), (605, 705), (805, 905)]
+    assert gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "16"}))) == base
+    with pytest.raises(CosimInputError, match="only 132 SMs"):
+        replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "132"}))
+
+
+def test_hbm_bandwidth_scales_memory_bound_kernels(tmp_path: Path) -> None:
+    """Half the H100's HBM bandwidth: memory-bound kernels (elementwise) take 2x, the GEMM keeps its time."""
+    hbm = load_catalog().accelerator("h100-sxm5").hbm_bandwidth
+    cfg = apply_sets(EXACT, {"accelerators.h100-sxm5.hbm_bandwidth": f"{hbm / 2 / 1e12} TB/s"})
+    t = gpu_times(replay(comm_trace(tmp_path), "dgx-h100", cfg))
+    # the GEMM (ready at 805) starts right at the end of the slowed elementwise kernel b before it (805)
+    assert t == [(95, 295), (195, 595), (605, 805), (805, 905)]
+
+
+def test_block_dispatcher_holds_other_streams_until_the_last_wave(tmp_path: Path) -> None:
+    """A kernel of 132 x 2 x 4 blocks of 1024 threads fills an H100 in 4 waves (2 blocks per SM): over
+    [100, 500] its last wave starts at 400. A kernel launched on another stream at 190 (ready 195) starts
+    at 400, not 195; one of a single wave (132 x 2 blocks) does not hold it."""
+    ev = [launch(90, 1), kernel("void big_kernel", 100, 400, 1, grid=132 * 2 * 4, block=1024),
+          launch(190, 2), kernel("void small_kernel", 400, 50, 2, stream=8)]
+    t = gpu_times(replay(write(tmp_path / "fill.json", ev), "dgx-h100", EXACT))
+    assert t == [(95, 495), (395, 445)]
+    ev[1] = kernel("void big_kernel", 100, 400, 1, grid=132 * 2, block=1024)
+    ev[3] = kernel("void small_kernel", 195, 50, 2, stream=8)
+    assert gpu_times(replay(write(tmp_path / "one.json", ev), "dgx-h100", EXACT)) == [(95, 495), (195, 245)]
+
+
+@pytest.fixture(scope="module")
+def a100_control() -> Any:
+    if SHARED is None:
+        pytest.skip("../shared not found")
+    p = SHARED / "traces" / "hta" / "a100-rank3of8-control.json.gz"
+    if not p.exists():
+        pytest.skip(f"{p} not found")
+    return load_trace(p)
+
+
+def test_host_bound_trace_keeps_its_host_time(a100_control: Any) -> None:
+    """The host-bound HTA A100 trace: CPU step and step time within 1% of the measured ones."""
+    s = replay(a100_control, "dgx-a100").summary()
+    r = s["ranks"][0]
+    assert s["critical_path"]["bound"] == "host"
+    assert r["cpu_step_time_s"] == pytest.approx(r["measured_cpu_step_time_s"], rel=0.01)
+    assert s["step_time_s"] == pytest.approx(s["measured_step_time_s"], rel=0.01)
+
+
+def test_pcie_what_if_on_a_real_trace(a100_control: Any) -> None:
+    """dgx-a100, PCIe 4 x16 halved: every H2D / D2H copy that shares its link with no other copy takes
+    o + (d - o) * 2, o the shortest copy of its direction; identity keeps every copy's measured time."""
+    rg = a100_control.ranks[0]
+    G = rg.gpu_ops
+    cp = np.flatnonzero((G.kind == GpuKind.MEMCPY) & np.isin(G.copy_kind, [CopyKind.HTOD, CopyKind.DTOH])
+                        & (G.bytes > 0))
+    assert cp.size > 100
+    ident = replay(a100_control, "dgx-a100").runs[0]
+    assert np.array_equal(ident.gpu_end[cp] - ident.gpu_start[cp], G.dur[cp].astype(float)) or np.allclose(
+        ident.gpu_end[cp] - ident.gpu_start[cp], G.dur[cp], rtol=0, atol=1e-12)
+    bw = load_catalog().link("pcie4x16").bandwidth
+    res = replay(a100_control, "dgx-a100", apply_sets(ReplayConfig(), {"links.pcie4x16.bandwidth":
+                                                                       f"{bw / 2 / 1e9} GB/s"}))
+    run = res.runs[0]
+    d = G.dur.astype(float)
+    want = np.empty(cp.size)
+    for kind in (CopyKind.HTOD, CopyKind.DTOH):
+        k = G.copy_kind[cp] == kind
+        o = d[cp][k].min()
+        want[k] = o + (d[cp][k] - o) * 2
+    got = run.gpu_end[cp] - run.gpu_start[cp]
+    s, e = run.gpu_start[cp], run.gpu_end[cp]
+    alone = np.ones(cp.size, dtype=bool)
+    for i in range(cp.size):  # another copy of the same direction overlapping it shares the link
+        same = G.copy_kind[cp] == G.copy_kind[cp[i]]
+        alone[i] = not ((s < e[i]) & (e > s[i]) & same & (np.arange(cp.size) != i)).any()
+    assert alone.sum() > 0.9 * cp.size
+    np.testing.assert_allclose(got[alone], want[alone], rtol=1e-9, atol=1e-12)
+    assert got.sum() > 1.5 * d[cp].sum()  # the copies' total time moves, not only the lone ones
+
+
+@pytest.mark.parametrize("gpudirect, nic", [(True, "100 Gb/s"), (True, "800 Gb/s"), (False, "800 Gb/s")])
+def test_nic_bandwidth_gpudirect_vs_host_staged_beside_a_copy(tmp_path: Path, gpudirect: bool, nic: str) -> None:
+    """dgx-h100-4node: node1.gpu0 sends a long message to node0.gpu0 while node0.gpu0 runs an 8 MiB H2D copy
+    (alone: 5 us + 200 us at 8 MiB / 200 us = 41.9 GB/s). GPUDirect enters node0.gpu0 through nic0 -> pcie0 ->
+    gpu0; host-staged through node0.cpu0 -> pcie0 -> gpu0: both cross the copy's pcie0 -> gpu0 link (C0).
+    100 Gb/s NIC: the message is capped at 12.5 GB/s, C0 - 12.5 = 43.2 GB/s >= 41.9 left: the copy keeps 205 us.
+    800 Gb/s NIC (100 GB/s): the message wants more than C0 / 2, max-min gives each C0 / 2 and the copy takes
+    5 us + 8 MiB / (C0 / 2), GPUDirect or host-staged alike (host-staged also loads cpu0 -> pcie0, which the
+    copy shares too)."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.replay.copies import CopyModel
+    from cosim.topology import load_topology
+
+    over = {"nics.cx7-ndr400.bandwidth": nic, "links.ib-ndr.bandwidth": nic,
+            "nics.cx7-ndr400.gpudirect_rdma": "true" if gpudirect else "false"}
+    topo = load_topology("dgx-h100-4node", overrides=over)
+    p = write(tmp_path / "c.json", [launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+                                    launch(30, 2, "cudaMemcpyAsync"), copy(35, 205, 2, MIB8)])
+    rg = load_trace(p).ranks[0]
+    dur = rg.gpu_ops.dur.astype(float).tolist()
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    assert sim.fabric.path_capacity("node0.cpu0", "node0.gpu0") == pytest.approx(C0)
+    cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "node0.gpu0", "node0.cpu0", 2)])
+    out: dict[str, tuple[float, float]] = {}
+    sim.transfer("node1.gpu0", "node0.gpu0", 200 * MIB8)
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    sim.run()
+    if nic == "100 Gb/s":
+        assert C0 - 12.5e9 >= MIB8 / (200 * US)
+        assert out["copy"][1] == 205 * US
+    else:
+        assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
+
+
+def test_a_long_copy_call_runs_its_copy_during_the_call(tmp_path: Path) -> None:
+    """A cudaMemcpyAsync of 1000 us (median launch call: 2 us) whose copy the trace shows starting 5 us into
+    the call (a pageable copy stages while it copies): the slow-launch submission delay (call - median =
+    998 us) must not push the copy after the call; it runs at 55-1045 as traced, not at 1053-2043. A kernel
+    launch of the same length still gets the delay (its kernel waits for the call, as before)."""
+    ev = [launch(10, 1), kernel("void k1", 15, 10, 1), launch(30, 2), kernel("void k2", 35, 10, 2),
+          _host("cuda_runtime", "cudaMemcpyAsync", 50, 1000, correlation=3), copy(55, 990, 3, MIB8)]
+    assert gpu_times(replay(write(tmp_path / "p.json", ev), "dgx-h100", EXACT))[2] == (55, 1045)
+    ev[4] = _host("cuda_runtime", "cudaLaunchKernel", 50, 1000, correlation=3)
+    ev[5] = kernel("void k3", 1053, 990, 3)
+    assert gpu_times(replay(write(tmp_path / "k.json", ev), "dgx-h100", EXACT))[2] == (1053, 2043)
