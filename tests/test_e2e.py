@@ -55,6 +55,22 @@ def test_dropless_moe_forward_syncs_the_host_after_each_permutation(dgx: object)
     assert names_rc.count("cudaStreamSynchronize") == 2 * 4 * 2
 
 
+def test_the_host_sync_costs_a_sync_and_a_launch_latency_per_moe_layer_when_gpu_bound(dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    def step(sync: bool) -> float:
+        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "moe_host_sync": sync,
+                                             "batch": {"global": 16, "micro": 1, "seq": 4096}})
+        return replay(synthesize(spec, dgx).graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
+
+    # GPU-bound (seq 4096): without the sync the host has launched the dispatch long before the permutation ends;
+    # with it, each of the 8 forward MoE layers waits the sync's return (3 us) and the dispatch's launch latency
+    cpu = dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0]))
+    per_sync = (step(True) - step(False)) / 8
+    assert per_sync == pytest.approx(ReplayConfig().default_sync_overhead + float(cpu.launch_latency), rel=1e-6)
+
+
 def _cases_file(tmp_path: Path, **over: object) -> Path:
     case = {"id": "mini-pp2", "model": "qwen3-moe-mini", "system": "dgx-h100", "gpus": 8,
             "layout": {"tp": 1, "pp": 2, "vpp": 1, "cp": 1, "ep": 4}, "fsdp": False,

@@ -240,27 +240,39 @@ def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dic
     m_full = microbatches(case)
     m_b, sb, _ = probes[-1]
     t_b = float(sb["step_time_s"])
-    if len(probes) == 2:
+
+    def parts(s: dict[str, Any]) -> dict[str, float]:
+        """Step time, its breakdown, critical-path classes and bubble idle time of one probe (s)."""
+        out = {"step": float(s["step_time_s"]), "bubble": float(s.get("bubble_fraction") or 0.0) * float(s["step_time_s"])}
+        out.update({f"bd.{k}": float(v) for k, v in (s.get("breakdown") or {}).items()})
+        out.update({f"cp.{k}": float(v) for k, v in ((s.get("critical_path") or {}).get("by_class") or {}).items()})
+        return out
+
+    pb = parts(sb)
+    if len(probes) == 2:  # every part is linear in m in the steady state: extrapolate each to the full step
         m_a, sa, _ = probes[0]
-        per_mb = (t_b - float(sa["step_time_s"])) / (m_b - m_a)
-        step = t_b + (m_full - m_b) * per_mb
+        pa = parts(sa)
+        full = {k: v + (m_full - m_b) * (v - pa.get(k, 0.0)) / (m_b - m_a) for k, v in pb.items()}
+        per_mb = (pb["step"] - pa["step"]) / (m_b - m_a)
     else:
-        per_mb, step = math.nan, t_b
+        full, per_mb = pb, math.nan
+    step = full["step"]
     syn = sb["synthetic"]
     tokens = syn["tokens_per_step"] * m_full / m_b
     flops = syn["model_flops_per_step"] * m_full / m_b
     tps = tokens / step / case.gpus
     tflops = flops / step / case.gpus / 1e12
     pub = case.measured
-    cp = sb.get("critical_path") or {}
     return {
         "simulated_microbatches": [p[0] for p in probes], "probe_wall_s": [round(p[2], 1) for p in probes],
         "step_time_s": step, "per_microbatch_s": per_mb, "tokens_per_s_per_gpu": tps, "model_tflops_per_gpu": tflops,
         "mfu": float(sb["mfu"]) * (flops / step) / (syn["model_flops_per_step"] / t_b),
         "error": tps / pub.tokens_per_s_per_gpu - 1.0,
         "tflops_error": (tflops / pub.model_tflops_per_gpu - 1.0) if pub.model_tflops_per_gpu else None,
-        "probe": {"microbatches": m_b, "step_time_s": t_b, "breakdown": sb.get("breakdown"),
-                  "bubble_fraction": sb.get("bubble_fraction"), "by_class": cp.get("by_class"),
+        "parts": {"microbatches": m_b, "step_time_s": t_b,
+                  "breakdown": {k[3:]: v for k, v in full.items() if k.startswith("bd.")},
+                  "bubble_fraction": full["bubble"] / step,
+                  "by_class": {k[3:]: v for k, v in full.items() if k.startswith("cp.")},
                   "memory_per_gpu_gib": sb["memory_per_gpu_bytes"] / 2**30, "oom": sb.get("oom"),
                   "folded_ranks": syn.get("simulated_ranks")},
     }
@@ -296,16 +308,16 @@ def table(rows: list[dict[str, Any]], sources: dict[str, str]) -> str:
 
 
 def breakdown_table(rows: list[dict[str, Any]]) -> str:
-    """Where cosim's step goes, per row that ran (the largest simulated probe)."""
+    """Where cosim's step goes, per row that ran, each part extrapolated to the full step like the step time."""
     lines = ["| id | simulated m (of m) | step (s) | per micro-batch (s) | compute | exposed comm | host-bound idle | "
              "bubble | top critical-path classes | memory GiB/GPU | wall (s) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         if r["status"] != "run":
             continue
-        p = r["probe"]
+        p = r["parts"]
         b = p["breakdown"] or {}
-        tot = p["step_time_s"]
+        tot = r["step_time_s"]
         cls = sorted((p["by_class"] or {}).items(), key=lambda kv: -kv[1])[:4]
         top = ", ".join(f"{k} {100 * v / tot:.0f}%" for k, v in cls)
         pm = "-" if math.isnan(r["per_microbatch_s"]) else f"{r['per_microbatch_s']:.3f}"
