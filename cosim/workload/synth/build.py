@@ -586,10 +586,15 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 unit(first, has_recv(first))
             rb.switch(0)
         else:
-            for kind, mb, v in order:
-                c = v * rm.pp + stage
+            for step in (_overlap_pairs(order) if rm.layout.a2a_overlap else [[u] for u in order]):
                 first = len(rb.g["name"])
-                run(forward(c, mb) if kind == "F" else backward(c, mb))
+                if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
+                    (_, mf, vf), (_, mb_, vb) = step
+                    overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
+                    rb.switch(0)
+                else:
+                    kind, mb, v = step[0]
+                    run(forward(v * rm.pp + stage, mb) if kind == "F" else backward(v * rm.pp + stage, mb))
                 unit(first, has_recv(first))
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
         return rb.finish(), unit_span
@@ -605,6 +610,25 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                      "pipeline stage; uniform "
                      "routing makes every rank of a stage run the same program)")
     return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes)
+
+
+def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
+    """Steps of Megatron's EP all-to-all overlap: every steady-state forward with the backward issued
+    after it. Without a pipeline (every unit a single chunk, no warm-up) a forward's own backward follows
+    it, so each forward is paired with the previous micro-batch's backward instead (F0, F1+B0, ..., B last)."""
+    if order and order[0][0] == "F" and len(order) > 1 and order[1] == ("B", order[0][1], order[0][2]):
+        fs, bs = [u for u in order if u[0] == "F"], [u for u in order if u[0] == "B"]
+        return [[fs[0]], *[[f, b] for f, b in zip(fs[1:], bs)], [bs[-1]]]
+    steps: list[list[tuple[str, int, int]]] = []
+    i = 0
+    while i < len(order):
+        if order[i][0] == "F" and i + 1 < len(order) and order[i + 1][0] == "B":
+            steps.append([order[i], order[i + 1]])
+            i += 2
+        else:
+            steps.append([order[i]])
+            i += 1
+    return steps
 
 
 def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:
