@@ -90,6 +90,13 @@ class Case(Strict):
     precision: Literal["bf16", "fp8", "mxfp8"]
     measured: Measured
     source: Source
+    pipeline_layers: list[int] | None = None
+    """Layers per model chunk as the run's config gives them (Megatron-Bridge ``pp_layout``); absent: the rule of
+    :func:`pipeline_layers`."""
+    a2a_overlap: bool = False
+    """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
+    config: str | None = None
+    """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
     """The published figure is a lower bound (a run average), not a steady-state step: not scored."""
 
@@ -197,7 +204,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["schedule"] = case.schedule
     from cosim.capture.config import load_model_config
 
-    pl = pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
+    if case.a2a_overlap:
+        layout["a2a_overlap"] = True
+    pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
     if pl is not None:
         layout["pipeline_layers"] = pl
     spec = SyntheticSpec.model_validate({
