@@ -122,12 +122,14 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     from cosim.workload.synth.schedule import stage_order
 
     # no pipeline: F0, then each forward with the previous micro-batch's backward, then the last backward
-    assert _overlap_pairs(stage_order(0, 1, 1, 3)) == [[("F", 0, 0)], [("F", 1, 0), ("B", 0, 0)],
-                                                       [("F", 2, 0), ("B", 1, 0)], [("B", 2, 0)]]
-    # interleaved pp 2 vpp 2, 2 micro-batches, last stage: warm-up 2 forwards, 2 overlapped pairs, 2 backwards
-    order = stage_order(1, 2, 2, 2)
-    assert _overlap_pairs(order) == [[order[0]], [order[1]], [order[2], order[3]], [order[4], order[5]],
-                                     [order[6]], [order[7]]]
+    assert _overlap_pairs(stage_order(0, 1, 1, 3, extra_warmup=1)) == [
+        [("F", 0, 0)], [("F", 1, 0), ("B", 0, 0)], [("F", 2, 0), ("B", 1, 0)], [("B", 2, 0)]]
+    # interleaved pp 2 vpp 2, 4 micro-batches, last stage: (0 + 2 + 1) warm-up forwards, 5 overlapped pairs, 3
+    # backwards; no pair holds a forward and the backward of the same micro-batch and chunk
+    order = stage_order(1, 2, 2, 4, extra_warmup=1)
+    steps = _overlap_pairs(order)
+    assert [len(x) for x in steps] == [1, 1, 1, 2, 2, 2, 2, 2, 1, 1, 1]
+    assert all(f[1:] != b[1:] for f, b in (x for x in steps if len(x) == 2))
     topo = build_topology("dgx-h100", None, None, None, 2)
 
     def run(overlap: bool) -> dict:

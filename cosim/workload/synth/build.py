@@ -406,7 +406,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-        order = stage_order(stage, rm.pp, rm.vpp, m) if rm.schedule != "dualpipe" else []
+        order = (stage_order(stage, rm.pp, rm.vpp, m, extra_warmup=int(rm.layout.a2a_overlap))
+                 if rm.schedule != "dualpipe" else [])
         if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
             prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
         else:
@@ -614,11 +615,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
 def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
     """Steps of Megatron's EP all-to-all overlap: every steady-state forward with the backward issued
-    after it. Without a pipeline (every unit a single chunk, no warm-up) a forward's own backward follows
-    it, so each forward is paired with the previous micro-batch's backward instead (F0, F1+B0, ..., B last)."""
-    if order and order[0][0] == "F" and len(order) > 1 and order[1] == ("B", order[0][1], order[0][2]):
-        fs, bs = [u for u in order if u[0] == "F"], [u for u in order if u[0] == "B"]
-        return [[fs[0]], *[[f, b] for f, b in zip(fs[1:], bs)], [bs[-1]]]
+    after it (the order has one more warm-up forward, so the two are independent: without a pipeline
+    F0, F1+B0, ..., B last)."""
     steps: list[list[tuple[str, int, int]]] = []
     i = 0
     while i < len(order):
