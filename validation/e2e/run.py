@@ -370,7 +370,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows on more GPUs are not run (or only probed, with --probe-big)")
     ap.add_argument("--probe-big", action="store_true",
                     help=f"for rows on more than {MAX_SIMULATED_GPUS} GPUs, simulate their smallest probe alone")
+    ap.add_argument("--from-json", nargs="+", metavar="FILE",
+                    help="print the tables of earlier --json outputs (rows in cases-file order) instead of running")
     args = ap.parse_args(argv)
+    if args.from_json:
+        got = {r["id"]: r for f in args.from_json for r in json.loads(Path(f).read_text(encoding="utf-8"))["rows"]}
+        sources, cases = load_cases(Path(args.cases))
+        return _print([got[c.id] for c in cases if c.id in got], sources, args.json)
     try:
         sources, cases = load_cases(Path(args.cases))
         if args.only:
@@ -385,8 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     except CosimInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return _print(rows, sources, args.json)
+
+
+def _print(rows: list[dict[str, Any]], sources: dict[str, str], as_json: bool) -> int:
     st = stats(rows)
-    if args.json:
+    if as_json:
         print(json.dumps({"rows": rows, "stats": st, "sources": sources}, indent=1, default=str))
         return 0
     print(table(rows, sources))
@@ -394,7 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     print(breakdown_table(rows))
     for r in rows:
         if r["status"] != "run":
-            print(f"not run: {r['id']}: {r['reason']}")
+            pr = r.get("probe")
+            extra = (f" (probe: {pr['microbatches']} micro-batches per pipeline simulated in {pr['wall_s']:.0f} s: "
+                     f"{pr['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU {100 * pr['mfu']:.1f}%, bubble "
+                     f"{100 * pr['bubble_fraction']:.0f}%)" if pr else "")
+            print(f"not run: {r['id']}: {r['reason']}{extra}")
     if st["scored"]:
         print(f"\n{st['scored']} rows scored: median |error| {100 * st['median_abs_error']:.1f}%, "
               f"max {100 * st['max_abs_error']:.1f}% (target median <= 10%, every row <= 20%)")
