@@ -141,6 +141,9 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     assert over["breakdown"]["compute"] == pytest.approx(plain["breakdown"]["compute"], rel=1e-9)  # same kernels
     assert over["breakdown"]["exposed_communication"] < 0.8 * plain["breakdown"]["exposed_communication"]
     assert over["step_time_s"] < plain["step_time_s"]
+    with pytest.raises(CosimInputError, match="a2a_overlap: the EP all-to-all overlap with a pipeline needs at least"):
+        synthesize(SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 4, "pp": 2, "vpp": 2,
+                                                 "a2a_overlap": True}, "batch": {"global": 16, "seq": 256}}), topo)
     with pytest.raises(CosimInputError, match="a2a_overlap: needs ep > 1, vpp > 1 when pp > 1"):
         synthesize(SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8, "pp": 2,
                                                  "a2a_overlap": True}, "batch": {"global": 64, "seq": 256}}), topo)

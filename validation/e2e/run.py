@@ -187,7 +187,7 @@ def probe_counts(case: Case, cap: int) -> list[int]:
         return [m]
     pp = case.layout.pp
     step = pp if case.layout.vpp > 1 else (2 if case.schedule == "dualpipe" else 1)
-    lo = max(pp, 4, 2 * pp if case.schedule == "dualpipe" else 0)
+    lo = max(pp, 4, 2 * pp if case.schedule == "dualpipe" or case.layout.vpp > 1 else 0)
     lo = -(-lo // step) * step
     return [lo, 2 * lo] if 2 * lo < m else [m]
 

@@ -161,6 +161,9 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
     if rm.vpp > 1 and mbs % rm.pp:
         raise CosimInputError(f"workload.synthetic.batch.global: interleaved 1F1B needs the {mbs} micro-batches "
                               f"per pipeline to be a multiple of pp {rm.pp}")
+    if rm.layout.a2a_overlap and rm.pp > 1 and mbs < 2 * rm.pp:
+        raise CosimInputError(f"workload.synthetic.layout.a2a_overlap: the EP all-to-all overlap with a pipeline needs "
+                              f"at least 2 x pp = {2 * rm.pp} micro-batches per pipeline (got {mbs})")
     mem = memory_per_stage(card, rm, b.micro, b.seq, mbs, spec.precision)
     hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
     worst = max(mem, key=lambda m: m.total)
