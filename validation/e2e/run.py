@@ -294,7 +294,7 @@ def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dic
         "tflops_error": (tflops / pub.model_tflops_per_gpu - 1.0) if pub.model_tflops_per_gpu else None,
         "parts": {"microbatches": m_b, "step_time_s": t_b,
                   "breakdown": {k[3:]: v for k, v in full.items() if k.startswith("bd.")},
-                  "bubble_fraction": full["bubble"] / step,
+                  "bubble_fraction": max(0.0, full["bubble"] / step),
                   "by_class": {k[3:]: v for k, v in full.items() if k.startswith("cp.")},
                   "memory_per_gpu_gib": sb["memory_per_gpu_bytes"] / 2**30, "oom": sb.get("oom"),
                   "folded_ranks": syn.get("simulated_ranks")},
@@ -350,7 +350,7 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['id']} | {'+'.join(map(str, r['simulated_microbatches']))} ({r['microbatches']}) | "
                      f"{r['step_time_s']:.2f} | {pm} | {100 * b.get('compute', 0) / tot:.0f}% | "
                      f"{100 * b.get('exposed_communication', 0) / tot:.0f}% | "
-                     f"{100 * b.get('host_bound_gpu_idle', 0) / tot:.0f}% | {100 * (p['bubble_fraction'] or 0):.0f}% | "
+                     f"{100 * b.get('host_bound_gpu_idle', 0) / tot:.0f}% | {100 * max(0.0, p['bubble_fraction'] or 0):.0f}% | "
                      f"{top} | {p['memory_per_gpu_gib']:.0f}{' OOM' if p['oom'] else ''} | {r['wall_s']:.0f} |")
     return "\n".join(lines)
 
