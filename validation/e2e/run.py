@@ -37,6 +37,8 @@ GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "h800-8node": 8, "hgx-h200": 8}
 """GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72: 4 per compute tray, see _gb200)."""
 MAX_SIMULATED_GPUS = 512
 """Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
+PROBE_MAX_GPUS = 1024
+"""``--probe-big`` probes rows up to this many GPUs (not DualPipe, which needs 2 pp micro-batches)."""
 NOT_RUN_REASON = ("more than 512 GPUs: a probe of this layout at 8 micro-batches per pipeline takes minutes of "
                   "wall time on 2 shared cores (docs/SYNTHESIS.md, 1024 GPUs: 411 s); the full step waits for the "
                   "coalescing and fabric work of issue 16")
@@ -219,8 +221,8 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
              max_gpus: int = MAX_SIMULATED_GPUS) -> dict[str, Any]:
     """Simulate ``case`` (see the module docstring) and return its row: cosim's figures, the published
     ones, the error, the step breakdown and the wall time. A row on more than ``MAX_SIMULATED_GPUS`` is
-    not run; with ``probe_big`` its smallest steady-state probe is simulated alone and reported with its
-    wall time (its throughput is a lower bound on cosim's full-step figure: fewer micro-batches amortize
+    not run; with ``probe_big`` (up to ``PROBE_MAX_GPUS``, not DualPipe) a step of pp micro-batches is simulated
+    alone and reported with its wall time (its throughput is a lower bound on cosim's full-step figure: fewer micro-batches amortize
     less of the pipeline fill and the optimizer)."""
     from cosim.capture.config import load_model_config
     from cosim.scenario import run_scenario
@@ -238,9 +240,9 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
         with tempfile.TemporaryDirectory(prefix="cosim-e2e-") as tmp:
             topology, nodes = _topology(case, Path(tmp))
             if case.gpus > max_gpus:
-                if not probe_big:
+                if not probe_big or case.gpus > PROBE_MAX_GPUS or case.schedule == "dualpipe":
                     raise _NotRun(NOT_RUN_REASON)
-                m = probe_counts(case, cap)[0]
+                m = case.layout.pp  # the fewest micro-batches a pipelined step takes
                 t1 = time.perf_counter()
                 _, result = run_scenario(_scenario(case, m, topology, nodes, recompute))
                 s = result.summary()
