@@ -339,8 +339,10 @@ def test_cuda_graphs_launch_each_layer_once(tmp_path: Path, dgx: object) -> None
     e, g = eager.graph.ranks[0], graph.graph.ranks[0]
     assert len(e.gpu_ops) == len(g.gpu_ops)
     names = [g.strings[int(x)] for x in g.host_ops.name]
-    # 1 micro-batch (8 sequences over dp 8) x (forward + backward) x (embedding, 2 layers, head): one graph each
-    assert names.count("cudaGraphLaunch") == 1 * 2 * 4
+    # 1 micro-batch (8 sequences over dp 8) x (forward + backward) x (embedding, 2 layers, head): one graph each,
+    # and each MoE layer's forward graph split in two at the dropless dispatcher's host sync
+    assert names.count("cudaGraphLaunch") == 1 * 2 * 4 + 2
+    assert names.count("cudaStreamSynchronize") == 2
     # eager: gradient reduce-scatters (dense over dp 8, experts over edp 2), grad-norm all-reduce, Adam, and the
     # two parameter all-gathers
     assert names.count("cudaLaunchKernel") == 6

@@ -101,6 +101,10 @@ class BuildOptions:
     """Host time of one cudaGraphLaunch (s), with ``layout.cuda_graphs``."""
     launch_jitter: dict[int, float] = field(default_factory=dict)
     """Rank -> mean extra host time per launch (s), exponentially distributed, seeded by the rank."""
+    moe_host_sync: bool = True
+    """Dropless MoE: the host blocks (cudaStreamSynchronize) after each forward token permutation until the GPU
+    has run it, to read the per-expert token counts that size the all-to-allv and grouped GEMMs (Megatron-Core's
+    all-to-all dispatcher, ``cuda_sync_point`` ``before_ep_alltoall``, or ``before_finish`` without EP)."""
 
 
 @dataclass
@@ -132,6 +136,7 @@ class _RankBuilder:
         self.h: dict[str, list[Any]] = {k: [] for k in ("name", "kind", "parent", "depth", "tail", "dur")}
         self.g: dict[str, list[Any]] = {k: [] for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
                                                         "collective")}
+        self.host_waits: list[tuple[int, int]] = []  # (GPU op, host sync op that waits for it)
         self.c: dict[str, list[Any]] = {k: [] for k in ("type", "name", "in_bytes", "out_bytes", "group",
                                                         "group_size", "seq", "in_splits")}
         self.groups: dict[tuple[int, ...], int] = {}
@@ -191,6 +196,17 @@ class _RankBuilder:
         self.h["tail"].append(cost)
         self.h["dur"].append(cost)
         return h
+
+    def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
+        """The host blocks until ``gpu_op`` (and its stream's earlier work) has run: a cudaStreamSynchronize
+        taking ``cost`` once it returns. An open CUDA graph ends there and a new one starts after it."""
+        graph = self.graph_host >= 0
+        cost_graph = self.h["tail"][self.graph_host] if graph else 0.0
+        self.close_graph()
+        h = self._host("cudaStreamSynchronize", HostKind.SYNC, cost)
+        self.host_waits.append((gpu_op, h))
+        if graph:
+            self.open_graph(cost_graph)
 
     def op(self, o: Op, dur: float, stream: int, launch_cost: float, *, coll: int = -1,
            waits: list[int] | None = None) -> int:
@@ -287,9 +303,12 @@ class _RankBuilder:
         groups = Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
                        ranks_offsets=goff, ranks_values=gval)
         last = [j for j in self.last_on.values()]
-        e_src = [n_host + s for s, _, _ in self.edges] + list(launch_host) + [n_host + j for j in last]
-        e_dst = [n_host + d for _, d, _ in self.edges] + [n_host + j for j in range(n_gpu)] + [hs] * len(last)
-        e_kind = ([k for _, _, k in self.edges] + [EdgeKind.LAUNCH] * n_gpu + [EdgeKind.SYNC] * len(last))
+        e_src = ([n_host + s for s, _, _ in self.edges] + list(launch_host) + [n_host + j for j in last]
+                 + [n_host + j for j, _ in self.host_waits])
+        e_dst = ([n_host + d for _, d, _ in self.edges] + [n_host + j for j in range(n_gpu)] + [hs] * len(last)
+                 + [h for _, h in self.host_waits])
+        e_kind = ([k for _, _, k in self.edges] + [EdgeKind.LAUNCH] * n_gpu
+                  + [EdgeKind.SYNC] * (len(last) + len(self.host_waits)))
         hh = np.arange(1, n_host - 1)
         e_src += hh.tolist()
         e_dst += (hh + 1).tolist()
@@ -387,7 +406,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-        order = stage_order(stage, rm.pp, rm.vpp, m) if rm.schedule != "dualpipe" else []
+        order = (stage_order(stage, rm.pp, rm.vpp, m, extra_warmup=int(rm.layout.a2a_overlap))
+                 if rm.schedule != "dualpipe" else [])
         if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
             prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
         else:
@@ -420,6 +440,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.last_compute = j
             if not shared:
                 rb.last_main = j
+            if opts.moe_host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
+                rb.host_sync(j)
             return j
 
         fsdp = rm.layout.zero == "fsdp"
@@ -565,10 +587,15 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 unit(first, has_recv(first))
             rb.switch(0)
         else:
-            for kind, mb, v in order:
-                c = v * rm.pp + stage
+            for step in (_overlap_pairs(order) if rm.layout.a2a_overlap else [[u] for u in order]):
                 first = len(rb.g["name"])
-                run(forward(c, mb) if kind == "F" else backward(c, mb))
+                if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
+                    (_, mf, vf), (_, mb_, vb) = step
+                    overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
+                    rb.switch(0)
+                else:
+                    kind, mb, v = step[0]
+                    run(forward(v * rm.pp + stage, mb) if kind == "F" else backward(v * rm.pp + stage, mb))
                 unit(first, has_recv(first))
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
         return rb.finish(), unit_span
@@ -584,6 +611,22 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                      "pipeline stage; uniform "
                      "routing makes every rank of a stage run the same program)")
     return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes)
+
+
+def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
+    """Steps of Megatron's EP all-to-all overlap: every steady-state forward with the backward issued
+    after it (the order has one more warm-up forward, so the two are independent: without a pipeline
+    F0, F1+B0, ..., B last)."""
+    steps: list[list[tuple[str, int, int]]] = []
+    i = 0
+    while i < len(order):
+        if order[i][0] == "F" and i + 1 < len(order) and order[i + 1][0] == "B":
+            steps.append([order[i], order[i + 1]])
+            i += 2
+        else:
+            steps.append([order[i]])
+            i += 1
+    return steps
 
 
 def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:

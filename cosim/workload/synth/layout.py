@@ -62,6 +62,11 @@ class ParallelLayout(Strict):
     cuda_graphs: bool = False
     """Launch each layer's forward (and backward) kernels as one CUDA graph: one host launch per
     layer and unit instead of one per kernel (eager)."""
+    a2a_overlap: bool = False
+    """Megatron-Core's EP all-to-all overlap (``--overlap-moe-expert-parallel-comm``, Megatron-Bridge
+    ``moe_a2a_overlap``): each steady-state forward runs together with a backward of another micro-batch,
+    alternating at their collectives, so one's all-to-all runs under the other's compute (as DualPipe's
+    overlapped pairs). Needs ep > 1, vpp > 1 when pp > 1, and no full recomputation (as Megatron)."""
 
     def resolve(self, card: MoEModelConfig, gpus: int, where: str = "layout") -> RankMap:
         """Check this layout against ``card`` on ``gpus`` GPUs; one-line errors name the field."""
@@ -105,6 +110,10 @@ class RankMap:
         self.edp = (tp * cp * dp) // (lay.ep * lay.etp)
         if lay.schedule == "interleaved" and vpp == 1:
             raise bad("vpp", "schedule interleaved needs vpp > 1")
+        if lay.a2a_overlap and (lay.ep < 2 or (pp > 1 and vpp < 2) or lay.recompute == "full"
+                                or lay.schedule == "dualpipe"):
+            raise bad("a2a_overlap", "needs ep > 1, vpp > 1 when pp > 1, no full recomputation and a 1f1b or "
+                                     "interleaved schedule (Megatron-Core's EP all-to-all overlap)")
         if lay.schedule == "dualpipe" and (vpp != 1 or pp % 2):
             raise bad("schedule", f"dualpipe needs vpp 1 and an even pp (got pp {pp}, vpp {vpp})")
         self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"

@@ -37,11 +37,12 @@ def _bwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
     return mb, vpp - 1 - v
 
 
-def stage_order(stage: int, pp: int, vpp: int, microbatches: int) -> list[Unit]:
-    """The units of pipeline stage ``stage`` in issue order."""
+def stage_order(stage: int, pp: int, vpp: int, microbatches: int, extra_warmup: int = 0) -> list[Unit]:
+    """The units of pipeline stage ``stage`` in issue order; ``extra_warmup`` more warm-up forwards (Megatron
+    adds one under its EP all-to-all overlap, so that each steady-state forward and backward are independent)."""
     m = microbatches
     if vpp == 1:
-        warm = min(pp - stage - 1, m)
+        warm = min(pp - stage - 1 + extra_warmup, m)
         out: list[Unit] = [("F", i, 0) for i in range(warm)]
         for i in range(m - warm):
             out += [("F", warm + i, 0), ("B", i, 0)]
@@ -51,7 +52,7 @@ def stage_order(stage: int, pp: int, vpp: int, microbatches: int) -> list[Unit]:
         raise CosimInputError(f"interleaved 1F1B needs the micro-batches per pipeline ({m}) to be a multiple "
                               f"of pp ({pp})")
     total = m * vpp
-    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp + extra_warmup, total)
     out = [("F", *_fwd_unit(k, pp, vpp)) for k in range(warm)]
     for k in range(total - warm):
         out.append(("F", *_fwd_unit(warm + k, pp, vpp)))

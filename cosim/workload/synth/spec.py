@@ -81,6 +81,9 @@ class SyntheticSpec(Strict):
     """Slow GPUs and hosts."""
     dispatch_overhead: Time = 4e-6
     """Host time per launched kernel besides the CUDA launch call (framework dispatch), e.g. "4 us"."""
+    moe_host_sync: bool = True
+    """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
+    (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
 
 
 class Synthesized:
@@ -146,7 +149,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
     except Exception:  # a topology without a host CPU
         launch = 5e-6
     opts = BuildOptions(precision=spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
-                        dispatch_overhead=float(spec.dispatch_overhead), gpu_slowdown=dict(spec.stragglers.gpu),
+                        dispatch_overhead=float(spec.dispatch_overhead), moe_host_sync=spec.moe_host_sync,
+                        gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
                         launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
     b = spec.batch
@@ -157,6 +161,9 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
     if rm.vpp > 1 and mbs % rm.pp:
         raise CosimInputError(f"workload.synthetic.batch.global: interleaved 1F1B needs the {mbs} micro-batches "
                               f"per pipeline to be a multiple of pp {rm.pp}")
+    if rm.layout.a2a_overlap and rm.pp > 1 and mbs < 2 * rm.pp:
+        raise CosimInputError(f"workload.synthetic.layout.a2a_overlap: the EP all-to-all overlap with a pipeline needs "
+                              f"at least 2 x pp = {2 * rm.pp} micro-batches per pipeline (got {mbs})")
     mem = memory_per_stage(card, rm, b.micro, b.seq, mbs, spec.precision)
     hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
     worst = max(mem, key=lambda m: m.total)

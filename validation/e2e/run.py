@@ -1,0 +1,421 @@
+"""Score cosim's synthesized training steps against published end-to-end training throughput.
+
+``python -m validation.e2e.run [--only ID] [--json] [--write]`` builds, for each row of
+``training.yaml``, the synthetic scenario of that run (model card, the system preset scaled to the
+run's GPU count, parallel layout, batch, precision, uniform routing), runs it through
+:func:`cosim.scenario.run_scenario` and prints cosim's tokens/s/GPU and model TFLOP/s/GPU beside the
+published figure. ``--write`` regenerates RESULTS.md. Nothing is fitted to these rows.
+
+Long steps (hundreds of micro-batches per pipeline) are simulated at two smaller micro-batch counts
+``m_a < m_b`` (both in the steady-state regime of the schedule, ``m >= pp``) and the step time is
+extrapolated linearly to the run's count: a 1F1B / interleaved step is warm-up + ``m`` steady
+micro-batches + cool-down + the optimizer, so ``T(m) = T(m_b) + (m - m_b) (T(m_b) - T(m_a)) / (m_b - m_a)``
+(``--full`` simulates the real count instead; the test checks the extrapolation against a full run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from cosim.catalog.models import Strict
+from cosim.errors import CosimInputError
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "training.yaml"
+TARGET_MEDIAN, TARGET_MAX = 0.10, 0.20
+GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "h800-8node": 8, "hgx-h200": 8}
+"""GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72: 4 per compute tray, see _gb200)."""
+MAX_SIMULATED_GPUS = 512
+"""Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
+PROBE_MAX_GPUS = 1024
+"""``--probe-big`` probes rows up to this many GPUs (not DualPipe, which needs 2 pp micro-batches)."""
+NOT_RUN_REASON = ("more than 512 GPUs: a probe of this layout at 8 micro-batches per pipeline takes minutes of "
+                  "wall time on 2 shared cores (docs/SYNTHESIS.md, 1024 GPUs: 411 s); the full step waits for the "
+                  "coalescing and fabric work of issue 16")
+
+
+class Layout(Strict):
+    """Parallel layout as Megatron-Core names it; dp follows from the GPU count."""
+
+    tp: int = Field(gt=0)
+    pp: int = Field(gt=0)
+    vpp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+
+
+class Batch(Strict):
+    """Global batch and micro-batch (sequences), sequence length (tokens)."""
+
+    global_: int = Field(alias="global", gt=0)
+    micro: int = Field(gt=0)
+    seq: int = Field(gt=0)
+
+
+class Measured(Strict):
+    """The published figures of the run."""
+
+    tokens_per_s_per_gpu: float = Field(gt=0)
+    model_tflops_per_gpu: float | None = Field(default=None, gt=0)
+
+
+class Source(Strict):
+    """Where the published figure is: a key of ``sources``, the table and the row."""
+
+    ref: str
+    table: str
+    row: str | None = None
+    note: str | None = None
+
+
+class Case(Strict):
+    """One published training run (see the field meanings at the top of training.yaml)."""
+
+    id: str
+    model: str
+    system: str
+    gpus: int = Field(gt=0)
+    layout: Layout
+    schedule: Literal["1f1b", "interleaved", "dualpipe"] | None = None
+    fsdp: bool = False
+    batch: Batch
+    precision: Literal["bf16", "fp8", "mxfp8"]
+    measured: Measured
+    source: Source
+    pipeline_layers: list[int] | None = None
+    """Layers per model chunk as the run's config gives them (Megatron-Bridge ``pp_layout``); absent: the rule of
+    :func:`pipeline_layers`."""
+    a2a_overlap: bool = False
+    """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
+    config: str | None = None
+    """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
+    bound: bool = False
+    """The published figure is a lower bound (a run average), not a steady-state step: not scored."""
+
+
+class CaseFile(Strict):
+    """training.yaml: sources by key, and the cases."""
+
+    sources: dict[str, str]
+    cases: list[Case]
+
+
+def load_cases(path: Path = CASES) -> tuple[dict[str, str], list[Case]]:
+    """The sources and cases of ``path``; a case citing an unknown source is a one-line error."""
+    from cosim.yamlio import load_yaml, validate
+
+    doc = validate(CaseFile, load_yaml(path), file=path)
+    for i, c in enumerate(doc.cases):
+        if c.source.ref not in doc.sources:
+            raise CosimInputError(f"{path}: cases[{i}].source.ref: {c.source.ref!r} is not a key of sources")
+    return dict(doc.sources), list(doc.cases)
+
+
+def pipeline_layers(layers: int, chunks: int) -> list[int] | None:
+    """Layers per model chunk when ``layers`` do not divide evenly: every chunk gets ceil(layers/chunks) and
+    the chunks that also carry the loss (last) and the embedding (first), then the next ones inward, give
+    one layer back each (Megatron's account-for-embedding/loss rule, generalized). None when even."""
+    if layers % chunks == 0:
+        return None
+    base = -(-layers // chunks)
+    counts = [base] * chunks
+    order = [i for k in range(chunks) for i in ((chunks - 1 - k), k)]
+    seen: list[int] = []
+    for i in order:
+        if i not in seen:
+            seen.append(i)
+    for i in seen[:base * chunks - layers]:
+        counts[i] -= 1
+    return counts
+
+
+def _gb200(gpus: int, folder: Path) -> str:
+    """A gb200-nvl72 rack cut to ``gpus`` GPUs (gpus / 4 compute trays on the rack's NVLink switch), as a file."""
+    import yaml
+
+    from cosim.topology import find_topology
+
+    if gpus % 4 or gpus > 72:
+        raise _NotRun(f"{gpus} GPUs: the gb200-nvl72 preset is one 72-GPU NVLink rack without a scale-out "
+                      "fabric; no multi-rack GB200 preset exists yet")
+    doc = yaml.safe_load(find_topology("gb200-nvl72").read_text(encoding="utf-8"))
+    n = gpus // 4
+    doc["name"] = f"gb200-nvl72-{gpus}gpu"
+    doc["nodes"] = n
+    for link in doc["links"]:
+        if isinstance(link.get("repeat"), dict) and "n" in link["repeat"]:
+            link["repeat"]["n"] = n
+    out = folder / f"gb200-nvl72-{gpus}gpu.yaml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return str(out)
+
+
+class _NotRun(Exception):
+    """A row cosim cannot run today (the reason is the message)."""
+
+
+def _topology(case: Case, folder: Path) -> tuple[str, int | None]:
+    if case.system == "gb200-nvl72":
+        return _gb200(case.gpus, folder), None
+    per = GPUS_PER_NODE.get(case.system)
+    if per is None:
+        raise _NotRun(f"no rule to scale system {case.system!r} to {case.gpus} GPUs")
+    if case.gpus % per:
+        raise _NotRun(f"{case.gpus} GPUs is not a whole number of {per}-GPU {case.system} nodes")
+    return case.system, case.gpus // per
+
+
+def microbatches(case: Case) -> int:
+    """Micro-batches per pipeline of the published run."""
+    lay = case.layout
+    dp = case.gpus // (lay.tp * lay.pp * lay.cp)
+    return case.batch.global_ // (case.batch.micro * dp)
+
+
+def probe_counts(case: Case, cap: int) -> list[int]:
+    """Micro-batch counts to simulate: the run's own when at most ``cap``, else two steady-state counts."""
+    m = microbatches(case)
+    if m <= cap:
+        return [m]
+    pp = case.layout.pp
+    step = pp if case.layout.vpp > 1 else (2 if case.schedule == "dualpipe" else 1)
+    lo = max(pp, 4, 2 * pp if case.schedule == "dualpipe" or case.layout.vpp > 1 else 0)
+    lo = -(-lo // step) * step
+    return [lo, 2 * lo] if 2 * lo < m else [m]
+
+
+def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: str) -> Any:
+    from cosim.scenario import Scenario, SyntheticWorkload
+    from cosim.workload.synth import SyntheticSpec
+
+    lay = case.layout
+    dp = case.gpus // (lay.tp * lay.pp * lay.cp)
+    layout: dict[str, Any] = {"tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep,
+                              "recompute": recompute, "zero": "fsdp" if case.fsdp else 1}
+    if case.schedule:
+        layout["schedule"] = case.schedule
+    from cosim.capture.config import load_model_config
+
+    if case.a2a_overlap:
+        layout["a2a_overlap"] = True
+    pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
+    if pl is not None:
+        layout["pipeline_layers"] = pl
+    spec = SyntheticSpec.model_validate({
+        "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
+        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq}})
+    return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes)
+
+
+def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool = False,
+             max_gpus: int = MAX_SIMULATED_GPUS) -> dict[str, Any]:
+    """Simulate ``case`` (see the module docstring) and return its row: cosim's figures, the published
+    ones, the error, the step breakdown and the wall time. A row on more than ``MAX_SIMULATED_GPUS`` is
+    not run; with ``probe_big`` (up to ``PROBE_MAX_GPUS``, not DualPipe) a step of pp micro-batches is simulated
+    alone and reported with its wall time (its throughput is a lower bound on cosim's full-step figure: fewer micro-batches amortize
+    less of the pipeline fill and the optimizer)."""
+    from cosim.capture.config import load_model_config
+    from cosim.scenario import run_scenario
+
+    row: dict[str, Any] = {"id": case.id, "model": case.model, "system": case.system, "gpus": case.gpus,
+                           "precision": case.precision, "published": case.measured.model_dump(),
+                           "source": case.source.model_dump(exclude_none=True), "bound": case.bound,
+                           "microbatches": microbatches(case)}
+    t0 = time.perf_counter()
+    try:
+        load_model_config(case.model)
+    except CosimInputError as exc:
+        return {**row, "status": "not run", "reason": f"model card missing: {exc}"}
+    try:
+        with tempfile.TemporaryDirectory(prefix="cosim-e2e-") as tmp:
+            topology, nodes = _topology(case, Path(tmp))
+            if case.gpus > max_gpus:
+                if not probe_big or case.gpus > PROBE_MAX_GPUS or case.schedule == "dualpipe":
+                    raise _NotRun(NOT_RUN_REASON)
+                m = case.layout.pp  # the fewest micro-batches a pipelined step takes
+                t1 = time.perf_counter()
+                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute))
+                s = result.summary()
+                return {**row, "status": "not run", "reason": NOT_RUN_REASON,
+                        "probe": {"microbatches": m, "wall_s": time.perf_counter() - t1,
+                                  "tokens_per_s_per_gpu": s["tokens_per_s_per_gpu"], "mfu": s["mfu"],
+                                  "step_time_s": s["step_time_s"], "bubble_fraction": s["bubble_fraction"],
+                                  "breakdown": s["breakdown"], "memory_per_gpu_gib": s["memory_per_gpu_bytes"] / 2**30}}
+            probes = []
+            for m in probe_counts(case, cap):
+                t1 = time.perf_counter()
+                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute))
+                probes.append((m, result.summary(), time.perf_counter() - t1))
+    except _NotRun as exc:
+        return {**row, "status": "not run", "reason": str(exc)}
+    return {**row, **_figures(case, probes), "status": "run", "wall_s": time.perf_counter() - t0}
+
+
+def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dict[str, Any]:
+    m_full = microbatches(case)
+    m_b, sb, _ = probes[-1]
+    t_b = float(sb["step_time_s"])
+
+    def parts(s: dict[str, Any]) -> dict[str, float]:
+        """Step time, its breakdown, critical-path classes and bubble idle time of one probe (s)."""
+        out = {"step": float(s["step_time_s"]), "bubble": float(s.get("bubble_fraction") or 0.0) * float(s["step_time_s"])}
+        out.update({f"bd.{k}": float(v) for k, v in (s.get("breakdown") or {}).items()})
+        out.update({f"cp.{k}": float(v) for k, v in ((s.get("critical_path") or {}).get("by_class") or {}).items()})
+        return out
+
+    pb = parts(sb)
+    if len(probes) == 2:  # every part is linear in m in the steady state: extrapolate each to the full step
+        m_a, sa, _ = probes[0]
+        pa = parts(sa)
+        full = {k: v + (m_full - m_b) * (v - pa.get(k, 0.0)) / (m_b - m_a) for k, v in pb.items()}
+        per_mb = (pb["step"] - pa["step"]) / (m_b - m_a)
+    else:
+        full, per_mb = pb, math.nan
+    step = full["step"]
+    syn = sb["synthetic"]
+    tokens = syn["tokens_per_step"] * m_full / m_b
+    flops = syn["model_flops_per_step"] * m_full / m_b
+    tps = tokens / step / case.gpus
+    tflops = flops / step / case.gpus / 1e12
+    pub = case.measured
+    return {
+        "simulated_microbatches": [p[0] for p in probes], "probe_wall_s": [round(p[2], 1) for p in probes],
+        "step_time_s": step, "per_microbatch_s": per_mb, "tokens_per_s_per_gpu": tps, "model_tflops_per_gpu": tflops,
+        "mfu": float(sb["mfu"]) * (flops / step) / (syn["model_flops_per_step"] / t_b),
+        "error": tps / pub.tokens_per_s_per_gpu - 1.0,
+        "tflops_error": (tflops / pub.model_tflops_per_gpu - 1.0) if pub.model_tflops_per_gpu else None,
+        "parts": {"microbatches": m_b, "step_time_s": t_b,
+                  "breakdown": {k[3:]: v for k, v in full.items() if k.startswith("bd.")},
+                  "bubble_fraction": max(0.0, full["bubble"] / step),
+                  "by_class": {k[3:]: v for k, v in full.items() if k.startswith("cp.")},
+                  "memory_per_gpu_gib": sb["memory_per_gpu_bytes"] / 2**30, "oom": sb.get("oom"),
+                  "folded_ranks": syn.get("simulated_ranks")},
+    }
+
+
+def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and max |error| over the rows that ran and are not bounds."""
+    errs = [abs(r["error"]) for r in rows if r["status"] == "run" and not r["bound"]]
+    return {"scored": len(errs), "median_abs_error": statistics.median(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None,
+            "within_20": sum(e <= TARGET_MAX for e in errs),
+            "meets_target": bool(errs) and statistics.median(errs) <= TARGET_MEDIAN and max(errs) <= TARGET_MAX}
+
+
+def table(rows: list[dict[str, Any]], sources: dict[str, str]) -> str:
+    """The markdown table of the rows."""
+    lines = ["| id | GPUs | precision | published tok/s/GPU | cosim tok/s/GPU | error | published TFLOP/s/GPU | "
+             "cosim TFLOP/s/GPU | MFU (bf16 peak) | source |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        src = r["source"]
+        ref = f"{src['ref']}: {src['table']}" + (f", {src['row']}" if src.get("row") else "")
+        pub = r["published"]
+        ptf = f"{pub['model_tflops_per_gpu']:.0f}" if pub.get("model_tflops_per_gpu") else "-"
+        if r["status"] != "run":
+            pr = r.get("probe")
+            got = (f"not run (probe m={pr['microbatches']}: {pr['tokens_per_s_per_gpu']:.0f}, a lower bound)"
+                   if pr else "not run")
+            lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {pub['tokens_per_s_per_gpu']:.0f} | "
+                         f"{got} | - | {ptf} | - | - | {ref} |")
+            continue
+        tag = " (bound)" if r["bound"] else ""
+        lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {pub['tokens_per_s_per_gpu']:.0f}{tag} | "
+                     f"{r['tokens_per_s_per_gpu']:.0f} | {100 * r['error']:+.1f}% | {ptf} | "
+                     f"{r['model_tflops_per_gpu']:.0f} | {100 * r['mfu']:.1f}% | {ref} |")
+    return "\n".join(lines)
+
+
+def breakdown_table(rows: list[dict[str, Any]]) -> str:
+    """Where cosim's step goes, per row that ran, each part extrapolated to the full step like the step time."""
+    lines = ["| id | simulated m (of m) | step (s) | per micro-batch (s) | compute | exposed comm | host-bound idle | "
+             "bubble | top critical-path classes | memory GiB/GPU | wall (s) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        if r["status"] != "run":
+            continue
+        p = r["parts"]
+        b = p["breakdown"] or {}
+        tot = r["step_time_s"]
+        cls = sorted((p["by_class"] or {}).items(), key=lambda kv: -kv[1])[:4]
+        top = ", ".join(f"{k} {100 * v / tot:.0f}%" for k, v in cls)
+        pm = "-" if math.isnan(r["per_microbatch_s"]) else f"{r['per_microbatch_s']:.3f}"
+        lines.append(f"| {r['id']} | {'+'.join(map(str, r['simulated_microbatches']))} ({r['microbatches']}) | "
+                     f"{r['step_time_s']:.2f} | {pm} | {100 * b.get('compute', 0) / tot:.0f}% | "
+                     f"{100 * b.get('exposed_communication', 0) / tot:.0f}% | "
+                     f"{100 * b.get('host_bound_gpu_idle', 0) / tot:.0f}% | {100 * max(0.0, p['bubble_fraction'] or 0):.0f}% | "
+                     f"{top} | {p['memory_per_gpu_gib']:.0f}{' OOM' if p['oom'] else ''} | {r['wall_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    ap = argparse.ArgumentParser(prog="python -m validation.e2e.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", help="run only this case id (repeatable)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON on stdout")
+    ap.add_argument("--cases", default=str(CASES), help="the cases file (default: training.yaml)")
+    ap.add_argument("--max-microbatches", type=int, default=16,
+                    help="simulate up to this many micro-batches per pipeline; beyond, extrapolate from two probes")
+    ap.add_argument("--full", action="store_true", help="simulate every row's real micro-batch count")
+    ap.add_argument("--recompute", choices=("none", "full"), default="none")
+    ap.add_argument("--max-gpus", type=int, default=MAX_SIMULATED_GPUS,
+                    help="rows on more GPUs are not run (or only probed, with --probe-big)")
+    ap.add_argument("--probe-big", action="store_true",
+                    help=f"for rows on more than {MAX_SIMULATED_GPUS} GPUs, simulate their smallest probe alone")
+    ap.add_argument("--from-json", nargs="+", metavar="FILE",
+                    help="print the tables of earlier --json outputs (rows in cases-file order) instead of running")
+    args = ap.parse_args(argv)
+    if args.from_json:
+        got = {r["id"]: r for f in args.from_json for r in json.loads(Path(f).read_text(encoding="utf-8"))["rows"]}
+        sources, cases = load_cases(Path(args.cases))
+        return _print([got[c.id] for c in cases if c.id in got], sources, args.json)
+    try:
+        sources, cases = load_cases(Path(args.cases))
+        if args.only:
+            unknown = set(args.only) - {c.id for c in cases}
+            if unknown:
+                raise CosimInputError(f"--only: unknown case id(s) {', '.join(sorted(unknown))}")
+            cases = [c for c in cases if c.id in args.only]
+        rows = []
+        for c in tqdm(cases, desc="e2e rows", unit="row", file=sys.stderr):
+            rows.append(run_case(c, cap=10**9 if args.full else args.max_microbatches, recompute=args.recompute,
+                                 probe_big=args.probe_big, max_gpus=args.max_gpus))
+    except CosimInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return _print(rows, sources, args.json)
+
+
+def _print(rows: list[dict[str, Any]], sources: dict[str, str], as_json: bool) -> int:
+    st = stats(rows)
+    if as_json:
+        print(json.dumps({"rows": rows, "stats": st, "sources": sources}, indent=1, default=str))
+        return 0
+    print(table(rows, sources))
+    print()
+    print(breakdown_table(rows))
+    for r in rows:
+        if r["status"] != "run":
+            pr = r.get("probe")
+            extra = (f" (probe: {pr['microbatches']} micro-batches per pipeline simulated in {pr['wall_s']:.0f} s: "
+                     f"{pr['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU {100 * pr['mfu']:.1f}%, bubble "
+                     f"{100 * pr['bubble_fraction']:.0f}%)" if pr else "")
+            print(f"not run: {r['id']}: {r['reason']}{extra}")
+    if st["scored"]:
+        print(f"\n{st['scored']} rows scored: median |error| {100 * st['median_abs_error']:.1f}%, "
+              f"max {100 * st['max_abs_error']:.1f}% (target median <= 10%, every row <= 20%)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
