@@ -49,7 +49,7 @@ def test_gpu_bound_default_ranks_compute_above_the_host(tmp_path: Path) -> None:
     assert d["baseline_bound"] == "gpu"
     by = {e["key"]: e for e in d["parameters"]}
     flops, host = by["accelerators.h100-sxm5.peak_flops.bf16"], by["host.speed"]
-    assert [e["key"] for e in d["parameters"]][0] == "accelerators.h100-sxm5.peak_flops.bf16"
+    assert d["parameters"][0]["key"] == "accelerators.h100-sxm5.peak_flops.bf16"
     assert flops["better_pct"] < -1 and flops["worse_pct"] > 1  # more FLOP/s: a shorter step
     assert host["effect"] < flops["effect"] / 10
 

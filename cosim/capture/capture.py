@@ -147,16 +147,23 @@ def capture(opts: CaptureOptions, out: str | Path, *, command: str | None = None
         if opts.ep > 1 and any(rt["comm_events"] == 0 for rt in routing):
             raise CaptureFailed("a rank's trace has no collective events; the profiler missed them")
         doc = capture_doc(opts, routing, command)
-        (tmp / "capture.yaml").write_text(dump_capture_yaml(doc), encoding="utf-8")
         shutil.rmtree(raw)
-        _publishable(tmp)
-        _check_out(out)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
+        return publish(tmp, out, doc)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish(tmp: Path, out: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """Write ``capture.yaml`` into the finished capture folder ``tmp``, move it to ``out`` in one rename (nothing
+    half-written is ever at ``out``) and return the summary: the capture document without its routing tables, the
+    folder and its size in bytes."""
+    (tmp / "capture.yaml").write_text(dump_capture_yaml(doc), encoding="utf-8")
+    _publishable(tmp)
+    _check_out(out)
+    if out.exists():
+        out.rmdir()
+    os.replace(tmp, out)
     summary = {k: v for k, v in doc.items() if k != "routing"}
     summary["out"] = str(out)
     summary["bytes"] = sum(p.stat().st_size for p in out.iterdir())

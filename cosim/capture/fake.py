@@ -36,7 +36,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -50,7 +49,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from cosim.capture.capture import CAPTURE_FORMAT, _check_out, _publishable, capture_doc, dump_capture_yaml
+from cosim.capture.capture import _check_out, capture_doc, publish
 from cosim.capture.comm import Comm, Group
 from cosim.capture.config import CaptureOptions
 from cosim.capture.model import EPContext, layer_popularity, routing_generator
@@ -468,18 +467,8 @@ def capture_fake(opts: CaptureOptions, out: str | Path, *, command: str | None =
                             "num_threads": 1, "step_ms": []})
         doc = capture_doc(opts, routing, command, et=False)
         doc["device"]["kind"] = "fake"
-        (tmp / "capture.yaml").write_text(dump_capture_yaml(doc), encoding="utf-8")
-        _publishable(tmp)
-        _check_out(out)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
+        return publish(tmp, out, doc)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    summary = {k: v for k, v in doc.items() if k != "routing"}
-    summary["out"] = str(out)
-    summary["bytes"] = sum(p.stat().st_size for p in out.iterdir())
-    assert doc["format"] == CAPTURE_FORMAT
-    return summary
 

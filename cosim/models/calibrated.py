@@ -50,14 +50,14 @@ from cosim.catalog.models import Accelerator
 
 __all__ = [
     "DEFAULTS",
+    "ELEMENT_PATTERNS",
+    "ELEMENT_RATE_PER_SM",
     "GEMM_CLASSES",
     "GEMV_PREFIX",
     "MEMORY_CLASSES",
     "PATTERN_PREFIX",
     "PATTERN_RATIO",
     "PATTERN_SM_BANDWIDTH",
-    "ELEMENT_PATTERNS",
-    "ELEMENT_RATE_PER_SM",
     "TILES",
     "TILE_PREFIX",
     "AttentionParams",

@@ -41,8 +41,8 @@ from cosim.models.calibrated import (
     fit_memory,
     gemv_kernels,
     launch_bound,
-    pattern_efficiency,
     named_tiles,
+    pattern_efficiency,
     reference_bandwidth,
 )
 from cosim.models.features import KernelFeatures, extract_features

@@ -32,9 +32,9 @@ from cosim.models.calibrated import (
     attention_time,
     gemm_time,
     gemv_kernels,
+    launch_bound,
     memory_params,
     memory_time,
-    launch_bound,
     named_tiles,
     reference_bandwidth,
 )
