@@ -6,12 +6,15 @@ GEMM dims, attention dims, FLOPs, bytes) and go through
 accelerator (the bundled one fitted on it, else the H100 fit predicted cross-GPU, or a
 profile the user names). The per-kernel database and kernel-family factors are not
 used: synthesized kernels have no recorded names. Attention is causal: the model sees half
-the key length (flash kernels skip fully masked key blocks).
+the key length (flash kernels skip fully masked key blocks). A decode query (``causal=False``)
+reads the whole KV cache: its time is the larger of the attention model's and that of a
+memory-bound kernel moving its bytes (the cache read).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -43,8 +46,8 @@ class KernelTimer:
             dtype=[o.dtype for o in ops],
             m=np.array([o.m if o.cls in ("gemm", "grouped_gemm", "attention") else np.nan for o in ops]),
             # causal attention: the kernel skips the masked half of the key blocks
-            n=np.array([(o.n * 0.5 if o.cls == "attention" else o.n) if o.cls in ("gemm", "grouped_gemm", "attention")
-                        else np.nan for o in ops]),
+            n=np.array([(o.n * 0.5 if o.cls == "attention" and o.causal else o.n)
+                        if o.cls in ("gemm", "grouped_gemm", "attention") else np.nan for o in ops]),
             k=np.array([o.k if o.cls in ("gemm", "grouped_gemm", "attention") else np.nan for o in ops]),
             batch=np.array([o.batch for o in ops], dtype=float), heads=np.array([o.heads for o in ops], dtype=float),
             bwd=np.array([o.bwd for o in ops], dtype=bool), flops=np.array([o.flops for o in ops], dtype=float),
@@ -52,4 +55,9 @@ class KernelTimer:
             grid=np.full((n, 3), -1, dtype=np.int64), block=np.full((n, 3), -1, dtype=np.int64))
         pred = predict_features(f, self.accelerator, self.profile, kernel_scale=False, database=False)
         out = np.where(np.array([o.cls == "collective" for o in ops]), 0.0, pred.dur)
+        dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
+        if dec:  # a decode query streams the whole KV cache: no faster than a memory-bound kernel of its bytes
+            mem = self([replace(ops[i], name=f"{ops[i].name}.kv_read", cls="elementwise", flops=0.0) for i in dec])
+            for i, t in zip(dec, mem):
+                out[i] = max(float(out[i]), t)
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
