@@ -269,17 +269,20 @@ def _decode_attention_ops(c: MoEModelConfig, T: float, b: float, ctx: float, s: 
                 _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0),
                 _gemm("attn.q_absorb", T, kvr, nope, PRECISIONS["bf16"], batch=heads, cls="grouped_gemm"),
                 _kv_append(c, T, s)]
-        d_qk, d_v = kvr + rope, kvr
+        d_qk, d_v, kv_heads = kvr + rope, kvr, 1.0
     else:
         d = c.attn_head_dim
         kvh = max(c.num_kv_heads / s.tp, 1.0)
         ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p),
                 _ew("attn.rope", T * (heads + kvh) * d, p, flops_per=3.0), _kv_append(c, T, s)]
         d_qk = d_v = d
+        kv_heads = kvh
     flops = 2.0 * b * heads * ctx * (d_qk + d_v)
     nbytes = b * ctx * kvpt + b * heads * (d_qk + d_v) * p.act_bytes
-    ops.append(Op("attn.core", "attention", flops, nbytes, "bf16", 1.0, ctx, (d_qk + d_v) / 2.0, b, heads,
-                  causal=False))
+    # decode kernels (FlashMLA, FlashInfer) put the query heads that share a KV head in one tile's rows:
+    # per request and KV head, a (heads / kv_heads) x ctx attention
+    ops.append(Op("attn.core", "attention", flops, nbytes, "bf16", heads / kv_heads, ctx, (d_qk + d_v) / 2.0, b,
+                  kv_heads, causal=False))
     if c.attention_kind == "mla":
         ops.append(_gemm("attn.v_absorb", T, c.v_head_dim or 0, c.kv_lora_rank or 0, PRECISIONS["bf16"],
                          batch=heads, cls="grouped_gemm"))
