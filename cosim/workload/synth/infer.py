@@ -83,6 +83,8 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     p = PRECISIONS[opts.precision]
     n_mb = 2 if step.overlap == "two-microbatch" else 1
     T = step.tokens / n_mb
+    if 1 <= T < step.q_len and step.q_len % T == 0:  # a micro-batch holds a part of one chunk (SGLang splits so)
+        step = replace(step, q_len=T)
     if T < 1 or T % step.q_len:
         raise CosimInputError(f"workload.synthetic.batch: {step.tokens:g} tokens per TP group in {n_mb} "
                               f"micro-batch(es) are not whole {'chunks' if step.mode == 'prefill' else 'requests'} "
