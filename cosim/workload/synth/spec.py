@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -72,6 +72,12 @@ class DecodeBatch(Strict):
     """Tokens in each request's KV cache (prompt plus generated so far)."""
 
 
+def _batch_kind(v: Any) -> str:
+    """Which batch a ``batch:`` value is, by its fields (errors then name one kind's fields)."""
+    keys = set(v) if isinstance(v, dict) else set(type(v).model_fields) if hasattr(type(v), "model_fields") else set()
+    return "decode" if "requests_per_gpu" in keys else "prefill" if "tokens_per_gpu" in keys else "train"
+
+
 class StragglerSpec(Strict):
     """Per-rank slowdowns (no peer simulator has them): factors >= 1 keyed by global rank."""
 
@@ -93,7 +99,8 @@ class SyntheticSpec(Strict):
     decode (one token per running request, forward)."""
     layout: ParallelLayout = Field(default_factory=ParallelLayout)
     """Parallel layout; dp follows from the GPU count."""
-    batch: BatchSpec | PrefillBatch | DecodeBatch
+    batch: Annotated[Annotated[BatchSpec, Tag("train")] | Annotated[PrefillBatch, Tag("prefill")]
+                     | Annotated[DecodeBatch, Tag("decode")], Discriminator(_batch_kind)]
     """Batch sizes: {global, micro, seq} (train), {tokens_per_gpu, prompt, chunk} (prefill),
     {requests_per_gpu, context} (decode)."""
     overlap: Literal["none", "two-microbatch"] = "none"
