@@ -11,7 +11,7 @@ import yaml
 from cosim.errors import CosimInputError
 from cosim.workload.graph import CollType
 from cosim.workload.synth import SyntheticSpec, synthesize, synthetic_figures
-from cosim.workload.synth.costs import kv_cache_bytes_per_token, layer_ops, Shard
+from cosim.workload.synth.costs import Shard, kv_cache_bytes_per_token, layer_ops
 
 # 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256 (as test_synth)
 TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
@@ -58,6 +58,10 @@ def test_prefill_collective_bytes_per_layer_by_hand(tmp_path: Path, dgx: object)
     fp8 = _a2a(_synth(tmp_path, dgx, mode="prefill", layout={"ep": 8}, precision="fp8", dispatch="nccl",
                       batch={"tokens_per_gpu": 256, "prompt": 512, "chunk": 128}))
     assert [b for _, b in fp8] == [256 * 2 * 64 * (1 + 4 / 128), 256 * 2 * 64 * 2.0] * 2
+    # FP8 GEMMs with a bf16 dispatch
+    bf = _a2a(_synth(tmp_path, dgx, mode="prefill", layout={"ep": 8}, precision="fp8", dispatch="nccl",
+                     dispatch_precision="bf16", batch={"tokens_per_gpu": 256, "prompt": 512, "chunk": 128}))
+    assert [b for _, b in bf] == [256 * 2 * 64 * 2.0] * 4
     # two micro-batches: the same bytes in two halves, and DeepEP labels carrying tokens per rank and bytes per token
     two = _a2a(_synth(tmp_path, dgx, mode="prefill", layout={"ep": 8}, overlap="two-microbatch", dispatch="deepep",
                       batch={"tokens_per_gpu": 256, "prompt": 512, "chunk": 128}))

@@ -29,7 +29,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
     from cosim.scenario import load_scenario, run_scenario
 
     c = case["cosim"]
-    scn, res = run_scenario(load_scenario(c["scenario"]), {k: str(v) for k, v in (c.get("set") or {}).items()})
+    _, res = run_scenario(load_scenario(c["scenario"]), {k: str(v) for k, v in (c.get("set") or {}).items()})
     s = res.summary()
     got = s["tokens_per_s_per_gpu"]
     want = float(case["measured"]["tokens_per_s_per_gpu"])

@@ -258,7 +258,7 @@ def _decode_attention_ops(c: MoEModelConfig, T: float, b: float, ctx: float, s: 
     ops: list[Op] = []
     if c.attention_kind == "mla":
         nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
-        vd, kvr = c.v_head_dim or 0, c.kv_lora_rank or 0
+        kvr = c.kv_lora_rank or 0
         if c.q_lora_rank:
             ops += [_gemm("attn.q_down", T, c.q_lora_rank, h, p), _norm("attn.q_norm", T, c.q_lora_rank, p),
                     *_quant("attn.q_latent", T * c.q_lora_rank, p),

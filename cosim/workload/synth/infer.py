@@ -63,6 +63,8 @@ class InferStep:
     """Factor on compute kernels overlapped by SM-holding communication (sm / (sm - comm_sms))."""
     kv_bytes: float = 2.0
     """Bytes per KV-cache element."""
+    dispatch_bytes: float | None = None
+    """Bytes per dispatched element (None: the precision recipe's)."""
 
 
 def deepep_label(kind: str, mode: str, tokens: float, token_bytes: float, topk: int, experts: int) -> str:
@@ -81,6 +83,8 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
         raise CosimInputError("workload.synthetic.layout.pp: inference with pipeline parallelism is not "
                               f"modelled yet (pp {rm.pp}); use tp / ep / dp")
     p = PRECISIONS[opts.precision]
+    if step.dispatch_bytes is not None:
+        p = replace(p, dispatch_bytes=step.dispatch_bytes)
     n_mb = 2 if step.overlap == "two-microbatch" else 1
     T = step.tokens / n_mb
     if 1 <= T < step.q_len and step.q_len % T == 0:  # a micro-batch holds a part of one chunk (SGLang splits so)
@@ -171,7 +175,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
         notes.append("skewed routing: dispatch/combine run as all-to-allv flows with per-peer splits, not DeepEP")
     flops = sum(float(sum(o.flops for o in layer(ranks[0], ly)[0] if o.cls != "collective"))
                 for ly in range(card.num_layers)) * n_mb * rm.world
-    built = Built(ExecutionGraph(graphs), ranks, fold, n_mb, int(round(tokens)), flops, {}, notes)
+    built = Built(ExecutionGraph(graphs), ranks, fold, n_mb, round(tokens), flops, {}, notes)
     return built, moe_span
 
 

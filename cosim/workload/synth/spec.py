@@ -115,6 +115,9 @@ class SyntheticSpec(Strict):
     takes no SMs)."""
     kv_cache: Literal["bf16", "fp8"] = "bf16"
     """KV-cache element type (serving)."""
+    dispatch_precision: Literal["bf16", "fp8"] | None = None
+    """Serving: element type of the dispatched tokens (fp8: 1 byte + one fp32 scale per 128 channels);
+    default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. The combine is bf16."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
     routing: str | RoutingSpec = "uniform"
@@ -215,9 +218,10 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, prof)
-    if spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None:
-        raise CosimInputError("workload.synthetic: overlap, dispatch and comm_sms are serving fields (mode prefill "
-                              "or decode); training overlaps through layout.schedule dualpipe")
+    if (spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None
+            or spec.dispatch_precision is not None):
+        raise CosimInputError("workload.synthetic: overlap, dispatch, dispatch_precision and comm_sms are serving "
+                              "fields (mode prefill or decode); training overlaps through layout.schedule dualpipe")
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
@@ -242,6 +246,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
 
 def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc: Any, prof: Any) -> Synthesized:
     """The prefill or decode step of ``spec`` (:mod:`cosim.workload.synth.infer`)."""
+    from cosim.workload.synth.costs import PRECISIONS
     from cosim.workload.synth.infer import InferStep, build_infer_step, infer_memory
     from cosim.workload.synth.timing import KernelTimer
 
@@ -263,8 +268,9 @@ def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc:
         assert isinstance(b, DecodeBatch)
         per_gpu, q_len, ctx = float(b.requests_per_gpu), 1.0, float(b.context)
         head_rows = b.requests_per_gpu * rm.tp
+    dbytes = None if spec.dispatch_precision is None else PRECISIONS[spec.dispatch_precision].dispatch_bytes
     step = InferStep(spec.mode, per_gpu * rm.tp, q_len, ctx, head_rows, spec.overlap, dispatch, scale,
-                     1.0 if spec.kv_cache == "fp8" else 2.0)
+                     1.0 if spec.kv_cache == "fp8" else 2.0, dbytes)
     if "cuda_graphs" not in spec.layout.model_fields_set and spec.mode == "decode":
         rm.layout = rm.layout.model_copy(update={"cuda_graphs": True})  # serving engines capture decode graphs
     hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
