@@ -164,3 +164,25 @@ def test_serving_input_errors(tmp_path: Path, dgx: object) -> None:
     with pytest.raises(CosimInputError, match="chunk"):
         _synth(tmp_path, dgx, mode="prefill", layout={"ep": 8}, batch={"tokens_per_gpu": 64, "prompt": 64,
                                                                           "chunk": 128})
+
+
+def test_scenario_fields_are_set_keys_and_runs_are_deterministic(tmp_path: Path) -> None:
+    from cosim.scenario import load_scenario, run_scenario
+
+    (tmp_path / "card.yaml").write_text(yaml.safe_dump(TINY))
+    f = tmp_path / "serve.yaml"
+    f.write_text(yaml.safe_dump({"name": "serve", "topology": "dgx-h100", "workload": {"synthetic": {
+        "model": "card.yaml", "mode": "decode", "layout": {"ep": 8}, "batch": {"requests_per_gpu": 8, "context": 256}}}}))
+    sets = {"workload.synthetic.batch.requests_per_gpu": "16", "workload.synthetic.overlap": "two-microbatch",
+            "workload.synthetic.dispatch": "nccl", "workload.synthetic.kv_cache": "fp8"}
+    runs = [run_scenario(load_scenario(f), sets)[1].summary() for _ in range(2)]
+    s = runs[0]
+    assert s["synthetic"]["mode"] == "decode" and s["synthetic"]["microbatches"] == 2
+    assert s["synthetic"]["dispatch"] == "nccl" and s["synthetic"]["kv_cache"] == "fp8"
+    assert s["tokens_per_s_per_gpu"] == pytest.approx(16 / s["step_time_s"])
+    assert s["kv_cache_bytes_per_gpu"] == 16 * 256 * 2 * (2 * 2 * 16 * 1)  # fp8 K and V of 2 KV heads, 2 layers
+    for k in ("step_time_s", "layer_time_s", "time_per_output_token_s", "tokens_per_s_per_gpu",
+              "kv_cache_bytes_per_gpu", "max_requests_per_gpu"):
+        assert s[k] == runs[1][k]
+    with pytest.raises(CosimInputError, match="overlap"):
+        run_scenario(load_scenario(f), {"workload.synthetic.overlap": "three"})
