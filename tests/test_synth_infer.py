@@ -186,3 +186,17 @@ def test_scenario_fields_are_set_keys_and_runs_are_deterministic(tmp_path: Path)
         assert s[k] == runs[1][k]
     with pytest.raises(CosimInputError, match="overlap"):
         run_scenario(load_scenario(f), {"workload.synthetic.overlap": "three"})
+
+
+def test_skewed_routing_builds_every_rank_and_slows_the_step(tmp_path: Path, dgx: object) -> None:
+    from cosim.replay import ReplayConfig, replay
+
+    steps = {}
+    for r in ("uniform", "zipf:1.5"):
+        syn = _synth(tmp_path, dgx, WIDE, mode="decode", layout={"ep": 8}, overlap="two-microbatch", routing=r,
+                     batch={"requests_per_gpu": 64, "context": 1024})
+        res = replay(syn.graph, dgx, ReplayConfig(collectives="simulated"))
+        steps[r] = (len(syn.graph.ranks), res.summary()["step_time_s"], set(res.runs[0].coll_algo.values()))
+    assert steps["uniform"][0] == 1 and steps["zipf:1.5"][0] == 8
+    assert steps["zipf:1.5"][1] > steps["uniform"][1]  # the hot experts' rank is the straggler
+    assert ("deepep", "low_latency") not in steps["zipf:1.5"][2]  # all-to-allv with per-peer splits
