@@ -197,6 +197,14 @@ def test_skewed_routing_builds_every_rank_and_slows_the_step(tmp_path: Path, dgx
                      batch={"requests_per_gpu": 64, "context": 1024})
         res = replay(syn.graph, dgx, ReplayConfig(collectives="simulated"))
         steps[r] = (len(syn.graph.ranks), res.summary()["step_time_s"], set(res.runs[0].coll_algo.values()))
+        C = syn.graph.ranks[0].collectives
+        a2a = [i for i in range(len(C.type)) if C.type[i] == CollType.ALL_TO_ALL]
+        splits = [C.ragged("in_splits", i) for i in a2a]
+        if r == "uniform":
+            assert all(len(x) == 0 for x in splits)
+        else:  # every all-to-all carries its per-peer bytes, summing to what the rank sends
+            assert all(len(x) == 8 and abs(sum(x) - C.in_bytes[i]) <= 8 for x, i in zip(splits, a2a))
+            assert len({tuple(x) for x in splits[::2]}) > 1  # the dispatch shares differ by layer
     assert steps["uniform"][0] == 1 and steps["zipf:1.5"][0] == 8
     assert steps["zipf:1.5"][1] > steps["uniform"][1]  # the hot experts' rank is the straggler
     assert ("deepep", "low_latency") not in steps["zipf:1.5"][2]  # all-to-allv with per-peer splits

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cosim.capture.config import MoEModelConfig
-from cosim.workload.synth.build import BuildOptions, Built, _RankBuilder, _shard
+from cosim.workload.synth.build import BuildOptions, Built, _RankBuilder, _shard, _splits
 from cosim.workload.synth.costs import PRECISIONS, Op, Shard, embedding_ops, layer_ops, sample_head_ops
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import route
@@ -140,7 +140,11 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
                 ops, durs = layer(rank, ly)
                 n0 = len(rb.g["name"])
                 for o, d in zip(ops, durs):
-                    rb.emit(o, d * scale, groups, launch, label=label(o))
+                    splits = None
+                    if (o.comm is not None and o.comm.kind.startswith("all_to_all") and ly in routes
+                            and not opts.routing.is_uniform):  # skew: per-peer bytes (as training)
+                        splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+                    rb.emit(o, d * scale, groups, launch, splits, label(o))
                     if o.cls == "collective":
                         yield
                 if ly in routes:
