@@ -575,6 +575,26 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     result.sources = [scn.source_file or scn.name]
     figs = synthetic_figures(syn, result)
     s = syn.spec
+    if syn.infer is not None:
+        st, mem = syn.infer
+        unit = "requests" if st.mode == "decode" else "tokens"
+        result.notes[:0] = [f"synthetic {syn.card.name} {st.mode} step ({s.precision}, overlap {st.overlap}, dispatch "
+                            f"{st.dispatch}) on {syn.rm.world} GPUs: tp {syn.rm.tp} ep {syn.rm.ep} dp {syn.rm.dp}; "
+                            "kernel durations from the kernel models (docs/SYNTHESIS.md)", *notes,
+                            f"{figs['tokens_per_s_per_gpu'] or 0:.0f} tokens/s/GPU, step {1e3 * (figs['step_time_s'] or 0):.2f}"
+                            f" ms, MoE layer {1e6 * (figs['layer_time_s'] or 0):.0f} us, KV cache "
+                            f"{mem.kv_cache / 2**30:.1f} GiB per GPU, memory {mem.total / 2**30:.1f} GiB, at most "
+                            f"{mem.max_batch} {unit} per GPU fit" + (" - OUT OF MEMORY (allow_oom)" if syn.oom else "")]
+    else:
+        _training_notes(result, syn, figs, notes)
+    summary = result.summary()
+    summary.update(figs)
+    result._summary = summary
+    return result
+
+
+def _training_notes(result: Any, syn: Any, figs: dict[str, Any], notes: list[str]) -> None:
+    s = syn.spec
     result.notes[:0] = [f"synthetic {syn.card.name} training step ({s.precision}, routing {s.routing if isinstance(s.routing, str) else s.routing.model}) on "
                         f"{syn.rm.world} GPUs: tp {syn.rm.tp} pp {syn.rm.pp} vpp {syn.rm.vpp} ep {syn.rm.ep} "
                         f"etp {syn.rm.etp} cp {syn.rm.cp} dp {syn.rm.dp}, {syn.built.microbatches} micro-batches per "
@@ -583,7 +603,3 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
                         f"(of the bf16 dense peak), pipeline bubble {100 * figs['bubble_fraction']:.1f}%, "
                         f"memory {figs['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU"
                         + (" - OUT OF MEMORY (allow_oom)" if syn.oom else "")]
-    summary = result.summary()
-    summary.update(figs)
-    result._summary = summary
-    return result

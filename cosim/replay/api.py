@@ -288,6 +288,10 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
         op, gpus, nb, matrix = spec
         if matrix is not None:
             return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
+        r0, j0, _ = arr[0]
+        label = r0.rg.strings[int(r0.rg.collectives.name[int(r0.rg.gpu_ops.collective[j0])])]
+        if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
+            return _deepep(sim, label, gpus)
         return sim.collective(op, gpus, nb, name=f"{op}")
 
     return run
@@ -373,6 +377,25 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
         ranks.append((rg, prog.gpu_dur, gpu, cpu,
                       copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
     return CopyModel(sim.env, sim.fabric, base_fabric.path_capacity, ranks)
+
+
+
+
+def _deepep(sim: Any, label: str, gpus: list[str]) -> simpy.Event:
+    """Run ``deepep_<kind>:<mode>:<tokens>:<bytes per token>:<topk>:<experts>`` with
+    :func:`cosim.engine.moe_comm.deepep`; the event carries the algorithm/protocol the executor records."""
+    from types import SimpleNamespace
+
+    from cosim.engine.moe_comm import token_bytes
+
+    op, mode, tokens, bpt, topk, experts = label.split(":")
+    kind = op.removeprefix("deepep_")
+    hidden = float(bpt) / (token_bytes(1, kind))  # the width whose DeepEP token carries bpt bytes
+    ev = sim.collective(op, gpus, num_tokens=float(tokens), hidden=hidden, num_topk=int(topk),
+                        num_experts=int(experts), mode=mode, name=op)
+    out = sim.env.event()
+    ev.callbacks.append(lambda e: out.succeed(SimpleNamespace(algo="deepep", proto=mode)))
+    return out
 
 
 def _replay_end(now: float, runs: list[RankRun]) -> float:

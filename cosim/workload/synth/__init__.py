@@ -1,6 +1,6 @@
 """Workload synthesis: a training step of a model card on a parallel layout, as an execution graph.
 
-Modules: :mod:`costs` (per-op FLOPs and bytes of one layer), :mod:`layout` (parallel layout
+Modules: :mod:`costs` (per-op FLOPs and bytes of one layer), :mod:`infer` (prefill and decode steps), :mod:`layout` (parallel layout
 and rank map), :mod:`routing` (expert loads, placement, all-to-all splits), :mod:`schedule`
 (1F1B and interleaved 1F1B order), :mod:`memory` (bytes per GPU), :mod:`timing` (kernel
 durations from cosim's kernel models), :mod:`build` (the execution graph), :mod:`spec`

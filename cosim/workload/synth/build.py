@@ -236,7 +236,7 @@ class _RankBuilder:
         return j
 
     def collective(self, name: str, kind: str, members: list[int], nbytes: float, seq: int | None = None,
-                   splits: list[float] | None = None) -> int:
+                   splits: list[float] | None = None, label: str | None = None, host_sync: bool = False) -> int:
         c = len(self.c["type"])
         g = self.group(members)
         if seq is None:
@@ -246,7 +246,7 @@ class _RankBuilder:
         n = len(members)
         ctype = _COLL_TYPE[kind]
         self.c["type"].append(ctype)
-        self.c["name"].append(self.s(kind))
+        self.c["name"].append(self.s(label or kind))
         in_b = nbytes / n if ctype == CollType.ALL_GATHER else nbytes
         out_b = nbytes / n if ctype == CollType.REDUCE_SCATTER else nbytes
         self.c["in_bytes"].append(in_b)
@@ -256,6 +256,40 @@ class _RankBuilder:
         self.c["seq"].append(seq)
         self.c["in_splits"].append([round(x) for x in splits] if splits is not None else [])
         return c
+
+    def emit(self, o: Op, dur: float, groups: dict[str, list[int]], launch: float,
+             splits: list[float] | None = None, label: str | None = None, host_sync: bool = False) -> int:
+        """Launch op ``o`` (``dur`` seconds) with the stream and waits of the module's rules: a collective
+        on its group's stream (per lane) after the last compute op (the shared expert's after the
+        shared expert's last), a compute op after every collective issued since (the shared expert's
+        only after its own). ``groups``: this rank's members per group kind; a collective of a group
+        of one is skipped (-1). ``label`` names the collective for the engine (default its kind).
+        ``host_sync``: the host blocks after each token permutation until the GPU ran it (dropless MoE reads
+        the per-expert token counts, Megatron's ``before_ep_alltoall`` sync)."""
+        shared = o.name.startswith("moe.shared")
+        if o.cls == "collective":
+            assert o.comm is not None
+            members = groups[o.comm.group]
+            if len(members) < 2:
+                return -1
+            c = self.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
+            j = self.op(o, 0.0, _STREAMS[o.stream] + 100 * self.lane, launch, coll=c,
+                        waits=[self.last_compute if shared else self.last_main])
+            self.pending.append((j, o.name))
+            return j
+        if shared:  # the shared expert waits only for its own collectives
+            waits = [w for w, nm in self.pending if nm.startswith("moe.shared")]
+            self.pending = [(w, nm) for w, nm in self.pending if not nm.startswith("moe.shared")]
+        else:
+            waits = [w for w, _ in self.pending]
+            self.pending = []
+        j = self.op(o, dur, _STREAMS["compute"], launch, waits=waits)
+        self.last_compute = j
+        if not shared:
+            self.last_main = j
+        if host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
+            self.host_sync(j)
+        return j
 
     def finish(self, sync_cost: float = 10e-6) -> RankGraph:
         n_gpu = len(self.g["name"])
@@ -416,33 +450,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         bucket: dict[str, float] = {"dp": 0.0, "edp": 0.0}
 
         def emit(o: Op, d: float, ly: int = -1) -> int:
-            shared = o.name.startswith("moe.shared")
-            if o.cls == "collective":
-                assert o.comm is not None
-                members = groups[o.comm.group]
-                if len(members) < 2:
-                    return -1
-                splits = None
-                if ly in routes and not opts.routing.is_uniform and o.comm.kind.startswith("all_to_all"):
-                    splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
-                c = rb.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits)
-                j = rb.op(o, 0.0, _STREAMS[o.stream] + 100 * rb.lane, launch, coll=c,
-                          waits=[rb.last_compute if shared else rb.last_main])
-                rb.pending.append((j, o.name))
-                return j
-            if shared:  # the shared expert waits only for its own collectives
-                waits = [w for w, nm in rb.pending if nm.startswith("moe.shared")]
-                rb.pending = [(w, nm) for w, nm in rb.pending if not nm.startswith("moe.shared")]
-            else:
-                waits = [w for w, _ in rb.pending]
-                rb.pending = []
-            j = rb.op(o, d * gslow, _STREAMS["compute"], launch, waits=waits)
-            rb.last_compute = j
-            if not shared:
-                rb.last_main = j
-            if opts.moe_host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
-                rb.host_sync(j)
-            return j
+            splits = None
+            if (o.cls == "collective" and ly in routes and not opts.routing.is_uniform and o.comm is not None
+                    and o.comm.kind.startswith("all_to_all")):
+                splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+            return rb.emit(o, d * gslow, groups, launch, splits, host_sync=opts.moe_host_sync)
 
         fsdp = rm.layout.zero == "fsdp"
         gathered: dict[int, list[int]] = {}

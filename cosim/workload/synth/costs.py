@@ -29,7 +29,8 @@ from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
 __all__ = ["PRECISIONS", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
-           "layer_forward_flops", "layer_ops", "layer_params"]
+           "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
+           "layer_params", "sample_head_ops"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ class Op:
     """compute, or the communication stream that carries it (tp, ep, ...)."""
     waits: tuple[str, ...] = field(default_factory=tuple)
     """Names of earlier ops of the same layer on other streams that this op waits for."""
+    causal: bool = True
+    """Attention: causal (the kernel skips masked key blocks); False for a decode step's query, which
+    reads every cached key and is bounded by HBM traffic as much as by FLOPs."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,14 @@ class Shard:
     a2a_send_tokens: float | None = None
     """Token rows this rank sends in the dispatch all-to-all (top-k copies, self included);
     None: ``tokens_moe * top_k``."""
+    q_len: float | None = None
+    """Inference: query tokens per sequence in this pass (a prefill chunk; 1 for decode); None: the
+    training case, ``seq / cp`` queries per sequence."""
+    decode: bool = False
+    """Inference decode: one query per request attends to a KV cache of ``seq`` tokens (MLA with the
+    up-projections absorbed, as FlashMLA), and the new token's keys/values are appended to the cache."""
+    kv_bytes: float = 2.0
+    """Bytes per element of the KV cache (inference)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -161,14 +173,16 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     tp, cp = s.tp, s.cp
     sp = s.sequence_parallel and tp > 1
     heads = c.num_heads / tp
-    b = T / (seq / cp)  # sequences in this micro-batch on this rank
-    sq, sk = seq / cp, seq
+    sq, sk = (seq / cp, seq) if s.q_len is None else (s.q_len, seq)
+    b = T / sq  # sequences (or prefill chunks, or decode requests) in this micro-batch on this rank
     ops: list[Op] = [_norm("attn.norm", T / tp if sp else T, h, p)]
     if sp:
         ops.append(_coll("attn.sp_all_gather", "tp", "all_gather", T * h * p.act_bytes))
     elif tp > 1:
         pass  # the input is replicated on every TP rank; the all-reduce comes after o_proj
     ops += _quant("attn.input", T * h, p)
+    if s.decode:
+        return ops + _decode_attention_ops(c, T, b, sk, s, p)
     if c.attention_kind == "mla":
         nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
         vd, kvr = c.v_head_dim or 0, c.kv_lora_rank or 0
@@ -193,11 +207,20 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         kv_bytes = T * 2 * kvh * d * p.act_bytes
     if cp > 1:  # every rank needs the keys and values of the whole sequence
         ops.append(_coll("attn.cp_kv_all_gather", "cp", "all_gather", kv_bytes * cp, stream="cp"))
+    if s.q_len is not None:  # inference prefill: the chunk's keys/values go to the KV cache
+        ops.append(_kv_append(c, T, s))
     flops = 4.0 * b * heads * sq * sk * d_core * 0.5  # causal: half the score matrix
     qkvo = b * heads * (sq * d_core * 2 + sk * d_core * 2) * p.act_bytes
     ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
                   saved=qkvo + b * heads * sq * 4.0))
-    ops += _quant("attn.o_input", T * heads * d_out, p)
+    return ops + _attention_out(c, T, heads, d_out, s, p)
+
+
+def _attention_out(c: MoEModelConfig, T: float, heads: float, d_out: float, s: Shard, p: Precision) -> list[Op]:
+    """Output projection, its TP reduction and the residual add."""
+    h, tp = c.hidden_size, s.tp
+    sp = s.sequence_parallel and tp > 1
+    ops = _quant("attn.o_input", T * heads * d_out, p)
     ops.append(_gemm("attn.o_proj", T, h, heads * d_out, p))
     if sp:
         ops.append(_coll("attn.sp_reduce_scatter", "tp", "reduce_scatter", T * h * p.act_bytes))
@@ -205,6 +228,68 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         ops.append(_coll("attn.tp_all_reduce", "tp", "all_reduce", T * h * p.act_bytes))
     ops.append(_ew("attn.residual", (T / tp if sp else T) * h, p, inputs=2))
     return ops
+
+
+def kv_cache_bytes_per_token(c: MoEModelConfig, tp: int = 1, kv_bytes: float = 2.0) -> float:
+    """KV-cache bytes one GPU holds per cached token per layer: MLA the compressed latent
+    (``kv_lora_rank + qk_rope_head_dim``, replicated on every TP rank), GQA/MHA K and V of the
+    rank's KV heads (``num_kv_heads / tp``, at least one)."""
+    if c.attention_kind == "mla":
+        return ((c.kv_lora_rank or 0) + (c.qk_rope_head_dim or 0)) * kv_bytes
+    return 2.0 * max(c.num_kv_heads / tp, 1.0) * c.attn_head_dim * kv_bytes
+
+
+def _kv_append(c: MoEModelConfig, T: float, s: Shard) -> Op:
+    """Write the ``T`` new tokens' keys/values (or MLA latents) into the paged KV cache."""
+    n = T * kv_cache_bytes_per_token(c, s.tp, s.kv_bytes)
+    return Op("attn.kv_cache_append", "elementwise", 0.0, 2.0 * n, "bf16")
+
+
+def _decode_attention_ops(c: MoEModelConfig, T: float, b: float, ctx: float, s: Shard, p: Precision) -> list[Op]:
+    """Decode attention of ``b`` requests (``T = b`` queries) over ``ctx`` cached tokens each.
+
+    MLA (DeepSeek's serving path, FlashMLA): q down/up projections, the key up-projection absorbed
+    into the query (per head ``[b, nope] x [nope, kv_lora]``), the new latent appended, attention of
+    every head over the shared latent (``kv_lora + rope`` for scores, ``kv_lora`` for values: one
+    cache read serves all heads), then the value up-projection per head and the output GEMM.
+    GQA/MHA: fused QKV, RoPE, K/V appended, attention reading K and V of each KV head."""
+    h, heads = c.hidden_size, c.num_heads / s.tp
+    kvpt = kv_cache_bytes_per_token(c, s.tp, s.kv_bytes)
+    ops: list[Op] = []
+    if c.attention_kind == "mla":
+        nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
+        kvr = c.kv_lora_rank or 0
+        if c.q_lora_rank:
+            ops += [_gemm("attn.q_down", T, c.q_lora_rank, h, p), _norm("attn.q_norm", T, c.q_lora_rank, p),
+                    *_quant("attn.q_latent", T * c.q_lora_rank, p),
+                    _gemm("attn.q_up", T, heads * (nope + rope), c.q_lora_rank, p)]
+        else:
+            ops.append(_gemm("attn.q_proj", T, heads * (nope + rope), h, p))
+        ops += [_gemm("attn.kv_down", T, kvr + rope, h, p), _norm("attn.kv_norm", T, kvr, p),
+                _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0),
+                _gemm("attn.q_absorb", T, kvr, nope, PRECISIONS["bf16"], batch=heads, cls="grouped_gemm"),
+                _kv_append(c, T, s)]
+        d_qk, d_v, kv_heads = kvr + rope, kvr, 1.0
+    else:
+        d = c.attn_head_dim
+        kvh = max(c.num_kv_heads / s.tp, 1.0)
+        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p),
+                _ew("attn.rope", T * (heads + kvh) * d, p, flops_per=3.0), _kv_append(c, T, s)]
+        d_qk = d_v = d
+        kv_heads = kvh
+    flops = 2.0 * b * heads * ctx * (d_qk + d_v)
+    nbytes = b * ctx * kvpt + b * heads * (d_qk + d_v) * p.act_bytes
+    # decode kernels (FlashMLA, FlashInfer) put the query heads that share a KV head in one tile's rows:
+    # per request and KV head, a (heads / kv_heads) x ctx attention
+    ops.append(Op("attn.core", "attention", flops, nbytes, "bf16", heads / kv_heads, ctx, (d_qk + d_v) / 2.0, b,
+                  kv_heads, causal=False))
+    if c.attention_kind == "mla":
+        ops.append(_gemm("attn.v_absorb", T, c.v_head_dim or 0, c.kv_lora_rank or 0, PRECISIONS["bf16"],
+                         batch=heads, cls="grouped_gemm"))
+        d_out = float(c.v_head_dim or 0)
+    else:
+        d_out = float(c.attn_head_dim)
+    return ops + _attention_out(c, T, heads, d_out, s, p)
 
 
 def _dense_ffn_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision, ffn: int, prefix: str = "mlp") -> list[Op]:
@@ -324,6 +409,21 @@ def head_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = None,
                saved=tokens * V * 4.0)]
     if s.tp > 1:
         ops.append(_coll("head.tp_loss_all_reduce", "tp", "all_reduce", tokens * 4.0 * 3))
+    return ops
+
+
+def sample_head_ops(card: MoEModelConfig, rows: float, shard: Shard | None = None,
+                    precision: Precision | str = "bf16") -> list[Op]:
+    """Inference head of the last stage: final norm, LM head (vocabulary-parallel, bf16) on the
+    ``rows`` positions that emit a token (the last of each prefill chunk's sequence, every decode
+    request), the logits gathered over TP, and sampling (a softmax/top-k pass over the vocabulary)."""
+    s = shard or Shard()
+    p = PRECISIONS[precision] if isinstance(precision, str) else precision
+    h, V = card.hidden_size, card.vocab_size / s.tp
+    ops = [_norm("head.norm", rows, h, p), _gemm("head.lm_head", rows, V, h, PRECISIONS["bf16"], save_input=False)]
+    if s.tp > 1:
+        ops.append(_coll("head.tp_logits_all_gather", "tp", "all_gather", rows * V * s.tp * 4.0))
+    ops.append(Op("head.sample", "reduction", rows * V * s.tp * SOFTMAX_FLOPS, rows * V * s.tp * 4.0, "bf16"))
     return ops
 
 

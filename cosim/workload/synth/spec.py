@@ -9,6 +9,17 @@
         batch: {global: 8192, micro: 1, seq: 4096}
         precision: fp8                # bf16 | fp8 | mxfp8
         routing: uniform              # uniform | zipf:1.2 | FILE | {model: ..., placement: ..., redundant: N}
+
+Serving (forward only, :mod:`cosim.workload.synth.infer`)::
+
+    workload:
+      synthetic:
+        model: deepseek-v3
+        mode: decode                  # train | prefill | decode
+        layout: {ep: 128}             # tp 1: data-parallel attention, experts over 128 GPUs
+        batch: {requests_per_gpu: 128, context: 4096}   # prefill: {tokens_per_gpu: 16384, prompt: 4096, chunk: 4096}
+        overlap: two-microbatch       # none | two-microbatch
+        dispatch: deepep-ll           # nccl | deepep | deepep-ll (default: deepep for prefill, deepep-ll for decode)
 """
 
 from __future__ import annotations
@@ -16,16 +27,16 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
-__all__ = ["BatchSpec", "StragglerSpec", "Synthesized", "SyntheticSpec", "synthesize", "synthetic_figures"]
+__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "synthesize", "synthetic_figures"]
 
 
 class BatchSpec(Strict):
@@ -39,6 +50,32 @@ class BatchSpec(Strict):
     """Sequences per micro-batch (per pipeline, per forward/backward unit)."""
     seq: int = Field(gt=0)
     """Tokens per sequence."""
+
+
+class PrefillBatch(Strict):
+    """A prefill step: prompt tokens per GPU, prompt length and the chunk of chunked prefill."""
+
+    tokens_per_gpu: int = Field(gt=0)
+    """Prompt tokens each GPU runs through the model per step (over its prompts' chunks)."""
+    prompt: int = Field(gt=0)
+    """Tokens per prompt (the keys a chunk's queries see grow up to it)."""
+    chunk: int | None = Field(default=None, gt=0)
+    """Chunked prefill: tokens of one prompt per step (default: the whole prompt, or tokens_per_gpu if smaller)."""
+
+
+class DecodeBatch(Strict):
+    """A decode step: one new token for each running request, over its KV cache."""
+
+    requests_per_gpu: int = Field(gt=0)
+    """Running requests (sequences) per GPU; each gets one output token per step."""
+    context: int = Field(gt=0)
+    """Tokens in each request's KV cache (prompt plus generated so far)."""
+
+
+def _batch_kind(v: Any) -> str:
+    """Which batch a ``batch:`` value is, by its fields (errors then name one kind's fields)."""
+    keys = set(v) if isinstance(v, dict) else set(type(v).model_fields) if hasattr(type(v), "model_fields") else set()
+    return "decode" if "requests_per_gpu" in keys else "prefill" if "tokens_per_gpu" in keys else "train"
 
 
 class StragglerSpec(Strict):
@@ -57,12 +94,30 @@ class SyntheticSpec(Strict):
 
     model: str
     """Model card: a bundled card name (cosim/capture/presets), a card YAML or a Hugging Face config.json."""
-    mode: Literal["train"] = "train"
-    """What one step is (training: forward, backward and optimizer)."""
+    mode: Literal["train", "prefill", "decode"] = "train"
+    """What one step is: train (forward, backward, optimizer), prefill (prompt chunks, forward) or
+    decode (one token per running request, forward)."""
     layout: ParallelLayout = Field(default_factory=ParallelLayout)
     """Parallel layout; dp follows from the GPU count."""
-    batch: BatchSpec
-    """Batch sizes."""
+    batch: Annotated[Annotated[BatchSpec, Tag("train")] | Annotated[PrefillBatch, Tag("prefill")]
+                     | Annotated[DecodeBatch, Tag("decode")], Discriminator(_batch_kind)]
+    """Batch sizes: {global, micro, seq} (train), {tokens_per_gpu, prompt, chunk} (prefill),
+    {requests_per_gpu, context} (decode)."""
+    overlap: Literal["none", "two-microbatch"] = "none"
+    """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
+    compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
+    dispatch: Literal["nccl", "deepep", "deepep-ll"] | None = None
+    """Serving MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels
+    (default: deepep for prefill, deepep-ll for decode)."""
+    comm_sms: int | None = Field(default=None, ge=0)
+    """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
+    README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
+    takes no SMs)."""
+    kv_cache: Literal["bf16", "fp8"] = "bf16"
+    """KV-cache element type (serving)."""
+    dispatch_precision: Literal["bf16", "fp8"] | None = None
+    """Serving: element type of the dispatched tokens (fp8: 1 byte + one fp32 scale per 128 channels);
+    default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. The combine is bf16."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
     routing: str | RoutingSpec = "uniform"
@@ -90,9 +145,13 @@ class Synthesized:
     """A synthesized step ready to replay, with what its figures need."""
 
     def __init__(self, spec: SyntheticSpec, card: Any, rm: Any, built: Any, memory: list[Any], hbm: float,
-                 peak_flops: float) -> None:
+                 peak_flops: float, infer: Any = None, moe_span: dict[int, tuple[int, int]] | None = None) -> None:
         self.spec, self.card, self.rm, self.built, self.memory = spec, card, rm, built, memory
         self.hbm, self.peak_flops = hbm, peak_flops
+        self.infer = infer
+        """Serving: the :class:`cosim.workload.synth.infer.InferStep` and its :class:`InferMemory` (None: training)."""
+        self.moe_span = moe_span or {}
+        """Serving: rank -> (first, last) GPU op of its MoE layers."""
 
     @property
     def graph(self) -> Any:
@@ -100,6 +159,8 @@ class Synthesized:
 
     @property
     def oom(self) -> bool:
+        if self.infer is not None:
+            return self.infer[1].total > self.hbm
         return max(m.total for m in self.memory) > self.hbm
 
 
@@ -154,6 +215,18 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
                         host_slowdown=dict(spec.stragglers.host),
                         launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
     b = spec.batch
+    want = {"train": BatchSpec, "prefill": PrefillBatch, "decode": DecodeBatch}[spec.mode]
+    if not isinstance(b, want):
+        fields = {"train": "{global, micro, seq}", "prefill": "{tokens_per_gpu, prompt, chunk}",
+                  "decode": "{requests_per_gpu, context}"}[spec.mode]
+        raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
+    if spec.mode != "train":
+        return _synthesize_serving(spec, card, rm, opts, acc, prof)
+    if (spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None
+            or spec.dispatch_precision is not None):
+        raise CosimInputError("workload.synthetic: overlap, dispatch, dispatch_precision and comm_sms are serving "
+                              "fields (mode prefill or decode); training overlaps through layout.schedule dualpipe")
+    assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
                               f"micro {b.micro} x dp {rm.dp} = {b.micro * rm.dp}")
@@ -176,6 +249,48 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
     built = build_step(card, rm, b.global_, b.micro, b.seq, opts, KernelTimer(acc, prof), device=acc.name)
     peak = float(acc.peak("bf16"))
     return Synthesized(spec, card, rm, built, mem, hbm, peak)
+
+
+def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc: Any, prof: Any) -> Synthesized:
+    """The prefill or decode step of ``spec`` (:mod:`cosim.workload.synth.infer`)."""
+    from cosim.workload.synth.costs import PRECISIONS
+    from cosim.workload.synth.infer import InferStep, build_infer_step, infer_memory
+    from cosim.workload.synth.timing import KernelTimer
+
+    b = spec.batch
+    dispatch = spec.dispatch or ("deepep" if spec.mode == "prefill" else "deepep-ll")
+    sms = spec.comm_sms if spec.comm_sms is not None else {"deepep": 24, "nccl": 16, "deepep-ll": 0}[dispatch]
+    n_sm = int(getattr(acc, "sm_count", 132))
+    if sms >= n_sm:
+        raise CosimInputError(f"workload.synthetic.comm_sms: {sms} SMs leave none of the {n_sm} of {acc.name} "
+                              "for compute")
+    scale = n_sm / (n_sm - sms) if spec.overlap == "two-microbatch" and not card.is_dense else 1.0
+    if isinstance(b, PrefillBatch):
+        chunk = b.chunk or min(b.prompt, b.tokens_per_gpu)
+        if chunk > b.prompt:
+            raise CosimInputError(f"workload.synthetic.batch.chunk: {chunk} is longer than the prompt {b.prompt}")
+        per_gpu, q_len, ctx = float(b.tokens_per_gpu), float(chunk), float(b.prompt)
+        head_rows = b.tokens_per_gpu * rm.tp / chunk
+    else:
+        assert isinstance(b, DecodeBatch)
+        per_gpu, q_len, ctx = float(b.requests_per_gpu), 1.0, float(b.context)
+        head_rows = b.requests_per_gpu * rm.tp
+    dbytes = None if spec.dispatch_precision is None else PRECISIONS[spec.dispatch_precision].dispatch_bytes
+    step = InferStep(spec.mode, per_gpu * rm.tp, q_len, ctx, head_rows, spec.overlap, dispatch, scale,
+                     1.0 if spec.kv_cache == "fp8" else 2.0, dbytes)
+    if "cuda_graphs" not in spec.layout.model_fields_set and spec.mode == "decode":
+        rm.layout = rm.layout.model_copy(update={"cuda_graphs": True})  # serving engines capture decode graphs
+    hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
+    mem = infer_memory(card, rm, step, per_gpu, spec.precision, hbm)
+    if mem.total > hbm and not spec.allow_oom:
+        unit = "requests" if spec.mode == "decode" else "tokens"
+        raise CosimInputError(
+            f"workload.synthetic.batch: out of memory: {mem.total / 2**30:.1f} GiB per GPU (weights "
+            f"{mem.weights / 2**30:.1f}, KV cache {mem.kv_cache / 2**30:.1f}, activations "
+            f"{mem.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of {acc.name}; at most {mem.max_batch} {unit} "
+            "per GPU fit; shard more or set allow_oom: true")
+    built, span = build_infer_step(card, rm, step, opts, KernelTimer(acc, prof), device=acc.name)
+    return Synthesized(spec, card, rm, built, [], hbm, float(acc.peak("bf16")), (step, mem), span)
 
 
 def calibrated_profile(traces: str | list[str], base: Path | None = None) -> Any:
@@ -227,8 +342,48 @@ def bubble_fraction(syn: Synthesized, result: Any) -> float:
     return float(sum(fr) / len(fr)) if fr else math.nan
 
 
+def serving_figures(syn: Synthesized, result: Any) -> dict[str, Any]:
+    """Per-step and per-layer time, throughput, time per output token, KV-cache memory and the
+    largest batch that fits, of a replayed prefill or decode step (``cosim run --json`` fields)."""
+    step_s = result.summary().get("step_time_s")
+    ok = step_s is not None and step_s > 0
+    st, mem = syn.infer
+    world = syn.rm.world
+    layer = []
+    by_rank = {run.rank: run for run in result.runs}
+    for rank, (a, z) in syn.moe_span.items():
+        run = by_rank.get(rank)
+        if run is not None:
+            layer.append(float(run.gpu_end[z] - run.gpu_start[a]) / len(syn.card.moe_layers))
+    tokens = syn.built.tokens_per_step
+    out: dict[str, Any] = {
+        "tokens_per_s_per_gpu": tokens / step_s / world if ok else None,
+        "step_time_s": step_s,
+        "layer_time_s": sum(layer) / len(layer) if layer else None,
+        "mfu": syn.built.model_flops / (step_s * world * syn.peak_flops) if ok else None,
+        "kv_cache_bytes_per_gpu": mem.kv_cache,
+        "memory_per_gpu_bytes": mem.total,
+        "memory": mem.as_dict(),
+        ("max_requests_per_gpu" if st.mode == "decode" else "max_tokens_per_gpu"): mem.max_batch,
+        "oom": syn.oom,
+    }
+    if st.mode == "decode":
+        out["time_per_output_token_s"] = step_s
+    out["synthetic"] = {
+        "model": syn.card.name, "mode": st.mode, "gpus": world, "tp": syn.rm.tp, "pp": syn.rm.pp, "ep": syn.rm.ep,
+        "etp": syn.rm.etp, "dp": syn.rm.dp, "microbatches": syn.built.microbatches, "overlap": st.overlap,
+        "dispatch": st.dispatch, "compute_scale": st.compute_scale, "precision": syn.spec.precision,
+        "kv_cache": syn.spec.kv_cache, "folded": syn.built.folded, "simulated_ranks": len(syn.built.ranks),
+        "model_flops_per_step": syn.built.model_flops, "tokens_per_step": tokens,
+    }
+    return out
+
+
 def synthetic_figures(syn: Synthesized, result: Any) -> dict[str, Any]:
-    """Throughput, MFU, bubble and memory of a replayed synthesized step (``cosim run --json`` fields)."""
+    """Throughput, MFU, bubble and memory of a replayed synthesized step (``cosim run --json`` fields);
+    serving steps: :func:`serving_figures`."""
+    if syn.infer is not None:
+        return serving_figures(syn, result)
     summ = result.summary()
     step = summ.get("step_time_s")
     world = syn.rm.world
