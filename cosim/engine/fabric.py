@@ -113,6 +113,12 @@ class FabricConfig:
         if self.max_paths < 1:
             raise ValueError(f"max_paths must be >= 1, got {self.max_paths}")
 
+    coalesce: bool = True
+    """Coalesce repeated collectives (exact): a collective whose links are all idle when it starts
+    reuses the duration and link counters of its first run on an idle scratch fabric instead of
+    solving rates; if another flow arrives on its links while it runs, it is materialized as real
+    flows with the bytes left at that instant (docs/ENGINE.md, *Coalescing*). False: always solve."""
+
 
 @dataclass
 class LinkStats:
@@ -299,6 +305,17 @@ class Fabric:
         """Solver rows (flow classes) started so far."""
         self.n_rows_solved = 0
         """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
+        self.observer: Callable[[np.ndarray, float, float, np.ndarray, np.ndarray], None] | None = None
+        """``observer(links, start, end, flows, bytes)``: per-link flow counts and bytes of each interval
+        between rate changes (and of coalesced collectives); set by link-usage reports."""
+        self._obs: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
+        self._holders: dict[int, Callable[[], None]] = {}  # hold id -> materialize callback
+        self._next_hold = 0
+        self.n_coalesced = 0
+        """Collectives that ran from a memo without a solve (a cost counter)."""
+        self.n_materialized = 0
+        """Coalesced collectives turned into real flows because another flow arrived on their links."""
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
 
@@ -551,6 +568,8 @@ class Fabric:
                 inv = inv.reshape(-1)
                 mult = np.bincount(inv, weights=mult, minlength=len(uk))
                 segs, wire, lat = uk[:, :_K].astype(np.int64), uk[:, _K], uk[:, _K + 1]
+        if self._holders:
+            self._wake_holders(segs)
         k = len(wire)
         self._b_left[b] = k
         self._advance()
@@ -786,6 +805,7 @@ class Fabric:
         self._arrived.clear()
         self._departed.clear()
         if not R.size:
+            self._observe()
             return
         self.n_solves += 1
         self.n_rows_solved += len(R)
@@ -808,6 +828,95 @@ class Fabric:
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1):
             p.keep(np.flatnonzero(p.active[:n]))
+        self._observe()
+
+    # ------------------------------------------------------- usage observer
+    def _observe(self) -> None:
+        """Close the observer's current interval at ``now`` and open one with the links' new loads."""
+        if self.observer is None:
+            return
+        now = self.env.now
+        self.close_observer(now)
+        idx = np.flatnonzero(self._nflows > 0.5)
+        if idx.size:
+            self._obs = (now, idx, np.rint(self._nflows[idx]), self._load[idx].copy())
+
+    def close_observer(self, now: float | None = None) -> None:
+        """Hand the observer the interval open since the last rate change, up to ``now``."""
+        o, self._obs = self._obs, None
+        now = self.env.now if now is None else now
+        if o is not None and self.observer is not None and now > o[0]:
+            self.observer(o[1], o[0], now, o[2], o[3] * (now - o[0]))
+
+    # ------------------------------------------------------------ coalescing
+    def links_idle(self, links: np.ndarray) -> bool:
+        """No flow and no coalesced collective on any of ``links``."""
+        return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
+
+    def hold(self, links: np.ndarray, wake: Callable[[], None]) -> int:
+        """Reserve idle ``links`` for a coalesced collective; ``wake()`` is called (and the hold
+        released) when a flow is about to start on any of them. Returns the hold id."""
+        self._next_hold += 1
+        h = self._next_hold
+        self._held[links] = h
+        self._holders[h] = wake
+        return h
+
+    def release(self, h: int, links: np.ndarray) -> None:
+        """End hold ``h`` on ``links``."""
+        if self._holders.pop(h, None) is not None:
+            self._held[links[self._held[links] == h]] = -1
+
+    def add_counters(self, links: np.ndarray, nbytes: np.ndarray, busy: np.ndarray, peak: np.ndarray) -> None:
+        """Add a coalesced collective's wire bytes and busy time to ``links`` (peak flows: maximum)."""
+        self.bytes_moved[links] += nbytes
+        self.busy_time[links] += busy
+        np.maximum(self.peak_flows[links], peak, out=peak)
+        self.peak_flows[links] = peak
+
+    def _wake_holders(self, segs: np.ndarray) -> None:
+        """Materialize every coalesced collective holding a link of the segments ``segs``."""
+        self._flush_segments()
+        lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
+        hs = np.unique(self._held[lk])
+        for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
+            wake = self._holders.get(h)
+            if wake is not None:
+                self.n_materialized += 1
+                wake()
+
+    def copy_segment(self, other: Fabric, sid: int) -> int:
+        """This fabric's id of segment ``sid`` of ``other`` (a fabric over the same graph)."""
+        key = other._seg_key(sid)
+        hit = self._seg_ids.get(key)
+        if hit is not None:
+            return hit
+        other._flush_segments()
+        a, b = other._se_off[sid], other._se_off[sid + 1]
+        new = len(self._seg_lat)
+        self._se_parts.append((np.full(b - a, new, dtype=np.int64), other._se_link[a:b].copy(),
+                               other._se_w[a:b].copy()))
+        self._seg_lat.append(other._seg_lat[sid])
+        self._seg_cap.append(other._seg_cap[sid])
+        self._seg_nlinks.append(other._seg_nlinks[sid])
+        self._seg_ids[key] = new
+        return new
+
+    def _seg_key(self, sid: int) -> Any:
+        keys = getattr(self, "_key_of", None)
+        if keys is None or len(keys) <= sid:
+            keys = [None] * len(self._seg_lat)
+            for k, v in self._seg_ids.items():
+                keys[v] = k
+            self._key_of = keys
+        return keys[sid]
+
+    def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group)."""
+        p = self._rows
+        idx = np.flatnonzero(p.active[: p.size])
+        rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
+        return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy()
 
     def _fill(self, R: np.ndarray, full: bool) -> np.ndarray:
         """Progressive filling of rows ``R`` on what the other active rows leave of each link.
