@@ -102,14 +102,14 @@ def cluster64() -> object:
     return build_topology("dgx-h100", None, nodes=8)
 
 
-@pytest.mark.parametrize("layout,routing", [
-    (dict(tp=2, pp=2, ep=8), "uniform"),
-    (dict(tp=1, pp=4, ep=16), "uniform"),
-    (dict(tp=2, pp=2, ep=8), "zipf:1.2"),
-    (dict(tp=1, pp=2, vpp=2, ep=16), "zipf:1.2"),
+@pytest.mark.parametrize("layout,routing,gbs", [
+    (dict(tp=2, pp=2, ep=8), "uniform", 64),
+    (dict(tp=1, pp=4, ep=16), "uniform", 64),
+    (dict(tp=2, pp=2, ep=8), "zipf:1.2", 32),
+    (dict(tp=1, pp=2, vpp=2, ep=16), "zipf:1.2", 64),
 ])
 def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64: object, layout: dict,
-                                                      routing: str, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      routing: str, gbs: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import yaml
 
     from cosim.replay import ReplayConfig, replay
@@ -118,7 +118,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
     f = tmp_path / "tiny.yaml"
     f.write_text(yaml.safe_dump(TINY))
     spec = SyntheticSpec.model_validate(dict(model=str(f), layout=layout, routing=routing,
-                                             batch={"global": 64 if routing == "uniform" else 32, "micro": 1, "seq": 64}, precision="bf16"))
+                                             batch={"global": gbs, "micro": 1, "seq": 64}, precision="bf16"))
     topo = cluster64
     assert len(topo.gpus) == 64
     syn = synthesize(spec, topo)

@@ -597,7 +597,12 @@ class Collectives:
                 memo = self._memo_run(plan, scale, lat, eff, cap, net_eff)
                 self._memo[memo_key] = memo
             if memo.links.size and fab.links_idle(memo.links):
-                sim.env.process(self._coalesced(memo, plan, scale, lat, eff, cap, label, res, done, net_eff))
+                t0 = sim.env.now
+                wake = sim.env.event()  # the hold starts now: a flow starting later at this instant wakes it
+                h = fab.hold(memo.links, lambda: wake.succeed(self._materialize(h, memo, plan, scale, lat, eff, cap,
+                                                                                  label, net_eff, t0)))
+                fab.n_coalesced += 1
+                sim.env.process(self._coalesced(memo, plan, scale, eff, cap, label, res, done, net_eff, h, wake))
                 return
         sim.env.process(self._execute(plan, scale, lat, eff, cap, label, res, done, net_eff))
 
@@ -643,17 +648,13 @@ class Collectives:
         return _Memo(res.end - t0, res.bytes_on_fabric, links, d[links], busy[links],
                      fab.peak_flows[links].copy(), usage, phase[0])
 
-    def _coalesced(self, memo: _Memo, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
-                   res: CollectiveResult, done: simpy.Event, net_eff: float | None):
+    def _coalesced(self, memo: _Memo, plan: _Plan, scale: float, eff: float, cap: float, label: str,
+                   res: CollectiveResult, done: simpy.Event, net_eff: float | None, h: int, wake: simpy.Event):
         """A collective on idle links: its memo's duration and counters, unless a flow arrives on its
         links first; then the flows it has at that instant (bytes left from a scratch run up to it)
         become real flows and the rest of its plan runs on the fabric."""
         env, fab = self.sim.env, self.sim.fabric
         t0 = env.now
-        wake = env.event()
-        h = fab.hold(memo.links, lambda: wake.succeed(self._materialize(h, memo, plan, scale, lat, eff, cap,
-                                                                          label, net_eff, t0)))
-        fab.n_coalesced += 1
         yield env.any_of([env.timeout(memo.duration), wake])
         if not wake.triggered:
             fab.release(h, memo.links)

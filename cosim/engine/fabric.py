@@ -306,9 +306,9 @@ class Fabric:
         self.n_rows_solved = 0
         """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
         self.observer: Callable[[np.ndarray, float, float, np.ndarray, np.ndarray], None] | None = None
-        """``observer(links, start, end, flows, bytes)``: per-link flow counts and bytes of each interval
-        between rate changes (and of coalesced collectives); set by link-usage reports."""
-        self._obs: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
+        """``observer(links, starts, end, flows, bytes)``: per-link intervals of constant flow count and
+        load (and those of coalesced collectives); set by link-usage reports."""
+        self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
         self._holders: dict[int, Callable[[], None]] = {}  # hold id -> materialize callback
         self._next_hold = 0
@@ -832,21 +832,40 @@ class Fabric:
 
     # ------------------------------------------------------- usage observer
     def _observe(self) -> None:
-        """Close the observer's current interval at ``now`` and open one with the links' new loads."""
+        """After a solve: hand the observer each link's interval whose flow count or load just changed
+        (closed at ``now``) and open new ones; links left unchanged keep their open interval, so the
+        intervals are per-link changes, not solves x links. O(links) numpy per solve."""
         if self.observer is None:
             return
         now = self.env.now
-        self.close_observer(now)
-        idx = np.flatnonzero(self._nflows > 0.5)
-        if idx.size:
-            self._obs = (now, idx, np.rint(self._nflows[idx]), self._load[idx].copy())
+        nl = len(self.links)
+        if self._obs is None:
+            self._obs = (np.full(nl, np.nan), np.zeros(nl), np.zeros(nl))
+        t0, c0, l0 = self._obs
+        cnt = np.rint(self._nflows)
+        changed = (cnt != c0) | (self._load != l0)
+        if not changed.any():
+            return
+        idx = np.flatnonzero(changed)
+        st = t0[idx]
+        ok = st < now
+        if ok.any():
+            k = idx[ok]
+            self.observer(k, st[ok], now, c0[k], l0[k] * (now - st[ok]))
+        c0[idx] = cnt[idx]
+        l0[idx] = self._load[idx]
+        t0[idx] = np.where(cnt[idx] > 0, now, np.nan)
 
     def close_observer(self, now: float | None = None) -> None:
-        """Hand the observer the interval open since the last rate change, up to ``now``."""
+        """Hand the observer every interval still open, up to ``now``."""
         o, self._obs = self._obs, None
         now = self.env.now if now is None else now
-        if o is not None and self.observer is not None and now > o[0]:
-            self.observer(o[1], o[0], now, o[2], o[3] * (now - o[0]))
+        if o is None or self.observer is None:
+            return
+        t0, c0, l0 = o
+        k = np.flatnonzero(t0 < now)
+        if k.size:
+            self.observer(k, t0[k], now, c0[k], l0[k] * (now - t0[k]))
 
     # ------------------------------------------------------------ coalescing
     def links_idle(self, links: np.ndarray) -> bool:

@@ -180,9 +180,12 @@ class EngineRoutes:
     (the reference the analytic attribution is tested against)."""
 
     def __init__(self, topology: Any, config: Any = None, *, solve: bool = False) -> None:
+        import dataclasses
+
         from cosim.engine import SimConfig, Simulator
 
-        self.sim = Simulator(topology, config or SimConfig(record_trace=False))
+        cfg = config or SimConfig(record_trace=False)  # no coalescing: every batch of flows must reach start_rows
+        self.sim = Simulator(topology, dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, coalesce=False)))
         self.solve = solve
         self._cache: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
