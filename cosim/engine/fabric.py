@@ -283,7 +283,7 @@ class Fabric:
         self._se_w = np.zeros(0)
         self._se_off = np.zeros(1, dtype=np.int64)  # segment -> its entries (CSR offsets)
         self._seg_m = np.zeros(0)  # active multiplicity per segment
-        self._link_comp = np.zeros(len(self.links), dtype=np.int64)
+        self._next_comp = 0
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
         # rows and batches
@@ -739,53 +739,68 @@ class Fabric:
         self._complete_finished()
         self._solve_and_schedule()
 
-    def _label_components(self) -> None:
-        """Connected components of active rows and links (rows joined by shared links and by
-        coupled groups): ``_rows.comp`` and ``_link_comp``. O(active rows + segment entries)."""
-        from scipy.sparse import coo_matrix
-        from scipy.sparse.csgraph import connected_components
-
+    def _reach(self, act: np.ndarray, seed_rows: np.ndarray, seed_links: np.ndarray) -> np.ndarray:
+        """Active rows (positions in ``act``) connected to ``seed_rows`` (row ids) or to the links
+        ``seed_links`` (bool per link) through shared links and coupled groups: a frontier search over
+        the distinct segments of the active rows, O(d x (active rows + their segments' entries)) for a
+        component of link-diameter d (2-4 on fat trees), no graph library."""
         p = self._rows
-        n = p.size
-        act = np.flatnonzero(p.active[:n])
-        nl, nseg = len(self.links), len(self._seg_lat)
         S = p.seg[act]
+        valid = S >= 0
+        us, inv = np.unique(S[valid], return_inverse=True)
+        L = np.full(S.shape, -1, dtype=np.int64)
+        L[valid] = inv.reshape(-1)
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        e_link = self._se_link[_ranges(st, ln)]
+        e_seg = np.repeat(np.arange(len(us)), ln)
         grp = p.group[act]
-        ug, ginv = np.unique(grp[grp >= 0], return_inverse=True)
-        used = self._seg_m[self._se_seg] > 0
-        a = [nl + self._se_seg[used]]
-        b = [self._se_link[used]]
-        for j in (1, 2):
-            ok = S[:, j] >= 0
-            a.append(nl + S[ok, 0])
-            b.append(nl + S[ok, j])
-        a.append(nl + S[grp >= 0, 0])
-        b.append(nl + nseg + ginv.reshape(-1))
-        nn = nl + nseg + len(ug)
-        ai, bi = np.concatenate(a), np.concatenate(b)
-        g = coo_matrix((np.ones(len(ai), dtype=np.int8), (ai, bi)), shape=(nn, nn)).tocsr()
-        _, lab = connected_components(g, directed=False)
-        p.comp[act] = lab[nl + S[:, 0]]
-        self._link_comp = lab[:nl]
+        has_grp = bool((grp >= 0).any())
+        lk = seed_links.copy()
+        inr = np.zeros(len(act), dtype=bool)
+        inr[np.searchsorted(act, seed_rows)] = True
+        new = inr.copy()
+        Lp = np.where(L >= 0, L, len(us))
+        while True:
+            if has_grp:  # rows coupled to a reached row
+                g = np.unique(grp[new])
+                g = g[g >= 0]
+                if g.size:
+                    more = np.isin(grp, g) & ~inr
+                    inr |= more
+                    new |= more
+            seg_new = np.zeros(len(us) + 1, dtype=bool)
+            seg_new[Lp[new]] = True
+            lk[e_link[seg_new[e_seg]]] = True
+            seg_hit = np.zeros(len(us) + 1, dtype=bool)
+            seg_hit[e_seg[lk[e_link]]] = True
+            seg_hit[-1] = False
+            new = seg_hit[Lp].any(axis=1) & ~inr
+            if not new.any():
+                return inr
+            inr |= new
 
     def _select(self) -> np.ndarray:
         """Rows whose rate the pending arrivals and departures can change (see docs/ENGINE.md).
 
-        Arrivals: every active row connected to an arrived or departed row's links (components are
-        relabelled). Departures only: in the (possibly coarser, never finer) components of the
+        Arrivals: every active row connected to an arrived or departed row's links (:meth:`_reach`;
+        they get one fresh component label). Departures only: in the (possibly coarser, never finer) components of the
         departed rows, the rows whose rate is at least the smallest departed rate there; max-min
         filling below that level is unchanged by a departure, so slower rows keep their rates."""
         p = self._rows
         n = p.size
         act = p.active[:n]
         if self._arrived:
-            self._label_components()
-            comps = [p.comp[np.concatenate(self._arrived)]]
-            for segs, _r, _c in self._departed:
-                lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
-                comps.append(self._link_comp[lk])
-            touched = np.unique(np.concatenate(comps))
-            return np.flatnonzero(act & np.isin(p.comp[:n], touched))
+            ai = np.flatnonzero(act)
+            seed = np.zeros(len(self.links), dtype=bool)
+            if self._departed:
+                segs = np.concatenate([d[0].reshape(-1) for d in self._departed])
+                seed = self._to_links(segs, np.ones(segs.size), weighted=False) > 0
+            arrived = np.concatenate(self._arrived)
+            R = ai[self._reach(ai, arrived[p.active[arrived]], seed)]
+            self._next_comp += 1
+            p.comp[R] = self._next_comp  # one label for the union of touched components: coarser, never finer
+            return R
         if not self._departed:
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
