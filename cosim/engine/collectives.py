@@ -182,6 +182,7 @@ class Collectives:
         self.results: list[CollectiveResult] = []
         self._unit: dict[tuple[Any, ...], float] = {}
         self._memo: dict[Any, _Memo] = {}
+        self._chosen: dict[tuple[Any, ...], tuple[str, str]] = {}
         self._scratch: Simulator | None = None
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
 
@@ -420,7 +421,16 @@ class Collectives:
 
     def choose(self, op: str, ranks: Sequence[str], nbytes: float, algo: str = "auto", proto: str = "auto",
                channels: int | None = None) -> tuple[str, str]:
-        """Pick (algo, proto) like NCCL's tuner: the lowest estimated time; honours overrides."""
+        """Pick (algo, proto) like NCCL's tuner: the lowest estimated time; honours overrides (cached)."""
+        key = (op, tuple(ranks), float(nbytes), algo, proto, channels)
+        hit = self._chosen.get(key)
+        if hit is None:
+            hit = self._choose(op, ranks, nbytes, algo, proto, channels)
+            self._chosen[key] = hit
+        return hit
+
+    def _choose(self, op: str, ranks: Sequence[str], nbytes: float, algo: str, proto: str,
+                channels: int | None) -> tuple[str, str]:
         cands = self.candidates(op, ranks)
         if algo not in ("auto", None):
             if op in ("all_to_all", "all_to_allv", "send_recv"):
