@@ -483,8 +483,15 @@ class Collectives:
         root: int = 0,
         channels: int | None = None,
         name: str | None = None,
+        replicas: Sequence[Sequence[str]] = (),
+        quiet: bool = False,
     ) -> simpy.Event:
         """Start a collective now; the event succeeds with its :class:`CollectiveResult`.
+
+        ``replicas``: rank lists of equivalent groups a folded rank stands for (symmetry folding):
+        each runs the same collective at the same time as its own flows, loading its links as in the
+        full run; the event and the result are those of ``ranks``. ``quiet``: no result entry, no
+        timeline record (what replicas use).
 
         ``nbytes`` is the nccl-tests size (all_reduce/broadcast/reduce: the buffer;
         all_gather: the output; reduce_scatter: the input; all_to_all: each rank's
@@ -523,9 +530,13 @@ class Collectives:
         lat, eff, cap = self.params.cost(shape, a, p, channels, cfg.use_calibration)
         label = name or f"{op}"
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
+        res.quiet = quiet  # type: ignore[attr-defined]
         done = env.event()
         self._start(plan, scale, lat, eff, cap, label, res, done, self._net_eff(shape, a, p, cfg.use_calibration),
                     mkey)
+        for rep in replicas:
+            self.run(op, rep, nbytes if op != "all_to_allv" else 0.0, algo=algo, proto=proto, matrix=matrix,
+                     root=root, channels=channels, name=name, quiet=True)
         return done
 
     # ------------------------------------------------------------------ NICs
@@ -722,6 +733,9 @@ class Collectives:
 
     def _finish(self, res: CollectiveResult, label: str, done: simpy.Event) -> None:
         res.end = self.sim.env.now
+        if getattr(res, "quiet", False):
+            done.succeed(res)
+            return
         self.results.append(res)
         rec = self.sim.record
         for r in res.ranks:

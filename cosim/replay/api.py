@@ -271,17 +271,49 @@ def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig) -> tuple[str, list
     return op, gpus, nb, None
 
 
-def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
-    """Start a collective on the engine's fabric for matched participants."""
+def _fold_replicas(members: list[int], stage: int) -> list[list[int]]:
+    """The other groups of a folded synthetic rank's stage that ``members`` stands for: the stage's
+    ranks ``[base, base + stage)`` cut into translates of the group's pattern (Megatron's TP, DP, EP
+    groups are); [] when the group spans stages or the stage is not such a partition."""
+    base = (members[0] // stage) * stage
+    pat = sorted(m - base for m in members)
+    if pat[0] < 0 or pat[-1] >= stage:
+        return []
+    covered = np.zeros(stage, dtype=bool)
+    covered[pat] = True
+    out = []
+    for x in np.flatnonzero(~covered).tolist():
+        if covered[x]:
+            continue
+        q = [v - pat[0] + x for v in pat]
+        if q[-1] >= stage or covered[q].any():
+            return []
+        covered[q] = True
+        out.append([base + v for v in q])
+    return out
+
+
+def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], stage: int = 0):
+    """Start a collective on the engine's fabric for matched participants. ``stage``: ranks per pipeline
+    stage of a folded synthetic graph (0: not folded); a folded rank's collective then also runs the
+    equivalent groups of its stage (:func:`_fold_replicas`) so their traffic loads the links."""
 
     def run(arr: list) -> simpy.Event | None:
         spec = _collective_spec(arr, topo, cfg)
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
+        reps: list[list[str]] = []
+        if stage and len(arr) == 1 and matrix is None and op != "send_recv":
+            r0, j0, _ = arr[0]
+            c = int(r0.rg.gpu_ops.collective[j0])
+            g = int(r0.rg.collectives.group[c])
+            members = [int(x) for x in r0.rg.groups.ragged("ranks", g)] if g >= 0 else []
+            if len(members) == len(gpus):
+                reps = [[_gpu_of_rank(topo, r, cfg) for r in rep] for rep in _fold_replicas(sorted(members), stage)]
         if matrix is not None:
             return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
-        return sim.collective(op, gpus, nb, name=f"{op}")
+        return sim.collective(op, gpus, nb, name=f"{op}", replicas=reps)
 
     return run
 
@@ -470,7 +502,10 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         from cosim.engine import SimConfig, Simulator
 
         sim = Simulator(topology, SimConfig(record_trace=False), env=env)
-        runner = _collective_runner(sim, topology, cfg, notes)
+        world = max((rg.world_size for rg in graph.ranks), default=0)
+        folded = (graph.ranks and all(rg.source.get("format") == "cosim-synthetic" for rg in graph.ranks)
+                  and len(graph.ranks) < world and world % len(graph.ranks) == 0)
+        runner = _collective_runner(sim, topology, cfg, notes, world // len(graph.ranks) if folded else 0)
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
     ex = Executor(env, list(zip(graph.ranks, programs)), runner)
