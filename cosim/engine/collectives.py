@@ -382,16 +382,15 @@ class Collectives:
         hit = self._unit.get(key)
         if hit is not None:
             return hit
-        from cosim.engine.simulator import Simulator
-
-        scratch = Simulator(self.sim.topo, self.sim.config_for_scratch())
-        scratch.collectives._plans = self._plans
+        scratch = self._scratch_sim()  # idle between runs: one fabric for every estimate and memo
         size = 1e9
         plan = self._plan(op, ranks, algo)
-        res = CollectiveResult(op, size, list(ranks), algo, "", 0.0, 0.0, 0.0)
+        t0 = scratch.env.now
+        res = CollectiveResult(op, size, list(ranks), algo, "", t0, t0, 0.0)
         done = scratch.env.event()
         scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done, net_eff))
         scratch.run()
+        scratch.collectives.results.clear()
         u = res.time / size
         self._unit[key] = u
         return u
@@ -534,9 +533,9 @@ class Collectives:
         done = env.event()
         self._start(plan, scale, lat, eff, cap, label, res, done, self._net_eff(shape, a, p, cfg.use_calibration),
                     mkey)
-        for rep in replicas:
-            self.run(op, rep, nbytes if op != "all_to_allv" else 0.0, algo=algo, proto=proto, matrix=matrix,
-                     root=root, channels=channels, name=name, quiet=True)
+        for rep in replicas:  # equivalent groups: the primary's algorithm and protocol
+            self.run(op, rep, nbytes, algo=a, proto=p, matrix=matrix, root=root, channels=channels, name=name,
+                     quiet=True)
         return done
 
     # ------------------------------------------------------------------ NICs
