@@ -161,6 +161,8 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
                                                  batch={"global": 64, "micro": 1, "seq": 1024}, precision="bf16"))
         return replay(synthesize(spec, topo).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
 
+    assert api._fabric_blocks(topo.graph)
+    assert not api._fabric_blocks(build_topology("dgx-h100", None, nodes=8).graph)  # non-blocking: no replicas
     full, folded = step(False), step(True)
     assert folded == pytest.approx(full, rel=5e-3)
     monkeypatch.setattr(api, "_fold_replicas", lambda members, stage: [])

@@ -293,6 +293,28 @@ def _fold_replicas(members: list[int], stage: int) -> list[list[int]]:
     return out
 
 
+def _fabric_blocks(graph: Any) -> bool:
+    """True when some fabric switch has less capacity toward other fabric switches than toward its
+    hosts (an oversubscribed fat tree). On a non-blocking one, the links equivalent groups of a stage
+    share are switch-to-switch links, and with traffic spread over every spine by capacity these
+    carry at most what the hosts' own links carry: they never bind, so the groups cannot slow each
+    other and folding needs no replicas, provided every GPU has a NIC of its own (checked by the
+    caller; docs/SYNTHESIS.md)."""
+    kind = graph.nodes
+
+    def cap(d: dict) -> float:
+        return float(d.get("bandwidth", 0.0)) * float(d.get("efficiency", 1.0))
+
+    for n, d in graph.nodes(data=True):
+        if d.get("kind") != "fabric_switch":
+            continue
+        up = sum(cap(e) for _, v, e in graph.out_edges(n, data=True) if kind[v].get("kind") == "fabric_switch")
+        down = sum(cap(e) for _, v, e in graph.out_edges(n, data=True) if kind[v].get("kind") != "fabric_switch")
+        if up > 0 and down > 0 and up < down * (1 - 1e-9):
+            return True
+    return False
+
+
 def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], stage: int = 0):
     """Start a collective on the engine's fabric for matched participants. ``stage``: ranks per pipeline
     stage of a folded synthetic graph (0: not folded); a folded rank's collective then also runs the
@@ -505,6 +527,10 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         world = max((rg.world_size for rg in graph.ranks), default=0)
         folded = (graph.ranks and all(rg.source.get("format") == "cosim-synthetic" for rg in graph.ranks)
                   and len(graph.ranks) < world and world % len(graph.ranks) == 0)
+        nics = [topology.nic_of(g) for g in topology.gpus] if hasattr(topology, "nic_of") else []
+        own_nic = not nics or None in nics or len(set(nics)) == len(nics)
+        if folded and own_nic and not _fabric_blocks(topology.graph):
+            folded = False  # non-blocking: the equivalent groups cannot slow each other (_fabric_blocks)
         runner = _collective_runner(sim, topology, cfg, notes, world // len(graph.ranks) if folded else 0)
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
