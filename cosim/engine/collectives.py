@@ -702,7 +702,7 @@ class Collectives:
         fab, env = self.sim.fabric, self.sim.env
         fab.release(h, memo.links)
         tau = env.now - t0
-        if tau < lat:  # still in its fixed latency: nothing on the links yet
+        if tau < lat or tau <= 0:  # still in its fixed latency: nothing on the links yet
             return [], -1, lat - tau, 0.0
         part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
         sc = self._scratch_sim()
