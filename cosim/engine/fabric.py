@@ -312,6 +312,7 @@ class Fabric:
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
         self._holders: dict[int, Callable[[], None]] = {}  # hold id -> materialize callback
         self._next_hold = 0
+        self._key_of: list[Any] = []  # segment id -> key (built on demand by _seg_key)
         self.n_coalesced = 0
         """Collectives that ran from a memo without a solve (a cost counter)."""
         self.n_materialized = 0
@@ -937,8 +938,8 @@ class Fabric:
         return new
 
     def _seg_key(self, sid: int) -> Any:
-        keys = getattr(self, "_key_of", None)
-        if keys is None or len(keys) <= sid:
+        keys = self._key_of
+        if len(keys) <= sid:
             keys = [None] * len(self._seg_lat)
             for k, v in self._seg_ids.items():
                 keys[v] = k
