@@ -53,6 +53,7 @@ print(json.dumps(dict(rc=rc, wall_s=time.perf_counter() - t0, cpu_s=time.process
                       events=out.get("events"), step_time_s=out.get("step_time_s"),
                       solves=sum(f.n_solves for f in fabs), coalesced=sum(getattr(f, "n_coalesced", 0) for f in fabs),
                       materialized=sum(getattr(f, "n_materialized", 0) for f in fabs),
+                      rate_hits=sum(getattr(f, "n_rate_hits", 0) for f in fabs),
                       simulated_ranks=(out.get("synthetic") or {{}}).get("simulated_ranks"),
                       microbatches=(out.get("synthetic") or {{}}).get("microbatches"))))
 """

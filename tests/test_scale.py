@@ -167,3 +167,27 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
     assert folded == pytest.approx(full, rel=5e-3)
     monkeypatch.setattr(api, "_fold_replicas", lambda members, stage: [])
     assert step(True) < 0.9 * full
+
+
+def test_rate_memo_reuses_an_identical_component() -> None:
+    """Two 1 GB transfers sharing gpu0's NVLink to the switch, twice in a row: the second identical
+    arrival reuses the first allocation (half the link each); times equal a hand-worked 2 x 1 GB / cap."""
+    from cosim.topology import load_topology
+
+    sim = Simulator(load_topology("dgx-h100"), SimConfig(record_trace=False))
+    g = list(sim.topo.gpus)
+    cap = sim.fabric.path_capacity(g[0], g[1])
+    ends: list[float] = []
+
+    def pair():  # type: ignore[no-untyped-def]
+        for _ in range(2):
+            t0 = sim.env.now
+            yield sim.env.all_of([sim.transfer(g[0], g[1], 1e9), sim.transfer(g[0], g[2], 1e9)])
+            ends.append(sim.env.now - t0)
+
+    sim.env.process(pair())
+    sim.run()
+    lat = sim.fabric.path_latency(g[0], g[1])
+    assert sim.fabric.n_rate_hits >= 1
+    assert ends[0] == pytest.approx(ends[1], rel=1e-12)
+    assert ends[0] == pytest.approx(lat + 1e9 / (cap / 2), rel=1e-6)  # each flow gets half of gpu0's uplinks

@@ -54,6 +54,7 @@ Modelling notes (see docs/ENGINE.md):
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -313,6 +314,11 @@ class Fabric:
         self._holders: dict[int, Callable[[], None]] = {}  # hold id -> materialize callback
         self._next_hold = 0
         self._key_of: list[Any] = []  # segment id -> key (built on demand by _seg_key)
+        self._closed = False  # the pending solve's rows are whole components (arrivals)
+        self._rate_memo: dict[bytes, np.ndarray] = {}
+        self._rate_memo_size = 0
+        self.n_rate_hits = 0
+        """Solves whose rates came from an identical earlier row set (a cost counter)."""
         self.n_coalesced = 0
         """Collectives that ran from a memo without a solve (a cost counter)."""
         self.n_materialized = 0
@@ -791,6 +797,7 @@ class Fabric:
         p = self._rows
         n = p.size
         act = p.active[:n]
+        self._closed = bool(self._arrived)
         if self._arrived:
             ai = np.flatnonzero(act)
             seed = np.zeros(len(self.links), dtype=bool)
@@ -828,7 +835,24 @@ class Fabric:
         p = self._rows
         full = len(R) == self._n_active
         old = p.rate[R].copy()
-        new = self._fill(R, full)
+        key = self._rate_key(R) if self._closed else None
+        new = self._rate_memo.get(key) if key is not None else None
+        if new is not None:
+            self.n_rate_hits += 1
+            d = np.repeat((new - old) * p.mult[R], _K) if not full else np.repeat(new * p.mult[R], _K)
+            upd = self._to_links(p.seg[R].reshape(-1), d)
+            if full:
+                self._load[:] = upd
+            else:
+                self._load += upd
+        else:
+            new = self._fill(R, full)
+            if key is not None and (new > 0).all():
+                self._rate_memo_size += len(new)
+                if self._rate_memo_size > self._RATE_MEMO_FLOATS:
+                    self._rate_memo.clear()
+                    self._rate_memo_size = len(new)
+                self._rate_memo[key] = new
         if not full and (new <= 0).any():  # numerical safety: re-solve everything
             R = np.flatnonzero(p.active[: p.size])
             old = p.rate[R].copy()
@@ -952,6 +976,28 @@ class Fabric:
         idx = np.flatnonzero(p.active[: p.size])
         rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
         return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy()
+
+    _RATE_MEMO_FLOATS = 4_000_000
+    """Rates kept for reuse, summed over the memoized solves (32 MB; the memo is cleared when full)."""
+    _RATE_MEMO_ROWS = 65536
+    """Solves of more rows are not memoized (hashing them costs about what solving does)."""
+
+    def _rate_key(self, R: np.ndarray) -> bytes | None:
+        """Signature of the closed row set ``R`` (whole components): segments, caps, multiplicities and
+        coupled groups (relabelled by first appearance), in row order. Max-min rates of a closed set
+        depend on nothing else, so equal signatures give equal rates."""
+        if len(R) > self._RATE_MEMO_ROWS:
+            return None
+        p = self._rows
+        g = p.group[R]
+        if (g >= 0).any():
+            _, first, inv = np.unique(g, return_index=True, return_inverse=True)
+            rank = np.argsort(np.argsort(first))
+            g = np.where(g >= 0, rank[inv.reshape(-1)], -1)
+        h = hashlib.blake2b(p.seg[R].tobytes(), digest_size=16)  # 128-bit digest: collisions are negligible
+        for a in (p.cap[R], p.mult[R], g):
+            h.update(a.tobytes())
+        return h.digest()
 
     def _fill(self, R: np.ndarray, full: bool) -> np.ndarray:
         """Progressive filling of rows ``R`` on what the other active rows leave of each link.
