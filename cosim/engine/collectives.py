@@ -117,6 +117,28 @@ class _Plan:
         return max((float(f.max()) for _, _, f in self.phases if len(f)), default=0.0)
 
 
+@dataclass
+class _Memo:
+    """A collective's run alone on an idle fabric (relative times, per-link counters)."""
+
+    duration: float
+    """Start to end, fixed latency included (s)."""
+    moved: float
+    """Payload bytes of its flows."""
+    links: np.ndarray
+    """Links its flows use."""
+    bytes: np.ndarray
+    """Wire bytes per link of ``links``."""
+    busy: np.ndarray
+    """Seconds each link of ``links`` carried a flow."""
+    peak: np.ndarray
+    """Most concurrent flows per link of ``links``."""
+    usage: list[tuple[np.ndarray, float, float, np.ndarray, np.ndarray]]
+    """Observer intervals (links, start, end, flows, bytes), times relative to its start."""
+    phase: int
+    """Phase running when the run stopped (-1: still in its fixed latency)."""
+
+
 class CollectiveCall:
     """A rendezvous: a collective that starts when every rank has arrived.
 
@@ -159,6 +181,9 @@ class Collectives:
         self._shapes: dict[tuple[Any, ...], Shape] = {}
         self.results: list[CollectiveResult] = []
         self._unit: dict[tuple[Any, ...], float] = {}
+        self._memo: dict[Any, _Memo] = {}
+        self._chosen: dict[tuple[Any, ...], tuple[str, str]] = {}
+        self._scratch: Simulator | None = None
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
 
     # ----------------------------------------------------------- topology facts
@@ -357,16 +382,15 @@ class Collectives:
         hit = self._unit.get(key)
         if hit is not None:
             return hit
-        from cosim.engine.simulator import Simulator
-
-        scratch = Simulator(self.sim.topo, self.sim.config_for_scratch())
-        scratch.collectives._plans = self._plans
+        scratch = self._scratch_sim()  # idle between runs: one fabric for every estimate and memo
         size = 1e9
         plan = self._plan(op, ranks, algo)
-        res = CollectiveResult(op, size, list(ranks), algo, "", 0.0, 0.0, 0.0)
+        t0 = scratch.env.now
+        res = CollectiveResult(op, size, list(ranks), algo, "", t0, t0, 0.0)
         done = scratch.env.event()
         scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done, net_eff))
         scratch.run()
+        scratch.collectives.results.clear()
         u = res.time / size
         self._unit[key] = u
         return u
@@ -396,7 +420,16 @@ class Collectives:
 
     def choose(self, op: str, ranks: Sequence[str], nbytes: float, algo: str = "auto", proto: str = "auto",
                channels: int | None = None) -> tuple[str, str]:
-        """Pick (algo, proto) like NCCL's tuner: the lowest estimated time; honours overrides."""
+        """Pick (algo, proto) like NCCL's tuner: the lowest estimated time; honours overrides (cached)."""
+        key = (op, tuple(ranks), float(nbytes), algo, proto, channels)
+        hit = self._chosen.get(key)
+        if hit is None:
+            hit = self._choose(op, ranks, nbytes, algo, proto, channels)
+            self._chosen[key] = hit
+        return hit
+
+    def _choose(self, op: str, ranks: Sequence[str], nbytes: float, algo: str, proto: str,
+                channels: int | None) -> tuple[str, str]:
         cands = self.candidates(op, ranks)
         if algo not in ("auto", None):
             if op in ("all_to_all", "all_to_allv", "send_recv"):
@@ -449,8 +482,15 @@ class Collectives:
         root: int = 0,
         channels: int | None = None,
         name: str | None = None,
+        replicas: Sequence[Sequence[str]] = (),
+        quiet: bool = False,
     ) -> simpy.Event:
         """Start a collective now; the event succeeds with its :class:`CollectiveResult`.
+
+        ``replicas``: rank lists of equivalent groups a folded rank stands for (symmetry folding):
+        each runs the same collective at the same time as its own flows, loading its links as in the
+        full run; the event and the result are those of ``ranks``. ``quiet``: no result entry, no
+        timeline record (what replicas use).
 
         ``nbytes`` is the nccl-tests size (all_reduce/broadcast/reduce: the buffer;
         all_gather: the output; reduce_scatter: the input; all_to_all: each rank's
@@ -479,17 +519,23 @@ class Collectives:
             plan = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
                          False)
             scale = 1.0
+            mkey: Any = ("a2av", tuple(ranks), m.tobytes(), p)
         else:
             a, p = self.choose(op, ranks, nbytes, algo, proto, channels)
             plan = self._plan(op, ranks, a, root)
             scale = nbytes
+            mkey = (op, tuple(ranks), a, p, root, float(nbytes), channels)
         shape = self.shape(op, ranks)
         lat, eff, cap = self.params.cost(shape, a, p, channels, cfg.use_calibration)
         label = name or f"{op}"
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
+        res.quiet = quiet  # type: ignore[attr-defined]
         done = env.event()
-        env.process(self._execute(plan, scale, lat, eff, cap, label, res, done,
-                                  self._net_eff(shape, a, p, cfg.use_calibration)))
+        self._start(plan, scale, lat, eff, cap, label, res, done, self._net_eff(shape, a, p, cfg.use_calibration),
+                    mkey)
+        for rep in replicas:  # equivalent groups: the primary's algorithm and protocol
+            self.run(op, rep, nbytes, algo=a, proto=p, matrix=matrix, root=root, channels=channels, name=name,
+                     quiet=True)
         return done
 
     # ------------------------------------------------------------------ NICs
@@ -560,8 +606,146 @@ class Collectives:
         rc[~cross | (rc >= lim)] = np.inf  # at or above what the ports carry: never binds
         return rc
 
+    def _start(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
+               res: CollectiveResult, done: simpy.Event, net_eff: float | None, memo_key: Any) -> None:
+        """Run the collective: coalesced from its memo when all its links are idle, else on the fabric."""
+        sim = self.sim
+        fab = sim.fabric
+        if memo_key is not None and sim.config.fabric.coalesce and not sim.config.trace_flows:
+            memo = self._memo.get(memo_key)
+            if memo is None:
+                memo = self._memo_run(plan, scale, lat, eff, cap, net_eff)
+                self._memo[memo_key] = memo
+            if memo.links.size and fab.links_idle(memo.links):
+                t0 = sim.env.now
+                wake = sim.env.event()  # the hold starts now: a flow starting later at this instant wakes it
+                h = fab.hold(memo.links, lambda: wake.succeed(self._materialize(h, memo, plan, scale, lat, eff, cap,
+                                                                                  label, net_eff, t0)))
+                fab.n_coalesced += 1
+                sim.env.process(self._coalesced(memo, plan, scale, eff, cap, label, res, done, net_eff, h, wake))
+                return
+        sim.env.process(self._execute(plan, scale, lat, eff, cap, label, res, done, net_eff))
+
+    def _scratch_sim(self) -> Simulator:
+        """An idle simulator on the same topology (no traces, no coalescing) for memo runs."""
+        if self._scratch is None:
+            import dataclasses
+
+            from cosim.engine.simulator import Simulator
+
+            cfg = self.sim.config_for_scratch()
+            cfg = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, coalesce=False))
+            self._scratch = Simulator(self.sim.topo, cfg)
+            self._scratch.collectives._plans = self._plans
+        return self._scratch
+
+    def _memo_run(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float,
+                  net_eff: float | None, until: float | None = None) -> _Memo:
+        """Run the collective alone on the idle scratch fabric; with ``until`` (s after its start) stop
+        there, leaving its flows in flight on the scratch fabric (the caller finishes it)."""
+        sc = self._scratch_sim()
+        fab, env = sc.fabric, sc.env
+        fab._advance()
+        t0 = env.now
+        b0, z0 = fab.bytes_moved.copy(), fab.busy_time.copy()
+        fab.peak_flows[:] = 0
+        usage: list[tuple[np.ndarray, float, float, np.ndarray, np.ndarray]] = []
+        fab.observer = lambda lk, a, b, c, nb: usage.append((lk, a - t0, b - t0, c, nb))
+        res = CollectiveResult("", scale, [], "", "", t0, t0, lat)
+        done = env.event()
+        phase = [-1]
+        env.process(sc.collectives._execute(plan, scale, lat, eff, cap, "memo", res, done, net_eff, phase=phase))
+        try:
+            sc.run(until=None if until is None else t0 + until)
+            fab._advance()
+            fab.close_observer()
+        finally:
+            fab.observer = None
+        sc.collectives.results.clear()
+        d = fab.bytes_moved - b0
+        busy = fab.busy_time - z0
+        links = np.flatnonzero((d > 0) | (busy > 0) | (fab.peak_flows > 0))
+        return _Memo(res.end - t0, res.bytes_on_fabric, links, d[links], busy[links],
+                     fab.peak_flows[links].copy(), usage, phase[0])
+
+    def _coalesced(self, memo: _Memo, plan: _Plan, scale: float, eff: float, cap: float, label: str,
+                   res: CollectiveResult, done: simpy.Event, net_eff: float | None, h: int, wake: simpy.Event):
+        """A collective on idle links: its memo's duration and counters, unless a flow arrives on its
+        links first; then the flows it has at that instant (bytes left from a scratch run up to it)
+        become real flows and the rest of its plan runs on the fabric."""
+        env, fab = self.sim.env, self.sim.fabric
+        t0 = env.now
+        yield env.any_of([env.timeout(memo.duration), wake])
+        if not wake.triggered:
+            fab.release(h, memo.links)
+            fab.add_counters(memo.links, memo.bytes, memo.busy, memo.peak.copy())
+            if fab.observer is not None:
+                for lk, a, b, c, nb in memo.usage:
+                    fab.observer(lk, t0 + a, t0 + b, c, nb)
+            res.bytes_on_fabric = memo.moved
+        else:
+            fab.n_coalesced -= 1
+            evs, k, wait, moved = wake.value
+            if wait > 0:
+                yield env.timeout(wait)
+            if evs:
+                yield env.all_of(evs)
+            sub = CollectiveResult(res.op, scale, [], "", "", env.now, env.now, 0.0)
+            yield from self._execute(plan, scale, 0.0, eff, cap, label, sub, None, net_eff, first=k + 1)
+            res.bytes_on_fabric = moved + sub.bytes_on_fabric
+        self._finish(res, label, done)
+
+    def _materialize(self, h: int, memo: _Memo, plan: _Plan, scale: float, lat: float, eff: float, cap: float,
+                     label: str, net_eff: float | None, t0: float) -> tuple[list[simpy.Event], int, float, float]:
+        """Turn a coalesced collective into real flows now: (events of its current phase's flows, that
+        phase, latency still to wait, payload bytes of the phases before it)."""
+        fab, env = self.sim.fabric, self.sim.env
+        fab.release(h, memo.links)
+        tau = env.now - t0
+        if tau < lat or tau <= 0:  # still in its fixed latency: nothing on the links yet
+            return [], -1, lat - tau, 0.0
+        part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
+        sc = self._scratch_sim()
+        segs, rem, mult, wcap, grp = sc.fabric.snapshot_rows()
+        sc.run()  # finish the scratch copy
+        sc.collectives.results.clear()
+        fab._advance()
+        fab.add_counters(part.links, part.bytes, part.busy, part.peak.copy())
+        if fab.observer is not None:
+            for lk, a, b, c, nb in part.usage:
+                fab.observer(lk, t0 + a, t0 + b, c, nb)
+        k = part.phase
+        moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
+        real = np.full(segs.shape, -1, dtype=np.int64)
+        ok = segs >= 0
+        real[ok] = [fab.copy_segment(sc.fabric, int(x)) for x in segs[ok].tolist()]
+        evs = []
+        groups: dict[int, int] = {}
+        for g, c in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
+            sel = (grp == g) & (wcap == c)
+            ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
+            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=c, link_latency=False, group=ng, name=label,
+                                      multiplicity=mult[sel], merge=False))
+        if k >= 0:
+            moved += float((plan.phases[k][2] * scale).sum())
+        return evs, k, 0.0, moved
+
+    def _finish(self, res: CollectiveResult, label: str, done: simpy.Event) -> None:
+        res.end = self.sim.env.now
+        if getattr(res, "quiet", False):
+            done.succeed(res)
+            return
+        self.results.append(res)
+        rec = self.sim.record
+        for r in res.ranks:
+            rec(f"{label} {res.algo}/{res.proto}", res.start, res.end, f"{self.sim.track_of(r)}.comm")
+        done.succeed(res)
+
     def _execute(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
-                 res: CollectiveResult, done: simpy.Event, net_eff: float | None = None):
+                 res: CollectiveResult, done: simpy.Event | None, net_eff: float | None = None, *,
+                 first: int = 0, phase: list[int] | None = None):
+        """The plan's phases from ``first`` on the fabric (``phase[0]``: the one running now); then
+        ``done`` succeeds with ``res`` (None: the caller finishes)."""
         net_eff = eff if net_eff is None else net_eff
         env = self.sim.env
         fab = self.sim.fabric
@@ -570,7 +754,11 @@ class Collectives:
         moved = 0.0
         names = plan.names
         nv = names.index(_NVSW) if _NVSW in names else -1
-        for si, di, f in plan.phases:
+        for k, (si, di, f) in enumerate(plan.phases):
+            if k < first:
+                continue
+            if phase is not None:
+                phase[0] = k
             nb = f * scale
             sel = nb > 0
             if not sel.any():
@@ -608,13 +796,11 @@ class Collectives:
                 yield env.all_of([fab.start_rows(segs[rc == c], nb[rc == c], efficiency=eff, max_rate=min(cap, c),
                                                  link_latency=False, group=grp, name=label)
                                   for c in np.unique(rc).tolist()])
-        res.end = env.now
         res.bytes_on_fabric = moved
-        self.results.append(res)
-        rec = self.sim.record
-        for r in res.ranks:
-            rec(f"{label} {res.algo}/{res.proto}", res.start, res.end, f"{self.sim.track_of(r)}.comm")
-        done.succeed(res)
+        if done is not None:
+            self._finish(res, label, done)
+
+
 
 
 def _ring(order: Sequence[str], factor: float) -> list[tuple[str, str, float]]:

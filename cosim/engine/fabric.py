@@ -54,6 +54,7 @@ Modelling notes (see docs/ENGINE.md):
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +113,12 @@ class FabricConfig:
             raise ValueError(f"completion_tolerance must be in [0, 1), got {self.completion_tolerance}")
         if self.max_paths < 1:
             raise ValueError(f"max_paths must be >= 1, got {self.max_paths}")
+
+    coalesce: bool = True
+    """Coalesce repeated collectives (exact): a collective whose links are all idle when it starts
+    reuses the duration and link counters of its first run on an idle scratch fabric instead of
+    solving rates; if another flow arrives on its links while it runs, it is materialized as real
+    flows with the bytes left at that instant (docs/ENGINE.md, *Coalescing*). False: always solve."""
 
 
 @dataclass
@@ -277,7 +284,7 @@ class Fabric:
         self._se_w = np.zeros(0)
         self._se_off = np.zeros(1, dtype=np.int64)  # segment -> its entries (CSR offsets)
         self._seg_m = np.zeros(0)  # active multiplicity per segment
-        self._link_comp = np.zeros(len(self.links), dtype=np.int64)
+        self._next_comp = 0
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
         # rows and batches
@@ -299,6 +306,23 @@ class Fabric:
         """Solver rows (flow classes) started so far."""
         self.n_rows_solved = 0
         """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
+        self.observer: Callable[[np.ndarray, float, float, np.ndarray, np.ndarray], None] | None = None
+        """``observer(links, starts, end, flows, bytes)``: per-link intervals of constant flow count and
+        load (and those of coalesced collectives); set by link-usage reports."""
+        self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
+        self._holders: dict[int, Callable[[], None]] = {}  # hold id -> materialize callback
+        self._next_hold = 0
+        self._key_of: list[Any] = []  # segment id -> key (built on demand by _seg_key)
+        self._closed = False  # the pending solve's rows are whole components (arrivals)
+        self._rate_memo: dict[bytes, np.ndarray] = {}
+        self._rate_memo_size = 0
+        self.n_rate_hits = 0
+        """Solves whose rates came from an identical earlier row set (a cost counter)."""
+        self.n_coalesced = 0
+        """Collectives that ran from a memo without a solve (a cost counter)."""
+        self.n_materialized = 0
+        """Coalesced collectives turned into real flows because another flow arrived on their links."""
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
 
@@ -551,6 +575,8 @@ class Fabric:
                 inv = inv.reshape(-1)
                 mult = np.bincount(inv, weights=mult, minlength=len(uk))
                 segs, wire, lat = uk[:, :_K].astype(np.int64), uk[:, _K], uk[:, _K + 1]
+        if self._holders:
+            self._wake_holders(segs)
         k = len(wire)
         self._b_left[b] = k
         self._advance()
@@ -720,53 +746,69 @@ class Fabric:
         self._complete_finished()
         self._solve_and_schedule()
 
-    def _label_components(self) -> None:
-        """Connected components of active rows and links (rows joined by shared links and by
-        coupled groups): ``_rows.comp`` and ``_link_comp``. O(active rows + segment entries)."""
-        from scipy.sparse import coo_matrix
-        from scipy.sparse.csgraph import connected_components
-
+    def _reach(self, act: np.ndarray, seed_rows: np.ndarray, seed_links: np.ndarray) -> np.ndarray:
+        """Active rows (positions in ``act``) connected to ``seed_rows`` (row ids) or to the links
+        ``seed_links`` (bool per link) through shared links and coupled groups: a frontier search over
+        the distinct segments of the active rows, O(d x (active rows + their segments' entries)) for a
+        component of link-diameter d (2-4 on fat trees), no graph library."""
         p = self._rows
-        n = p.size
-        act = np.flatnonzero(p.active[:n])
-        nl, nseg = len(self.links), len(self._seg_lat)
         S = p.seg[act]
+        valid = S >= 0
+        us, inv = np.unique(S[valid], return_inverse=True)
+        L = np.full(S.shape, -1, dtype=np.int64)
+        L[valid] = inv.reshape(-1)
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        e_link = self._se_link[_ranges(st, ln)]
+        e_seg = np.repeat(np.arange(len(us)), ln)
         grp = p.group[act]
-        ug, ginv = np.unique(grp[grp >= 0], return_inverse=True)
-        used = self._seg_m[self._se_seg] > 0
-        a = [nl + self._se_seg[used]]
-        b = [self._se_link[used]]
-        for j in (1, 2):
-            ok = S[:, j] >= 0
-            a.append(nl + S[ok, 0])
-            b.append(nl + S[ok, j])
-        a.append(nl + S[grp >= 0, 0])
-        b.append(nl + nseg + ginv.reshape(-1))
-        nn = nl + nseg + len(ug)
-        ai, bi = np.concatenate(a), np.concatenate(b)
-        g = coo_matrix((np.ones(len(ai), dtype=np.int8), (ai, bi)), shape=(nn, nn)).tocsr()
-        _, lab = connected_components(g, directed=False)
-        p.comp[act] = lab[nl + S[:, 0]]
-        self._link_comp = lab[:nl]
+        has_grp = bool((grp >= 0).any())
+        lk = seed_links.copy()
+        inr = np.zeros(len(act), dtype=bool)
+        inr[np.searchsorted(act, seed_rows)] = True
+        new = inr.copy()
+        Lp = np.where(L >= 0, L, len(us))
+        while True:
+            if has_grp:  # rows coupled to a reached row
+                g = np.unique(grp[new])
+                g = g[g >= 0]
+                if g.size:
+                    more = np.isin(grp, g) & ~inr
+                    inr |= more
+                    new |= more
+            seg_new = np.zeros(len(us) + 1, dtype=bool)
+            seg_new[Lp[new]] = True
+            lk[e_link[seg_new[e_seg]]] = True
+            seg_hit = np.zeros(len(us) + 1, dtype=bool)
+            seg_hit[e_seg[lk[e_link]]] = True
+            seg_hit[-1] = False
+            new = seg_hit[Lp].any(axis=1) & ~inr
+            if not new.any():
+                return inr
+            inr |= new
 
     def _select(self) -> np.ndarray:
         """Rows whose rate the pending arrivals and departures can change (see docs/ENGINE.md).
 
-        Arrivals: every active row connected to an arrived or departed row's links (components are
-        relabelled). Departures only: in the (possibly coarser, never finer) components of the
+        Arrivals: every active row connected to an arrived or departed row's links (:meth:`_reach`;
+        they get one fresh component label). Departures only: in the (possibly coarser, never finer) components of the
         departed rows, the rows whose rate is at least the smallest departed rate there; max-min
         filling below that level is unchanged by a departure, so slower rows keep their rates."""
         p = self._rows
         n = p.size
         act = p.active[:n]
+        self._closed = bool(self._arrived)
         if self._arrived:
-            self._label_components()
-            comps = [p.comp[np.concatenate(self._arrived)]]
-            for segs, _r, _c in self._departed:
-                lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
-                comps.append(self._link_comp[lk])
-            touched = np.unique(np.concatenate(comps))
-            return np.flatnonzero(act & np.isin(p.comp[:n], touched))
+            ai = np.flatnonzero(act)
+            seed = np.zeros(len(self.links), dtype=bool)
+            if self._departed:
+                segs = np.concatenate([d[0].reshape(-1) for d in self._departed])
+                seed = self._to_links(segs, np.ones(segs.size), weighted=False) > 0
+            arrived = np.concatenate(self._arrived)
+            R = ai[self._reach(ai, arrived[p.active[arrived]], seed)]
+            self._next_comp += 1
+            p.comp[R] = self._next_comp  # one label for the union of touched components: coarser, never finer
+            return R
         if not self._departed:
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
@@ -786,13 +828,31 @@ class Fabric:
         self._arrived.clear()
         self._departed.clear()
         if not R.size:
+            self._observe()
             return
         self.n_solves += 1
         self.n_rows_solved += len(R)
         p = self._rows
         full = len(R) == self._n_active
         old = p.rate[R].copy()
-        new = self._fill(R, full)
+        key = self._rate_key(R) if self._closed else None
+        new = self._rate_memo.get(key) if key is not None else None
+        if new is not None:
+            self.n_rate_hits += 1
+            d = np.repeat((new - old) * p.mult[R], _K) if not full else np.repeat(new * p.mult[R], _K)
+            upd = self._to_links(p.seg[R].reshape(-1), d)
+            if full:
+                self._load[:] = upd
+            else:
+                self._load += upd
+        else:
+            new = self._fill(R, full)
+            if key is not None and (new > 0).all():
+                self._rate_memo_size += len(new)
+                if self._rate_memo_size > self._RATE_MEMO_FLOATS:
+                    self._rate_memo.clear()
+                    self._rate_memo_size = len(new)
+                self._rate_memo[key] = new
         if not full and (new <= 0).any():  # numerical safety: re-solve everything
             R = np.flatnonzero(p.active[: p.size])
             old = p.rate[R].copy()
@@ -808,6 +868,136 @@ class Fabric:
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1):
             p.keep(np.flatnonzero(p.active[:n]))
+        self._observe()
+
+    # ------------------------------------------------------- usage observer
+    def _observe(self) -> None:
+        """After a solve: hand the observer each link's interval whose flow count or load just changed
+        (closed at ``now``) and open new ones; links left unchanged keep their open interval, so the
+        intervals are per-link changes, not solves x links. O(links) numpy per solve."""
+        if self.observer is None:
+            return
+        now = self.env.now
+        nl = len(self.links)
+        if self._obs is None:
+            self._obs = (np.full(nl, np.nan), np.zeros(nl), np.zeros(nl))
+        t0, c0, l0 = self._obs
+        cnt = np.rint(self._nflows)
+        changed = (cnt != c0) | (self._load != l0)
+        if not changed.any():
+            return
+        idx = np.flatnonzero(changed)
+        st = t0[idx]
+        ok = st < now
+        if ok.any():
+            k = idx[ok]
+            self.observer(k, st[ok], now, c0[k], l0[k] * (now - st[ok]))
+        c0[idx] = cnt[idx]
+        l0[idx] = self._load[idx]
+        t0[idx] = np.where(cnt[idx] > 0, now, np.nan)
+
+    def close_observer(self, now: float | None = None) -> None:
+        """Hand the observer every interval still open, up to ``now``."""
+        o, self._obs = self._obs, None
+        now = self.env.now if now is None else now
+        if o is None or self.observer is None:
+            return
+        t0, c0, l0 = o
+        k = np.flatnonzero(t0 < now)
+        if k.size:
+            self.observer(k, t0[k], now, c0[k], l0[k] * (now - t0[k]))
+
+    # ------------------------------------------------------------ coalescing
+    def links_idle(self, links: np.ndarray) -> bool:
+        """No flow and no coalesced collective on any of ``links``."""
+        return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
+
+    def hold(self, links: np.ndarray, wake: Callable[[], None]) -> int:
+        """Reserve idle ``links`` for a coalesced collective; ``wake()`` is called (and the hold
+        released) when a flow is about to start on any of them. Returns the hold id."""
+        self._next_hold += 1
+        h = self._next_hold
+        self._held[links] = h
+        self._holders[h] = wake
+        return h
+
+    def release(self, h: int, links: np.ndarray) -> None:
+        """End hold ``h`` on ``links``."""
+        if self._holders.pop(h, None) is not None:
+            self._held[links[self._held[links] == h]] = -1
+
+    def add_counters(self, links: np.ndarray, nbytes: np.ndarray, busy: np.ndarray, peak: np.ndarray) -> None:
+        """Add a coalesced collective's wire bytes and busy time to ``links`` (peak flows: maximum)."""
+        self.bytes_moved[links] += nbytes
+        self.busy_time[links] += busy
+        np.maximum(self.peak_flows[links], peak, out=peak)
+        self.peak_flows[links] = peak
+
+    def _wake_holders(self, segs: np.ndarray) -> None:
+        """Materialize every coalesced collective holding a link of the segments ``segs``."""
+        self._flush_segments()
+        lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
+        hs = np.unique(self._held[lk])
+        for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
+            wake = self._holders.get(h)
+            if wake is not None:
+                self.n_materialized += 1
+                wake()
+
+    def copy_segment(self, other: Fabric, sid: int) -> int:
+        """This fabric's id of segment ``sid`` of ``other`` (a fabric over the same graph)."""
+        key = other._seg_key(sid)
+        hit = self._seg_ids.get(key)
+        if hit is not None:
+            return hit
+        other._flush_segments()
+        a, b = other._se_off[sid], other._se_off[sid + 1]
+        new = len(self._seg_lat)
+        self._se_parts.append((np.full(b - a, new, dtype=np.int64), other._se_link[a:b].copy(),
+                               other._se_w[a:b].copy()))
+        self._seg_lat.append(other._seg_lat[sid])
+        self._seg_cap.append(other._seg_cap[sid])
+        self._seg_nlinks.append(other._seg_nlinks[sid])
+        self._seg_ids[key] = new
+        return new
+
+    def _seg_key(self, sid: int) -> Any:
+        keys = self._key_of
+        if len(keys) <= sid:
+            keys = [None] * len(self._seg_lat)
+            for k, v in self._seg_ids.items():
+                keys[v] = k
+            self._key_of = keys
+        return keys[sid]
+
+    def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group)."""
+        p = self._rows
+        idx = np.flatnonzero(p.active[: p.size])
+        rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
+        return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy()
+
+    _RATE_MEMO_FLOATS = 4_000_000
+    """Rates kept for reuse, summed over the memoized solves (32 MB; the memo is cleared when full)."""
+    _RATE_MEMO_ROWS = 65536
+    """Solves of more rows are not memoized (hashing them costs about what solving does)."""
+
+    def _rate_key(self, R: np.ndarray) -> bytes | None:
+        """Signature of the closed row set ``R`` (whole components): segments, caps, multiplicities and
+        coupled groups (relabelled by first appearance), in row order. Max-min rates of a closed set
+        depend on nothing else, so equal signatures give equal rates."""
+        if len(R) > self._RATE_MEMO_ROWS:
+            return None
+        p = self._rows
+        g = p.group[R]
+        if (g >= 0).any():
+            _, first, inv = np.unique(g, return_index=True, return_inverse=True)
+            rank = np.argsort(np.argsort(first))
+            g = np.where(g >= 0, rank[inv.reshape(-1)], -1)
+        h = hashlib.blake2b(p.seg[R].tobytes(), digest_size=16)  # 128-bit digest: collisions are negligible
+        for a in (p.cap[R], p.mult[R], g):
+            h.update(a.tobytes())
+        return h.digest()
 
     def _fill(self, R: np.ndarray, full: bool) -> np.ndarray:
         """Progressive filling of rows ``R`` on what the other active rows leave of each link.

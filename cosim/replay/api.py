@@ -276,8 +276,54 @@ def _collective_spec(arr: list, topo: Any, cfg: ReplayConfig,
     return op, gpus, nb, None
 
 
-def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str]):
-    """Start a collective on the engine's fabric for matched participants."""
+def _fold_replicas(members: list[int], stage: int) -> list[list[int]]:
+    """The other groups of a folded synthetic rank's stage that ``members`` stands for: the stage's
+    ranks ``[base, base + stage)`` cut into translates of the group's pattern (Megatron's TP, DP, EP
+    groups are); [] when the group spans stages or the stage is not such a partition."""
+    base = (members[0] // stage) * stage
+    pat = sorted(m - base for m in members)
+    if pat[0] < 0 or pat[-1] >= stage:
+        return []
+    covered = np.zeros(stage, dtype=bool)
+    covered[pat] = True
+    out = []
+    for x in np.flatnonzero(~covered).tolist():
+        if covered[x]:
+            continue
+        q = [v - pat[0] + x for v in pat]
+        if q[-1] >= stage or covered[q].any():
+            return []
+        covered[q] = True
+        out.append([base + v for v in q])
+    return out
+
+
+def _fabric_blocks(graph: Any) -> bool:
+    """True when some fabric switch has less capacity toward other fabric switches than toward its
+    hosts (an oversubscribed fat tree). On a non-blocking one, the links equivalent groups of a stage
+    share are switch-to-switch links, and with traffic spread over every spine by capacity these
+    carry at most what the hosts' own links carry: they never bind, so the groups cannot slow each
+    other and folding needs no replicas, provided every GPU has a NIC of its own (checked by the
+    caller; docs/SYNTHESIS.md)."""
+    kind = graph.nodes
+
+    def cap(d: dict) -> float:
+        return float(d.get("bandwidth", 0.0)) * float(d.get("efficiency", 1.0))
+
+    for n, d in graph.nodes(data=True):
+        if d.get("kind") != "fabric_switch":
+            continue
+        up = sum(cap(e) for _, v, e in graph.out_edges(n, data=True) if kind[v].get("kind") == "fabric_switch")
+        down = sum(cap(e) for _, v, e in graph.out_edges(n, data=True) if kind[v].get("kind") != "fabric_switch")
+        if up > 0 and down > 0 and up < down * (1 - 1e-9):
+            return True
+    return False
+
+
+def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], stage: int = 0):
+    """Start a collective on the engine's fabric for matched participants. ``stage``: ranks per pipeline
+    stage of a folded synthetic graph (0: not folded); a folded rank's collective then also runs the
+    equivalent groups of its stage (:func:`_fold_replicas`) so their traffic loads the links."""
 
     gpu_of: dict[int, str] = {}
 
@@ -286,13 +332,21 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str])
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
+        reps: list[list[str]] = []
+        if stage and len(arr) == 1 and matrix is None and op != "send_recv":
+            r0, j0, _ = arr[0]
+            c = int(r0.rg.gpu_ops.collective[j0])
+            g = int(r0.rg.collectives.group[c])
+            members = [int(x) for x in r0.rg.groups.ragged("ranks", g)] if g >= 0 else []
+            if len(members) == len(gpus):
+                reps = [[_gpu_of_rank(topo, r, cfg) for r in rep] for rep in _fold_replicas(sorted(members), stage)]
         if matrix is not None:
             return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
         r0, j0, _ = arr[0]
         label = r0.rg.strings[int(r0.rg.collectives.name[int(r0.rg.gpu_ops.collective[j0])])]
         if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
             return _deepep(sim, label, gpus)
-        return sim.collective(op, gpus, nb, name=f"{op}")
+        return sim.collective(op, gpus, nb, name=f"{op}", replicas=reps)
 
     return run
 
@@ -587,7 +641,14 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     sim = _simulator(topology, cfg, env)
     copies = _copy_model(sim, graph, programs, topology, cfg)
     if cfg.collectives == "simulated":
-        runner = _collective_runner(sim, topology, cfg, notes)
+        world = max((rg.world_size for rg in graph.ranks), default=0)
+        folded = (graph.ranks and all(rg.source.get("format") == "cosim-synthetic" for rg in graph.ranks)
+                  and len(graph.ranks) < world and world % len(graph.ranks) == 0)
+        nics = [topology.nic_of(g) for g in topology.gpus] if hasattr(topology, "nic_of") else []
+        own_nic = not nics or None in nics or len(set(nics)) == len(nics)
+        if folded and own_nic and not _fabric_blocks(topology.graph):
+            folded = False  # non-blocking: the equivalent groups cannot slow each other (_fabric_blocks)
+        runner = _collective_runner(sim, topology, cfg, notes, world // len(graph.ranks) if folded else 0)
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
     ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies)

@@ -151,32 +151,23 @@ class LinkUsage:
 
 
 def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
-    """Record the fabric's per-link flow count and load between rate solves into ``usage``
-    (read-only: the solve itself is unchanged). Returns ``finish()``, which closes the last
-    interval and adds the fabric's wire-byte counters."""
-    orig = fabric._solve
-    st: dict[str, Any] = {"t": fabric.env.now, "idx": np.zeros(0, dtype=np.int64), "cnt": None, "load": None}
+    """Record the fabric's per-link flow count and load between rate changes (and the intervals of
+    coalesced collectives) into ``usage`` through the fabric's ``observer`` hook: one interval per
+    link that carries flows between two solves, O(links in use) per solve; the solve itself is
+    unchanged. Returns ``finish()``, which closes the last interval and adds the fabric's wire-byte
+    counters."""
 
-    def close(now: float) -> None:
-        idx = st["idx"]
-        if idx.size and now > st["t"]:
-            usage.add(idx, st["t"], now, st["cnt"], st["load"] * (now - st["t"]), COLLECTIVE, count_bytes=False)
+    def observe(idx: np.ndarray, a: float, b: float, cnt: np.ndarray, nb: np.ndarray) -> None:
+        usage.add(idx, a, b, cnt, nb, COLLECTIVE, count_bytes=False)
 
-    def solve() -> None:
-        now = fabric.env.now
-        close(now)
-        orig()
-        nf = fabric._nflows
-        idx = np.flatnonzero(nf > 0)
-        st.update(t=now, idx=idx, cnt=np.rint(nf[idx]), load=np.asarray(fabric._load)[idx].copy())
+    fabric.observer = observe
 
     def finish() -> None:
         fabric._advance()
-        close(fabric.env.now)
-        st["idx"] = np.zeros(0, dtype=np.int64)
+        fabric.close_observer()
+        fabric.observer = None
         usage.total_bytes += fabric.bytes_moved
 
-    fabric._solve = solve
     return finish
 
 
@@ -189,9 +180,12 @@ class EngineRoutes:
     (the reference the analytic attribution is tested against)."""
 
     def __init__(self, topology: Any, config: Any = None, *, solve: bool = False) -> None:
+        import dataclasses
+
         from cosim.engine import SimConfig, Simulator
 
-        self.sim = Simulator(topology, config or SimConfig(record_trace=False))
+        cfg = config or SimConfig(record_trace=False)  # no coalescing: every batch of flows must reach start_rows
+        self.sim = Simulator(topology, dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, coalesce=False)))
         self.solve = solve
         self._cache: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 

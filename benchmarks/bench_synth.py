@@ -1,0 +1,130 @@
+"""Synthetic DeepSeek-V3 training-step benchmark (not a test): ``cosim run dsv3-1024`` scaled.
+
+The issue-15 layout (tp 2, pp 8, vpp 4, FP8, full recomputation) on ``N/8`` DGX H100 nodes of a
+rail-optimized non-blocking fabric, dp = N / 16, ep = min(64, dp x tp), global batch
+``--global-batch`` (default 8192, the issue's; ``--mb-per-pipeline K`` uses K x dp instead, K
+micro-batches per pipeline, for sizes the full batch cannot finish). Each size runs in its own
+process with a wall-clock ``--timeout``; printed per size: wall time of the whole ``cosim run`` in that
+process (start-up, synthesis, replay), CPU seconds, peak RSS, simpy events, fabric rate solves and
+coalesced collectives summed over the run's fabrics (scratch fabrics included), simulated step time;
+and the growth exponent of wall time, RSS, events and solves between successive sizes
+(log(ratio) / log(GPU ratio)).
+
+    python benchmarks/bench_synth.py [--sizes 64,256,1024,4096,8192] [--global-batch 8192 | --mb-per-pipeline 16]
+                                     [--timeout 600] [--plain] [--json]
+
+``--plain`` disables coalescing (every collective solved on the fabric). A tqdm bar on stderr counts
+sizes done (off with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_CHILD = r"""
+import json, resource, sys, time, io, contextlib
+sys.path.insert(0, {root!r})
+from cosim.engine import fabric as F
+fabs = []
+orig = F.Fabric.__init__
+def init(self, *a, **k):
+    orig(self, *a, **k)
+    fabs.append(self)
+F.Fabric.__init__ = init
+if {plain!r}:
+    F.Fabric.links_idle = lambda self, links: False
+from cosim.cli import main
+t0, c0 = time.perf_counter(), time.process_time()
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    rc = main({args!r})
+out = json.loads(buf.getvalue() or "{{}}")
+print(json.dumps(dict(rc=rc, wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
+                      rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      events=out.get("events"), step_time_s=out.get("step_time_s"),
+                      solves=sum(f.n_solves for f in fabs), coalesced=sum(getattr(f, "n_coalesced", 0) for f in fabs),
+                      materialized=sum(getattr(f, "n_materialized", 0) for f in fabs),
+                      rate_hits=sum(getattr(f, "n_rate_hits", 0) for f in fabs),
+                      simulated_ranks=(out.get("synthetic") or {{}}).get("simulated_ranks"),
+                      microbatches=(out.get("synthetic") or {{}}).get("microbatches"))))
+"""
+
+
+def layout(gpus: int, gbs: int | None, mb: int | None) -> dict[str, int]:
+    """dp, ep and global batch of the benchmark's layout on ``gpus`` GPUs."""
+    dp = gpus // 16
+    ep = min(64, dp * 2)
+    return {"gpus": gpus, "dp": dp, "ep": ep, "global_batch": mb * dp if mb else (gbs or 8192)}
+
+
+def run_size(lay: dict[str, int], timeout: float, plain: bool) -> dict[str, Any]:
+    """One size in its own process (``--timeout`` seconds of wall time at most)."""
+    args = ["run", "dsv3-1024", "--set", f"nodes={lay['gpus'] // 8}", "--set",
+            f"workload.synthetic.layout.ep={lay['ep']}", "--set",
+            f"workload.synthetic.batch.global={lay['global_batch']}", "--set", "workload.synthetic.allow_oom=true",
+            "--no-timeline", "--json"]
+    code = _CHILD.format(root=str(ROOT), plain=plain, args=args)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**lay, "status": f"timeout after {timeout:.0f} s"}
+    if p.returncode != 0:
+        return {**lay, "status": "failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]}
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    return {**lay, "status": "ok", **res, "process_wall_s": time.perf_counter() - t0}
+
+
+def growth(rows: list[dict[str, Any]]) -> None:
+    """Add each figure's growth exponent against the previous finished size."""
+    prev = None
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        if prev is not None:
+            k = math.log(r["gpus"] / prev["gpus"])
+            for f in ("wall_s", "rss_mib", "events", "solves"):
+                a, b = prev.get(f), r.get(f)
+                if a and b:
+                    r[f"{f}_exp"] = round(math.log(b / a) / k, 2)
+        prev = r
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="64,256,1024,4096,8192")
+    ap.add_argument("--global-batch", type=int, default=8192)
+    ap.add_argument("--mb-per-pipeline", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--plain", action="store_true", help="no coalescing: solve every collective")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    from tqdm import tqdm
+
+    sizes = [int(x) for x in a.sizes.split(",")]
+    rows = []
+    for n in tqdm(sizes, desc="sizes", unit="size", file=sys.stderr, disable=a.json):
+        rows.append(run_size(layout(n, a.global_batch, a.mb_per_pipeline), a.timeout, a.plain))
+    growth(rows)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    cols = ["gpus", "dp", "ep", "global_batch", "status", "wall_s", "cpu_s", "rss_mib", "events", "solves",
+            "coalesced", "materialized", "step_time_s", "wall_s_exp", "rss_mib_exp", "events_exp", "solves_exp"]
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
