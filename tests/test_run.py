@@ -270,3 +270,14 @@ def test_each_run_writes_its_own_folder_and_a_latest_link(tmp_path, monkeypatch,
     assert link_latest(base) == root / "latest"
     assert not (root / "latest").is_symlink() and (root / "latest").read_text() == f"{base.name}\n"
     assert run_folder(root) == root / base.name
+
+
+def test_synthetic_summary_text_says_where_durations_come_from() -> None:
+    """A synthesized step has no measured durations: the text summary names the kernel models."""
+    from cosim.output.text import format_summary
+
+    _, res = run_scenario(load_scenario())  # the default: a synthetic training step
+    first = format_summary(res.summary()).splitlines()[0]
+    assert first == "topology dgx-h100   durations kernel models (synthesized step)   collectives simulated"
+    _, cap = run_scenario(load_scenario("moe-ep2-decode-dgx-h100"))
+    assert "durations measured" in format_summary(cap.summary()).splitlines()[0]

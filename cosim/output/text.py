@@ -35,8 +35,8 @@ def format_summary(s: dict[str, Any], max_ranks: int = 16, baseline: dict[str, A
     waiting for peers) and critical path; with ``baseline`` (the baseline run's summary) a last line says
     how the step changed against it, or what bounds it when it did not change."""
     lines = []
-    lines.append(f"topology {s.get('topology')}   durations {s['config']['durations']}   "
-                 f"collectives {s['config']['collectives']}")
+    durations = "kernel models (synthesized step)" if s.get("synthetic") else s["config"]["durations"]
+    lines.append(f"topology {s.get('topology')}   durations {durations}   collectives {s['config']['collectives']}")
     lines.append("")
     lines.append(f"{'rank':>5}  {'measured step':>14}  {'simulated step':>14}  {'error':>8}  {'CPU step (sim)':>14}")
     ranks = s["ranks"]
