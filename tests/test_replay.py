@@ -774,3 +774,16 @@ def test_cli_bad_knobs_file(tmp_path: Path, text: str, want: str) -> None:
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(re.escape(str(knobs)) + want, lines[0]), lines
+
+
+def test_progress_path_runs_the_same_events(monkeypatch) -> None:
+    """A long replay steps the environment itself to show progress: same simulated figures as env.run()."""
+    import cosim.replay.executor as ex
+    from cosim.scenario import load_scenario, run_scenario
+
+    _, plain = run_scenario(load_scenario("moe-ep2-decode-dgx-h100"))
+    monkeypatch.setattr(ex, "PROGRESS_MIN_OPS", 0)
+    _, stepped = run_scenario(load_scenario("moe-ep2-decode-dgx-h100"))
+    a, b = plain.summary(), stepped.summary()
+    assert a["step_time_s"] == b["step_time_s"] and a["breakdown"] == b["breakdown"]
+    assert a["events"] == b["events"]

@@ -83,6 +83,10 @@ class RankRun:
     """Simulated collectives: GPU op -> (algorithm, protocol) the engine chose (names the timeline's NCCL kernels)."""
 
 
+PROGRESS_MIN_OPS = 200_000
+"""GPU ops (all ranks) from which a replay shows its progress on stderr."""
+
+
 class _Rank:
     __slots__ = (
         "bound",
@@ -441,10 +445,31 @@ class Executor:
             for tp in r.prog.threads:
                 if tp.ev_kind:
                     self.env.process(self._thread(r, tp))
-        self.env.run()
+        self._run_env()
         self._drain()
         wall = time.perf_counter() - t0
         return [self._result(r) for r in self.ranks], wall
+
+    def _run_env(self) -> None:
+        """``env.run()`` to the end; a run of more than :data:`PROGRESS_MIN_OPS` GPU ops shows a tqdm counter
+        of simulated events on stderr (only where stderr is a terminal, so logs and ``--json`` stay clean).
+        Same events in the same order as ``env.run()``: one ``step()`` per event either way."""
+        if sum(len(r.rg.gpu_ops) for r in self.ranks) < PROGRESS_MIN_OPS:
+            self.env.run()
+            return
+        from tqdm import tqdm
+
+        step = self.env.step
+        with tqdm(desc="simulating", unit=" events", disable=None, leave=False, mininterval=0.5) as bar:
+            n = 0
+            try:
+                while True:
+                    step()
+                    n += 1
+                    if not n & 0xFFF:
+                        bar.update(0x1000)
+            except simpy.core.EmptySchedule:
+                bar.update(n & 0xFFF)
 
     def unresolved(self) -> list[tuple[int, int]]:
         """(rank, gpu op) pairs that never ran: dependency cycles or missing peers."""
