@@ -332,20 +332,19 @@ def _collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str],
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
+        if matrix is not None:
+            return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
+        r0, j0, _ = arr[0]
+        c = int(r0.rg.gpu_ops.collective[j0])
+        label = r0.rg.strings[int(r0.rg.collectives.name[c])]
+        if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
+            return _deepep(sim, label, gpus)
         reps: list[list[str]] = []
-        if stage and len(arr) == 1 and matrix is None and op != "send_recv":
-            r0, j0, _ = arr[0]
-            c = int(r0.rg.gpu_ops.collective[j0])
+        if stage and len(arr) == 1 and op != "send_recv":
             g = int(r0.rg.collectives.group[c])
             members = [int(x) for x in r0.rg.groups.ragged("ranks", g)] if g >= 0 else []
             if len(members) == len(gpus):
                 reps = [[_gpu_of_rank(topo, r, cfg) for r in rep] for rep in _fold_replicas(sorted(members), stage)]
-        if matrix is not None:
-            return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
-        r0, j0, _ = arr[0]
-        label = r0.rg.strings[int(r0.rg.collectives.name[int(r0.rg.gpu_ops.collective[j0])])]
-        if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
-            return _deepep(sim, label, gpus)
         return sim.collective(op, gpus, nb, name=f"{op}", replicas=reps)
 
     return run
