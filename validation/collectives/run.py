@@ -235,13 +235,18 @@ def monotone_fit(times: np.ndarray, drop: float = 0.0) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- fitting
-X0 = [20e-6, 25e-6, 30e-6, 30e-6, 8e-6, 0.6, 0.9, 0.9, 0.6, 1.0]
-LO = [2e-6, 2e-6, 2e-6, 2e-6, 2e-6, 0.3, 0.3, 0.3, 0.3, 0.5]
-HI = [40e-6, 40e-6, 40e-6, 40e-6, 40e-6, 1.0, 1.0, 1.0, 1.0, 3.0]
+NVLS_FACTOR = 0.85 * 15 / 16
+"""NCCL's NVLS bandwidth factor for Hopper, not fitted: nvlsEfficiency 0.85 x (nChannels - 1) / nChannels
+with 16 NVLS channels (src/graph/tuning.cc, src/transport/nvls.cc)."""
+X0 = [20e-6, 25e-6, 30e-6, 30e-6, 8e-6, 0.6, 0.9, 0.9, NVLS_FACTOR, 1.0]
+LO = [2e-6, 2e-6, 2e-6, 2e-6, 2e-6, 0.3, 0.3, 0.3, NVLS_FACTOR, 0.5]
+HI = [40e-6, 40e-6, 40e-6, 40e-6, 40e-6, 1.0, 1.0, 1.0, NVLS_FACTOR, 3.0]
+FREE = np.array([lo < hi for lo, hi in zip(LO, HI)])
+"""Parameters the fit moves (NVLS's bandwidth factor is NCCL's constant)."""
 """Physical bounds: launch/base latencies 2-40 us (NCCL's own baseLat + hwLat are
 4-25 us; kernel launch alone ~2 us), efficiencies 0.3-1 of link capacity, factor on
 NCCL's per-step hwLat 0.5-3 (0.3-1.8 us per NVLink LL step)."""
-PRIOR = np.array([6.6e-6, 14e-6, 8.4e-6, 25e-6, 6e-6, 0.5, 0.92, 1.0, 0.85, 1.0])
+PRIOR = np.array([6.6e-6, 14e-6, 8.4e-6, 25e-6, 6e-6, 0.5, 0.92, 1.0, NVLS_FACTOR, 1.0])
 """NCCL's own values (tuning.cc: ring baseLat LL/LL128/Simple, NVLS baseLat + hwLat, p2p
 baseLat; payload fractions LL 8/16, LL128 120/128, Simple 1; Hopper nvlsEfficiency):
 one weak residual log(x / prior) each, so parameters the data do not determine (e.g.
@@ -343,7 +348,11 @@ def fit(tables: list[Table]) -> np.ndarray:
     """Global parameters minimizing a soft-L1 loss of log(sim/measured) over the tables' non-outliers."""
     from scipy.optimize import least_squares
 
-    def resid(z: np.ndarray) -> np.ndarray:
+    fixed = np.array(X0) / SCALE
+
+    def resid(zf: np.ndarray) -> np.ndarray:
+        z = fixed.copy()
+        z[FREE] = zf
         x = z * SCALE
         rs = []
         for tb in tables:
@@ -357,13 +366,16 @@ def fit(tables: list[Table]) -> np.ndarray:
         return np.concatenate([*rs, prior])
 
     best = None
-    for start in (X0, [8e-6, 15e-6, 12e-6, 20e-6, 5e-6, 0.4, 0.7, 0.8, 0.5, 1.5]):
-        r = least_squares(resid, np.array(start) / SCALE, bounds=(np.array(LO) / SCALE, np.array(HI) / SCALE),
+    for start in (X0, [8e-6, 15e-6, 12e-6, 20e-6, 5e-6, 0.4, 0.7, 0.8, NVLS_FACTOR, 1.5]):
+        r = least_squares(resid, (np.array(start) / SCALE)[FREE],
+                          bounds=((np.array(LO) / SCALE)[FREE], (np.array(HI) / SCALE)[FREE]),
                           loss="soft_l1", f_scale=0.1, x_scale="jac")
         if best is None or r.cost < best.cost:
             best = r
     assert best is not None
-    return best.x * SCALE
+    z = fixed.copy()
+    z[FREE] = best.x
+    return z * SCALE
 
 
 def refit(root: Path, params_path: Path | None = None, verbose: bool = True) -> dict[str, Any]:
