@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cosim.engine import SimConfig, Simulator
-from cosim.engine.fabric import Fabric, FabricConfig
+from cosim.engine.flows import Fabric, FabricConfig
 
 
 def _overlap(coalesce: bool, topo: object, at: float, algo: str = "auto") -> tuple[list[float], object]:

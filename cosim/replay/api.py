@@ -18,7 +18,7 @@ from cosim.fileio import write_json
 from cosim.replay.config import ReplayConfig
 from cosim.replay.copies import CopyModel, copy_engines_of
 from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
-from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
+from cosim.replay.binding import cross_accelerator_factor, default_topology, guess_accelerator
 from cosim.replay.links import COLLECTIVE, MEMCPY, EngineRoutes, LinkUsage, record_fabric
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, busiest_links, comm_split, critical_path, step_times
@@ -606,7 +606,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
 
         prof = load_profile(cfg.profile) if cfg.profile else None
     if cfg.durations == "modeled":
-        from cosim.models.errors import kernel_error_by_class
+        from cosim.models.accuracy import kernel_error_by_class
         from cosim.models.features import extract_features
         from cosim.models.predict import _default_profile, _same_gpu, predict_features
 

@@ -10,7 +10,7 @@ Layout of a sweep's output folder ``DIR``::
                                    its worker process died included
     DIR/points/<key>/running.json  while the point runs (the worker's pid); left behind by a kill
     DIR/results.csv  (+ results.parquet when pyarrow is importable)
-    DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep)
+    DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep_report)
 
 ``<key>`` is a content hash of the resolved base scenario, the point's sets and
 the files it reads (topology chain, catalog data, workload traces, profile), so a rerun (after a crash, a kill, or with more points added) skips every
@@ -344,7 +344,7 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
     res = SweepResult(out=out, rows=ordered, parameters=params, computed=computed, skipped=skipped, failed=failed)
     res.files = _write_tables(out, ordered, params)
     if report:
-        from cosim.report.sweep import write_sweep_report
+        from cosim.report.sweep_report import write_sweep_report
 
         res.files["report"] = out / "report.html"
         write_sweep_report(res.files["report"], ordered, params, title=f"{label}: {Path(base).stem}")
