@@ -108,7 +108,7 @@ class KernelDB:
         loads alone (an ET-only rank: no GPU ops).
         Rows of a Kineto file are labelled with its path, rows of a directory with the directory.
         """
-        from cosim.replay.binding import guess_accelerator
+        from cosim.catalog.scaling import guess_accelerator
         from cosim.workload import load_trace
         from cosim.workload.graph import RankGraph
         from cosim.workload.load import attach_ets, detect_format

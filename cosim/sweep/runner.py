@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.fileio import write_json, write_text
+from cosim.output import write_result
 
 __all__ = ["POINT_SCHEMA", "SweepInterrupted", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
 
@@ -227,7 +228,7 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
     try:
         scn, result = run_scenario(load_scenario(base), dict(sets), cache=process_cache())
         write_text(out / "scenario.yaml", yaml.safe_dump(resolved_settings(scn, result), sort_keys=False))
-        result.write(out, timeline=False)
+        write_result(result, out, timeline=False)
         row.update(summary_row(result.summary(), result.topology))
         row.update(status="ok", error="", wall_s=time.perf_counter() - t0)
         (out / "error.json").unlink(missing_ok=True)
