@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from cosim.engine.collectives import CollectiveCall, CollectiveResult
 from cosim.engine.config import FabricConfig, GpuConfig, HostConfig, NcclConfig, NicConfig, SimConfig
-from cosim.engine.fabric import Fabric, LinkStats
+from cosim.engine.flows import Fabric, LinkStats
 from cosim.engine.nccl import BUSBW_FACTOR, NcclParams, load_params
 from cosim.engine.simulator import Simulator, TraceEvent
 from cosim.engine.topoview import GraphTopology

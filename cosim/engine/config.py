@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from cosim.engine.fabric import FabricConfig
+from cosim.engine.flows import FabricConfig
 
 __all__ = ["FabricConfig", "GpuConfig", "HostConfig", "NcclConfig", "NicConfig", "SimConfig"]
 

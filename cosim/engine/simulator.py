@@ -28,7 +28,7 @@ import simpy
 
 from cosim.engine.collectives import CollectiveCall, Collectives
 from cosim.engine.config import SimConfig
-from cosim.engine.fabric import Fabric
+from cosim.engine.flows import Fabric
 from cosim.engine.nccl import load_params
 from cosim.engine.topoview import GraphTopology, TopologyLike
 

@@ -14,11 +14,11 @@ import simpy
 
 from cosim import __version__
 from cosim.errors import CosimInputError
-from cosim.fileio import write_json
+from cosim.models.roofline import RooflineModel
+from cosim.replay.binding import cross_accelerator_factor, default_topology, guess_accelerator
 from cosim.replay.config import ReplayConfig
 from cosim.replay.copies import CopyModel, copy_engines_of
 from cosim.replay.executor import ENGINE_OPS, Executor, RankRun
-from cosim.replay.hardware import cross_accelerator_factor, default_topology, guess_accelerator
 from cosim.replay.links import COLLECTIVE, MEMCPY, EngineRoutes, LinkUsage, record_fabric
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import BREAKDOWN_KEYS, breakdown, busiest_links, comm_split, critical_path, step_times
@@ -62,19 +62,6 @@ class ReplayResult:
             self._summary = _summarize(self)
         return self._summary
 
-    def write(self, out: str | Path, timeline: bool = True) -> dict[str, Path]:
-        """Write ``summary.json``, ``timeline.json.gz`` (Perfetto) and ``timeline/rank{r}.json.gz`` (HTA) into
-        ``out``; returns their paths (``timeline_ranks``: the folder to give HTA's ``TraceAnalysis``)."""
-        from cosim.output.timeline import write_timeline
-
-        out = Path(out)
-        paths = {"summary": out / "summary.json"}
-        write_json(paths["summary"], self.summary())
-        if timeline:
-            paths["timeline"] = out / "timeline.json.gz"
-            write_timeline(paths["timeline"], self)
-            paths["timeline_ranks"] = out / "timeline"
-        return paths
 
 
 def _nan_to_none(x: float) -> float | None:
@@ -580,7 +567,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     elif cfg.catalog_overrides:
         topology = load_topology(topology.source_file or topology.name, overrides=dict(cfg.catalog_overrides))
     if needs_projection(graph):
-        graph = project_onto(graph, topology, cfg.accelerator)
+        graph = project_onto(graph, topology, cfg.accelerator, kernel_model=RooflineModel)
         notes.append("the workload has no GPU ops (a CPU capture or an Execution Trace alone): its ATen ops were "
                      "projected onto the topology's GPU (docs/CAPTURE.md); collectives need --collectives simulated")
     env = simpy.Environment()
@@ -606,7 +593,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
 
         prof = load_profile(cfg.profile) if cfg.profile else None
     if cfg.durations == "modeled":
-        from cosim.models.errors import kernel_error_by_class
+        from cosim.models.accuracy import kernel_error_by_class
         from cosim.models.features import extract_features
         from cosim.models.predict import _default_profile, _same_gpu, predict_features
 

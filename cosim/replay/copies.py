@@ -65,7 +65,7 @@ class CopyModel:
 
     Args:
         env: the replay's simpy environment.
-        fabric: the engine's :class:`~cosim.engine.fabric.Fabric` (shared with collectives).
+        fabric: the engine's :class:`~cosim.engine.flows.Fabric` (shared with collectives).
         baseline_capacity: ``(src, dst) -> C0`` idle route capacity on the traced hardware (bytes/s).
         ranks: per rank, ``(graph, durations, gpu or None, cpu or None, copy engines)``.
         solo_ok: a copy that starts while no flow is in flight runs as one timeout (no rate solve) and joins the

@@ -27,7 +27,7 @@ trace's, not the replay's.
 Memory-bound classes (elementwise, reduction, norm, memset, device copies, other)
 scale by ``B0 / B``, compute-bound classes (gemm, grouped GEMM, attention) by the
 dense bf16 peak ratio ``P0 / P``: the roofline limits of the cross-accelerator
-scaling (cosim.replay.hardware), taken between the catalog's part and its
+scaling (cosim.replay.binding), taken between the catalog's part and its
 overridden copy.
 """
 
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from cosim.engine.gpu import sm_rate
-from cosim.replay.hardware import _COMPUTE, _MEMORY
+from cosim.replay.binding import _COMPUTE, _MEMORY
 from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = ["DEFAULT_COMM_SMS", "comm_overlap", "comm_sm_factor", "hardware_factor", "traced_comm_sms"]
