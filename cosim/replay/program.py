@@ -349,17 +349,13 @@ def _launch_map(rg: RankGraph) -> tuple[np.ndarray, dict[int, list[int]], list[i
         lhost = np.where(lrow >= 0, L.host_op[np.maximum(lrow, 0)], -1).astype(np.int64)
     else:
         lhost = np.full(n_gpu, -1, dtype=np.int64)
-    has = lhost >= 0
-    orphans = np.flatnonzero(~has).tolist()
-    js = np.flatnonzero(has)
-    o = js[np.argsort(lhost[js], kind="stable")]
-    hs = lhost[o]
-    cut = np.flatnonzero(np.diff(hs)) + 1 if hs.size else np.zeros(0, dtype=np.int64)
-    heads = np.r_[0, cut].astype(np.int64) if hs.size else cut
-    groups = np.split(o, cut) if hs.size else []
-    first = np.argsort(o[heads], kind="stable") if hs.size else []  # keys in order of their first GPU op
-    keys = hs[heads].tolist() if hs.size else []
-    launch_gpu = {keys[k]: groups[k].tolist() for k in first}
+    launch_gpu: dict[int, list[int]] = {}
+    orphans: list[int] = []
+    for j, h in enumerate(lhost.tolist()):  # keys in order of their first GPU op
+        if h >= 0:
+            launch_gpu.setdefault(h, []).append(j)
+        else:
+            orphans.append(j)
     return lhost, launch_gpu, orphans
 
 
@@ -463,8 +459,8 @@ def _host_costs(rg: RankGraph, cfg: ReplayConfig, hkind: np.ndarray, sync_deps: 
     return _HostCosts(pre_gap, tail, sync_cost, is_launch, is_sync, region)
 
 
-def _launch_delays(rg: RankGraph, costs: _HostCosts, launch_gpu: dict[int, list[int]], traced_lat: float
-                   ) -> dict[int, float]:
+def _launch_delays(rg: RankGraph, costs: _HostCosts, lhost: np.ndarray, launch_gpu: dict[int, list[int]],
+                   traced_lat: float) -> dict[int, float]:
     """Phase 6: launch host op -> time spent before its GPU ops are submitted (s): the call's excess
     over the rank's median launch call; a copy call's excess never beyond when the trace shows the copy
     started (it runs its copy during the call)."""
@@ -476,10 +472,13 @@ def _launch_delays(rg: RankGraph, costs: _HostCosts, launch_gpu: dict[int, list[
     call_dur = np.where(costs.is_sync, costs.sync_cost, costs.tail)
     d = call_dur[lh]
     extras = np.maximum(d - float(np.median(d)), 0.0)
+    non_copy = np.zeros(len(H), dtype=bool)
+    non_copy[lhost[(lhost >= 0) & (G.kind != GpuKind.MEMCPY)]] = True
+    all_copy = ~non_copy[lh]  # launch calls whose GPU ops are all copies
     gstart = G.start.astype(float)
-    is_copy = G.kind == GpuKind.MEMCPY
-    for h, extra in zip(lh[extras > 0].tolist(), extras[extras > 0].tolist()):
-        if is_copy[launch_gpu[h]].all():
+    pos = extras > 0
+    for h, extra, copy in zip(lh[pos].tolist(), extras[pos].tolist(), all_copy[pos].tolist()):
+        if copy:
             seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
             seen = seen[np.isfinite(seen)]
             extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
@@ -721,7 +720,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     orphan = _orphan_deps(G.start, G.dur, orphans, stream_pred, pred_gap, offset)
     hkind = _blocking_kinds(rg, lhost, launch_gpu, sync_deps)
     costs = _host_costs(rg, cfg, hkind, sync_deps)
-    launch_delay = _launch_delays(rg, costs, launch_gpu, tm.traced_lat)
+    launch_delay = _launch_delays(rg, costs, lhost, launch_gpu, tm.traced_lat)
     hidden = hidden_gpu_delay(rg, lhost.tolist(), tm.traced_lat, launch_delay) if not costs.region.any() else {}
     walk = _host_programs(rg, cfg, costs, launch_gpu, offset)
     host_anchor = _head_anchors(rg, walk, orphan, stream_pred)
