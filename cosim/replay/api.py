@@ -28,7 +28,7 @@ from cosim.replay.links import LinkUsage, record_fabric, replay_end, replay_link
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import SUMMARY_SCHEMA, summarize
 from cosim.workload import ExecutionGraph, load_trace
-from cosim.workload.graph import CopyKind, GpuKind
+from cosim.workload.graph import CopyKind, GpuKind, RankGraph
 from cosim.workload.project import needs_projection, project_onto
 
 __all__ = ["SUMMARY_SCHEMA", "ReplayResult", "replay"]
@@ -206,8 +206,10 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
 
         base = load_topology(topology.source_file or topology.name)  # the traced hardware: no what-if overrides
         base_fabric = Simulator(base, SimConfig(record_trace=False)).fabric
-    ranks = []
+    ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]] = []
     for rg, prog in zip(graph.ranks, programs):
+        gpu: str | None
+        cpu: str | None
         try:
             gpu = gpu_of_rank(topology, rg.rank, cfg)
             cpu = topology.cpu_of(gpu)

@@ -68,7 +68,7 @@ def gpu_durations(graph: ExecutionGraph, topology: Any, cfg: ReplayConfig, trace
     scale = bool(target and traced and target != traced and cfg.durations != "modeled")
     per_rank = []
     for k, rg in enumerate(graph.ranks):
-        factor = cross_accelerator_factor(rg, traced, target) if scale else None
+        factor = cross_accelerator_factor(rg, traced, target) if scale and traced and target else None
         factor = times(factor, resource_factor(rg, topology, cfg, target or traced, sms, notes if k == 0 else None))
         per_rank.append(rank_durations(rg, cfg, modeled[k] if modeled is not None else None, factor))
     return GpuDurations(graph, per_rank, sms, kernel_errors, precision)
@@ -132,6 +132,8 @@ def resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str
     from cosim.replay.interference import comm_sm_factor, hardware_factor, traced_comm_sms
 
     out = None
+    base: Any
+    changed: Any
     if acc_id is not None and cfg.catalog_overrides and cfg.durations != "modeled":
         try:
             base, changed = load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)

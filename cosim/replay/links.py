@@ -229,7 +229,7 @@ class EngineRoutes:
             calls.append((env.now, sg, nb / efficiency * m, m))
             return env.timeout(1.0)
 
-        fab.start_rows = record
+        fab.start_rows = record  # type: ignore[method-assign]
         try:
             start()
             self.sim.run()
@@ -307,9 +307,9 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
 
     def routes() -> tuple[LinkUsage, EngineRoutes]:
         if state["routes"] is None:
-            state["routes"] = EngineRoutes(topology)
+            rt = state["routes"] = EngineRoutes(topology)
             if state["usage"] is None:
-                fab = state["routes"].fabric
+                fab = rt.fabric
                 state["usage"] = LinkUsage(fab.links, fab.capacity)
         return state["usage"], state["routes"]
 
@@ -342,6 +342,8 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
         if not mem.any():
             continue
         start, end = np.asarray(r.start, dtype=float), np.asarray(r.end, dtype=float)
+        gpu: str | None
+        cpu: str | None
         try:
             gpu = gpu_of_rank(topology, r.rg.rank, cfg)
             cpu = topology.cpu_of(gpu)
@@ -362,7 +364,7 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
             if not sel.size:
                 continue
             usage, rt = routes()
-            idx, w = rt.transfer(*pair)
+            idx, w = rt.transfer(pair[0] or gpu, pair[1] or cpu)  # both known here
             k = idx.size
             usage.add(np.tile(idx, sel.size), np.repeat(start[sel], k), np.repeat(end[sel], k), 1.0,
                       np.outer(nb, w).reshape(-1), MEMCPY)

@@ -257,14 +257,14 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
             j = int(run.gpu_bound_src[j])
             t = min(t, float(e[j]))
             continue
-        h = launch_host.get(j)
-        if h is None:
+        lh = launch_host.get(j)
+        if lh is None:
             break
-        t_launch = float(run.host_start[h])
+        t_launch = float(run.host_start[lh])
         lat = max(t - t_launch, 0.0)
         res["launch_latency"] += min(lat, max(t - a, 0.0))
         t = t_launch
-        ends, ops = thread_syncs.get(int(H.thread[h]), (np.zeros(0), np.zeros(0, dtype=np.int64)))
+        ends, ops = thread_syncs.get(int(H.thread[lh]), (np.zeros(0), np.zeros(0, dtype=np.int64)))
         k = int(np.searchsorted(ends, t, side="right")) - 1
         if k < 0:
             res["host"] += max(t - a, 0.0)
