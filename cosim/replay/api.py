@@ -356,34 +356,61 @@ def _times(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
 
 def _resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str | None, sms: int | None,
                      notes: list[str] | None) -> np.ndarray | None:
-    """Duration factors of the shared-resource what-ifs on measured durations (cosim.replay.interference):
-    HBM bandwidth / bf16 peak overrides of the replayed accelerator, and ``comm_sms``; None: none applies."""
-    from cosim.catalog import load_catalog
-    from cosim.replay.interference import comm_sm_factor, hardware_factor, traced_comm_sms
+    """Standalone-duration factors of HBM bandwidth / bf16 peak overrides of the replayed accelerator on
+    measured durations (cosim.replay.interference); None: none applies. Checks ``comm_sms`` (the SM law runs
+    in the simulation: :func:`_gpu_share`)."""
+    from cosim.replay.interference import hardware_factor
 
     out = None
-    if acc_id is not None and cfg.catalog_overrides and cfg.durations != "modeled":
-        try:
-            base, changed = load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)
-        except (CosimInputError, AttributeError):
-            base = changed = None
-        if base is not None:
-            out = _times(out, hardware_factor(rg, base, changed))
-            if out is not None and notes is not None:
-                notes.append(f"{acc_id}: kernel durations scaled by the overridden HBM bandwidth "
-                             f"({base.hbm_bandwidth / 1e12:.4g} -> {changed.hbm_bandwidth / 1e12:.4g} TB/s) and "
-                             f"bf16 peak ({base.peak('bf16') / 1e12:.4g} -> {changed.peak('bf16') / 1e12:.4g} TFLOP/s)")
+    base, changed = _hbm_parts(topology, cfg, acc_id)
+    if base is not None:
+        out = hardware_factor(rg, base, changed)
+        if out is not None and notes is not None:
+            notes.append(f"{acc_id}: kernel durations scaled by the overridden HBM bandwidth "
+                         f"({base.hbm_bandwidth / 1e12:.4g} -> {changed.hbm_bandwidth / 1e12:.4g} TB/s) and "
+                         f"bf16 peak ({base.peak('bf16') / 1e12:.4g} -> {changed.peak('bf16') / 1e12:.4g} TFLOP/s)")
     if cfg.comm_sms is not None:
         if sms is None:
             raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the accelerator's SM count is unknown "
                                   "(give --set traced_accelerator=ID)")
         if cfg.comm_sms >= sms:
             raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the GPU has only {sms} SMs")
-        out = _times(out, comm_sm_factor(rg, sms, cfg.comm_sms))
-        if notes is not None:
-            notes.append(f"communication kernels hold {cfg.comm_sms} of {sms} SMs (traced: "
-                         f"{traced_comm_sms(rg):g}): overlapping compute kernels rescaled (docs/ENGINE.md)")
     return out
+
+
+def _hbm_parts(topology: Any, cfg: ReplayConfig, acc_id: str | None) -> tuple[Any, Any]:
+    """(catalog accelerator, its overridden copy) when catalog overrides apply to measured durations."""
+    if acc_id is None or not cfg.catalog_overrides or cfg.durations == "modeled":
+        return None, None
+    from cosim.catalog import load_catalog
+
+    try:
+        return load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)
+    except (CosimInputError, AttributeError):
+        return None, None
+
+
+def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg: ReplayConfig,
+               acc_id: str | None, sms: int | None, notes: list[str]) -> Any:
+    """SM / HBM sharing between communication and compute kernels in the simulation
+    (cosim.replay.interference), or None when no what-if changes the law."""
+    from cosim.engine import GpuConfig
+    from cosim.replay.interference import build_share
+
+    if sms is None:
+        return None
+    base, changed = _hbm_parts(topology, cfg, acc_id)
+    ratio = float(base.hbm_bandwidth) / float(changed.hbm_bandwidth) if base is not None else 1.0
+    measured = cfg.durations != "modeled"
+    if cfg.comm_sms is None and ratio == 1.0:
+        return None
+    share = build_share(env, list(graph.ranks), sms, cfg.comm_sms, GpuConfig().comm_hbm_fraction, ratio, measured)
+    if share is not None:
+        p = next(iter(share.plans.values()))
+        notes.append(f"communication kernels hold {p['comm_sms']:g} of {sms} SMs (traced: "
+                     f"{p['traced_comm_sms']:g}) and {p['h_comm']:.3g} of HBM bandwidth: compute kernels that "
+                     "overlap them in the simulation slow down (docs/ENGINE.md)")
+    return share
 
 
 def _sm_count(topology: Any, accelerator: str | None) -> int | None:
@@ -650,7 +677,8 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         runner = _collective_runner(sim, topology, cfg, notes, world // len(graph.ranks) if folded else 0)
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
-    ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies)
+    share = _gpu_share(env, graph, topology, cfg, target or traced, sms, notes)
+    ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies, share)
     runs, wall = ex.run()
     stuck = ex.unresolved()
     if stuck:
