@@ -425,10 +425,11 @@ def _sm_count(topology: Any, accelerator: str | None) -> int | None:
 
 def _simulator(topology: Any, cfg: ReplayConfig, env: simpy.Environment) -> Any:
     """The engine for this replay: the topology's fabric (collectives, copies) on the replay's clock."""
-    from cosim.engine import GpuConfig, SimConfig, Simulator
+    from cosim.engine import NcclConfig, SimConfig, Simulator
 
-    gcfg = GpuConfig() if cfg.comm_sms is None else GpuConfig(comm_sms=cfg.comm_sms)
-    return Simulator(topology, SimConfig(record_trace=False, gpu=gcfg), env=env)
+    # a communication kernel of comm_sms SMs runs one channel (thread block) per SM
+    nccl = NcclConfig() if cfg.comm_sms is None else NcclConfig(channels=max(cfg.comm_sms, 1))
+    return Simulator(topology, SimConfig(record_trace=False, nccl=nccl), env=env)
 
 
 def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], topology: Any,
