@@ -318,3 +318,24 @@ def test_a_long_copy_call_runs_its_copy_during_the_call(tmp_path: Path) -> None:
     ev[4] = _host("cuda_runtime", "cudaLaunchKernel", 50, 1000, correlation=3)
     ev[5] = kernel("void k3", 1053, 990, 3)
     assert gpu_times(replay(write(tmp_path / "k.json", ev), "dgx-h100", EXACT))[2] == (1053, 2043)
+
+
+def test_copy_engines_from_the_catalog_and_one_vs_two_on_h2d_plus_d2h(tmp_path: Path) -> None:
+    """The catalog gives the H100 3 copy engines (asyncEngineCount). An 8 MiB H2D copy of 400 us ready at 40 and
+    an 8 MiB D2H copy of 400 us ready at 41 (d - o = 395 us each, o = 5 us the rank's shortest copy of each
+    direction): with 2 engines they overlap and each keeps its measured time (each direction has its own link:
+    no sharing); with 1 engine the D2H copy waits for the H2D one (ends at 440) and runs 440-840."""
+    assert load_catalog().accelerator("h100-sxm5").copy_engines == 3
+    p = write(tmp_path / "hd.json", [
+        launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+        launch(25, 4, "cudaMemcpyAsync"), copy(30, 5, 4, 4096, stream=8, kind="DtoH"),
+        launch(35, 2, "cudaMemcpyAsync"), copy(40, 400, 2, MIB8, stream=7),
+        launch(36, 3, "cudaMemcpyAsync"), copy(41, 400, 3, MIB8, stream=8, kind="DtoH"),
+    ])
+    assert gpu_times(replay(p, "dgx-h100", EXACT))[2:] == [(40, 440), (41, 441)]
+    two = apply_sets(EXACT, {"gpu.copy_engines": "2"})
+    assert gpu_times(replay(p, "dgx-h100", two))[2:] == [(40, 440), (41, 441)]
+    one = apply_sets(EXACT, {"accelerators.h100-sxm5.copy_engines": "1"})
+    assert gpu_times(replay(p, "dgx-h100", one))[2:] == [(40, 440), (440, 840)]
+    assert gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.copy_engines": "1"})))[2:] == [(40, 440),
+                                                                                                   (440, 840)]

@@ -70,7 +70,8 @@ class GpuConfig:
     comm_hbm_fraction: float = 0.1
     """Fraction of HBM bandwidth a running communication kernel consumes."""
     copy_engines: int = 2
-    """Concurrent memcpy engines per GPU (per direction class H2D, D2H, peer)."""
+    """Copy engines per GPU (host <-> device copies that run at once, both directions together) where the
+    catalog has no count for the accelerator."""
     d2d_efficiency: float = 0.8
     """Fraction of HBM bandwidth a device-to-device copy reaches (it reads and writes)."""
 

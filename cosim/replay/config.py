@@ -93,8 +93,9 @@ class ReplayConfig:
     record_timeline: bool = True
     """Keep per-op simulated times for the timeline and critical path."""
     copy_engines: int | None = None
-    """Copy engines per GPU and direction (H2D, D2H): more concurrent host <-> device copies queue. None: the
-    accelerator's ``copy_engines`` in the catalog when it has one, else 2 (cosim.engine.config.GpuConfig)."""
+    """Copy engines per GPU, shared by H2D and D2H copies: more concurrent host <-> device copies queue. None: the
+    accelerator's ``copy_engines`` in the catalog (CUDA's asyncEngineCount) when it has one, else 2
+    (cosim.engine.config.GpuConfig)."""
     comm_sms: int | None = None
     """SMs a communication kernel occupies while it runs (NCCL: one CTA per channel). None: as traced (the
     measured compute kernels already include the share they lost); a number: compute kernels run at
