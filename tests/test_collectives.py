@@ -161,27 +161,6 @@ def test_rendezvous_starts_when_all_ranks_arrive():
     assert len({v[0] for v in ends.values()}) == 1
 
 
-def test_comm_kernel_on_stream_holds_sms():
-    sim = sim_for(2)
-    cfg_sms = sim.config.gpu.comm_sms
-    t0, t1 = sim.thread("r0", gpu="gpu0"), sim.thread("r1", gpu="gpu1")
-    call = sim.collective_call("c", "all_reduce", ["gpu0", "gpu1"], 2**24, algo="ring", proto="simple")
-    seen = []
-
-    def r(t, g):
-        s = sim.gpu(g).stream(0)
-        ev = yield t.launch_comm(s, call, g)
-        res = yield ev
-        seen.append(res.time)
-
-    sim.env.process(r(t0, "gpu0"))
-    sim.env.process(r(t1, "gpu1"))
-    sim.run(until=20 * US)
-    assert sim.gpu("gpu0")._comm_active == 1 and cfg_sms > 0
-    sim.run()
-    assert len(seen) == 2 and sim.gpu("gpu0")._comm_active == 0
-
-
 def test_collectives_deterministic():
     def once():
         g = cluster(2, 4, nvlink_bw=B, nic_bw=25e9)

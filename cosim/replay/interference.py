@@ -204,7 +204,7 @@ class _Device:
     """One GPU: the compute kernels in flight (remaining standalone seconds) and the communication kernels
     active; rates re-solved when either set changes (O(kernels in flight) per change)."""
 
-    __slots__ = ("env", "gen", "h_comm", "n_comm", "running", "sm_count", "comm_sms", "t_last")
+    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "running", "sm_count", "t_last")
 
     def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float) -> None:
         self.env = env
