@@ -5,7 +5,7 @@ from math import comb
 import pytest
 
 from cosim.engine import SimConfig, Simulator
-from cosim.engine.moe_comm import _flows, deepep, expected_traffic, token_bytes
+from cosim.engine.moe_comm import _flows, buffer_token_bytes, deepep, deepep_load, expected_traffic, token_bytes
 
 
 def test_token_bytes_by_hand() -> None:
@@ -13,6 +13,36 @@ def test_token_bytes_by_hand() -> None:
     assert token_bytes(7168, "combine") == 2 * 7168
     with pytest.raises(ValueError):
         token_bytes(7168, "gather")
+
+
+def test_buffer_token_bytes_from_deepep_layout() -> None:
+    # intranode.cu channel buffers: FP8 payload + 56 fp32 scales + int32 src_idx + 8 int64 top-k idx + 8 fp32
+    assert buffer_token_bytes(7168, "dispatch", 8, internode=False) == 7168 + 56 * 4 + 4 + 8 * 8 + 8 * 4
+    assert buffer_token_bytes(7168, "combine", 8, internode=False) == 2 * 7168 + 4 + 8 * 4
+    # internode.cu get_num_bytes_per_token: payload + SourceMeta (8) + scales + int32 idx + fp32 weights, 16 B
+    assert buffer_token_bytes(7168, "dispatch", 8, internode=True) == 7472  # 7464 rounded up to 16
+    assert buffer_token_bytes(7168, "combine", 8, internode=True) == 14384  # 14376 rounded up
+    with pytest.raises(ValueError):
+        buffer_token_bytes(7168, "gather", 8, internode=True)
+
+
+def test_deepep_load_ep16_by_hand() -> None:
+    """EP16 (2 nodes x 8) dispatch: with 2 node groups every token goes to both nodes (p_node), a GPU
+    sends its own-node tokens to 7 peers and forwards its rail peer's tokens to 7 peers over NVLink
+    (14 x T x p_rank x b), and its NIC carries only the other node's copy (T x p_node x b)."""
+    t, b = 4096, 7472.0
+    p_rank = 1 - comb(240, 8) / comb(256, 8)
+    p_node = 1 - comb(128, 8) / comb(256, 8)
+    load = deepep_load(2, 8, "dispatch", num_tokens=t, hidden=7168, num_topk=8, num_experts=256)
+    assert load.nvlink_out == pytest.approx(14 * t * p_rank * b)
+    assert load.nvlink_in == pytest.approx(load.nvlink_out)
+    assert load.nic_out == pytest.approx(t * p_node * b)
+    assert load.logical == pytest.approx(2 * t * p_node * token_bytes(7168, "dispatch"))
+    # NVLink bytes per logical RDMA byte: ~2.9 at EP16 against ~1.8 at EP32 (why EP16 is NVLink-bound)
+    ep32 = deepep_load(4, 8, "dispatch", num_tokens=t, hidden=7168, num_topk=8, num_experts=256)
+    assert load.nvlink_out / load.logical == pytest.approx(2.90, abs=0.01)
+    assert ep32.nvlink_out / ep32.logical == pytest.approx(1.78, abs=0.01)
+    assert ep32.nic_out == pytest.approx(3 * t * (1 - comb(192, 8) / comb(256, 8)) * b)
 
 
 def test_expected_traffic_by_hand() -> None:
@@ -68,7 +98,8 @@ def test_sim_collective_deepep_intranode_by_hand() -> None:
     peers over its 8 NVLinks (25 GB/s each x the catalog's 0.77 x the fitted Simple efficiency) after the
     p2p launch latency, where
     p = 1 - C(224, 8) / C(256, 8) is the chance that one of a token's 8 experts (of 256) is on a given
-    rank (32 experts) and b = 7168 x (1 + 4/128) FP8 bytes with scales."""
+    rank (32 experts) and b = 7492 bytes, DeepEP's intranode buffer bytes per token (FP8 payload, scales,
+    source index, top-k indices and weights)."""
     from cosim.topology import load_topology
 
     topo = load_topology("h800-8node")
@@ -78,11 +109,12 @@ def test_sim_collective_deepep_intranode_by_hand() -> None:
     sim.run()
     r = ev.value
     p = 1 - comb(224, 8) / comb(256, 8)
-    b = 7168 * (1 + 4 / 128)
+    b = 7492
     fit = sim.nccl_params.fitted
     want = fit.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.77 * fit.efficiency["simple"])
     assert r.time == pytest.approx(want, rel=1e-6)
-    assert r.nvl_bytes == pytest.approx(8 * 4096 * p * b)  # DeepEP's NVL counts the rank's own tokens
+    # DeepEP's NVL counts the rank's own tokens, at the FP8 payload + scale bytes
+    assert r.nvl_bytes == pytest.approx(8 * 4096 * p * 7168 * (1 + 4 / 128))
     with pytest.raises(ValueError, match="nbytes"):
         sim.collective("deepep_combine", list(topo.gpus)[:8], 1e6, num_tokens=1, hidden=8, num_topk=1,
                        num_experts=8)

@@ -30,7 +30,8 @@ import simpy
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["MoeCommResult", "MoeTraffic", "deepep", "expected_traffic", "token_bytes"]
+__all__ = ["DeepEPLoad", "MoeCommResult", "MoeTraffic", "buffer_token_bytes", "deepep", "deepep_load",
+           "expected_traffic", "token_bytes"]
 
 KINDS = ("dispatch", "combine")
 MODES = ("normal", "low_latency")
@@ -44,6 +45,29 @@ def token_bytes(hidden: int, kind: str) -> float:
     if kind == "combine":
         return 2.0 * hidden
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+def buffer_token_bytes(hidden: int, kind: str, num_topk: int, internode: bool) -> float:
+    """Bytes one token occupies in DeepEP's (V1) channel buffers: what crosses NVLink or the NIC per
+    token and destination in the normal kernels (deepseek-ai/DeepEP @dd758ca csrc/kernels/legacy).
+
+    Internode (RDMA sends and NVLink forwarding, ``internode.cu: get_num_bytes_per_token``): the payload
+    + ``SourceMeta`` (two ints, 8 B) + fp32 scales + int32 top-k indices + fp32 top-k weights, aligned
+    to 16 B; dispatch carries all of them (FP8: one scale per 128 channels), combine (called with no
+    scales and no indices) the BF16 payload, the source meta and the weights.
+    Intranode (``intranode.cu`` channel buffers): dispatch = payload + fp32 scales + int32 ``src_idx``
+    + int64 top-k indices (``topk_idx_t``, 64 bits by default) + fp32 weights; combine = BF16 payload
+    + ``src_idx`` + weights.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if internode:
+        raw = (hidden + 8 + 4 * (hidden // 128) + 8 * num_topk if kind == "dispatch"
+               else 2 * hidden + 8 + 4 * num_topk)
+        return float(-(-raw // 16) * 16)
+    if kind == "dispatch":
+        return float(hidden + 4 * (hidden // 128) + 4 + 12 * num_topk)
+    return float(2 * hidden + 4 + 4 * num_topk)
 
 
 def _p_any(pool: int, held: int, k: int) -> float:
@@ -107,6 +131,47 @@ class MoeCommResult:
         return self.rdma_bytes / self.time
 
 
+@dataclass(frozen=True)
+class DeepEPLoad:
+    """Bytes one DeepEP normal dispatch (or combine, the same bytes reversed) puts on each per-GPU
+    resource, mean over ranks, in DeepEP's buffer layout (:func:`buffer_token_bytes`)."""
+
+    nvlink_out: float
+    """Bytes a GPU writes to other GPUs of its node over NVLink (own tokens and forwarded ones)."""
+    nvlink_in: float
+    """Bytes a GPU receives over NVLink from the GPUs of its node."""
+    nic_out: float
+    """Bytes a GPU's NIC sends to other nodes (own-node tokens never cross it)."""
+    nic_in: float
+    """Bytes a GPU's NIC receives from other nodes."""
+    logical: float
+    """DeepEP's reported bytes: NVL (intranode) or RDMA (internode, incl. the own node) per rank."""
+
+
+def deepep_load(nodes: int, per_node: int, kind: str, *, num_tokens: int, hidden: int, num_topk: int,
+                num_experts: int, num_topk_groups: int | None = None,
+                traffic: MoeTraffic | None = None) -> DeepEPLoad:
+    """Per-GPU bytes of one DeepEP normal dispatch/combine on ``nodes`` x ``per_node`` GPUs with the
+    rail-peer forwarding of :func:`_flows`. Cost: O((nodes x per_node)^2)."""
+    tr = traffic or expected_traffic(nodes, per_node, num_tokens, num_topk, num_experts, num_topk_groups)
+    grid = [[f"{k}:{i}" for i in range(per_node)] for k in range(nodes)]
+    node = {r: k for k, loc in enumerate(grid) for r in loc}
+    g = nodes * per_node
+    b = buffer_token_bytes(hidden, kind, num_topk, nodes > 1)
+    acc = dict.fromkeys(("no", "ni", "co", "ci"), 0.0)
+    for a, c, v in _flows(grid, tr, b, "normal"):
+        if kind == "combine":
+            a, c = c, a
+        same = node[a] == node[c]
+        acc["no" if same else "co"] += v
+        acc["ni" if same else "ci"] += v
+    if nodes > 1:
+        logical = float(tr.node_tokens.sum(axis=1).mean()) * token_bytes(hidden, kind)
+    else:
+        logical = float(tr.rank_tokens.sum(axis=1).mean()) * token_bytes(hidden, kind)
+    return DeepEPLoad(acc["no"] / g, acc["ni"] / g, acc["co"] / g, acc["ci"] / g, logical)
+
+
 def _flows(per_node: list[list[str]], tr: MoeTraffic, b: float, mode: str) -> list[tuple[str, str, float]]:
     """Dispatch direction flows (src, dst, bytes)."""
     ranks = [r for loc in per_node for r in loc]
@@ -160,7 +225,8 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     tr = traffic or expected_traffic(len(per_node), sizes.pop(), num_tokens, num_topk, num_experts,
                                      num_topk_groups)
     b = token_bytes(hidden, kind)
-    flows = _flows(per_node, tr, b, mode)
+    wire = buffer_token_bytes(hidden, kind, num_topk, len(per_node) > 1) if mode == "normal" else b
+    flows = _flows(per_node, tr, wire, mode)
     if kind == "combine":
         flows = [(c, a, v) for a, c, v in flows]
     plan = _Plan.of([flows], coupled=False)
