@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 def rows() -> list[dict[str, Any]]:
     from cosim.cli.collective import pick_ranks
     from cosim.engine import SimConfig, Simulator
-    from cosim.engine.moe_comm import deepep, deepep_load
+    from cosim.engine.moe_comm import MoeCommResult, deepep, deepep_load
     from cosim.topology import load_topology
 
     doc = yaml.safe_load((HERE / "deepep_published.yaml").read_text(encoding="utf-8"))
@@ -28,7 +28,7 @@ def rows() -> list[dict[str, Any]]:
         ev = deepep(sim, kind, pick_ranks(topo, ep, 8), num_tokens=doc["num_tokens"], hidden=doc["hidden"],
                     num_topk=doc["num_topk"], num_experts=doc["num_experts"])
         sim.run()
-        r = ev.value
+        r: MoeCommResult = ev.value
         bw = (r.nvl_bw if metric == "nvl" else r.rdma_bw) / 1e9
         load = deepep_load(ep // 8, 8, kind, num_tokens=doc["num_tokens"], hidden=doc["hidden"],
                            num_topk=doc["num_topk"], num_experts=doc["num_experts"])
