@@ -28,7 +28,8 @@ def rows() -> list[dict[str, Any]]:
         ev = deepep(sim, kind, pick_ranks(topo, ep, 8), num_tokens=doc["num_tokens"], hidden=doc["hidden"],
                     num_topk=doc["num_topk"], num_experts=doc["num_experts"])
         sim.run()
-        r: MoeCommResult = ev.value
+        r = ev.value
+        assert isinstance(r, MoeCommResult)
         bw = (r.nvl_bw if metric == "nvl" else r.rdma_bw) / 1e9
         load = deepep_load(ep // 8, 8, kind, num_tokens=doc["num_tokens"], hidden=doc["hidden"],
                            num_topk=doc["num_topk"], num_experts=doc["num_experts"])
