@@ -19,7 +19,7 @@ bytes / time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from math import comb
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ import simpy
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["DeepEPLoad", "MoeCommResult", "MoeTraffic", "buffer_token_bytes", "deepep", "deepep_load",
+__all__ = ["DEEPEP_RATES", "DeepEPLoad", "DeepEPRates", "MoeCommResult", "MoeTraffic", "buffer_token_bytes", "deepep", "deepep_load",
            "expected_traffic", "token_bytes"]
 
 KINDS = ("dispatch", "combine")
@@ -45,6 +45,25 @@ def token_bytes(hidden: int, kind: str) -> float:
     if kind == "combine":
         return 2.0 * hidden
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+@dataclass(frozen=True)
+class DeepEPRates:
+    """Fractions of a link's raw bandwidth (per direction) that DeepEP's normal kernels reach, each from
+    a measurement independent of the published H800 tables scored in validation/moe_comm. They replace
+    the catalog's link efficiency (measured with NCCL) for DeepEP's flows; a fabric link never runs
+    above its catalog efficiency, so a fraction above it is capped there."""
+
+    nvlink: float = 0.655
+    """DeepEP's intranode kernel on H20 (18 NVLink 4 links, 450 GB/s per direction, 24 SMs, DeepEP's
+    test_intranode.py defaults: 4096 tokens, hidden 7168, top-8 of 256 experts): best 337.35 GB/s of
+    DeepEP's NVL metric (deepseek-ai/DeepEP issue #16), of which 7/8 cross NVLink: 295 / 450 = 0.655."""
+    rdma: float = 0.94
+    """NVSHMEM ``shmem_put_bw`` between two H100 nodes with one 400 Gb/s NIC per GPU: ~47 GB/s of 50
+    (deepseek-ai/DeepEP issue #155); DeepEP's RDMA is NVSHMEM (IBGDA) puts."""
+
+
+DEEPEP_RATES = DeepEPRates()
 
 
 def buffer_token_bytes(hidden: int, kind: str, num_topk: int, internode: bool) -> float:
@@ -201,14 +220,33 @@ def _flows(per_node: list[list[str]], tr: MoeTraffic, b: float, mode: str) -> li
     return [(a, c, v) for (a, c), v in acc.items()]
 
 
+def _rate_efficiency(sim: Simulator, flows: list[tuple[str, str, float]], fraction: float) -> float:
+    """Flow efficiency that makes ``flows`` run at ``fraction`` of raw bandwidth on their links: the
+    fraction over the lowest catalog efficiency of the links leaving their sources (NVLink for node-local
+    flows, the NIC's network link for cross-node ones), at most 1."""
+    g = sim.fabric.graph
+    net = any(sim.topo.node_of(a) != sim.topo.node_of(b) for a, b, _ in flows)
+    effs = []
+    for a in {a for a, _, _ in flows}:
+        nic = sim.topo.nic_of(a) if net else None
+        src = nic if nic is not None and nic in g else a
+        kinds = ("infiniband", "ethernet") if net else ("nvlink", "xgmi")
+        effs += [float(d.get("efficiency", 1.0)) for _, _, d in g.out_edges(src, data=True)
+                 if d.get("kind") in kinds]
+    return min(1.0, fraction / min(effs)) if effs else 1.0
+
+
 def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, hidden: int, num_topk: int,
            num_experts: int, num_topk_groups: int | None = None, mode: str = "normal",
-           traffic: MoeTraffic | None = None, latency: float | None = None, name: str | None = None
-           ) -> simpy.Event:
+           traffic: MoeTraffic | None = None, latency: float | None = None, name: str | None = None,
+           rates: DeepEPRates = DEEPEP_RATES) -> simpy.Event:
     """Start a DeepEP dispatch or combine on ``ranks`` now; the event succeeds with a :class:`MoeCommResult`.
 
     ``num_tokens`` per rank; ``traffic`` overrides the uniform-routing expectation (e.g. skewed routing);
-    ``latency`` overrides the launch latency (default: the NCCL p2p launch latency of the parameters).
+    ``latency`` overrides the launch latency (default: the NCCL p2p launch latency of the parameters);
+    ``rates``: the fractions of raw NVLink / NIC bandwidth DeepEP reaches (:class:`DeepEPRates`). The
+    node-local flows (NVLink) and the cross-node flows (RDMA) run side by side on the fabric, each at
+    its rate; the call ends when both have.
     """
     from cosim.engine.collectives import CollectiveResult, _Plan
 
@@ -229,16 +267,29 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     flows = _flows(per_node, tr, wire, mode)
     if kind == "combine":
         flows = [(c, a, v) for a, c, v in flows]
-    plan = _Plan.of([flows], coupled=False)
     params = col.params
     lat = latency if latency is not None else (params.fitted.p2p_latency if params.fitted else
                                                params.base_latency["p2p"]["simple"])
-    eff = params.efficiency(col.shape("all_to_all", ranks), "p2p", "simple", sim.config.nccl.use_calibration)
     env = sim.env
+    label = name or f"deepep_{kind}"
     res = CollectiveResult(f"deepep_{kind}", float(sum(v for _, _, v in flows)), ranks, mode, "", env.now, env.now,
                            lat)
+    node = {r: k for k, loc in enumerate(per_node) for r in loc}
+    intra = [f for f in flows if node[f[0]] == node[f[1]]]
+    inter = [f for f in flows if node[f[0]] != node[f[1]]]
+    parts = [(p, _rate_efficiency(sim, p, rates.nvlink if p is intra else rates.rdma))
+             for p in (intra, inter) if p]
     inner = env.event()
-    env.process(col._execute(plan, 1.0, lat, eff, float("inf"), name or f"deepep_{kind}", res, inner))
+
+    def run() -> Generator[simpy.Event, object, None]:
+        subs = [CollectiveResult(res.op, 0.0, ranks, mode, "", env.now, env.now, lat) for _ in parts]
+        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, float("inf"),
+                                                   label, sub, None))
+                          for (p, e), sub in zip(parts, subs)])
+        res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
+        col._finish(res, label, inner)
+
+    env.process(run())
     out = env.event()
     nvl = float(tr.rank_tokens.sum(axis=1).mean()) * b
     rdma = float(tr.node_tokens.sum(axis=1).mean()) * b if len(per_node) > 1 else 0.0
