@@ -61,6 +61,15 @@ class DeepEPRates:
     rdma: float = 0.94
     """NVSHMEM ``shmem_put_bw`` between two H100 nodes with one 400 Gb/s NIC per GPU: ~47 GB/s of 50
     (deepseek-ai/DeepEP issue #155); DeepEP's RDMA is NVSHMEM (IBGDA) puts."""
+    forward_dispatch: float = 110.6e9
+    """Bytes/s one GPU writes over NVLink in an internode (normal) dispatch at 24 SMs, whatever the
+    NVLink: internode.cu forwards with one warp per destination GPU and channel, one token at a time
+    (TMA load, wait, TMA store), so the kernel, not the link, sets it. Measured on 2 x 8 H200 (NVLink
+    450 GB/s per direction, 2.25x H800's) with CX7 400 Gb/s (deepseek-ai/DeepEP issue #493, DeepEP
+    a84a248, FP8 dispatch 38.19 GB/s RDMA): 174.7 MB of NVLink writes per GPU in 1.58 ms."""
+    forward_combine: float = 127.5e9
+    """The same for the internode combine (issue #493: combine 44.37 GB/s RDMA, 336 MB per GPU in
+    2.64 ms)."""
 
 
 DEEPEP_RATES = DeepEPRates()
@@ -244,9 +253,10 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
 
     ``num_tokens`` per rank; ``traffic`` overrides the uniform-routing expectation (e.g. skewed routing);
     ``latency`` overrides the launch latency (default: the NCCL p2p launch latency of the parameters);
-    ``rates``: the fractions of raw NVLink / NIC bandwidth DeepEP reaches (:class:`DeepEPRates`). The
-    node-local flows (NVLink) and the cross-node flows (RDMA) run side by side on the fabric, each at
-    its rate; the call ends when both have.
+    ``rates``: the fractions of raw NVLink / NIC bandwidth DeepEP reaches and its internode forwarding
+    rate (:class:`DeepEPRates`). The node-local flows (NVLink; internode: each capped at the forwarding
+    rate / (GPUs per node - 1), one warp per destination) and the cross-node flows (RDMA) run side by
+    side on the fabric, each at its rate; the call ends when both have.
     """
     from cosim.engine.collectives import CollectiveResult, _Plan
 
@@ -279,12 +289,16 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     inter = [f for f in flows if node[f[0]] != node[f[1]]]
     parts = [(p, _rate_efficiency(sim, p, rates.nvlink if p is intra else rates.rdma))
              for p in (intra, inter) if p]
+    # internode: NVLink forwarding at the kernel's rate per GPU, split over its per-destination warps
+    fwd = rates.forward_dispatch if kind == "dispatch" else rates.forward_combine
+    caps = {id(intra): fwd / max(1, len(per_node[0]) - 1) if len(per_node) > 1 and mode == "normal" else
+            float("inf")}
     inner = env.event()
 
     def run() -> Generator[simpy.Event, object, None]:
         subs = [CollectiveResult(res.op, 0.0, ranks, mode, "", env.now, env.now, lat) for _ in parts]
-        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, float("inf"),
-                                                   label, sub, None))
+        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e,
+                                                   caps.get(id(p), float("inf")), label, sub, None))
                           for (p, e), sub in zip(parts, subs)])
         res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
         col._finish(res, label, inner)
