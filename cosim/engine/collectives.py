@@ -406,8 +406,8 @@ class Collectives:
                 continue
             if a == "nvls_tree" and not (shape.nvls and shape.nnodes > 1):
                 continue
-            if a == "hier" and shape.nnodes < 2:
-                continue
+            if a == "hier":
+                continue  # not one of NCCL's algorithms: run only when asked for (algo="hier")
             if a == "tree" and shape.nnodes < 2:
                 continue  # NCCL uses trees between nodes only
             for p in ("ll", "ll128", "simple"):
