@@ -559,3 +559,22 @@ def test_cli_collective_comm_sms_caps_the_channels(capsys):
     assert "needs 8 SMs" in capsys.readouterr().err
     assert main(["collective", "-t", "dgx-h100", "--sizes", "1MiB", "--comm-sms", "0"]) == 2
     assert "--comm-sms must be >= 1" in capsys.readouterr().err
+
+
+def test_tuner_picks_only_nccls_algorithms_across_nodes() -> None:
+    """NCCL has no hierarchical all-reduce: across nodes the tuner chooses among ring, tree and NVLS-tree
+    (src/graph/tuning.cc), by size: ring LL at 1 MiB and NVLS-tree from 2 MiB on 2 x 8 H100 (as the
+    published 2-node sweep in validation/collectives: 1 / 2 MiB within 5%); ``algo="hier"`` still runs it."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100-4node")
+    ranks = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
+    assert len(ranks) == 16
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    assert all(a != "hier" for a, _ in sim.collectives.candidates("all_reduce", ranks))
+    assert sim.collectives.choose("all_reduce", ranks, 2**20) == ("ring", "ll")
+    assert sim.collectives.choose("all_reduce", ranks, 2 * 2**20) == ("nvls_tree", "simple")
+    ev = sim.collective("all_reduce", ranks, 2**20, algo="hier")
+    sim.run()
+    assert ev.value.algo == "hier"
