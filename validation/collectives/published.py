@@ -97,7 +97,10 @@ def conflict(last_err: dict[str, float]) -> list[str]:
         "from the data in hand: fp16 (vidur) vs fp32 (nccl-tests) and the NCCL version. What would close it: "
         "vidur's harness and nccl-tests on one machine, fp16 and fp32, 16 MiB to 8 GiB, NCCL version and "
         "NCCL_ALGO recorded.", "",
-        "**2-node NVLS-tree sweep.** Its incremental cost falls with size: 10.4 us/MiB from 1 to 8 MiB "
+        "**2-node NVLS-tree sweep.** At 1-2 MiB the tuner picks among NCCL's own algorithms with NCCL's "
+        "constants (src/graph/tuning.cc: ring, tree, NVLS-tree; ring LL at 1 MiB, NVLS-tree from 2 MiB), within "
+        "5%; before, it could pick a hierarchical all-reduce NCCL does not have (+58% / +28%). From 4 MiB "
+        "its incremental cost falls with size: 10.4 us/MiB from 1 to 8 MiB "
         "(~100 GB/s algbw), ~5.5 us/MiB from 8 to 64 MiB (~190 GB/s), 4.0-4.2 us/MiB from 128 MiB (~255 "
         "GB/s, where cosim is within 4-8% from 1 GiB). The steps fall where NCCL's NVLS-tree chunk grows "
         "(32 KiB below 8 MiB, 64 KiB below 64 MiB, 128 KiB above, at 16 channels x 8 heads), i.e. a "
