@@ -28,6 +28,7 @@ def simulate(sweep: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per published point: size, measured and simulated busbw (GB/s), algo/proto, error."""
     from cosim.cli.collective import pick_ranks
     from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.engine.collectives import CollectiveResult
     from cosim.topology import load_topology
 
     topo = load_topology(sweep["topology"])
@@ -39,6 +40,7 @@ def simulate(sweep: dict[str, Any]) -> list[dict[str, Any]]:
         ev = sim.collective(sweep["op"], ranks, float(size))
         sim.run()
         r = ev.value
+        assert isinstance(r, CollectiveResult)
         bus = r.busbw / 1e9
         out.append({"size": int(size), "measured": float(meas), "sim": bus, "pick": f"{r.algo}/{r.proto}",
                     "err": bus / float(meas) - 1.0})
