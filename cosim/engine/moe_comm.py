@@ -287,19 +287,18 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     node = {r: k for k, loc in enumerate(per_node) for r in loc}
     intra = [f for f in flows if node[f[0]] == node[f[1]]]
     inter = [f for f in flows if node[f[0]] != node[f[1]]]
-    parts = [(p, _rate_efficiency(sim, p, rates.nvlink if p is intra else rates.rdma))
-             for p in (intra, inter) if p]
     # internode: NVLink forwarding at the kernel's rate per GPU, split over its per-destination warps
     fwd = rates.forward_dispatch if kind == "dispatch" else rates.forward_combine
-    caps = {id(intra): fwd / max(1, len(per_node[0]) - 1) if len(per_node) > 1 and mode == "normal" else
-            float("inf")}
+    fwd_cap = fwd / max(1, len(per_node[0]) - 1) if len(per_node) > 1 and mode == "normal" else float("inf")
+    parts = [(p, _rate_efficiency(sim, p, frac), cap)
+             for p, frac, cap in ((intra, rates.nvlink, fwd_cap), (inter, rates.rdma, float("inf"))) if p]
     inner = env.event()
 
     def run() -> Generator[simpy.Event, object, None]:
         subs = [CollectiveResult(res.op, 0.0, ranks, mode, "", env.now, env.now, lat) for _ in parts]
-        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e,
-                                                   caps.get(id(p), float("inf")), label, sub, None))
-                          for (p, e), sub in zip(parts, subs)])
+        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, cap, label, sub,
+                                                   None))
+                          for (p, e, cap), sub in zip(parts, subs)])
         res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
         col._finish(res, label, inner)
 
