@@ -5,7 +5,15 @@ from math import comb
 import pytest
 
 from cosim.engine import SimConfig, Simulator
-from cosim.engine.moe_comm import _flows, deepep, expected_traffic, token_bytes
+from cosim.engine.moe_comm import (
+    DeepEPRates,
+    _flows,
+    buffer_token_bytes,
+    deepep,
+    deepep_load,
+    expected_traffic,
+    token_bytes,
+)
 
 
 def test_token_bytes_by_hand() -> None:
@@ -13,6 +21,36 @@ def test_token_bytes_by_hand() -> None:
     assert token_bytes(7168, "combine") == 2 * 7168
     with pytest.raises(ValueError):
         token_bytes(7168, "gather")
+
+
+def test_buffer_token_bytes_from_deepep_layout() -> None:
+    # intranode.cu channel buffers: FP8 payload + 56 fp32 scales + int32 src_idx + 8 int64 top-k idx + 8 fp32
+    assert buffer_token_bytes(7168, "dispatch", 8, internode=False) == 7168 + 56 * 4 + 4 + 8 * 8 + 8 * 4
+    assert buffer_token_bytes(7168, "combine", 8, internode=False) == 2 * 7168 + 4 + 8 * 4
+    # internode.cu get_num_bytes_per_token: payload + SourceMeta (8) + scales + int32 idx + fp32 weights, 16 B
+    assert buffer_token_bytes(7168, "dispatch", 8, internode=True) == 7472  # 7464 rounded up to 16
+    assert buffer_token_bytes(7168, "combine", 8, internode=True) == 14384  # 14376 rounded up
+    with pytest.raises(ValueError):
+        buffer_token_bytes(7168, "gather", 8, internode=True)
+
+
+def test_deepep_load_ep16_by_hand() -> None:
+    """EP16 (2 nodes x 8) dispatch: with 2 node groups every token goes to both nodes (p_node), a GPU
+    sends its own-node tokens to 7 peers and forwards its rail peer's tokens to 7 peers over NVLink
+    (14 x T x p_rank x b), and its NIC carries only the other node's copy (T x p_node x b)."""
+    t, b = 4096, 7472.0
+    p_rank = 1 - comb(240, 8) / comb(256, 8)
+    p_node = 1 - comb(128, 8) / comb(256, 8)
+    load = deepep_load(2, 8, "dispatch", num_tokens=t, hidden=7168, num_topk=8, num_experts=256)
+    assert load.nvlink_out == pytest.approx(14 * t * p_rank * b)
+    assert load.nvlink_in == pytest.approx(load.nvlink_out)
+    assert load.nic_out == pytest.approx(t * p_node * b)
+    assert load.logical == pytest.approx(2 * t * p_node * token_bytes(7168, "dispatch"))
+    # NVLink bytes per logical RDMA byte: ~2.9 at EP16 against ~1.8 at EP32 (why EP16 is NVLink-bound)
+    ep32 = deepep_load(4, 8, "dispatch", num_tokens=t, hidden=7168, num_topk=8, num_experts=256)
+    assert load.nvlink_out / load.logical == pytest.approx(2.90, abs=0.01)
+    assert ep32.nvlink_out / ep32.logical == pytest.approx(1.78, abs=0.01)
+    assert ep32.nic_out == pytest.approx(3 * t * (1 - comb(192, 8) / comb(256, 8)) * b)
 
 
 def test_expected_traffic_by_hand() -> None:
@@ -65,10 +103,11 @@ def test_deepep_runs_on_the_fabric_and_combine_reverses() -> None:
 
 def test_sim_collective_deepep_intranode_by_hand() -> None:
     """EP8 dispatch on one H800 node through ``sim.collective``: each rank sends 7 x T x p x b bytes to its
-    peers over its 8 NVLinks (25 GB/s each x the catalog's 0.77 x the fitted Simple efficiency) after the
-    p2p launch latency, where
+    peers over its 8 NVLinks (25 GB/s each x DeepEP's NVLink fraction 0.655) after the p2p launch latency,
+    where
     p = 1 - C(224, 8) / C(256, 8) is the chance that one of a token's 8 experts (of 256) is on a given
-    rank (32 experts) and b = 7168 x (1 + 4/128) FP8 bytes with scales."""
+    rank (32 experts) and b = 7492 bytes, DeepEP's intranode buffer bytes per token (FP8 payload, scales,
+    source index, top-k indices and weights)."""
     from cosim.topology import load_topology
 
     topo = load_topology("h800-8node")
@@ -78,11 +117,12 @@ def test_sim_collective_deepep_intranode_by_hand() -> None:
     sim.run()
     r = ev.value
     p = 1 - comb(224, 8) / comb(256, 8)
-    b = 7168 * (1 + 4 / 128)
+    b = 7492
     fit = sim.nccl_params.fitted
-    want = fit.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.77 * fit.efficiency["simple"])
+    want = fit.p2p_latency + 7 * 4096 * p * b / (8 * 25e9 * 0.655)
     assert r.time == pytest.approx(want, rel=1e-6)
-    assert r.nvl_bytes == pytest.approx(8 * 4096 * p * b)  # DeepEP's NVL counts the rank's own tokens
+    # DeepEP's NVL counts the rank's own tokens, at the FP8 payload + scale bytes
+    assert r.nvl_bytes == pytest.approx(8 * 4096 * p * 7168 * (1 + 4 / 128))
     with pytest.raises(ValueError, match="nbytes"):
         sim.collective("deepep_combine", list(topo.gpus)[:8], 1e6, num_tokens=1, hidden=8, num_topk=1,
                        num_experts=8)
@@ -108,3 +148,27 @@ def test_cli_collective_deepep_json_and_bad_input() -> None:
     assert rows[0]["rdma_bw_Bps"] > 0  # two nodes: RDMA
     bad = cli("--op", "deepep_dispatch", "--experts", "100")
     assert bad.returncode == 2 and "multiple of the 64 ranks" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_internode_forwarding_rate_and_nic_rate_by_hand() -> None:
+    """EP16 dispatch on 2 H800 nodes: the NVLink forwarding runs at the kernel's rate per GPU (the cap
+    ``forward_dispatch`` over its 7 destination warps), below DeepEP's NVLink fraction (0.655 x 200
+    GB/s), so t = latency + NVLink bytes per GPU / forward_dispatch; with a fast forwarder the NIC binds
+    instead: t = latency + NIC bytes / (50 GB/s x min(rdma, catalog 0.72))."""
+    from cosim.cli.collective import pick_ranks
+    from cosim.topology import load_topology
+
+    topo = load_topology("h800-8node")
+    kw = dict(num_tokens=4096, hidden=7168, num_topk=8, num_experts=256)
+    load = deepep_load(2, 8, "dispatch", **kw)
+    lat = Simulator(topo, SimConfig(record_trace=False)).nccl_params.fitted.p2p_latency
+    times = {}
+    for fwd in (100e9, 1e15):
+        sim = Simulator(topo, SimConfig(record_trace=False))
+        ev = deepep(sim, "dispatch", pick_ranks(topo, 16, 8), rates=DeepEPRates(forward_dispatch=fwd), **kw)
+        sim.run()
+        times[fwd] = ev.value.time
+    assert times[100e9] == pytest.approx(lat + load.nvlink_out / 100e9, rel=1e-6)
+    # no forwarding cap: NVLink at 131 GB/s (1.33 ms) and the NIC at the catalog's 36 GB/s (0.85 ms) side by side
+    assert load.nvlink_out / (0.655 * 200e9) > load.nic_out / (0.72 * 50e9)
+    assert times[1e15] == pytest.approx(lat + load.nvlink_out / (0.655 * 200e9), rel=1e-6)

@@ -15,8 +15,10 @@ op              algo    flows
 all_reduce      ring    rank -> next: 2(n-1)/n S (R rings over rails, S/R each)
 all_reduce      tree    two trees (chain in node, binary tree of nodes): S/2
                         up and S/2 down per tree edge
-all_reduce      nvls    GPU <-> NVSwitch planes: (n-1)/n S each way
-all_reduce      nvls_   NVLS inside each node ((g-1)/g S each way) + per rail r (local
+all_reduce      nvls    GPU <-> NVSwitch planes: S each way (in-switch reduction:
+                        multimem ld_reduce pulls every GPU's copy of each shard,
+                        multimem st multicasts the reduced shard back)
+all_reduce      nvls_   NVLS inside each node (S each way) + per rail r (local
                 tree    GPU r of each node) two mirrored binary trees of
                         nodes, S/(2 ppn) up and down per tree edge
 all_reduce      hier    phases: intra-node ring reduce-scatter (g-1)/g S; ring
@@ -221,7 +223,8 @@ class Collectives:
         nn = len(nodes)
         ppn = max(len(v) for v in nodes.values())
         nvls = False
-        if (len(ranks) > 1 and self.params.nvls_enable and worst == "nvswitch"
+        # NCCL enables NVLS only with more than 2 GPUs per node (nvls.cc: gpuCount <= 2 -> no NVLS)
+        if (ppn > 2 and self.params.nvls_enable and worst == "nvswitch"
                 and all(topo.has_nvswitch(k) for k in nodes)):
             nvls = self.sim.supports_nvls(ranks[0])
         acc = self.sim._spec("accelerator", ranks[0])
@@ -276,14 +279,13 @@ class Collectives:
         elif op in ("all_gather", "reduce_scatter") and algo == "ring":
             phases = [self._ring_edges(ranks, (n - 1) / n)]
         elif op == "all_reduce" and algo == "nvls":
-            f = (n - 1) / n
+            f = 1.0  # in-switch reduction: each GPU's whole buffer goes up, the whole result comes down
             phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]]
         elif op in ("all_gather", "reduce_scatter") and algo == "nvls":
             up, down = (1.0 / n, (n - 1) / n) if op == "all_gather" else ((n - 1) / n, 1.0 / n)
             phases = [[(r, _NVSW, up) for r in ranks] + [(_NVSW, r, down) for r in ranks]]
         elif op == "all_reduce" and algo == "nvls_tree":
-            g = min(len(x) for x in self._by_node(ranks))
-            f = (g - 1) / g  # as single-node NVLS, on the node's g GPUs
+            f = 1.0  # as single-node NVLS, on the node's GPUs
             phases = [[(r, _NVSW, f) for r in ranks] + [(_NVSW, r, f) for r in ranks]
                       + self._rail_tree_edges(ranks)]
         elif op == "all_reduce" and algo == "tree":
@@ -404,8 +406,8 @@ class Collectives:
                 continue
             if a == "nvls_tree" and not (shape.nvls and shape.nnodes > 1):
                 continue
-            if a == "hier" and shape.nnodes < 2:
-                continue
+            if a == "hier":
+                continue  # not one of NCCL's algorithms: run only when asked for (algo="hier")
             if a == "tree" and shape.nnodes < 2:
                 continue  # NCCL uses trees between nodes only
             for p in ("ll", "ll128", "simple"):
@@ -441,6 +443,7 @@ class Collectives:
                 why = ("the ranks span several nodes (use nvls_tree)" if algo == "nvls" and sh.nnodes > 1 else
                        "the ranks are on one node (use nvls)" if algo == "nvls_tree" and sh.nnodes == 1 else
                        "NVLS is disabled (nvls_enable: false)" if not self.params.nvls_enable else
+                       "NCCL uses NVLS only with more than 2 GPUs per node" if sh.ppn <= 2 else
                        "the ranks are not all on one NVSwitch" if sh.intra != "nvswitch" else
                        f"the GPU ({sh.accel or 'unknown'}) predates Hopper")
                 where = "one node" if algo == "nvls" else "several nodes"

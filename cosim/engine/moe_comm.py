@@ -19,7 +19,7 @@ bytes / time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from math import comb
 from typing import TYPE_CHECKING
@@ -30,7 +30,8 @@ import simpy
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["MoeCommResult", "MoeTraffic", "deepep", "expected_traffic", "token_bytes"]
+__all__ = ["DEEPEP_RATES", "DeepEPLoad", "DeepEPRates", "MoeCommResult", "MoeTraffic", "buffer_token_bytes", "deepep", "deepep_load",
+           "expected_traffic", "token_bytes"]
 
 KINDS = ("dispatch", "combine")
 MODES = ("normal", "low_latency")
@@ -44,6 +45,57 @@ def token_bytes(hidden: int, kind: str) -> float:
     if kind == "combine":
         return 2.0 * hidden
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+@dataclass(frozen=True)
+class DeepEPRates:
+    """Fractions of a link's raw bandwidth (per direction) that DeepEP's normal kernels reach, each from
+    a measurement independent of the published H800 tables scored in validation/moe_comm. They replace
+    the catalog's link efficiency (measured with NCCL) for DeepEP's flows; a fabric link never runs
+    above its catalog efficiency, so a fraction above it is capped there."""
+
+    nvlink: float = 0.655
+    """DeepEP's intranode kernel on H20 (18 NVLink 4 links, 450 GB/s per direction, 24 SMs, DeepEP's
+    test_intranode.py defaults: 4096 tokens, hidden 7168, top-8 of 256 experts): best 337.35 GB/s of
+    DeepEP's NVL metric (deepseek-ai/DeepEP issue #16), of which 7/8 cross NVLink: 295 / 450 = 0.655."""
+    rdma: float = 0.94
+    """NVSHMEM ``shmem_put_bw`` between two H100 nodes with one 400 Gb/s NIC per GPU: ~47 GB/s of 50
+    (deepseek-ai/DeepEP issue #155); DeepEP's RDMA is NVSHMEM (IBGDA) puts."""
+    forward_dispatch: float = 110.6e9
+    """Bytes/s one GPU writes over NVLink in an internode (normal) dispatch at 24 SMs, whatever the
+    NVLink: internode.cu forwards with one warp per destination GPU and channel, one token at a time
+    (TMA load, wait, TMA store), so the kernel, not the link, sets it. Measured on 2 x 8 H200 (NVLink
+    450 GB/s per direction, 2.25x H800's) with CX7 400 Gb/s (deepseek-ai/DeepEP issue #493, DeepEP
+    a84a248, FP8 dispatch 38.19 GB/s RDMA): 174.7 MB of NVLink writes per GPU in 1.58 ms."""
+    forward_combine: float = 127.5e9
+    """The same for the internode combine (issue #493: combine 44.37 GB/s RDMA, 336 MB per GPU in
+    2.64 ms)."""
+
+
+DEEPEP_RATES = DeepEPRates()
+
+
+def buffer_token_bytes(hidden: int, kind: str, num_topk: int, internode: bool) -> float:
+    """Bytes one token occupies in DeepEP's (V1) channel buffers: what crosses NVLink or the NIC per
+    token and destination in the normal kernels (deepseek-ai/DeepEP @dd758ca csrc/kernels/legacy).
+
+    Internode (RDMA sends and NVLink forwarding, ``internode.cu: get_num_bytes_per_token``): the payload
+    + ``SourceMeta`` (two ints, 8 B) + fp32 scales + int32 top-k indices + fp32 top-k weights, aligned
+    to 16 B; dispatch carries all of them (FP8: one scale per 128 channels), combine (called with no
+    scales and no indices) the BF16 payload, the source meta and the weights.
+    Intranode (``intranode.cu`` channel buffers): dispatch = payload + fp32 scales + int32 ``src_idx``
+    + int64 top-k indices (``topk_idx_t``, 64 bits by default) + fp32 weights; combine = BF16 payload
+    + ``src_idx`` + weights.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if internode:
+        raw = (hidden + 8 + 4 * (hidden // 128) + 8 * num_topk if kind == "dispatch"
+               else 2 * hidden + 8 + 4 * num_topk)
+        return float(-(-raw // 16) * 16)
+    if kind == "dispatch":
+        return float(hidden + 4 * (hidden // 128) + 4 + 12 * num_topk)
+    return float(2 * hidden + 4 + 4 * num_topk)
 
 
 def _p_any(pool: int, held: int, k: int) -> float:
@@ -107,6 +159,47 @@ class MoeCommResult:
         return self.rdma_bytes / self.time
 
 
+@dataclass(frozen=True)
+class DeepEPLoad:
+    """Bytes one DeepEP normal dispatch (or combine, the same bytes reversed) puts on each per-GPU
+    resource, mean over ranks, in DeepEP's buffer layout (:func:`buffer_token_bytes`)."""
+
+    nvlink_out: float
+    """Bytes a GPU writes to other GPUs of its node over NVLink (own tokens and forwarded ones)."""
+    nvlink_in: float
+    """Bytes a GPU receives over NVLink from the GPUs of its node."""
+    nic_out: float
+    """Bytes a GPU's NIC sends to other nodes (own-node tokens never cross it)."""
+    nic_in: float
+    """Bytes a GPU's NIC receives from other nodes."""
+    logical: float
+    """DeepEP's reported bytes: NVL (intranode) or RDMA (internode, incl. the own node) per rank."""
+
+
+def deepep_load(nodes: int, per_node: int, kind: str, *, num_tokens: int, hidden: int, num_topk: int,
+                num_experts: int, num_topk_groups: int | None = None,
+                traffic: MoeTraffic | None = None) -> DeepEPLoad:
+    """Per-GPU bytes of one DeepEP normal dispatch/combine on ``nodes`` x ``per_node`` GPUs with the
+    rail-peer forwarding of :func:`_flows`. Cost: O((nodes x per_node)^2)."""
+    tr = traffic or expected_traffic(nodes, per_node, num_tokens, num_topk, num_experts, num_topk_groups)
+    grid = [[f"{k}:{i}" for i in range(per_node)] for k in range(nodes)]
+    node = {r: k for k, loc in enumerate(grid) for r in loc}
+    g = nodes * per_node
+    b = buffer_token_bytes(hidden, kind, num_topk, nodes > 1)
+    acc = dict.fromkeys(("no", "ni", "co", "ci"), 0.0)
+    for a, c, v in _flows(grid, tr, b, "normal"):
+        if kind == "combine":
+            a, c = c, a
+        same = node[a] == node[c]
+        acc["no" if same else "co"] += v
+        acc["ni" if same else "ci"] += v
+    if nodes > 1:
+        logical = float(tr.node_tokens.sum(axis=1).mean()) * token_bytes(hidden, kind)
+    else:
+        logical = float(tr.rank_tokens.sum(axis=1).mean()) * token_bytes(hidden, kind)
+    return DeepEPLoad(acc["no"] / g, acc["ni"] / g, acc["co"] / g, acc["ci"] / g, logical)
+
+
 def _flows(per_node: list[list[str]], tr: MoeTraffic, b: float, mode: str) -> list[tuple[str, str, float]]:
     """Dispatch direction flows (src, dst, bytes)."""
     ranks = [r for loc in per_node for r in loc]
@@ -136,14 +229,34 @@ def _flows(per_node: list[list[str]], tr: MoeTraffic, b: float, mode: str) -> li
     return [(a, c, v) for (a, c), v in acc.items()]
 
 
+def _rate_efficiency(sim: Simulator, flows: list[tuple[str, str, float]], fraction: float) -> float:
+    """Flow efficiency that makes ``flows`` run at ``fraction`` of raw bandwidth on their links: the
+    fraction over the lowest catalog efficiency of the links leaving their sources (NVLink for node-local
+    flows, the NIC's network link for cross-node ones), at most 1."""
+    g = sim.fabric.graph
+    net = any(sim.topo.node_of(a) != sim.topo.node_of(b) for a, b, _ in flows)
+    effs = []
+    for a in {a for a, _, _ in flows}:
+        nic = sim.topo.nic_of(a) if net else None
+        src = nic if nic is not None and nic in g else a
+        kinds = ("infiniband", "ethernet") if net else ("nvlink", "xgmi")
+        effs += [float(d.get("efficiency", 1.0)) for _, _, d in g.out_edges(src, data=True)
+                 if d.get("kind") in kinds]
+    return min(1.0, fraction / min(effs)) if effs else 1.0
+
+
 def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, hidden: int, num_topk: int,
            num_experts: int, num_topk_groups: int | None = None, mode: str = "normal",
-           traffic: MoeTraffic | None = None, latency: float | None = None, name: str | None = None
-           ) -> simpy.Event:
+           traffic: MoeTraffic | None = None, latency: float | None = None, name: str | None = None,
+           rates: DeepEPRates = DEEPEP_RATES) -> simpy.Event:
     """Start a DeepEP dispatch or combine on ``ranks`` now; the event succeeds with a :class:`MoeCommResult`.
 
     ``num_tokens`` per rank; ``traffic`` overrides the uniform-routing expectation (e.g. skewed routing);
-    ``latency`` overrides the launch latency (default: the NCCL p2p launch latency of the parameters).
+    ``latency`` overrides the launch latency (default: the NCCL p2p launch latency of the parameters);
+    ``rates``: the fractions of raw NVLink / NIC bandwidth DeepEP reaches and its internode forwarding
+    rate (:class:`DeepEPRates`). The node-local flows (NVLink; internode: each capped at the forwarding
+    rate / (GPUs per node - 1), one warp per destination) and the cross-node flows (RDMA) run side by
+    side on the fabric, each at its rate; the call ends when both have.
     """
     from cosim.engine.collectives import CollectiveResult, _Plan
 
@@ -160,23 +273,44 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     tr = traffic or expected_traffic(len(per_node), sizes.pop(), num_tokens, num_topk, num_experts,
                                      num_topk_groups)
     b = token_bytes(hidden, kind)
-    flows = _flows(per_node, tr, b, mode)
+    wire = buffer_token_bytes(hidden, kind, num_topk, len(per_node) > 1) if mode == "normal" else b
+    flows = _flows(per_node, tr, wire, mode)
     if kind == "combine":
         flows = [(c, a, v) for a, c, v in flows]
-    plan = _Plan.of([flows], coupled=False)
     params = col.params
     lat = latency if latency is not None else (params.fitted.p2p_latency if params.fitted else
                                                params.base_latency["p2p"]["simple"])
-    eff = params.efficiency(col.shape("all_to_all", ranks), "p2p", "simple", sim.config.nccl.use_calibration)
     env = sim.env
+    label = name or f"deepep_{kind}"
     res = CollectiveResult(f"deepep_{kind}", float(sum(v for _, _, v in flows)), ranks, mode, "", env.now, env.now,
                            lat)
+    node = {r: k for k, loc in enumerate(per_node) for r in loc}
+    intra = [f for f in flows if node[f[0]] == node[f[1]]]
+    inter = [f for f in flows if node[f[0]] != node[f[1]]]
+    # internode: NVLink forwarding at the kernel's rate per GPU, split over its per-destination warps
+    fwd = rates.forward_dispatch if kind == "dispatch" else rates.forward_combine
+    fwd_cap = fwd / max(1, len(per_node[0]) - 1) if len(per_node) > 1 and mode == "normal" else float("inf")
+    parts = [(p, _rate_efficiency(sim, p, frac), cap)
+             for p, frac, cap in ((intra, rates.nvlink, fwd_cap), (inter, rates.rdma, float("inf"))) if p]
     inner = env.event()
-    env.process(col._execute(plan, 1.0, lat, eff, float("inf"), name or f"deepep_{kind}", res, inner))
+
+    def run() -> Generator[simpy.Event, object, None]:
+        subs = [CollectiveResult(res.op, 0.0, ranks, mode, "", env.now, env.now, lat) for _ in parts]
+        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, cap, label, sub,
+                                                   None))
+                          for (p, e, cap), sub in zip(parts, subs)])
+        res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
+        col._finish(res, label, inner)
+
+    env.process(run())
     out = env.event()
     nvl = float(tr.rank_tokens.sum(axis=1).mean()) * b
     rdma = float(tr.node_tokens.sum(axis=1).mean()) * b if len(per_node) > 1 else 0.0
     if mode == "low_latency":
         nvl = rdma = tr.selections * (hidden + hidden / 128 * 4 + 16 if kind == "dispatch" else 2.0 * hidden)
-    inner.callbacks.append(lambda e: out.succeed(MoeCommResult(kind, mode, ranks, res.start, res.end, nvl, rdma)))
+
+    def done(_: simpy.Event) -> None:
+        out.succeed(MoeCommResult(kind, mode, ranks, res.start, res.end, nvl, rdma))
+
+    inner.callbacks.append(done)
     return out

@@ -153,8 +153,11 @@ class NcclParams:
     NCCL's topology search never plans a channel faster than the first entry of its speed arrays (Hopper:
     60 / 48 GB/s), so a communicator of ``c`` channels moves at most ``c`` times that per rank."""
     nvls_efficiency: float
-    """NCCL's ``nvlsEfficiency`` for the GPU generation (Hopper 0.85), a factor on NVLS's bandwidth
-    (used with ``use_calibration=False``; the fitted model has its own)."""
+    """NCCL's ``nvlsEfficiency`` for the GPU generation (Hopper 0.85, Blackwell 0.74), a factor on NVLS's
+    bandwidth; NCCL's tuner also takes ``(nvls_channels - 1) / nvls_channels`` of it (tuning.cc), and so does
+    :meth:`nvls_factor`."""
+    nvls_channels: int = 16
+    """NVLS channels (NCCL_NVLS_NCHANNELS; Hopper 16, src/transport/nvls.cc)."""
     p2p_ll_threshold: float = 16384.0
     """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
     tuner: str = "nccl"
@@ -212,10 +215,14 @@ class NcclParams:
             return intra + 2 * math.log2(max(nn, 1)) * inter_lat
         raise ValueError(f"unknown algorithm {algo!r}")
 
+    def nvls_factor(self) -> float:
+        """NCCL's NVLS bandwidth factor: ``nvlsEfficiency x (nChannels - 1) / nChannels`` (tuning.cc)."""
+        return self.nvls_efficiency * (self.nvls_channels - 1) / self.nvls_channels
+
     def efficiency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
         """Payload fraction of the fabric's link capacity."""
         fit = self.fitted if use_fit else None
-        nv = (fit.nvls_efficiency if fit else self.nvls_efficiency) if algo in ("nvls", "nvls_tree") else 1.0
+        nv = (fit.nvls_efficiency if fit else self.nvls_factor()) if algo in ("nvls", "nvls_tree") else 1.0
         if fit:
             e = fit.efficiency[proto] * nv
         else:
@@ -277,6 +284,7 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
                            **{k: units.parse_bandwidth(v, f"defaults.channel_max_busbw.{k}")
                               for k, v in (d.get("channel_max_busbw") or {}).items()}},
         nvls_efficiency=float(d["nvls_efficiency"]),
+        nvls_channels=int(d.get("nvls_channels", 16)),
         p2p_ll_threshold=units.parse_size(d.get("p2p_ll_threshold", "16KiB"), "p2p_ll_threshold"),
         tuner=str(d.get("tuner", "nccl")),
         fitted=fitted,
