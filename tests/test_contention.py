@@ -88,6 +88,45 @@ def test_pcie_bandwidth_scales_the_wire_part_of_a_copy(tmp_path: Path) -> None:
     assert gpu_times(replay(copies_trace(tmp_path), "dgx-h100", cfg))[1] == (35, 35 + 202.5)
 
 
+def _on(sets: dict[str, str], overrides: dict[str, str] | None = None) -> Any:
+    """dgx-h100 with ``topology.<path>`` knobs and catalog overrides built in, as ``cosim replay --topology`` and
+    scenarios pass it to replay (the config then carries no overrides)."""
+    from cosim.scenario import build_topology
+
+    return build_topology("dgx-h100", None, overrides, {f"topology.{k}": v for k, v in sets.items()})
+
+
+def test_pcie_generation_and_width_of_the_gpu_link(tmp_path: Path) -> None:
+    """The H2D route cpu0 -> pcie0 -> gpu0 is two PCIe 5 x16 links (C0 = 64 GB/s x 0.87 = 55.68 GB/s). The GPU's
+    link as PCIe 4 x16 (`topology.links.gpu-pcie.type=pcie4x16`): C = 32 x 0.8 = 25.6 GB/s, the 8 MiB copy takes
+    o + 395 x 55.68 / 25.6 = 5 + 859.125 us. As PCIe 5 x8 (width halved): C = 32 x 0.87, exactly half: 5 + 790 us.
+    As PCIe 6 x16 alone: the switch -> CPU link (Gen5) still limits the route: no change; with that link Gen6 too:
+    C = 2 C0, 5 + 197.5 us. The 4 KiB copy is fixed cost and keeps its 5 us throughout."""
+    g4 = load_catalog().link("pcie4x16")
+    assert (C0, g4.bandwidth * g4.efficiency) == (pytest.approx(55.68e9), pytest.approx(25.6e9))
+    p = copies_trace(tmp_path)
+    cases = [({"links.gpu-pcie.type": "pcie4x16"}, 5 + 395 * 55.68 / 25.6),
+             ({"links.gpu-pcie.type": "pcie5x8"}, 5 + 395 * 2),
+             ({"links.gpu-pcie.type": "pcie6x16"}, 400),
+             ({"links.gpu-pcie.type": "pcie6x16", "links.pcie-cpu.type": "pcie6x16"}, 5 + 395 / 2)]
+    for sets, want in cases:
+        t = gpu_times(replay(p, _on(sets), EXACT))
+        assert t[0] == (20, 25)
+        assert t[1] == (35, pytest.approx(35 + want, abs=1e-6)), sets
+
+
+def test_what_ifs_built_into_the_topology_act_as_config_overrides(tmp_path: Path) -> None:
+    """Scenarios and `--set topology.<path>` build catalog overrides into the topology and clear them from the
+    config: the copies (C0 from the topology file as traced) and the HBM law must see them all the same."""
+    half = {"links.pcie5x16.bandwidth": f"{PCIE5.bandwidth / 2 / 1e9} GB/s"}
+    assert gpu_times(replay(copies_trace(tmp_path), _on({}, half), EXACT)) == [(20, 25), (35, 35 + 5 + 395 * 2)]
+    hbm = load_catalog().accelerator("h100-sxm5").hbm_bandwidth
+    over = {"accelerators.h100-sxm5.hbm_bandwidth": f"{hbm / 2 / 1e12} TB/s"}
+    via_cfg = gpu_times(replay(comm_trace(tmp_path), "dgx-h100", apply_sets(EXACT, over)))
+    assert gpu_times(replay(comm_trace(tmp_path), _on({"links.gpu-pcie.type": "pcie5x16"}, over), EXACT)) == via_cfg
+    assert via_cfg[2] == (605, 805)
+
+
 def two_streams_trace(tmp_path: Path) -> Path:
     """The 5 us copy, then two 8 MiB copies of 400 us on streams 7 and 8 that overlap (ready at 40, 41)."""
     return write(tmp_path / "two.json", [

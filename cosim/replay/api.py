@@ -211,12 +211,15 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
                for rg in graph.ranks):
         return None
     base_fabric = sim.fabric
-    if cfg.catalog_overrides and (topology.source_file or topology.name):
+    source = getattr(topology, "source_file", None) or getattr(topology, "name", None)
+    if source:  # the traced hardware: the topology file without what-ifs (catalog overrides, topology.<path> sets)
         from cosim.engine import SimConfig, Simulator
         from cosim.topology import load_topology
 
-        base = load_topology(topology.source_file or topology.name)  # the traced hardware: no what-if overrides
-        base_fabric = Simulator(base, SimConfig(record_trace=False)).fabric
+        try:
+            base_fabric = Simulator(load_topology(source), SimConfig(record_trace=False)).fabric
+        except (CosimInputError, OSError):  # a generated topology (scaled to N nodes): its own links are C0
+            base_fabric = sim.fabric
     ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]] = []
     for rg, prog in zip(graph.ranks, programs):
         gpu: str | None
