@@ -252,16 +252,27 @@ class _Device:
         self._reschedule()
 
     def add(self, k: _Kernel) -> None:
-        """Compute kernel ``k`` runs from ``k.start`` (>= now)."""
-        self._advance()
+        """Compute kernel ``k`` runs from ``k.start`` (>= now). The others' rates do not change: O(1)."""
+        n = self.n_comm
+        now = self.env.now
+        if n:
+            r = min(sm_rate(self.sm_count, n, self.comm_sms) if k.sms else 1.0, hbm_rate(k.h, n, self.h_comm))
+            k.rate = r
+            d = (k.start if k.start > now else now) + k.remaining / r
+        else:
+            d = (k.start if k.start > now else now) + k.remaining
+        k.due = d
         self.running.append(k)
-        self._reschedule()
+        if d < self.wake or d <= now:
+            self._wake_at(d)
 
     def _wake_at(self, t: float) -> None:
         self.gen += 1
         self.wake = t
-        gen = self.gen
-        self.env.timeout(t - self.env.now).callbacks.append(lambda _e: self._tick(gen, t))
+        self.env.timeout(t - self.env.now, (self.gen, t)).callbacks.append(self._on_wake)
+
+    def _on_wake(self, ev: Any) -> None:
+        self._tick(*ev.value)
 
     def _reschedule(self) -> None:
         n = self.n_comm
