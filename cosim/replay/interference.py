@@ -210,8 +210,8 @@ class _Device:
     change of the count and the next projected completion, and rates are re-solved only when the count changes
     or a kernel joins or leaves (O(kernels in flight) each)."""
 
-    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "running", "seq", "sm_count", "t_last",
-                 "wake")
+    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "rates", "running", "seq", "sm_count",
+                 "t_last", "wake")
 
     def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float) -> None:
         self.env = env
@@ -226,6 +226,7 @@ class _Device:
         self.t_last = env.now
         self.gen = 0
         self.wake = math.inf
+        self.rates: dict[tuple[int, float, bool], float] = {}
 
     def _advance(self) -> None:
         now = self.env.now
@@ -256,7 +257,7 @@ class _Device:
         n = self.n_comm
         now = self.env.now
         if n:
-            r = min(sm_rate(self.sm_count, n, self.comm_sms) if k.sms else 1.0, hbm_rate(k.h, n, self.h_comm))
+            r = self._rate(n, k)
             k.rate = r
             d = (k.start if k.start > now else now) + k.remaining / r
         else:
@@ -266,22 +267,30 @@ class _Device:
         if d < self.wake or d <= now:
             self._wake_at(d)
 
+    def _rate(self, n: int, k: _Kernel) -> float:
+        """The law's rate of ``k`` beside ``n`` > 0 communication kernels (memoized per n, h_k, SM use)."""
+        key = (n, k.h, k.sms)
+        r = self.rates.get(key)
+        if r is None:
+            r = self.rates[key] = min(sm_rate(self.sm_count, n, self.comm_sms) if k.sms else 1.0,
+                                      hbm_rate(k.h, n, self.h_comm))
+        return r
+
     def _wake_at(self, t: float) -> None:
         self.gen += 1
         self.wake = t
         self.env.timeout(t - self.env.now, (self.gen, t)).callbacks.append(self._on_wake)
 
     def _on_wake(self, ev: Any) -> None:
-        self._tick(*ev.value)
+        self._tick(*ev._value)  # the (generation, time) the timeout was made with
 
     def _reschedule(self) -> None:
         n = self.n_comm
         now = self.env.now
         t = math.inf
         if n:
-            rho_sm = sm_rate(self.sm_count, n, self.comm_sms)
             for k in self.running:
-                r = min(rho_sm if k.sms else 1.0, hbm_rate(k.h, n, self.h_comm))
+                r = self._rate(n, k)
                 k.rate = r
                 d = (k.start if k.start > now else now) + (k.remaining / r if k.remaining > 0 else 0.0)
                 k.due = d
