@@ -209,7 +209,10 @@ def _mode_config(g: Any, kw: dict[str, Any]) -> Any:
     accelerator's HBM bandwidth and on its GPU's PCIe link type)."""
     from cosim.catalog import load_catalog
     from cosim.replay import ReplayConfig, apply_sets
-    from cosim.replay.binding import default_topology, guess_accelerator
+    try:
+        from cosim.replay.binding import default_topology, guess_accelerator
+    except ImportError:  # before the renames (issue 14): for "before" figures
+        from cosim.replay.hardware import default_topology, guess_accelerator  # type: ignore[no-redef]
     from cosim.topology import load_topology
 
     kw = dict(kw)
