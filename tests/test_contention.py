@@ -248,6 +248,40 @@ def test_hbm_bandwidth_scales_memory_bound_kernels_and_their_share(tmp_path: Pat
     assert t == [(95, 295), (195, end), (605, 805), (805, 905)]
 
 
+def test_what_ifs_move_the_step_time_by_the_worked_amount(tmp_path: Path) -> None:
+    """One-step traces: the step time is the GPU span (first GPU op start to last end, docs/REPLAY.md), so a
+    what-if that moves the last op moves the step by exactly as much (expectations as in the tests above).
+    Copy engines 3 -> 1 (H2D beside D2H): the D2H copy ends at 840, not 441: step 421 -> 820 us. GPU link
+    PCIe 5 -> 4: the last copy's wire part x 55.68 / 25.6: step 415 -> 415 + 395 x (55.68 / 25.6 - 1) us.
+    The NCCL kernel and the elementwise kernel it overlaps (the rest of comm_trace dropped): identity step
+    395 - 95 = 300 us; comm SMs 16 -> 32: 295 + (200 x 124 - 100 x 100) / 132 - 95; HBM bandwidth halved:
+    295 + 2 x 200 x 124 / 132 - 100 / 1.2 - 95."""
+    def step(p: Path, topo: Any, cfg: ReplayConfig) -> float:
+        return round(float(replay(p, topo, cfg).summary()["step_time_s"]) / US, 6)
+
+    hd = write(tmp_path / "hd.json", [
+        launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+        launch(25, 4, "cudaMemcpyAsync"), copy(30, 5, 4, 4096, stream=8, kind="DtoH"),
+        launch(35, 2, "cudaMemcpyAsync"), copy(40, 400, 2, MIB8, stream=7),
+        launch(36, 3, "cudaMemcpyAsync"), copy(41, 400, 3, MIB8, stream=8, kind="DtoH")])
+    assert step(hd, "dgx-h100", EXACT) == 421
+    assert step(hd, "dgx-h100", apply_sets(EXACT, {"gpu.copy_engines": "1"})) == 820
+    cp = copies_trace(tmp_path)
+    assert step(cp, "dgx-h100", EXACT) == 415
+    assert step(cp, _on({"links.gpu-pcie.type": "pcie4x16"}), EXACT) == pytest.approx(
+        415 + 395 * (55.68 / 25.6 - 1), abs=1e-6)
+    ev = json.loads(comm_trace(tmp_path).read_text())["traceEvents"][:5]  # ProfilerStep + 2 launches + 2 kernels
+    two = tmp_path / "comm2.json"
+    two.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+                               "traceEvents": ev}))
+    assert step(two, "dgx-h100", EXACT) == 300
+    assert step(two, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "32"})) == round(
+        295 + (200 * 124 - 100 * 100) / 132 - 95, 6)
+    hbm = load_catalog().accelerator("h100-sxm5").hbm_bandwidth
+    half = apply_sets(EXACT, {"accelerators.h100-sxm5.hbm_bandwidth": f"{hbm / 2 / 1e12} TB/s"})
+    assert step(two, "dgx-h100", half) == round(295 + 2 * 200 * 124 / 132 - 100 / 1.2 - 95, 6)
+
+
 def test_block_dispatcher_holds_other_streams_until_the_last_wave(tmp_path: Path) -> None:
     """A kernel of 132 x 2 x 4 blocks of 1024 threads fills an H100 in 4 waves (2 blocks per SM): over
     [100, 500] its last wave starts at 400. A kernel launched on another stream at 190 (ready 195) starts
