@@ -60,6 +60,13 @@ def gpu_times(res: Any) -> list[tuple[float, float]]:
     return [(round(s / US, 6), round(e / US, 6)) for s, e in zip(run.gpu_start, run.gpu_end)]
 
 
+def _put(out: dict[str, tuple[float, float]], key: str) -> Any:
+    """A copy's ``done(start, end)`` that records them under ``key``."""
+    def done(s: float, e: float) -> None:
+        out.setdefault(key, (s, e))
+    return done
+
+
 PCIE5 = load_catalog().link("pcie5x16")
 C0 = PCIE5.bandwidth * PCIE5.efficiency  # H100's GPU <-> CPU route on dgx-h100: cpu0 -> pcie0 -> gpu0, PCIe 5 x16
 
@@ -175,20 +182,24 @@ def test_gpudirect_rdma_through_the_pcie_switch_slows_a_copy(tmp_path: Path) -> 
     cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
     out: dict[str, tuple[float, float]] = {}
     sim.fabric.transfer("nic0", "gpu0", 10 * MIB8, link_latency=False)  # GPUDirect RDMA write, outlasts the copy
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "copy"))
     sim.run()
     assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
     # the RDMA write starting 50 us into the copy (which ran alone until then at 8 MiB / 200 us): the copy
     # moves its remaining 8 MiB * 150 / 200 at C0 / 2
     late = Simulator(topo, SimConfig(record_trace=False))
     cm = CopyModel(late.env, late.fabric, late.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("late", (s, e)))
-    late.env.timeout(50 * US).callbacks.append(lambda _e: late.fabric.transfer("nic0", "gpu0", 10 * MIB8))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "late"))
+
+    def rdma(_e: Any) -> None:
+        late.fabric.transfer("nic0", "gpu0", 10 * MIB8)
+
+    late.env.timeout(50 * US).callbacks.append(rdma)
     late.run()
     assert out["late"][1] == pytest.approx(50 * US + MIB8 * 150 / 200 / (C0 / 2) + 5 * US, rel=1e-9)
     alone = Simulator(topo, SimConfig(record_trace=False))
     cm = CopyModel(alone.env, alone.fabric, alone.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("alone", (s, e)))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "alone"))
     alone.run()
     assert out["alone"][1] == 205 * US
 
@@ -371,7 +382,7 @@ def test_nic_bandwidth_gpudirect_vs_host_staged_beside_a_copy(tmp_path: Path, gp
     cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "node0.gpu0", "node0.cpu0", 2)])
     out: dict[str, tuple[float, float]] = {}
     sim.transfer("node1.gpu0", "node0.gpu0", 200 * MIB8)
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "copy"))
     sim.run()
     if nic == "100 Gb/s":
         assert C0 - 12.5e9 >= MIB8 / (200 * US)

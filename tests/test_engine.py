@@ -144,9 +144,9 @@ def test_comm_kernel_holds_sms_and_compute_runs_at_the_rest() -> None:
     ends: dict[int, tuple[float, float]] = {}
     share.start_comm(0, 0, 0.0)
     share.end_comm(0, 0, 100 * US)
-    share.start(0, 1, 0.0, 80 * US, lambda s, e: ends.setdefault(1, (s, e)))
-    share.start(0, 2, 50 * US, 80 * US, lambda s, e: ends.setdefault(2, (s, e)))
-    share.start(0, 3, 300 * US, 7 * US, lambda s, e: ends.setdefault(3, (s, e)))
+    share.start(0, 1, 0.0, 80 * US, lambda s, e: ends.__setitem__(1, (s, e)))
+    share.start(0, 2, 50 * US, 80 * US, lambda s, e: ends.__setitem__(2, (s, e)))
+    share.start(0, 3, 300 * US, 7 * US, lambda s, e: ends.__setitem__(3, (s, e)))
     env.run()
     assert ends[1][1] == pytest.approx(100 * US, rel=1e-12)
     assert ends[2][1] == pytest.approx(140 * US, rel=1e-12)
