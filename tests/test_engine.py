@@ -6,6 +6,7 @@ tests; that model is gone)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +173,11 @@ def test_kernels_registered_before_their_start_follow_later_comm_changes() -> No
         if second:
             share.start_comm(0, 5, 140 * US)
             share.end_comm(0, 5, 145 * US)
+        def record(j: int) -> Callable[[float, float], None]:
+            return lambda s, e: ends.__setitem__(j, (s, e))
+
         for j, t, w in ((1, 50, 100), (2, 120, 8), (3, 150, 40), (4, 250, 10)):
-            share.start(0, j, t * US, w * US, lambda s, e, j=j: ends.__setitem__(j, (s, e)))
+            share.start(0, j, t * US, w * US, record(j))
         env.run()
         return ends
 
