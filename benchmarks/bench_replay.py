@@ -191,40 +191,91 @@ ENGINE_TRACES = ("param-dlrm-v100x8/kineto", "hta/v100-rank1of2-df.json.gz", "ht
                  "hta/v100-single-ns.json.gz")
 """The largest shared traces: all 8 DLRM ranks together, the V100 and A100 HTA traces."""
 
-ENGINE_MODES = {
+ENGINE_MODES: dict[str, dict[str, Any]] = {
     "identity": {},
     "contended": {"collectives": "simulated"},
     "contended+comm_sms": {"collectives": "simulated", "comm_sms": 32},
+    "what-ifs": {"collectives": "simulated", "comm_sms": 32, "hbm": 0.5, "pcie": 0.25},
 }
-"""identity: measured durations and collectives (copies still run on the fabric, alone); contended:
-collectives as flows on the fabric beside the copies; +comm_sms: also the communication-SM what-if."""
+"""identity: measured durations and collectives (copies still run on the fabric, alone); contended: collectives
+as flows on the fabric beside the copies; +comm_sms: also the communication-SM law (compute kernels slowed while
+they overlap a communication kernel in the simulation); what-ifs: all of that with the replayed accelerator's HBM
+bandwidth halved (memory-bound kernels slower, the law's HBM share) and the GPU's PCIe link type at a quarter of its
+bandwidth (copies four times slower on the wire, so they overlap each other and the collectives' traffic)."""
+
+
+def _mode_config(g: Any, kw: dict[str, Any]) -> Any:
+    """The ReplayConfig of ``kw`` for graph ``g`` on its default topology (``hbm``, ``pcie``: factors on the traced
+    accelerator's HBM bandwidth and on its GPU's PCIe link type)."""
+    from cosim.catalog import load_catalog
+    from cosim.replay import ReplayConfig, apply_sets
+    try:
+        from cosim.replay.binding import default_topology, guess_accelerator
+    except ImportError:  # before the renames (issue 14): for "before" figures
+        from cosim.replay.hardware import default_topology, guess_accelerator  # type: ignore[no-redef]
+    from cosim.topology import load_topology
+
+    kw = dict(kw)
+    hbm, pcie = kw.pop("hbm", None), kw.pop("pcie", None)
+    cfg = ReplayConfig(**kw)
+    sets: dict[str, str] = {}
+    acc = guess_accelerator(g.ranks[0].device_name)
+    cat = load_catalog()
+    if hbm is not None and acc is not None:
+        sets[f"accelerators.{acc}.hbm_bandwidth"] = f"{cat.accelerator(acc).hbm_bandwidth * hbm / 1e9} GB/s"
+    if pcie is not None:
+        topo = load_topology(default_topology(acc))
+        gpu = topo.gpus[0]
+        link = next(d["link"] for _, v, d in topo.graph.edges(gpu, data=True) if str(d.get("link", "")).startswith("pcie"))
+        sets[f"links.{link}.bandwidth"] = f"{cat.link(link).bandwidth * pcie / 1e9} GB/s"
+    return apply_sets(cfg, sets)
 
 
 def engine_throughput(traces: Path, repeat: int = 3) -> list[dict[str, Any]]:
-    """Executor throughput (graph ops per wall second of ``sim_wall_s``, best of ``repeat``) per trace and
-    mode; the graph is loaded once per trace."""
-    from cosim.replay import ReplayConfig, replay
+    """Executor throughput per trace and mode, best of ``repeat``: graph ops per CPU second of the executor's run
+    (``time.process_time`` around :meth:`Executor.run`: the machine is shared, wall time is not a measure) and per
+    wall second (``sim_wall_s``); also CPU seconds of the whole ``replay()`` (compile + run + link report; no
+    summary). The graph is loaded once per trace."""
+    from cosim.replay import replay
+    from cosim.replay.executor import Executor
     from cosim.workload import load_trace
 
+    cpu: list[float] = []
+    orig = Executor.run
+
+    def timed(self: Any) -> Any:
+        t = time.process_time()
+        out = orig(self)
+        cpu.append(time.process_time() - t)
+        return out
+
+    Executor.run = timed  # type: ignore[method-assign]
     rows = []
-    for rel in ENGINE_TRACES:
-        p = traces / rel
-        if not p.exists():
-            continue
-        g = load_trace(p)
-        ops = sum(len(rg.gpu_ops) + len(rg.host_ops) for rg in g.ranks)
-        for mode, kw in ENGINE_MODES.items():
-            try:
-                cfg = ReplayConfig(**kw)
-            except TypeError:  # an older cosim without this knob
+    try:
+        for rel in ENGINE_TRACES:
+            p = traces / rel
+            if not p.exists():
                 continue
-            best, step = float("inf"), None
-            for _ in range(repeat):
-                res = replay(g, None, cfg)
-                best = min(best, res.sim_wall_s)
+            g = load_trace(p)
+            ops = sum(len(rg.gpu_ops) + len(rg.host_ops) for rg in g.ranks)
+            for mode, kw in ENGINE_MODES.items():
+                try:
+                    cfg = _mode_config(g, kw)
+                except TypeError:  # an older cosim without this knob
+                    continue
+                best_cpu = best_wall = best_replay = float("inf")
+                step = None
+                for _ in range(repeat):
+                    t = time.process_time()
+                    res = replay(g, None, cfg)
+                    best_replay = min(best_replay, time.process_time() - t)
+                    best_cpu, best_wall = min(best_cpu, cpu[-1]), min(best_wall, res.sim_wall_s)
                 step = res.summary()["step_time_s"]
-            rows.append({"trace": rel, "mode": mode, "ranks": len(g.ranks), "ops": ops, "executor_s": best,
-                         "ops_per_s": ops / best, "step_time_s": step})
+                rows.append({"trace": rel, "mode": mode, "ranks": len(g.ranks), "ops": ops, "events": res.events,
+                             "executor_cpu_s": best_cpu, "ops_per_cpu_s": ops / best_cpu, "executor_s": best_wall,
+                             "ops_per_s": ops / best_wall, "replay_cpu_s": best_replay, "step_time_s": step})
+    finally:
+        Executor.run = orig  # type: ignore[method-assign]
     return rows
 
 
@@ -234,10 +285,14 @@ def engine_main(traces: Path, repeat: int, as_json: bool) -> int:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{'trace':38s} {'mode':20s} {'ranks':>5} {'graph ops':>9} {'executor':>9} {'ops/s':>11} {'step ms':>9}")
+    print(f"{'trace':34s} {'mode':19s} {'ranks':>5} {'graph ops':>9} {'events':>8} {'exec CPU':>9} "
+          f"{'ops/CPU s':>11} {'ops/wall s':>11} {'replay CPU':>10} {'step ms':>9}")
     for r in rows:
-        print(f"{r['trace']:38s} {r['mode']:20s} {r['ranks']:>5} {r['ops']:>9} {r['executor_s']:>8.3f}s "
-              f"{r['ops_per_s']:>11,.0f} {r['step_time_s'] * 1e3:>9.3f}")
+        print(f"{r['trace']:34s} {r['mode']:19s} {r['ranks']:>5} {r['ops']:>9} {r['events']:>8} "
+              f"{r['executor_cpu_s']:>8.3f}s {r['ops_per_cpu_s']:>11,.0f} {r['ops_per_s']:>11,.0f} "
+              f"{r['replay_cpu_s']:>9.3f}s {r['step_time_s'] * 1e3:>9.3f}")
+    print("\nexec CPU: CPU seconds of the executor's run (best of --repeat); ops = host + GPU ops of all ranks; "
+          "replay CPU: the whole replay() call (compile + run + link report)")
     return 0
 
 

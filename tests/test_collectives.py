@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -528,7 +529,8 @@ def test_nvls_tree_across_nodes() -> None:
     ranks = list(topo.gpus)[:16]
     ev = sim.collective("all_reduce", ranks, 2**32)
     sim.run()
-    assert ev.value.algo == "nvls_tree"
+    res: Any = ev.value
+    assert res.algo == "nvls_tree"
     with pytest.raises(ValueError, match="use nvls_tree"):
         sim.collective("all_reduce", ranks, 2**20, algo="nvls")
 

@@ -60,6 +60,13 @@ def gpu_times(res: Any) -> list[tuple[float, float]]:
     return [(round(s / US, 6), round(e / US, 6)) for s, e in zip(run.gpu_start, run.gpu_end)]
 
 
+def _put(out: dict[str, tuple[float, float]], key: str) -> Any:
+    """A copy's ``done(start, end)`` that records them under ``key``."""
+    def done(s: float, e: float) -> None:
+        out.setdefault(key, (s, e))
+    return done
+
+
 PCIE5 = load_catalog().link("pcie5x16")
 C0 = PCIE5.bandwidth * PCIE5.efficiency  # H100's GPU <-> CPU route on dgx-h100: cpu0 -> pcie0 -> gpu0, PCIe 5 x16
 
@@ -86,6 +93,45 @@ def test_pcie_bandwidth_scales_the_wire_part_of_a_copy(tmp_path: Path) -> None:
     # a Gen6-like doubling halves the wire part: 5 + 395 / 2 = 202.5 us
     cfg = apply_sets(EXACT, {"links.pcie5x16.bandwidth": f"{PCIE5.bandwidth * 2 / 1e9} GB/s"})
     assert gpu_times(replay(copies_trace(tmp_path), "dgx-h100", cfg))[1] == (35, 35 + 202.5)
+
+
+def _on(sets: dict[str, str], overrides: dict[str, str] | None = None) -> Any:
+    """dgx-h100 with ``topology.<path>`` knobs and catalog overrides built in, as ``cosim replay --topology`` and
+    scenarios pass it to replay (the config then carries no overrides)."""
+    from cosim.scenario import build_topology
+
+    return build_topology("dgx-h100", None, overrides, {f"topology.{k}": v for k, v in sets.items()})
+
+
+def test_pcie_generation_and_width_of_the_gpu_link(tmp_path: Path) -> None:
+    """The H2D route cpu0 -> pcie0 -> gpu0 is two PCIe 5 x16 links (C0 = 64 GB/s x 0.87 = 55.68 GB/s). The GPU's
+    link as PCIe 4 x16 (`topology.links.gpu-pcie.type=pcie4x16`): C = 32 x 0.8 = 25.6 GB/s, the 8 MiB copy takes
+    o + 395 x 55.68 / 25.6 = 5 + 859.125 us. As PCIe 5 x8 (width halved): C = 32 x 0.87, exactly half: 5 + 790 us.
+    As PCIe 6 x16 alone: the switch -> CPU link (Gen5) still limits the route: no change; with that link Gen6 too:
+    C = 2 C0, 5 + 197.5 us. The 4 KiB copy is fixed cost and keeps its 5 us throughout."""
+    g4 = load_catalog().link("pcie4x16")
+    assert (C0, g4.bandwidth * g4.efficiency) == (pytest.approx(55.68e9), pytest.approx(25.6e9))
+    p = copies_trace(tmp_path)
+    cases = [({"links.gpu-pcie.type": "pcie4x16"}, 5 + 395 * 55.68 / 25.6),
+             ({"links.gpu-pcie.type": "pcie5x8"}, 5 + 395 * 2),
+             ({"links.gpu-pcie.type": "pcie6x16"}, 400),
+             ({"links.gpu-pcie.type": "pcie6x16", "links.pcie-cpu.type": "pcie6x16"}, 5 + 395 / 2)]
+    for sets, want in cases:
+        t = gpu_times(replay(p, _on(sets), EXACT))
+        assert t[0] == (20, 25)
+        assert t[1] == (35, pytest.approx(35 + want, abs=1e-6)), sets
+
+
+def test_what_ifs_built_into_the_topology_act_as_config_overrides(tmp_path: Path) -> None:
+    """Scenarios and `--set topology.<path>` build catalog overrides into the topology and clear them from the
+    config: the copies (C0 from the topology file as traced) and the HBM law must see them all the same."""
+    half = {"links.pcie5x16.bandwidth": f"{PCIE5.bandwidth / 2 / 1e9} GB/s"}
+    assert gpu_times(replay(copies_trace(tmp_path), _on({}, half), EXACT)) == [(20, 25), (35, 35 + 5 + 395 * 2)]
+    hbm = load_catalog().accelerator("h100-sxm5").hbm_bandwidth
+    over = {"accelerators.h100-sxm5.hbm_bandwidth": f"{hbm / 2 / 1e12} TB/s"}
+    via_cfg = gpu_times(replay(comm_trace(tmp_path), "dgx-h100", apply_sets(EXACT, over)))
+    assert gpu_times(replay(comm_trace(tmp_path), _on({"links.gpu-pcie.type": "pcie5x16"}, over), EXACT)) == via_cfg
+    assert via_cfg[2] == (605, 805)
 
 
 def two_streams_trace(tmp_path: Path) -> Path:
@@ -136,20 +182,24 @@ def test_gpudirect_rdma_through_the_pcie_switch_slows_a_copy(tmp_path: Path) -> 
     cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
     out: dict[str, tuple[float, float]] = {}
     sim.fabric.transfer("nic0", "gpu0", 10 * MIB8, link_latency=False)  # GPUDirect RDMA write, outlasts the copy
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "copy"))
     sim.run()
     assert out["copy"][1] == pytest.approx(5 * US + MIB8 / (C0 / 2), rel=1e-9)
     # the RDMA write starting 50 us into the copy (which ran alone until then at 8 MiB / 200 us): the copy
     # moves its remaining 8 MiB * 150 / 200 at C0 / 2
     late = Simulator(topo, SimConfig(record_trace=False))
     cm = CopyModel(late.env, late.fabric, late.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("late", (s, e)))
-    late.env.timeout(50 * US).callbacks.append(lambda _e: late.fabric.transfer("nic0", "gpu0", 10 * MIB8))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "late"))
+
+    def rdma(_e: Any) -> None:
+        late.fabric.transfer("nic0", "gpu0", 10 * MIB8)
+
+    late.env.timeout(50 * US).callbacks.append(rdma)
     late.run()
     assert out["late"][1] == pytest.approx(50 * US + MIB8 * 150 / 200 / (C0 / 2) + 5 * US, rel=1e-9)
     alone = Simulator(topo, SimConfig(record_trace=False))
     cm = CopyModel(alone.env, alone.fabric, alone.fabric.path_capacity, [(rg, dur, "gpu0", "cpu0", 2)])
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("alone", (s, e)))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "alone"))
     alone.run()
     assert out["alone"][1] == 205 * US
 
@@ -207,6 +257,40 @@ def test_hbm_bandwidth_scales_memory_bound_kernels_and_their_share(tmp_path: Pat
     t = gpu_times(replay(comm_trace(tmp_path), "dgx-h100", cfg))
     end = round(295 + 2 * 200 * 124 / 132 - 100 / 1.2, 6)
     assert t == [(95, 295), (195, end), (605, 805), (805, 905)]
+
+
+def test_what_ifs_move_the_step_time_by_the_worked_amount(tmp_path: Path) -> None:
+    """One-step traces: the step time is the GPU span (first GPU op start to last end, docs/REPLAY.md), so a
+    what-if that moves the last op moves the step by exactly as much (expectations as in the tests above).
+    Copy engines 3 -> 1 (H2D beside D2H): the D2H copy ends at 840, not 441: step 421 -> 820 us. GPU link
+    PCIe 5 -> 4: the last copy's wire part x 55.68 / 25.6: step 415 -> 415 + 395 x (55.68 / 25.6 - 1) us.
+    The NCCL kernel and the elementwise kernel it overlaps (the rest of comm_trace dropped): identity step
+    395 - 95 = 300 us; comm SMs 16 -> 32: 295 + (200 x 124 - 100 x 100) / 132 - 95; HBM bandwidth halved:
+    295 + 2 x 200 x 124 / 132 - 100 / 1.2 - 95."""
+    def step(p: Path, topo: Any, cfg: ReplayConfig) -> float:
+        return round(float(replay(p, topo, cfg).summary()["step_time_s"]) / US, 6)
+
+    hd = write(tmp_path / "hd.json", [
+        launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+        launch(25, 4, "cudaMemcpyAsync"), copy(30, 5, 4, 4096, stream=8, kind="DtoH"),
+        launch(35, 2, "cudaMemcpyAsync"), copy(40, 400, 2, MIB8, stream=7),
+        launch(36, 3, "cudaMemcpyAsync"), copy(41, 400, 3, MIB8, stream=8, kind="DtoH")])
+    assert step(hd, "dgx-h100", EXACT) == 421
+    assert step(hd, "dgx-h100", apply_sets(EXACT, {"gpu.copy_engines": "1"})) == 820
+    cp = copies_trace(tmp_path)
+    assert step(cp, "dgx-h100", EXACT) == 415
+    assert step(cp, _on({"links.gpu-pcie.type": "pcie4x16"}), EXACT) == pytest.approx(
+        415 + 395 * (55.68 / 25.6 - 1), abs=1e-6)
+    ev = json.loads(comm_trace(tmp_path).read_text())["traceEvents"][:5]  # ProfilerStep + 2 launches + 2 kernels
+    two = tmp_path / "comm2.json"
+    two.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+                               "traceEvents": ev}))
+    assert step(two, "dgx-h100", EXACT) == 300
+    assert step(two, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "32"})) == round(
+        295 + (200 * 124 - 100 * 100) / 132 - 95, 6)
+    hbm = load_catalog().accelerator("h100-sxm5").hbm_bandwidth
+    half = apply_sets(EXACT, {"accelerators.h100-sxm5.hbm_bandwidth": f"{hbm / 2 / 1e12} TB/s"})
+    assert step(two, "dgx-h100", half) == round(295 + 2 * 200 * 124 / 132 - 100 / 1.2 - 95, 6)
 
 
 def test_block_dispatcher_holds_other_streams_until_the_last_wave(tmp_path: Path) -> None:
@@ -298,7 +382,7 @@ def test_nic_bandwidth_gpudirect_vs_host_staged_beside_a_copy(tmp_path: Path, gp
     cm = CopyModel(sim.env, sim.fabric, sim.fabric.path_capacity, [(rg, dur, "node0.gpu0", "node0.cpu0", 2)])
     out: dict[str, tuple[float, float]] = {}
     sim.transfer("node1.gpu0", "node0.gpu0", 200 * MIB8)
-    cm.start(0, 1, float(MIB8), dur[1], 0.0, lambda s, e: out.setdefault("copy", (s, e)))
+    cm.start(0, 1, float(MIB8), dur[1], 0.0, _put(out, "copy"))
     sim.run()
     if nic == "100 Gb/s":
         assert C0 - 12.5e9 >= MIB8 / (200 * US)

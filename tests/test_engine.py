@@ -6,6 +6,7 @@ tests; that model is gone)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,13 +145,48 @@ def test_comm_kernel_holds_sms_and_compute_runs_at_the_rest() -> None:
     ends: dict[int, tuple[float, float]] = {}
     share.start_comm(0, 0, 0.0)
     share.end_comm(0, 0, 100 * US)
-    share.start(0, 1, 0.0, 80 * US, lambda s, e: ends.setdefault(1, (s, e)))
-    share.start(0, 2, 50 * US, 80 * US, lambda s, e: ends.setdefault(2, (s, e)))
-    share.start(0, 3, 300 * US, 7 * US, lambda s, e: ends.setdefault(3, (s, e)))
+    share.start(0, 1, 0.0, 80 * US, lambda s, e: ends.__setitem__(1, (s, e)))
+    share.start(0, 2, 50 * US, 80 * US, lambda s, e: ends.__setitem__(2, (s, e)))
+    share.start(0, 3, 300 * US, 7 * US, lambda s, e: ends.__setitem__(3, (s, e)))
     env.run()
     assert ends[1][1] == pytest.approx(100 * US, rel=1e-12)
     assert ends[2][1] == pytest.approx(140 * US, rel=1e-12)
     assert ends[3] == (300 * US, 300 * US + 7 * US)
+
+
+def test_kernels_registered_before_their_start_follow_later_comm_changes() -> None:
+    """Kernels and communication kernels registered at t = 0 for later (the executor resolves ops ahead of the
+    clock); S = 100, c = 20, a communication kernel over [100, 200]. A kernel of 100 us from 50: 50 us at full
+    speed, then 50 us of work at 0.8 = 62.5 us: ends at 162.5. One of 8 us from 120: at 0.8, ends at 130. One
+    of 40 us from 150: at 0.8 until 200 (40 us of work done): ends at 200. One of 10 us from 250: alone, ends
+    exactly at 260. A second communication kernel over [140, 145] (n = 2: 60 free SMs, rate 0.6) slows the
+    first kernel further: over those 5 us it does 3 us instead of 4, so it ends 1 / 0.8 = 1.25 us later."""
+    def run(second: bool) -> dict[int, tuple[float, float]]:
+        env = simpy.Environment()
+        plan = {"roles": np.array([COMM, COMPUTE, COMPUTE, COMPUTE, COMPUTE, COMM]), "h": np.zeros(6),
+                "sms": np.ones(6, dtype=bool), "work": np.ones(6), "device": np.zeros(6, dtype=np.int64),
+                "sm_count": 100.0, "comm_sms": 20.0, "h_comm": 0.0, "traced_comm_sms": 20.0}
+        share = GpuShare(env, {0: plan})
+        ends: dict[int, tuple[float, float]] = {}
+        share.start_comm(0, 0, 100 * US)
+        share.end_comm(0, 0, 200 * US)
+        if second:
+            share.start_comm(0, 5, 140 * US)
+            share.end_comm(0, 5, 145 * US)
+        def record(j: int) -> Callable[[float, float], None]:
+            return lambda s, e: ends.__setitem__(j, (s, e))
+
+        for j, t, w in ((1, 50, 100), (2, 120, 8), (3, 150, 40), (4, 250, 10)):
+            share.start(0, j, t * US, w * US, record(j))
+        env.run()
+        return ends
+
+    ends = run(False)
+    assert [round(ends[j][1] / US, 9) for j in (1, 2, 3)] == [162.5, 130, 200]
+    assert ends[4] == (250 * US, 250 * US + 10 * US)  # never slowed: exactly start + work
+    ends = run(True)
+    assert round(ends[1][1] / US, 9) == 163.75
+    assert round(ends[2][1] / US, 9) == 130  # [120, 130) at 0.8: done before the second one starts
 
 
 def comm_trace(tmp_path: Path) -> Path:

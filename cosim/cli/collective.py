@@ -124,7 +124,7 @@ def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str
         except ValueError as exc:
             raise CosimInputError(str(exc)) from None
         sim.run()
-        r = ev.value
+        r: Any = ev.value
         rows.append({"size_bytes": int(s) if float(s).is_integer() else s, "time_s": r.time, "algbw_Bps": r.algbw, "busbw_Bps": r.busbw,
                      "algo": r.algo, "proto": r.proto})
     return rows
@@ -144,7 +144,7 @@ def deepep_rows(topo: Any, op: str, ranks: list[str], tokens: list[int], *, hidd
         except ValueError as exc:
             raise CosimInputError(f"--op {op}: {exc}") from None
         sim.run()
-        r = ev.value
+        r: Any = ev.value
         rows.append({"tokens": t, "time_s": r.time, "nvl_bytes": r.nvl_bytes, "rdma_bytes": r.rdma_bytes,
                      "nvl_bw_Bps": r.nvl_bw, "rdma_bw_Bps": r.rdma_bw, "mode": mode})
     return rows

@@ -168,7 +168,10 @@ class CollectiveCall:
         self.arrived[rank] = self.sim.env.now
         if len(self.arrived) == len(self.ranks):
             ev = self.sim.collectives.run(self.op, self.ranks, self.nbytes, **self.kw)
-            ev.callbacks.append(lambda e: self.done.succeed(e.value))
+            def fire(e: simpy.Event) -> None:
+                self.done.succeed(e.value)
+
+            ev.callbacks.append(fire)
             self.sim.forget_call(self.key)
         return self.done
 
@@ -622,8 +625,11 @@ class Collectives:
             if memo.links.size and fab.links_idle(memo.links):
                 t0 = sim.env.now
                 wake = sim.env.event()  # the hold starts now: a flow starting later at this instant wakes it
-                h = fab.hold(memo.links, lambda: wake.succeed(self._materialize(h, memo, plan, scale, lat, eff, cap,
-                                                                                  label, net_eff, t0)))
+
+                def on_wake() -> None:
+                    wake.succeed(self._materialize(h, memo, plan, scale, lat, eff, cap, label, net_eff, t0))
+
+                h = fab.hold(memo.links, on_wake)
                 fab.n_coalesced += 1
                 sim.env.process(self._coalesced(memo, plan, scale, eff, cap, label, res, done, net_eff, h, wake))
                 return
@@ -688,7 +694,8 @@ class Collectives:
             res.bytes_on_fabric = memo.moved
         else:
             fab.n_coalesced -= 1
-            evs, k, wait, moved = wake.value
+            got: tuple[list[simpy.Event], int, float, float] = wake.value  # type: ignore[assignment]
+            evs, k, wait, moved = got
             if wait > 0:
                 yield env.timeout(wait)
             if evs:
@@ -724,10 +731,10 @@ class Collectives:
         real[ok] = [fab.copy_segment(sc.fabric, int(x)) for x in segs[ok].tolist()]
         evs = []
         groups: dict[int, int] = {}
-        for g, c in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
-            sel = (grp == g) & (wcap == c)
+        for g, cg in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
+            sel = (grp == g) & (wcap == cg)
             ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
-            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=c, link_latency=False, group=ng, name=label,
+            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=cg, link_latency=False, group=ng, name=label,
                                       multiplicity=mult[sel], merge=False))
         if k >= 0:
             moved += float((plan.phases[k][2] * scale).sum())

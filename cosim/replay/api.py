@@ -9,10 +9,11 @@ runs them on the engine (:mod:`cosim.replay.executor`, collectives mapped by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
@@ -79,6 +80,8 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         raise CosimInputError("the workload has no ranks to replay")
     notes: list[str] = list(graph.warnings()) if hasattr(graph, "warnings") else []
     traced = cfg.traced_accelerator or guess_accelerator(graph.ranks[0].device_name)
+    as_written = topology is None or isinstance(topology, (str, Path))
+    as_written = as_written and not cfg.catalog_overrides
     topology = _bind_topology(topology, cfg, traced)
     if needs_projection(graph):
         graph = project_onto(graph, topology, cfg.accelerator, kernel_model=RooflineModel)
@@ -96,7 +99,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
                 for rg, d, o in zip(graph.ranks, durs.per_rank, offsets)]
     env = simpy.Environment()
     sim = _simulator(topology, cfg, env)
-    copies = _copy_model(sim, graph, programs, topology, cfg)
+    copies = _copy_model(sim, graph, programs, topology, cfg, as_written)
     runner = finish_fabric = fabric_usage = None
     if cfg.collectives == "simulated":
         runner = collective_runner(sim, topology, cfg, notes, fold_stage(graph, topology))
@@ -201,22 +204,42 @@ def _simulator(topology: Any, cfg: ReplayConfig, env: simpy.Environment) -> Any:
     return Simulator(topology, SimConfig(record_trace=False, nccl=nccl), env=env)
 
 
+_AS_WRITTEN: dict[tuple[str, int], Any] = {}
+"""(topology file, its mtime) -> idle route capacity of the file as written (the copies' ``C0``)."""
+
+
+def _as_written_capacity(topology: Any, sim: Any) -> Callable[[str, str], float]:
+    """Idle route capacity on the topology file as written, without catalog overrides or ``topology.<path>``
+    knobs (the traced hardware); the topology's own when it has no file (a generated or in-memory one)."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    source = getattr(topology, "source_file", None) or getattr(topology, "name", None)
+    if not source:
+        return cast(Callable[[str, str], float], sim.fabric.path_capacity)
+    try:
+        key = (str(source), os.stat(source).st_mtime_ns if os.path.exists(source) else 0)
+        cap = _AS_WRITTEN.get(key)
+        if cap is None:
+            if len(_AS_WRITTEN) >= 4:
+                _AS_WRITTEN.clear()
+            cap = _AS_WRITTEN[key] = Simulator(load_topology(source), SimConfig(record_trace=False)).fabric.path_capacity
+        return cast(Callable[[str, str], float], cap)
+    except (CosimInputError, OSError):  # a generated topology (scaled to N nodes): its own links are C0
+        return cast(Callable[[str, str], float], sim.fabric.path_capacity)
+
+
 def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], topology: Any,
-                cfg: ReplayConfig) -> CopyModel | None:
-    """Host <-> device copies of every rank as fabric flows (cosim.replay.copies); None when there are none."""
+                cfg: ReplayConfig, as_written: bool = False) -> CopyModel | None:
+    """Host <-> device copies of every rank as fabric flows (cosim.replay.copies); None when there are none.
+    ``as_written``: the topology is its file as written (loaded here with no what-if), so it is its own ``C0``."""
     from cosim.engine import GpuConfig
 
     if not any(((rg.gpu_ops.kind == GpuKind.MEMCPY) & ((rg.gpu_ops.copy_kind == CopyKind.HTOD)
                                                       | (rg.gpu_ops.copy_kind == CopyKind.DTOH))).any()
                for rg in graph.ranks):
         return None
-    base_fabric = sim.fabric
-    if cfg.catalog_overrides and (topology.source_file or topology.name):
-        from cosim.engine import SimConfig, Simulator
-        from cosim.topology import load_topology
-
-        base = load_topology(topology.source_file or topology.name)  # the traced hardware: no what-if overrides
-        base_fabric = Simulator(base, SimConfig(record_trace=False)).fabric
+    base_capacity = sim.fabric.path_capacity if as_written else _as_written_capacity(topology, sim)
     ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]] = []
     for rg, prog in zip(graph.ranks, programs):
         gpu: str | None
@@ -228,7 +251,7 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
             gpu = cpu = None
         ranks.append((rg, prog.gpu_dur, gpu, cpu,
                       copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
-    return CopyModel(sim.env, sim.fabric, base_fabric.path_capacity, ranks)
+    return CopyModel(sim.env, sim.fabric, base_capacity, ranks)
 
 
 def _as_graph(src: ExecutionGraph | str | Path | Sequence[str | Path]) -> tuple[ExecutionGraph, list[str]]:

@@ -149,8 +149,10 @@ def resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str
 
 
 def hbm_parts(topology: Any, cfg: ReplayConfig, acc_id: str | None) -> tuple[Any, Any]:
-    """(catalog accelerator, its overridden copy) when catalog overrides apply to measured durations."""
-    if acc_id is None or not cfg.catalog_overrides or cfg.durations == "modeled":
+    """(catalog accelerator, the topology's copy of it) for measured durations: they differ where a what-if
+    overrides the accelerator (``cfg.catalog_overrides``, or overrides already built into ``topology`` as
+    scenarios and ``topology.<path>`` knobs do)."""
+    if acc_id is None or cfg.durations == "modeled":
         return None, None
     from cosim.catalog import load_catalog
 

@@ -37,6 +37,7 @@ scaling, cosim.replay.binding).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from typing import Any
@@ -187,7 +188,7 @@ def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_
 
 
 class _Kernel:
-    __slots__ = ("done", "h", "rate", "remaining", "sms", "start", "touched", "work")
+    __slots__ = ("done", "due", "h", "rate", "remaining", "sms", "start", "touched", "work")
 
     def __init__(self, work: float, h: float, sms: bool, start: float, done: Callable[[float, float], None]) -> None:
         self.work = work
@@ -198,13 +199,19 @@ class _Kernel:
         self.done = done
         self.rate = 1.0
         self.touched = False
+        self.due = math.inf
 
 
 class _Device:
-    """One GPU: the compute kernels in flight (remaining standalone seconds) and the communication kernels
-    active; rates re-solved when either set changes (O(kernels in flight) per change)."""
+    """One GPU: its compute kernels (remaining standalone seconds; a kernel registered before its start waits in
+    the set and progresses from its start), the communication kernels active, and the changes of that count to
+    come, in time order. Compute kernels do not slow each other (their measured durations hold that), so each
+    one's rate depends only on the count: one simpy timeout is pending per device, at the earlier of the next
+    change of the count and the next projected completion, and rates are re-solved only when the count changes
+    or a kernel joins or leaves (O(kernels in flight) each)."""
 
-    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "running", "sm_count", "t_last")
+    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "rates", "running", "seq", "sm_count",
+                 "t_last", "wake")
 
     def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float) -> None:
         self.env = env
@@ -213,50 +220,115 @@ class _Device:
         self.h_comm = h_comm
         self.n_comm = 0
         self.running: list[_Kernel] = []
+        self.pending: list[tuple[float, int, int]] = []
+        """Heap of changes of the communication-kernel count to come: (time, order, delta)."""
+        self.seq = 0
         self.t_last = env.now
         self.gen = 0
+        self.wake = math.inf
+        self.rates: dict[tuple[int, float, bool], float] = {}
 
     def _advance(self) -> None:
         now = self.env.now
-        dt = now - self.t_last
-        if dt > 0:
+        t0 = self.t_last
+        if now > t0:
             for k in self.running:
-                k.remaining -= k.rate * dt
+                b = k.start
+                if b < now:
+                    k.remaining -= k.rate * (now - (b if b > t0 else t0))
+                    if k.rate != 1.0:
+                        k.touched = True
         self.t_last = now
 
-    def comm(self, delta: int) -> None:
+    def comm(self, t: float, delta: int) -> None:
+        """From ``t`` (>= now), ``delta`` more communication kernels."""
+        if t > self.env.now:
+            self.seq += 1
+            heapq.heappush(self.pending, (t, self.seq, delta))
+            if t < self.wake:
+                self._wake_at(t)
+            return
         self._advance()
         self.n_comm += delta
         self._reschedule()
 
     def add(self, k: _Kernel) -> None:
-        self._advance()
+        """Compute kernel ``k`` runs from ``k.start`` (>= now). The others' rates do not change: O(1)."""
+        n = self.n_comm
+        now = self.env.now
+        if n:
+            r = self._rate(n, k)
+            k.rate = r
+            d = (k.start if k.start > now else now) + k.remaining / r
+        else:
+            d = (k.start if k.start > now else now) + k.remaining
+        k.due = d
         self.running.append(k)
-        self._reschedule()
+        if d < self.wake or d <= now:
+            self._wake_at(d)
+
+    def _rate(self, n: int, k: _Kernel) -> float:
+        """The law's rate of ``k`` beside ``n`` > 0 communication kernels (memoized per n, h_k, SM use)."""
+        key = (n, k.h, k.sms)
+        r = self.rates.get(key)
+        if r is None:
+            r = self.rates[key] = min(sm_rate(self.sm_count, n, self.comm_sms) if k.sms else 1.0,
+                                      hbm_rate(k.h, n, self.h_comm))
+        return r
+
+    def _wake_at(self, t: float) -> None:
+        self.gen += 1
+        self.wake = t
+        self.env.timeout(t - self.env.now, (self.gen, t)).callbacks.append(self._on_wake)
+
+    def _on_wake(self, ev: Any) -> None:
+        self._tick(*ev._value)  # the (generation, time) the timeout was made with
 
     def _reschedule(self) -> None:
-        self.gen += 1
-        if not self.running:
-            return
         n = self.n_comm
-        rho_sm = sm_rate(self.sm_count, n, self.comm_sms) if n else 1.0
-        nxt = math.inf
-        for k in self.running:
-            r = min(rho_sm if k.sms else 1.0, hbm_rate(k.h, n, self.h_comm)) if n else 1.0
-            k.rate = r
-            if r != 1.0:
-                k.touched = True
-            nxt = min(nxt, max(k.remaining, 0.0) / r)
-        gen = self.gen
-        self.env.timeout(nxt).callbacks.append(lambda _e: self._tick(gen))
+        now = self.env.now
+        t = math.inf
+        if n:
+            for k in self.running:
+                r = self._rate(n, k)
+                k.rate = r
+                d = (k.start if k.start > now else now) + (k.remaining / r if k.remaining > 0 else 0.0)
+                k.due = d
+                if d < t:
+                    t = d
+        else:
+            for k in self.running:
+                k.rate = 1.0
+                d = (k.start if k.start > now else now) + (k.remaining if k.remaining > 0 else 0.0)
+                k.due = d
+                if d < t:
+                    t = d
+        if self.pending and self.pending[0][0] < t:
+            t = self.pending[0][0]
+        if t == math.inf:
+            self.gen += 1  # nothing to come: a pending wake-up is stale
+            self.wake = math.inf
+        elif t != self.wake or t <= now:
+            self._wake_at(t)
 
-    def _tick(self, gen: int) -> None:
+    def _tick(self, gen: int, target: float) -> None:
         if gen != self.gen:
             return
+        self.wake = math.inf
         self._advance()
         now = self.env.now
-        fin = [k for k in self.running if k.remaining <= 1e-12 * k.work + 1e-15]
-        self.running = [k for k in self.running if k.remaining > 1e-12 * k.work + 1e-15]
+        due = now if now > target else target  # the clock may land an ulp short of the time it woke for
+        pend = self.pending
+        while pend and pend[0][0] <= due:
+            self.n_comm += heapq.heappop(pend)[2]
+        fin = []
+        keep = []
+        for k in self.running:
+            if k.start <= due and (k.due <= due or k.remaining <= 1e-12 * k.work + 1e-15):
+                fin.append(k)
+            else:
+                keep.append(k)
+        self.running = keep
         self._reschedule()
         for k in fin:
             k.done(k.start, now if k.touched else k.start + k.work)  # never slowed: exactly start + work
@@ -291,30 +363,20 @@ class GpuShare:
             d = self.devices[key] = _Device(self.env, p["sm_count"], p["comm_sms"], p["h_comm"])
         return d
 
-    def _at(self, t: float, fn: Callable[[], None]) -> None:
-        delay = t - self.env.now
-        if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _e: fn())
-        else:
-            fn()
-
     def start_comm(self, rank: int, j: int, t: float) -> None:
         """Communication op ``j`` of ``rank`` holds its SMs and HBM share from ``t`` (>= now)."""
-        d = self._device(rank, j)
-        self._at(t, lambda: d.comm(1))
+        self._device(rank, j).comm(t, 1)
 
     def end_comm(self, rank: int, j: int, t: float) -> None:
         """... until ``t`` (>= now)."""
-        d = self._device(rank, j)
-        self._at(t, lambda: d.comm(-1))
+        self._device(rank, j).comm(t, -1)
 
     def start(self, rank: int, j: int, t: float, duration: float, done: Callable[[float, float], None]) -> None:
         """Compute op ``j`` of ``rank`` (its duration in the replay ``duration``) starts at ``t`` (>= now);
         ``done(start, end)`` is called at its simulated end (from a simpy callback, never synchronously)."""
-        d = self._device(rank, j)
         k = _Kernel(duration * self._work[rank][j], self._h[rank][j], self._sms[rank][j], t, done)
         self.count += 1
-        self._at(t, lambda: d.add(k))
+        self._device(rank, j).add(k)
 
 
 def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,
