@@ -64,6 +64,8 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from cosim.topology.routing import iter_links
+
 __all__ = ["Fabric", "FabricConfig", "LinkStats"]
 
 _INF = math.inf
@@ -253,13 +255,11 @@ class Fabric:
         self.link_id: dict[tuple[str, str], int] = {}
         caps: list[float] = []
         lats: list[float] = []
-        for u, v, d in graph.edges(data=True):
-            if "bandwidth" not in d:
-                raise ValueError(f"edge {u}->{v} has no bandwidth")
-            self.link_id[(u, v)] = len(self.links)
-            self.links.append((u, v))
-            caps.append(float(d["bandwidth"]) * float(d.get("efficiency", 1.0)) * self.config.bandwidth_scale)
-            lats.append(float(d.get("latency", 0.0)) * self.config.latency_scale)
+        for ln in iter_links(graph):
+            self.link_id[(ln.src, ln.dst)] = len(self.links)
+            self.links.append((ln.src, ln.dst))
+            caps.append(ln.bandwidth * ln.efficiency * self.config.bandwidth_scale)
+            lats.append(ln.latency * self.config.latency_scale)
         self.capacity = np.asarray(caps, dtype=float)
         """Effective capacity per link (bytes/s)."""
         self.latency = np.asarray(lats, dtype=float)
