@@ -131,7 +131,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
 
 
 def test_fold_replicas_partition_a_stage() -> None:
-    from cosim.replay.api import _fold_replicas
+    from cosim.replay.collective_map import fold_replicas as _fold_replicas
 
     assert _fold_replicas([0, 2, 4, 6], 8) == [[1, 3, 5, 7]]  # DP group of tp position 0 (tp 2)
     assert _fold_replicas([8, 9], 8) == [[10, 11], [12, 13], [14, 15]]  # TP groups of stage 1
@@ -146,7 +146,7 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
     collective also runs its stage's equivalent groups; without them it is 23% fast."""
     import yaml
 
-    import cosim.replay.api as api
+    import cosim.replay.collective_map as cmap
     from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.scenario import build_topology
@@ -163,11 +163,11 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
                                                  batch={"global": 64, "micro": 1, "seq": 1024}, precision="bf16"))
         return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
 
-    assert api._fabric_blocks(topo.graph)
-    assert not api._fabric_blocks(build_topology("dgx-h100", None, nodes=8).graph)  # non-blocking: no replicas
+    assert cmap.fabric_blocks(topo.graph)
+    assert not cmap.fabric_blocks(build_topology("dgx-h100", None, nodes=8).graph)  # non-blocking: no replicas
     full, folded = step(False), step(True)
     assert folded == pytest.approx(full, rel=5e-3)
-    monkeypatch.setattr(api, "_fold_replicas", lambda members, stage: [])
+    monkeypatch.setattr(cmap, "fold_replicas", lambda members, stage: [])
     assert step(True) < 0.9 * full
 
 
