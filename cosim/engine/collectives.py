@@ -189,9 +189,9 @@ class Collectives:
     # ----------------------------------------------------------- topology facts
     def _hw_class(self, src: str, dst: str) -> str:
         """nvswitch, nvlink, pci or net: the slowest kind of hop from src to dst."""
-        g = self.sim.topo.graph
+        topo = self.sim.topo
         path = self.sim.fabric.paths(src, dst)[0]
-        kinds = {g.nodes[n].get("kind") for n in path[1:-1]}
+        kinds = {topo.kind_of(n) for n in path[1:-1]}
         if "nic" in kinds or "fabric_switch" in kinds:
             return "net"
         if kinds & {"pcie_switch", "cpu"}:
