@@ -223,7 +223,7 @@ class ClusterRouter:
         self._mid: dict[tuple[str, str], list[list[str]]] = {}
         self._node_of: dict[str, int] = {}
         gpus = topo.gpus
-        self._first = {}
+        self._first: dict[int, str] = {}
         for gp in gpus:
             k = topo.node_of(gp)
             self._first.setdefault(k, gp.split(".", 1)[0] + "." if "." in gp else "")
