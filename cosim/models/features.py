@@ -270,9 +270,9 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
             elif f.kernel[j] and not _GEMM_NAME.search(f.kernel[j].replace("fbgemm", "")):
                 f.cls[j] = "other"  # a non-GEMM kernel (embedding, permute) under a GEMM-class op
         elif c == "attention":
-            d = _attn_dims(op, shapes)
-            if d is not None:
-                b, h, sq, sk, hd, bwd = d
+            ad = _attn_dims(op, shapes)
+            if ad is not None:
+                b, h, sq, sk, hd, bwd = ad
                 f.batch[j], f.heads[j], f.m[j], f.n[j], f.k[j], f.bwd[j] = b, h, sq, sk, hd, bwd
                 f.dtype[j] = tdt or "bf16"
                 fl = 4.0 * b * h * sq * sk * hd * (2.5 if bwd else 1.0)

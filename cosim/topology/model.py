@@ -263,10 +263,10 @@ class Topology:
             n = self.nodes
             half = n // 2
             order = list(range(n))
-            splits = [(order[:half], order[n - half:]), (order[0::2][:half], order[1::2][:half])]
+            node_splits = [(order[:half], order[n - half:]), (order[0::2][:half], order[1::2][:half])]
             graph = self.graph
             cuts = []
-            for a_nodes, b_nodes in splits:
+            for a_nodes, b_nodes in node_splits:
                 a = [g for g in gpus if self._node[g] in set(a_nodes)]
                 b = [g for g in gpus if self._node[g] in set(b_nodes)]
                 cuts.append(self._max_flow(graph, a, b))
