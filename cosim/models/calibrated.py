@@ -552,7 +552,7 @@ def _lsq(fun: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, lo: np.ndarray
 
 
 def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
-             peak: np.ndarray, dur: np.ndarray, hw: HardwareFigures,
+             peak: np.ndarray | float, dur: np.ndarray, hw: HardwareFigures,
              start: GemmParams | None = None, tile: np.ndarray | None = None,
              grid: np.ndarray | None = None) -> GemmParams:
     """Fit :class:`GemmParams` to measured GEMM durations (s) by robust least squares on log time."""

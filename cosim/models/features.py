@@ -23,6 +23,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ class KernelFeatures:
     def __len__(self) -> int:
         return len(self.cls)
 
-    def row(self, i: int) -> dict[str, object]:
+    def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` as a dict (CSV record)."""
         return {
             "cls": self.cls[i], "kernel": self.kernel[i], "op": self.op_name[i], "dtype": self.dtype[i],
