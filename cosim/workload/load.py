@@ -5,9 +5,9 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from cosim.errors import CosimInputError, warn_input
 from cosim.workload.et import link_et, load_et_nodes, read_et
