@@ -45,3 +45,15 @@ def test_no_transit_through_gpu_or_other_nic() -> None:
     assert ps == [["node0.gpu0", "node0.pcie0", "node0.nic0", "fabric.leaf0", "fabric.spine0", "fabric.leaf1",
                    "node1.nic1", "node1.pcie1", "node1.gpu1"]]
     assert all("gpu" not in bare.kind_of(n) for p in bare.paths("node0.gpu0", "node0.cpu0") for n in p[1:-1])
+
+
+def test_cluster_router_pieces_follow_the_one_router() -> None:
+    from cosim.engine.topoview import ClusterRouter
+
+    topo = load_topology("dgx-h100-4node")
+    cr = ClusterRouter(topo)
+    gpus = topo.gpus[::5]
+    for a in gpus:
+        for b in gpus:
+            if a != b:
+                assert cr(a, b) == topo.paths(a, b), (a, b)

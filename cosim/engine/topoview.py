@@ -207,8 +207,9 @@ class ClusterRouter:
     * Inside a node: the topology's paths between the same local devices of
       the first node, with the node prefix substituted (nodes are replicas).
     * Between nodes (GPU to GPU): up-segment GPU -> its NIC -> the NIC's fabric
-      switch (the topology's own GPU-to-NIC path), all shortest paths between
-      the two fabric switches inside the fabric, and the down-segment.
+      switch (the topology's own GPU-to-NIC path), the paths between the two
+      fabric switches inside the fabric (the one router's rules,
+      :meth:`cosim.topology.routing.Router.fabric_paths`), and the down-segment.
       Equal to the topology's routing on rail-optimized presets (no PXN);
       tests compare both on sample pairs.
     * Anything else: the topology's ``paths``.
@@ -221,6 +222,7 @@ class ClusterRouter:
         self._intra: dict[tuple[str, str], list[list[str]]] = {}
         self._up: dict[str, list[str] | None] = {}
         self._mid: dict[tuple[str, str], list[list[str]]] = {}
+        self._router = Router(g, topo.nic_of)  # the fabric segment under the one router's rules
         self._node_of: dict[str, int] = {}
         gpus = topo.gpus
         self._first: dict[int, str] = {}
@@ -264,11 +266,7 @@ class ClusterRouter:
             up, down = self._upseg(src), self._upseg(dst)
             if up is not None and down is not None:
                 la, lb = up[-1], down[-1]
-                mids = self._mid.get((la, lb))
-                if mids is None:
-                    mids = [[la]] if la == lb else [list(p) for p in nx.all_shortest_paths(self._fab, la, lb)]
-                    mids.sort()
-                    self._mid[(la, lb)] = mids
+                mids = self.mid_paths(la, lb)
                 tail = list(reversed(down))
                 return [up[:-1] + m + tail[1:] for m in mids]
         return self.topo.paths(src, dst)
@@ -284,12 +282,10 @@ class ClusterRouter:
         return self._upseg(gpu)
 
     def mid_paths(self, la: str, lb: str) -> list[list[str]]:
-        """All shortest paths between two fabric switches inside the fabric (sorted)."""
+        """Equal-cost paths between two fabric switches inside the fabric (the one router's rules, natural order)."""
         mids = self._mid.get((la, lb))
         if mids is None:
-            mids = [[la]] if la == lb else [list(p) for p in nx.all_shortest_paths(self._fab, la, lb)]
-            mids.sort()
-            self._mid[(la, lb)] = mids
+            mids = self._mid[(la, lb)] = self._router.fabric_paths(la, lb)
         return mids
 
     def _has(self, n: str) -> bool:

@@ -120,6 +120,12 @@ class Router:
         )
         return self._shortest(view, src, dst)
 
+    def fabric_paths(self, src: str, dst: str) -> list[list[str]]:
+        """Equal-cost paths between two fabric switches (or NICs) inside the scale-out fabric, in natural order."""
+        if src == dst:
+            return [[src]]
+        return [list(p) for p in self._finish(self._fabric_paths(src, dst))]
+
     def bottleneck(self, path: list[str]) -> float:
         """Raw bottleneck bandwidth of ``path`` (bytes/s per direction; inf for a single device)."""
         return min((float(self.graph.edges[a, b]["bandwidth"]) for a, b in itertools.pairwise(path)),
