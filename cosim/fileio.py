@@ -4,6 +4,7 @@ reads plain or gzipped files with one-line errors."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import tempfile
@@ -38,11 +39,13 @@ def atomic_open(path: str | Path, mode: str = "w", gz: bool | None = None) -> It
         with os.fdopen(fd, "wb") as raw:
             if gz:
                 with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zf:
-                    fh: IO[Any] = zf if "b" in mode else _text(zf)
-                    yield fh
-                    if "b" not in mode:
-                        fh.flush()
-                        fh.detach()  # type: ignore[attr-defined]
+                    if "b" in mode:
+                        yield zf  # type: ignore[misc]  # a binary file; typeshed does not derive GzipFile from IO[bytes]
+                    else:
+                        tz = _text(zf)
+                        yield tz
+                        tz.flush()
+                        tz.detach()
             elif "b" in mode:
                 yield raw
             else:
@@ -62,10 +65,8 @@ def atomic_open(path: str | Path, mode: str = "w", gz: bool | None = None) -> It
         raise
 
 
-def _text(raw: IO[bytes]) -> IO[str]:
-    import io
-
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")  # type: ignore[arg-type]
+def _text(raw: IO[bytes] | gzip.GzipFile) -> io.TextIOWrapper:
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
 
 
 def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:

@@ -230,7 +230,7 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
         try:
             upd["workload"] = SyntheticWorkload(synthetic=SyntheticSpec.model_validate(synth))
         except ValueError as exc:  # pydantic: name the first bad field
-            errs = getattr(exc, "errors", lambda: [])()
+            errs: list[Any] = getattr(exc, "errors", lambda: [])()
             where = ".".join(str(x) for x in errs[0]["loc"]) if errs else ""
             msg = errs[0]["msg"] if errs else str(exc)
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
@@ -434,7 +434,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
                        launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
                        cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator, ranks_per_node=r.ranks_per_node,
                        profile=near(r.profile), precision=dict(r.precision), topology=scn.topology)
-    own = {k: (near(v) if k.rsplit(".", 1)[-1] == "profile" else v) for k, v in scn.set.items()}
+    own = {k: ((near(v) or v) if k.rsplit(".", 1)[-1] == "profile" else v) for k, v in scn.set.items()}
     tsets, other = split_topology_sets({**own, **rest})
     cfg = apply_sets(cfg, expand_port_bandwidth(other))
     topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets, scn.nodes)

@@ -15,7 +15,7 @@ What this loader does that plain ``yaml.safe_load`` does not:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -251,7 +251,7 @@ def input_error_at(data: Any, loc: Sequence[str | int], message: str,
     )
 
 
-def _describe(err: dict[str, Any]) -> tuple[list[str | int], str]:
+def _describe(err: Mapping[str, Any]) -> tuple[list[str | int], str]:
     loc = [p for p in err.get("loc", ())
            if not (isinstance(p, str) and ("function-" in p or p.startswith("tagged-union") or p == "[key]"))]
     etype = err.get("type", "")

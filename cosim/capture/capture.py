@@ -212,11 +212,11 @@ def _run_ranks(opts: CaptureOptions, raw: Path, progress: bool) -> None:
                     done_steps[rank] = max(done_steps[rank], i + 1)
                 bar.update(min(done_steps) - bar.n)
     finally:
-        for k, v in saved.items():
-            if v is None:
+        for k, old in saved.items():
+            if old is None:
                 os.environ.pop(k, None)
             else:
-                os.environ[k] = v
+                os.environ[k] = old
 
 
 def capture_doc(opts: CaptureOptions, routing: list[dict[str, Any]], command: str | None,

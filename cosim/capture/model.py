@@ -188,9 +188,8 @@ class MLAttention(nn.Module):
         super().__init__()
         h = cfg.hidden_size
         self.h = cfg.num_heads
-        self.nope, self.rope = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim  # type: ignore[attr-defined]
-        self.dv, self.kv_rank = cfg.v_head_dim, cfg.kv_lora_rank  # type: ignore[attr-defined]
-        self.q_rank = cfg.q_lora_rank  # type: ignore[attr-defined]
+        self.nope, self.rope, self.dv, self.kv_rank = _mla_dims(cfg)
+        self.q_rank = cfg.q_lora_rank
         self.sdpa = sdpa
         dq = self.nope + self.rope
         if self.q_rank:
@@ -219,6 +218,14 @@ class MLAttention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(b, s, self.h * self.dv))
 
 
+def _mla_dims(cfg: MoEModelConfig) -> tuple[int, int, int, int]:
+    """(qk_nope_head_dim, qk_rope_head_dim, v_head_dim, kv_lora_rank) of an MLA config (all set: validated)."""
+    nope, rope, dv, kv_rank = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    if nope is None or rope is None or dv is None or kv_rank is None:
+        raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+    return nope, rope, dv, kv_rank
+
+
 class SwiGLU(nn.Module):
     """Dense SwiGLU FFN: ``W2 (silu(x W1) * x W3)``; W1 and W3 fused."""
 
@@ -242,6 +249,8 @@ class MoE(nn.Module):
         self.e_local = e_local
         self.first_expert = ep.ep_rank * e_local
         h, f = cfg.hidden_size, cfg.expert_ffn_size
+        if f is None:
+            raise ValueError("num_experts > 0 needs expert_ffn_size")
         self.router = nn.Linear(h, cfg.num_experts, bias=False)
         self.w13 = nn.Parameter(torch.empty(e_local, h, 2 * f))
         self.w2 = nn.Parameter(torch.empty(e_local, f, h))
@@ -343,9 +352,9 @@ class MoE(nn.Module):
                 sc = send_counts.view(ep.ep, self.e_local)
                 rc = recv_counts.view(ep.ep, self.e_local)
                 mine = slice(self.first_expert, self.first_expert + self.e_local)
-                in_split = self._read(sc.sum(1), plan and [sum(plan[ep.ep_rank][j * self.e_local:(j + 1) * self.e_local])
+                in_split = self._read(sc.sum(1), None if plan is None else [sum(plan[ep.ep_rank][j * self.e_local:(j + 1) * self.e_local])
                                                            for j in range(ep.ep)])
-                out_split = self._read(rc.sum(1), plan and [sum(row[mine]) for row in plan])
+                out_split = self._read(rc.sum(1), None if plan is None else [sum(row[mine]) for row in plan])
                 recv = AllToAll.apply(xs, ep.comm, ep.ep_group, in_split, out_split, f"layer{self.layer}.moe.dispatch")
                 # Received rows are grouped by (source peer, local expert); regroup them by
                 # local expert with a stable sort of each row's expert id (as Megatron does).
@@ -354,12 +363,12 @@ class MoE(nn.Module):
                     output_size=sum(out_split))
                 perm_t = torch.argsort(row_expert, stable=True)
                 local_in = recv[perm_t]
-                local_counts = self._read(rc.sum(0), plan and [sum(row[mine][i] for row in plan)
+                local_counts = self._read(rc.sum(0), None if plan is None else [sum(row[mine][i] for row in plan)
                                                                for i in range(self.e_local)])
         else:
             in_split = out_split = []
             local_in = xs
-            local_counts = self._read(send_counts, plan and list(plan[0]))
+            local_counts = self._read(send_counts, None if plan is None else list(plan[0]))
         with record_function(f"cosim::layer{self.layer}.moe.experts"):
             local_out = self._experts(local_in, local_counts)
         if ep.ep > 1:
@@ -432,8 +441,9 @@ class MoETransformer(nn.Module):
     def new_cache(self, batch: int, max_len: int, device: torch.device, dtype: torch.dtype) -> list[KVCache]:
         cfg = self.cfg
         if cfg.attention_kind == "mla":  # expanded keys and values, as Hugging Face caches them
-            k_shape = (batch, cfg.num_heads, max_len, cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)  # type: ignore[attr-defined]
-            v_shape = (batch, cfg.num_heads, max_len, cfg.v_head_dim)  # type: ignore[attr-defined]
+            nope, rope, dv, _ = _mla_dims(cfg)
+            k_shape = (batch, cfg.num_heads, max_len, nope + rope)
+            v_shape = (batch, cfg.num_heads, max_len, dv)
         else:
             k_shape = v_shape = (batch, cfg.num_kv_heads, max_len, cfg.attn_head_dim)
         return [KVCache(torch.zeros(k_shape, device=device, dtype=dtype), torch.zeros(v_shape, device=device, dtype=dtype))

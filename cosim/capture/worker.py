@@ -87,8 +87,11 @@ def run_rank(rank: int, opts_json: str, raw_dir: str, port: int, queue: Any) -> 
         device = torch.device("cpu")
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // opts.world_size))
     backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=opts.world_size, **({"device_id": device} if cuda else {}))
+    init = f"tcp://127.0.0.1:{port}"
+    if cuda:
+        dist.init_process_group(backend, init_method=init, rank=rank, world_size=opts.world_size, device_id=device)
+    else:
+        dist.init_process_group(backend, init_method=init, rank=rank, world_size=opts.world_size)
     try:
         _run(opts, rank, raw, device, backend, queue)
     finally:

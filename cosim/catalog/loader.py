@@ -221,7 +221,7 @@ def _resolve_section(section: str, raws: Mapping[str, _Raw]) -> dict[str, Any]:
             done[key] = data
             return data
         target = data["extends"]
-        loc = [section, key, "extends"]
+        loc: list[str | int] = [section, key, "extends"]
         if not isinstance(target, str):
             raise _at(data, ["extends"], loc, f"extends must name another {noun}'s id, got {target!r}", raw.file)
         if target == key or target in chain:
@@ -305,7 +305,7 @@ def _check_references(models: dict[str, dict[str, Any]], merged: dict[str, dict[
     """Every link id named by an entry exists, and so does its PCIe link type."""
     links = models["links"]
 
-    def need(section: str, key: str, loc: list[str], link: str) -> None:
+    def need(section: str, key: str, loc: list[str | int], link: str) -> None:
         if link not in links:
             raise _at(merged[section][key], loc, [section, key, *loc], _unknown("link", link, links),
                       raw[section][key].file)

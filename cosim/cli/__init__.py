@@ -12,7 +12,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from cosim.errors import CosimInputError
 
@@ -34,7 +34,7 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every input error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every input error
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 

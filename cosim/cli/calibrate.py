@@ -45,8 +45,8 @@ def _run(args: argparse.Namespace) -> int:
         dbs = KernelDB.from_traces(paths, args.accelerator)
         if args.db_out:
             Path(args.db_out).mkdir(parents=True, exist_ok=True)
-            for acc, db in dbs.items():
-                db.write_csv(Path(args.db_out) / f"{acc}.csv")
+            for acc_id, acc_db in dbs.items():
+                acc_db.write_csv(Path(args.db_out) / f"{acc_id}.csv")
         if args.out:
             if cached is not None:
                 res = {"profile": str(args.out), "cached": True, "inputs_hash": key,
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     db, prov = run_microbench(cfg)
     from cosim.catalog.scaling import guess_accelerator
 
-    acc = args.accelerator or (guess_accelerator(prov["gpu"]) if args.device == "cuda" else "custom")
+    acc: str | None = args.accelerator or (guess_accelerator(prov["gpu"]) if args.device == "cuda" else "custom")
     if acc is None:
         raise CosimInputError(f"cannot tell the catalog accelerator of {prov['gpu']!r}; give --accelerator")
     db.accelerator = acc

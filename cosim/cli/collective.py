@@ -107,6 +107,7 @@ def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str
     """Simulate ``op`` once per size; return nccl-tests-like rows. ``comm_sms``: SMs the communication kernel
     may use; one channel per SM, so it caps the channels (:func:`channels_for`)."""
     from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.engine.collectives import CollectiveResult
 
     channels = channels_for(channels, comm_sms)
     cfg = SimConfig(nccl=NcclConfig(algo=algo, proto=proto, channels=channels, use_calibration=calibration),
@@ -124,7 +125,8 @@ def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str
         except ValueError as exc:
             raise CosimInputError(str(exc)) from None
         sim.run()
-        r: Any = ev.value
+        r = ev.value
+        assert isinstance(r, CollectiveResult)
         rows.append({"size_bytes": int(s) if float(s).is_integer() else s, "time_s": r.time, "algbw_Bps": r.algbw, "busbw_Bps": r.busbw,
                      "algo": r.algo, "proto": r.proto})
     return rows
@@ -134,6 +136,7 @@ def deepep_rows(topo: Any, op: str, ranks: list[str], tokens: list[int], *, hidd
                 topk_groups: int | None = None, mode: str = "normal") -> list[dict[str, Any]]:
     """One DeepEP dispatch/combine per token count on an idle topology."""
     from cosim.engine import SimConfig, Simulator
+    from cosim.engine.moe_comm import MoeCommResult
 
     rows = []
     for t in tokens:
@@ -144,7 +147,8 @@ def deepep_rows(topo: Any, op: str, ranks: list[str], tokens: list[int], *, hidd
         except ValueError as exc:
             raise CosimInputError(f"--op {op}: {exc}") from None
         sim.run()
-        r: Any = ev.value
+        r = ev.value
+        assert isinstance(r, MoeCommResult)
         rows.append({"tokens": t, "time_s": r.time, "nvl_bytes": r.nvl_bytes, "rdma_bytes": r.rdma_bytes,
                      "nvl_bw_Bps": r.nvl_bw, "rdma_bw_Bps": r.rdma_bw, "mode": mode})
     return rows

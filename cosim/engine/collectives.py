@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import simpy
@@ -135,7 +135,7 @@ class _Memo:
     """Seconds each link of ``links`` carried a flow."""
     peak: np.ndarray
     """Most concurrent flows per link of ``links``."""
-    usage: list[tuple[np.ndarray, float, float, np.ndarray, np.ndarray]]
+    usage: list[tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]]
     """Observer intervals (links, start, end, flows, bytes), times relative to its start."""
     phase: int
     """Phase running when the run stopped (-1: still in its fixed latency)."""
@@ -168,10 +168,10 @@ class CollectiveCall:
         self.arrived[rank] = self.sim.env.now
         if len(self.arrived) == len(self.ranks):
             ev = self.sim.collectives.run(self.op, self.ranks, self.nbytes, **self.kw)
-            def fire(e: simpy.Event) -> None:
+            def finish(e: simpy.Event) -> None:
                 self.done.succeed(e.value)
 
-            ev.callbacks.append(fire)
+            ev.callbacks.append(finish)
             self.sim.forget_call(self.key)
         return self.done
 
@@ -194,9 +194,9 @@ class Collectives:
     # ----------------------------------------------------------- topology facts
     def _hw_class(self, src: str, dst: str) -> str:
         """nvswitch, nvlink, pci or net: the slowest kind of hop from src to dst."""
-        g = self.sim.topo.graph
+        topo = self.sim.topo
         path = self.sim.fabric.paths(src, dst)[0]
-        kinds = {g.nodes[n].get("kind") for n in path[1:-1]}
+        kinds = {topo.kind_of(n) for n in path[1:-1]}
         if "nic" in kinds or "fabric_switch" in kinds:
             return "net"
         if kinds & {"pcie_switch", "cpu"}:
@@ -658,7 +658,7 @@ class Collectives:
         t0 = env.now
         b0, z0 = fab.bytes_moved.copy(), fab.busy_time.copy()
         fab.peak_flows[:] = 0
-        usage: list[tuple[np.ndarray, float, float, np.ndarray, np.ndarray]] = []
+        usage: list[tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]] = []
         fab.observer = lambda lk, a, b, c, nb: usage.append((lk, a - t0, b - t0, c, nb))
         res = CollectiveResult("", scale, [], "", "", t0, t0, lat)
         done = env.event()
@@ -694,8 +694,7 @@ class Collectives:
             res.bytes_on_fabric = memo.moved
         else:
             fab.n_coalesced -= 1
-            got: tuple[list[simpy.Event], int, float, float] = wake.value  # type: ignore[assignment]
-            evs, k, wait, moved = got
+            evs, k, wait, moved = cast(tuple[list[simpy.Event], int, float, float], wake.value)
             if wait > 0:
                 yield env.timeout(wait)
             if evs:
@@ -731,10 +730,10 @@ class Collectives:
         real[ok] = [fab.copy_segment(sc.fabric, int(x)) for x in segs[ok].tolist()]
         evs = []
         groups: dict[int, int] = {}
-        for g, cg in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
-            sel = (grp == g) & (wcap == cg)
+        for g, rate in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
+            sel = (grp == g) & (wcap == rate)
             ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
-            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=cg, link_latency=False, group=ng, name=label,
+            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=rate, link_latency=False, group=ng, name=label,
                                       multiplicity=mult[sel], merge=False))
         if k >= 0:
             moved += float((plan.phases[k][2] * scale).sum())

@@ -58,15 +58,30 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import networkx as nx
 import numpy as np
 import simpy
 
+from cosim.topology.routing import iter_links
+
 __all__ = ["Fabric", "FabricConfig", "LinkStats"]
 
 _INF = math.inf
+
+
+@runtime_checkable
+class SegmentRouter(Protocol):
+    """A router that also hands out cluster route pieces (:class:`cosim.engine.topoview.ClusterRouter`)."""
+
+    def __call__(self, src: str, dst: str) -> list[list[str]]: ...
+
+    def up_path(self, gpu: str) -> list[str] | None: ...
+
+    def mid_paths(self, la: str, lb: str) -> list[list[str]]: ...
+
+    def node(self, dev: str) -> int: ...
 
 
 @dataclass
@@ -253,13 +268,11 @@ class Fabric:
         self.link_id: dict[tuple[str, str], int] = {}
         caps: list[float] = []
         lats: list[float] = []
-        for u, v, d in graph.edges(data=True):
-            if "bandwidth" not in d:
-                raise ValueError(f"edge {u}->{v} has no bandwidth")
-            self.link_id[(u, v)] = len(self.links)
-            self.links.append((u, v))
-            caps.append(float(d["bandwidth"]) * float(d.get("efficiency", 1.0)) * self.config.bandwidth_scale)
-            lats.append(float(d.get("latency", 0.0)) * self.config.latency_scale)
+        for ln in iter_links(graph):
+            self.link_id[(ln.src, ln.dst)] = len(self.links)
+            self.links.append((ln.src, ln.dst))
+            caps.append(ln.bandwidth * ln.efficiency * self.config.bandwidth_scale)
+            lats.append(ln.latency * self.config.latency_scale)
         self.capacity = np.asarray(caps, dtype=float)
         """Effective capacity per link (bytes/s)."""
         self.latency = np.asarray(lats, dtype=float)
@@ -306,12 +319,12 @@ class Fabric:
         """Solver rows (flow classes) started so far."""
         self.n_rows_solved = 0
         """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
-        self.observer: Callable[[np.ndarray, float, float, np.ndarray, np.ndarray], None] | None = None
+        self.observer: Callable[[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray], None] | None = None
         """``observer(links, starts, end, flows, bytes)``: per-link intervals of constant flow count and
         load (and those of coalesced collectives); set by link-usage reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
-        self._holders: dict[int, Callable[[], None]] = {}  # hold id -> materialize callback
+        self._holders: dict[int, Callable[[], object]] = {}  # hold id -> materialize callback
         self._next_hold = 0
         self._key_of: list[Any] = []  # segment id -> key (built on demand by _seg_key)
         self._closed = False  # the pending solve's rows are whole components (arrivals)
@@ -396,7 +409,7 @@ class Fabric:
             return hit
         r = self._router
         out = (-1, -1, -1, -1)
-        if r is not None and hasattr(r, "up_path"):
+        if isinstance(r, SegmentRouter):
             up = r.up_path(name)
             if up is not None:
                 leaf = up[-1]
@@ -420,7 +433,7 @@ class Fabric:
         out = np.full((len(si), _K), -1, dtype=np.int64)
         rest = np.flatnonzero(si != di)
         r = self._router
-        if r is not None and hasattr(r, "up_path") and self.config.multipath == "split" and rest.size:
+        if isinstance(r, SegmentRouter) and self.config.multipath == "split" and rest.size:
             info = np.array([self._endpoint(n) for n in names], dtype=np.int64).reshape(len(names), 4)
             a, b = si[rest], di[rest]
             cross = (info[a, 0] != info[b, 0]) & (info[a, 1] >= 0) & (info[b, 2] >= 0)
@@ -737,7 +750,10 @@ class Fabric:
         if not math.isfinite(dt):
             raise RuntimeError("fabric deadlock: active flows with zero rate (a zero-capacity link?)")
         ev = self.env.timeout(max(dt, 0.0))
-        ev.callbacks.append(lambda _e, g=gen: self._on_tick(g))
+        def tick(_e: simpy.Event, g: int = gen) -> None:
+            self._on_tick(g)
+
+        ev.callbacks.append(tick)
 
     def _on_tick(self, gen: int) -> None:
         if gen != self._gen:
@@ -912,7 +928,7 @@ class Fabric:
         """No flow and no coalesced collective on any of ``links``."""
         return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
 
-    def hold(self, links: np.ndarray, wake: Callable[[], None]) -> int:
+    def hold(self, links: np.ndarray, wake: Callable[[], object]) -> int:
         """Reserve idle ``links`` for a coalesced collective; ``wake()`` is called (and the hold
         released) when a flow is about to start on any of them. Returns the hold id."""
         self._next_hold += 1
@@ -1126,7 +1142,9 @@ class Fabric:
         c_order = np.flatnonzero(np.isfinite(cap))
         c_order = c_order[np.argsort(cap[c_order], kind="stable")]
         c_ptr = 0
-        g_rows = g_off = g_of = None
+        g_rows: np.ndarray | None = None
+        g_off: np.ndarray | None = None
+        g_of: np.ndarray | None = None
         if (grp >= 0).any():
             ug, g_of = np.unique(np.where(grp >= 0, grp, -1), return_inverse=True)
             g_of = g_of.reshape(-1)
@@ -1168,7 +1186,7 @@ class Fabric:
                     hi += 1
                 newly = np.concatenate([newly, c_order[c_ptr:hi]])
             newly = newly[~frozen[newly]]
-            if g_rows is not None and newly.size:
+            if g_rows is not None and g_of is not None and g_off is not None and newly.size:
                 gg = np.unique(g_of[newly])
                 gg = gg[gg >= 0]
                 if gg.size:

@@ -308,9 +308,8 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     rdma = float(tr.node_tokens.sum(axis=1).mean()) * b if len(per_node) > 1 else 0.0
     if mode == "low_latency":
         nvl = rdma = tr.selections * (hidden + hidden / 128 * 4 + 16 if kind == "dispatch" else 2.0 * hidden)
-
-    def done(_: simpy.Event) -> None:
+    def finish(_e: simpy.Event) -> None:
         out.succeed(MoeCommResult(kind, mode, ranks, res.start, res.end, nvl, rdma))
 
-    inner.callbacks.append(done)
+    inner.callbacks.append(finish)
     return out

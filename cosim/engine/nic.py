@@ -60,9 +60,8 @@ def net_transfer(sim: Simulator, src: str, dst: str, nbytes: float, *, name: str
     fab = sim.fabric
     if src == dst:
         return sim.env.timeout(0.0)
-    g = sim.topo.graph
     path = fab.paths(src, dst)[0]
-    nics = [n for n in path if g.nodes[n].get("kind") == "nic"]
+    nics = [n for n in path if sim.topo.kind_of(n) == "nic"]
     if not nics:
         return fab.transfer(src, dst, nbytes, efficiency=efficiency, max_rate=max_rate, name=name, track=track,
                             key=key)
@@ -76,7 +75,7 @@ def net_transfer(sim: Simulator, src: str, dst: str, nbytes: float, *, name: str
         cap = min(cap, float(message_cap(p["message_rate"], p["per_message_overhead"], p["bandwidth"], msg)))
         extra += p["per_message_overhead"]
         gpudirect = gpudirect and p["gpudirect"]
-    kinds = (g.nodes[src].get("kind"), g.nodes[dst].get("kind"))
+    kinds = (sim.topo.kind_of(src), sim.topo.kind_of(dst))
     if gpudirect or "gpu" not in kinds:
         return fab.transfer(src, dst, nbytes, efficiency=efficiency, max_rate=cap, extra_latency=extra, name=name,
                             track=track, key=key)

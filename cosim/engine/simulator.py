@@ -54,15 +54,14 @@ class Simulator:
                  env: simpy.Environment | None = None) -> None:
         if isinstance(topology, nx.DiGraph):
             topology = GraphTopology(topology)
-        self.topo: Any = topology
+        self.topo: TopologyLike = topology
         self.config = config or SimConfig()
         self.env = env or simpy.Environment()
         self.trace: list[TraceEvent] = []
         """Everything recorded so far (when ``config.record_trace``)."""
         flow_trace = self.record if self.config.trace_flows else None
         router = topology.paths
-        if self.config.fabric.router == "auto" and any(
-                d.get("kind") == "fabric_switch" for _, d in topology.graph.nodes(data=True)):
+        if self.config.fabric.router == "auto" and any(topology.kind_of(n) == "fabric_switch" for n in topology.graph):
             from cosim.engine.topoview import ClusterRouter
 
             router = ClusterRouter(topology)

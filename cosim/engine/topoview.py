@@ -1,22 +1,26 @@
 """What the engine needs from a topology, and a stand-in built from a bare graph.
 
-The engine talks to a topology only through the attributes of
-:class:`TopologyLike` (the same names as :class:`cosim.topology.Topology`).
-:class:`GraphTopology` implements them on a plain ``nx.DiGraph`` whose nodes
-carry ``kind`` / ``node`` / ``spec`` and whose directed edges carry
-``bandwidth`` (bytes/s per direction), ``efficiency`` and ``latency`` (s). It
-serves tests, benchmarks and validation cases that describe a machine inline.
-Hardware specs it cannot look up come back as ``None``; the engine then uses
-its config defaults.
+The engine talks to a topology only through the typed protocol
+:class:`TopologyLike` (the same names as :class:`cosim.topology.Topology`): devices
+by kind and host node, routes from the one router (:mod:`cosim.topology.routing`),
+and typed links (:class:`cosim.topology.routing.Link`: ``bandwidth`` bytes/s per
+direction, ``latency`` s, ``efficiency``, ``kind``). :class:`GraphTopology`
+implements it on a plain ``nx.DiGraph`` whose nodes carry ``kind`` / ``node`` /
+``spec`` and whose directed edges carry ``bandwidth``, ``efficiency`` and
+``latency``. It serves tests, benchmarks and validation cases that describe a
+machine inline. Hardware specs it cannot look up come back as ``None``; the
+engine then uses its config defaults.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import networkx as nx
+
+from cosim.topology.routing import Link, Router, iter_links, link_of
 
 __all__ = ["GraphTopology", "TopologyLike", "add_link", "gpu_sort_key"]
 
@@ -26,11 +30,18 @@ class TopologyLike(Protocol):
     """The subset of :class:`cosim.topology.Topology` the engine uses."""
 
     graph: nx.DiGraph
+    """The device graph (read by the flow network; prefer the typed methods below)."""
 
     @property
     def gpus(self) -> list[str]: ...
 
+    def kind_of(self, dev: str) -> str: ...
+
     def paths(self, src: str, dst: str) -> list[list[str]]: ...
+
+    def link(self, src: str, dst: str) -> Link: ...
+
+    def links(self) -> Iterator[Link]: ...
 
     def nic_of(self, gpu: str) -> str | None: ...
 
@@ -64,7 +75,7 @@ class GraphTopology:
         self.name = name
         self.catalog = catalog
         self._gpus = sorted((n for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"), key=gpu_sort_key)
-        self._cache: dict[tuple[str, str], list[list[str]]] = {}
+        self._router = Router(graph, self.nic_of)
 
     @property
     def gpus(self) -> list[str]:
@@ -80,19 +91,23 @@ class GraphTopology:
     def node_of(self, dev: str) -> int:
         return int(self.graph.nodes[dev].get("node", 0))
 
-    def paths(self, src: str, dst: str) -> list[list[str]]:
-        key = (src, dst)
-        if key not in self._cache:
-            # never transit through a GPU (GPUs are endpoints, not routers)
-            def weight(u: str, v: str, _d: dict[str, Any]) -> float:
-                return 1e6 if self.graph.nodes[u].get("kind") == "gpu" and u != src else 1.0
+    def kind_of(self, dev: str) -> str:
+        return str(self.graph.nodes[dev].get("kind", ""))
 
-            try:
-                ps = list(nx.all_shortest_paths(self.graph, src, dst, weight=weight))
-            except nx.NetworkXNoPath:
-                ps = []
-            self._cache[key] = sorted(ps)
-        return [list(p) for p in self._cache[key]]
+    def link(self, src: str, dst: str) -> Link:
+        """The directed link ``src -> dst`` (typed)."""
+        return link_of(self.graph, src, dst)
+
+    def links(self) -> Iterator[Link]:
+        """Every directed link, in the graph's edge order."""
+        return iter_links(self.graph)
+
+    def paths(self, src: str, dst: str) -> list[list[str]]:
+        """Equal-cost paths under the routing rules of :class:`cosim.topology.routing.Router` (the one router)."""
+        for n in (src, dst):
+            if n not in self.graph:
+                raise ValueError(f"unknown device {n!r}")
+        return self._router.paths(src, dst)
 
     def route(self, src: str, dst: str, key: int = 0) -> list[str]:
         ps = self.paths(src, dst)
@@ -192,20 +207,22 @@ class ClusterRouter:
     * Inside a node: the topology's paths between the same local devices of
       the first node, with the node prefix substituted (nodes are replicas).
     * Between nodes (GPU to GPU): up-segment GPU -> its NIC -> the NIC's fabric
-      switch (the topology's own GPU-to-NIC path), all shortest paths between
-      the two fabric switches inside the fabric, and the down-segment.
+      switch (the topology's own GPU-to-NIC path), the paths between the two
+      fabric switches inside the fabric (the one router's rules,
+      :meth:`cosim.topology.routing.Router.fabric_paths`), and the down-segment.
       Equal to the topology's routing on rail-optimized presets (no PXN);
       tests compare both on sample pairs.
     * Anything else: the topology's ``paths``.
     """
 
-    def __init__(self, topo: Any) -> None:
+    def __init__(self, topo: TopologyLike) -> None:
         self.topo = topo
         g = topo.graph
         self._fab = g.subgraph([n for n, d in g.nodes(data=True) if d.get("kind") == "fabric_switch"])
         self._intra: dict[tuple[str, str], list[list[str]]] = {}
         self._up: dict[str, list[str] | None] = {}
         self._mid: dict[tuple[str, str], list[list[str]]] = {}
+        self._router = Router(g, topo.nic_of)  # the fabric segment under the one router's rules
         self._node_of: dict[str, int] = {}
         gpus = topo.gpus
         self._first: dict[int, str] = {}
@@ -249,11 +266,7 @@ class ClusterRouter:
             up, down = self._upseg(src), self._upseg(dst)
             if up is not None and down is not None:
                 la, lb = up[-1], down[-1]
-                mids = self._mid.get((la, lb))
-                if mids is None:
-                    mids = [[la]] if la == lb else [list(p) for p in nx.all_shortest_paths(self._fab, la, lb)]
-                    mids.sort()
-                    self._mid[(la, lb)] = mids
+                mids = self.mid_paths(la, lb)
                 tail = list(reversed(down))
                 return [up[:-1] + m + tail[1:] for m in mids]
         return self.topo.paths(src, dst)
@@ -269,12 +282,10 @@ class ClusterRouter:
         return self._upseg(gpu)
 
     def mid_paths(self, la: str, lb: str) -> list[list[str]]:
-        """All shortest paths between two fabric switches inside the fabric (sorted)."""
+        """Equal-cost paths between two fabric switches inside the fabric (the one router's rules, natural order)."""
         mids = self._mid.get((la, lb))
         if mids is None:
-            mids = [[la]] if la == lb else [list(p) for p in nx.all_shortest_paths(self._fab, la, lb)]
-            mids.sort()
-            self._mid[(la, lb)] = mids
+            mids = self._mid[(la, lb)] = self._router.fabric_paths(la, lb)
         return mids
 
     def _has(self, n: str) -> bool:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -528,16 +528,14 @@ log-time residual over the parameter's bounds); keeps parameters the data cannot
 (e.g. small-tile efficiency from a trace with only large GEMMs) near documented defaults."""
 
 
-def _lsq(fun, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _lsq(fun: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Robust least squares on log-time residuals plus a weak prior at ``x0``; a few starts, best wins."""
     from scipy.optimize import least_squares
 
     prior0 = x0.copy()
     span = hi - lo
-    inner = fun
-
-    def fun(x: np.ndarray) -> np.ndarray:
-        r = inner(x)
+    def objective(x: np.ndarray) -> np.ndarray:
+        r = fun(x)
         return np.concatenate([r, PRIOR_WEIGHT * math.sqrt(max(len(r), 1)) * (x - prior0) / span])
 
     best_x, best_c = x0, math.inf
@@ -545,7 +543,7 @@ def _lsq(fun, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     for s in starts:
         s = np.clip(s, lo + 1e-9, hi - 1e-9)
         try:
-            r = least_squares(fun, s, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400)
+            r = least_squares(objective, s, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400)
         except ValueError:
             continue
         if r.cost < best_c:
@@ -554,7 +552,7 @@ def _lsq(fun, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def fit_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nbytes: np.ndarray,
-             peak: np.ndarray, dur: np.ndarray, hw: HardwareFigures,
+             peak: np.ndarray | float, dur: np.ndarray, hw: HardwareFigures,
              start: GemmParams | None = None, tile: np.ndarray | None = None,
              grid: np.ndarray | None = None) -> GemmParams:
     """Fit :class:`GemmParams` to measured GEMM durations (s) by robust least squares on log time."""

@@ -23,6 +23,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ class KernelFeatures:
     def __len__(self) -> int:
         return len(self.cls)
 
-    def row(self, i: int) -> dict[str, object]:
+    def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` as a dict (CSV record)."""
         return {
             "cls": self.cls[i], "kernel": self.kernel[i], "op": self.op_name[i], "dtype": self.dtype[i],
@@ -270,9 +271,9 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
             elif f.kernel[j] and not _GEMM_NAME.search(f.kernel[j].replace("fbgemm", "")):
                 f.cls[j] = "other"  # a non-GEMM kernel (embedding, permute) under a GEMM-class op
         elif c == "attention":
-            d = _attn_dims(op, shapes)
-            if d is not None:
-                b, h, sq, sk, hd, bwd = d
+            ad = _attn_dims(op, shapes)
+            if ad is not None:
+                b, h, sq, sk, hd, bwd = ad
                 f.batch[j], f.heads[j], f.m[j], f.n[j], f.k[j], f.bwd[j] = b, h, sq, sk, hd, bwd
                 f.dtype[j] = tdt or "bf16"
                 fl = 4.0 * b * h * sq * sk * hd * (2.5 if bwd else 1.0)

@@ -83,7 +83,7 @@ def launch_work(cls: list[str], kernels: list[str], grid: np.ndarray, block: np.
     g = np.asarray(grid, dtype=float).reshape(-1, 3)
     b = np.asarray(block, dtype=float).reshape(-1, 3)
     tiles = launch_tiles(cls, kernels)
-    known = (g > 0).all(axis=1) & (b > 0).all(axis=1)
+    known = np.asarray((g > 0).all(axis=1) & (b > 0).all(axis=1))
     ctas = np.prod(np.where(known[:, None], g, 1.0), axis=1)
     threads = ctas * np.prod(np.where(known[:, None], b, 1.0), axis=1)
     tiled = np.isfinite(tiles[:, 0])

@@ -98,8 +98,8 @@ def run_microbench(cfg: MicrobenchConfig) -> tuple[KernelDB, dict[str, str]]:
                unit="case", file=sys.stderr, disable=not (cfg.progress and sys.stderr.isatty()), leave=False)
     for m, n, k in gemms:
         a = torch.randn(m, k, device=dev, dtype=tdt)
-        b = torch.randn(k, n, device=dev, dtype=tdt)
-        t = _timer(torch, cfg.device, lambda a=a, b=b: torch.mm(a, b), wu, rep)
+        bt = torch.randn(k, n, device=dev, dtype=tdt)
+        t = _timer(torch, cfg.device, lambda a=a, b=bt: torch.mm(a, b), wu, rep)
         rows.append(dict(cls="gemm", kernel="torch.mm", op="aten::mm", dtype=dname, m=m, n=n, k=k, batch=1,
                          flops=2.0 * m * n * k, bytes=float(eb * (m * k + k * n + m * n)), dur=t))
         bar.update()

@@ -299,12 +299,12 @@ def apply_precision(rg: RankGraph, accelerator: Accelerator, profile: Calibratio
     target: list[str | None] = [None] * n
     is_gemm = np.array([c in GEMM_CLASSES for c in f.cls], dtype=bool)
     if gemm:
-        for j in np.flatnonzero(is_gemm):
+        for j in np.flatnonzero(is_gemm).tolist():
             target[j] = gemm
     exp_mask = expert_gemm_mask(rg, f)
     exp_dt = experts or gemm
     if experts:
-        for j in np.flatnonzero(exp_mask):
+        for j in np.flatnonzero(exp_mask).tolist():
             target[j] = experts
     chosen = np.array([t is not None for t in target], dtype=bool)
     narrow = np.array([elem_bytes("fp32" if b == "tf32" else b) <= _NARROW for b in base_dt], dtype=bool)
@@ -328,7 +328,7 @@ def apply_precision(rg: RankGraph, accelerator: Accelerator, profile: Calibratio
     H = rg.host_ops
     grouped = _enclosing(rg, _is_grouped) if len(gidx) else np.zeros(len(H), dtype=bool)
     calls: dict[int, list[int]] = {}
-    for j in gidx:
+    for j in gidx.tolist():
         o = int(G.op[j])
         key = -(int(j) + 1)
         if o >= 0:
@@ -362,7 +362,7 @@ def apply_precision(rg: RankGraph, accelerator: Accelerator, profile: Calibratio
     in_b, out_b = np.asarray(C.in_bytes, float).copy(), np.asarray(C.out_bytes, float).copy()
     dbefore = dafter = 0.0
     drows = []
-    for c in np.flatnonzero(rows):
+    for c in np.flatnonzero(rows).tolist():
         base = proj or ({1: "fp8", 2: "bf16", 4: "fp32", 8: "fp64"}.get(int(C.elem_bytes[c]), "bf16"))
         fac = dispatch_bytes_factor(exp_dt or "fp8", base)
         if fac >= 1.0:
@@ -375,7 +375,7 @@ def apply_precision(rg: RankGraph, accelerator: Accelerator, profile: Calibratio
         j = int(C.gpu_op[c])
         if 0 <= j < n:
             new_dur[j] = base_dur[j] * fac
-    for j in np.flatnonzero(dgpu):
+    for j in np.flatnonzero(dgpu).tolist():
         fac = dispatch_bytes_factor(exp_dt or "fp8", base_dt[j] if f.dtype[j] else "bf16")
         new_dur[j] = base_dur[j] * fac
 

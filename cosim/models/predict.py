@@ -27,6 +27,8 @@ from cosim.models.calibrated import (
     GEMM_CLASSES,
     GEMV_PREFIX,
     TILE_PREFIX,
+    AttentionParams,
+    GemmParams,
     HardwareFigures,
     access_patterns,
     attention_time,
@@ -120,20 +122,24 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
                 s = ok & ~tiled & ~gemv & (dts == dt)
                 if s.any():
                     p = prof.params(c, dt)
+                    assert isinstance(p, GemmParams)
                     out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
                 s = tiled & (dts == dt)
                 if s.any():  # the kernel's own tile (and split-K from its grid), with the parameters fitted that way
                     p = by.get(TILE_PREFIX + dt) or by[TILE_PREFIX + "default"]
+                    assert isinstance(p, GemmParams)
                     out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p, tiles[s],
                                        f.grid[s])
                 s = gemv & (dts == dt)
                 if s.any():  # cuBLAS gemv / skinny kernels: their own parameter set
                     p = by.get(GEMV_PREFIX + dt) or by[GEMV_PREFIX + "default"]
+                    assert isinstance(p, GemmParams)
                     out[s] = gemm_time(f.m[s], f.n[s], f.k[s], f.batch[s], f.bytes[s], hw.peak(dt), hw, p)
                 src[ok & (dts == dt)] = SOURCES.index("model")
             rest = sel & ~ok & np.isfinite(f.flops)
             if rest.any():
                 p = prof.params(c, "")
+                assert isinstance(p, GemmParams)
                 peaks = np.array([hw.peak(d or "bf16") for d in dts[rest]])
                 tc = f.flops[rest] / (peaks * p.efficiency)
                 tm = np.nan_to_num(f.bytes[rest]) / (hw.hbm_bandwidth * p.memory_efficiency)
@@ -144,6 +150,7 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
             for dt in sorted(set(dts[ok])):
                 s = ok & (dts == dt)
                 p = prof.params(c, dt)
+                assert isinstance(p, AttentionParams)
                 out[s] = attention_time(f.batch[s], f.heads[s], f.m[s], f.n[s], f.k[s], f.bwd[s], hw.peak(dt), hw, p)
                 src[s] = SOURCES.index("model")
         else:

@@ -382,7 +382,7 @@ def rank_trace(rg: Any, run: Any) -> dict[str, Any]:
 class _TraceWriter:
     """Streams one chrome-trace JSON document: a header, then events one per line."""
 
-    def __init__(self, fh: IO[bytes], header: dict[str, Any]) -> None:
+    def __init__(self, fh: IO[bytes] | gzip.GzipFile, header: dict[str, Any]) -> None:
         self.fh = fh
         self.first = True
         # ", " / ": " as Kineto writes them: HTA finds a file's rank with the regex '"rank":\s+(\d+)'
@@ -414,13 +414,12 @@ class _GzipOut:
     def __enter__(self) -> gzip.GzipFile:
         return self.gz
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         try:
             if exc[0] is None:
                 self.gz.close()
         finally:
             self._cm.__exit__(*exc)
-        return False
 
 
 def write_timeline(path: str | Path, result: Any) -> list[Path]:

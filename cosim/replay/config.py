@@ -207,6 +207,14 @@ def _factor(key: str, value: str) -> float:
     return v
 
 
+def _scope_pair(part: str) -> tuple[str, str]:
+    """``scope:dtype`` (or ``scope=dtype``) of a ``precision=`` list; a bare dtype has scope ``?``."""
+    if re.search(r"[:=]", part):
+        scope, dt = re.split(r"[:=]", part, maxsplit=1)
+        return scope.strip(), dt.strip()
+    return "?", part.strip()
+
+
 def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
     """Return ``cfg`` with ``--set`` style overrides applied.
 
@@ -247,8 +255,7 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
                     precision.clear()
                     items = []
                 else:
-                    items = [tuple(x.strip() for x in re.split(r"[:=]", part, maxsplit=1)) if re.search(r"[:=]", part)
-                             else ("?", part.strip()) for part in value.split(",") if part.strip()]
+                    items = [_scope_pair(part) for part in value.split(",") if part.strip()]
                 for scope, dt in items:
                     if scope not in PRECISION_SCOPES:
                         raise CosimInputError(f"--set {key}={value}: unknown precision scope {scope!r}; known: "

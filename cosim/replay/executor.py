@@ -443,9 +443,9 @@ class Executor:
             ws = watch.get(tp.thread)
             if ws:
                 n = len(stalls)
-                for w in [w for w in ws if w[0] <= n]:
-                    ws.remove(w)
-                    w[1].succeed()
+                for sw in [sw for sw in ws if sw[0] <= n]:
+                    ws.remove(sw)
+                    sw[1].succeed()
 
     # ----------------------------------------------------------------- run
     def run(self) -> tuple[list[RankRun], float]:

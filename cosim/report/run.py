@@ -148,7 +148,8 @@ def _link_rows(result: Any, s: dict[str, Any], topo: Any, kinds: dict[str, str])
     a, b, n = _step_window(result)
     span = b - a
     usage = getattr(result, "link_usage", None)
-    busy = load_b = None
+    busy: np.ndarray | None = None
+    load_b: np.ndarray | None = None
     if usage is not None and span > 0:
         busy, load_b = usage.busy(a, b), usage.bytes_in(a, b)
     elapsed = _elapsed(result)
@@ -157,8 +158,8 @@ def _link_rows(result: Any, s: dict[str, Any], topo: Any, kinds: dict[str, str])
         key = (lk["src"], lk["dst"])
         e = topo.graph.edges[key] if topo is not None and topo.graph.has_edge(*key) else {}
         lt = e.get("link", "?")
-        i = usage.link_id.get(key) if busy is not None else None
-        if i is not None:
+        i = usage.link_id.get(key) if usage is not None and busy is not None else None
+        if i is not None and busy is not None and load_b is not None:
             cap = lk.get("capacity_Bps") or 0.0
             row = {"busy_share": float(busy[i]) / span, "busy_s_per_step": float(busy[i]) / n,
                    "step_load": float(load_b[i]) / (cap * span) if cap > 0 else 0.0}
@@ -201,14 +202,14 @@ def run_report_data(result: Any) -> dict[str, Any]:
                                                       "max_busy_share": 0.0})
             t["directed_links"] += 1
         for lk in links:
-            t = types.get(lk["link"])
-            if t is None:
+            used = types.get(lk["link"])
+            if used is None:
                 continue
-            t["with_traffic"] += 1
-            t["bytes"] += lk.get("bytes") or 0.0
-            t["memcpy_bytes"] += lk.get("memcpy_bytes") or 0.0
-            t["max_step_load"] = max(t["max_step_load"], lk["step_load"])
-            t["max_busy_share"] = max(t["max_busy_share"], lk["busy_share"])
+            used["with_traffic"] += 1
+            used["bytes"] += lk.get("bytes") or 0.0
+            used["memcpy_bytes"] += lk.get("memcpy_bytes") or 0.0
+            used["max_step_load"] = max(used["max_step_load"], lk["step_load"])
+            used["max_busy_share"] = max(used["max_busy_share"], lk["busy_share"])
     stress = [{"what": r["resource"], "kind": r["kind"], "share": r["share"]} for r in res]
     stress += [{"what": f"link {lk['src']} -> {lk['dst']} ({lk['link']})", "kind": f"link:{lk['kind']}",
                 "share": lk["busy_share"], "load": lk["step_load"]} for lk in links]

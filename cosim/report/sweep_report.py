@@ -63,8 +63,8 @@ def _label(v: Any) -> str:
 
 def _sorted_values(vals: list[Any]) -> list[Any]:
     uniq = list(dict.fromkeys(vals))
-    nums = [numeric_value(v) for v in uniq]
-    if all(n is not None for n in nums):
+    nums = [n for n in (numeric_value(v) for v in uniq) if n is not None]
+    if len(nums) == len(uniq):
         return [u for _, u in sorted(zip(nums, uniq), key=lambda t: t[0])]
     return uniq
 
@@ -207,13 +207,13 @@ def write_sweep_report(path: str | Path, rows: list[dict[str, Any]], params: Seq
         xs = [r[cost_key] * scale for r in pts]
         ys = [r[metric] * 1e3 for r in pts]
         front = pareto_front(xs, ys)
-        text = [", ".join(f"{p}={r.get(p)}" for p in params) for r in pts]
+        labels = [", ".join(f"{p}={r.get(p)}" for p in params) for r in pts]
         fig = go.Figure()
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="points", text=text,
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="points", text=labels,
                                  marker=dict(color="#aaaaaa", size=9),
                                  hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g} ms<extra></extra>"))
         fig.add_trace(go.Scatter(x=[xs[i] for i in front], y=[ys[i] for i in front], mode="lines+markers",
-                                 name="Pareto front", text=[text[i] for i in front],
+                                 name="Pareto front", text=[labels[i] for i in front],
                                  marker=dict(color="#d62728", size=11),
                                  hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g} ms<extra></extra>"))
         fig.update_layout(title=f"Step time vs {cost_key}", xaxis_title=cost_label, yaxis_title="step time (ms)",

@@ -449,7 +449,8 @@ def _execute(ex: Executor, base: str, fixed: dict[str, str], out: Path, todo: li
                                  "not retried (rerun the sweep)", None))
 
     try:
-        queue, alone = list(todo), []
+        queue = list(todo)
+        alone: list[tuple[str, dict[str, str]]] = []
         cur: Executor | None = ex
         solo: Executor | None = None
         while queue or alone:

@@ -156,8 +156,8 @@ def _check_topology_knobs(base: str, data: Any, params: dict[str, list[Any]], se
                 build_topology(ref, bdir, None, fixed)
             except CosimInputError as exc:
                 bad = [k for k in fixed if exc.message.startswith(f"--set {k}=")]
-                loc = [bad[0]] if bad and bad[0] in sr else []
-                raise _err(sr if loc else data, loc, f"with topology {ref}: {exc.message}", f) from None
+                where: list[str | int] = [bad[0]] if bad and bad[0] in sr else []
+                raise _err(sr if where else data, where, f"with topology {ref}: {exc.message}", f) from None
         for k in pkeys:
             vals = params[k]
             items = list(enumerate(vals)) if isinstance(vals, list) else [(None, vals["low"]), (None, vals["high"])]

@@ -104,7 +104,7 @@ def _expand_local(doc: TopologyFile, data: LocDict, cat: Catalog, env_extra: dic
     out = _Local()
     seen: dict[str, tuple[LocDict, list[str | int]]] = {}
     for k, d in enumerate(doc.devices):
-        where = (data, ["devices", k, "id"])
+        where: tuple[LocDict, list[str | int]] = (data, ["devices", k, "id"])
         if d.spec is not None:
             section = SPEC_SECTION.get(d.kind)
             if section is None:
@@ -141,7 +141,7 @@ def _expand_links(doc: TopologyFile, data: LocDict, cat: Catalog, resolve: Any) 
         for env in iterations(ln.repeat):
             ends: list[str] = []
             for side in (0, 1):
-                where = (data, ["links", k, "between", side])
+                where: tuple[LocDict, list[str | int]] = (data, ["links", k, "between", side])
                 try:
                     written = expand_template(ln.between[side], env)
                 except ValueError as exc:

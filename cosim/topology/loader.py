@@ -67,12 +67,12 @@ def resolve_ref(ref: str, base_dir: Path | None, exclude: frozenset[Path] = froz
         if not p.is_absolute() and base_dir is not None:
             p = base_dir / p
         return p if p.is_file() else None
-    p = preset_path(ref, exclude)
-    if p is None and base_dir is not None:
+    found = preset_path(ref, exclude)
+    if found is None and base_dir is not None:
         cand = base_dir / f"{ref}.yaml"
         if cand.is_file() and cand.resolve() not in exclude:
             return cand
-    return p
+    return found
 
 
 def _read(path: Path) -> LocDict:
@@ -148,7 +148,9 @@ def merge_documents(parent: LocDict, child: LocDict) -> LocDict:
             out[k] = _merge_dict(out[k], v, 2)
         else:
             out[k] = v
-        out.key_marks[k] = child.key_marks.get(k, out.key_marks.get(k))  # type: ignore[arg-type]
+        mark = child.key_marks.get(k, out.key_marks.get(k))
+        if mark is not None:
+            out.key_marks[k] = mark
     out.pop("extends", None)
     return out
 
@@ -252,8 +254,9 @@ def apply_topology_set(doc: LocDict, key: str, value: Any, data: LocDict, loc: l
     for depth, seg in enumerate(segs):
         holder, idx = _select(node, seg, data, loc, ".".join(segs[: depth + 1]))
         if depth == len(segs) - 1:
-            if isinstance(holder, LocDict):
-                holder.key_marks[idx] = _mark_of(data, loc)
+            mark = _mark_of(data, loc)
+            if isinstance(holder, LocDict) and mark is not None:
+                holder.key_marks[idx] = mark
             holder[idx] = _tag(value, data, loc)
         else:
             if isinstance(holder, dict) and idx not in holder:

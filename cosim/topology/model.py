@@ -1,23 +1,14 @@
 """The :class:`Topology` object: the graph plus routing and headline figures.
 
-Routing rules (docs/TOPOLOGY.md, "Routing"): cost is hop count; among
-equal-hop paths only those with the widest bottleneck (raw bytes/s per
-direction) are kept; the rest are the ECMP set, sorted deterministically.
-
-1. GPU <-> GPU (or NVSwitch) over the scale-up network (NVLink / NVSwitch
-   edges only; no GPU as an intermediate hop), when such a path exists.
-2. Same host node otherwise: through PCIe switches and CPU sockets (root
-   complex, UPI/xGMI, NVLink-C2C); never through a GPU, NIC or NVMe.
-3. Different host nodes: device -> its NIC (``nic_of`` for a GPU, else the
-   nearest NIC) -> fabric switches -> the peer's NIC -> device (GPUDirect RDMA).
+Routing is :class:`cosim.topology.routing.Router` (its rules: docs/TOPOLOGY.md, "Routing"), the one
+router the engine's bare-graph stand-in uses too.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import re
 from collections import Counter
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -29,25 +20,16 @@ from cosim.catalog.models import CPU, NIC, Accelerator
 from cosim.errors import CosimError
 
 from .build import BuildResult
+from .routing import Link, Router, iter_links, link_of, natural_key
 
-__all__ = ["NoRouteError", "Topology", "natural_key"]
+__all__ = ["Link", "NoRouteError", "Topology", "natural_key"]
 
 _NET = frozenset({"fabric_switch", "nic"})
 _SCALE_UP = frozenset({"gpu", "nvswitch"})
-_LOCAL_TRANSIT = frozenset({"pcie_switch", "cpu"})
 
 
 class NoRouteError(CosimError, ValueError):
     """No path between two devices under the routing rules."""
-
-
-def natural_key(s: str) -> tuple[Any, ...]:
-    """Sort key that orders "gpu2" before "gpu10"."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
-
-
-def _path_key(p: list[str]) -> tuple[Any, ...]:
-    return tuple(natural_key(n) for n in p)
 
 
 class Topology:
@@ -74,7 +56,7 @@ class Topology:
         self._kind = {n: a["kind"] for n, a in g.nodes(data=True)}
         self._node = {n: a["node"] for n, a in g.nodes(data=True)}
         self._gpus = sorted((n for n, k in self._kind.items() if k == "gpu"), key=lambda n: (self._node[n], g.nodes[n]["index"]))
-        self._paths: dict[tuple[str, str], list[list[str]]] = {}
+        self._router = Router(g, self.nic_of)
         self._nic_of: dict[str, str | None] | None = None
         self._cpu_of: dict[str, str] = {}
 
@@ -136,94 +118,7 @@ class Topology:
         """True if the GPUs of host node ``node`` attach to an NVSwitch (on the node or rack-level)."""
         return any(self._kind[v] == "nvswitch" for gpu in self.gpus_on(node) for v in self.graph.successors(gpu))
 
-    # --- routing -------------------------------------------------------------------------------
-
-    def _view(self, src: str, dst: str, allow: Any, edge_ok: Any = None) -> nx.DiGraph:
-        ends = {src, dst}
-        return nx.subgraph_view(
-            self.graph,
-            filter_node=lambda n: n in ends or allow(n),
-            filter_edge=(lambda u, v: edge_ok(u, v)) if edge_ok else (lambda u, v: True),
-        )
-
-    def _shortest(self, view: nx.DiGraph, src: str, dst: str) -> list[list[str]]:
-        try:
-            return [list(p) for p in nx.all_shortest_paths(view, src, dst)]
-        except (nx.NetworkXNoPath, nx.NodeNotFound):
-            return []
-
-    def _scale_up_paths(self, src: str, dst: str) -> list[list[str]]:
-        k = self._kind
-        view = self._view(src, dst, lambda n: k[n] == "nvswitch", lambda u, v: k[u] in _SCALE_UP and k[v] in _SCALE_UP)
-        return self._shortest(view, src, dst)
-
-    def _local_paths(self, src: str, dst: str) -> list[list[str]]:
-        node = self._node[src] if self._node[src] >= 0 else self._node[dst]
-        k, nd = self._kind, self._node
-        view = self._view(
-            src, dst,
-            lambda n: nd[n] == node and k[n] in _LOCAL_TRANSIT,
-            lambda u, v: not (k[u] in _SCALE_UP and k[v] in _SCALE_UP),
-        )
-        return self._shortest(view, src, dst)
-
-    def _fabric_paths(self, src: str, dst: str) -> list[list[str]]:
-        k = self._kind
-        return self._shortest(self._view(src, dst, lambda n: k[n] == "fabric_switch"), src, dst)
-
-    def _exit_nic(self, dev: str) -> str | None:
-        if self._kind[dev] == "nic":
-            return dev
-        if self._kind[dev] == "gpu":
-            return self.nic_of(dev)
-        best: tuple[int, tuple[Any, ...]] | None = None
-        pick = None
-        for nic in self.devices("nic", self._node[dev]):
-            ps = self._local_paths(dev, nic)
-            if ps:
-                key = (len(ps[0]), natural_key(nic))
-                if best is None or key < best:
-                    best, pick = key, nic
-        return pick
-
-    def _bottleneck(self, path: list[str]) -> float:
-        return min((self.graph.edges[a, b]["bandwidth"] for a, b in itertools.pairwise(path)), default=math.inf)
-
-    def _finish(self, paths: list[list[str]]) -> list[list[str]]:
-        if not paths:
-            return []
-        hops = min(len(p) for p in paths)
-        paths = [p for p in paths if len(p) == hops]
-        widest = max(self._bottleneck(p) for p in paths)
-        paths = [p for p in paths if self._bottleneck(p) >= widest * (1 - 1e-12)]
-        uniq = {tuple(p) for p in paths}
-        return sorted((list(p) for p in uniq), key=_path_key)
-
-    def _compute_paths(self, src: str, dst: str) -> list[list[str]]:
-        k, nd = self._kind, self._node
-        if src == dst:
-            return [[src]]
-        if k[src] in _SCALE_UP and k[dst] in _SCALE_UP:
-            p = self._scale_up_paths(src, dst)
-            if p:
-                return self._finish(p)
-        ns, nt = nd[src], nd[dst]
-        if ns >= 0 and ns == nt:
-            return self._finish(self._local_paths(src, dst))
-        if k[src] == "nvswitch" or k[dst] == "nvswitch":
-            return []
-        # across host nodes (or to/from the fabric): device -> NIC -> fabric -> NIC -> device
-        s_nic = self._exit_nic(src) if ns >= 0 else src
-        d_nic = self._exit_nic(dst) if nt >= 0 else dst
-        if s_nic is None or d_nic is None:
-            return []
-        head = [[src]] if s_nic == src else self._local_paths(src, s_nic)
-        mid = self._fabric_paths(s_nic, d_nic)
-        tail = [[dst]] if d_nic == dst else self._local_paths(d_nic, dst)
-        if not head or not mid or not tail:
-            return []
-        out = [h + m[1:] + t[1:] for h in self._finish(head) for m in self._finish(mid) for t in self._finish(tail)]
-        return self._finish(out)
+    # --- routing (the rules: :mod:`cosim.topology.routing`) --------------------------------------
 
     def paths(self, src: str, dst: str) -> list[list[str]]:
         """All equal-cost shortest paths from ``src`` to ``dst`` (ECMP), in a fixed order.
@@ -232,10 +127,7 @@ class Topology:
         """
         self._check(src)
         self._check(dst)
-        key = (src, dst)
-        if key not in self._paths:
-            self._paths[key] = self._compute_paths(src, dst)
-        return [list(p) for p in self._paths[key]]
+        return self._router.paths(src, dst)
 
     def route(self, src: str, dst: str, key: int = 0) -> list[str]:
         """One ECMP path: ``paths(src, dst)[key % len(paths)]``.
@@ -250,11 +142,19 @@ class Topology:
 
     def path_bandwidth(self, path: list[str]) -> float:
         """Raw bottleneck bandwidth of ``path`` (bytes/s per direction)."""
-        return self._bottleneck(path)
+        return self._router.bottleneck(path)
 
     def path_latency(self, path: list[str]) -> float:
         """Sum of link latencies along ``path`` (seconds)."""
         return sum(self.graph.edges[a, b]["latency"] for a, b in itertools.pairwise(path))
+
+    def link(self, src: str, dst: str) -> Link:
+        """The directed link ``src -> dst`` (bandwidth bytes/s per direction, latency s, kind: link type)."""
+        return link_of(self.graph, src, dst)
+
+    def links(self) -> Iterator[Link]:
+        """Every directed link of the graph, in the graph's edge order."""
+        return iter_links(self.graph)
 
     # --- affinity ------------------------------------------------------------------------------
 
@@ -277,7 +177,7 @@ class Topology:
                 if not cands:
                     dist = {}
                     for nic in nics:
-                        ps = self._local_paths(gpu, nic)
+                        ps = self._router.local_paths(gpu, nic)
                         if ps:
                             dist[nic] = len(ps[0])
                     if dist:
@@ -307,7 +207,7 @@ class Topology:
             best: tuple[int, tuple[Any, ...]] | None = None
             pick = None
             for cpu in self.devices("cpu", self._node[gpu]):
-                ps = self._local_paths(gpu, cpu)
+                ps = self._router.local_paths(gpu, cpu)
                 if ps:
                     key = (len(ps[0]), natural_key(cpu))
                     if best is None or key < best:
@@ -363,10 +263,10 @@ class Topology:
             n = self.nodes
             half = n // 2
             order = list(range(n))
-            splits = [(order[:half], order[n - half:]), (order[0::2][:half], order[1::2][:half])]
+            node_splits = [(order[:half], order[n - half:]), (order[0::2][:half], order[1::2][:half])]
             graph = self.graph
             cuts = []
-            for a_nodes, b_nodes in splits:
+            for a_nodes, b_nodes in node_splits:
                 a = [g for g in gpus if self._node[g] in set(a_nodes)]
                 b = [g for g in gpus if self._node[g] in set(b_nodes)]
                 cuts.append(self._max_flow(graph, a, b))

@@ -191,7 +191,7 @@ def show_text(topo: Topology) -> str:
         out.append("Scale-up links")
         out.extend("  " + line for line in su_lines)
     out.append("")
-    out.append("GPU -> NIC (rail):  " + "  ".join(f"{_local(topo, x)}->{_local(topo, topo.nic_of(x)) if topo.nic_of(x) else '-'}"
+    out.append("GPU -> NIC (rail):  " + "  ".join(f"{_local(topo, x)}->{_local(topo, nic) if (nic := topo.nic_of(x)) else '-'}"
                                                for x in topo.gpus_on(node)))
     return "\n".join(out) + "\n"
 

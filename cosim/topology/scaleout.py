@@ -56,7 +56,7 @@ def generate_fabric(b: _GraphBuilder, spec: FabricSpec, nodes: int, local: _Loca
     if link not in cat.links:
         raise input_error_at(data, ["fabric", "link" if spec.link else "topology"], f"unknown fabric link type {link!r}")
     ports = {n: cat.nics[spec_of[n]].ports for n in nic_ids}  # type: ignore[index]
-    origin = (data, ["fabric"])
+    origin: tuple[LocDict, list[str | int]] = (data, ["fabric"])
 
     def switch(name: str, **extra: Any) -> str:
         gid = f"fabric.{name}"
@@ -86,7 +86,7 @@ def _clos(b: _GraphBuilder, spec: FabricSpec, nodes: int, nic_ids: list[str], po
           switch: Any, data: LocDict) -> None:
     radix = spec.switch_radix
     down = spec.leaf_down_ports or radix // 2
-    origin = (data, ["fabric"])
+    origin: tuple[LocDict, list[str | int]] = (data, ["fabric"])
     rail = spec.topology == "rail-optimized"
     groups: list[list[tuple[str, int]]]  # one list of (nic graph id, ports) per rail (or one for all)
     if rail:
@@ -153,7 +153,7 @@ def _clos(b: _GraphBuilder, spec: FabricSpec, nodes: int, nic_ids: list[str], po
 
 def _dragonfly(b: _GraphBuilder, spec: FabricSpec, nodes: int, nic_ids: list[str], ports: dict[str, int], link: str,
                switch: Any, data: LocDict) -> None:
-    origin = (data, ["fabric"])
+    origin: tuple[LocDict, list[str | int]] = (data, ["fabric"])
     h = spec.hosts_per_switch or max(1, spec.switch_radix // 4)
     a = spec.group_size or 4
     members = [(f"node{n}.{nic}", ports[nic]) for n in range(nodes) for nic in nic_ids]
@@ -186,7 +186,7 @@ def _dragonfly(b: _GraphBuilder, spec: FabricSpec, nodes: int, nic_ids: list[str
 
 def _torus(b: _GraphBuilder, spec: FabricSpec, nodes: int, nic_ids: list[str], ports: dict[str, int], link: str,
            switch: Any, data: LocDict) -> None:
-    origin = (data, ["fabric"])
+    origin: tuple[LocDict, list[str | int]] = (data, ["fabric"])
     dims = spec.dims or [nodes]
     if math.prod(dims) != nodes or any(d < 1 for d in dims):
         raise input_error_at(data, ["fabric", "dims"], f"dims {dims} hold {math.prod(dims)} switches; need one per node ({nodes})")

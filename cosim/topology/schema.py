@@ -184,7 +184,7 @@ def _eval(expr: str, env: dict[str, int]) -> int:
     def ev(n: ast.AST) -> int:
         if isinstance(n, ast.Expression):
             return ev(n.body)
-        if isinstance(n, ast.Constant):
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):  # (only int constants pass the check above)
             return int(n.value)
         if isinstance(n, ast.Name):
             return env[n.id]

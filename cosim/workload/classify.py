@@ -310,7 +310,7 @@ def op_flops_bytes(op: str, shapes_json: str, types_json: str | None) -> tuple[f
     except ValueError:
         return nan
     name = op.split("::")[-1]
-    esz = next((dtype_bytes(t) for t in types if isinstance(t, str) and dtype_bytes(t) > 0), -1)
+    esz: float = next((dtype_bytes(t) for t in types if isinstance(t, str) and dtype_bytes(t) > 0), -1)
     esz = esz if esz > 0 else math.nan
     sh = [s for s in shapes if _is_shape(s)]
     try:

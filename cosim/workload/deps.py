@@ -104,7 +104,9 @@ def kineto_edges(
             own = np.nonzero(g_launch_host == i)[0]
             if len(own):
                 for j in own.tolist():
-                    ss.append(j), sd.append(i), si.append(0)
+                    ss.append(j)
+                    sd.append(i)
+                    si.append(0)
                 continue
         targets: list[tuple[tuple[int, int], float]] = []
         inferred = 0
@@ -144,7 +146,9 @@ def kineto_edges(
         for key, tt in targets:
             j = last_before(key, tt)
             if j >= 0:
-                ss.append(j), sd.append(i), si.append(inferred)
+                ss.append(j)
+                sd.append(i)
+                si.append(inferred)
     if ss:
         add(nh + np.array(ss), np.array(sd), EdgeKind.SYNC, np.array(si, np.int8))
 
@@ -173,7 +177,9 @@ def kineto_edges(
                     a = last_before(ks, float(h.start[corr2host[rec_corr]]))
                     b = first_after(kd, t)
                     if a >= 0 and b >= 0:
-                        es.append(a), ed.append(b), ei.append(0)
+                        es.append(a)
+                        ed.append(b)
+                        ei.append(0)
                 continue
             # No stream/event info: the next GPU op this thread launches after the wait depends on
             # the latest op it launched on another stream before the matching event record (or,
@@ -197,7 +203,9 @@ def kineto_edges(
                 # the op waited for is on another stream and, in the measured timeline, ended
                 # before the waiting op started (a guess must not contradict the trace)
                 if (int(g.device[a]), int(g.stream[a])) != kd and float(g.start[a] + g.dur[a]) <= b_start:
-                    es.append(a), ed.append(b), ei.append(1)
+                    es.append(a)
+                    ed.append(b)
+                    ei.append(1)
                     break
     if es:
         add(nh + np.array(es), nh + np.array(ed), EdgeKind.EVENT_WAIT, np.array(ei, np.int8))

@@ -381,7 +381,7 @@ def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> R
     # steps: ProfilerStep nodes, else the whole trace
     steps_idx = [i for i in range(nh) if _STEP.match(names[i])]
     if steps_idx:
-        nums = [int(_STEP.match(names[i]).group(1)) for i in steps_idx]
+        nums = [int(m.group(1)) for i in steps_idx if (m := _STEP.match(names[i]))]
         steps = Table(
             "steps",
             len(steps_idx),
@@ -510,24 +510,24 @@ def _et_collectives(st: StringTable, keep: list[EtNode], rg: RankGraph) -> tuple
                 info.get("out_split") or [],
             )
         )
-    n = len(rows)
+    nc = len(rows)
     io, iv = ragged_arrays([r[11] for r in rows])
     oo, ov = ragged_arrays([r[12] for r in rows])
-    col = lambda k: np.array([r[k] for r in rows]) if n else np.zeros(0)  # noqa: E731
-    esz, in_n, out_n = col(4), col(5), col(6)
+    col = lambda k: np.array([r[k] for r in rows]) if nc else np.zeros(0)  # noqa: E731
+    c_esz, c_in, c_out = col(4), col(5), col(6)
     coll = Table(
         "collectives",
-        n,
+        nc,
         host_op=col(0),
-        gpu_op=np.full(n, -1),
+        gpu_op=np.full(nc, -1),
         type=col(1),
         name=col(2),
         dtype=col(3),
-        elem_bytes=esz,
-        in_nelems=in_n,
-        out_nelems=out_n,
-        in_bytes=np.where((in_n >= 0) & (esz > 0), in_n * esz, np.nan) if n else np.zeros(0),
-        out_bytes=np.where((out_n >= 0) & (esz > 0), out_n * esz, np.nan) if n else np.zeros(0),
+        elem_bytes=c_esz,
+        in_nelems=c_in,
+        out_nelems=c_out,
+        in_bytes=np.where((c_in >= 0) & (c_esz > 0), c_in * c_esz, np.nan) if nc else np.zeros(0),
+        out_bytes=np.where((c_out >= 0) & (c_esz > 0), c_out * c_esz, np.nan) if nc else np.zeros(0),
         group=col(7),
         group_size=col(8),
         seq=col(9),

@@ -590,7 +590,8 @@ class ExecutionGraph:
         from cosim.fileio import atomic_open
 
         with atomic_open(path, "wb", gz=False) as fh:
-            (np.savez_compressed if compress else np.savez)(fh, **arrays)
+            # numpy's stubs read **arrays as the allow_pickle flag
+            (np.savez_compressed if compress else np.savez)(fh, **arrays)  # type: ignore[arg-type]
 
     @classmethod
     def from_npz(cls, path: str | Path) -> ExecutionGraph:

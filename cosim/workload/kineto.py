@@ -331,8 +331,8 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     flow_f: dict[Any, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
-    host_cats = {c: int(k) for c, k in HOST_CATS.items()}
-    gpu_cats = {c: int(k) for c, k in GPU_CATS.items()}
+    host_cats: dict[str | None, int] = {c: int(k) for c, k in HOST_CATS.items()}
+    gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
     no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
 
     for k, e in enumerate(events):

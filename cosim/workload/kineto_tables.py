@@ -95,7 +95,7 @@ def build_rank(
     # ---------------- steps ---------------------------------------------------------------------
     strings = st.strings
     step_rows = []
-    for i in np.nonzero(h_kind == HostKind.ANNOTATION)[0]:
+    for i in np.nonzero(h_kind == HostKind.ANNOTATION)[0].tolist():
         m = _STEP_RE.match(strings[h_name[i]])
         if m:
             step_rows.append((h_start[i], int(m.group(1)), int(i)))
@@ -235,10 +235,10 @@ def build_rank(
         elif gk == GpuKind.MEMSET:
             g_cls[j] = OpClass.MEMSET
         else:
-            c = memo.get((kn, on))
-            if c is None:
-                c = memo[(kn, on)] = int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
-            g_cls[j] = c
+            oc = memo.get((kn, on))
+            if oc is None:
+                oc = memo[(kn, on)] = int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
+            g_cls[j] = oc
 
     # FLOPs / bytes from shapes
     h_shapes = np.array([r[9] for r in host], np.int32)
@@ -258,10 +258,10 @@ def build_rank(
     s_gstart = np.full(ns, np.inf)
     s_gend = np.full(ns, -np.inf)
     s_cnt = np.zeros(ns, np.int32)
-    m = g_step >= 0
-    np.minimum.at(s_gstart, g_step[m], g_start[m])
-    np.maximum.at(s_gend, g_step[m], (g_start + g_dur_s)[m])
-    np.add.at(s_cnt, g_step[m], 1)
+    stepped = g_step >= 0
+    np.minimum.at(s_gstart, g_step[stepped], g_start[stepped])
+    np.maximum.at(s_gend, g_step[stepped], (g_start + g_dur_s)[stepped])
+    np.add.at(s_cnt, g_step[stepped], 1)
     s_gstart[np.isinf(s_gstart)] = np.nan
     s_gend[np.isinf(s_gend)] = np.nan
     steps = Table(

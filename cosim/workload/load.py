@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from cosim.errors import CosimInputError, warn_input
 from cosim.workload.et import link_et, load_et_nodes, read_et
@@ -52,10 +53,10 @@ def attach_ets(ranks: Sequence[RankGraph], ets: Sequence[Path]) -> None:
     """Attach each Execution Trace file in ``ets`` to its Kineto rank: the rank with the ET's process id,
     else the rank numbered like the end of the ET's file name, else (as many ETs as ranks) by position in
     rank order. Raises :class:`CosimInputError` naming the ET when none fits or two ETs claim one rank."""
-    by_pid: dict[int, RankGraph] = {}
-    for rg in ranks:
-        for pid in set(rg.threads.pid.tolist()):
-            by_pid.setdefault(pid, rg)
+    by_pid: dict[Any, RankGraph] = {}  # keyed by the pid an ET header gives (untyped JSON)
+    for r in ranks:
+        for pid in set(r.threads.pid.tolist()):
+            by_pid.setdefault(pid, r)
     unused = list(ranks)
     for k, f in enumerate(ets):
         header, nodes = load_et_nodes(f)
@@ -154,8 +155,8 @@ def _import(files: list[Path], time_unit: str | None) -> ExecutionGraph:
         nums = [_trailing_int(f) for f in ets]
         if len(ets) > 1 and (None in nums or len(set(nums)) != len(nums)):
             nums = list(range(len(ets)))
-        nums = [n if n is not None else 0 for n in nums]
-        world = max(nums) + 1
-        ranks = [read_et(f, rank=n, world_size=world) for f, n in zip(ets, nums)]
+        rank_of = [n if n is not None else 0 for n in nums]
+        world = max(rank_of) + 1
+        ranks = [read_et(f, rank=n, world_size=world) for f, n in zip(ets, rank_of)]
     ranks.sort(key=lambda r: r.rank)
     return ExecutionGraph(ranks)

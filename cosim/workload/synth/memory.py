@@ -84,11 +84,11 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
             act_chunk.append(a)
         if rm.schedule == "dualpipe":  # (kind, chunk) per action; an overlapped pair is a forward then a backward
             steps: list[tuple[str, int]] = []
-            for a in dualpipe_order(stage, rm.pp, microbatches):
-                if a[0] == "FB":
-                    steps += [("F", a[1]), ("B", a[2])]
-                elif a[0] in ("F", "B"):
-                    steps.append((a[0], a[1]))
+            for act in dualpipe_order(stage, rm.pp, microbatches):
+                if act[0] == "FB":
+                    steps += [("F", act[1]), ("B", act[2])]
+                elif act[0] in ("F", "B"):
+                    steps.append((act[0], act[1]))
         else:
             steps = [(kind, v) for kind, _, v in stage_order(stage, rm.pp, rm.vpp, microbatches)]
         live = [0] * len(act_chunk)
@@ -98,9 +98,9 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
             cur = sum(n * act_chunk[i] for i, n in enumerate(live))
             peak = max(peak, cur)
         if rm.layout.recompute == "full":  # the layer being recomputed holds its full working set
-            ly = rm.chunk_layers[rm.stage_chunks(stage)[0]]
-            if ly:
-                peak += sum(o.saved for o in layer_ops(card, ly[-1], T, seq, sh, p))
+            first = rm.chunk_layers[rm.stage_chunks(stage)[0]]
+            if first:
+                peak += sum(o.saved for o in layer_ops(card, first[-1], T, seq, sh, p))
         n_edp = rm.edp
         params = dense + expert
         if zero == "fsdp":
