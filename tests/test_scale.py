@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cosim.engine import SimConfig, Simulator
-from cosim.engine.fabric import Fabric, FabricConfig
+from cosim.engine.flows import Fabric, FabricConfig
 
 
 def _overlap(coalesce: bool, topo: object, at: float, algo: str = "auto") -> tuple[list[float], object]:
@@ -112,6 +112,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
                                                       routing: str, gbs: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import yaml
 
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.workload.synth import SyntheticSpec, synthesize
 
@@ -121,7 +122,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
                                              batch={"global": gbs, "micro": 1, "seq": 64}, precision="bf16"))
     topo = cluster64
     assert len(topo.gpus) == 64
-    syn = synthesize(spec, topo)
+    syn = synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
     cfg = ReplayConfig(collectives="simulated")
     co = replay(syn.graph, topo, cfg).summary()["step_time_s"]
     monkeypatch.setattr(Fabric, "links_idle", lambda self, links: False)  # plain: every collective solved
@@ -146,6 +147,7 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
     import yaml
 
     import cosim.replay.collective_map as cmap
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.scenario import build_topology
     from cosim.workload.synth import SyntheticSpec, synthesize
@@ -159,7 +161,7 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
     def step(fold: bool) -> float:
         spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(tp=2, pp=2, ep=16), fold=fold,
                                                  batch={"global": 64, "micro": 1, "seq": 1024}, precision="bf16"))
-        return replay(synthesize(spec, topo).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
+        return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
 
     assert cmap.fabric_blocks(topo.graph)
     assert not cmap.fabric_blocks(build_topology("dgx-h100", None, nodes=8).graph)  # non-blocking: no replicas

@@ -1,6 +1,6 @@
 """``replay()``: run an execution graph on a topology and summarize it.
 
-The orchestrator: it binds the workload to a topology (:mod:`cosim.replay.hardware`), runs the
+The orchestrator: it binds the workload to a topology (:mod:`cosim.replay.binding`), runs the
 duration pipeline (:mod:`cosim.replay.durations`), compiles each rank (:mod:`cosim.replay.program`),
 runs them on the engine (:mod:`cosim.replay.executor`, collectives mapped by
 :mod:`cosim.replay.collective_map`, copies by :mod:`cosim.replay.copies`), attributes link traffic
@@ -17,13 +17,13 @@ from typing import Any
 import simpy
 
 from cosim.errors import CosimInputError
-from cosim.fileio import write_json
+from cosim.models.roofline import RooflineModel
 from cosim.replay.collective_map import collective_runner, fold_stage, gpu_of_rank
 from cosim.replay.config import ReplayConfig
 from cosim.replay.copies import CopyModel, copy_engines_of
-from cosim.replay.durations import gpu_durations
+from cosim.replay.durations import gpu_durations, hbm_parts
 from cosim.replay.executor import Executor, RankRun
-from cosim.replay.hardware import default_topology, guess_accelerator
+from cosim.replay.binding import default_topology, guess_accelerator
 from cosim.replay.links import LinkUsage, record_fabric, replay_end, replay_link_usage
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import SUMMARY_SCHEMA, summarize
@@ -65,20 +65,6 @@ class ReplayResult:
             self._summary = summarize(self)
         return self._summary
 
-    def write(self, out: str | Path, timeline: bool = True) -> dict[str, Path]:
-        """Write ``summary.json``, ``timeline.json.gz`` (Perfetto) and ``timeline/rank{r}.json.gz`` (HTA) into
-        ``out``; returns their paths (``timeline_ranks``: the folder to give HTA's ``TraceAnalysis``)."""
-        from cosim.output.timeline import write_timeline
-
-        out = Path(out)
-        paths = {"summary": out / "summary.json"}
-        write_json(paths["summary"], self.summary())
-        if timeline:
-            paths["timeline"] = out / "timeline.json.gz"
-            write_timeline(paths["timeline"], self)
-            paths["timeline_ranks"] = out / "timeline"
-        return paths
-
 
 def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topology: Any = None,
            config: ReplayConfig | None = None) -> ReplayResult:
@@ -95,7 +81,7 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
     traced = cfg.traced_accelerator or guess_accelerator(graph.ranks[0].device_name)
     topology = _bind_topology(topology, cfg, traced)
     if needs_projection(graph):
-        graph = project_onto(graph, topology, cfg.accelerator)
+        graph = project_onto(graph, topology, cfg.accelerator, kernel_model=RooflineModel)
         notes.append("the workload has no GPU ops (a CPU capture or an Execution Trace alone): its ATen ops were "
                      "projected onto the topology's GPU (docs/CAPTURE.md); collectives need --collectives simulated")
     gpu0 = topology.gpus[0]
@@ -116,7 +102,8 @@ def replay(workload: ExecutionGraph | str | Path | Sequence[str | Path], topolog
         runner = collective_runner(sim, topology, cfg, notes, fold_stage(graph, topology))
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
-    ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies)
+    share = _gpu_share(env, graph, topology, cfg, cfg.accelerator or traced, durs.sm_count, notes)
+    ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies, share)
     runs, wall = ex.run()
     _check_scheduled(ex, graph, sources)
     fallback = sum(getattr(r, "comm_fallback", 0) for r in ex.ranks)
@@ -182,12 +169,36 @@ def _check_scheduled(ex: Executor, graph: ExecutionGraph, sources: list[str]) ->
                           file=sources[0] if sources else None)
 
 
+def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg: ReplayConfig,
+               acc_id: str | None, sms: int | None, notes: list[str]) -> Any:
+    """SM / HBM sharing between communication and compute kernels in the simulation
+    (cosim.replay.interference), or None when no what-if changes the law."""
+    from cosim.engine import GpuConfig
+    from cosim.replay.interference import build_share
+
+    if sms is None:
+        return None
+    base, changed = hbm_parts(topology, cfg, acc_id)
+    ratio = float(base.hbm_bandwidth) / float(changed.hbm_bandwidth) if base is not None else 1.0
+    if cfg.comm_sms is None and ratio == 1.0:
+        return None
+    share = build_share(env, list(graph.ranks), sms, cfg.comm_sms, GpuConfig().comm_hbm_fraction, ratio,
+                        cfg.durations != "modeled")
+    if share is not None:
+        p = next(iter(share.plans.values()))
+        notes.append(f"communication kernels hold {p['comm_sms']:g} of {sms} SMs (traced: "
+                     f"{p['traced_comm_sms']:g}) and {p['h_comm']:.3g} of HBM bandwidth: compute kernels that "
+                     "overlap them in the simulation slow down (docs/ENGINE.md)")
+    return share
+
+
 def _simulator(topology: Any, cfg: ReplayConfig, env: simpy.Environment) -> Any:
     """The engine for this replay: the topology's fabric (collectives, copies) on the replay's clock."""
-    from cosim.engine import GpuConfig, SimConfig, Simulator
+    from cosim.engine import NcclConfig, SimConfig, Simulator
 
-    gcfg = GpuConfig() if cfg.comm_sms is None else GpuConfig(comm_sms=cfg.comm_sms)
-    return Simulator(topology, SimConfig(record_trace=False, gpu=gcfg), env=env)
+    # a communication kernel of comm_sms SMs runs one channel (thread block) per SM
+    nccl = NcclConfig() if cfg.comm_sms is None else NcclConfig(channels=max(cfg.comm_sms, 1))
+    return Simulator(topology, SimConfig(record_trace=False, nccl=nccl), env=env)
 
 
 def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], topology: Any,

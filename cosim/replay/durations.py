@@ -18,7 +18,7 @@ import numpy as np
 
 from cosim.errors import CosimInputError
 from cosim.replay.config import OP_CLASSES, ReplayConfig
-from cosim.replay.hardware import cross_accelerator_factor
+from cosim.replay.binding import cross_accelerator_factor
 from cosim.workload import ExecutionGraph
 from cosim.workload.graph import RankGraph
 
@@ -103,7 +103,7 @@ def _modeled(graph: ExecutionGraph, topology: Any, cfg: ReplayConfig, traced: st
              notes: list[str]) -> tuple[list[np.ndarray], dict[str, Any] | None]:
     """Kernel-model durations of every rank (``durations=modeled``) and their error by class against
     the measured ones (None when those are not measurements of the predicted GPU)."""
-    from cosim.models.errors import kernel_error_by_class
+    from cosim.models.accuracy import kernel_error_by_class
     from cosim.models.features import extract_features
     from cosim.models.predict import _default_profile, _same_gpu, predict_features
 
@@ -125,37 +125,39 @@ def times(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
 
 
 def resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str | None, sms: int | None,
-                     notes: list[str] | None) -> np.ndarray | None:
-    """Duration factors of the shared-resource what-ifs on measured durations (cosim.replay.interference):
-    HBM bandwidth / bf16 peak overrides of the replayed accelerator, and ``comm_sms``; None: none applies."""
-    from cosim.catalog import load_catalog
-    from cosim.replay.interference import comm_sm_factor, hardware_factor, traced_comm_sms
+                    notes: list[str] | None) -> np.ndarray | None:
+    """Standalone-duration factors of HBM bandwidth / bf16 peak overrides of the replayed accelerator on
+    measured durations (cosim.replay.interference); None: none applies. Checks ``comm_sms`` (the SM law runs
+    in the simulation: :func:`cosim.replay.api` builds the GPU share)."""
+    from cosim.replay.interference import hardware_factor
 
     out = None
-    base: Any
-    changed: Any
-    if acc_id is not None and cfg.catalog_overrides and cfg.durations != "modeled":
-        try:
-            base, changed = load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)
-        except (CosimInputError, AttributeError):
-            base = changed = None
-        if base is not None:
-            out = times(out, hardware_factor(rg, base, changed))
-            if out is not None and notes is not None:
-                notes.append(f"{acc_id}: kernel durations scaled by the overridden HBM bandwidth "
-                             f"({base.hbm_bandwidth / 1e12:.4g} -> {changed.hbm_bandwidth / 1e12:.4g} TB/s) and "
-                             f"bf16 peak ({base.peak('bf16') / 1e12:.4g} -> {changed.peak('bf16') / 1e12:.4g} TFLOP/s)")
+    base, changed = hbm_parts(topology, cfg, acc_id)
+    if base is not None:
+        out = hardware_factor(rg, base, changed)
+        if out is not None and notes is not None:
+            notes.append(f"{acc_id}: kernel durations scaled by the overridden HBM bandwidth "
+                         f"({base.hbm_bandwidth / 1e12:.4g} -> {changed.hbm_bandwidth / 1e12:.4g} TB/s) and "
+                         f"bf16 peak ({base.peak('bf16') / 1e12:.4g} -> {changed.peak('bf16') / 1e12:.4g} TFLOP/s)")
     if cfg.comm_sms is not None:
         if sms is None:
             raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the accelerator's SM count is unknown "
                                   "(give --set traced_accelerator=ID)")
         if cfg.comm_sms >= sms:
             raise CosimInputError(f"--set gpu.comm_sms={cfg.comm_sms}: the GPU has only {sms} SMs")
-        out = times(out, comm_sm_factor(rg, sms, cfg.comm_sms))
-        if notes is not None:
-            notes.append(f"communication kernels hold {cfg.comm_sms} of {sms} SMs (traced: "
-                         f"{traced_comm_sms(rg):g}): overlapping compute kernels rescaled (docs/ENGINE.md)")
     return out
+
+
+def hbm_parts(topology: Any, cfg: ReplayConfig, acc_id: str | None) -> tuple[Any, Any]:
+    """(catalog accelerator, its overridden copy) when catalog overrides apply to measured durations."""
+    if acc_id is None or not cfg.catalog_overrides or cfg.durations == "modeled":
+        return None, None
+    from cosim.catalog import load_catalog
+
+    try:
+        return load_catalog().accelerator(acc_id), topology.catalog.accelerator(acc_id)
+    except (CosimInputError, AttributeError):
+        return None, None
 
 
 def sm_count(topology: Any, accelerator: str | None) -> int | None:
