@@ -154,7 +154,7 @@ HIDDEN_WORK_MIN = 5e-6
 """Shortest launch-to-start wait on an idle GPU that is kept as unrecorded GPU work (s)."""
 
 
-def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: dict[int, float],
+def hidden_gpu_delay(rg: RankGraph, lhost: list[int] | np.ndarray, lat: float, launch_delay: dict[int, float],
                      minimum: float = HIDDEN_WORK_MIN) -> dict[int, float]:
     """Launched GPU ops that the trace shows starting late on an idle GPU -> that wait (s).
 
@@ -186,7 +186,11 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: 
     prev_end = np.empty(n)
     prev_end[o] = run
     hstart = np.where(lh >= 0, H.start[np.maximum(lh, 0)], np.nan)
-    extra = np.array([launch_delay.get(int(h), 0.0) for h in lh]) if launch_delay else 0.0
+    extra: np.ndarray | float = 0.0
+    if launch_delay:
+        per_host = np.zeros(len(H))
+        per_host[np.fromiter(launch_delay, np.int64, len(launch_delay))] = list(launch_delay.values())
+        extra = np.where(lh >= 0, per_host[np.maximum(lh, 0)], 0.0)
     ready = hstart + lat + extra
     wait = start - np.maximum(ready, prev_end)
     sel = np.flatnonzero(ok & np.isfinite(wait) & (wait >= minimum))
@@ -477,13 +481,20 @@ def _launch_delays(rg: RankGraph, costs: _HostCosts, lhost: np.ndarray, launch_g
     all_copy = ~non_copy[lh]  # launch calls whose GPU ops are all copies
     gstart = G.start.astype(float)
     pos = extras > 0
-    for h, extra, copy in zip(lh[pos].tolist(), extras[pos].tolist(), all_copy[pos].tolist()):
-        if copy:
-            seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
-            seen = seen[np.isfinite(seen)]
-            extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
-        if extra > 0:
-            launch_delay[h] = extra
+    plain = pos & ~all_copy
+    launch_delay.update(zip(lh[plain].tolist(), extras[plain].tolist()))
+    cp = pos & all_copy
+    if cp.any():  # a copy call's excess: at most until its first copy is seen starting (finite starts)
+        on = lhost >= 0
+        seen = gstart[on] - (H.start[lhost[on]] + traced_lat)
+        fin = np.isfinite(seen)
+        first_seen = np.full(len(H), np.inf)
+        np.minimum.at(first_seen, lhost[on][fin], seen[fin])
+        h_c, extra_c = lh[cp], extras[cp]
+        fs = first_seen[h_c]
+        extra_c = np.where(np.isfinite(fs), np.minimum(extra_c, np.maximum(fs, 0.0)), extra_c)
+        keep = extra_c > 0
+        launch_delay.update(zip(h_c[keep].tolist(), extra_c[keep].tolist()))
     return launch_delay
 
 
@@ -725,7 +736,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     hkind = _blocking_kinds(rg, lhost, launch_gpu, sync_deps)
     costs = _host_costs(rg, cfg, hkind, sync_deps)
     launch_delay = _launch_delays(rg, costs, lhost, launch_gpu, tm.traced_lat)
-    hidden = hidden_gpu_delay(rg, lhost.tolist(), tm.traced_lat, launch_delay) if not costs.region.any() else {}
+    hidden = hidden_gpu_delay(rg, lhost, tm.traced_lat, launch_delay) if not costs.region.any() else {}
     walk = _host_programs(rg, cfg, costs, launch_gpu, offset)
     host_anchor = _head_anchors(rg, walk, orphan, stream_pred)
     return RankProgram(
