@@ -152,15 +152,40 @@ def _replay(graph: ExecutionGraph, sources: list[str], topology: Any, cfg: Repla
 def _bind_topology(topology: Any, cfg: ReplayConfig, traced: str | None) -> Any:
     """The topology to replay on (a :class:`cosim.topology.Topology`, a preset name or file, or None:
     ``cfg.topology``, else the preset of the traced accelerator), with the config's catalog overrides."""
-    from cosim.topology import Topology, load_topology
+    from cosim.topology import Topology
 
     if topology is None:
         topology = cfg.topology or default_topology(traced)
     if not isinstance(topology, Topology):
-        return load_topology(topology, overrides=dict(cfg.catalog_overrides) or None)
+        return _load_topology(topology, dict(cfg.catalog_overrides))
     if cfg.catalog_overrides:
-        return load_topology(topology.source_file or topology.name, overrides=dict(cfg.catalog_overrides))
+        return _load_topology(topology.source_file or topology.name, dict(cfg.catalog_overrides))
     return topology
+
+
+_TOPOLOGIES: dict[tuple[str, int, int, str], Any] = {}
+"""Topologies loaded by replays in this process (few: :data:`_TOPOLOGIES_KEPT`), by file, its
+modification time and size, and the catalog overrides."""
+_TOPOLOGIES_KEPT = 8
+
+
+def _load_topology(name_or_path: Any, overrides: dict[str, Any]) -> Any:
+    """:func:`cosim.topology.load_topology`, remembered for the process: replays of one topology (a
+    sweep, repeated runs through the Python API) read and build it once, and share its route cache. A
+    topology is not changed by a replay (routes are cached on it, nothing else); a file changed on disk
+    since is read again."""
+    from cosim.topology import find_topology, load_topology
+
+    path = find_topology(name_or_path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size, repr(sorted(overrides.items())))
+    topo = _TOPOLOGIES.get(key)
+    if topo is None:
+        topo = load_topology(path, overrides=overrides or None)
+        if len(_TOPOLOGIES) >= _TOPOLOGIES_KEPT:
+            del _TOPOLOGIES[next(iter(_TOPOLOGIES))]
+        _TOPOLOGIES[key] = topo
+    return topo
 
 
 def _rank_offsets(graph: ExecutionGraph, notes: list[str]) -> list[float]:
