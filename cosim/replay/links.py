@@ -277,6 +277,25 @@ class EngineRoutes:
         return hit[0], hit[1] * nbytes, hit[2]
 
 
+_ROUTES: dict[int, tuple[Any, EngineRoutes]] = {}
+_ROUTES_KEPT = 8
+
+
+def _routes_of(topology: Any) -> EngineRoutes:
+    """The :class:`EngineRoutes` of ``topology`` (default engine config), kept for the last
+    :data:`_ROUTES_KEPT` topologies: replays of one topology in a process probe each distinct collective
+    and copy route once (a probe runs alone on the scratch engine, so its answer does not depend on the
+    probes before it)."""
+    hit = _ROUTES.get(id(topology))
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    rt = EngineRoutes(topology)
+    if len(_ROUTES) >= _ROUTES_KEPT:
+        del _ROUTES[next(iter(_ROUTES))]
+    _ROUTES[id(topology)] = (topology, rt)
+    return rt
+
+
 def replay_end(now: float, runs: list[RankRun]) -> float:
     """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
     end = now
@@ -331,7 +350,7 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
 
     def routes() -> tuple[LinkUsage, EngineRoutes]:
         if state["routes"] is None:
-            rt = state["routes"] = EngineRoutes(topology)
+            rt = state["routes"] = _routes_of(topology)
             if state["usage"] is None:
                 fab = rt.fabric
                 state["usage"] = LinkUsage(fab.links, fab.capacity)
