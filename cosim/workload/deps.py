@@ -96,15 +96,25 @@ def kineto_edges(
         return None
 
     ss, sd, si = [], [], []
+    # the GPU ops each synchronous launch (LAUNCH_SYNC) enqueued, in GPU op order: one pass
+    ls_host = h.kind == HostKind.LAUNCH_SYNC
+    own_of: dict[int, list[int]] = {}
+    if ls_host.any() and ng:
+        gl = np.asarray(g_launch_host, np.int64)
+        js = np.nonzero((gl >= 0) & ls_host[np.maximum(gl, 0)])[0]
+        for j, hh in zip(js.tolist(), gl[js].tolist()):
+            own_of.setdefault(hh, []).append(j)
     # synchronization: GPU op -> blocking host call
-    for i in np.nonzero((h.kind == HostKind.SYNC) | (h.kind == HostKind.LAUNCH_SYNC))[0].tolist():
+    for i in np.nonzero((h.kind == HostKind.SYNC) | ls_host)[0].tolist():
         t = float(h.start[i])
         info = syncs.get(int(h.correlation[i]))
-        if h.kind[i] == HostKind.LAUNCH_SYNC:
-            own = np.nonzero(g_launch_host == i)[0]
-            if len(own):
-                for j in own.tolist():
-                    ss.append(j), sd.append(i), si.append(0)
+        if ls_host[i]:
+            own = own_of.get(i)
+            if own:
+                for j in own:
+                    ss.append(j)
+                    sd.append(i)
+                    si.append(0)
                 continue
         targets: list[tuple[tuple[int, int], float]] = []
         inferred = 0
@@ -144,7 +154,9 @@ def kineto_edges(
         for key, tt in targets:
             j = last_before(key, tt)
             if j >= 0:
-                ss.append(j), sd.append(i), si.append(inferred)
+                ss.append(j)
+                sd.append(i)
+                si.append(inferred)
     if ss:
         add(nh + np.array(ss), np.array(sd), EdgeKind.SYNC, np.array(si, np.int8))
 
@@ -173,7 +185,9 @@ def kineto_edges(
                     a = last_before(ks, float(h.start[corr2host[rec_corr]]))
                     b = first_after(kd, t)
                     if a >= 0 and b >= 0:
-                        es.append(a), ed.append(b), ei.append(0)
+                        es.append(a)
+                        ed.append(b)
+                        ei.append(0)
                 continue
             # No stream/event info: the next GPU op this thread launches after the wait depends on
             # the latest op it launched on another stream before the matching event record (or,
@@ -197,7 +211,9 @@ def kineto_edges(
                 # the op waited for is on another stream and, in the measured timeline, ended
                 # before the waiting op started (a guess must not contradict the trace)
                 if (int(g.device[a]), int(g.stream[a])) != kd and float(g.start[a] + g.dur[a]) <= b_start:
-                    es.append(a), ed.append(b), ei.append(1)
+                    es.append(a)
+                    ed.append(b)
+                    ei.append(1)
                     break
     if es:
         add(nh + np.array(es), nh + np.array(ed), EdgeKind.EVENT_WAIT, np.array(ei, np.int8))
