@@ -69,3 +69,13 @@ def test_load_cache_reads_indexed_entries(tmp_path: Path, monkeypatch: pytest.Mo
     (entry,) = (tmp_path / "c").glob("graph-*.npz")
     assert cache._index(bytearray(entry.read_bytes())) is not None
     _same_graph(fresh, load_trace(src))
+
+
+def test_entry_strings_ascii_and_not(tmp_path: Path, graph: ExecutionGraph) -> None:
+    # byte offsets are character offsets only for ASCII tables: both reads give the strings back
+    p = tmp_path / "e.npz"
+    cache.write_entry(p, graph)
+    assert cache.read_entry(p).ranks[0].strings == graph.ranks[0].strings
+    graph.ranks[0].strings.extend(["dépôt", "", "カーネル", "a\udcffb"])
+    cache.write_entry(p, graph)
+    assert cache.read_entry(p).ranks[0].strings == graph.ranks[0].strings

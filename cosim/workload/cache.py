@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import struct
 import zipfile
@@ -203,7 +204,7 @@ def read_entry(path: Path) -> ExecutionGraph:
     arrays: dict[str, np.ndarray] = {}
     for name, (off, dtype, shape) in index["arrays"].items():
         dt = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if off < 0 or off + count * dt.itemsize > len(data):
             raise ValueError(f"array {name} past the end of the entry")
         arrays[name] = np.frombuffer(data, dt, count, off).reshape(shape)

@@ -632,7 +632,11 @@ class ExecutionGraph:
             p = f"r{k}"
             off = z[f"{p}/strings_offsets"].tolist()
             blob = z[f"{p}/strings_blob"].tobytes()
-            strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(off[:-1], off[1:])]
+            text = blob.decode("utf-8", "surrogatepass")
+            if len(text) == len(blob):  # ASCII: byte offsets are character offsets; slice in C
+                strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
+            else:
+                strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(off[:-1], off[1:])]
             tabs = {}
             for tname, schema in TABLE_SCHEMAS.items():
                 n = int(rm["rows"].get(tname, 0))
