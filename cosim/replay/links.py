@@ -40,7 +40,7 @@ from cosim.errors import CosimInputError
 from cosim.replay.collective_map import collective_spec, gpu_of_rank
 from cosim.replay.config import ReplayConfig
 from cosim.replay.summary import merge_intervals
-from cosim.workload.graph import CopyKind, GpuKind
+from cosim.workload.graph import CollType, CopyKind, GpuKind
 
 if TYPE_CHECKING:
     from cosim.replay.copies import CopyModel
@@ -277,6 +277,25 @@ class EngineRoutes:
         return hit[0], hit[1] * nbytes, hit[2]
 
 
+_ROUTES: dict[int, tuple[Any, EngineRoutes]] = {}
+_ROUTES_KEPT = 8
+
+
+def _routes_of(topology: Any) -> EngineRoutes:
+    """The :class:`EngineRoutes` of ``topology`` (default engine config), kept for the last
+    :data:`_ROUTES_KEPT` topologies: replays of one topology in a process probe each distinct collective
+    and copy route once (a probe runs alone on the scratch engine, so its answer does not depend on the
+    probes before it)."""
+    hit = _ROUTES.get(id(topology))
+    if hit is not None and hit[0] is topology:
+        return hit[1]
+    rt = EngineRoutes(topology)
+    if len(_ROUTES) >= _ROUTES_KEPT:
+        del _ROUTES[next(iter(_ROUTES))]
+    _ROUTES[id(topology)] = (topology, rt)
+    return rt
+
+
 def replay_end(now: float, runs: list[RankRun]) -> float:
     """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
     end = now
@@ -286,6 +305,30 @@ def replay_end(now: float, runs: list[RankRun]) -> float:
             if v.size:
                 end = max(end, float(v.max()))
     return end
+
+
+def _single_keys(rg: Any, js: np.ndarray) -> list[tuple[int, float, int, int]]:
+    """Per collective GPU op ``js`` of ``rg``: (type, bytes as :func:`nbytes_of` reads them, group,
+    group size), what :func:`collective_spec` of the op alone depends on."""
+    C = rg.collectives
+    c = rg.gpu_ops.collective[js].astype(np.int64)
+    ct = C.type[c].astype(np.int64)
+    ag = ct == int(CollType.ALL_GATHER)
+    b = np.where(ag, C.out_bytes[c], C.in_bytes[c]).astype(float)
+    eb = C.elem_bytes[c].astype(np.int64)
+    n = np.where(ag, C.out_nelems[c], C.in_nelems[c]).astype(np.int64)
+    alt = np.where((eb > 0) & (n > 0), (eb * n).astype(float), math.nan)
+    b = np.where(np.isfinite(b) & (b > 0), b, alt)
+    return list(zip(ct.tolist(), b.tolist(), C.group[c].astype(np.int64).tolist(),
+                    C.group_size[c].astype(np.int64).tolist()))
+
+
+def _spec(arr: list, topology: Any, cfg: ReplayConfig) -> tuple[str, list[str], float, Any] | None:
+    """:func:`collective_spec`, None when its group does not fit the topology."""
+    try:
+        return collective_spec(arr, topology, cfg)
+    except CosimInputError:
+        return None
 
 
 def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
@@ -307,7 +350,7 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
 
     def routes() -> tuple[LinkUsage, EngineRoutes]:
         if state["routes"] is None:
-            rt = state["routes"] = EngineRoutes(topology)
+            rt = state["routes"] = _routes_of(topology)
             if state["usage"] is None:
                 fab = rt.fabric
                 state["usage"] = LinkUsage(fab.links, fab.capacity)
@@ -315,27 +358,43 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
 
     if fabric_usage is None:  # measured collectives: the instances the simulated mode would run, over their kernels
         instances: dict[Any, list] = {}
-        singles: list[list] = []
+        singles: list[tuple[Any, int, tuple[int, int, float, int, int]]] = []
         for r in ex.ranks:
-            for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
-                key = r.coll_key.get(j)
-                if key is None:
-                    singles.append([(r, j, r.start[j])])
+            js = np.flatnonzero(r.rg.gpu_ops.collective >= 0)
+            for j, (ct, size, grp, gsize) in zip(js.tolist(), _single_keys(r.rg, js)):
+                ck = r.coll_key.get(j)
+                if ck is None:
+                    singles.append((r, j, (id(r), ct, size, grp, gsize)))
                 else:
-                    instances.setdefault(key, []).append((r, j, r.start[j]))
-        for arr in [*instances.values(), *singles]:
+                    instances.setdefault(ck, []).append((r, j, r.start[j]))
+        specs: dict[tuple[int, int, float, int, int], Any] = {}  # a rank's repeated collectives
+        got: list[tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float, float]] = []
+        for arr in instances.values():
             t0 = max(float(r.start[j]) for r, j, _ in arr)  # the last participant's start
             t1 = max(float(r.end[j]) for r, j, _ in arr)
-            try:
-                spec = collective_spec(arr, topology, cfg) if math.isfinite(t0 + t1) else None
-            except CosimInputError:  # its group does not fit the topology
-                spec = None
+            spec = _spec(arr, topology, cfg) if math.isfinite(t0 + t1) else None
             if spec is None:
                 skip("collectives (type, size or GPUs unknown)")
                 continue
-            usage, rt = routes()
-            idx, wire, flows = rt.collective(*spec)
-            usage.add(idx, t0, t1, flows, wire, COLLECTIVE)
+            got.append((routes()[1].collective(*spec), t0, t1))
+        for r, j, key in singles:  # its spec depends on its rank, type, size and group only
+            t0, t1 = float(r.start[j]), float(r.end[j])
+            if not math.isfinite(t0 + t1 + key[2]):  # collective_spec: None for an unknown size
+                skip("collectives (type, size or GPUs unknown)")
+                continue
+            if key not in specs:
+                specs[key] = _spec([(r, j, r.start[j])], topology, cfg)
+            spec = specs[key]
+            if spec is None:
+                skip("collectives (type, size or GPUs unknown)")
+                continue
+            got.append((routes()[1].collective(*spec), t0, t1))
+        if got:  # one add, in the order of the instances (the same sums as one add each)
+            usage, _ = routes()
+            ks = [g[0][0].size for g in got]
+            usage.add(np.concatenate([g[0][0] for g in got]), np.repeat([g[1] for g in got], ks),
+                      np.repeat([g[2] for g in got], ks), np.concatenate([g[0][2] for g in got]),
+                      np.concatenate([g[0][1] for g in got]), COLLECTIVE)
     for r in ex.ranks:
         G = r.rg.gpu_ops
         mem = G.kind == GpuKind.MEMCPY

@@ -154,7 +154,7 @@ HIDDEN_WORK_MIN = 5e-6
 """Shortest launch-to-start wait on an idle GPU that is kept as unrecorded GPU work (s)."""
 
 
-def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: dict[int, float],
+def hidden_gpu_delay(rg: RankGraph, lhost: list[int] | np.ndarray, lat: float, launch_delay: dict[int, float],
                      minimum: float = HIDDEN_WORK_MIN) -> dict[int, float]:
     """Launched GPU ops that the trace shows starting late on an idle GPU -> that wait (s).
 
@@ -186,7 +186,11 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int], lat: float, launch_delay: 
     prev_end = np.empty(n)
     prev_end[o] = run
     hstart = np.where(lh >= 0, H.start[np.maximum(lh, 0)], np.nan)
-    extra = np.array([launch_delay.get(int(h), 0.0) for h in lh]) if launch_delay else 0.0
+    extra: np.ndarray | float = 0.0
+    if launch_delay:
+        per_host = np.zeros(len(H))
+        per_host[np.fromiter(launch_delay, np.int64, len(launch_delay))] = list(launch_delay.values())
+        extra = np.where(lh >= 0, per_host[np.maximum(lh, 0)], 0.0)
     ready = hstart + lat + extra
     wait = start - np.maximum(ready, prev_end)
     sel = np.flatnonzero(ok & np.isfinite(wait) & (wait >= minimum))
@@ -477,13 +481,20 @@ def _launch_delays(rg: RankGraph, costs: _HostCosts, lhost: np.ndarray, launch_g
     all_copy = ~non_copy[lh]  # launch calls whose GPU ops are all copies
     gstart = G.start.astype(float)
     pos = extras > 0
-    for h, extra, copy in zip(lh[pos].tolist(), extras[pos].tolist(), all_copy[pos].tolist()):
-        if copy:
-            seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
-            seen = seen[np.isfinite(seen)]
-            extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
-        if extra > 0:
-            launch_delay[h] = extra
+    plain = pos & ~all_copy
+    launch_delay.update(zip(lh[plain].tolist(), extras[plain].tolist()))
+    cp = pos & all_copy
+    if cp.any():  # a copy call's excess: at most until its first copy is seen starting (finite starts)
+        on = lhost >= 0
+        seen = gstart[on] - (H.start[lhost[on]] + traced_lat)
+        fin = np.isfinite(seen)
+        first_seen = np.full(len(H), np.inf)
+        np.minimum.at(first_seen, lhost[on][fin], seen[fin])
+        h_c, extra_c = lh[cp], extras[cp]
+        fs = first_seen[h_c]
+        extra_c = np.where(np.isfinite(fs), np.minimum(extra_c, np.maximum(fs, 0.0)), extra_c)
+        keep = extra_c > 0
+        launch_delay.update(zip(h_c[keep].tolist(), extra_c[keep].tolist()))
     return launch_delay
 
 
@@ -513,40 +524,45 @@ def _thread_blocks(thread: np.ndarray) -> list[tuple[int, int]]:
 def _preorder_ends(parent: np.ndarray, i: int, j: int) -> np.ndarray | None:
     """For the host ops ``[i, j)`` of one thread, each op's subtree end (the index before which it
     closes) when ``parent`` is a consistent pre-order (every op's parent is an ancestor-or-self of the
-    op before it, as in every importer's tables); None otherwise (the caller then walks op by op).
-    O(m * depth) vectorized, m = j - i."""
+    op before it, as in every importer's tables); None otherwise (the caller then walks op by op)."""
+    tree = _preorder(parent, i, j)
+    return None if tree is None else tree[0] + i
+
+
+def _preorder(parent: np.ndarray, i: int, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_preorder_ends` relative to ``i``, and each op's depth (its open ancestors).
+    O(m * depth) vectorized, m = j - i, no sort. Subtree ranges are [k, k + size(k)); the parents
+    form a pre-order iff each op's range lies inside its parent's (the ranges then nest, and a
+    parent's range, holding its whole subtree, holds nothing else)."""
     m = j - i
     raw = parent[i:j].astype(np.int64)
     par = np.where(raw >= 0, raw - i, -1)
     loc = np.arange(m)
     if ((par >= loc) | ((raw >= 0) & (raw < i))).any():
         return None
-    depth = np.zeros(m, dtype=np.int64)
-    anc = par.copy()
+    up_of = np.append(np.where(par >= 0, par, m), m).astype(np.int32)  # m: a sentinel root above the roots
+    depth = np.zeros(m, dtype=np.int32)
+    anc = up_of[:m]
     while True:
-        up = anc >= 0
+        up = anc != m
         if not up.any():
             break
         depth += up
-        anc = np.where(up, par[np.maximum(anc, 0)], -1)
+        anc = up_of[anc]
     if m and depth[0] != 0:
         return None
     if m > 1 and (depth[1:] > depth[:-1] + 1).any():
         return None
-    has = par >= 0
-    if has.any():
-        key = depth * (m + 1) + loc  # sorted by (depth, index)
-        o = np.argsort(key, kind="stable")
-        keys = key[o]
-        q = (depth[has] - 1) * (m + 1) + loc[has]
-        cand = o[np.searchsorted(keys, q, side="left") - 1]
-        if not (cand == par[has]).all():
-            return None
-    size = np.ones(m, dtype=np.int64)
-    for d in range(int(depth.max(initial=0)), 0, -1):
+    size = np.ones(m)
+    for d in range(int(depth.max(initial=0)), 0, -1):  # subtree sizes, deepest first
         at = np.flatnonzero(depth == d)
-        np.add.at(size, par[at], size[at])
-    return loc + size + i
+        size += np.bincount(par[at], weights=size[at], minlength=m)
+    ends = loc + size.astype(np.int64)
+    has = par >= 0
+    # a pre-order iff every subtree is contiguous iff every op's range lies in its parent's
+    if not (ends[has] <= ends[par[has]]).all():
+        return None
+    return ends, depth
 
 
 def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, parent: np.ndarray,
@@ -554,19 +570,18 @@ def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, p
     """Static start/end and SYNC counts of the host ops ``[i, j)`` of one thread whose first op starts at
     ``base``: a cumulative sum over the thread's open/close sequence (open: pre-gap, then the CUDA-graph
     launch cost of a region root; close: a sync's cost, else the tail), in the order the pre-order walk of
-    :func:`_walk_block_loop` adds them, so the floats are the same."""
-    ends = _preorder_ends(parent, i, j)
-    if ends is None:
+    :func:`_walk_block_loop` adds them, so the floats are the same. In a pre-order, the opens before op
+    k's open are k, the closes before it k - depth(k) (every earlier op but its ancestors), and the closes
+    before its own close end(k) - depth(k) - 1 (every op opened before it closes but its ancestors)."""
+    tree = _preorder(parent, i, j)
+    if tree is None:
         _walk_block_loop(costs, cost_graph, region_root, parent, i, j, base, out)
         return
+    loc_end, depth = tree
     m = j - i
-    loc_end = ends - i
-    # closes ordered by (position, deepest first); in a pre-order the ops closing together are a chain
-    co = np.lexsort((-np.arange(m), loc_end))
-    slot_close = np.empty(m, dtype=np.int64)
-    slot_close[co] = 2 * loc_end[co] + np.arange(m)
-    closes_before = np.searchsorted(np.sort(loc_end), np.arange(m), side="right")
-    slot_open = 2 * np.arange(m) + closes_before
+    loc = np.arange(m)
+    slot_open = 2 * loc + (loc - depth)
+    slot_close = 2 * loc_end + (loc_end - depth - 1)
     vals = np.empty(3 * m + 1)
     vals[0] = base
     vals[1 + slot_open] = costs.pre_gap[i:j]
@@ -721,7 +736,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     hkind = _blocking_kinds(rg, lhost, launch_gpu, sync_deps)
     costs = _host_costs(rg, cfg, hkind, sync_deps)
     launch_delay = _launch_delays(rg, costs, lhost, launch_gpu, tm.traced_lat)
-    hidden = hidden_gpu_delay(rg, lhost.tolist(), tm.traced_lat, launch_delay) if not costs.region.any() else {}
+    hidden = hidden_gpu_delay(rg, lhost, tm.traced_lat, launch_delay) if not costs.region.any() else {}
     walk = _host_programs(rg, cfg, costs, launch_gpu, offset)
     host_anchor = _head_anchors(rg, walk, orphan, stream_pred)
     return RankProgram(

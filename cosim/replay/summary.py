@@ -29,6 +29,7 @@ fabric cost). The two add up to ``exposed_communication``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import platform
 from typing import Any
@@ -145,16 +146,14 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
         gap_ends = ms
         gap_starts = np.concatenate([[a], me[:-1]])
         gap = gap_ends - gap_starts
-        starts_at = {}
+        # the op starting at a gap's end: the first in start order (stable) of those starting then
         order = np.argsort(s, kind="stable")
-        for k in order[::-1]:
-            starts_at[float(s[k])] = k
-        for ge, g in zip(gap_ends, gap):
-            if g <= 0:
-                continue
-            k = starts_at.get(float(ge))
-            if k is not None and bsel[k] == BOUND_LAUNCH:
-                host_idle += float(g)
+        s_sorted = s[order]
+        pos = np.minimum(np.searchsorted(s_sorted, gap_ends, side="left"), s.size - 1)
+        k = order[pos]
+        launch_gap = (gap > 0) & (s_sorted[pos] == gap_ends) & (bsel[k] == BOUND_LAUNCH)
+        for g in gap[launch_gap].tolist():  # added in gap order, as they come
+            host_idle += g
     n = max(n_periods, 1)
     out["compute"] = c1 / n
     out["exposed_communication"] = (c2 - c1) / n
@@ -223,7 +222,7 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
     thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for tp in prog.threads:
-        hosts = [h for h, k in zip(tp.ev_host, tp.ev_kind) if k == SYNC]
+        hosts = np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC].tolist()
         stalls = run.sync_stall.get(tp.thread, np.zeros(0))
         bnd = run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64))
         m = min(len(hosts), len(stalls))
@@ -232,10 +231,11 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         ops = np.array([bnd[i] for i in sel], dtype=np.int64)
         o = np.argsort(ends, kind="stable")
         thread_syncs[tp.thread] = (ends[o], ops[o])
-    launch_host = {}
-    for h, js in prog.launch_gpu.items():
-        for jj in js:
-            launch_host[jj] = h
+    launch_host = np.full(len(G), -1, dtype=np.int64)  # GPU op -> the host op that launched it
+    if prog.launch_gpu:
+        lists = list(prog.launch_gpu.values())
+        launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
+            np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
 
     t = min(float(e[j]), b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
@@ -257,8 +257,8 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
             j = int(run.gpu_bound_src[j])
             t = min(t, float(e[j]))
             continue
-        lh = launch_host.get(j)
-        if lh is None:
+        lh = int(launch_host[j])
+        if lh < 0:
             break
         t_launch = float(run.host_start[lh])
         lat = max(t - t_launch, 0.0)

@@ -4,9 +4,13 @@
 the bytes of every input file (with its resolved path, so ``source["file"]`` stays true),
 the ``time_unit`` override, the execution-graph schema version and the source code of the
 importer modules (a changed importer never reads an older importer's graph). An entry is an
-uncompressed ``.npz`` written atomically by :meth:`ExecutionGraph.to_npz`; one that cannot be
-read (corrupt, truncated, another schema) is ignored, removed and rebuilt. The newest
-:data:`MAX_ENTRIES` entries are kept.
+uncompressed ``.npz`` of :meth:`ExecutionGraph.npz_arrays` (``numpy.load`` reads it), written
+atomically, with an index: a ``cosim_index`` member (JSON: each array's byte offset in the file,
+dtype and shape) named by the zip comment. Reading an entry is then one read of the file and a
+``numpy.frombuffer`` view per array, instead of ``numpy.load``'s member-by-member reading (about
+60 us per array: 40 ms for the ~700 arrays of an 8-rank graph); an entry without an index is read
+by ``numpy.load``. One that cannot be read (corrupt, truncated, another schema) is ignored,
+removed and rebuilt. The newest :data:`MAX_ENTRIES` entries are kept.
 
 Where: ``$COSIM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/cosim``, else ``~/.cache/cosim``;
 ``COSIM_CACHE_DIR=off`` (or ``none``, ``0``, empty) turns the cache off. A folder that cannot be
@@ -16,13 +20,21 @@ written is skipped silently: caching only ever saves time.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import math
 import os
+import struct
+import zipfile
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from cosim.workload.graph import SCHEMA_VERSION, ExecutionGraph
 
-__all__ = ["cache_dir", "cache_key", "load_cached", "store"]
+__all__ = ["cache_dir", "cache_key", "load_cached", "read_entry", "store", "write_entry"]
 
 #: Entries kept in the cache folder; older ones are removed when a new one is written.
 MAX_ENTRIES = 256
@@ -89,7 +101,7 @@ def load_cached(key: str) -> ExecutionGraph | None:
     if p is None or not p.is_file():
         return None
     try:
-        return ExecutionGraph.from_npz(p)
+        return read_entry(p)
     except Exception:  # a corrupt or foreign entry: forget it, the caller rebuilds
         try:
             p.unlink()
@@ -104,7 +116,7 @@ def store(key: str, graph: ExecutionGraph) -> None:
     if p is None:
         return
     try:
-        graph.to_npz(p, compress=False)
+        write_entry(p, graph)
         _prune(p.parent)
     except Exception:  # a read-only or full disk: caching is only an optimisation
         pass
@@ -118,3 +130,82 @@ def _prune(d: Path) -> None:
     entries.sort(key=lambda f: f.stat().st_mtime)
     for f in entries[: len(entries) - MAX_ENTRIES]:
         f.unlink(missing_ok=True)
+
+
+_INDEX = "cosim_index"
+_COMMENT = b"cosim-index "
+
+
+def _data_offset(buf: memoryview, header_offset: int) -> int:
+    """Byte offset of the array data of the stored ``.npy`` member whose local header is at
+    ``header_offset``: past the zip local header (30 bytes, name, extra field) and the ``.npy`` header."""
+    n, e = struct.unpack_from("<HH", buf, header_offset + 26)
+    npy = header_offset + 30 + n + e
+    if bytes(buf[npy : npy + 6]) != b"\x93NUMPY":
+        raise ValueError("not a stored .npy member")
+    if buf[npy + 6] == 1:
+        (hlen,) = struct.unpack_from("<H", buf, npy + 8)
+        return npy + 10 + hlen
+    (hlen,) = struct.unpack_from("<I", buf, npy + 8)
+    return npy + 12 + hlen
+
+
+def write_entry(path: Path, graph: ExecutionGraph) -> None:
+    """Write ``graph`` as an indexed, uncompressed ``.npz`` (module docstring), atomically."""
+    from cosim.fileio import atomic_open
+
+    arrays = {k: np.ascontiguousarray(a) for k, a in graph.npz_arrays().items()}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        heads: dict[str, int] = {}
+        for name, arr in arrays.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, arr, allow_pickle=False)
+            heads[name] = zf.getinfo(name + ".npy").header_offset
+        with buf.getbuffer() as view:
+            index = {name: [_data_offset(view, h), arrays[name].dtype.str, list(arrays[name].shape)]
+                     for name, h in heads.items()}
+        blob = np.frombuffer(json.dumps({"version": 1, "arrays": index}).encode(), np.uint8)
+        with zf.open(_INDEX + ".npy", "w", force_zip64=True) as fh:
+            np.lib.format.write_array(fh, blob, allow_pickle=False)
+        with buf.getbuffer() as view:
+            at = _data_offset(view, zf.getinfo(_INDEX + ".npy").header_offset)
+        zf.comment = _COMMENT + f"{at} {blob.size}".encode()
+    with atomic_open(path, "wb", gz=False) as out:
+        out.write(buf.getbuffer())
+
+
+def _index(data: bytearray) -> dict[str, Any] | None:
+    """The entry's index (module docstring), or None when the zip comment does not name one."""
+    eocd = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 64))
+    if eocd < 0:
+        return None
+    (clen,) = struct.unpack_from("<H", data, eocd + 20)
+    comment = bytes(data[eocd + 22 : eocd + 22 + clen])
+    if not comment.startswith(_COMMENT):
+        return None
+    at, size = (int(x) for x in comment[len(_COMMENT) :].split())
+    if at < 0 or at + size > len(data):
+        raise ValueError("index past the end of the entry")
+    index: dict[str, Any] = json.loads(bytes(data[at : at + size]))
+    return index
+
+
+def read_entry(path: Path) -> ExecutionGraph:
+    """Read an entry written by :func:`write_entry` (one read; every array a writable view of it); an
+    ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`. Raises on a damaged entry."""
+    with open(path, "rb") as fh:
+        data = bytearray(os.fstat(fh.fileno()).st_size)
+        if fh.readinto(data) != len(data):
+            raise ValueError("short read")
+    index = _index(data)
+    if index is None or index.get("version") != 1:
+        return ExecutionGraph.from_npz(path)
+    arrays: dict[str, np.ndarray] = {}
+    for name, (off, dtype, shape) in index["arrays"].items():
+        dt = np.dtype(dtype)
+        count = math.prod(shape)
+        if off < 0 or off + count * dt.itemsize > len(data):
+            raise ValueError(f"array {name} past the end of the entry")
+        arrays[name] = np.frombuffer(data, dt, count, off).reshape(shape)
+    return ExecutionGraph.from_arrays(arrays, set(arrays), path)

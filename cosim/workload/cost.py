@@ -346,57 +346,63 @@ def fill_gpu_costs(rg: RankGraph) -> int:
     has_shapes = np.zeros(len(H), bool)
     has_shapes[H.input_shapes >= 0] = True
     sel &= has_shapes[np.maximum(op, 0)]
-    idx = np.nonzero(sel)[0]
+    idx = np.nonzero(sel)[0].tolist()
+    op_l, cls_l, gname_l = op.tolist(), G.cls.tolist(), G.name.tolist()
+    hname_l, hshape_l, htype_l = H.name.tolist(), H.input_shapes.tolist(), H.input_types.tolist()
     share: dict[tuple[int, int], int] = {}
-    for j in idx.tolist():
-        key = (int(op[j]), int(G.cls[j]))
+    for j in idx:
+        key = (op_l[j], cls_l[j])
         share[key] = share.get(key, 0) + 1
-    parsed: dict[int, tuple[str, list, list]] = {}
+    # (shapes, dtypes) strings -> parsed lists, once per distinct pair of interned strings
+    parsed: dict[tuple[int, int], tuple[list, list]] = {}
     # ops with the same name, shapes and dtypes (interned strings) have the same figures per class
     memo: dict[tuple[int, int, int, int], tuple[float, float]] = {}
     filled = 0
-    for j in idx.tolist():
-        o = int(op[j])
-        if o not in parsed:
+    gbytes, gflops = G.bytes, G.flops
+    bytes_l, flops_l = gbytes.tolist(), gflops.tolist()
+    for j in idx:
+        o, c = op_l[j], cls_l[j]
+        sk = (hshape_l[o], htype_l[o])
+        got = parsed.get(sk)
+        if got is None:
             try:
-                shapes = json.loads(S[int(H.input_shapes[o])]) or []
-                types = json.loads(S[int(H.input_types[o])]) if H.input_types[o] >= 0 else []
+                shapes = json.loads(S[sk[0]]) or []
+                types = json.loads(S[sk[1]]) if sk[1] >= 0 else []
             except ValueError:
                 shapes, types = [], []
             if not isinstance(shapes, list):
                 shapes = []
             types = [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else []
-            parsed[o] = (S[int(H.name[o])] if H.name[o] >= 0 else "", shapes, types)
-        name, shapes, types = parsed[o]
-        fcls = CLASS_NAMES[int(G.cls[j])]
-        cnt = share[(o, int(G.cls[j]))]
-        if not np.isfinite(G.bytes[j]):
+            got = parsed[sk] = (shapes, types)
+        shapes, types = got
+        name = S[hname_l[o]] if hname_l[o] >= 0 else ""
+        fcls = CLASS_NAMES[c]
+        cnt = share[(o, c)]
+        okey = (hname_l[o], sk[0], sk[1], c)
+        if not math.isfinite(bytes_l[j]):
             b = math.nan
-            if name in GATHERS and G.name[j] >= 0:
-                b = gather_bytes_from_launch(S[int(G.name[j])], G.grid[j], shapes, types)
+            if name in GATHERS and gname_l[j] >= 0:
+                b = gather_bytes_from_launch(S[gname_l[j]], G.grid[j], shapes, types)
             if not np.isfinite(b):
-                b = _op_costs(memo, H, o, int(G.cls[j]), name, shapes, types, fcls)[0] / cnt
+                b = _op_costs(memo, okey, name, shapes, types, fcls)[0] / cnt
             if np.isfinite(b):
-                G.bytes[j] = b
+                gbytes[j] = b
                 filled += 1
-        if not np.isfinite(G.flops[j]):
-            G.flops[j] = _op_costs(memo, H, o, int(G.cls[j]), name, shapes, types, fcls)[1] / cnt
+        if not math.isfinite(flops_l[j]):
+            gflops[j] = _op_costs(memo, okey, name, shapes, types, fcls)[1] / cnt
     return filled
 
 
 def _op_costs(
     memo: dict[tuple[int, int, int, int], tuple[float, float]],
-    H: Any,
-    o: int,
-    cls: int,
+    key: tuple[int, int, int, int],
     name: str,
     shapes: list,
     types: list,
     fcls: str,
 ) -> tuple[float, float]:
-    """(:func:`mem_bytes`, :func:`op_flops`) of host op ``o`` for kernel class ``cls``, once per distinct
-    (name, shapes, dtypes, class)."""
-    key = (int(H.name[o]), int(H.input_shapes[o]), int(H.input_types[o]), cls)
+    """(:func:`mem_bytes`, :func:`op_flops`) of a host op for a kernel class, once per distinct
+    ``key`` = (name, shapes, dtypes, class) (interned string ids and the class)."""
     got = memo.get(key)
     if got is None:
         got = memo[key] = (mem_bytes(name, shapes, types, fcls), op_flops(name, shapes, fcls))

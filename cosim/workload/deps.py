@@ -96,14 +96,22 @@ def kineto_edges(
         return None
 
     ss, sd, si = [], [], []
+    # the GPU ops each synchronous launch (LAUNCH_SYNC) enqueued, in GPU op order: one pass
+    ls_host = h.kind == HostKind.LAUNCH_SYNC
+    own_of: dict[int, list[int]] = {}
+    if ls_host.any() and ng:
+        gl = np.asarray(g_launch_host, np.int64)
+        js = np.nonzero((gl >= 0) & ls_host[np.maximum(gl, 0)])[0]
+        for j, hh in zip(js.tolist(), gl[js].tolist()):
+            own_of.setdefault(hh, []).append(j)
     # synchronization: GPU op -> blocking host call
-    for i in np.nonzero((h.kind == HostKind.SYNC) | (h.kind == HostKind.LAUNCH_SYNC))[0].tolist():
+    for i in np.nonzero((h.kind == HostKind.SYNC) | ls_host)[0].tolist():
         t = float(h.start[i])
         info = syncs.get(int(h.correlation[i]))
-        if h.kind[i] == HostKind.LAUNCH_SYNC:
-            own = np.nonzero(g_launch_host == i)[0]
-            if len(own):
-                for j in own.tolist():
+        if ls_host[i]:
+            own = own_of.get(i)
+            if own:
+                for j in own:
                     ss.append(j)
                     sd.append(i)
                     si.append(0)

@@ -563,7 +563,18 @@ class ExecutionGraph:
     # -- persistence -----------------------------------------------------------------------
     def to_npz(self, path: str | Path, *, compress: bool = True) -> None:
         """Write the graph to one ``.npz`` (no pickles; versioned); ``compress=False`` writes it
-        uncompressed (larger, faster to read: the load cache's format)."""
+        uncompressed (larger, faster to read)."""
+        arrays = self.npz_arrays()
+        from cosim.fileio import atomic_open
+
+        with atomic_open(path, "wb", gz=False) as fh:
+            if compress:
+                np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
+            else:
+                np.savez(fh, **arrays)  # type: ignore[arg-type]
+
+    def npz_arrays(self) -> dict[str, np.ndarray]:
+        """The named arrays of :meth:`to_npz` (``meta``: the JSON header as bytes)."""
         arrays: dict[str, np.ndarray] = {}
         meta: dict[str, Any] = {"format": "cosim.execution_graph", "schema_version": self.schema_version, "ranks": []}
         for k, rg in enumerate(self.ranks):
@@ -587,11 +598,7 @@ class ExecutionGraph:
                 for cname, arr in tab.columns().items():
                     arrays[f"{p}/{tname}/{cname}"] = arr
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-        from cosim.fileio import atomic_open
-
-        with atomic_open(path, "wb", gz=False) as fh:
-            # numpy's stubs read **arrays as the allow_pickle flag
-            (np.savez_compressed if compress else np.savez)(fh, **arrays)  # type: ignore[arg-type]
+        return arrays
 
     @classmethod
     def from_npz(cls, path: str | Path) -> ExecutionGraph:
@@ -603,46 +610,55 @@ class ExecutionGraph:
         except (OSError, ValueError) as exc:
             raise CosimInputError(f"not a cosim execution-graph .npz ({exc})", file=path) from None
         with z:
-            if "meta" not in z.files:
-                raise CosimInputError("not a cosim execution-graph .npz (no 'meta')", file=path)
-            meta = json.loads(bytes(z["meta"]).decode())
-            ver = str(meta.get("schema_version", ""))
-            if meta.get("format") != "cosim.execution_graph":
-                raise CosimInputError("not a cosim execution-graph .npz", file=path)
-            if ver.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-                raise CosimInputError(
-                    f"execution-graph schema version {ver} is not supported (this cosim reads {SCHEMA_VERSION.split('.')[0]}.x)",
-                    file=path,
-                    path="schema_version",
+            return cls.from_arrays(z, set(z.files), path)
+
+    @classmethod
+    def from_arrays(cls, z: Any, names: set[str], path: str | Path | None = None) -> ExecutionGraph:
+        """A graph from the named arrays of :meth:`npz_arrays` (``z[name]``; ``names``: those present)."""
+        if "meta" not in names:
+            raise CosimInputError("not a cosim execution-graph .npz (no 'meta')", file=path)
+        meta = json.loads(bytes(z["meta"]).decode())
+        ver = str(meta.get("schema_version", ""))
+        if meta.get("format") != "cosim.execution_graph":
+            raise CosimInputError("not a cosim execution-graph .npz", file=path)
+        if ver.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise CosimInputError(
+                f"execution-graph schema version {ver} is not supported (this cosim reads {SCHEMA_VERSION.split('.')[0]}.x)",
+                file=path,
+                path="schema_version",
+            )
+        ranks = []
+        for k, rm in enumerate(meta["ranks"]):
+            p = f"r{k}"
+            off = z[f"{p}/strings_offsets"].tolist()
+            blob = z[f"{p}/strings_blob"].tobytes()
+            text = blob.decode("utf-8", "surrogatepass")
+            if len(text) == len(blob):  # ASCII: byte offsets are character offsets; slice in C
+                strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
+            else:
+                strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(off[:-1], off[1:])]
+            tabs = {}
+            for tname, schema in TABLE_SCHEMAS.items():
+                n = int(rm["rows"].get(tname, 0))
+                cols = {}
+                for c in schema:
+                    cnames = [f"{c.name}_offsets", f"{c.name}_values"] if c.ragged else [c.name]
+                    for cn in cnames:
+                        key = f"{p}/{tname}/{cn}"
+                        if key in names:
+                            cols[cn] = z[key]
+                tabs[tname] = Table(tname, n, **cols)
+            ranks.append(
+                RankGraph(
+                    rank=rm["rank"],
+                    world_size=rm["world_size"],
+                    device_name=rm["device_name"],
+                    strings=strings,
+                    time_origin=rm.get("time_origin", 0.0),
+                    source=rm.get("source", {}),
+                    **tabs,
                 )
-            ranks = []
-            for k, rm in enumerate(meta["ranks"]):
-                p = f"r{k}"
-                off = z[f"{p}/strings_offsets"]
-                blob = z[f"{p}/strings_blob"].tobytes()
-                strings = [blob[off[i] : off[i + 1]].decode("utf-8", "surrogatepass") for i in range(len(off) - 1)]
-                tabs = {}
-                for tname, schema in TABLE_SCHEMAS.items():
-                    n = int(rm["rows"].get(tname, 0))
-                    cols = {}
-                    for c in schema:
-                        names = [f"{c.name}_offsets", f"{c.name}_values"] if c.ragged else [c.name]
-                        for cn in names:
-                            key = f"{p}/{tname}/{cn}"
-                            if key in z.files:
-                                cols[cn] = z[key]
-                    tabs[tname] = Table(tname, n, **cols)
-                ranks.append(
-                    RankGraph(
-                        rank=rm["rank"],
-                        world_size=rm["world_size"],
-                        device_name=rm["device_name"],
-                        strings=strings,
-                        time_origin=rm.get("time_origin", 0.0),
-                        source=rm.get("source", {}),
-                        **tabs,
-                    )
-                )
+            )
         parts = ver.split(".")
         if len(parts) < 2 or not parts[1].isdigit() or int(parts[1]) < 1:
             # 1.0: gpu_ops bytes/FLOPs were GEMM/memcpy-only; fill the other kernels as 1.1 does

@@ -290,13 +290,18 @@ def _events(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[_Event
 
 
 _NO_DIM3 = (-1, -1, -1)
+_LIM31 = 1 << 31
 
 
 def _dim3(x: Any) -> tuple[int, int, int]:
     if x is None:
         return _NO_DIM3
-    if type(x) is list and len(x) == 3 and all(type(v) is int and 0 <= v < 1 << 31 for v in x):
-        return (x[0], x[1], x[2])
+    if type(x) is list and len(x) == 3:
+        a, b, c = x
+        if type(a) is int and type(b) is int and type(c) is int and 0 <= a < _LIM31 and 0 <= b < _LIM31 \
+                and 0 <= c < _LIM31:
+            return (a, b, c)
+        return (as_int(a, bits=32), as_int(b, bits=32), as_int(c, bits=32))
     if isinstance(x, list) and len(x) == 3:
         return (as_int(x[0], bits=32), as_int(x[1], bits=32), as_int(x[2], bits=32))
     return (-1, -1, -1)

@@ -36,16 +36,14 @@ def collectives_tables(
     strings = st.strings
     nh = len(h)
     names = [strings[i] for i in h.name.tolist()]
-    is_rpc = (
-        np.array([nm == "record_param_comms" or host[i][11] is not None for i, nm in enumerate(names)], bool)
-        if nh
-        else np.zeros(0, bool)
-    )
-    is_ann = (
-        np.array([nm.startswith(("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")) for nm in names], bool)
-        if nh
-        else np.zeros(0, bool)
-    )
+    # name tests once per distinct (interned) name, then per host op by its name id
+    hname = h.name.astype(np.int64)
+    if nh:
+        rpc_name = np.array([s == "record_param_comms" for s in strings], bool)[hname]
+        is_ann = np.array([s.startswith(("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")) for s in strings], bool)[hname]
+        is_rpc = rpc_name | np.array([r[11] is not None for r in host], bool)
+    else:
+        is_rpc = is_ann = np.zeros(0, bool)
     rpc_anc = nearest_ancestor(h.parent, is_rpc)
     ann_anc = nearest_ancestor(h.parent, is_ann)
     # the nccl:* annotation directly inside each record_param_comms
@@ -101,10 +99,17 @@ def collectives_tables(
     out_splits: list[list[int]] = []
     counters: dict[tuple[int, int], int] = defaultdict(int)
     order_key = []
+    kinfos: dict[int, Any] = {}  # kernel name id -> parse_nccl_kernel (a pure function of the name)
     for r in rows:
         j, rpc, ann = r["gpu"], r["rpc"], r["ann"]
         comm = (host[rpc][11] or {}) if rpc >= 0 else {}
-        kinfo = parse_nccl_kernel(strings[g.name[j]]) if j >= 0 else None
+        if j >= 0:
+            gn = int(g.name[j])
+            if gn not in kinfos:
+                kinfos[gn] = parse_nccl_kernel(strings[gn])
+            kinfo = kinfos[gn]
+        else:
+            kinfo = None
         cname = str(comm.get("Collective name", "") or "")
         ann_name = names[ann] if ann >= 0 else ""
         if cname:

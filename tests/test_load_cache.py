@@ -1,0 +1,81 @@
+"""The load cache's indexed .npz entries (cosim.workload.cache): read back equal, writable, still a plain .npz."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cosim.workload import ExecutionGraph, load_trace
+from cosim.workload import cache
+
+DATA = Path(__file__).parent / "data" / "workload"
+
+
+def _same_graph(a: ExecutionGraph, b: ExecutionGraph) -> None:
+    assert a.schema_version == b.schema_version and len(a.ranks) == len(b.ranks)
+    for ra, rb in zip(a.ranks, b.ranks):
+        assert (ra.rank, ra.world_size, ra.device_name) == (rb.rank, rb.world_size, rb.device_name)
+        assert ra.strings == rb.strings and ra.source == rb.source and ra.time_origin == rb.time_origin
+        for t, tab in ra.tables().items():
+            assert len(tab) == len(rb.tables()[t])
+            for c, arr in tab.columns().items():
+                other = rb.tables()[t].columns()[c]
+                assert arr.dtype == other.dtype and arr.shape == other.shape, f"{t}.{c}"
+                np.testing.assert_array_equal(arr, other, err_msg=f"{t}.{c}")
+
+
+@pytest.fixture
+def graph() -> ExecutionGraph:
+    files = sorted(DATA.glob("*.json"))
+    g = load_trace(files[0], cache=False)
+    assert len(g.ranks[0].gpu_ops) and len(g.ranks[0].host_ops)
+    return g
+
+
+def test_indexed_entry_roundtrip(tmp_path: Path, graph: ExecutionGraph) -> None:
+    p = tmp_path / "e.npz"
+    cache.write_entry(p, graph)
+    back = cache.read_entry(p)
+    _same_graph(graph, back)
+    # every array is a writable view (the replay may edit a loaded graph's columns in place)
+    g = back.ranks[0].gpu_ops
+    assert g.start.flags.writeable
+    g.start[0] = g.start[0]
+    # still a plain .npz: numpy.load and ExecutionGraph.from_npz read it (the index is one more member)
+    with np.load(p) as z:
+        assert "cosim_index" in z.files and "meta" in z.files
+    _same_graph(graph, ExecutionGraph.from_npz(p))
+
+
+def test_entry_without_index_and_damaged_entries(tmp_path: Path, graph: ExecutionGraph) -> None:
+    plain = tmp_path / "plain.npz"
+    graph.to_npz(plain, compress=False)  # no index: numpy.load reads it
+    _same_graph(graph, cache.read_entry(plain))
+    p = tmp_path / "e.npz"
+    cache.write_entry(p, graph)
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])  # truncated: no index, not a zip
+    with pytest.raises(Exception):
+        cache.read_entry(p)
+
+
+def test_load_cache_reads_indexed_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path / "c"))
+    src = sorted(DATA.glob("*.json"))[0]
+    fresh = load_trace(src, cache=False)
+    load_trace(src)
+    (entry,) = (tmp_path / "c").glob("graph-*.npz")
+    assert cache._index(bytearray(entry.read_bytes())) is not None
+    _same_graph(fresh, load_trace(src))
+
+
+def test_entry_strings_ascii_and_not(tmp_path: Path, graph: ExecutionGraph) -> None:
+    # byte offsets are character offsets only for ASCII tables: both reads give the strings back
+    p = tmp_path / "e.npz"
+    cache.write_entry(p, graph)
+    assert cache.read_entry(p).ranks[0].strings == graph.ranks[0].strings
+    graph.ranks[0].strings.extend(["dépôt", "", "カーネル", "a\udcffb"])
+    cache.write_entry(p, graph)
+    assert cache.read_entry(p).ranks[0].strings == graph.ranks[0].strings
