@@ -1002,10 +1002,9 @@ class Fabric:
     def _fill(self, R: np.ndarray, full: bool) -> np.ndarray:
         """Progressive filling of rows ``R`` on what the other active rows leave of each link.
 
-        Event-driven: one round per saturation level; a round touches the links of ``R``
-        (O(links)), and each row and segment is frozen once through segment -> rows and
-        link -> segments indexes, so a solve costs O(|R| log |R| + entries + levels x links of R).
-        Updates ``_load`` for the new rates and returns them."""
+        Small solves: one round per saturation level (:meth:`_fill_dense`); big ones: one round per
+        link of bottleneck chains (:meth:`_fill_parallel`), O(rounds x (|R| + entries)) plus the
+        O(|R| log |R|) set-up. Updates ``_load`` for the new rates and returns them."""
         p = self._rows
         k = len(R)
         S = p.seg[R]
@@ -1018,8 +1017,6 @@ class Fabric:
         ns = len(useg)
         LS = np.full(S.shape, -1, dtype=np.int64)
         LS[valid] = lseg
-        o, seg_off = _csr(lseg, ns)
-        seg_rows = ent_row[o]  # rows of local segment s: seg_rows[seg_off[s]:seg_off[s+1]]
         st = self._se_off[useg]
         ln = self._se_off[useg + 1] - st
         e = _ranges(st, ln)
@@ -1033,8 +1030,6 @@ class Fabric:
         lo, l_off = _csr(e_link, nlk)  # entries of local link j: lo[l_off[j]:l_off[j+1]]
         seg_cnt = np.bincount(lseg, weights=m[ent_row], minlength=ns)
         seg_nrows = np.bincount(lseg, minlength=ns)
-        cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
-        lnk_nseg = np.bincount(e_link, minlength=nlk)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
         old_load = np.bincount(e_link, weights=old_seg[e_seg] * e_w, minlength=nlk)
         capl = self.capacity[ulinks]
@@ -1045,8 +1040,8 @@ class Fabric:
         if k <= self._DENSE_ROWS:
             rate = self._fill_dense(m, cap, grp, ent_row, lseg, ns, e_seg, e_link, e_w, nlk, rem_cap, capl)
         else:
-            rate = self._fill_indexed(m, cap, grp, LS, ns, seg_off, seg_rows, ln, e_off, e_seg, e_link, e_w,
-                                      nlk, lo, l_off, seg_cnt, seg_nrows, cnt, lnk_nseg, rem_cap, capl)
+            rate = self._fill_parallel(m, cap, grp, LS, ns, e_off, e_seg, e_link, e_w, nlk, lo, l_off, seg_cnt,
+                                       seg_nrows, rem_cap)
         new_seg = np.bincount(lseg, weights=(rate * m)[ent_row], minlength=ns)
         new_load = np.bincount(e_link, weights=new_seg[e_seg] * e_w, minlength=nlk)
         if full:
@@ -1056,8 +1051,9 @@ class Fabric:
             self._load[ulinks] += new_load - old_load
         return rate
 
-    _DENSE_ROWS = 4096
-    """Solves of at most this many rows use :meth:`_fill_dense` (fewer numpy calls per level)."""
+    _DENSE_ROWS = 64
+    """Solves of at most this many rows use the sequential :meth:`_fill_dense` (fewer numpy calls when
+    there are few levels); bigger ones :meth:`_fill_parallel` (same rates, far fewer rounds)."""
 
     @staticmethod
     def _fill_dense(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, ent_row: np.ndarray, lseg: np.ndarray, ns: int,
@@ -1113,88 +1109,93 @@ class Fabric:
             ur, us = ur[keep], us[keep]
         return rate
 
+    _SAT_TOL = 1e-9
+    """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same)."""
+
     @staticmethod
-    def _fill_indexed(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, seg_off: np.ndarray,
-                      seg_rows: np.ndarray, ln: np.ndarray, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
-                      e_w: np.ndarray, nlk: int, lo: np.ndarray, l_off: np.ndarray, seg_cnt: np.ndarray,
-                      seg_nrows: np.ndarray, cnt: np.ndarray, lnk_nseg: np.ndarray, rem_cap: np.ndarray,
-                      capl: np.ndarray) -> np.ndarray:
-        """Progressive filling driven by saturation events: a round costs O(links of the solve) plus
-        the rows and segments it freezes (each frozen once, found through the segment -> rows and
-        link -> entries indexes): O(rows log rows + entries + levels x links) per solve (big solves)."""
+    def _fill_parallel(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, e_off: np.ndarray,
+                       e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray, nlk: int, lo: np.ndarray,
+                       l_off: np.ndarray, seg_cnt: np.ndarray, seg_nrows: np.ndarray,
+                       rem_cap: np.ndarray) -> np.ndarray:
+        """Progressive filling in rounds of *local bottlenecks* (Bertsekas and Gallager's max-min
+        characterization): the same rates as the sequential filling, in far fewer rounds.
+
+        A link's *share* is its capacity left over its unfrozen rows' weight; a row's *bound* is the
+        smallest share on its route (or its cap; a coupled group's: its members' smallest). A link whose
+        share is at most the bound of every unfrozen row crossing it saturates at exactly its share:
+        shares never fall while rows freeze at or below them, so nothing it carries freezes earlier.
+        Each round freezes the rows of *every* such link (and the rows held by their caps) at once,
+        where the sequential filling freezes only the globally tightest link; the rounds are the
+        length of the longest chain of bottlenecks that lean on one another, not the number of
+        distinct rates. A round costs O(unfrozen rows + entries) numpy."""
         k = len(m)
-        c_order = np.flatnonzero(np.isfinite(cap))
-        c_order = c_order[np.argsort(cap[c_order], kind="stable")]
-        c_ptr = 0
-        g_rows = g_off = g_of = None
-        if (grp >= 0).any():
-            ug, g_of = np.unique(np.where(grp >= 0, grp, -1), return_inverse=True)
-            g_of = g_of.reshape(-1)
-            g_rows, g_off = _csr(g_of, len(ug))
-            if ug[0] < 0:
-                g_of = np.where(grp >= 0, g_of, -1)
+        tol = Fabric._SAT_TOL
         rate = np.zeros(k)
-        frozen = np.zeros(k, dtype=bool)
-        seg_done = np.zeros(ns, dtype=bool)
-        nfree = k
-        level = 0.0
-        for _ in range(k + nlk + 2):
-            if not nfree:
-                break
-            used = lnk_nseg > 0
+        LSx = np.where(LS >= 0, LS, ns)  # -1 -> a padding segment with no links
+        U = np.arange(k)
+        seg_cnt = seg_cnt.copy()
+        seg_nrows = seg_nrows.copy()
+        has_seg = e_off[1:] > e_off[:-1]
+        seg_start = e_off[:-1][has_seg]
+        link_order = e_seg[lo]
+        has_lnk = l_off[1:] > l_off[:-1]
+        lnk_start = l_off[:-1][has_lnk]
+        grouped = grp >= 0
+        g_of = np.zeros(k, dtype=np.int64)
+        ng = 0
+        if grouped.any():
+            ug, inv = np.unique(grp[grouped], return_inverse=True)
+            g_of[grouped] = inv.reshape(-1)
+            ng = len(ug)
+        seg_min = np.full(ns + 1, _INF)
+        seg_rmin = np.full(ns + 1, _INF)
+        seg_fin = np.zeros(ns + 1, dtype=bool)
+        link_rmin = np.full(nlk, _INF)
+        while U.size:
+            cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
+            live = cnt > 0
             share = np.full(nlk, _INF)
-            share[used] = rem_cap[used] / np.maximum(cnt[used], 1e-300)
-            j = int(np.argmin(share))
-            delta = float(share[j])
-            while c_ptr < len(c_order) and frozen[c_order[c_ptr]]:
-                c_ptr += 1
-            by_cap = c_ptr < len(c_order) and cap[c_order[c_ptr]] - level <= delta
-            if by_cap:
-                delta = max(float(cap[c_order[c_ptr]]) - level, 0.0)
-            if not math.isfinite(delta):
+            share[live] = np.maximum(rem_cap[live], 0.0) / cnt[live]
+            seg_min[:ns][has_seg] = np.minimum.reduceat(share[e_link], seg_start)
+            LU = LSx[U]
+            bound = np.minimum(seg_min[LU].min(axis=1), cap[U])
+            gU = grouped[U]
+            if ng and gU.any():
+                gm = np.full(ng, _INF)
+                np.minimum.at(gm, g_of[U][gU], bound[gU])
+                bound[gU] = gm[g_of[U][gU]]
+            seg_rmin[:] = _INF
+            np.minimum.at(seg_rmin, LU.reshape(-1), np.repeat(bound, LU.shape[1]))
+            seg_rmin[ns] = _INF
+            link_rmin[has_lnk] = np.minimum.reduceat(seg_rmin[link_order], lnk_start)
+            final = live & (share <= link_rmin * (1.0 + tol))
+            seg_fin[:] = False
+            seg_fin[e_seg[final[e_link]]] = True
+            seg_fin[ns] = False
+            new = seg_fin[LU].any(axis=1) | (cap[U] <= bound * (1.0 + tol))
+            if ng and gU.any() and new.any():
+                hit = np.zeros(ng, dtype=bool)
+                hit[g_of[U][gU & new]] = True
+                new |= gU & hit[g_of[U]]
+            if not new.any():  # numerical safety: the tightest link is always a local bottleneck
+                j = int(np.argmin(share))
+                sj = np.zeros(ns + 1, dtype=bool)
+                sj[e_seg[e_link == j]] = True
+                new = sj[LU].any(axis=1)
+                bound = np.where(new, np.minimum(bound, share[j]), bound)
+            r = bound[new]
+            if not np.isfinite(r).all():
                 raise RuntimeError("fabric: unbounded flow rate (a flow crosses no capacity-limited link)")
-            level += delta
-            rem_cap -= delta * cnt
-            sat = used & (rem_cap <= 1e-9 * capl)
-            if not by_cap:
-                sat[j] = True
-            sl = np.flatnonzero(sat)
-            ss = e_seg[lo[_ranges(l_off[sl], l_off[sl + 1] - l_off[sl])]]
-            ss = np.unique(ss[~seg_done[ss]])
-            newly = seg_rows[_ranges(seg_off[ss], seg_off[ss + 1] - seg_off[ss])]
-            if by_cap:
-                hi = c_ptr
-                while hi < len(c_order) and cap[c_order[hi]] <= level * (1 + 1e-12):
-                    hi += 1
-                newly = np.concatenate([newly, c_order[c_ptr:hi]])
-            newly = newly[~frozen[newly]]
-            if g_rows is not None and newly.size:
-                gg = np.unique(g_of[newly])
-                gg = gg[gg >= 0]
-                if gg.size:
-                    newly = np.concatenate([newly, g_rows[_ranges(g_off[gg], g_off[gg + 1] - g_off[gg])]])
-            newly = np.unique(newly)
-            newly = newly[~frozen[newly]]
-            if not newly.size:
-                continue
-            rate[newly] = level
-            frozen[newly] = True
-            nfree -= len(newly)
-            ls = LS[newly]
-            ok = ls >= 0
-            ch, inv = np.unique(ls[ok], return_inverse=True)
-            inv = inv.reshape(-1)
-            dm = np.bincount(inv, weights=np.broadcast_to(m[newly][:, None], ls.shape)[ok], minlength=len(ch))
-            seg_cnt[ch] -= dm
-            seg_nrows[ch] -= np.bincount(inv, minlength=len(ch))
-            ce = _ranges(e_off[ch], ln[ch])
-            cnt -= np.bincount(e_link[ce], weights=np.repeat(dm, ln[ch]) * e_w[ce], minlength=nlk)
-            empty = ch[seg_nrows[ch] == 0]
-            if empty.size:
-                seg_done[empty] = True
-                ee = _ranges(e_off[empty], ln[empty])
-                lnk_nseg -= np.bincount(e_link[ee], minlength=nlk)
-                cnt[lnk_nseg == 0] = 0.0
+            F = U[new]
+            rate[F] = r
+            LF = LSx[F].reshape(-1)
+            nk = LSx.shape[1]
+            use = np.bincount(LF, weights=np.repeat(r * m[F], nk), minlength=ns + 1)[:ns]
+            rem_cap -= np.bincount(e_link, weights=use[e_seg] * e_w, minlength=nlk)
+            seg_cnt -= np.bincount(LF, weights=np.repeat(m[F], nk), minlength=ns + 1)[:ns]
+            seg_nrows -= np.bincount(LF, minlength=ns + 1)[:ns]
+            seg_cnt[seg_nrows <= 0] = 0.0
+            U = U[~new]
         return rate
 
     # ---------------------------------------------------------------- reports
