@@ -179,9 +179,13 @@ class _Rows:
     comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     active: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     seg: np.ndarray = field(default_factory=lambda: np.zeros((0, _K), dtype=np.int64))
+    bott: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Link that froze the row in its last solve (-1: its rate cap; -2: unknown): the solve structure
+    :meth:`Fabric._reuse_structure` tries first."""
 
     _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
-             "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1}
+             "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1,
+             "bott": -2}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -323,6 +327,8 @@ class Fabric:
         """Collectives that ran from a memo without a solve (a cost counter)."""
         self.n_materialized = 0
         """Coalesced collectives turned into real flows because another flow arrived on their links."""
+        self.n_reused = 0
+        """Solves answered by re-solving the previous bottleneck structure (:meth:`_reuse_structure`)."""
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
 
@@ -597,6 +603,7 @@ class Fabric:
         p.batch[sl] = b
         p.active[sl] = True
         p.seg[sl] = segs
+        p.bott[sl] = -2
         p.size = s0 + k
         self._n_active += k
         self.n_rows += k
@@ -1037,11 +1044,21 @@ class Fabric:
         rem_cap = np.maximum(capl - fixed, 0.0)
         cap = p.cap[R]
         grp = p.group[R]
+        rate = None
         if k <= self._DENSE_ROWS:
             rate = self._fill_dense(m, cap, grp, ent_row, lseg, ns, e_seg, e_link, e_w, nlk, rem_cap, capl)
+            p.bott[R] = -2
         else:
-            rate = self._fill_parallel(m, cap, grp, LS, ns, e_off, e_seg, e_link, e_w, nlk, lo, l_off, seg_cnt,
-                                       seg_nrows, rem_cap)
+            bott = p.bott[R]
+            if (bott >= -1).all() and not (grp >= 0).any():
+                rate = self._reuse_structure(bott, m, cap, LS, ent_row, lseg, ns, e_off, e_seg, e_link, e_w, ulinks,
+                                             lo, l_off, rem_cap, capl)
+            if rate is not None:
+                self.n_reused += 1
+            else:
+                rate, lb = self._fill_parallel(m, cap, grp, LS, ns, e_off, e_seg, e_link, e_w, nlk, lo, l_off,
+                                               seg_cnt, seg_nrows, rem_cap.copy())
+                p.bott[R] = np.where(lb >= 0, ulinks[np.maximum(lb, 0)], lb)
         new_seg = np.bincount(lseg, weights=(rate * m)[ent_row], minlength=ns)
         new_load = np.bincount(e_link, weights=new_seg[e_seg] * e_w, minlength=nlk)
         if full:
@@ -1109,6 +1126,73 @@ class Fabric:
             ur, us = ur[keep], us[keep]
         return rate
 
+    _REUSE_MAX_CLASSES = 2048
+    """Most bottleneck links :meth:`_reuse_structure` solves for (a dense linear system of that size)."""
+
+    @staticmethod
+    def _reuse_structure(bott: np.ndarray, m: np.ndarray, cap: np.ndarray, LS: np.ndarray, ent_row: np.ndarray,
+                         lseg: np.ndarray, ns: int, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
+                         e_w: np.ndarray, ulinks: np.ndarray, lo: np.ndarray, l_off: np.ndarray,
+                         rem_cap: np.ndarray, capl: np.ndarray) -> np.ndarray | None:
+        """Max-min rates of the rows if each keeps the bottleneck of its last solve, or None if not.
+
+        Keeping every row's bottleneck (a link, or its cap) fixes the rates up to one level per
+        bottleneck link, and saturating each of those links is a square linear system in the levels
+        (its rows frozen elsewhere enter at their own link's level). The answer is then *verified*:
+        no link over capacity, and every row at least as fast as every other row on its bottleneck.
+        Those are the max-min conditions, and the max-min allocation is unique, so a verified answer is
+        exactly what progressive filling would give; otherwise the caller fills. A departure moves the
+        levels but seldom which link holds which row, so most solves of a long uneven exchange end
+        here: O(|R| + entries) numpy in a fixed number of calls plus O(B^3) for B bottleneck links,
+        instead of a round per link of the bottleneck chains."""
+        tol = Fabric._SAT_TOL
+        capped = bott < 0
+        pos = np.searchsorted(ulinks, bott)
+        pos[capped] = 0
+        if (ulinks[pos][~capped] != bott[~capped]).any():
+            return None
+        cl, cls = np.unique(pos[~capped], return_inverse=True)  # class c: rows frozen by local link cl[c]
+        B = len(cl)
+        if B > Fabric._REUSE_MAX_CLASSES:
+            return None
+        row_cls = np.full(len(m), -1, dtype=np.int64)
+        row_cls[~capped] = cls.reshape(-1)
+        cl_of = np.full(len(capl), -1, dtype=np.int64)
+        cl_of[cl] = np.arange(B)
+        # entries (segment, class link, weight), then (row, class link) pairs through the rows' segments
+        ce = np.flatnonzero(cl_of[e_link] >= 0)
+        c_cnt = np.bincount(e_seg[ce], minlength=ns)
+        c_off = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(c_cnt, out=c_off[1:])
+        n_per = c_cnt[lseg]
+        pr = np.repeat(ent_row, n_per)
+        pe = ce[_ranges(c_off[lseg], n_per)]
+        pl = cl_of[e_link[pe]]
+        pw = e_w[pe] * m[pr]
+        pc = row_cls[pr]
+        fr = pc >= 0
+        M = np.bincount(pl[fr] * B + pc[fr], weights=pw[fr], minlength=B * B).reshape(B, B)
+        rhs = rem_cap[cl] - np.bincount(pl[~fr], weights=pw[~fr] * cap[pr[~fr]], minlength=B)
+        try:
+            lev = np.linalg.solve(M, rhs) if B else np.zeros(0)
+        except np.linalg.LinAlgError:
+            return None
+        x = np.where(capped, cap, lev[np.maximum(row_cls, 0)])
+        if not (np.isfinite(x).all() and (x > 0).all() and (x <= cap * (1.0 + tol)).all()):
+            return None
+        seg_x = np.bincount(lseg, weights=(x * m)[ent_row], minlength=ns)
+        load = np.bincount(e_link, weights=seg_x[e_seg] * e_w, minlength=len(capl))
+        if (load > rem_cap + tol * capl).any():
+            return None
+        seg_max = np.zeros(ns)
+        np.maximum.at(seg_max, lseg, x[ent_row])
+        has = l_off[1:] > l_off[:-1]
+        link_max = np.zeros(len(capl))
+        link_max[has] = np.maximum.reduceat(seg_max[e_seg[lo]], l_off[:-1][has])
+        if (x[~capped] < link_max[pos[~capped]] * (1.0 - tol)).any():
+            return None
+        return x
+
     _SAT_TOL = 1e-9
     """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same)."""
 
@@ -1116,7 +1200,7 @@ class Fabric:
     def _fill_parallel(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, e_off: np.ndarray,
                        e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray, nlk: int, lo: np.ndarray,
                        l_off: np.ndarray, seg_cnt: np.ndarray, seg_nrows: np.ndarray,
-                       rem_cap: np.ndarray) -> np.ndarray:
+                       rem_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Progressive filling in rounds of *local bottlenecks* (Bertsekas and Gallager's max-min
         characterization): the same rates as the sequential filling, in far fewer rounds.
 
@@ -1127,10 +1211,15 @@ class Fabric:
         Each round freezes the rows of *every* such link (and the rows held by their caps) at once,
         where the sequential filling freezes only the globally tightest link; the rounds are the
         length of the longest chain of bottlenecks that lean on one another, not the number of
-        distinct rates. A round costs O(unfrozen rows + entries) numpy."""
+        distinct rates. A round costs O(unfrozen rows + entries) numpy.
+
+        Returns the rates and, per row, the local link that froze it (-1: its cap; -2: its coupled
+        group or a numerical fallback)."""
         k = len(m)
         tol = Fabric._SAT_TOL
         rate = np.zeros(k)
+        froze = np.full(k, -2, dtype=np.int64)
+        seg_fl = np.full(ns + 1, -2, dtype=np.int64)
         LSx = np.where(LS >= 0, LS, ns)  # -1 -> a padding segment with no links
         U = np.arange(k)
         seg_cnt = seg_cnt.copy()
@@ -1172,7 +1261,12 @@ class Fabric:
             seg_fin[:] = False
             seg_fin[e_seg[final[e_link]]] = True
             seg_fin[ns] = False
-            new = seg_fin[LU].any(axis=1) | (cap[U] <= bound * (1.0 + tol))
+            by_link = seg_fin[LU]
+            by_cap = cap[U] <= bound * (1.0 + tol)
+            new = by_link.any(axis=1) | by_cap
+            fe = np.flatnonzero(final[e_link])
+            seg_fl[e_seg[fe]] = e_link[fe]
+            who = np.where(by_cap, -1, seg_fl[LU[np.arange(len(U)), np.argmax(by_link, axis=1)]])
             if ng and gU.any() and new.any():
                 hit = np.zeros(ng, dtype=bool)
                 hit[g_of[U][gU & new]] = True
@@ -1183,11 +1277,13 @@ class Fabric:
                 sj[e_seg[e_link == j]] = True
                 new = sj[LU].any(axis=1)
                 bound = np.where(new, np.minimum(bound, share[j]), bound)
+                who = np.full(len(U), -2, dtype=np.int64)
             r = bound[new]
             if not np.isfinite(r).all():
                 raise RuntimeError("fabric: unbounded flow rate (a flow crosses no capacity-limited link)")
             F = U[new]
             rate[F] = r
+            froze[F] = np.where(by_link[new].any(axis=1) | by_cap[new], who[new], -2)
             LF = LSx[F].reshape(-1)
             nk = LSx.shape[1]
             use = np.bincount(LF, weights=np.repeat(r * m[F], nk), minlength=ns + 1)[:ns]
@@ -1196,7 +1292,7 @@ class Fabric:
             seg_nrows -= np.bincount(LF, minlength=ns + 1)[:ns]
             seg_cnt[seg_nrows <= 0] = 0.0
             U = U[~new]
-        return rate
+        return rate, froze
 
     # ---------------------------------------------------------------- reports
     @property
