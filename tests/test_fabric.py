@@ -328,3 +328,38 @@ def test_spine_bundle_uses_every_spine():
     assert len(spines) == 4
     for s in spines:
         assert fab.link("fabric.leaf0", s).bytes == pytest.approx(32 * 2**30 / 4, rel=1e-9)
+
+
+def _uneven_all_to_all(n: int, seed: int = 0) -> tuple[float, list[float], list[float], int]:
+    """All-to-allv among the first ``n`` GPUs of dgx-h100-32node, 64 MiB per rank split over the peers in
+    proportion to seeded uniform draws (benchmarks/bench_engine.py --pattern uneven); returns the end time,
+    every link's busy time and bytes, and the fabric's structure-reuse count."""
+    import numpy as np
+
+    from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100-32node")
+    w = np.random.default_rng(seed).random((n, n))
+    np.fill_diagonal(w, 0.0)
+    matrix = w / w.sum(axis=1, keepdims=True) * 64 * 2**20
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False,
+                                    fabric=FabricConfig(coalesce=False)))
+    sim.collective("all_to_allv", topo.gpus[:n], matrix=matrix, proto="simple")
+    sim.run()
+    st = sim.fabric.link_stats()
+    return sim.env.now, [s.busy_time for s in st], [s.bytes for s in st], sim.fabric.n_reused
+
+
+def test_uneven_all_to_all_fast_solver_matches_reference_filling(monkeypatch: pytest.MonkeyPatch):
+    """Uneven all-to-all (16 GPUs on 2 DGX H100 nodes, 240 flows ending one by one): the fast solves (reused
+    bottleneck structure, rounds of local bottlenecks) give the sequential progressive filling's schedule to
+    1e-9: end time, and every link's busy time (its last flow's end) and bytes."""
+    t, busy, nbytes, reused = _uneven_all_to_all(16)
+    assert reused > 0  # the fast path did answer solves
+    monkeypatch.setattr(Fabric, "_DENSE_ROWS", 10**9)  # reference: one filling round per saturation level
+    t_ref, busy_ref, bytes_ref, reused_ref = _uneven_all_to_all(16)
+    assert reused_ref == 0
+    assert t == pytest.approx(t_ref, rel=1e-9)
+    assert busy == pytest.approx(busy_ref, rel=1e-9, abs=1e-15)
+    assert nbytes == pytest.approx(bytes_ref, rel=1e-9, abs=1e-3)
