@@ -1051,8 +1051,11 @@ class Fabric:
         else:
             bott = p.bott[R]
             if (bott >= -1).all() and not (grp >= 0).any():
-                rate = self._reuse_structure(bott, m, cap, LS, ent_row, lseg, ns, e_off, e_seg, e_link, e_w, ulinks,
-                                             lo, l_off, rem_cap, capl)
+                got = self._reuse_structure(bott, old, m, cap, ent_row, lseg, e_off, e_link, e_w, ulinks,
+                                            rem_cap, capl)
+                if got is not None:
+                    rate, lb = got
+                    p.bott[R] = np.where(lb >= 0, ulinks[np.maximum(lb, 0)], lb)
             if rate is not None:
                 self.n_reused += 1
             else:
@@ -1126,72 +1129,174 @@ class Fabric:
             ur, us = ur[keep], us[keep]
         return rate
 
-    _REUSE_MAX_CLASSES = 2048
-    """Most bottleneck links :meth:`_reuse_structure` solves for (a dense linear system of that size)."""
+    _REUSE_MAX_CLASSES = 4096
+    """Most bottleneck links :meth:`_reuse_structure` solves for (a B x B system; triangular when the
+    levels keep their order, O(B^2), else a dense O(B^3) solve, tried only up to 1024)."""
+    _REUSE_DENSE_MAX = 1024
+    """Largest system :meth:`_reuse_structure` solves densely when its levels changed order."""
+    _REUSE_PIVOTS = 8
+    """Most pivots (rows moved to the bottleneck the last levels show them) :meth:`_reuse_structure`
+    tries before it gives up and the caller fills."""
 
     @staticmethod
-    def _reuse_structure(bott: np.ndarray, m: np.ndarray, cap: np.ndarray, LS: np.ndarray, ent_row: np.ndarray,
-                         lseg: np.ndarray, ns: int, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
-                         e_w: np.ndarray, ulinks: np.ndarray, lo: np.ndarray, l_off: np.ndarray,
-                         rem_cap: np.ndarray, capl: np.ndarray) -> np.ndarray | None:
-        """Max-min rates of the rows if each keeps the bottleneck of its last solve, or None if not.
+    def _reuse_structure(bott: np.ndarray, old: np.ndarray, m: np.ndarray, cap: np.ndarray, ent_row: np.ndarray,
+                         lseg: np.ndarray, e_off: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
+                         ulinks: np.ndarray, rem_cap: np.ndarray,
+                         capl: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Max-min rates of the rows from the bottleneck structure of their last solve, or None.
 
-        Keeping every row's bottleneck (a link, or its cap) fixes the rates up to one level per
-        bottleneck link, and saturating each of those links is a square linear system in the levels
-        (its rows frozen elsewhere enter at their own link's level). The answer is then *verified*:
-        no link over capacity, and every row at least as fast as every other row on its bottleneck.
-        Those are the max-min conditions, and the max-min allocation is unique, so a verified answer is
-        exactly what progressive filling would give; otherwise the caller fills. A departure moves the
-        levels but seldom which link holds which row, so most solves of a long uneven exchange end
-        here: O(|R| + entries) numpy in a fixed number of calls plus O(B^3) for B bottleneck links,
-        instead of a round per link of the bottleneck chains."""
+        A structure gives every row a bottleneck: a link (its *class*) or its rate cap. Saturating each
+        class link is a square linear system in one level per class link (rows of other classes enter at
+        their own level, capped rows at their cap). Max-min puts a row crossing class link L at most at
+        L's level, so with the classes ordered by level the system is lower triangular: one forward
+        substitution, O(B^2) for B class links (ordered by the last levels; a dense solve if the order
+        changed). The answer is then *verified* against the max-min conditions: every link within its
+        capacity, every row at most at the level of every class link it crosses, every rate within its
+        cap. The max-min allocation is unique, so a verified answer is exactly progressive filling's.
+        A failed check *pivots* (active-set style) and solves again: rows faster than a class link they
+        cross move to the lowest such link; an overloaded link becomes a class link holding the rows
+        above its water level (filled on that link alone). After a departure the structure seldom moves
+        by more than a few rows, so most solves of a long uneven exchange end here in O(entries + B^2)
+        numpy with a fixed number of calls per pivot, instead of a round per link of the bottleneck chains.
+
+        Returns (rates, bottleneck per row: a local link index or -1 for its cap)."""
+        import scipy.linalg
+
         tol = Fabric._SAT_TOL
-        capped = bott < 0
+        nlk = len(capl)
+        capped = bott == -1
         pos = np.searchsorted(ulinks, bott)
         pos[capped] = 0
+        pos = np.minimum(pos, nlk - 1)
         if (ulinks[pos][~capped] != bott[~capped]).any():
             return None
-        cl, cls = np.unique(pos[~capped], return_inverse=True)  # class c: rows frozen by local link cl[c]
-        B = len(cl)
-        if B > Fabric._REUSE_MAX_CLASSES:
-            return None
-        row_cls = np.full(len(m), -1, dtype=np.int64)
-        row_cls[~capped] = cls.reshape(-1)
-        cl_of = np.full(len(capl), -1, dtype=np.int64)
-        cl_of[cl] = np.arange(B)
-        # entries (segment, class link, weight), then (row, class link) pairs through the rows' segments
-        ce = np.flatnonzero(cl_of[e_link] >= 0)
-        c_cnt = np.bincount(e_seg[ce], minlength=ns)
-        c_off = np.zeros(ns + 1, dtype=np.int64)
-        np.cumsum(c_cnt, out=c_off[1:])
-        n_per = c_cnt[lseg]
+        pos[capped] = -1
+        # every (row, link) pair through the rows' segments: pr row, pl local link, pw weight x multiplicity
+        n_per = (e_off[1:] - e_off[:-1])[lseg]
         pr = np.repeat(ent_row, n_per)
-        pe = ce[_ranges(c_off[lseg], n_per)]
-        pl = cl_of[e_link[pe]]
+        pe = _ranges(e_off[:-1][lseg], n_per)
+        pl = e_link[pe]
         pw = e_w[pe] * m[pr]
-        pc = row_cls[pr]
-        fr = pc >= 0
-        M = np.bincount(pl[fr] * B + pc[fr], weights=pw[fr], minlength=B * B).reshape(B, B)
-        rhs = rem_cap[cl] - np.bincount(pl[~fr], weights=pw[~fr] * cap[pr[~fr]], minlength=B)
-        try:
-            lev = np.linalg.solve(M, rhs) if B else np.zeros(0)
-        except np.linalg.LinAlgError:
-            return None
-        x = np.where(capped, cap, lev[np.maximum(row_cls, 0)])
-        if not (np.isfinite(x).all() and (x > 0).all() and (x <= cap * (1.0 + tol)).all()):
-            return None
-        seg_x = np.bincount(lseg, weights=(x * m)[ent_row], minlength=ns)
-        load = np.bincount(e_link, weights=seg_x[e_seg] * e_w, minlength=len(capl))
-        if (load > rem_cap + tol * capl).any():
-            return None
-        seg_max = np.zeros(ns)
-        np.maximum.at(seg_max, lseg, x[ent_row])
-        has = l_off[1:] > l_off[:-1]
-        link_max = np.zeros(len(capl))
-        link_max[has] = np.maximum.reduceat(seg_max[e_seg[lo]], l_off[:-1][has])
-        if (x[~capped] < link_max[pos[~capped]] * (1.0 - tol)).any():
-            return None
-        return x
+        guess = np.zeros(nlk)  # level per local link, for the order of the classes
+        np.maximum.at(guess, pos[~capped], old[~capped])
+        for _ in range(Fabric._REUSE_PIVOTS + 1):
+            nc = pos >= 0
+            cl = np.unique(pos[nc])
+            B = len(cl)
+            if B > Fabric._REUSE_MAX_CLASSES:
+                return None
+            rank = np.full(nlk, -1, dtype=np.int64)
+            rank[cl] = np.arange(B)
+            pc = rank[pos[pr]]  # the pair's row class (-1: capped)
+            pc[~nc[pr]] = -1
+            pk = rank[pl]  # the pair's link class (-1: not a class link)
+            on = pk >= 0
+            fr = on & (pc >= 0)
+            order = Fabric._level_order(guess[cl], pc[fr & (pk != pc)], pk[fr & (pk != pc)])
+            rank[cl[order]] = np.arange(B)
+            inv = np.empty(B, dtype=np.int64)
+            inv[order] = np.arange(B)
+            pc = np.where(pc >= 0, inv[np.maximum(pc, 0)], -1)
+            pk = np.where(on, inv[np.maximum(pk, 0)], -1)
+            M = np.bincount(pk[fr] * B + pc[fr], weights=pw[fr], minlength=B * B).reshape(B, B)
+            cp = on & (pc < 0)
+            rhs = np.zeros(B)
+            rhs[rank[cl]] = rem_cap[cl]
+            rhs -= np.bincount(pk[cp], weights=pw[cp] * cap[pr[cp]], minlength=B)
+            try:
+                if B and not (pk[fr] < pc[fr]).any():  # lower triangular in level order
+                    lev = scipy.linalg.solve_triangular(M, rhs, lower=True, check_finite=False)
+                elif B <= Fabric._REUSE_DENSE_MAX:
+                    lev = np.linalg.solve(M, rhs) if B else np.zeros(0)
+                else:
+                    return None
+            except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+                return None
+            if not np.isfinite(lev).all() or (lev <= 0).any():
+                return None
+            x = np.where(nc, lev[np.maximum(rank[np.maximum(pos, 0)], 0)], cap)
+            guess[cl] = lev[rank[cl]]
+            level = np.full(nlk, _INF)
+            level[cl] = guess[cl]
+            # rows above the level of a class link they cross: move to the lowest such link
+            fast = x[pr] > level[pl] * (1.0 + tol)
+            over_cap = nc & (x > cap * (1.0 + tol))
+            load = np.bincount(pl, weights=pw * x[pr], minlength=nlk)
+            over = load > rem_cap + tol * capl
+            if not fast.any() and not over_cap.any() and not over.any():
+                return x, pos
+            if over_cap.any():
+                pos[over_cap] = -1
+            if fast.any():
+                lo_lvl = np.full(len(m), _INF)
+                np.minimum.at(lo_lvl, pr[fast], level[pl[fast]])
+                best = fast & (level[pl] <= lo_lvl[pr])
+                pos[pr[best]] = pl[best]
+            if over.any():  # water level of each overloaded link, the rows' other rates fixed
+                ov = np.flatnonzero(over)
+                t = Fabric._link_water_level(ov, over, pr, pl, pw, x, rem_cap)
+                hit = over[pl] & (x[pr] > t[pl] * (1.0 + tol))
+                lo_lvl = np.full(len(m), _INF)
+                np.minimum.at(lo_lvl, pr[hit], t[pl[hit]])
+                best = hit & (t[pl] <= lo_lvl[pr])
+                pos[pr[best]] = pl[best]
+                guess[ov] = t[ov]
+        return None
+
+    @staticmethod
+    def _level_order(level: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Order of the classes for forward substitution: by ``level``; among levels equal to 1e-9 (ties),
+        rows' classes (``src``) before the class links they cross (``dst``), by longest-path depth over
+        those edges (a few numpy passes: the chains within a tie are short)."""
+        B = len(level)
+        o = np.argsort(level, kind="stable")
+        lv = level[o]
+        gap = np.ones(B, dtype=bool)
+        gap[1:] = lv[1:] > lv[:-1] * (1.0 + 1e-9) + 1e-300
+        grp = np.empty(B, dtype=np.int64)
+        grp[o] = np.cumsum(gap)
+        tie = grp[src] == grp[dst]
+        s, d = src[tie], dst[tie]
+        depth = np.zeros(B, dtype=np.int64)
+        for _ in range(min(B, 64)):
+            if not s.size:
+                break
+            nd = depth.copy()
+            np.maximum.at(nd, d, depth[s] + 1)
+            if (nd == depth).all():
+                break
+            depth = nd
+        return np.lexsort((depth, grp))
+
+    @staticmethod
+    def _link_water_level(ov: np.ndarray, over: np.ndarray, pr: np.ndarray, pl: np.ndarray, pw: np.ndarray,
+                          x: np.ndarray, rem_cap: np.ndarray) -> np.ndarray:
+        """Per link in ``ov``: the level t at which its rows, each at min(its rate, t), fill its
+        capacity (one link's progressive filling, the other links ignored); INF elsewhere."""
+        sel = over[pl]
+        l, w, r = pl[sel], pw[sel], x[pr[sel]]
+        o = np.lexsort((r, l))
+        l, w, r = l[o], w[o], r[o]
+        nlk = len(rem_cap)
+        t = np.full(nlk, _INF)
+        # along each link's rows by rate: below row k the load is sum(w r) up to k, plus level x weight above
+        cw = np.cumsum(w)
+        cwr = np.cumsum(w * r)
+        first = np.searchsorted(l, ov)
+        last = np.searchsorted(l, ov, side="right")
+        base_w = np.where(first > 0, cw[np.maximum(first - 1, 0)], 0.0)
+        base_wr = np.where(first > 0, cwr[np.maximum(first - 1, 0)], 0.0)
+        tot_w = cw[last - 1] - base_w
+        idx = np.repeat(np.arange(len(ov)), last - first)
+        below_wr = cwr - w * r - base_wr[idx]  # rows strictly before this one
+        above_w = tot_w[idx] - (cw - w - base_w[idx])  # this row and the ones after
+        lvl = (rem_cap[ov][idx] - below_wr) / above_w  # level if this row is the first one above it
+        prev_r = np.where(np.arange(len(r)) > first[idx], np.roll(r, 1), -_INF)
+        ok = (lvl <= r * (1.0 + 1e-12)) & (lvl >= prev_r * (1.0 - 1e-12))
+        best = np.full(len(ov), _INF)
+        np.minimum.at(best, idx[ok], lvl[ok])
+        t[ov] = best
+        return t
 
     _SAT_TOL = 1e-9
     """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same)."""
