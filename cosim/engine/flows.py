@@ -1034,9 +1034,6 @@ class Fabric:
         e_link = e_link.reshape(-1)
         e_w = self._se_w[e]
         nlk = len(ulinks)
-        lo, l_off = _csr(e_link, nlk)  # entries of local link j: lo[l_off[j]:l_off[j+1]]
-        seg_cnt = np.bincount(lseg, weights=m[ent_row], minlength=ns)
-        seg_nrows = np.bincount(lseg, minlength=ns)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
         old_load = np.bincount(e_link, weights=old_seg[e_seg] * e_w, minlength=nlk)
         capl = self.capacity[ulinks]
@@ -1051,7 +1048,7 @@ class Fabric:
         else:
             bott = p.bott[R]
             if (bott >= -1).all() and not (grp >= 0).any():
-                got = self._reuse_structure(bott, old, m, cap, ent_row, lseg, e_off, e_link, e_w, ulinks,
+                got = self._reuse_structure(bott, old, m, cap, ent_row, lseg, e_off, e_seg, e_link, e_w, ulinks,
                                             rem_cap, capl)
                 if got is not None:
                     rate, lb = got
@@ -1059,6 +1056,9 @@ class Fabric:
             if rate is not None:
                 self.n_reused += 1
             else:
+                lo, l_off = _csr(e_link, nlk)  # entries of local link j: lo[l_off[j]:l_off[j+1]]
+                seg_cnt = np.bincount(lseg, weights=m[ent_row], minlength=ns)
+                seg_nrows = np.bincount(lseg, minlength=ns)
                 rate, lb = self._fill_parallel(m, cap, grp, LS, ns, e_off, e_seg, e_link, e_w, nlk, lo, l_off,
                                                seg_cnt, seg_nrows, rem_cap.copy())
                 p.bott[R] = np.where(lb >= 0, ulinks[np.maximum(lb, 0)], lb)
@@ -1140,7 +1140,7 @@ class Fabric:
 
     @staticmethod
     def _reuse_structure(bott: np.ndarray, old: np.ndarray, m: np.ndarray, cap: np.ndarray, ent_row: np.ndarray,
-                         lseg: np.ndarray, e_off: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
+                         lseg: np.ndarray, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
                          ulinks: np.ndarray, rem_cap: np.ndarray,
                          capl: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """Max-min rates of the rows from the bottleneck structure of their last solve, or None.
@@ -1171,12 +1171,10 @@ class Fabric:
         if (ulinks[pos][~capped] != bott[~capped]).any():
             return None
         pos[capped] = -1
-        # every (row, link) pair through the rows' segments: pr row, pl local link, pw weight x multiplicity
-        n_per = (e_off[1:] - e_off[:-1])[lseg]
-        pr = np.repeat(ent_row, n_per)
-        pe = _ranges(e_off[:-1][lseg], n_per)
-        pl = e_link[pe]
-        pw = e_w[pe] * m[pr]
+        ns = len(e_off) - 1
+        cand = np.zeros(nlk, dtype=bool)  # links whose (row, link) pairs are expanded: class links, overloaded
+        cand[pos[~capped]] = True
+        pr, pl, pw = Fabric._pairs(cand, ent_row, lseg, e_seg, e_link, e_w, m, ns)
         guess = np.zeros(nlk)  # level per local link, for the order of the classes
         np.maximum.at(guess, pos[~capped], old[~capped])
         for _ in range(Fabric._REUSE_PIVOTS + 1):
@@ -1185,26 +1183,23 @@ class Fabric:
             B = len(cl)
             if B > Fabric._REUSE_MAX_CLASSES:
                 return None
-            rank = np.full(nlk, -1, dtype=np.int64)
-            rank[cl] = np.arange(B)
-            pc = rank[pos[pr]]  # the pair's row class (-1: capped)
-            pc[~nc[pr]] = -1
-            pk = rank[pl]  # the pair's link class (-1: not a class link)
-            on = pk >= 0
-            fr = on & (pc >= 0)
-            order = Fabric._level_order(guess[cl], pc[fr & (pk != pc)], pk[fr & (pk != pc)])
-            rank[cl[order]] = np.arange(B)
-            inv = np.empty(B, dtype=np.int64)
+            ci = np.full(nlk, -1, dtype=np.int64)  # local link -> class index (position in cl)
+            ci[cl] = np.arange(B)
+            pc = np.where(nc[pr], ci[np.maximum(pos[pr], 0)], -1)  # the pair's row class (-1: capped)
+            pk = ci[pl]  # the pair's link class (-1: not a class link)
+            fr = (pk >= 0) & (pc >= 0)
+            cross = fr & (pk != pc)
+            order = Fabric._level_order(guess[cl], pc[cross], pk[cross])
+            inv = np.empty(B, dtype=np.int64)  # class index -> rank in level order
             inv[order] = np.arange(B)
-            pc = np.where(pc >= 0, inv[np.maximum(pc, 0)], -1)
-            pk = np.where(on, inv[np.maximum(pk, 0)], -1)
-            M = np.bincount(pk[fr] * B + pc[fr], weights=pw[fr], minlength=B * B).reshape(B, B)
-            cp = on & (pc < 0)
+            rk, rc = inv[pk[fr]], inv[pc[fr]]
+            M = np.bincount(rk * B + rc, weights=pw[fr], minlength=B * B).reshape(B, B)
+            cp = (pk >= 0) & (pc < 0)
             rhs = np.zeros(B)
-            rhs[rank[cl]] = rem_cap[cl]
-            rhs -= np.bincount(pk[cp], weights=pw[cp] * cap[pr[cp]], minlength=B)
+            rhs[inv] = rem_cap[cl]
+            rhs -= np.bincount(inv[pk[cp]], weights=pw[cp] * cap[pr[cp]], minlength=B)
             try:
-                if B and not (pk[fr] < pc[fr]).any():  # lower triangular in level order
+                if B and not (rk < rc).any():  # lower triangular in level order
                     lev = scipy.linalg.solve_triangular(M, rhs, lower=True, check_finite=False)
                 elif B <= Fabric._REUSE_DENSE_MAX:
                     lev = np.linalg.solve(M, rhs) if B else np.zeros(0)
@@ -1214,14 +1209,15 @@ class Fabric:
                 return None
             if not np.isfinite(lev).all() or (lev <= 0).any():
                 return None
-            x = np.where(nc, lev[np.maximum(rank[np.maximum(pos, 0)], 0)], cap)
-            guess[cl] = lev[rank[cl]]
+            guess[cl] = lev[inv]
             level = np.full(nlk, _INF)
             level[cl] = guess[cl]
+            x = np.where(nc, level[np.maximum(pos, 0)], cap)
             # rows above the level of a class link they cross: move to the lowest such link
             fast = x[pr] > level[pl] * (1.0 + tol)
             over_cap = nc & (x > cap * (1.0 + tol))
-            load = np.bincount(pl, weights=pw * x[pr], minlength=nlk)
+            seg_x = np.bincount(lseg, weights=(x * m)[ent_row], minlength=ns)
+            load = np.bincount(e_link, weights=seg_x[e_seg] * e_w, minlength=nlk)
             over = load > rem_cap + tol * capl
             if not fast.any() and not over_cap.any() and not over.any():
                 return x, pos
@@ -1234,6 +1230,9 @@ class Fabric:
                 pos[pr[best]] = pl[best]
             if over.any():  # water level of each overloaded link, the rows' other rates fixed
                 ov = np.flatnonzero(over)
+                if not cand[ov].all():
+                    cand[ov] = True
+                    pr, pl, pw = Fabric._pairs(cand, ent_row, lseg, e_seg, e_link, e_w, m, ns)
                 t = Fabric._link_water_level(ov, over, pr, pl, pw, x, rem_cap)
                 hit = over[pl] & (x[pr] > t[pl] * (1.0 + tol))
                 lo_lvl = np.full(len(m), _INF)
@@ -1242,6 +1241,20 @@ class Fabric:
                 pos[pr[best]] = pl[best]
                 guess[ov] = t[ov]
         return None
+
+    @staticmethod
+    def _pairs(cand: np.ndarray, ent_row: np.ndarray, lseg: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
+               e_w: np.ndarray, m: np.ndarray, ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (row, link) pairs through the rows' segments on the links ``cand``: row, local link, and
+        the link's weight x the row's multiplicity."""
+        ce = np.flatnonzero(cand[e_link])
+        c_cnt = np.bincount(e_seg[ce], minlength=ns)
+        c_off = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(c_cnt, out=c_off[1:])
+        n_per = c_cnt[lseg]
+        pr = np.repeat(ent_row, n_per)
+        pe = ce[_ranges(c_off[lseg], n_per)]
+        return pr, e_link[pe], e_w[pe] * m[pr]
 
     @staticmethod
     def _level_order(level: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
