@@ -215,6 +215,21 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(tot)
 
 
+def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for ids in 0..n-1: a mark and a lookup table, O(len + n),
+    instead of a sort when ``ids`` is long."""
+    ids = ids.reshape(-1)
+    if ids.size * 4 < n:
+        u, inv = np.unique(ids, return_inverse=True)
+        return u, inv.reshape(-1)
+    mark = np.zeros(n, dtype=bool)
+    mark[ids] = True
+    u = np.flatnonzero(mark)
+    lut = np.zeros(n, dtype=np.int64)
+    lut[u] = np.arange(len(u))
+    return u, lut[ids]
+
+
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, offsets): positions of ``keys`` grouped by key value 0..n-1 (stable)."""
     order = np.argsort(keys, kind="stable")
@@ -649,8 +664,8 @@ class Fabric:
             segs, vals = segs[ok], vals[ok]
         if not segs.size:
             return np.zeros(nl)
-        us, inv = np.unique(segs, return_inverse=True)
-        v = np.bincount(inv.reshape(-1), weights=vals, minlength=len(us))
+        us, inv = _compact(segs, len(self._seg_lat))
+        v = np.bincount(inv, weights=vals, minlength=len(us))
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e = _ranges(st, ln)
@@ -761,9 +776,9 @@ class Fabric:
         p = self._rows
         S = p.seg[act]
         valid = S >= 0
-        us, inv = np.unique(S[valid], return_inverse=True)
+        us, inv = _compact(S[valid], len(self._seg_lat))
         L = np.full(S.shape, -1, dtype=np.int64)
-        L[valid] = inv.reshape(-1)
+        L[valid] = inv
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e_link = self._se_link[_ranges(st, ln)]
@@ -1019,8 +1034,7 @@ class Fabric:
         old = p.rate[R]
         valid = S >= 0
         ent_row = np.nonzero(valid)[0]
-        useg, lseg = np.unique(S[valid], return_inverse=True)
-        lseg = lseg.reshape(-1)
+        useg, lseg = _compact(S[valid], len(self._seg_lat))
         ns = len(useg)
         LS = np.full(S.shape, -1, dtype=np.int64)
         LS[valid] = lseg
@@ -1030,8 +1044,7 @@ class Fabric:
         e_seg = np.repeat(np.arange(ns), ln)
         e_off = np.zeros(ns + 1, dtype=np.int64)
         np.cumsum(ln, out=e_off[1:])
-        ulinks, e_link = np.unique(self._se_link[e], return_inverse=True)
-        e_link = e_link.reshape(-1)
+        ulinks, e_link = _compact(self._se_link[e], len(self.links))
         e_w = self._se_w[e]
         nlk = len(ulinks)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
@@ -1287,16 +1300,16 @@ class Fabric:
         """Per link in ``ov``: the level t at which its rows, each at min(its rate, t), fill its
         capacity (one link's progressive filling, the other links ignored); INF elsewhere."""
         sel = over[pl]
-        l, w, r = pl[sel], pw[sel], x[pr[sel]]
-        o = np.lexsort((r, l))
-        l, w, r = l[o], w[o], r[o]
+        lk, w, r = pl[sel], pw[sel], x[pr[sel]]
+        o = np.lexsort((r, lk))
+        lk, w, r = lk[o], w[o], r[o]
         nlk = len(rem_cap)
         t = np.full(nlk, _INF)
         # along each link's rows by rate: below row k the load is sum(w r) up to k, plus level x weight above
         cw = np.cumsum(w)
         cwr = np.cumsum(w * r)
-        first = np.searchsorted(l, ov)
-        last = np.searchsorted(l, ov, side="right")
+        first = np.searchsorted(lk, ov)
+        last = np.searchsorted(lk, ov, side="right")
         base_w = np.where(first > 0, cw[np.maximum(first - 1, 0)], 0.0)
         base_wr = np.where(first > 0, cwr[np.maximum(first - 1, 0)], 0.0)
         tot_w = cw[last - 1] - base_w
