@@ -363,3 +363,19 @@ def test_uneven_all_to_all_fast_solver_matches_reference_filling(monkeypatch: py
     assert t == pytest.approx(t_ref, rel=1e-9)
     assert busy == pytest.approx(busy_ref, rel=1e-9, abs=1e-15)
     assert nbytes == pytest.approx(bytes_ref, rel=1e-9, abs=1e-3)
+
+
+def test_link_water_level_and_tie_order_worked_by_hand():
+    """One link of 10 B/s left, rows at 1, 2, 8 and 9 B/s (weight 1): at level t the first two keep their
+    rates and the last two take t, 1 + 2 + 2t = 10, t = 3.5. Level order: classes 0 and 1 tie at 1.0 and
+    rows of class 1 cross class 0's link, so class 1 is solved first; class 2 (level 2) last."""
+    import numpy as np
+
+    over = np.array([True, False])
+    pr = np.arange(4)
+    pl = np.zeros(4, dtype=np.int64)
+    t = Fabric._link_water_level(np.array([0]), over, pr, pl, np.ones(4), np.array([9.0, 1.0, 8.0, 2.0]),
+                                 np.array([10.0, 5.0]))
+    assert t[0] == pytest.approx(3.5) and math.isinf(t[1])
+    order = Fabric._level_order(np.array([1.0, 1.0, 2.0]), np.array([1]), np.array([0]))
+    assert order.tolist() == [1, 0, 2]
