@@ -18,8 +18,8 @@ Sizes up to 256 GPUs use ``dgx-h100-32node`` (its first n GPUs); larger ones a
 ``n/8``-node variant of the same preset written to a temporary topology file.
 ``--completion-tolerance`` sets :attr:`FabricConfig.completion_tolerance` (flows
 due within that fraction of their duration end together; 0 = exact). CPU time is
-printed beside wall time (the machine may be shared). ``--max-wall`` stops a size after that many seconds of simulation and reports
-how far it got (for extrapolating runs that would take hours).
+printed beside wall time (the machine may be shared). ``--max-wall`` (wall seconds) or ``--max-cpu`` (CPU seconds) stops a
+size after that much simulation and reports how far it got (for extrapolating runs that would take hours).
 
     python benchmarks/bench_engine.py [--pattern equal|uneven] [--sizes 64,256,1024] [--per-rank 64MiB] [--json]
 """
@@ -67,7 +67,7 @@ def uneven_matrix(n: int, per_rank: float, seed: int):
 
 
 def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol: float = 0.0,
-          progress: bool = False) -> dict[str, Any]:
+          progress: bool = False, max_cpu: float = 0.0) -> dict[str, Any]:
     import numpy as np
     import simpy
 
@@ -82,7 +82,7 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol
     tracemalloc.start()
     w0 = time.perf_counter()
     c0 = time.process_time()
-    fcfg = FabricConfig(completion_tolerance=tol) if tol else FabricConfig()
+    fcfg = FabricConfig(completion_tolerance=tol, coalesce=False)  # one collective: solve it here, counted
     sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False, fabric=fcfg))
     fab = sim.fabric
     if not hasattr(fab, "n_rows_solved"):  # the solver before re-solves were selective: every active row
@@ -93,7 +93,7 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol
             fab.n_rows_solved += fab._n_active
             orig()
 
-        fab._solve = counted
+        fab._solve = counted  # type: ignore[method-assign]
     if matrix is None:
         ev = sim.collective("all_to_all", ranks, per_rank, proto="simple")
     else:
@@ -113,7 +113,8 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol
         if progress and not steps % 16:
             bar.total = fab.n_rows
             bar.update(fab.n_rows - fab.active_flows - bar.n)
-        if max_wall and not steps % 64 and time.perf_counter() - w0 > max_wall:
+        if not steps % 64 and ((max_wall and time.perf_counter() - w0 > max_wall)
+                               or (max_cpu and time.process_time() - c0 > max_cpu)):
             finished = False
             break
     bar.close()
@@ -127,12 +128,13 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out: dict[str, Any] = {
         "gpus": n, "pattern": pattern, "finished": finished, "flows": fab.n_flows, "rows": fab.n_rows,
-        "solves": fab.n_solves, "rows_per_solve": fab.n_rows_solved / max(fab.n_solves, 1),
+        "solves": fab.n_solves, "reused": getattr(fab, "n_reused", 0), "rows_per_solve": fab.n_rows_solved / max(fab.n_solves, 1),
         "wall_s": wall, "cpu_s": cpu, "completion_tolerance": tol, "max_rss_bytes": rss, "topology_load_s": t_topo, "peak_mem_bytes": peak,
         "events_per_wall_s": events / wall if wall > 0 else float("inf"), "simpy_events": steps,
         "simpy_events_per_wall_s": steps / wall if wall > 0 else float("inf")}
     if finished:
         r = ev.value
+        assert r is not None
         out.update(sim_time_s=r.time, busbw_Bps=r.busbw)
     else:
         out["rows_done_fraction"] = 1.0 - fab.active_flows / max(fab.n_rows, 1)
@@ -165,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--completion-tolerance", type=float, default=0.0,
                     help="FabricConfig.completion_tolerance (0: exact completion times)")
     ap.add_argument("--max-wall", type=float, default=0.0, help="stop a size after this many seconds (0: never)")
+    ap.add_argument("--max-cpu", type=float, default=0.0,
+                    help="stop a size after this many CPU seconds of simulation (0: never; robust on a shared machine)")
     ap.add_argument("--in-process", action="store_true", help="run every size in this process (peak RSS is then "
                     "the running maximum)")
     ap.add_argument("--json", action="store_true")
@@ -182,10 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     for n in counts:
         if args.in_process or len(counts) == 1:
             rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall, args.completion_tolerance,
-                              progress=not args.json))
+                              progress=not args.json, max_cpu=args.max_cpu))
         else:  # a fresh process per size: honest peak RSS
             cmd = [sys.executable, __file__, "--pattern", args.pattern, "--sizes", str(n), "--per-rank",
-                   args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall),
+                   args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall), "--max-cpu", str(args.max_cpu),
                    "--completion-tolerance", str(args.completion_tolerance), "--json"]
             rows.append(json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
                         ["results"][0])

@@ -328,3 +328,54 @@ def test_spine_bundle_uses_every_spine():
     assert len(spines) == 4
     for s in spines:
         assert fab.link("fabric.leaf0", s).bytes == pytest.approx(32 * 2**30 / 4, rel=1e-9)
+
+
+def _uneven_all_to_all(n: int, seed: int = 0) -> tuple[float, list[float], list[float], int]:
+    """All-to-allv among the first ``n`` GPUs of dgx-h100-32node, 64 MiB per rank split over the peers in
+    proportion to seeded uniform draws (benchmarks/bench_engine.py --pattern uneven); returns the end time,
+    every link's busy time and bytes, and the fabric's structure-reuse count."""
+    import numpy as np
+
+    from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100-32node")
+    w = np.random.default_rng(seed).random((n, n))
+    np.fill_diagonal(w, 0.0)
+    matrix = w / w.sum(axis=1, keepdims=True) * 64 * 2**20
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False,
+                                    fabric=FabricConfig(coalesce=False)))
+    sim.collective("all_to_allv", topo.gpus[:n], matrix=matrix, proto="simple")
+    sim.run()
+    st = sim.fabric.link_stats()
+    return sim.env.now, [s.busy_time for s in st], [s.bytes for s in st], sim.fabric.n_reused
+
+
+def test_uneven_all_to_all_fast_solver_matches_reference_filling(monkeypatch: pytest.MonkeyPatch):
+    """Uneven all-to-all (16 GPUs on 2 DGX H100 nodes, 240 flows ending one by one): the fast solves (reused
+    bottleneck structure, rounds of local bottlenecks) give the sequential progressive filling's schedule to
+    1e-9: end time, and every link's busy time (its last flow's end) and bytes."""
+    t, busy, nbytes, reused = _uneven_all_to_all(16)
+    assert reused > 0  # the fast path did answer solves
+    monkeypatch.setattr(Fabric, "_DENSE_ROWS", 10**9)  # reference: one filling round per saturation level
+    t_ref, busy_ref, bytes_ref, reused_ref = _uneven_all_to_all(16)
+    assert reused_ref == 0
+    assert t == pytest.approx(t_ref, rel=1e-9)
+    assert busy == pytest.approx(busy_ref, rel=1e-9, abs=1e-15)
+    assert nbytes == pytest.approx(bytes_ref, rel=1e-9, abs=1e-3)
+
+
+def test_link_water_level_and_tie_order_worked_by_hand():
+    """One link of 10 B/s left, rows at 1, 2, 8 and 9 B/s (weight 1): at level t the first two keep their
+    rates and the last two take t, 1 + 2 + 2t = 10, t = 3.5. Level order: classes 0 and 1 tie at 1.0 and
+    rows of class 1 cross class 0's link, so class 1 is solved first; class 2 (level 2) last."""
+    import numpy as np
+
+    over = np.array([True, False])
+    pr = np.arange(4)
+    pl = np.zeros(4, dtype=np.int64)
+    t = Fabric._link_water_level(np.array([0]), over, pr, pl, np.ones(4), np.array([9.0, 1.0, 8.0, 2.0]),
+                                 np.array([10.0, 5.0]))
+    assert t[0] == pytest.approx(3.5) and math.isinf(t[1])
+    order = Fabric._level_order(np.array([1.0, 1.0, 2.0]), np.array([1]), np.array([0]))
+    assert order.tolist() == [1, 0, 2]

@@ -112,8 +112,8 @@ class FabricConfig:
     """Relative completion window: at each completion, every flow whose own end is due
     within this fraction of its duration so far also ends (its last bytes are counted on
     its links at once). Rates stay exact max-min; a flow's end is early by at most this
-    fraction of its duration. 0 (default): exact; 1e-3 batches the ~1M distinct
-    completions of an uneven all-to-all among 1024 GPUs into a few thousand solves."""
+    fraction of its duration. 0 (default): exact; 1e-3 cuts the 16,103 solves of an
+    uneven all-to-all among 128 GPUs to 3,004 (benchmarks/README.md)."""
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_scale > 0 and math.isfinite(self.bandwidth_scale)):
@@ -194,9 +194,13 @@ class _Rows:
     comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     active: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     seg: np.ndarray = field(default_factory=lambda: np.zeros((0, _K), dtype=np.int64))
+    bott: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Link that froze the row in its last solve (-1: its rate cap; -2: unknown): the solve structure
+    :meth:`Fabric._reuse_structure` tries first."""
 
     _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
-             "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1}
+             "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1,
+             "bott": -2}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -224,6 +228,21 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     if not tot:
         return np.zeros(0, dtype=np.int64)
     return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(tot)
+
+
+def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` for ids in 0..n-1: a mark and a lookup table, O(len + n),
+    instead of a sort when ``ids`` is long."""
+    ids = ids.reshape(-1)
+    if ids.size * 4 < n:
+        u, inv = np.unique(ids, return_inverse=True)
+        return u, inv.reshape(-1)
+    mark = np.zeros(n, dtype=bool)
+    mark[ids] = True
+    u = np.flatnonzero(mark)
+    lut = np.zeros(n, dtype=np.int64)
+    lut[u] = np.arange(len(u))
+    return u, lut[ids]
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -336,6 +355,8 @@ class Fabric:
         """Collectives that ran from a memo without a solve (a cost counter)."""
         self.n_materialized = 0
         """Coalesced collectives turned into real flows because another flow arrived on their links."""
+        self.n_reused = 0
+        """Solves answered by re-solving the previous bottleneck structure (:meth:`_reuse_structure`)."""
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
 
@@ -610,6 +631,7 @@ class Fabric:
         p.batch[sl] = b
         p.active[sl] = True
         p.seg[sl] = segs
+        p.bott[sl] = -2
         p.size = s0 + k
         self._n_active += k
         self.n_rows += k
@@ -655,8 +677,8 @@ class Fabric:
             segs, vals = segs[ok], vals[ok]
         if not segs.size:
             return np.zeros(nl)
-        us, inv = np.unique(segs, return_inverse=True)
-        v = np.bincount(inv.reshape(-1), weights=vals, minlength=len(us))
+        us, inv = _compact(segs, len(self._seg_lat))
+        v = np.bincount(inv, weights=vals, minlength=len(us))
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e = _ranges(st, ln)
@@ -770,9 +792,9 @@ class Fabric:
         p = self._rows
         S = p.seg[act]
         valid = S >= 0
-        us, inv = np.unique(S[valid], return_inverse=True)
+        us, inv = _compact(S[valid], len(self._seg_lat))
         L = np.full(S.shape, -1, dtype=np.int64)
-        L[valid] = inv.reshape(-1)
+        L[valid] = inv
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e_link = self._se_link[_ranges(st, ln)]
@@ -1018,10 +1040,9 @@ class Fabric:
     def _fill(self, R: np.ndarray, full: bool) -> np.ndarray:
         """Progressive filling of rows ``R`` on what the other active rows leave of each link.
 
-        Event-driven: one round per saturation level; a round touches the links of ``R``
-        (O(links)), and each row and segment is frozen once through segment -> rows and
-        link -> segments indexes, so a solve costs O(|R| log |R| + entries + levels x links of R).
-        Updates ``_load`` for the new rates and returns them."""
+        Small solves: one round per saturation level (:meth:`_fill_dense`); big ones: one round per
+        link of bottleneck chains (:meth:`_fill_parallel`), O(rounds x (|R| + entries)) plus the
+        O(|R| log |R|) set-up. Updates ``_load`` for the new rates and returns them."""
         p = self._rows
         k = len(R)
         S = p.seg[R]
@@ -1029,28 +1050,19 @@ class Fabric:
         old = p.rate[R]
         valid = S >= 0
         ent_row = np.nonzero(valid)[0]
-        useg, lseg = np.unique(S[valid], return_inverse=True)
-        lseg = lseg.reshape(-1)
+        useg, lseg = _compact(S[valid], len(self._seg_lat))
         ns = len(useg)
         LS = np.full(S.shape, -1, dtype=np.int64)
         LS[valid] = lseg
-        o, seg_off = _csr(lseg, ns)
-        seg_rows = ent_row[o]  # rows of local segment s: seg_rows[seg_off[s]:seg_off[s+1]]
         st = self._se_off[useg]
         ln = self._se_off[useg + 1] - st
         e = _ranges(st, ln)
         e_seg = np.repeat(np.arange(ns), ln)
         e_off = np.zeros(ns + 1, dtype=np.int64)
         np.cumsum(ln, out=e_off[1:])
-        ulinks, e_link = np.unique(self._se_link[e], return_inverse=True)
-        e_link = e_link.reshape(-1)
+        ulinks, e_link = _compact(self._se_link[e], len(self.links))
         e_w = self._se_w[e]
         nlk = len(ulinks)
-        lo, l_off = _csr(e_link, nlk)  # entries of local link j: lo[l_off[j]:l_off[j+1]]
-        seg_cnt = np.bincount(lseg, weights=m[ent_row], minlength=ns)
-        seg_nrows = np.bincount(lseg, minlength=ns)
-        cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
-        lnk_nseg = np.bincount(e_link, minlength=nlk)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
         old_load = np.bincount(e_link, weights=old_seg[e_seg] * e_w, minlength=nlk)
         capl = self.capacity[ulinks]
@@ -1058,11 +1070,27 @@ class Fabric:
         rem_cap = np.maximum(capl - fixed, 0.0)
         cap = p.cap[R]
         grp = p.group[R]
+        rate = None
         if k <= self._DENSE_ROWS:
             rate = self._fill_dense(m, cap, grp, ent_row, lseg, ns, e_seg, e_link, e_w, nlk, rem_cap, capl)
+            p.bott[R] = -2
         else:
-            rate = self._fill_indexed(m, cap, grp, LS, ns, seg_off, seg_rows, ln, e_off, e_seg, e_link, e_w,
-                                      nlk, lo, l_off, seg_cnt, seg_nrows, cnt, lnk_nseg, rem_cap, capl)
+            bott = p.bott[R]
+            if (bott >= -1).all() and not (grp >= 0).any():
+                got = self._reuse_structure(bott, old, m, cap, ent_row, lseg, e_off, e_seg, e_link, e_w, ulinks,
+                                            rem_cap, capl)
+                if got is not None:
+                    rate, lb = got
+                    p.bott[R] = np.where(lb >= 0, ulinks[np.maximum(lb, 0)], lb)
+            if rate is not None:
+                self.n_reused += 1
+            else:
+                lo, l_off = _csr(e_link, nlk)  # entries of local link j: lo[l_off[j]:l_off[j+1]]
+                seg_cnt = np.bincount(lseg, weights=m[ent_row], minlength=ns)
+                seg_nrows = np.bincount(lseg, minlength=ns)
+                rate, lb = self._fill_parallel(m, cap, grp, LS, ns, e_off, e_seg, e_link, e_w, nlk, lo, l_off,
+                                               seg_cnt, seg_nrows, rem_cap.copy())
+                p.bott[R] = np.where(lb >= 0, ulinks[np.maximum(lb, 0)], lb)
         new_seg = np.bincount(lseg, weights=(rate * m)[ent_row], minlength=ns)
         new_load = np.bincount(e_link, weights=new_seg[e_seg] * e_w, minlength=nlk)
         if full:
@@ -1072,8 +1100,9 @@ class Fabric:
             self._load[ulinks] += new_load - old_load
         return rate
 
-    _DENSE_ROWS = 4096
-    """Solves of at most this many rows use :meth:`_fill_dense` (fewer numpy calls per level)."""
+    _DENSE_ROWS = 64
+    """Solves of at most this many rows use the sequential :meth:`_fill_dense` (fewer numpy calls when
+    there are few levels); bigger ones :meth:`_fill_parallel` (same rates, far fewer rounds)."""
 
     @staticmethod
     def _fill_dense(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, ent_row: np.ndarray, lseg: np.ndarray, ns: int,
@@ -1129,91 +1158,288 @@ class Fabric:
             ur, us = ur[keep], us[keep]
         return rate
 
+    _REUSE_MAX_CLASSES = 4096
+    """Most bottleneck links :meth:`_reuse_structure` solves for (a B x B system; triangular when the
+    levels keep their order, O(B^2), else a dense O(B^3) solve, tried only up to 1024)."""
+    _REUSE_DENSE_MAX = 1024
+    """Largest system :meth:`_reuse_structure` solves densely when its levels changed order."""
+    _REUSE_PIVOTS = 8
+    """Most pivots (rows moved to the bottleneck the last levels show them) :meth:`_reuse_structure`
+    tries before it gives up and the caller fills."""
+
     @staticmethod
-    def _fill_indexed(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, seg_off: np.ndarray,
-                      seg_rows: np.ndarray, ln: np.ndarray, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
-                      e_w: np.ndarray, nlk: int, lo: np.ndarray, l_off: np.ndarray, seg_cnt: np.ndarray,
-                      seg_nrows: np.ndarray, cnt: np.ndarray, lnk_nseg: np.ndarray, rem_cap: np.ndarray,
-                      capl: np.ndarray) -> np.ndarray:
-        """Progressive filling driven by saturation events: a round costs O(links of the solve) plus
-        the rows and segments it freezes (each frozen once, found through the segment -> rows and
-        link -> entries indexes): O(rows log rows + entries + levels x links) per solve (big solves)."""
-        k = len(m)
-        c_order = np.flatnonzero(np.isfinite(cap))
-        c_order = c_order[np.argsort(cap[c_order], kind="stable")]
-        c_ptr = 0
-        g_rows: np.ndarray | None = None
-        g_off: np.ndarray | None = None
-        g_of: np.ndarray | None = None
-        if (grp >= 0).any():
-            ug, g_of = np.unique(np.where(grp >= 0, grp, -1), return_inverse=True)
-            g_of = g_of.reshape(-1)
-            g_rows, g_off = _csr(g_of, len(ug))
-            if ug[0] < 0:
-                g_of = np.where(grp >= 0, g_of, -1)
-        rate = np.zeros(k)
-        frozen = np.zeros(k, dtype=bool)
-        seg_done = np.zeros(ns, dtype=bool)
-        nfree = k
-        level = 0.0
-        for _ in range(k + nlk + 2):
-            if not nfree:
+    def _reuse_structure(bott: np.ndarray, old: np.ndarray, m: np.ndarray, cap: np.ndarray, ent_row: np.ndarray,
+                         lseg: np.ndarray, e_off: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray,
+                         ulinks: np.ndarray, rem_cap: np.ndarray,
+                         capl: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Max-min rates of the rows from the bottleneck structure of their last solve, or None.
+
+        A structure gives every row a bottleneck: a link (its *class*) or its rate cap. Saturating each
+        class link is a square linear system in one level per class link (rows of other classes enter at
+        their own level, capped rows at their cap). Max-min puts a row crossing class link L at most at
+        L's level, so with the classes ordered by level the system is lower triangular: one forward
+        substitution, O(B^2) for B class links (ordered by the last levels; a dense solve if the order
+        changed). The answer is then *verified* against the max-min conditions: every link within its
+        capacity, every row at most at the level of every class link it crosses, every rate within its
+        cap. The max-min allocation is unique, so a verified answer is exactly progressive filling's.
+        A failed check *pivots* (active-set style) and solves again: rows faster than a class link they
+        cross move to the lowest such link; an overloaded link becomes a class link holding the rows
+        above its water level (filled on that link alone). After a departure the structure seldom moves
+        by more than a few rows, so most solves of a long uneven exchange end here in O(entries + B^2)
+        numpy with a fixed number of calls per pivot, instead of a round per link of the bottleneck chains.
+
+        Returns (rates, bottleneck per row: a local link index or -1 for its cap)."""
+        import scipy.linalg
+
+        tol = Fabric._SAT_TOL
+        nlk = len(capl)
+        capped = bott == -1
+        pos = np.searchsorted(ulinks, bott)
+        pos[capped] = 0
+        pos = np.minimum(pos, nlk - 1)
+        if (ulinks[pos][~capped] != bott[~capped]).any():
+            return None
+        pos[capped] = -1
+        ns = len(e_off) - 1
+        cand = np.zeros(nlk, dtype=bool)  # links whose (row, link) pairs are expanded: class links, overloaded
+        cand[pos[~capped]] = True
+        pr, pl, pw = Fabric._pairs(cand, ent_row, lseg, e_seg, e_link, e_w, m, ns)
+        guess = np.zeros(nlk)  # level per local link, for the order of the classes
+        np.maximum.at(guess, pos[~capped], old[~capped])
+        for _ in range(Fabric._REUSE_PIVOTS + 1):
+            nc = pos >= 0
+            cl = np.unique(pos[nc])
+            B = len(cl)
+            if B > Fabric._REUSE_MAX_CLASSES:
+                return None
+            ci = np.full(nlk, -1, dtype=np.int64)  # local link -> class index (position in cl)
+            ci[cl] = np.arange(B)
+            pc = np.where(nc[pr], ci[np.maximum(pos[pr], 0)], -1)  # the pair's row class (-1: capped)
+            pk = ci[pl]  # the pair's link class (-1: not a class link)
+            fr = (pk >= 0) & (pc >= 0)
+            cross = fr & (pk != pc)
+            order = Fabric._level_order(guess[cl], pc[cross], pk[cross])
+            inv = np.empty(B, dtype=np.int64)  # class index -> rank in level order
+            inv[order] = np.arange(B)
+            rk, rc = inv[pk[fr]], inv[pc[fr]]
+            M = np.bincount(rk * B + rc, weights=pw[fr], minlength=B * B).reshape(B, B)
+            cp = (pk >= 0) & (pc < 0)
+            rhs = np.zeros(B)
+            rhs[inv] = rem_cap[cl]
+            rhs -= np.bincount(inv[pk[cp]], weights=pw[cp] * cap[pr[cp]], minlength=B)
+            try:
+                if B and not (rk < rc).any():  # lower triangular in level order
+                    lev = scipy.linalg.solve_triangular(M, rhs, lower=True, check_finite=False)
+                elif B <= Fabric._REUSE_DENSE_MAX:
+                    lev = np.linalg.solve(M, rhs) if B else np.zeros(0)
+                else:
+                    return None
+            except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+                return None
+            if not np.isfinite(lev).all() or (lev <= 0).any():
+                return None
+            guess[cl] = lev[inv]
+            level = np.full(nlk, _INF)
+            level[cl] = guess[cl]
+            x = np.where(nc, level[np.maximum(pos, 0)], cap)
+            # rows above the level of a class link they cross: move to the lowest such link
+            fast = x[pr] > level[pl] * (1.0 + tol)
+            over_cap = nc & (x > cap * (1.0 + tol))
+            seg_x = np.bincount(lseg, weights=(x * m)[ent_row], minlength=ns)
+            load = np.bincount(e_link, weights=seg_x[e_seg] * e_w, minlength=nlk)
+            over = load > rem_cap + tol * capl
+            if not fast.any() and not over_cap.any() and not over.any():
+                return x, pos
+            if over_cap.any():
+                pos[over_cap] = -1
+            if fast.any():
+                lo_lvl = np.full(len(m), _INF)
+                np.minimum.at(lo_lvl, pr[fast], level[pl[fast]])
+                best = fast & (level[pl] <= lo_lvl[pr])
+                pos[pr[best]] = pl[best]
+            if over.any():  # water level of each overloaded link, the rows' other rates fixed
+                ov = np.flatnonzero(over)
+                if not cand[ov].all():
+                    cand[ov] = True
+                    pr, pl, pw = Fabric._pairs(cand, ent_row, lseg, e_seg, e_link, e_w, m, ns)
+                t = Fabric._link_water_level(ov, over, pr, pl, pw, x, rem_cap)
+                hit = over[pl] & (x[pr] > t[pl] * (1.0 + tol))
+                lo_lvl = np.full(len(m), _INF)
+                np.minimum.at(lo_lvl, pr[hit], t[pl[hit]])
+                best = hit & (t[pl] <= lo_lvl[pr])
+                pos[pr[best]] = pl[best]
+                guess[ov] = t[ov]
+        return None
+
+    @staticmethod
+    def _pairs(cand: np.ndarray, ent_row: np.ndarray, lseg: np.ndarray, e_seg: np.ndarray, e_link: np.ndarray,
+               e_w: np.ndarray, m: np.ndarray, ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (row, link) pairs through the rows' segments on the links ``cand``: row, local link, and
+        the link's weight x the row's multiplicity."""
+        ce = np.flatnonzero(cand[e_link])
+        c_cnt = np.bincount(e_seg[ce], minlength=ns)
+        c_off = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(c_cnt, out=c_off[1:])
+        n_per = c_cnt[lseg]
+        pr = np.repeat(ent_row, n_per)
+        pe = ce[_ranges(c_off[lseg], n_per)]
+        return pr, e_link[pe], e_w[pe] * m[pr]
+
+    @staticmethod
+    def _level_order(level: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Order of the classes for forward substitution: by ``level``; among levels equal to 1e-9 (ties),
+        rows' classes (``src``) before the class links they cross (``dst``), by longest-path depth over
+        those edges (a few numpy passes: the chains within a tie are short)."""
+        B = len(level)
+        o = np.argsort(level, kind="stable")
+        lv = level[o]
+        gap = np.ones(B, dtype=bool)
+        gap[1:] = lv[1:] > lv[:-1] * (1.0 + 1e-9) + 1e-300
+        grp = np.empty(B, dtype=np.int64)
+        grp[o] = np.cumsum(gap)
+        tie = grp[src] == grp[dst]
+        s, d = src[tie], dst[tie]
+        depth = np.zeros(B, dtype=np.int64)
+        for _ in range(min(B, 64)):
+            if not s.size:
                 break
-            used = lnk_nseg > 0
+            nd = depth.copy()
+            np.maximum.at(nd, d, depth[s] + 1)
+            if (nd == depth).all():
+                break
+            depth = nd
+        return np.lexsort((depth, grp))
+
+    @staticmethod
+    def _link_water_level(ov: np.ndarray, over: np.ndarray, pr: np.ndarray, pl: np.ndarray, pw: np.ndarray,
+                          x: np.ndarray, rem_cap: np.ndarray) -> np.ndarray:
+        """Per link in ``ov``: the level t at which its rows, each at min(its rate, t), fill its
+        capacity (one link's progressive filling, the other links ignored); INF elsewhere."""
+        sel = over[pl]
+        lk, w, r = pl[sel], pw[sel], x[pr[sel]]
+        o = np.lexsort((r, lk))
+        lk, w, r = lk[o], w[o], r[o]
+        nlk = len(rem_cap)
+        t = np.full(nlk, _INF)
+        # along each link's rows by rate: below row k the load is sum(w r) up to k, plus level x weight above
+        cw = np.cumsum(w)
+        cwr = np.cumsum(w * r)
+        first = np.searchsorted(lk, ov)
+        last = np.searchsorted(lk, ov, side="right")
+        base_w = np.where(first > 0, cw[np.maximum(first - 1, 0)], 0.0)
+        base_wr = np.where(first > 0, cwr[np.maximum(first - 1, 0)], 0.0)
+        tot_w = cw[last - 1] - base_w
+        idx = np.repeat(np.arange(len(ov)), last - first)
+        below_wr = cwr - w * r - base_wr[idx]  # rows strictly before this one
+        above_w = tot_w[idx] - (cw - w - base_w[idx])  # this row and the ones after
+        lvl = (rem_cap[ov][idx] - below_wr) / above_w  # level if this row is the first one above it
+        prev_r = np.where(np.arange(len(r)) > first[idx], np.roll(r, 1), -_INF)
+        ok = (lvl <= r * (1.0 + 1e-12)) & (lvl >= prev_r * (1.0 - 1e-12))
+        best = np.full(len(ov), _INF)
+        np.minimum.at(best, idx[ok], lvl[ok])
+        t[ov] = best
+        return t
+
+    _SAT_TOL = 1e-9
+    """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same)."""
+
+    @staticmethod
+    def _fill_parallel(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, e_off: np.ndarray,
+                       e_seg: np.ndarray, e_link: np.ndarray, e_w: np.ndarray, nlk: int, lo: np.ndarray,
+                       l_off: np.ndarray, seg_cnt: np.ndarray, seg_nrows: np.ndarray,
+                       rem_cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Progressive filling in rounds of *local bottlenecks* (Bertsekas and Gallager's max-min
+        characterization): the same rates as the sequential filling, in far fewer rounds.
+
+        A link's *share* is its capacity left over its unfrozen rows' weight; a row's *bound* is the
+        smallest share on its route (or its cap; a coupled group's: its members' smallest). A link whose
+        share is at most the bound of every unfrozen row crossing it saturates at exactly its share:
+        shares never fall while rows freeze at or below them, so nothing it carries freezes earlier.
+        Each round freezes the rows of *every* such link (and the rows held by their caps) at once,
+        where the sequential filling freezes only the globally tightest link; the rounds are the
+        length of the longest chain of bottlenecks that lean on one another, not the number of
+        distinct rates. A round costs O(unfrozen rows + entries) numpy.
+
+        Returns the rates and, per row, the local link that froze it (-1: its cap; -2: its coupled
+        group or a numerical fallback)."""
+        k = len(m)
+        tol = Fabric._SAT_TOL
+        rate = np.zeros(k)
+        froze = np.full(k, -2, dtype=np.int64)
+        seg_fl = np.full(ns + 1, -2, dtype=np.int64)
+        LSx = np.where(LS >= 0, LS, ns)  # -1 -> a padding segment with no links
+        U = np.arange(k)
+        seg_cnt = seg_cnt.copy()
+        seg_nrows = seg_nrows.copy()
+        has_seg = e_off[1:] > e_off[:-1]
+        seg_start = e_off[:-1][has_seg]
+        link_order = e_seg[lo]
+        has_lnk = l_off[1:] > l_off[:-1]
+        lnk_start = l_off[:-1][has_lnk]
+        grouped = grp >= 0
+        g_of = np.zeros(k, dtype=np.int64)
+        ng = 0
+        if grouped.any():
+            ug, inv = np.unique(grp[grouped], return_inverse=True)
+            g_of[grouped] = inv.reshape(-1)
+            ng = len(ug)
+        seg_min = np.full(ns + 1, _INF)
+        seg_rmin = np.full(ns + 1, _INF)
+        seg_fin = np.zeros(ns + 1, dtype=bool)
+        link_rmin = np.full(nlk, _INF)
+        while U.size:
+            cnt = np.bincount(e_link, weights=seg_cnt[e_seg] * e_w, minlength=nlk)
+            live = cnt > 0
             share = np.full(nlk, _INF)
-            share[used] = rem_cap[used] / np.maximum(cnt[used], 1e-300)
-            j = int(np.argmin(share))
-            delta = float(share[j])
-            while c_ptr < len(c_order) and frozen[c_order[c_ptr]]:
-                c_ptr += 1
-            by_cap = c_ptr < len(c_order) and cap[c_order[c_ptr]] - level <= delta
-            if by_cap:
-                delta = max(float(cap[c_order[c_ptr]]) - level, 0.0)
-            if not math.isfinite(delta):
+            share[live] = np.maximum(rem_cap[live], 0.0) / cnt[live]
+            seg_min[:ns][has_seg] = np.minimum.reduceat(share[e_link], seg_start)
+            LU = LSx[U]
+            bound = np.minimum(seg_min[LU].min(axis=1), cap[U])
+            gU = grouped[U]
+            if ng and gU.any():
+                gm = np.full(ng, _INF)
+                np.minimum.at(gm, g_of[U][gU], bound[gU])
+                bound[gU] = gm[g_of[U][gU]]
+            seg_rmin[:] = _INF
+            np.minimum.at(seg_rmin, LU.reshape(-1), np.repeat(bound, LU.shape[1]))
+            seg_rmin[ns] = _INF
+            link_rmin[has_lnk] = np.minimum.reduceat(seg_rmin[link_order], lnk_start)
+            final = live & (share <= link_rmin * (1.0 + tol))
+            seg_fin[:] = False
+            seg_fin[e_seg[final[e_link]]] = True
+            seg_fin[ns] = False
+            by_link = seg_fin[LU]
+            by_cap = cap[U] <= bound * (1.0 + tol)
+            new = by_link.any(axis=1) | by_cap
+            fe = np.flatnonzero(final[e_link])
+            seg_fl[e_seg[fe]] = e_link[fe]
+            who = np.where(by_cap, -1, seg_fl[LU[np.arange(len(U)), np.argmax(by_link, axis=1)]])
+            if ng and gU.any() and new.any():
+                hit = np.zeros(ng, dtype=bool)
+                hit[g_of[U][gU & new]] = True
+                new |= gU & hit[g_of[U]]
+            if not new.any():  # numerical safety: the tightest link is always a local bottleneck
+                j = int(np.argmin(share))
+                sj = np.zeros(ns + 1, dtype=bool)
+                sj[e_seg[e_link == j]] = True
+                new = sj[LU].any(axis=1)
+                bound = np.where(new, np.minimum(bound, share[j]), bound)
+                who = np.full(len(U), -2, dtype=np.int64)
+            r = bound[new]
+            if not np.isfinite(r).all():
                 raise RuntimeError("fabric: unbounded flow rate (a flow crosses no capacity-limited link)")
-            level += delta
-            rem_cap -= delta * cnt
-            sat = used & (rem_cap <= 1e-9 * capl)
-            if not by_cap:
-                sat[j] = True
-            sl = np.flatnonzero(sat)
-            ss = e_seg[lo[_ranges(l_off[sl], l_off[sl + 1] - l_off[sl])]]
-            ss = np.unique(ss[~seg_done[ss]])
-            newly = seg_rows[_ranges(seg_off[ss], seg_off[ss + 1] - seg_off[ss])]
-            if by_cap:
-                hi = c_ptr
-                while hi < len(c_order) and cap[c_order[hi]] <= level * (1 + 1e-12):
-                    hi += 1
-                newly = np.concatenate([newly, c_order[c_ptr:hi]])
-            newly = newly[~frozen[newly]]
-            if g_rows is not None and g_of is not None and g_off is not None and newly.size:
-                gg = np.unique(g_of[newly])
-                gg = gg[gg >= 0]
-                if gg.size:
-                    newly = np.concatenate([newly, g_rows[_ranges(g_off[gg], g_off[gg + 1] - g_off[gg])]])
-            newly = np.unique(newly)
-            newly = newly[~frozen[newly]]
-            if not newly.size:
-                continue
-            rate[newly] = level
-            frozen[newly] = True
-            nfree -= len(newly)
-            ls = LS[newly]
-            ok = ls >= 0
-            ch, inv = np.unique(ls[ok], return_inverse=True)
-            inv = inv.reshape(-1)
-            dm = np.bincount(inv, weights=np.broadcast_to(m[newly][:, None], ls.shape)[ok], minlength=len(ch))
-            seg_cnt[ch] -= dm
-            seg_nrows[ch] -= np.bincount(inv, minlength=len(ch))
-            ce = _ranges(e_off[ch], ln[ch])
-            cnt -= np.bincount(e_link[ce], weights=np.repeat(dm, ln[ch]) * e_w[ce], minlength=nlk)
-            empty = ch[seg_nrows[ch] == 0]
-            if empty.size:
-                seg_done[empty] = True
-                ee = _ranges(e_off[empty], ln[empty])
-                lnk_nseg -= np.bincount(e_link[ee], minlength=nlk)
-                cnt[lnk_nseg == 0] = 0.0
-        return rate
+            F = U[new]
+            rate[F] = r
+            froze[F] = np.where(by_link[new].any(axis=1) | by_cap[new], who[new], -2)
+            LF = LSx[F].reshape(-1)
+            nk = LSx.shape[1]
+            use = np.bincount(LF, weights=np.repeat(r * m[F], nk), minlength=ns + 1)[:ns]
+            rem_cap -= np.bincount(e_link, weights=use[e_seg] * e_w, minlength=nlk)
+            seg_cnt -= np.bincount(LF, weights=np.repeat(m[F], nk), minlength=ns + 1)[:ns]
+            seg_nrows -= np.bincount(LF, minlength=ns + 1)[:ns]
+            seg_cnt[seg_nrows <= 0] = 0.0
+            U = U[~new]
+        return rate, froze
 
     # ---------------------------------------------------------------- reports
     @property
