@@ -221,8 +221,29 @@ def _attr(pb: Any, name: str, **value: Any) -> Any:
     return pb.AttributeProto(name=name, **value)
 
 
+def _agreed_sizes(graph: ExecutionGraph, notes: set[str]) -> dict[tuple[tuple[int, ...], int, int], float]:
+    """One ``comm_size`` per collective instance (group, type, seq) where the ranks disagree: ASTRA-sim runs a
+    collective in equal chunks on every rank of its group, so unequal sizes (an all-to-allv: each rank sends
+    what its routing gave it) would never complete. Their mean is written (the same total bytes)."""
+    sizes: dict[tuple[tuple[int, ...], int, int], list[float]] = {}
+    for rg in graph.ranks:
+        C = rg.collectives
+        for c in range(len(C)):
+            ctype = int(C.type[c])
+            if CollType(ctype) in _P2P:
+                continue
+            sizes.setdefault((_members(rg, c), ctype, int(C.seq[c])), []).append(float(C.in_bytes[c]))
+    out = {}
+    for key, v in sizes.items():
+        if len(set(v)) > 1 and all(math.isfinite(x) for x in v):
+            out[key] = float(round(sum(v) / len(v)))
+            notes.add(f"{CollType(key[1]).name} sizes that differ between the ranks of a group (all-to-allv) written "
+                      "as the group's mean (ASTRA-sim needs one size per collective)")
+    return out
+
+
 def _rank_nodes(rg: RankGraph, groups: _Groups, stats: dict[str, dict[str, float]],
-                notes: set[str]) -> Iterator[Any]:
+                notes: set[str], agreed: dict[tuple[tuple[int, ...], int, int], float]) -> Iterator[Any]:
     """The Chakra nodes of one rank, in GPU-op order (every dependency comes earlier in the file)."""
     pb = _pb()
     G, C = rg.gpu_ops, rg.collectives
@@ -257,6 +278,7 @@ def _rank_nodes(rg: RankGraph, groups: _Groups, stats: dict[str, dict[str, float
             if not math.isfinite(size) or size < 0:
                 raise CosimInputError(f"{where}: collectives[{c}] ({name!r}): unknown or negative size {size}")
             members = _members(rg, c)
+            size = agreed.get((members, int(ctype), int(C.seq[c])), size)
             if ctype in _P2P:
                 send = _is_send(ctype, name)
                 if send is None or len(members) != 2 or rg.rank not in members:
@@ -331,6 +353,7 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "cosi
     if "/" in prefix or not prefix:
         raise CosimInputError(f"Chakra prefix {prefix!r}: needs a file name without '/'")
     out = Path(out_dir)
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}.", dir=out))
@@ -340,6 +363,7 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "cosi
     stats: dict[str, dict[str, float]] = {}
     notes: set[str] = set()
     total = 0
+    agreed = _agreed_sizes(graph, notes)
     try:
         for rg in _progress(graph.ranks, progress):
             with open(tmp / f"{prefix}.{rg.rank}.et", "wb") as fh:
@@ -348,14 +372,18 @@ def write_chakra(graph: ExecutionGraph, out_dir: str | Path, prefix: str = "cosi
                     _attr(pb, "rank", int64_val=rg.rank), _attr(pb, "world_size", int64_val=world),
                     _attr(pb, "device", string_val=rg.device_name or "")])
                 _write_msg(fh, meta)
-                for node in _rank_nodes(rg, groups, stats, notes):
+                for node in _rank_nodes(rg, groups, stats, notes, agreed):
                     _write_msg(fh, node)
                     total += 1
         (tmp / f"{prefix}.comm_groups.json").write_text(json.dumps(groups.to_json(), indent=1) + "\n")
         for f in sorted(tmp.iterdir()):
             f.replace(out / f.name)
-    finally:
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
     comp = int(stats.pop("COMP", {"count": 0})["count"])
     return ChakraExport(out / prefix, out / f"{prefix}.comm_groups.json", world, total, comp, stats, sorted(notes))
 
