@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "captured trace) as Chakra execution traces OUT_DIR/<prefix>.<rank>.et plus "
                                    "<prefix>.comm_groups.json, the inputs of ASTRA-sim's --workload-configuration "
                                    "and --comm-group-configuration (docs/EXPORT.md).")
-    p.add_argument("scenario", help="scenario name or scenario YAML file")
+    p.add_argument("scenario", nargs="?", help="scenario name or scenario YAML file (default: cosim run's)")
     p.add_argument("--chakra", type=Path, required=True, metavar="OUT_DIR", help="folder for the Chakra traces")
     p.add_argument("--prefix", help="file prefix (default: the scenario's name)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -423,9 +423,10 @@ def collective_traces(op: str, nbytes: float, world: int, out_dir: str | Path,
                         {key: {"count": world, "bytes": float(int(nbytes)) * world}})
 
 
-def export_scenario(scenario: str | Path, out_dir: str | Path, sets: dict[str, str] | None = None,
+def export_scenario(scenario: str | Path | None, out_dir: str | Path, sets: dict[str, str] | None = None,
                     prefix: str | None = None, progress: bool = False) -> ChakraExport:
-    """Write scenario ``scenario``'s workload (name or YAML, with ``--set`` overrides) as Chakra ETs.
+    """Write scenario ``scenario``'s workload (name or YAML, None: ``cosim run``'s default; with ``--set``
+    overrides) as Chakra ETs.
 
     A synthetic workload (``workload: synthetic:``) is synthesized on the scenario's topology with
     every rank built (``fold`` off: Chakra needs one file per rank) and its kernels timed by the
