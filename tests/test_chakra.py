@@ -77,10 +77,12 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
     scn.write_text(TINY)
     res = export_scenario(scn, d / "et")
     from cosim.scenario import build_topology, load_scenario
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.workload.synth import synthesize
 
     s = load_scenario(scn)
-    syn = synthesize(s.workload.synthetic.model_copy(update={"fold": False}), build_topology("dgx-h100", None), None)
+    syn = synthesize(s.workload.synthetic.model_copy(update={"fold": False}), build_topology("dgx-h100", None), None,
+                     kernel_timer=synthetic_kernel_timer)
     return res, syn.graph
 
 
@@ -158,11 +160,13 @@ def test_host_sync_becomes_a_dependency(tiny) -> None:
 
 def test_folded_graph_and_corrupt_files_are_refused(tmp_path: Path) -> None:
     from cosim.scenario import build_topology, load_scenario
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.workload.synth import synthesize
 
     scn = tmp_path / "tiny.yaml"
     scn.write_text(TINY)
-    folded = synthesize(load_scenario(scn).workload.synthetic, build_topology("dgx-h100", None), None)
+    folded = synthesize(load_scenario(scn).workload.synthetic, build_topology("dgx-h100", None), None,
+                     kernel_timer=synthetic_kernel_timer)
     assert folded.built.folded
     with pytest.raises(CosimInputError, match="every rank"):
         write_chakra(folded.graph, tmp_path / "out")
@@ -218,6 +222,7 @@ def test_astra_sim_runs_the_export(tiny) -> None:
                         f"--system-configuration={astra / 'system-1d.json'}",
                         f"--network-configuration={astra / 'network-8.yml'}",
                         f"--remote-memory-configuration={astra / 'remote_memory.json'}",
-                        f"--comm-group-configuration={res.comm_groups}"], capture_output=True, text=True, timeout=120)
+                        f"--comm-group-configuration={res.comm_groups}"], capture_output=True, text=True, timeout=120,
+                       cwd=res.prefix.parent)  # ASTRA-sim writes log/ into its working folder
     done = re.findall(r"sys\[(\d+)\] finished, (\d+) cycles", p.stdout + p.stderr)
     assert sorted(int(r) for r, _ in done) == list(range(8))

@@ -452,12 +452,13 @@ def export_scenario(scenario: str | Path | None, out_dir: str | Path, sets: dict
     topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets, scn.nodes)
     notes: list[str] = []
     if isinstance(scn.workload, SyntheticWorkload):
+        from cosim.models.synth_timing import synthetic_kernel_timer
         from cosim.workload.synth import synthesize
 
         spec = scn.workload.synthetic
         if spec.fold:
             notes.append("workload.synthetic.fold ignored: Chakra needs every rank, synthesized unfolded")
-        syn = synthesize(spec.model_copy(update={"fold": False}), topo, base)
+        syn = synthesize(spec.model_copy(update={"fold": False}), topo, base, kernel_timer=synthetic_kernel_timer)
         graph = syn.graph
     else:
         from cosim.workload import load_trace
