@@ -49,7 +49,7 @@ def measured(cmd: list[str], timeout: float, env: dict[str, str] | None = None,
     out = tempfile.TemporaryFile()
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-    status = None
+    status: int | str | None = None
     while True:
         pid, st, ru = os.wait4(p.pid, os.WNOHANG)
         if pid:

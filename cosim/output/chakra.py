@@ -462,6 +462,7 @@ def export_scenario(scenario: str | Path | None, out_dir: str | Path, sets: dict
         graph = syn.graph
     else:
         from cosim.workload import load_trace
+        from cosim.models.roofline import RooflineModel
         from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
 
         wpath = resolve_path(scn.workload, base) or find_workload(scn.workload)
@@ -472,7 +473,8 @@ def export_scenario(scenario: str | Path | None, out_dir: str | Path, sets: dict
         if needs_projection(graph):
             p = scn.projection
             graph = project_onto(graph, topo, cfg.accelerator,
-                                 ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead))
+                                 ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead),
+                                 kernel_model=RooflineModel)
             notes.append(f"captured workload projected onto {topo.accelerator(topo.gpus[0]).name} before export")
     res = write_chakra(graph, out_dir, prefix or scn.name, progress=progress)
     res.notes[:0] = notes
