@@ -150,6 +150,7 @@ def step(binaries: dict[str, str], gpus: int, timeout: float, work: Path) -> lis
     r["predicted_s"] = None
     r["nodes"] = j.get("nodes") if j else None
     rows.append({"gpus": gpus, "op": "dsv3 step (16 mb)", "simulator": "cosim export --chakra", **r})
+    print(f"(export: {r['nodes']} Chakra nodes over {gpus} ranks)", flush=True)
     if j:
         for label, b in binaries.items():
             rows.append({"gpus": gpus, "op": "dsv3 step (16 mb)", "simulator": label,
