@@ -76,8 +76,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
     scn = d / "tiny.yaml"
     scn.write_text(TINY)
     res = export_scenario(scn, d / "et")
-    from cosim.scenario import build_topology, load_scenario
     from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.scenario import build_topology, load_scenario
     from cosim.workload.synth import synthesize
 
     s = load_scenario(scn)
@@ -159,8 +159,8 @@ def test_host_sync_becomes_a_dependency(tiny) -> None:
 
 
 def test_folded_graph_and_corrupt_files_are_refused(tmp_path: Path) -> None:
-    from cosim.scenario import build_topology, load_scenario
     from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.scenario import build_topology, load_scenario
     from cosim.workload.synth import synthesize
 
     scn = tmp_path / "tiny.yaml"
@@ -231,8 +231,8 @@ def test_astra_sim_runs_the_export(tiny) -> None:
 def test_captured_trace_exports_every_rank_and_collective(tmp_path: Path) -> None:
     """A captured (replayed) workload: the bundled 4-rank CPU capture, projected onto an H100, one file per
     rank, every collective written once per rank with its group's agreed size."""
-    from cosim.workload import load_trace
     from cosim.scenario import find_workload
+    from cosim.workload import load_trace
 
     res = export_scenario("moe-ep4-dgx-h100", tmp_path / "et")
     graph = load_trace(find_workload("moe-ep4-cpu"))

@@ -461,8 +461,8 @@ def export_scenario(scenario: str | Path | None, out_dir: str | Path, sets: dict
         syn = synthesize(spec.model_copy(update={"fold": False}), topo, base, kernel_timer=synthetic_kernel_timer)
         graph = syn.graph
     else:
-        from cosim.workload import load_trace
         from cosim.models.roofline import RooflineModel
+        from cosim.workload import load_trace
         from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
 
         wpath = resolve_path(scn.workload, base) or find_workload(scn.workload)
