@@ -180,6 +180,16 @@ def _check_topo_show(lineno: int, argv: list[str], comment: str, tmp: Path) -> N
         assert f"file: {Path(s['file']).resolve()}" in buf.getvalue().splitlines(), buf.getvalue()[:500]
 
 
+def _check_export(lineno: int, argv: list[str], comment: str, tmp: Path) -> None:
+    """"N Chakra ETs, M nodes (K all-to-all)": what ``cosim export --chakra`` wrote (into a temporary folder)."""
+    m = re.search(r"(\d+) Chakra ETs, (\d+) nodes \((\d+) all-to-all\)", comment)
+    assert m, f"README.md:{lineno}: the comment states no 'N Chakra ETs, M nodes (K all-to-all)'"
+    i = argv.index("--chakra")
+    s = _json([*argv[:i + 1], str(tmp / f"chakra{lineno}"), *argv[i + 2:]], tmp)
+    got = (s["ranks"], s["nodes"], int(s["collectives"].get("ALL_TO_ALL", {}).get("count", 0)))
+    assert got == tuple(map(int, m.groups())), f"README.md:{lineno}: the comment says {m.groups()}, the export {got}"
+
+
 @pytest.mark.parametrize("lineno, cmd, comment", [pytest.param(*e, id=f"README.md:{e[0]}") for e in _examples()])
 def test_readme_example_does_what_its_comment_says(lineno: int, cmd: str, comment: str, tmp_path_factory,
                                                    monkeypatch) -> None:
@@ -191,6 +201,8 @@ def test_readme_example_does_what_its_comment_says(lineno: int, cmd: str, commen
         _check_step(lineno, argv, comment, tmp)
     elif argv[0] == "collective":
         _check_collective(lineno, argv, comment, tmp)
+    elif argv[0] == "export":
+        _check_export(lineno, argv, comment, tmp)
     elif argv[:2] == ["topo", "show"]:
         _check_topo_show(lineno, argv, comment, tmp)
     else:

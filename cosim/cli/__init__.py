@@ -20,7 +20,7 @@ __all__ = ["add_json_flag", "emit_json", "main"]
 
 # Modules under cosim.cli that define register(subparsers). A module that is
 # not there yet is skipped, so layers can land one by one.
-_COMMANDS = ("topo", "collective", "replay", "run", "capture", "calibrate", "report", "sensitivity", "sweep")
+_COMMANDS = ("topo", "collective", "replay", "run", "capture", "calibrate", "report", "sensitivity", "sweep", "export")
 
 
 def emit_json(obj: Any) -> None:
