@@ -20,7 +20,7 @@ def dgx() -> object:
     return load_topology("dgx-h100")
 
 
-def test_dropless_moe_forward_syncs_the_host_after_each_permutation(dgx: object) -> None:
+def test_dropless_moe_forward_syncs_the_host_on_the_token_count_copies(dgx: object) -> None:
     from cosim.replay import ReplayConfig, replay
     from cosim.workload.graph import EdgeKind, HostKind
     from cosim.workload.synth import SyntheticSpec, synthesize
@@ -41,13 +41,17 @@ def test_dropless_moe_forward_syncs_the_host_after_each_permutation(dgx: object)
     n_host = len(names)
     E = rg.edges
     waited = {int(d): int(s) - n_host for s, d, k in zip(E.src, E.dst, E.kind) if k == EdgeKind.SYNC and d in syncs}
-    assert sorted(waited) == syncs and all(gnames[j] == "moe.permute" for j in waited.values())
-    # each sync comes right before the launch of the dispatch all-to-all it sizes
+    # Megatron's d2h_event.synchronize(): the host waits for the last of the 4 host copies of the token counts
+    # (tokens per expert, input, output and TP splits), launched before the permutation
+    assert sorted(waited) == syncs and all(gnames[j] == "moe.splits_d2h" for j in waited.values())
     launch_of = {int(h): j for j, h in enumerate(rg.launches.host_op)}
+    assert all(gnames[launch_of[h - 1]] == "moe.permute" for h in syncs)
+    assert all([gnames[i] for i in range(j - 3, j + 1)] == ["moe.splits_d2h"] * 4 for j in waited.values())
+    # each sync comes right before the launch of the dispatch all-to-all it sizes
     assert all(gnames[launch_of[h + 1]] == "moe.dispatch" for h in syncs)
     run = replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).runs[0]
     gend = run.gpu_start + rg.gpu_ops.dur
-    for h, j in waited.items():  # the host returns only after the permutation kernel has run
+    for h, j in waited.items():  # the host returns only after the last copy has run
         assert run.host_end[h] >= gend[j] - 1e-12 and run.host_start[h + 1] >= gend[j] - 1e-12
     # full recomputation re-runs each forward (and its sync) before the backward
     rg2 = build("full").graph.ranks[0]
@@ -59,16 +63,25 @@ def test_the_host_sync_costs_a_sync_and_a_launch_latency_per_moe_layer_when_gpu_
     from cosim.replay import ReplayConfig, replay
     from cosim.workload.synth import SyntheticSpec, synthesize
 
-    def step(sync: bool) -> float:
+    def step(sync: bool) -> tuple[float, float]:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "moe_host_sync": sync,
                                              "batch": {"global": 16, "micro": 1, "seq": 4096}})
-        return replay(synthesize(spec, dgx).graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
+        g = synthesize(spec, dgx).graph
+        rg = g.ranks[0]
+        names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+        permute = float(rg.gpu_ops.dur[names.index("moe.permute")])
+        return replay(g, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"], permute
 
     # GPU-bound (seq 4096): without the sync the host has launched the dispatch long before the permutation ends;
-    # with it, each of the 8 forward MoE layers waits the sync's return (3 us) and the dispatch's launch latency
+    # with it, the host returns (3 us) after the count copies, as the permutation starts, and launches the dispatch
+    # (its launch latency): each of the 8 forward MoE layers waits what of that the permutation does not hide
     cpu = dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0]))
-    per_sync = (step(True) - step(False)) / 8
-    assert per_sync == pytest.approx(ReplayConfig().default_sync_overhead + float(cpu.launch_latency), rel=1e-6)
+    (with_sync, permute), (without, _) = step(True), step(False)
+    per_sync = (with_sync - without) / 8
+    exposed = ReplayConfig().default_sync_overhead + float(cpu.launch_latency) - permute
+    # here the permutation (16 us of 4096 x 8 rows) hides the 8 us: Megatron's sync costs nothing when GPU-bound
+    # (a sync after the permutation, as before, cost 8 us per layer)
+    assert exposed < 0 and per_sync == pytest.approx(max(exposed, 0.0), abs=1e-9)
 
 
 def _cases_file(tmp_path: Path, **over: object) -> Path:
@@ -139,7 +152,10 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
 
     plain, over = run(False), run(True)
     assert over["breakdown"]["compute"] == pytest.approx(plain["breakdown"]["compute"], rel=1e-9)  # same kernels
-    assert over["breakdown"]["exposed_communication"] < 0.8 * plain["breakdown"]["exposed_communication"]
+    # communication-bound (EP16 over two nodes: 20 ms of exposed all-to-all, 9 ms of compute): the pairs hide
+    # part of the all-to-all under the other micro-batch's compute, at most all of it, here more than a third
+    hidden = plain["breakdown"]["exposed_communication"] - over["breakdown"]["exposed_communication"]
+    assert over["breakdown"]["compute"] / 3 < hidden <= over["breakdown"]["compute"]
     assert over["step_time_s"] < plain["step_time_s"]
     with pytest.raises(CosimInputError, match="a2a_overlap: the EP all-to-all overlap with a pipeline needs at least"):
         synthesize(SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 4, "pp": 2, "vpp": 2,

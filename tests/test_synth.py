@@ -161,6 +161,10 @@ def test_every_collective_of_a_2_layer_ep4_pp2_step_by_hand(tmp_path: Path, dgx:
         dense = layer + emb + (64 if stage == 1 else 0)  # stage 1 also holds the final norm
         want = Counter({
             ("ALL_TO_ALL", 4, float(a2a)): 2 * 4,  # dispatch, combine, and their backward, x 2 micro-batches
+            # Megatron's dispatcher: the top-2 fp32 probabilities of the 64 tokens in their own all-to-all
+            # (and its backward), and the 8 experts' int64 token counts all-gathered over EP (forward only)
+            ("ALL_TO_ALL", 4, float(T * k * 4)): 2 * 2,
+            ("ALL_GATHER", 4, 8.0 * 8): 2,
             ("SEND_RECV", 2, float(pp_msg)): 4,     # 2 activations one way, 2 gradients the other
             ("REDUCE_SCATTER", 4, float(dense * 4)): 1,  # fp32 gradients over the 4 DP replicas, one bucket
             ("ALL_REDUCE", 4, 8.0): 1,              # gradient norm
@@ -437,6 +441,7 @@ def test_fsdp_gathers_each_layer_and_reduce_scatters_its_gradients(tmp_path: Pat
             ("ALL_GATHER", layer * 2 / 4): 4, ("ALL_GATHER", edge * 2 / 4): 4,
             # fp32 gradients of each layer reduce-scattered once, after the last micro-batch's backward
             ("REDUCE_SCATTER", layer * 4.0): 1, ("REDUCE_SCATTER", edge * 4.0): 1,
+            ("ALL_GATHER", 8 * 8.0): 2,  # the MoE layer's int64 token counts of 8 experts over EP, 2 micro-batches
         })
         assert got == want, (rg.rank, got)
     assert replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"] > 0

@@ -176,6 +176,8 @@ class _RankBuilder:
     """Mean of the exponentially distributed extra host time of each launch (s)."""
     graph_host: int = -1
     """The open CUDA-graph launch (host op), or -1 when kernels launch one by one."""
+    d2h: int = -1
+    """The last host copy of MoE token counts not yet waited for (GPU op), or -1."""
 
     def open_graph(self, cost: float) -> None:
         """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
@@ -287,8 +289,13 @@ class _RankBuilder:
         self.last_compute = j
         if not shared:
             self.last_main = j
+        if o.name.startswith("moe.splits_d2h"):
+            self.d2h = j
         if host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
-            self.host_sync(j)
+            # Megatron's d2h_event.synchronize() before the EP all-to-all: the host waits for the copies of
+            # the token counts (launched before the permutation), else for the permutation itself
+            self.host_sync(self.d2h if self.d2h >= 0 else j)
+            self.d2h = -1
         return j
 
     def finish(self, sync_cost: float = 10e-6) -> RankGraph:

@@ -111,6 +111,8 @@ class Op:
     causal: bool = True
     """Attention: causal (the kernel skips masked key blocks); False for a decode step's query, which
     reads every cached key and is bounded by HBM traffic as much as by FLOPs."""
+    no_grad: bool = False
+    """Bookkeeping without a backward (token counts, their host copies, loss logging)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,9 @@ class Shard:
     up-projections absorbed, as FlashMLA), and the new token's keys/values are appended to the cache."""
     kv_bytes: float = 2.0
     """Bytes per element of the KV cache (inference)."""
+    framework_ops: bool = True
+    """Training: include Megatron-Core's eager bookkeeping kernels of an MoE layer (load-balancing loss,
+    token counts and their host copies, probabilities all-to-all, chunk sorts); False: the model's math only."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -317,7 +322,10 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     go to their experts' ranks in the EP group (all-to-all), the local experts run as
     grouped GEMMs on the rows they got, and the combine all-to-all brings them back.
     Shared experts run on the compute stream while the dispatch is in flight (Megatron's
-    ``--moe-shared-expert-overlap``)."""
+    ``--moe-shared-expert-overlap``). Training adds Megatron-Core's eager bookkeeping
+    (:func:`_megatron_router_ops`, :func:`_megatron_dispatch_ops`): the load-balancing loss,
+    the per-expert token counts, their all-gather and host copies, the routing probabilities'
+    own all-to-all and the sort of received rows by local expert."""
     h, E, k = c.hidden_size, c.num_experts, c.top_k
     tp, ep, etp = s.tp, s.ep, s.etp
     sp = s.sequence_parallel and tp > 1
@@ -329,22 +337,31 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     mean = total / max(len(rows), 1)
     f = (c.expert_ffn_size or 0) / etp
     send = s.a2a_send_tokens if s.a2a_send_tokens is not None else tm * k
+    train = s.q_len is None and not s.decode and s.framework_ops
     ops: list[Op] = [_norm("moe.norm", tm, h, p),
                      Op("moe.router", "gemm", 2.0 * tm * E * h, (tm * h + h * E) * p.act_bytes + tm * E * 4.0, "bf16",
                         tm, E, h, saved=tm * h * p.act_bytes),
                      _ew("moe.router_topk", tm * E, p, flops_per=SOFTMAX_FLOPS, cls="reduction",
-                         saved=tm * E * 4.0),
-                     Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16")]
+                         saved=tm * E * 4.0)]
+    if train:
+        ops += _megatron_router_ops(c, tm, s) + _megatron_count_ops(c, s)
+    ops.append(Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16"))
     if ep > 1:
         ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
+        if train:  # token_dispatcher.py token_dispatch: the permuted probabilities go in their own all-to-all
+            ops.append(_coll("moe.dispatch_probs", "ep", "all_to_all_dispatch", send * 4.0, stream="ep"))
     if etp > 1:
         ops.append(_coll("moe.etp_all_gather", "etp", "all_gather", total * h * p.act_bytes, stream="ep"))
     ops += _shared_ops(c, T, s, p)
+    if train and e_local > 1:  # dispatch_postprocess: sort_chunks_by_idxs (rows grouped by local expert)
+        ops.append(Op("moe.sort_chunks", "moe_dispatch", 0.0, 2 * total * h * p.dispatch_bytes, "bf16"))
     ops += [*_quant("moe.experts_input", total * h, p),
             _gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
             _ew("moe.experts_swiglu", total * f, p, inputs=2, flops_per=4.0, saved=2 * total * f * p.act_bytes),
             *_quant("moe.experts_act", total * f, p),
             _gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm")]
+    if train and e_local > 1:  # combine_preprocess: the inverse sort
+        ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
         ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
     if ep > 1:
@@ -352,6 +369,67 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16",
                saved=tm * k * h * p.act_bytes),
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
+    return ops
+
+
+MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/router.py (TopKRouter.routing, _apply_aux_loss), "
+                   "moe_utils.py (compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func, "
+                   "save_to_aux_losses_tracker), token_dispatcher.py (MoEAlltoAllTokenDispatcher.preprocess, "
+                   "_maybe_dtoh_and_synchronize, token_dispatch, dispatch_postprocess, combine_preprocess)")
+"""Where the eager training ops of :func:`_megatron_router_ops` and :func:`_megatron_count_ops` come from."""
+
+
+def _tiny(name: str, numel: float, *, flops_per: float = 1.0, nbytes: float = 4.0, no_grad: bool = False,
+          cls: str = "elementwise") -> Op:
+    """A small eager kernel over ``numel`` elements of ``nbytes`` bytes (fp32 router tensors, int64 counts)."""
+    return Op(name, cls, numel * flops_per, 2.0 * numel * nbytes, "fp32", no_grad=no_grad)
+
+
+def _megatron_router_ops(c: MoEModelConfig, tm: float, s: Shard) -> list[Op]:
+    """The load-balancing loss of Megatron-Core's TopKRouter in training (when the card has one):
+    scores for the loss (softmax or sigmoid over the experts, their top-k mask), the tokens per
+    expert (sum over tokens, all-reduced over TP x CP when sharded), the Switch loss (probabilities
+    summed over tokens, times the counts, summed, scaled), and its logging into the aux-loss
+    tracker (divide by the coefficient, accumulate): :data:`MEGATRON_SOURCE`."""
+    if c.aux_loss_coef <= 0:
+        return []
+    E = c.num_experts
+    ops = [_tiny("moe.aux_scores", tm * E, flops_per=SOFTMAX_FLOPS, cls="reduction"),
+           _tiny("moe.aux_topk_mask", tm * E, no_grad=True, cls="reduction"),
+           _tiny("moe.aux_tokens_per_expert", tm * E, no_grad=True, cls="reduction")]
+    if s.tp * s.cp > 1:
+        ops.append(Op("moe.aux_counts_all_reduce", "collective", 0.0, E * 8.0, comm=Comm("tp", "all_reduce", E * 8.0),
+                      stream="tp", no_grad=True))
+    ops += [_tiny("moe.aux_probs_sum", tm * E, cls="reduction"), _tiny("moe.aux_loss_mul", E),
+            _tiny("moe.aux_loss_sum", E, cls="reduction"), _tiny("moe.aux_loss_scale", 1),
+            _tiny("moe.aux_loss_log_div", 1, no_grad=True), _tiny("moe.aux_loss_log_add", 1, no_grad=True)]
+    return ops
+
+
+def _megatron_count_ops(c: MoEModelConfig, s: Shard) -> list[Op]:
+    """Megatron-Core's all-to-all dispatcher ``preprocess`` (dropless): tokens per expert (sum of
+    the routing map, cast to int64), the send splits per EP rank, the counts all-gathered over the
+    TP x EP group (the EP group here), sliced to the local experts and summed into the receive
+    splits, then copied to the host (tokens per expert and the input, output and TP splits,
+    ``_maybe_dtoh_and_synchronize``) where the host waits for them before the all-to-all
+    (``moe.splits_d2h``; the synchronization itself is :class:`cosim.workload.synth.build.BuildOptions`
+    ``moe_host_sync``). Without EP and TP: the counts and one host copy."""
+    E, e_local = c.num_experts, c.num_experts // s.ep
+    ops = [_tiny("moe.tokens_per_expert", E, nbytes=8.0, no_grad=True, cls="reduction"),
+           _tiny("moe.tokens_per_expert_cast", E, nbytes=8.0, no_grad=True)]
+    copies = 1
+    if s.ep > 1 or s.tp > 1:
+        ops += [_tiny("moe.input_splits", E, nbytes=8.0, no_grad=True, cls="reduction")]
+        if s.ep > 1:
+            ops.append(Op("moe.counts_all_gather", "collective", 0.0, E * 8.0 * s.ep,
+                          comm=Comm("ep", "all_gather", E * 8.0 * s.ep), stream="ep", no_grad=True))
+        ops += [_tiny("moe.local_counts_slice", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True),
+                _tiny("moe.output_splits", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True, cls="reduction"),
+                _tiny("moe.output_splits_tp", s.ep * s.tp, nbytes=8.0, no_grad=True, cls="reduction"),
+                _tiny("moe.local_tokens_per_expert", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True,
+                      cls="reduction")]
+        copies = 4
+    ops += [_tiny("moe.splits_d2h", E, nbytes=8.0, no_grad=True) for _ in range(copies)]
     return ops
 
 
@@ -440,6 +518,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
     combine) with the same bytes, a quantize its own cast of the gradient."""
     out: list[Op] = []
     for o in reversed(fwd):
+        if o.no_grad:
+            continue
         if o.cls == "collective" and o.comm is not None:
             kind = _BWD_COLL[o.comm.kind]
             out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
@@ -472,7 +552,8 @@ def layer_forward_flops(card: MoEModelConfig, layer: int, tokens: int, seq: int)
     uniform routing, shared experts included, 2 FLOPs per multiply-accumulate.
 
     Includes every op of :func:`layer_ops` (norms, router, softmax/top-k, activations,
-    residual adds); at bf16 (no quantize casts)."""
+    residual adds) but Megatron's bookkeeping (``Shard.framework_ops``); at bf16 (no quantize casts)."""
     if not 0 <= layer < card.num_layers:
         raise ValueError(f"layer {layer} out of range: {card.name} has {card.num_layers} layers")
-    return float(sum(o.flops for o in layer_ops(card, layer, float(tokens), float(seq)) if o.cls != "collective"))
+    ops = layer_ops(card, layer, float(tokens), float(seq), Shard(framework_ops=False))
+    return float(sum(o.flops for o in ops if o.cls != "collective"))
