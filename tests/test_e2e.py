@@ -65,7 +65,8 @@ def test_the_host_sync_costs_a_sync_and_a_launch_latency_per_moe_layer_when_gpu_
 
     def step(sync: bool) -> tuple[float, float]:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "moe_host_sync": sync,
-                                             "batch": {"global": 16, "micro": 1, "seq": 4096}})
+                                             "batch": {"global": 16, "micro": 1, "seq": 4096},
+                                             "dispatch_overhead": "2 us"})  # a fast host: GPU-bound
         g = synthesize(spec, dgx).graph
         rg = g.ranks[0]
         names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
@@ -163,3 +164,22 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     with pytest.raises(CosimInputError, match="a2a_overlap: needs ep > 1, vpp > 1 when pp > 1"):
         synthesize(SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8, "pp": 2,
                                                  "a2a_overlap": True}, "batch": {"global": 64, "seq": 256}}), topo)
+
+
+def test_default_dispatch_overhead_is_the_measured_eager_host_time_per_kernel() -> None:
+    from cosim.resources import shared_dir
+    from cosim.topology import load_topology
+    from cosim.workload.synth import SyntheticSpec
+    from validation.e2e.host_cost import LLM_TRACE, launch_intervals
+
+    root = shared_dir()
+    trace = None if root is None else root / "traces" / "tracelens-h100" / LLM_TRACE
+    if trace is None or not trace.is_file():
+        pytest.skip("needs ../shared/traces/tracelens-h100 (the eager H100 LLM trace)")
+    r = launch_intervals(trace)
+    dgx = load_topology("dgx-h100")
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    default = float(SyntheticSpec.model_fields["dispatch_overhead"].default)
+    # 16.7 us between launches of the eager Qwen1.5-0.5B step, 4.6 us of it the launch call
+    assert r["median_interval_s"] == pytest.approx(16.7e-6, abs=0.05e-6) and r["launches"] == 1197
+    assert default + launch == pytest.approx(r["median_interval_s"], abs=0.5e-6)

@@ -488,3 +488,38 @@ def test_synthesis_and_its_replay_are_deterministic(tmp_path: Path, dgx: object)
             assert all(np.array_equal(ca[k], cb[k], equal_nan=True) for k in ca), t
     cfg = ReplayConfig(collectives="simulated")
     assert replay(a.graph, dgx, cfg).summary()["step_time_s"] == replay(b.graph, dgx, cfg).summary()["step_time_s"]
+
+
+def test_sliding_window_attention_flops_and_tiles_by_hand() -> None:
+    from cosim.workload.synth.build import _model_flops_per_token
+    from cosim.workload.synth.costs import window_pairs, window_tile_keys
+    from cosim.workload.synth.timing import KernelTimer
+    from cosim.topology import load_topology
+
+    # a 128-key window over 4096 positions: the first 128 queries see 1..128 keys, the other 3968 see 128
+    assert window_pairs(4096, 4096, 128) == 128 * 129 / 2 + (4096 - 128) * 128 == 516160
+    assert window_pairs(64, 64, 64) == 64 * 65 / 2  # a window as long as the sequence: plain causal
+    assert window_pairs(1024, 4096, 128) == 1024 * 128  # the last 1024 queries (context parallel): all full windows
+    # flash tiles of 128 keys: a query tile meets its own key tile and the one before
+    assert window_tile_keys(128, 4096) == 256 and window_tile_keys(200, 4096) == 384 and window_tile_keys(128, 64) == 64
+    # gpt-oss pattern: layer 0 slides (window 16 over sequences of 64), layer 1 is full; 2 sequences of 64
+    c = tiny(sliding_window=16, sliding_window_pattern=2)
+    assert [c.window(i) for i in range(4)] == [16, None, 16, None]
+    assert tiny(sliding_window=16).window(1) == 16 and tiny().window(0) is None
+    core = [next(o for o in layer_ops(c, ly, 128.0, 64.0) if o.name == "attn.core") for ly in (0, 1)]
+    pairs = 16 * 17 / 2 + (64 - 16) * 16  # 904 of the causal 64 * 64 / 2 = 2048
+    assert core[0].flops == 4 * 2 * 4 * 16 * pairs and core[1].flops == 4 * 2 * 4 * 64 * 64 * 16 / 2
+    assert core[0].keys == 64 and core[1].keys == 0  # window_tile_keys(16, 64): the whole sequence (one tile)
+    rest = layer_forward_flops(tiny(), 0, 128, 64) - core[1].flops
+    assert layer_forward_flops(c, 0, 128, 64) == rest + core[0].flops
+    assert layer_forward_flops(c, 1, 128, 64) == rest + core[1].flops
+    assert _model_flops_per_token(c, 64) == pytest.approx((2 * rest + core[0].flops + core[1].flops) / 128
+                                                          + 2 * 256 * 64)
+    # the kernel model times gpt-oss's sliding layers (window 128, seq 4096) by 256 key rows per query, not the
+    # causal 2048: several times faster than its full layers
+    oss = load_model_config("gpt-oss-120b")
+    topo = load_topology("dgx-h100")
+    timer = KernelTimer(topo.accelerator(topo.gpus[0]))
+    slide, full = (next(o for o in layer_ops(oss, ly, 4096.0, 4096.0) if o.name == "attn.core") for ly in (0, 1))
+    t_slide, t_full = timer([slide])[0], timer([full])[0]
+    assert slide.keys == 256 and full.keys == 0 and 0 < t_slide < t_full / 3

@@ -91,8 +91,9 @@ class BuildOptions:
     """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers)."""
     launch_overhead: float = 5e-6
     """Host time of one kernel launch call (s): the CPU's launch overhead."""
-    dispatch_overhead: float = 4e-6
-    """Host time per op besides the launch call (framework dispatch, s)."""
+    dispatch_overhead: float = 12e-6
+    """Host time per op besides the launch call (eager framework dispatch, s; see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.dispatch_overhead`)."""
     gpu_slowdown: dict[int, float] = field(default_factory=dict)
     """Straggler GPUs: rank -> factor on every kernel duration."""
     host_slowdown: dict[int, float] = field(default_factory=dict)
@@ -415,7 +416,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw.append((-1, embedding_ops(card, T, sh0, p), []))
         for ly in rm.chunk_layers[c]:
             sh = _shard(rm, card, rank, ly, routes, T)
-            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, sh)
+            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
             fw.append((ly, cache[key], []))
@@ -734,8 +735,9 @@ def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:
 
 
 def _distinct_layers(card: MoEModelConfig) -> list[int]:
-    # every dense layer costs the same and every MoE layer costs the same (uniform routing)
+    # layers of one kind (dense or MoE, window) cost the same under uniform routing: one representative each
+    first: dict[tuple[bool, int | None], int] = {}
     out: list[int] = []
-    out += [0] * card.dense_layers
-    out += [card.dense_layers] * (card.num_layers - card.dense_layers)
+    for ly in range(card.num_layers):
+        out.append(first.setdefault((ly < card.dense_layers, card.window(ly)), ly))
     return out

@@ -22,6 +22,7 @@ Conventions (SI units):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -108,6 +109,9 @@ class Op:
     """compute, or the communication stream that carries it (tp, ep, ...)."""
     waits: tuple[str, ...] = field(default_factory=tuple)
     """Names of earlier ops of the same layer on other streams that this op waits for."""
+    keys: float = 0.0
+    """Attention: key rows the kernel computes per query when not the causal half of ``n`` (a sliding window's
+    tiles, :func:`window_tile_keys`); 0: derived from ``n`` and ``causal``."""
     causal: bool = True
     """Attention: causal (the kernel skips masked key blocks); False for a decode step's query, which
     reads every cached key and is bounded by HBM traffic as much as by FLOPs."""
@@ -172,8 +176,10 @@ def _coll(name: str, group: str, kind: str, nbytes: float, stream: str = "", wai
     return Op(name, "collective", 0.0, nbytes, comm=Comm(group, kind, nbytes), stream=stream or group, waits=waits)
 
 
-def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precision) -> list[Op]:
-    """Attention block of one rank: norm, projections, flash attention, output projection, collectives."""
+def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precision,
+                   window: int | None = None) -> list[Op]:
+    """Attention block of one rank: norm, projections, flash attention, output projection, collectives.
+    ``window``: sliding-window attention (each query sees at most ``window`` keys, itself included)."""
     h = c.hidden_size
     tp, cp = s.tp, s.cp
     sp = s.sequence_parallel and tp > 1
@@ -215,10 +221,34 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     if s.q_len is not None:  # inference prefill: the chunk's keys/values go to the KV cache
         ops.append(_kv_append(c, T, s))
     flops = 4.0 * b * heads * sq * sk * d_core * 0.5  # causal: half the score matrix
+    keys = 0.0
+    if window is not None and window < sk:
+        pairs = window_pairs(sq, sk, window)
+        flops = 4.0 * b * heads * d_core * pairs
+        keys = window_tile_keys(window, sk)
     qkvo = b * heads * (sq * d_core * 2 + sk * d_core * 2) * p.act_bytes
     ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
-                  saved=qkvo + b * heads * sq * 4.0))
+                  saved=qkvo + b * heads * sq * 4.0, keys=keys))
     return ops + _attention_out(c, T, heads, d_out, s, p)
+
+
+ATTENTION_TILE = 128
+"""Key (and query) rows of one flash-attention tile (FlashAttention-2/3 forward on Hopper: 128 x 128 blocks)."""
+
+
+def window_pairs(sq: float, sk: float, window: float) -> float:
+    """(query, key) pairs a causal sliding window of ``window`` keys scores: the last ``sq`` of ``sk``
+    positions, each seeing itself and up to ``window - 1`` keys before it: ``sum_i min(i + 1, window)``."""
+    def upto(n: float) -> float:  # pairs of the first n positions
+        w = min(n, window)
+        return w * (w + 1) / 2.0 + max(n - window, 0.0) * window
+    return upto(sk) - upto(sk - sq)
+
+
+def window_tile_keys(window: float, sk: float) -> float:
+    """Key rows a flash kernel computes per query under a sliding window: a query tile touches the key tiles
+    that intersect its rows' windows, ``ceil(window / tile) + 1`` of them (the partly masked ones in full)."""
+    return min(sk, (math.ceil(window / ATTENTION_TILE) + 1) * ATTENTION_TILE)
 
 
 def _attention_out(c: MoEModelConfig, T: float, heads: float, d_out: float, s: Shard, p: Precision) -> list[Op]:
@@ -448,7 +478,7 @@ def layer_ops(card: MoEModelConfig, layer: int, tokens: float, seq: float, shard
     ``seq``: the full sequence length (causal attention over it)."""
     s = shard or Shard()
     p = PRECISIONS[precision] if isinstance(precision, str) else precision
-    ops = _attention_ops(card, tokens, seq, s, p)
+    ops = _attention_ops(card, tokens, seq, s, p, card.window(layer))
     if layer < card.dense_layers:
         sp = s.sequence_parallel and s.tp > 1
         ops.append(_norm("mlp.norm", tokens / s.tp if sp else tokens, card.hidden_size, p))

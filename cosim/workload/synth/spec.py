@@ -134,8 +134,11 @@ class SyntheticSpec(Strict):
     """Run a layout that does not fit in GPU memory anyway (flagged in the result) instead of failing."""
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
     """Slow GPUs and hosts."""
-    dispatch_overhead: Time = 4e-6
-    """Host time per launched kernel besides the CUDA launch call (framework dispatch), e.g. "4 us"."""
+    dispatch_overhead: Time = 12e-6
+    """Host time per launched kernel besides the CUDA launch call (eager framework dispatch: Python, the
+    PyTorch dispatcher, allocation), e.g. "12 us". Default: the median host time between consecutive kernel
+    launches of an eager decoder-only LLM on an H100 host (16.7 us, shared TraceLens H100 Qwen1.5-0.5B trace,
+    ``python -m validation.e2e.host_cost``) less that host's launch call (4.6 us)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
