@@ -404,7 +404,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
     graphs, spans = [], {}
-    cache: dict[Any, tuple[list[Op], list[float], list[Op], list[float]]] = {}
+    cache: dict[Any, list[Op]] = {}
 
     def chunk_ops(rank: int, c: int) -> tuple[list[tuple[int, list[Op], list[float]]],
                                               list[tuple[int, list[Op], list[float]]]]:

@@ -207,7 +207,7 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         ops += [_gemm("attn.kv_down", T, kvr + rope, h, p), _norm("attn.kv_norm", T, kvr, p),
                 *_quant("attn.kv_latent", T * kvr, p), _gemm("attn.kv_up", T, heads * (nope + vd), kvr, p),
                 _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
-        d_core, d_out = (dqk + vd) / 2.0, vd
+        d_core, d_out = (dqk + vd) / 2.0, float(vd)
         kv_bytes = T * (kvr + rope) * p.act_bytes
     else:
         d = c.attn_head_dim
