@@ -115,9 +115,9 @@ def test_runner_extrapolates_the_steady_state_to_the_full_step(tmp_path: Path) -
 def test_runner_rows_it_cannot_run_and_bad_input(tmp_path: Path) -> None:
     from validation.e2e.run import load_cases, pipeline_layers, run_case
 
-    _, [big] = load_cases(_cases_file(tmp_path, gpus=4096, system="gb200-nvl72"))
-    r = run_case(big)
-    assert r["status"] == "not run" and "72-GPU" in r["reason"]
+    _, [odd] = load_cases(_cases_file(tmp_path, gpus=258, system="gb200-nvl72"))
+    r = run_case(odd)
+    assert r["status"] == "not run" and "4-GPU GB200 compute trays" in r["reason"]
     # DeepSeek-V3's 61 layers over 16 chunks: the loss and embedding chunks and the last-but-one give a layer back
     assert pipeline_layers(61, 16) == [3] + [4] * 13 + [3, 3] and pipeline_layers(48, 24) is None
     bad = _cases_file(tmp_path, layout={"tp": 1, "pp": 2, "ep": 4, "dp": 3})
@@ -183,3 +183,22 @@ def test_default_dispatch_overhead_is_the_measured_eager_host_time_per_kernel() 
     # 16.7 us between launches of the eager Qwen1.5-0.5B step, 4.6 us of it the launch call
     assert r["median_interval_s"] == pytest.approx(16.7e-6, abs=0.05e-6) and r["launches"] == 1197
     assert default + launch == pytest.approx(r["median_interval_s"], abs=0.5e-6)
+
+
+def test_gb200_racks_cut_to_a_job(tmp_path: Path) -> None:
+    from cosim.topology import load_topology
+    from validation.e2e.run import _gb200
+
+    # 256 GPUs = 64 compute trays: racks of 18, 18, 18 and 10 trays, each rack one NVLink domain
+    topo = load_topology(_gb200(256, tmp_path))
+    assert len(topo.gpus) == 256
+    assert topo.figures()["nvlink_domain_gpus"] == 72
+    g = topo.graph
+    sw = sorted(x for x in g.nodes if g.nodes[x].get("kind") == "nvswitch")
+    assert len(sw) == 4
+    gpus_on = {s: {y for y in g.neighbors(s) if g.nodes[y].get("kind") == "gpu"} for s in sw}
+    assert sorted(len(v) for v in gpus_on.values()) == [40, 72, 72, 72]
+    assert "node17.gpu3" in gpus_on["fabric.nvswitch0"] and "node18.gpu0" in gpus_on["fabric.nvswitch1"]
+    # the racks meet only on the InfiniBand fabric: 4 NICs per tray attached to it
+    assert topo.figures()["devices"]["fabric_switch"] > 0 and topo.figures()["links"]["ib-ndr"] >= 256
+    assert len(load_topology(_gb200(64, tmp_path)).gpus) == 64  # one rack cut to 16 trays

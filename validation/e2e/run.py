@@ -140,21 +140,26 @@ def pipeline_layers(layers: int, chunks: int) -> list[int] | None:
 
 
 def _gb200(gpus: int, folder: Path) -> str:
-    """A gb200-nvl72 rack cut to ``gpus`` GPUs (gpus / 4 compute trays on the rack's NVLink switch), as a file."""
+    """GB200 NVL72 racks cut to ``gpus`` GPUs (gpus / 4 compute trays), as a file: up to 72 GPUs the
+    ``gb200-nvl72`` rack (one NVLink domain), beyond it ``gb200-nvl72-4rack``'s racks of 18 trays filled
+    in order (tray n in rack n // 18) and joined by its rail-optimized InfiniBand fabric."""
     import yaml
 
     from cosim.topology import find_topology
 
-    if gpus % 4 or gpus > 72:
-        raise _NotRun(f"{gpus} GPUs: the gb200-nvl72 preset is one 72-GPU NVLink rack without a scale-out "
-                      "fabric; no multi-rack GB200 preset exists yet")
-    doc = yaml.safe_load(find_topology("gb200-nvl72").read_text(encoding="utf-8"))
+    if gpus % 4:
+        raise _NotRun(f"{gpus} GPUs is not a whole number of 4-GPU GB200 compute trays")
     n = gpus // 4
+    preset = "gb200-nvl72" if gpus <= 72 else "gb200-nvl72-4rack"
+    doc = yaml.safe_load(find_topology(preset).read_text(encoding="utf-8"))
     doc["name"] = f"gb200-nvl72-{gpus}gpu"
     doc["nodes"] = n
     for link in doc["links"]:
         if isinstance(link.get("repeat"), dict) and "n" in link["repeat"]:
             link["repeat"]["n"] = n
+    for dev in doc["devices"]:
+        if dev.get("kind") == "nvswitch" and "count" in dev:
+            dev["count"] = -(-n // 18)  # one NVLink domain per rack of 18 trays
     out = folder / f"gb200-nvl72-{gpus}gpu.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return str(out)
