@@ -418,6 +418,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
 
     ``cache`` reuses workloads loaded (and projected) by earlier runs in this process.
     """
+    from cosim.models.roofline import RooflineModel
     from cosim.replay import ReplayConfig, apply_sets, replay
     from cosim.workload import load_trace
     from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
@@ -457,7 +458,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
         src = graph
         graph = cache.get(("projected", wkey, topo.name, repr(sorted(cfg.catalog_overrides.items())),
                            repr(sorted(tsets.items())), cfg.accelerator, repr(pcfg)),
-                          lambda: project_onto(src, topo, cfg.accelerator, pcfg))
+                          lambda: project_onto(src, topo, cfg.accelerator, pcfg, kernel_model=RooflineModel))
         from dataclasses import replace
 
         cfg = replace(cfg, accelerator=None)
@@ -555,6 +556,7 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     the summary gains the figures of :func:`cosim.workload.synth.synthetic_figures`."""
     from dataclasses import replace as _replace
 
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import replay
     from cosim.workload.synth import synthesize, synthetic_figures
 
@@ -562,7 +564,7 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     if cfg.precision:
         raise CosimInputError("precision.* what-ifs rewrite captured graphs; for a synthetic workload set "
                               "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
-    syn = synthesize(scn.workload.synthetic, topo, base)
+    syn = synthesize(scn.workload.synthetic, topo, base, kernel_timer=synthetic_kernel_timer)
     notes = list(syn.built.notes)
     if cfg.collectives != "simulated":
         notes.append("synthetic workloads have no measured collectives: collectives simulated on the fabric")
