@@ -523,3 +523,36 @@ def test_sliding_window_attention_flops_and_tiles_by_hand() -> None:
     slide, full = (next(o for o in layer_ops(oss, ly, 4096.0, 4096.0) if o.name == "attn.core") for ly in (0, 1))
     t_slide, t_full = timer([slide])[0], timer([full])[0]
     assert slide.keys == 256 and full.keys == 0 and 0 < t_slide < t_full / 3
+
+
+def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import Shard, backward_ops
+
+    c = tiny()
+    ops = layer_ops(c, 0, 256.0, 256.0, Shard(ep=4))
+    moe = [o for o in ops if o.name.startswith("moe.")]
+    # one MoE layer forward at bf16, EP4 (2 local experts): norm, router GEMM, top-k; the aux loss (scores, top-k
+    # mask, counts, probability sum, mul, sum, scale, two logging ops); the dispatcher's counts (tokens per expert,
+    # cast, input splits, their all-gather, local slice, output splits, TP splits, local counts, 4 host copies);
+    # permute, dispatch and probabilities all-to-alls, chunk sort, fc1, SwiGLU, fc2, unsort, combine, unpermute,
+    # residual: 35 ops, 37 kernel launches (fc1 and fc2 launch one GEMM per local expert)
+    assert len(moe) == 35 and sum(o.launches for o in moe) == 37
+    bwd = [o for o in backward_ops(ops) if o.name.startswith("moe.")]
+    # backward: the 19 ops with a gradient (16 bookkeeping ops have none: top-k mask, counts, 2 logging ops and
+    # the dispatcher's 12), the 3 GEMMs split into dgrad and wgrad: 22 ops, fc1's and fc2's 4 launching 2 GEMMs
+    assert len(bwd) == 35 - 16 + 3 and sum(o.launches for o in bwd) == 22 + 4
+    assert {o.launches for o in layer_ops(c, 0, 256.0, 256.0, Shard(ep=8)) if o.cls == "grouped_gemm"} == {1}
+    # inference: the model's math only, one launch per grouped GEMM
+    assert {o.launches for o in layer_ops(c, 0, 256.0, 256.0, Shard(ep=4, decode=True, q_len=1.0))
+            if o.cls == "grouped_gemm"} == {1}
+
+    # the host pays each expert GEMM beyond the first expert_gemm_host on top of the launch and dispatch
+    syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us")
+    rg = syn.graph.ranks[0]
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
+            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    for n in ("moe.experts_fc1", "moe.experts_fc2.dgrad", "moe.experts_fc1.wgrad"):
+        assert cost[n] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
+    assert cost["moe.experts_swiglu"] == pytest.approx(launch + 10e-6, rel=1e-9)

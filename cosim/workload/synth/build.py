@@ -102,6 +102,9 @@ class BuildOptions:
     """Host time of one cudaGraphLaunch (s), with ``layout.cuda_graphs``."""
     launch_jitter: dict[int, float] = field(default_factory=dict)
     """Rank -> mean extra host time per launch (s), exponentially distributed, seeded by the rank."""
+    expert_gemm_host: float = 33e-6
+    """Host time of each expert GEMM launch of a grouped GEMM beyond its first (s; ``Op.launches``, see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.expert_gemm_host`)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host blocks (cudaStreamSynchronize) after each forward token permutation until the GPU
     has run it, to read the per-expert token counts that size the all-to-allv and grouped GEMMs (Megatron-Core's
@@ -179,6 +182,8 @@ class _RankBuilder:
     """The open CUDA-graph launch (host op), or -1 when kernels launch one by one."""
     d2h: int = -1
     """The last host copy of MoE token counts not yet waited for (GPU op), or -1."""
+    per_launch: float = 0.0
+    """Host time of each kernel launch of an op beyond its first (``Op.launches``, s)."""
 
     def open_graph(self, cost: float) -> None:
         """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
@@ -218,6 +223,8 @@ class _RankBuilder:
         if self.graph_host >= 0:  # inside a captured CUDA graph: its one launch enqueues this op too
             self.launch_host = self.graph_host
         else:
+            if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
+                launch_cost += (o.launches - 1) * self.per_launch
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
@@ -442,6 +449,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
+        rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         if opts.launch_jitter.get(rank):

@@ -117,6 +117,10 @@ class Op:
     reads every cached key and is bounded by HBM traffic as much as by FLOPs."""
     no_grad: bool = False
     """Bookkeeping without a backward (token counts, their host copies, loss logging)."""
+    launches: int = 1
+    """Kernels the host launches for this op: Transformer Engine's grouped GEMM (``GroupedLinear``, the
+    default multi-stream cuBLASLt path) launches one GEMM per local expert (:data:`TE_GROUPED_GEMM_SOURCE`);
+    the builder charges each launch beyond the first ``BuildOptions.expert_gemm_host``."""
 
 
 @dataclass(frozen=True)
@@ -385,11 +389,16 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += _shared_ops(c, T, s, p)
     if train and e_local > 1:  # dispatch_postprocess: sort_chunks_by_idxs (rows grouped by local expert)
         ops.append(Op("moe.sort_chunks", "moe_dispatch", 0.0, 2 * total * h * p.dispatch_bytes, "bf16"))
+    # training: TE's GroupedLinear launches one GEMM per local expert (TE_GROUPED_GEMM_SOURCE), for the
+    # forward and (inherited by backward_ops) for each of the dgrad and wgrad
+    launches = len(rows) if train else 1
     ops += [*_quant("moe.experts_input", total * h, p),
-            _gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
+            replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
+                    launches=launches),
             _ew("moe.experts_swiglu", total * f, p, inputs=2, flops_per=4.0, saved=2 * total * f * p.act_bytes),
             *_quant("moe.experts_act", total * f, p),
-            _gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm")]
+            replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
+                    launches=launches)]
     if train and e_local > 1:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
@@ -401,6 +410,12 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
     return ops
 
+
+TE_GROUPED_GEMM_SOURCE = ("NVIDIA/TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu "
+                          "(multi_stream_cublas_gemm: one cuBLASLt GEMM per group, round-robin over the compute "
+                          "streams; nvte_multi_tensor_gemm takes it unless NVTE_USE_CUTLASS_GROUPED_GEMM on Hopper "
+                          "BF16), used by te.pytorch.GroupedLinear (Megatron-Core TEGroupedMLP)")
+"""Why a training grouped GEMM is ``launches`` = local experts kernels (:attr:`Op.launches`)."""
 
 MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/router.py (TopKRouter.routing, _apply_aux_loss), "
                    "moe_utils.py (compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func, "
