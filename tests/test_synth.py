@@ -556,3 +556,37 @@ def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: ob
     for n in ("moe.experts_fc1", "moe.experts_fc2.dgrad", "moe.experts_fc1.wgrad"):
         assert cost[n] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
     assert cost["moe.experts_swiglu"] == pytest.approx(launch + 10e-6, rel=1e-9)
+
+
+def test_selective_recompute_reruns_the_named_modules(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import Shard, recomputed, selective_saved
+
+    def names(syn: object) -> list[str]:
+        rg = syn.graph.ranks[0]  # type: ignore[attr-defined]
+        return [rg.strings[int(x)] for x in rg.gpu_ops.name]
+
+    # rank 0 = stage 0 of pp 2 (layer 0), 2 micro-batches per pipeline (global 8 over dp 4)
+    none = names(_synth(tmp_path, dgx))
+    attn = names(_synth(tmp_path, dgx, layout=dict(pp=2, ep=4, recompute="selective")))  # Megatron's default
+    both = names(_synth(tmp_path, dgx, layout=dict(pp=2, ep=4, recompute="selective",
+                                                   recompute_modules=["core_attn", "moe_act"])))
+    rec = [n for n in both if n.endswith(".recompute")]
+    assert not [n for n in none if n.endswith(".recompute")]
+    assert [n for n in attn if n.endswith(".recompute")] == ["attn.core.recompute"] * 2
+    assert Counter(rec) == {"attn.core.recompute": 2, "moe.experts_swiglu.recompute": 2}  # bf16: no act cast
+    assert len(both) == len(none) + 4
+    # each recomputed op is re-run before its layer's backward, with the forward's duration
+    syn = _synth(tmp_path, dgx, layout=dict(pp=2, ep=4, recompute="selective"))
+    rg = syn.graph.ranks[0]
+    n = names(syn)
+    dur = {nm: float(rg.gpu_ops.dur[i]) for i, nm in enumerate(n)}
+    assert dur["attn.core.recompute"] == dur["attn.core"] > 0
+    assert n.index("attn.core") < n.index("attn.core.recompute") < n.index("attn.core.bwd")
+    # memory: a run of recomputed ops keeps only its first op's input
+    ops = layer_ops(tiny(), 0, 64.0, 64.0, Shard(ep=4))
+    assert recomputed("moe.experts_swiglu", ["moe_act"]) and not recomputed("moe.experts_fc2", ["moe_act"])
+    swiglu = next(o for o in ops if o.name == "moe.experts_swiglu")
+    assert selective_saved(ops, ["moe_act"]) == sum(o.saved for o in ops)  # one op: its input stays
+    moe = [o for o in ops if recomputed(o.name, ["moe"])]
+    assert selective_saved(ops, ["moe"]) == pytest.approx(sum(o.saved for o in ops) - sum(o.saved for o in moe[1:]))
+    assert swiglu.saved > 0

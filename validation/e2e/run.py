@@ -97,6 +97,8 @@ class Case(Strict):
     :func:`pipeline_layers`."""
     a2a_overlap: bool = False
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
+    recompute_modules: list[str] | None = None
+    """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -213,6 +215,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
 
     if case.a2a_overlap:
         layout["a2a_overlap"] = True
+    if case.recompute_modules and recompute == "none":
+        layout["recompute"] = "selective"
+        layout["recompute_modules"] = list(case.recompute_modules)
     pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
     if pl is not None:
         layout["pipeline_layers"] = pl

@@ -58,6 +58,7 @@ from cosim.workload.synth.costs import (
     head_ops,
     layer_ops,
     layer_params,
+    recomputed,
 )
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
@@ -552,6 +553,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
                     for fo, fd in zip(*fwd_of[ly]):
                         emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+                elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
+                    for fo, fd in zip(*fwd_of[ly]):
+                        if recomputed(fo.name, rm.layout.recompute_modules):
+                            emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
 
             def grads(ly: int) -> None:
                 if mb == last_mb:

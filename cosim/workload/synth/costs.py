@@ -29,9 +29,9 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PRECISIONS", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
+__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
-           "layer_params", "sample_head_ops"]
+           "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
 
 
 @dataclass(frozen=True)
@@ -552,6 +552,47 @@ def sample_head_ops(card: MoEModelConfig, rows: float, shard: Shard | None = Non
 
 _BWD_COLL = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_reduce": "all_reduce",
              "all_to_all_dispatch": "all_to_all_combine", "all_to_all_combine": "all_to_all_dispatch"}
+
+
+RECOMPUTE_MODULES: dict[str, str] = {
+    "core_attn": "attn.core (the attention kernel)",
+    "mla_up_proj": "attn.q_up, attn.kv_up, their input casts and attn.rope (MLA up-projections and RoPE)",
+    "layernorm": "attn.norm, mlp.norm, moe.norm",
+    "mlp": "every mlp.* op but the residual (the dense MLP, its TP collectives included)",
+    "moe_act": "moe.experts_swiglu and its output cast (the routed experts' activation)",
+    "shared_experts": "every moe.shared.* op",
+    "moe": "every moe.* op but the norm and the residual (the MoE layer: router, dispatch, experts, combine)",
+}
+"""Megatron-Core's ``recompute_modules`` (megatron/core/transformer/transformer_config.py) and the ops of
+:func:`layer_ops` each re-runs under ``recompute: selective``."""
+
+
+def recomputed(name: str, modules: Sequence[str]) -> bool:
+    """True when forward op ``name`` belongs to one of the selectively recomputed ``modules``."""
+    for m in modules:
+        if ((m == "core_attn" and name == "attn.core")
+                or (m == "mla_up_proj" and name in ("attn.q_up", "attn.kv_up", "attn.rope", "attn.q_latent.quantize",
+                                                    "attn.kv_latent.quantize"))
+                or (m == "layernorm" and name in ("attn.norm", "mlp.norm", "moe.norm"))
+                or (m == "mlp" and name.startswith("mlp.") and name != "mlp.residual")
+                or (m == "moe_act" and name in ("moe.experts_swiglu", "moe.experts_act.quantize"))
+                or (m == "shared_experts" and name.startswith("moe.shared."))
+                or (m == "moe" and name.startswith("moe.") and name not in ("moe.norm", "moe.residual"))):
+            return True
+    return False
+
+
+def selective_saved(ops: Sequence[Op], modules: Sequence[str]) -> float:
+    """Activation bytes ``ops`` keep for the backward under selective recomputation of ``modules``: the ops
+    not recomputed keep theirs; a run of consecutive recomputed ops keeps only its first op's (the checkpointed
+    input of the module, Megatron's CheckpointWithoutOutput)."""
+    total, prev = 0.0, False
+    for o in ops:
+        r = recomputed(o.name, modules)
+        if not r or not prev:
+            total += o.saved
+        prev = r
+    return total
 
 
 def backward_ops(fwd: list[Op]) -> list[Op]:

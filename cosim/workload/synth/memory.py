@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cosim.capture.config import MoEModelConfig
-from cosim.workload.synth.costs import PRECISIONS, Shard, embedding_ops, head_ops, layer_ops, layer_params
+from cosim.workload.synth.costs import (PRECISIONS, Shard, embedding_ops, head_ops, layer_ops, layer_params,
+                                       selective_saved)
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
@@ -73,6 +74,8 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                 ops = layer_ops(card, ly, T, seq, sh, p)
                 if rm.layout.recompute == "full":
                     a += T / (rm.tp if rm.sequence_parallel else 1) * card.hidden_size * p.act_bytes
+                elif rm.layout.recompute == "selective":
+                    a += selective_saved(ops, rm.layout.recompute_modules)
                 else:
                     a += sum(o.saved for o in ops)
             if c == 0:
@@ -84,11 +87,11 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
             act_chunk.append(a)
         if rm.schedule == "dualpipe":  # (kind, chunk) per action; an overlapped pair is a forward then a backward
             steps: list[tuple[str, int]] = []
-            for a in dualpipe_order(stage, rm.pp, microbatches):
-                if a[0] == "FB":
-                    steps += [("F", a[1]), ("B", a[2])]
-                elif a[0] in ("F", "B"):
-                    steps.append((a[0], a[1]))
+            for act in dualpipe_order(stage, rm.pp, microbatches):
+                if act[0] == "FB":
+                    steps += [("F", int(act[1])), ("B", int(act[2]))]
+                elif act[0] in ("F", "B"):
+                    steps.append((str(act[0]), int(act[1])))
         else:
             steps = [(kind, v) for kind, _, v in stage_order(stage, rm.pp, rm.vpp, microbatches)]
         live = [0] * len(act_chunk)
@@ -98,9 +101,9 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
             cur = sum(n * act_chunk[i] for i, n in enumerate(live))
             peak = max(peak, cur)
         if rm.layout.recompute == "full":  # the layer being recomputed holds its full working set
-            ly = rm.chunk_layers[rm.stage_chunks(stage)[0]]
-            if ly:
-                peak += sum(o.saved for o in layer_ops(card, ly[-1], T, seq, sh, p))
+            last = rm.chunk_layers[rm.stage_chunks(stage)[0]]
+            if last:
+                peak += sum(o.saved for o in layer_ops(card, last[-1], T, seq, sh, p))
         n_edp = rm.edp
         params = dense + expert
         if zero == "fsdp":
