@@ -194,16 +194,16 @@ def test_gb200_racks_cut_to_a_job(tmp_path: Path) -> None:
     from cosim.topology import load_topology
     from validation.e2e.run import _gb200
 
-    # 256 GPUs = 64 compute trays: racks of 18, 18, 18 and 10 trays, each rack one NVLink domain
+    # 256 GPUs = 64 compute trays: 16 trays (64 GPUs) of each of 4 racks, each rack one NVLink domain
     topo = load_topology(_gb200(256, tmp_path))
     assert len(topo.gpus) == 256
-    assert topo.figures()["nvlink_domain_gpus"] == 72
+    assert topo.figures()["nvlink_domain_gpus"] == 64
     g = topo.graph
     sw = sorted(x for x in g.nodes if g.nodes[x].get("kind") == "nvswitch")
     assert len(sw) == 4
     gpus_on = {s: {y for y in g.neighbors(s) if g.nodes[y].get("kind") == "gpu"} for s in sw}
-    assert sorted(len(v) for v in gpus_on.values()) == [40, 72, 72, 72]
-    assert "node17.gpu3" in gpus_on["fabric.nvswitch0"] and "node18.gpu0" in gpus_on["fabric.nvswitch1"]
+    assert sorted(len(v) for v in gpus_on.values()) == [64, 64, 64, 64]
+    assert "node15.gpu3" in gpus_on["fabric.nvswitch0"] and "node16.gpu0" in gpus_on["fabric.nvswitch1"]
     # the racks meet only on the InfiniBand fabric: 4 NICs per tray attached to it
     assert topo.figures()["devices"]["fabric_switch"] > 0 and topo.figures()["links"]["ib-ndr"] >= 256
     assert len(load_topology(_gb200(64, tmp_path)).gpus) == 64  # one rack cut to 16 trays

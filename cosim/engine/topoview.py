@@ -242,7 +242,11 @@ class ClusterRouter:
                         if self._has("node0." + a) and self._has("node0." + b) else []
                 base = self._intra[key]
                 if base:
-                    return [[pre + n[6:] if n.startswith("node0.") else n for n in p] for p in base]
+                    out = [[pre + n[6:] if n.startswith("node0.") else n for n in p] for p in base]
+                    # node 0's route leaving the node (a rack's shared NVSwitch) holds only for nodes on that device
+                    if all(n.startswith("node0.") for p in base for n in p) or all(
+                            self.topo.graph.has_edge(u, v) for p in out for u, v in zip(p, p[1:])):
+                        return out
             return self.topo.paths(src, dst)
         g = self.topo.graph
         if ns != nd and g.nodes[src].get("kind") == "gpu" and g.nodes[dst].get("kind") == "gpu":
