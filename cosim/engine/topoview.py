@@ -205,10 +205,11 @@ class ClusterRouter:
         self._fab = g.subgraph([n for n, d in g.nodes(data=True) if d.get("kind") == "fabric_switch"])
         self._intra: dict[tuple[str, str], list[list[str]]] = {}
         self._up: dict[str, list[str] | None] = {}
+        self._nvsw: dict[str, frozenset[str]] = {}
         self._mid: dict[tuple[str, str], list[list[str]]] = {}
         self._node_of: dict[str, int] = {}
         gpus = topo.gpus
-        self._first = {}
+        self._first: dict[int, str] = {}
         for gp in gpus:
             k = topo.node_of(gp)
             self._first.setdefault(k, gp.split(".", 1)[0] + "." if "." in gp else "")
@@ -218,6 +219,14 @@ class ClusterRouter:
         if k is None:
             k = self._node_of[dev] = int(self.topo.node_of(dev))
         return k
+
+    def _switches(self, gpu: str) -> frozenset[str]:
+        """The NVSwitches ``gpu`` links to (a multi-node NVLink domain's are shared by its hosts)."""
+        hit = self._nvsw.get(gpu)
+        if hit is None:
+            g = self.topo.graph
+            hit = self._nvsw[gpu] = frozenset(v for v in g.successors(gpu) if g.nodes[v].get("kind") == "nvswitch")
+        return hit
 
     def _upseg(self, gpu: str) -> list[str] | None:
         if gpu not in self._up:
@@ -250,6 +259,8 @@ class ClusterRouter:
             return self.topo.paths(src, dst)
         g = self.topo.graph
         if ns != nd and g.nodes[src].get("kind") == "gpu" and g.nodes[dst].get("kind") == "gpu":
+            if self._switches(src) & self._switches(dst):  # one NVLink domain across hosts (NVL72): scale-up
+                return self.topo.paths(src, dst)
             up, down = self._upseg(src), self._upseg(dst)
             if up is not None and down is not None:
                 la, lb = up[-1], down[-1]
