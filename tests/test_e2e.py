@@ -207,3 +207,19 @@ def test_gb200_racks_cut_to_a_job(tmp_path: Path) -> None:
     # the racks meet only on the InfiniBand fabric: 4 NICs per tray attached to it
     assert topo.figures()["devices"]["fabric_switch"] > 0 and topo.figures()["links"]["ib-ndr"] >= 256
     assert len(load_topology(_gb200(64, tmp_path)).gpus) == 64  # one rack cut to 16 trays
+
+
+def test_the_engine_routes_gb200_racks_as_the_topology(tmp_path: Path) -> None:
+    from cosim.engine.topoview import ClusterRouter
+    from cosim.topology import load_topology
+    from validation.e2e.run import _gb200
+
+    topo = load_topology(_gb200(256, tmp_path))
+    router = ClusterRouter(topo)
+    # trays of one rack talk over its NVLink switch (also trays 16.. of rack 1, whose switch node 0 does not
+    # reach); trays of different racks over InfiniBand
+    assert router("node16.gpu0", "node16.gpu1") == [["node16.gpu0", "fabric.nvswitch1", "node16.gpu1"]]
+    assert router("node16.gpu0", "node31.gpu3") == [["node16.gpu0", "fabric.nvswitch1", "node31.gpu3"]]
+    assert any(n.startswith("fabric.leaf") for n in router("node15.gpu0", "node16.gpu0")[0])
+    for a, b in [("node0.gpu0", "node5.gpu2"), ("node20.gpu1", "node47.gpu1"), ("node63.gpu3", "node2.gpu0")]:
+        assert sorted(map(tuple, router(a, b))) == sorted(map(tuple, topo.paths(a, b)))
