@@ -274,7 +274,14 @@ class ClusterRouter:
         return self.topo.paths(src, dst)
 
     def node(self, dev: str) -> int:
-        """Node index of a device (-1: fabric)."""
+        """Node index of a device (-1: fabric) for the split routes of :meth:`cosim.engine.flows.Fabric.route_segments`;
+        a GPU on an NVLink switch that several hosts share (an NVL72 rack) gets that NVLink domain's id
+        (1,000,000 + the switch's index), so that routes between the hosts of one rack stay on NVLink."""
+        g = self.topo.graph
+        if dev in g and g.nodes[dev].get("kind") == "gpu":
+            shared = sorted(v for v in self._switches(dev) if int(g.nodes[v].get("node", -1)) < 0)
+            if shared:
+                return 1_000_000 + int(g.nodes[shared[0]].get("index", 0))
         return self._node(dev)
 
     def up_path(self, gpu: str) -> list[str] | None:
