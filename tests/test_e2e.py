@@ -223,3 +223,16 @@ def test_the_engine_routes_gb200_racks_as_the_topology(tmp_path: Path) -> None:
     assert any(n.startswith("fabric.leaf") for n in router("node15.gpu0", "node16.gpu0")[0])
     for a, b in [("node0.gpu0", "node5.gpu2"), ("node20.gpu1", "node47.gpu1"), ("node63.gpu3", "node2.gpu0")]:
         assert sorted(map(tuple, router(a, b))) == sorted(map(tuple, topo.paths(a, b)))
+    # and the engine's split routes and NIC caps agree: an all-to-all over 8 trays of one rack costs what it costs
+    # on a lone NVL72 rack (NVLink only), one spanning two racks more (half its peers over InfiniBand)
+    from cosim.engine import SimConfig
+    from cosim.engine.simulator import Simulator
+
+    def a2a(t: object, trays: list[int]) -> float:
+        sim = Simulator(t, SimConfig())
+        ranks = [f"node{n}.gpu{i}" for n in trays for i in range(4)]
+        return float(sim.collectives.estimate("all_to_all", ranks, 64 * 2**20, "p2p", "simple"))
+
+    rack = load_topology("gb200-nvl72")
+    assert a2a(topo, list(range(8))) == pytest.approx(a2a(rack, list(range(8))), rel=1e-6)
+    assert a2a(topo, list(range(12, 20))) > 3 * a2a(rack, list(range(8)))
