@@ -160,7 +160,8 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
 
     def step(fold: bool) -> float:
         spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(tp=2, pp=2, ep=16), fold=fold,
-                                                 batch={"global": 64, "micro": 1, "seq": 1024}, precision="bf16"))
+                                                 batch={"global": 64, "micro": 1, "seq": 1024}, precision="bf16",
+                                                 expert_gemm_host="0 us", dispatch_overhead="4 us"))  # the fabric binds
         return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
 
     assert cmap.fabric_blocks(topo.graph)

@@ -51,7 +51,9 @@ def test_gpu_bound_default_ranks_compute_above_the_host(tmp_path: Path) -> None:
     flops, host = by["accelerators.h100-sxm5.peak_flops.bf16"], by["host.speed"]
     assert d["parameters"][0]["key"] == "accelerators.h100-sxm5.peak_flops.bf16"
     assert flops["better_pct"] < -1 and flops["worse_pct"] > 1  # more FLOP/s: a shorter step
-    assert host["effect"] < flops["effect"] / 10
+    # the eager host (12 us per launch, a GEMM launch per local expert) is close behind: a 20% slower host costs
+    # 8% on the default Qwen3-30B EP8 step, 20% fewer FLOP/s 10%
+    assert host["effect"] < flops["effect"]
 
 
 def test_bad_inputs() -> None:

@@ -162,6 +162,10 @@ def test_every_collective_of_a_2_layer_ep4_pp2_step_by_hand(tmp_path: Path, dgx:
         dense = layer + emb + (64 if stage == 1 else 0)  # stage 1 also holds the final norm
         want = Counter({
             ("ALL_TO_ALL", 4, float(a2a)): 2 * 4,  # dispatch, combine, and their backward, x 2 micro-batches
+            # Megatron's dispatcher: the top-2 fp32 probabilities of the 64 tokens in their own all-to-all
+            # (and its backward), and the 8 experts' int64 token counts all-gathered over EP (forward only)
+            ("ALL_TO_ALL", 4, float(T * k * 4)): 2 * 2,
+            ("ALL_GATHER", 4, 8.0 * 8): 2,
             ("SEND_RECV", 2, float(pp_msg)): 4,     # 2 activations one way, 2 gradients the other
             ("REDUCE_SCATTER", 4, float(dense * 4)): 1,  # fp32 gradients over the 4 DP replicas, one bucket
             ("ALL_REDUCE", 4, 8.0): 1,              # gradient norm
@@ -437,6 +441,7 @@ def test_fsdp_gathers_each_layer_and_reduce_scatters_its_gradients(tmp_path: Pat
             ("ALL_GATHER", layer * 2 / 4): 4, ("ALL_GATHER", edge * 2 / 4): 4,
             # fp32 gradients of each layer reduce-scattered once, after the last micro-batch's backward
             ("REDUCE_SCATTER", layer * 4.0): 1, ("REDUCE_SCATTER", edge * 4.0): 1,
+            ("ALL_GATHER", 8 * 8.0): 2,  # the MoE layer's int64 token counts of 8 experts over EP, 2 micro-batches
         })
         assert got == want, (rg.rank, got)
     assert replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"] > 0
@@ -483,3 +488,105 @@ def test_synthesis_and_its_replay_are_deterministic(tmp_path: Path, dgx: object)
             assert all(np.array_equal(ca[k], cb[k], equal_nan=True) for k in ca), t
     cfg = ReplayConfig(collectives="simulated")
     assert replay(a.graph, dgx, cfg).summary()["step_time_s"] == replay(b.graph, dgx, cfg).summary()["step_time_s"]
+
+
+def test_sliding_window_attention_flops_and_tiles_by_hand() -> None:
+    from cosim.workload.synth.build import _model_flops_per_token
+    from cosim.workload.synth.costs import window_pairs, window_tile_keys
+    from cosim.models.synth_timing import KernelTimer
+    from cosim.topology import load_topology
+
+    # a 128-key window over 4096 positions: the first 128 queries see 1..128 keys, the other 3968 see 128
+    assert window_pairs(4096, 4096, 128) == 128 * 129 / 2 + (4096 - 128) * 128 == 516160
+    assert window_pairs(64, 64, 64) == 64 * 65 / 2  # a window as long as the sequence: plain causal
+    assert window_pairs(1024, 4096, 128) == 1024 * 128  # the last 1024 queries (context parallel): all full windows
+    # flash tiles of 128 keys: a query tile meets its own key tile and the one before
+    assert window_tile_keys(128, 4096) == 256 and window_tile_keys(200, 4096) == 384 and window_tile_keys(128, 64) == 64
+    # gpt-oss pattern: layer 0 slides (window 16 over sequences of 64), layer 1 is full; 2 sequences of 64
+    c = tiny(sliding_window=16, sliding_window_pattern=2)
+    assert [c.window(i) for i in range(4)] == [16, None, 16, None]
+    assert tiny(sliding_window=16).window(1) == 16 and tiny().window(0) is None
+    core = [next(o for o in layer_ops(c, ly, 128.0, 64.0) if o.name == "attn.core") for ly in (0, 1)]
+    pairs = 16 * 17 / 2 + (64 - 16) * 16  # 904 of the causal 64 * 64 / 2 = 2048
+    assert core[0].flops == 4 * 2 * 4 * 16 * pairs and core[1].flops == 4 * 2 * 4 * 64 * 64 * 16 / 2
+    assert core[0].keys == 64 and core[1].keys == 0  # window_tile_keys(16, 64): the whole sequence (one tile)
+    rest = layer_forward_flops(tiny(), 0, 128, 64) - core[1].flops
+    assert layer_forward_flops(c, 0, 128, 64) == rest + core[0].flops
+    assert layer_forward_flops(c, 1, 128, 64) == rest + core[1].flops
+    assert _model_flops_per_token(c, 64) == pytest.approx((2 * rest + core[0].flops + core[1].flops) / 128
+                                                          + 2 * 256 * 64)
+    # the kernel model times gpt-oss's sliding layers (window 128, seq 4096) by 256 key rows per query, not the
+    # causal 2048: several times faster than its full layers
+    oss = load_model_config("gpt-oss-120b")
+    topo = load_topology("dgx-h100")
+    timer = KernelTimer(topo.accelerator(topo.gpus[0]))
+    slide, full = (next(o for o in layer_ops(oss, ly, 4096.0, 4096.0) if o.name == "attn.core") for ly in (0, 1))
+    t_slide, t_full = timer([slide])[0], timer([full])[0]
+    assert slide.keys == 256 and full.keys == 0 and 0 < t_slide < t_full / 3
+
+
+def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import Shard, backward_ops
+
+    c = tiny()
+    ops = layer_ops(c, 0, 256.0, 256.0, Shard(ep=4))
+    moe = [o for o in ops if o.name.startswith("moe.")]
+    # one MoE layer forward at bf16, EP4 (2 local experts): norm, router GEMM, top-k; the aux loss (scores, top-k
+    # mask, counts, probability sum, mul, sum, scale, two logging ops); the dispatcher's counts (tokens per expert,
+    # cast, input splits, their all-gather, local slice, output splits, TP splits, local counts, 4 host copies);
+    # permute, dispatch and probabilities all-to-alls, chunk sort, fc1, SwiGLU, fc2, unsort, combine, unpermute,
+    # residual: 35 ops, 37 kernel launches (fc1 and fc2 launch one GEMM per local expert)
+    assert len(moe) == 35 and sum(o.launches for o in moe) == 37
+    bwd = [o for o in backward_ops(ops) if o.name.startswith("moe.")]
+    # backward: the 19 ops with a gradient (16 bookkeeping ops have none: top-k mask, counts, 2 logging ops and
+    # the dispatcher's 12), the 3 GEMMs split into dgrad and wgrad: 22 ops, fc1's and fc2's 4 launching 2 GEMMs
+    assert len(bwd) == 35 - 16 + 3 and sum(o.launches for o in bwd) == 22 + 4
+    assert {o.launches for o in layer_ops(c, 0, 256.0, 256.0, Shard(ep=8)) if o.cls == "grouped_gemm"} == {1}
+    # inference: the model's math only, one launch per grouped GEMM
+    assert {o.launches for o in layer_ops(c, 0, 256.0, 256.0, Shard(ep=4, decode=True, q_len=1.0))
+            if o.cls == "grouped_gemm"} == {1}
+
+    # the host pays each expert GEMM beyond the first expert_gemm_host on top of the launch and dispatch
+    syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us")
+    rg = syn.graph.ranks[0]
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
+            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    for n in ("moe.experts_fc1", "moe.experts_fc2.dgrad", "moe.experts_fc1.wgrad"):
+        assert cost[n] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
+    assert cost["moe.experts_swiglu"] == pytest.approx(launch + 10e-6, rel=1e-9)
+
+
+def test_selective_recompute_reruns_the_named_modules(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import Shard, recomputed, selective_saved
+
+    def names(syn: object) -> list[str]:
+        rg = syn.graph.ranks[0]  # type: ignore[attr-defined]
+        return [rg.strings[int(x)] for x in rg.gpu_ops.name]
+
+    # rank 0 = stage 0 of pp 2 (layer 0), 2 micro-batches per pipeline (global 8 over dp 4)
+    none = names(_synth(tmp_path, dgx))
+    attn = names(_synth(tmp_path, dgx, layout=dict(pp=2, ep=4, recompute="selective")))  # Megatron's default
+    both = names(_synth(tmp_path, dgx, layout=dict(pp=2, ep=4, recompute="selective",
+                                                   recompute_modules=["core_attn", "moe_act"])))
+    rec = [n for n in both if n.endswith(".recompute")]
+    assert not [n for n in none if n.endswith(".recompute")]
+    assert [n for n in attn if n.endswith(".recompute")] == ["attn.core.recompute"] * 2
+    assert Counter(rec) == {"attn.core.recompute": 2, "moe.experts_swiglu.recompute": 2}  # bf16: no act cast
+    assert len(both) == len(none) + 4
+    # each recomputed op is re-run before its layer's backward, with the forward's duration
+    syn = _synth(tmp_path, dgx, layout=dict(pp=2, ep=4, recompute="selective"))
+    rg = syn.graph.ranks[0]
+    n = names(syn)
+    dur = {nm: float(rg.gpu_ops.dur[i]) for i, nm in enumerate(n)}
+    assert dur["attn.core.recompute"] == dur["attn.core"] > 0
+    assert n.index("attn.core") < n.index("attn.core.recompute") < n.index("attn.core.bwd")
+    # memory: a run of recomputed ops keeps only its first op's input
+    ops = layer_ops(tiny(), 0, 64.0, 64.0, Shard(ep=4))
+    assert recomputed("moe.experts_swiglu", ["moe_act"]) and not recomputed("moe.experts_fc2", ["moe_act"])
+    swiglu = next(o for o in ops if o.name == "moe.experts_swiglu")
+    assert selective_saved(ops, ["moe_act"]) == sum(o.saved for o in ops)  # one op: its input stays
+    moe = [o for o in ops if recomputed(o.name, ["moe"])]
+    assert selective_saved(ops, ["moe"]) == pytest.approx(sum(o.saved for o in ops) - sum(o.saved for o in moe[1:]))
+    assert swiglu.saved > 0

@@ -101,6 +101,14 @@ class MoEModelConfig(Strict):
     dense_ffn_size: int | None = Field(default=None, gt=0)
     """Intermediate width of the dense FFN of the leading dense layers."""
 
+    sliding_window: int | None = Field(default=None, gt=0)
+    """Sliding-window attention: the keys a query of a sliding layer sees (itself and the ``sliding_window - 1``
+    before it); ``null``: every layer attends to the whole causal prefix."""
+    sliding_window_pattern: int | None = Field(default=None, gt=0)
+    """With ``sliding_window``: every ``sliding_window_pattern``-th layer (layers ``p - 1``, ``2p - 1``, ...)
+    attends fully, the others slide (Gemma's convention; gpt-oss: 2, alternating from a sliding layer 0);
+    ``null``: every layer slides."""
+
     router: Literal["softmax", "sigmoid"] = "softmax"
     """Router score function: softmax over experts (Mixtral, Qwen) or per-expert sigmoid (DeepSeek-V3)."""
     normalize_top_k: bool = True
@@ -157,6 +165,13 @@ class MoEModelConfig(Strict):
         if self.kv_lora_rank is not None:
             return "mla"
         return "gqa" if self.num_kv_heads < self.num_heads else "mha"
+
+    def window(self, layer: int) -> int | None:
+        """Keys a query of ``layer`` attends to at most (its sliding window), or None for full causal attention."""
+        if self.sliding_window is None:
+            return None
+        p = self.sliding_window_pattern
+        return None if p is not None and (layer + 1) % p == 0 else self.sliding_window
 
     @property
     def is_dense(self) -> bool:

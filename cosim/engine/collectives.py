@@ -556,6 +556,14 @@ class Collectives:
             topo, fab = self.sim.topo, self.sim.fabric
             node = int(topo.node_of(name)) if name in topo.graph else -1
             nic = topo.nic_of(name) if name in topo.graph and topo.graph.nodes[name].get("kind") == "gpu" else None
+            if nic is not None:  # a GPU on an NVLink switch shared by several hosts (an NVL72 rack): its traffic
+                # to the rack's other hosts stays on NVLink; "node" becomes the rack's NVLink domain
+                g = topo.graph
+                shared = sorted(v for v in g.successors(name) if g.nodes[v].get("kind") == "nvswitch"
+                                and int(g.nodes[v].get("node", -1)) < 0)
+                if shared:
+                    node = 1_000_000 + sorted(n for n, d in g.nodes(data=True)
+                                              if d.get("kind") == "nvswitch").index(shared[0])
             if nic is None:
                 hit = (node, math.inf, 0.0, math.inf, True, math.inf)
             else:

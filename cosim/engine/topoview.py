@@ -221,6 +221,7 @@ class ClusterRouter:
         self._fab = g.subgraph([n for n, d in g.nodes(data=True) if d.get("kind") == "fabric_switch"])
         self._intra: dict[tuple[str, str], list[list[str]]] = {}
         self._up: dict[str, list[str] | None] = {}
+        self._nvsw: dict[str, frozenset[str]] = {}
         self._mid: dict[tuple[str, str], list[list[str]]] = {}
         self._router = Router(g, topo.nic_of)  # the fabric segment under the one router's rules
         self._node_of: dict[str, int] = {}
@@ -235,6 +236,14 @@ class ClusterRouter:
         if k is None:
             k = self._node_of[dev] = int(self.topo.node_of(dev))
         return k
+
+    def _switches(self, gpu: str) -> frozenset[str]:
+        """The NVSwitches ``gpu`` links to (a multi-node NVLink domain's are shared by its hosts)."""
+        hit = self._nvsw.get(gpu)
+        if hit is None:
+            g = self.topo.graph
+            hit = self._nvsw[gpu] = frozenset(v for v in g.successors(gpu) if g.nodes[v].get("kind") == "nvswitch")
+        return hit
 
     def _upseg(self, gpu: str) -> list[str] | None:
         if gpu not in self._up:
@@ -259,10 +268,16 @@ class ClusterRouter:
                         if self._has("node0." + a) and self._has("node0." + b) else []
                 base = self._intra[key]
                 if base:
-                    return [[pre + n[6:] if n.startswith("node0.") else n for n in p] for p in base]
+                    out = [[pre + n[6:] if n.startswith("node0.") else n for n in p] for p in base]
+                    # node 0's route leaving the node (a rack's shared NVSwitch) holds only for nodes on that device
+                    if all(n.startswith("node0.") for p in base for n in p) or all(
+                            self.topo.graph.has_edge(u, v) for p in out for u, v in zip(p, p[1:])):
+                        return out
             return self.topo.paths(src, dst)
         g = self.topo.graph
         if ns != nd and g.nodes[src].get("kind") == "gpu" and g.nodes[dst].get("kind") == "gpu":
+            if self._switches(src) & self._switches(dst):  # one NVLink domain across hosts (NVL72): scale-up
+                return self.topo.paths(src, dst)
             up, down = self._upseg(src), self._upseg(dst)
             if up is not None and down is not None:
                 la, lb = up[-1], down[-1]
@@ -272,7 +287,14 @@ class ClusterRouter:
         return self.topo.paths(src, dst)
 
     def node(self, dev: str) -> int:
-        """Node index of a device (-1: fabric)."""
+        """Node index of a device (-1: fabric) for the split routes of :meth:`cosim.engine.flows.Fabric.route_segments`;
+        a GPU on an NVLink switch that several hosts share (an NVL72 rack) gets that NVLink domain's id
+        (1,000,000 + the switch's index), so that routes between the hosts of one rack stay on NVLink."""
+        g = self.topo.graph
+        if dev in g and g.nodes[dev].get("kind") == "gpu":
+            shared = sorted(v for v in self._switches(dev) if int(g.nodes[v].get("node", -1)) < 0)
+            if shared:
+                return 1_000_000 + int(g.nodes[shared[0]].get("index", 0))
         return self._node(dev)
 
     def up_path(self, gpu: str) -> list[str] | None:

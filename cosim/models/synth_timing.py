@@ -59,7 +59,8 @@ class KernelTimer:
             dtype=[o.dtype for o in ops],
             m=np.array([o.m if o.cls in ("gemm", "grouped_gemm", "attention") else np.nan for o in ops]),
             # causal attention: the kernel skips the masked half of the key blocks
-            n=np.array([(o.n * 0.5 if o.cls == "attention" and o.causal else o.n)
+            n=np.array([(o.keys if o.cls == "attention" and o.keys else
+                         o.n * 0.5 if o.cls == "attention" and o.causal else o.n)
                         if o.cls in ("gemm", "grouped_gemm", "attention") else np.nan for o in ops]),
             k=np.array([o.k if o.cls in ("gemm", "grouped_gemm", "attention") else np.nan for o in ops]),
             batch=np.array([o.batch for o in ops], dtype=float), heads=np.array([o.heads for o in ops], dtype=float),

@@ -97,6 +97,8 @@ class Case(Strict):
     :func:`pipeline_layers`."""
     a2a_overlap: bool = False
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
+    recompute_modules: list[str] | None = None
+    """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -139,22 +141,36 @@ def pipeline_layers(layers: int, chunks: int) -> list[int] | None:
     return counts
 
 
+GB200_TRAYS_PER_RACK_IN_JOB = 16
+"""Compute trays of an NVL72 rack a multi-rack job uses: 16 of its 18 (64 GPUs), the other two spare, as NVIDIA's
+multi-rack GB200 runs are laid out (MLPerf Training v5.0: 2,496 GPUs = 39 racks x 64)."""
+
+
 def _gb200(gpus: int, folder: Path) -> str:
-    """A gb200-nvl72 rack cut to ``gpus`` GPUs (gpus / 4 compute trays on the rack's NVLink switch), as a file."""
+    """GB200 NVL72 racks cut to ``gpus`` GPUs (gpus / 4 compute trays), as a file: up to 72 GPUs the
+    ``gb200-nvl72`` rack (one NVLink domain); beyond it ``gb200-nvl72-4rack``'s racks, each contributing
+    :data:`GB200_TRAYS_PER_RACK_IN_JOB` trays (tray n in rack n // 16), joined by its rail-optimized InfiniBand
+    fabric."""
     import yaml
 
     from cosim.topology import find_topology
 
-    if gpus % 4 or gpus > 72:
-        raise _NotRun(f"{gpus} GPUs: the gb200-nvl72 preset is one 72-GPU NVLink rack without a scale-out "
-                      "fabric; no multi-rack GB200 preset exists yet")
-    doc = yaml.safe_load(find_topology("gb200-nvl72").read_text(encoding="utf-8"))
+    if gpus % 4:
+        raise _NotRun(f"{gpus} GPUs is not a whole number of 4-GPU GB200 compute trays")
     n = gpus // 4
+    per = GB200_TRAYS_PER_RACK_IN_JOB
+    preset = "gb200-nvl72" if gpus <= 72 else "gb200-nvl72-4rack"
+    doc = yaml.safe_load(find_topology(preset).read_text(encoding="utf-8"))
     doc["name"] = f"gb200-nvl72-{gpus}gpu"
     doc["nodes"] = n
     for link in doc["links"]:
         if isinstance(link.get("repeat"), dict) and "n" in link["repeat"]:
             link["repeat"]["n"] = n
+        if gpus > 72:
+            link["between"] = [str(x).replace("{n//18}", f"{{n//{per}}}") for x in link["between"]]
+    for dev in doc["devices"]:
+        if dev.get("kind") == "nvswitch" and "count" in dev:
+            dev["count"] = -(-n // per)  # one NVLink domain per rack
     out = folder / f"gb200-nvl72-{gpus}gpu.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return str(out)
@@ -194,7 +210,8 @@ def probe_counts(case: Case, cap: int) -> list[int]:
     return [lo, 2 * lo] if 2 * lo < m else [m]
 
 
-def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: str) -> Any:
+def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: str,
+              spec_over: dict[str, Any] | None = None) -> Any:
     from cosim.scenario import Scenario, SyntheticWorkload
     from cosim.workload.synth import SyntheticSpec
 
@@ -208,17 +225,21 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
 
     if case.a2a_overlap:
         layout["a2a_overlap"] = True
+    if case.recompute_modules and recompute == "none":
+        layout["recompute"] = "selective"
+        layout["recompute_modules"] = list(case.recompute_modules)
     pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
     if pl is not None:
         layout["pipeline_layers"] = pl
     spec = SyntheticSpec.model_validate({
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
-        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq}})
+        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
+        **(spec_over or {})})
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes)
 
 
 def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool = False,
-             max_gpus: int = MAX_SIMULATED_GPUS) -> dict[str, Any]:
+             max_gpus: int = MAX_SIMULATED_GPUS, spec_over: dict[str, Any] | None = None) -> dict[str, Any]:
     """Simulate ``case`` (see the module docstring) and return its row: cosim's figures, the published
     ones, the error, the step breakdown and the wall time. A row on more than ``MAX_SIMULATED_GPUS`` is
     not run; with ``probe_big`` (up to ``PROBE_MAX_GPUS``, not DualPipe) a step of pp micro-batches is simulated
@@ -244,7 +265,7 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
                     raise _NotRun(NOT_RUN_REASON)
                 m = case.layout.pp  # the fewest micro-batches a pipelined step takes
                 t1 = time.perf_counter()
-                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute))
+                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute, spec_over))
                 s = result.summary()
                 return {**row, "status": "not run", "reason": NOT_RUN_REASON,
                         "probe": {"microbatches": m, "wall_s": time.perf_counter() - t1,
@@ -254,10 +275,12 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
             probes = []
             for m in probe_counts(case, cap):
                 t1 = time.perf_counter()
-                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute))
+                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute, spec_over))
                 probes.append((m, result.summary(), time.perf_counter() - t1))
     except _NotRun as exc:
         return {**row, "status": "not run", "reason": str(exc)}
+    except CosimInputError as exc:  # a row the simulation refuses: reported, the other rows still run
+        return {**row, "status": "not run", "reason": f"error: {exc}"}
     return {**row, **_figures(case, probes), "status": "run", "wall_s": time.perf_counter() - t0}
 
 
@@ -372,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows on more GPUs are not run (or only probed, with --probe-big)")
     ap.add_argument("--probe-big", action="store_true",
                     help=f"for rows on more than {MAX_SIMULATED_GPUS} GPUs, simulate their smallest probe alone")
+    ap.add_argument("--spec", action="append", default=[], metavar="KEY=VALUE",
+                    help="what-if: set a workload.synthetic field on every row (e.g. expert_gemm_host='0 us')")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="print the tables of earlier --json outputs (rows in cases-file order) instead of running")
     args = ap.parse_args(argv)
@@ -386,10 +411,16 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 raise CosimInputError(f"--only: unknown case id(s) {', '.join(sorted(unknown))}")
             cases = [c for c in cases if c.id in args.only]
+        spec_over: dict[str, Any] = {}
+        for kv in args.spec:
+            key, sep, val = kv.partition("=")
+            if not sep:
+                raise CosimInputError(f"--spec: {kv!r} is not KEY=VALUE")
+            spec_over[key.strip()] = val.strip()
         rows = []
         for c in tqdm(cases, desc="e2e rows", unit="row", file=sys.stderr):
             rows.append(run_case(c, cap=10**9 if args.full else args.max_microbatches, recompute=args.recompute,
-                                 probe_big=args.probe_big, max_gpus=args.max_gpus))
+                                 probe_big=args.probe_big, max_gpus=args.max_gpus, spec_over=spec_over))
     except CosimInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

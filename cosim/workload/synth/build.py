@@ -58,6 +58,7 @@ from cosim.workload.synth.costs import (
     head_ops,
     layer_ops,
     layer_params,
+    recomputed,
 )
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
@@ -91,8 +92,9 @@ class BuildOptions:
     """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers)."""
     launch_overhead: float = 5e-6
     """Host time of one kernel launch call (s): the CPU's launch overhead."""
-    dispatch_overhead: float = 4e-6
-    """Host time per op besides the launch call (framework dispatch, s)."""
+    dispatch_overhead: float = 12e-6
+    """Host time per op besides the launch call (eager framework dispatch, s; see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.dispatch_overhead`)."""
     gpu_slowdown: dict[int, float] = field(default_factory=dict)
     """Straggler GPUs: rank -> factor on every kernel duration."""
     host_slowdown: dict[int, float] = field(default_factory=dict)
@@ -101,6 +103,9 @@ class BuildOptions:
     """Host time of one cudaGraphLaunch (s), with ``layout.cuda_graphs``."""
     launch_jitter: dict[int, float] = field(default_factory=dict)
     """Rank -> mean extra host time per launch (s), exponentially distributed, seeded by the rank."""
+    expert_gemm_host: float = 33e-6
+    """Host time of each expert GEMM launch of a grouped GEMM beyond its first (s; ``Op.launches``, see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.expert_gemm_host`)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host blocks (cudaStreamSynchronize) after each forward token permutation until the GPU
     has run it, to read the per-expert token counts that size the all-to-allv and grouped GEMMs (Megatron-Core's
@@ -176,6 +181,10 @@ class _RankBuilder:
     """Mean of the exponentially distributed extra host time of each launch (s)."""
     graph_host: int = -1
     """The open CUDA-graph launch (host op), or -1 when kernels launch one by one."""
+    d2h: int = -1
+    """The last host copy of MoE token counts not yet waited for (GPU op), or -1."""
+    per_launch: float = 0.0
+    """Host time of each kernel launch of an op beyond its first (``Op.launches``, s)."""
 
     def open_graph(self, cost: float) -> None:
         """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
@@ -215,6 +224,8 @@ class _RankBuilder:
         if self.graph_host >= 0:  # inside a captured CUDA graph: its one launch enqueues this op too
             self.launch_host = self.graph_host
         else:
+            if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
+                launch_cost += (o.launches - 1) * self.per_launch
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
@@ -287,8 +298,13 @@ class _RankBuilder:
         self.last_compute = j
         if not shared:
             self.last_main = j
+        if o.name.startswith("moe.splits_d2h"):
+            self.d2h = j
         if host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
-            self.host_sync(j)
+            # Megatron's d2h_event.synchronize() before the EP all-to-all: the host waits for the copies of
+            # the token counts (launched before the permutation), else for the permutation itself
+            self.host_sync(self.d2h if self.d2h >= 0 else j)
+            self.d2h = -1
         return j
 
     def finish(self, sync_cost: float = 10e-6) -> RankGraph:
@@ -396,7 +412,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
     graphs, spans = [], {}
-    cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, shard)
+    cache: dict[Any, list[Op]] = {}
 
     def chunk_ops(rank: int, c: int) -> tuple[list[tuple[int, list[Op], list[float]]],
                                               list[tuple[int, list[Op], list[float]]]]:
@@ -408,7 +424,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw.append((-1, embedding_ops(card, T, sh0, p), []))
         for ly in rm.chunk_layers[c]:
             sh = _shard(rm, card, rank, ly, routes, T)
-            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, sh)
+            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
             fw.append((ly, cache[key], []))
@@ -434,6 +450,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
+        rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         if opts.launch_jitter.get(rank):
@@ -536,6 +553,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
                     for fo, fd in zip(*fwd_of[ly]):
                         emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+                elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
+                    for fo, fd in zip(*fwd_of[ly]):
+                        if recomputed(fo.name, rm.layout.recompute_modules):
+                            emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
 
             def grads(ly: int) -> None:
                 if mb == last_mb:
@@ -727,8 +748,9 @@ def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:
 
 
 def _distinct_layers(card: MoEModelConfig) -> list[int]:
-    # every dense layer costs the same and every MoE layer costs the same (uniform routing)
+    # layers of one kind (dense or MoE, window) cost the same under uniform routing: one representative each
+    first: dict[tuple[bool, int | None], int] = {}
     out: list[int] = []
-    out += [0] * card.dense_layers
-    out += [card.dense_layers] * (card.num_layers - card.dense_layers)
+    for ly in range(card.num_layers):
+        out.append(first.setdefault((ly < card.dense_layers, card.window(ly)), ly))
     return out

@@ -22,15 +22,16 @@ Conventions (SI units):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PRECISIONS", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
+__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
-           "layer_params", "sample_head_ops"]
+           "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,18 @@ class Op:
     """compute, or the communication stream that carries it (tp, ep, ...)."""
     waits: tuple[str, ...] = field(default_factory=tuple)
     """Names of earlier ops of the same layer on other streams that this op waits for."""
+    keys: float = 0.0
+    """Attention: key rows the kernel computes per query when not the causal half of ``n`` (a sliding window's
+    tiles, :func:`window_tile_keys`); 0: derived from ``n`` and ``causal``."""
     causal: bool = True
     """Attention: causal (the kernel skips masked key blocks); False for a decode step's query, which
     reads every cached key and is bounded by HBM traffic as much as by FLOPs."""
+    no_grad: bool = False
+    """Bookkeeping without a backward (token counts, their host copies, loss logging)."""
+    launches: int = 1
+    """Kernels the host launches for this op: Transformer Engine's grouped GEMM (``GroupedLinear``, the
+    default multi-stream cuBLASLt path) launches one GEMM per local expert (:data:`TE_GROUPED_GEMM_SOURCE`);
+    the builder charges each launch beyond the first ``BuildOptions.expert_gemm_host``."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,9 @@ class Shard:
     up-projections absorbed, as FlashMLA), and the new token's keys/values are appended to the cache."""
     kv_bytes: float = 2.0
     """Bytes per element of the KV cache (inference)."""
+    framework_ops: bool = True
+    """Training: include Megatron-Core's eager bookkeeping kernels of an MoE layer (load-balancing loss,
+    token counts and their host copies, probabilities all-to-all, chunk sorts); False: the model's math only."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -167,8 +180,10 @@ def _coll(name: str, group: str, kind: str, nbytes: float, stream: str = "", wai
     return Op(name, "collective", 0.0, nbytes, comm=Comm(group, kind, nbytes), stream=stream or group, waits=waits)
 
 
-def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precision) -> list[Op]:
-    """Attention block of one rank: norm, projections, flash attention, output projection, collectives."""
+def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precision,
+                   window: int | None = None) -> list[Op]:
+    """Attention block of one rank: norm, projections, flash attention, output projection, collectives.
+    ``window``: sliding-window attention (each query sees at most ``window`` keys, itself included)."""
     h = c.hidden_size
     tp, cp = s.tp, s.cp
     sp = s.sequence_parallel and tp > 1
@@ -210,10 +225,34 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     if s.q_len is not None:  # inference prefill: the chunk's keys/values go to the KV cache
         ops.append(_kv_append(c, T, s))
     flops = 4.0 * b * heads * sq * sk * d_core * 0.5  # causal: half the score matrix
+    keys = 0.0
+    if window is not None and window < sk:
+        pairs = window_pairs(sq, sk, window)
+        flops = 4.0 * b * heads * d_core * pairs
+        keys = window_tile_keys(window, sk)
     qkvo = b * heads * (sq * d_core * 2 + sk * d_core * 2) * p.act_bytes
     ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
-                  saved=qkvo + b * heads * sq * 4.0))
+                  saved=qkvo + b * heads * sq * 4.0, keys=keys))
     return ops + _attention_out(c, T, heads, d_out, s, p)
+
+
+ATTENTION_TILE = 128
+"""Key (and query) rows of one flash-attention tile (FlashAttention-2/3 forward on Hopper: 128 x 128 blocks)."""
+
+
+def window_pairs(sq: float, sk: float, window: float) -> float:
+    """(query, key) pairs a causal sliding window of ``window`` keys scores: the last ``sq`` of ``sk``
+    positions, each seeing itself and up to ``window - 1`` keys before it: ``sum_i min(i + 1, window)``."""
+    def upto(n: float) -> float:  # pairs of the first n positions
+        w = min(n, window)
+        return w * (w + 1) / 2.0 + max(n - window, 0.0) * window
+    return upto(sk) - upto(sk - sq)
+
+
+def window_tile_keys(window: float, sk: float) -> float:
+    """Key rows a flash kernel computes per query under a sliding window: a query tile touches the key tiles
+    that intersect its rows' windows, ``ceil(window / tile) + 1`` of them (the partly masked ones in full)."""
+    return min(sk, (math.ceil(window / ATTENTION_TILE) + 1) * ATTENTION_TILE)
 
 
 def _attention_out(c: MoEModelConfig, T: float, heads: float, d_out: float, s: Shard, p: Precision) -> list[Op]:
@@ -317,7 +356,10 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     go to their experts' ranks in the EP group (all-to-all), the local experts run as
     grouped GEMMs on the rows they got, and the combine all-to-all brings them back.
     Shared experts run on the compute stream while the dispatch is in flight (Megatron's
-    ``--moe-shared-expert-overlap``)."""
+    ``--moe-shared-expert-overlap``). Training adds Megatron-Core's eager bookkeeping
+    (:func:`_megatron_router_ops`, :func:`_megatron_dispatch_ops`): the load-balancing loss,
+    the per-expert token counts, their all-gather and host copies, the routing probabilities'
+    own all-to-all and the sort of received rows by local expert."""
     h, E, k = c.hidden_size, c.num_experts, c.top_k
     tp, ep, etp = s.tp, s.ep, s.etp
     sp = s.sequence_parallel and tp > 1
@@ -329,22 +371,36 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     mean = total / max(len(rows), 1)
     f = (c.expert_ffn_size or 0) / etp
     send = s.a2a_send_tokens if s.a2a_send_tokens is not None else tm * k
+    train = s.q_len is None and not s.decode and s.framework_ops
     ops: list[Op] = [_norm("moe.norm", tm, h, p),
                      Op("moe.router", "gemm", 2.0 * tm * E * h, (tm * h + h * E) * p.act_bytes + tm * E * 4.0, "bf16",
                         tm, E, h, saved=tm * h * p.act_bytes),
                      _ew("moe.router_topk", tm * E, p, flops_per=SOFTMAX_FLOPS, cls="reduction",
-                         saved=tm * E * 4.0),
-                     Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16")]
+                         saved=tm * E * 4.0)]
+    if train:
+        ops += _megatron_router_ops(c, tm, s) + _megatron_count_ops(c, s)
+    ops.append(Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16"))
     if ep > 1:
         ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
+        if train:  # token_dispatcher.py token_dispatch: the permuted probabilities go in their own all-to-all
+            ops.append(_coll("moe.dispatch_probs", "ep", "all_to_all_dispatch", send * 4.0, stream="ep"))
     if etp > 1:
         ops.append(_coll("moe.etp_all_gather", "etp", "all_gather", total * h * p.act_bytes, stream="ep"))
     ops += _shared_ops(c, T, s, p)
+    if train and e_local > 1:  # dispatch_postprocess: sort_chunks_by_idxs (rows grouped by local expert)
+        ops.append(Op("moe.sort_chunks", "moe_dispatch", 0.0, 2 * total * h * p.dispatch_bytes, "bf16"))
+    # training: TE's GroupedLinear launches one GEMM per local expert (TE_GROUPED_GEMM_SOURCE), for the
+    # forward and (inherited by backward_ops) for each of the dgrad and wgrad
+    launches = len(rows) if train else 1
     ops += [*_quant("moe.experts_input", total * h, p),
-            _gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
+            replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
+                    launches=launches),
             _ew("moe.experts_swiglu", total * f, p, inputs=2, flops_per=4.0, saved=2 * total * f * p.act_bytes),
             *_quant("moe.experts_act", total * f, p),
-            _gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm")]
+            replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
+                    launches=launches)]
+    if train and e_local > 1:  # combine_preprocess: the inverse sort
+        ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
         ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
     if ep > 1:
@@ -352,6 +408,73 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16",
                saved=tm * k * h * p.act_bytes),
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
+    return ops
+
+
+TE_GROUPED_GEMM_SOURCE = ("NVIDIA/TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu "
+                          "(multi_stream_cublas_gemm: one cuBLASLt GEMM per group, round-robin over the compute "
+                          "streams; nvte_multi_tensor_gemm takes it unless NVTE_USE_CUTLASS_GROUPED_GEMM on Hopper "
+                          "BF16), used by te.pytorch.GroupedLinear (Megatron-Core TEGroupedMLP)")
+"""Why a training grouped GEMM is ``launches`` = local experts kernels (:attr:`Op.launches`)."""
+
+MEGATRON_SOURCE = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/router.py (TopKRouter.routing, _apply_aux_loss), "
+                   "moe_utils.py (compute_routing_scores_for_aux_loss, switch_load_balancing_loss_func, "
+                   "save_to_aux_losses_tracker), token_dispatcher.py (MoEAlltoAllTokenDispatcher.preprocess, "
+                   "_maybe_dtoh_and_synchronize, token_dispatch, dispatch_postprocess, combine_preprocess)")
+"""Where the eager training ops of :func:`_megatron_router_ops` and :func:`_megatron_count_ops` come from."""
+
+
+def _tiny(name: str, numel: float, *, flops_per: float = 1.0, nbytes: float = 4.0, no_grad: bool = False,
+          cls: str = "elementwise") -> Op:
+    """A small eager kernel over ``numel`` elements of ``nbytes`` bytes (fp32 router tensors, int64 counts)."""
+    return Op(name, cls, numel * flops_per, 2.0 * numel * nbytes, "fp32", no_grad=no_grad)
+
+
+def _megatron_router_ops(c: MoEModelConfig, tm: float, s: Shard) -> list[Op]:
+    """The load-balancing loss of Megatron-Core's TopKRouter in training (when the card has one):
+    scores for the loss (softmax or sigmoid over the experts, their top-k mask), the tokens per
+    expert (sum over tokens, all-reduced over TP x CP when sharded), the Switch loss (probabilities
+    summed over tokens, times the counts, summed, scaled), and its logging into the aux-loss
+    tracker (divide by the coefficient, accumulate): :data:`MEGATRON_SOURCE`."""
+    if c.aux_loss_coef <= 0:
+        return []
+    E = c.num_experts
+    ops = [_tiny("moe.aux_scores", tm * E, flops_per=SOFTMAX_FLOPS, cls="reduction"),
+           _tiny("moe.aux_topk_mask", tm * E, no_grad=True, cls="reduction"),
+           _tiny("moe.aux_tokens_per_expert", tm * E, no_grad=True, cls="reduction")]
+    if s.tp * s.cp > 1:
+        ops.append(Op("moe.aux_counts_all_reduce", "collective", 0.0, E * 8.0, comm=Comm("tp", "all_reduce", E * 8.0),
+                      stream="tp", no_grad=True))
+    ops += [_tiny("moe.aux_probs_sum", tm * E, cls="reduction"), _tiny("moe.aux_loss_mul", E),
+            _tiny("moe.aux_loss_sum", E, cls="reduction"), _tiny("moe.aux_loss_scale", 1),
+            _tiny("moe.aux_loss_log_div", 1, no_grad=True), _tiny("moe.aux_loss_log_add", 1, no_grad=True)]
+    return ops
+
+
+def _megatron_count_ops(c: MoEModelConfig, s: Shard) -> list[Op]:
+    """Megatron-Core's all-to-all dispatcher ``preprocess`` (dropless): tokens per expert (sum of
+    the routing map, cast to int64), the send splits per EP rank, the counts all-gathered over the
+    TP x EP group (the EP group here), sliced to the local experts and summed into the receive
+    splits, then copied to the host (tokens per expert and the input, output and TP splits,
+    ``_maybe_dtoh_and_synchronize``) where the host waits for them before the all-to-all
+    (``moe.splits_d2h``; the synchronization itself is :class:`cosim.workload.synth.build.BuildOptions`
+    ``moe_host_sync``). Without EP and TP: the counts and one host copy."""
+    E, e_local = c.num_experts, c.num_experts // s.ep
+    ops = [_tiny("moe.tokens_per_expert", E, nbytes=8.0, no_grad=True, cls="reduction"),
+           _tiny("moe.tokens_per_expert_cast", E, nbytes=8.0, no_grad=True)]
+    copies = 1
+    if s.ep > 1 or s.tp > 1:
+        ops += [_tiny("moe.input_splits", E, nbytes=8.0, no_grad=True, cls="reduction")]
+        if s.ep > 1:
+            ops.append(Op("moe.counts_all_gather", "collective", 0.0, E * 8.0 * s.ep,
+                          comm=Comm("ep", "all_gather", E * 8.0 * s.ep), stream="ep", no_grad=True))
+        ops += [_tiny("moe.local_counts_slice", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True),
+                _tiny("moe.output_splits", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True, cls="reduction"),
+                _tiny("moe.output_splits_tp", s.ep * s.tp, nbytes=8.0, no_grad=True, cls="reduction"),
+                _tiny("moe.local_tokens_per_expert", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True,
+                      cls="reduction")]
+        copies = 4
+    ops += [_tiny("moe.splits_d2h", E, nbytes=8.0, no_grad=True) for _ in range(copies)]
     return ops
 
 
@@ -370,7 +493,7 @@ def layer_ops(card: MoEModelConfig, layer: int, tokens: float, seq: float, shard
     ``seq``: the full sequence length (causal attention over it)."""
     s = shard or Shard()
     p = PRECISIONS[precision] if isinstance(precision, str) else precision
-    ops = _attention_ops(card, tokens, seq, s, p)
+    ops = _attention_ops(card, tokens, seq, s, p, card.window(layer))
     if layer < card.dense_layers:
         sp = s.sequence_parallel and s.tp > 1
         ops.append(_norm("mlp.norm", tokens / s.tp if sp else tokens, card.hidden_size, p))
@@ -431,6 +554,47 @@ _BWD_COLL = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "al
              "all_to_all_dispatch": "all_to_all_combine", "all_to_all_combine": "all_to_all_dispatch"}
 
 
+RECOMPUTE_MODULES: dict[str, str] = {
+    "core_attn": "attn.core (the attention kernel)",
+    "mla_up_proj": "attn.q_up, attn.kv_up, their input casts and attn.rope (MLA up-projections and RoPE)",
+    "layernorm": "attn.norm, mlp.norm, moe.norm",
+    "mlp": "every mlp.* op but the residual (the dense MLP, its TP collectives included)",
+    "moe_act": "moe.experts_swiglu and its output cast (the routed experts' activation)",
+    "shared_experts": "every moe.shared.* op",
+    "moe": "every moe.* op but the norm and the residual (the MoE layer: router, dispatch, experts, combine)",
+}
+"""Megatron-Core's ``recompute_modules`` (megatron/core/transformer/transformer_config.py) and the ops of
+:func:`layer_ops` each re-runs under ``recompute: selective``."""
+
+
+def recomputed(name: str, modules: Sequence[str]) -> bool:
+    """True when forward op ``name`` belongs to one of the selectively recomputed ``modules``."""
+    for m in modules:
+        if ((m == "core_attn" and name == "attn.core")
+                or (m == "mla_up_proj" and name in ("attn.q_up", "attn.kv_up", "attn.rope", "attn.q_latent.quantize",
+                                                    "attn.kv_latent.quantize"))
+                or (m == "layernorm" and name in ("attn.norm", "mlp.norm", "moe.norm"))
+                or (m == "mlp" and name.startswith("mlp.") and name != "mlp.residual")
+                or (m == "moe_act" and name in ("moe.experts_swiglu", "moe.experts_act.quantize"))
+                or (m == "shared_experts" and name.startswith("moe.shared."))
+                or (m == "moe" and name.startswith("moe.") and name not in ("moe.norm", "moe.residual"))):
+            return True
+    return False
+
+
+def selective_saved(ops: Sequence[Op], modules: Sequence[str]) -> float:
+    """Activation bytes ``ops`` keep for the backward under selective recomputation of ``modules``: the ops
+    not recomputed keep theirs; a run of consecutive recomputed ops keeps only its first op's (the checkpointed
+    input of the module, Megatron's CheckpointWithoutOutput)."""
+    total, prev = 0.0, False
+    for o in ops:
+        r = recomputed(o.name, modules)
+        if not r or not prev:
+            total += o.saved
+        prev = r
+    return total
+
+
 def backward_ops(fwd: list[Op]) -> list[Op]:
     """The backward ops of a forward op list, in backward order.
 
@@ -440,6 +604,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
     combine) with the same bytes, a quantize its own cast of the gradient."""
     out: list[Op] = []
     for o in reversed(fwd):
+        if o.no_grad:
+            continue
         if o.cls == "collective" and o.comm is not None:
             kind = _BWD_COLL[o.comm.kind]
             out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
@@ -472,7 +638,8 @@ def layer_forward_flops(card: MoEModelConfig, layer: int, tokens: int, seq: int)
     uniform routing, shared experts included, 2 FLOPs per multiply-accumulate.
 
     Includes every op of :func:`layer_ops` (norms, router, softmax/top-k, activations,
-    residual adds); at bf16 (no quantize casts)."""
+    residual adds) but Megatron's bookkeeping (``Shard.framework_ops``); at bf16 (no quantize casts)."""
     if not 0 <= layer < card.num_layers:
         raise ValueError(f"layer {layer} out of range: {card.name} has {card.num_layers} layers")
-    return float(sum(o.flops for o in layer_ops(card, layer, float(tokens), float(seq)) if o.cls != "collective"))
+    ops = layer_ops(card, layer, float(tokens), float(seq), Shard(framework_ops=False))
+    return float(sum(o.flops for o in ops if o.cls != "collective"))

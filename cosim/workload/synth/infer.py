@@ -108,7 +108,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     def layer(rank: int, ly: int) -> tuple[list[Op], list[float]]:
         sh = _shard(rm, card, rank, ly, routes, T)
         sh = replace(sh, q_len=base.q_len, decode=base.decode, kv_bytes=base.kv_bytes)
-        key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, sh)
+        key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
         if key not in cache:
             ops = layer_ops(card, ly, T, step.context, sh, p)
             cache[key] = (ops, predict(ops))

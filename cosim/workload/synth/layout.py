@@ -24,6 +24,10 @@ from cosim.errors import CosimInputError
 __all__ = ["ParallelLayout", "RankMap"]
 
 
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "shared_experts", "moe"]
+"""A module Megatron-Core's selective recomputation can re-run (``recompute_modules``)."""
+
+
 class ParallelLayout(Strict):
     """How the model is cut over the GPUs (names as practitioners use them)."""
 
@@ -55,8 +59,12 @@ class ParallelLayout(Strict):
     pipeline_layers: list[int] | None = None
     """Layers per model chunk, ``pp * vpp`` entries in chunk order (chunk ``v * pp + s`` is
     virtual stage ``v`` of stage ``s``); for uneven splits such as DeepSeek-V3's 61 layers."""
-    recompute: Literal["none", "full"] = "none"
-    """Activation recomputation: full re-runs each layer's forward before its backward."""
+    recompute: Literal["none", "full", "selective"] = "none"
+    """Activation recomputation: full re-runs each layer's forward before its backward; selective re-runs
+    only the ``recompute_modules`` of each layer (Megatron-Core ``recompute_granularity: selective``)."""
+    recompute_modules: list[RecomputeModule] = Field(default_factory=lambda: list[RecomputeModule](["core_attn"]))
+    """With ``recompute: selective``: the modules re-run before their backward, as Megatron-Core names them
+    (its default ``core_attn``; :data:`cosim.workload.synth.costs.RECOMPUTE_MODULES` lists the ops of each)."""
     grad_bucket_params: float = Field(default=40e6, gt=0)
     """Parameters per gradient-reduction bucket (Megatron DDP's 40M default)."""
     cuda_graphs: bool = False

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cosim.capture.config import MoEModelConfig
-from cosim.workload.synth.costs import PRECISIONS, Shard, embedding_ops, head_ops, layer_ops, layer_params
+from cosim.workload.synth.costs import (PRECISIONS, Shard, embedding_ops, head_ops, layer_ops, layer_params,
+                                       selective_saved)
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
@@ -73,6 +74,8 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                 ops = layer_ops(card, ly, T, seq, sh, p)
                 if rm.layout.recompute == "full":
                     a += T / (rm.tp if rm.sequence_parallel else 1) * card.hidden_size * p.act_bytes
+                elif rm.layout.recompute == "selective":
+                    a += selective_saved(ops, rm.layout.recompute_modules)
                 else:
                     a += sum(o.saved for o in ops)
             if c == 0:
@@ -86,9 +89,9 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
             steps: list[tuple[str, int]] = []
             for act in dualpipe_order(stage, rm.pp, microbatches):
                 if act[0] == "FB":
-                    steps += [("F", act[1]), ("B", act[2])]
+                    steps += [("F", int(act[1])), ("B", int(act[2]))]
                 elif act[0] in ("F", "B"):
-                    steps.append((act[0], act[1]))
+                    steps.append((str(act[0]), int(act[1])))
         else:
             steps = [(kind, v) for kind, _, v in stage_order(stage, rm.pp, rm.vpp, microbatches)]
         live = [0] * len(act_chunk)
@@ -98,9 +101,9 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
             cur = sum(n * act_chunk[i] for i, n in enumerate(live))
             peak = max(peak, cur)
         if rm.layout.recompute == "full":  # the layer being recomputed holds its full working set
-            first = rm.chunk_layers[rm.stage_chunks(stage)[0]]
-            if first:
-                peak += sum(o.saved for o in layer_ops(card, first[-1], T, seq, sh, p))
+            last = rm.chunk_layers[rm.stage_chunks(stage)[0]]
+            if last:
+                peak += sum(o.saved for o in layer_ops(card, last[-1], T, seq, sh, p))
         n_edp = rm.edp
         params = dense + expert
         if zero == "fsdp":

@@ -136,8 +136,19 @@ class SyntheticSpec(Strict):
     """Run a layout that does not fit in GPU memory anyway (flagged in the result) instead of failing."""
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
     """Slow GPUs and hosts."""
-    dispatch_overhead: Time = 4e-6
-    """Host time per launched kernel besides the CUDA launch call (framework dispatch), e.g. "4 us"."""
+    dispatch_overhead: Time = 12e-6
+    """Host time per launched kernel besides the CUDA launch call (eager framework dispatch: Python, the
+    PyTorch dispatcher, allocation), e.g. "12 us". Default: the median host time between consecutive kernel
+    launches of an eager decoder-only LLM on an H100 host (16.7 us, shared TraceLens H100 Qwen1.5-0.5B trace,
+    ``python -m validation.e2e.host_cost``) less that host's launch call (4.6 us)."""
+    expert_gemm_host: Time = 33e-6
+    """Host time of each expert GEMM of a training grouped GEMM beyond the first, e.g. "33 us": Transformer
+    Engine's ``GroupedLinear`` (Megatron-Core's TEGroupedMLP) runs one cuBLASLt GEMM per local expert from a host
+    loop (descriptor set-up, algorithm heuristic, launch; ``multi_stream_cublas_gemm``), so a grouped GEMM over
+    ``e`` local experts costs the host ``e`` of them, forward, dgrad and wgrad. Default: TransformerEngine PR
+    #3134's measurement of that path on SM100, 0.267 ms for one grouped GEMM over 8 experts of 128 tokens
+    (2048 x 2048; a single-launch kernel does the math in 0.069 ms): 33 us per expert GEMM. "0 us" models a
+    single-launch grouped GEMM (CUTLASS / DeepGEMM)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -215,6 +226,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         launch = 5e-6
     opts = BuildOptions(precision=spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead), moe_host_sync=spec.moe_host_sync,
+                        expert_gemm_host=float(spec.expert_gemm_host),
                         gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
                         launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})

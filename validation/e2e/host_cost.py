@@ -1,0 +1,81 @@
+"""Host time per launched kernel of eager PyTorch, measured from the shared H100 traces.
+
+``python -m validation.e2e.host_cost [--json]`` reads the TraceLens H100 traces in
+``../shared/traces/tracelens-h100`` (Hugging Face models run eagerly on an H100 host, Kineto on)
+and prints, per trace, the median host time between consecutive kernel launch calls
+(``cudaLaunchKernel`` / ``cudaLaunchKernelExC`` / memcpy / memset runtime calls) outside host
+synchronizations, and the median launch call itself. The decoder-only LLM among them
+(Qwen1.5-0.5B) is what the synthetic step's default ``dispatch_overhead`` is taken from: its
+median interval minus the H100 host's launch call (``cosim/catalog/data/cpus.yaml``, 4.6 us).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from cosim.errors import CosimInputError
+
+LLM_TRACE = "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+"""The decoder-only transformer trace the synthetic default comes from."""
+
+
+def _is_launch(e: dict[str, Any]) -> bool:
+    n = str(e.get("name", ""))
+    return e.get("cat") == "cuda_runtime" and ("Launch" in n or "Memcpy" in n or "Memset" in n)
+
+
+def launch_intervals(path: Path) -> dict[str, float]:
+    """Median and mean host time between consecutive launch calls of ``path`` (intervals containing a
+    host synchronization left out), the median launch call, and the launch count (seconds, count)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
+    ev = doc["traceEvents"] if isinstance(doc, dict) else doc
+    xs = [e for e in ev if isinstance(e, dict) and e.get("ph") == "X"]
+    launches = sorted((e for e in xs if _is_launch(e)), key=lambda e: float(e["ts"]))
+    syncs = sorted(float(e["ts"]) for e in xs
+                   if e.get("cat") == "cuda_runtime" and "Synchronize" in str(e.get("name", "")))
+    if len(launches) < 3:
+        raise CosimInputError(f"{path}: fewer than 3 kernel launches")
+    gaps = [float(b["ts"]) - float(a["ts"]) for a, b in zip(launches, launches[1:])
+            if not any(float(a["ts"]) <= s <= float(b["ts"]) for s in syncs)]
+    return {"median_interval_s": statistics.median(gaps) * 1e-6, "mean_interval_s": statistics.mean(gaps) * 1e-6,
+            "median_launch_call_s": statistics.median(float(e["dur"]) for e in launches) * 1e-6,
+            "launches": float(len(launches))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cosim.resources import shared_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        root = shared_dir()
+        folder = None if root is None else Path(root) / "traces" / "tracelens-h100"
+        if folder is None or not folder.is_dir():
+            raise CosimInputError("../shared/traces/tracelens-h100: not found (the shared traces are needed)")
+        rows = {p.name: launch_intervals(p) for p in sorted(folder.glob("*.json.gz"))}
+    except CosimInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'trace':44s} {'launches':>8s} {'median interval us':>19s} {'mean us':>8s} {'launch call us':>15s}")
+    for name, r in rows.items():
+        print(f"{name:44s} {r['launches']:8.0f} {r['median_interval_s'] * 1e6:19.1f} {r['mean_interval_s'] * 1e6:8.1f}"
+              f" {r['median_launch_call_s'] * 1e6:15.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
