@@ -122,9 +122,11 @@ def test_tiny_step_round_trips_with_hand_worked_collectives(tiny) -> None:
                 assert n.duration_micros == (max(round(d * 1e6), 1) if d > 0 else 0)
     assert n_nodes == res.nodes
     # by hand: one MoE layer per rank, one micro-batch: dispatch + combine forward, their transposes backward,
-    # each T x top-k token rows of h bf16 values; one activation send forward (stage 0 -> 1) and one gradient
-    # send backward (1 -> 0) of T x h bf16 values per pipeline, 4 pipelines
-    assert per_type["ALL_TO_ALL"] == 8 * 4 and bytes_by["ALL_TO_ALL"] == 8 * 4 * T * k * h * act
+    # each T x top-k token rows of h bf16 values, and Megatron's routing-probabilities all-to-all (T x top-k fp32)
+    # forward and backward; one activation send forward (stage 0 -> 1) and one gradient send backward (1 -> 0) of
+    # T x h bf16 values per pipeline, 4 pipelines
+    a2a_bytes = 4 * T * k * h * act + 2 * T * k * 4
+    assert per_type["ALL_TO_ALL"] == 8 * 6 and bytes_by["ALL_TO_ALL"] == 8 * a2a_bytes
     assert len(sends) == len(recvs) == 8 and Counter(sends) == Counter(recvs)
     assert {s[3] for s in sends} == {T * h * act}
     assert {(s[0], s[1]) for s in sends} == {(p, p + 4) for p in range(4)} | {(p + 4, p) for p in range(4)}
@@ -138,7 +140,7 @@ def test_tiny_step_round_trips_with_hand_worked_collectives(tiny) -> None:
                 want[t] += 1
                 want_b[t] += int(rg.collectives.in_bytes[c])
     assert per_type == want and bytes_by == want_b
-    assert res.collectives["ALL_TO_ALL"] == {"count": 32, "bytes": float(32 * T * k * h * act)}
+    assert res.collectives["ALL_TO_ALL"] == {"count": 48, "bytes": float(8 * a2a_bytes)}
     # process groups: EP pairs, DP quads and EDP pairs of each stage
     import json
 
@@ -148,14 +150,19 @@ def test_tiny_step_round_trips_with_hand_worked_collectives(tiny) -> None:
 
 
 def test_host_sync_becomes_a_dependency(tiny) -> None:
-    """The host blocks after moe.permute (dropless MoE reads the token counts): the next op it launches on
-    another stream (the pipeline send) waits for the permute."""
+    """The host blocks on the token-count copies to the host (moe.splits_d2h: dropless MoE reads the all-to-all
+    splits there): the ops it launches next on other streams (the dispatch all-to-all, the pipeline send) wait
+    for the last of those copies, and the dispatch also for the permute (its data) and the counts' all-gather."""
     res, _ = tiny
     _, nodes = read_chakra(res.files()[0])
-    by_name = {n.name: n for n in nodes}
-    permute = by_name["moe.permute"].id
-    assert permute in by_name["pp.send_activation"].data_deps
-    assert by_name["moe.dispatch"].data_deps == [permute]
+    by_name = {n.name: n for n in nodes}  # a repeated name keeps its last node
+    copies = [n.id for n in nodes if n.name == "moe.splits_d2h"]
+    assert len(copies) == 4
+    last_copy = by_name["moe.splits_d2h"].id
+    assert last_copy == max(copies)
+    assert last_copy in by_name["pp.send_activation"].data_deps
+    assert sorted(by_name["moe.dispatch"].data_deps) == sorted(
+        [by_name["moe.counts_all_gather"].id, last_copy, by_name["moe.permute"].id])
 
 
 def test_folded_graph_and_corrupt_files_are_refused(tmp_path: Path) -> None:
