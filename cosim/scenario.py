@@ -655,7 +655,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
         tried.append(m)
         if found is not None:
             break
-        m2 = 2 * m
+        m2 = m + q  # a longer steady phase: the pipeline's fill may not have settled
         if m2 + q > m_full or (m_full - m2) % q:
             return None  # no probe short enough shows a period: the plain step
         m = m2

@@ -12,9 +12,9 @@ one period's events replicated ``K`` times.
 The period is not assumed, it is measured and checked: :func:`detect_period` compares, on every
 simulated rank, the GPU start and end of each steady-state schedule unit with those of the same
 unit ``pp`` micro-batches earlier, and accepts only when every shift equals the period within
-``tol`` (relative). The probe count is the smallest ``m`` whose steady phase holds two periods of
-such pairs on every stage (the first may be the pipeline's fill; the check needs one full period of
-equal shifts at the end); when the check fails, a longer probe is tried, and then the plain run
+``tol`` (relative). The probe count is the smallest ``m`` whose steady phase holds a period of
+such pairs on every stage (the check needs one full period of equal shifts at the end, after the
+pipeline's fill, a transient); when the check fails, a longer probe is tried, and then the plain run
 (``cosim.scenario`` does the fallback). DualPipe, launch jitter (random per launch) and steps too
 short to hold two periods are not coalesced.
 
@@ -90,7 +90,7 @@ def _pairs_per_stage(pp: int, vpp: int, m: int, extra_warmup: int, overlap: bool
 
 def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int = 0,
                        overlap: bool = False) -> int | None:
-    """The smallest micro-batch count whose steady phase holds two periods of unit pairs on every stage
+    """The smallest micro-batch count whose steady phase holds a period of unit pairs on every stage
     and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
     shorter than the step by at least one period."""
     step = pp if vpp > 1 else 1
@@ -99,7 +99,7 @@ def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int =
     while m + pp <= microbatches:
         if (microbatches - m) % pp == 0:
             n, per = _pairs_per_stage(pp, vpp, m, extra_warmup, overlap)
-            if n >= 2 * per:  # room for the pipeline's fill (a transient) and one full period after it
+            if n >= per:
                 return m
         m += step
     return None
@@ -224,13 +224,14 @@ def bubble_fraction(unit_spans: dict[int, list[tuple[int, int, bool]]], runs: li
         if run is None or not spans or cut is None:
             continue
         s, e = run.gpu_start, run.gpu_end
-        lo = cut - per.period_s
+        eps = 1e-6 * per.period_s  # unit starts one period apart agree far closer (TOL); gaps are wider
+        lo, hi = cut - per.period_s - eps, cut - eps
         idle = idle_p = 0.0
         for prev, (a, _, recv) in zip(spans, spans[1:]):
             if recv:
                 gap = max(0.0, float(s[a] - e[prev[1]]))
                 idle += gap
-                if lo <= float(s[a]) < cut:
+                if lo <= float(s[a]) < hi:
                     idle_p += gap
         window = float(e[spans[-1][1]] - s[spans[0][0]]) + per.extra_s
         if window > 0:
@@ -242,6 +243,7 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
     """One rank's events of the full step: those at or after the cut moved by the inserted time, those in
     the period before it repeated ``repeats`` times (ids made distinct), spans across the window stretched."""
     p_us = per.period_s * 1e6
+    cut_us -= 5e-4  # timestamps are rounded to 1 ns: the unit starting at the cut belongs after it
     lo = cut_us - p_us
     extra = per.repeats * p_us
     out: list[dict[str, Any]] = []
