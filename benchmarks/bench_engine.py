@@ -72,7 +72,7 @@ def bench(n: int, per_rank: float, pattern: str, seed: int, max_wall: float, tol
     import simpy
 
     from cosim.engine import NcclConfig, SimConfig, Simulator
-    from cosim.engine.fabric import FabricConfig
+    from cosim.engine.flows import FabricConfig
 
     t0 = time.perf_counter()
     topo = topology(n)

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _CHILD = r"""
 import json, resource, sys, time, io, contextlib
 sys.path.insert(0, {root!r})
-from cosim.engine import fabric as F
+from cosim.engine import flows as F
 fabs = []
 orig = F.Fabric.__init__
 def init(self, *a, **k):

@@ -418,6 +418,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
 
     ``cache`` reuses workloads loaded (and projected) by earlier runs in this process.
     """
+    from cosim.models.roofline import RooflineModel
     from cosim.replay import ReplayConfig, apply_sets, replay
     from cosim.workload import load_trace
     from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
@@ -457,7 +458,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
         src = graph
         graph = cache.get(("projected", wkey, topo.name, repr(sorted(cfg.catalog_overrides.items())),
                            repr(sorted(tsets.items())), cfg.accelerator, repr(pcfg)),
-                          lambda: project_onto(src, topo, cfg.accelerator, pcfg))
+                          lambda: project_onto(src, topo, cfg.accelerator, pcfg, kernel_model=RooflineModel))
         from dataclasses import replace
 
         cfg = replace(cfg, accelerator=None)
@@ -555,6 +556,7 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     the summary gains the figures of :func:`cosim.workload.synth.synthetic_figures`."""
     from dataclasses import replace as _replace
 
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import replay
     from cosim.replay.periodic import PeriodicResult
     from cosim.replay.periodic import bubble_fraction as periodic_bubble
@@ -569,7 +571,7 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     if coalesced is not None:
         syn, result, co_notes = coalesced
     else:
-        syn = synthesize(scn.workload.synthetic, topo, base)
+        syn = synthesize(scn.workload.synthetic, topo, base, kernel_timer=synthetic_kernel_timer)
         co_notes = []
         try:
             result = replay(syn.graph, topo, run_cfg)
@@ -632,6 +634,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     None (the caller runs the plain step) when no probe shows it."""
     from dataclasses import replace as _replace
 
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import replay
     from cosim.replay.periodic import Periodic, PeriodicResult, detect_period
     from cosim.workload.synth import synthesize
@@ -646,7 +649,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     probe, m_full, m, q = first
     tried = []
     while True:
-        syn = synthesize(probe, topo, base)
+        syn = synthesize(probe, topo, base, kernel_timer=synthetic_kernel_timer)
         try:
             result = replay(syn.graph, topo, run_cfg)
         except ValueError as exc:

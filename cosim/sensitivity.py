@@ -139,7 +139,7 @@ def run_sensitivity(scenario: str | Path | None, out: str | Path, *, params: lis
     (``nvlink4``, ``host.speed``); None takes every candidate.
     """
     from cosim.fileio import write_json
-    from cosim.report.sweep import write_tornado_report
+    from cosim.report.sweep_report import write_tornado_report
     from cosim.scenario import load_scenario
     from cosim.sweep.runner import run_points
 

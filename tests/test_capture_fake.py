@@ -17,6 +17,7 @@ from capture_checks import comm_events, parse_list, read_gz_json
 
 from cosim.capture.config import CaptureOptions, MoEModelConfig, load_model_config, parse_skew
 from cosim.errors import CosimInputError
+from cosim.models.roofline import RooflineModel
 from cosim.topology import load_topology
 from cosim.workload import load_trace
 from cosim.workload.graph import HostKind, OpClass, RankGraph
@@ -65,7 +66,8 @@ def _layer_forward_flops(rg: RankGraph, classes: set[OpClass] | None = None) -> 
 
 def _projected(folder: Path):
     topo = load_topology("dgx-h100")
-    return project_to_gpu(load_trace(folder), topo.accelerator("gpu0"), topo.cpu_spec("cpu0"), ProjectionConfig())
+    return project_to_gpu(load_trace(folder), topo.accelerator("gpu0"), topo.cpu_spec("cpu0"), ProjectionConfig(),
+                          kernel_model=RooflineModel)
 
 
 # (a) full size, no memory -------------------------------------------------------------------------

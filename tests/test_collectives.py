@@ -161,27 +161,6 @@ def test_rendezvous_starts_when_all_ranks_arrive():
     assert len({v[0] for v in ends.values()}) == 1
 
 
-def test_comm_kernel_on_stream_holds_sms():
-    sim = sim_for(2)
-    cfg_sms = sim.config.gpu.comm_sms
-    t0, t1 = sim.thread("r0", gpu="gpu0"), sim.thread("r1", gpu="gpu1")
-    call = sim.collective_call("c", "all_reduce", ["gpu0", "gpu1"], 2**24, algo="ring", proto="simple")
-    seen = []
-
-    def r(t, g):
-        s = sim.gpu(g).stream(0)
-        ev = yield t.launch_comm(s, call, g)
-        res = yield ev
-        seen.append(res.time)
-
-    sim.env.process(r(t0, "gpu0"))
-    sim.env.process(r(t1, "gpu1"))
-    sim.run(until=20 * US)
-    assert sim.gpu("gpu0")._comm_active == 1 and cfg_sms > 0
-    sim.run()
-    assert len(seen) == 2 and sim.gpu("gpu0")._comm_active == 0
-
-
 def test_collectives_deterministic():
     def once():
         g = cluster(2, 4, nvlink_bw=B, nic_bw=25e9)
@@ -517,3 +496,31 @@ def test_nvls_tree_across_nodes() -> None:
     assert ev.value.algo == "nvls_tree"
     with pytest.raises(ValueError, match="use nvls_tree"):
         sim.collective("all_reduce", ranks, 2**20, algo="nvls")
+
+
+def test_cli_collective_comm_sms_caps_the_channels(capsys):
+    """``cosim collective --comm-sms N``: NCCL runs one thread block (one SM) per channel, so N SMs run N
+    channels of at most 60 GB/s each (Hopper, inside a node, NCCL's constants). A 1 GiB ring all-reduce on a
+    DGX H100 moves 2 (n-1)/n S per rank: with 1 SM it takes latency + 2 * 7/8 * S / 60 GB/s, with 2 SMs half
+    that transfer time (same latency); with 16 SMs (the parameters' 16 channels) it is the default run, whose
+    limit is NVLink, not the channels."""
+    pytest.importorskip("cosim.topology")
+    import json as _json
+
+    from cosim.cli import main
+
+    def t(*extra: str) -> float:
+        assert main(["collective", "-t", "dgx-h100", "--sizes", "1GiB", "--algo", "ring", "--proto", "simple",
+                     "--no-calibration", "--json", *extra]) == 0
+        return _json.loads(capsys.readouterr().out)["results"][0]["time_s"]
+
+    S = 2.0**30
+    one, two, sixteen, default = t("--comm-sms", "1"), t("--comm-sms", "2"), t("--comm-sms", "16"), t()
+    wire = 2 * 7 / 8 * S / 60e9
+    assert one - two == pytest.approx(wire / 2, rel=1e-9)
+    assert sixteen == pytest.approx(default, rel=1e-12)
+    assert default - (one - wire) > wire / 16  # 16 channels would allow more than NVLink gives
+    assert main(["collective", "-t", "dgx-h100", "--sizes", "1MiB", "--comm-sms", "4", "--channels", "8"]) == 2
+    assert "needs 8 SMs" in capsys.readouterr().err
+    assert main(["collective", "-t", "dgx-h100", "--sizes", "1MiB", "--comm-sms", "0"]) == 2
+    assert "--comm-sms must be >= 1" in capsys.readouterr().err

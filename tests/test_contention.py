@@ -165,27 +165,48 @@ def comm_trace(tmp_path: Path) -> Path:
     ])
 
 
-def test_comm_sms_slow_the_overlapping_compute(tmp_path: Path) -> None:
-    """H100: S = 132 SMs; traced c0 = 16 (the NCCL kernel's grid). With c1 = 32 the overlapping kernel takes
-    200 ((1 - 0.5) + 0.5 (132 - 16) / (132 - 32)) = 216 us; with c1 = 16 nothing moves; kernels that
-    overlapped nothing keep their time."""
+def test_comm_sms_slow_the_compute_they_overlap_in_the_simulation(tmp_path: Path) -> None:
+    """H100: S = 132 SMs; traced c0 = 16 (the NCCL kernel's grid), h_c = 0.1 of HBM. The elementwise kernel
+    (memory-bound, h_k = 1) overlapped the NCCL kernel for f = 0.5 of its 200 us in the trace, at
+    rate0 = min((132 - 16) / 132, 1 / (1 + 0.1)) = 116 / 132: its standalone work is
+    w = 200 (0.5 + 0.5 * 116 / 132) = 200 * 124 / 132 us.
+    c1 = 32: in the simulation the NCCL kernel runs [95, 295], the elementwise kernel starts at 195 and runs
+    at 100 / 132 until 295 (it does 100 * 100 / 132 us of work), then at 1: it ends at
+    295 + (200 * 124 - 100 * 100) / 132. c1 = 16 (as traced): nothing moves. Kernels that overlap nothing keep
+    their time."""
     p = comm_trace(tmp_path)
     base = gpu_times(replay(p, "dgx-h100", EXACT))
     assert base == [(95, 295), (195, 395), (605, 705), (805, 905)]
     t = gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "32"})))
-    assert t == [(95, 295), (195, 195 + 216), (605, 705), (805, 905)]
+    assert t == [(95, 295), (195, round(295 + (200 * 124 - 100 * 100) / 132, 6)), (605, 705), (805, 905)]
     assert gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "16"}))) == base
     with pytest.raises(CosimInputError, match="only 132 SMs"):
         replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.comm_sms": "132"}))
 
 
-def test_hbm_bandwidth_scales_memory_bound_kernels(tmp_path: Path) -> None:
-    """Half the H100's HBM bandwidth: memory-bound kernels (elementwise) take 2x, the GEMM keeps its time."""
+def test_comm_sms_use_the_simulated_overlap_not_the_traced_one(tmp_path: Path) -> None:
+    """The same trace with communication kernels twice as long (gpu.scale.collective = 2): the NCCL kernel runs
+    [95, 495] in the simulation, so the elementwise kernel now overlaps it all along (in the trace: half):
+    with c1 = 32 it takes w / (100 / 132) = 200 * 124 / 100 = 248 us. Without the SM what-if it keeps its
+    measured 200 us (the law is off)."""
+    p = comm_trace(tmp_path)
+    slow = apply_sets(EXACT, {"gpu.scale.collective": "2"})
+    assert gpu_times(replay(p, "dgx-h100", slow))[:2] == [(95, 495), (195, 395)]
+    t = gpu_times(replay(p, "dgx-h100", apply_sets(slow, {"gpu.comm_sms": "32"})))
+    assert t[:2] == [(95, 495), (195, 195 + 248)]
+
+
+def test_hbm_bandwidth_scales_memory_bound_kernels_and_their_share(tmp_path: Path) -> None:
+    """Half the H100's HBM bandwidth (B0 / B = 2): memory-bound kernels (elementwise) take 2x standalone, the
+    GEMM keeps its time. The elementwise kernel that overlaps the NCCL kernel: standalone work
+    w = 2 * 200 * 124 / 132 (as above, doubled); the NCCL kernel now needs h_c = 0.1 * 2 of HBM, so over
+    [195, 295] the kernel runs at min(116 / 132, 1 / 1.2) = 1 / 1.2 and does 100 / 1.2 us of work, then at 1:
+    it ends at 295 + w - 100 / 1.2; the next elementwise kernel (ready 605) takes 200 us."""
     hbm = load_catalog().accelerator("h100-sxm5").hbm_bandwidth
     cfg = apply_sets(EXACT, {"accelerators.h100-sxm5.hbm_bandwidth": f"{hbm / 2 / 1e12} TB/s"})
     t = gpu_times(replay(comm_trace(tmp_path), "dgx-h100", cfg))
-    # the GEMM (ready at 805) starts right at the end of the slowed elementwise kernel b before it (805)
-    assert t == [(95, 295), (195, 595), (605, 805), (805, 905)]
+    end = round(295 + 2 * 200 * 124 / 132 - 100 / 1.2, 6)
+    assert t == [(95, 295), (195, end), (605, 805), (805, 905)]
 
 
 def test_block_dispatcher_holds_other_streams_until_the_last_wave(tmp_path: Path) -> None:
@@ -297,3 +318,24 @@ def test_a_long_copy_call_runs_its_copy_during_the_call(tmp_path: Path) -> None:
     ev[4] = _host("cuda_runtime", "cudaLaunchKernel", 50, 1000, correlation=3)
     ev[5] = kernel("void k3", 1053, 990, 3)
     assert gpu_times(replay(write(tmp_path / "k.json", ev), "dgx-h100", EXACT))[2] == (1053, 2043)
+
+
+def test_copy_engines_from_the_catalog_and_one_vs_two_on_h2d_plus_d2h(tmp_path: Path) -> None:
+    """The catalog gives the H100 3 copy engines (asyncEngineCount). An 8 MiB H2D copy of 400 us ready at 40 and
+    an 8 MiB D2H copy of 400 us ready at 41 (d - o = 395 us each, o = 5 us the rank's shortest copy of each
+    direction): with 2 engines they overlap and each keeps its measured time (each direction has its own link:
+    no sharing); with 1 engine the D2H copy waits for the H2D one (ends at 440) and runs 440-840."""
+    assert load_catalog().accelerator("h100-sxm5").copy_engines == 3
+    p = write(tmp_path / "hd.json", [
+        launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+        launch(25, 4, "cudaMemcpyAsync"), copy(30, 5, 4, 4096, stream=8, kind="DtoH"),
+        launch(35, 2, "cudaMemcpyAsync"), copy(40, 400, 2, MIB8, stream=7),
+        launch(36, 3, "cudaMemcpyAsync"), copy(41, 400, 3, MIB8, stream=8, kind="DtoH"),
+    ])
+    assert gpu_times(replay(p, "dgx-h100", EXACT))[2:] == [(40, 440), (41, 441)]
+    two = apply_sets(EXACT, {"gpu.copy_engines": "2"})
+    assert gpu_times(replay(p, "dgx-h100", two))[2:] == [(40, 440), (41, 441)]
+    one = apply_sets(EXACT, {"accelerators.h100-sxm5.copy_engines": "1"})
+    assert gpu_times(replay(p, "dgx-h100", one))[2:] == [(40, 440), (440, 840)]
+    assert gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.copy_engines": "1"})))[2:] == [(40, 440),
+                                                                                                   (440, 840)]

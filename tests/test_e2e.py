@@ -21,6 +21,7 @@ def dgx() -> object:
 
 
 def test_dropless_moe_forward_syncs_the_host_after_each_permutation(dgx: object) -> None:
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.workload.graph import EdgeKind, HostKind
     from cosim.workload.synth import SyntheticSpec, synthesize
@@ -28,7 +29,7 @@ def test_dropless_moe_forward_syncs_the_host_after_each_permutation(dgx: object)
     def build(recompute: str) -> object:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8, "recompute": recompute},
                                              "batch": {"global": 16, "micro": 1, "seq": 256}})
-        return synthesize(spec, dgx)
+        return synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer)
 
     syn = build("none")
     rg = syn.graph.ranks[0]
@@ -56,13 +57,14 @@ def test_dropless_moe_forward_syncs_the_host_after_each_permutation(dgx: object)
 
 
 def test_the_host_sync_costs_a_sync_and_a_launch_latency_per_moe_layer_when_gpu_bound(dgx: object) -> None:
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.workload.synth import SyntheticSpec, synthesize
 
     def step(sync: bool) -> float:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "moe_host_sync": sync,
                                              "batch": {"global": 16, "micro": 1, "seq": 4096}})
-        return replay(synthesize(spec, dgx).graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
+        return replay(synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph, dgx, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
 
     # GPU-bound (seq 4096): without the sync the host has launched the dispatch long before the permutation ends;
     # with it, each of the 8 forward MoE layers waits the sync's return (3 us) and the dispatch's launch latency
@@ -115,6 +117,7 @@ def test_runner_rows_it_cannot_run_and_bad_input(tmp_path: Path) -> None:
 
 def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     from cosim.errors import CosimInputError
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.scenario import build_topology
     from cosim.workload.synth import SyntheticSpec, synthesize
@@ -135,7 +138,7 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     def run(overlap: bool) -> dict:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 16, "a2a_overlap": overlap},
                                              "batch": {"global": 64, "micro": 1, "seq": 4096}})
-        return replay(synthesize(spec, topo).graph, topo, ReplayConfig(collectives="simulated")).summary()
+        return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()
 
     plain, over = run(False), run(True)
     assert over["breakdown"]["compute"] == pytest.approx(plain["breakdown"]["compute"], rel=1e-9)  # same kernels
@@ -143,7 +146,9 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     assert over["step_time_s"] < plain["step_time_s"]
     with pytest.raises(CosimInputError, match="a2a_overlap: the EP all-to-all overlap with a pipeline needs at least"):
         synthesize(SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 4, "pp": 2, "vpp": 2,
-                                                 "a2a_overlap": True}, "batch": {"global": 16, "seq": 256}}), topo)
+                                                 "a2a_overlap": True}, "batch": {"global": 16, "seq": 256}}), topo,
+                   kernel_timer=synthetic_kernel_timer)
     with pytest.raises(CosimInputError, match="a2a_overlap: needs ep > 1, vpp > 1 when pp > 1"):
         synthesize(SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8, "pp": 2,
-                                                 "a2a_overlap": True}, "batch": {"global": 64, "seq": 256}}), topo)
+                                                 "a2a_overlap": True}, "batch": {"global": 64, "seq": 256}}), topo,
+                   kernel_timer=synthetic_kernel_timer)

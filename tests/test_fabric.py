@@ -9,7 +9,7 @@ import networkx as nx
 import pytest
 import simpy
 
-from cosim.engine.fabric import Fabric, FabricConfig
+from cosim.engine.flows import Fabric, FabricConfig
 from cosim.engine.topoview import add_link
 
 GB = 1e9

@@ -55,7 +55,7 @@ def _links(s: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 def _no_attribution(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replay with the link attribution switched off (no fabric recorder, no link usage)."""
     monkeypatch.setattr(api, "record_fabric", lambda fabric, usage: lambda: None)
-    monkeypatch.setattr(api, "_link_usage", lambda *a, **k: (None, {}))
+    monkeypatch.setattr(api, "replay_link_usage", lambda *a, **k: (None, {}))
 
 
 def _times(res: Any) -> list[tuple[np.ndarray, ...]]:

@@ -31,6 +31,7 @@ import pytest
 
 from cosim.catalog import load_catalog
 from cosim.errors import CosimInputError
+from cosim.output import write_result
 from cosim.replay import SUMMARY_SCHEMA, ReplayConfig, ReplayResult, apply_sets, parse_sets, replay
 from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED
 from cosim.replay.summary import BREAKDOWN_KEYS
@@ -570,8 +571,8 @@ def test_deterministic(cache: _Cache, tmp_path: Path) -> None:
     a, b = replay(g), replay(g)
     sa, sb = a.summary(), b.summary()
     assert {k: v for k, v in sa.items() if k not in _WALL} == {k: v for k, v in sb.items() if k not in _WALL}
-    a.write(tmp_path / "a")
-    b.write(tmp_path / "b")
+    write_result(a, tmp_path / "a")
+    write_result(b, tmp_path / "b")
     assert (tmp_path / "a/timeline.json.gz").read_bytes() == (tmp_path / "b/timeline.json.gz").read_bytes()
     for r in range(8):
         assert (tmp_path / f"a/timeline/rank{r}.json.gz").read_bytes() == \
@@ -622,7 +623,7 @@ def _check_kineto_layout(doc: dict[str, Any], rg: Any) -> None:
 
 def test_outputs_single_rank(cache: _Cache, tmp_path: Path) -> None:
     res = cache.identity(QWEN)
-    paths = res.write(tmp_path / "out")
+    paths = write_result(res, tmp_path / "out")
     s = json.loads(paths["summary"].read_text())
     _check_summary(s)
     assert s == json.loads(json.dumps(res.summary()))
@@ -636,7 +637,7 @@ def test_outputs_single_rank(cache: _Cache, tmp_path: Path) -> None:
 
 def test_outputs_multi_rank(cache: _Cache, tmp_path: Path) -> None:
     res = cache.identity(DLRM)
-    res.write(tmp_path / "out")
+    write_result(res, tmp_path / "out")
     _check_summary(json.loads((tmp_path / "out/summary.json").read_text()))
     merged = json.loads(gzip.decompress((tmp_path / "out/timeline.json.gz").read_bytes()))
     names = {e["args"]["name"] for e in merged["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
@@ -663,7 +664,7 @@ def test_hta_reads_simulated_rank_folder(cache: _Cache, tmp_path: Path) -> None:
     from hta.trace_analysis import TraceAnalysis
 
     res = cache.identity(DLRM)
-    res.write(tmp_path / "out")
+    write_result(res, tmp_path / "out")
     logging.disable(logging.WARNING)
     try:
         ta = TraceAnalysis(trace_dir=str(tmp_path / "out/timeline"))

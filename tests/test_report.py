@@ -246,7 +246,7 @@ def test_report_bad_dir_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_sweep_report_pareto() -> None:
-    from cosim.report.sweep import numeric_value, pareto_front
+    from cosim.report.sweep_report import numeric_value, pareto_front
 
     assert pareto_front([1, 2, 3, 2], [5, 3, 4, 6]) == [0, 1]
     assert numeric_value("25 GB/s") == 25e9 and numeric_value("off") is None and numeric_value("2") == 2.0
@@ -264,7 +264,7 @@ def test_hardware_values_have_units() -> None:
 
 
 def test_sweep_report_figures(tmp_path: Path) -> None:
-    from cosim.report.sweep import write_sweep_report
+    from cosim.report.sweep_report import write_sweep_report
 
     rows = []
     for i, (bw, hs) in enumerate((a, b) for a in ("25 GB/s", "50 GB/s") for b in ("1", "2")):

@@ -162,7 +162,7 @@ def test_run_report_rendered(runs: Path, tmp_path: Path) -> None:
 
 
 def test_sweep_report_rendered_noise_is_no_effect(tmp_path: Path) -> None:
-    from cosim.report.sweep import write_sweep_report
+    from cosim.report.sweep_report import write_sweep_report
 
     # a host-speed axis that dominates and an NVLink axis whose effect is 0.03% (as issue 13 saw)
     rows = []
@@ -191,7 +191,7 @@ def test_sweep_report_rendered_noise_is_no_effect(tmp_path: Path) -> None:
 
 
 def test_tornado_rendered(tmp_path: Path) -> None:
-    from cosim.report.sweep import write_tornado_report
+    from cosim.report.sweep_report import write_tornado_report
 
     def row(key: str, label: str, kind: str, up: float, dn: float) -> dict[str, Any]:
         better, worse = (up, dn) if kind != "time" else (dn, up)

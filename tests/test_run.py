@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cosim.errors import CosimInputError
+from cosim.models.roofline import RooflineModel
 from cosim.replay.summary import BREAKDOWN_KEYS
 from cosim.scenario import DEFAULT_SCENARIO, list_scenarios, load_scenario, run_scenario
 from cosim.topology import load_topology
@@ -76,7 +77,7 @@ def test_projection_maps_ops_to_kernels() -> None:
 
     g = load_trace(bundled_dir("workloads") / "moe-ep4-cpu")
     topo = load_topology("dgx-h100")
-    pg = project_to_gpu(g, topo.accelerator("gpu0"), topo.cpu_spec("cpu0"), ProjectionConfig())
+    pg = project_to_gpu(g, topo.accelerator("gpu0"), topo.cpu_spec("cpu0"), ProjectionConfig(), kernel_model=RooflineModel)
     for src, rg in zip(g.ranks, pg.ranks):
         G, H = rg.gpu_ops, rg.host_ops
         assert len(G) > 0 and len(src.gpu_ops) == 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cosim.engine import SimConfig, Simulator
-from cosim.engine.fabric import Fabric, FabricConfig
+from cosim.engine.flows import Fabric, FabricConfig
 
 
 def _overlap(coalesce: bool, topo: object, at: float, algo: str = "auto") -> tuple[list[float], object]:
@@ -112,6 +112,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
                                                       routing: str, gbs: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import yaml
 
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.workload.synth import SyntheticSpec, synthesize
 
@@ -121,7 +122,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
                                              batch={"global": gbs, "micro": 1, "seq": 64}, precision="bf16"))
     topo = cluster64
     assert len(topo.gpus) == 64
-    syn = synthesize(spec, topo)
+    syn = synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
     cfg = ReplayConfig(collectives="simulated")
     co = replay(syn.graph, topo, cfg).summary()["step_time_s"]
     monkeypatch.setattr(Fabric, "links_idle", lambda self, links: False)  # plain: every collective solved
@@ -130,7 +131,7 @@ def test_synthetic_64_gpu_step_coalesced_equals_plain(tmp_path: Path, cluster64:
 
 
 def test_fold_replicas_partition_a_stage() -> None:
-    from cosim.replay.api import _fold_replicas
+    from cosim.replay.collective_map import fold_replicas as _fold_replicas
 
     assert _fold_replicas([0, 2, 4, 6], 8) == [[1, 3, 5, 7]]  # DP group of tp position 0 (tp 2)
     assert _fold_replicas([8, 9], 8) == [[10, 11], [12, 13], [14, 15]]  # TP groups of stage 1
@@ -145,7 +146,8 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
     collective also runs its stage's equivalent groups; without them it is 23% fast."""
     import yaml
 
-    import cosim.replay.api as api
+    import cosim.replay.collective_map as cmap
+    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.scenario import build_topology
     from cosim.workload.synth import SyntheticSpec, synthesize
@@ -159,13 +161,13 @@ def test_folded_step_carries_the_other_groups_traffic(tmp_path: Path, monkeypatc
     def step(fold: bool) -> float:
         spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(tp=2, pp=2, ep=16), fold=fold,
                                                  batch={"global": 64, "micro": 1, "seq": 1024}, precision="bf16"))
-        return replay(synthesize(spec, topo).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
+        return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()["step_time_s"]
 
-    assert api._fabric_blocks(topo.graph)
-    assert not api._fabric_blocks(build_topology("dgx-h100", None, nodes=8).graph)  # non-blocking: no replicas
+    assert cmap.fabric_blocks(topo.graph)
+    assert not cmap.fabric_blocks(build_topology("dgx-h100", None, nodes=8).graph)  # non-blocking: no replicas
     full, folded = step(False), step(True)
     assert folded == pytest.approx(full, rel=5e-3)
-    monkeypatch.setattr(api, "_fold_replicas", lambda members, stage: [])
+    monkeypatch.setattr(cmap, "fold_replicas", lambda members, stage: [])
     assert step(True) < 0.9 * full
 
 

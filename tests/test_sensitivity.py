@@ -23,7 +23,7 @@ def test_host_bound_capture_ranks_host_first(tmp_path: Path) -> None:
     top = d["parameters"][0]
     assert top["up_pct"] < -5 and top["down_pct"] > 5  # faster host: shorter step
     assert top["better_pct"] == top["up_pct"] and not top["no_effect"]
-    from cosim.report.sweep import tornado_headline
+    from cosim.report.sweep_report import tornado_headline
 
     assert f"host time / speed): 20% better -> step {top['up_pct']:+.1f}%" in tornado_headline(d)
     lo = d["parameters"][1]

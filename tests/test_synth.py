@@ -11,6 +11,7 @@ import pytest
 
 from cosim.capture.config import MoEModelConfig, load_model_config
 from cosim.errors import CosimInputError
+from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType, OpClass
 from cosim.workload.synth import ParallelLayout, SyntheticSpec, layer_forward_flops, synthesize, synthetic_figures
 from cosim.workload.synth.costs import layer_ops
@@ -141,7 +142,7 @@ def _synth(tmp_path: Path, topo: object, card: dict | None = None, **kw: object)
 
     f = tmp_path / "tiny2.yaml"
     f.write_text(yaml.safe_dump(card or TINY))
-    return synthesize(_spec(model=str(f), **kw), topo)
+    return synthesize(_spec(model=str(f), **kw), topo, kernel_timer=synthetic_kernel_timer)
 
 
 def test_every_collective_of_a_2_layer_ep4_pp2_step_by_hand(tmp_path: Path, dgx: object) -> None:
@@ -252,7 +253,7 @@ def test_memory_and_oom(tmp_path: Path, dgx: object) -> None:
     spec = SyntheticSpec.model_validate(dict(model="qwen3-30b-a3b", layout=dict(ep=8),
                                              batch={"global": 8, "micro": 1, "seq": 4096}))
     with pytest.raises(CosimInputError, match=r"out of memory: stage 0 needs .* GiB .* allow_oom"):
-        synthesize(spec, dgx)
+        synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer)
     syn = _synth(tmp_path, dgx)
     m0 = syn.memory[0]
     # stage 0 (embedding + layer 0): bf16 weights, fp32 grads, Adam state over 4 DP replicas (experts: 1 replica)
@@ -391,10 +392,9 @@ def test_routing_from_a_capture_and_from_a_file(tmp_path: Path) -> None:
 
 def test_calibrate_from_a_measured_multi_rank_trace(tmp_path: Path) -> None:
     from cosim.models.predict import predict_features
+    from cosim.models.synth_timing import KernelTimer, calibrated_profile
     from cosim.resources import shared_dir
     from cosim.topology import load_topology
-    from cosim.workload.synth.spec import calibrated_profile
-    from cosim.workload.synth.timing import KernelTimer
 
     shared = shared_dir()
     trace = shared / "traces/param-dlrm-v100x8/kineto" if shared else None

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from cosim.errors import CosimInputError
+from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType
 from cosim.workload.synth import SyntheticSpec, synthesize, synthetic_figures
 from cosim.workload.synth.costs import Shard, kv_cache_bytes_per_token, layer_ops
@@ -38,7 +39,7 @@ def two_nodes() -> object:
 def _synth(tmp_path: Path, topo: object, card: dict | None = None, **kw: object) -> object:
     f = tmp_path / "card.yaml"
     f.write_text(yaml.safe_dump(card or TINY))
-    return synthesize(SyntheticSpec.model_validate({"model": str(f), **kw}), topo)
+    return synthesize(SyntheticSpec.model_validate({"model": str(f), **kw}), topo, kernel_timer=synthetic_kernel_timer)
 
 
 def _a2a(syn: object) -> list[tuple[str, float]]:

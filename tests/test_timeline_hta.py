@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cosim.output import write_result
 from cosim.output.timeline import NCCL_KERNEL_RE, nccl_kernel_name, nccl_type
 from cosim.replay.program import is_comm
 from cosim.replay.summary import breakdown, merge_intervals
@@ -60,7 +61,7 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
 
     res = replay(str(DLRM), None, ReplayConfig(collectives="simulated"))
     out = tmp_path_factory.mktemp("dlrm")
-    res.write(out)
+    write_result(res, out)
     return res, out
 
 
@@ -70,7 +71,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
 
     _, res = run_scenario(load_scenario("moe-ep4-dgx-h100"))
     out = tmp_path_factory.mktemp("run")
-    res.write(out)
+    write_result(res, out)
     return res, out
 
 

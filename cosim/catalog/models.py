@@ -190,6 +190,9 @@ class Accelerator(Sourced):
     """Device memory bandwidth (bytes/s)."""
     sm_count: int = Field(gt=0)
     """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
+    copy_engines: int | None = Field(default=None, ge=1)
+    """Asynchronous copy engines (CUDA ``cudaDeviceProp.asyncEngineCount``): host <-> device copies that can run
+    at once; None: unknown (replay assumes 2, one per direction)."""
     l2_size: Size
     """Last-level on-chip cache (bytes): L2, or AMD Infinity Cache where larger."""
     clock: Frequency

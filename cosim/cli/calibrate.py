@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
             raise CosimInputError("--device cuda: no CUDA device is available (use --device cpu)")
     cfg = MicrobenchConfig(device=args.device, quick=args.quick)
     db, prov = run_microbench(cfg)
-    from cosim.replay.hardware import guess_accelerator
+    from cosim.catalog.scaling import guess_accelerator
 
     acc = args.accelerator or (guess_accelerator(prov["gpu"]) if args.device == "cuda" else "custom")
     if acc is None:

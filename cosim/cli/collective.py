@@ -43,8 +43,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--channels", type=int, default=None, help="NCCL channels (default from parameters): each carries at most NCCL's fastest planned channel "
                         "speed (Hopper 60 GB/s in a node), so few channels cap the bandwidth")
     p.add_argument("--comm-sms", type=int, default=None,
-                   help="SMs a communication kernel occupies (they slow compute kernels running beside it; "
-                        "a lone collective's time does not depend on them)")
+                   help="SMs the communication kernel may use: NCCL runs one thread block (one SM) per channel, "
+                        "so N SMs run at most N channels, each carrying at most NCCL's fastest planned channel "
+                        "(default: the parameters' channel count)")
     p.add_argument("--no-calibration", action="store_true", help="use NCCL's default constants only")
     g = p.add_argument_group("DeepEP (--op deepep_dispatch / deepep_combine)")
     g.add_argument("--tokens", default="4096", help="tokens per rank, comma list (default 4096)")
@@ -89,16 +90,27 @@ def pick_ranks(topo: Any, n: int | None, per_node: int | None) -> list[str]:
     return gpus[:n]
 
 
+def channels_for(channels: int | None, comm_sms: int | None) -> int | None:
+    """Channels of a collective whose kernel may use ``comm_sms`` SMs: NCCL launches one thread block per
+    channel, each on its own SM, so at most ``comm_sms`` channels (None: ``channels``, or the parameters')."""
+    if comm_sms is None:
+        return channels
+    if channels is not None and channels > comm_sms:
+        raise CosimInputError(f"--channels {channels} needs {channels} SMs (one thread block per channel), "
+                              f"more than --comm-sms {comm_sms}")
+    return channels if channels is not None else comm_sms
+
+
 def sweep(topo: Any, op: str, ranks: list[str], sizes: list[float], *, algo: str = "auto", proto: str = "auto",
           channels: int | None = None, comm_sms: int | None = None, calibration: bool = True,
           progress: bool = False) -> list[dict[str, Any]]:
-    """Simulate ``op`` once per size; return nccl-tests-like rows."""
+    """Simulate ``op`` once per size; return nccl-tests-like rows. ``comm_sms``: SMs the communication kernel
+    may use; one channel per SM, so it caps the channels (:func:`channels_for`)."""
     from cosim.engine import NcclConfig, SimConfig, Simulator
-    from cosim.engine.config import GpuConfig
 
-    gcfg = GpuConfig(comm_sms=comm_sms) if comm_sms is not None else GpuConfig()
+    channels = channels_for(channels, comm_sms)
     cfg = SimConfig(nccl=NcclConfig(algo=algo, proto=proto, channels=channels, use_calibration=calibration),
-                    gpu=gcfg, record_trace=False)
+                    record_trace=False)
     sim = Simulator(topo, cfg)
     rows = []
     it: Any = sizes
@@ -184,8 +196,8 @@ def handler(args: argparse.Namespace) -> int:
                               "algorithm choice for it); leave --algo auto")
     if args.channels is not None and args.channels < 1:
         raise CosimInputError("--channels must be >= 1")
-    if args.comm_sms is not None and args.comm_sms < 0:
-        raise CosimInputError("--comm-sms must be >= 0")
+    if args.comm_sms is not None and args.comm_sms < 1:
+        raise CosimInputError("--comm-sms must be >= 1 (NCCL runs each channel on one SM)")
     topo = _load(args.topology)
     ranks = pick_ranks(topo, args.ranks, args.ranks_per_node)
     sms = getattr(topo.accelerator(ranks[0]), "sm_count", None) if hasattr(topo, "accelerator") else None

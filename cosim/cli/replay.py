@@ -127,10 +127,11 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
            extra: dict | None = None) -> int:
     """Write outputs and print the summary (table, or JSON with --json, with the keys of ``extra`` added); with
     ``baseline`` (an earlier run's summary) also how the step changed against it (``vs_baseline`` in the JSON)."""
+    from cosim.output import write_result
     from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
 
-    paths = result.write(out, timeline=not args.no_timeline)
+    paths = write_result(result, out, timeline=not args.no_timeline)
     paths["report"] = write_run_report(result, out / "report.html")
     summary = result.summary()
     if args.json:

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(data)
         return 0
     from cosim.replay.summary import bound_label
-    from cosim.report.sweep import tornado_headline
+    from cosim.report.sweep_report import tornado_headline
 
     print(f"{data['scenario']}: baseline step {fmt_time(data['baseline_step_time_s'])} "
           f"({bound_label(data['baseline_bound'])}), each parameter +/-{delta * 100:g}%")

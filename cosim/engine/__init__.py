@@ -1,5 +1,5 @@
-"""Simulation core: flow-level fabric, host threads, GPUs, NICs and collectives
-on one simpy environment. See docs/ENGINE.md for the models and their limits.
+"""Simulation core: flow-level fabric, NICs and collectives on one simpy environment;
+replay (cosim.replay) runs host threads, kernels and copies on it. See docs/ENGINE.md for the models and their limits.
 
 Public API::
 
@@ -12,8 +12,8 @@ Public API::
 from __future__ import annotations
 
 from cosim.engine.collectives import CollectiveCall, CollectiveResult
-from cosim.engine.config import FabricConfig, GpuConfig, HostConfig, NcclConfig, NicConfig, SimConfig
-from cosim.engine.fabric import Fabric, LinkStats
+from cosim.engine.config import FabricConfig, GpuConfig, NcclConfig, NicConfig, SimConfig
+from cosim.engine.flows import Fabric, LinkStats
 from cosim.engine.nccl import BUSBW_FACTOR, NcclParams, load_params
 from cosim.engine.simulator import Simulator, TraceEvent
 from cosim.engine.topoview import GraphTopology
@@ -26,7 +26,6 @@ __all__ = [
     "FabricConfig",
     "GpuConfig",
     "GraphTopology",
-    "HostConfig",
     "LinkStats",
     "NcclConfig",
     "NcclParams",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from cosim.engine.fabric import FabricConfig
+from cosim.engine.flows import FabricConfig
 
-__all__ = ["FabricConfig", "GpuConfig", "HostConfig", "NcclConfig", "NicConfig", "SimConfig"]
+__all__ = ["FabricConfig", "GpuConfig", "NcclConfig", "NicConfig", "SimConfig"]
 
 ALGOS = ("auto", "ring", "tree", "nvls", "nvls_tree", "hier")
 PROTOS = ("auto", "ll", "ll128", "simple")
@@ -20,75 +20,21 @@ def _pos(name: str, v: float, allow_zero: bool = True) -> None:
 
 
 @dataclass
-class HostConfig:
-    """Host CPU model: launch costs and thread scheduling."""
-
-    launch_overhead: float | None = None
-    """CPU seconds one kernel launch costs the launching thread; None: the
-    topology's CPU spec (``CPU.launch_overhead``), else ``default_launch_overhead``."""
-    launch_latency: float | None = None
-    """Seconds from the start of a launch call to the earliest kernel start;
-    None: the CPU spec's ``launch_latency``, else ``default_launch_latency``."""
-    default_launch_overhead: float = 4e-6
-    """Fallback launch CPU cost (s) when no CPU spec is known."""
-    default_launch_latency: float = 6e-6
-    """Fallback launch-to-start latency (s) when no CPU spec is known."""
-    launch_overhead_scale: float = 1.0
-    """Multiplies every launch overhead (what-if: a faster or slower CPU)."""
-    cpu_op_scale: float = 1.0
-    """Multiplies every CPU op's duration (what-if: a faster or slower CPU)."""
-    cores_per_socket: int | None = None
-    """Cores available to host threads per socket; None: the CPU spec, else unlimited."""
-
-    def __post_init__(self) -> None:
-        for n in ("launch_overhead", "launch_latency"):
-            v = getattr(self, n)
-            if v is not None:
-                _pos(n, v)
-        _pos("default_launch_overhead", self.default_launch_overhead)
-        _pos("default_launch_latency", self.default_launch_latency)
-        _pos("launch_overhead_scale", self.launch_overhead_scale)
-        _pos("cpu_op_scale", self.cpu_op_scale)
-        if self.cores_per_socket is not None and self.cores_per_socket < 1:
-            raise ValueError("cores_per_socket must be >= 1")
-
-
-@dataclass
 class GpuConfig:
-    """GPU execution model: SM sharing, HBM sharing, copy engines."""
+    """What replay's GPU models take when the catalog does not say (cosim.replay.copies, .interference)."""
 
-    sm_count: int | None = None
-    """SMs per GPU; None: the accelerator spec, else ``default_sm_count``."""
-    default_sm_count: int = 132
-    """Fallback SM count (H100 SXM) when no accelerator spec is known."""
-    hbm_bandwidth: float | None = None
-    """HBM bytes/s; None: the accelerator spec, else ``default_hbm_bandwidth``."""
-    default_hbm_bandwidth: float = 3.35e12
-    """Fallback HBM bandwidth (H100 SXM, bytes/s)."""
-    comm_sms: int = 16
-    """SMs a communication kernel (NCCL collective, DeepEP-like) occupies while it runs."""
     comm_hbm_fraction: float = 0.1
-    """Fraction of HBM bandwidth a running communication kernel consumes."""
+    """Fraction of HBM bandwidth a running communication kernel uses (the SM/HBM law of
+    cosim.replay.interference; not calibrated)."""
     copy_engines: int = 2
-    """Concurrent memcpy engines per GPU (per direction class H2D, D2H, peer)."""
-    d2d_efficiency: float = 0.8
-    """Fraction of HBM bandwidth a device-to-device copy reaches (it reads and writes)."""
+    """Copy engines per GPU (host <-> device copies that run at once, both directions together) where the
+    catalog has no count for the accelerator."""
 
     def __post_init__(self) -> None:
-        if self.sm_count is not None and self.sm_count < 1:
-            raise ValueError("sm_count must be >= 1")
-        if self.default_sm_count < 1:
-            raise ValueError("default_sm_count must be >= 1")
-        if self.comm_sms < 0:
-            raise ValueError("comm_sms must be >= 0")
         if not 0 <= self.comm_hbm_fraction <= 1:
             raise ValueError("comm_hbm_fraction must be in [0, 1]")
         if self.copy_engines < 1:
             raise ValueError("copy_engines must be >= 1")
-        if not 0 < self.d2d_efficiency <= 1:
-            raise ValueError("d2d_efficiency must be in (0, 1]")
-        if self.hbm_bandwidth is not None:
-            _pos("hbm_bandwidth", self.hbm_bandwidth, allow_zero=False)
 
 
 @dataclass
@@ -146,10 +92,8 @@ class SimConfig:
 
     fabric: FabricConfig = field(default_factory=FabricConfig)
     """Network model."""
-    host: HostConfig = field(default_factory=HostConfig)
-    """Host CPU model."""
     gpu: GpuConfig = field(default_factory=GpuConfig)
-    """GPU model."""
+    """GPU defaults for replay's copy engines and SM/HBM law."""
     nic: NicConfig = field(default_factory=NicConfig)
     """NIC model."""
     nccl: NcclConfig = field(default_factory=NcclConfig)
@@ -160,7 +104,7 @@ class SimConfig:
     """Also record every fabric flow (can be millions on big all-to-alls)."""
 
     def __post_init__(self) -> None:
-        for name, typ in (("fabric", FabricConfig), ("host", HostConfig), ("gpu", GpuConfig), ("nic", NicConfig),
+        for name, typ in (("fabric", FabricConfig), ("gpu", GpuConfig), ("nic", NicConfig),
                           ("nccl", NcclConfig)):
             if not isinstance(getattr(self, name), typ):
                 raise TypeError(f"SimConfig.{name} must be a {typ.__name__}")

@@ -1,20 +1,14 @@
-"""The simulator: one simpy environment, the fabric, GPUs, host threads, collectives.
+"""The simulator: one simpy environment, the fabric, NICs and collectives.
 
-Typical use by a replay layer::
+Replay (cosim.replay) runs a workload's host threads, kernels, copies and collectives on this environment
+and fabric; the engine itself needs no GPU or thread objects::
 
     sim = Simulator(load_topology("dgx-h100"), SimConfig())
-    t = sim.thread("node0.rank0.main", gpu="gpu0")
-    s = sim.gpu("gpu0").stream(7)
-
-    def rank0():
-        yield t.cpu_op(5e-6, name="aten::linear")
-        k = yield t.launch(s, 120e-6, name="gemm")          # returns a Kernel
-        call = sim.collective_call(("tp", 0), "all_reduce", sim.topo.gpus, 64 << 20)
-        yield from t.comm(s, call, "gpu0")                  # comm kernel on stream s
-        yield t.sync_stream(s)
-
-    sim.env.process(rank0()); sim.run()
-    sim.trace   # [(name, start, end, track), ...]
+    ev = sim.collective("all_reduce", sim.topo.gpus, 64 << 20)        # starts now, on the fabric
+    call = sim.collective_call(("tp", 0), "all_reduce", sim.topo.gpus, 64 << 20)
+    done = call.arrive("gpu0")                                           # rendezvous: starts when all arrived
+    sim.run()
+    ev.value.time, ev.value.busbw
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ import simpy
 
 from cosim.engine.collectives import CollectiveCall, Collectives
 from cosim.engine.config import SimConfig
-from cosim.engine.fabric import Fabric
+from cosim.engine.flows import Fabric
 from cosim.engine.nccl import load_params
 from cosim.engine.topoview import GraphTopology, TopologyLike
 
@@ -47,7 +41,7 @@ class TraceEvent(NamedTuple):
 
 
 class Simulator:
-    """Discrete-event simulation of one machine or cluster.
+    """Discrete-event simulation of one machine or cluster: its fabric, NICs and collectives.
 
     Args:
         topology: a :class:`cosim.topology.Topology` (or anything with the same
@@ -75,9 +69,6 @@ class Simulator:
         self.fabric = Fabric(self.env, topology.graph, self.config.fabric, router=router, trace=flow_trace)
         self.nccl_params = load_params(self.config.nccl.params)
         self.collectives = Collectives(self)
-        self._gpus: dict[str, Any] = {}
-        self._threads: dict[str, Any] = {}
-        self._sockets: dict[str, Any] = {}
         self._calls: dict[Any, CollectiveCall] = {}
 
     # ------------------------------------------------------------- basics
@@ -128,39 +119,6 @@ class Simulator:
         name = f"{getattr(acc, 'name', '')}".lower()
         link = getattr(getattr(acc, "scale_up", None), "link", "") or ""
         return any(p in name for p in _NVLS_PARTS) or link in ("nvlink4", "nvlink5")
-
-    # ------------------------------------------------------------- parts
-    def gpu(self, name: str) -> Any:
-        """The :class:`Gpu` model of GPU ``name`` (created on first use)."""
-        g = self._gpus.get(name)
-        if g is None:
-            from cosim.engine.gpu import Gpu
-
-            g = Gpu(self, name)
-            self._gpus[name] = g
-        return g
-
-    def socket(self, cpu: str) -> Any:
-        """The :class:`CpuSocket` model of CPU ``cpu`` (created on first use)."""
-        s = self._sockets.get(cpu)
-        if s is None:
-            from cosim.engine.host import CpuSocket
-
-            s = CpuSocket(self, cpu)
-            self._sockets[cpu] = s
-        return s
-
-    def thread(self, name: str, *, gpu: str | None = None, cpu: str | None = None) -> Any:
-        """The :class:`HostThread` ``name`` on ``cpu`` (default: the CPU of ``gpu``)."""
-        t = self._threads.get(name)
-        if t is None:
-            from cosim.engine.host import HostThread
-
-            if cpu is None:
-                cpu = self.topo.cpu_of(gpu) if gpu is not None else None
-            t = HostThread(self, name, self.socket(cpu) if cpu is not None else None)
-            self._threads[name] = t
-        return t
 
     # ------------------------------------------------------------- transfers
     def transfer(self, src: str, dst: str, nbytes: float, *, name: str = "transfer", max_rate: float = math.inf,

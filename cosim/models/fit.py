@@ -108,7 +108,7 @@ class KernelDB:
         loads alone (an ET-only rank: no GPU ops).
         Rows of a Kineto file are labelled with its path, rows of a directory with the directory.
         """
-        from cosim.replay.hardware import guess_accelerator
+        from cosim.catalog.scaling import guess_accelerator
         from cosim.workload import load_trace
         from cosim.workload.graph import RankGraph
         from cosim.workload.load import attach_ets, detect_format
@@ -442,8 +442,8 @@ def class_errors(db: KernelDB, prof: CalibrationProfile, accelerator: str | None
     ``accelerator`` (default: the DB's GPU). Keys: n, mape, median_ape, time_err (error of the class total);
     with ``all_ops`` also n_all, mape_all, time_err_all over every row with a prediction (shape-less rows
     predicted from a twin / kernel name / class floor included). ``database=True`` lets the profile's
-    kernel database answer exact-key hits (scored too). See :mod:`cosim.models.errors`."""
-    from cosim.models.errors import class_error_table
+    kernel database answer exact-key hits (scored too). See :mod:`cosim.models.accuracy`."""
+    from cosim.models.accuracy import class_error_table
     from cosim.models.predict import predict_features
 
     acc = load_catalog().accelerator(accelerator or db.accelerator)

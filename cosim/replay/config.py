@@ -93,13 +93,14 @@ class ReplayConfig:
     record_timeline: bool = True
     """Keep per-op simulated times for the timeline and critical path."""
     copy_engines: int | None = None
-    """Copy engines per GPU and direction (H2D, D2H): more concurrent host <-> device copies queue. None: the
-    accelerator's ``copy_engines`` in the catalog when it has one, else 2 (cosim.engine.config.GpuConfig)."""
+    """Copy engines per GPU, shared by H2D and D2H copies: more concurrent host <-> device copies queue. None: the
+    accelerator's ``copy_engines`` in the catalog (CUDA's asyncEngineCount) when it has one, else 2
+    (cosim.engine.config.GpuConfig)."""
     comm_sms: int | None = None
     """SMs a communication kernel occupies while it runs (NCCL: one CTA per channel). None: as traced (the
-    measured compute kernels already include the share they lost); a number: compute kernels that overlap a
-    communication kernel run at ``(SMs - comm_sms) / (SMs - traced comm_sms)`` of their traced speed
-    (docs/ENGINE.md, "Interference")."""
+    measured compute kernels already include the share they lost); a number: compute kernels run at
+    ``(SMs - comm_sms) / SMs`` of their standalone speed while they overlap a communication kernel in the
+    simulation (cosim.replay.interference; docs/ENGINE.md, "GPU: SM and HBM sharing")."""
     precision: Mapping[str, str] = field(default_factory=dict)
     """Precision what-ifs (docs/MODELS.md): ``{"experts": "fp8"}`` runs the MoE expert GEMMs in FP8
     (``"mxfp8"``: MX block scales), ``{"gemm": "fp8"}`` every GEMM; quantize kernels are added and

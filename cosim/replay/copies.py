@@ -7,9 +7,9 @@ fixed part and a wire part:
   driver and completion cost that no link speeds up), at most ``d``;
 * wire ``d - o``: ``b`` bytes at the measured rate ``b / (d - o)``.
 
-Replayed, the copy first waits for one of its GPU's copy engines of that
-direction (``copy_engines`` per GPU and direction; more concurrent copies
-queue), then moves as one fabric flow on its topology route (CPU -> PCIe switch
+Replayed, the copy first waits for one of its GPU's copy engines (``copy_engines``
+per GPU, shared by both directions: CUDA's ``asyncEngineCount``, from the
+catalog; more concurrent copies queue in FIFO order), then moves as one fabric flow on its topology route (CPU -> PCIe switch
 -> GPU, or the reverse) and ends ``o`` after its last byte. The flow is capped
 at the measured rate times ``C / C0``: ``C`` is the route's idle capacity on the
 replayed topology, ``C0`` on the topology without catalog overrides (the traced
@@ -48,8 +48,8 @@ _DIRS = {int(CopyKind.HTOD): "h2d", int(CopyKind.DTOH): "d2h"}
 
 
 def copy_engines_of(topology: Any, gpu: str, configured: int | None, default: int) -> int:
-    """Copy engines per direction of ``gpu``: the config's, else the accelerator spec's ``copy_engines``
-    (when the catalog has the field), else ``default``."""
+    """Copy engines of ``gpu`` (host <-> device copies that run at once, both directions together): the
+    config's, else the accelerator spec's ``copy_engines`` (the catalog's asyncEngineCount), else ``default``."""
     if configured is not None:
         return int(configured)
     try:
@@ -65,7 +65,7 @@ class CopyModel:
 
     Args:
         env: the replay's simpy environment.
-        fabric: the engine's :class:`~cosim.engine.fabric.Fabric` (shared with collectives).
+        fabric: the engine's :class:`~cosim.engine.flows.Fabric` (shared with collectives).
         baseline_capacity: ``(src, dst) -> C0`` idle route capacity on the traced hardware (bytes/s).
         ranks: per rank, ``(graph, durations, gpu or None, cpu or None, copy engines)``.
         solo_ok: a copy that starts while no flow is in flight runs as one timeout (no rate solve) and joins the
@@ -84,7 +84,7 @@ class CopyModel:
         self.fixed: dict[int, np.ndarray] = {}
         """Rank -> fixed cost of each GPU op (s; meaningful for fabric copies only)."""
         self.engines: dict[str, list[Any]] = {}
-        """Engine key ("gpu3/h2d") -> [free engines, FIFO of waiting starts]."""
+        """Engine key (the GPU, "gpu3") -> [free engines, FIFO of waiting starts]."""
         self.count = 0
         """Copies that ran on the fabric."""
         self.bytes_on_fabric: dict[int, np.ndarray] = {}
@@ -124,7 +124,7 @@ class CopyModel:
                 cap0 = baseline_capacity(src, dst)
                 if not (math.isfinite(cap) and cap > 0 and math.isfinite(cap0) and cap0 > 0):
                     continue
-                key = f"{gpu}/{name}"
+                key = gpu
                 self.engines.setdefault(key, [engines, deque()])
                 self.specs.append((src, dst, key, cap0 / cap))
                 route[sel] = len(self.specs) - 1

@@ -33,6 +33,7 @@ import numpy as np
 import simpy
 
 from cosim.replay.copies import CopyModel
+from cosim.replay.interference import COMM, COMPUTE, GpuShare
 from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
 from cosim.workload.graph import CollType, GpuKind, RankGraph
 
@@ -104,6 +105,7 @@ class _Rank:
         "prog",
         "ready",
         "rg",
+        "share",
         "sm_free",
         "start",
         "stream",
@@ -143,6 +145,8 @@ class _Rank:
         """Thread -> (number of SYNC events, event) that threads anchored to it wait for."""
         self.comm_fallback = 0
         self.copy_route: list[int] | None = None
+        self.share: list[int] | None = None
+        """Per GPU op: its role in the executor's :class:`GpuShare` (COMM, COMPUTE, 0; None: not shared)."""
         """Per GPU op: its route in the executor's :class:`CopyModel`, or -1 (None: no fabric copies)."""
         self.fill = prog.gpu_last_wave
         """Per GPU op: its last wave's duration when it fills the GPU, else 0 (None: no op does)."""
@@ -169,11 +173,13 @@ class Executor:
             that starts the collective now; None means measured durations.
         copies: host <-> device copies as flows on the engine's fabric (:mod:`cosim.replay.copies`);
             None: every copy keeps its duration.
+        share: SM / HBM sharing between communication and compute kernels (:mod:`cosim.replay.interference`);
+            None: every kernel keeps its duration.
     """
 
     def __init__(self, env: simpy.Environment, ranks: Sequence[tuple[RankGraph, RankProgram]],
                  collective_runner: Callable[..., simpy.Event | None] | None = None,
-                 copies: CopyModel | None = None) -> None:
+                 copies: CopyModel | None = None, share: GpuShare | None = None) -> None:
         self.env = env
         self.ranks = [_Rank(rg, prog) for rg, prog in ranks]
         self.by_rank = {r.rg.rank: r for r in self.ranks}
@@ -184,6 +190,10 @@ class Executor:
                 route = copies.route.get(r.rg.rank)
                 if route is not None and any(x >= 0 for x in route):
                     r.copy_route = route
+        self.share = share
+        if share is not None:
+            for r in self.ranks:
+                r.share = share.roles.get(r.rg.rank)
         self.work: list[tuple[_Rank, int]] = []
         self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
         self.needed: dict[Any, int] = {}
@@ -235,6 +245,11 @@ class Executor:
                     start, bound, src = t, BOUND_PRED, by
             r.bound[j] = bound
             r.bound_src[j] = src
+            if r.share is not None and r.share[j]:
+                if r.share[j] == COMPUTE:
+                    self._shared(r, j, start)
+                    continue
+                self.share.start_comm(r.rg.rank, j, start)  # type: ignore[union-attr]
             key = r.coll_key.get(j)
             if key is not None:
                 self._arrive(key, r, j, start)
@@ -250,6 +265,8 @@ class Executor:
         r.end[j] = end
         r.meet[j] = start if meet is None else max(meet, start)
         self.events += 1
+        if r.share is not None and r.share[j] == COMM:
+            self.share.end_comm(r.rg.rank, j, end)  # type: ignore[union-attr]
         pending = r.pending
         for s in r.succ[j]:
             pending[s] -= 1
@@ -311,6 +328,16 @@ class Executor:
 
         assert self.copies is not None
         self.copies.start(r.rg.rank, j, float(r.rg.gpu_ops.bytes[j]), r.prog.gpu_dur[j], start, done)
+
+    def _shared(self, r: _Rank, j: int, start: float) -> None:
+        """A compute kernel on a GPU whose communication kernels take SMs / HBM from it: ends in simulated time."""
+
+        def done(t0: float, end: float) -> None:
+            self._finish(r, j, t0, end)
+            self._drain()
+
+        assert self.share is not None
+        self.share.start(r.rg.rank, j, start, r.prog.gpu_dur[j], done)
 
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:
         arr = self.arrivals.setdefault(key, [])

@@ -1,52 +1,80 @@
-"""What-ifs on the GPU's shared resources, applied to measured kernel durations.
+"""The GPU's shared resources in replay: communication kernels take SMs and HBM bandwidth from the compute
+kernels they overlap in the simulation.
 
-A measured kernel duration already holds whatever SM and HBM share the kernel
-lost on the traced machine. The laws here therefore scale it by the *change* in
-that share, so that identity replay is untouched (every factor is exactly 1)
-and a what-if moves only the kernels that use the resource it changes.
+**The law** (rates that change only when the set of active kernels on a GPU changes). A communication kernel
+(NCCL collective, MoE dispatch/combine) holds ``c`` SMs (one thread block per channel) and a fraction
+``h_c`` of HBM bandwidth from when it starts on its stream (waiting for peers included) until it ends. A
+compute kernel ``k`` on the same GPU (another stream) progresses, while ``n`` communication kernels run, at
 
-**Communication SMs** (``comm_sms``, ``--comm-sms``). A running communication
-kernel holds ``c`` SMs (NCCL: one thread block per channel); a compute kernel
-that overlaps it is SM-limited to ``(S - c) / S`` of its speed (the engine's GPU
-model, docs/ENGINE.md). A compute kernel measured for ``d`` seconds, a fraction
-``f`` of which overlapped communication kernels of other streams on its GPU,
-did ``f d (S - c0) / S`` of its work during the overlap; with ``c1`` SMs that
-work takes ``f d (S - c0) / (S - c1)``, so
+    rate_k(n) = min(rho_SM(n), rho_HBM,k(n))
+    rho_SM(n)  = sm_rate(S, n, c) = min(1, max(S - n c, 1) / S)       (it asks for the whole chip)
+    rho_HBM,k(n) = min(1, 1 / (h_k + n h_c))  if h_k > 0, else 1
 
-    d' = d ((1 - f) + f (S - c0) / (S - c1)).
+of its standalone speed (roofline-style: it is slowed by the resource it lacks most); ``S`` is the
+accelerator's SM count, ``h_k`` is 1 for memory-bound classes (elementwise, reduction, norm, memset, other,
+device copies) and 0 for compute-bound ones (GEMM, grouped GEMM, attention).
 
-``S`` is the accelerator's SM count (catalog), ``c0`` the traced communication
-kernels' grid size (their median block count on the device: calibrated from the
-trace; 16, NCCL's default channel count, when the trace has no grid), ``f`` the
-measured overlap. Not calibrated: the law assumes compute kernels are SM-bound
-while they overlap (a memory-bound kernel loses less); the overlap is the
-trace's, not the replay's.
+**Measured durations.** A measured kernel already ran at ``rate_k(1)`` with the traced ``c0`` and ``h_c0`` during
+the fraction ``f`` of its interval that overlapped communication kernels of other streams on its GPU (the
+trace's overlap), so its standalone work is ``w = d ((1 - f) + f rate0_k)``. Replay with a what-if that changes
+the law (``comm_sms`` differs from ``c0``, or the HBM bandwidth ``B`` from the catalog's ``B0``: a communication
+kernel then needs ``h_c = h_c0 B0 / B`` of it) runs every compute kernel of such a GPU as ``w`` units of work
+at ``rate_k(n(t))``, ``n(t)`` the communication kernels active *in the simulation*. Without such a what-if the
+law is off and every kernel keeps its measured duration (list-scheduled: identity replay unchanged). Modeled
+durations are standalone already (``f`` = 0).
 
-**HBM bandwidth and peak FLOP/s** (``accelerators.<id>.hbm_bandwidth`` /
-``accelerators.<id>.bf16_tflops`` catalog overrides on the replayed GPU).
-Memory-bound classes (elementwise, reduction, norm, memset, device copies, other)
-scale by ``B0 / B``, compute-bound classes (gemm, grouped GEMM, attention) by the
-dense bf16 peak ratio ``P0 / P``: the roofline limits of the cross-accelerator
-scaling (cosim.replay.hardware), taken between the catalog's part and its
-overridden copy.
+Parameters and calibration: ``S`` from the catalog; ``c0`` = the median grid (blocks) of the trace's
+communication kernels (16, NCCL's default channel count, when the trace has none); ``h_c0`` =
+``GpuConfig.comm_hbm_fraction`` (0.1: not calibrated); ``f`` from the trace. Not modelled: compute kernels
+sharing SMs with each other (their measured durations hold it), L2, clocks and power; the block dispatcher
+predicts a stretched kernel's last wave from its standalone duration.
+
+**HBM bandwidth and peak FLOP/s** (``accelerators.<id>.hbm_bandwidth`` / ``accelerators.<id>.bf16_tflops``
+catalog overrides on the replayed GPU) also change standalone times: memory-bound classes scale by ``B0 / B``,
+compute-bound classes by the dense bf16 peak ratio ``P0 / P`` (the roofline limits of the cross-accelerator
+scaling, cosim.replay.binding).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import simpy
 
-from cosim.engine.gpu import sm_rate
-from cosim.replay.hardware import _COMPUTE, _MEMORY
+from cosim.replay.binding import _COMPUTE, _MEMORY
 from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
 
-__all__ = ["DEFAULT_COMM_SMS", "comm_overlap", "comm_sm_factor", "hardware_factor", "traced_comm_sms"]
+__all__ = ["COMM", "COMPUTE", "DEFAULT_COMM_SMS", "GpuShare", "comm_overlap", "hardware_factor", "share_plan",
+           "sm_rate", "traced_comm_sms"]
 
 DEFAULT_COMM_SMS = 16
 """SMs of a communication kernel when the trace has no grid for it (NCCL's default channel count)."""
 
+COMM, COMPUTE = 1, 2
+"""Roles of a GPU op in :class:`GpuShare` (0: not shared)."""
+
 _COMM = (OpClass.COLLECTIVE, OpClass.MOE_DISPATCH, OpClass.MOE_COMBINE)
+
+
+def sm_rate(sm_count: float, comm_kernels: float, comm_sms: float, demand: float | None = None) -> float:
+    """Speed (fraction of standalone) of compute kernels asking for ``demand`` SMs (None: the whole chip) while
+    ``comm_kernels`` communication kernels hold ``comm_sms`` SMs each: ``free / demand`` when the demand exceeds
+    the free SMs (at least one SM stays free), else 1."""
+    free = max(sm_count - comm_kernels * comm_sms, 1.0)
+    want = sm_count if demand is None else demand
+    return min(1.0, free / want) if want > 0 else 1.0
+
+
+def hbm_rate(h_kernel: float, comm_kernels: float, h_comm: float) -> float:
+    """Speed of a kernel that uses ``h_kernel`` of HBM bandwidth alone beside ``comm_kernels`` communication
+    kernels using ``h_comm`` each: ``1 / total`` when the total exceeds 1 (kernels that use no HBM: 1)."""
+    if h_kernel <= 0:
+        return 1.0
+    total = h_kernel + comm_kernels * h_comm
+    return min(1.0, 1.0 / total) if total > 0 else 1.0
 
 
 def _is_comm(rg: RankGraph) -> np.ndarray:
@@ -102,21 +130,6 @@ def traced_comm_sms(rg: RankGraph) -> float:
     return float(np.median(np.prod(G.grid[sel].astype(np.int64), axis=1)))
 
 
-def comm_sm_factor(rg: RankGraph, sm_count: int, comm_sms: int) -> np.ndarray:
-    """Per GPU op, the factor on its measured duration when communication kernels hold ``comm_sms`` SMs
-    instead of the traced number (module docstring)."""
-    G = rg.gpu_ops
-    f = np.ones(len(G))
-    rho0 = sm_rate(sm_count, 1, traced_comm_sms(rg))  # the engine's law: (S - c) / S, one SM kept free
-    rho1 = sm_rate(sm_count, 1, float(comm_sms))
-    if rho0 == rho1:
-        return f
-    ov = comm_overlap(rg)
-    compute = ~_is_comm(rg) & (G.kind != GpuKind.MEMCPY)
-    f[compute] = (1.0 - ov[compute]) + ov[compute] * rho0 / rho1
-    return f
-
-
 def hardware_factor(rg: RankGraph, base: Any, changed: Any) -> np.ndarray | None:
     """Per GPU op, the factor for catalog overrides of the replayed accelerator (``changed``) against the
     catalog's own part (``base``); None when neither HBM bandwidth nor the bf16 peak changed."""
@@ -131,3 +144,185 @@ def hardware_factor(rg: RankGraph, base: Any, changed: Any) -> np.ndarray | None
     f[np.isin(cls, _MEMORY)] = b0 / b1
     f[(cls == OpClass.MEMCPY) & (G.copy_kind == CopyKind.DTOD)] = b0 / b1
     return f
+
+
+def share_roles(rg: RankGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU op of ``rg``: its role (COMM, COMPUTE, 0), its HBM demand alone ``h_k`` (0 or 1) and whether it
+    runs on SMs. Compute roles only on devices that run communication kernels (nothing can slow the others)."""
+    G = rg.gpu_ops
+    comm = _is_comm(rg) & (G.kind == GpuKind.KERNEL)
+    dtod = (G.kind == GpuKind.MEMCPY) & (G.copy_kind == CopyKind.DTOD)
+    compute = ((G.kind != GpuKind.MEMCPY) & ~comm) | dtod
+    compute &= np.isin(G.device, np.unique(G.device[comm]))
+    roles = np.where(comm, COMM, np.where(compute, COMPUTE, 0)).astype(np.int8)
+    h = np.where(np.isin(G.cls, _MEMORY) | dtod, 1.0, 0.0)
+    sms = ~dtod
+    return roles, h, sms
+
+
+def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_fraction: float,
+               hbm_ratio: float = 1.0, measured: bool = True) -> dict[str, Any] | None:
+    """The law's inputs for one rank, or None when it would change nothing (no communication kernel, or
+    ``comm_sms`` equal to the traced count and the HBM bandwidth unchanged). ``hbm_ratio`` = ``B0 / B``;
+    ``measured``: the durations hold the traced overlap (module docstring), else they are standalone."""
+    roles, h, sms = share_roles(rg)
+    if not (roles == COMM).any():
+        return None
+    c0 = traced_comm_sms(rg)
+    c1 = c0 if comm_sms is None else float(comm_sms)
+    hc0 = float(comm_hbm_fraction)
+    hc1 = hc0 * float(hbm_ratio)
+    if c1 == c0 and hc1 == hc0 and measured:
+        return None
+    work = np.ones(len(roles))
+    if measured:
+        f = comm_overlap(rg)
+        rho_sm = sm_rate(sm_count, 1, c0)
+        rate0 = np.where(sms, rho_sm, 1.0)
+        hb = h + hc0
+        rate0 = np.minimum(rate0, np.where(h > 0, np.minimum(1.0, 1.0 / hb), 1.0))
+        work = np.where(roles == COMPUTE, (1.0 - f) + f * rate0, 1.0)
+    return {"roles": roles, "h": h, "sms": sms, "work": work, "device": rg.gpu_ops.device.astype(np.int64),
+            "sm_count": float(sm_count), "comm_sms": c1, "h_comm": hc1, "traced_comm_sms": c0}
+
+
+class _Kernel:
+    __slots__ = ("done", "h", "rate", "remaining", "sms", "start", "touched", "work")
+
+    def __init__(self, work: float, h: float, sms: bool, start: float, done: Callable[[float, float], None]) -> None:
+        self.work = work
+        self.remaining = work
+        self.h = h
+        self.sms = sms
+        self.start = start
+        self.done = done
+        self.rate = 1.0
+        self.touched = False
+
+
+class _Device:
+    """One GPU: the compute kernels in flight (remaining standalone seconds) and the communication kernels
+    active; rates re-solved when either set changes (O(kernels in flight) per change)."""
+
+    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "running", "sm_count", "t_last")
+
+    def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float) -> None:
+        self.env = env
+        self.sm_count = sm_count
+        self.comm_sms = comm_sms
+        self.h_comm = h_comm
+        self.n_comm = 0
+        self.running: list[_Kernel] = []
+        self.t_last = env.now
+        self.gen = 0
+
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self.t_last
+        if dt > 0:
+            for k in self.running:
+                k.remaining -= k.rate * dt
+        self.t_last = now
+
+    def comm(self, delta: int) -> None:
+        self._advance()
+        self.n_comm += delta
+        self._reschedule()
+
+    def add(self, k: _Kernel) -> None:
+        self._advance()
+        self.running.append(k)
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        self.gen += 1
+        if not self.running:
+            return
+        n = self.n_comm
+        rho_sm = sm_rate(self.sm_count, n, self.comm_sms) if n else 1.0
+        nxt = math.inf
+        for k in self.running:
+            r = min(rho_sm if k.sms else 1.0, hbm_rate(k.h, n, self.h_comm)) if n else 1.0
+            k.rate = r
+            if r != 1.0:
+                k.touched = True
+            nxt = min(nxt, max(k.remaining, 0.0) / r)
+        gen = self.gen
+        self.env.timeout(nxt).callbacks.append(lambda _e: self._tick(gen))
+
+    def _tick(self, gen: int) -> None:
+        if gen != self.gen:
+            return
+        self._advance()
+        now = self.env.now
+        fin = [k for k in self.running if k.remaining <= 1e-12 * k.work + 1e-15]
+        self.running = [k for k in self.running if k.remaining > 1e-12 * k.work + 1e-15]
+        self._reschedule()
+        for k in fin:
+            k.done(k.start, now if k.touched else k.start + k.work)  # never slowed: exactly start + work
+
+
+class GpuShare:
+    """SM and HBM sharing between communication and compute kernels of the replayed GPUs (module docstring).
+
+    Args:
+        env: the replay's simpy environment.
+        plans: rank -> :func:`share_plan` (ranks without one are not shared).
+    """
+
+    def __init__(self, env: simpy.Environment, plans: dict[int, dict[str, Any]]) -> None:
+        self.env = env
+        self.plans = plans
+        self.roles: dict[int, list[int]] = {r: p["roles"].tolist() for r, p in plans.items()}
+        """Rank -> role of each GPU op (COMM, COMPUTE, 0); what the executor reads."""
+        self._work = {r: p["work"].tolist() for r, p in plans.items()}
+        self._h = {r: p["h"].tolist() for r, p in plans.items()}
+        self._sms = {r: p["sms"].tolist() for r, p in plans.items()}
+        self._dev = {r: p["device"].tolist() for r, p in plans.items()}
+        self.devices: dict[tuple[int, int], _Device] = {}
+        self.count = 0
+        """Compute kernels that ran under the law."""
+
+    def _device(self, rank: int, j: int) -> _Device:
+        key = (rank, self._dev[rank][j])
+        d = self.devices.get(key)
+        if d is None:
+            p = self.plans[rank]
+            d = self.devices[key] = _Device(self.env, p["sm_count"], p["comm_sms"], p["h_comm"])
+        return d
+
+    def _at(self, t: float, fn: Callable[[], None]) -> None:
+        delay = t - self.env.now
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _e: fn())
+        else:
+            fn()
+
+    def start_comm(self, rank: int, j: int, t: float) -> None:
+        """Communication op ``j`` of ``rank`` holds its SMs and HBM share from ``t`` (>= now)."""
+        d = self._device(rank, j)
+        self._at(t, lambda: d.comm(1))
+
+    def end_comm(self, rank: int, j: int, t: float) -> None:
+        """... until ``t`` (>= now)."""
+        d = self._device(rank, j)
+        self._at(t, lambda: d.comm(-1))
+
+    def start(self, rank: int, j: int, t: float, duration: float, done: Callable[[float, float], None]) -> None:
+        """Compute op ``j`` of ``rank`` (its duration in the replay ``duration``) starts at ``t`` (>= now);
+        ``done(start, end)`` is called at its simulated end (from a simpy callback, never synchronously)."""
+        d = self._device(rank, j)
+        k = _Kernel(duration * self._work[rank][j], self._h[rank][j], self._sms[rank][j], t, done)
+        self.count += 1
+        self._at(t, lambda: d.add(k))
+
+
+def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,
+                comm_hbm_fraction: float, hbm_ratio: float = 1.0, measured: bool = True) -> GpuShare | None:
+    """The :class:`GpuShare` of a replay, or None when the law changes nothing on any rank (:func:`share_plan`)."""
+    plans = {}
+    for rg in ranks:
+        p = share_plan(rg, sm_count, comm_sms, comm_hbm_fraction, hbm_ratio, measured)
+        if p is not None:
+            plans[rg.rank] = p
+    return GpuShare(env, plans) if plans else None

@@ -32,13 +32,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cosim.errors import CosimInputError
+from cosim.replay.collective_map import collective_spec, gpu_of_rank
+from cosim.replay.config import ReplayConfig
 from cosim.replay.summary import merge_intervals
+from cosim.workload.graph import CopyKind, GpuKind
 
-__all__ = ["EngineRoutes", "LinkUsage", "record_fabric"]
+if TYPE_CHECKING:
+    from cosim.replay.copies import CopyModel
+    from cosim.replay.executor import Executor, RankRun
+
+__all__ = ["EngineRoutes", "LinkUsage", "record_fabric", "replay_end", "replay_link_usage"]
 
 COLLECTIVE, MEMCPY = 0, 1
 """Source tags of an interval."""
@@ -221,7 +229,7 @@ class EngineRoutes:
             calls.append((env.now, sg, nb / efficiency * m, m))
             return env.timeout(1.0)
 
-        fab.start_rows = record
+        fab.start_rows = record  # type: ignore[method-assign]
         try:
             start()
             self.sim.run()
@@ -267,3 +275,101 @@ class EngineRoutes:
             hit = self._probe(lambda: self.sim.collective(op, gpus, _UNIT, algo=a, proto=p, name=op), _UNIT)
             self._cache[key] = hit
         return hit[0], hit[1] * nbytes, hit[2]
+
+
+def replay_end(now: float, runs: list[RankRun]) -> float:
+    """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
+    end = now
+    for run in runs:
+        for arr in (run.gpu_end, run.host_end):
+            v = arr[np.isfinite(arr)]
+            if v.size:
+                end = max(end, float(v.max()))
+    return end
+
+
+def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
+                      finish_fabric: Any, copies: CopyModel | None = None) -> tuple[LinkUsage | None, dict[str, int]]:
+    """Per-link traffic of the finished replay and the ops left off the links (reason -> count).
+
+    Attribution only, no replayed time changes. Simulated collectives: the fabric's recorded
+    flows. Measured collectives: the engine's decomposition over the kernel's replayed interval.
+    Memcpys (both modes): bytes on the copy's route over its replayed interval (docs/REPLAY.md); with simulated
+    collectives the fabric's counters hold the copies' flows too, so their wire bytes are not counted twice."""
+    skipped: dict[str, int] = {}
+    state: dict[str, Any] = {"usage": fabric_usage, "routes": None}
+    if fabric_usage is not None:
+        finish_fabric()
+
+    def skip(reason: str, n: int = 1) -> None:
+        if n:
+            skipped[reason] = skipped.get(reason, 0) + n
+
+    def routes() -> tuple[LinkUsage, EngineRoutes]:
+        if state["routes"] is None:
+            rt = state["routes"] = EngineRoutes(topology)
+            if state["usage"] is None:
+                fab = rt.fabric
+                state["usage"] = LinkUsage(fab.links, fab.capacity)
+        return state["usage"], state["routes"]
+
+    if fabric_usage is None:  # measured collectives: the instances the simulated mode would run, over their kernels
+        instances: dict[Any, list] = {}
+        singles: list[list] = []
+        for r in ex.ranks:
+            for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
+                key = r.coll_key.get(j)
+                if key is None:
+                    singles.append([(r, j, r.start[j])])
+                else:
+                    instances.setdefault(key, []).append((r, j, r.start[j]))
+        for arr in [*instances.values(), *singles]:
+            t0 = max(float(r.start[j]) for r, j, _ in arr)  # the last participant's start
+            t1 = max(float(r.end[j]) for r, j, _ in arr)
+            try:
+                spec = collective_spec(arr, topology, cfg) if math.isfinite(t0 + t1) else None
+            except CosimInputError:  # its group does not fit the topology
+                spec = None
+            if spec is None:
+                skip("collectives (type, size or GPUs unknown)")
+                continue
+            usage, rt = routes()
+            idx, wire, flows = rt.collective(*spec)
+            usage.add(idx, t0, t1, flows, wire, COLLECTIVE)
+    for r in ex.ranks:
+        G = r.rg.gpu_ops
+        mem = G.kind == GpuKind.MEMCPY
+        if not mem.any():
+            continue
+        start, end = np.asarray(r.start, dtype=float), np.asarray(r.end, dtype=float)
+        gpu: str | None
+        cpu: str | None
+        try:
+            gpu = gpu_of_rank(topology, r.rg.rank, cfg)
+            cpu = topology.cpu_of(gpu)
+        except Exception:  # a rank beyond the topology, or a GPU without a CPU
+            gpu = cpu = None
+        for kind, pair in ((CopyKind.HTOD, (cpu, gpu)), (CopyKind.DTOH, (gpu, cpu)), (CopyKind.PTOP, None)):
+            sel = np.flatnonzero(mem & (G.copy_kind == kind))
+            if not sel.size:
+                continue
+            if pair is None or gpu is None or cpu is None:
+                skip("peer copies (the trace names no peer GPU)" if pair is None
+                     else "memcpys of ranks with no GPU and CPU on the topology", int(sel.size))
+                continue
+            nb = G.bytes[sel]
+            ok = np.isfinite(nb) & (nb > 0) & np.isfinite(start[sel]) & np.isfinite(end[sel])
+            skip("memcpys of unknown size", int((~ok).sum()))
+            sel, nb = sel[ok], nb[ok]
+            if not sel.size:
+                continue
+            usage, rt = routes()
+            idx, w = rt.transfer(pair[0] or gpu, pair[1] or cpu)  # both known here
+            k = idx.size
+            usage.add(np.tile(idx, sel.size), np.repeat(start[sel], k), np.repeat(end[sel], k), 1.0,
+                      np.outer(nb, w).reshape(-1), MEMCPY)
+            if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
+                on_fab = copies.bytes_on_fabric.get(r.rg.rank)
+                if on_fab is not None:
+                    np.add.at(usage.total_bytes, np.tile(idx, sel.size), -np.outer(on_fab[sel], w).reshape(-1))
+    return state["usage"], skipped

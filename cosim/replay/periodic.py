@@ -33,7 +33,8 @@ from typing import IO, Any, cast
 import numpy as np
 
 from cosim.fileio import write_json
-from cosim.replay.api import ReplayResult, _summarize
+from cosim.replay.api import ReplayResult
+from cosim.replay.summary import summarize as _summarize
 from cosim.workload.synth.schedule import Unit, stage_order, steady_bounds
 
 __all__ = ["Periodic", "PeriodicResult", "detect_period", "extend_figures", "probe_microbatches"]

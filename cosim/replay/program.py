@@ -316,89 +316,119 @@ def _orphan_deps(gstart: np.ndarray, gdur: np.ndarray, orphans: list[int], strea
     return ready
 
 
-def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float,
-                 gpu_factor: np.ndarray | None = None, offset: float = 0.0,
-                 durations: np.ndarray | None = None, sm_count: int | None = None) -> RankProgram:
-    """Compile rank ``rg`` under ``cfg``.
+@dataclass
+class _Timing:
+    """Launch latency and kernel gap of a rank, with where each came from."""
 
-    ``gpu_factor`` multiplies each GPU op's measured duration (cross-accelerator
-    scaling); ``default_launch_latency`` comes from the topology's CPU; ``offset``
-    (s) places this rank's time origin on the replay's common clock, so that the
-    rank's first op starts where it was recorded relative to the other ranks. Every
-    other start follows from dependencies (docs/REPLAY.md, "Start times")
-    ``durations`` (s per GPU op) replaces the measured durations where finite (modeled replay).
-    ``sm_count``: SMs of the rank's GPU, for the block dispatcher (:func:`last_wave`); None: not modeled.
-    """
-    H, G, L, E = rg.host_ops, rg.gpu_ops, rg.launches, rg.edges
-    n_host, n_gpu = len(H), len(G)
+    lat: float
+    lat_src: str
+    gap: float
+    gap_src: str
+    traced_lat: float
+    """The trace's own launch latency (config ignored): the reference for launch delays and hidden GPU work."""
 
-    lat, lat_src = _pick(cfg.launch_latency, trace_launch_latency(rg), cfg.max_trace_launch_latency,
+
+def _timing(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float) -> _Timing:
+    """Phase 1: launch-to-start latency and kernel gap (config, else the trace if plausible, else a default)."""
+    from_trace = trace_launch_latency(rg)
+    lat, lat_src = _pick(cfg.launch_latency, from_trace, cfg.max_trace_launch_latency,
                          default_launch_latency, "catalog")
     gap, gap_src = _pick(cfg.kernel_gap, trace_kernel_gap(rg), cfg.max_trace_kernel_gap,
                          cfg.default_kernel_gap, "default")
+    traced_lat, _ = _pick(None, from_trace, cfg.max_trace_launch_latency, default_launch_latency, "")
+    return _Timing(lat, lat_src, gap, gap_src, traced_lat)
 
-    # --- GPU durations
-    dur = G.dur.astype(float)
-    if durations is not None:
-        dur = np.where(np.isfinite(durations), durations, dur)
-    dur = np.nan_to_num(dur, nan=0.0) * class_scale(cfg, G.cls)
-    if gpu_factor is not None:
-        dur = dur * gpu_factor
-    gpu_dur = dur.tolist()
-    waves = last_wave(rg, dur, sm_count) if sm_count else None
-    fills = waves is not None and bool((waves > 0).any())
 
-    # --- launch -> GPU ops
+def _launch_map(rg: RankGraph) -> tuple[np.ndarray, dict[int, list[int]], list[int]]:
+    """Phase 2: per GPU op the host op that launched it (-1: none in the trace), host op -> the GPU ops
+    it enqueues (in GPU op order), and the GPU ops without a launch (*orphans*)."""
+    G, L = rg.gpu_ops, rg.launches
+    n_gpu = len(G)
+    if len(L):
+        lrow = G.launch
+        lhost = np.where(lrow >= 0, L.host_op[np.maximum(lrow, 0)], -1).astype(np.int64)
+    else:
+        lhost = np.full(n_gpu, -1, dtype=np.int64)
     launch_gpu: dict[int, list[int]] = {}
     orphans: list[int] = []
-    lrow = G.launch
-    lhost = np.where(lrow >= 0, L.host_op[np.maximum(lrow, 0)], -1).tolist() if len(L) else [-1] * n_gpu
-    for j, h in enumerate(lhost):
+    for j, h in enumerate(lhost.tolist()):  # keys in order of their first GPU op
         if h >= 0:
             launch_gpu.setdefault(h, []).append(j)
         else:
             orphans.append(j)
+    return lhost, launch_gpu, orphans
 
-    # --- GPU deps and sync deps from edges
-    preds: list[list[int]] = [[] for _ in range(n_gpu)]
-    stream_pred = [-1] * n_gpu
-    sync_deps: dict[int, list[int]] = {}
+
+def _gpu_deps(rg: RankGraph) -> tuple[list[int], list[list[int]], dict[int, list[int]]]:
+    """Phase 3: from the graph's edges, per GPU op its same-stream predecessor (-1: none) and its
+    cross-stream event waits, and per synchronizing host op the GPU ops it waits for."""
+    n_host, n_gpu = len(rg.host_ops), len(rg.gpu_ops)
+    E = rg.edges
     src, dst, kind = E.src.astype(np.int64), E.dst.astype(np.int64), E.kind
 
-    def gpu_edges(k: int, dst_gpu: bool) -> list[tuple[int, int]]:
+    def gpu_edges(k: int, dst_gpu: bool) -> tuple[list[int], list[int]]:
         sel = kind == k
         s, d = src[sel] - n_host, dst[sel] - (n_host if dst_gpu else 0)
         ok = (s >= 0) & (s < n_gpu) & (d >= 0) & (d < (n_gpu if dst_gpu else n_host))
         if dst_gpu:
             ok &= s != d
-        return list(zip(s[ok].tolist(), d[ok].tolist()))
+        return s[ok].tolist(), d[ok].tolist()
 
-    for s, d in gpu_edges(EdgeKind.STREAM, True):
+    preds: list[list[int]] = [[] for _ in range(n_gpu)]
+    stream_pred = [-1] * n_gpu
+    sync_deps: dict[int, list[int]] = {}
+    for s, d in zip(*gpu_edges(EdgeKind.STREAM, True)):
         stream_pred[d] = s
-    for s, d in gpu_edges(EdgeKind.EVENT_WAIT, True):
+    for s, d in zip(*gpu_edges(EdgeKind.EVENT_WAIT, True)):
         if s != stream_pred[d]:
             preds[d].append(s)
-    for s, d in gpu_edges(EdgeKind.SYNC, False):
+    for s, d in zip(*gpu_edges(EdgeKind.SYNC, False)):
         sync_deps.setdefault(d, []).append(s)
+    return stream_pred, preds, sync_deps
 
-    pred_gap = [gap] * n_gpu
-    orphan = _orphan_deps(G.start, G.dur, orphans, stream_pred, pred_gap, offset)
 
-    # A launch of a device-to-pageable copy blocks like a synchronous copy.
+def _blocking_kinds(rg: RankGraph, lhost: np.ndarray, launch_gpu: dict[int, list[int]],
+                    sync_deps: dict[int, list[int]]) -> np.ndarray:
+    """Phase 4: host op kinds as the replay blocks on them. A launch of a device-to-pageable copy blocks
+    like a synchronous copy (LAUNCH_SYNC); a LAUNCH_SYNC waits for the GPU ops it launched
+    (added to ``sync_deps`` in place)."""
+    H, G = rg.host_ops, rg.gpu_ops
     hkind = H.kind.copy()
     names = rg.strings
-    for j in np.nonzero(G.copy_kind == CopyKind.DTOH)[0].tolist():
-        h = lhost[j]
+    for j in np.flatnonzero(G.copy_kind == CopyKind.DTOH).tolist():
+        h = int(lhost[j])
         if h >= 0 and hkind[h] == HostKind.LAUNCH and "Pageable" in names[G.name[j]]:
             hkind[h] = HostKind.LAUNCH_SYNC
-    for h in np.nonzero(hkind == HostKind.LAUNCH_SYNC)[0]:
-        h = int(h)
+    for h in np.flatnonzero(hkind == HostKind.LAUNCH_SYNC).tolist():
         deps = sync_deps.setdefault(h, [])
         for j in launch_gpu.get(h, []):
             if j not in deps:
                 deps.append(j)
+    return hkind
 
-    # --- host programs
+
+@dataclass
+class _HostCosts:
+    """Per host op (s, after ``host_speed``): unprofiled time before it, time after its last child,
+    a sync's own cost, and what kind of call it is."""
+
+    pre_gap: np.ndarray
+    tail: np.ndarray
+    sync_cost: np.ndarray
+    is_launch: np.ndarray
+    is_sync: np.ndarray
+    region: np.ndarray
+    """Inside a CUDA-graph region (``cfg.cuda_graphs``): host time disappears."""
+
+
+def _host_costs(rg: RankGraph, cfg: ReplayConfig, hkind: np.ndarray, sync_deps: dict[int, list[int]]) -> _HostCosts:
+    """Phase 5: host time per op under the host knobs (speed, launch and sync overheads, CUDA graphs).
+
+    A sync whose GPU work had ended when it was called costs its measured duration; one that waited
+    costs the time it took to return after that work ended (both at most ``default_sync_overhead``
+    unless measured shorter)."""
+    H, G = rg.host_ops, rg.gpu_ops
+    n_host = len(H)
     region = _region_mask(rg, cfg.cuda_graphs)
     speed = cfg.host_speed
     pre_gap = np.nan_to_num(H.pre_gap.astype(float), nan=0.0) / speed
@@ -412,8 +442,6 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         sync_cost = np.full(n_host, cfg.sync_overhead)
     else:
         sync_cost = np.minimum(hdur, cfg.default_sync_overhead)
-        # A sync whose GPU work had ended when it was called costs its measured duration;
-        # one that waited costs the time it took to return after that work ended.
         gend = G.start + G.dur
         for h, deps in sync_deps.items():
             rel = float(np.max(gend[deps])) if deps else math.nan
@@ -422,160 +450,304 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
             ret = hdur[h] if rel <= H.start[h] else H.start[h] + hdur[h] - rel
             sync_cost[h] = min(max(ret, 0.0), hdur[h])
     sync_cost = sync_cost / speed
-    if region.any():
-        # host time inside a region disappears; the gap before a region's root stays
+    if region.any():  # host time inside a region disappears; the gap before a region's root stays
         par = H.parent
         inner = region & (par >= 0) & region[np.maximum(par, 0)]
         pre_gap[inner] = 0.0
         tail[region] = 0.0
         sync_cost[region] = 0.0
+    return _HostCosts(pre_gap, tail, sync_cost, is_launch, is_sync, region)
 
-    call_dur = np.where(is_sync, sync_cost, tail)
-    # waits are measured against the trace's own launch latency, so that a launch-latency what-if moves them
-    traced_lat, _ = _pick(None, trace_launch_latency(rg), cfg.max_trace_launch_latency, default_launch_latency, "")
+
+def _launch_delays(rg: RankGraph, costs: _HostCosts, lhost: np.ndarray, launch_gpu: dict[int, list[int]],
+                   traced_lat: float) -> dict[int, float]:
+    """Phase 6: launch host op -> time spent before its GPU ops are submitted (s): the call's excess
+    over the rank's median launch call; a copy call's excess never beyond when the trace shows the copy
+    started (it runs its copy during the call)."""
+    H, G = rg.host_ops, rg.gpu_ops
     launch_delay: dict[int, float] = {}
     lh = np.array(sorted(launch_gpu), dtype=np.int64)
-    if lh.size:
-        d = call_dur[lh]
-        med = float(np.median(d))
-        gstart = G.start.astype(float)
-        is_copy = G.kind == GpuKind.MEMCPY
-        for h, extra in zip(lh.tolist(), np.maximum(d - med, 0.0).tolist()):
-            if extra > 0 and is_copy[launch_gpu[h]].all():
-                # a copy call runs its copy during the call (a pageable copy stages while it copies): never
-                # later than the trace shows the copy started
-                seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
-                seen = seen[np.isfinite(seen)]
-                extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
-            if extra > 0:
-                launch_delay[h] = extra
-    hidden = hidden_gpu_delay(rg, lhost, traced_lat, launch_delay) if not region.any() else {}
+    if not lh.size:
+        return launch_delay
+    call_dur = np.where(costs.is_sync, costs.sync_cost, costs.tail)
+    d = call_dur[lh]
+    extras = np.maximum(d - float(np.median(d)), 0.0)
+    non_copy = np.zeros(len(H), dtype=bool)
+    non_copy[lhost[(lhost >= 0) & (G.kind != GpuKind.MEMCPY)]] = True
+    all_copy = ~non_copy[lh]  # launch calls whose GPU ops are all copies
+    gstart = G.start.astype(float)
+    pos = extras > 0
+    for h, extra, copy in zip(lh[pos].tolist(), extras[pos].tolist(), all_copy[pos].tolist()):
+        if copy:
+            seen = gstart[launch_gpu[h]] - (H.start[h] + traced_lat)
+            seen = seen[np.isfinite(seen)]
+            extra = min(extra, max(float(seen.min()), 0.0)) if seen.size else extra
+        if extra > 0:
+            launch_delay[h] = extra
+    return launch_delay
 
-    static_start = np.zeros(n_host)
-    static_end = np.zeros(n_host)
-    sb_start = np.zeros(n_host, dtype=np.int64)
-    sb_end = np.zeros(n_host, dtype=np.int64)
-    sync_ev = np.full(n_host, -1, dtype=np.int64)
-    threads: list[ThreadProgram] = []
-    parent = H.parent.tolist()
-    thread_col = H.thread.tolist()
-    hstart = H.start.tolist()
-    pre_l, tail_l, cost_l = pre_gap.tolist(), tail.tolist(), sync_cost.tolist()
-    is_launch_l, is_sync_l, region_l = is_launch.tolist(), is_sync.tolist(), region.tolist()
-    region_root = [region_l[i] and (parent[i] < 0 or not region_l[parent[i]]) for i in range(n_host)]
-    graph_cost = cfg.graph_launch_overhead
 
-    def close(q: int, cursor: float, nsync: int) -> float:
-        """End host op ``q``: its own remaining time (a sync's cost) after its children."""
+@dataclass
+class _HostWalk:
+    """Static times and SYNC counts of every host op, and each thread's program (phase 7)."""
+
+    static_start: np.ndarray
+    static_end: np.ndarray
+    sb_start: np.ndarray
+    sb_end: np.ndarray
+    sync_ev: np.ndarray
+    threads: list[ThreadProgram]
+    main_block: tuple[int, int] | None
+    """Host op range of the main thread (None: no host ops)."""
+
+
+def _thread_blocks(thread: np.ndarray) -> list[tuple[int, int]]:
+    """Host op ranges of the threads (host ops are grouped by thread)."""
+    n = thread.size
+    if not n:
+        return []
+    cut = (np.flatnonzero(thread[1:] != thread[:-1]) + 1).tolist()
+    return list(itertools.pairwise([0, *cut, n]))
+
+
+def _preorder_ends(parent: np.ndarray, i: int, j: int) -> np.ndarray | None:
+    """For the host ops ``[i, j)`` of one thread, each op's subtree end (the index before which it
+    closes) when ``parent`` is a consistent pre-order (every op's parent is an ancestor-or-self of the
+    op before it, as in every importer's tables); None otherwise (the caller then walks op by op).
+    O(m * depth) vectorized, m = j - i."""
+    m = j - i
+    raw = parent[i:j].astype(np.int64)
+    par = np.where(raw >= 0, raw - i, -1)
+    loc = np.arange(m)
+    if ((par >= loc) | ((raw >= 0) & (raw < i))).any():
+        return None
+    depth = np.zeros(m, dtype=np.int64)
+    anc = par.copy()
+    while True:
+        up = anc >= 0
+        if not up.any():
+            break
+        depth += up
+        anc = np.where(up, par[np.maximum(anc, 0)], -1)
+    if m and depth[0] != 0:
+        return None
+    if m > 1 and (depth[1:] > depth[:-1] + 1).any():
+        return None
+    has = par >= 0
+    if has.any():
+        key = depth * (m + 1) + loc  # sorted by (depth, index)
+        o = np.argsort(key, kind="stable")
+        keys = key[o]
+        q = (depth[has] - 1) * (m + 1) + loc[has]
+        cand = o[np.searchsorted(keys, q, side="left") - 1]
+        if not (cand == par[has]).all():
+            return None
+    size = np.ones(m, dtype=np.int64)
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        at = np.flatnonzero(depth == d)
+        np.add.at(size, par[at], size[at])
+    return loc + size + i
+
+
+def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, parent: np.ndarray,
+                i: int, j: int, base: float, out: _HostWalk) -> None:
+    """Static start/end and SYNC counts of the host ops ``[i, j)`` of one thread whose first op starts at
+    ``base``: a cumulative sum over the thread's open/close sequence (open: pre-gap, then the CUDA-graph
+    launch cost of a region root; close: a sync's cost, else the tail), in the order the pre-order walk of
+    :func:`_walk_block_loop` adds them, so the floats are the same."""
+    ends = _preorder_ends(parent, i, j)
+    if ends is None:
+        _walk_block_loop(costs, cost_graph, region_root, parent, i, j, base, out)
+        return
+    m = j - i
+    loc_end = ends - i
+    # closes ordered by (position, deepest first); in a pre-order the ops closing together are a chain
+    co = np.lexsort((-np.arange(m), loc_end))
+    slot_close = np.empty(m, dtype=np.int64)
+    slot_close[co] = 2 * loc_end[co] + np.arange(m)
+    closes_before = np.searchsorted(np.sort(loc_end), np.arange(m), side="right")
+    slot_open = 2 * np.arange(m) + closes_before
+    vals = np.empty(3 * m + 1)
+    vals[0] = base
+    vals[1 + slot_open] = costs.pre_gap[i:j]
+    vals[2 + slot_open] = np.where(region_root[i:j], cost_graph, 0.0)
+    vals[1 + slot_close] = np.where(costs.is_sync[i:j], costs.sync_cost[i:j], costs.tail[i:j])
+    cs = np.cumsum(vals)
+    out.static_start[i:j] = cs[2 + slot_open]
+    out.static_end[i:j] = cs[1 + slot_close]
+    nsync = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(costs.is_sync[i:j], out=nsync[1:])
+    out.sb_start[i:j] = nsync[:m]
+    out.sb_end[i:j] = nsync[loc_end]
+    sy = np.flatnonzero(costs.is_sync[i:j])
+    out.sync_ev[i + sy] = nsync[sy]
+
+
+def _walk_block_loop(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, parent: np.ndarray,
+                     i: int, j: int, base: float, out: _HostWalk) -> None:
+    """:func:`_walk_block` op by op (any parent column: an op whose parent is not open starts a new
+    top-level op): the reference the vectorized walk reproduces."""
+    par = parent.tolist()
+    pre_l, tail_l, cost_l = costs.pre_gap.tolist(), costs.tail.tolist(), costs.sync_cost.tolist()
+    is_sync_l, root_l = costs.is_sync.tolist(), region_root.tolist()
+    cursor, nsync = base, 0
+    stack: list[int] = []
+
+    def close(q: int) -> None:
+        nonlocal cursor
         cursor += cost_l[q] if is_sync_l[q] else tail_l[q]
-        static_end[q] = cursor
-        sb_end[q] = nsync
-        return cursor
+        out.static_end[q] = cursor
+        out.sb_end[q] = nsync
 
-    # Host ops are grouped by thread, each thread in pre-order (hence by start).
-    blocks: list[tuple[int, int]] = []
-    i = 0
-    while i < n_host:
-        j_end = i
-        while j_end < n_host and thread_col[j_end] == thread_col[i]:
-            j_end += 1
-        blocks.append((i, j_end))
-        i = j_end
-    # The main thread holds the rank's first host op, the one op placed at its recorded
-    # offset from the rank's origin. Every other thread starts after the main-thread op
-    # that last started before it (its anchor), by the recorded time since that op's
-    # start: statically here, and at run time only once the anchor's thread has returned
-    # from the synchronize calls before the anchor, whose stall it inherits.
-    firsts = [hstart[b[0]] if hstart[b[0]] == hstart[b[0]] else math.inf for b in blocks]
-    main = int(np.argmin(firsts)) if blocks else 0
-    order = [main] + [k for k in range(len(blocks)) if k != main]
-    main_starts = H.start[blocks[main][0]:blocks[main][1]] if blocks else H.start[:0]
+    for h in range(i, j):
+        while stack and stack[-1] != par[h]:
+            close(stack.pop())
+        cursor += pre_l[h]
+        cursor += cost_graph if root_l[h] else 0.0
+        out.static_start[h] = cursor
+        out.sb_start[h] = nsync
+        if is_sync_l[h]:
+            out.sync_ev[h] = nsync
+            nsync += 1
+        stack.append(h)
+    while stack:
+        close(stack.pop())
 
-    for bi in order:
-        i, j_end = blocks[bi]
-        t = thread_col[i]
-        first = hstart[i]
+
+def _thread_events(costs: _HostCosts, launching: np.ndarray, i: int, j: int, static_start: np.ndarray
+                   ) -> tuple[list[int], list[int], list[float], list[float]]:
+    """A thread's program events in host op order (a call that launches and syncs: LAUNCH, then SYNC):
+    kinds, host ops, static start times, a SYNC's own cost."""
+    hl = i + np.flatnonzero(costs.is_launch[i:j] & launching[i:j])
+    hs = i + np.flatnonzero(costs.is_sync[i:j])
+    host = np.concatenate([hl, hs])
+    kind = np.concatenate([np.full(hl.size, LAUNCH), np.full(hs.size, SYNC)])
+    o = np.lexsort((kind, host))
+    host, kind = host[o], kind[o]
+    cost = np.where(kind == SYNC, costs.sync_cost[host], 0.0)
+    return kind.tolist(), host.tolist(), static_start[host].tolist(), cost.tolist()
+
+
+def _host_programs(rg: RankGraph, cfg: ReplayConfig, costs: _HostCosts, launch_gpu: dict[int, list[int]],
+                   offset: float) -> _HostWalk:
+    """Phase 7: static times of every host op and each thread's program.
+
+    The main thread holds the rank's first host op, the one op placed at its recorded offset from the
+    rank's origin. Every other thread starts after the main-thread op that last started before it (its
+    anchor), by the recorded time since that op's start: statically here, and at run time only once the
+    anchor's thread has returned from the synchronize calls before the anchor, whose stall it inherits."""
+    H = rg.host_ops
+    n_host = len(H)
+    out = _HostWalk(np.zeros(n_host), np.zeros(n_host), np.zeros(n_host, dtype=np.int64),
+                    np.zeros(n_host, dtype=np.int64), np.full(n_host, -1, dtype=np.int64), [], None)
+    blocks = _thread_blocks(H.thread)
+    if not blocks:
+        return out
+    parent, hstart = H.parent, H.start
+    region = costs.region
+    region_root = region & ((parent < 0) | ~region[np.maximum(parent, 0)])
+    launching = np.zeros(n_host, dtype=bool)
+    if launch_gpu:
+        launching[np.fromiter(launch_gpu, dtype=np.int64, count=len(launch_gpu))] = True
+    firsts = [float(hstart[a]) if hstart[a] == hstart[a] else math.inf for a, _ in blocks]
+    main = int(np.argmin(firsts))
+    out.main_block = blocks[main]
+    m0, m1 = blocks[main]
+    main_starts = hstart[m0:m1]
+    for bi in [main] + [k for k in range(len(blocks)) if k != main]:
+        i, j = blocks[bi]
+        first = float(hstart[i])
         anchor_thread, anchor_syncs = -1, 0
         if bi == main or not (first == first):
-            cursor = (first if first == first else 0.0) + offset  # NaN-safe (ET-only graphs)
+            base = (first if first == first else 0.0) + offset  # NaN-safe (ET-only graphs)
         else:
-            m0 = blocks[main][0]
             k = int(np.searchsorted(main_starts, first, side="right")) - 1
             if k < 0:  # cannot happen (the main thread starts first); keep the recorded offset
-                cursor = first + offset
+                base = first + offset
             else:
                 m = m0 + k
-                cursor = static_start[m] + (first - hstart[m]) / speed
-                anchor_thread, anchor_syncs = thread_col[m0], int(sb_start[m])
-        stack: list[int] = []
-        nsync = 0
-        ev_kind: list[int] = []
-        ev_host: list[int] = []
-        ev_static: list[float] = []
-        ev_cost: list[float] = []
-        for h in range(i, j_end):
-            p = parent[h]
-            while stack and stack[-1] != p:
-                cursor = close(stack.pop(), cursor, nsync)
-            cursor += pre_l[h]
-            if region_root[h]:
-                cursor += graph_cost
-            static_start[h] = cursor
-            sb_start[h] = nsync
-            if is_launch_l[h] and h in launch_gpu:
-                ev_kind.append(LAUNCH)
-                ev_host.append(h)
-                ev_static.append(cursor)
-                ev_cost.append(0.0)
-            if is_sync_l[h]:
-                ev_kind.append(SYNC)
-                ev_host.append(h)
-                ev_static.append(cursor)
-                ev_cost.append(cost_l[h])
-                sync_ev[h] = nsync
-                nsync += 1
-            stack.append(h)
-        while stack:
-            cursor = close(stack.pop(), cursor, nsync)
-        threads.append(ThreadProgram(t, ev_kind, ev_host, ev_static, ev_cost, anchor_thread, anchor_syncs))
+                base = float(out.static_start[m]) + (first - float(hstart[m])) / cfg.host_speed
+                anchor_thread, anchor_syncs = int(H.thread[m0]), int(out.sb_start[m])
+        _walk_block(costs, cfg.graph_launch_overhead, region_root, parent, i, j, base, out)
+        kinds, hosts, static, cost = _thread_events(costs, launching, i, j, out.static_start)
+        out.threads.append(ThreadProgram(int(H.thread[i]), kinds, hosts, static, cost, anchor_thread, anchor_syncs))
+    return out
 
-    # GPU ops at the head of the replay (no launch, nothing ended before them): anchored to
-    # the main-thread op that last started before them; only those before every host op
-    # keep their recorded offset from the rank's origin.
+
+def _head_anchors(rg: RankGraph, walk: _HostWalk, orphan: dict[int, float], stream_pred: list[int]
+                  ) -> dict[int, tuple[int, int, float]]:
+    """Phase 8: GPU ops at the head of the replay (no launch, nothing ended before them) are anchored to
+    the main-thread op that last started before them (removed from ``orphan``); only those before every
+    host op keep their recorded offset from the rank's origin."""
     host_anchor: dict[int, tuple[int, int, float]] = {}
-    if blocks and main_starts.size:
-        m0 = blocks[main][0]
-        for j in [j for j in orphan if stream_pred[j] < 0 and np.isfinite(G.start[j])]:
-            k = int(np.searchsorted(main_starts, G.start[j], side="right")) - 1
-            if k >= 0:
-                m = m0 + k
-                host_anchor[j] = (thread_col[m0], int(sb_start[m]), float(static_start[m] + G.start[j] - hstart[m]))
-                del orphan[j]
+    if walk.main_block is None:
+        return host_anchor
+    H, G = rg.host_ops, rg.gpu_ops
+    m0, m1 = walk.main_block
+    main_starts = H.start[m0:m1]
+    if not main_starts.size:
+        return host_anchor
+    for j in [j for j in orphan if stream_pred[j] < 0 and np.isfinite(G.start[j])]:
+        k = int(np.searchsorted(main_starts, G.start[j], side="right")) - 1
+        if k >= 0:
+            m = m0 + k
+            host_anchor[j] = (int(H.thread[m0]), int(walk.sb_start[m]),
+                              float(walk.static_start[m] + G.start[j] - H.start[m]))
+            del orphan[j]
+    return host_anchor
 
+
+def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float, gpu_dur: np.ndarray,
+                 offset: float = 0.0, sm_count: int | None = None) -> RankProgram:
+    """Compile rank ``rg`` under ``cfg`` into the executor's :class:`RankProgram`.
+
+    ``gpu_dur``: every GPU op's replayed duration (s; :func:`cosim.replay.durations.gpu_durations`);
+    ``default_launch_latency`` comes from the topology's CPU; ``offset`` (s) places this rank's time
+    origin on the replay's common clock, so that the rank's first op starts where it was recorded
+    relative to the other ranks. Every other start follows from dependencies (docs/REPLAY.md, "Start
+    times"). ``sm_count``: SMs of the rank's GPU, for the block dispatcher (:func:`last_wave`); None: not
+    modeled. Phases: timing parameters, launches, GPU dependencies, blocking kinds, host costs, launch
+    delays and hidden GPU work, host programs, head anchors. O(ops x host nesting depth), vectorized.
+    """
+    G = rg.gpu_ops
+    tm = _timing(rg, cfg, default_launch_latency)
+    dur = np.asarray(gpu_dur, dtype=float)
+    waves = last_wave(rg, dur, sm_count) if sm_count else None
+    fills = waves is not None and bool((waves > 0).any())
+    lhost, launch_gpu, orphans = _launch_map(rg)
+    stream_pred, preds, sync_deps = _gpu_deps(rg)
+    pred_gap = [tm.gap] * len(G)
+    orphan = _orphan_deps(G.start, G.dur, orphans, stream_pred, pred_gap, offset)
+    hkind = _blocking_kinds(rg, lhost, launch_gpu, sync_deps)
+    costs = _host_costs(rg, cfg, hkind, sync_deps)
+    launch_delay = _launch_delays(rg, costs, lhost, launch_gpu, tm.traced_lat)
+    hidden = hidden_gpu_delay(rg, lhost.tolist(), tm.traced_lat, launch_delay) if not costs.region.any() else {}
+    walk = _host_programs(rg, cfg, costs, launch_gpu, offset)
+    host_anchor = _head_anchors(rg, walk, orphan, stream_pred)
     return RankProgram(
         rank=rg.rank,
-        threads=threads,
-        host_static_start=static_start,
-        host_static_end=static_end,
-        host_syncs_before_start=sb_start,
-        host_syncs_before_end=sb_end,
-        host_sync_event=sync_ev,
+        threads=walk.threads,
+        host_static_start=walk.static_start,
+        host_static_end=walk.static_end,
+        host_syncs_before_start=walk.sb_start,
+        host_syncs_before_end=walk.sb_end,
+        host_sync_event=walk.sync_ev,
         launch_gpu=launch_gpu,
         sync_deps=sync_deps,
-        gpu_dur=gpu_dur,
+        gpu_dur=dur.tolist(),
         gpu_stream_pred=stream_pred,
         gpu_pred_gap=pred_gap,
         gpu_preds=preds,
-        kernel_gap=gap,
-        kernel_gap_source=gap_src,
+        kernel_gap=tm.gap,
+        kernel_gap_source=tm.gap_src,
         gpu_orphan_ready=orphan,
         gpu_host_anchor=host_anchor,
         launch_delay=launch_delay,
-        launch_latency=lat,
-        launch_latency_source=lat_src,
+        launch_latency=tm.lat,
+        launch_latency_source=tm.lat_src,
         gpu_hidden_delay=hidden,
         gpu_device=G.device.tolist() if fills else None,
-        gpu_last_wave=waves.tolist() if fills else None,
+        gpu_last_wave=waves.tolist() if fills and waves is not None else None,
     )
 
 

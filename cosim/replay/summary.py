@@ -30,16 +30,23 @@ fabric cost). The two add up to ``exposed_communication``.
 from __future__ import annotations
 
 import math
+import platform
 from typing import Any
 
 import numpy as np
 
+from cosim import __version__
+from cosim.replay.collective_map import rank_gpu
 from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED, RankRun
 from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
-__all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "bound_label", "breakdown", "busiest_links", "comm_split",
-           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "step_times"]
+__all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "bound_label", "breakdown", "busiest_links", "comm_split",
+           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "step_times",
+           "summarize"]
+
+SUMMARY_SCHEMA = "cosim.summary/1"
+"""Schema name of ``summary.json`` (docs/REPLAY.md)."""
 
 BREAKDOWN_KEYS = ("compute", "exposed_communication", "memcpy", "host_bound_gpu_idle", "other_idle")
 
@@ -250,14 +257,14 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
             j = int(run.gpu_bound_src[j])
             t = min(t, float(e[j]))
             continue
-        h = launch_host.get(j)
-        if h is None:
+        lh = launch_host.get(j)
+        if lh is None:
             break
-        t_launch = float(run.host_start[h])
+        t_launch = float(run.host_start[lh])
         lat = max(t - t_launch, 0.0)
         res["launch_latency"] += min(lat, max(t - a, 0.0))
         t = t_launch
-        ends, ops = thread_syncs.get(int(H.thread[h]), (np.zeros(0), np.zeros(0, dtype=np.int64)))
+        ends, ops = thread_syncs.get(int(H.thread[lh]), (np.zeros(0), np.zeros(0, dtype=np.int64)))
         k = int(np.searchsorted(ends, t, side="right")) - 1
         if k < 0:
             res["host"] += max(t - a, 0.0)
@@ -389,3 +396,114 @@ def _share(x: float) -> str:
     if p >= 10 or p == 0:
         return f"{p:.0f}%"
     return f"{p:.1f}%" if p >= 0.1 else ("<0.1%" if p >= 0.01 else "<0.01%")
+
+
+def nan_to_none(x: float | None) -> float | None:
+    """``x`` as a JSON number, None where it is missing or not finite."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def summarize(res: Any) -> dict[str, Any]:
+    """The documented ``summary.json`` of a finished replay (a :class:`cosim.replay.ReplayResult`), JSON-ready."""
+    ranks = []
+    windows = []
+    for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
+        G = rg.gpu_ops
+        meas = step_times(G.step, G.start, G.start + G.dur, G.launch >= 0)
+        sim = step_times(G.step, run.gpu_start, run.gpu_end, G.launch >= 0)
+        st_rows = rg.steps
+        cpu_meas, cpu_sim = [], []
+        step_rows = sim["steps"] if sim["steps"].size else np.arange(len(st_rows))
+        for s in step_rows:
+            h = int(st_rows.host_op[s]) if 0 <= s < len(st_rows) else -1
+            if h >= 0:
+                cpu_meas.append(float(rg.host_ops.dur[h]))
+                cpu_sim.append(float(run.host_end[h] - run.host_start[h]))
+            elif 0 <= s < len(st_rows):  # no ProfilerStep annotation: the step is the span of its host ops
+                cpu_meas.append(float(st_rows.cpu_dur[s]))
+                mine = rg.host_ops.step == s
+                cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
+        bd = breakdown(rg, run, sim["window"], sim["n_periods"])
+        windows.append((*sim["window"], sim["n_periods"]))
+        bd_meas = breakdown(rg, run, meas["window"], meas["n_periods"], start=G.start, end=G.start + G.dur)
+        cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
+        numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
+        per_step = []
+        sp, mp = sim["periods"], meas["periods"]
+        for k, num in enumerate(numbers):
+            if sp.size:
+                sv = sp[k] if k < sp.size else math.nan
+                mv = mp[k] if k < mp.size else math.nan
+            elif k < sim["span"].size:
+                sv, mv = sim["span"][k], meas["span"][k] if k < meas["span"].size else math.nan
+            else:
+                sv = mv = math.nan
+            per_step.append({"step": num, "step_time_s": nan_to_none(sv), "measured_step_time_s": nan_to_none(mv)})
+        sim_t, meas_t = sim["step_time"], meas["step_time"]
+        projected = bool(rg.source.get("projected"))
+        if projected:
+            cpu_meas = []
+        if not math.isfinite(meas_t) and cpu_meas:  # CPU-only trace: the step is the host's
+            meas_t = float(np.mean(cpu_meas))
+            sim_t = float(np.nanmean(cpu_sim)) if np.isfinite(cpu_sim).any() else math.nan
+            per_step = [{"step": n, "step_time_s": nan_to_none(c), "measured_step_time_s": nan_to_none(m)}
+                        for n, c, m in zip(numbers or [-1] * len(cpu_sim), cpu_sim, cpu_meas)]
+        err = (sim_t - meas_t) / meas_t if (math.isfinite(meas_t) and meas_t > 0) else math.nan
+        ranks.append({
+            "rank": rg.rank,
+            "device": rg.device_name,
+            "gpu": rank_gpu(res.topology, rg.rank, res.config),
+            "step_time_s": nan_to_none(sim_t),
+            "measured_step_time_s": nan_to_none(meas_t),
+            "error": nan_to_none(err),
+            "cpu_step_time_s": nan_to_none(float(np.nanmean(cpu_sim)) if cpu_sim and np.isfinite(cpu_sim).any() else math.nan),
+            "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
+            "steps": per_step,
+            "breakdown": bd,
+            "exposed_communication_split": comm_split(rg, run, sim["window"], sim["n_periods"]),
+            "measured_breakdown": {k: bd_meas[k] for k in ("compute", "exposed_communication", "memcpy")},
+            "critical_path": cp,
+            "launch_latency_s": run.launch_latency,
+            "launch_latency_source": run.launch_latency_source,
+            "gpu_ops": len(G),
+            "host_ops": len(rg.host_ops),
+        })
+    valid = [r for r in ranks if r["step_time_s"] is not None]
+    slow = max(valid, key=lambda r: r["step_time_s"]) if valid else (ranks[0] if ranks else None)
+    meas_vals = [r["measured_step_time_s"] for r in ranks if r["measured_step_time_s"] is not None]
+    step = slow["step_time_s"] if slow else None
+    mstep = max(meas_vals) if meas_vals else None
+    topo = res.topology
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "cosim_version": __version__,
+        "sources": res.sources,
+        "topology": getattr(topo, "name", None),
+        "config": res.config.to_dict(),
+        "step_time_s": step,
+        "measured_step_time_s": mstep,
+        "error": nan_to_none((step - mstep) / mstep) if (step is not None and mstep) else None,
+        "breakdown": slow["breakdown"] if slow else dict.fromkeys(BREAKDOWN_KEYS, 0.0),
+        "exposed_communication_split": slow["exposed_communication_split"] if slow else
+        {"transfer_s": 0.0, "wait_for_peers_s": 0.0},
+        "critical_path": slow["critical_path"] if slow else {},
+        "busiest_links": busiest_links(res.link_usage, topo, *job_window(windows)),
+        "ranks": ranks,
+        "sim_wall_s": res.sim_wall_s,
+        "events": res.events,
+        "ops_per_wall_s": nan_to_none(sum(r["gpu_ops"] + r["host_ops"] for r in ranks) / res.sim_wall_s)
+        if res.sim_wall_s > 0 else None,
+        "notes": res.notes,
+        "links": res.links,
+        "host": platform.node(),
+        **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
+        **({"precision": res.precision} if res.precision else {}),
+    }
+
+
+def job_window(windows: list[tuple[float, float, int]]) -> tuple[tuple[float, float], int]:
+    """The hull of the ranks' simulated step windows, and the most step periods of any rank."""
+    ok = [w for w in windows if math.isfinite(w[0]) and math.isfinite(w[1])]
+    if not ok:
+        return (math.nan, math.nan), 1
+    return (min(w[0] for w in ok), max(w[1] for w in ok)), max(w[2] for w in ok)

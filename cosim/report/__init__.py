@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .proposal import proposal_report, write_proposal_report
 from .run import headline, run_report_data, run_report_html, write_run_report
-from .sweep import write_sweep_report, write_tornado_report
+from .sweep_report import write_sweep_report, write_tornado_report
 
 __all__ = [
     "headline",

@@ -10,7 +10,7 @@ Layout of a sweep's output folder ``DIR``::
                                    its worker process died included
     DIR/points/<key>/running.json  while the point runs (the worker's pid); left behind by a kill
     DIR/results.csv  (+ results.parquet when pyarrow is importable)
-    DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep)
+    DIR/report.html  metric vs parameters, Pareto front (cosim.report.sweep_report)
 
 ``<key>`` is a content hash of the resolved base scenario, the point's sets and
 the files it reads (topology chain, catalog data, workload traces, profile), so a rerun (after a crash, a kill, or with more points added) skips every
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.fileio import write_json, write_text
+from cosim.output import write_result
 
 __all__ = ["POINT_SCHEMA", "SweepInterrupted", "SweepResult", "input_files_fingerprint", "point_key", "run_point", "run_points", "run_sweep", "summary_row"]
 
@@ -227,7 +228,7 @@ def run_point(base: str, sets: dict[str, str], out_dir: str, params: dict[str, s
     try:
         scn, result = run_scenario(load_scenario(base), dict(sets), cache=process_cache())
         write_text(out / "scenario.yaml", yaml.safe_dump(resolved_settings(scn, result), sort_keys=False))
-        result.write(out, timeline=False)
+        write_result(result, out, timeline=False)
         row.update(summary_row(result.summary(), result.topology))
         row.update(status="ok", error="", wall_s=time.perf_counter() - t0)
         (out / "error.json").unlink(missing_ok=True)
@@ -344,7 +345,7 @@ def run_points(base: str, points: Sequence[dict[str, str]], out: str | Path, exe
     res = SweepResult(out=out, rows=ordered, parameters=params, computed=computed, skipped=skipped, failed=failed)
     res.files = _write_tables(out, ordered, params)
     if report:
-        from cosim.report.sweep import write_sweep_report
+        from cosim.report.sweep_report import write_sweep_report
 
         res.files["report"] = out / "report.html"
         write_sweep_report(res.files["report"], ordered, params, title=f"{label}: {Path(base).stem}")

@@ -373,7 +373,7 @@ def build_from_document(data: LocDict, path: Path | None, overrides: dict[str, A
 
     fabric_dump = None
     if doc.fabric is not None:
-        from .fabric import generate_fabric
+        from .scaleout import generate_fabric
 
         generate_fabric(b, doc.fabric, doc.nodes, local, data)
         fabric_dump = doc.fabric.model_dump(exclude_none=True)

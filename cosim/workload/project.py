@@ -16,7 +16,8 @@ graph a GPU run of the same program would have:
   ``aten_overhead`` plus the target CPU's launch overhead. Every other host
   interval (Python gaps, framework overhead, views) is kept and divided by
   ``host_speed``, the capture host's slowness relative to the target host.
-* **GPU time.** Kernel durations come from a kernel model (the catalog roofline,
+* **GPU time.** Kernel durations come from a kernel model the caller passes in
+  (:class:`KernelTimeModel`; the replay and scenario layers pass the catalog roofline,
   :class:`cosim.models.RooflineModel`, until calibrated models replace it) from
   the op's FLOPs and bytes at ``dtype``. Communication kernels are left to the
   engine: replay them with ``collectives="simulated"``.
@@ -32,12 +33,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from cosim.catalog.models import CPU, Accelerator
-from cosim.models.roofline import RooflineModel
 from cosim.workload.graph import (
     CollType,
     CopyKind,
@@ -51,7 +53,22 @@ from cosim.workload.graph import (
     Table,
 )
 
-__all__ = ["NO_KERNEL", "ProjectionConfig", "attention_flops", "needs_projection", "op_class", "project_onto", "project_to_gpu"]
+__all__ = ["NO_KERNEL", "KernelTimeModel", "ProjectionConfig", "attention_flops", "needs_projection", "op_class", "project_onto", "project_to_gpu"]
+
+
+
+class KernelTimeModel(Protocol):
+    """A kernel-time model of one accelerator, as projection uses it (e.g. :class:`cosim.models.RooflineModel`)."""
+
+    @property
+    def floor(self) -> float:
+        """Duration (s) of a kernel that does no work."""
+        ...
+
+    def time(self, cls: str, flops: float, nbytes: float, dtype: str = "bf16") -> float:
+        """Duration (s) of a kernel of model class ``cls`` doing ``flops`` FLOPs and moving ``nbytes`` bytes."""
+        ...
+
 
 NO_KERNEL = frozenset({
     "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::as_strided", "aten::view", "aten::_unsafe_view",
@@ -183,9 +200,8 @@ def _ancestors_flag(parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
 
 
 def project_rank(rg: RankGraph, accelerator: Accelerator, cpu: CPU, cfg: ProjectionConfig,
-                 model: RooflineModel | None = None) -> RankGraph:
-    """The GPU-run graph of one CPU-captured rank (see module docs)."""
-    model = model or RooflineModel(accelerator)
+                 model: KernelTimeModel) -> RankGraph:
+    """The GPU-run graph of one CPU-captured rank (see module docs), kernel times from ``model``."""
     H = rg.host_ops
     n = len(H)
     names = [rg.name(int(x)) for x in H.name]
@@ -340,10 +356,12 @@ def project_rank(rg: RankGraph, accelerator: Accelerator, cpu: CPU, cfg: Project
 
 
 def project_to_gpu(graph: ExecutionGraph, accelerator: Accelerator, cpu: CPU,
-                   cfg: ProjectionConfig | None = None) -> ExecutionGraph:
-    """Project every rank of a CPU-captured ``graph`` onto ``accelerator`` hosted by ``cpu``."""
+                   cfg: ProjectionConfig | None = None, *,
+                   kernel_model: Callable[[Accelerator], KernelTimeModel]) -> ExecutionGraph:
+    """Project every rank of a CPU-captured ``graph`` onto ``accelerator`` hosted by ``cpu``; kernel times
+    from ``kernel_model(accelerator)`` (e.g. ``kernel_model=cosim.models.RooflineModel``)."""
     cfg = cfg or ProjectionConfig()
-    model = RooflineModel(accelerator)
+    model = kernel_model(accelerator)
     ranks = [project_rank(rg, accelerator, cpu, cfg, model) for rg in graph.ranks]
     return ExecutionGraph(ranks)
 
@@ -369,11 +387,13 @@ def needs_projection(graph: ExecutionGraph) -> bool:
 
 
 def project_onto(graph: ExecutionGraph, topology: object, accelerator: str | None = None,
-                 cfg: ProjectionConfig | None = None) -> ExecutionGraph:
-    """Project ``graph`` onto the first GPU of ``topology`` (or catalog part ``accelerator``) and its host CPU."""
+                 cfg: ProjectionConfig | None = None, *,
+                 kernel_model: Callable[[Accelerator], KernelTimeModel]) -> ExecutionGraph:
+    """Project ``graph`` onto the first GPU of ``topology`` (or catalog part ``accelerator``) and its host CPU,
+    kernel times from ``kernel_model`` (see :func:`project_to_gpu`)."""
     topo = topology
     gpu0 = topo.gpus[0]  # type: ignore[attr-defined]
     acc_id = accelerator or topo.graph.nodes[gpu0].get("spec")  # type: ignore[attr-defined]
     acc = topo.catalog.accelerator(acc_id) if acc_id else topo.accelerator(gpu0)  # type: ignore[attr-defined]
     cpu = topo.cpu_spec(topo.cpu_of(gpu0))  # type: ignore[attr-defined]
-    return project_to_gpu(graph, acc, cpu, cfg)
+    return project_to_gpu(graph, acc, cpu, cfg, kernel_model=kernel_model)

@@ -179,7 +179,7 @@ RESOURCE_WHAT_IFS: tuple[tuple[str, dict[str, str]], ...] = (
     ("as traced", {}),
     ("PCIe 4 x16 at half bandwidth", {"links.pcie4x16.bandwidth": "16 GB/s"}),
     ("PCIe 4 x16 at double bandwidth (Gen5-like)", {"links.pcie4x16.bandwidth": "64 GB/s"}),
-    ("one copy engine per direction", {"gpu.copy_engines": "1"}),
+    ("one copy engine (catalog: 3)", {"gpu.copy_engines": "1"}),
     ("communication kernels hold 32 SMs", {"gpu.comm_sms": "32"}),
     ("HBM at half bandwidth", {"accelerators.a100-sxm-80gb.hbm_bandwidth": "1 TB/s"}),
 )
@@ -289,7 +289,8 @@ def render(rows: list[Row], what_if: list[dict[str, Any]], resources: list[dict[
             f"## Shared-resource what-ifs: `{RESOURCE_TRACE}` on `{RESOURCE_TOPOLOGY}`",
             "",
             "Copies run on the PCIe route with copy engines, a kernel that fills the GPU holds other streams "
-            "back, communication-SM and HBM what-ifs rescale the kernels that use them (docs/REPLAY.md, "
+            "back, communication kernels take SMs and HBM bandwidth from the compute kernels they overlap in the "
+            "simulation, HBM bandwidth also scales memory-bound kernels (docs/REPLAY.md, "
             "docs/ENGINE.md). Copy time: the H2D / D2H copies' simulated durations per step (a copy's wire part "
             "scales with the link, its fixed part does not); compute: the breakdown's compute per step. This "
             "host-bound step moves only where a synchronize waits for the slowed work.",

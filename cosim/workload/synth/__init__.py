@@ -2,9 +2,9 @@
 
 Modules: :mod:`costs` (per-op FLOPs and bytes of one layer), :mod:`infer` (prefill and decode steps), :mod:`layout` (parallel layout
 and rank map), :mod:`routing` (expert loads, placement, all-to-all splits), :mod:`schedule`
-(1F1B and interleaved 1F1B order), :mod:`memory` (bytes per GPU), :mod:`timing` (kernel
-durations from cosim's kernel models), :mod:`build` (the execution graph), :mod:`spec`
-(the scenario's ``workload: synthetic:`` block and the run's figures). See docs/SYNTHESIS.md.
+(1F1B and interleaved 1F1B order), :mod:`memory` (bytes per GPU), :mod:`build` (the execution graph), :mod:`spec`
+(the scenario's ``workload: synthetic:`` block and the run's figures). Kernel durations come from a timer
+the caller passes in (:mod:`cosim.models.synth_timing`). See docs/SYNTHESIS.md.
 """
 
 from cosim.workload.synth.costs import layer_forward_flops

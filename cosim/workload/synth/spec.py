@@ -25,6 +25,7 @@ Serving (forward only, :mod:`cosim.workload.synth.infer`)::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,6 +34,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
+from cosim.workload.synth.costs import Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
@@ -177,12 +179,22 @@ def _card(model: str, base: Path | None) -> Any:
     return load_model_config(p if p.is_file() else model)
 
 
-def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> Synthesized:
-    """Build the step of ``spec`` for every GPU of ``topology``."""
+KernelTimeFn = Callable[[Sequence[Op]], list[float]]
+"""Kernel durations (s) of a list of synthesized ops."""
+
+TimerFactory = Callable[["SyntheticSpec", Any, "Path | None"], KernelTimeFn]
+"""``factory(spec, accelerator, base) -> timer``: the kernel timer of a synthetic block on a catalog accelerator,
+files it names relative to ``base`` (:func:`cosim.models.synth_timing.synthetic_kernel_timer`)."""
+
+
+def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
+               kernel_timer: TimerFactory) -> Synthesized:
+    """Build the step of ``spec`` for every GPU of ``topology``, kernel durations from
+    ``kernel_timer(spec, accelerator, base)`` (the scenario layer passes
+    :func:`cosim.models.synth_timing.synthetic_kernel_timer`)."""
     from cosim.workload.synth.build import BuildOptions, build_step
     from cosim.workload.synth.memory import memory_per_stage
     from cosim.workload.synth.routing import parse_routing
-    from cosim.workload.synth.timing import KernelTimer
 
     card = _card(spec.model, base)
     gpus = len(topology.gpus)
@@ -199,15 +211,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
                                   "and a time >= 0")
     gpu0 = topology.gpus[0]
     acc = topology.accelerator(gpu0)
-    prof = None
-    if spec.profile and spec.calibrate_from:
-        raise CosimInputError("workload.synthetic: give profile or calibrate_from, not both")
-    if spec.profile:
-        from cosim.models import load_profile
-
-        prof = load_profile(str(base / spec.profile) if base and (base / spec.profile).is_file() else spec.profile)
-    if spec.calibrate_from:
-        prof = calibrated_profile(spec.calibrate_from, base)
+    timer = kernel_timer(spec, acc, base)
     try:
         cpu = topology.cpu_spec(topology.cpu_of(gpu0))
         launch = float(cpu.launch_overhead)
@@ -225,7 +229,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
                   "decode": "{requests_per_gpu, context}"}[spec.mode]
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
-        return _synthesize_serving(spec, card, rm, opts, acc, prof)
+        return _synthesize_serving(spec, card, rm, opts, acc, timer)
     if (spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None
             or spec.dispatch_precision is not None):
         raise CosimInputError("workload.synthetic: overlap, dispatch, dispatch_precision and comm_sms are serving "
@@ -250,16 +254,16 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None) -> 
             f"GPU (weights {worst.weights / 2**30:.1f}, gradients {worst.gradients / 2**30:.1f}, optimizer "
             f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
             f"{acc.name}; shard more, recompute, or set allow_oom: true")
-    built = build_step(card, rm, b.global_, b.micro, b.seq, opts, KernelTimer(acc, prof), device=acc.name)
+    built = build_step(card, rm, b.global_, b.micro, b.seq, opts, timer, device=acc.name)
     peak = float(acc.peak("bf16"))
     return Synthesized(spec, card, rm, built, mem, hbm, peak)
 
 
-def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc: Any, prof: Any) -> Synthesized:
+def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc: Any,
+                        timer: KernelTimeFn) -> Synthesized:
     """The prefill or decode step of ``spec`` (:mod:`cosim.workload.synth.infer`)."""
     from cosim.workload.synth.costs import PRECISIONS
     from cosim.workload.synth.infer import InferStep, build_infer_step, infer_memory
-    from cosim.workload.synth.timing import KernelTimer
 
     b = spec.batch
     dispatch = spec.dispatch or ("deepep" if spec.mode == "prefill" else "deepep-ll")
@@ -293,37 +297,8 @@ def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc:
             f"{mem.weights / 2**30:.1f}, KV cache {mem.kv_cache / 2**30:.1f}, activations "
             f"{mem.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of {acc.name}; at most {mem.max_batch} {unit} "
             "per GPU fit; shard more or set allow_oom: true")
-    built, span = build_infer_step(card, rm, step, opts, KernelTimer(acc, prof), device=acc.name)
+    built, span = build_infer_step(card, rm, step, opts, timer, device=acc.name)
     return Synthesized(spec, card, rm, built, [], hbm, float(acc.peak("bf16")), (step, mem), span)
-
-
-def calibrated_profile(traces: str | list[str], base: Path | None = None) -> Any:
-    """A calibration profile fitted to the kernels of ``traces`` (files or folders, relative to ``base``)."""
-    from cosim.models.fit import KernelDB, fit_profile
-
-    paths = []
-    for t in [traces] if isinstance(traces, str) else traces:
-        p = Path(t)
-        if base is not None and not p.is_absolute() and (base / p).exists():
-            p = base / p
-        if not p.exists():
-            raise CosimInputError(f"workload.synthetic.calibrate_from: {t}: no such trace file or folder")
-        paths.append(p)
-    files = sorted(KernelDB.trace_files(paths), key=str)
-    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    if key in _FITTED:
-        return _FITTED[key]
-    dbs = KernelDB.from_traces(paths, None)
-    if len(dbs) != 1:
-        raise CosimInputError(f"workload.synthetic.calibrate_from: the traces come from {len(dbs)} GPU models "
-                              f"({', '.join(sorted(dbs)) or 'none recognised'}); give traces of one GPU model")
-    prof = _FITTED[key] = fit_profile(next(iter(dbs.values())), name="calibrate_from",
-                                      provenance={"sources": [str(p) for p in paths]})
-    return prof
-
-
-_FITTED: dict[tuple[Any, ...], Any] = {}
-"""Profiles fitted by :func:`calibrated_profile` in this process, by the traces' identity (sweeps refit once)."""
 
 
 def bubble_fraction(syn: Synthesized, result: Any) -> float:

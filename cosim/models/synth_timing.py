@@ -1,5 +1,8 @@
 """Kernel durations of synthesized ops from cosim's kernel models (:mod:`cosim.models`).
 
+:func:`synthetic_kernel_timer` is what the scenario layer passes to
+:func:`cosim.workload.synth.synthesize` (synthesis, a lower layer, takes its kernel timer as an argument).
+
 The ops become a :class:`cosim.models.features.KernelFeatures` table (class, dtype,
 GEMM dims, attention dims, FLOPs, bytes) and go through
 :func:`cosim.models.predict.predict_features` with the calibration profile of the
@@ -16,14 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cosim.catalog.models import Accelerator
+from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import Op
+from cosim.workload.synth.spec import SyntheticSpec
 
-__all__ = ["DECODE_ATTENTION_EFFICIENCY", "KernelTimer"]
+__all__ = ["DECODE_ATTENTION_EFFICIENCY", "KernelTimer", "calibrated_profile", "synthetic_kernel_timer"]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
 """Share of the bf16 dense peak that decode attention reaches when compute-bound: FlashMLA's
@@ -69,3 +75,48 @@ class KernelTimer:
             for i, t in zip(dec, mem):
                 out[i] = max(ops[i].flops / peak, t)
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
+
+
+def synthetic_kernel_timer(spec: SyntheticSpec, accelerator: Accelerator, base: Path | None = None) -> KernelTimer:
+    """The kernel timer of a ``workload: synthetic:`` block on ``accelerator``: with the profile it names
+    (a file relative to ``base`` or a bundled name), one fitted to its ``calibrate_from`` traces, or the
+    accelerator's default profile."""
+    if spec.profile and spec.calibrate_from:
+        raise CosimInputError("workload.synthetic: give profile or calibrate_from, not both")
+    prof = None
+    if spec.profile:
+        from cosim.models import load_profile
+
+        prof = load_profile(str(base / spec.profile) if base and (base / spec.profile).is_file() else spec.profile)
+    if spec.calibrate_from:
+        prof = calibrated_profile(spec.calibrate_from, base)
+    return KernelTimer(accelerator, prof)
+
+
+def calibrated_profile(traces: str | list[str], base: Path | None = None) -> Any:
+    """A calibration profile fitted to the kernels of ``traces`` (files or folders, relative to ``base``)."""
+    from cosim.models.fit import KernelDB, fit_profile
+
+    paths = []
+    for t in [traces] if isinstance(traces, str) else traces:
+        p = Path(t)
+        if base is not None and not p.is_absolute() and (base / p).exists():
+            p = base / p
+        if not p.exists():
+            raise CosimInputError(f"workload.synthetic.calibrate_from: {t}: no such trace file or folder")
+        paths.append(p)
+    files = sorted(KernelDB.trace_files(paths), key=str)
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key in _FITTED:
+        return _FITTED[key]
+    dbs = KernelDB.from_traces(paths, None)
+    if len(dbs) != 1:
+        raise CosimInputError(f"workload.synthetic.calibrate_from: the traces come from {len(dbs)} GPU models "
+                              f"({', '.join(sorted(dbs)) or 'none recognised'}); give traces of one GPU model")
+    prof = _FITTED[key] = fit_profile(next(iter(dbs.values())), name="calibrate_from",
+                                      provenance={"sources": [str(p) for p in paths]})
+    return prof
+
+
+_FITTED: dict[tuple[Any, ...], Any] = {}
+"""Profiles fitted by :func:`calibrated_profile` in this process, by the traces' identity (sweeps refit once)."""

@@ -1,0 +1,99 @@
+"""Tests of replay compilation's host walk (cosim.replay.program): the vectorized static times equal the
+op-by-op pre-order walk, worked by hand on a small thread and exactly (bit for bit) on real traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosim.replay.program import _HostCosts, _HostWalk, _preorder_ends, _walk_block, _walk_block_loop
+from cosim.resources import shared_dir
+
+
+def _walk(costs: _HostCosts, parent: np.ndarray, base: float, vectorized: bool, graph_cost: float = 0.0) -> _HostWalk:
+    n = parent.size
+    out = _HostWalk(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                    np.full(n, -1, dtype=np.int64), [], None)
+    region = costs.region
+    root = region & ((parent < 0) | ~region[np.maximum(parent, 0)])
+    (_walk_block if vectorized else _walk_block_loop)(costs, graph_cost, root, parent, 0, n, base, out)
+    return out
+
+
+def _costs(pre: list[float], tail: list[float], sync: list[bool], cost: list[float],
+           region: list[bool] | None = None) -> _HostCosts:
+    n = len(pre)
+    return _HostCosts(np.array(pre), np.array(tail), np.array(cost), np.zeros(n, dtype=bool), np.array(sync),
+                      np.array(region if region is not None else [False] * n))
+
+
+def test_static_times_worked_by_hand() -> None:
+    """Thread: A(0) { B(1) { C(2) }, D(3) sync }, E(4). Pre-gaps 1, 2, 3, 4, 5; tails 10, 20, 30, -, 50; D is a
+    sync costing 7. Walk from base 100: A opens at 101, B at 103, C at 106, C closes 136, B closes 156, D opens
+    160, closes 167, A closes 177, E opens 182 and closes 232. SYNC counts: D is the thread's SYNC 0, so
+    everything opening after it (E) has one SYNC before it, and A, which closes after D, ends after one."""
+    parent = np.array([-1, 0, 1, 0, -1])
+    costs = _costs([1, 2, 3, 4, 5], [10, 20, 30, 0, 50], [False, False, False, True, False], [0, 0, 0, 7, 0])
+    for vec in (True, False):
+        w = _walk(costs, parent, 100.0, vec)
+        assert w.static_start.tolist() == [101, 103, 106, 160, 182]
+        assert w.static_end.tolist() == [177, 156, 136, 167, 232]
+        assert w.sb_start.tolist() == [0, 0, 0, 0, 1]
+        assert w.sb_end.tolist() == [1, 0, 0, 1, 1]
+        assert w.sync_ev.tolist() == [-1, -1, -1, 0, -1]
+
+
+def test_cuda_graph_launch_cost_on_region_roots() -> None:
+    """A region root (op 1, inside a CUDA-graph region with its child 2) pays the graph launch cost (0.5) once
+    after its pre-gap; its child does not."""
+    parent = np.array([-1, 0, 1])
+    costs = _costs([1, 2, 3], [4, 5, 6], [False] * 3, [0] * 3, region=[False, True, True])
+    for vec in (True, False):
+        w = _walk(costs, parent, 0.0, vec, graph_cost=0.5)
+        assert w.static_start.tolist() == [1, 3.5, 6.5]
+        assert w.static_end.tolist() == [21.5, 17.5, 12.5]
+
+
+def test_inconsistent_parents_fall_back_to_the_walk() -> None:
+    """A parent that is not open when its child starts (op 3 names op 1, which op 2 closed) is not a
+    pre-order: the vectorized walk declines and the op-by-op walk treats op 3 as a new top-level op."""
+    parent = np.array([-1, 0, -1, 1])
+    assert _preorder_ends(parent, 0, 4) is None
+    assert _preorder_ends(np.array([-1, 0, 0, -1]), 0, 4).tolist() == [3, 2, 3, 4]
+    costs = _costs([1, 1, 1, 1], [1, 1, 1, 1], [False] * 4, [0] * 4)
+    w = _walk(costs, parent, 0.0, True)
+    assert w.static_start.tolist() == [1, 2, 5, 7]
+    assert w.static_end.tolist() == [4, 3, 6, 8]
+
+
+@pytest.mark.parametrize("rel", ["hta/v100-rank1of2-df.json.gz", "param-dlrm-v100x8/kineto",
+                                 "tracelens-mi300/resnet_act_checkpoint.json.gz"])
+def test_vectorized_walk_is_exact_on_real_traces(rel: str) -> None:
+    """Every thread of every rank: the vectorized static times are the op-by-op walk's, bit for bit, with
+    host what-ifs that change every cost (host speed, launch overhead)."""
+    shared = shared_dir()
+    if shared is None or not (shared / "traces" / rel).exists():
+        pytest.skip("../shared not found: real-trace test skipped (set COSIM_SHARED)")
+    from cosim.replay import ReplayConfig
+    from cosim.replay.program import _blocking_kinds, _gpu_deps, _host_costs, _launch_map, _thread_blocks
+    from cosim.workload import load_trace
+
+    cfg = ReplayConfig(host_speed=1.7, launch_overhead=3e-6)
+    for rg in load_trace(shared / "traces" / rel).ranks:
+        lhost, launch_gpu, _ = _launch_map(rg)
+        _, _, sync_deps = _gpu_deps(rg)
+        costs = _host_costs(rg, cfg, _blocking_kinds(rg, lhost, launch_gpu, sync_deps), sync_deps)
+        parent = rg.host_ops.parent
+        n = parent.size
+        region = np.zeros(n, dtype=bool)
+        for i, j in _thread_blocks(rg.host_ops.thread):
+            assert _preorder_ends(parent, i, j) is not None  # the importer's tables are a pre-order
+            outs = []
+            for fn in (_walk_block, _walk_block_loop):
+                out = _HostWalk(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+                                np.full(n, -1, dtype=np.int64), [], None)
+                fn(costs, 1e-5, region, parent, i, j, 12.25, out)
+                outs.append(out)
+            a, b = outs
+            for name in ("static_start", "static_end", "sb_start", "sb_end", "sync_ev"):
+                assert np.array_equal(getattr(a, name)[i:j], getattr(b, name)[i:j]), name
