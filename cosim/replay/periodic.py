@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 
-from cosim.fileio import write_json
 from cosim.replay.api import ReplayResult
 from cosim.replay.summary import summarize as _summarize
 from cosim.workload.synth.schedule import Unit, stage_order, steady_bounds
@@ -240,6 +238,10 @@ def bubble_fraction(unit_spans: dict[int, list[tuple[int, int, bool]]], runs: li
     return float(sum(fr) / len(fr)) if fr else math.nan
 
 
+_ID_STEP = 1 << 40
+"""Offset added to the ids of each repeated copy of the period's events (ids stay distinct)."""
+
+
 def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_step: int) -> list[dict[str, Any]]:
     """One rank's events of the full step: those at or after the cut moved by the inserted time, those in
     the period before it repeated ``repeats`` times (ids made distinct), spans across the window stretched."""
@@ -280,58 +282,10 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
     return out
 
 
-def write_timeline(path: str | Path, result: Any, per: Periodic) -> list[Path]:
-    """The full step's timeline (``timeline.json.gz`` and ``timeline/rank{r}.json.gz``, as
-    :func:`cosim.output.timeline.write_timeline`), with the probe's steady period repeated."""
-    import re
-
-    from cosim.output import timeline as tl
-
-    path = Path(path)
-    ranks = list(zip(result.graph.ranks, result.runs))
-    ids = tl._Ids(rg for rg, _ in ranks)
-    folder = path.parent / "timeline"
-    written: list[Path] = []
-    single = len(ranks) == 1
-    combined: dict[str, Any] = {"schemaVersion": 1, "traceName": "cosim replay", "displayTimeUnit": "ms"}
-    if single:
-        rg0 = ranks[0][0]
-        combined = tl._header(rg0, sorted(set(rg0.gpu_ops.device.tolist())))
-    id_step = 1 << 40
-    with tl._GzipOut(path) as cfh:
-        cw = tl._TraceWriter(cast(IO[bytes], cfh), combined)
-        for rg, run in ranks:
-            host, gpu = tl.rank_events(rg, run, ids)
-            cut = per.cut.get(rg.rank)
-            if cut is not None:
-                host = _shift_events(host, cut * 1e6, per, id_step)
-                gpu = _shift_events(gpu, cut * 1e6, per, id_step)
-            devices = sorted(set(rg.gpu_ops.device.tolist()))
-            p = folder / f"rank{rg.rank}.json.gz"
-            with tl._GzipOut(p) as fh:
-                w = tl._TraceWriter(cast(IO[bytes], fh), tl._header(rg, devices))
-                w.events(host)
-                w.events(gpu)
-                w.close()
-            written.append(p)
-            ann = tl.gpu_annotation_events(rg, run, ids)
-            gpu.extend(_shift_events(ann, cut * 1e6, per, id_step) if cut is not None else ann)
-            if not single:
-                tl._renumber(rg.rank, host, gpu)
-            cw.events(host)
-            cw.events(gpu)
-        cw.close()
-    keep = {p.name for p in written}
-    for old in folder.glob("rank*.json.gz"):
-        if re.fullmatch(r"rank\d+\.json\.gz", old.name) and old.name not in keep:
-            old.unlink()
-    return [path, *written]
-
-
 @dataclass
 class PeriodicResult(ReplayResult):
-    """A replayed probe standing for the full step: ``summary()`` and ``write()`` give the full step's
-    figures and timeline (``periodic`` says how); graph, runs and links are the probe's."""
+    """A replayed probe standing for the full step: ``summary()`` gives the full step's figures and
+    ``extend_events`` its timeline (through :func:`cosim.output.write_result`) (``periodic`` says how); graph, runs and links are the probe's."""
 
     periodic: Periodic | None = None
 
@@ -348,14 +302,9 @@ class PeriodicResult(ReplayResult):
             self._summary = extend_figures(self, self.periodic)
         return self._summary
 
-    def write(self, out: str | Path, timeline: bool = True) -> dict[str, Path]:
-        """As ``ReplayResult.write``, with the full step's timeline."""
-        out = Path(out)
-        paths = {"summary": out / "summary.json"}
-        write_json(paths["summary"], self.summary())
-        if timeline:
-            assert self.periodic is not None
-            paths["timeline"] = out / "timeline.json.gz"
-            write_timeline(paths["timeline"], self, self.periodic)
-            paths["timeline_ranks"] = out / "timeline"
-        return paths
+    def extend_events(self, rank: int, evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One rank's timeline events of the probe turned into the full step's (the steady period repeated):
+        the hook :func:`cosim.output.timeline.write_timeline` applies to every event group."""
+        assert self.periodic is not None
+        cut = self.periodic.cut.get(rank)
+        return evs if cut is None else _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP)
