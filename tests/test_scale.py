@@ -257,3 +257,33 @@ def test_coalesced_step_equals_plain_step(tmp_path: Path, layout: dict, routing:
     (nc, endc), (np_, endp) = kernels(pc["timeline"]), kernels(pp_["timeline"])
     assert nc == np_
     assert endc == pytest.approx(endp, rel=5e-3)
+
+
+@pytest.mark.filterwarnings("ignore::Warning")
+def test_coalesced_timeline_reads_in_hta_like_the_plain_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coalesced step's per-rank timelines load in HolisticTraceAnalysis, and its temporal breakdown
+    (compute, non-compute, idle per rank) matches the plain step's within 1%."""
+    import logging
+
+    hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis not installed (pip install '.[dev]')")
+    from cosim.output import write_result
+    from cosim.scenario import load_scenario, run_scenario
+
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    scn = load_scenario(_scenario(tmp_path, dict(tp=2, pp=2, ep=8), "uniform", 10))
+    _, co = run_scenario(scn)
+    _, plain = run_scenario(scn, {"workload.synthetic.coalesce": "false"})
+    assert co.summary()["coalesced"]["repeats"] >= 1
+    logging.disable(logging.WARNING)
+    try:
+        tb = {}
+        for name, res in (("co", co), ("plain", plain)):
+            paths = write_result(res, tmp_path / name)
+            tb[name] = hta.TraceAnalysis(trace_dir=str(paths["timeline_ranks"])).get_temporal_breakdown(
+                visualize=False).set_index("rank").sort_index()
+    finally:
+        logging.disable(logging.NOTSET)
+    assert list(tb["co"].index) == list(tb["plain"].index) and len(tb["co"]) == 2
+    assert (tb["plain"]["compute_time(us)"] > 0).all() and (tb["plain"]["idle_time(us)"] > 0).all()
+    for col in ("idle_time(us)", "compute_time(us)", "non_compute_time(us)"):
+        assert np.allclose(tb["co"][col], tb["plain"][col], rtol=1e-2, atol=1.0), col
