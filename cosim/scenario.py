@@ -568,11 +568,11 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
                               "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
     run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={})
     coalesced = _run_coalesced(scn, topo, run_cfg, base)
-    if coalesced is not None:
-        syn, result, co_notes = coalesced
+    co_notes: list[str] = coalesced[2] if coalesced is not None else []
+    if coalesced is not None and coalesced[1] is not None:
+        syn, result = coalesced[0], coalesced[1]
     else:
         syn = synthesize(scn.workload.synthetic, topo, base, kernel_timer=synthetic_kernel_timer)
-        co_notes = []
         try:
             result = replay(syn.graph, topo, run_cfg)
         except ValueError as exc:
@@ -630,8 +630,9 @@ def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int,
 
 def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) -> tuple[Any, Any, list[str]] | None:
     """Coalesce the repeated micro-batches of a synthetic training step (:mod:`cosim.replay.periodic`): replay
-    the probe, find its period, and extend it to the full step; longer probes when the period is not found;
-    None (the caller runs the plain step) when no probe shows it."""
+    the probe, find its period, and extend it to the full step; a probe one period longer when the period is
+    not found. Returns (synthesized full step, result, notes); (None, None, notes) when neither probe shows the
+    period and None when the step is not coalescible (the caller runs the plain step)."""
     from dataclasses import replace as _replace
 
     from cosim.models.synth_timing import synthetic_kernel_timer
@@ -658,9 +659,10 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
         tried.append(m)
         if found is not None:
             break
-        m2 = m + q  # a longer steady phase: the pipeline's fill may not have settled
-        if m2 + q > m_full or (m_full - m2) % q:
-            return None  # no probe short enough shows a period: the plain step
+        m2 = m + q  # one longer probe: the pipeline's fill may not have settled
+        if len(tried) > 1 or m2 + q > m_full or (m_full - m2) % q:  # the plain step
+            return None, None, [f"not coalesced: no steady-state period of {q} micro-batches found in probes of "
+                                f"{tried} micro-batches per pipeline; every micro-batch simulated"]
         m = m2
         b = probe.batch
         probe = probe.model_copy(update={"batch": b.model_copy(update={"global_": m * b.micro * syn.rm.dp})})

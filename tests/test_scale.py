@@ -287,3 +287,25 @@ def test_coalesced_timeline_reads_in_hta_like_the_plain_one(tmp_path: Path, monk
     assert (tb["plain"]["compute_time(us)"] > 0).all() and (tb["plain"]["idle_time(us)"] > 0).all()
     for col in ("idle_time(us)", "compute_time(us)", "non_compute_time(us)"):
         assert np.allclose(tb["co"][col], tb["plain"][col], rtol=1e-2, atol=1.0), col
+
+
+def test_step_without_a_period_is_simulated_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When no probe shows the period (here: the check made to fail), the step is simulated micro-batch by
+    micro-batch, says so, and equals the plain step exactly."""
+    import cosim.replay.periodic as periodic
+    from cosim.scenario import load_scenario, run_scenario
+
+    scn = load_scenario(_scenario(tmp_path, dict(tp=2, pp=2, ep=8), "uniform", 10))
+    _, plain = run_scenario(scn, {"workload.synthetic.coalesce": "false"})
+    calls: list[int] = []
+
+    def never(unit_keys, *a, **k):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return None
+
+    monkeypatch.setattr(periodic, "detect_period", never)
+    _, res = run_scenario(scn)
+    s = res.summary()
+    assert "coalesced" not in s and len(calls) == 2  # the probe and one a period longer
+    assert any(n.startswith("not coalesced: no steady-state period") for n in s["notes"])
+    assert s["step_time_s"] == plain.summary()["step_time_s"]
