@@ -655,7 +655,8 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
             result = replay(syn.graph, topo, run_cfg)
         except ValueError as exc:
             raise CosimInputError(str(exc), file=scn.source_file) from None
-        found = detect_period(syn.built.unit_keys, syn.built.unit_spans, result.runs, q)
+        found = detect_period(syn.built.unit_keys, syn.built.unit_spans, result.runs, q,
+                              names={rg.rank: rg.gpu_ops.name for rg in result.graph.ranks})
         tried.append(m)
         if found is not None:
             break

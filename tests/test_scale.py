@@ -216,8 +216,8 @@ def _scenario(tmp_path: Path, layout: dict, routing: str, mb: int, stragglers: d
     (dict(tp=2, pp=2, ep=8), "uniform", 24, None),
     (dict(tp=1, pp=4, ep=16), "uniform", 24, None),
     (dict(tp=1, pp=2, vpp=2, ep=16), "uniform", 16, None),
-    (dict(tp=2, pp=2, ep=8), "zipf:1.2", 8, None),
-    (dict(tp=2, pp=2, ep=8), "uniform", 8, {"gpu": {5: 1.3}}),
+    (dict(tp=2, pp=2, ep=8), "zipf:1.2", 12, None),
+    (dict(tp=2, pp=2, ep=8), "uniform", 12, {"gpu": {5: 1.3}}),
 ])
 def test_coalesced_step_equals_plain_step(tmp_path: Path, layout: dict, routing: str, mb: int,
                                           stragglers: dict | None) -> None:
@@ -295,7 +295,7 @@ def test_step_without_a_period_is_simulated_whole(tmp_path: Path, monkeypatch: p
     import cosim.replay.periodic as periodic
     from cosim.scenario import load_scenario, run_scenario
 
-    scn = load_scenario(_scenario(tmp_path, dict(tp=2, pp=2, ep=8), "uniform", 10))
+    scn = load_scenario(_scenario(tmp_path, dict(tp=2, pp=2, ep=8), "uniform", 12))
     _, plain = run_scenario(scn, {"workload.synthetic.coalesce": "false"})
     calls: list[int] = []
 

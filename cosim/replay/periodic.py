@@ -12,9 +12,10 @@ one period's events replicated ``K`` times.
 The period is not assumed, it is measured and checked: :func:`detect_period` compares, on every
 simulated rank, the GPU start and end of each steady-state schedule unit with those of the same
 unit ``pp`` micro-batches earlier, and accepts only when every shift equals the period within
-``tol`` (relative). The probe count is the smallest ``m`` whose steady phase holds a period of
-such pairs on every stage (the check needs one full period of equal shifts at the end, after the
-pipeline's fill, a transient); when the check fails, a longer probe is tried, and then the plain run
+``tol`` (relative), and every GPU op of the repeated window repeats the one before it. The probe count
+is the smallest ``m`` whose steady phase holds two periods of such pairs on every stage (the pipeline's
+fill, a transient of up to about a period, then a full period of equal shifts); when the check fails, a
+probe one period longer is tried, and then the plain run
 (``cosim.scenario`` does the fallback). DualPipe, launch jitter (random per launch) and steps too
 short to hold two periods are not coalesced.
 
@@ -89,7 +90,7 @@ def _pairs_per_stage(pp: int, vpp: int, m: int, extra_warmup: int, overlap: bool
 
 def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int = 0,
                        overlap: bool = False) -> int | None:
-    """The smallest micro-batch count whose steady phase holds a period of unit pairs on every stage
+    """The smallest micro-batch count whose steady phase holds two periods of unit pairs on every stage
     and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
     shorter than the step by at least one period."""
     step = pp if vpp > 1 else 1
@@ -98,23 +99,44 @@ def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int =
     while m + pp <= microbatches:
         if (microbatches - m) % pp == 0:
             n, per = _pairs_per_stage(pp, vpp, m, extra_warmup, overlap)
-            if n >= per:
+            if n >= 2 * per:  # the pipeline's fill (a transient, up to about a period) and a full period after it
                 return m
         m += step
     return None
 
 
+def _ops_repeat(s: np.ndarray, e: np.ndarray, order: np.ndarray, names: np.ndarray | None, cut: float,
+                period: float, tol: float) -> bool:
+    """Whether the GPU ops starting in ``[cut - period, cut)`` are those of ``[cut - 2 period, cut - period)``
+    moved by ``period``: same count, same names in start order, every start and end shifted by ``period``
+    within ``tol`` x ``period`` (``order``: op indices by start)."""
+    eps = 1e-6 * period
+    ss = s[order]
+    i0, i1, i2 = np.searchsorted(ss, [cut - 2 * period - eps, cut - period - eps, cut - eps])
+    if i2 - i1 != i1 - i0 or i2 == i1:
+        return False
+    a, b = order[i0:i1], order[i1:i2]
+    if names is not None and not np.array_equal(names[a], names[b]):
+        return False
+    lim = tol * period
+    return bool((np.abs(s[b] - s[a] - period) <= lim).all() and (np.abs(e[b] - e[a] - period) <= lim).all())
+
+
 def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
                   unit_spans: dict[int, list[tuple[int, int, bool]]], runs: list[Any], q: int,
-                  tol: float = TOL) -> tuple[float, float, int, dict[int, float]] | None:
+                  tol: float = TOL, names: dict[int, np.ndarray] | None = None
+                  ) -> tuple[float, float, int, dict[int, float]] | None:
     """The common period of every simulated rank's steady units ``q`` micro-batches apart.
 
     Per rank, the steady units with a counterpart ``q`` micro-batches earlier, in issue order, each give two
-    shifts (of its GPU start and end); the pipeline fills first (a transient), so only the longest run of
-    pairs at the end of the steady phase whose shifts all equal the rank's last shift within ``tol`` x the
-    period counts, and it must cover a full period (the units of ``q`` micro-batches). Every rank's period
-    must agree within the same tolerance. Returns ``(period, max deviation, pairs compared, cut per rank:
-    the start of its last compared unit)`` or None."""
+    shifts (of its GPU start and end). A cut (the start of such a unit) is accepted when the pairs of the
+    full period up to it (the units of ``q`` micro-batches) all shift by the same period (their median)
+    within ``tol`` x the period, and every GPU op starting in the period before the cut repeats
+    the one before it (:func:`_ops_repeat`: same names, shifted by the period): this excludes the pipeline's
+    fill and the end of the step (the last micro-batch's gradient buckets) from the repeated window. The
+    latest accepted cut is taken; every rank needs one and the ranks' periods must agree within ``tol``.
+    Returns ``(period, max deviation, pairs compared, cut per rank)`` or None. Cost: O(units x units of a
+    period) for the pairs, O(ops) for each candidate cut tried (latest first), after one sort of the ops."""
     periods: dict[int, float] = {}
     cuts: dict[int, float] = {}
     devs: list[float] = []
@@ -127,30 +149,37 @@ def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
             return None
         index = {k: i for i, (k, steady) in enumerate(keys) if steady}
         s, e = run.gpu_start, run.gpu_end
-        pairs: list[tuple[float, float, float]] = []  # (start shift, end shift, start)
+        rows: list[tuple[float, float, float]] = []  # (start shift, end shift, start)
         for i, (k, steady) in enumerate(keys):
             j = index.get(tuple((kind, mb - q, v) for kind, mb, v in k)) if steady else None
             if j is not None:
                 a, b = spans[i], spans[j]
-                pairs.append((float(s[a[0]] - s[b[0]]), float(e[a[1]] - e[b[1]]), float(s[a[0]])))
+                rows.append((float(s[a[0]] - s[b[0]]), float(e[a[1]] - e[b[1]]), float(s[a[0]])))
         per_period = sum(1 for k, _ in keys if k[0][1] < q)
-        if not pairs or not np.isfinite(np.asarray(pairs)).all():
+        if len(rows) < per_period:
             return None
-        ref = pairs[-1][0]
-        if ref <= 0:
+        pairs = np.asarray(rows)
+        if not np.isfinite(pairs).all():
             return None
-        n = 0
-        for ds, de, _ in reversed(pairs):
-            if abs(ds - ref) > tol * ref or abs(de - ref) > tol * ref:
+        order = np.argsort(s, kind="stable")
+        nm = names.get(rank) if names is not None else None
+        found = None
+        for i in range(len(rows) - 1, per_period - 2, -1):  # latest cut first
+            tail = pairs[i - per_period + 1:i + 1, :2]
+            ref = float(pairs[i, 0])
+            if ref <= 0 or not (np.abs(tail - ref) <= tol * ref).all():
+                continue
+            p_r = float(np.median(tail))
+            if _ops_repeat(s, e, order, nm, float(pairs[i, 2]), p_r, tol):
+                found = (i, tail, p_r)
                 break
-            n += 1
-        if n < per_period:
+        if found is None:
             return None
-        tail = np.asarray([p[:2] for p in pairs[-n:]])
-        periods[rank] = float(np.median(tail))
-        devs.append(float(np.abs(tail - periods[rank]).max()))
-        cuts[rank] = pairs[-1][2]
-        n_pairs += n
+        i, tail, p_r = found
+        periods[rank] = p_r
+        devs.append(float(np.abs(tail - p_r).max()))
+        cuts[rank] = float(pairs[i, 2])
+        n_pairs += per_period
     if not periods:
         return None
     vals = np.asarray(list(periods.values()))
