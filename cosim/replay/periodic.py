@@ -38,8 +38,11 @@ from cosim.workload.synth.schedule import Unit, stage_order, steady_bounds
 
 __all__ = ["Periodic", "PeriodicResult", "detect_period", "extend_figures", "probe_microbatches"]
 
-TOL = 1e-4
-"""Largest accepted deviation of a unit's shift from the period, relative to the period."""
+TOL = 5e-3
+"""Largest accepted deviation of a unit's (or GPU op's) shift from the period, relative to the period: the
+steady state of a large folded step repeats to about 0.2-0.4% per period (contended collectives
+settle slightly differently), so the inserted time is exact to within this bound (the 0.5% of the
+exactness test); small steps repeat to ~1e-14."""
 
 
 @dataclass
@@ -105,17 +108,14 @@ def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int =
     return None
 
 
-def _ops_repeat(s: np.ndarray, e: np.ndarray, order: np.ndarray, names: np.ndarray | None, cut: float,
+def _ops_repeat(s: np.ndarray, e: np.ndarray, names: np.ndarray | None, lo: int, hi: int, shift: int,
                 period: float, tol: float) -> bool:
-    """Whether the GPU ops starting in ``[cut - period, cut)`` are those of ``[cut - 2 period, cut - period)``
-    moved by ``period``: same count, same names in start order, every start and end shifted by ``period``
-    within ``tol`` x ``period`` (``order``: op indices by start)."""
-    eps = 1e-6 * period
-    ss = s[order]
-    i0, i1, i2 = np.searchsorted(ss, [cut - 2 * period - eps, cut - period - eps, cut - eps])
-    if i2 - i1 != i1 - i0 or i2 == i1:
+    """Whether the GPU ops ``lo..hi-1`` (issue order) repeat the ops ``shift`` earlier moved by ``period``:
+    same names, every start and end shifted by ``period`` within ``tol`` x ``period``."""
+    if hi <= lo or lo - shift < 0:
         return False
-    a, b = order[i0:i1], order[i1:i2]
+    b = np.arange(lo, hi)
+    a = b - shift
     if names is not None and not np.array_equal(names[a], names[b]):
         return False
     lim = tol * period
@@ -136,7 +136,7 @@ def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
     fill and the end of the step (the last micro-batch's gradient buckets) from the repeated window. The
     latest accepted cut is taken; every rank needs one and the ranks' periods must agree within ``tol``.
     Returns ``(period, max deviation, pairs compared, cut per rank)`` or None. Cost: O(units x units of a
-    period) for the pairs, O(ops) for each candidate cut tried (latest first), after one sort of the ops."""
+    period) for the pairs, O(ops of a period) for each candidate cut tried (latest first)."""
     periods: dict[int, float] = {}
     cuts: dict[int, float] = {}
     devs: list[float] = []
@@ -150,18 +150,19 @@ def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
         index = {k: i for i, (k, steady) in enumerate(keys) if steady}
         s, e = run.gpu_start, run.gpu_end
         rows: list[tuple[float, float, float]] = []  # (start shift, end shift, start)
+        idx: list[tuple[int, int]] = []  # (first op of the unit, of its counterpart)
         for i, (k, steady) in enumerate(keys):
             j = index.get(tuple((kind, mb - q, v) for kind, mb, v in k)) if steady else None
             if j is not None:
                 a, b = spans[i], spans[j]
                 rows.append((float(s[a[0]] - s[b[0]]), float(e[a[1]] - e[b[1]]), float(s[a[0]])))
+                idx.append((a[0], b[0]))
         per_period = sum(1 for k, _ in keys if k[0][1] < q)
         if len(rows) < per_period:
             return None
         pairs = np.asarray(rows)
         if not np.isfinite(pairs).all():
             return None
-        order = np.argsort(s, kind="stable")
         nm = names.get(rank) if names is not None else None
         found = None
         for i in range(len(rows) - 1, per_period - 2, -1):  # latest cut first
@@ -170,7 +171,8 @@ def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
             if ref <= 0 or not (np.abs(tail - ref) <= tol * ref).all():
                 continue
             p_r = float(np.median(tail))
-            if _ops_repeat(s, e, order, nm, float(pairs[i, 2]), p_r, tol):
+            lo, hi = idx[i - per_period + 1][0], idx[i][0]
+            if _ops_repeat(s, e, nm, lo, hi, idx[i][0] - idx[i][1], p_r, tol):
                 found = (i, tail, p_r)
                 break
         if found is None:
