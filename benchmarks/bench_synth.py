@@ -13,7 +13,9 @@ and the growth exponent of wall time, RSS, events and solves between successive 
     python benchmarks/bench_synth.py [--sizes 64,256,1024,4096,8192] [--global-batch 8192 | --mb-per-pipeline 16]
                                      [--timeout 600] [--plain] [--json]
 
-``--plain`` disables coalescing (every collective solved on the fabric). A tqdm bar on stderr counts
+``--plain`` disables coalescing of collectives (every collective solved on the fabric);
+``--no-coalesce-steps`` simulates every micro-batch (no steady-state period, docs/SYNTHESIS.md);
+``probe_mb`` is the micro-batches per pipeline actually simulated when the period was used. A tqdm bar on stderr counts
 sizes done (off with ``--json``).
 """
 
@@ -55,7 +57,10 @@ print(json.dumps(dict(rc=rc, wall_s=time.perf_counter() - t0, cpu_s=time.process
                       materialized=sum(getattr(f, "n_materialized", 0) for f in fabs),
                       rate_hits=sum(getattr(f, "n_rate_hits", 0) for f in fabs),
                       simulated_ranks=(out.get("synthetic") or {{}}).get("simulated_ranks"),
-                      microbatches=(out.get("synthetic") or {{}}).get("microbatches"))))
+                      microbatches=(out.get("synthetic") or {{}}).get("microbatches"),
+                      probe_mb=(out.get("coalesced") or {{}}).get("simulated_microbatches"),
+                      tokens_per_s_per_gpu=out.get("tokens_per_s_per_gpu"), mfu=out.get("mfu"),
+                      bubble=out.get("bubble_fraction"))))
 """
 
 
@@ -66,12 +71,13 @@ def layout(gpus: int, gbs: int | None, mb: int | None) -> dict[str, int]:
     return {"gpus": gpus, "dp": dp, "ep": ep, "global_batch": mb * dp if mb else (gbs or 8192)}
 
 
-def run_size(lay: dict[str, int], timeout: float, plain: bool) -> dict[str, Any]:
+def run_size(lay: dict[str, int], timeout: float, plain: bool, steps: bool = True) -> dict[str, Any]:
     """One size in its own process (``--timeout`` seconds of wall time at most)."""
+    extra = [] if steps else ["--set", "workload.synthetic.coalesce=false"]
     args = ["run", "dsv3-1024", "--set", f"nodes={lay['gpus'] // 8}", "--set",
             f"workload.synthetic.layout.ep={lay['ep']}", "--set",
             f"workload.synthetic.batch.global={lay['global_batch']}", "--set", "workload.synthetic.allow_oom=true",
-            "--no-timeline", "--json"]
+            "--no-timeline", "--json", *extra]
     code = _CHILD.format(root=str(ROOT), plain=plain, args=args)
     t0 = time.perf_counter()
     try:
@@ -92,7 +98,7 @@ def growth(rows: list[dict[str, Any]]) -> None:
             continue
         if prev is not None:
             k = math.log(r["gpus"] / prev["gpus"])
-            for f in ("wall_s", "rss_mib", "events", "solves"):
+            for f in ("wall_s", "cpu_s", "rss_mib", "events", "solves"):
                 a, b = prev.get(f), r.get(f)
                 if a and b:
                     r[f"{f}_exp"] = round(math.log(b / a) / k, 2)
@@ -106,6 +112,7 @@ def main() -> int:
     ap.add_argument("--mb-per-pipeline", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--plain", action="store_true", help="no coalescing: solve every collective")
+    ap.add_argument("--no-coalesce-steps", action="store_true", help="simulate every micro-batch")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from tqdm import tqdm
@@ -113,13 +120,13 @@ def main() -> int:
     sizes = [int(x) for x in a.sizes.split(",")]
     rows = []
     for n in tqdm(sizes, desc="sizes", unit="size", file=sys.stderr, disable=a.json):
-        rows.append(run_size(layout(n, a.global_batch, a.mb_per_pipeline), a.timeout, a.plain))
+        rows.append(run_size(layout(n, a.global_batch, a.mb_per_pipeline), a.timeout, a.plain, not a.no_coalesce_steps))
     growth(rows)
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
-    cols = ["gpus", "dp", "ep", "global_batch", "status", "wall_s", "cpu_s", "rss_mib", "events", "solves",
-            "coalesced", "materialized", "step_time_s", "wall_s_exp", "rss_mib_exp", "events_exp", "solves_exp"]
+    cols = ["gpus", "dp", "ep", "global_batch", "microbatches", "probe_mb", "status", "wall_s", "cpu_s", "rss_mib",
+            "events", "solves", "coalesced", "materialized", "step_time_s", "mfu", "wall_s_exp", "cpu_s_exp", "rss_mib_exp", "events_exp", "solves_exp"]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols))

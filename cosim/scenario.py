@@ -558,24 +558,33 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
 
     from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import replay
+    from cosim.replay.periodic import PeriodicResult
+    from cosim.replay.periodic import bubble_fraction as periodic_bubble
     from cosim.workload.synth import synthesize, synthetic_figures
 
     assert isinstance(scn.workload, SyntheticWorkload)
     if cfg.precision:
         raise CosimInputError("precision.* what-ifs rewrite captured graphs; for a synthetic workload set "
                               "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
-    syn = synthesize(scn.workload.synthetic, topo, base, kernel_timer=synthetic_kernel_timer)
-    notes = list(syn.built.notes)
+    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={})
+    coalesced = _run_coalesced(scn, topo, run_cfg, base)
+    co_notes: list[str] = coalesced[2] if coalesced is not None else []
+    if coalesced is not None and coalesced[1] is not None:
+        syn, result = coalesced[0], coalesced[1]
+    else:
+        syn = synthesize(scn.workload.synthetic, topo, base, kernel_timer=synthetic_kernel_timer)
+        try:
+            result = replay(syn.graph, topo, run_cfg)
+        except ValueError as exc:
+            raise CosimInputError(str(exc), file=scn.source_file) from None
+    notes = list(syn.built.notes) + co_notes
     if cfg.collectives != "simulated":
         notes.append("synthetic workloads have no measured collectives: collectives simulated on the fabric")
-    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={})
-    try:
-        result = replay(syn.graph, topo, run_cfg)
-    except ValueError as exc:
-        raise CosimInputError(str(exc), file=scn.source_file) from None
     result.config = _replace(result.config, catalog_overrides=dict(cfg.catalog_overrides))
     result.sources = [scn.source_file or scn.name]
     figs = synthetic_figures(syn, result)
+    if isinstance(result, PeriodicResult) and result.periodic is not None:
+        figs["bubble_fraction"] = periodic_bubble(syn.built.unit_spans, result.runs, result.periodic)
     s = syn.spec
     if syn.infer is not None:
         st, mem = syn.infer
@@ -593,6 +602,90 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     summary.update(figs)
     result._summary = summary
     return result
+
+
+def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int, int] | None:
+    """The probe of a coalescible training step: (spec with the probe's global batch, micro-batches per pipeline
+    of the step, of the probe, period in micro-batches); None when the step is not coalesced (docs/SYNTHESIS.md)."""
+    from cosim.replay.periodic import probe_microbatches
+    from cosim.workload.synth.spec import BatchSpec, _card
+
+    if spec.mode != "train" or not spec.coalesce or spec.stragglers.launch_jitter:
+        return None
+    b = spec.batch
+    if not isinstance(b, BatchSpec):
+        return None
+    rm = spec.layout.resolve(_card(spec.model, base), len(topo.gpus), where="workload.synthetic.layout")
+    if rm.schedule == "dualpipe" or b.global_ % (b.micro * rm.dp):
+        return None
+    m_full = b.global_ // (b.micro * rm.dp)
+    if rm.vpp > 1 and m_full % rm.pp:
+        return None
+    m = probe_microbatches(rm.pp, rm.vpp, m_full, int(rm.layout.a2a_overlap), bool(rm.layout.a2a_overlap))
+    if m is None:
+        return None
+    probe = spec.model_copy(update={"batch": b.model_copy(update={"global_": m * b.micro * rm.dp})})
+    return probe, m_full, m, rm.pp
+
+
+def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) -> tuple[Any, Any, list[str]] | None:
+    """Coalesce the repeated micro-batches of a synthetic training step (:mod:`cosim.replay.periodic`): replay
+    the probe, find its period, and extend it to the full step; probes one period longer, then of doubling
+    length while shorter than the step, when the period is not found. Returns (synthesized full step, result, notes); (None, None, notes) when neither probe shows the
+    period and None when the step is not coalescible (the caller runs the plain step)."""
+    from dataclasses import replace as _replace
+
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.replay import replay
+    from cosim.replay.periodic import Periodic, PeriodicResult, detect_period
+    from cosim.workload.synth import synthesize
+    from cosim.workload.synth.spec import BatchSpec, Synthesized
+    from cosim.workload.synth.memory import memory_per_stage
+
+    assert isinstance(scn.workload, SyntheticWorkload)
+    spec = scn.workload.synthetic
+    first = _probe_spec(spec, topo, base)
+    if first is None:
+        return None
+    probe, m_full, m, q = first
+    tried = []
+    while True:
+        syn = synthesize(probe, topo, base, kernel_timer=synthetic_kernel_timer)
+        try:
+            result = replay(syn.graph, topo, run_cfg)
+        except ValueError as exc:
+            raise CosimInputError(str(exc), file=scn.source_file) from None
+        found = detect_period(syn.built.unit_keys, syn.built.unit_spans, result.runs, q,
+                              names={rg.rank: rg.gpu_ops.name for rg in result.graph.ranks})
+        tried.append(m)
+        if found is not None:
+            break
+        # longer probes (one period longer, then doubling): the pipeline's fill may settle slowly (a lag between
+        # host and GPU that drains a little every period); all probes together cost at most ~2x the last one
+        m2 = m + q if len(tried) == 1 else -(-2 * m // q) * q
+        if m2 + q > m_full or (m_full - m2) % q:  # the plain step
+            return None, None, [f"not coalesced: no steady-state period of {q} micro-batches found in probes of "
+                                f"{tried} micro-batches per pipeline; every micro-batch simulated"]
+        m = m2
+        b = probe.batch
+        probe = probe.model_copy(update={"batch": b.model_copy(update={"global_": m * b.micro * syn.rm.dp})})
+    period, dev, pairs, cut = found
+    per = Periodic(m, m_full, q, period, (m_full - m) // q, dev, pairs, cut)
+    rm, b = syn.rm, spec.batch
+    assert isinstance(b, BatchSpec)
+    full_mem = memory_per_stage(syn.card, rm, b.micro, b.seq, m_full, spec.precision)
+    worst = max(full_mem, key=lambda x: x.total)
+    if worst.total > syn.hbm and not spec.allow_oom:
+        raise CosimInputError(f"workload.synthetic.layout: out of memory: stage {worst.stage} needs "
+                              f"{worst.total / 2**30:.1f} GiB per GPU > {syn.hbm / 2**30:.0f} GiB; shard more, "
+                              "recompute, or set allow_oom: true", file=scn.source_file)
+    built = _replace(syn.built, microbatches=m_full, tokens_per_step=syn.built.tokens_per_step * m_full // m,
+                     model_flops=syn.built.model_flops * m_full / m)
+    syn = Synthesized(spec, syn.card, rm, built, full_mem, syn.hbm, syn.peak_flops)
+    note = (f"coalesced {m_full} micro-batches per pipeline: simulated {m}{' (after ' + str(tried[:-1]) + ')' if len(tried) > 1 else ''}, "
+            f"steady-state period of {q} micro-batches = {1e3 * period:.3f} ms (checked on {pairs} unit pairs, "
+            f"largest deviation {dev:.2e} s), repeated {per.repeats} more times")
+    return syn, PeriodicResult.of(result, per), [note]
 
 
 def _training_notes(result: Any, syn: Any, figs: dict[str, Any], notes: list[str]) -> None:

@@ -189,6 +189,8 @@ class Collectives:
         self._memo: dict[Any, _Memo] = {}
         self._chosen: dict[tuple[Any, ...], tuple[str, str]] = {}
         self._scratch: Simulator | None = None
+        self._seg_map = np.full(0, -1, dtype=np.int64)
+        """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
 
     # ----------------------------------------------------------- topology facts
@@ -735,7 +737,15 @@ class Collectives:
         moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
         real = np.full(segs.shape, -1, dtype=np.int64)
         ok = segs >= 0
-        real[ok] = [fab.copy_segment(sc.fabric, int(x)) for x in segs[ok].tolist()]
+        ids = segs[ok]
+        if ids.size:
+            smap = self._seg_map
+            if smap.size <= int(ids.max()):
+                smap = self._seg_map = np.concatenate([smap, np.full(int(ids.max()) + 1 - smap.size, -1,
+                                                                      dtype=np.int64)])
+            for x in np.unique(ids[smap[ids] < 0]).tolist():
+                smap[x] = fab.copy_segment(sc.fabric, x)
+            real[ok] = smap[ids]
         evs = []
         groups: dict[int, int] = {}
         for g, rate in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):

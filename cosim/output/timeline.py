@@ -427,7 +427,10 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
 
     ``path`` (``timeline.json.gz``) gets every rank for Perfetto; ``path.parent/timeline/rank{r}.json.gz``
     one Kineto trace per rank for HTA. Stale ``rank*.json.gz`` files of an earlier run there are removed.
+    A result with an ``extend_events(rank, events)`` method (a coalesced step,
+    :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it.
     """
+    extend = getattr(result, "extend_events", None) or (lambda _rank, evs: evs)
     path = Path(path)
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)
@@ -442,6 +445,7 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
         cw = _TraceWriter(cfh, combined)
         for rg, run in ranks:
             host, gpu = rank_events(rg, run, ids)
+            host, gpu = extend(rg.rank, host), extend(rg.rank, gpu)
             devices = sorted(set(rg.gpu_ops.device.tolist()))
             p = folder / f"rank{rg.rank}.json.gz"
             with _GzipOut(p) as fh:
@@ -450,7 +454,7 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
                 w.events(gpu)
                 w.close()
             written.append(p)
-            gpu.extend(gpu_annotation_events(rg, run, ids))
+            gpu.extend(extend(rg.rank, gpu_annotation_events(rg, run, ids)))
             if not single:
                 _renumber(rg.rank, host, gpu)
             cw.events(host)

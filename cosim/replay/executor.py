@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -478,25 +479,29 @@ class Executor:
         return [self._result(r) for r in self.ranks], wall
 
     def _run_env(self) -> None:
-        """``env.run()`` to the end; a run of more than :data:`PROGRESS_MIN_OPS` GPU ops shows a tqdm counter
-        of simulated events on stderr (only where stderr is a terminal, so logs and ``--json`` stay clean).
-        Same events in the same order as ``env.run()``: one ``step()`` per event either way."""
-        if sum(len(r.rg.gpu_ops) for r in self.ranks) < PROGRESS_MIN_OPS:
+        """``env.run()`` to the end; a run of more than :data:`PROGRESS_MIN_OPS` GPU ops shows a tqdm bar on
+        stderr of the ops done (GPU ops finished and host events passed) out of their total (only where stderr
+        is a terminal, so logs and ``--json`` stay clean). Same events in the same order as ``env.run()``: one
+        ``step()`` per event either way."""
+        gpu_ops = sum(len(r.rg.gpu_ops) for r in self.ranks)
+        if gpu_ops < PROGRESS_MIN_OPS:
             self.env.run()
             return
         from tqdm import tqdm
 
+        total = gpu_ops + sum(len(tp.ev_kind) for r in self.ranks for tp in r.prog.threads)
         step = self.env.step
-        with tqdm(desc="simulating", unit=" events", disable=None, leave=False, mininterval=0.5) as bar:
+        with tqdm(total=total, desc="simulating", unit=" ops", disable=None, leave=False, mininterval=0.5,
+                  file=sys.stderr) as bar:
             n = 0
             try:
                 while True:
                     step()
                     n += 1
                     if not n & 0xFFF:
-                        bar.update(0x1000)
+                        bar.update(min(self.events, total) - bar.n)
             except simpy.core.EmptySchedule:
-                bar.update(n & 0xFFF)
+                bar.update(min(self.events, total) - bar.n)
 
     def unresolved(self) -> list[tuple[int, int]]:
         """(rank, gpu op) pairs that never ran: dependency cycles or missing peers."""

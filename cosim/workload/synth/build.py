@@ -62,7 +62,7 @@ from cosim.workload.synth.costs import (
 )
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
-from cosim.workload.synth.schedule import dualpipe_order, stage_order
+from cosim.workload.synth.schedule import Unit, dualpipe_order, stage_order, steady_bounds
 
 __all__ = ["BuildOptions", "Built", "build_step"]
 
@@ -130,6 +130,10 @@ class Built:
     """Rank -> (first, last compute GPU op, waits for a neighbouring stage) of every schedule unit
     (for the bubble)."""
     notes: list[str] = field(default_factory=list)
+    unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]] = field(default_factory=dict)
+    """Rank -> per schedule unit (parallel to ``unit_spans``): its ``(kind, microbatch, v)`` units (two for an
+    overlapped pair) and whether it lies in the steady 1F1B phase (between the warm-up forwards and the
+    cool-down backwards); empty under DualPipe. Used to find the step's period (:mod:`cosim.replay.periodic`)."""
 
 
 class _RankBuilder:
@@ -412,7 +416,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
     graphs, spans = [], {}
-    cache: dict[Any, list[Op]] = {}
+    keys: dict[int, list[tuple[tuple[Unit, ...], bool]]] = {}
+    cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
 
     def chunk_ops(rank: int, c: int) -> tuple[list[tuple[int, list[Op], list[float]]],
                                               list[tuple[int, list[Op], list[float]]]]:
@@ -445,7 +450,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
     keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
 
-    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]]]:
+    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]], list[tuple[tuple[Unit, ...], bool]]]:
         _, _, _, stage = rm.coords(rank)
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
@@ -464,6 +469,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         else:
             prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
         unit_span: list[tuple[int, int, bool]] = []
+        unit_key: list[tuple[tuple[Unit, ...], bool]] = []
         bucket: dict[str, float] = {"dp": 0.0, "edp": 0.0}
 
         def emit(o: Op, d: float, ly: int = -1) -> int:
@@ -620,8 +626,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 unit(first, has_recv(first))
             rb.switch(0)
         else:
+            lo, hi = steady_bounds(order)
+            pos = 0
             for step in (_overlap_pairs(order) if rm.layout.a2a_overlap else [[u] for u in order]):
                 first = len(rb.g["name"])
+                n_span = len(unit_span)
                 if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
                     (_, mf, vf), (_, mb_, vb) = step
                     overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
@@ -630,11 +639,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     kind, mb, v = step[0]
                     run(forward(v * rm.pp + stage, mb) if kind == "F" else backward(v * rm.pp + stage, mb))
                 unit(first, has_recv(first))
+                if len(unit_span) > n_span:
+                    unit_key.append((tuple(step), lo <= pos < hi))
+                pos += len(step)
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
-        return rb.finish(), unit_span
+        return rb.finish(), unit_span, unit_key
 
     for rank in ranks:
-        rg, spans[rank] = one_rank(rank)
+        rg, spans[rank], keys[rank] = one_rank(rank)
         graphs.append(rg)
     tokens = global_batch * seq
     per_tok = _model_flops_per_token(card, seq)
@@ -643,7 +655,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} (one rank per "
                      "pipeline stage; uniform "
                      "routing makes every rank of a stage run the same program)")
-    return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes)
+    return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes,
+                 keys if rm.schedule != "dualpipe" else {})
 
 
 def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:

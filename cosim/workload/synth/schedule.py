@@ -22,7 +22,7 @@ from typing import Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["Unit", "dualpipe_order", "peak_in_flight", "stage_order"]
+__all__ = ["Unit", "dualpipe_order", "peak_in_flight", "stage_order", "steady_bounds"]
 
 Unit = tuple[str, int, int]
 
@@ -59,6 +59,20 @@ def stage_order(stage: int, pp: int, vpp: int, microbatches: int, extra_warmup: 
         out.append(("B", *_bwd_unit(k, pp, vpp)))
     out += [("B", *_bwd_unit(k, pp, vpp)) for k in range(total - warm, total)]
     return out
+
+
+def steady_bounds(order: list[Unit]) -> tuple[int, int]:
+    """Positions ``[lo, hi)`` of the steady 1F1B phase of a (1F1B or interleaved) ``order``: from the forward
+    just before the first backward to the backward just after the last forward; ``(0, 0)`` when the order has
+    no forward followed by a backward (all warm-up)."""
+    kinds = [k for k, _, _ in order]
+    if "B" not in kinds or "F" not in kinds:
+        return 0, 0
+    lo = kinds.index("B") - 1
+    hi = len(kinds) - kinds[::-1].index("F") + 1
+    if lo < 0 or hi > len(kinds) or kinds[lo] != "F":
+        return 0, 0
+    return lo, hi
 
 
 def peak_in_flight(order: list[Unit]) -> int:

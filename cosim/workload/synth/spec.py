@@ -132,6 +132,10 @@ class SyntheticSpec(Strict):
     fit then serves any layout of the model (Lumos-style re-layout keeping measured timings)."""
     fold: bool | None = None
     """Simulate one rank per pipeline stage (default: when routing is uniform and there are no stragglers)."""
+    coalesce: bool = True
+    """Training, 1F1B or interleaved: simulate the fewest micro-batches whose steady phase shows the step's
+    period (checked on every rank), and extend it to the full step (:mod:`cosim.replay.periodic`); false:
+    simulate every micro-batch."""
     allow_oom: bool = False
     """Run a layout that does not fit in GPU memory anyway (flagged in the result) instead of failing."""
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)

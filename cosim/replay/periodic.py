@@ -1,0 +1,341 @@
+"""Coalescing repeated micro-batches: a long pipelined training step from a short one.
+
+In the steady phase of a 1F1B or interleaved 1F1B schedule every group of ``pp`` micro-batches
+issues the same units in the same order, so once the pipeline is full the whole simulated state
+(every rank's position in its program, the flows on the fabric, relative to now) repeats with a
+period ``P``. A step of ``M`` micro-batches per pipeline is then the step of a shorter ``m`` with
+``K = (M - m) / pp`` more periods inserted: step time ``T(M) = T(m) + K P``, each windowed figure
+(breakdown, exposed-communication split, critical path, bubble idle time) its value over the
+``m`` step plus ``K`` times its value over one period, and the timeline the ``m`` step's events with
+one period's events replicated ``K`` times.
+
+The period is not assumed, it is measured and checked: :func:`detect_period` compares, on every
+simulated rank, the GPU start and end of each steady-state schedule unit with those of the same
+unit ``pp`` micro-batches earlier, and accepts only when every shift equals the period within
+``tol`` (relative), and every GPU op of the repeated window repeats the one before it. The probe count
+is the smallest ``m`` whose steady phase holds two periods of such pairs on every stage (the pipeline's
+fill, a transient of up to about a period, then a full period of equal shifts); when the check fails, a
+probe one period longer is tried, then probes of doubling length while shorter than the step, and then the plain run
+(``cosim.scenario`` does the fallback). DualPipe, launch jitter (random per launch) and steps too
+short to hold two periods are not coalesced.
+
+Cost: the replay of ``m`` micro-batches instead of ``M`` (O(m) events instead of O(M)); the check
+and the figures are O(ops of the probe); the timeline is O(events of the full step) (it is the full
+step's timeline).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from cosim.replay.api import ReplayResult
+from cosim.replay.summary import summarize as _summarize
+from cosim.workload.synth.schedule import Unit, stage_order, steady_bounds
+
+__all__ = ["Periodic", "PeriodicResult", "detect_period", "extend_figures", "probe_microbatches"]
+
+TOL = 5e-3
+"""Largest accepted deviation of a unit's (or GPU op's) shift from the period, relative to the period: the
+steady state of a large folded step repeats to about 0.2-0.4% per period (contended collectives
+settle slightly differently), so the inserted time is exact to within this bound (the 0.5% of the
+exactness test); small steps repeat to ~1e-14."""
+
+
+@dataclass
+class Periodic:
+    """A measured steady-state period of a simulated probe step and how it extends to the full step."""
+
+    simulated_microbatches: int
+    """Micro-batches per pipeline simulated (the probe)."""
+    microbatches: int
+    """Micro-batches per pipeline of the full step."""
+    period_microbatches: int
+    """Micro-batches per period (pp)."""
+    period_s: float
+    """The period (s): how much later each steady unit starts than its counterpart one period earlier."""
+    repeats: int
+    """Periods inserted: (microbatches - simulated_microbatches) / period_microbatches."""
+    max_deviation_s: float
+    """Largest deviation of a compared unit's shift from the period (s)."""
+    pairs: int
+    """Unit pairs compared over all simulated ranks."""
+    cut: dict[int, float] = field(default_factory=dict)
+    """Rank -> end of its replicated window (s): events in ``[cut - period, cut)`` are repeated."""
+
+    @property
+    def extra_s(self) -> float:
+        """Time inserted into the step (s)."""
+        return self.repeats * self.period_s
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``coalesced`` field of the summary."""
+        return {"simulated_microbatches": self.simulated_microbatches, "microbatches": self.microbatches,
+                "period_microbatches": self.period_microbatches, "period_s": self.period_s,
+                "repeats": self.repeats, "max_deviation_s": self.max_deviation_s, "pairs": self.pairs}
+
+
+def _pairs_per_stage(pp: int, vpp: int, m: int, extra_warmup: int, overlap: bool) -> tuple[int, int]:
+    """Fewest steady unit pairs one period apart over the stages, and the units of one period."""
+    best = math.inf
+    for stage in range(pp):
+        order = stage_order(stage, pp, vpp, m, extra_warmup)
+        lo, hi = steady_bounds(order)
+        steady = {u for u in order[lo:hi]}
+        n = sum(1 for k, mb, v in steady if (k, mb - pp, v) in steady)
+        best = min(best, n)
+    per_period = 2 * pp * vpp
+    return int(best), per_period
+
+
+def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int = 0,
+                       overlap: bool = False) -> int | None:
+    """The smallest micro-batch count whose steady phase holds two periods of unit pairs on every stage
+    and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
+    shorter than the step by at least one period."""
+    step = pp if vpp > 1 else 1
+    start = max(pp, 2 * pp if overlap and pp > 1 else 1)
+    m = -(-start // step) * step
+    while m + pp <= microbatches:
+        if (microbatches - m) % pp == 0:
+            n, per = _pairs_per_stage(pp, vpp, m, extra_warmup, overlap)
+            if n >= 2 * per:  # the pipeline's fill (a transient, up to about a period) and a full period after it
+                return m
+        m += step
+    return None
+
+
+def _ops_repeat(s: np.ndarray, e: np.ndarray, names: np.ndarray | None, lo: int, hi: int, shift: int,
+                period: float, tol: float) -> bool:
+    """Whether the GPU ops ``lo..hi-1`` (issue order) repeat the ops ``shift`` earlier moved by ``period``:
+    same names, every start and end shifted by ``period`` within ``tol`` x ``period``."""
+    if hi <= lo or lo - shift < 0:
+        return False
+    b = np.arange(lo, hi)
+    a = b - shift
+    if names is not None and not np.array_equal(names[a], names[b]):
+        return False
+    lim = tol * period
+    return bool((np.abs(s[b] - s[a] - period) <= lim).all() and (np.abs(e[b] - e[a] - period) <= lim).all())
+
+
+def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
+                  unit_spans: dict[int, list[tuple[int, int, bool]]], runs: list[Any], q: int,
+                  tol: float = TOL, names: dict[int, np.ndarray] | None = None
+                  ) -> tuple[float, float, int, dict[int, float]] | None:
+    """The common period of every simulated rank's steady units ``q`` micro-batches apart.
+
+    Per rank, the steady units with a counterpart ``q`` micro-batches earlier, in issue order, each give two
+    shifts (of its GPU start and end). A cut (the start of such a unit) is accepted when the pairs of the
+    full period up to it (the units of ``q`` micro-batches) all shift by the same period (their median)
+    within ``tol`` x the period, and every GPU op starting in the period before the cut repeats
+    the one before it (:func:`_ops_repeat`: same names, shifted by the period): this excludes the pipeline's
+    fill and the end of the step (the last micro-batch's gradient buckets) from the repeated window. The
+    latest accepted cut is taken; every rank needs one and the ranks' periods must agree within ``tol``.
+    Returns ``(period, max deviation, pairs compared, cut per rank)`` or None. Cost: O(units x units of a
+    period) for the pairs, O(ops of a period) for each candidate cut tried (latest first)."""
+    periods: dict[int, float] = {}
+    cuts: dict[int, float] = {}
+    devs: list[float] = []
+    n_pairs = 0
+    by_rank = {run.rank: run for run in runs}
+    for rank, keys in unit_keys.items():
+        run = by_rank.get(rank)
+        spans = unit_spans.get(rank, [])
+        if run is None or len(spans) != len(keys):
+            return None
+        index = {k: i for i, (k, steady) in enumerate(keys) if steady}
+        s, e = run.gpu_start, run.gpu_end
+        rows: list[tuple[float, float, float]] = []  # (start shift, end shift, start)
+        idx: list[tuple[int, int]] = []  # (first op of the unit, of its counterpart)
+        for i, (k, steady) in enumerate(keys):
+            j = index.get(tuple((kind, mb - q, v) for kind, mb, v in k)) if steady else None
+            if j is not None:
+                a, b = spans[i], spans[j]
+                rows.append((float(s[a[0]] - s[b[0]]), float(e[a[1]] - e[b[1]]), float(s[a[0]])))
+                idx.append((a[0], b[0]))
+        per_period = sum(1 for k, _ in keys if k[0][1] < q)
+        if len(rows) < per_period:
+            return None
+        pairs = np.asarray(rows)
+        if not np.isfinite(pairs).all():
+            return None
+        nm = names.get(rank) if names is not None else None
+        found = None
+        for i in range(len(rows) - 1, per_period - 2, -1):  # latest cut first
+            tail = pairs[i - per_period + 1:i + 1, :2]
+            ref = float(pairs[i, 0])
+            if ref <= 0 or not (np.abs(tail - ref) <= tol * ref).all():
+                continue
+            p_r = float(np.median(tail))
+            lo, hi = idx[i - per_period + 1][0], idx[i][0]
+            if _ops_repeat(s, e, nm, lo, hi, idx[i][0] - idx[i][1], p_r, tol):
+                found = (i, tail, p_r)
+                break
+        if found is None:
+            return None
+        i, tail, p_r = found
+        periods[rank] = p_r
+        devs.append(float(np.abs(tail - p_r).max()))
+        cuts[rank] = float(pairs[i, 2])
+        n_pairs += per_period
+    if not periods:
+        return None
+    vals = np.asarray(list(periods.values()))
+    period = float(np.median(vals))
+    dev = max(max(devs), float(np.abs(vals - period).max()))
+    if dev > tol * period:
+        return None
+    return period, dev, n_pairs, cuts
+
+
+def _add(base: dict[str, Any], per: dict[str, Any], k: int) -> dict[str, Any]:
+    """``base + k * per`` for the numeric leaves (dicts recursively; others from ``base``)."""
+    out = dict(base)
+    for key, v in per.items():
+        if isinstance(v, dict):
+            out[key] = _add(base.get(key) or {}, v, k)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            b = base.get(key)
+            out[key] = (b if isinstance(b, (int, float)) and b is not None else 0.0) + k * v
+    return out
+
+
+def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
+    """The summary of the full step from the probe's ``result`` (a ReplayResult) and its period."""
+    from cosim.replay.summary import breakdown, comm_split, critical_path
+
+    summ = dict(_summarize(result))
+    k = per.repeats
+    ranks = []
+    for rs, rg, prog, run in zip(summ["ranks"], result.graph.ranks, result.programs, result.runs):
+        r = dict(rs)
+        cut = per.cut.get(rg.rank)
+        if r.get("step_time_s") is not None:
+            r["step_time_s"] += per.extra_s
+            r["steps"] = [{**st, "step_time_s": st["step_time_s"] + per.extra_s
+                           if st.get("step_time_s") is not None else None} for st in r.get("steps", [])]
+        if cut is not None:
+            w = (cut - per.period_s, cut)
+            r["breakdown"] = _add(r["breakdown"], breakdown(rg, run, w, 1), k)
+            r["exposed_communication_split"] = _add(r["exposed_communication_split"], comm_split(rg, run, w, 1), k)
+            cp = critical_path(rg, prog, run, w, 1)
+            base_cp = r.get("critical_path") or {}
+            merged = _add(base_cp, {x: cp[x] for x in ("total_s", "by_resource", "by_class")}, k)
+            merged["top_ops"] = base_cp.get("top_ops", [])
+            merged["bound"] = max(merged["by_resource"], key=lambda x: merged["by_resource"][x]) \
+                if merged.get("by_resource") else base_cp.get("bound")
+            r["critical_path"] = merged
+        ranks.append(r)
+    summ["ranks"] = ranks
+    valid = [r for r in ranks if r.get("step_time_s") is not None]
+    if valid:
+        slow = max(valid, key=lambda r: r["step_time_s"])
+        summ["step_time_s"] = slow["step_time_s"]
+        summ["breakdown"] = slow["breakdown"]
+        summ["exposed_communication_split"] = slow["exposed_communication_split"]
+        summ["critical_path"] = slow["critical_path"]
+    summ["coalesced"] = per.as_dict()
+    return summ
+
+
+def bubble_fraction(unit_spans: dict[int, list[tuple[int, int, bool]]], runs: list[Any], per: Periodic) -> float:
+    """The pipeline bubble of the full step (as :func:`cosim.workload.synth.spec.bubble_fraction`): the
+    probe's idle time before receiving units plus ``repeats`` times that of one period, over the probe's
+    span plus the inserted time; mean over ranks."""
+    fr = []
+    by_rank = {run.rank: run for run in runs}
+    for rank, spans in unit_spans.items():
+        run = by_rank.get(rank)
+        cut = per.cut.get(rank)
+        if run is None or not spans or cut is None:
+            continue
+        s, e = run.gpu_start, run.gpu_end
+        eps = 1e-6 * per.period_s  # unit starts one period apart agree far closer (TOL); gaps are wider
+        lo, hi = cut - per.period_s - eps, cut - eps
+        idle = idle_p = 0.0
+        for prev, (a, _, recv) in zip(spans, spans[1:]):
+            if recv:
+                gap = max(0.0, float(s[a] - e[prev[1]]))
+                idle += gap
+                if lo <= float(s[a]) < hi:
+                    idle_p += gap
+        window = float(e[spans[-1][1]] - s[spans[0][0]]) + per.extra_s
+        if window > 0:
+            fr.append((idle + per.repeats * idle_p) / window)
+    return float(sum(fr) / len(fr)) if fr else math.nan
+
+
+_ID_STEP = 1 << 40
+"""Offset added to the ids of each repeated copy of the period's events (ids stay distinct)."""
+
+
+def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_step: int) -> list[dict[str, Any]]:
+    """One rank's events of the full step: those at or after the cut moved by the inserted time, those in
+    the period before it repeated ``repeats`` times (ids made distinct), spans across the window stretched."""
+    p_us = per.period_s * 1e6
+    cut_us -= 5e-4  # timestamps are rounded to 1 ns: the unit starting at the cut belongs after it
+    lo = cut_us - p_us
+    extra = per.repeats * p_us
+    out: list[dict[str, Any]] = []
+    window: list[dict[str, Any]] = []
+    for ev in evs:
+        ts = ev.get("ts")
+        if ts is None or ev.get("ph") == "M":
+            out.append(ev)
+            continue
+        if ts >= cut_us:
+            out.append({**ev, "ts": round(ts + extra, 3)})
+            continue
+        if ts >= lo:
+            window.append(ev)
+            out.append(ev)
+        elif ev.get("ph") == "X" and ts + ev.get("dur", 0.0) > cut_us:
+            out.append({**ev, "dur": round(ev["dur"] + extra, 3)})
+        else:
+            out.append(ev)
+    for j in range(1, per.repeats + 1):
+        off = j * id_step
+        for ev in window:
+            c = {**ev, "ts": round(ev["ts"] + j * p_us, 3)}
+            if "id" in c:
+                c["id"] = c["id"] + off
+            if ev.get("args"):
+                a = dict(ev["args"])
+                for key in ("External id", "correlation"):
+                    if key in a:
+                        a[key] = a[key] + off
+                c["args"] = a
+            out.append(c)
+    return out
+
+
+@dataclass
+class PeriodicResult(ReplayResult):
+    """A replayed probe standing for the full step: ``summary()`` gives the full step's figures and
+    ``extend_events`` its timeline (through :func:`cosim.output.write_result`) (``periodic`` says how); graph, runs and links are the probe's."""
+
+    periodic: Periodic | None = None
+
+    @classmethod
+    def of(cls, probe: ReplayResult, per: Periodic) -> PeriodicResult:
+        """Wrap the probe's result."""
+        return cls(**{f.name: getattr(probe, f.name) for f in fields(ReplayResult) if f.name != "_summary"},
+                   periodic=per)
+
+    def summary(self) -> dict[str, Any]:
+        """The full step's ``summary.json`` (with ``coalesced``)."""
+        if self._summary is None:
+            assert self.periodic is not None
+            self._summary = extend_figures(self, self.periodic)
+        return self._summary
+
+    def extend_events(self, rank: int, evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One rank's timeline events of the probe turned into the full step's (the steady period repeated):
+        the hook :func:`cosim.output.timeline.write_timeline` applies to every event group."""
+        assert self.periodic is not None
+        cut = self.periodic.cut.get(rank)
+        return evs if cut is None else _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP)
