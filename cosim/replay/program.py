@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosim.replay.config import OP_CLASSES, ReplayConfig
+from cosim.replay.config import ReplayConfig
 from cosim.workload.graph import CopyKind, EdgeKind, GpuKind, HostKind, OpClass, RankGraph
 
 __all__ = ["LAUNCH", "SYNC", "THREADS_PER_SM", "RankProgram", "ThreadProgram", "compile_rank", "last_wave"]
@@ -252,17 +252,6 @@ def trace_kernel_gap(rg: RankGraph) -> float | None:
         return None
     gaps = (G.start[nxt] - prev_end)[queued]
     return float(max(np.median(gaps), 0.0))
-
-
-def class_scale(cfg: ReplayConfig, cls: np.ndarray) -> np.ndarray:
-    """Per-op duration factor from ``cfg.gpu_scale``."""
-    f = np.ones(cls.shape[0])
-    if not cfg.gpu_scale:
-        return f
-    allf = cfg.gpu_scale.get("all", 1.0)
-    for k, name in enumerate(OP_CLASSES):
-        f[cls == k] = cfg.gpu_scale.get(name, 1.0) * allf
-    return f
 
 
 def _pick(configured: float | None, from_trace: float | None, trace_max: float, default: float,
