@@ -39,9 +39,8 @@ MAX_SIMULATED_GPUS = 512
 """Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
 PROBE_MAX_GPUS = 1024
 """``--probe-big`` probes rows up to this many GPUs (not DualPipe, which needs 2 pp micro-batches)."""
-NOT_RUN_REASON = ("more than 512 GPUs: a probe of this layout at 8 micro-batches per pipeline takes minutes of "
-                  "wall time on 2 shared cores (docs/SYNTHESIS.md, 1024 GPUs: 411 s); the full step waits for the "
-                  "coalescing and fabric work of issue 16")
+NOT_RUN_REASON = ("more than 512 GPUs: even coalesced, the full step takes minutes of CPU on 2 cores (1024 GPUs at "
+                  "global batch 8192: ~200 CPU s, benchmarks/README.md); run it with --max-gpus 1024 --full")
 
 
 class Layout(Strict):
