@@ -639,8 +639,8 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     from cosim.replay import replay
     from cosim.replay.periodic import Periodic, PeriodicResult, detect_period
     from cosim.workload.synth import synthesize
-    from cosim.workload.synth.spec import BatchSpec, Synthesized
     from cosim.workload.synth.memory import memory_per_stage
+    from cosim.workload.synth.spec import BatchSpec, Synthesized
 
     assert isinstance(scn.workload, SyntheticWorkload)
     spec = scn.workload.synthetic

@@ -257,10 +257,10 @@ def test_coalesced_step_equals_plain_step(tmp_path: Path, layout: dict, routing:
 
     (nc, endc), (np_, endp) = kernels(pc["timeline"]), kernels(pp_["timeline"])
     if layout.get("pp") == 4 and nc != np_:
-        # known gap (issue 16 note): on the middle stages of pp 4 the plain run has one more pipeline recv kernel
+        # known gap (issue 16 note): on the middle stages of pp 4 the plain run has one more pipeline SendRecv kernel
         # per period on one stream than the probe's repeated window (the period check covers the schedule units'
-        # ops, not that recv's stream): 4 of 13,888 kernels per stage. The step's figures above hold.
-        pytest.xfail(f"coalesced timeline has {nc} kernels, the plain one {np_} (one recv per period missing)")
+        # ops, not that kernel's stream): 4 of 13,888 kernels per stage. The step's figures above hold.
+        pytest.xfail(f"coalesced timeline has {nc} kernels, the plain one {np_} (one SendRecv per period missing)")
     assert nc == np_
     assert endc == pytest.approx(endp, rel=5e-3)
 

@@ -491,10 +491,10 @@ def test_synthesis_and_its_replay_are_deterministic(tmp_path: Path, dgx: object)
 
 
 def test_sliding_window_attention_flops_and_tiles_by_hand() -> None:
-    from cosim.workload.synth.build import _model_flops_per_token
-    from cosim.workload.synth.costs import window_pairs, window_tile_keys
     from cosim.models.synth_timing import KernelTimer
     from cosim.topology import load_topology
+    from cosim.workload.synth.build import _model_flops_per_token
+    from cosim.workload.synth.costs import window_pairs, window_tile_keys
 
     # a 128-key window over 4096 positions: the first 128 queries see 1..128 keys, the other 3968 see 128
     assert window_pairs(4096, 4096, 128) == 128 * 129 / 2 + (4096 - 128) * 128 == 516160

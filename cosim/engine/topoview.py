@@ -14,6 +14,7 @@ engine then uses its config defaults.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -271,7 +272,7 @@ class ClusterRouter:
                     out = [[pre + n[6:] if n.startswith("node0.") else n for n in p] for p in base]
                     # node 0's route leaving the node (a rack's shared NVSwitch) holds only for nodes on that device
                     if all(n.startswith("node0.") for p in base for n in p) or all(
-                            self.topo.graph.has_edge(u, v) for p in out for u, v in zip(p, p[1:])):
+                            self.topo.graph.has_edge(u, v) for p in out for u, v in itertools.pairwise(p)):
                         return out
             return self.topo.paths(src, dst)
         g = self.topo.graph

@@ -21,12 +21,12 @@ import simpy
 
 from cosim.errors import CosimInputError
 from cosim.models.roofline import RooflineModel
+from cosim.replay.binding import default_topology, guess_accelerator
 from cosim.replay.collective_map import collective_runner, fold_stage, gpu_of_rank
 from cosim.replay.config import ReplayConfig
 from cosim.replay.copies import CopyModel, copy_engines_of
 from cosim.replay.durations import gpu_durations, hbm_parts
 from cosim.replay.executor import Executor, RankRun
-from cosim.replay.binding import default_topology, guess_accelerator
 from cosim.replay.links import LinkUsage, record_fabric, replay_end, replay_link_usage
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import SUMMARY_SCHEMA, summarize

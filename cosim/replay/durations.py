@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from cosim.errors import CosimInputError
-from cosim.replay.config import OP_CLASSES, ReplayConfig
 from cosim.replay.binding import cross_accelerator_factor
+from cosim.replay.config import OP_CLASSES, ReplayConfig
 from cosim.workload import ExecutionGraph
 from cosim.workload.graph import RankGraph
 

@@ -26,6 +26,7 @@ step's timeline).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -257,7 +258,7 @@ def bubble_fraction(unit_spans: dict[int, list[tuple[int, int, bool]]], runs: li
         eps = 1e-6 * per.period_s  # unit starts one period apart agree far closer (TOL); gaps are wider
         lo, hi = cut - per.period_s - eps, cut - eps
         idle = idle_p = 0.0
-        for prev, (a, _, recv) in zip(spans, spans[1:]):
+        for prev, (a, _, recv) in itertools.pairwise(spans):
             if recv:
                 gap = max(0.0, float(s[a] - e[prev[1]]))
                 idle += gap

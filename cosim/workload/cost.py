@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
 
 import numpy as np
 

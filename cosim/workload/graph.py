@@ -16,6 +16,7 @@ is in docs/EXECUTION_GRAPH.md; :data:`TABLE_SCHEMAS` below is its source.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -636,7 +637,7 @@ class ExecutionGraph:
             if len(text) == len(blob):  # ASCII: byte offsets are character offsets; slice in C
                 strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
             else:
-                strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(off[:-1], off[1:])]
+                strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
             tabs = {}
             for tname, schema in TABLE_SCHEMAS.items():
                 n = int(rm["rows"].get(tname, 0))

@@ -20,8 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cosim.capture.config import MoEModelConfig
-from cosim.workload.synth.costs import (PRECISIONS, Shard, embedding_ops, head_ops, layer_ops, layer_params,
-                                       selective_saved)
+from cosim.workload.synth.costs import (
+    PRECISIONS,
+    Shard,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    layer_params,
+    selective_saved,
+)
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
