@@ -37,6 +37,20 @@ topology: dgx-h100
 """
 
 
+def _graph_collectives(graph) -> tuple[Counter, Counter]:
+    """Count and input bytes of the graph's collectives by Chakra collective type (all ranks)."""
+    names = {0: "ALL_REDUCE", 1: "ALL_GATHER", 2: "REDUCE_SCATTER", 3: "ALL_TO_ALL"}
+    n: Counter = Counter()
+    b: Counter = Counter()
+    for rg in graph.ranks:
+        for c in range(len(rg.collectives)):
+            t = names.get(int(rg.collectives.type[c]))
+            if t:
+                n[t] += 1
+                b[t] += int(rg.collectives.in_bytes[c])
+    return n, b
+
+
 def _attrs(node) -> dict:
     return {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr}
 
@@ -131,14 +145,7 @@ def test_tiny_step_round_trips_with_hand_worked_collectives(tiny) -> None:
     assert {s[3] for s in sends} == {T * h * act}
     assert {(s[0], s[1]) for s in sends} == {(p, p + 4) for p in range(4)} | {(p + 4, p) for p in range(4)}
     # every collective of the synthesized graph, by count and bytes
-    want: Counter = Counter()
-    want_b: Counter = Counter()
-    for rg in graph.ranks:
-        for c in range(len(rg.collectives)):
-            t = {0: "ALL_REDUCE", 1: "ALL_GATHER", 2: "REDUCE_SCATTER", 3: "ALL_TO_ALL"}.get(int(rg.collectives.type[c]))
-            if t:
-                want[t] += 1
-                want_b[t] += int(rg.collectives.in_bytes[c])
+    want, want_b = _graph_collectives(graph)
     assert per_type == want and bytes_by == want_b
     assert res.collectives["ALL_TO_ALL"] == {"count": 48, "bytes": float(8 * a2a_bytes)}
     # process groups: EP pairs, DP quads and EDP pairs of each stage
@@ -244,12 +251,7 @@ def test_captured_trace_exports_every_rank_and_collective(tmp_path: Path) -> Non
     res = export_scenario("moe-ep4-dgx-h100", tmp_path / "et")
     graph = load_trace(find_workload("moe-ep4-cpu"))
     assert res.ranks == 4 and all(f.exists() for f in res.files())
-    want: Counter = Counter()
-    for rg in graph.ranks:
-        for c in range(len(rg.collectives)):
-            t = {0: "ALL_REDUCE", 1: "ALL_GATHER", 2: "REDUCE_SCATTER", 3: "ALL_TO_ALL"}.get(int(rg.collectives.type[c]))
-            if t:
-                want[t] += 1
+    want, _ = _graph_collectives(graph)
     assert {k: int(v["count"]) for k, v in res.collectives.items()} == dict(want)
     got: Counter = Counter()
     for f in res.files():

@@ -336,3 +336,30 @@ def test_exposed_communication_split() -> None:
     assert (run.gpu_meet[comm] >= run.gpu_start[comm]).all() and (run.gpu_meet[comm] <= run.gpu_end[comm]).all()
     assert s["busiest_links"] and all(0 < x["busy_share"] <= 1 for x in s["busiest_links"].values())
     assert [r["gpu"] for r in s["ranks"]] == ["gpu0", "gpu1"]
+
+
+def test_coalesced_run_report_measures_the_full_step() -> None:
+    """The default scenario's step is coalesced (a probe of 3 of its 8 micro-batches per pipeline, extended by its
+    period): the report's busy time per resource and link is the full step's, as in the plain run of every
+    micro-batch (within 2% of the step), not the probe's."""
+    from cosim.report.run import run_report_data
+    from cosim.scenario import load_scenario, run_scenario
+
+    scn = load_scenario("qwen3-30b-ep8-dgx-h100")
+    _, co = run_scenario(scn)
+    _, plain = run_scenario(scn, {"workload.synthetic.coalesce": "false"})
+    assert co.summary()["coalesced"]["repeats"] > 0 and "coalesced" not in plain.summary()
+    dc, dp = run_report_data(co), run_report_data(plain)
+    step = dp["step_time_s"]
+    assert dc["step_time_s"] == pytest.approx(step, rel=5e-3)
+    want = {r["resource"]: r for r in dp["resources"]}
+    assert {r["resource"] for r in dc["resources"]} == set(want)
+    for r in dc["resources"]:
+        assert r["busy_s_per_step"] <= dc["step_time_s"] * (1 + 1e-9)
+        assert r["busy_s_per_step"] == pytest.approx(want[r["resource"]]["busy_s_per_step"], abs=0.02 * step)
+        assert r["share"] == pytest.approx(want[r["resource"]]["share"], abs=0.02)
+    links = {(x["src"], x["dst"]): x for x in dp["links"]}
+    for x in dc["links"]:
+        y = links[(x["src"], x["dst"])]
+        assert x["busy_s_per_step"] == pytest.approx(y["busy_s_per_step"], abs=0.02 * step)
+        assert x["step_load"] == pytest.approx(y["step_load"], abs=0.02)

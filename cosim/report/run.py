@@ -15,12 +15,14 @@ window end), divided by that window; its load is the bytes it moved in the
 window over capacity x window. The traffic is ``summary["links"]`` and its
 intervals (:mod:`cosim.replay.links`): collectives (simulated on the fabric, or
 with measured collectives the engine's decomposition over the replayed kernel)
-and host<->device memcpys on the GPU's PCIe path, in both modes.
+and host<->device memcpys on the GPU's PCIe path, in both modes. A coalesced synthetic step
+(:mod:`cosim.replay.periodic`) is measured as the full step: the probe's window plus its repeated period.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +100,29 @@ def _thread_label(rg: Any, t: int) -> str:
     return f"thread {tid}" + (f" ({name})" if name else "")
 
 
-def _rank_resources(rg: Any, run: Any) -> list[dict[str, Any]]:
+def _over_step(result: Any, rank: int | None, a: float, b: float, busy: Callable[[float, float], Any]) -> tuple[Any, float]:
+    """(``busy(a, b)``, ``b - a``) over a simulated window; for a coalesced step (:mod:`cosim.replay.periodic`) the
+    full step's: plus ``repeats`` times the busy of the repeated period before the rank's cut (``rank`` None: the
+    earliest cut, for job-wide counters), and the span extended by the inserted time."""
+    per = getattr(result, "periodic", None)
+    cuts = per.cut if per is not None else {}
+    cut = cuts.get(rank) if rank is not None else (min(cuts.values()) if cuts else None)
+    if per is None or cut is None:
+        return busy(a, b), b - a
+    return busy(a, b) + per.repeats * busy(cut - per.period_s, cut), b - a + per.extra_s
+
+
+def _rank_resources(result: Any, rg: Any, run: Any) -> list[dict[str, Any]]:
     from cosim.replay.program import is_comm
     from cosim.workload.graph import GpuKind, OpClass
 
     a, b, n, _ = _window(rg, run)
-    span = b - a
     G, H = rg.gpu_ops, rg.host_ops
     out: list[dict[str, Any]] = []
     r = int(rg.rank)
 
-    def add(name: str, kind: str, busy: float) -> None:
+    def add(name: str, kind: str, s: np.ndarray, e: np.ndarray) -> None:
+        busy, span = _over_step(result, r, a, b, lambda x, y: _busy(s, e, x, y))
         out.append({"rank": r, "resource": f"rank{r} {name}", "kind": kind, "busy_s_per_step": busy / n,
                     "share": busy / span if span > 0 else 0.0})
 
@@ -120,18 +134,18 @@ def _rank_resources(rg: Any, run: Any) -> list[dict[str, Any]]:
         comp = ~comm & ~copy
         for dev in np.unique(G.device):
             on = G.device == dev
-            add(f"GPU{int(dev)} SM (compute kernels)", "sm", _busy(s[on & comp], e[on & comp], a, b))
+            add(f"GPU{int(dev)} SM (compute kernels)", "sm", s[on & comp], e[on & comp])
             if (on & comm).any():
-                add(f"GPU{int(dev)} communication kernels", "comm", _busy(s[on & comm], e[on & comm], a, b))
+                add(f"GPU{int(dev)} communication kernels", "comm", s[on & comm], e[on & comm])
             if (on & copy).any():
-                add(f"GPU{int(dev)} copy engines (memcpy/memset)", "copy", _busy(s[on & copy], e[on & copy], a, b))
+                add(f"GPU{int(dev)} copy engines (memcpy/memset)", "copy", s[on & copy], e[on & copy])
             for st in np.unique(G.stream[on]):
                 m = on & (G.stream == st)
-                add(f"GPU{int(dev)} stream {int(st)}", "stream", _busy(s[m], e[m], a, b))
+                add(f"GPU{int(dev)} stream {int(st)}", "stream", s[m], e[m])
     if len(H):
         for t in np.unique(H.thread):
             m = H.thread == t
-            add(f"host {_thread_label(rg, int(t))}", "host_thread", _busy(run.host_start[m], run.host_end[m], a, b))
+            add(f"host {_thread_label(rg, int(t))}", "host_thread", run.host_start[m], run.host_end[m])
     return out
 
 
@@ -151,7 +165,8 @@ def _link_rows(result: Any, s: dict[str, Any], topo: Any, kinds: dict[str, str])
     busy: np.ndarray | None = None
     load_b: np.ndarray | None = None
     if usage is not None and span > 0:
-        busy, load_b = usage.busy(a, b), usage.bytes_in(a, b)
+        busy, span = _over_step(result, None, a, b, usage.busy)
+        load_b, _ = _over_step(result, None, a, b, usage.bytes_in)
     elapsed = _elapsed(result)
     links = []
     for lk in s.get("links") or []:
@@ -188,7 +203,7 @@ def run_report_data(result: Any) -> dict[str, Any]:
     topo = result.topology
     res = []
     for rg, run in zip(result.graph.ranks, result.runs):
-        res.extend(_rank_resources(rg, run))
+        res.extend(_rank_resources(result, rg, run))
     kinds = link_kinds(topo) if topo is not None else {}
     elapsed = _elapsed(result)
     links = _link_rows(result, s, topo, kinds)
