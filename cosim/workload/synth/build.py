@@ -189,6 +189,8 @@ class _RankBuilder:
     """The last host copy of MoE token counts not yet waited for (GPU op), or -1."""
     per_launch: float = 0.0
     """Host time of each kernel launch of an op beyond its first (``Op.launches``, s)."""
+    loop_launch: float = 0.0
+    """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
 
     def open_graph(self, cost: float) -> None:
         """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
@@ -230,6 +232,7 @@ class _RankBuilder:
         else:
             if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
                 launch_cost += (o.launches - 1) * self.per_launch
+            launch_cost += o.loop_launches * self.loop_launch
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
@@ -456,6 +459,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
         rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
+        rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         if opts.launch_jitter.get(rank):

@@ -122,6 +122,11 @@ class SyntheticSpec(Strict):
     default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. The combine is bf16."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
+    fp8_recipe: Literal["blockwise", "current"] = "blockwise"
+    """Scaling of ``precision: fp8``: blockwise (DeepSeek-V3's 1x128 / 128x128 blocks; also delayed scaling:
+    one cast kernel per tensor) or current (Transformer Engine's per-tensor current scaling, Megatron-Bridge
+    ``fp8_cs``: zero the amax, compute it, compute the scale, cast: four kernels per tensor, and per local
+    expert in a grouped linear; :data:`cosim.workload.synth.costs.TE_QUANTIZE_SOURCE`)."""
     routing: str | RoutingSpec = "uniform"
     """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
     profile: str | None = None
@@ -228,7 +233,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         launch = float(cpu.launch_overhead)
     except Exception:  # a topology without a host CPU
         launch = 5e-6
-    opts = BuildOptions(precision=spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
+    opts = BuildOptions(precision="fp8-cs" if spec.precision == "fp8" and spec.fp8_recipe == "current"
+                        else spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead), moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         gpu_slowdown=dict(spec.stragglers.gpu),
