@@ -599,6 +599,24 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     assert float(blockwise.host_ops.dur.sum()) < float(rg.host_ops.dur.sum())
 
 
+def test_training_dispatches_bf16_tokens_unless_asked(tmp_path: Path, dgx: object) -> None:
+    # Megatron-Core dispatches the bf16 hidden states whatever the GEMM precision (MEGATRON_DISPATCH_SOURCE): at
+    # fp8 the dispatch all-to-all of 64 tokens x top-2 rows of d 64 is 64 * 2 * 64 * 2 = 16384 bytes, as at bf16;
+    # dispatch_precision fp8 (DeepSeek-V3's own) sends 1 byte + one fp32 scale per 128 channels: 8448 bytes
+    from cosim.workload.synth.spec import MEGATRON_DISPATCH_SOURCE
+
+    assert "fp8_dispatch = False" in MEGATRON_DISPATCH_SOURCE
+
+    def a2a(**kw: object) -> Counter:
+        rg = _synth(tmp_path, dgx, **kw).graph.ranks[0]  # type: ignore[attr-defined]
+        C = rg.collectives
+        return Counter(float(C.in_bytes[c]) for c in range(len(C)) if CollType(int(C.type[c])).name == "ALL_TO_ALL"
+                       and float(C.in_bytes[c]) > 64 * 2 * 8)  # leave out the probabilities' all-to-all
+    bf16 = a2a()
+    assert bf16 == a2a(precision="fp8") == Counter({16384.0: 2 * 4})
+    assert a2a(precision="fp8", dispatch_precision="fp8") == Counter({16384.0: 2 * 2, 64 * 2 * 64 * (1 + 4 / 128): 2 * 2})
+
+
 def test_selective_recompute_reruns_the_named_modules(tmp_path: Path, dgx: object) -> None:
     from cosim.workload.synth.costs import Shard, recomputed, selective_saved
 

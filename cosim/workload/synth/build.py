@@ -86,6 +86,9 @@ class BuildOptions:
 
     precision: str = "bf16"
     """bf16, fp8 or mxfp8 (:data:`cosim.workload.synth.costs.PRECISIONS`)."""
+    dispatch_bytes: float | None = None
+    """Bytes per element of the MoE dispatch all-to-all payload; None: the precision's own
+    (:attr:`cosim.workload.synth.costs.Precision.dispatch_bytes`)."""
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
     fold: bool | None = None
@@ -409,6 +412,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     m = global_batch // (micro * rm.dp)
     T = float(micro * seq // rm.cp)
     p = PRECISIONS[opts.precision]
+    if opts.dispatch_bytes is not None:
+        p = replace(p, dispatch_bytes=opts.dispatch_bytes)
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}

@@ -34,7 +34,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
-from cosim.workload.synth.costs import Op
+from cosim.workload.synth.costs import PRECISIONS, Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
@@ -118,8 +118,11 @@ class SyntheticSpec(Strict):
     kv_cache: Literal["bf16", "fp8"] = "bf16"
     """KV-cache element type (serving)."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
-    """Serving: element type of the dispatched tokens (fp8: 1 byte + one fp32 scale per 128 channels);
-    default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. The combine is bf16."""
+    """Element type of the MoE dispatch all-to-all payload (fp8: 1 byte + one fp32 scale per 128 channels);
+    the combine is bf16. Serving default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. Training default:
+    bf16 whatever ``precision`` is, as Megatron-Core dispatches: its all-to-all dispatcher sends the bf16 hidden
+    states, and its DeepEP and HybridEP paths have FP8 dispatch switched off (:data:`MEGATRON_DISPATCH_SOURCE`);
+    fp8 models DeepSeek-V3's own FP8 dispatch (its report, section 3.3)."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
     fp8_recipe: Literal["blockwise", "current"] = "blockwise"
@@ -195,6 +198,13 @@ def _card(model: str, base: Path | None) -> Any:
     return load_model_config(p if p.is_file() else model)
 
 
+MEGATRON_DISPATCH_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py "
+                            "(MoEAlltoAllTokenDispatcher.token_dispatch: all_to_all of the permuted bf16 hidden "
+                            "states; _DeepepManager: 'fp8_dispatch = False # Currently, we do not support fp8 "
+                            "dispatch') and fused_a2a.py (hybrid_ep_dispatch: 'HybridEP dispatcher does not support "
+                            "fp8 dispatch now')")
+"""Why a synthesized training step dispatches bf16 tokens by default (``dispatch_precision``)."""
+
 KernelTimeFn = Callable[[Sequence[Op]], list[float]]
 """Kernel durations (s) of a list of synthesized ops."""
 
@@ -234,7 +244,9 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     except Exception:  # a topology without a host CPU
         launch = 5e-6
     opts = BuildOptions(precision="fp8-cs" if spec.precision == "fp8" and spec.fp8_recipe == "current"
-                        else spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
+                        else spec.precision, routing=routing,
+                        dispatch_bytes=(PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes
+                                        if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead), moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         gpu_slowdown=dict(spec.stragglers.gpu),
@@ -248,9 +260,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
-    if (spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None
-            or spec.dispatch_precision is not None):
-        raise CosimInputError("workload.synthetic: overlap, dispatch, dispatch_precision and comm_sms are serving "
+    if spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None:
+        raise CosimInputError("workload.synthetic: overlap, dispatch and comm_sms are serving "
                               "fields (mode prefill or decode); training overlaps through layout.schedule dualpipe")
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
