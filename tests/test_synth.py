@@ -599,6 +599,26 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     assert float(blockwise.host_ops.dur.sum()) < float(rg.host_ops.dur.sum())
 
 
+def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
+    from cosim.topology import load_topology
+
+    # a GB200 tray's Grace runs eager framework work 2.75x slower than a DGX H100 Xeon (TE issue #2053,
+    # cpus.yaml host_time_factor): each launch's call and dispatch cost 2.75x; a grouped GEMM's measured extra
+    # expert launches (expert_gemm_host) are kept
+    nvl = load_topology("gb200-nvl72")
+    cpu = nvl.cpu_spec(nvl.cpu_of(nvl.gpus[0]))
+    assert float(cpu.host_time_factor) == 2.75
+    syn = _synth(tmp_path, nvl, batch={"global": 72, "micro": 1, "seq": 64}, dispatch_overhead="10 us",
+                 expert_gemm_host="30 us")
+    rg = syn.graph.ranks[0]  # type: ignore[attr-defined]
+    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
+            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    per = 2.75 * (float(cpu.launch_overhead) + 10e-6)
+    assert cost["moe.experts_swiglu"] == pytest.approx(per, rel=1e-9)
+    assert cost["moe.experts_fc1"] == pytest.approx(per + 30e-6, rel=1e-9)  # 2 local experts: one extra GEMM
+
+
 def test_training_dispatches_bf16_tokens_unless_asked(tmp_path: Path, dgx: object) -> None:
     # Megatron-Core dispatches the bf16 hidden states whatever the GEMM precision (MEGATRON_DISPATCH_SOURCE): at
     # fp8 the dispatch all-to-all of 64 tokens x top-2 rows of d 64 is 64 * 2 * 64 * 2 = 16384 bytes, as at bf16;

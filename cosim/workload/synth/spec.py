@@ -241,13 +241,20 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     try:
         cpu = topology.cpu_spec(topology.cpu_of(gpu0))
         launch = float(cpu.launch_overhead)
+        host_factor = float(cpu.host_time_factor)
     except Exception:  # a topology without a host CPU
-        launch = 5e-6
+        launch, host_factor = 5e-6, 1.0
+    # training: eager framework host work scales with the host CPU (cpus.yaml host_time_factor: Grace 2.75x a
+    # DGX H100 Xeon, TransformerEngine issue #2053); expert_gemm_host is a measured figure of its own and is kept.
+    # Serving keeps the x86 figures (its validation rows were set up with them).
+    if spec.mode != "train":
+        host_factor = 1.0
+    launch *= host_factor
     opts = BuildOptions(precision="fp8-cs" if spec.precision == "fp8" and spec.fp8_recipe == "current"
                         else spec.precision, routing=routing,
                         dispatch_bytes=(PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
-                        dispatch_overhead=float(spec.dispatch_overhead), moe_host_sync=spec.moe_host_sync,
+                        dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
