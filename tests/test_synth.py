@@ -558,6 +558,85 @@ def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: ob
     assert cost["moe.experts_swiglu"] == pytest.approx(launch + 10e-6, rel=1e-9)
 
 
+def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import PRECISIONS, Shard, backward_ops
+
+    c = tiny()  # 8 experts: EP4 leaves 2 local experts
+
+    def loops(precision: str, shard: Shard) -> dict[str, int]:
+        ops = layer_ops(c, 0, 256.0, 256.0, shard, precision)
+        return {o.name: o.loop_launches for o in ops + backward_ops(ops) if o.name.endswith(("quantize", ".bwd"))
+                and "quantize" in o.name}
+
+    # MXFP8 / blockwise: split_quantize casts each local expert's rows with one kernel (2 kernels: 1 beyond the op's
+    # own); a dense GEMM input is one cast; the grad outputs' casts (the quantize ops' backward) likewise
+    for prec in ("mxfp8", "fp8"):
+        got = loops(prec, Shard(ep=4))
+        assert got["moe.experts_input.quantize"] == got["moe.experts_act.quantize"] == 1
+        assert got["moe.experts_input.quantize.bwd"] == got["moe.experts_act.quantize.bwd"] == 1
+        assert got["attn.input.quantize"] == got["attn.o_input.quantize"] == 0
+    # per-tensor current scaling: zero amax, amax, scale, cast = 4 kernels per tensor: 2 experts -> 8 (7 beyond the
+    # op's own), a dense cast 4 (3 beyond)
+    got = loops("fp8-cs", Shard(ep=4))
+    assert PRECISIONS["fp8-cs"].gemm == "fp8" and PRECISIONS["fp8-cs"].quant_kernels == 4
+    assert got["moe.experts_input.quantize"] == got["moe.experts_act.quantize.bwd"] == 7
+    assert got["attn.input.quantize"] == 3
+    # inference (no TE GroupedLinear loop) and bf16 (no casts)
+    assert loops("mxfp8", Shard(ep=4, decode=True, q_len=1.0))["moe.experts_input.quantize"] == 0
+    assert loops("bf16", Shard(ep=4)) == {}
+
+    # the host pays each looped kernel its CUDA launch call only (no Python / dispatcher cost)
+    syn = _synth(tmp_path, dgx, precision="fp8", fp8_recipe="current", dispatch_overhead="10 us")
+    rg = syn.graph.ranks[0]
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
+            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    assert cost["moe.experts_input.quantize"] == pytest.approx(launch + 10e-6 + 7 * launch, rel=1e-9)
+    assert cost["attn.input.quantize"] == pytest.approx(launch + 10e-6 + 3 * launch, rel=1e-9)
+    blockwise = _synth(tmp_path, dgx, precision="fp8", dispatch_overhead="10 us").graph.ranks[0]
+    assert len(blockwise.gpu_ops) == len(rg.gpu_ops)  # the same kernels, cheaper launches
+    assert float(blockwise.host_ops.dur.sum()) < float(rg.host_ops.dur.sum())
+
+
+def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
+    from cosim.topology import load_topology
+
+    # a GB200 tray's Grace runs eager framework work 2.75x slower than a DGX H100 Xeon (TE issue #2053,
+    # cpus.yaml host_time_factor): each launch's call and dispatch cost 2.75x; a grouped GEMM's measured extra
+    # expert launches (expert_gemm_host) are kept
+    nvl = load_topology("gb200-nvl72")
+    cpu = nvl.cpu_spec(nvl.cpu_of(nvl.gpus[0]))
+    assert float(cpu.host_time_factor) == 2.75
+    syn = _synth(tmp_path, nvl, batch={"global": 72, "micro": 1, "seq": 64}, dispatch_overhead="10 us",
+                 expert_gemm_host="30 us")
+    rg = syn.graph.ranks[0]  # type: ignore[attr-defined]
+    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
+            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    per = 2.75 * (float(cpu.launch_overhead) + 10e-6)
+    assert cost["moe.experts_swiglu"] == pytest.approx(per, rel=1e-9)
+    assert cost["moe.experts_fc1"] == pytest.approx(per + 30e-6, rel=1e-9)  # 2 local experts: one extra GEMM
+
+
+def test_training_dispatches_bf16_tokens_unless_asked(tmp_path: Path, dgx: object) -> None:
+    # Megatron-Core dispatches the bf16 hidden states whatever the GEMM precision (MEGATRON_DISPATCH_SOURCE): at
+    # fp8 the dispatch all-to-all of 64 tokens x top-2 rows of d 64 is 64 * 2 * 64 * 2 = 16384 bytes, as at bf16;
+    # dispatch_precision fp8 (DeepSeek-V3's own) sends 1 byte + one fp32 scale per 128 channels: 8448 bytes
+    from cosim.workload.synth.spec import MEGATRON_DISPATCH_SOURCE
+
+    assert "fp8_dispatch = False" in MEGATRON_DISPATCH_SOURCE
+
+    def a2a(**kw: object) -> Counter:
+        rg = _synth(tmp_path, dgx, **kw).graph.ranks[0]  # type: ignore[attr-defined]
+        C = rg.collectives
+        return Counter(float(C.in_bytes[c]) for c in range(len(C)) if CollType(int(C.type[c])).name == "ALL_TO_ALL"
+                       and float(C.in_bytes[c]) > 64 * 2 * 8)  # leave out the probabilities' all-to-all
+    bf16 = a2a()
+    assert bf16 == a2a(precision="fp8") == Counter({16384.0: 2 * 4})
+    assert a2a(precision="fp8", dispatch_precision="fp8") == Counter({16384.0: 2 * 2, 64 * 2 * 64 * (1 + 4 / 128): 2 * 2})
+
+
 def test_selective_recompute_reruns_the_named_modules(tmp_path: Path, dgx: object) -> None:
     from cosim.workload.synth.costs import Shard, recomputed, selective_saved
 

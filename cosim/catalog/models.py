@@ -275,6 +275,9 @@ class CPU(Sourced):
     """CPU time the launching thread spends in one kernel-launch API call (seconds)."""
     launch_latency: Time
     """Minimum time from the start of a launch call to the kernel's start on the GPU (seconds)."""
+    host_time_factor: float = Field(default=1.0, gt=0)
+    """Eager framework host time (Python, the PyTorch dispatcher, the launch call) relative to the x86 hosts the
+    synthetic step's dispatch cost was measured on (1: same; > 1: a slower single thread)."""
     tdp: Power
     price_usd: float | None = Field(default=None, ge=0)
 

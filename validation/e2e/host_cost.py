@@ -16,6 +16,7 @@ import gzip
 import json
 import statistics
 import sys
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def launch_intervals(path: Path) -> dict[str, float]:
                    if e.get("cat") == "cuda_runtime" and "Synchronize" in str(e.get("name", "")))
     if len(launches) < 3:
         raise CosimInputError(f"{path}: fewer than 3 kernel launches")
-    gaps = [float(b["ts"]) - float(a["ts"]) for a, b in zip(launches, launches[1:])
+    gaps = [float(b["ts"]) - float(a["ts"]) for a, b in pairwise(launches)
             if not any(float(a["ts"]) <= s <= float(b["ts"]) for s in syncs)]
     return {"median_interval_s": statistics.median(gaps) * 1e-6, "mean_interval_s": statistics.mean(gaps) * 1e-6,
             "median_launch_call_s": statistics.median(float(e["dur"]) for e in launches) * 1e-6,

@@ -98,6 +98,8 @@ class Case(Strict):
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
+    fp8_recipe: Literal["blockwise", "current"] | None = None
+    """FP8 scaling of the run (``workload.synthetic.fp8_recipe``; Megatron-Bridge ``fp8_cs``: current); absent: the default."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -232,6 +234,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["pipeline_layers"] = pl
     spec = SyntheticSpec.model_validate({
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
+        **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
         **(spec_over or {})})
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes)

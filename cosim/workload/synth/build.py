@@ -86,6 +86,9 @@ class BuildOptions:
 
     precision: str = "bf16"
     """bf16, fp8 or mxfp8 (:data:`cosim.workload.synth.costs.PRECISIONS`)."""
+    dispatch_bytes: float | None = None
+    """Bytes per element of the MoE dispatch all-to-all payload; None: the precision's own
+    (:attr:`cosim.workload.synth.costs.Precision.dispatch_bytes`)."""
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
     fold: bool | None = None
@@ -189,6 +192,8 @@ class _RankBuilder:
     """The last host copy of MoE token counts not yet waited for (GPU op), or -1."""
     per_launch: float = 0.0
     """Host time of each kernel launch of an op beyond its first (``Op.launches``, s)."""
+    loop_launch: float = 0.0
+    """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
 
     def open_graph(self, cost: float) -> None:
         """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
@@ -230,6 +235,7 @@ class _RankBuilder:
         else:
             if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
                 launch_cost += (o.launches - 1) * self.per_launch
+            launch_cost += o.loop_launches * self.loop_launch
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
@@ -406,6 +412,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     m = global_batch // (micro * rm.dp)
     T = float(micro * seq // rm.cp)
     p = PRECISIONS[opts.precision]
+    if opts.dispatch_bytes is not None:
+        p = replace(p, dispatch_bytes=opts.dispatch_bytes)
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}
@@ -456,6 +464,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
         rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
+        rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         if opts.launch_jitter.get(rank):

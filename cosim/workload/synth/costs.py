@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
+__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
            "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
 
@@ -48,6 +48,10 @@ class Precision:
     """Bytes per element of activations between ops (bf16)."""
     dispatch_bytes: float = 2.0
     """Bytes per element of the all-to-all dispatch payload (FP8 dispatch with its scales)."""
+    quant_kernels: int = 1
+    """Kernels one quantization of one tensor launches: 1 for MXFP8, blockwise and delayed-scaling FP8 (one
+    cast kernel); 4 for per-tensor current scaling (zero the amax, compute the amax, compute the scale, cast:
+    :data:`TE_QUANTIZE_SOURCE`)."""
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -56,6 +60,8 @@ PRECISIONS: dict[str, Precision] = {
     "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128),
     # 1 byte plus one e8m0 scale per 32 elements (OCP MX spec v1.0)
     "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32),
+    # Transformer Engine's per-tensor current scaling (Megatron-Bridge FP8_CS): FP8 math, four kernels per cast
+    "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, quant_kernels=4),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -121,6 +127,11 @@ class Op:
     """Kernels the host launches for this op: Transformer Engine's grouped GEMM (``GroupedLinear``, the
     default multi-stream cuBLASLt path) launches one GEMM per local expert (:data:`TE_GROUPED_GEMM_SOURCE`);
     the builder charges each launch beyond the first ``BuildOptions.expert_gemm_host``."""
+    loop_launches: int = 0
+    """Further kernels the op's one framework call launches from a C++ loop (no Python, no PyTorch dispatch):
+    Transformer Engine's ``split_quantize`` quantizes each local expert's rows with its own kernel(s), and a
+    current-scaling cast is four kernels (:data:`TE_QUANTIZE_SOURCE`); the builder charges each the CUDA
+    launch call (``BuildOptions.launch_overhead``)."""
 
 
 @dataclass(frozen=True)
@@ -159,11 +170,26 @@ def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: 
               saved=m * k * batch * inb if save_input else 0.0)
 
 
-def _quant(name: str, numel: float, p: Precision) -> list[Op]:
-    """The cast of a GEMM input to FP8 (nothing at bf16)."""
+def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
+    """The cast of a GEMM input to FP8 (nothing at bf16). ``groups``: tensors quantized one by one in one call
+    (Transformer Engine's ``split_quantize`` over the local experts' rows, training): each launches
+    ``p.quant_kernels`` kernels (:data:`TE_QUANTIZE_SOURCE`)."""
     if p.gemm == "bf16":
         return []
-    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.gemm_in_bytes), p.gemm)]
+    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.gemm_in_bytes), p.gemm,
+               loop_launches=max(groups, 1) * p.quant_kernels - 1)]
+
+
+TE_QUANTIZE_SOURCE = ("NVIDIA/TransformerEngine v2.12 (NeMo 26.02): transformer_engine/pytorch/module/grouped_linear.py "
+                      "(_GroupedLinear.forward: tex.split_quantize of the input; backward: of each grad output), "
+                      "pytorch/csrc/extensions/cast.cpp (split_quantize -> multi_tensor_quantize_impl: a fused "
+                      "multi-tensor kernel only for delayed scaling, else quantizer->quantize per tensor), "
+                      "pytorch/csrc/quantizer.cpp (MXFP8Quantizer::quantize: nvte_quantize_v2; "
+                      "Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax_with_config, "
+                      "nvte_compute_scale_from_amax, nvte_quantize_v2) and common/recipe/current_scaling.cu "
+                      "(zero_amax_kernel, amax kernel, compute_scale_from_amax_kernel)")
+"""Why a training quantize of the routed experts is one kernel per local expert (MXFP8, blockwise) or four
+(current scaling), launched from C++ (:attr:`Op.loop_launches`)."""
 
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
@@ -392,11 +418,14 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     # training: TE's GroupedLinear launches one GEMM per local expert (TE_GROUPED_GEMM_SOURCE), for the
     # forward and (inherited by backward_ops) for each of the dgrad and wgrad
     launches = len(rows) if train else 1
-    ops += [*_quant("moe.experts_input", total * h, p),
+    # training: TE's split_quantize casts each local expert's rows with its own kernel(s) (TE_QUANTIZE_SOURCE);
+    # backward_ops keeps loop_launches for the grad outputs' split_quantize
+    qgroups = len(rows) if train else 1
+    ops += [*_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches),
             _ew("moe.experts_swiglu", total * f, p, inputs=2, flops_per=4.0, saved=2 * total * f * p.act_bytes),
-            *_quant("moe.experts_act", total * f, p),
+            *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches)]
     if train and e_local > 1:  # combine_preprocess: the inverse sort

@@ -34,7 +34,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
-from cosim.workload.synth.costs import Op
+from cosim.workload.synth.costs import PRECISIONS, Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
@@ -118,10 +118,18 @@ class SyntheticSpec(Strict):
     kv_cache: Literal["bf16", "fp8"] = "bf16"
     """KV-cache element type (serving)."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
-    """Serving: element type of the dispatched tokens (fp8: 1 byte + one fp32 scale per 128 channels);
-    default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. The combine is bf16."""
+    """Element type of the MoE dispatch all-to-all payload (fp8: 1 byte + one fp32 scale per 128 channels);
+    the combine is bf16. Serving default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. Training default:
+    bf16 whatever ``precision`` is, as Megatron-Core dispatches: its all-to-all dispatcher sends the bf16 hidden
+    states, and its DeepEP and HybridEP paths have FP8 dispatch switched off (:data:`MEGATRON_DISPATCH_SOURCE`);
+    fp8 models DeepSeek-V3's own FP8 dispatch (its report, section 3.3)."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
+    fp8_recipe: Literal["blockwise", "current"] = "blockwise"
+    """Scaling of ``precision: fp8``: blockwise (DeepSeek-V3's 1x128 / 128x128 blocks; also delayed scaling:
+    one cast kernel per tensor) or current (Transformer Engine's per-tensor current scaling, Megatron-Bridge
+    ``fp8_cs``: zero the amax, compute it, compute the scale, cast: four kernels per tensor, and per local
+    expert in a grouped linear; :data:`cosim.workload.synth.costs.TE_QUANTIZE_SOURCE`)."""
     routing: str | RoutingSpec = "uniform"
     """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
     profile: str | None = None
@@ -190,6 +198,13 @@ def _card(model: str, base: Path | None) -> Any:
     return load_model_config(p if p.is_file() else model)
 
 
+MEGATRON_DISPATCH_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py "
+                            "(MoEAlltoAllTokenDispatcher.token_dispatch: all_to_all of the permuted bf16 hidden "
+                            "states; _DeepepManager: 'fp8_dispatch = False # Currently, we do not support fp8 "
+                            "dispatch') and fused_a2a.py (hybrid_ep_dispatch: 'HybridEP dispatcher does not support "
+                            "fp8 dispatch now')")
+"""Why a synthesized training step dispatches bf16 tokens by default (``dispatch_precision``)."""
+
 KernelTimeFn = Callable[[Sequence[Op]], list[float]]
 """Kernel durations (s) of a list of synthesized ops."""
 
@@ -226,10 +241,20 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     try:
         cpu = topology.cpu_spec(topology.cpu_of(gpu0))
         launch = float(cpu.launch_overhead)
+        host_factor = float(cpu.host_time_factor)
     except Exception:  # a topology without a host CPU
-        launch = 5e-6
-    opts = BuildOptions(precision=spec.precision, routing=routing, fold=spec.fold, launch_overhead=launch,
-                        dispatch_overhead=float(spec.dispatch_overhead), moe_host_sync=spec.moe_host_sync,
+        launch, host_factor = 5e-6, 1.0
+    # training: eager framework host work scales with the host CPU (cpus.yaml host_time_factor: Grace 2.75x a
+    # DGX H100 Xeon, TransformerEngine issue #2053); expert_gemm_host is a measured figure of its own and is kept.
+    # Serving keeps the x86 figures (its validation rows were set up with them).
+    if spec.mode != "train":
+        host_factor = 1.0
+    launch *= host_factor
+    opts = BuildOptions(precision="fp8-cs" if spec.precision == "fp8" and spec.fp8_recipe == "current"
+                        else spec.precision, routing=routing,
+                        dispatch_bytes=(PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes
+                                        if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
+                        dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
@@ -242,9 +267,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
-    if (spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None
-            or spec.dispatch_precision is not None):
-        raise CosimInputError("workload.synthetic: overlap, dispatch, dispatch_precision and comm_sms are serving "
+    if spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None:
+        raise CosimInputError("workload.synthetic: overlap, dispatch and comm_sms are serving "
                               "fields (mode prefill or decode); training overlaps through layout.schedule dualpipe")
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
