@@ -239,23 +239,24 @@ def monotone_fit(times: np.ndarray, drop: float = 0.0) -> np.ndarray:
 NVLS_FACTOR = 0.85 * 15 / 16
 """NCCL's NVLS bandwidth factor for Hopper, not fitted: nvlsEfficiency 0.85 x (nChannels - 1) / nChannels
 with 16 NVLS channels (src/graph/tuning.cc, src/transport/nvls.cc)."""
-X0 = [20e-6, 25e-6, 30e-6, 30e-6, 8e-6, 0.6, 0.9, 0.9, NVLS_FACTOR, 1.0]
-LO = [2e-6, 2e-6, 2e-6, 2e-6, 2e-6, 0.3, 0.3, 0.3, NVLS_FACTOR, 0.5]
-HI = [40e-6, 40e-6, 40e-6, 40e-6, 40e-6, 1.0, 1.0, 1.0, NVLS_FACTOR, 3.0]
+X0 = [20e-6, 25e-6, 30e-6, 30e-6, 8e-6, 0.6, 0.9, 0.9, NVLS_FACTOR, 1.0, 1e-6]
+LO = [2e-6, 2e-6, 2e-6, 2e-6, 2e-6, 0.3, 0.3, 0.3, NVLS_FACTOR, 0.5, 0.0]
+HI = [40e-6, 40e-6, 40e-6, 40e-6, 40e-6, 1.0, 1.0, 1.0, NVLS_FACTOR, 3.0, 20e-6]
 FREE = np.array([lo < hi for lo, hi in zip(LO, HI)])
 """Parameters the fit moves (NVLS's bandwidth factor is NCCL's constant)."""
 """Physical bounds: launch/base latencies 2-40 us (NCCL's own baseLat + hwLat are
 4-25 us; kernel launch alone ~2 us), efficiencies 0.3-1 of link capacity, factor on
-NCCL's per-step hwLat 0.5-3 (0.3-1.8 us per NVLink LL step)."""
+NCCL's per-step hwLat 0.5-3 (0.3-1.8 us per NVLink LL step), NVLS chunk step 0-20 us."""
 PRIOR = np.array([6.6e-6, 14e-6, 8.4e-6, 25e-6, 6e-6, 0.5, 0.92, 1.0, NVLS_FACTOR, 1.0])
 """NCCL's own values (tuning.cc: ring baseLat LL/LL128/Simple, NVLS baseLat + hwLat, p2p
 baseLat; payload fractions LL 8/16, LL128 120/128, Simple 1; Hopper nvlsEfficiency):
 one weak residual log(x / prior) each, so parameters the data do not determine (e.g.
-LL128's efficiency where the tuner never picks LL128) stay at NCCL's value."""
+LL128's efficiency where the tuner never picks LL128) stay at NCCL's value. NCCL has no value for the
+NVLS chunk step (``nvls_step``, the 11th parameter): no prior on it."""
 PRIOR_WEIGHT = 1.0
 UNDER_WEIGHT = 0.5
 """Weight of residuals where the model is below the measured time (peer wait only adds time)."""
-SCALE = np.array([1e-6] * 5 + [1.0] * 5)
+SCALE = np.array([1e-6] * 5 + [1.0] * 5 + [1e-6])
 """Optimizer units: latencies in us."""
 
 
@@ -286,6 +287,10 @@ class Table:
     cap: np.ndarray
     p2p: bool
     choice: np.ndarray | None = None
+    chunk: np.ndarray | None = None
+    """Per candidate and size, NCCL's NVLS chunk (bytes; inf for other algorithms): the chunk-step cap."""
+    fill: np.ndarray | None = None
+    """Per candidate and size, the NVLS pipeline's fill and drain in bytes of size (0 for other algorithms)."""
     """Per size, the candidate index NCCL's tuner (defaults) picks; None: min over fitted estimates."""
 
 
@@ -294,7 +299,7 @@ def table(case: Case, pts: Points) -> Table:
 
     topo = topology_for(case)
     sim = _sim(topo)
-    zero = Fitted.from_vector([0.0] * 5 + [1.0] * 5)
+    zero = Fitted.from_vector([0.0] * 5 + [1.0] * 5 + [0.0])
     params = sim.nccl_params.with_fitted(zero)
     col = sim.collectives
     shape = col.shape(case.op, case.ranks)
@@ -308,6 +313,10 @@ def table(case: Case, pts: Points) -> Table:
         caps.append(cap)
     tb = Table(case, pts, cands, np.array(steps), np.array(unit), np.array(fmax), np.array(caps),
                case.op in ("send_recv", "all_to_all"))
+    nv = [a in ("nvls", "nvls_tree") for a, _ in cands]
+    tb.chunk = np.array([[params.nvls_chunk(shape, a, float(s)) if v else math.inf for s in pts.size]
+                         for (a, _), v in zip(cands, nv)])
+    tb.fill = np.array([[params.pipeline_fill(shape, a, float(s)) for s in pts.size] for a, _ in cands])
     if params.tuner == "nccl" and not tb.p2p:
         est = []
         for a, p in cands:
@@ -321,7 +330,10 @@ def table(case: Case, pts: Points) -> Table:
 def predict(tb: Table, x: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
     """Closed-form time per size: the tuner's min over candidates (p2p: NCCL's LL threshold)."""
     s = tb.pts.size if sizes is None else sizes
-    b_ll, b_128, b_s, l_nvls, l_p2p, e_ll, e_128, e_s, e_nvls, hw_k = x
+    b_ll, b_128, b_s, l_nvls, l_p2p, e_ll, e_128, e_s, e_nvls, hw_k, step = x
+    from cosim.engine import load_params
+
+    nch = load_params().nvls_channels
     base = {"ll": b_ll, "ll128": b_128, "simple": b_s}
     eff = {"ll": e_ll, "ll128": e_128, "simple": e_s}
     out = np.full(len(s), np.inf)
@@ -333,8 +345,14 @@ def predict(tb: Table, x: np.ndarray, sizes: np.ndarray | None = None) -> np.nda
         else:
             lat = base[p] + hw_k * tb.steps_lat[k]
         e = min(eff[p] * (e_nvls if a == "nvls" else 1.0), 1.0)
-        u = max(tb.unit[k] / e, tb.fmax[k] / tb.cap[k])
-        t = lat + s * u
+        cap: Any = tb.cap[k]
+        fill: Any = 0.0
+        if a == "nvls" and sizes is None and tb.chunk is not None and tb.fill is not None:
+            # NCCL's NVLS chunk by size: at most channels x chunk / step per GPU; the pipeline's fill and drain
+            cap = np.minimum(cap, nch * tb.chunk[k] / step) if step > 0 else cap
+            fill = tb.fill[k]
+        u = np.maximum(tb.unit[k] / e, tb.fmax[k] / cap)
+        t = lat + (s + fill) * u
         if tb.p2p:
             ll = s <= 16384
             t = np.where(ll == (p == "ll"), t, np.inf)
@@ -363,11 +381,11 @@ def fit(tables: list[Table]) -> np.ndarray:
             # a rank's kernel time is the collective's own time plus any wait for late peers:
             # measured >= model, so the model running below a point is penalized less
             rs.append(np.where(r < 0, UNDER_WEIGHT * r, r))
-        prior = PRIOR_WEIGHT * np.log(x / PRIOR)
+        prior = PRIOR_WEIGHT * np.log(x[:len(PRIOR)] / PRIOR)
         return np.concatenate([*rs, prior])
 
     best = None
-    for start in (X0, [8e-6, 15e-6, 12e-6, 20e-6, 5e-6, 0.4, 0.7, 0.8, NVLS_FACTOR, 1.5]):
+    for start in (X0, [8e-6, 15e-6, 12e-6, 20e-6, 5e-6, 0.4, 0.7, 0.8, NVLS_FACTOR, 1.5, 3e-6]):
         r = least_squares(resid, (np.array(start) / SCALE)[FREE],
                           bounds=((np.array(LO) / SCALE)[FREE], (np.array(HI) / SCALE)[FREE]),
                           loss="soft_l1", f_scale=0.1, x_scale="jac")
@@ -402,7 +420,8 @@ def refit(root: Path, params_path: Path | None = None, verbose: bool = True) -> 
         "source": SOURCE,
         "method": f"least squares on log(time), soft-L1 loss (f_scale 0.1), outliers excluded, measured "
                   f"statistic time_stats.{STAT}, residuals below measured weighted {UNDER_WEIGHT}, bounds "
-                  "latencies 2-40 us, efficiencies 0.3-1, hwLat factor 0.5-3; weak prior toward NCCL's values; "
+                  "latencies 2-40 us, efficiencies 0.3-1, hwLat factor 0.5-3, NVLS chunk step 0-20 us; weak prior "
+                  "toward NCCL's values; "
                   "tuner: NCCL defaults",
         "split": "leave-one-configuration-out: each target configuration is evaluated with the parameters "
                  "fitted on the others (folds below); these parameters are fitted on all target configurations",
@@ -698,10 +717,10 @@ def render(results: list[CaseResult]) -> str:
 
         lines += ["", "## Fitted parameters (all target configurations)", "", "| parameter | value | NCCL's value |",
                   "|---|---:|---:|"]
-        for name, v, p0 in zip(Fitted.NAMES, f.vector(), PRIOR):
-            lat = name.startswith(("base", "nvls_lat", "p2p"))
-            lines.append(f"| {name} | {units.fmt_time(v) if lat else f'{v:.3f}'} | "
-                         f"{units.fmt_time(p0) if lat else f'{p0:.3f}'} |")
+        for name, v, p0 in zip(Fitted.NAMES, f.vector(), [*PRIOR, math.nan]):
+            lat = name.startswith(("base", "nvls_lat", "p2p", "nvls_step"))
+            ref = "none" if math.isnan(p0) else units.fmt_time(p0) if lat else f"{p0:.3f}"
+            lines.append(f"| {name} | {units.fmt_time(v) if lat else f'{v:.3f}'} | {ref} |")
         lines += ["", f"Fit: {f.fit.get('method', '')}; date {f.fit.get('date', '')}."]
     lines += [
         "",
