@@ -12,6 +12,12 @@ The structure follows NCCL's ``ncclTopoTuneModel`` (src/graph/tuning.cc):
   bandwidth the communication kernels reach ("bus efficiency"), with NCCL's caps
   (LL bus bandwidth cap, LL128 per-channel cap).
 
+* NVLS / NVLS-tree pipelining (fitted model only): NCCL's NVLS chunk by size
+  (src/enqueue.cc), the pipeline's fill and drain (``stages - 1`` steps of
+  ``min(S, concurrentOps x chunk)``) and a per-channel chunk-step limit
+  (:meth:`NcclParams.nvls_chunk`, :meth:`NcclParams.pipeline_fill`,
+  :meth:`NcclParams.nvls_step_cap`).
+
 Unlike NCCL's closed-form model, cosim takes the *bandwidth* from flows on the
 fabric (so contention is real); only the latency terms are fixed delays. The
 tuner estimates each (algo, proto) on the idle fabric and picks the fastest,
@@ -21,7 +27,7 @@ Numbers live in a YAML parameter file (default: ``data/nccl_h100.yaml``):
 NCCL's published constants as ``defaults``, and ``fitted``: a few *global*
 parameters fitted on measured data (base latency per protocol, NVLS and p2p
 latency, efficiency per protocol, NVLS efficiency, a factor on the per-step
-hwLat) that apply to every communicator (see validation/collectives/ and
+hwLat, the shortest NVLS chunk step) that apply to every communicator (see validation/collectives/ and
 docs/ENGINE.md). With ``defaults.tuner: nccl`` the choice of (algo, proto)
 uses the defaults, as the library decides with its own constants; the fitted
 parameters then time the chosen pair.
