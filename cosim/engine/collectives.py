@@ -375,8 +375,10 @@ class Collectives:
         """
         shape = self.shape(op, ranks)
         fit = self.sim.config.nccl.use_calibration if use_fit is None else use_fit
-        lat, eff, cap = self.params.cost(shape, algo, proto, channels, fit)
-        return lat + nbytes * self.unit_time(op, tuple(ranks), algo, eff, cap, self._net_eff(shape, algo, proto, fit))
+        lat, eff, cap = self.params.cost(shape, algo, proto, channels, fit, nbytes)
+        fill = self.params.pipeline_fill(shape, algo, nbytes, fit)  # NVLS: the pipeline's fill and drain
+        return lat + (nbytes + fill) * self.unit_time(op, tuple(ranks), algo, eff, cap,
+                                                      self._net_eff(shape, algo, proto, fit))
 
     def _net_eff(self, shape: Shape, algo: str, proto: str, use_fit: bool) -> float | None:
         """NVLS-tree's network flows: the protocol's efficiency without the NVLS factor."""
@@ -534,7 +536,10 @@ class Collectives:
             scale = nbytes
             mkey = (op, tuple(ranks), a, p, root, float(nbytes), channels)
         shape = self.shape(op, ranks)
-        lat, eff, cap = self.params.cost(shape, a, p, channels, cfg.use_calibration)
+        lat, eff, cap = self.params.cost(shape, a, p, channels, cfg.use_calibration, nbytes)
+        fill = self.params.pipeline_fill(shape, a, nbytes, cfg.use_calibration) if op != "all_to_allv" else 0.0
+        if fill > 0:  # NVLS: the pipeline's fill and drain, a fixed delay like the latency
+            lat += fill * self.unit_time(op, tuple(ranks), a, eff, cap, self._net_eff(shape, a, p, cfg.use_calibration))
         label = name or f"{op}"
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
         res.quiet = quiet  # type: ignore[attr-defined]

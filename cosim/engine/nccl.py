@@ -12,6 +12,12 @@ The structure follows NCCL's ``ncclTopoTuneModel`` (src/graph/tuning.cc):
   bandwidth the communication kernels reach ("bus efficiency"), with NCCL's caps
   (LL bus bandwidth cap, LL128 per-channel cap).
 
+* NVLS / NVLS-tree pipelining (fitted model only): NCCL's NVLS chunk by size
+  (src/enqueue.cc), the pipeline's fill and drain (``stages - 1`` steps of
+  ``min(S, concurrentOps x chunk)``) and a per-channel chunk-step limit
+  (:meth:`NcclParams.nvls_chunk`, :meth:`NcclParams.pipeline_fill`,
+  :meth:`NcclParams.nvls_step_cap`).
+
 Unlike NCCL's closed-form model, cosim takes the *bandwidth* from flows on the
 fabric (so contention is real); only the latency terms are fixed delays. The
 tuner estimates each (algo, proto) on the idle fabric and picks the fastest,
@@ -21,7 +27,7 @@ Numbers live in a YAML parameter file (default: ``data/nccl_h100.yaml``):
 NCCL's published constants as ``defaults``, and ``fitted``: a few *global*
 parameters fitted on measured data (base latency per protocol, NVLS and p2p
 latency, efficiency per protocol, NVLS efficiency, a factor on the per-step
-hwLat) that apply to every communicator (see validation/collectives/ and
+hwLat, the shortest NVLS chunk step) that apply to every communicator (see validation/collectives/ and
 docs/ENGINE.md). With ``defaults.tuner: nccl`` the choice of (algo, proto)
 uses the defaults, as the library decides with its own constants; the fitted
 parameters then time the chosen pair.
@@ -100,22 +106,26 @@ class Fitted:
     """Provenance: data, split, date, errors."""
     hw_latency_scale: float = 1.0
     """Factor on NCCL's per-step hardware latencies (ring/tree/p2p hwLat; not NVLS)."""
+    nvls_step: float = 0.0
+    """Shortest time of one NVLS chunk step on a channel (s): a GPU's NVLS channel moves one chunk
+    (NCCL's NVLS chunk, by size) per step, so NVLS runs at most ``channels x chunk / nvls_step`` per GPU
+    each way (0: no such limit). See :meth:`NcclParams.nvls_step_cap`."""
 
     NAMES = ("base_ll", "base_ll128", "base_simple", "nvls_latency", "p2p_latency",
-             "eff_ll", "eff_ll128", "eff_simple", "nvls_efficiency", "hw_latency_scale")
+             "eff_ll", "eff_ll128", "eff_simple", "nvls_efficiency", "hw_latency_scale", "nvls_step")
 
     def vector(self) -> list[float]:
         """Parameters in :attr:`NAMES` order (latencies in s)."""
         b, e = self.base_latency, self.efficiency
         return [b["ll"], b["ll128"], b["simple"], self.nvls_latency, self.p2p_latency,
-                e["ll"], e["ll128"], e["simple"], self.nvls_efficiency, self.hw_latency_scale]
+                e["ll"], e["ll128"], e["simple"], self.nvls_efficiency, self.hw_latency_scale, self.nvls_step]
 
     @classmethod
     def from_vector(cls, x: Any, fit: dict[str, Any] | None = None) -> Fitted:
         x = [float(v) for v in x]
         return cls({"ll": x[0], "ll128": x[1], "simple": x[2]}, x[3], x[4],
                    {"ll": x[5], "ll128": x[6], "simple": x[7]}, x[8], dict(fit or {}),
-                   x[9] if len(x) > 9 else 1.0)
+                   x[9] if len(x) > 9 else 1.0, x[10] if len(x) > 10 else 0.0)
 
     def to_yaml(self) -> dict[str, Any]:
         return {
@@ -125,6 +135,7 @@ class Fitted:
             "efficiency": {k: round(v, 6) for k, v in self.efficiency.items()},
             "nvls_efficiency": round(self.nvls_efficiency, 6),
             "hw_latency_scale": round(self.hw_latency_scale, 6),
+            "nvls_step": units.fmt_time(self.nvls_step, 6),
             "fit": self.fit,
         }
 
@@ -158,6 +169,8 @@ class NcclParams:
     :meth:`nvls_factor`."""
     nvls_channels: int = 16
     """NVLS channels (NCCL_NVLS_NCHANNELS; Hopper 16, src/transport/nvls.cc)."""
+    nvls_chunk_size: float = 131072.0
+    """NCCL_NVLS_CHUNKSIZE (bytes; 128 KiB): the largest NVLS / NVLS-tree chunk (src/transport/nvls.cc)."""
     p2p_ll_threshold: float = 16384.0
     """Send/recv use LL up to this many bytes per peer, else Simple (NCCL_P2P_LL_THRESHOLD)."""
     tuner: str = "nccl"
@@ -230,23 +243,79 @@ class NcclParams:
             e = self.protocol_efficiency[proto] * self.bus_efficiency[cls] * nv
         return min(e, 1.0)
 
-    def rate_cap(self, shape: Shape, algo: str, proto: str, channels: int) -> float:
+    def nvls_chunk(self, shape: Shape, algo: str, nbytes: float) -> float:
+        """NCCL's NVLS / NVLS-tree chunk for a call of ``nbytes`` (bytes; src/enqueue.cc, calcCollChunking).
+
+        ``concurrentOps = nvls_channels x nHeads`` (nHeads: the node's GPUs for NVLS, its rails for
+        NVLS-tree; one NIC per GPU, so ``ppn``). NVLS: the chunk (NCCL_NVLS_CHUNKSIZE, 128 KiB) halves to
+        64 / 32 / 16 KiB below 64 / 8 / 2 x concurrentOps x chunk. NVLS-tree: at most the tree's largest
+        chunk (64 KiB from 4 nodes, else NCCL_NVLS_CHUNKSIZE), then 64 KiB below 4 x concurrentOps x
+        chunk and 32 KiB below 1 x concurrentOps x chunk."""
+        ops = self.nvls_channels * max(shape.ppn, 1)
+        c = self.nvls_chunk_size
+        if algo == "nvls_tree":
+            c = min(c, 65536.0 if shape.nnodes >= 4 else c)
+            for k, lo in ((32, 262144.0), (16, 131072.0), (4, 65536.0), (1, 32768.0)):
+                if nbytes < k * ops * c and c > lo:
+                    c = lo
+            return c
+        c = min(c, 524288.0)  # the Simple step (4 MiB buffer / 8 steps)
+        for k, lo in ((64, 65536.0), (8, 32768.0), (2, 16384.0)):
+            if nbytes < k * ops * c and c > lo:
+                c = lo
+        return c
+
+    def nvls_step_cap(self, shape: Shape, algo: str, nbytes: float | None, use_fit: bool = True) -> float:
+        """Per-GPU NVLS rate limit by chunk steps (bytes/s each way): each of the ``nvls_channels`` channels
+        moves one chunk per step and a step takes at least the fitted ``nvls_step``, so a GPU moves at most
+        ``nvls_channels x chunk / nvls_step``. Small calls run small chunks (:meth:`nvls_chunk`), hence a
+        lower rate; inf without a size, without the fit (NCCL's tuner does not model it) or with
+        ``nvls_step`` 0."""
+        fit = self.fitted if use_fit else None
+        if nbytes is None or fit is None or fit.nvls_step <= 0 or algo not in ("nvls", "nvls_tree"):
+            return math.inf
+        return self.nvls_channels * self.nvls_chunk(shape, algo, nbytes) / fit.nvls_step
+
+    def nvls_stages(self, shape: Shape, algo: str) -> int:
+        """Pipeline stages a chunk passes through: NVLS in one node 3 (scatter into the heads' buffers,
+        multimem reduce + multicast, gather out; src/device/all_reduce.h), NVLS-tree ``2 + 2 log2(nNodes)``
+        (NVLS reduce, up the tree of nodes, down it, NVLS multicast)."""
+        if algo == "nvls":
+            return 3
+        return 2 + 2 * math.ceil(math.log2(max(shape.nnodes, 1)))
+
+    def pipeline_fill(self, shape: Shape, algo: str, nbytes: float | None, use_fit: bool = True) -> float:
+        """Bytes of size that the pipeline's fill and drain cost (NVLS and NVLS-tree, fitted model): the
+        call moves ``min(S, concurrentOps x chunk)`` per step (``nvls_channels x nHeads`` pipes, one chunk
+        each; a call smaller than one step fills it partly) and its last chunk leaves ``stages - 1`` steps
+        after its first enters, so it takes ``nsteps + stages - 1`` steps: the time of
+        ``S + (stages - 1) x min(S, concurrentOps x chunk)`` bytes at the collective's rate. 0 for other
+        algorithms, without a size, or for NCCL's own tuner (its model has no such term)."""
+        if nbytes is None or not use_fit or self.fitted is None or algo not in ("nvls", "nvls_tree"):
+            return 0.0
+        ops = self.nvls_channels * max(shape.ppn, 1)
+        return (self.nvls_stages(shape, algo) - 1) * min(nbytes, ops * self.nvls_chunk(shape, algo, nbytes))
+
+    def rate_cap(self, shape: Shape, algo: str, proto: str, channels: int, nbytes: float | None = None,
+                 use_fit: bool = True) -> float:
         """Cap on each rank's payload send rate (bytes/s): NCCL's protocol limits and, for collectives,
-        ``channels`` x the most a channel carries (point-to-point transfers pick their own channels)."""
+        ``channels`` x the most a channel carries (point-to-point transfers pick their own channels); NVLS
+        with a size: also the chunk-step limit (:meth:`nvls_step_cap`)."""
         chan = math.inf if algo == "p2p" else channels * self.channel_max_busbw["inter" if shape.nnodes > 1
                                                                                  else "intra"]
         if proto == "ll":
             return min(self.ll_max_busbw, chan)
         if proto == "ll128":
             return min(self.ll128_max_busbw_per_channel * channels, chan)
-        return chan
+        return min(chan, self.nvls_step_cap(shape, algo, nbytes, use_fit))
 
     def cost(self, shape: Shape, algo: str, proto: str, channels: int | None = None,
-             use_fit: bool = True) -> tuple[float, float, float]:
-        """(latency s, efficiency, per-rank payload rate cap bytes/s) for a call."""
+             use_fit: bool = True, nbytes: float | None = None) -> tuple[float, float, float]:
+        """(latency s, efficiency, per-rank payload rate cap bytes/s) for a call (of ``nbytes``: the
+        size-dependent NVLS chunk limit)."""
         ch = channels or self.channels
         return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
-            self.rate_cap(shape, algo, proto, ch)
+            self.rate_cap(shape, algo, proto, ch, nbytes, use_fit)
 
     def with_fitted(self, fitted: Fitted | None) -> NcclParams:
         """A copy with other fitted parameters (cross-validation folds)."""
@@ -269,6 +338,7 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
             nvls_efficiency=float(f["nvls_efficiency"]),
             fit=dict(f.get("fit") or {}),
             hw_latency_scale=float(f.get("hw_latency_scale", 1.0)),
+            nvls_step=units.parse_time(f.get("nvls_step", "0 us"), "fitted.nvls_step"),
         )
     return NcclParams(
         source=str(doc.get("source", "")),
@@ -285,6 +355,7 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
                               for k, v in (d.get("channel_max_busbw") or {}).items()}},
         nvls_efficiency=float(d["nvls_efficiency"]),
         nvls_channels=int(d.get("nvls_channels", 16)),
+        nvls_chunk_size=units.parse_size(d.get("nvls_chunk_size", "128KiB"), "defaults.nvls_chunk_size"),
         p2p_ll_threshold=units.parse_size(d.get("p2p_ll_threshold", "16KiB"), "p2p_ll_threshold"),
         tuner=str(d.get("tuner", "nccl")),
         fitted=fitted,
