@@ -66,7 +66,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
 
 def dump(out: Path) -> int:
     from cosim.errors import CosimError
-    from cosim.replay import replay
+    from cosim.replay import ReplayConfig, replay
     from cosim.resources import shared_dir
     from cosim.workload import load_trace
 
@@ -88,9 +88,9 @@ def dump(out: Path) -> int:
         arrays = g.npz_arrays()
         np.savez(out / f"{key}.npz", **arrays)
         summaries = {}
-        for mode, kw in (("identity", {}), ("simulated", {"collectives": "simulated"})):
+        for mode in ("measured", "simulated"):
             try:
-                summaries[mode] = _strip(replay(g, **kw).summary())
+                summaries[mode] = _strip(replay(g, config=ReplayConfig(collectives=mode)).summary())
             except CosimError as exc:
                 summaries[mode] = {"error": str(exc)}
         results[name] = {"summaries": summaries}

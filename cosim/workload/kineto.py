@@ -243,7 +243,14 @@ def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError, off
 
 
 def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_Event]]:
-    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order).
+    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order)."""
+    meta, chunks = decode_trace_chunks(path)
+    return meta, (e for chunk in chunks for e in chunk)
+
+
+def decode_trace_chunks(path: str | Path) -> tuple[dict[str, Any], Iterator[list[_Event]]]:
+    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order,
+    in lists of :data:`CHUNK_EVENTS`).
 
     The whole file is parsed once into raw event slices (syntax and top-level types checked), then
     the events are decoded into typed records :data:`CHUNK_EVENTS` at a time as the iterator is
@@ -259,13 +266,13 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_Event]]:
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise _syntax_error(path, data, exc) from None
     if isinstance(doc, list):
-        return {}, _events(path, data, doc)
+        return {}, _chunks(path, data, doc)
     meta = {
         k: getattr(doc, k)
         for k in ("distributedInfo", "deviceProperties", "schemaVersion", "displayTimeUnit")
         if getattr(doc, k) is not None
     }
-    return meta, _events(path, data, doc.traceEvents)
+    return meta, _chunks(path, data, doc.traceEvents)
 
 
 def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
@@ -278,15 +285,15 @@ def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
     return CosimInputError(f"invalid JSON: {exc}", file=path)
 
 
-def _events(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[_Event]:
+def _chunks(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[list[_Event]]:
+    """The typed events, :data:`CHUNK_EVENTS` at a time (a list per chunk: no per-event generator step)."""
     for lo in range(0, len(raws), CHUNK_EVENTS):
         try:
-            chunk = _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+            yield _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
         except msgspec.ValidationError as exc:
             raise _validation_error(path, data, exc, offset=lo) from None
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise _syntax_error(path, data, exc) from None
-        yield from chunk
 
 
 _NO_DIM3 = (-1, -1, -1)
@@ -312,6 +319,9 @@ def _comm(a: _Args) -> dict[str, Any]:
 
 
 _NO_ARGS = _Args()
+#: Fields of a host row and of a GPU row (see :func:`read_kineto`).
+_HOST_FIELDS = 12
+_GPU_FIELDS = 14
 
 
 def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
@@ -325,7 +335,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     cannot be trusted; see :func:`check_events`.
     """
     path = Path(path)
-    meta, events = decode_trace(path)
+    meta, chunks = decode_trace_chunks(path)
     st = StringTable()
     host: list[tuple] = []
     gpu: list[tuple] = []
@@ -340,93 +350,99 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
     no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
 
-    for k, e in enumerate(events):
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            hk = host_cats.get(cat)
-            if hk is not None:
-                a = e.args or no_args
-                name = e.name
-                dims = a.input_dims
-                if dims is not None:
-                    key = str(dims)  # lists of ints: Python's repr is valid JSON
-                    did = dims_ids.get(key)
-                    if did is None:
-                        did = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
-                    t = a.input_type
-                    tid_ = st(_dumps(t)) if t is not None else -1
-                else:
-                    did = tid_ = -1
-                comm = None
-                if name == "record_param_comms" or a.coll_name is not None:
-                    comm = _comm(a)
-                host.append(
-                    (
-                        e.pid,
-                        e.tid,
-                        e.ts,
-                        e.dur,
-                        (sid_of(name) or intern(name)) if name is not None else -1,
-                        hk,
-                        -1 if (x := a.external_id) is None else x,
-                        -1 if (x := a.rf_id) is None else x,
-                        -1 if (x := a.correlation) is None else x,
-                        did,
-                        tid_,
-                        comm,
+    base = 0
+    for chunk in chunks:
+        for k, e in enumerate(chunk, base):
+            ph = e.ph
+            if ph == "X":
+                cat = e.cat
+                hk = host_cats.get(cat)
+                if hk is not None:
+                    a = e.args or no_args
+                    name = e.name
+                    dims = a.input_dims
+                    if dims is not None:
+                        key = str(dims)  # lists of ints: Python's repr is valid JSON
+                        did = dims_ids.get(key)
+                        if did is None:
+                            did = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
+                        t = a.input_type
+                        tid_ = st(_dumps(t)) if t is not None else -1
+                    else:
+                        did = tid_ = -1
+                    comm = None
+                    if name == "record_param_comms" or a.coll_name is not None:
+                        comm = _comm(a)
+                    host.append(
+                        (
+                            e.pid,
+                            e.tid,
+                            e.ts,
+                            e.dur,
+                            (sid_of(name) or intern(name)) if name is not None else -1,
+                            hk,
+                            -1 if (x := a.external_id) is None else x,
+                            -1 if (x := a.rf_id) is None else x,
+                            -1 if (x := a.correlation) is None else x,
+                            did,
+                            tid_,
+                            comm,
+                        )
                     )
-                )
-                h_idx.append(k)
-                continue
-            gk = gpu_cats.get(cat)
-            if gk is not None:
-                a = e.args or no_args
-                name = e.name
-                gpu.append(
-                    (
-                        as_int(a.device if a.device is not None else e.pid, 0, bits=16),
-                        as_int(a.stream if a.stream is not None else e.tid, 0),
-                        e.ts,
-                        e.dur,
-                        (sid_of(name) or intern(name)) if name is not None else -1,
-                        gk,
-                        -1 if (x := a.correlation) is None else x,
-                        -1 if (x := a.external_id) is None else x,
-                        _dim3(a.grid),
-                        _dim3(a.block),
-                        a.bytes,
-                        int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
-                        e.pid,
-                        e.tid,
+                    h_idx.append(k)
+                    continue
+                gk = gpu_cats.get(cat)
+                if gk is not None:
+                    a = e.args or no_args
+                    name = e.name
+                    gpu.append(
+                        (
+                            as_int(a.device if a.device is not None else e.pid, 0, bits=16),
+                            as_int(a.stream if a.stream is not None else e.tid, 0),
+                            e.ts,
+                            e.dur,
+                            (sid_of(name) or intern(name)) if name is not None else -1,
+                            gk,
+                            -1 if (x := a.correlation) is None else x,
+                            -1 if (x := a.external_id) is None else x,
+                            _NO_DIM3 if (x := a.grid) is None else _dim3(x),
+                            _NO_DIM3 if (x := a.block) is None else _dim3(x),
+                            a.bytes,
+                            int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
+                            e.pid,
+                            e.tid,
+                        )
                     )
-                )
-                g_idx.append(k)
-                continue
-            if cat == "cuda_sync":
-                a = e.args or no_args
-                c = as_int(a.correlation)
-                if c >= 0:
-                    syncs[c] = (
-                        e.name if e.name is not None else (a.cuda_sync_kind or ""),
-                        as_int(a.wait_on_stream),
-                        as_int(a.wait_on_cuda_event_record_corr_id),
-                        as_int(a.stream),
-                        as_int(a.device),
-                    )
-        elif ph == "s" or ph == "f":
-            if e.cat in FLOW_CATS:
-                fid = e.id
-                if isinstance(fid, (list, dict)):
-                    fid = _dumps(fid)
-                (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
-        elif ph == "M":
-            if e.name == "thread_name":
-                thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
+                    g_idx.append(k)
+                    continue
+                if cat == "cuda_sync":
+                    a = e.args or no_args
+                    c = as_int(a.correlation)
+                    if c >= 0:
+                        syncs[c] = (
+                            e.name if e.name is not None else (a.cuda_sync_kind or ""),
+                            as_int(a.wait_on_stream),
+                            as_int(a.wait_on_cuda_event_record_corr_id),
+                            as_int(a.stream),
+                            as_int(a.device),
+                        )
+            elif ph == "s" or ph == "f":
+                if e.cat in FLOW_CATS:
+                    fid = e.id
+                    if isinstance(fid, (list, dict)):
+                        fid = _dumps(fid)
+                    (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
+            elif ph == "M":
+                if e.name == "thread_name":
+                    thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
+        base += len(chunk)
 
-    del events  # the file's bytes go with it: error messages re-read them
-    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit)
-    rg = build_rank(path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit)
+    del chunks  # the file's bytes go with it: error messages re-read them
+    # rows -> columns once, in C (zip): the checks and the table building read columns
+    hcols: list[tuple] = list(zip(*host)) if host else [()] * _HOST_FIELDS
+    gcols: list[tuple] = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
+    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols)
+    rg = build_rank(path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit, hcols, gcols)
     warnings += _suspicious(path, rg)
     if warnings:
         rg.source["warnings"] = warnings
@@ -455,24 +471,29 @@ def check_events(
     h_idx: list[int],
     g_idx: list[int],
     time_unit: str | None,
+    hcols: list[tuple] | None = None,
+    gcols: list[tuple] | None = None,
 ) -> list[str]:
     """Semantic checks of the host and GPU events, vectorized: required fields, finite and
     non-negative ``ts``, finite non-negative ``dur`` no longer than the trace's span.
 
     Raises :class:`CosimInputError` on the first (lowest-index) bad event; returns warnings.
     """
-    rows = host + gpu
+    if hcols is None:
+        hcols = list(zip(*host)) if host else [()] * _HOST_FIELDS
+    if gcols is None:
+        gcols = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
     idx = np.array(h_idx + g_idx, np.int64)
-    n = len(rows)
+    n = len(host) + len(gpu)
     if n == 0:
         raise CosimInputError(
             "no host or GPU events: nothing to replay (expected complete events, ph 'X', with cat cpu_op, "
             "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
             file=path,
         )
-    ts = np.array([r[2] for r in rows], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
-    dur = np.array([r[3] for r in rows], np.float64)
-    names = np.array([r[4] for r in rows], np.int64)
+    ts = np.array(hcols[2] + gcols[2], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
+    dur = np.array(hcols[3] + gcols[3], np.float64)
+    names = np.array(hcols[4] + gcols[4], np.int64)
 
     def first(mask: np.ndarray) -> int:
         return int(np.argmin(np.where(mask, idx, np.iinfo(np.int64).max)))
@@ -481,7 +502,7 @@ def check_events(
         if bad.any():
             raise _missing_field_error(path, int(idx[first(bad)]), field, int(bad.sum()), n)
 
-    _check_int_ranges(path, host, gpu, h_idx, g_idx)
+    _check_int_ranges(path, hcols, gcols, h_idx, g_idx)
 
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
@@ -524,14 +545,16 @@ _INT_FIELDS = (
 )
 
 
-def _check_int_ranges(path: Path, host: list[tuple], gpu: list[tuple], h_idx: list[int], g_idx: list[int]) -> None:
+def _check_int_ranges(
+    path: Path, hcols: list[tuple], gcols: list[tuple], h_idx: list[int], g_idx: list[int]
+) -> None:
     """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused."""
-    rows = {"host": (host, h_idx), "gpu": (gpu, g_idx)}
+    cols = {"host": (hcols, h_idx), "gpu": (gcols, g_idx)}
     for which, col, field, (lo, hi) in _INT_FIELDS:
-        rs, idx = rows[which]
-        if not rs:
+        cs, idx = cols[which]
+        vals = cs[col]
+        if not vals:
             continue
-        vals = [r[col] for r in rs]
         if min(vals) >= lo and max(vals) < hi:
             continue
         j = next(j for j, v in enumerate(vals) if not lo <= v < hi)

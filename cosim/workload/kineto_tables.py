@@ -39,30 +39,33 @@ def build_rank(
     flow_f: dict[Any, tuple],
     thread_names: dict[tuple[Any, Any], str],
     time_unit: str | None,
+    hcols: list[tuple] | None = None,
+    gcols: list[tuple] | None = None,
 ) -> RankGraph:
+    """The tables of one rank from the importer's host and GPU rows (``hcols``/``gcols``: the same rows
+    as columns, ``list(zip(*rows))``; computed here when not given)."""
     dist = meta.get("distributedInfo") or {}
     rank = as_int(dist.get("rank"), 0)
     world = max(as_int(dist.get("world_size"), 1), rank + 1)
 
     # ---------------- raw columns -----------------------------------------------------------
     nh, ng = len(host), len(gpu)
-    h_ts = np.array([r[2] for r in host], np.float64)
-    h_dur = np.array([r[3] for r in host], np.float64)
-    g_ts = np.array([r[2] for r in gpu], np.float64)
-    g_dur = np.array([r[3] for r in gpu], np.float64)
+    if hcols is None:
+        hcols = list(zip(*host)) if host else [()] * 12
+    if gcols is None:
+        gcols = list(zip(*gpu)) if gpu else [()] * 14
+    h_ts = np.array(hcols[2], np.float64)
+    h_dur = np.array(hcols[3], np.float64)
+    g_ts = np.array(gcols[2], np.float64)
+    g_dur = np.array(gcols[3], np.float64)
     all_ts = np.concatenate([h_ts, g_ts])
     origin = float(all_ts.min()) if len(all_ts) else 0.0
     scale = detect_scale(float(np.abs(all_ts).max()) if len(all_ts) else 0.0, time_unit)
 
     # threads
-    tkeys: dict[tuple[Any, Any], int] = {}
-    h_thread = np.empty(nh, np.int32)
-    for i, r in enumerate(host):
-        k = (r[0], r[1])
-        t = tkeys.get(k)
-        if t is None:
-            t = tkeys[k] = len(tkeys)
-        h_thread[i] = t
+    pid_tid = list(zip(hcols[0], hcols[1]))
+    tkeys = {k: t for t, k in enumerate(dict.fromkeys(pid_tid))}  # numbered in order of first appearance
+    h_thread = np.fromiter(map(tkeys.__getitem__, pid_tid), np.int32, nh)
     tlist = list(tkeys)
     threads = Table(
         "threads",
@@ -73,7 +76,7 @@ def build_rank(
     )
 
     # ---------------- host ops: sort to pre-order per thread ------------------------------------
-    h_kind = np.array([r[5] for r in host], np.int8)
+    h_kind = np.array(hcols[5], np.int8)
     h_start = (h_ts - origin) * scale
     h_dur_s = h_dur * scale
     h_end = h_start + h_dur_s
@@ -87,8 +90,8 @@ def build_rank(
         h_end[order],
         h_kind[order],
     )
-    h_name = np.array([r[4] for r in host], np.int32)
-    h_corr = np.array([r[8] for r in host], np.int64)
+    h_name = np.array(hcols[4], np.int32)[order]
+    h_corr = np.array(hcols[8], np.int64)[order]
 
     parent, depth, pre_gap, tail, self_time = nest(h_thread, h_start, h_end, h_dur_s)
 
@@ -129,11 +132,11 @@ def build_rank(
     gorder = np.argsort(g_start, kind="stable")
     gpu = [gpu[i] for i in gorder]
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
-    g_dev = np.array([r[0] for r in gpu], np.int16)
-    g_stream = np.array([r[1] for r in gpu], np.int64)
-    g_name = np.array([r[4] for r in gpu], np.int32)
-    g_kind = np.array([r[5] for r in gpu], np.int8)
-    g_corr = np.array([r[6] for r in gpu], np.int64)
+    g_dev = np.array(gcols[0], np.int16)[gorder]
+    g_stream = np.array(gcols[1], np.int64)[gorder]
+    g_name = np.array(gcols[4], np.int32)[gorder]
+    g_kind = np.array(gcols[5], np.int8)[gorder]
+    g_corr = np.array(gcols[6], np.int64)[gorder]
 
     # link GPU ops to the runtime call that enqueued them: correlation, else flow events
     runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
@@ -241,13 +244,15 @@ def build_rank(
             g_cls[j] = oc
 
     # FLOPs / bytes from shapes
-    h_shapes = np.array([r[9] for r in host], np.int32)
-    h_types = np.array([r[10] for r in host], np.int32)
+    h_shapes = np.array(hcols[9], np.int32)[order]
+    h_types = np.array(hcols[10], np.int32)[order]
     h_flops, h_bytes = _host_flops(strings, h_name, h_shapes, h_types, h_kind)
     g_flops, g_bytes = _gpu_flops(g_op, g_cls, g_kind, h_flops, h_bytes)
-    for j, r in enumerate(gpu):
-        if r[10] is not None and g_kind[j] != GpuKind.KERNEL:
-            g_bytes[j] = float(r[10])
+    g_arg_bytes = gcols[10]
+    for j in np.nonzero(g_kind != GpuKind.KERNEL)[0].tolist():
+        b = g_arg_bytes[gorder[j]]
+        if b is not None:
+            g_bytes[j] = float(b)
 
     # step of each GPU op: the step containing its launch call (else its own start)
     # GPU ops whose launch is not in the trace (enqueued before the profiling window)
@@ -292,8 +297,8 @@ def build_rank(
         step=h_step,
         input_shapes=h_shapes,
         input_types=h_types,
-        rf_id=np.array([r[7] for r in host], np.int64),
-        ext_id=np.array([r[6] for r in host], np.int64),
+        rf_id=np.array(hcols[7], np.int64)[order],
+        ext_id=np.array(hcols[6], np.int64)[order],
         correlation=h_corr,
         flops=h_flops,
         bytes=h_bytes,
@@ -308,13 +313,13 @@ def build_rank(
         name=g_name,
         kind=g_kind,
         cls=g_cls,
-        copy_kind=np.array([r[11] for r in gpu], np.int8),
-        grid=np.array([r[8] for r in gpu], np.int32).reshape(ng, 3),
-        block=np.array([r[9] for r in gpu], np.int32).reshape(ng, 3),
+        copy_kind=np.array(gcols[11], np.int8)[gorder],
+        grid=np.array(gcols[8], np.int32).reshape(ng, 3)[gorder],
+        block=np.array(gcols[9], np.int32).reshape(ng, 3)[gorder],
         launch=g_launch,
         op=g_op,
         correlation=g_corr,
-        ext_id=np.array([r[7] for r in gpu], np.int64),
+        ext_id=np.array(gcols[7], np.int64)[gorder],
         step=g_step,
         bytes=g_bytes,
         flops=g_flops,
