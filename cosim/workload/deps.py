@@ -98,6 +98,16 @@ def kineto_edges(
     ss, sd, si = [], [], []
     # the GPU ops each synchronous launch (LAUNCH_SYNC) enqueued, in GPU op order: one pass
     ls_host = h.kind == HostKind.LAUNCH_SYNC
+    sync_ops = np.nonzero((h.kind == HostKind.SYNC) | ls_host)[0]
+    # per stream, the last op launched before each sync call starts (one searchsorted per stream)
+    sync_t = h.start[sync_ops]
+    last_at_call: dict[tuple[int, int], list[int]] = {}
+    for key, (seg, when) in streams.items():
+        kk = np.searchsorted(when, sync_t, side="left") - 1
+        last_at_call[key] = np.where(kk >= 0, seg[np.maximum(kk, 0)], -1).tolist()
+    g_end = (g.start + g.dur).tolist()
+    h_start_l, h_dur_l, h_corr_l = h.start.tolist(), h.dur.tolist(), h.correlation.tolist()
+    is_ls = ls_host.tolist()
     own_of: dict[int, list[int]] = {}
     if ls_host.any() and ng:
         gl = np.asarray(g_launch_host, np.int64)
@@ -105,10 +115,10 @@ def kineto_edges(
         for j, hh in zip(js.tolist(), gl[js].tolist()):
             own_of.setdefault(hh, []).append(j)
     # synchronization: GPU op -> blocking host call
-    for i in np.nonzero((h.kind == HostKind.SYNC) | ls_host)[0].tolist():
-        t = float(h.start[i])
-        info = syncs.get(int(h.correlation[i]))
-        if ls_host[i]:
+    for n_sync, i in enumerate(sync_ops.tolist()):
+        t = h_start_l[i]
+        info = syncs.get(h_corr_l[i])
+        if is_ls[i]:
             own = own_of.get(i)
             if own:
                 for j in own:
@@ -123,7 +133,7 @@ def kineto_edges(
             if rec_corr >= 0 and wait_stream >= 0 and rec_corr in corr2host:
                 key = find_key(wait_stream, device)
                 if key:
-                    targets.append((key, float(h.start[corr2host[rec_corr]])))
+                    targets.append((key, h_start_l[corr2host[rec_corr]]))
             elif stream >= 0 and "Context" not in sname:
                 key = find_key(stream, device)
                 if key:
@@ -140,19 +150,19 @@ def kineto_edges(
                 # A stream or event sync without stream info waited on one stream: the one whose
                 # last op launched before the call ended latest without ending after the call
                 # returned (a stream still busy after the call returned was not waited for).
-                call_end = t + float(h.dur[i]) + 1e-6
+                call_end = t + h_dur_l[i] + 1e-6
                 best, best_end = None, -np.inf
                 for key in streams:
-                    j = last_before(key, t)
+                    j = last_at_call[key][n_sync]
                     if j < 0:
                         continue
-                    e = float(g.start[j] + g.dur[j])
+                    e = g_end[j]
                     if best_end < e <= call_end:
                         best, best_end = key, e
                 if best is not None:
                     targets = [(best, t)]
         for key, tt in targets:
-            j = last_before(key, tt)
+            j = last_at_call[key][n_sync] if tt == t else last_before(key, tt)
             if j >= 0:
                 ss.append(j)
                 sd.append(i)

@@ -111,18 +111,24 @@ def as_int(x: Any, default: int = -1, bits: int = 64) -> int:
 
 
 def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray) -> np.ndarray:
-    """For each host op, the nearest ancestor-or-self with ``is_target``, else -1."""
+    """For each host op, the nearest ancestor-or-self with ``is_target``, else -1.
+
+    Pointer jumping (Wyllie): every op points at its parent until it reaches a target or a root, then
+    pointers are doubled until they stop moving, O(n log depth) vectorized.
+    """
     n = len(parent)
-    out = np.full(n, -1, np.int32)
-    p = parent.tolist()
-    tgt = is_target.tolist()
-    res = out.tolist()
-    for i in range(n):  # pre-order: parents come before children
-        if tgt[i]:
-            res[i] = i
-        elif p[i] >= 0:
-            res[i] = res[p[i]]
-    return np.array(res, np.int32)
+    idx = np.arange(n, dtype=np.int64)
+    tgt = np.asarray(is_target, bool)
+    par = np.asarray(parent, np.int64)
+    # terminal ops point at themselves: targets (answer: themselves) and roots that are not targets (-1)
+    terminal = tgt | (par < 0)
+    nxt = np.where(terminal, idx, par)
+    while True:
+        nn = nxt[nxt]
+        if np.array_equal(nn, nxt):
+            break
+        nxt = nn
+    return np.where(tgt[nxt], nxt, -1).astype(np.int32)
 
 
 def detect_scale(ts_max: float, time_unit: str | None) -> float:

@@ -141,8 +141,7 @@ def build_rank(
     # link GPU ops to the runtime call that enqueued them: correlation, else flow events
     runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
     corr2host: dict[int, int] = {}
-    for i in runtime_idx.tolist():
-        c = int(h_corr[i])
+    for i, c in zip(runtime_idx.tolist(), h_corr[runtime_idx].tolist()):
         if c >= 0 and c not in corr2host:
             corr2host[c] = i
     get = corr2host.get
@@ -207,11 +206,12 @@ def build_rank(
     l_stream = np.full(nl, -1, np.int64)
     has = np.nonzero(g_launch >= 0)[0]
     np.add.at(l_count, g_launch[has], 1)
-    for j in has[::-1].tolist():  # reversed: first (earliest) op wins
-        k = g_launch[j]
-        l_first[k] = j
-        l_dev[k] = g_dev[j]
-        l_stream[k] = g_stream[j]
+    # each launch's first (earliest) GPU op: ``has`` ascends, so np.unique's first index is the earliest
+    launched_k, first_at = np.unique(g_launch[has], return_index=True)
+    first_j = has[first_at]
+    l_first[launched_k] = first_j
+    l_dev[launched_k] = g_dev[first_j]
+    l_stream[launched_k] = g_stream[first_j]
     launches = Table(
         "launches",
         nl,
@@ -230,18 +230,19 @@ def build_rank(
     # classification
     # classification, once per distinct (kernel name, parent op name)
     op_name = np.where(g_op >= 0, h_name[np.maximum(g_op, 0)], -1) if nh else np.full(ng, -1)
-    memo: dict[tuple[int, int], int] = {}
-    g_cls = np.empty(ng, np.int8)
-    for j, (kn, on, gk) in enumerate(zip(g_name.tolist(), op_name.tolist(), g_kind.tolist())):
-        if gk == GpuKind.MEMCPY:
-            g_cls[j] = OpClass.MEMCPY
-        elif gk == GpuKind.MEMSET:
-            g_cls[j] = OpClass.MEMSET
-        else:
-            oc = memo.get((kn, on))
-            if oc is None:
-                oc = memo[(kn, on)] = int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
-            g_cls[j] = oc
+    g_cls = np.where(g_kind == GpuKind.MEMCPY, np.int8(OpClass.MEMCPY), np.int8(OpClass.MEMSET)).astype(np.int8)
+    kern = np.nonzero((g_kind != GpuKind.MEMCPY) & (g_kind != GpuKind.MEMSET))[0]
+    if len(kern):
+        pair = g_name[kern].astype(np.int64) * (len(strings) + 1) + (op_name[kern].astype(np.int64) + 1)
+        upair, inv_pair = np.unique(pair, return_inverse=True)
+        ucls = np.array(
+            [
+                int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
+                for kn, on in zip((upair // (len(strings) + 1)).tolist(), (upair % (len(strings) + 1) - 1).tolist())
+            ],
+            np.int8,
+        )
+        g_cls[kern] = ucls[inv_pair.reshape(-1)]
 
     # FLOPs / bytes from shapes
     h_shapes = np.array(hcols[9], np.int32)[order]
@@ -500,9 +501,18 @@ def _host_flops(
     n = len(name)
     flops = np.full(n, np.nan)
     byts = np.full(n, np.nan)
-    for i in np.nonzero((shapes >= 0) & (kind == HostKind.OP))[0].tolist():
-        f, b = op_flops_bytes(strings[name[i]], strings[shapes[i]], strings[types[i]] if types[i] >= 0 else None)
-        flops[i], byts[i] = f, b
+    sel = np.nonzero((shapes >= 0) & (kind == HostKind.OP))[0]
+    memo: dict[tuple[int, int, int], tuple[float, float]] = {}  # op_flops_bytes is a pure function of its strings
+    fb = []
+    for key in zip(name[sel].tolist(), shapes[sel].tolist(), types[sel].tolist()):
+        v = memo.get(key)
+        if v is None:
+            nm, sh, ty = key
+            v = memo[key] = op_flops_bytes(strings[nm], strings[sh], strings[ty] if ty >= 0 else None)
+        fb.append(v)
+    if fb:
+        flops[sel] = [f for f, _ in fb]
+        byts[sel] = [b for _, b in fb]
     return flops, byts
 
 
