@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import numpy as np
@@ -80,14 +80,22 @@ def _dumps(x: Any) -> str:
         return json.dumps(x, separators=(",", ":"))
 
 
+#: An absent ``Input Dims`` / ``Input type`` (a present ``null`` is ``Raw(b"null")``).
+_NO_RAW = msgspec.Raw(b"")
+
+
 class _Args(msgspec.Struct, omit_defaults=True, gc=False):
-    """The ``args`` members cosim reads (any JSON value; checked where used)."""
+    """The ``args`` members cosim reads (any JSON value; checked where used).
+
+    ``Input Dims`` and ``Input type`` are kept as their raw JSON text: an op's shapes repeat across
+    a trace, so each distinct text is decoded (and checked: an array or null) once, not once per
+    event; a bad one is reported as the typed decode (:class:`_ArgsStrict`) reports it."""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
     rf_id: int | None = msgspec.field(default=None, name="Record function id")
     correlation: int | None = None
-    input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
-    input_type: list[Any] | None = msgspec.field(default=None, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     device: Any = None
     stream: Any = None
     grid: Any = None
@@ -153,6 +161,17 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
+class _ArgsStrict(_Args, omit_defaults=True, gc=False):
+    """:class:`_Args` with the shapes typed: decodes a chunk again to report its first bad field."""
+
+    input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")  # type: ignore[assignment]
+    input_type: list[Any] | None = msgspec.field(default=None, name="Input type")  # type: ignore[assignment]
+
+
+class _EventStrict(_Event, gc=False):
+    args: _ArgsStrict | None = None  # type: ignore[assignment]
+
+
 class _RawDoc(msgspec.Struct, gc=False):
     traceEvents: list[msgspec.Raw]
     distributedInfo: dict[str, Any] | None = None
@@ -166,6 +185,8 @@ class _RawDoc(msgspec.Struct, gc=False):
 CHUNK_EVENTS = 8192
 _RAW_DECODER = msgspec.json.Decoder(_RawDoc | list[msgspec.Raw])
 _CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
+_STRICT_DECODER = msgspec.json.Decoder(list[_EventStrict])
+_LIST_DECODER = msgspec.json.Decoder(list[Any] | None)
 _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
@@ -244,15 +265,18 @@ def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError, off
 
 def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_Event]]:
     """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order)."""
-    meta, chunks = decode_trace_chunks(path)
+    meta, chunks, _ = decode_trace_chunks(path)
     return meta, (e for chunk in chunks for e in chunk)
 
 
-def decode_trace_chunks(path: str | Path) -> tuple[dict[str, Any], Iterator[list[_Event]]]:
+def decode_trace_chunks(
+    path: str | Path,
+) -> tuple[dict[str, Any], Iterator[list[_Event]], Callable[[int], NoReturn]]:
     """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order,
     in lists of :data:`CHUNK_EVENTS`).
 
-    The whole file is parsed once into raw event slices (syntax and top-level types checked), then
+    The third member raises the error of the chunk holding event ``k`` as a fully typed decode
+    reports it (for a raw member found bad later). The whole file is parsed once into raw event slices (syntax and top-level types checked), then
     the events are decoded into typed records :data:`CHUNK_EVENTS` at a time as the iterator is
     consumed. Malformed JSON is located (line:column, ``traceEvents[i]``) by
     :class:`ChromeTraceReader`; a field of the wrong type names the event.
@@ -265,14 +289,19 @@ def decode_trace_chunks(path: str | Path) -> tuple[dict[str, Any], Iterator[list
         raise _validation_error(path, data, exc) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise _syntax_error(path, data, exc) from None
+    raws: list[msgspec.Raw] = doc if isinstance(doc, list) else doc.traceEvents
+
+    def fail(k: int) -> NoReturn:
+        _strict_failure(path, data, raws, k - k % CHUNK_EVENTS)
+
     if isinstance(doc, list):
-        return {}, _chunks(path, data, doc)
+        return {}, _chunks(path, data, doc), fail
     meta = {
         k: getattr(doc, k)
         for k in ("distributedInfo", "deviceProperties", "schemaVersion", "displayTimeUnit")
         if getattr(doc, k) is not None
     }
-    return meta, _chunks(path, data, doc.traceEvents)
+    return meta, _chunks(path, data, doc.traceEvents), fail
 
 
 def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
@@ -290,14 +319,36 @@ def _chunks(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[list[_
     for lo in range(0, len(raws), CHUNK_EVENTS):
         try:
             yield _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
-        except msgspec.ValidationError as exc:
-            raise _validation_error(path, data, exc, offset=lo) from None
+        except msgspec.ValidationError:
+            _strict_failure(path, data, raws, lo)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise _syntax_error(path, data, exc) from None
 
 
+def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -> NoReturn:
+    """Decode the chunk at event ``lo`` with every field typed and raise its first error (the one a
+    fully typed decode meets first), as a one-line :class:`CosimInputError`."""
+    try:
+        _STRICT_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+    except msgspec.ValidationError as exc:
+        raise _validation_error(path, data, exc, offset=lo) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise _syntax_error(path, data, exc) from None
+    raise CosimInputError("an event's args do not decode", file=path, path=f"traceEvents[{lo}:]")
+
+
 _NO_DIM3 = (-1, -1, -1)
 _LIM31 = 1 << 31
+
+
+def _json_list(raw: bytes, fail: Callable[[int], NoReturn], k: int) -> list[Any] | None:
+    """The array (or null) of a raw ``Input Dims`` / ``Input type`` of event ``k``; anything else raises
+    the error a typed decode of the event's chunk reports."""
+    try:
+        v: list[Any] | None = _LIST_DECODER.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        fail(k)
+    return v
 
 
 def _dim3(x: Any) -> tuple[int, int, int]:
@@ -335,7 +386,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     cannot be trusted; see :func:`check_events`.
     """
     path = Path(path)
-    meta, chunks = decode_trace_chunks(path)
+    meta, chunks, fail = decode_trace_chunks(path)
     st = StringTable()
     host: list[tuple] = []
     gpu: list[tuple] = []
@@ -346,6 +397,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     flow_f: dict[Any, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
+    dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
+    types_raw: dict[bytes, list[Any] | None] = {}  # raw Input type text -> its value (checked once)
+    types_ids: dict[bytes, int] = {}
     host_cats: dict[str | None, int] = {c: int(k) for c, k in HOST_CATS.items()}
     gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
     no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
@@ -360,16 +414,30 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                 if hk is not None:
                     a = e.args or no_args
                     name = e.name
-                    dims = a.input_dims
-                    if dims is not None:
-                        key = str(dims)  # lists of ints: Python's repr is valid JSON
-                        did = dims_ids.get(key)
-                        if did is None:
-                            did = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
-                        t = a.input_type
-                        tid_ = st(_dumps(t)) if t is not None else -1
-                    else:
-                        did = tid_ = -1
+                    tr = a.input_type
+                    if tr:  # checked on every event, as a typed decode would
+                        tk = bytes(tr)
+                        if tk not in types_raw:
+                            types_raw[tk] = _json_list(tk, fail, k)
+                    dr = a.input_dims
+                    did = tid_ = -1
+                    if dr:
+                        dk = bytes(dr)
+                        d_id = dims_raw.get(dk)
+                        if d_id is None:
+                            dims = _json_list(dk, fail, k)
+                            d_id = -1
+                            if dims is not None:
+                                key = str(dims)  # lists of ints: Python's repr is valid JSON
+                                d_id = dims_ids.get(key)
+                                if d_id is None:
+                                    d_id = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
+                            dims_raw[dk] = d_id
+                        did = d_id
+                        if did >= 0 and tr and types_raw[tk] is not None:
+                            tid_ = types_ids.get(tk, -1)
+                            if tid_ < 0:
+                                tid_ = types_ids[tk] = st(_dumps(types_raw[tk]))
                     comm = None
                     if name == "record_param_comms" or a.coll_name is not None:
                         comm = _comm(a)

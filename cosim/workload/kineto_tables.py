@@ -82,7 +82,7 @@ def build_rank(
     h_end = h_start + h_dur_s
     cat_rank = np.select([h_kind == HostKind.ANNOTATION, h_kind == HostKind.OP], [0, 1], 2)
     order = np.lexsort((cat_rank, -h_end, h_start, h_thread)) if nh else np.zeros(0, np.int64)
-    host = [host[i] for i in order]
+    host = list(map(host.__getitem__, order.tolist()))
     h_thread, h_start, h_dur_s, h_end, h_kind = (
         h_thread[order],
         h_start[order],
@@ -130,7 +130,7 @@ def build_rank(
     # ---------------- GPU ops -------------------------------------------------------------------
     g_start = (g_ts - origin) * scale
     gorder = np.argsort(g_start, kind="stable")
-    gpu = [gpu[i] for i in gorder]
+    gpu = list(map(gpu.__getitem__, gorder.tolist()))
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
     g_dev = np.array(gcols[0], np.int16)[gorder]
     g_stream = np.array(gcols[1], np.int64)[gorder]
