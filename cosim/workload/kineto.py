@@ -53,6 +53,7 @@ from cosim.workload.kineto_common import (
     STREAM_WAIT_APIS,
     SYNC_APIS,
     as_int,
+    col,
     detect_scale,
 )
 from cosim.workload.kineto_tables import build_rank
@@ -559,9 +560,9 @@ def check_events(
             "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
             file=path,
         )
-    ts = np.array(hcols[2] + gcols[2], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
-    dur = np.array(hcols[3] + gcols[3], np.float64)
-    names = np.array(hcols[4] + gcols[4], np.int64)
+    ts = col(hcols[2] + gcols[2], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
+    dur = col(hcols[3] + gcols[3], np.float64)
+    names = col(hcols[4] + gcols[4], np.int64)
 
     def first(mask: np.ndarray) -> int:
         return int(np.argmin(np.where(mask, idx, np.iinfo(np.int64).max)))
@@ -618,9 +619,9 @@ def _check_int_ranges(
 ) -> None:
     """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused."""
     cols = {"host": (hcols, h_idx), "gpu": (gcols, g_idx)}
-    for which, col, field, (lo, hi) in _INT_FIELDS:
+    for which, c, field, (lo, hi) in _INT_FIELDS:
         cs, idx = cols[which]
-        vals = cs[col]
+        vals = cs[c]
         if not vals:
             continue
         if min(vals) >= lo and max(vals) < hi:

@@ -3,6 +3,8 @@ calls that launch, block or wait, and small helpers."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,8 @@ __all__ = [
     "STREAM_WAIT_APIS",
     "SYNC_APIS",
     "as_int",
+    "col",
+    "col3",
     "detect_scale",
     "nearest_ancestor",
 ]
@@ -108,6 +112,17 @@ def as_int(x: Any, default: int = -1, bits: int = 64) -> int:
         return default
     lim = 1 << (bits - 1)
     return v if -lim <= v < lim else default
+
+
+def col(values: Sequence[Any], dtype: Any) -> np.ndarray:
+    """A column of the importer's rows as an array (``numpy.fromiter``: one pass, no type discovery;
+    None becomes NaN in a float column, as with ``numpy.array``)."""
+    return np.fromiter(values, dtype, len(values))
+
+
+def col3(values: Sequence[Any]) -> np.ndarray:
+    """A column of int triples (grid, block) as an (n, 3) int32 array."""
+    return np.fromiter(itertools.chain.from_iterable(values), np.int32, 3 * len(values)).reshape(len(values), 3)
 
 
 def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray) -> np.ndarray:

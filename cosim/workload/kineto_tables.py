@@ -20,7 +20,15 @@ from cosim.workload.cost import fill_gpu_costs
 from cosim.workload.deps import kineto_edges
 from cosim.workload.graph import GpuKind, HostKind, OpClass, RankGraph, StringTable, Table
 from cosim.workload.kineto_collectives import collectives_tables
-from cosim.workload.kineto_common import LAUNCH_SYNC_APIS, SYNC_APIS, as_int, detect_scale, nearest_ancestor
+from cosim.workload.kineto_common import (
+    LAUNCH_SYNC_APIS,
+    SYNC_APIS,
+    as_int,
+    col,
+    col3,
+    detect_scale,
+    nearest_ancestor,
+)
 
 __all__ = ["build_rank", "nest"]
 
@@ -54,10 +62,10 @@ def build_rank(
         hcols = list(zip(*host)) if host else [()] * 12
     if gcols is None:
         gcols = list(zip(*gpu)) if gpu else [()] * 14
-    h_ts = np.array(hcols[2], np.float64)
-    h_dur = np.array(hcols[3], np.float64)
-    g_ts = np.array(gcols[2], np.float64)
-    g_dur = np.array(gcols[3], np.float64)
+    h_ts = col(hcols[2], np.float64)
+    h_dur = col(hcols[3], np.float64)
+    g_ts = col(gcols[2], np.float64)
+    g_dur = col(gcols[3], np.float64)
     all_ts = np.concatenate([h_ts, g_ts])
     origin = float(all_ts.min()) if len(all_ts) else 0.0
     scale = detect_scale(float(np.abs(all_ts).max()) if len(all_ts) else 0.0, time_unit)
@@ -76,7 +84,7 @@ def build_rank(
     )
 
     # ---------------- host ops: sort to pre-order per thread ------------------------------------
-    h_kind = np.array(hcols[5], np.int8)
+    h_kind = col(hcols[5], np.int8)
     h_start = (h_ts - origin) * scale
     h_dur_s = h_dur * scale
     h_end = h_start + h_dur_s
@@ -90,8 +98,8 @@ def build_rank(
         h_end[order],
         h_kind[order],
     )
-    h_name = np.array(hcols[4], np.int32)[order]
-    h_corr = np.array(hcols[8], np.int64)[order]
+    h_name = col(hcols[4], np.int32)[order]
+    h_corr = col(hcols[8], np.int64)[order]
 
     parent, depth, pre_gap, tail, self_time = nest(h_thread, h_start, h_end, h_dur_s)
 
@@ -132,11 +140,11 @@ def build_rank(
     gorder = np.argsort(g_start, kind="stable")
     gpu = list(map(gpu.__getitem__, gorder.tolist()))
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
-    g_dev = np.array(gcols[0], np.int16)[gorder]
-    g_stream = np.array(gcols[1], np.int64)[gorder]
-    g_name = np.array(gcols[4], np.int32)[gorder]
-    g_kind = np.array(gcols[5], np.int8)[gorder]
-    g_corr = np.array(gcols[6], np.int64)[gorder]
+    g_dev = col(gcols[0], np.int16)[gorder]
+    g_stream = col(gcols[1], np.int64)[gorder]
+    g_name = col(gcols[4], np.int32)[gorder]
+    g_kind = col(gcols[5], np.int8)[gorder]
+    g_corr = col(gcols[6], np.int64)[gorder]
 
     # link GPU ops to the runtime call that enqueued them: correlation, else flow events
     runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
@@ -245,8 +253,8 @@ def build_rank(
         g_cls[kern] = ucls[inv_pair.reshape(-1)]
 
     # FLOPs / bytes from shapes
-    h_shapes = np.array(hcols[9], np.int32)[order]
-    h_types = np.array(hcols[10], np.int32)[order]
+    h_shapes = col(hcols[9], np.int32)[order]
+    h_types = col(hcols[10], np.int32)[order]
     h_flops, h_bytes = _host_flops(strings, h_name, h_shapes, h_types, h_kind)
     g_flops, g_bytes = _gpu_flops(g_op, g_cls, g_kind, h_flops, h_bytes)
     g_arg_bytes = gcols[10]
@@ -298,8 +306,8 @@ def build_rank(
         step=h_step,
         input_shapes=h_shapes,
         input_types=h_types,
-        rf_id=np.array(hcols[7], np.int64)[order],
-        ext_id=np.array(hcols[6], np.int64)[order],
+        rf_id=col(hcols[7], np.int64)[order],
+        ext_id=col(hcols[6], np.int64)[order],
         correlation=h_corr,
         flops=h_flops,
         bytes=h_bytes,
@@ -314,13 +322,13 @@ def build_rank(
         name=g_name,
         kind=g_kind,
         cls=g_cls,
-        copy_kind=np.array(gcols[11], np.int8)[gorder],
-        grid=np.array(gcols[8], np.int32).reshape(ng, 3)[gorder],
-        block=np.array(gcols[9], np.int32).reshape(ng, 3)[gorder],
+        copy_kind=col(gcols[11], np.int8)[gorder],
+        grid=col3(gcols[8])[gorder],
+        block=col3(gcols[9])[gorder],
         launch=g_launch,
         op=g_op,
         correlation=g_corr,
-        ext_id=np.array(gcols[7], np.int64)[gorder],
+        ext_id=col(gcols[7], np.int64)[gorder],
         step=g_step,
         bytes=g_bytes,
         flops=g_flops,
