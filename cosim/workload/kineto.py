@@ -510,8 +510,11 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     # rows -> columns once, in C (zip): the checks and the table building read columns
     hcols: list[tuple] = list(zip(*host)) if host else [()] * _HOST_FIELDS
     gcols: list[tuple] = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
-    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols)
-    rg = build_rank(path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit, hcols, gcols)
+    arrays: dict[tuple[str, int], np.ndarray] = {}  # columns the checks convert, reused by the tables
+    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols, arrays)
+    rg = build_rank(
+        path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit, hcols, gcols, arrays
+    )
     warnings += _suspicious(path, rg)
     if warnings:
         rg.source["warnings"] = warnings
@@ -542,11 +545,14 @@ def check_events(
     time_unit: str | None,
     hcols: list[tuple] | None = None,
     gcols: list[tuple] | None = None,
+    arrays: dict[tuple[str, int], np.ndarray] | None = None,
 ) -> list[str]:
     """Semantic checks of the host and GPU events, vectorized: required fields, finite and
     non-negative ``ts``, finite non-negative ``dur`` no longer than the trace's span.
 
-    Raises :class:`CosimInputError` on the first (lowest-index) bad event; returns warnings.
+    Raises :class:`CosimInputError` on the first (lowest-index) bad event; returns warnings. The
+    numeric columns it converts (``ts``, ``dur`` and the integer ids) go into ``arrays``, keyed by
+    ("h" or "g", column), for the table building.
     """
     if hcols is None:
         hcols = list(zip(*host)) if host else [()] * _HOST_FIELDS
@@ -560,9 +566,12 @@ def check_events(
             "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
             file=path,
         )
-    ts = col(hcols[2] + gcols[2], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
-    dur = col(hcols[3] + gcols[3], np.float64)
+    h_ts, g_ts = col(hcols[2], np.float64), col(gcols[2], np.float64)  # None (missing) -> NaN
+    h_dur, g_dur = col(hcols[3], np.float64), col(gcols[3], np.float64)
+    ts, dur = np.concatenate([h_ts, g_ts]), np.concatenate([h_dur, g_dur])
     names = col(hcols[4] + gcols[4], np.int64)
+    if arrays is not None:
+        arrays.update({("h", 2): h_ts, ("g", 2): g_ts, ("h", 3): h_dur, ("g", 3): g_dur})
 
     def first(mask: np.ndarray) -> int:
         return int(np.argmin(np.where(mask, idx, np.iinfo(np.int64).max)))
@@ -571,7 +580,7 @@ def check_events(
         if bad.any():
             raise _missing_field_error(path, int(idx[first(bad)]), field, int(bad.sum()), n)
 
-    _check_int_ranges(path, hcols, gcols, h_idx, g_idx)
+    _check_int_ranges(path, hcols, gcols, h_idx, g_idx, arrays)
 
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
@@ -615,18 +624,32 @@ _INT_FIELDS = (
 
 
 def _check_int_ranges(
-    path: Path, hcols: list[tuple], gcols: list[tuple], h_idx: list[int], g_idx: list[int]
+    path: Path,
+    hcols: list[tuple],
+    gcols: list[tuple],
+    h_idx: list[int],
+    g_idx: list[int],
+    arrays: dict[tuple[str, int], np.ndarray] | None = None,
 ) -> None:
-    """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused."""
+    """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused.
+    The columns, as int64 arrays, go into ``arrays`` (key: "h" or "g", column)."""
     cols = {"host": (hcols, h_idx), "gpu": (gcols, g_idx)}
     for which, c, field, (lo, hi) in _INT_FIELDS:
         cs, idx = cols[which]
         vals = cs[c]
         if not vals:
             continue
-        if min(vals) >= lo and max(vals) < hi:
-            continue
-        j = next(j for j, v in enumerate(vals) if not lo <= v < hi)
+        try:
+            arr = np.fromiter(vals, np.int64, len(vals))
+        except OverflowError:  # beyond 64 bits: found below
+            j = next(j for j, v in enumerate(vals) if not lo <= v < hi)
+        else:
+            bad = None if (lo, hi) == _I64 else (arr < lo) | (arr >= hi)
+            if bad is None or not bad.any():
+                if arrays is not None:
+                    arrays[(which[0], c)] = arr
+                continue
+            j = int(np.flatnonzero(bad)[0])
         k = idx[j]
         raise CosimInputError(
             f"{field} {vals[j]} is out of range [{lo}, {hi})", file=path, path=_event_label(k, _generic_event(path, k))

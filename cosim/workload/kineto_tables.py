@@ -49,9 +49,11 @@ def build_rank(
     time_unit: str | None,
     hcols: list[tuple] | None = None,
     gcols: list[tuple] | None = None,
+    arrays: dict[tuple[str, int], np.ndarray] | None = None,
 ) -> RankGraph:
     """The tables of one rank from the importer's host and GPU rows (``hcols``/``gcols``: the same rows
-    as columns, ``list(zip(*rows))``; computed here when not given)."""
+    as columns, ``list(zip(*rows))``; computed here when not given; ``arrays``: columns already
+    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`)."""
     dist = meta.get("distributedInfo") or {}
     rank = as_int(dist.get("rank"), 0)
     world = max(as_int(dist.get("world_size"), 1), rank + 1)
@@ -62,10 +64,20 @@ def build_rank(
         hcols = list(zip(*host)) if host else [()] * 12
     if gcols is None:
         gcols = list(zip(*gpu)) if gpu else [()] * 14
-    h_ts = col(hcols[2], np.float64)
-    h_dur = col(hcols[3], np.float64)
-    g_ts = col(gcols[2], np.float64)
-    g_dur = col(gcols[3], np.float64)
+    pre = arrays or {}
+
+    def hc(k: int, dtype: Any) -> np.ndarray:
+        a = pre.get(("h", k))
+        return col(hcols[k], dtype) if a is None else a.astype(dtype, copy=False)
+
+    def gc(k: int, dtype: Any) -> np.ndarray:
+        a = pre.get(("g", k))
+        return col(gcols[k], dtype) if a is None else a.astype(dtype, copy=False)
+
+    h_ts = hc(2, np.float64)
+    h_dur = hc(3, np.float64)
+    g_ts = gc(2, np.float64)
+    g_dur = gc(3, np.float64)
     all_ts = np.concatenate([h_ts, g_ts])
     origin = float(all_ts.min()) if len(all_ts) else 0.0
     scale = detect_scale(float(np.abs(all_ts).max()) if len(all_ts) else 0.0, time_unit)
@@ -98,8 +110,8 @@ def build_rank(
         h_end[order],
         h_kind[order],
     )
-    h_name = col(hcols[4], np.int32)[order]
-    h_corr = col(hcols[8], np.int64)[order]
+    h_name = hc(4, np.int32)[order]
+    h_corr = hc(8, np.int64)[order]
 
     parent, depth, pre_gap, tail, self_time = nest(h_thread, h_start, h_end, h_dur_s)
 
@@ -140,11 +152,11 @@ def build_rank(
     gorder = np.argsort(g_start, kind="stable")
     gpu = list(map(gpu.__getitem__, gorder.tolist()))
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
-    g_dev = col(gcols[0], np.int16)[gorder]
-    g_stream = col(gcols[1], np.int64)[gorder]
-    g_name = col(gcols[4], np.int32)[gorder]
-    g_kind = col(gcols[5], np.int8)[gorder]
-    g_corr = col(gcols[6], np.int64)[gorder]
+    g_dev = gc(0, np.int16)[gorder]
+    g_stream = gc(1, np.int64)[gorder]
+    g_name = gc(4, np.int32)[gorder]
+    g_kind = gc(5, np.int8)[gorder]
+    g_corr = gc(6, np.int64)[gorder]
 
     # link GPU ops to the runtime call that enqueued them: correlation, else flow events
     runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
@@ -253,8 +265,8 @@ def build_rank(
         g_cls[kern] = ucls[inv_pair.reshape(-1)]
 
     # FLOPs / bytes from shapes
-    h_shapes = col(hcols[9], np.int32)[order]
-    h_types = col(hcols[10], np.int32)[order]
+    h_shapes = hc(9, np.int32)[order]
+    h_types = hc(10, np.int32)[order]
     h_flops, h_bytes = _host_flops(strings, h_name, h_shapes, h_types, h_kind)
     g_flops, g_bytes = _gpu_flops(g_op, g_cls, g_kind, h_flops, h_bytes)
     g_arg_bytes = gcols[10]
@@ -306,8 +318,8 @@ def build_rank(
         step=h_step,
         input_shapes=h_shapes,
         input_types=h_types,
-        rf_id=col(hcols[7], np.int64)[order],
-        ext_id=col(hcols[6], np.int64)[order],
+        rf_id=hc(7, np.int64)[order],
+        ext_id=hc(6, np.int64)[order],
         correlation=h_corr,
         flops=h_flops,
         bytes=h_bytes,
@@ -322,13 +334,13 @@ def build_rank(
         name=g_name,
         kind=g_kind,
         cls=g_cls,
-        copy_kind=col(gcols[11], np.int8)[gorder],
+        copy_kind=gc(11, np.int8)[gorder],
         grid=col3(gcols[8])[gorder],
         block=col3(gcols[9])[gorder],
         launch=g_launch,
         op=g_op,
         correlation=g_corr,
-        ext_id=col(gcols[7], np.int64)[gorder],
+        ext_id=gc(7, np.int64)[gorder],
         step=g_step,
         bytes=g_bytes,
         flops=g_flops,
