@@ -928,3 +928,20 @@ def test_kineto_shapes_read_once_per_distinct_text(tmp_path: Path, monkeypatch: 
         with pytest.raises(CosimInputError) as ei:
             load_trace(_shapes_trace(tmp_path, name, row, field, value))
         assert want in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_nearest_ancestor_pointer_jumping_matches_the_walk() -> None:
+    """nearest_ancestor (pointer jumping) equals the pre-order walk it replaced, on random forests."""
+    from cosim.workload.kineto_common import nearest_ancestor
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 80))
+        parent = np.array([-1 if i == 0 or rng.random() < 0.15 else int(rng.integers(0, i)) for i in range(n)],
+                          np.int32)
+        target = rng.random(n) < rng.random()
+        want = [-1] * n
+        for i in range(n):
+            want[i] = i if target[i] else (want[parent[i]] if parent[i] >= 0 else -1)
+        got = nearest_ancestor(parent, target)
+        assert got.dtype == np.int32 and got.tolist() == want
