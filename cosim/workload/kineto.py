@@ -506,7 +506,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                     thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
         base += len(chunk)
 
-    del chunks  # the file's bytes go with it: error messages re-read them
+    # the file's bytes and raw events go with the decoder and its error path: error messages re-read them
+    del chunks, fail
+    chunk = []
     # rows -> columns once, in C (zip): the checks and the table building read columns
     hcols: list[tuple] = list(zip(*host)) if host else [()] * _HOST_FIELDS
     gcols: list[tuple] = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
