@@ -340,6 +340,8 @@ def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -
 
 _NO_DIM3 = (-1, -1, -1)
 _LIM31 = 1 << 31
+_LIM15 = 1 << 15
+_LIM63 = 1 << 63
 
 
 def _json_list(raw: bytes, fail: Callable[[int], NoReturn], k: int) -> list[Any] | None:
@@ -466,8 +468,13 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                     name = e.name
                     gpu.append(
                         (
-                            as_int(a.device if a.device is not None else e.pid, 0, bits=16),
-                            as_int(a.stream if a.stream is not None else e.tid, 0),
+                            # as_int(x, 0, bits): a plain int in range as it is, anything else through as_int
+                            dv
+                            if type(dv := a.device if a.device is not None else e.pid) is int and -_LIM15 <= dv < _LIM15
+                            else as_int(dv, 0, bits=16),
+                            sv
+                            if type(sv := a.stream if a.stream is not None else e.tid) is int and -_LIM63 <= sv < _LIM63
+                            else as_int(sv, 0),
                             e.ts,
                             e.dur,
                             (sid_of(name) or intern(name)) if name is not None else -1,
