@@ -11,6 +11,7 @@ import math
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -884,3 +885,63 @@ def test_load_cache_keeps_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         b = load_trace(src)
     assert a.warnings() == b.warnings() and len(a.warnings()) == 1
     assert sum("outside every ProfilerStep" in r.getMessage() for r in caplog.records) == 2
+
+
+def _shapes_trace(tmp_path: Path, name: str, row: int, field: str, value: Any) -> Path:
+    ev: list[dict[str, Any]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000, "dur": 500},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1010, "dur": 40,
+         "args": {"External id": 2, "Input Dims": [[2, 3], [2, 3]], "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1020, "dur": 10,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "elementwise_kernel", "pid": 0, "tid": 7, "ts": 1100, "dur": 50,
+         "args": {"device": 0, "stream": 7, "correlation": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1060, "dur": 5,
+         "args": {"Input Dims": [[2, 3], [2, 3]], "Input type": ["float", "float"]}},
+    ]
+    if field:
+        ev[row]["args"][field] = value
+    p = tmp_path / f"{name}.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    return p
+
+
+def test_kineto_shapes_read_once_per_distinct_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Input Dims / Input type are decoded once per distinct raw text: equal shapes share one string,
+    null reads as no shapes, and a value of the wrong type is refused naming the event, as a typed decode
+    (the importer before raw shapes) refused it, also on an event that has no Input Dims."""
+    monkeypatch.setenv("COSIM_CACHE_DIR", "off")
+    r = load_trace(_shapes_trace(tmp_path, "ok", 0, "", None)).ranks[0]
+    s = r.strings
+    shp, typ = r.host_ops.input_shapes.tolist(), r.host_ops.input_types.tolist()
+    ops = [i for i, n in enumerate(r.host_ops.name.tolist()) if s[n] == "aten::add"]
+    assert [s[shp[i]] for i in ops] == ["[[2, 3], [2, 3]]"] * 2
+    assert [s[typ[i]] for i in ops] == ['["float","float"]'] * 2
+    r = load_trace(_shapes_trace(tmp_path, "null", 1, "Input Dims", None)).ranks[0]
+    assert (r.host_ops.input_shapes >= 0).sum() == 1
+    for name, row, field, value, want in (
+        ("dims_str", 1, "Input Dims", "2x3", "traceEvents[1] 'aten::add': args.Input Dims: expected array | null, got str"),
+        ("types_num", 4, "Input type", 5, "traceEvents[4] 'aten::add': args.Input type: expected array | null, got int"),
+        ("types_alone", 2, "Input type", {"a": 1},
+         "traceEvents[2] 'cudaLaunchKernel': args.Input type: expected array | null, got object"),
+    ):
+        with pytest.raises(CosimInputError) as ei:
+            load_trace(_shapes_trace(tmp_path, name, row, field, value))
+        assert want in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_nearest_ancestor_pointer_jumping_matches_the_walk() -> None:
+    """nearest_ancestor (pointer jumping) equals the pre-order walk it replaced, on random forests."""
+    from cosim.workload.kineto_common import nearest_ancestor
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 80))
+        parent = np.array([-1 if i == 0 or rng.random() < 0.15 else int(rng.integers(0, i)) for i in range(n)],
+                          np.int32)
+        target = rng.random(n) < rng.random()
+        want = [-1] * n
+        for i in range(n):
+            want[i] = i if target[i] else (want[parent[i]] if parent[i] >= 0 else -1)
+        got = nearest_ancestor(parent, target)
+        assert got.dtype == np.int32 and got.tolist() == want

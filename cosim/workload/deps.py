@@ -98,6 +98,16 @@ def kineto_edges(
     ss, sd, si = [], [], []
     # the GPU ops each synchronous launch (LAUNCH_SYNC) enqueued, in GPU op order: one pass
     ls_host = h.kind == HostKind.LAUNCH_SYNC
+    sync_ops = np.nonzero((h.kind == HostKind.SYNC) | ls_host)[0]
+    # per stream, the last op launched before each sync call starts (one searchsorted per stream)
+    sync_t = h.start[sync_ops]
+    last_at_call: dict[tuple[int, int], list[int]] = {}
+    for skey, (seg, when) in streams.items():
+        kk = np.searchsorted(when, sync_t, side="left") - 1
+        last_at_call[skey] = np.where(kk >= 0, seg[np.maximum(kk, 0)], -1).tolist()
+    g_end = (g.start + g.dur).tolist()
+    h_start_l, h_dur_l, h_corr_l = h.start.tolist(), h.dur.tolist(), h.correlation.tolist()
+    is_ls = ls_host.tolist()
     own_of: dict[int, list[int]] = {}
     if ls_host.any() and ng:
         gl = np.asarray(g_launch_host, np.int64)
@@ -105,10 +115,10 @@ def kineto_edges(
         for j, hh in zip(js.tolist(), gl[js].tolist()):
             own_of.setdefault(hh, []).append(j)
     # synchronization: GPU op -> blocking host call
-    for i in np.nonzero((h.kind == HostKind.SYNC) | ls_host)[0].tolist():
-        t = float(h.start[i])
-        info = syncs.get(int(h.correlation[i]))
-        if ls_host[i]:
+    for n_sync, i in enumerate(sync_ops.tolist()):
+        t = h_start_l[i]
+        info = syncs.get(h_corr_l[i])
+        if is_ls[i]:
             own = own_of.get(i)
             if own:
                 for j in own:
@@ -123,7 +133,7 @@ def kineto_edges(
             if rec_corr >= 0 and wait_stream >= 0 and rec_corr in corr2host:
                 key = find_key(wait_stream, device)
                 if key:
-                    targets.append((key, float(h.start[corr2host[rec_corr]])))
+                    targets.append((key, h_start_l[corr2host[rec_corr]]))
             elif stream >= 0 and "Context" not in sname:
                 key = find_key(stream, device)
                 if key:
@@ -140,19 +150,19 @@ def kineto_edges(
                 # A stream or event sync without stream info waited on one stream: the one whose
                 # last op launched before the call ended latest without ending after the call
                 # returned (a stream still busy after the call returned was not waited for).
-                call_end = t + float(h.dur[i]) + 1e-6
+                call_end = t + h_dur_l[i] + 1e-6
                 best, best_end = None, -np.inf
                 for key in streams:
-                    j = last_before(key, t)
+                    j = last_at_call[key][n_sync]
                     if j < 0:
                         continue
-                    e = float(g.start[j] + g.dur[j])
+                    e = g_end[j]
                     if best_end < e <= call_end:
                         best, best_end = key, e
                 if best is not None:
                     targets = [(best, t)]
         for key, tt in targets:
-            j = last_before(key, tt)
+            j = last_at_call[key][n_sync] if tt == t else last_before(key, tt)
             if j >= 0:
                 ss.append(j)
                 sd.append(i)
@@ -162,27 +172,56 @@ def kineto_edges(
 
     # cross-stream event waits
     es, ed, ei = [], [], []
-    waits = [i for i in np.nonzero(h.kind == HostKind.RUNTIME)[0].tolist() if strings[h.name[i]] in STREAM_WAIT_APIS]
+    runtime = h.kind == HostKind.RUNTIME
+    if nh and runtime.any():
+        # name tests once per distinct name id, then per host op by its name
+        wait_name = np.array([x in STREAM_WAIT_APIS for x in strings], bool)[h.name]
+        record_name = np.array([x in EVENT_RECORD_APIS for x in strings], bool)[h.name]
+        waits = np.nonzero(runtime & wait_name)[0].tolist()
+    else:
+        waits = []
     if waits:
         # per-thread launch lists and event-record times for the fallback
         th_launch: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         lh = launches.host_op
         ok = launches.first_gpu_op >= 0
+        th_first: dict[int, list[int]] = {}
         for t in np.unique(h.thread[lh[ok]]).tolist() if ok.any() else []:
             m = ok & (h.thread[lh] == t)
             th_launch[t] = (h.start[lh[m]], launches.first_gpu_op[m])
+            th_first[t] = launches.first_gpu_op[m].tolist()
         records: dict[int, list[float]] = defaultdict(list)
-        for i in np.nonzero(h.kind == HostKind.RUNTIME)[0].tolist():
-            if strings[h.name[i]] in EVENT_RECORD_APIS:
-                records[int(h.thread[i])].append(float(h.start[i]))
-        for i in waits:
-            t = float(h.start[i])
-            info = syncs.get(int(h.correlation[i]))
+        rec = np.nonzero(runtime & record_name)[0]
+        for th_, t_ in zip(h.thread[rec].tolist(), h.start[rec].tolist()):
+            records[th_].append(t_)
+        rec_arr = {th_: np.array(v) for th_, v in records.items()}
+        no_recs = np.zeros(0)
+        # per wait: its time, thread, the thread's latest event record before it and next launch after it
+        w_idx = np.array(waits, np.int64)
+        w_t = h.start[w_idx]
+        w_th = h.thread[w_idx].tolist()
+        w_cut: list[float] = w_t.tolist()
+        w_kb: list[int] = [-1] * len(waits)
+        w_ka: list[int] = [-1] * len(waits)
+        for th_ in set(w_th):
+            m = np.nonzero(h.thread[w_idx] == th_)[0]
+            recs_a = rec_arr.get(th_, no_recs)
+            r = np.searchsorted(recs_a, w_t[m], side="left") - 1
+            cut = np.where(r >= 0, recs_a[np.maximum(r, 0)] if len(recs_a) else w_t[m], w_t[m])
+            tl = th_launch.get(th_)
+            kb_a = np.searchsorted(tl[0], w_t[m], side="right") if tl is not None else np.full(len(m), -1)
+            ka_a = np.searchsorted(tl[0], cut, side="left") - 1 if tl is not None else np.full(len(m), -1)
+            for q, c, b_, a_ in zip(m.tolist(), cut.tolist(), kb_a.tolist(), ka_a.tolist()):
+                w_cut[q], w_kb[q], w_ka[q] = c, b_, a_
+        g_dev_l, g_stream_l, g_start_l = g.device.tolist(), g.stream.tolist(), g.start.tolist()
+        for n_wait, i in enumerate(waits):
+            t = h_start_l[i]
+            info = syncs.get(h_corr_l[i])
             if info is not None and info[2] in corr2host and info[1] >= 0 and info[3] >= 0:
                 _, wait_stream, rec_corr, stream, device = info
                 ks, kd = find_key(wait_stream, device), find_key(stream, device)
                 if ks and kd and ks != kd:
-                    a = last_before(ks, float(h.start[corr2host[rec_corr]]))
+                    a = last_before(ks, h_start_l[corr2host[rec_corr]])
                     b = first_after(kd, t)
                     if a >= 0 and b >= 0:
                         es.append(a)
@@ -192,25 +231,22 @@ def kineto_edges(
             # No stream/event info: the next GPU op this thread launches after the wait depends on
             # the latest op it launched on another stream before the matching event record (or,
             # with no record in the trace, before the wait).
-            th = int(h.thread[i])
-            tl = th_launch.get(th)
-            if tl is None:
+            th = w_th[n_wait]
+            first_ops = th_first.get(th)
+            if first_ops is None:
                 continue
-            recs = records.get(th, [])
-            r = int(np.searchsorted(recs, t, side="left")) - 1
-            cutoff = recs[r] if r >= 0 else t
-            kb = int(np.searchsorted(tl[0], t, side="right"))
-            if kb >= len(tl[0]):
+            kb = w_kb[n_wait]
+            if kb >= len(first_ops):
                 continue
-            b = int(tl[1][kb])
-            kd = (int(g.device[b]), int(g.stream[b]))
-            ka = int(np.searchsorted(tl[0], cutoff, side="left")) - 1
-            b_start = float(g.start[b]) + 1e-6
+            b = first_ops[kb]
+            kd = (g_dev_l[b], g_stream_l[b])
+            ka = w_ka[n_wait]
+            b_start = g_start_l[b] + 1e-6
             for k in range(ka, max(-1, ka - 256), -1):
-                a = int(tl[1][k])
+                a = first_ops[k]
                 # the op waited for is on another stream and, in the measured timeline, ended
                 # before the waiting op started (a guess must not contradict the trace)
-                if (int(g.device[a]), int(g.stream[a])) != kd and float(g.start[a] + g.dur[a]) <= b_start:
+                if (g_dev_l[a], g_stream_l[a]) != kd and g_end[a] <= b_start:
                     es.append(a)
                     ed.append(b)
                     ei.append(1)

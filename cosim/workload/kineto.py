@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 import numpy as np
@@ -53,6 +53,7 @@ from cosim.workload.kineto_common import (
     STREAM_WAIT_APIS,
     SYNC_APIS,
     as_int,
+    col,
     detect_scale,
 )
 from cosim.workload.kineto_tables import build_rank
@@ -80,14 +81,22 @@ def _dumps(x: Any) -> str:
         return json.dumps(x, separators=(",", ":"))
 
 
+#: An absent ``Input Dims`` / ``Input type`` (a present ``null`` is ``Raw(b"null")``).
+_NO_RAW = msgspec.Raw(b"")
+
+
 class _Args(msgspec.Struct, omit_defaults=True, gc=False):
-    """The ``args`` members cosim reads (any JSON value; checked where used)."""
+    """The ``args`` members cosim reads (any JSON value; checked where used).
+
+    ``Input Dims`` and ``Input type`` are kept as their raw JSON text: an op's shapes repeat across
+    a trace, so each distinct text is decoded (and checked: an array or null) once, not once per
+    event; a bad one is reported as the typed decode (:class:`_ArgsStrict`) reports it."""
 
     external_id: int | None = msgspec.field(default=None, name="External id")
     rf_id: int | None = msgspec.field(default=None, name="Record function id")
     correlation: int | None = None
-    input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
-    input_type: list[Any] | None = msgspec.field(default=None, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     device: Any = None
     stream: Any = None
     grid: Any = None
@@ -153,6 +162,17 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
+class _ArgsStrict(_Args, omit_defaults=True, gc=False):
+    """:class:`_Args` with the shapes typed: decodes a chunk again to report its first bad field."""
+
+    input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")  # type: ignore[assignment]
+    input_type: list[Any] | None = msgspec.field(default=None, name="Input type")  # type: ignore[assignment]
+
+
+class _EventStrict(_Event, gc=False):
+    args: _ArgsStrict | None = None  # type: ignore[assignment]
+
+
 class _RawDoc(msgspec.Struct, gc=False):
     traceEvents: list[msgspec.Raw]
     distributedInfo: dict[str, Any] | None = None
@@ -166,6 +186,8 @@ class _RawDoc(msgspec.Struct, gc=False):
 CHUNK_EVENTS = 8192
 _RAW_DECODER = msgspec.json.Decoder(_RawDoc | list[msgspec.Raw])
 _CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
+_STRICT_DECODER = msgspec.json.Decoder(list[_EventStrict])
+_LIST_DECODER = msgspec.json.Decoder(list[Any] | None)
 _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
@@ -243,9 +265,19 @@ def _validation_error(path: Path, data: bytes, exc: msgspec.ValidationError, off
 
 
 def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_Event]]:
-    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order).
+    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order)."""
+    meta, chunks, _ = decode_trace_chunks(path)
+    return meta, (e for chunk in chunks for e in chunk)
 
-    The whole file is parsed once into raw event slices (syntax and top-level types checked), then
+
+def decode_trace_chunks(
+    path: str | Path,
+) -> tuple[dict[str, Any], Iterator[list[_Event]], Callable[[int], NoReturn]]:
+    """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order,
+    in lists of :data:`CHUNK_EVENTS`).
+
+    The third member raises the error of the chunk holding event ``k`` as a fully typed decode
+    reports it (for a raw member found bad later). The whole file is parsed once into raw event slices (syntax and top-level types checked), then
     the events are decoded into typed records :data:`CHUNK_EVENTS` at a time as the iterator is
     consumed. Malformed JSON is located (line:column, ``traceEvents[i]``) by
     :class:`ChromeTraceReader`; a field of the wrong type names the event.
@@ -258,14 +290,19 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_Event]]:
         raise _validation_error(path, data, exc) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise _syntax_error(path, data, exc) from None
+    raws: list[msgspec.Raw] = doc if isinstance(doc, list) else doc.traceEvents
+
+    def fail(k: int) -> NoReturn:
+        _strict_failure(path, data, raws, k - k % CHUNK_EVENTS)
+
     if isinstance(doc, list):
-        return {}, _events(path, data, doc)
+        return {}, _chunks(path, data, doc), fail
     meta = {
         k: getattr(doc, k)
         for k in ("distributedInfo", "deviceProperties", "schemaVersion", "displayTimeUnit")
         if getattr(doc, k) is not None
     }
-    return meta, _events(path, data, doc.traceEvents)
+    return meta, _chunks(path, data, doc.traceEvents), fail
 
 
 def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
@@ -278,19 +315,43 @@ def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
     return CosimInputError(f"invalid JSON: {exc}", file=path)
 
 
-def _events(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[_Event]:
+def _chunks(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[list[_Event]]:
+    """The typed events, :data:`CHUNK_EVENTS` at a time (a list per chunk: no per-event generator step)."""
     for lo in range(0, len(raws), CHUNK_EVENTS):
         try:
-            chunk = _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
-        except msgspec.ValidationError as exc:
-            raise _validation_error(path, data, exc, offset=lo) from None
+            yield _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+        except msgspec.ValidationError:
+            _strict_failure(path, data, raws, lo)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise _syntax_error(path, data, exc) from None
-        yield from chunk
+
+
+def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -> NoReturn:
+    """Decode the chunk at event ``lo`` with every field typed and raise its first error (the one a
+    fully typed decode meets first), as a one-line :class:`CosimInputError`."""
+    try:
+        _STRICT_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+    except msgspec.ValidationError as exc:
+        raise _validation_error(path, data, exc, offset=lo) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise _syntax_error(path, data, exc) from None
+    raise CosimInputError("an event's args do not decode", file=path, path=f"traceEvents[{lo}:]")
 
 
 _NO_DIM3 = (-1, -1, -1)
 _LIM31 = 1 << 31
+_LIM15 = 1 << 15
+_LIM63 = 1 << 63
+
+
+def _json_list(raw: bytes, fail: Callable[[int], NoReturn], k: int) -> list[Any] | None:
+    """The array (or null) of a raw ``Input Dims`` / ``Input type`` of event ``k``; anything else raises
+    the error a typed decode of the event's chunk reports."""
+    try:
+        v: list[Any] | None = _LIST_DECODER.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        fail(k)
+    return v
 
 
 def _dim3(x: Any) -> tuple[int, int, int]:
@@ -312,6 +373,9 @@ def _comm(a: _Args) -> dict[str, Any]:
 
 
 _NO_ARGS = _Args()
+#: Fields of a host row and of a GPU row (see :func:`read_kineto`).
+_HOST_FIELDS = 12
+_GPU_FIELDS = 14
 
 
 def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
@@ -325,7 +389,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     cannot be trusted; see :func:`check_events`.
     """
     path = Path(path)
-    meta, events = decode_trace(path)
+    meta, chunks, fail = decode_trace_chunks(path)
     st = StringTable()
     host: list[tuple] = []
     gpu: list[tuple] = []
@@ -336,97 +400,130 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     flow_f: dict[Any, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
+    dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
+    types_raw: dict[bytes, list[Any] | None] = {}  # raw Input type text -> its value (checked once)
+    types_ids: dict[bytes, int] = {}
     host_cats: dict[str | None, int] = {c: int(k) for c, k in HOST_CATS.items()}
     gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
     no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
 
-    for k, e in enumerate(events):
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            hk = host_cats.get(cat)
-            if hk is not None:
-                a = e.args or no_args
-                name = e.name
-                dims = a.input_dims
-                if dims is not None:
-                    key = str(dims)  # lists of ints: Python's repr is valid JSON
-                    did = dims_ids.get(key)
-                    if did is None:
-                        did = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
-                    t = a.input_type
-                    tid_ = st(_dumps(t)) if t is not None else -1
-                else:
+    base = 0
+    for chunk in chunks:
+        for k, e in enumerate(chunk, base):
+            ph = e.ph
+            if ph == "X":
+                cat = e.cat
+                hk = host_cats.get(cat)
+                if hk is not None:
+                    a = e.args or no_args
+                    name = e.name
+                    tr = a.input_type
+                    if tr:  # checked on every event, as a typed decode would
+                        tk = bytes(tr)
+                        if tk not in types_raw:
+                            types_raw[tk] = _json_list(tk, fail, k)
+                    dr = a.input_dims
                     did = tid_ = -1
-                comm = None
-                if name == "record_param_comms" or a.coll_name is not None:
-                    comm = _comm(a)
-                host.append(
-                    (
-                        e.pid,
-                        e.tid,
-                        e.ts,
-                        e.dur,
-                        (sid_of(name) or intern(name)) if name is not None else -1,
-                        hk,
-                        -1 if (x := a.external_id) is None else x,
-                        -1 if (x := a.rf_id) is None else x,
-                        -1 if (x := a.correlation) is None else x,
-                        did,
-                        tid_,
-                        comm,
+                    if dr:
+                        dk = bytes(dr)
+                        d_id = dims_raw.get(dk)
+                        if d_id is None:
+                            dims = _json_list(dk, fail, k)
+                            d_id = -1
+                            if dims is not None:
+                                key = str(dims)  # lists of ints: Python's repr is valid JSON
+                                d_id = dims_ids.get(key)
+                                if d_id is None:
+                                    d_id = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
+                            dims_raw[dk] = d_id
+                        did = d_id
+                        if did >= 0 and tr and types_raw[tk] is not None:
+                            tid_ = types_ids.get(tk, -1)
+                            if tid_ < 0:
+                                tid_ = types_ids[tk] = st(_dumps(types_raw[tk]))
+                    comm = None
+                    if name == "record_param_comms" or a.coll_name is not None:
+                        comm = _comm(a)
+                    host.append(
+                        (
+                            e.pid,
+                            e.tid,
+                            e.ts,
+                            e.dur,
+                            (sid_of(name) or intern(name)) if name is not None else -1,
+                            hk,
+                            -1 if (x := a.external_id) is None else x,
+                            -1 if (x := a.rf_id) is None else x,
+                            -1 if (x := a.correlation) is None else x,
+                            did,
+                            tid_,
+                            comm,
+                        )
                     )
-                )
-                h_idx.append(k)
-                continue
-            gk = gpu_cats.get(cat)
-            if gk is not None:
-                a = e.args or no_args
-                name = e.name
-                gpu.append(
-                    (
-                        as_int(a.device if a.device is not None else e.pid, 0, bits=16),
-                        as_int(a.stream if a.stream is not None else e.tid, 0),
-                        e.ts,
-                        e.dur,
-                        (sid_of(name) or intern(name)) if name is not None else -1,
-                        gk,
-                        -1 if (x := a.correlation) is None else x,
-                        -1 if (x := a.external_id) is None else x,
-                        _dim3(a.grid),
-                        _dim3(a.block),
-                        a.bytes,
-                        int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
-                        e.pid,
-                        e.tid,
+                    h_idx.append(k)
+                    continue
+                gk = gpu_cats.get(cat)
+                if gk is not None:
+                    a = e.args or no_args
+                    name = e.name
+                    gpu.append(
+                        (
+                            # as_int(x, 0, bits): a plain int in range as it is, anything else through as_int
+                            dv
+                            if type(dv := a.device if a.device is not None else e.pid) is int and -_LIM15 <= dv < _LIM15
+                            else as_int(dv, 0, bits=16),
+                            sv
+                            if type(sv := a.stream if a.stream is not None else e.tid) is int and -_LIM63 <= sv < _LIM63
+                            else as_int(sv, 0),
+                            e.ts,
+                            e.dur,
+                            (sid_of(name) or intern(name)) if name is not None else -1,
+                            gk,
+                            -1 if (x := a.correlation) is None else x,
+                            -1 if (x := a.external_id) is None else x,
+                            _NO_DIM3 if (x := a.grid) is None else _dim3(x),
+                            _NO_DIM3 if (x := a.block) is None else _dim3(x),
+                            a.bytes,
+                            int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
+                            e.pid,
+                            e.tid,
+                        )
                     )
-                )
-                g_idx.append(k)
-                continue
-            if cat == "cuda_sync":
-                a = e.args or no_args
-                c = as_int(a.correlation)
-                if c >= 0:
-                    syncs[c] = (
-                        e.name if e.name is not None else (a.cuda_sync_kind or ""),
-                        as_int(a.wait_on_stream),
-                        as_int(a.wait_on_cuda_event_record_corr_id),
-                        as_int(a.stream),
-                        as_int(a.device),
-                    )
-        elif ph == "s" or ph == "f":
-            if e.cat in FLOW_CATS:
-                fid = e.id
-                if isinstance(fid, (list, dict)):
-                    fid = _dumps(fid)
-                (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
-        elif ph == "M":
-            if e.name == "thread_name":
-                thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
+                    g_idx.append(k)
+                    continue
+                if cat == "cuda_sync":
+                    a = e.args or no_args
+                    c = as_int(a.correlation)
+                    if c >= 0:
+                        syncs[c] = (
+                            e.name if e.name is not None else (a.cuda_sync_kind or ""),
+                            as_int(a.wait_on_stream),
+                            as_int(a.wait_on_cuda_event_record_corr_id),
+                            as_int(a.stream),
+                            as_int(a.device),
+                        )
+            elif ph == "s" or ph == "f":
+                if e.cat in FLOW_CATS:
+                    fid = e.id
+                    if isinstance(fid, (list, dict)):
+                        fid = _dumps(fid)
+                    (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
+            elif ph == "M":
+                if e.name == "thread_name":
+                    thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
+        base += len(chunk)
 
-    del events  # the file's bytes go with it: error messages re-read them
-    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit)
-    rg = build_rank(path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit)
+    # the file's bytes and raw events go with the decoder and its error path: error messages re-read them
+    del chunks, fail
+    chunk = []
+    # rows -> columns once, in C (zip): the checks and the table building read columns
+    hcols: list[tuple] = list(zip(*host)) if host else [()] * _HOST_FIELDS
+    gcols: list[tuple] = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
+    arrays: dict[tuple[str, int], np.ndarray] = {}  # columns the checks convert, reused by the tables
+    warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols, arrays)
+    rg = build_rank(
+        path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit, hcols, gcols, arrays
+    )
     warnings += _suspicious(path, rg)
     if warnings:
         rg.source["warnings"] = warnings
@@ -455,24 +552,35 @@ def check_events(
     h_idx: list[int],
     g_idx: list[int],
     time_unit: str | None,
+    hcols: list[tuple] | None = None,
+    gcols: list[tuple] | None = None,
+    arrays: dict[tuple[str, int], np.ndarray] | None = None,
 ) -> list[str]:
     """Semantic checks of the host and GPU events, vectorized: required fields, finite and
     non-negative ``ts``, finite non-negative ``dur`` no longer than the trace's span.
 
-    Raises :class:`CosimInputError` on the first (lowest-index) bad event; returns warnings.
+    Raises :class:`CosimInputError` on the first (lowest-index) bad event; returns warnings. The
+    numeric columns it converts (``ts``, ``dur`` and the integer ids) go into ``arrays``, keyed by
+    ("h" or "g", column), for the table building.
     """
-    rows = host + gpu
+    if hcols is None:
+        hcols = list(zip(*host)) if host else [()] * _HOST_FIELDS
+    if gcols is None:
+        gcols = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
     idx = np.array(h_idx + g_idx, np.int64)
-    n = len(rows)
+    n = len(host) + len(gpu)
     if n == 0:
         raise CosimInputError(
             "no host or GPU events: nothing to replay (expected complete events, ph 'X', with cat cpu_op, "
             "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
             file=path,
         )
-    ts = np.array([r[2] for r in rows], np.float64)  # None (missing) -> NaN; JSON has no NaN literal
-    dur = np.array([r[3] for r in rows], np.float64)
-    names = np.array([r[4] for r in rows], np.int64)
+    h_ts, g_ts = col(hcols[2], np.float64), col(gcols[2], np.float64)  # None (missing) -> NaN
+    h_dur, g_dur = col(hcols[3], np.float64), col(gcols[3], np.float64)
+    ts, dur = np.concatenate([h_ts, g_ts]), np.concatenate([h_dur, g_dur])
+    names = col(hcols[4] + gcols[4], np.int64)
+    if arrays is not None:
+        arrays.update({("h", 2): h_ts, ("g", 2): g_ts, ("h", 3): h_dur, ("g", 3): g_dur})
 
     def first(mask: np.ndarray) -> int:
         return int(np.argmin(np.where(mask, idx, np.iinfo(np.int64).max)))
@@ -481,7 +589,7 @@ def check_events(
         if bad.any():
             raise _missing_field_error(path, int(idx[first(bad)]), field, int(bad.sum()), n)
 
-    _check_int_ranges(path, host, gpu, h_idx, g_idx)
+    _check_int_ranges(path, hcols, gcols, h_idx, g_idx, arrays)
 
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
@@ -524,17 +632,33 @@ _INT_FIELDS = (
 )
 
 
-def _check_int_ranges(path: Path, host: list[tuple], gpu: list[tuple], h_idx: list[int], g_idx: list[int]) -> None:
-    """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused."""
-    rows = {"host": (host, h_idx), "gpu": (gpu, g_idx)}
-    for which, col, field, (lo, hi) in _INT_FIELDS:
-        rs, idx = rows[which]
-        if not rs:
+def _check_int_ranges(
+    path: Path,
+    hcols: list[tuple],
+    gcols: list[tuple],
+    h_idx: list[int],
+    g_idx: list[int],
+    arrays: dict[tuple[str, int], np.ndarray] | None = None,
+) -> None:
+    """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused.
+    The columns, as int64 arrays, go into ``arrays`` (key: "h" or "g", column)."""
+    cols = {"host": (hcols, h_idx), "gpu": (gcols, g_idx)}
+    for which, c, field, (lo, hi) in _INT_FIELDS:
+        cs, idx = cols[which]
+        vals = cs[c]
+        if not vals:
             continue
-        vals = [r[col] for r in rs]
-        if min(vals) >= lo and max(vals) < hi:
-            continue
-        j = next(j for j, v in enumerate(vals) if not lo <= v < hi)
+        try:
+            arr = np.fromiter(vals, np.int64, len(vals))
+        except OverflowError:  # beyond 64 bits: found below
+            j = next(j for j, v in enumerate(vals) if not lo <= v < hi)
+        else:
+            bad = None if (lo, hi) == _I64 else (arr < lo) | (arr >= hi)
+            if bad is None or not bad.any():
+                if arrays is not None:
+                    arrays[(which[0], c)] = arr
+                continue
+            j = int(np.flatnonzero(bad)[0])
         k = idx[j]
         raise CosimInputError(
             f"{field} {vals[j]} is out of range [{lo}, {hi})", file=path, path=_event_label(k, _generic_event(path, k))

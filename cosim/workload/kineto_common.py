@@ -3,6 +3,8 @@ calls that launch, block or wait, and small helpers."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,8 @@ __all__ = [
     "STREAM_WAIT_APIS",
     "SYNC_APIS",
     "as_int",
+    "col",
+    "col3",
     "detect_scale",
     "nearest_ancestor",
 ]
@@ -110,19 +114,36 @@ def as_int(x: Any, default: int = -1, bits: int = 64) -> int:
     return v if -lim <= v < lim else default
 
 
+def col(values: Sequence[Any], dtype: Any) -> np.ndarray:
+    """A column of the importer's rows as an array (``numpy.fromiter``: one pass, no type discovery;
+    None becomes NaN in a float column, as with ``numpy.array``)."""
+    return np.fromiter(values, dtype, len(values))
+
+
+def col3(values: Sequence[Any]) -> np.ndarray:
+    """A column of int triples (grid, block) as an (n, 3) int32 array."""
+    return np.fromiter(itertools.chain.from_iterable(values), np.int32, 3 * len(values)).reshape(len(values), 3)
+
+
 def nearest_ancestor(parent: np.ndarray, is_target: np.ndarray) -> np.ndarray:
-    """For each host op, the nearest ancestor-or-self with ``is_target``, else -1."""
+    """For each host op, the nearest ancestor-or-self with ``is_target``, else -1.
+
+    Pointer jumping (Wyllie): every op points at its parent until it reaches a target or a root, then
+    pointers are doubled until they stop moving, O(n log depth) vectorized.
+    """
     n = len(parent)
-    out = np.full(n, -1, np.int32)
-    p = parent.tolist()
-    tgt = is_target.tolist()
-    res = out.tolist()
-    for i in range(n):  # pre-order: parents come before children
-        if tgt[i]:
-            res[i] = i
-        elif p[i] >= 0:
-            res[i] = res[p[i]]
-    return np.array(res, np.int32)
+    idx = np.arange(n, dtype=np.int64)
+    tgt = np.asarray(is_target, bool)
+    par = np.asarray(parent, np.int64)
+    # terminal ops point at themselves: targets (answer: themselves) and roots that are not targets (-1)
+    terminal = tgt | (par < 0)
+    nxt = np.where(terminal, idx, par)
+    while True:
+        nn = nxt[nxt]
+        if np.array_equal(nn, nxt):
+            break
+        nxt = nn
+    return np.where(tgt[nxt], nxt, -1).astype(np.int32)
 
 
 def detect_scale(ts_max: float, time_unit: str | None) -> float:

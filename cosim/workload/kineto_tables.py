@@ -20,7 +20,15 @@ from cosim.workload.cost import fill_gpu_costs
 from cosim.workload.deps import kineto_edges
 from cosim.workload.graph import GpuKind, HostKind, OpClass, RankGraph, StringTable, Table
 from cosim.workload.kineto_collectives import collectives_tables
-from cosim.workload.kineto_common import LAUNCH_SYNC_APIS, SYNC_APIS, as_int, detect_scale, nearest_ancestor
+from cosim.workload.kineto_common import (
+    LAUNCH_SYNC_APIS,
+    SYNC_APIS,
+    as_int,
+    col,
+    col3,
+    detect_scale,
+    nearest_ancestor,
+)
 
 __all__ = ["build_rank", "nest"]
 
@@ -39,30 +47,45 @@ def build_rank(
     flow_f: dict[Any, tuple],
     thread_names: dict[tuple[Any, Any], str],
     time_unit: str | None,
+    hcols: list[tuple] | None = None,
+    gcols: list[tuple] | None = None,
+    arrays: dict[tuple[str, int], np.ndarray] | None = None,
 ) -> RankGraph:
+    """The tables of one rank from the importer's host and GPU rows (``hcols``/``gcols``: the same rows
+    as columns, ``list(zip(*rows))``; computed here when not given; ``arrays``: columns already
+    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`)."""
     dist = meta.get("distributedInfo") or {}
     rank = as_int(dist.get("rank"), 0)
     world = max(as_int(dist.get("world_size"), 1), rank + 1)
 
     # ---------------- raw columns -----------------------------------------------------------
     nh, ng = len(host), len(gpu)
-    h_ts = np.array([r[2] for r in host], np.float64)
-    h_dur = np.array([r[3] for r in host], np.float64)
-    g_ts = np.array([r[2] for r in gpu], np.float64)
-    g_dur = np.array([r[3] for r in gpu], np.float64)
+    if hcols is None:
+        hcols = list(zip(*host)) if host else [()] * 12
+    if gcols is None:
+        gcols = list(zip(*gpu)) if gpu else [()] * 14
+    pre = arrays or {}
+
+    def hc(k: int, dtype: Any) -> np.ndarray:
+        a = pre.get(("h", k))
+        return col(hcols[k], dtype) if a is None else a.astype(dtype, copy=False)
+
+    def gc(k: int, dtype: Any) -> np.ndarray:
+        a = pre.get(("g", k))
+        return col(gcols[k], dtype) if a is None else a.astype(dtype, copy=False)
+
+    h_ts = hc(2, np.float64)
+    h_dur = hc(3, np.float64)
+    g_ts = gc(2, np.float64)
+    g_dur = gc(3, np.float64)
     all_ts = np.concatenate([h_ts, g_ts])
     origin = float(all_ts.min()) if len(all_ts) else 0.0
     scale = detect_scale(float(np.abs(all_ts).max()) if len(all_ts) else 0.0, time_unit)
 
     # threads
-    tkeys: dict[tuple[Any, Any], int] = {}
-    h_thread = np.empty(nh, np.int32)
-    for i, r in enumerate(host):
-        k = (r[0], r[1])
-        t = tkeys.get(k)
-        if t is None:
-            t = tkeys[k] = len(tkeys)
-        h_thread[i] = t
+    pid_tid = list(zip(hcols[0], hcols[1]))
+    tkeys = {k: t for t, k in enumerate(dict.fromkeys(pid_tid))}  # numbered in order of first appearance
+    h_thread = np.fromiter(map(tkeys.__getitem__, pid_tid), np.int32, nh)
     tlist = list(tkeys)
     threads = Table(
         "threads",
@@ -73,13 +96,13 @@ def build_rank(
     )
 
     # ---------------- host ops: sort to pre-order per thread ------------------------------------
-    h_kind = np.array([r[5] for r in host], np.int8)
+    h_kind = col(hcols[5], np.int8)
     h_start = (h_ts - origin) * scale
     h_dur_s = h_dur * scale
     h_end = h_start + h_dur_s
     cat_rank = np.select([h_kind == HostKind.ANNOTATION, h_kind == HostKind.OP], [0, 1], 2)
     order = np.lexsort((cat_rank, -h_end, h_start, h_thread)) if nh else np.zeros(0, np.int64)
-    host = [host[i] for i in order]
+    host = list(map(host.__getitem__, order.tolist()))
     h_thread, h_start, h_dur_s, h_end, h_kind = (
         h_thread[order],
         h_start[order],
@@ -87,8 +110,8 @@ def build_rank(
         h_end[order],
         h_kind[order],
     )
-    h_name = np.array([r[4] for r in host], np.int32)
-    h_corr = np.array([r[8] for r in host], np.int64)
+    h_name = hc(4, np.int32)[order]
+    h_corr = hc(8, np.int64)[order]
 
     parent, depth, pre_gap, tail, self_time = nest(h_thread, h_start, h_end, h_dur_s)
 
@@ -127,19 +150,18 @@ def build_rank(
     # ---------------- GPU ops -------------------------------------------------------------------
     g_start = (g_ts - origin) * scale
     gorder = np.argsort(g_start, kind="stable")
-    gpu = [gpu[i] for i in gorder]
+    gpu = list(map(gpu.__getitem__, gorder.tolist()))
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
-    g_dev = np.array([r[0] for r in gpu], np.int16)
-    g_stream = np.array([r[1] for r in gpu], np.int64)
-    g_name = np.array([r[4] for r in gpu], np.int32)
-    g_kind = np.array([r[5] for r in gpu], np.int8)
-    g_corr = np.array([r[6] for r in gpu], np.int64)
+    g_dev = gc(0, np.int16)[gorder]
+    g_stream = gc(1, np.int64)[gorder]
+    g_name = gc(4, np.int32)[gorder]
+    g_kind = gc(5, np.int8)[gorder]
+    g_corr = gc(6, np.int64)[gorder]
 
     # link GPU ops to the runtime call that enqueued them: correlation, else flow events
     runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
     corr2host: dict[int, int] = {}
-    for i in runtime_idx.tolist():
-        c = int(h_corr[i])
+    for i, c in zip(runtime_idx.tolist(), h_corr[runtime_idx].tolist()):
         if c >= 0 and c not in corr2host:
             corr2host[c] = i
     get = corr2host.get
@@ -204,11 +226,12 @@ def build_rank(
     l_stream = np.full(nl, -1, np.int64)
     has = np.nonzero(g_launch >= 0)[0]
     np.add.at(l_count, g_launch[has], 1)
-    for j in has[::-1].tolist():  # reversed: first (earliest) op wins
-        k = g_launch[j]
-        l_first[k] = j
-        l_dev[k] = g_dev[j]
-        l_stream[k] = g_stream[j]
+    # each launch's first (earliest) GPU op: ``has`` ascends, so np.unique's first index is the earliest
+    launched_k, first_at = np.unique(g_launch[has], return_index=True)
+    first_j = has[first_at]
+    l_first[launched_k] = first_j
+    l_dev[launched_k] = g_dev[first_j]
+    l_stream[launched_k] = g_stream[first_j]
     launches = Table(
         "launches",
         nl,
@@ -227,27 +250,30 @@ def build_rank(
     # classification
     # classification, once per distinct (kernel name, parent op name)
     op_name = np.where(g_op >= 0, h_name[np.maximum(g_op, 0)], -1) if nh else np.full(ng, -1)
-    memo: dict[tuple[int, int], int] = {}
-    g_cls = np.empty(ng, np.int8)
-    for j, (kn, on, gk) in enumerate(zip(g_name.tolist(), op_name.tolist(), g_kind.tolist())):
-        if gk == GpuKind.MEMCPY:
-            g_cls[j] = OpClass.MEMCPY
-        elif gk == GpuKind.MEMSET:
-            g_cls[j] = OpClass.MEMSET
-        else:
-            oc = memo.get((kn, on))
-            if oc is None:
-                oc = memo[(kn, on)] = int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
-            g_cls[j] = oc
+    g_cls = np.where(g_kind == GpuKind.MEMCPY, np.int8(OpClass.MEMCPY), np.int8(OpClass.MEMSET)).astype(np.int8)
+    kern = np.nonzero((g_kind != GpuKind.MEMCPY) & (g_kind != GpuKind.MEMSET))[0]
+    if len(kern):
+        pair = g_name[kern].astype(np.int64) * (len(strings) + 1) + (op_name[kern].astype(np.int64) + 1)
+        upair, inv_pair = np.unique(pair, return_inverse=True)
+        ucls = np.array(
+            [
+                int(classify_kernel(strings[kn], strings[on] if on >= 0 else ""))
+                for kn, on in zip((upair // (len(strings) + 1)).tolist(), (upair % (len(strings) + 1) - 1).tolist())
+            ],
+            np.int8,
+        )
+        g_cls[kern] = ucls[inv_pair.reshape(-1)]
 
     # FLOPs / bytes from shapes
-    h_shapes = np.array([r[9] for r in host], np.int32)
-    h_types = np.array([r[10] for r in host], np.int32)
+    h_shapes = hc(9, np.int32)[order]
+    h_types = hc(10, np.int32)[order]
     h_flops, h_bytes = _host_flops(strings, h_name, h_shapes, h_types, h_kind)
     g_flops, g_bytes = _gpu_flops(g_op, g_cls, g_kind, h_flops, h_bytes)
-    for j, r in enumerate(gpu):
-        if r[10] is not None and g_kind[j] != GpuKind.KERNEL:
-            g_bytes[j] = float(r[10])
+    g_arg_bytes = gcols[10]
+    for j in np.nonzero(g_kind != GpuKind.KERNEL)[0].tolist():
+        b = g_arg_bytes[gorder[j]]
+        if b is not None:
+            g_bytes[j] = float(b)
 
     # step of each GPU op: the step containing its launch call (else its own start)
     # GPU ops whose launch is not in the trace (enqueued before the profiling window)
@@ -292,8 +318,8 @@ def build_rank(
         step=h_step,
         input_shapes=h_shapes,
         input_types=h_types,
-        rf_id=np.array([r[7] for r in host], np.int64),
-        ext_id=np.array([r[6] for r in host], np.int64),
+        rf_id=hc(7, np.int64)[order],
+        ext_id=hc(6, np.int64)[order],
         correlation=h_corr,
         flops=h_flops,
         bytes=h_bytes,
@@ -308,13 +334,13 @@ def build_rank(
         name=g_name,
         kind=g_kind,
         cls=g_cls,
-        copy_kind=np.array([r[11] for r in gpu], np.int8),
-        grid=np.array([r[8] for r in gpu], np.int32).reshape(ng, 3),
-        block=np.array([r[9] for r in gpu], np.int32).reshape(ng, 3),
+        copy_kind=gc(11, np.int8)[gorder],
+        grid=col3(gcols[8])[gorder],
+        block=col3(gcols[9])[gorder],
         launch=g_launch,
         op=g_op,
         correlation=g_corr,
-        ext_id=np.array([r[7] for r in gpu], np.int64),
+        ext_id=gc(7, np.int64)[gorder],
         step=g_step,
         bytes=g_bytes,
         flops=g_flops,
@@ -495,9 +521,18 @@ def _host_flops(
     n = len(name)
     flops = np.full(n, np.nan)
     byts = np.full(n, np.nan)
-    for i in np.nonzero((shapes >= 0) & (kind == HostKind.OP))[0].tolist():
-        f, b = op_flops_bytes(strings[name[i]], strings[shapes[i]], strings[types[i]] if types[i] >= 0 else None)
-        flops[i], byts[i] = f, b
+    sel = np.nonzero((shapes >= 0) & (kind == HostKind.OP))[0]
+    memo: dict[tuple[int, int, int], tuple[float, float]] = {}  # op_flops_bytes is a pure function of its strings
+    fb = []
+    for key in zip(name[sel].tolist(), shapes[sel].tolist(), types[sel].tolist()):
+        v = memo.get(key)
+        if v is None:
+            nm, sh, ty = key
+            v = memo[key] = op_flops_bytes(strings[nm], strings[sh], strings[ty] if ty >= 0 else None)
+        fb.append(v)
+    if fb:
+        flops[sel] = [f for f, _ in fb]
+        byts[sel] = [b for _, b in fb]
     return flops, byts
 
 
