@@ -171,6 +171,49 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
                    kernel_timer=synthetic_kernel_timer)
 
 
+def test_training_deepep_dispatch_labels_the_ep_transfers_and_drops_the_alltoall_bookkeeping() -> None:
+    """Megatron-Core's flex dispatcher with DeepEP (``dispatch: deepep``): each MoE layer's dispatch and combine,
+    forward and backward, run as DeepEP normal kernels (the engine's ``deepep`` flows: RDMA once per
+    destination node, NVLink forwarding); the probabilities' all-to-all and the counts' all-gather of the
+    alltoall dispatcher are gone (DeepEP carries the weights in its token buffer, its notify kernel exchanges
+    the counts). EP16 over two DGX H100: per token, NCCL sends each of its top-8 rows to its expert's GPU
+    (about half of them to the other node), DeepEP crosses the network once per destination node, so the
+    exposed communication drops."""
+    from collections import Counter
+
+    from cosim.errors import CosimInputError
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.replay import ReplayConfig, replay
+    from cosim.scenario import build_topology
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    topo = build_topology("dgx-h100", None, None, None, 2)
+
+    def build(dispatch: str) -> object:
+        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 16}, "dispatch": dispatch,
+                                             "batch": {"global": 64, "micro": 1, "seq": 4096}})
+        return synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
+
+    runs = {}
+    for d in ("nccl", "deepep"):
+        syn = build(d)
+        rg = syn.graph.ranks[0]
+        runs[d] = (Counter(rg.strings[int(x)].split(":")[0] for x in rg.collectives.name),
+                   replay(syn.graph, topo, ReplayConfig(collectives="simulated")).summary())
+    (nccl, a), (deepep, b) = runs["nccl"], runs["deepep"]
+    card_layers, mb = 4, 4  # qwen3-moe-mini: 4 MoE layers; 64 sequences over dp 16: 4 micro-batches
+    n = card_layers * mb
+    # alltoall: per layer and micro-batch, dispatch + probabilities (forward and backward) and combine (both);
+    # counts all-gathered once per layer forward; plus the ZeRO-1 parameter all-gather
+    assert nccl["all_to_all_dispatch"] == nccl["all_to_all_combine"] == 3 * n and nccl["all_gather"] == n + 1
+    assert deepep["deepep_dispatch"] == deepep["deepep_combine"] == 2 * n and deepep["all_gather"] == 1
+    assert "all_to_all_dispatch" not in deepep and "all_to_all_combine" not in deepep
+    assert b["breakdown"]["compute"] == pytest.approx(a["breakdown"]["compute"], rel=1e-6)  # same kernels
+    assert b["breakdown"]["exposed_communication"] < 0.75 * a["breakdown"]["exposed_communication"]
+    with pytest.raises(CosimInputError, match="dispatch: training takes nccl or deepep"):
+        build("deepep-ll")
+
+
 def test_default_dispatch_overhead_is_the_measured_eager_host_time_per_kernel() -> None:
     from cosim.resources import shared_dir
     from cosim.topology import load_topology

@@ -96,6 +96,9 @@ class Case(Strict):
     :func:`pipeline_layers`."""
     a2a_overlap: bool = False
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
+    dispatch: Literal["nccl", "deepep"] = "nccl"
+    """The run's MoE token dispatcher: ``nccl`` (Megatron-Core's alltoall dispatcher) or ``deepep`` (its flex
+    dispatcher with the DeepEP backend, ``moe_enable_deepep``): the synthetic spec's ``dispatch``."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
     config: str | None = None
@@ -233,7 +236,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     spec = SyntheticSpec.model_validate({
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
-        **(spec_over or {})})
+        **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}), **(spec_over or {})})
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes)
 
 

@@ -148,6 +148,12 @@ class Shard:
     framework_ops: bool = True
     """Training: include Megatron-Core's eager bookkeeping kernels of an MoE layer (load-balancing loss,
     token counts and their host copies, probabilities all-to-all, chunk sorts); False: the model's math only."""
+    dispatcher: str = "alltoall"
+    """Training MoE token dispatcher: ``alltoall`` (Megatron-Core's MoEAlltoAllTokenDispatcher: NCCL
+    all-to-all of the tokens, a second one of their probabilities, the counts all-gathered over EP) or
+    ``deepep`` (MoEFlexTokenDispatcher with DeepEP: the probabilities ride in DeepEP's token buffer and
+    its notify kernel exchanges the counts, so neither the probabilities' all-to-all nor the counts'
+    all-gather is launched)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -382,7 +388,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops.append(Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16"))
     if ep > 1:
         ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
-        if train:  # token_dispatcher.py token_dispatch: the permuted probabilities go in their own all-to-all
+        if train and s.dispatcher == "alltoall":  # token_dispatch: the permuted probabilities' own all-to-all
             ops.append(_coll("moe.dispatch_probs", "ep", "all_to_all_dispatch", send * 4.0, stream="ep"))
     if etp > 1:
         ops.append(_coll("moe.etp_all_gather", "etp", "all_gather", total * h * p.act_bytes, stream="ep"))
@@ -465,7 +471,7 @@ def _megatron_count_ops(c: MoEModelConfig, s: Shard) -> list[Op]:
     copies = 1
     if s.ep > 1 or s.tp > 1:
         ops += [_tiny("moe.input_splits", E, nbytes=8.0, no_grad=True, cls="reduction")]
-        if s.ep > 1:
+        if s.ep > 1 and s.dispatcher == "alltoall":
             ops.append(Op("moe.counts_all_gather", "collective", 0.0, E * 8.0 * s.ep,
                           comm=Comm("ep", "all_gather", E * 8.0 * s.ep), stream="ep", no_grad=True))
         ops += [_tiny("moe.local_counts_slice", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True),

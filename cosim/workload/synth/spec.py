@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -109,8 +110,9 @@ class SyntheticSpec(Strict):
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
     dispatch: Literal["nccl", "deepep", "deepep-ll"] | None = None
-    """Serving MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels
-    (default: deepep for prefill, deepep-ll for decode)."""
+    """MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels (default: nccl for
+    training, Megatron-Core's alltoall dispatcher; deepep for prefill, deepep-ll for decode). Training takes
+    nccl or deepep (Megatron-Core's flex dispatcher with the DeepEP backend)."""
     comm_sms: int | None = Field(default=None, ge=0)
     """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
     README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
@@ -242,10 +244,14 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
-    if (spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None
-            or spec.dispatch_precision is not None):
-        raise CosimInputError("workload.synthetic: overlap, dispatch, dispatch_precision and comm_sms are serving "
-                              "fields (mode prefill or decode); training overlaps through layout.schedule dualpipe")
+    if spec.overlap != "none" or spec.comm_sms is not None or spec.dispatch_precision is not None:
+        raise CosimInputError("workload.synthetic: overlap, dispatch_precision and comm_sms are serving "
+                              "fields (mode prefill or decode); training overlaps through layout.a2a_overlap or "
+                              "layout.schedule dualpipe")
+    if spec.dispatch == "deepep-ll":
+        raise CosimInputError("workload.synthetic.dispatch: training takes nccl or deepep (DeepEP's normal "
+                              "kernels); deepep-ll is the serving decode dispatch")
+    opts = replace(opts, dispatch=spec.dispatch or "nccl")
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
