@@ -279,3 +279,18 @@ def test_the_engine_routes_gb200_racks_as_the_topology(tmp_path: Path) -> None:
     rack = load_topology("gb200-nvl72")
     assert a2a(topo, list(range(8))) == pytest.approx(a2a(rack, list(range(8))), rel=1e-6)
     assert a2a(topo, list(range(12, 20))) > 3 * a2a(rack, list(range(8)))
+
+
+def test_quantize_cast_writes_the_rowwise_and_columnwise_copies() -> None:
+    """A training GEMM input cast to MXFP8 (or Hopper FP8) is read once in BF16 and written twice, row-wise for
+    the forward GEMM and column-wise for the wgrad GEMM, each copy 1 byte + its scales per element (MXFP8: one
+    e8m0 per 32; FP8: one fp32 per 128); its backward (the gradient's cast) moves twice that; BF16 casts nothing."""
+    from cosim.workload.synth.costs import PRECISIONS, _quant, backward_ops
+
+    n = 4096 * 7168
+    (mx,) = _quant("x", n, PRECISIONS["mxfp8"])
+    assert mx.bytes == pytest.approx(n * (2 + 2 * (1 + 1 / 32)))
+    (fp8,) = _quant("x", n, PRECISIONS["fp8"])
+    assert fp8.bytes == pytest.approx(n * (2 + 2 * (1 + 4 / 128)))
+    assert backward_ops([mx])[0].bytes == pytest.approx(2 * mx.bytes)
+    assert _quant("x", n, PRECISIONS["bf16"]) == []
