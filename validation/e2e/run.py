@@ -99,6 +99,10 @@ class Case(Strict):
     dispatch: Literal["nccl", "deepep"] = "nccl"
     """The run's MoE token dispatcher: ``nccl`` (Megatron-Core's alltoall dispatcher) or ``deepep`` (its flex
     dispatcher with the DeepEP backend, ``moe_enable_deepep``): the synthetic spec's ``dispatch``."""
+    comm_sms: int | None = None
+    """SMs the run's communication kernels hold while compute overlaps them (the replay's ``gpu.comm_sms``: compute
+    kernels then run at (SMs - comm_sms) / SMs of their speed), from the run's config (Megatron-Core
+    ``moe_deepep_num_sms``); None: the replay's default (no sharing)."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
     config: str | None = None
@@ -237,7 +241,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}), **(spec_over or {})})
-    return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes)
+    sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
+    return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,
+                    set=sets)
 
 
 def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool = False,
