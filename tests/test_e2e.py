@@ -294,3 +294,19 @@ def test_quantize_cast_writes_the_rowwise_and_columnwise_copies() -> None:
     assert fp8.bytes == pytest.approx(n * (2 + 2 * (1 + 4 / 128)))
     assert backward_ops([mx])[0].bytes == pytest.approx(2 * mx.bytes)
     assert _quant("x", n, PRECISIONS["bf16"]) == []
+
+
+def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
+    """A row's ``dispatch`` becomes the synthetic spec's and its ``comm_sms`` the replay's ``gpu.comm_sms``; the
+    DeepSeek-V3 H100 row takes its 25.09 run script's DeepEP, EP overlap and Megatron-Core's 20 DeepEP SMs."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, dispatch="deepep", comm_sms=20))
+    scn = _scenario(case, 16, "dgx-h100", 1, "none")
+    assert scn.workload.synthetic.dispatch == "deepep" and scn.set == {"gpu.comm_sms": "20"}
+    _, [plain] = load_cases(_cases_file(tmp_path))
+    scn = _scenario(plain, 16, "dgx-h100", 1, "none")
+    assert scn.workload.synthetic.dispatch is None and scn.set == {}
+    _, cases = load_cases()
+    h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
+    assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
