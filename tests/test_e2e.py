@@ -310,3 +310,26 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     _, cases = load_cases()
     h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
+
+
+def test_training_dispatches_bf16_tokens_unless_told_fp8(dgx: object) -> None:
+    """Megatron-Core dispatches BF16 hidden states whatever the GEMM precision (its FP8/MXFP8 casts happen in the
+    expert GEMMs): an FP8 step's dispatch all-to-all moves 2 bytes per element; ``dispatch_precision: fp8``
+    (DeepSeek-V3's framework) moves 1 byte + one fp32 scale per 128."""
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.workload.graph import CollType
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    def a2a_bytes(**kw: object) -> set[float]:
+        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "precision": "fp8",
+                                             "batch": {"global": 8, "micro": 1, "seq": 256}, **kw})
+        rg = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
+        C = rg.collectives
+        return {float(C.in_bytes[c]) for c in range(len(C)) if C.type[c] == CollType.ALL_TO_ALL}
+
+    from cosim.capture.config import load_model_config
+
+    h, k = load_model_config("qwen3-moe-mini").hidden_size, load_model_config("qwen3-moe-mini").top_k
+    rows = 256 * k  # 256 tokens x top-k rows, each sent once
+    assert a2a_bytes() == {rows * h * 2.0, rows * 4.0}  # tokens (dispatch, combine) in bf16; fp32 probabilities
+    assert rows * h * (1 + 4 / 128) in a2a_bytes(dispatch_precision="fp8")

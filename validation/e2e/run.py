@@ -99,6 +99,9 @@ class Case(Strict):
     dispatch: Literal["nccl", "deepep"] = "nccl"
     """The run's MoE token dispatcher: ``nccl`` (Megatron-Core's alltoall dispatcher) or ``deepep`` (its flex
     dispatcher with the DeepEP backend, ``moe_enable_deepep``): the synthetic spec's ``dispatch``."""
+    dispatch_precision: Literal["bf16", "fp8"] | None = None
+    """Element type of the run's dispatched tokens (the synthetic spec's ``dispatch_precision``); None: bf16, as
+    Megatron-Core dispatches."""
     comm_sms: int | None = None
     """SMs the run's communication kernels hold while compute overlaps them (the replay's ``gpu.comm_sms``: compute
     kernels then run at (SMs - comm_sms) / SMs of their speed), from the run's config (Megatron-Core
@@ -240,7 +243,8 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     spec = SyntheticSpec.model_validate({
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
-        **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}), **(spec_over or {})})
+        **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
+        **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,
                     set=sets)

@@ -111,6 +111,9 @@ class BuildOptions:
     ``deepep`` (Megatron-Core's flex dispatcher with DeepEP's normal kernels: RDMA once per destination node,
     NVLink forwarding, :func:`cosim.engine.moe_comm.deepep`; uniform routing only, skewed routing keeps
     all-to-allv flows with per-peer splits)."""
+    dispatch_bytes: float | None = None
+    """Training: bytes per element of the forward dispatch payload (None: the precision recipe's
+    ``dispatch_bytes``); the backward transfers and the combine move bf16 (:attr:`Precision.act_bytes`)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host blocks (cudaStreamSynchronize) after each forward token permutation until the GPU
     has run it, to read the per-expert token counts that size the all-to-allv and grouped GEMMs (Megatron-Core's
@@ -413,6 +416,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     m = global_batch // (micro * rm.dp)
     T = float(micro * seq // rm.cp)
     p = PRECISIONS[opts.precision]
+    if opts.dispatch_bytes is not None:
+        p = replace(p, dispatch_bytes=opts.dispatch_bytes)
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}

@@ -120,8 +120,11 @@ class SyntheticSpec(Strict):
     kv_cache: Literal["bf16", "fp8"] = "bf16"
     """KV-cache element type (serving)."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
-    """Serving: element type of the dispatched tokens (fp8: 1 byte + one fp32 scale per 128 channels);
-    default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. The combine is bf16."""
+    """Element type of the dispatched tokens (fp8: 1 byte + one fp32 scale per 128 channels); the combine is bf16.
+    Serving default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. Training default: bf16, as Megatron-Core
+    dispatches (its alltoall dispatcher moves the permuted BF16 hidden states, its DeepEP ``fused_dispatch`` the
+    BF16 input; FP8/MXFP8 casts happen inside the expert GEMMs); fp8: DeepSeek-V3's own framework (report section
+    3.3: activations quantized to FP8 before the dispatch), forward only (gradients travel in bf16)."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
     routing: str | RoutingSpec = "uniform"
@@ -244,14 +247,16 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
-    if spec.overlap != "none" or spec.comm_sms is not None or spec.dispatch_precision is not None:
-        raise CosimInputError("workload.synthetic: overlap, dispatch_precision and comm_sms are serving "
-                              "fields (mode prefill or decode); training overlaps through layout.a2a_overlap or "
-                              "layout.schedule dualpipe")
+    if spec.overlap != "none" or spec.comm_sms is not None:
+        raise CosimInputError("workload.synthetic: overlap and comm_sms are serving fields (mode prefill or decode); "
+                              "training overlaps through layout.a2a_overlap or layout.schedule dualpipe")
     if spec.dispatch == "deepep-ll":
         raise CosimInputError("workload.synthetic.dispatch: training takes nccl or deepep (DeepEP's normal "
                               "kernels); deepep-ll is the serving decode dispatch")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl")
+    from cosim.workload.synth.costs import PRECISIONS
+
+    opts = replace(opts, dispatch=spec.dispatch or "nccl",
+                   dispatch_bytes=PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes)
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
