@@ -333,3 +333,10 @@ def test_training_dispatches_bf16_tokens_unless_told_fp8(dgx: object) -> None:
     rows = 256 * k  # 256 tokens x top-k rows, each sent once
     assert a2a_bytes() == {rows * h * 2.0, rows * 4.0}  # tokens (dispatch, combine) in bf16; fp32 probabilities
     assert rows * h * (1 + 4 / 128) in a2a_bytes(dispatch_precision="fp8")
+    # the casts keep their FP8 width whatever the dispatch payload
+    from dataclasses import replace
+
+    from cosim.workload.synth.costs import PRECISIONS, _quant
+
+    (q,) = _quant("x", 1.0, replace(PRECISIONS["fp8"], dispatch_bytes=2.0))
+    assert q.bytes == pytest.approx(2 + 2 * (1 + 4 / 128))

@@ -48,14 +48,16 @@ class Precision:
     """Bytes per element of activations between ops (bf16)."""
     dispatch_bytes: float = 2.0
     """Bytes per element of the all-to-all dispatch payload (FP8 dispatch with its scales)."""
+    cast_bytes: float = 2.0
+    """Bytes per element of one quantized copy of a GEMM input: 1 byte + its share of the block scales."""
 
 
 PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", "bf16", 2.0),
     # 1 byte per element plus one fp32 scale per 128 elements (DeepSeek-V3 report, section 3.3)
-    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128),
+    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128),
     # 1 byte plus one e8m0 scale per 32 elements (OCP MX spec v1.0)
-    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32),
+    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -177,11 +179,10 @@ cast_transpose.cu)."""
 
 def _quant(name: str, numel: float, p: Precision) -> list[Op]:
     """The cast of a GEMM input to FP8 (nothing at bf16): one BF16 read, :data:`QUANT_COPIES` FP8 copies
-    with their scales (``dispatch_bytes`` per element) written."""
+    with their scales (``cast_bytes`` per element) written."""
     if p.gemm == "bf16":
         return []
-    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + QUANT_COPIES * p.dispatch_bytes),
-               p.gemm)]
+    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + QUANT_COPIES * p.cast_bytes), p.gemm)]
 
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
