@@ -34,6 +34,16 @@ __all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "Comm", "Op", "Precision", "Shard"
            "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
 
 
+QUANT_COPIES = 2
+"""Quantized copies Transformer Engine writes per cast of a training GEMM input (and of its gradient in the
+backward): the row-wise one the forward (dgrad) GEMM reads and the column-wise one the wgrad GEMM reads.
+MXFP8: the 1x32 scales run along the reduction dimension, so the column-wise copy is quantized again from the
+BF16 source, not transposed (TE ``MXFP8Quantizer(rowwise=True, columnwise=True)``; NVIDIA, "Recipes for
+Pre-training LLMs with MXFP8", arXiv:2506.08027, section 3); Hopper FP8: its GEMMs take only the TN layout, so
+TE's fused ``cast_transpose`` writes the FP8 tensor and its transpose (transformer_engine/common/transpose/
+cast_transpose.cu)."""
+
+
 @dataclass(frozen=True)
 class Precision:
     """Datatypes of one training precision recipe."""
@@ -50,6 +60,8 @@ class Precision:
     """Bytes per element of the all-to-all dispatch payload (FP8 dispatch with its scales)."""
     cast_bytes: float = 2.0
     """Bytes per element of one quantized copy of a GEMM input: 1 byte + its share of the block scales."""
+    cast_copies: int = QUANT_COPIES
+    """Quantized copies a cast writes: :data:`QUANT_COPIES` in training; 1 when serving (no wgrad GEMM)."""
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -167,22 +179,12 @@ def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: 
               saved=m * k * batch * inb if save_input else 0.0)
 
 
-QUANT_COPIES = 2
-"""Quantized copies Transformer Engine writes per cast of a training GEMM input (and of its gradient in the
-backward): the row-wise one the forward (dgrad) GEMM reads and the column-wise one the wgrad GEMM reads.
-MXFP8: the 1x32 scales run along the reduction dimension, so the column-wise copy is quantized again from the
-BF16 source, not transposed (TE ``MXFP8Quantizer(rowwise=True, columnwise=True)``; NVIDIA, "Recipes for
-Pre-training LLMs with MXFP8", arXiv:2506.08027, section 3); Hopper FP8: its GEMMs take only the TN layout, so
-TE's fused ``cast_transpose`` writes the FP8 tensor and its transpose (transformer_engine/common/transpose/
-cast_transpose.cu)."""
-
-
 def _quant(name: str, numel: float, p: Precision) -> list[Op]:
-    """The cast of a GEMM input to FP8 (nothing at bf16): one BF16 read, :data:`QUANT_COPIES` FP8 copies
+    """The cast of a GEMM input to FP8 (nothing at bf16): one BF16 read, ``cast_copies`` FP8 copies
     with their scales (``cast_bytes`` per element) written."""
     if p.gemm == "bf16":
         return []
-    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + QUANT_COPIES * p.cast_bytes), p.gemm)]
+    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm)]
 
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
