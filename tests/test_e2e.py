@@ -171,6 +171,49 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
                    kernel_timer=synthetic_kernel_timer)
 
 
+def test_training_deepep_dispatch_labels_the_ep_transfers_and_drops_the_alltoall_bookkeeping() -> None:
+    """Megatron-Core's flex dispatcher with DeepEP (``dispatch: deepep``): each MoE layer's dispatch and combine,
+    forward and backward, run as DeepEP normal kernels (the engine's ``deepep`` flows: RDMA once per
+    destination node, NVLink forwarding); the probabilities' all-to-all and the counts' all-gather of the
+    alltoall dispatcher are gone (DeepEP carries the weights in its token buffer, its notify kernel exchanges
+    the counts). EP16 over two DGX H100: per token, NCCL sends each of its top-8 rows to its expert's GPU
+    (about half of them to the other node), DeepEP crosses the network once per destination node, so the
+    exposed communication drops."""
+    from collections import Counter
+
+    from cosim.errors import CosimInputError
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.replay import ReplayConfig, replay
+    from cosim.scenario import build_topology
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    topo = build_topology("dgx-h100", None, None, None, 2)
+
+    def build(dispatch: str) -> object:
+        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 16}, "dispatch": dispatch,
+                                             "batch": {"global": 64, "micro": 1, "seq": 4096}})
+        return synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
+
+    runs = {}
+    for d in ("nccl", "deepep"):
+        syn = build(d)
+        rg = syn.graph.ranks[0]
+        runs[d] = (Counter(rg.strings[int(x)].split(":")[0] for x in rg.collectives.name),
+                   replay(syn.graph, topo, ReplayConfig(collectives="simulated")).summary())
+    (nccl, a), (deepep, b) = runs["nccl"], runs["deepep"]
+    card_layers, mb = 4, 4  # qwen3-moe-mini: 4 MoE layers; 64 sequences over dp 16: 4 micro-batches
+    n = card_layers * mb
+    # alltoall: per layer and micro-batch, dispatch + probabilities (forward and backward) and combine (both);
+    # counts all-gathered once per layer forward; plus the ZeRO-1 parameter all-gather
+    assert nccl["all_to_all_dispatch"] == nccl["all_to_all_combine"] == 3 * n and nccl["all_gather"] == n + 1
+    assert deepep["deepep_dispatch"] == deepep["deepep_combine"] == 2 * n and deepep["all_gather"] == 1
+    assert "all_to_all_dispatch" not in deepep and "all_to_all_combine" not in deepep
+    assert b["breakdown"]["compute"] == pytest.approx(a["breakdown"]["compute"], rel=1e-6)  # same kernels
+    assert b["breakdown"]["exposed_communication"] < 0.75 * a["breakdown"]["exposed_communication"]
+    with pytest.raises(CosimInputError, match="dispatch: training takes nccl or deepep"):
+        build("deepep-ll")
+
+
 def test_default_dispatch_overhead_is_the_measured_eager_host_time_per_kernel() -> None:
     from cosim.resources import shared_dir
     from cosim.topology import load_topology
@@ -236,3 +279,64 @@ def test_the_engine_routes_gb200_racks_as_the_topology(tmp_path: Path) -> None:
     rack = load_topology("gb200-nvl72")
     assert a2a(topo, list(range(8))) == pytest.approx(a2a(rack, list(range(8))), rel=1e-6)
     assert a2a(topo, list(range(12, 20))) > 3 * a2a(rack, list(range(8)))
+
+
+def test_quantize_cast_writes_the_rowwise_and_columnwise_copies() -> None:
+    """A training GEMM input cast to MXFP8 (or Hopper FP8) is read once in BF16 and written twice, row-wise for
+    the forward GEMM and column-wise for the wgrad GEMM, each copy 1 byte + its scales per element (MXFP8: one
+    e8m0 per 32; FP8: one fp32 per 128); its backward (the gradient's cast) moves twice that; BF16 casts nothing."""
+    from cosim.workload.synth.costs import PRECISIONS, _quant, backward_ops
+
+    n = 4096 * 7168
+    (mx,) = _quant("x", n, PRECISIONS["mxfp8"])
+    assert mx.bytes == pytest.approx(n * (2 + 2 * (1 + 1 / 32)))
+    (fp8,) = _quant("x", n, PRECISIONS["fp8"])
+    assert fp8.bytes == pytest.approx(n * (2 + 2 * (1 + 4 / 128)))
+    assert backward_ops([mx])[0].bytes == pytest.approx(2 * mx.bytes)
+    assert _quant("x", n, PRECISIONS["bf16"]) == []
+
+
+def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
+    """A row's ``dispatch`` becomes the synthetic spec's and its ``comm_sms`` the replay's ``gpu.comm_sms``; the
+    DeepSeek-V3 H100 row takes its 25.09 run script's DeepEP, EP overlap and Megatron-Core's 20 DeepEP SMs."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, dispatch="deepep", comm_sms=20))
+    scn = _scenario(case, 16, "dgx-h100", 1, "none")
+    assert scn.workload.synthetic.dispatch == "deepep" and scn.set == {"gpu.comm_sms": "20"}
+    _, [plain] = load_cases(_cases_file(tmp_path))
+    scn = _scenario(plain, 16, "dgx-h100", 1, "none")
+    assert scn.workload.synthetic.dispatch is None and scn.set == {}
+    _, cases = load_cases()
+    h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
+    assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
+
+
+def test_training_dispatches_bf16_tokens_unless_told_fp8(dgx: object) -> None:
+    """Megatron-Core dispatches BF16 hidden states whatever the GEMM precision (its FP8/MXFP8 casts happen in the
+    expert GEMMs): an FP8 step's dispatch all-to-all moves 2 bytes per element; ``dispatch_precision: fp8``
+    (DeepSeek-V3's framework) moves 1 byte + one fp32 scale per 128."""
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.workload.graph import CollType
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    def a2a_bytes(**kw: object) -> set[float]:
+        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "precision": "fp8",
+                                             "batch": {"global": 8, "micro": 1, "seq": 256}, **kw})
+        rg = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
+        C = rg.collectives
+        return {float(C.in_bytes[c]) for c in range(len(C)) if C.type[c] == CollType.ALL_TO_ALL}
+
+    from cosim.capture.config import load_model_config
+
+    h, k = load_model_config("qwen3-moe-mini").hidden_size, load_model_config("qwen3-moe-mini").top_k
+    rows = 256 * k  # 256 tokens x top-k rows, each sent once
+    assert a2a_bytes() == {rows * h * 2.0, rows * 4.0}  # tokens (dispatch, combine) in bf16; fp32 probabilities
+    assert rows * h * (1 + 4 / 128) in a2a_bytes(dispatch_precision="fp8")
+    # the casts keep their FP8 width whatever the dispatch payload
+    from dataclasses import replace
+
+    from cosim.workload.synth.costs import PRECISIONS, _quant
+
+    (q,) = _quant("x", 1.0, replace(PRECISIONS["fp8"], dispatch_bytes=2.0))
+    assert q.bytes == pytest.approx(2 + 2 * (1 + 4 / 128))

@@ -172,3 +172,25 @@ def test_internode_forwarding_rate_and_nic_rate_by_hand() -> None:
     # no forwarding cap: NVLink at 131 GB/s (1.33 ms) and the NIC at the catalog's 36 GB/s (0.85 ms) side by side
     assert load.nvlink_out / (0.655 * 200e9) > load.nic_out / (0.72 * 50e9)
     assert times[1e15] == pytest.approx(lat + load.nvlink_out / (0.655 * 200e9), rel=1e-6)
+
+
+def test_repeated_calls_reuse_the_flows_and_time_alike() -> None:
+    """A training step repeats one dispatch thousands of times: the simulator keeps its flows (and their link
+    efficiencies) per group and parameters, so a second call, back to back, takes exactly the first one's time,
+    and another token count is worked out afresh."""
+    from cosim.engine.moe_comm import _FLOW_CACHE
+    from cosim.topology import load_topology
+
+    topo = load_topology("h800-8node")
+    ranks = list(topo.gpus)[:16]
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    kw = dict(num_tokens=1024, hidden=7168, num_topk=8, num_experts=256)
+    first = deepep(sim, "dispatch", ranks, **kw)
+    sim.run()
+    second = deepep(sim, "dispatch", ranks, **kw)
+    sim.run()
+    assert len(_FLOW_CACHE[sim]) == 1
+    assert second.value.time == pytest.approx(first.value.time, rel=1e-12)
+    half = deepep(sim, "dispatch", ranks, **{**kw, "num_tokens": 512})
+    sim.run()
+    assert len(_FLOW_CACHE[sim]) == 2 and half.value.time < first.value.time

@@ -19,10 +19,11 @@ bytes / time.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from math import comb
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -229,6 +230,11 @@ def _flows(per_node: list[list[str]], tr: MoeTraffic, b: float, mode: str) -> li
     return [(a, c, v) for (a, c), v in acc.items()]
 
 
+_FLOW_CACHE: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+"""Per simulator: the flows (and their link efficiencies) of a uniform-routing call, by group and
+parameters: a training step repeats the same dispatch thousands of times."""
+
+
 def _rate_efficiency(sim: Simulator, flows: list[tuple[str, str, float]], fraction: float) -> float:
     """Flow efficiency that makes ``flows`` run at ``fraction`` of raw bandwidth on their links: the
     fraction over the lowest catalog efficiency of the links leaving their sources (NVLink for node-local
@@ -270,28 +276,36 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     sizes = {len(x) for x in per_node}
     if len(sizes) != 1:
         raise ValueError("DeepEP needs the same number of ranks on every node")
-    tr = traffic or expected_traffic(len(per_node), sizes.pop(), num_tokens, num_topk, num_experts,
-                                     num_topk_groups)
-    b = token_bytes(hidden, kind)
-    wire = buffer_token_bytes(hidden, kind, num_topk, len(per_node) > 1) if mode == "normal" else b
-    flows = _flows(per_node, tr, wire, mode)
-    if kind == "combine":
-        flows = [(c, a, v) for a, c, v in flows]
     params = col.params
     lat = latency if latency is not None else (params.fitted.p2p_latency if params.fitted else
                                                params.base_latency["p2p"]["simple"])
     env = sim.env
     label = name or f"deepep_{kind}"
-    res = CollectiveResult(f"deepep_{kind}", float(sum(v for _, _, v in flows)), ranks, mode, "", env.now, env.now,
-                           lat)
-    node = {r: k for k, loc in enumerate(per_node) for r in loc}
-    intra = [f for f in flows if node[f[0]] == node[f[1]]]
-    inter = [f for f in flows if node[f[0]] != node[f[1]]]
-    # internode: NVLink forwarding at the kernel's rate per GPU, split over its per-destination warps
-    fwd = rates.forward_dispatch if kind == "dispatch" else rates.forward_combine
-    fwd_cap = fwd / max(1, len(per_node[0]) - 1) if len(per_node) > 1 and mode == "normal" else float("inf")
-    parts = [(p, _rate_efficiency(sim, p, frac), cap)
-             for p, frac, cap in ((intra, rates.nvlink, fwd_cap), (inter, rates.rdma, float("inf"))) if p]
+    b = token_bytes(hidden, kind)
+    key = (tuple(tuple(x) for x in per_node), num_tokens, num_topk, num_experts, num_topk_groups, kind, mode,
+           hidden, rates)
+    cache = _FLOW_CACHE.setdefault(sim, {})
+    hit = cache.get(key) if traffic is None else None
+    if hit is None:
+        tr = traffic or expected_traffic(len(per_node), sizes.pop(), num_tokens, num_topk, num_experts,
+                                         num_topk_groups)
+        wire = buffer_token_bytes(hidden, kind, num_topk, len(per_node) > 1) if mode == "normal" else b
+        flows = _flows(per_node, tr, wire, mode)
+        if kind == "combine":
+            flows = [(c, a, v) for a, c, v in flows]
+        node = {r: k for k, loc in enumerate(per_node) for r in loc}
+        intra = [f for f in flows if node[f[0]] == node[f[1]]]
+        inter = [f for f in flows if node[f[0]] != node[f[1]]]
+        # internode: NVLink forwarding at the kernel's rate per GPU, split over its per-destination warps
+        fwd = rates.forward_dispatch if kind == "dispatch" else rates.forward_combine
+        fwd_cap = fwd / max(1, len(per_node[0]) - 1) if len(per_node) > 1 and mode == "normal" else float("inf")
+        parts = [(p, _rate_efficiency(sim, p, frac), cap)
+                 for p, frac, cap in ((intra, rates.nvlink, fwd_cap), (inter, rates.rdma, float("inf"))) if p]
+        hit = (tr, float(sum(v for _, _, v in flows)), parts)
+        if traffic is None:
+            cache[key] = hit
+    tr, total, parts = hit
+    res = CollectiveResult(f"deepep_{kind}", total, ranks, mode, "", env.now, env.now, lat)
     inner = env.event()
 
     def run() -> Generator[simpy.Event, object, None]:

@@ -96,6 +96,16 @@ class Case(Strict):
     :func:`pipeline_layers`."""
     a2a_overlap: bool = False
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
+    dispatch: Literal["nccl", "deepep"] = "nccl"
+    """The run's MoE token dispatcher: ``nccl`` (Megatron-Core's alltoall dispatcher) or ``deepep`` (its flex
+    dispatcher with the DeepEP backend, ``moe_enable_deepep``): the synthetic spec's ``dispatch``."""
+    dispatch_precision: Literal["bf16", "fp8"] | None = None
+    """Element type of the run's dispatched tokens (the synthetic spec's ``dispatch_precision``); None: bf16, as
+    Megatron-Core dispatches."""
+    comm_sms: int | None = None
+    """SMs the run's communication kernels hold while compute overlaps them (the replay's ``gpu.comm_sms``: compute
+    kernels then run at (SMs - comm_sms) / SMs of their speed), from the run's config (Megatron-Core
+    ``moe_deepep_num_sms``); None: the replay's default (no sharing)."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
     fp8_recipe: Literal["blockwise", "current"] | None = None
@@ -236,8 +246,11 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
         **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
-        **(spec_over or {})})
-    return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes)
+        **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
+        **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
+    sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
+    return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,
+                    set=sets)
 
 
 def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool = False,

@@ -86,9 +86,6 @@ class BuildOptions:
 
     precision: str = "bf16"
     """bf16, fp8 or mxfp8 (:data:`cosim.workload.synth.costs.PRECISIONS`)."""
-    dispatch_bytes: float | None = None
-    """Bytes per element of the MoE dispatch all-to-all payload; None: the precision's own
-    (:attr:`cosim.workload.synth.costs.Precision.dispatch_bytes`)."""
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
     fold: bool | None = None
@@ -109,6 +106,14 @@ class BuildOptions:
     expert_gemm_host: float = 33e-6
     """Host time of each expert GEMM launch of a grouped GEMM beyond its first (s; ``Op.launches``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.expert_gemm_host`)."""
+    dispatch: str = "nccl"
+    """Training MoE dispatch/combine: ``nccl`` (all-to-all(v) flows, Megatron-Core's alltoall dispatcher) or
+    ``deepep`` (Megatron-Core's flex dispatcher with DeepEP's normal kernels: RDMA once per destination node,
+    NVLink forwarding, :func:`cosim.engine.moe_comm.deepep`; uniform routing only, skewed routing keeps
+    all-to-allv flows with per-peer splits)."""
+    dispatch_bytes: float | None = None
+    """Training: bytes per element of the forward dispatch payload (None: the precision recipe's
+    ``dispatch_bytes``); the backward transfers and the combine move bf16 (:attr:`Precision.act_bytes`)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host blocks (cudaStreamSynchronize) after each forward token permutation until the GPU
     has run it, to read the per-expert token counts that size the all-to-allv and grouped GEMMs (Megatron-Core's
@@ -388,8 +393,10 @@ class _RankBuilder:
                                  "projected_onto": self.device})
 
 
-def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float) -> Shard:
-    base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel)
+def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
+           dispatcher: str = "alltoall") -> Shard:
+    base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel,
+                 dispatcher=dispatcher)
     if card.is_dense or layer < card.dense_layers:
         return base
     r = routes[layer]
@@ -427,6 +434,16 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     keys: dict[int, list[tuple[tuple[Unit, ...], bool]]] = {}
     cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
 
+    def deepep_label_of(o: Op) -> str:
+        """DeepEP label of an EP all-to-all (forward dispatch: its payload per token; the combine and every
+        backward transfer carry BF16 tokens or gradients)."""
+        from cosim.workload.synth.infer import deepep_label
+
+        assert o.comm is not None
+        kind = "dispatch" if o.comm.kind == "all_to_all_dispatch" else "combine"
+        bpt = o.comm.nbytes / (sp_tokens * card.top_k) if kind == "dispatch" else 2.0 * card.hidden_size
+        return deepep_label(kind, "normal", sp_tokens, bpt, card.top_k, card.num_experts)
+
     def chunk_ops(rank: int, c: int) -> tuple[list[tuple[int, list[Op], list[float]]],
                                               list[tuple[int, list[Op], list[float]]]]:
         """Chunk ``c`` of ``rank``: per layer (embedding -1, head num_layers) its forward ops and
@@ -436,7 +453,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if c == 0:
             fw.append((-1, embedding_ops(card, T, sh0, p), []))
         for ly in rm.chunk_layers[c]:
-            sh = _shard(rm, card, rank, ly, routes, T)
+            sh = _shard(rm, card, rank, ly, routes, T, "deepep" if opts.dispatch == "deepep" else "alltoall")
             key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
@@ -483,10 +500,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
         def emit(o: Op, d: float, ly: int = -1) -> int:
             splits = None
-            if (o.cls == "collective" and ly in routes and not opts.routing.is_uniform and o.comm is not None
+            label = None
+            if (o.cls == "collective" and ly in routes and o.comm is not None
                     and o.comm.kind.startswith("all_to_all")):
-                splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
-            return rb.emit(o, d * gslow, groups, launch, splits, host_sync=opts.moe_host_sync)
+                if not opts.routing.is_uniform:
+                    splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+                elif opts.dispatch == "deepep":
+                    label = deepep_label_of(o)
+            return rb.emit(o, d * gslow, groups, launch, splits, label=label, host_sync=opts.moe_host_sync)
 
         fsdp = rm.layout.zero == "fsdp"
         gathered: dict[int, list[int]] = {}

@@ -34,6 +34,16 @@ __all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op"
            "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
 
 
+QUANT_COPIES = 2
+"""Quantized copies Transformer Engine writes per cast of a training GEMM input (and of its gradient in the
+backward): the row-wise one the forward (dgrad) GEMM reads and the column-wise one the wgrad GEMM reads.
+MXFP8: the 1x32 scales run along the reduction dimension, so the column-wise copy is quantized again from the
+BF16 source, not transposed (TE ``MXFP8Quantizer(rowwise=True, columnwise=True)``; NVIDIA, "Recipes for
+Pre-training LLMs with MXFP8", arXiv:2506.08027, section 3); Hopper FP8: its GEMMs take only the TN layout, so
+TE's fused ``cast_transpose`` writes the FP8 tensor and its transpose (transformer_engine/common/transpose/
+cast_transpose.cu)."""
+
+
 @dataclass(frozen=True)
 class Precision:
     """Datatypes of one training precision recipe."""
@@ -52,16 +62,21 @@ class Precision:
     """Kernels one quantization of one tensor launches: 1 for MXFP8, blockwise and delayed-scaling FP8 (one
     cast kernel); 4 for per-tensor current scaling (zero the amax, compute the amax, compute the scale, cast:
     :data:`TE_QUANTIZE_SOURCE`)."""
+    cast_bytes: float = 2.0
+    """Bytes per element of one quantized copy of a GEMM input: 1 byte + its share of the block scales."""
+    cast_copies: int = QUANT_COPIES
+    """Quantized copies a cast writes: :data:`QUANT_COPIES` in training; 1 when serving (no wgrad GEMM)."""
 
 
 PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", "bf16", 2.0),
     # 1 byte per element plus one fp32 scale per 128 elements (DeepSeek-V3 report, section 3.3)
-    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128),
+    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128),
     # 1 byte plus one e8m0 scale per 32 elements (OCP MX spec v1.0)
-    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32),
+    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32),
     # Transformer Engine's per-tensor current scaling (Megatron-Bridge FP8_CS): FP8 math, four kernels per cast
-    "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, quant_kernels=4),
+    "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128,
+                        quant_kernels=4),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -159,6 +174,12 @@ class Shard:
     framework_ops: bool = True
     """Training: include Megatron-Core's eager bookkeeping kernels of an MoE layer (load-balancing loss,
     token counts and their host copies, probabilities all-to-all, chunk sorts); False: the model's math only."""
+    dispatcher: str = "alltoall"
+    """Training MoE token dispatcher: ``alltoall`` (Megatron-Core's MoEAlltoAllTokenDispatcher: NCCL
+    all-to-all of the tokens, a second one of their probabilities, the counts all-gathered over EP) or
+    ``deepep`` (MoEFlexTokenDispatcher with DeepEP: the probabilities ride in DeepEP's token buffer and
+    its notify kernel exchanges the counts, so neither the probabilities' all-to-all nor the counts'
+    all-gather is launched)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -171,12 +192,13 @@ def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: 
 
 
 def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
-    """The cast of a GEMM input to FP8 (nothing at bf16). ``groups``: tensors quantized one by one in one call
-    (Transformer Engine's ``split_quantize`` over the local experts' rows, training): each launches
-    ``p.quant_kernels`` kernels (:data:`TE_QUANTIZE_SOURCE`)."""
+    """The cast of a GEMM input to FP8 (nothing at bf16): one BF16 read, ``cast_copies`` FP8 copies with their
+    scales (``cast_bytes`` per element) written. ``groups``: tensors quantized one by one in one call (Transformer
+    Engine's ``split_quantize`` over the local experts' rows, training): each launches ``p.quant_kernels`` kernels
+    (:data:`TE_QUANTIZE_SOURCE`)."""
     if p.gemm == "bf16":
         return []
-    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.gemm_in_bytes), p.gemm,
+    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm,
                loop_launches=max(groups, 1) * p.quant_kernels - 1)]
 
 
@@ -408,7 +430,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops.append(Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16"))
     if ep > 1:
         ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
-        if train:  # token_dispatcher.py token_dispatch: the permuted probabilities go in their own all-to-all
+        if train and s.dispatcher == "alltoall":  # token_dispatch: the permuted probabilities' own all-to-all
             ops.append(_coll("moe.dispatch_probs", "ep", "all_to_all_dispatch", send * 4.0, stream="ep"))
     if etp > 1:
         ops.append(_coll("moe.etp_all_gather", "etp", "all_gather", total * h * p.act_bytes, stream="ep"))
@@ -494,7 +516,7 @@ def _megatron_count_ops(c: MoEModelConfig, s: Shard) -> list[Op]:
     copies = 1
     if s.ep > 1 or s.tp > 1:
         ops += [_tiny("moe.input_splits", E, nbytes=8.0, no_grad=True, cls="reduction")]
-        if s.ep > 1:
+        if s.ep > 1 and s.dispatcher == "alltoall":
             ops.append(Op("moe.counts_all_gather", "collective", 0.0, E * 8.0 * s.ep,
                           comm=Comm("ep", "all_gather", E * 8.0 * s.ep), stream="ep", no_grad=True))
         ops += [_tiny("moe.local_counts_slice", s.ep * s.tp * e_local, nbytes=8.0, no_grad=True),

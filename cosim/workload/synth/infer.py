@@ -82,7 +82,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     if rm.pp != 1:
         raise CosimInputError("workload.synthetic.layout.pp: inference with pipeline parallelism is not "
                               f"modelled yet (pp {rm.pp}); use tp / ep / dp")
-    p = PRECISIONS[opts.precision]
+    p = replace(PRECISIONS[opts.precision], cast_copies=1)  # serving: a cast feeds the forward GEMM only
     if step.dispatch_bytes is not None:
         p = replace(p, dispatch_bytes=step.dispatch_bytes)
     n_mb = 2 if step.overlap == "two-microbatch" else 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -109,8 +110,9 @@ class SyntheticSpec(Strict):
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
     dispatch: Literal["nccl", "deepep", "deepep-ll"] | None = None
-    """Serving MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels
-    (default: deepep for prefill, deepep-ll for decode)."""
+    """MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels (default: nccl for
+    training, Megatron-Core's alltoall dispatcher; deepep for prefill, deepep-ll for decode). Training takes
+    nccl or deepep (Megatron-Core's flex dispatcher with the DeepEP backend)."""
     comm_sms: int | None = Field(default=None, ge=0)
     """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
     README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
@@ -118,11 +120,13 @@ class SyntheticSpec(Strict):
     kv_cache: Literal["bf16", "fp8"] = "bf16"
     """KV-cache element type (serving)."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
-    """Element type of the MoE dispatch all-to-all payload (fp8: 1 byte + one fp32 scale per 128 channels);
-    the combine is bf16. Serving default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. Training default:
-    bf16 whatever ``precision`` is, as Megatron-Core dispatches: its all-to-all dispatcher sends the bf16 hidden
-    states, and its DeepEP and HybridEP paths have FP8 dispatch switched off (:data:`MEGATRON_DISPATCH_SOURCE`);
-    fp8 models DeepSeek-V3's own FP8 dispatch (its report, section 3.3)."""
+    """Element type of the MoE dispatch payload (fp8: 1 byte + one fp32 scale per 128 channels); the combine is bf16.
+    Serving default: fp8 when ``precision`` is fp8 or mxfp8, else bf16. Training default: bf16 whatever
+    ``precision`` is, as Megatron-Core dispatches: its alltoall dispatcher moves the permuted BF16 hidden states, its
+    DeepEP ``fused_dispatch`` the BF16 input, FP8 dispatch is switched off in its DeepEP and HybridEP paths, and the
+    FP8/MXFP8 casts happen inside the expert GEMMs (:data:`MEGATRON_DISPATCH_SOURCE`); fp8: DeepSeek-V3's own
+    framework (report section 3.3: activations quantized to FP8 before the dispatch), forward only (gradients
+    travel in bf16)."""
     precision: Literal["bf16", "fp8", "mxfp8"] = "bf16"
     """GEMM precision recipe."""
     fp8_recipe: Literal["blockwise", "current"] = "blockwise"
@@ -267,9 +271,13 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
-    if spec.overlap != "none" or spec.dispatch is not None or spec.comm_sms is not None:
-        raise CosimInputError("workload.synthetic: overlap, dispatch and comm_sms are serving "
-                              "fields (mode prefill or decode); training overlaps through layout.schedule dualpipe")
+    if spec.overlap != "none" or spec.comm_sms is not None:
+        raise CosimInputError("workload.synthetic: overlap and comm_sms are serving fields (mode prefill or decode); "
+                              "training overlaps through layout.a2a_overlap or layout.schedule dualpipe")
+    if spec.dispatch == "deepep-ll":
+        raise CosimInputError("workload.synthetic.dispatch: training takes nccl or deepep (DeepEP's normal "
+                              "kernels); deepep-ll is the serving decode dispatch")
+    opts = replace(opts, dispatch=spec.dispatch or "nccl")
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
