@@ -1119,6 +1119,10 @@ class Fabric:
             p.bott[R] = -2
         else:
             bott = p.bott[R]
+            unk = bott < -1
+            if unk.any() and 8 * int(unk.sum()) < k and not (grp >= 0).any():
+                bott = bott.copy()
+                bott[unk] = self._guess_bottleneck(S[unk])  # a guess: the structure's pivots correct it
             if (bott >= -1).all() and not (grp >= 0).any():
                 got = self._reuse_structure(bott, old, m, cap, ent_row, lseg, e_off, e_seg, e_link, e_w, ulinks,
                                             rem_cap, capl)
@@ -1142,6 +1146,17 @@ class Fabric:
         else:
             self._load[ulinks] += new_load - old_load
         return rate
+
+    def _guess_bottleneck(self, S: np.ndarray) -> np.ndarray:
+        """Per row (its segments ``S``): the lowest-capacity link of its first segment, as a starting
+        bottleneck for :meth:`_reuse_structure` where the last solve left none (rows frozen by the
+        filling's numerical fallback)."""
+        first = S[np.arange(len(S)), np.argmax(S >= 0, axis=1)]
+        out = np.empty(len(S), dtype=np.int64)
+        for k, sg in enumerate(first.tolist()):
+            lk = self._se_link[self._se_off[sg]:self._se_off[sg + 1]]
+            out[k] = lk[int(np.argmin(self.capacity[lk]))]
+        return out
 
     _DENSE_ROWS = 64
     """Solves of at most this many rows use the sequential :meth:`_fill_dense` (fewer numpy calls when
@@ -1204,9 +1219,9 @@ class Fabric:
     _REUSE_MAX_CLASSES = 4096
     """Most bottleneck links :meth:`_reuse_structure` solves for (a B x B system; triangular when the
     levels keep their order, O(B^2), else a dense O(B^3) solve, tried only up to 1024)."""
-    _REUSE_DENSE_MAX = 1024
+    _REUSE_DENSE_MAX = 2560
     """Largest system :meth:`_reuse_structure` solves densely when its levels changed order."""
-    _REUSE_PIVOTS = 8
+    _REUSE_PIVOTS = 24
     """Most pivots (rows moved to the bottleneck the last levels show them) :meth:`_reuse_structure`
     tries before it gives up and the caller fills."""
 
@@ -1279,8 +1294,11 @@ class Fabric:
                     return None
             except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
                 return None
-            if not np.isfinite(lev).all() or (lev <= 0).any():
+            if not np.isfinite(lev).all():
                 return None
+            # a level <= 0: rows of other classes overload that link; a tiny level lets the checks below
+            # flag it as overloaded and pivot (its water level takes the rows above it)
+            lev = np.maximum(lev, 1e-9 * np.maximum(capl[cl][order], 1.0))
             guess[cl] = lev[inv]
             level = np.full(nlk, _INF)
             level[cl] = guess[cl]
