@@ -1288,8 +1288,13 @@ class Fabric:
             rhs[inv] = rem_cap[cl]
             rhs -= np.bincount(inv[pk[cp]], weights=pw[cp] * cap[pr[cp]], minlength=B)
             try:
+                perm = None if not B or not (rk < rc).any() else Fabric._topo_order(M)
                 if B and not (rk < rc).any():  # lower triangular in level order
                     lev = scipy.linalg.solve_triangular(M, rhs, lower=True, check_finite=False)
+                elif perm is not None:  # triangular in a dependency order the levels did not show
+                    lev = np.empty(B)
+                    lev[perm] = scipy.linalg.solve_triangular(M[np.ix_(perm, perm)], rhs[perm], lower=True,
+                                                              check_finite=False)
                 elif B <= Fabric._REUSE_DENSE_MAX:
                     lev = np.linalg.solve(M, rhs) if B else np.zeros(0)
                 else:
@@ -1347,6 +1352,25 @@ class Fabric:
         pr = np.repeat(ent_row, n_per)
         pe = ce[_ranges(c_off[lseg], n_per)]
         return pr, e_link[pe], e_w[pe] * m[pr]
+
+    @staticmethod
+    def _topo_order(M: np.ndarray) -> np.ndarray | None:
+        """An order of the classes in which ``M`` (row: class link, column: the class of rows crossing it)
+        is lower triangular: every class after the classes whose rows cross its link (Kahn's peeling on
+        the dense pattern, O(B^2) numpy in all plus a few calls per round); None if they form a cycle."""
+        A = M != 0
+        np.fill_diagonal(A, False)
+        indeg = A.sum(axis=1)
+        done = np.zeros(len(M), dtype=bool)
+        out: list[np.ndarray] = []
+        while not done.all():
+            ready = np.flatnonzero((indeg == 0) & ~done)
+            if not ready.size:
+                return None
+            done[ready] = True
+            out.append(ready)
+            indeg = indeg - A[:, ready].sum(axis=1)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     @staticmethod
     def _level_order(level: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
