@@ -16,12 +16,15 @@ two ways: logical flow events (2 per logical flow + re-solves, what a per-flow
 simulator would process) and simpy events the engine actually processed.
 Sizes up to 256 GPUs use ``dgx-h100-32node`` (its first n GPUs); larger ones a
 ``n/8``-node variant of the same preset written to a temporary topology file.
-``--completion-tolerance`` sets :attr:`FabricConfig.completion_tolerance` (flows
-due within that fraction of their duration end together; 0 = exact). CPU time is
+``--completion-tolerance`` sets :attr:`FabricConfig.completion_tolerance` (the completion
+window of a collective phase, as a fraction of its projected remaining time; default: the
+engine's default; 0 = exact). ``--exact-up-to N`` also runs every size up to N exactly and
+reports the windowed run's simulated time relative to the exact one. CPU time is
 printed beside wall time (the machine may be shared). ``--max-wall`` (wall seconds) or ``--max-cpu`` (CPU seconds) stops a
 size after that much simulation and reports how far it got (for extrapolating runs that would take hours).
 
-    python benchmarks/bench_engine.py [--pattern equal|uneven] [--sizes 64,256,1024] [--per-rank 64MiB] [--json]
+    python benchmarks/bench_engine.py [--pattern equal|uneven] [--sizes 64,256,1024] [--per-rank 64MiB]
+        [--completion-tolerance EPS] [--exact-up-to 128] [--max-cpu S] [--json]
 """
 
 from __future__ import annotations
@@ -153,6 +156,9 @@ def _line(r: dict[str, Any]) -> str:
         s += f"busbw {units.fmt_bandwidth(r['busbw_Bps']):>10}  "
     else:
         s += f"STOPPED at --max-wall, {100 * r['rows_done_fraction']:.1f}% of rows done  "
+    if "sim_time_rel_error" in r:
+        s += (f"exact: {r['exact']['solves']} solves, cpu {r['exact']['cpu_s']:.2f} s, sim "
+              f"{units.fmt_time(r['exact']['sim_time_s'])} ({100 * r['sim_time_rel_error']:+.3f}%)  ")
     return s + (f"flow events/s {r['events_per_wall_s']:,.0f}  simpy events {r['simpy_events']:,} "
                 f"({r['simpy_events_per_wall_s']:,.0f}/s)  (topology load {r['topology_load_s']:.2f} s)")
 
@@ -164,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="64,256,1024", help="GPU counts")
     ap.add_argument("--per-rank", default="64MiB", help="all-to-all send buffer per rank")
     ap.add_argument("--seed", type=int, default=0, help="seed of the uneven splits")
-    ap.add_argument("--completion-tolerance", type=float, default=0.0,
-                    help="FabricConfig.completion_tolerance (0: exact completion times)")
+    ap.add_argument("--completion-tolerance", type=float, default=None,
+                    help="FabricConfig.completion_tolerance (default: the engine's; 0: exact completion times)")
+    ap.add_argument("--exact-up-to", type=int, default=0,
+                    help="also run sizes up to this many GPUs exactly (completion_tolerance 0) and compare")
     ap.add_argument("--max-wall", type=float, default=0.0, help="stop a size after this many seconds (0: never)")
     ap.add_argument("--max-cpu", type=float, default=0.0,
                     help="stop a size after this many CPU seconds of simulation (0: never; robust on a shared machine)")
@@ -182,17 +190,30 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sizes takes GPU counts like 64,256, got {args.sizes!r}")
     if any(n < 2 for n in counts):
         ap.error("--sizes: each GPU count must be >= 2")
+    if args.completion_tolerance is None:
+        from cosim.engine.flows import FabricConfig
+
+        args.completion_tolerance = FabricConfig().completion_tolerance
+
+    def run(n: int, tol: float) -> dict[str, Any]:
+        if args.in_process or (len(counts) == 1 and not args.exact_up_to):
+            return bench(n, per_rank, args.pattern, args.seed, args.max_wall, tol, progress=not args.json,
+                         max_cpu=args.max_cpu)
+        # a fresh process per size: honest peak RSS
+        cmd = [sys.executable, __file__, "--pattern", args.pattern, "--sizes", str(n), "--per-rank",
+               args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall), "--max-cpu", str(args.max_cpu),
+               "--completion-tolerance", str(tol), "--json"]
+        return json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)["results"][0]
+
     rows = []
     for n in counts:
-        if args.in_process or len(counts) == 1:
-            rows.append(bench(n, per_rank, args.pattern, args.seed, args.max_wall, args.completion_tolerance,
-                              progress=not args.json, max_cpu=args.max_cpu))
-        else:  # a fresh process per size: honest peak RSS
-            cmd = [sys.executable, __file__, "--pattern", args.pattern, "--sizes", str(n), "--per-rank",
-                   args.per_rank, "--seed", str(args.seed), "--max-wall", str(args.max_wall), "--max-cpu", str(args.max_cpu),
-                   "--completion-tolerance", str(args.completion_tolerance), "--json"]
-            rows.append(json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
-                        ["results"][0])
+        r = run(n, args.completion_tolerance)
+        if n <= args.exact_up_to and args.completion_tolerance > 0:
+            x = run(n, 0.0)
+            r["exact"] = {k: x[k] for k in ("solves", "cpu_s", "wall_s", "max_rss_bytes", "finished", "sim_time_s")}
+            if r["finished"] and x["finished"]:
+                r["sim_time_rel_error"] = r["sim_time_s"] / x["sim_time_s"] - 1.0
+        rows.append(r)
         if not args.json:
             print(_line(rows[-1]), flush=True)
     if args.json:

@@ -815,19 +815,16 @@ class Collectives:
                 evs = [fab.start_rows(segs[isnv], nb[isnv], efficiency=eff, max_rate=cap, link_latency=False,
                                       group=grp, name=label)]
                 rest = ~isnv
-                crc = np.full(int(rest.sum()), np.inf) if rc is None else rc[rest]
-                for c in np.unique(crc).tolist():
-                    k = crc == c
-                    evs.append(fab.start_rows(segs[rest][k], nb[rest][k], efficiency=net_eff,
-                                              max_rate=min(cap, c), link_latency=False, group=grp2, name=label))
+                crc: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[rest])
+                evs.append(fab.start_rows(segs[rest], nb[rest], efficiency=net_eff, max_rate=crc,
+                                          link_latency=False, group=grp2, name=label))
                 yield env.all_of(evs)
             elif rc is None or np.isinf(rc).all():
                 yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
                                      name=label)
-            else:
-                yield env.all_of([fab.start_rows(segs[rc == c], nb[rc == c], efficiency=eff, max_rate=min(cap, c),
-                                                 link_latency=False, group=grp, name=label)
-                                  for c in np.unique(rc).tolist()])
+            else:  # one batch, a NIC rate cap per flow
+                yield fab.start_rows(segs, nb, efficiency=eff, max_rate=np.minimum(cap, rc), link_latency=False,
+                                     group=grp, name=label)
         res.bytes_on_fabric = moved
         if done is not None:
             self._finish(res, label, done)

@@ -224,6 +224,7 @@ class ClusterRouter:
         self._up: dict[str, list[str] | None] = {}
         self._nvsw: dict[str, frozenset[str]] = {}
         self._mid: dict[tuple[str, str], list[list[str]]] = {}
+        self._fab_copy: nx.DiGraph | None = None
         self._router = Router(g, topo.nic_of)  # the fabric segment under the one router's rules
         self._node_of: dict[str, int] = {}
         gpus = topo.gpus
@@ -308,7 +309,17 @@ class ClusterRouter:
         """Equal-cost paths between two fabric switches inside the fabric (the one router's rules, natural order)."""
         mids = self._mid.get((la, lb))
         if mids is None:
-            mids = self._mid[(la, lb)] = self._router.fabric_paths(la, lb)
+            if la == lb or la not in self._fab or lb not in self._fab:
+                mids = self._router.fabric_paths(la, lb)
+            else:  # the router's fabric view between two fabric switches is the fabric subgraph: search a copy
+                if self._fab_copy is None:
+                    self._fab_copy = nx.DiGraph(self._fab)
+                try:
+                    ps = [list(p) for p in nx.all_shortest_paths(self._fab_copy, la, lb)]
+                except nx.NetworkXNoPath:
+                    ps = []
+                mids = [list(p) for p in self._router._finish(ps)]
+            self._mid[(la, lb)] = mids
         return mids
 
     def _has(self, n: str) -> bool:
