@@ -103,6 +103,9 @@ class _Plan:
     phases: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     """Per phase: source index, destination index, bytes per byte of size."""
     coupled: bool
+    rings: int = 1
+    """Rings (channels' NIC rails) a multi-node ring plan runs side by side, each rank a row per ring:
+    the per-rank rate cap is shared among them (each row gets ``cap / rings``)."""
 
     @classmethod
     def of(cls, phases: list[list[tuple[str, str, float]]], coupled: bool) -> _Plan:
@@ -382,6 +385,8 @@ class Collectives:
         else:
             raise ValueError(f"{op} has no algorithm {algo!r} (choose from {ALGOS_FOR.get(op)})")
         plan = _Plan.of(phases, coupled)
+        if algo == "ring":
+            plan.rings = len(self._rails(self._by_node(ranks)))
         self._plans[key] = plan
         return plan
 
@@ -458,7 +463,8 @@ class Collectives:
         t0 = scratch.env.now
         res = CollectiveResult(op, size, list(ranks), algo, "", t0, t0, 0.0)
         done = scratch.env.event()
-        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done, net_eff))
+        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap / plan.rings, "est", res, done,
+                                                         net_eff))
         scratch.run()
         scratch.collectives.results.clear()
         u = res.time / size
@@ -605,7 +611,8 @@ class Collectives:
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
         res.quiet = quiet  # type: ignore[attr-defined]
         done = env.event()
-        self._start(plan, scale, lat, eff, cap, label, res, done, self._net_eff(shape, a, p, cfg.use_calibration),
+        self._start(plan, scale, lat, eff, cap / plan.rings, label, res, done,
+                    self._net_eff(shape, a, p, cfg.use_calibration),
                     mkey)
         for rep in replicas:  # equivalent groups: the primary's algorithm and protocol
             self.run(op, rep, nbytes, algo=a, proto=p, matrix=matrix, root=root, channels=channels, name=name,
