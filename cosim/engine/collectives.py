@@ -12,7 +12,9 @@ Plans (n ranks, size S as in nccl-tests):
 =============== ======= ========================================================
 op              algo    flows
 =============== ======= ========================================================
-all_reduce      ring    rank -> next: 2(n-1)/n S (R rings over rails, S/R each)
+all_reduce      ring    rank -> next: 2(n-1)/n S (several nodes: one ring per NIC
+                        rail, 2(n-1)/n S/R per hop, leaving each node by PXN
+                        through the rail's NIC: see ``_ring_orders``)
 all_reduce      tree    two trees (chain in node, binary tree of nodes): S/2
                         up and S/2 down per tree edge
 all_reduce      nvls    GPU <-> NVSwitch planes: S each way (in-switch reduction:
@@ -27,8 +29,10 @@ all_reduce      hier    phases: intra-node ring reduce-scatter (g-1)/g S; ring
 all_gather,     ring    rank -> next: (n-1)/n S
 reduce_scatter  nvls    all_gather: GPU -> NVSwitch S/n (multicast store), NVSwitch
                         -> GPU (n-1)/n S; reduce_scatter: the reverse
-broadcast       ring    chain from root: S per edge
-reduce          ring    chain to root: S per edge
+broadcast       ring    chain from root: S per edge (several nodes: one chain per
+                        rail ring from the root, S/R per hop)
+reduce          ring    chain to root: S per edge (several nodes: as broadcast,
+                        reversed)
 all_to_all      p2p     every rank -> every other: S/n (uncoupled)
 all_to_allv     p2p     rank i -> j: matrix[i][j] bytes (uncoupled)
 send_recv       p2p     rank i -> i+1 (mod n): S (nccl-tests sendrecv)
