@@ -144,6 +144,38 @@ def test_multinode_algorithms_and_rails():
             assert max(nic_up) == pytest.approx(min(nic_up), rel=1e-9)
 
 
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "broadcast"])
+def test_multinode_ring_spreads_channels_over_all_rails(op):
+    """Worked example: 2 nodes x 4 GPUs (NVLink 100 GB/s per GPU), one 20 GB/s NIC per GPU on its own rail.
+    NCCL runs one ring per NIC (channel c on NIC c, PXN: a node's ring leaves through the NIC it entered
+    by), so each ring carries 1/4 of the data and crosses each node boundary on its own rail:
+      all-gather / reduce-scatter: a ring hop moves (n-1)/n S / 4; the 20 GB/s NIC is the slowest hop
+        (each GPU's NVLink carries one hop per ring: 4 x 20 = 80 < 100 GB/s), so
+        t = latency + (n-1)/n S / (4 x 20 GB/s), busbw = 4 x 20 = 80 GB/s (the node's aggregate NIC rate);
+      broadcast: a pipelined chain per ring from the root, S / 4 per hop: t = latency + S / (4 x 20 GB/s).
+    latency (NCCL's ring, Simple): baseLat 8.4 us + (n-1 - 1) x 3.4 us (NVLink steps) + 1 x 14 us (net step).
+    One chain through all 8 GPUs would cross one NIC: 20 GB/s busbw."""
+    nic = 20e9
+    g = cluster(2, 4, nvlink_bw=B, nic_bw=nic)
+    sim = Simulator(g, SimConfig(nccl=NcclConfig(use_calibration=False)))
+    n, S = 8, 2**30
+    r = run(sim, op, sim.topo.gpus, S, algo="ring", proto="simple")
+    lat = 8.4 * US + (n - 2) * 3.4 * US + 14.0 * US
+    per_hop = S / 4 if op == "broadcast" else (n - 1) / n * S / 4
+    assert r.time == pytest.approx(lat + per_hop / nic, rel=1e-6)
+    assert r.busbw == pytest.approx((S if op == "broadcast" else (n - 1) / n * S) / (per_hop / nic + lat),
+                                    rel=1e-9)
+    assert r.busbw > 0.99 * 4 * nic * (1 - lat / r.time)
+    # every rail carries one ring's hop each way, rail-aligned (nothing crosses the spine); broadcast from
+    # gpu0 (ring 0's entry on node 0): ring 0's chain ends on node 1, rings 1-3 wrap back to node 0
+    up = [sim.fabric.link(f"node{k}.nic{i}", f"fabric.leaf{i}").bytes for k in range(2) for i in range(4)]
+    want = [per_hop] * 8
+    if op == "broadcast":
+        want[4] = 0.0
+    assert up == pytest.approx(want, rel=1e-9)
+    assert all(sim.fabric.link(f"fabric.leaf{i}", "fabric.spine0").bytes == 0 for i in range(4))
+
+
 def test_rendezvous_starts_when_all_ranks_arrive():
     sim = sim_for(4)
     ranks = sim.topo.gpus
@@ -572,8 +604,9 @@ def test_cli_collective_comm_sms_caps_the_channels(capsys):
 
 def test_tuner_picks_only_nccls_algorithms_across_nodes() -> None:
     """NCCL has no hierarchical all-reduce: across nodes the tuner chooses among ring, tree and NVLS-tree
-    (src/graph/tuning.cc), by size: ring LL at 1 MiB and NVLS-tree from 2 MiB on 2 x 8 H100 (as the
-    published 2-node sweep in validation/collectives: 1 / 2 MiB within 5%); ``algo="hier"`` still runs it."""
+    (src/graph/tuning.cc), by size: a ring or tree with LL / LL128 at 1 MiB (NCCL's 2-node Hopper LL cap,
+    llMaxBws 45 GB/s) and NVLS-tree from 2 MiB on 2 x 8 H100 (the published 2-node sweep in
+    validation/collectives: 2 MiB within 5%); ``algo="hier"`` still runs it."""
     from cosim.engine import SimConfig, Simulator
     from cosim.topology import load_topology
 
@@ -582,7 +615,8 @@ def test_tuner_picks_only_nccls_algorithms_across_nodes() -> None:
     assert len(ranks) == 16
     sim = Simulator(topo, SimConfig(record_trace=False))
     assert all(a != "hier" for a, _ in sim.collectives.candidates("all_reduce", ranks))
-    assert sim.collectives.choose("all_reduce", ranks, 2**20) == ("ring", "ll")
+    a, p = sim.collectives.choose("all_reduce", ranks, 2**20)
+    assert a in ("ring", "tree") and p in ("ll", "ll128")
     assert sim.collectives.choose("all_reduce", ranks, 2 * 2**20) == ("nvls_tree", "simple")
     ev = sim.collective("all_reduce", ranks, 2**20, algo="hier")
     sim.run()

@@ -12,7 +12,9 @@ Plans (n ranks, size S as in nccl-tests):
 =============== ======= ========================================================
 op              algo    flows
 =============== ======= ========================================================
-all_reduce      ring    rank -> next: 2(n-1)/n S (R rings over rails, S/R each)
+all_reduce      ring    rank -> next: 2(n-1)/n S (several nodes: one ring per NIC
+                        rail, 2(n-1)/n S/R per hop, leaving each node by PXN
+                        through the rail's NIC: see ``_ring_orders``)
 all_reduce      tree    two trees (chain in node, binary tree of nodes): S/2
                         up and S/2 down per tree edge
 all_reduce      nvls    GPU <-> NVSwitch planes: S each way (in-switch reduction:
@@ -27,8 +29,10 @@ all_reduce      hier    phases: intra-node ring reduce-scatter (g-1)/g S; ring
 all_gather,     ring    rank -> next: (n-1)/n S
 reduce_scatter  nvls    all_gather: GPU -> NVSwitch S/n (multicast store), NVSwitch
                         -> GPU (n-1)/n S; reduce_scatter: the reverse
-broadcast       ring    chain from root: S per edge
-reduce          ring    chain to root: S per edge
+broadcast       ring    chain from root: S per edge (several nodes: one chain per
+                        rail ring from the root, S/R per hop)
+reduce          ring    chain to root: S per edge (several nodes: as broadcast,
+                        reversed)
 all_to_all      p2p     every rank -> every other: S/n (uncoupled)
 all_to_allv     p2p     rank i -> j: matrix[i][j] bytes (uncoupled)
 send_recv       p2p     rank i -> i+1 (mod n): S (nccl-tests sendrecv)
@@ -103,6 +107,9 @@ class _Plan:
     phases: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     """Per phase: source index, destination index, bytes per byte of size."""
     coupled: bool
+    rings: int = 1
+    """Rings (channels' NIC rails) a multi-node ring plan runs side by side, each rank a row per ring:
+    the per-rank rate cap is shared among them (each row gets ``cap / rings``)."""
 
     @classmethod
     def of(cls, phases: list[list[tuple[str, str, float]]], coupled: bool) -> _Plan:
@@ -244,30 +251,92 @@ class Collectives:
             nodes.setdefault(self.sim.topo.node_of(r), []).append(r)
         return list(nodes.values())
 
-    def _rails(self, per_node: list[list[str]]) -> int:
+    def _rails(self, per_node: list[list[str]]) -> list[int]:
+        """Local indices of the ring channels' entry GPUs: one per distinct NIC (rail) of the first node,
+        the first GPU on each (NCCL's graph search puts channel c on NIC c mod nNICs); at most the
+        smallest node's GPU count. One channel (local index 0) on one node or without NICs."""
         if len(per_node) <= 1:
-            return 1
+            return [0]
         topo = self.sim.topo
-        nics = {topo.nic_of(r) for r in per_node[0]}
-        nics.discard(None)
-        return max(1, min(len(nics), min(len(x) for x in per_node)))
+        m = min(len(x) for x in per_node)
+        heads: list[int] = []
+        seen: set[str] = set()
+        for k, r in enumerate(per_node[0][:m]):
+            nic = topo.nic_of(r) if topo.kind_of(r) == "gpu" else None
+            if nic is not None and nic not in seen:
+                seen.add(nic)
+                heads.append(k)
+        return heads or [0]
 
-    # -------------------------------------------------------------------- plans
+    def _ring_orders(self, ranks: Sequence[str]) -> list[list[list[tuple[str, str]]]]:
+        """NCCL's rings over several nodes, one per rail: per ring, its steps in ring order (step i: rank
+        i -> rank i+1, wrapping), each step the hops it takes.
+
+        Ring c enters every node at the GPU of rail c (local index ``h``) and runs through the node's
+        GPUs from there (``local[h:] + local[:h]``); it leaves from the last of them towards the next
+        node's rail-c GPU through the node's own rail-c NIC (NCCL's ring graphs enter and leave a node by
+        the same NIC; the leaving GPU reaches it with PXN, an NVLink hop to the rail's GPU whose NIC then
+        posts the send): a cross-node step is the hops ``exit -> rail GPU`` (same node) and
+        ``rail GPU -> next node's rail GPU`` (same rail). Without NVLink between the two (PCIe-only
+        nodes) or when the exit GPU's NIC is already the rail's, one direct hop."""
+        per_node = self._by_node(ranks)
+        topo = self.sim.topo
+        out: list[list[list[tuple[str, str]]]] = []
+        for h in self._rails(per_node):
+            order: list[str] = []
+            heads: list[str] = []
+            for local in per_node:
+                k = h % len(local)
+                order += local[k:] + local[:k]
+                heads.append(local[k])
+            node_of = {r: j for j, local in enumerate(per_node) for r in local}
+            n = len(order)
+            steps: list[list[tuple[str, str]]] = []
+            for i in range(n):
+                a, b = order[i], order[(i + 1) % n]
+                ja, jb = node_of[a], node_of[b]
+                rail = heads[ja]
+                if ja == jb or a == rail or not self._pxn(a, rail, topo):
+                    steps.append([(a, b)])
+                else:
+                    steps.append([(a, rail), (rail, b)])
+            out.append(steps)
+        return out
+
+    def _pxn(self, a: str, rail: str, topo: Any) -> bool:
+        """Whether GPU ``a`` sends through the NIC of GPU ``rail`` (same node) with PXN: their NICs
+        differ and an NVLink path joins them (NCCL's PXN needs NVLink between the two GPUs)."""
+        if topo.kind_of(a) != "gpu" or topo.kind_of(rail) != "gpu" or topo.nic_of(a) == topo.nic_of(rail):
+            return False
+        return self._hw_class(a, rail) in ("nvswitch", "nvlink")
+
     def _ring_edges(self, ranks: Sequence[str], factor: float) -> list[tuple[str, str, float]]:
+        """Ring flows: every hop of every ring carries ``factor / rings`` (one node: one ring, merged)."""
         per_node = self._by_node(ranks)
         if len(per_node) == 1:
             n = len(ranks)
             return [(ranks[i], ranks[(i + 1) % n], factor) for i in range(n)] if n > 1 else []
-        rails = self._rails(per_node)
+        rings = self._ring_orders(ranks)
+        # not merged: each ring's hops are rows of equal bytes, so a coupled group's common rate is the
+        # rings' (merging hops of different rings into rows of unequal bytes would break that)
+        return [(a, b, factor / len(rings)) for steps in rings for hops in steps for a, b in hops]
+
+    def _chain_edges(self, ranks: Sequence[str], root: int) -> list[tuple[str, str, float]]:
+        """Broadcast: one pipelined chain per ring, from the root along the ring (its n-1 steps), each
+        carrying S / rings (NCCL splits the buffer over its channels); one node: one chain."""
+        n = len(ranks)
+        per_node = self._by_node(ranks)
+        if len(per_node) == 1:
+            order = list(ranks[root:]) + list(ranks[:root])
+            return [(order[i], order[i + 1], 1.0) for i in range(n - 1)]
+        rings = self._ring_orders(ranks)
+        src = ranks[root]
         flows: list[tuple[str, str, float]] = []
-        for r in range(rails):
-            order: list[str] = []
-            for local in per_node:
-                k = r % len(local)
-                order += local[k:] + local[:k]
-            n = len(order)
-            flows += [(order[i], order[(i + 1) % n], factor / rails) for i in range(n)]
-        return _merge(flows)
+        for steps in rings:
+            start = next(i for i, hops in enumerate(steps) if hops[0][0] == src)
+            for i in range(n - 1):
+                flows += [(a, b, 1.0 / len(rings)) for a, b in steps[(start + i) % n]]
+        return flows
 
     def _plan(self, op: str, ranks: Sequence[str], algo: str, root: int = 0) -> _Plan:
         key = (op, tuple(ranks), algo, root)
@@ -303,8 +372,7 @@ class Collectives:
             inter = [e for i in range(g) for e in _ring([local[i] for local in per_node], 2.0 * (nn - 1) / nn / g)]
             phases = [p for p in (intra, inter, intra) if p]
         elif op in ("broadcast", "reduce") and algo == "ring":
-            order = list(ranks[root:]) + list(ranks[:root])
-            chain = [(order[i], order[i + 1], 1.0) for i in range(n - 1)]
+            chain = self._chain_edges(ranks, root)
             if op == "reduce":
                 chain = [(b, a, f) for a, b, f in reversed(chain)]
             phases = [chain]
@@ -321,6 +389,8 @@ class Collectives:
         else:
             raise ValueError(f"{op} has no algorithm {algo!r} (choose from {ALGOS_FOR.get(op)})")
         plan = _Plan.of(phases, coupled)
+        if algo == "ring":
+            plan.rings = len(self._rails(self._by_node(ranks)))
         self._plans[key] = plan
         return plan
 
@@ -397,7 +467,8 @@ class Collectives:
         t0 = scratch.env.now
         res = CollectiveResult(op, size, list(ranks), algo, "", t0, t0, 0.0)
         done = scratch.env.event()
-        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap, "est", res, done, net_eff))
+        scratch.env.process(scratch.collectives._execute(plan, size, 0.0, eff, cap / plan.rings, "est", res, done,
+                                                         net_eff))
         scratch.run()
         scratch.collectives.results.clear()
         u = res.time / size
@@ -544,7 +615,8 @@ class Collectives:
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
         res.quiet = quiet  # type: ignore[attr-defined]
         done = env.event()
-        self._start(plan, scale, lat, eff, cap, label, res, done, self._net_eff(shape, a, p, cfg.use_calibration),
+        self._start(plan, scale, lat, eff, cap / plan.rings, label, res, done,
+                    self._net_eff(shape, a, p, cfg.use_calibration),
                     mkey)
         for rep in replicas:  # equivalent groups: the primary's algorithm and protocol
             self.run(op, rep, nbytes, algo=a, proto=p, matrix=matrix, root=root, channels=channels, name=name,

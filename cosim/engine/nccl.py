@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -158,6 +158,7 @@ class NcclParams:
     bus_efficiency: dict[str, float]
     """Fraction of link capacity the comm kernels reach, per hw class (defaults only)."""
     ll_max_busbw: float
+    """LL's bus bandwidth cap on one node (NCCL's ``llMaxBws[arch][0]``; Hopper 141 GB/s)."""
     ll128_max_busbw_per_channel: float
     channel_max_busbw: dict[str, float]
     """Most a channel carries (bytes/s, per direction), ``intra`` inside a node and ``inter`` between nodes:
@@ -178,6 +179,9 @@ class NcclParams:
     real library decides), ``fitted`` = the fitted parameters (the simulator's best estimate)."""
     fitted: Fitted | None = None
     path: str | None = None
+    ll_max_busbw_nodes: tuple[float, float] | None = None
+    """LL's bus bandwidth cap on 2 nodes and on more than 2 (NCCL's ``llMaxBws[arch][1:]``, index
+    ``min(nNodes - 1, 2)``; Hopper 45 / 35 GB/s); None: ``ll_max_busbw`` on any number of nodes."""
     nvls_enable: bool = True
     """NCCL_NVLS_ENABLE: False removes NVLS and NVLS-tree from the candidates (a machine or a
     library build without NVLink SHARP, e.g. a VM without multicast support)."""
@@ -304,10 +308,16 @@ class NcclParams:
         chan = math.inf if algo == "p2p" else channels * self.channel_max_busbw["inter" if shape.nnodes > 1
                                                                                  else "intra"]
         if proto == "ll":
-            return min(self.ll_max_busbw, chan)
+            return min(self.ll_max(shape.nnodes), chan)
         if proto == "ll128":
             return min(self.ll128_max_busbw_per_channel * channels, chan)
         return min(chan, self.nvls_step_cap(shape, algo, nbytes, use_fit))
+
+    def ll_max(self, nnodes: int) -> float:
+        """LL's bus bandwidth cap for a communicator over ``nnodes`` nodes (NCCL's ``llMaxBws``)."""
+        if nnodes <= 1 or self.ll_max_busbw_nodes is None:
+            return self.ll_max_busbw
+        return self.ll_max_busbw_nodes[0 if nnodes == 2 else 1]
 
     def cost(self, shape: Shape, algo: str, proto: str, channels: int | None = None,
              use_fit: bool = True, nbytes: float | None = None) -> tuple[float, float, float]:
@@ -348,6 +358,9 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
         protocol_efficiency={p: float(v) for p, v in d["protocol_efficiency"].items()},
         bus_efficiency={p: float(v) for p, v in d["bus_efficiency"].items()},
         ll_max_busbw=units.parse_bandwidth(d["ll_max_busbw"], "ll_max_busbw"),
+        ll_max_busbw_nodes=None if d.get("ll_max_busbw_nodes") is None else cast(
+            tuple[float, float], tuple(units.parse_bandwidth(v, f"defaults.ll_max_busbw_nodes.{k}")
+                                       for k, v in zip(("2", "4"), d["ll_max_busbw_nodes"], strict=True))),
         ll128_max_busbw_per_channel=units.parse_bandwidth(d["ll128_max_busbw_per_channel"],
                                                           "ll128_max_busbw_per_channel"),
         channel_max_busbw={"intra": math.inf, "inter": math.inf,
