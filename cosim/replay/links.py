@@ -91,13 +91,16 @@ class LinkUsage:
         """(link, start, end, count, bytes, source, offsets) sorted by link then start."""
         if self._compiled is None:
             if self._parts:
-                parts = self._parts
+                parts, self._parts = self._parts, []
                 cols = [np.concatenate([p[i] for p in parts]) for i in range(6)] if len(parts) > 1 else list(parts[0])
+                del parts  # (peak memory: the columns once, plus one column being reordered)
             else:
                 cols = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
             o = np.lexsort((cols[1], cols[0]))
             if o.size and not (o[1:] > o[:-1]).all():
-                cols = [c[o] for c in cols]
+                for i in range(6):
+                    cols[i] = cols[i][o]
+            del o
             off = np.searchsorted(cols[0], np.arange(len(self.links) + 1))
             self._parts = [tuple(cols)]
             self._compiled = (*cols, off)
