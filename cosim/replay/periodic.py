@@ -305,7 +305,7 @@ _ID_STEP = 1 << 40
 """Offset added to the ids of each repeated copy of the period's events (ids stay distinct)."""
 
 
-TIMELINE_MAX_GPU_OPS = 1_500_000
+TIMELINE_MAX_GPU_OPS = 1_000_000
 """Most GPU ops (over the simulated ranks) the timeline of a coalesced step draws: past it, the repeated period
 is drawn fewer times than it repeats, and one span per rank (``cat`` ``coalesced``) stands for the periods not
 drawn; the step's end and every event after the repeated window keep their full-step times. (A 1024-GPU
