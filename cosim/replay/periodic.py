@@ -94,18 +94,19 @@ def _pairs_per_stage(pp: int, vpp: int, m: int, extra_warmup: int, overlap: bool
 
 def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int = 0,
                        overlap: bool = False) -> int | None:
-    """The smallest micro-batch count whose steady phase holds, on every stage, a full period of unit pairs
-    after a transient of three quarters of a period (the pipeline's fill settling), and that leaves a whole
-    number of periods (``pp`` micro-batches) to the full step; None when that is not shorter than the step by
-    at least one period. For pp 8 vpp 4: 32 (116 pairs on stage 0, 64 a period); 1F1B pp 2: 8, pp 4: 16.
-    A fill that has not settled fails :func:`detect_period`, and the caller tries longer probes."""
+    """The smallest micro-batch count whose steady phase holds two periods of unit pairs on every stage
+    and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
+    shorter than the step by at least one period. For pp 8 vpp 4: 40 (180 pairs on stage 0, 64 a period).
+    A shorter probe (32: a full period after a transient of 3/4 of a period) was tried and not kept: on the
+    1024-GPU DeepSeek-V3 step the fill settles too slowly for it, and the fallback (32, then 40) costs more
+    than 40 alone (docs/SYNTHESIS.md)."""
     step = pp if vpp > 1 else 1
     start = max(pp, 2 * pp if overlap and pp > 1 else 1)
     m = -(-start // step) * step
     while m + pp <= microbatches:
         if (microbatches - m) % pp == 0:
             n, per = _pairs_per_stage(pp, vpp, m, extra_warmup, overlap)
-            if n >= per + -(-3 * per // 4):  # the fill's transient (3/4 of a period) and a full period after it
+            if n >= 2 * per:  # the pipeline's fill (a transient, up to about a period) and a full period after it
                 return m
         m += step
     return None
