@@ -98,8 +98,8 @@ def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int =
     and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
     shorter than the step by at least one period. For pp 8 vpp 4: 40 (180 pairs on stage 0, 64 a period).
     A shorter probe (32: a full period after a transient of 3/4 of a period) was tried and not kept: on the
-    1024-GPU DeepSeek-V3 step the fill settles too slowly for it, and the fallback (32, then 40) costs more
-    than 40 alone (docs/SYNTHESIS.md)."""
+    1024-GPU DeepSeek-V3 step it did not pass its check, and the fallback (32, then 40) costs more than 40
+    alone (docs/SYNTHESIS.md)."""
     step = pp if vpp > 1 else 1
     start = max(pp, 2 * pp if overlap and pp > 1 else 1)
     m = -(-start // step) * step
