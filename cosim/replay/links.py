@@ -110,36 +110,53 @@ class LinkUsage:
         """Indices of links that carried bytes."""
         return np.flatnonzero(self.total_bytes > 0)
 
+    _CHUNK = 1 << 21
+    """Intervals handled at once by :meth:`busy` and :meth:`peak` (whole links per chunk): bounds their
+    temporaries (~a dozen arrays of this length) whatever the run's size."""
+
+    def _chunks(self, off: np.ndarray) -> list[tuple[int, int]]:
+        """Interval ranges ``[i, j)`` cut at link boundaries, each about :attr:`_CHUNK` long (one link longer
+        than that is a chunk of its own)."""
+        n = int(off[-1])
+        out = []
+        i = 0
+        while i < n:
+            k = int(np.searchsorted(off, i + self._CHUNK, side="right")) - 1
+            j = int(off[k]) if int(off[k]) > i else int(off[np.searchsorted(off, i, side="right")])
+            out.append((i, j))
+            i = j
+        return out
+
     def busy(self, a: float = -math.inf, b: float = math.inf) -> np.ndarray:
         """Seconds per link within [a, b] with at least one transfer (union of intervals).
 
         Vectorized over all links at once: intervals are sorted by link then start, so the union's length is
         the sum of ``max(0, e_i - max(s_i, M_{i-1}))`` with ``M`` the running maximum of the ends within the
-        link (a segmented maximum, exact: taken over the ends' ranks). O(intervals log intervals)."""
-        lk, s, e, *_rest = self._data()
+        link (a segmented maximum, exact: taken over the ends' ranks). O(intervals log intervals), in chunks
+        of whole links."""
+        lk_all, s_all, e_all, *_rest, off = self._data()
         out = np.zeros(len(self.links))
-        if not s.size:
-            return out
-        ss, ee = np.clip(s, a, b), np.clip(e, a, b)
-        ok = ee > ss
-        lk, ss, ee = lk[ok], ss[ok], ee[ok]
-        n = ss.size
-        if not n:
-            return out
-        order = np.argsort(ee, kind="stable")
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n, dtype=np.int64)
-        key = lk.astype(np.int64) * n + rank
-        cm = np.maximum.accumulate(key)
-        run_max = ee[order[cm - lk.astype(np.int64) * n]]  # running maximum end within the link, this one included
-        prev = np.empty(n)
-        prev[0] = -math.inf
-        prev[1:] = run_max[:-1]
-        first = np.ones(n, dtype=bool)
-        first[1:] = lk[1:] != lk[:-1]
-        prev[first] = -math.inf
-        add = np.maximum(ee - np.maximum(ss, prev), 0.0)
-        return np.bincount(lk, weights=add, minlength=len(self.links))
+        for i, j in self._chunks(off):
+            lk, s, e = lk_all[i:j], s_all[i:j], e_all[i:j]
+            ss, ee = np.clip(s, a, b), np.clip(e, a, b)
+            ok = ee > ss
+            lk, ss, ee = lk[ok], ss[ok], ee[ok]
+            n = ss.size
+            if not n:
+                continue
+            order = np.argsort(ee, kind="stable")
+            rank = np.empty(n, dtype=np.int64)
+            rank[order] = np.arange(n, dtype=np.int64)
+            base = (lk - lk[0]).astype(np.int64) * n
+            cm = np.maximum.accumulate(base + rank)
+            run_max = ee[order[cm - base]]  # running maximum end within the link, this one included
+            del rank, cm, base
+            prev = np.empty(n)
+            prev[0] = -math.inf
+            prev[1:] = run_max[:-1]
+            prev[np.r_[True, lk[1:] != lk[:-1]]] = -math.inf
+            out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, prev), 0.0), minlength=len(self.links))
+        return out
 
     def bytes_in(self, a: float, b: float) -> np.ndarray:
         """Bytes per link moved within [a, b] (each interval's bytes spread evenly over it)."""
@@ -153,23 +170,23 @@ class LinkUsage:
     def peak(self) -> np.ndarray:
         """Most concurrent transfers per link (flows of a collective counted with multiplicity): per link, the
         maximum of the running sum of +count at starts and -count at ends (ends before starts at one instant:
-        back-to-back is not concurrent), all links at once."""
-        lk, s, e, c, *_rest = self._data()
+        back-to-back is not concurrent), all links of a chunk at once."""
+        lk_all, s_all, e_all, c_all, *_rest, off = self._data()
         out = np.zeros(len(self.links), dtype=np.int64)
-        ok = e > s
-        if not ok.any():
-            return out
-        lk, s, e, c = lk[ok], s[ok], e[ok], c[ok]
-        L = np.concatenate([lk, lk])
-        t = np.concatenate([s, e])
-        dc = np.concatenate([c, -c])
-        o = np.lexsort((dc, t, L))
-        L, dc = L[o], dc[o]
-        cs = np.cumsum(dc)
-        starts = np.flatnonzero(np.r_[True, L[1:] != L[:-1]])
-        base = np.r_[0.0, cs[starts[1:] - 1]]  # running total before each link's first event (0 up to rounding)
-        mx = np.maximum.reduceat(cs, starts) - base
-        out[L[starts]] = np.round(mx).astype(np.int64)
+        for i, j in self._chunks(off):
+            lk, s, e, c = lk_all[i:j], s_all[i:j], e_all[i:j], c_all[i:j]
+            ok = e > s
+            if not ok.any():
+                continue
+            lk, s, e, c = lk[ok], s[ok], e[ok], c[ok]
+            L = np.concatenate([lk, lk])
+            o = np.lexsort((np.concatenate([c, -c]), np.concatenate([s, e]), L))
+            L, dc = L[o], np.concatenate([c, -c])[o]
+            del o
+            cs = np.cumsum(dc)
+            starts = np.flatnonzero(np.r_[True, L[1:] != L[:-1]])
+            before = np.r_[0.0, cs[starts[1:] - 1]]  # running total before each link's first event (0 up to rounding)
+            out[L[starts]] = np.round(np.maximum.reduceat(cs, starts) - before).astype(np.int64)
         return out
 
     def report(self, elapsed: float) -> list[dict[str, Any]]:
