@@ -312,6 +312,7 @@ def test_step_without_a_period_is_simulated_whole(tmp_path: Path, monkeypatch: p
     assert s["step_time_s"] == plain.summary()["step_time_s"]
 
 
+@pytest.mark.filterwarnings("ignore::Warning")
 def test_coalesced_timeline_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past TIMELINE_MAX_GPU_OPS the coalesced timeline draws the repeated period fewer times than it repeats:
     one span per event group stands for the periods not drawn, and the step still ends where the plain step
@@ -345,3 +346,13 @@ def test_coalesced_timeline_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert marks[0]["dur"] == pytest.approx((per["repeats"] - 1) * per["period_s"] * 1e6, rel=1e-6)
     end = max(e["ts"] + e["dur"] for e in ks)
     assert end == pytest.approx(max(e["ts"] + e["dur"] for e in pks), rel=5e-3)
+    hta = pytest.importorskip("hta.trace_analysis", reason="HolisticTraceAnalysis not installed (pip install '.[dev]')")
+    import logging
+
+    monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
+    logging.disable(logging.WARNING)
+    try:  # the capped per-rank traces load in HTA
+        tb = hta.TraceAnalysis(trace_dir=str(tmp_path / "co" / "timeline")).get_temporal_breakdown(visualize=False)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(tb) == 2 and (tb["compute_time(us)"] > 0).all()
