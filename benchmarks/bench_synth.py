@@ -11,7 +11,7 @@ and the growth exponent of wall time, RSS, events and solves between successive 
 (log(ratio) / log(GPU ratio)).
 
     python benchmarks/bench_synth.py [--sizes 64,256,1024,4096,8192] [--global-batch 8192 | --mb-per-pipeline 16]
-                                     [--timeout 600] [--plain] [--json]
+                                     [--timeout 600] [--plain] [--timeline] [--json]
 
 ``--plain`` disables coalescing of collectives (every collective solved on the fabric);
 ``--no-coalesce-steps`` simulates every micro-batch (no steady-state period, docs/SYNTHESIS.md);
@@ -71,19 +71,28 @@ def layout(gpus: int, gbs: int | None, mb: int | None) -> dict[str, int]:
     return {"gpus": gpus, "dp": dp, "ep": ep, "global_batch": mb * dp if mb else (gbs or 8192)}
 
 
-def run_size(lay: dict[str, int], timeout: float, plain: bool, steps: bool = True) -> dict[str, Any]:
-    """One size in its own process (``--timeout`` seconds of wall time at most)."""
+def run_size(lay: dict[str, int], timeout: float, plain: bool, steps: bool = True, timeline: bool = False) -> dict[str, Any]:
+    """One size in its own process (``--timeout`` seconds of wall time at most); ``timeline``: also write the
+    timeline (``cosim run``'s default), into a temporary folder."""
+    import tempfile
+
     extra = [] if steps else ["--set", "workload.synthetic.coalesce=false"]
+    out = tempfile.mkdtemp(prefix="bench_synth_")
+    extra += ["--out", out] + ([] if timeline else ["--no-timeline"])
     args = ["run", "dsv3-1024", "--set", f"nodes={lay['gpus'] // 8}", "--set",
             f"workload.synthetic.layout.ep={lay['ep']}", "--set",
             f"workload.synthetic.batch.global={lay['global_batch']}", "--set", "workload.synthetic.allow_oom=true",
-            "--no-timeline", "--json", *extra]
+            "--json", *extra]
     code = _CHILD.format(root=str(ROOT), plain=plain, args=args)
     t0 = time.perf_counter()
     try:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {**lay, "status": f"timeout after {timeout:.0f} s"}
+    finally:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
     if p.returncode != 0:
         return {**lay, "status": "failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]}
     res = json.loads(p.stdout.strip().splitlines()[-1])
@@ -113,6 +122,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--plain", action="store_true", help="no coalescing: solve every collective")
     ap.add_argument("--no-coalesce-steps", action="store_true", help="simulate every micro-batch")
+    ap.add_argument("--timeline", action="store_true", help="also write the timeline (cosim run's default)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from tqdm import tqdm
@@ -120,7 +130,8 @@ def main() -> int:
     sizes = [int(x) for x in a.sizes.split(",")]
     rows = []
     for n in tqdm(sizes, desc="sizes", unit="size", file=sys.stderr, disable=a.json):
-        rows.append(run_size(layout(n, a.global_batch, a.mb_per_pipeline), a.timeout, a.plain, not a.no_coalesce_steps))
+        rows.append(run_size(layout(n, a.global_batch, a.mb_per_pipeline), a.timeout, a.plain, not a.no_coalesce_steps,
+                                a.timeline))
     growth(rows)
     if a.json:
         print(json.dumps(rows, indent=1))

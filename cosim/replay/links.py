@@ -39,7 +39,6 @@ import numpy as np
 from cosim.errors import CosimInputError
 from cosim.replay.collective_map import collective_spec, gpu_of_rank
 from cosim.replay.config import ReplayConfig
-from cosim.replay.summary import merge_intervals
 from cosim.workload.graph import CollType, CopyKind, GpuKind
 
 if TYPE_CHECKING:
@@ -92,11 +91,16 @@ class LinkUsage:
         """(link, start, end, count, bytes, source, offsets) sorted by link then start."""
         if self._compiled is None:
             if self._parts:
-                cols = [np.concatenate([p[i] for p in self._parts]) for i in range(6)]
+                parts, self._parts = self._parts, []
+                cols = [np.concatenate([p[i] for p in parts]) for i in range(6)] if len(parts) > 1 else list(parts[0])
+                del parts  # (peak memory: the columns once, plus one column being reordered)
             else:
                 cols = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
             o = np.lexsort((cols[1], cols[0]))
-            cols = [c[o] for c in cols]
+            if o.size and not (o[1:] > o[:-1]).all():
+                for i in range(6):
+                    cols[i] = cols[i][o]
+            del o
             off = np.searchsorted(cols[0], np.arange(len(self.links) + 1))
             self._parts = [tuple(cols)]
             self._compiled = (*cols, off)
@@ -106,15 +110,52 @@ class LinkUsage:
         """Indices of links that carried bytes."""
         return np.flatnonzero(self.total_bytes > 0)
 
+    _CHUNK = 1 << 21
+    """Intervals handled at once by :meth:`busy` and :meth:`peak` (whole links per chunk): bounds their
+    temporaries (~a dozen arrays of this length) whatever the run's size."""
+
+    def _chunks(self, off: np.ndarray) -> list[tuple[int, int]]:
+        """Interval ranges ``[i, j)`` cut at link boundaries, each about :attr:`_CHUNK` long (one link longer
+        than that is a chunk of its own)."""
+        n = int(off[-1])
+        out = []
+        i = 0
+        while i < n:
+            k = int(np.searchsorted(off, i + self._CHUNK, side="right")) - 1
+            j = int(off[k]) if int(off[k]) > i else int(off[np.searchsorted(off, i, side="right")])
+            out.append((i, j))
+            i = j
+        return out
+
     def busy(self, a: float = -math.inf, b: float = math.inf) -> np.ndarray:
-        """Seconds per link within [a, b] with at least one transfer (union of intervals)."""
-        _, s, e, *_rest, off = self._data()
+        """Seconds per link within [a, b] with at least one transfer (union of intervals).
+
+        Vectorized over all links at once: intervals are sorted by link then start, so the union's length is
+        the sum of ``max(0, e_i - max(s_i, M_{i-1}))`` with ``M`` the running maximum of the ends within the
+        link (a segmented maximum, exact: taken over the ends' ranks). O(intervals log intervals), in chunks
+        of whole links."""
+        lk_all, s_all, e_all, *_rest, off = self._data()
         out = np.zeros(len(self.links))
-        for i in np.flatnonzero(np.diff(off) > 0).tolist():
-            ss, ee = np.clip(s[off[i]:off[i + 1]], a, b), np.clip(e[off[i]:off[i + 1]], a, b)
+        for i, j in self._chunks(off):
+            lk, s, e = lk_all[i:j], s_all[i:j], e_all[i:j]
+            ss, ee = np.clip(s, a, b), np.clip(e, a, b)
             ok = ee > ss
-            ms, me = merge_intervals(ss[ok], ee[ok])
-            out[i] = float((me - ms).sum())
+            lk, ss, ee = lk[ok], ss[ok], ee[ok]
+            n = ss.size
+            if not n:
+                continue
+            order = np.argsort(ee, kind="stable")
+            rank = np.empty(n, dtype=np.int64)
+            rank[order] = np.arange(n, dtype=np.int64)
+            base = (lk - lk[0]).astype(np.int64) * n
+            cm = np.maximum.accumulate(base + rank)
+            run_max = ee[order[cm - base]]  # running maximum end within the link, this one included
+            del rank, cm, base
+            prev = np.empty(n)
+            prev[0] = -math.inf
+            prev[1:] = run_max[:-1]
+            prev[np.r_[True, lk[1:] != lk[:-1]]] = -math.inf
+            out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, prev), 0.0), minlength=len(self.links))
         return out
 
     def bytes_in(self, a: float, b: float) -> np.ndarray:
@@ -127,18 +168,25 @@ class LinkUsage:
         return np.bincount(lk, weights=nb * frac, minlength=len(self.links))
 
     def peak(self) -> np.ndarray:
-        """Most concurrent transfers per link (flows of a collective counted with multiplicity)."""
-        _, s, e, c, *_rest, off = self._data()
+        """Most concurrent transfers per link (flows of a collective counted with multiplicity): per link, the
+        maximum of the running sum of +count at starts and -count at ends (ends before starts at one instant:
+        back-to-back is not concurrent), all links of a chunk at once."""
+        lk_all, s_all, e_all, c_all, *_rest, off = self._data()
         out = np.zeros(len(self.links), dtype=np.int64)
-        for i in np.flatnonzero(np.diff(off) > 0).tolist():
-            sl = slice(off[i], off[i + 1])
-            ok = e[sl] > s[sl]
+        for i, j in self._chunks(off):
+            lk, s, e, c = lk_all[i:j], s_all[i:j], e_all[i:j], c_all[i:j]
+            ok = e > s
             if not ok.any():
                 continue
-            t = np.concatenate([s[sl][ok], e[sl][ok]])
-            dc = np.concatenate([c[sl][ok], -c[sl][ok]])
-            o = np.lexsort((dc, t))  # at one instant, ends before starts: back-to-back is not concurrent
-            out[i] = round(float(np.cumsum(dc[o]).max()))
+            lk, s, e, c = lk[ok], s[ok], e[ok], c[ok]
+            L = np.concatenate([lk, lk])
+            o = np.lexsort((np.concatenate([c, -c]), np.concatenate([s, e]), L))
+            L, dc = L[o], np.concatenate([c, -c])[o]
+            del o
+            cs = np.cumsum(dc)
+            starts = np.flatnonzero(np.r_[True, L[1:] != L[:-1]])
+            before = np.r_[0.0, cs[starts[1:] - 1]]  # running total before each link's first event (0 up to rounding)
+            out[L[starts]] = np.round(np.maximum.reduceat(cs, starts) - before).astype(np.int64)
         return out
 
     def report(self, elapsed: float) -> list[dict[str, Any]]:

@@ -96,7 +96,10 @@ def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int =
                        overlap: bool = False) -> int | None:
     """The smallest micro-batch count whose steady phase holds two periods of unit pairs on every stage
     and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
-    shorter than the step by at least one period."""
+    shorter than the step by at least one period. For pp 8 vpp 4: 40 (180 pairs on stage 0, 64 a period).
+    A shorter probe (32: a full period after a transient of 3/4 of a period) was tried and not kept: on the
+    1024-GPU DeepSeek-V3 step it did not pass its check, and the fallback (32, then 40) costs more than 40
+    alone (docs/SYNTHESIS.md)."""
     step = pp if vpp > 1 else 1
     start = max(pp, 2 * pp if overlap and pp > 1 else 1)
     m = -(-start // step) * step
@@ -123,6 +126,32 @@ def _ops_repeat(s: np.ndarray, e: np.ndarray, names: np.ndarray | None, lo: int,
     return bool((np.abs(s[b] - s[a] - period) <= lim).all() and (np.abs(e[b] - e[a] - period) <= lim).all())
 
 
+def _window_complete(s: np.ndarray, names: np.ndarray | None, cut: float, period: float, tol: float) -> bool:
+    """Whether every GPU op (any stream) starting in the period before ``cut`` has a counterpart of the same name
+    starting one period earlier, and every op of the period before that one a counterpart one period later (each
+    within ``tol`` x ``period``): the replicated window ``[cut - period, cut)`` then holds each repeating op
+    exactly once, also ops that run ahead of the schedule's units (a pipeline receive posted for a later
+    micro-batch on its own stream, which the probe may not have)."""
+    ok = np.isfinite(s)
+    idx = np.flatnonzero(ok & (s >= cut - 2 * period) & (s < cut))
+    if not idx.size:
+        return False
+    lim = tol * period
+    nm = names[idx] if names is not None else np.zeros(idx.size, dtype=np.int64)
+    allv = np.flatnonzero(ok)
+    alln = names[allv] if names is not None else np.zeros(allv.size, dtype=np.int64)
+    for name in np.unique(nm).tolist():
+        mine = s[idx[nm == name]]
+        pool = np.sort(s[allv[alln == name]])
+        later = mine >= cut - period
+        want = np.where(later, mine - period, mine + period)
+        k = np.clip(np.searchsorted(pool, want), 1, max(pool.size - 1, 1))
+        near = np.minimum(np.abs(pool[k - 1] - want), np.abs(pool[np.minimum(k, pool.size - 1)] - want))
+        if not (near <= lim).all():
+            return False
+    return True
+
+
 def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
                   unit_spans: dict[int, list[tuple[int, int, bool]]], runs: list[Any], q: int,
                   tol: float = TOL, names: dict[int, np.ndarray] | None = None
@@ -132,8 +161,10 @@ def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
     Per rank, the steady units with a counterpart ``q`` micro-batches earlier, in issue order, each give two
     shifts (of its GPU start and end). A cut (the start of such a unit) is accepted when the pairs of the
     full period up to it (the units of ``q`` micro-batches) all shift by the same period (their median)
-    within ``tol`` x the period, and every GPU op starting in the period before the cut repeats
-    the one before it (:func:`_ops_repeat`: same names, shifted by the period): this excludes the pipeline's
+    within ``tol`` x the period, every GPU op starting in the period before the cut repeats
+    the one before it (:func:`_ops_repeat`: same names, shifted by the period), and the window is complete
+    (:func:`_window_complete`: every op of any stream starting in the two periods before the cut has its
+    counterpart one period away): this excludes the pipeline's
     fill and the end of the step (the last micro-batch's gradient buckets) from the repeated window. The
     latest accepted cut is taken; every rank needs one and the ranks' periods must agree within ``tol``.
     Returns ``(period, max deviation, pairs compared, cut per rank)`` or None. Cost: O(units x units of a
@@ -173,7 +204,8 @@ def detect_period(unit_keys: dict[int, list[tuple[tuple[Unit, ...], bool]]],
                 continue
             p_r = float(np.median(tail))
             lo, hi = idx[i - per_period + 1][0], idx[i][0]
-            if _ops_repeat(s, e, nm, lo, hi, idx[i][0] - idx[i][1], p_r, tol):
+            if _ops_repeat(s, e, nm, lo, hi, idx[i][0] - idx[i][1], p_r, tol) \
+                    and _window_complete(s, nm, float(pairs[i, 2]), p_r, tol):
                 found = (i, tail, p_r)
                 break
         if found is None:
@@ -274,13 +306,24 @@ _ID_STEP = 1 << 40
 """Offset added to the ids of each repeated copy of the period's events (ids stay distinct)."""
 
 
-def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_step: int) -> list[dict[str, Any]]:
+TIMELINE_MAX_GPU_OPS = 1_000_000
+"""Most GPU ops (over the simulated ranks) the timeline of a coalesced step draws: past it, the repeated period
+is drawn fewer times than it repeats, and one span per rank (``cat`` ``coalesced``) stands for the periods not
+drawn; the step's end and every event after the repeated window keep their full-step times. (A 1024-GPU
+DeepSeek-V3 step is ~2.9M GPU ops over its 8 simulated ranks, ~11M trace events: minutes to write and more than
+Perfetto opens.)"""
+
+
+def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_step: int,
+                  copies: int | None = None) -> list[dict[str, Any]]:
     """One rank's events of the full step: those at or after the cut moved by the inserted time, those in
-    the period before it repeated ``repeats`` times (ids made distinct), spans across the window stretched."""
+    the period before it repeated ``copies`` times (default: ``repeats``; ids made distinct), spans across the
+    window stretched."""
     p_us = per.period_s * 1e6
     cut_us -= 5e-4  # timestamps are rounded to 1 ns: the unit starting at the cut belongs after it
     lo = cut_us - p_us
     extra = per.repeats * p_us
+    copies = per.repeats if copies is None else min(copies, per.repeats)
     out: list[dict[str, Any]] = []
     window: list[dict[str, Any]] = []
     for ev in evs:
@@ -298,7 +341,7 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
             out.append({**ev, "dur": round(ev["dur"] + extra, 3)})
         else:
             out.append(ev)
-    for j in range(1, per.repeats + 1):
+    for j in range(1, copies + 1):
         off = j * id_step
         for ev in window:
             c = {**ev, "ts": round(ev["ts"] + j * p_us, 3)}
@@ -311,6 +354,13 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
                         a[key] = a[key] + off
                 c["args"] = a
             out.append(c)
+    if copies < per.repeats and window:
+        first = next((ev for ev in evs if ev.get("ph") == "X"), window[0])
+        left = per.repeats - copies
+        out.append({"ph": "X", "cat": "coalesced", "pid": first["pid"], "tid": first["tid"],
+                    "name": f"{left} more periods of {per.period_s * 1e3:.3f} ms (coalesced; not drawn)",
+                    "ts": round(cut_us + copies * p_us, 3), "dur": round(left * p_us, 3),
+                    "args": {"periods": left, "period_us": round(p_us, 3), "drawn": copies}})
     return out
 
 
@@ -320,6 +370,7 @@ class PeriodicResult(ReplayResult):
     ``extend_events`` its timeline (through :func:`cosim.output.write_result`) (``periodic`` says how); graph, runs and links are the probe's."""
 
     periodic: Periodic | None = None
+    _drawn: int | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, probe: ReplayResult, per: Periodic) -> PeriodicResult:
@@ -334,9 +385,29 @@ class PeriodicResult(ReplayResult):
             self._summary = extend_figures(self, self.periodic)
         return self._summary
 
+    def drawn_repeats(self) -> int:
+        """How many times the timeline draws the repeated period: every repeat while the full step stays within
+        :data:`TIMELINE_MAX_GPU_OPS` GPU ops over the simulated ranks, else as many as fit (at least 0)."""
+        per = self.periodic
+        assert per is not None
+        if self._drawn is None:
+            probe = win = 0
+            for run in self.runs:
+                s = run.gpu_start
+                ok = np.isfinite(s)
+                probe += int(ok.sum())
+                cut = per.cut.get(run.rank)
+                if cut is not None:
+                    win += int((ok & (s >= cut - per.period_s) & (s < cut)).sum())
+            room = TIMELINE_MAX_GPU_OPS - probe
+            self._drawn = per.repeats if probe + per.repeats * win <= TIMELINE_MAX_GPU_OPS else \
+                max(0, min(per.repeats, room // max(win, 1)))
+        return self._drawn
+
     def extend_events(self, rank: int, evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One rank's timeline events of the probe turned into the full step's (the steady period repeated):
-        the hook :func:`cosim.output.timeline.write_timeline` applies to every event group."""
+        """One rank's timeline events of the probe turned into the full step's (the steady period repeated,
+        :meth:`drawn_repeats` times): the hook :func:`cosim.output.timeline.write_timeline` applies to every
+        event group."""
         assert self.periodic is not None
         cut = self.periodic.cut.get(rank)
-        return evs if cut is None else _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP)
+        return evs if cut is None else _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP, self.drawn_repeats())

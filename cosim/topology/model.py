@@ -89,6 +89,15 @@ class Topology:
 
     def devices(self, kind: str | None = None, node: int | None = None) -> list[str]:
         """Device ids, optionally of one kind and/or on one host node, in (node, kind index) order."""
+        if kind is not None and node is not None:  # per GPU in cpu_of: an index, not a scan of every device
+            idx = self.__dict__.get("_by_kind_node")
+            if idx is None or idx[0] != self.graph.number_of_nodes():
+                by: dict[tuple[str, Any], list[str]] = {}
+                for n in self.graph:
+                    by.setdefault((self._kind[n], self._node[n]), []).append(n)
+                idx = self.__dict__["_by_kind_node"] = (self.graph.number_of_nodes(), by)
+            out = list(idx[1].get((kind, node), []))
+            return sorted(out, key=lambda n: (self._node[n], self._kind[n], self.graph.nodes[n]["index"]))
         out = [n for n in self.graph if (kind is None or self._kind[n] == kind) and (node is None or self._node[n] == node)]
         return sorted(out, key=lambda n: (self._node[n], self._kind[n], self.graph.nodes[n]["index"]))
 
