@@ -63,6 +63,8 @@ from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass,
 __all__ = [
     "COMBINE_BYTES_FACTOR",
     "DISPATCH_BYTES_FACTOR",
+    "NARROW_GEMM",
+    "NARROW_GEMM_SOURCE",
     "PRECISION_DTYPES",
     "PRECISION_SCOPES",
     "PrecisionResult",
@@ -70,8 +72,6 @@ __all__ = [
     "dispatch_bytes_factor",
     "dispatch_mask",
     "expert_gemm_mask",
-    "NARROW_GEMM",
-    "NARROW_GEMM_SOURCE",
     "fp8_gemm_times",
     "narrow_gemm_params",
     "narrow_profile",
@@ -171,7 +171,7 @@ def _gemm_model(f: KernelFeatures, idx: np.ndarray, dtype: str, hw: HardwareFigu
     eb = 1.0 if low else elem_bytes("fp32" if dtype == "tf32" else dtype)
     for i, j in enumerate(idx):
         own = like is None or _fitted(profile, f.cls[j], dtype)
-        p = profile.params(f.cls[j], dtype if own else like)
+        p = profile.params(f.cls[j], dtype if own or like is None else like)
         if low and not _fitted(profile, f.cls[j], dtype) and isinstance(p, GemmParams):
             p = narrow_gemm_params(profile.params(f.cls[j], "bf16"))  # type: ignore[arg-type]
         m, n, k, b = f.m[j], f.n[j], f.k[j], f.batch[j]

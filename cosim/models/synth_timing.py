@@ -43,9 +43,8 @@ class KernelTimer:
     """``timer(ops) -> [seconds]`` for one accelerator and calibration profile."""
 
     def __init__(self, accelerator: Accelerator, profile: Any = None) -> None:
-        from cosim.models.predict import _default_profile
-
         from cosim.models.precision import narrow_profile
+        from cosim.models.predict import _default_profile
 
         self.accelerator = accelerator
         self.profile = profile if profile is not None else _default_profile(accelerator)
