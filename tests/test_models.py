@@ -717,4 +717,4 @@ def test_narrow_gemm_rule_worked_example() -> None:
     # a profile with its own FP8 fit keeps it
     own = GemmParams(efficiency=0.5, tile_overhead_s=0.0, memory_efficiency=0.5, floor_s=0.0, small_tile_alpha=0.0)
     prof2 = CalibrationProfile("hand2", "h800-sxm5", models={"gemm": {"bf16": bf16, "fp8": own}})
-    assert KernelTimer(acc, prof2)(ops[:1])[0] == pytest.approx(7 * 2 * 256 * 128 * K / (1978.9e12 / 132 * 0.5))
+    assert KernelTimer(acc, prof2)(ops[:1])[0] == pytest.approx(109 * 2 * 64 * 32 * K / (1978.9e12 / 132 * 0.5))
