@@ -88,7 +88,12 @@ def score_source(path: Path, timers: dict[str, KernelTimer] | None = None) -> di
         rows.append({"label": r["label"], "layout": r["layout"], "published_tflops": r["tflops"],
                      "cosim_tflops": round(pred, 1), "error": round(pred / r["tflops"] - 1, 4)})
     err = np.abs([x["error"] for x in rows])
-    return {"source": src["source"], "url": src["url"], "gpu": src["gpu"], "n": len(rows),
+    groups: dict[str, list[float]] = {}
+    for x in rows:
+        groups.setdefault(x["layout"], []).append(x["error"])
+    by = {k: {"n": len(v), "median_error": round(float(np.median(v)), 4),
+              "max_abs_error": round(float(np.abs(v).max()), 4)} for k, v in groups.items()}
+    return {"by_layout": by, "source": src["source"], "url": src["url"], "gpu": src["gpu"], "n": len(rows),
             "median_abs_error": round(float(np.median(err)), 4), "max_abs_error": round(float(err.max()), 4),
             "median_error": round(float(np.median([x["error"] for x in rows])), 4), "rows": rows}
 
@@ -101,7 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--params", help="JSON overriding cosim.models.precision.NARROW_GEMM (held-out checks of a refit)")
+    ap.add_argument("--off", action="store_true", help="without the narrow-GEMM rule (the profile's own FP8 parameters)")
     a = ap.parse_args(argv)
+    import cosim.models.precision as prec
+
+    if a.params:
+        prec.NARROW_GEMM.update(json.loads(a.params))
+    if a.off:
+        prec.narrow_profile = lambda p: p  # type: ignore[assignment]
     res = score_all()
     if a.json:
         json.dump(res, sys.stdout, indent=1)
@@ -111,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in res.items():
         print(f"| {k} | {v['gpu']} | {v['n']} | {v['median_error']:+.1%} | {v['median_abs_error']:.1%} | "
               f"{v['max_abs_error']:.1%} |")
+    print("\n| source | rows | n | median error | max abs error |\n|---|---|---:|---:|---:|")
+    for k, v in res.items():
+        for lay, g in v["by_layout"].items():
+            print(f"| {k} | {lay} | {g['n']} | {g['median_error']:+.1%} | {g['max_abs_error']:.1%} |")
     if a.rows:
         for k, v in res.items():
             print(f"\n{k}")
