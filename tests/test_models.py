@@ -683,3 +683,38 @@ def test_fused_adam_bytes_count_the_state_it_writes():
     types = ["TensorList"] * 6
     assert mem_bytes("aten::_fused_adamw_", shapes, types, "elementwise") == 7 * 1024 * 4 + 2 * 4
     assert mem_bytes("aten::_foreach_add_", [lst, lst], ["TensorList"] * 2, "elementwise") == 3 * 1024 * 4
+
+
+def test_narrow_gemm_rule_worked_example() -> None:
+    """An FP8 GEMM on H800 (M=4096, N=7168, K=2048) timed by the synthesized-step kernel timer, by hand: the
+    profile's BF16 parameters (efficiency 0.7, no per-wave overhead, no small-tile loss) become the narrow-GEMM
+    ones (efficiency 0.7 x 0.96 of the FP8 peak, 1.5 us per wave, 82.5 % of HBM, 2.5 us floor). Best candidate:
+    256x128 tiles, 16 x 56 = 896 tiles over 132 SMs = 7 waves of (1.5 us + 2*256*128*2048 / (peak/132 x 0.672))."""
+    from cosim.models.calibrated import GemmParams
+    from cosim.models.precision import NARROW_GEMM, narrow_gemm_params
+    from cosim.models.profile import CalibrationProfile
+    from cosim.models.synth_timing import KernelTimer
+    from cosim.workload.synth.costs import Op
+
+    assert NARROW_GEMM == {"efficiency_ratio": 0.96, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825,
+                           "floor_s": 2.5e-6}
+    bf16 = GemmParams(efficiency=0.7, tile_overhead_s=0.0, memory_efficiency=0.4, floor_s=5e-6, small_tile_alpha=0.0)
+    nar = narrow_gemm_params(bf16)
+    assert (nar.efficiency, nar.tile_overhead_s, nar.memory_efficiency, nar.floor_s) == pytest.approx(
+        (0.672, 1.5e-6, 0.825, 2.5e-6))
+    acc = load_catalog().accelerator("h800-sxm5")
+    assert acc.sm_count == 132 and float(acc.peak("fp8")) == pytest.approx(1978.9e12)
+    prof = CalibrationProfile("hand", "h800-sxm5", models={"gemm": {"bf16": bf16}})
+    M, N, K = 4096, 7168, 2048
+    ops = [Op("g8", "gemm", 2.0 * M * N * K, M * K + K * N + 2.0 * M * N, "fp8", M, N, K),
+           Op("g16", "gemm", 2.0 * M * N * K, 2.0 * (M * K + K * N + M * N), "bf16", M, N, K)]
+    t8, t16 = KernelTimer(acc, prof)(ops)
+    tile = 2 * 256 * 128 * K / (1978.9e12 / 132 * 0.672)  # 13.32 us
+    assert t8 == pytest.approx(2.5e-6 + 7 * (1.5e-6 + tile), rel=1e-9)  # 106.3 us: 1164 TFLOP/s
+    # BF16 keeps its own parameters (0.7 of the BF16 peak, no per-wave cost, 5 us floor): without a per-wave
+    # cost the finest tile wastes least, 64x32: 64 x 224 = 14336 tiles = 109 waves
+    assert t16 == pytest.approx(5e-6 + 109 * 2 * 64 * 32 * K / (989.4e12 / 132 * 0.7), rel=1e-9)
+    # a profile with its own FP8 fit keeps it
+    own = GemmParams(efficiency=0.5, tile_overhead_s=0.0, memory_efficiency=0.5, floor_s=0.0, small_tile_alpha=0.0)
+    prof2 = CalibrationProfile("hand2", "h800-sxm5", models={"gemm": {"bf16": bf16, "fp8": own}})
+    assert KernelTimer(acc, prof2)(ops[:1])[0] == pytest.approx(109 * 2 * 64 * 32 * K / (1978.9e12 / 132 * 0.5))

@@ -22,6 +22,7 @@ from cosim.models.precision import (
     PRECISION_SCOPES,
     dispatch_bytes_factor,
     expert_gemm_mask,
+    narrow_gemm_params,
 )
 from cosim.replay import ReplayConfig, apply_sets, replay
 from cosim.replay import config as replay_config
@@ -114,10 +115,11 @@ def test_expert_fp8_on_a_synthetic_moe_trace(tmp_path: Path) -> None:
     hw = HardwareFigures.of(H100)
     p = prof.params("grouped_gemm", "bf16")
     m, n, k, b = (np.array([x[1]]) for x in (f.m, f.n, f.k, f.batch))
-    t8 = gemm_time(m, n, k, b, b * (m * k + k * n) + 2 * b * m * n + b * (m + n) * k / 32, hw.peak("fp8"), hw, p)
+    t8 = gemm_time(m, n, k, b, b * (m * k + k * n) + 2 * b * m * n + b * (m + n) * k / 32, hw.peak("fp8"), hw,
+                   narrow_gemm_params(p))
     t16 = gemm_time(m, n, k, b, 2 * b * (m * k + k * n + m * n), hw.peak("bf16"), hw, p)
     ratio = float(t8[0] / t16[0])
-    assert 0.5 <= ratio < 0.56  # compute-bound: the peak ratio (2x) at the same efficiency, plus overheads
+    assert 0.5 <= ratio < 0.65  # compute-bound: the peak ratio (2x) at the narrow-GEMM efficiency, plus overheads
     assert d1[2] == pytest.approx(d0[1] * ratio, rel=1e-9)
     assert d1[0] == pytest.approx(d0[0]) and d1[3] == pytest.approx(d0[2])  # router and dense GEMM unchanged
     act = float(m[0] * b[0] * k[0])
@@ -183,7 +185,8 @@ def test_expert_fp8_on_the_default_moe_scenario() -> None:
         p = prof.params("gemm", "bf16")
         for j in np.flatnonzero(mask):
             m, n, k, b = (np.array([x[j]]) for x in (f.m, f.n, f.k, f.batch))
-            t8 = gemm_time(m, n, k, b, b * (m * k + k * n) + 2 * b * m * n + b * (m + n) * k / 32, hw.peak("fp8"), hw, p)
+            t8 = gemm_time(m, n, k, b, b * (m * k + k * n) + 2 * b * m * n + b * (m + n) * k / 32, hw.peak("fp8"), hw,
+                           narrow_gemm_params(p))
             t16 = gemm_time(m, n, k, b, 2 * b * (m * k + k * n + m * n), hw.peak("bf16"), hw, p)
             assert d_f[new_of_old[j]] == pytest.approx(d_b[j] * t8[0] / t16[0], rel=1e-9)
             assert t8[0] <= t16[0]

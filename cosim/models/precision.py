@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cosim.catalog.models import Accelerator
-from cosim.models.calibrated import GEMM_CLASSES, HardwareFigures, gemm_time, memory_time
+from cosim.models.calibrated import GEMM_CLASSES, GemmParams, HardwareFigures, gemm_time, memory_time
 from cosim.models.features import KernelFeatures, elem_bytes, extract_features
 from cosim.models.profile import CalibrationProfile
 from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, StringTable, Table
@@ -63,6 +63,8 @@ from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass,
 __all__ = [
     "COMBINE_BYTES_FACTOR",
     "DISPATCH_BYTES_FACTOR",
+    "NARROW_GEMM",
+    "NARROW_GEMM_SOURCE",
     "PRECISION_DTYPES",
     "PRECISION_SCOPES",
     "PrecisionResult",
@@ -71,6 +73,8 @@ __all__ = [
     "dispatch_mask",
     "expert_gemm_mask",
     "fp8_gemm_times",
+    "narrow_gemm_params",
+    "narrow_profile",
     "quantize_times",
 ]
 
@@ -86,6 +90,46 @@ PRECISION_SCOPES = ("experts", "gemm")
 """Keys of the ``precision.*`` knobs: the MoE expert GEMMs, or every GEMM."""
 _NARROW = 1.0
 """Bytes per element at or below which a GEMM / payload is already low precision."""
+
+
+NARROW_GEMM = {"efficiency_ratio": 0.96, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6}
+"""GEMMs in a one-byte dtype (fp8, mxfp8) that the profile has no fit for: the BF16 parameters with the
+main-loop efficiency (a fraction of the narrow dtype's own peak) x ``efficiency_ratio``, a fixed cost per
+wave of tiles ``tile_overhead_s`` (prologue, scale loads, epilogue: it does not shrink with the faster math,
+so a short K loses more of the doubled peak), the operands streamed at ``memory_efficiency`` of HBM when the
+GEMM is bound by its (one-byte) weights, and a launch-to-completion ``floor_s``. Fitted by
+validation/kernels/published/fit.py on one source, DeepGEMM's H800 FP8 table (:data:`NARROW_GEMM_SOURCE`;
+28 dense and grouped shapes, median |error| 3 %); the other published sources are held out
+(validation/kernels/RESULTS.md, "Published GEMM throughputs")."""
+NARROW_GEMM_SOURCE = "deepseek-ai/DeepGEMM README.md @55ab91f (2025-03-25), H800 SXM5 FP8 normal / grouped GEMMs"
+"""Where :data:`NARROW_GEMM` was fitted."""
+_NARROW_DTYPES = ("fp8", "mxfp8")
+
+
+def narrow_gemm_params(p: GemmParams) -> GemmParams:
+    """The parameters of a one-byte GEMM from the profile's BF16 (or default) GEMM parameters ``p``
+    (rule: :data:`NARROW_GEMM`)."""
+    from dataclasses import replace
+
+    return replace(p, efficiency=min(1.0, p.efficiency * NARROW_GEMM["efficiency_ratio"]),
+                   tile_overhead_s=NARROW_GEMM["tile_overhead_s"],
+                   memory_efficiency=NARROW_GEMM["memory_efficiency"], floor_s=NARROW_GEMM["floor_s"])
+
+
+def narrow_profile(profile: CalibrationProfile) -> CalibrationProfile:
+    """``profile`` with ``fp8`` / ``mxfp8`` GEMM and grouped-GEMM parameters from :func:`narrow_gemm_params`
+    wherever it has no fit of its own for them (a copy; ``profile`` is left alone)."""
+    from dataclasses import replace
+
+    models = {c: dict(by) for c, by in profile.models.items()}
+    for cls in GEMM_CLASSES:
+        for dt in _NARROW_DTYPES:
+            if _fitted(profile, cls, dt):
+                continue
+            base = profile.params(cls, "bf16")
+            if isinstance(base, GemmParams):
+                models.setdefault(cls, {})[dt] = narrow_gemm_params(base)
+    return replace(profile, models=models)
 
 
 def _scale_bytes(dtype: str) -> float:
@@ -119,13 +163,17 @@ def _gemm_model(f: KernelFeatures, idx: np.ndarray, dtype: str, hw: HardwareFigu
     """Plain tile/wave model time (s) of GEMM rows ``idx`` run in ``dtype`` (no kernel-name effects).
 
     FP8/MXFP8: 1-byte operands, BF16 output, block scales; else every operand at ``dtype``'s width.
-    Parameters: the profile's fit for ``dtype`` if it has one, else those of ``like`` (the dtype the
-    GEMM was measured in: efficiencies are fractions of the dtype's own peak), else the class default."""
+    Parameters: the profile's fit for ``dtype`` if it has one; else, for FP8/MXFP8, the narrow-GEMM rule
+    (:func:`narrow_gemm_params` of the BF16 fit); else those of ``like`` (the dtype the GEMM was measured in:
+    efficiencies are fractions of the dtype's own peak), else the class default."""
     out = np.empty(len(idx))
     low = dtype in ("fp8", "mxfp8")
     eb = 1.0 if low else elem_bytes("fp32" if dtype == "tf32" else dtype)
     for i, j in enumerate(idx):
-        p = profile.params(f.cls[j], dtype if (like is None or _fitted(profile, f.cls[j], dtype)) else like)
+        own = like is None or _fitted(profile, f.cls[j], dtype)
+        p = profile.params(f.cls[j], dtype if own or like is None else like)
+        if low and not _fitted(profile, f.cls[j], dtype) and isinstance(p, GemmParams):
+            p = narrow_gemm_params(profile.params(f.cls[j], "bf16"))  # type: ignore[arg-type]
         m, n, k, b = f.m[j], f.n[j], f.k[j], f.batch[j]
         nbytes = b * (m * k + k * n) * eb + b * m * n * (2.0 if low else eb)
         if low:

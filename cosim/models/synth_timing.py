@@ -7,7 +7,8 @@ The ops become a :class:`cosim.models.features.KernelFeatures` table (class, dty
 GEMM dims, attention dims, FLOPs, bytes) and go through
 :func:`cosim.models.predict.predict_features` with the calibration profile of the
 accelerator (the bundled one fitted on it, else the H100 fit predicted cross-GPU, or a
-profile the user names). The per-kernel database and kernel-family factors are not
+profile the user names; FP8/MXFP8 GEMMs without a fit of their own follow the narrow-GEMM rule,
+:data:`cosim.models.precision.NARROW_GEMM`). The per-kernel database and kernel-family factors are not
 used: synthesized kernels have no recorded names. Attention is causal: the model sees half
 the key length (flash kernels skip fully masked key blocks). A decode query (``causal=False``)
 reads the whole KV cache: its time is a roofline, the larger of a memory-bound kernel moving its
@@ -42,10 +43,14 @@ class KernelTimer:
     """``timer(ops) -> [seconds]`` for one accelerator and calibration profile."""
 
     def __init__(self, accelerator: Accelerator, profile: Any = None) -> None:
+        from cosim.models.precision import narrow_profile
         from cosim.models.predict import _default_profile
 
         self.accelerator = accelerator
         self.profile = profile if profile is not None else _default_profile(accelerator)
+        self._model_profile = narrow_profile(self.profile)
+        """The profile the GEMMs are timed with: FP8/MXFP8 GEMMs the profile has no fit for follow the
+        narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`)."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures
@@ -67,7 +72,7 @@ class KernelTimer:
             bwd=np.array([o.bwd for o in ops], dtype=bool), flops=np.array([o.flops for o in ops], dtype=float),
             bytes=np.array([o.bytes for o in ops], dtype=float), dur=np.full(n, np.nan),
             grid=np.full((n, 3), -1, dtype=np.int64), block=np.full((n, 3), -1, dtype=np.int64))
-        pred = predict_features(f, self.accelerator, self.profile, kernel_scale=False, database=False)
+        pred = predict_features(f, self.accelerator, self._model_profile, kernel_scale=False, database=False)
         out = np.where(np.array([o.cls == "collective" for o in ops]), 0.0, pred.dur)
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
         if dec:  # decode attention: a roofline of its cache read and its FLOPs at the decode kernels' efficiency

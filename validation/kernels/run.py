@@ -479,6 +479,10 @@ def main() -> int:
     res["vidur_h100"] = vidur(h_all)
     res["vidur_h100_memory"] = vidur_memory(h_all)
     res["deepgemm_h800_fp8"] = deepgemm(h_all)
+    # published GEMM / grouped-GEMM throughputs (validation/kernels/published): the synthesized-step kernel timer
+    from validation.kernels.published.score import score_all
+
+    res["published_gemm"] = {k: {kk: vv for kk, vv in v.items() if kk != "rows"} for k, v in score_all().items()}
     (HERE / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True))
     if args.write:
         for prof in (h_all, b_prof, a_prof, v_prof):

@@ -1,0 +1,66 @@
+"""Refit :data:`cosim.models.precision.NARROW_GEMM` on one published source (default: DeepGEMM's H800 table).
+
+Grid search over (efficiency ratio on the BF16 main-loop efficiency, per-wave tile overhead, HBM efficiency of
+weight streaming, floor), minimising median |log error| + max |log error| / 2 of the tile/wave GEMM model with the
+``h100-sxm5`` profile's BF16 parameters on the source's catalog GPU at the FP8 peak.
+
+``python -m validation.kernels.published.fit [SOURCE.yaml]`` prints the best point and its errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from cosim.catalog import load_catalog
+from cosim.models import load_profile
+from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time
+
+HERE = Path(__file__).resolve().parent
+
+
+def fit(path: Path) -> tuple[dict[str, float], np.ndarray]:
+    src = yaml.safe_load(path.read_text())
+    base = load_profile("h100-sxm5").params("gemm", "bf16")
+    assert isinstance(base, GemmParams)
+    hw = HardwareFigures.of(load_catalog().accelerator(src["gpu"]))
+    R = np.array([r[1:] for r in src["rows"]], dtype=float)
+    g, m, n, k, tf = R.T
+    nbytes = g * ((m * k + k * n) + 2.0 * m * n)
+    t = 2 * g * m * n * k / (tf * 1e12)
+
+    def err(rc: float, to: float, me: float, fl: float) -> np.ndarray:
+        p = replace(base, efficiency=min(1.0, base.efficiency * rc), tile_overhead_s=to, memory_efficiency=me,
+                    floor_s=fl)
+        return np.asarray(np.log(gemm_time(m, n, k, g, nbytes, hw.peak(src["dtype"]), hw, p) / t))
+
+    best: tuple[float, tuple[float, ...]] | None = None
+    grid = (np.arange(0.80, 1.42, 0.02), [0.0, 0.5e-6, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6],
+            np.arange(0.6, 1.0, 0.025), np.arange(1e-6, 5.1e-6, 0.5e-6))
+    for x in itertools.product(*grid):
+        e = np.abs(err(*x))
+        s = float(np.median(e) + 0.5 * e.max())
+        if best is None or s < best[0]:
+            best = (s, tuple(float(v) for v in x))
+    assert best is not None
+    rc, to, me, fl = best[1]
+    return ({"efficiency_ratio": round(rc, 3), "tile_overhead_s": to, "memory_efficiency": round(me, 3),
+             "floor_s": fl}, np.exp(-err(rc, to, me, fl)) - 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else HERE / "deepgemm-h800-fp8.yaml"
+    params, e = fit(path)
+    print(params)
+    print(f"median |error| {np.median(np.abs(e)):.1%}, max {np.abs(e).max():.1%} (cosim TFLOP/s / published - 1)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
