@@ -1126,8 +1126,8 @@ class Fabric:
             if (bott >= -1).all() and not (grp >= 0).any():
                 got = self._reuse_structure(bott, old, m, cap, ent_row, lseg, e_off, e_seg, e_link, e_w, ulinks,
                                             rem_cap, capl)
-                if got is not None:
-                    rate, lb = got
+                if got is not None and np.isfinite(got[0]).all() and (got[0] > 0).all():
+                    rate, lb = got  # else the reference filling below: a reused structure must give finite rates
                     p.bott[R] = np.where(lb >= 0, ulinks[np.maximum(lb, 0)], lb)
             if rate is not None:
                 self.n_reused += 1
