@@ -190,8 +190,8 @@ class _RankBuilder:
         return g
 
     comm_lane: int | None = None
-    """When set, every lane's collectives go on this lane's streams (Megatron's EP overlap: one communication
-    stream for the forward and the backward micro-batch); None: each lane its own."""
+    """When set, every lane's EP all-to-alls go on this lane's stream (Megatron's EP overlap: one communication
+    stream for the forward and the backward micro-batch's dispatch and combine); None: each lane its own."""
     jitter: float = 0.0
     """Mean of the exponentially distributed extra host time of each launch (s)."""
     graph_host: int = -1
@@ -302,7 +302,8 @@ class _RankBuilder:
             if len(members) < 2:
                 return -1
             c = self.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
-            lane = self.lane if self.comm_lane is None else self.comm_lane
+            shared_stream = self.comm_lane is not None and o.comm.kind.startswith("all_to_all")
+            lane = self.comm_lane if shared_stream and self.comm_lane is not None else self.lane
             j = self.op(o, 0.0, _STREAMS[o.stream] + 100 * lane, launch, coll=c,
                         waits=[self.last_compute if shared else self.last_main])
             self.pending.append((j, o.name))
