@@ -16,7 +16,9 @@ shared expert overlaps the dispatch all-to-all, as Megatron's
 transfers matched by (pair, message id); each direction and kind has its own stream, so
 every channel is FIFO on both ends and the schedule cannot deadlock. DP gradient
 buckets go out on the dp stream during the last micro-batch's backward (overlapped
-with it), the optimizer runs after, then (ZeRO-1) the parameter all-gather.
+with it), the optimizer runs after, then (ZeRO-1) the parameter all-gather. Under the EP
+all-to-all overlap (``a2a_overlap``) a forward and another micro-batch's backward run layer by
+layer in Megatron-Core's combined-1F1B order, their all-to-alls on one stream (docs/SYNTHESIS.md).
 
 Folding: under uniform routing every rank of a pipeline stage runs the same program,
 so only one rank per stage is built (tp, cp and dp index 0); its TP/EP/DP collectives
@@ -647,7 +649,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             ``TransformerModelChunkSchedulePlan.run`` / ``TransformerLayerSchedulePlan.run``): the forward of
             chunk ``cf`` micro-batch ``mf`` (lane 0) and the backward of chunk ``cb`` micro-batch ``mb`` (lane 1)
             layer by layer (forward layer i with backward layer n-1-i), on one compute and one communication
-            stream, in the order of :func:`combined_layer_order`."""
+            stream, in the order docs/SYNTHESIS.md "EP all-to-all overlap" gives (segments: :func:`_fwd_parts`,
+            :func:`_bwd_parts`)."""
             fw, _ = prepared[(cf, 0)]
             _, bw = prepared[(cb, 0)]
             rb.comm_lane = 0
@@ -826,7 +829,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
     """Steps of Megatron's EP all-to-all overlap: every steady-state forward with the backward issued
     after it (the order has one more warm-up forward, so the two are independent: without a pipeline
-    F0, F1+B0, ..., B last)."""
+    F0, F1+B0, ..., B last); each pair runs layer by layer in Megatron's combined-1F1B order (``paired``)."""
     steps: list[list[tuple[str, int, int]]] = []
     i = 0
     while i < len(order):
