@@ -671,17 +671,27 @@ def test_selective_recompute_reruns_the_named_modules(tmp_path: Path, dgx: objec
     assert swiglu.saved > 0
 
 
-def _pair_order(tmp_path: Path, dgx: object, delay: bool) -> tuple[list[str], object]:
-    """The GPU ops of rank 0's first overlapped pair (forward of micro-batch 1, backward of micro-batch 0)."""
-    syn = _synth(tmp_path, dgx, layout=dict(ep=4, a2a_overlap=True, delay_wgrad=delay),
-                 batch={"global": 24, "micro": 1, "seq": 64})
+def _pair_order(tmp_path: Path, dgx: object, delay: bool) -> tuple[list[str], object, float]:
+    """The GPU ops of rank 0's first overlapped pair (forward of micro-batch 1, backward of micro-batch 0), and
+    how long after the experts' last wgrad ended the first pair's dispatch backward started in a replay."""
+    from cosim.replay import ReplayConfig, replay
+
+    # TINY's layers at 2048 wide and 4096 tokens, so that kernels outlast their launches
+    card = {**TINY, "hidden_size": 2048, "head_dim": 128, "expert_ffn_size": 1024}
+    syn = _synth(tmp_path, dgx, card=card, layout=dict(ep=4, a2a_overlap=True, delay_wgrad=delay),
+                 batch={"global": 24, "micro": 1, "seq": 4096})
     rg = syn.graph.ranks[0]
     assert syn.built.microbatches == 3
     assert [k for k, _ in syn.built.unit_keys[rg.rank]] == [
         (("F", 0, 0),), (("F", 1, 0), ("B", 0, 0)), (("F", 2, 0), ("B", 1, 0)), (("B", 2, 0),)]
     lo, hi, _ = syn.built.unit_spans[rg.rank][1]
     names = [rg.strings[int(rg.gpu_ops.name[j])] for j in range(lo, hi + 1)]
-    return names, rg
+    run = replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).runs[0]
+    first = {}
+    for j in range(lo, hi + 1):
+        first.setdefault(rg.strings[int(rg.gpu_ops.name[j])], j)
+    gap = float(run.gpu_start[first["moe.dispatch_probs.bwd"]] - run.gpu_end[first["moe.experts_fc1.wgrad"]])
+    return names, rg, gap
 
 
 def test_a2a_overlap_runs_megatrons_combined_1f1b_layer_order(tmp_path: Path, dgx: object) -> None:
@@ -691,7 +701,8 @@ def test_a2a_overlap_runs_megatrons_combined_1f1b_layer_order(tmp_path: Path, dg
     # 2 layers, EP4 inside one node, 3 micro-batches, no pipeline: F0, F1+B0, F2+B1, B2
     keep = {"moe.combine.bwd", "attn.core", "moe.experts_fc1.dgrad", "moe.dispatch", "moe.experts_fc1.wgrad",
             "moe.dispatch.bwd", "moe.experts_fc1", "moe.combine", "attn.core.bwd", "attn.qkv.wgrad"}
-    names, rg = _pair_order(tmp_path, dgx, delay=True)
+    names, rg, gap = _pair_order(tmp_path, dgx, delay=True)
+    assert gap < 0  # the dispatch backward starts while the experts' wgrad still runs
     got = [n for n in names if n in keep]
     one = ["moe.combine.bwd", "attn.core", "moe.experts_fc1.dgrad", "moe.dispatch", "moe.experts_fc1.wgrad",
            "moe.dispatch.bwd", "moe.experts_fc1", "moe.combine", "attn.core.bwd"]
@@ -710,7 +721,8 @@ def test_a2a_overlap_runs_megatrons_combined_1f1b_layer_order(tmp_path: Path, dg
     waits = {int(E.src[e]) - nh for e in range(len(E)) if int(E.dst[e]) == d_bwd and int(E.kind[e]) == 3}
     assert {rg.strings[int(G.name[w])] for w in waits} == {"moe.sort_chunks.bwd"}
     # without delay_wgrad_compute each wgrad follows its dgrad inside the experts' (and attention's) backward
-    names, _ = _pair_order(tmp_path, dgx, delay=False)
+    names, _, gap = _pair_order(tmp_path, dgx, delay=False)
+    assert gap >= 0  # the dispatch backward waits for the wgrad
     got = [n for n in names if n in keep]
     one = ["moe.combine.bwd", "attn.core", "moe.experts_fc1.dgrad", "moe.experts_fc1.wgrad", "moe.dispatch",
            "moe.dispatch.bwd", "moe.experts_fc1", "moe.combine", "attn.core.bwd", "attn.qkv.wgrad"]
