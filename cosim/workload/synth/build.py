@@ -16,7 +16,9 @@ shared expert overlaps the dispatch all-to-all, as Megatron's
 transfers matched by (pair, message id); each direction and kind has its own stream, so
 every channel is FIFO on both ends and the schedule cannot deadlock. DP gradient
 buckets go out on the dp stream during the last micro-batch's backward (overlapped
-with it), the optimizer runs after, then (ZeRO-1) the parameter all-gather.
+with it), the optimizer runs after, then (ZeRO-1) the parameter all-gather. Under the EP
+all-to-all overlap (``a2a_overlap``) a forward and another micro-batch's backward run layer by
+layer in Megatron-Core's combined-1F1B order, their all-to-alls on one stream (docs/SYNTHESIS.md).
 
 Folding: under uniform routing every rank of a pipeline stage runs the same program,
 so only one rank per stage is built (tp, cp and dp index 0); its TP/EP/DP collectives
@@ -189,6 +191,9 @@ class _RankBuilder:
             g = self.groups[key] = len(self.groups)
         return g
 
+    comm_lane: int | None = None
+    """When set, every lane's EP all-to-alls go on this lane's stream (Megatron's EP overlap: one communication
+    stream for the forward and the backward micro-batch's dispatch and combine); None: each lane its own."""
     jitter: float = 0.0
     """Mean of the exponentially distributed extra host time of each launch (s)."""
     graph_host: int = -1
@@ -299,7 +304,9 @@ class _RankBuilder:
             if len(members) < 2:
                 return -1
             c = self.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
-            j = self.op(o, 0.0, _STREAMS[o.stream] + 100 * self.lane, launch, coll=c,
+            shared_stream = self.comm_lane is not None and o.comm.kind.startswith("all_to_all")
+            lane = self.comm_lane if shared_stream and self.comm_lane is not None else self.lane
+            j = self.op(o, 0.0, _STREAMS[o.stream] + 100 * lane, launch, coll=c,
                         waits=[self.last_compute if shared else self.last_main])
             self.pending.append((j, o.name))
             return j
@@ -622,6 +629,133 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     if next(item[0], StopIteration) is StopIteration:
                         live.remove(item)
 
+        delay_wgrad = rm.layout.delay_wgrad
+
+        def emit_all(seg: list[tuple[Op, float]], ly: int) -> None:
+            for o, d in seg:
+                emit(o, d, ly)
+
+        def b_layer_start(ly: int) -> None:
+            """A backward layer's recomputation (as ``backward``'s ``recompute``)."""
+            if rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
+                for fo, fd in zip(*prepared_fwd[ly]):
+                    if recomputed(fo.name, rm.layout.recompute_modules):
+                        emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+
+        prepared_fwd = {ly: (ops, durs) for fw_, _ in prepared.values() for ly, ops, durs in fw_}
+
+        def paired(cf: int, mf: int, cb: int, mb: int) -> None:
+            """Megatron-Core's combined 1F1B (``overlap_moe_expert_parallel_comm``,
+            ``TransformerModelChunkSchedulePlan.run`` / ``TransformerLayerSchedulePlan.run``): the forward of
+            chunk ``cf`` micro-batch ``mf`` (lane 0) and the backward of chunk ``cb`` micro-batch ``mb`` (lane 1)
+            layer by layer (forward layer i with backward layer n-1-i), on one compute and one communication
+            stream, in the order docs/SYNTHESIS.md "EP all-to-all overlap" gives (segments: :func:`_fwd_parts`,
+            :func:`_bwd_parts`)."""
+            fw, _ = prepared[(cf, 0)]
+            _, bw = prepared[(cb, 0)]
+            rb.comm_lane = 0
+            rb.switch(0)
+            if cf > 0:
+                p2p("F", False, mf, cf - 1, cf)
+            rb.switch(1)
+            if cb < chunks - 1:
+                p2p("B", False, mb, cb + 1, cb)
+            nl = card.num_layers
+            f_layers = [x for x in fw if 0 <= x[0] < nl]
+            b_layers = [x for x in bw if 0 <= x[0] < nl]
+            last = mb == last_mb
+
+            def grads(ly: int) -> None:
+                if last:
+                    _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+
+            rb.switch(0)  # phase 0: the embedding forward, the head's backward
+            for ly, ops, durs in fw:
+                if ly < 0:
+                    emit_all(list(zip(ops, durs)), ly)
+            rb.switch(1)
+            for ly, ops, durs in bw:
+                if ly >= nl:
+                    emit_all(list(zip(ops, durs)), ly)
+                    grads(ly)
+            post: Seg = []  # the forward's ops after its combine: they run before its next layer
+            post_ly = -1
+            dw: tuple[int, Seg] | None = None  # a backward layer's deferred attention wgrad
+
+            def flush_dw() -> None:
+                nonlocal dw
+                if dw is not None:
+                    rb.switch(1)
+                    emit_all(dw[1], dw[0])
+                    grads(dw[0])
+                    dw = None
+
+            def f_seg(ly: int, seg: Seg) -> None:
+                rb.switch(0)
+                emit_all(seg, ly)
+
+            def b_seg(ly: int, seg: Seg, keep_main: bool = False) -> None:
+                rb.switch(1)
+                keep = rb.last_main
+                emit_all(seg, ly)
+                if keep_main:  # the wgrad: the next collective waits for the dgrad only (Megatron's events)
+                    rb.last_main = keep
+
+            n = min(len(f_layers), len(b_layers))
+            for i in range(max(len(f_layers), len(b_layers))):
+                fp = _fwd_parts(f_layers[i][1], f_layers[i][2]) if i < len(f_layers) else None
+                bp = _bwd_parts(b_layers[i][1], b_layers[i][2], delay_wgrad) if i < len(b_layers) else None
+                if bp is not None:
+                    lyb = b_layers[i][0]
+                    rb.switch(1)
+                    b_layer_start(lyb)
+                    b_seg(lyb, bp[0])
+                    b_seg(lyb, bp[1])       # B: combine backward (comm)
+                    flush_dw()              # the previous backward layer's wgrad
+                if fp is not None:
+                    lyf = f_layers[i][0]
+                    f_seg(post_ly, post)
+                    f_seg(lyf, fp[0])       # F: attention, router, permute
+                    if i >= n:
+                        for seg in fp[1:4]:
+                            f_seg(lyf, seg)
+                if bp is not None:
+                    b_seg(lyb, bp[2])       # B: experts backward
+                if fp is not None and i < n:
+                    f_seg(lyf, fp[1])       # F: dispatch (comm)
+                if bp is not None:
+                    b_seg(lyb, bp[3], keep_main=True)  # B: experts wgrad (delay_wgrad_compute)
+                    b_seg(lyb, bp[4])       # B: dispatch backward (comm)
+                if fp is not None and i < n:
+                    f_seg(lyf, fp[2])       # F: experts
+                    f_seg(lyf, fp[3])       # F: combine (comm)
+                if fp is not None:
+                    post, post_ly = fp[4], lyf
+                if bp is not None:
+                    b_seg(lyb, bp[5])       # B: attention backward
+                    dw = (lyb, bp[6])
+                    if not delay_wgrad:
+                        flush_dw()
+            rb.switch(1)
+            if cb > 0:  # Megatron runs the first layer's wgrad after the p2p send
+                p2p("B", True, mb, cb, cb - 1)
+            flush_dw()
+            f_seg(post_ly, post)  # the forward's last combine, the head; the send
+            for ly, ops, durs in fw:
+                if ly >= nl:
+                    emit_all(list(zip(ops, durs)), ly)
+            if cf < chunks - 1:
+                p2p("F", True, mf, cf, cf + 1)
+            rb.switch(1)
+            for ly, ops, durs in bw:
+                if ly < 0:
+                    emit_all(list(zip(ops, durs)), ly)
+                    grads(ly)
+            if last:
+                _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
+            rb.switch(0)
+            rb.comm_lane = None
+
         def unit(first: int, recv: bool) -> None:
             comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
             if comp:
@@ -663,7 +797,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 n_span = len(unit_span)
                 if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
                     (_, mf, vf), (_, mb_, vb) = step
-                    overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
+                    if fsdp or graphs_on or rm.layout.recompute == "full":  # not Megatron's combinations
+                        overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
+                    else:
+                        paired(vf * rm.pp + stage, mf, vb * rm.pp + stage, mb_)
                     rb.switch(0)
                 else:
                     kind, mb, v = step[0]
@@ -692,7 +829,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
     """Steps of Megatron's EP all-to-all overlap: every steady-state forward with the backward issued
     after it (the order has one more warm-up forward, so the two are independent: without a pipeline
-    F0, F1+B0, ..., B last)."""
+    F0, F1+B0, ..., B last); each pair runs layer by layer in Megatron's combined-1F1B order (``paired``)."""
     steps: list[list[tuple[str, int, int]]] = []
     i = 0
     while i < len(order):
@@ -703,6 +840,68 @@ def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, in
             steps.append([order[i]])
             i += 1
     return steps
+
+
+def _is_a2a(o: Op) -> bool:
+    return o.cls == "collective" and o.comm is not None and o.comm.kind.startswith("all_to_all")
+
+
+def _a2a_runs(ops: list[Op]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each run of consecutive EP all-to-alls in ``ops``."""
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(ops):
+        if _is_a2a(ops[i]):
+            j = i
+            while j < len(ops) and _is_a2a(ops[j]):
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+Seg = list[tuple[Op, float]]
+
+
+def _fwd_parts(ops: list[Op], durs: list[float]) -> list[Seg]:
+    """A forward layer as Megatron's combined-1F1B nodes: [pre-dispatch (attention, router, permute, and the
+    shared expert, which Megatron runs there under the overlap), dispatch, experts, combine, after the
+    combine]; a layer without two all-to-all runs (dense) is all pre-dispatch."""
+    od = list(zip(ops, durs))
+    runs = _a2a_runs(ops)
+    if len(runs) != 2:
+        return [od, [], [], [], []]
+    (a0, a1), (b0, b1) = runs
+    mlp = od[a1:b0]
+    shared = [x for x in mlp if x[0].name.startswith("moe.shared")]
+    return [od[:a0] + shared, od[a0:a1], [x for x in mlp if not x[0].name.startswith("moe.shared")],
+            od[b0:b1], od[b1:]]
+
+
+def _bwd_parts(ops: list[Op], durs: list[float], delay_wgrad: bool) -> list[Seg]:
+    """A backward layer as Megatron's combined-1F1B nodes: [before the combine's backward, the combine's
+    backward, experts backward, experts wgrad (``delay_wgrad``, else empty: in the experts backward),
+    dispatch backward, pre-dispatch backward, its wgrad (``delay_wgrad``)]. The shared expert's backward
+    goes with the pre-dispatch part (as its forward)."""
+    od = list(zip(ops, durs))
+    runs = _a2a_runs(ops)
+
+    def split(seg: Seg) -> tuple[Seg, Seg]:
+        if not delay_wgrad:
+            return seg, []
+        return [x for x in seg if not x[0].name.endswith(".wgrad")], [x for x in seg if x[0].name.endswith(".wgrad")]
+
+    if len(runs) != 2:
+        pre, pre_w = split(od)
+        return [[], [], [], [], [], pre, pre_w]
+    (a0, a1), (b0, b1) = runs
+    mid = od[a1:b0]
+    shared = [x for x in mid if x[0].name.startswith("moe.shared")]
+    mlp, mlp_w = split([x for x in mid if not x[0].name.startswith("moe.shared")])
+    pre, pre_w = split(shared + od[b1:])
+    return [od[:a0], od[a0:a1], mlp, mlp_w, od[b0:b1], pre, pre_w]
 
 
 def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:

@@ -73,8 +73,12 @@ class ParallelLayout(Strict):
     a2a_overlap: bool = False
     """Megatron-Core's EP all-to-all overlap (``--overlap-moe-expert-parallel-comm``, Megatron-Bridge
     ``moe_a2a_overlap``): each steady-state forward runs together with a backward of another micro-batch,
-    alternating at their collectives, so one's all-to-all runs under the other's compute (as DualPipe's
-    overlapped pairs). Needs ep > 1, vpp > 1 when pp > 1, and no full recomputation (as Megatron)."""
+    layer by layer in Megatron's combined-1F1B order on one compute and one communication stream, so one's
+    all-to-all runs under the other's compute. Needs ep > 1, vpp > 1 when pp > 1, and no full recomputation (as Megatron)."""
+    delay_wgrad: bool = True
+    """Under ``a2a_overlap``: Megatron-Core's ``delay_wgrad_compute`` (weight-gradient GEMMs run apart from the
+    data gradients, filling the compute stream while the backward all-to-alls run). Megatron-Bridge's
+    performance configs set it together with ``moe_a2a_overlap``."""
 
     def resolve(self, card: MoEModelConfig, gpus: int, where: str = "layout") -> RankMap:
         """Check this layout against ``card`` on ``gpus`` GPUs; one-line errors name the field."""
