@@ -414,3 +414,24 @@ def test_uneven_all_to_all_completion_window_within_bound_of_exact():
     assert fab_ref.n_solves >= 900 and fab.n_solves <= 200  # 952 distinct ends; 128 measured
     assert t == pytest.approx(t_ref, rel=5e-3)
     assert nbytes == pytest.approx(bytes_ref, rel=1e-9, abs=1e-3)
+
+
+def test_completion_window_with_a_zero_byte_flow_in_the_batch():
+    """A batch with an empty flow (0 bytes: an all-to-allv peer that receives nothing) beside 1 and 2 GB flows
+    on one 10 GB/s link. Worked: the empty flow ends at once; the other two share the link at 5 GB/s, the 1 GB
+    one ends at 0.2 s and the 2 GB one, with 1 GB left at 10 GB/s, at 0.3 s. The window must give the same end
+    (a row without a projected end, tend = inf, is released at the tick, never at its 'end')."""
+    import numpy as np
+
+    def once(tol: float) -> float:
+        env = simpy.Environment()
+        fab = Fabric(env, chain("a", "b"), FabricConfig(completion_tolerance=tol))
+        seg = fab.pair_segment("a", "b")
+        ev = fab.start_rows(np.array([[seg, -1, -1]] * 3), np.array([0.0, 1e9, 2e9]))
+        done: list[float] = []
+        ev.callbacks.append(lambda _e: done.append(env.now))
+        env.run()
+        return done[0]
+
+    assert once(0.0) == pytest.approx(0.3, rel=1e-12)
+    assert once(0.01) == pytest.approx(0.3, rel=1e-12)

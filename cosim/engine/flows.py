@@ -754,7 +754,8 @@ class Fabric:
         if not idx.size:
             return
         segs, m, r = p.seg[idx], p.mult[idx], rate[idx]
-        due = np.maximum(tend[idx], now) if windowed else now  # an early row's batch still completes at its end
+        # an early row's batch still completes at its end; a row not yet rated (zero bytes: tend inf) ends now
+        due = np.maximum(np.where(np.isfinite(tend[idx]), tend[idx], now), now) if windowed else now
         left = rem[idx] if windowed else np.maximum(rem[idx], 0.0)
         if (left != 0).any():  # bytes of rows ended early still cross their links; late rows' excess is taken back
             self.bytes_moved += self._to_links(segs.reshape(-1), np.repeat(left * m, _K))
