@@ -585,6 +585,8 @@ class Fabric:
             raise ValueError("nbytes must be finite and >= 0")
         mult = np.ones(len(nb)) if multiplicity is None else np.asarray(multiplicity, dtype=float).reshape(-1)
         mr = np.broadcast_to(np.asarray(max_rate, dtype=float), nb.shape)
+        if len(mr) and (np.isnan(mr).any() or (mr <= 0).any()):
+            raise ValueError("max_rate must be > 0 (inf: no cap)")
         wcap = np.where(np.isfinite(mr), mr / efficiency, _INF)
         if len(mult) and (mult < 1).any():
             raise ValueError("multiplicity must be >= 1")
@@ -749,7 +751,7 @@ class Fabric:
         wb, half = self._win
         windowed = wb >= 0 and half > 0
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
-            fin |= act & (p.batch[:n] == wb) & (tend - now <= half)
+            fin |= act & (p.batch[:n] == wb) & np.isfinite(tend) & (tend - now <= half)
         idx = np.flatnonzero(fin)
         if not idx.size:
             return
@@ -814,7 +816,7 @@ class Fabric:
         inb = p.batch[A] == b
         tb = tend[inb]
         half = 0.5 * eps * (float(tb.max()) - self.env.now)
-        if half <= 0:
+        if not (half > 0 and math.isfinite(half)):  # a row of the batch without a projected end: no window
             return e
         other = float(tend.min(initial=_INF, where=~inb))
         hi = float(tb.max(initial=e, where=tb <= e + 2.0 * half))
@@ -1156,7 +1158,7 @@ class Fabric:
         out = np.empty(len(S), dtype=np.int64)
         for k, sg in enumerate(first.tolist()):
             lk = self._se_link[self._se_off[sg]:self._se_off[sg + 1]]
-            out[k] = lk[int(np.argmin(self.capacity[lk]))]
+            out[k] = lk[int(np.argmin(self.capacity[lk]))] if len(lk) else -1  # -1: the structure's pivots decide
         return out
 
     _DENSE_ROWS = 64
