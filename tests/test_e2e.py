@@ -285,6 +285,8 @@ def test_quantize_cast_writes_the_rowwise_and_columnwise_copies() -> None:
     """A training GEMM input cast to MXFP8 (or Hopper FP8) is read once in BF16 and written twice, row-wise for
     the forward GEMM and column-wise for the wgrad GEMM, each copy 1 byte + its scales per element (MXFP8: one
     e8m0 per 32; FP8: one fp32 per 128); its backward (the gradient's cast) moves twice that; BF16 casts nothing."""
+    from dataclasses import replace
+
     from cosim.workload.synth.costs import PRECISIONS, _quant, backward_ops
 
     n = 4096 * 7168
@@ -292,6 +294,9 @@ def test_quantize_cast_writes_the_rowwise_and_columnwise_copies() -> None:
     assert mx.bytes == pytest.approx(n * (2 + 2 * (1 + 1 / 32)))
     (fp8,) = _quant("x", n, PRECISIONS["fp8"])
     assert fp8.bytes == pytest.approx(n * (2 + 2 * (1 + 4 / 128)))
+    # the cast keeps its FP8 width when the dispatch payload is bf16 (the dispatch bytes: tests/test_synth.py)
+    (fp8_bf16_dispatch,) = _quant("x", n, replace(PRECISIONS["fp8"], dispatch_bytes=2.0))
+    assert fp8_bf16_dispatch.bytes == fp8.bytes
     assert backward_ops([mx])[0].bytes == pytest.approx(2 * mx.bytes)
     assert _quant("x", n, PRECISIONS["bf16"]) == []
 
@@ -310,33 +315,3 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     _, cases = load_cases()
     h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
-
-
-def test_training_dispatches_bf16_tokens_unless_told_fp8(dgx: object) -> None:
-    """Megatron-Core dispatches BF16 hidden states whatever the GEMM precision (its FP8/MXFP8 casts happen in the
-    expert GEMMs): an FP8 step's dispatch all-to-all moves 2 bytes per element; ``dispatch_precision: fp8``
-    (DeepSeek-V3's framework) moves 1 byte + one fp32 scale per 128."""
-    from cosim.models.synth_timing import synthetic_kernel_timer
-    from cosim.workload.graph import CollType
-    from cosim.workload.synth import SyntheticSpec, synthesize
-
-    def a2a_bytes(**kw: object) -> set[float]:
-        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "precision": "fp8",
-                                             "batch": {"global": 8, "micro": 1, "seq": 256}, **kw})
-        rg = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
-        C = rg.collectives
-        return {float(C.in_bytes[c]) for c in range(len(C)) if C.type[c] == CollType.ALL_TO_ALL}
-
-    from cosim.capture.config import load_model_config
-
-    h, k = load_model_config("qwen3-moe-mini").hidden_size, load_model_config("qwen3-moe-mini").top_k
-    rows = 256 * k  # 256 tokens x top-k rows, each sent once
-    assert a2a_bytes() == {rows * h * 2.0, rows * 4.0}  # tokens (dispatch, combine) in bf16; fp32 probabilities
-    assert rows * h * (1 + 4 / 128) in a2a_bytes(dispatch_precision="fp8")
-    # the casts keep their FP8 width whatever the dispatch payload
-    from dataclasses import replace
-
-    from cosim.workload.synth.costs import PRECISIONS, _quant
-
-    (q,) = _quant("x", 1.0, replace(PRECISIONS["fp8"], dispatch_bytes=2.0))
-    assert q.bytes == pytest.approx(2 + 2 * (1 + 4 / 128))
