@@ -315,3 +315,59 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     _, cases = load_cases()
     h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
+
+
+def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
+    """gpt-oss's training-only kernels (Megatron-Core core_v0.16.0, costs.GPT_OSS_ACTIVATION_SOURCE), one MoE
+    layer of a small card with ``activation_clamp`` and ``linear_bias`` at EP4 (8 local experts), 128 tokens:
+    the clamp prologue (two clamps of rows x f, a cat of rows x 2f) before the fused activation, all inside
+    ``moe_act``; the fc2 bias added per local expert (scale, add) then concatenated; the attention output's bias
+    added before the residual. Exact op counts, bytes, FLOPs and saved bytes; a plain card has none of them."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops, recomputed, selective_saved
+
+    plain = load_model_config("qwen3-moe-mini")
+    oss = plain.model_copy(update={"linear_bias": True, "activation_clamp": 7.0})
+    T, S, h, f, k, E, ep = 128, 64, 256, 96, 8, 32, 4
+    rows = T * k  # uniform: every rank receives its share, T * top_k rows in all
+    e_local = E // ep
+    n_e = rows / e_local
+    ops = layer_ops(oss, 1, T, S, Shard(ep=ep))
+    base = layer_ops(plain, 1, T, S, Shard(ep=ep))
+    names = [o.name for o in ops]
+    new = [o for o in ops if o.name not in {b.name for b in base}]
+    assert len(ops) - len(base) == len(new) == 3 + 2 * e_local + 1 + 1
+    i = names.index("moe.experts_fc1")
+    assert names[i + 1:i + 5] == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
+                                  "moe.experts_swiglu"]
+    j = names.index("moe.experts_fc2")
+    assert names[j + 1:j + 2 * e_local + 2] == [f"moe.experts_fc2_bias_{w}.{e}" for e in range(e_local)
+                                                for w in ("scale", "add")] + ["moe.experts_fc2_bias_cat"]
+    assert names[names.index("attn.residual") - 1] == "attn.o_bias"
+    by = {o.name: o for o in ops}
+    assert by["moe.experts_act_clamp_glu"].bytes == rows * f * 2 * 2
+    assert by["moe.experts_act_clamp_linear"].bytes == rows * f * 2 * 2
+    assert by["moe.experts_act_cat"].bytes == 2 * rows * f * 2 * 2 and by["moe.experts_act_cat"].flops == 0
+    assert by["moe.experts_fc2_bias_scale.0"].bytes == n_e * h * 2 + n_e * 4 + h * 2
+    assert by["moe.experts_fc2_bias_add.0"].bytes == n_e * h * 2 * 3
+    assert by["moe.experts_fc2_bias_cat"].bytes == rows * h * 2 * 2
+    assert by["attn.o_bias"].bytes == T * h * 2 * 2
+    assert sum(o.flops for o in new) == 2 * rows * f + 2 * rows * h + T * h
+    # clamps 2 + 2, cat 4 (units of rows x f x 2 bytes); bias scale 1, add 3, cat 2 (rows x h x 2 bytes), each
+    # scale also reads its rows' fp32 probabilities and the bias; the attention bias add 2 (T x h x 2 bytes)
+    assert sum(o.bytes for o in new) == (8 * rows * f * 2 + 6 * rows * h * 2 + rows * 4 + e_local * h * 2
+                                         + 2 * T * h * 2)
+    # moe_act recomputes the whole prologue with the activation; the run keeps only fc1's output (both halves)
+    act = [o.name for o in ops if recomputed(o.name, ["moe_act"])]
+    assert act == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
+                   "moe.experts_swiglu"]
+    assert selective_saved(ops, []) - selective_saved(ops, ["moe_act"]) == 2 * rows * f * 2
+    # each new op has one backward kernel moving twice its forward bytes
+    bwd = {o.name: o for o in backward_ops(ops)}
+    assert all(bwd[f"{o.name}.bwd"].bytes == 2 * o.bytes for o in new)
+    assert len(backward_ops(ops)) - len(backward_ops(base)) == len(new)
+    # serving has none of the eager bias kernels (the clamp stays: the model's math)
+    serve = [o.name for o in layer_ops(oss, 1, T, S, Shard(ep=ep, q_len=S))]
+    assert not any("bias" in n for n in serve) and "moe.experts_act_cat" in serve
+    card = load_model_config("gpt-oss-120b")
+    assert card.linear_bias and card.activation_clamp == 7.0
