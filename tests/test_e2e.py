@@ -371,3 +371,38 @@ def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     assert not any("bias" in n for n in serve) and "moe.experts_act_cat" in serve
     card = load_model_config("gpt-oss-120b")
     assert card.linear_bias and card.activation_clamp == 7.0
+
+
+def test_gpt_oss_model_flops_against_megatron_bridges_formula() -> None:
+    """Why cosim counts 32.7 GFLOP/token (fwd + bwd) for gpt-oss-120b and the Megatron-Bridge table 27.1
+    (428 TFLOP/s / 15784 tokens/s): Megatron-Bridge v0.3.0 ``training/utils/flop_utils.py`` applies the GLU
+    factor 3/2 only when ``activation_func == F.silu`` (gpt-oss's GLU is quick-GELU: its three expert matrices
+    count as two) and counts every layer's attention as full causal (no sliding windows). Its formula, from the
+    card: 27.16; with the 3/2 factor 34.33; with the 18 window layers' pairs 32.63, cosim's count less the router
+    GEMM, norms and element-wise ops (0.3%)."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.build import _model_flops_per_token
+    from cosim.workload.synth.costs import window_pairs
+
+    c = load_model_config("gpt-oss-120b")
+    s = 4096
+    h, heads, g, d, L = c.hidden_size, c.num_heads, c.num_kv_heads, c.attn_head_dim, c.num_layers
+    f, k, V = c.expert_ffn_size or 0, c.top_k, c.vocab_size
+    ratio = heads * d / h  # query_projection_to_hidden_size_ratio
+
+    def megatron_bridge(glu: float, windows: bool = False) -> float:
+        experts = 12 * L * h * f * k * glu
+        proj = 12 * L * h * h * (1 + g / heads) * ratio
+        if windows:
+            keys = sum(s / 2 if c.window(ly) is None else window_pairs(s, s, c.window(ly) or 0) / s for ly in range(L))
+        else:
+            keys = L * s / 2
+        core = 12 * h * h * ratio / h * keys
+        return (experts + proj + core + 6 * h * V) / 1e9
+
+    assert megatron_bridge(1.0) == pytest.approx(27.16, abs=0.01)
+    assert megatron_bridge(1.0) == pytest.approx(428e12 / 15784 / 1e9, rel=0.002)  # the table's own figure
+    assert megatron_bridge(1.5) == pytest.approx(34.33, abs=0.01)
+    cosim = 3 * _model_flops_per_token(c, s) / 1e9
+    assert cosim == pytest.approx(32.73, abs=0.01)
+    assert cosim == pytest.approx(megatron_bridge(1.5, windows=True), rel=0.004)
