@@ -336,10 +336,12 @@ def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     base = layer_ops(plain, 1, T, S, Shard(ep=ep))
     names = [o.name for o in ops]
     new = [o for o in ops if o.name not in {b.name for b in base}]
-    assert len(ops) - len(base) == len(new) == 3 + 2 * e_local + 1 + 1
+    assert len(ops) - len(base) == len(new) == 4 + 2 * e_local + 1 + 1
     i = names.index("moe.experts_fc1")
-    assert names[i + 1:i + 5] == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
-                                  "moe.experts_swiglu"]
+    assert names[i + 1:i + 6] == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
+                                  "moe.experts_act_offset_h2d", "moe.experts_swiglu"]
+    # the linear offset's torch.tensor(..., device=cuda): a blocking copy, the host waits (no gradient)
+    assert [o.name for o in ops if o.host_sync] == ["moe.experts_act_offset_h2d"]
     j = names.index("moe.experts_fc2")
     assert names[j + 1:j + 2 * e_local + 2] == [f"moe.experts_fc2_bias_{w}.{e}" for e in range(e_local)
                                                 for w in ("scale", "add")] + ["moe.experts_fc2_bias_cat"]
@@ -352,23 +354,23 @@ def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     assert by["moe.experts_fc2_bias_add.0"].bytes == n_e * h * 2 * 3
     assert by["moe.experts_fc2_bias_cat"].bytes == rows * h * 2 * 2
     assert by["attn.o_bias"].bytes == T * h * 2 * 2
-    assert sum(o.flops for o in new) == 2 * rows * f + 2 * rows * h + T * h
+    assert sum(o.flops for o in new) == 2 * rows * f + 2 * rows * h + T * h + 1
     # clamps 2 + 2, cat 4 (units of rows x f x 2 bytes); bias scale 1, add 3, cat 2 (rows x h x 2 bytes), each
     # scale also reads its rows' fp32 probabilities and the bias; the attention bias add 2 (T x h x 2 bytes)
     assert sum(o.bytes for o in new) == (8 * rows * f * 2 + 6 * rows * h * 2 + rows * 4 + e_local * h * 2
-                                         + 2 * T * h * 2)
+                                         + 2 * T * h * 2 + 2 * 2)
     # moe_act recomputes the whole prologue with the activation; the run keeps only fc1's output (both halves)
     act = [o.name for o in ops if recomputed(o.name, ["moe_act"])]
     assert act == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
-                   "moe.experts_swiglu"]
+                   "moe.experts_act_offset_h2d", "moe.experts_swiglu"]
     assert selective_saved(ops, []) - selective_saved(ops, ["moe_act"]) == 2 * rows * f * 2
-    # each new op has one backward kernel moving twice its forward bytes
+    # each new op but the copy has one backward kernel moving twice its forward bytes
     bwd = {o.name: o for o in backward_ops(ops)}
-    assert all(bwd[f"{o.name}.bwd"].bytes == 2 * o.bytes for o in new)
-    assert len(backward_ops(ops)) - len(backward_ops(base)) == len(new)
+    assert all(bwd[f"{o.name}.bwd"].bytes == 2 * o.bytes for o in new if not o.no_grad)
+    assert len(backward_ops(ops)) - len(backward_ops(base)) == len(new) - 1
     # serving has none of the eager bias kernels (the clamp stays: the model's math)
     serve = [o.name for o in layer_ops(oss, 1, T, S, Shard(ep=ep, q_len=S))]
-    assert not any("bias" in n for n in serve) and "moe.experts_act_cat" in serve
+    assert not any("bias" in n or "h2d" in n for n in serve) and "moe.experts_act_cat" in serve
     card = load_model_config("gpt-oss-120b")
     assert card.linear_bias and card.activation_clamp == 7.0
 
@@ -406,3 +408,28 @@ def test_gpt_oss_model_flops_against_megatron_bridges_formula() -> None:
     cosim = 3 * _model_flops_per_token(c, s) / 1e9
     assert cosim == pytest.approx(32.73, abs=0.01)
     assert cosim == pytest.approx(megatron_bridge(1.5, windows=True), rel=0.004)
+
+
+def test_gpt_oss_activation_offset_copy_syncs_the_host_each_forward_and_recompute(tmp_path: Path, dgx: object) -> None:
+    """A card with ``activation_clamp`` (gpt-oss) adds one host sync per MoE layer forward (the quick-GEGLU's
+    ``torch.tensor(linear_offset, device=cuda)``) to the dispatcher's, and ``moe_act`` recomputation runs it again
+    before the layer's backward: 4 MoE layers x 2 micro-batches x (1 + 1) syncs, + 4 x 2 recomputed."""
+    from cosim.capture.config import load_model_config
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    card = load_model_config("qwen3-moe-mini").model_dump()
+    card.update(name="oss-mini", linear_bias=True, activation_clamp=7.0)
+    f = tmp_path / "oss-mini.yaml"
+    f.write_text(yaml.safe_dump(card))
+
+    def syncs(model: str, recompute: str) -> int:
+        spec = SyntheticSpec.model_validate({"model": model, "layout": {"ep": 8, "recompute": recompute,
+                                                                        "recompute_modules": ["moe_act"]},
+                                             "batch": {"global": 16, "micro": 1, "seq": 256}})
+        rg = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
+        return [rg.strings[int(x)] for x in rg.host_ops.name].count("cudaStreamSynchronize")
+
+    assert syncs("qwen3-moe-mini", "selective") == 4 * 2
+    assert syncs(str(f), "none") == 4 * 2 * 2
+    assert syncs(str(f), "selective") == 4 * 2 * 2 + 4 * 2

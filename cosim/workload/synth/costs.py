@@ -148,6 +148,9 @@ class Op:
     Transformer Engine's ``split_quantize`` quantizes each local expert's rows with its own kernel(s), and a
     current-scaling cast is four kernels (:data:`TE_QUANTIZE_SOURCE`); the builder charges each the CUDA
     launch call (``BuildOptions.launch_overhead``)."""
+    host_sync: bool = False
+    """The host blocks until this op has run: a blocking host-to-device copy (``torch.tensor(x, device=cuda)``
+    copies from pageable memory through ``c10::cuda::memcpy_and_sync``, a cudaStreamSynchronize)."""
 
 
 @dataclass(frozen=True)
@@ -448,7 +451,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += [*_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches),
-            *expert_activation_ops(c, total, f, p),
+            *expert_activation_ops(c, total, f, p, train),
             *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches),
@@ -480,14 +483,17 @@ GPT_OSS_ACTIVATION_SOURCE = (
 """Where :func:`expert_activation_ops` and :func:`bias_ops` / :func:`expert_bias_ops` come from."""
 
 
-def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision) -> list[Op]:
+def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision, train: bool = True) -> list[Op]:
     """The routed experts' gated activation over ``rows`` expert-token rows of width ``2 f`` -> ``f``.
 
     Plain SwiGLU: one fused kernel (``moe.experts_swiglu``: reads both halves, writes ``f``). A clamped
     activation (card ``activation_clamp``, gpt-oss's ``swiglu_limit``) first runs Megatron-Core's eager clamp
     prologue of ``weighted_bias_quick_geglu_impl`` (:data:`GPT_OSS_ACTIVATION_SOURCE`): the gate half clamped
     above, the linear half clamped to +-limit (each reads and writes ``rows x f``), and ``torch.cat`` of the two
-    (reads and writes ``rows x 2f``), then the same fused kernel. All of them sit inside the ``moe_act``
+    (reads and writes ``rows x 2f``), the linear offset's blocking host-to-device copy (``torch.tensor`` of a
+    Python float on the GPU: the host waits for the GPU, :attr:`Op.host_sync`; training only), then the same
+    fused kernel.
+    All of them sit inside the ``moe_act``
     recompute checkpoint (:func:`recomputed`); their backward follows :func:`backward_ops` (a clamp's backward
     reads the gradient and its input and writes the gradient, the cat's is the chunk gradients' concatenation)."""
     act = _ew("moe.experts_swiglu", rows * f, p, inputs=2, flops_per=4.0, saved=2 * rows * f * p.act_bytes)
@@ -496,7 +502,10 @@ def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision
     # saved without recompute: the clamps keep fc1's output (both halves, one tensor), the fused kernel its input
     return [_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * rows * f * p.act_bytes),
             _ew("moe.experts_act_clamp_linear", rows * f, p),
-            _ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0), act]
+            _ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0),
+            # weighted_bias_quick_geglu_impl: torch.tensor(linear_offset, device=input.device), a blocking copy
+            *([replace(_tiny("moe.experts_act_offset_h2d", 1, nbytes=2.0, no_grad=True), host_sync=True)]
+              if train else []), act]
 
 
 def bias_ops(c: MoEModelConfig, name: str, numel: float, p: Precision, train: bool = True) -> list[Op]:
