@@ -433,3 +433,32 @@ def test_gpt_oss_activation_offset_copy_syncs_the_host_each_forward_and_recomput
     assert syncs("qwen3-moe-mini", "selective") == 4 * 2
     assert syncs(str(f), "none") == 4 * 2 * 2
     assert syncs(str(f), "selective") == 4 * 2 * 2 + 4 * 2
+
+
+def test_yarn_mscale_runs_megatrons_unfused_rope_chain_by_hand() -> None:
+    """A card with a YaRN attention factor (gpt-oss ``rope_mscale`` 1.3466 = 0.1 ln 32 + 1) trains with
+    Megatron-Core's unfused RoPE (TE's fused RoPE takes no mscale; costs.ROPE_SOURCE): per q and k, six small
+    kernels on the fp32 angles and six over the tensor (12 units of n x 2 bytes forward), four backward kernels
+    (14 units); the fused ``attn.rope`` (2 units per element of q and k) otherwise, and always when serving."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
+
+    plain = load_model_config("qwen3-moe-mini")  # 8 heads, 1 KV head, head dim 32
+    yarn = plain.model_copy(update={"rope_mscale": 1.3466})
+    T, S, d = 128, 64, 32
+    ops = [o for o in layer_ops(yarn, 0, T, S, Shard()) if o.name.startswith("attn.rope")]
+    assert [o.name for o in layer_ops(plain, 0, T, S, Shard()) if o.name.startswith("attn.rope")] == ["attn.rope"]
+    assert len(ops) == 2 * 12
+    for x, heads in (("q", 8), ("k", 1)):
+        n = T * heads * d
+        mine = [o for o in ops if o.name.startswith(f"attn.rope_{x}.")]
+        small = [o for o in mine if o.no_grad and o.dtype == "fp32"]
+        assert len(small) == 6 and all(o.bytes == 2 * S * d * 4 for o in small)
+        big = [o for o in mine if o not in small]
+        assert [o.name.split(".")[-1] for o in big] == ["mul_cos", "neg", "rotate_cat", "mul_sin", "add", "cat"]
+        assert sum(o.bytes for o in big) == 12 * n * 2
+        bwd = [o for o in backward_ops(mine)]
+        assert len(bwd) == 4 and sum(o.bytes for o in bwd) == 14 * n * 2
+    serve = [o.name for o in layer_ops(yarn, 0, T, S, Shard(q_len=S)) if o.name.startswith("attn.rope")]
+    assert serve == ["attn.rope"]
+    assert load_model_config("gpt-oss-120b").rope_mscale == pytest.approx(1.3466, abs=1e-4)

@@ -118,6 +118,12 @@ class MoEModelConfig(Strict):
     half to +-limit): two clamps and a concatenation before the fused activation
     (:func:`cosim.workload.synth.costs.expert_activation_ops`); ``null``: plain SwiGLU."""
 
+    rope_mscale: float = Field(default=1.0, gt=0)
+    """YaRN's attention (concentration) factor on RoPE's cos/sin, ``0.1 ln(factor) + 1`` when the config gives no
+    ``mscale`` pair (gpt-oss: factor 32 -> 1.3466; Megatron-Core ``_yarn_get_concentration_factor``). Not 1:
+    Megatron-Core applies RoPE to q and k with its unfused element-wise chain (TE's fused RoPE has no mscale:
+    :func:`cosim.workload.synth.costs.rope_ops`)."""
+
     router: Literal["softmax", "sigmoid"] = "softmax"
     """Router score function: softmax over experts (Mixtral, Qwen) or per-expert sigmoid (DeepSeek-V3)."""
     normalize_top_k: bool = True

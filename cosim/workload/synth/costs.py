@@ -32,7 +32,7 @@ from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 __all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "bias_ops", "embedding_ops",
            "expert_activation_ops", "expert_bias_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
-           "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
+           "layer_params", "recomputed", "rope_ops", "sample_head_ops", "selective_saved"]
 
 
 QUANT_COPIES = 2
@@ -268,8 +268,8 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     else:
         d = c.attn_head_dim
         kvh = max(c.num_kv_heads / tp, 1.0)
-        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), _ew("attn.rope", T * (heads + kvh) * d, p,
-                                                                       flops_per=3.0)]
+        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p),
+                *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
         kv_bytes = T * 2 * kvh * d * p.act_bytes
     if cp > 1:  # every rank needs the keys and values of the whole sequence
@@ -286,6 +286,43 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
                   saved=qkvo + b * heads * sq * 4.0, keys=keys))
     return ops + _attention_out(c, T, heads, d_out, s, p)
+
+
+ROPE_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0: megatron/core/models/common/embeddings/rope_utils.py "
+               "(apply_rotary_pos_emb: with apply_rope_fusion, mscale != 1 -> 'not supported by TE's fused RoPE. "
+               "Using unfused implementation'; _apply_rotary_pos_emb_bshd: cos/sin of freqs times mscale cast to "
+               "the input dtype, t * cos + _rotate_half(t) * sin, _rotate_half = chunk, neg, cat, then "
+               "torch.cat((t, t_pass))), megatron/core/transformer/attention.py (query and key each through "
+               "apply_rotary_pos_emb with mscale=_yarn_get_concentration_factor_from_config), "
+               "yarn_rotary_pos_embedding.py (_yarn_get_mscale: 0.1 ln(scale) + 1)")
+"""Where :func:`rope_ops`'s unfused chain comes from."""
+
+
+def rope_ops(c: MoEModelConfig, T: float, sq: float, heads: float, kvh: float, d: float, p: Precision,
+             train: bool = True) -> list[Op]:
+    """Rotary embedding of a GQA/MHA layer's queries and keys (``T`` tokens, ``heads`` / ``kvh`` heads of ``d``).
+
+    Default: one fused kernel (TE's fused RoPE, ``attn.rope``). With a YaRN attention factor (card
+    ``rope_mscale`` != 1) in training, Megatron-Core's unfused chain (:data:`ROPE_SOURCE`), for the queries and
+    then the keys (``X`` = q, k; ``n`` = T x heads x d elements, ``u`` = n x 2 bytes): six small kernels on the
+    ``sq x d`` fp32 angles (cos, times mscale, cast; sin, times mscale, cast; no gradient), then ``t * cos``
+    (2u), the negated half (1u), the rotated cat (2u), ``* sin`` (2u), the sum (3u) and the final cat with the
+    empty pass-through part (2u). Backward (:func:`backward_ops`, 2x bytes): the two products, the negation and
+    the rotated cat (14u; the sum's and the final cat's gradients are views, the accumulation and the slice's
+    gradient copy, ~5u, sit in that margin)."""
+    if c.rope_mscale == 1.0 or not train:
+        return [_ew("attn.rope", T * (heads + kvh) * d, p, flops_per=3.0)]
+    ops: list[Op] = []
+    for x, hx in (("q", heads), ("k", kvh)):
+        n = T * hx * d
+        a = f"attn.rope_{x}"
+        ops += [_tiny(f"{a}.{fn}", sq * d, no_grad=True) for fn in ("cos", "cos_scale", "cos_cast", "sin",
+                                                                      "sin_scale", "sin_cast")]
+        ops += [_ew(f"{a}.mul_cos", n, p), _ew(f"{a}.neg", n / 2, p),
+                _ew(f"{a}.rotate_cat", n, p, flops_per=0.0), _ew(f"{a}.mul_sin", n, p),
+                replace(_ew(f"{a}.add", n, p, inputs=2), no_grad=True),
+                replace(_ew(f"{a}.cat", n, p, flops_per=0.0), no_grad=True)]
+    return ops
 
 
 ATTENTION_TILE = 128
