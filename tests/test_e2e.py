@@ -350,14 +350,14 @@ def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     assert by["moe.experts_act_clamp_glu"].bytes == rows * f * 2 * 2
     assert by["moe.experts_act_clamp_linear"].bytes == rows * f * 2 * 2
     assert by["moe.experts_act_cat"].bytes == 2 * rows * f * 2 * 2 and by["moe.experts_act_cat"].flops == 0
-    assert by["moe.experts_fc2_bias_scale.0"].bytes == n_e * h * 2 + n_e * 4 + h * 2
+    assert by["moe.experts_fc2_bias_scale.0"].bytes == n_e * h * 2 + n_e * 2 + h * 2
     assert by["moe.experts_fc2_bias_add.0"].bytes == n_e * h * 2 * 3
     assert by["moe.experts_fc2_bias_cat"].bytes == rows * h * 2 * 2
     assert by["attn.o_bias"].bytes == T * h * 2 * 2
     assert sum(o.flops for o in new) == 2 * rows * f + 2 * rows * h + T * h + 1
     # clamps 2 + 2, cat 4 (units of rows x f x 2 bytes); bias scale 1, add 3, cat 2 (rows x h x 2 bytes), each
-    # scale also reads its rows' fp32 probabilities and the bias; the attention bias add 2 (T x h x 2 bytes)
-    assert sum(o.bytes for o in new) == (8 * rows * f * 2 + 6 * rows * h * 2 + rows * 4 + e_local * h * 2
+    # scale also reads its rows' bf16 probabilities and the bias; the attention bias add 2 (T x h x 2 bytes)
+    assert sum(o.bytes for o in new) == (8 * rows * f * 2 + 6 * rows * h * 2 + rows * 2 + e_local * h * 2
                                          + 2 * T * h * 2 + 2 * 2)
     # moe_act recomputes the whole prologue with the activation; the run keeps only fc1's output (both halves)
     act = [o.name for o in ops if recomputed(o.name, ["moe_act"])]

@@ -559,7 +559,9 @@ def bias_ops(c: MoEModelConfig, name: str, numel: float, p: Precision, train: bo
 def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Precision, train: bool) -> list[Op]:
     """The routed experts' fc2 bias (card ``linear_bias``, training), Megatron-Core's ``TEGroupedMLP._apply_bias``
     (:data:`GPT_OSS_ACTIVATION_SOURCE`): per local expert ``e``, ``b_e * p`` (the bias scaled by each row's routing
-    probability: writes ``rows_e x h``) and ``t_e + b_e * p`` (reads two, writes one), each its own eager kernel
+    probability: writes ``rows_e x h``; the probabilities are bf16, the router's logits dtype, as no gpt-oss
+    config sets ``moe_router_dtype`` and TE's fused top-k allocates them in the logits dtype,
+    transformer_engine/pytorch/csrc/extensions/router.cpp v2.12) and ``t_e + b_e * p`` (reads two, writes one), each its own eager kernel
     from a Python loop, then ``torch.cat`` of the experts' outputs (reads and writes ``rows x h``). Backward
     (:func:`backward_ops`): the sum's gradient, the bias and probability gradients of the product (a product and
     a reduction each) and the cat's split."""
@@ -567,8 +569,7 @@ def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Preci
         return []
     ops: list[Op] = []
     for e, n in enumerate(rows):
-        ops += [Op(f"moe.experts_fc2_bias_scale.{e}", "elementwise", n * h, n * h * p.act_bytes + n * 4.0 + h * 2.0,
-                   "bf16"),
+        ops += [Op(f"moe.experts_fc2_bias_scale.{e}", "elementwise", n * h, (n * h + n + h) * p.act_bytes, "bf16"),
                 _ew(f"moe.experts_fc2_bias_add.{e}", n * h, p, inputs=2)]
     total = float(sum(rows))
     ops.append(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0))
