@@ -529,10 +529,9 @@ def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision
     above, the linear half clamped to +-limit (each reads and writes ``rows x f``), and ``torch.cat`` of the two
     (reads and writes ``rows x 2f``), the linear offset's blocking host-to-device copy (``torch.tensor`` of a
     Python float on the GPU: the host waits for the GPU, :attr:`Op.host_sync`; training only), then the same
-    fused kernel.
-    All of them sit inside the ``moe_act``
-    recompute checkpoint (:func:`recomputed`); their backward follows :func:`backward_ops` (a clamp's backward
-    reads the gradient and its input and writes the gradient, the cat's is the chunk gradients' concatenation)."""
+    fused kernel. All of them sit inside the ``moe_act`` recompute checkpoint (:func:`recomputed`); their
+    backward follows :func:`backward_ops` (a clamp's backward reads the gradient and its input and writes the
+    gradient, the cat's is the chunk gradients' concatenation)."""
     act = _ew("moe.experts_swiglu", rows * f, p, inputs=2, flops_per=4.0, saved=2 * rows * f * p.act_bytes)
     if c.activation_clamp is None:
         return [act]
