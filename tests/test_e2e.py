@@ -315,3 +315,150 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     _, cases = load_cases()
     h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
+
+
+def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
+    """gpt-oss's training-only kernels (Megatron-Core core_v0.16.0, costs.GPT_OSS_ACTIVATION_SOURCE), one MoE
+    layer of a small card with ``activation_clamp`` and ``linear_bias`` at EP4 (8 local experts), 128 tokens:
+    the clamp prologue (two clamps of rows x f, a cat of rows x 2f) before the fused activation, all inside
+    ``moe_act``; the fc2 bias added per local expert (scale, add) then concatenated; the attention output's bias
+    added before the residual. Exact op counts, bytes, FLOPs and saved bytes; a plain card has none of them."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops, recomputed, selective_saved
+
+    plain = load_model_config("qwen3-moe-mini")
+    oss = plain.model_copy(update={"linear_bias": True, "activation_clamp": 7.0})
+    T, S, h, f, k, E, ep = 128, 64, 256, 96, 8, 32, 4
+    rows = T * k  # uniform: every rank receives its share, T * top_k rows in all
+    e_local = E // ep
+    n_e = rows / e_local
+    ops = layer_ops(oss, 1, T, S, Shard(ep=ep))
+    base = layer_ops(plain, 1, T, S, Shard(ep=ep))
+    names = [o.name for o in ops]
+    new = [o for o in ops if o.name not in {b.name for b in base}]
+    assert len(ops) - len(base) == len(new) == 4 + 2 * e_local + 1 + 1
+    i = names.index("moe.experts_fc1")
+    assert names[i + 1:i + 6] == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
+                                  "moe.experts_act_offset_h2d", "moe.experts_swiglu"]
+    # the linear offset's torch.tensor(..., device=cuda): a blocking copy, the host waits (no gradient)
+    assert [o.name for o in ops if o.host_sync] == ["moe.experts_act_offset_h2d"]
+    j = names.index("moe.experts_fc2")
+    assert names[j + 1:j + 2 * e_local + 2] == [f"moe.experts_fc2_bias_{w}.{e}" for e in range(e_local)
+                                                for w in ("scale", "add")] + ["moe.experts_fc2_bias_cat"]
+    assert names[names.index("attn.residual") - 1] == "attn.o_bias"
+    by = {o.name: o for o in ops}
+    assert by["moe.experts_act_clamp_glu"].bytes == rows * f * 2 * 2
+    assert by["moe.experts_act_clamp_linear"].bytes == rows * f * 2 * 2
+    assert by["moe.experts_act_cat"].bytes == 2 * rows * f * 2 * 2 and by["moe.experts_act_cat"].flops == 0
+    assert by["moe.experts_fc2_bias_scale.0"].bytes == n_e * h * 2 + n_e * 2 + h * 2
+    assert by["moe.experts_fc2_bias_add.0"].bytes == n_e * h * 2 * 3
+    assert by["moe.experts_fc2_bias_cat"].bytes == rows * h * 2 * 2
+    assert by["attn.o_bias"].bytes == T * h * 2 * 2
+    assert sum(o.flops for o in new) == 2 * rows * f + 2 * rows * h + T * h + 1
+    # clamps 2 + 2, cat 4 (units of rows x f x 2 bytes); bias scale 1, add 3, cat 2 (rows x h x 2 bytes), each
+    # scale also reads its rows' bf16 probabilities and the bias; the attention bias add 2 (T x h x 2 bytes)
+    assert sum(o.bytes for o in new) == (8 * rows * f * 2 + 6 * rows * h * 2 + rows * 2 + e_local * h * 2
+                                         + 2 * T * h * 2 + 2 * 2)
+    # moe_act recomputes the whole prologue with the activation; the run keeps only fc1's output (both halves)
+    act = [o.name for o in ops if recomputed(o.name, ["moe_act"])]
+    assert act == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
+                   "moe.experts_act_offset_h2d", "moe.experts_swiglu"]
+    assert selective_saved(ops, []) - selective_saved(ops, ["moe_act"]) == 2 * rows * f * 2
+    # each new op but the copy has one backward kernel moving twice its forward bytes
+    bwd = {o.name: o for o in backward_ops(ops)}
+    assert all(bwd[f"{o.name}.bwd"].bytes == 2 * o.bytes for o in new if not o.no_grad)
+    assert len(backward_ops(ops)) - len(backward_ops(base)) == len(new) - 1
+    # serving has none of the eager bias kernels (the clamp stays: the model's math)
+    serve = [o.name for o in layer_ops(oss, 1, T, S, Shard(ep=ep, q_len=S))]
+    assert not any("bias" in n or "h2d" in n for n in serve) and "moe.experts_act_cat" in serve
+    card = load_model_config("gpt-oss-120b")
+    assert card.linear_bias and card.activation_clamp == 7.0
+
+
+def test_gpt_oss_model_flops_against_megatron_bridges_formula() -> None:
+    """Why cosim counts 32.7 GFLOP/token (fwd + bwd) for gpt-oss-120b and the Megatron-Bridge table 27.1
+    (428 TFLOP/s / 15784 tokens/s): Megatron-Bridge v0.3.0 ``training/utils/flop_utils.py`` applies the GLU
+    factor 3/2 only when ``activation_func == F.silu`` (gpt-oss's GLU is quick-GELU: its three expert matrices
+    count as two) and counts every layer's attention as full causal (no sliding windows). Its formula, from the
+    card: 27.16; with the 3/2 factor 34.33; with the 18 window layers' pairs 32.63, cosim's count less the router
+    GEMM, norms and element-wise ops (0.3%)."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.build import _model_flops_per_token
+    from cosim.workload.synth.costs import window_pairs
+
+    c = load_model_config("gpt-oss-120b")
+    s = 4096
+    h, heads, g, d, L = c.hidden_size, c.num_heads, c.num_kv_heads, c.attn_head_dim, c.num_layers
+    f, k, V = c.expert_ffn_size or 0, c.top_k, c.vocab_size
+    ratio = heads * d / h  # query_projection_to_hidden_size_ratio
+
+    def megatron_bridge(glu: float, windows: bool = False) -> float:
+        experts = 12 * L * h * f * k * glu
+        proj = 12 * L * h * h * (1 + g / heads) * ratio
+        if windows:
+            keys = sum(s / 2 if c.window(ly) is None else window_pairs(s, s, c.window(ly) or 0) / s for ly in range(L))
+        else:
+            keys = L * s / 2
+        core = 12 * h * h * ratio / h * keys
+        return (experts + proj + core + 6 * h * V) / 1e9
+
+    assert megatron_bridge(1.0) == pytest.approx(27.16, abs=0.01)
+    assert megatron_bridge(1.0) == pytest.approx(428e12 / 15784 / 1e9, rel=0.002)  # the table's own figure
+    assert megatron_bridge(1.5) == pytest.approx(34.33, abs=0.01)
+    cosim = 3 * _model_flops_per_token(c, s) / 1e9
+    assert cosim == pytest.approx(32.73, abs=0.01)
+    assert cosim == pytest.approx(megatron_bridge(1.5, windows=True), rel=0.004)
+
+
+def test_gpt_oss_activation_offset_copy_syncs_the_host_each_forward_and_recompute(tmp_path: Path, dgx: object) -> None:
+    """A card with ``activation_clamp`` (gpt-oss) adds one host sync per MoE layer forward (the quick-GEGLU's
+    ``torch.tensor(linear_offset, device=cuda)``) to the dispatcher's, and ``moe_act`` recomputation runs it again
+    before the layer's backward: 4 MoE layers x 2 micro-batches x (1 + 1) syncs, + 4 x 2 recomputed."""
+    from cosim.capture.config import load_model_config
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.workload.synth import SyntheticSpec, synthesize
+
+    card = load_model_config("qwen3-moe-mini").model_dump()
+    card.update(name="oss-mini", linear_bias=True, activation_clamp=7.0)
+    f = tmp_path / "oss-mini.yaml"
+    f.write_text(yaml.safe_dump(card))
+
+    def syncs(model: str, recompute: str) -> int:
+        spec = SyntheticSpec.model_validate({"model": model, "layout": {"ep": 8, "recompute": recompute,
+                                                                        "recompute_modules": ["moe_act"]},
+                                             "batch": {"global": 16, "micro": 1, "seq": 256}})
+        rg = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
+        return [rg.strings[int(x)] for x in rg.host_ops.name].count("cudaStreamSynchronize")
+
+    assert syncs("qwen3-moe-mini", "selective") == 4 * 2
+    assert syncs(str(f), "none") == 4 * 2 * 2
+    assert syncs(str(f), "selective") == 4 * 2 * 2 + 4 * 2
+
+
+def test_yarn_mscale_runs_megatrons_unfused_rope_chain_by_hand() -> None:
+    """A card with a YaRN attention factor (gpt-oss ``rope_mscale`` 1.3466 = 0.1 ln 32 + 1) trains with
+    Megatron-Core's unfused RoPE (TE's fused RoPE takes no mscale; costs.ROPE_SOURCE): per q and k, six small
+    kernels on the fp32 angles and six over the tensor (12 units of n x 2 bytes forward), four backward kernels
+    (14 units); the fused ``attn.rope`` (2 units per element of q and k) otherwise, and always when serving."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
+
+    plain = load_model_config("qwen3-moe-mini")  # 8 heads, 1 KV head, head dim 32
+    yarn = plain.model_copy(update={"rope_mscale": 1.3466})
+    T, S, d = 128, 64, 32
+    ops = [o for o in layer_ops(yarn, 0, T, S, Shard()) if o.name.startswith("attn.rope")]
+    assert [o.name for o in layer_ops(plain, 0, T, S, Shard()) if o.name.startswith("attn.rope")] == ["attn.rope"]
+    assert len(ops) == 2 * 12
+    for x, heads in (("q", 8), ("k", 1)):
+        n = T * heads * d
+        mine = [o for o in ops if o.name.startswith(f"attn.rope_{x}.")]
+        small = [o for o in mine if o.no_grad and o.dtype == "fp32"]
+        assert len(small) == 6 and all(o.bytes == 2 * S * d * 4 for o in small)
+        big = [o for o in mine if o not in small]
+        assert [o.name.split(".")[-1] for o in big] == ["mul_cos", "neg", "rotate_cat", "mul_sin", "add", "cat"]
+        assert sum(o.bytes for o in big) == 12 * n * 2
+        bwd = [o for o in backward_ops(mine)]
+        assert len(bwd) == 4 and sum(o.bytes for o in bwd) == 14 * n * 2
+    serve = [o.name for o in layer_ops(yarn, 0, T, S, Shard(q_len=S)) if o.name.startswith("attn.rope")]
+    assert serve == ["attn.rope"]
+    assert load_model_config("gpt-oss-120b").rope_mscale == pytest.approx(1.3466, abs=1e-4)

@@ -28,7 +28,10 @@ QWEN3_235B_HF = {"model_type": "qwen3_moe", "hidden_size": 4096, "num_hidden_lay
                  "mlp_only_layers": [], "norm_topk_prob": True, "router_aux_loss_coef": 0.001}
 GPT_OSS_HF = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
               "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088, "num_local_experts": 128,
-              "experts_per_token": 4, "intermediate_size": 2880, "sliding_window": 128}
+              "experts_per_token": 4, "intermediate_size": 2880, "sliding_window": 128,
+              "layer_types": ["sliding_attention", "full_attention"] * 18, "attention_bias": True,
+              "swiglu_limit": 7.0, "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                     "beta_slow": 1.0, "original_max_position_embeddings": 4096}}
 LLAMA_HF = {"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
             "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 28672, "rms_norm_eps": 1e-5}
 MIXTRAL_HF = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -96,3 +99,17 @@ def test_hf_config_errors_are_one_line(tmp_path: Path) -> None:
     for e in (CosimInputError,):
         with pytest.raises(e):
             load_model_config(tmp_path / "absent.json")
+
+
+def test_gpt_oss_config_json_gives_the_cards_timing_fields(tmp_path: Path) -> None:
+    """gpt-oss's config.json gives the card's sliding-window pattern, biases, activation clamp and YaRN factor;
+    a layer_types list that is not one full layer every p layers is a one-line error."""
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(GPT_OSS_HF))
+    got, want = load_model_config(f), load_model_config("gpt-oss-120b")
+    fields = ("sliding_window", "sliding_window_pattern", "linear_bias", "activation_clamp", "rope_mscale")
+    assert [getattr(got, k) for k in fields] == [getattr(want, k) for k in fields]
+    assert [got.window(ly) for ly in range(4)] == [128, None, 128, None]
+    f.write_text(json.dumps({**GPT_OSS_HF, "layer_types": ["full_attention", "sliding_attention"] * 18}))
+    with pytest.raises(CosimInputError, match="layer_types"):
+        load_model_config(f)

@@ -109,6 +109,21 @@ class MoEModelConfig(Strict):
     attends fully, the others slide (Gemma's convention; gpt-oss: 2, alternating from a sliding layer 0);
     ``null``: every layer slides."""
 
+    linear_bias: bool = False
+    """Linear layers carry additive biases (gpt-oss: ``attention_bias`` and biased experts; Megatron-Core
+    ``add_bias_linear``). Training timing: the attention output's and the routed experts' fc2 biases are added
+    by eager kernels (:func:`cosim.workload.synth.costs.bias_ops`); the other biases ride in GEMM epilogues."""
+    activation_clamp: float | None = Field(default=None, gt=0)
+    """Clamped gated activation of the routed experts (gpt-oss ``swiglu_limit`` 7.0: gate clamped above, linear
+    half to +-limit): two clamps and a concatenation before the fused activation
+    (:func:`cosim.workload.synth.costs.expert_activation_ops`); ``null``: plain SwiGLU."""
+
+    rope_mscale: float = Field(default=1.0, gt=0)
+    """YaRN's attention (concentration) factor on RoPE's cos/sin, ``0.1 ln(factor) + 1`` when the config gives no
+    ``mscale`` pair (gpt-oss: factor 32 -> 1.3466; Megatron-Core ``_yarn_get_concentration_factor``). Not 1:
+    Megatron-Core applies RoPE to q and k with its unfused element-wise chain (TE's fused RoPE has no mscale:
+    :func:`cosim.workload.synth.costs.rope_ops`)."""
+
     router: Literal["softmax", "sigmoid"] = "softmax"
     """Router score function: softmax over experts (Mixtral, Qwen) or per-expert sigmoid (DeepSeek-V3)."""
     normalize_top_k: bool = True

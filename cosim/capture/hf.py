@@ -12,7 +12,8 @@ transformers configuration classes):
   ``moe_intermediate_size``, ``head_dim``, ``norm_topk_prob`` (``decoder_sparse_step``
   must be 1 and ``mlp_only_layers`` empty);
 * ``mixtral`` and ``gpt_oss``: ``num_local_experts``, ``num_experts_per_tok`` (gpt-oss:
-  ``experts_per_token``), ``intermediate_size`` (the expert width);
+  ``experts_per_token``), ``intermediate_size`` (the expert width); gpt-oss also ``sliding_window`` with
+  ``layer_types``, ``attention_bias``, ``swiglu_limit`` and a YaRN ``rope_scaling``;
 * ``llama`` / ``mistral`` / ``qwen2`` / ``qwen3``: dense, ``intermediate_size``.
 
 Every model needs ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads`` and
@@ -50,6 +51,33 @@ def _read(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CosimInputError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     return data
+
+
+def _gpt_oss_fields(cfg: dict[str, Any], path: Path, layers: int) -> dict[str, Any]:
+    """gpt-oss's timing fields: ``sliding_window`` with its ``layer_types`` pattern (one full layer every ``p``,
+    the others sliding), ``attention_bias`` (biased linears), ``swiglu_limit`` (the clamped activation) and a
+    YaRN ``rope_scaling`` without an ``mscale`` pair (attention factor ``0.1 ln(factor) + 1``)."""
+    import math
+
+    out: dict[str, Any] = {"linear_bias": bool(cfg.get("attention_bias", False))}
+    if isinstance(cfg.get("swiglu_limit"), (int, float)) and cfg["swiglu_limit"] > 0:
+        out["activation_clamp"] = float(cfg["swiglu_limit"])
+    rs = cfg.get("rope_scaling") or {}
+    if isinstance(rs, dict) and rs.get("rope_type") == "yarn" and float(rs.get("factor") or 1) > 1 \
+            and rs.get("mscale") is None:
+        out["rope_mscale"] = round(0.1 * math.log(float(rs["factor"])) + 1.0, 4)
+    window, lt = cfg.get("sliding_window"), cfg.get("layer_types")
+    if isinstance(window, int) and window > 0 and isinstance(lt, list) and "sliding_attention" in lt:
+        full = [i for i, t in enumerate(lt) if t == "full_attention"]
+        p = full[0] + 1 if full else None
+        want = ["full_attention" if p is not None and (i + 1) % p == 0 else "sliding_attention" for i in range(layers)]
+        if lt != want:
+            raise CosimInputError(f"{path}: layer_types: only a full-attention layer every p layers (the others "
+                                  "sliding) is supported")
+        out["sliding_window"] = window
+        if p is not None:
+            out["sliding_window_pattern"] = p
+    return out
 
 
 def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, Any]:
@@ -114,6 +142,8 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
     elif mt in _MOE_MIXTRAL:
         card.update(num_experts=need("num_local_experts"), top_k=need("num_experts_per_tok", "experts_per_token"),
                     expert_ffn_size=need("intermediate_size"), router="softmax", normalize_top_k=True)
+        if mt == "gpt_oss":
+            card.update(_gpt_oss_fields(cfg, path, layers))
     else:
         card.update(num_experts=0, top_k=0, dense_layers=layers, dense_ffn_size=need("intermediate_size"))
     if cfg.get("router_aux_loss_coef") is not None:

@@ -322,6 +322,8 @@ class _RankBuilder:
             self.last_main = j
         if o.name.startswith("moe.splits_d2h"):
             self.d2h = j
+        if o.host_sync:  # a blocking copy: the host waits for this op (costs.Op.host_sync)
+            self.host_sync(j)
         if host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
             # Megatron's d2h_event.synchronize() before the EP all-to-all: the host waits for the copies of
             # the token counts (launched before the permutation), else for the permutation itself

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
+__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "bias_ops", "embedding_ops",
+           "expert_activation_ops", "expert_bias_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
-           "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
+           "layer_params", "recomputed", "rope_ops", "sample_head_ops", "selective_saved"]
 
 
 QUANT_COPIES = 2
@@ -147,6 +148,9 @@ class Op:
     Transformer Engine's ``split_quantize`` quantizes each local expert's rows with its own kernel(s), and a
     current-scaling cast is four kernels (:data:`TE_QUANTIZE_SOURCE`); the builder charges each the CUDA
     launch call (``BuildOptions.launch_overhead``)."""
+    host_sync: bool = False
+    """The host blocks until this op has run: a blocking host-to-device copy (``torch.tensor(x, device=cuda)``
+    copies from pageable memory through ``c10::cuda::memcpy_and_sync``, a cudaStreamSynchronize)."""
 
 
 @dataclass(frozen=True)
@@ -264,8 +268,8 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     else:
         d = c.attn_head_dim
         kvh = max(c.num_kv_heads / tp, 1.0)
-        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), _ew("attn.rope", T * (heads + kvh) * d, p,
-                                                                       flops_per=3.0)]
+        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p),
+                *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
         kv_bytes = T * 2 * kvh * d * p.act_bytes
     if cp > 1:  # every rank needs the keys and values of the whole sequence
@@ -282,6 +286,43 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
                   saved=qkvo + b * heads * sq * 4.0, keys=keys))
     return ops + _attention_out(c, T, heads, d_out, s, p)
+
+
+ROPE_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0: megatron/core/models/common/embeddings/rope_utils.py "
+               "(apply_rotary_pos_emb: with apply_rope_fusion, mscale != 1 -> 'not supported by TE's fused RoPE. "
+               "Using unfused implementation'; _apply_rotary_pos_emb_bshd: cos/sin of freqs times mscale cast to "
+               "the input dtype, t * cos + _rotate_half(t) * sin, _rotate_half = chunk, neg, cat, then "
+               "torch.cat((t, t_pass))), megatron/core/transformer/attention.py (query and key each through "
+               "apply_rotary_pos_emb with mscale=_yarn_get_concentration_factor_from_config), "
+               "yarn_rotary_pos_embedding.py (_yarn_get_mscale: 0.1 ln(scale) + 1)")
+"""Where :func:`rope_ops`'s unfused chain comes from."""
+
+
+def rope_ops(c: MoEModelConfig, T: float, sq: float, heads: float, kvh: float, d: float, p: Precision,
+             train: bool = True) -> list[Op]:
+    """Rotary embedding of a GQA/MHA layer's queries and keys (``T`` tokens, ``heads`` / ``kvh`` heads of ``d``).
+
+    Default: one fused kernel (TE's fused RoPE, ``attn.rope``). With a YaRN attention factor (card
+    ``rope_mscale`` != 1) in training, Megatron-Core's unfused chain (:data:`ROPE_SOURCE`), for the queries and
+    then the keys (``X`` = q, k; ``n`` = T x heads x d elements, ``u`` = n x 2 bytes): six small kernels on the
+    ``sq x d`` fp32 angles (cos, times mscale, cast; sin, times mscale, cast; no gradient), then ``t * cos``
+    (2u), the negated half (1u), the rotated cat (2u), ``* sin`` (2u), the sum (3u) and the final cat with the
+    empty pass-through part (2u). Backward (:func:`backward_ops`, 2x bytes): the two products, the negation and
+    the rotated cat (14u; the sum's and the final cat's gradients are views, the accumulation and the slice's
+    gradient copy, ~5u, sit in that margin)."""
+    if c.rope_mscale == 1.0 or not train:
+        return [_ew("attn.rope", T * (heads + kvh) * d, p, flops_per=3.0)]
+    ops: list[Op] = []
+    for x, hx in (("q", heads), ("k", kvh)):
+        n = T * hx * d
+        a = f"attn.rope_{x}"
+        ops += [_tiny(f"{a}.{fn}", sq * d, no_grad=True) for fn in ("cos", "cos_scale", "cos_cast", "sin",
+                                                                      "sin_scale", "sin_cast")]
+        ops += [_ew(f"{a}.mul_cos", n, p), _ew(f"{a}.neg", n / 2, p),
+                _ew(f"{a}.rotate_cat", n, p, flops_per=0.0), _ew(f"{a}.mul_sin", n, p),
+                replace(_ew(f"{a}.add", n, p, inputs=2), no_grad=True),
+                replace(_ew(f"{a}.cat", n, p, flops_per=0.0), no_grad=True)]
+    return ops
 
 
 ATTENTION_TILE = 128
@@ -313,6 +354,7 @@ def _attention_out(c: MoEModelConfig, T: float, heads: float, d_out: float, s: S
         ops.append(_coll("attn.sp_reduce_scatter", "tp", "reduce_scatter", T * h * p.act_bytes))
     elif tp > 1:
         ops.append(_coll("attn.tp_all_reduce", "tp", "all_reduce", T * h * p.act_bytes))
+    ops += bias_ops(c, "attn.o_bias", (T / tp if sp else T) * h, p, s.q_len is None and not s.decode)
     ops.append(_ew("attn.residual", (T / tp if sp else T) * h, p, inputs=2))
     return ops
 
@@ -446,10 +488,11 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += [*_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches),
-            _ew("moe.experts_swiglu", total * f, p, inputs=2, flops_per=4.0, saved=2 * total * f * p.act_bytes),
+            *expert_activation_ops(c, total, f, p, train),
             *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches)]
+                    launches=launches),
+            *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode)]
     if train and e_local > 1:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
@@ -459,6 +502,76 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16",
                saved=tm * k * h * p.act_bytes),
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
+    return ops
+
+
+GPT_OSS_ACTIVATION_SOURCE = (
+    "NVIDIA/Megatron-LM core_v0.16.0 (NeMo 26.02): megatron/core/transformer/moe/experts.py (TEGroupedMLP: "
+    "linear_fc1 with skip_bias_add=False, linear_fc2 with skip_bias_add=True; forward: bias_act_func under "
+    "bias_activation_fusion -> weighted_bias_quick_geglu_impl, the moe_act CheckpointWithoutOutput around it, "
+    "_apply_bias: per local expert t + b * p over torch.split, then torch.cat), megatron/core/fusions/"
+    "fused_bias_geglu.py (weighted_bias_quick_geglu_impl: with clamp_value, input.chunk(2), x_glu.clamp(max), "
+    "x_linear.clamp(-v, v), torch.cat, then the jit_fuser (torch.compile) weighted quick-GEGLU), "
+    "megatron/core/fusions/fused_bias_dropout.py (bias_dropout_add unfused: x + bias, dropout p=0, residual); "
+    "NVIDIA-NeMo/Megatron-Bridge v0.3.0 src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py (add_bias_linear "
+    "True, activation_func quick_gelu, glu_linear_offset 1.0, bias_activation_fusion True, bias_dropout_fusion "
+    "False, activation_func_clamp_value 7.0); NVIDIA/TransformerEngine v2.12 pytorch/module/grouped_linear.py "
+    "(BF16 backward: the fc1 bias gradient is fused with the wgrad GEMM)")
+"""Where :func:`expert_activation_ops` and :func:`bias_ops` / :func:`expert_bias_ops` come from."""
+
+
+def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision, train: bool = True) -> list[Op]:
+    """The routed experts' gated activation over ``rows`` expert-token rows of width ``2 f`` -> ``f``.
+
+    Plain SwiGLU: one fused kernel (``moe.experts_swiglu``: reads both halves, writes ``f``). A clamped
+    activation (card ``activation_clamp``, gpt-oss's ``swiglu_limit``) first runs Megatron-Core's eager clamp
+    prologue of ``weighted_bias_quick_geglu_impl`` (:data:`GPT_OSS_ACTIVATION_SOURCE`): the gate half clamped
+    above, the linear half clamped to +-limit (each reads and writes ``rows x f``), and ``torch.cat`` of the two
+    (reads and writes ``rows x 2f``), the linear offset's blocking host-to-device copy (``torch.tensor`` of a
+    Python float on the GPU: the host waits for the GPU, :attr:`Op.host_sync`; training only), then the same
+    fused kernel. All of them sit inside the ``moe_act`` recompute checkpoint (:func:`recomputed`); their
+    backward follows :func:`backward_ops` (a clamp's backward reads the gradient and its input and writes the
+    gradient, the cat's is the chunk gradients' concatenation)."""
+    act = _ew("moe.experts_swiglu", rows * f, p, inputs=2, flops_per=4.0, saved=2 * rows * f * p.act_bytes)
+    if c.activation_clamp is None:
+        return [act]
+    # saved without recompute: the clamps keep fc1's output (both halves, one tensor), the fused kernel its input
+    return [_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * rows * f * p.act_bytes),
+            _ew("moe.experts_act_clamp_linear", rows * f, p),
+            _ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0),
+            # weighted_bias_quick_geglu_impl: torch.tensor(linear_offset, device=input.device), a blocking copy
+            *([replace(_tiny("moe.experts_act_offset_h2d", 1, nbytes=2.0, no_grad=True), host_sync=True)]
+              if train else []), act]
+
+
+def bias_ops(c: MoEModelConfig, name: str, numel: float, p: Precision, train: bool = True) -> list[Op]:
+    """An eager bias add over ``numel`` elements (card ``linear_bias``, training): Megatron-Core returns the
+    attention output projection's bias (``skip_bias_add``) and, with gpt-oss's ``bias_dropout_fusion False``,
+    adds it in the unfused bias-dropout-add (``x + bias``; dropout at p = 0 launches nothing) before the residual
+    add (:data:`GPT_OSS_ACTIVATION_SOURCE`). Biases of linears that keep ``skip_bias_add=False`` ride in the GEMM
+    epilogue (and, in BF16, their gradient in the wgrad GEMM's): no op."""
+    if not (c.linear_bias and train):
+        return []
+    return [_ew(name, numel, p)]
+
+
+def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Precision, train: bool) -> list[Op]:
+    """The routed experts' fc2 bias (card ``linear_bias``, training), Megatron-Core's ``TEGroupedMLP._apply_bias``
+    (:data:`GPT_OSS_ACTIVATION_SOURCE`): per local expert ``e``, ``b_e * p`` (the bias scaled by each row's routing
+    probability: writes ``rows_e x h``; the probabilities are bf16, the router's logits dtype, as no gpt-oss
+    config sets ``moe_router_dtype`` and TE's fused top-k allocates them in the logits dtype,
+    transformer_engine/pytorch/csrc/extensions/router.cpp v2.12) and ``t_e + b_e * p`` (reads two, writes one), each its own eager kernel
+    from a Python loop, then ``torch.cat`` of the experts' outputs (reads and writes ``rows x h``). Backward
+    (:func:`backward_ops`): the sum's gradient, the bias and probability gradients of the product (a product and
+    a reduction each) and the cat's split."""
+    if not (c.linear_bias and train):
+        return []
+    ops: list[Op] = []
+    for e, n in enumerate(rows):
+        ops += [Op(f"moe.experts_fc2_bias_scale.{e}", "elementwise", n * h, (n * h + n + h) * p.act_bytes, "bf16"),
+                _ew(f"moe.experts_fc2_bias_add.{e}", n * h, p, inputs=2)]
+    total = float(sum(rows))
+    ops.append(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0))
     return ops
 
 
@@ -610,7 +723,8 @@ RECOMPUTE_MODULES: dict[str, str] = {
     "mla_up_proj": "attn.q_up, attn.kv_up, their input casts and attn.rope (MLA up-projections and RoPE)",
     "layernorm": "attn.norm, mlp.norm, moe.norm",
     "mlp": "every mlp.* op but the residual (the dense MLP, its TP collectives included)",
-    "moe_act": "moe.experts_swiglu and its output cast (the routed experts' activation)",
+    "moe_act": "moe.experts_swiglu, its clamp prologue (moe.experts_act_*) and its output cast (the routed "
+               "experts' activation)",
     "shared_experts": "every moe.shared.* op",
     "moe": "every moe.* op but the norm and the residual (the MoE layer: router, dispatch, experts, combine)",
 }
@@ -626,7 +740,8 @@ def recomputed(name: str, modules: Sequence[str]) -> bool:
                                                     "attn.kv_latent.quantize"))
                 or (m == "layernorm" and name in ("attn.norm", "mlp.norm", "moe.norm"))
                 or (m == "mlp" and name.startswith("mlp.") and name != "mlp.residual")
-                or (m == "moe_act" and name in ("moe.experts_swiglu", "moe.experts_act.quantize"))
+                or (m == "moe_act" and (name in ("moe.experts_swiglu", "moe.experts_act.quantize")
+                                        or name.startswith("moe.experts_act_")))
                 or (m == "shared_experts" and name.startswith("moe.shared."))
                 or (m == "moe" and name.startswith("moe.") and name not in ("moe.norm", "moe.residual"))):
             return True
