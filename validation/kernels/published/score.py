@@ -67,7 +67,9 @@ def rows_of(src: dict[str, Any]) -> list[dict[str, Any]]:
         else:  # [dtype, m, n, k, tflops]
             dt, m, n, k, tf = r
             layout, g = "dense", 1
-        out.append({"label": f"{layout} {dt} {g}x{m}x{n}x{k}", "gpu": src["gpu"], "layout": f"{layout} {dt}",
+        short = bool(src.get("short_us")) and 2.0 * g * m * n * k / (tf * 1e12) < float(src["short_us"]) * 1e-6
+        lay = f"{layout} {dt}" + (f" <{src['short_us']:g}us" if short else "")
+        out.append({"label": f"{layout} {dt} {g}x{m}x{n}x{k}", "gpu": src["gpu"], "layout": lay,
                     "ops": [_gemm("gemm", dt, g, m, n, k)], "flops": 2.0 * g * m * n * k, "tflops": float(tf)})
     return out
 
