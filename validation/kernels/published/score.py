@@ -110,11 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--params", help="JSON overriding cosim.models.precision.NARROW_GEMM (held-out checks of a refit)")
     ap.add_argument("--off", action="store_true", help="without the narrow-GEMM rule (the profile's own FP8 parameters)")
+    ap.add_argument("--blackwell", help="JSON {dtype: {...}} overriding cosim.models.precision.BLACKWELL_GEMM")
+    ap.add_argument("--no-blackwell", action="store_true", help="without the Blackwell library-GEMM rule (round 4)")
     a = ap.parse_args(argv)
     import cosim.models.precision as prec
 
     if a.params:
         prec.NARROW_GEMM.update(json.loads(a.params))
+    if a.blackwell:
+        for dt, v in json.loads(a.blackwell).items():
+            prec.BLACKWELL_GEMM[dt].update(v)
+    if a.no_blackwell:
+        prec.library_profile = lambda p, acc: prec.narrow_profile(p)  # type: ignore[assignment]
     if a.off:
         prec.narrow_profile = lambda p: p  # type: ignore[assignment]
     res = score_all()
