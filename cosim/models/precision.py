@@ -61,23 +61,23 @@ from cosim.models.profile import CalibrationProfile
 from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, StringTable, Table
 
 __all__ = [
-    "COMBINE_BYTES_FACTOR",
-    "DISPATCH_BYTES_FACTOR",
     "BLACKWELL_GEMM",
     "BLACKWELL_GEMM_SOURCE",
+    "COMBINE_BYTES_FACTOR",
+    "DISPATCH_BYTES_FACTOR",
     "NARROW_GEMM",
     "NARROW_GEMM_SOURCE",
     "PRECISION_DTYPES",
     "PRECISION_SCOPES",
     "PrecisionResult",
     "apply_precision",
+    "architecture",
     "dispatch_bytes_factor",
     "dispatch_mask",
     "expert_gemm_mask",
     "fp8_gemm_times",
-    "narrow_gemm_params",
-    "architecture",
     "library_profile",
+    "narrow_gemm_params",
     "narrow_profile",
     "quantize_times",
 ]
