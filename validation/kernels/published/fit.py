@@ -28,7 +28,7 @@ def source_rows(src: dict, dtype: str) -> np.ndarray:
     """``[g, m, n, k, TFLOP/s]`` rows of ``dtype`` from either row format of the published YAML files."""
     if src.get("dtype"):  # [layout, groups, m, n, k, tflops], one dtype
         return np.array([r[1:] for r in src["rows"]] if src["dtype"] == dtype else np.zeros((0, 5)), dtype=float)
-    return np.array([[1, *r[1:]] for r in src["rows"] if r[0] == dtype], dtype=float).reshape(-1, 5)
+    return np.array([[1, *r[1:5]] for r in src["rows"] if r[0] == dtype], dtype=float).reshape(-1, 5)
 
 
 def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,

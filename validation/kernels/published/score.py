@@ -64,9 +64,9 @@ def rows_of(src: dict[str, Any]) -> list[dict[str, Any]]:
         if src.get("dtype"):  # [layout, groups, m, n, k, tflops]
             layout, g, m, n, k, tf = r
             dt = src["dtype"]
-        else:  # [dtype, m, n, k, tflops]
-            dt, m, n, k, tf = r
-            layout, g = "dense", 1
+        else:  # [dtype, m, n, k, tflops] or [dtype, m, n, k, tflops, scaling label]
+            dt, m, n, k, tf = r[:5]
+            layout, g = ("dense" if len(r) < 6 else f"dense {r[5]}"), 1
         short = bool(src.get("short_us")) and 2.0 * g * m * n * k / (tf * 1e12) < float(src["short_us"]) * 1e-6
         lay = f"{layout} {dt}" + (f" <{src['short_us']:g}us" if short else "")
         out.append({"label": f"{layout} {dt} {g}x{m}x{n}x{k}", "gpu": src["gpu"], "layout": lay,
