@@ -729,7 +729,13 @@ def test_blackwell_library_gemm_rule() -> None:
     import numpy as np
 
     from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time
-    from cosim.models.precision import BLACKWELL_GEMM, architecture, library_profile, narrow_profile
+    from cosim.models.precision import (
+        BLACKWELL_GEMM,
+        LIBRARY_MEMORY_EFFICIENCY,
+        architecture,
+        library_profile,
+        narrow_profile,
+    )
     from cosim.models.profile import CalibrationProfile
     from cosim.models.synth_timing import KernelTimer
     from cosim.workload.synth.costs import Op
@@ -753,7 +759,10 @@ def test_blackwell_library_gemm_rule() -> None:
             assert t == pytest.approx(ref, rel=1e-9)
     # weight streaming (M = 16): 82.5 % of HBM instead of the trace fit's 40 %
     assert library_profile(prof, b200).params("gemm", "bf16").memory_efficiency == pytest.approx(0.825)
-    # Hopper, or a Blackwell profile: only the narrow-GEMM rule
-    assert library_profile(prof, h800) == narrow_profile(prof)
-    own = CalibrationProfile("bw", "b300", models={"gemm": {"bf16": bf16}})
-    assert library_profile(own, b200) == narrow_profile(own)
+    # Hopper, or a Blackwell profile: the narrow-GEMM rule, and BF16 weight streaming at the library share of HBM
+    stream = replace(bf16, memory_efficiency=LIBRARY_MEMORY_EFFICIENCY)
+    assert LIBRARY_MEMORY_EFFICIENCY == pytest.approx(0.825)
+    for p, acc in ((prof, h800), (CalibrationProfile("bw", "b300", models={"gemm": {"bf16": bf16}}), b200)):
+        lib = library_profile(p, acc)
+        assert lib.params("gemm", "bf16") == stream
+        assert lib.params("gemm", "fp8") == narrow_profile(p).params("gemm", "fp8")

@@ -65,6 +65,7 @@ __all__ = [
     "BLACKWELL_GEMM_SOURCE",
     "COMBINE_BYTES_FACTOR",
     "DISPATCH_BYTES_FACTOR",
+    "LIBRARY_MEMORY_EFFICIENCY",
     "NARROW_GEMM",
     "NARROW_GEMM_SOURCE",
     "PRECISION_DTYPES",
@@ -133,16 +134,27 @@ def architecture(name: str) -> str:
     return "blackwell" if _BLACKWELL.search(name.upper()) else "other"
 
 
+LIBRARY_MEMORY_EFFICIENCY = NARROW_GEMM["memory_efficiency"]
+"""Share of HBM at which a synthesized (library: cuBLAS / CUTLASS) BF16 GEMM streams its operands when it is
+bound by them, at least: the narrow-GEMM rule's 0.825 (DeepGEMM's weight streaming). The bundled H100 fit's 0.41
+comes from the traces' small CUTLASS kernels; library kernels stream at 0.7-0.9 (held out: vLLM's H100 and B200
+``torch.mm`` rows, M = 1...256, −53 % → −14 %; XLA's H100 cuBLAS table −15 % → −5 %; validation/kernels/RESULTS.md)."""
+
+
 def library_profile(profile: CalibrationProfile, accelerator: Accelerator) -> CalibrationProfile:
-    """The profile synthesized GEMMs are timed with on ``accelerator``: :func:`narrow_profile` of ``profile``, and,
-    where ``profile`` was fitted on another architecture than a Blackwell ``accelerator``, BF16 and one-byte GEMM
+    """The profile synthesized GEMMs are timed with on ``accelerator``: :func:`narrow_profile` of ``profile`` with
+    BF16 GEMMs streaming at :data:`LIBRARY_MEMORY_EFFICIENCY` of HBM at least, and, where ``profile`` was fitted on another architecture than a Blackwell ``accelerator``, BF16 and one-byte GEMM
     parameters from :data:`BLACKWELL_GEMM` (a copy; ``profile`` is left alone)."""
     from dataclasses import replace
 
     out = narrow_profile(profile)
-    if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) == "blackwell":
-        return out
     models = {c: dict(by) for c, by in out.models.items()}
+    for cls in GEMM_CLASSES:  # library kernels stream their operands at the narrow rule's share of HBM
+        own = out.params(cls, "bf16")
+        if isinstance(own, GemmParams) and own.memory_efficiency < LIBRARY_MEMORY_EFFICIENCY:
+            models.setdefault(cls, {})["bf16"] = replace(own, memory_efficiency=LIBRARY_MEMORY_EFFICIENCY)
+    if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) == "blackwell":
+        return replace(out, models=models)
     for cls in GEMM_CLASSES:
         base = profile.params(cls, "bf16")
         if not isinstance(base, GemmParams):
