@@ -4,13 +4,16 @@ Grid search over (efficiency ratio on the BF16 main-loop efficiency, per-wave ti
 weight streaming, floor), minimising median |log error| + max |log error| / 2 of the tile/wave GEMM model with the
 ``h100-sxm5`` profile's BF16 parameters on the source's catalog GPU at the FP8 peak.
 
-``python -m validation.kernels.published.fit [SOURCE.yaml [DTYPE [MIN_US]]]`` (MIN_US: leave out rows faster than it) prints the best point and its errors.
+``python -m validation.kernels.published.fit [SOURCE.yaml ...] [--dtype D] [--min-us T] [--fix NAME=VALUE]`` prints
+the best point and its errors. The Blackwell rule (``cosim.models.precision.BLACKWELL_GEMM``)::
+
+    python -m validation.kernels.published.fit validation/kernels/published/xla-b200.yaml --dtype bf16 \
+        --min-us 10 --fix floor_s=2.5e-6 --fix memory_efficiency=0.825     # and --dtype fp8
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,9 +74,16 @@ def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0]) if args else HERE / "deepgemm-h800-fp8.yaml"
-    params, e = fit(path, args[1] if len(args) > 1 else "fp8", float(args[2]) if len(args) > 2 else 0.0)
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m validation.kernels.published.fit")
+    ap.add_argument("source", nargs="*", default=[str(HERE / "deepgemm-h800-fp8.yaml")], help="YAML files of one GPU")
+    ap.add_argument("--dtype", default="fp8")
+    ap.add_argument("--min-us", type=float, default=0.0, help="leave out rows faster than this (µs)")
+    ap.add_argument("--fix", action="append", default=[], help="NAME=VALUE: hold a parameter (e.g. floor_s=2.5e-6)")
+    a = ap.parse_args(argv)
+    fixed = {k: float(v) for k, v in (f.split("=", 1) for f in a.fix)}
+    params, e = fit([Path(p) for p in a.source], a.dtype, a.min_us, fixed or None)
     print(params)
     print(f"median |error| {np.median(np.abs(e)):.1%}, max {np.abs(e).max():.1%} (cosim TFLOP/s / published - 1)")
     return 0
