@@ -718,3 +718,51 @@ def test_narrow_gemm_rule_worked_example() -> None:
     own = GemmParams(efficiency=0.5, tile_overhead_s=0.0, memory_efficiency=0.5, floor_s=0.0, small_tile_alpha=0.0)
     prof2 = CalibrationProfile("hand2", "h800-sxm5", models={"gemm": {"bf16": bf16, "fp8": own}})
     assert KernelTimer(acc, prof2)(ops[:1])[0] == pytest.approx(109 * 2 * 64 * 32 * K / (1978.9e12 / 132 * 0.5))
+
+
+def test_blackwell_library_gemm_rule() -> None:
+    """On a Blackwell GPU timed with a profile fitted on another architecture, synthesized BF16 and one-byte GEMMs
+    take the H100 BF16 parameters through :data:`BLACKWELL_GEMM` (efficiency x ratio, per-wave cost, streaming
+    efficiency, floor); a Hopper GPU, or a Blackwell profile on a Blackwell GPU, is left as before."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time
+    from cosim.models.precision import (
+        BLACKWELL_GEMM,
+        LIBRARY_MEMORY_EFFICIENCY,
+        architecture,
+        library_profile,
+        narrow_profile,
+    )
+    from cosim.models.profile import CalibrationProfile
+    from cosim.models.synth_timing import KernelTimer
+    from cosim.workload.synth.costs import Op
+
+    assert [architecture(n) for n in ("b200", "gb200", "b300", "h100-sxm5", "NVIDIA B200 (HGX B200, 1000 W)")] == [
+        "blackwell", "blackwell", "blackwell", "other", "blackwell"]
+    bf16 = GemmParams(efficiency=0.7, tile_overhead_s=0.0, memory_efficiency=0.4, floor_s=5e-6, small_tile_alpha=0.0)
+    prof = CalibrationProfile("hand", "h800-sxm5", models={"gemm": {"bf16": bf16}})
+    cat = load_catalog()
+    b200, h800 = cat.accelerator("b200"), cat.accelerator("h800-sxm5")
+    hw = HardwareFigures.of(b200)
+    for dt, ib in (("bf16", 2.0), ("fp8", 1.0), ("mxfp8", 1.0)):
+        rule = BLACKWELL_GEMM["bf16" if dt == "bf16" else "fp8"]
+        want = replace(bf16, efficiency=0.7 * rule["efficiency_ratio"], tile_overhead_s=rule["tile_overhead_s"],
+                       memory_efficiency=rule["memory_efficiency"], floor_s=rule["floor_s"])
+        for M, N, K in ((16, 8192, 2048), (4096, 8192, 4096)):
+            nb = (M * K + K * N) * ib + 2.0 * M * N
+            t = KernelTimer(b200, prof)([Op("g", "gemm", 2.0 * M * N * K, nb, dt, M, N, K)])[0]
+            ref = gemm_time(np.array([M]), np.array([N]), np.array([K]), np.array([1.0]), np.array([nb]),
+                            float(b200.peak(dt)), hw, want)[0]
+            assert t == pytest.approx(ref, rel=1e-9)
+    # weight streaming (M = 16): 82.5 % of HBM instead of the trace fit's 40 %
+    assert library_profile(prof, b200).params("gemm", "bf16").memory_efficiency == pytest.approx(0.825)
+    # Hopper, or a Blackwell profile: the narrow-GEMM rule, and BF16 weight streaming at the library share of HBM
+    stream = replace(bf16, memory_efficiency=LIBRARY_MEMORY_EFFICIENCY)
+    assert LIBRARY_MEMORY_EFFICIENCY == pytest.approx(0.825)
+    for p, acc in ((prof, h800), (CalibrationProfile("bw", "b300", models={"gemm": {"bf16": bf16}}), b200)):
+        lib = library_profile(p, acc)
+        assert lib.params("gemm", "bf16") == stream
+        assert lib.params("gemm", "fp8") == narrow_profile(p).params("gemm", "fp8")

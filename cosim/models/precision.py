@@ -61,18 +61,23 @@ from cosim.models.profile import CalibrationProfile
 from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, StringTable, Table
 
 __all__ = [
+    "BLACKWELL_GEMM",
+    "BLACKWELL_GEMM_SOURCE",
     "COMBINE_BYTES_FACTOR",
     "DISPATCH_BYTES_FACTOR",
+    "LIBRARY_MEMORY_EFFICIENCY",
     "NARROW_GEMM",
     "NARROW_GEMM_SOURCE",
     "PRECISION_DTYPES",
     "PRECISION_SCOPES",
     "PrecisionResult",
     "apply_precision",
+    "architecture",
     "dispatch_bytes_factor",
     "dispatch_mask",
     "expert_gemm_mask",
     "fp8_gemm_times",
+    "library_profile",
     "narrow_gemm_params",
     "narrow_profile",
     "quantize_times",
@@ -104,6 +109,62 @@ validation/kernels/published/fit.py on one source, DeepGEMM's H800 FP8 table (:d
 NARROW_GEMM_SOURCE = "deepseek-ai/DeepGEMM README.md @55ab91f (2025-03-25), H800 SXM5 FP8 normal / grouped GEMMs"
 """Where :data:`NARROW_GEMM` was fitted."""
 _NARROW_DTYPES = ("fp8", "mxfp8")
+
+
+BLACKWELL_GEMM: dict[str, dict[str, float]] = {
+    "bf16": {"efficiency_ratio": 1.26, "tile_overhead_s": 4.0e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6},
+    "fp8": {"efficiency_ratio": 0.88, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6},
+}
+"""Library GEMMs (cuBLAS / cuBLASLt / CUTLASS) on a Blackwell GPU (SM100: B200, GB200, B300, GB300) timed with a
+profile fitted on another architecture (the bundled H100 fit): the H100 BF16 parameters with the main-loop
+efficiency x ``efficiency_ratio`` (of the dtype's own peak), a per-wave cost ``tile_overhead_s``, weight streaming
+at ``memory_efficiency`` of HBM and a ``floor_s``. ``bf16`` for BF16 GEMMs, ``fp8`` for one-byte GEMMs (FP8 with
+per-tensor scales and MXFP8: Blackwell's tensor cores apply the block scales in the MMA, so no CUDA-core promotion
+as in Hopper's block-scaled kernels). Fitted by validation/kernels/published/fit.py on XLA's B200 matmul table
+(rows of at least 10 µs; floor and memory efficiency held at the DeepGEMM fit's, which that table, M >= 256, cannot
+identify) and scored held-out on vLLM's B200 tables and Primus-Turbo's GB200 MXFP8 averages
+(validation/kernels/RESULTS.md, "round 5")."""
+BLACKWELL_GEMM_SOURCE = ("XLA default matmul perf table, sm_100_B200 (xla/service/gpu/model/matmul_interpolator_data.h): "
+                         "125 shapes M, N, K in 256..4096, BF16 (cuBLAS) and FP8 E4M3 per-tensor (cuBLASLt)")
+_BLACKWELL = re.compile(r"\bG?B[23]00\b")
+
+
+def architecture(name: str) -> str:
+    """``blackwell`` for an SM100 part's catalog name or key (B200, GB200, B300, GB300), else ``other``."""
+    return "blackwell" if _BLACKWELL.search(name.upper()) else "other"
+
+
+LIBRARY_MEMORY_EFFICIENCY = NARROW_GEMM["memory_efficiency"]
+"""Share of HBM at which a synthesized (library: cuBLAS / CUTLASS) BF16 GEMM streams its operands when it is
+bound by them, at least: the narrow-GEMM rule's 0.825 (DeepGEMM's weight streaming). The bundled H100 fit's 0.41
+comes from the traces' small CUTLASS kernels; library kernels stream at 0.7-0.9 (held out: vLLM's H100 and B200
+``torch.mm`` rows, M = 1...256, −53 % → −14 %; XLA's H100 cuBLAS table −15 % → −5 %; validation/kernels/RESULTS.md)."""
+
+
+def library_profile(profile: CalibrationProfile, accelerator: Accelerator) -> CalibrationProfile:
+    """The profile synthesized GEMMs are timed with on ``accelerator``: :func:`narrow_profile` of ``profile`` with
+    BF16 GEMMs streaming at :data:`LIBRARY_MEMORY_EFFICIENCY` of HBM at least, and, where ``profile`` was fitted on another architecture than a Blackwell ``accelerator``, BF16 and one-byte GEMM
+    parameters from :data:`BLACKWELL_GEMM` (a copy; ``profile`` is left alone)."""
+    from dataclasses import replace
+
+    out = narrow_profile(profile)
+    models = {c: dict(by) for c, by in out.models.items()}
+    for cls in GEMM_CLASSES:  # library kernels stream their operands at the narrow rule's share of HBM
+        own = out.params(cls, "bf16")
+        if isinstance(own, GemmParams) and own.memory_efficiency < LIBRARY_MEMORY_EFFICIENCY:
+            models.setdefault(cls, {})["bf16"] = replace(own, memory_efficiency=LIBRARY_MEMORY_EFFICIENCY)
+    if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) == "blackwell":
+        return replace(out, models=models)
+    for cls in GEMM_CLASSES:
+        base = profile.params(cls, "bf16")
+        if not isinstance(base, GemmParams):
+            continue
+        for dt, rule in (("bf16", BLACKWELL_GEMM["bf16"]), *((d, BLACKWELL_GEMM["fp8"]) for d in _NARROW_DTYPES)):
+            models.setdefault(cls, {})[dt] = replace(
+                base, efficiency=min(1.0, base.efficiency * rule["efficiency_ratio"]),
+                tile_overhead_s=rule["tile_overhead_s"], memory_efficiency=rule["memory_efficiency"],
+                floor_s=rule["floor_s"])
+    return replace(out, models=models)
 
 
 def narrow_gemm_params(p: GemmParams) -> GemmParams:

@@ -43,14 +43,15 @@ class KernelTimer:
     """``timer(ops) -> [seconds]`` for one accelerator and calibration profile."""
 
     def __init__(self, accelerator: Accelerator, profile: Any = None) -> None:
-        from cosim.models.precision import narrow_profile
+        from cosim.models.precision import library_profile
         from cosim.models.predict import _default_profile
 
         self.accelerator = accelerator
         self.profile = profile if profile is not None else _default_profile(accelerator)
-        self._model_profile = narrow_profile(self.profile)
+        self._model_profile = library_profile(self.profile, accelerator)
         """The profile the GEMMs are timed with: FP8/MXFP8 GEMMs the profile has no fit for follow the
-        narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`)."""
+        narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a Blackwell GPU with a profile of
+        another architecture, BF16 and one-byte GEMMs follow :data:`cosim.models.precision.BLACKWELL_GEMM`."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures

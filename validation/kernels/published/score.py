@@ -64,10 +64,12 @@ def rows_of(src: dict[str, Any]) -> list[dict[str, Any]]:
         if src.get("dtype"):  # [layout, groups, m, n, k, tflops]
             layout, g, m, n, k, tf = r
             dt = src["dtype"]
-        else:  # [dtype, m, n, k, tflops]
-            dt, m, n, k, tf = r
-            layout, g = "dense", 1
-        out.append({"label": f"{layout} {dt} {g}x{m}x{n}x{k}", "gpu": src["gpu"], "layout": f"{layout} {dt}",
+        else:  # [dtype, m, n, k, tflops] or [dtype, m, n, k, tflops, scaling label]
+            dt, m, n, k, tf = r[:5]
+            layout, g = ("dense" if len(r) < 6 else f"dense {r[5]}"), 1
+        short = bool(src.get("short_us")) and 2.0 * g * m * n * k / (tf * 1e12) < float(src["short_us"]) * 1e-6
+        lay = f"{layout} {dt}" + (f" <{src['short_us']:g}us" if short else "")
+        out.append({"label": f"{layout} {dt} {g}x{m}x{n}x{k}", "gpu": src["gpu"], "layout": lay,
                     "ops": [_gemm("gemm", dt, g, m, n, k)], "flops": 2.0 * g * m * n * k, "tflops": float(tf)})
     return out
 
@@ -108,11 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--params", help="JSON overriding cosim.models.precision.NARROW_GEMM (held-out checks of a refit)")
     ap.add_argument("--off", action="store_true", help="without the narrow-GEMM rule (the profile's own FP8 parameters)")
+    ap.add_argument("--blackwell", help="JSON {dtype: {...}} overriding cosim.models.precision.BLACKWELL_GEMM")
+    ap.add_argument("--no-blackwell", action="store_true", help="without the Blackwell library-GEMM rule (round 4)")
     a = ap.parse_args(argv)
     import cosim.models.precision as prec
 
     if a.params:
         prec.NARROW_GEMM.update(json.loads(a.params))
+    if a.blackwell:
+        for dt, v in json.loads(a.blackwell).items():
+            prec.BLACKWELL_GEMM[dt].update(v)
+    if a.no_blackwell:
+        prec.library_profile = lambda p, acc: prec.narrow_profile(p)  # type: ignore[assignment]
     if a.off:
         prec.narrow_profile = lambda p: p  # type: ignore[assignment]
     res = score_all()
