@@ -326,11 +326,11 @@ def test_indexed_and_dense_filling_agree(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_spine_bundle_uses_every_spine():
-    """dgx-h100-32node: rail 0's leaf has 32 uplinks (8 to each of 4 spines) of 50 GB/s x 0.72 (NDR400
-    efficiency) = 1152 GB/s, exactly its 32 NICs' 36 GB/s: non-blocking. 32 flows of 1 GiB from node k gpu0
-    (rail 0) to node k+1 gpu1 (rail 1) all cross the spines; each is NIC-bound at 36 GB/s and ends at
-    1 GiB / 36 GB/s even with max_paths=1 (the leaf -> spine -> leaf bundle spreads over all 4 spines, not
-    one: one spine would give 8 x 36 / 32 = 9 GB/s each). Each leaf0 -> spine edge carries 32 GiB / 4."""
+    """dgx-h100-32node: rail 0's leaf has 32 uplinks (8 to each of 4 spines) of 50 GB/s x 0.94 (NDR400
+    efficiency) = 1504 GB/s, exactly its 32 NICs' 47 GB/s: non-blocking. 32 flows of 1 GiB from node k gpu0
+    (rail 0) to node k+1 gpu1 (rail 1) all cross the spines; each is NIC-bound at 47 GB/s and ends at
+    1 GiB / 47 GB/s even with max_paths=1 (the leaf -> spine -> leaf bundle spreads over all 4 spines, not
+    one: one spine would give 8 x 47 / 32 = 11.75 GB/s each). Each leaf0 -> spine edge carries 32 GiB / 4."""
     import numpy as np
 
     from cosim.engine import SimConfig, Simulator
@@ -344,7 +344,7 @@ def test_spine_bundle_uses_every_spine():
     ev = fab.start_rows(segs, np.full(32, float(2**30)), link_latency=False)
     sim.run()
     assert ev.triggered
-    nic_rate = 50e9 * 0.72
+    nic_rate = 50e9 * 0.94
     assert sim.env.now == pytest.approx(2**30 / nic_rate, rel=1e-9)
     spines = [v for v in topo.graph.successors("fabric.leaf0") if "spine" in v]
     assert len(spines) == 4

@@ -110,6 +110,9 @@ class _Plan:
     rings: int = 1
     """Rings (channels' NIC rails) a multi-node ring plan runs side by side, each rank a row per ring:
     the per-rank rate cap is shared among them (each row gets ``cap / rings``)."""
+    algo: str = ""
+    """NCCL's algorithm the plan runs (its flows that cross nodes get its channels' network rate,
+    ``NcclParams.net_flow_cap``); "" for other kernels (DeepEP)."""
 
     @classmethod
     def of(cls, phases: list[list[tuple[str, str, float]]], coupled: bool) -> _Plan:
@@ -199,6 +202,7 @@ class Collectives:
         self._seg_map = np.full(0, -1, dtype=np.int64)
         """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
+        self._netcap: dict[tuple[str, tuple[str, ...]], float] = {}
 
     # ----------------------------------------------------------- topology facts
     def _hw_class(self, src: str, dst: str) -> str:
@@ -380,6 +384,7 @@ class Collectives:
             ii, jj = np.divmod(np.arange(n * n, dtype=np.int64), n)
             off = ii != jj
             plan = _Plan(list(ranks), [(ii[off], jj[off], np.full(int(off.sum()), 1.0 / n))], False)
+            plan.algo = algo
             self._plans[key] = plan
             return plan
         elif op == "send_recv":
@@ -391,6 +396,7 @@ class Collectives:
         plan = _Plan.of(phases, coupled)
         if algo == "ring":
             plan.rings = len(self._rails(self._by_node(ranks)))
+        plan.algo = algo
         self._plans[key] = plan
         return plan
 
@@ -598,7 +604,7 @@ class Collectives:
             ii, jj = np.nonzero(m)
             off = ii != jj
             plan = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
-                         False)
+                         False, algo="p2p")
             scale = 1.0
             mkey: Any = ("a2av", tuple(ranks), m.tobytes(), p)
         else:
@@ -665,12 +671,14 @@ class Collectives:
         return fab.segment(("bounce", src, dst), [walk])
 
     def _network(self, names: Sequence[str], si: np.ndarray, di: np.ndarray, nb: np.ndarray,
-                 segs: np.ndarray) -> np.ndarray | None:
+                 segs: np.ndarray, algo: str = "", eff: float = 1.0) -> np.ndarray | None:
         """For the flows of a phase that cross nodes: reroute those whose NIC lacks GPUDirect RDMA
         through host memory (in ``segs``), and return each flow's NIC rate cap (bytes/s; inf where none
         binds): ``min(message_rate * m, m / (per_message_overhead + m / bandwidth))`` at both ends, m the
         message (``nic.message_size``, or the flow's bytes when smaller). None: no flow crosses a node.
-        NIC latency is not added: NCCL's network per-step latency already holds it."""
+        NIC latency is not added: NCCL's network per-step latency already holds it. ``algo``: NCCL's
+        algorithm of the flows; a crossing flow of one also runs at most its channels' network rate
+        (``NcclParams.net_flow_cap``, a wire rate: x ``eff`` of payload)."""
         info = [self._endpoint_nic(n) if n != _NVSW else (-2, math.inf, 0.0, math.inf, True, math.inf) for n in names]
         node = np.array([x[0] for x in info], dtype=np.int64)
         if (node < 0).all() or (node == node[0]).all():
@@ -689,15 +697,66 @@ class Collectives:
                 segs[k] = (self._bounce_segment(names[si[k]], names[di[k]]), -1, -1)
         from cosim.engine.nic import message_cap
 
+        lim = np.minimum(np.minimum(bw, port)[si], np.minimum(bw, port)[di])
+        # a point-to-point peer pair runs on its own channels (NCCL_NCHANNELS_PER_NET_PEER): a per-flow cap;
+        # a collective's channels per NIC are its NIC rate (see net_efficiency)
+        chan = self._net_channel_cap(names, algo, bw) * eff if algo == "p2p" else math.inf
         m0 = min(self.sim.config.nic.message_size, float(nb.min(where=cross, initial=np.inf)))
         # caps grow with the message: if none binds at the smallest, none binds at all
         if (message_cap(rate, ovh, bw, m0) >= np.minimum(bw, port)).all():
-            return None
-        m = np.minimum(self.sim.config.nic.message_size, nb)
-        rc = np.minimum(*(message_cap(rate[x], ovh[x], bw[x], m) for x in (si, di)))
-        lim = np.minimum(np.minimum(bw, port)[si], np.minimum(bw, port)[di])
+            if not np.isfinite(chan):
+                return None
+            rc = np.full(len(nb), chan)
+        else:
+            m = np.minimum(self.sim.config.nic.message_size, nb)
+            rc = np.minimum(np.minimum(*(message_cap(rate[x], ovh[x], bw[x], m) for x in (si, di))), chan)
         rc[~cross | (rc >= lim)] = np.inf  # at or above what the ports carry: never binds
         return rc
+
+    def _xeff(self, plan: _Plan, eff: float, si: np.ndarray, di: np.ndarray) -> tuple[float, np.ndarray]:
+        """(efficiency of the phase's flows that cross nodes, which flows cross) for ``plan``'s algorithm
+        (:meth:`net_efficiency`; ``eff`` and no flow where none crosses or no limit binds)."""
+        e = self.net_efficiency(plan.names, plan.algo, eff)
+        if e >= eff:
+            return eff, np.zeros(len(si), dtype=bool)
+        node = np.array([self._endpoint_nic(n)[0] if n != _NVSW else -2 for n in plan.names], dtype=np.int64)
+        cross = (node[si] != node[di]) & (node[si] >= 0) & (node[di] >= 0)
+        return (e, cross) if cross.any() else (eff, cross)
+
+    def net_efficiency(self, names: Sequence[str], algo: str, eff: float) -> float:
+        """Efficiency of a NCCL collective's flows that cross nodes: its channels on a NIC move at most
+        ``net_channels x net_channel_bw`` through it (``NcclParams.net_flow_cap``), below the port's wire
+        rate; as a flow's efficiency inflates its wire bytes, ``chan / port capacity`` makes the NIC carry
+        at most that much of the collective, shared among its flows as the fabric shares the port.
+        ``net_channel_bw`` is a wire rate (the protocol's bytes), so the flows' efficiency becomes
+        ``eff x min(1, chan / port)``: LL128 still moves less payload than Simple. ``eff`` where no such
+        limit binds (p2p: a per-flow cap instead, see :meth:`_network`)."""
+        if algo in ("p2p", "") or not names:
+            return eff
+        info = [self._endpoint_nic(n) for n in names if n != _NVSW]
+        bw = np.array([x[3] for x in info], dtype=float)
+        port = min((x[5] for x in info), default=math.inf)
+        chan = self._net_channel_cap(names, algo, bw)
+        if not (math.isfinite(chan) and math.isfinite(port)) or port <= 0:
+            return eff
+        return eff * min(1.0, chan / port)
+
+    def _net_channel_cap(self, names: Sequence[str], algo: str, bw: np.ndarray) -> float:
+        """Most one flow of NCCL's ``algo`` crossing nodes carries: its channels x one channel's network rate
+        (``NcclParams.net_flow_cap``; the NIC's line rate and the node's NICs set the channel count)."""
+        key = (algo, tuple(names))
+        hit = self._netcap.get(key)
+        if hit is not None:
+            return hit
+        nic_bw = float(np.min(bw)) if bw.size else math.inf
+        out = math.inf
+        if math.isfinite(nic_bw):
+            topo = self.sim.topo
+            ranks = [n for n in names if n != _NVSW]
+            nics = len({topo.nic_of(r) for r in ranks if topo.node_of(r) == topo.node_of(ranks[0])} - {None})
+            out = self.params.net_flow_cap(algo, len(ranks), nic_bw, max(nics, 1))
+        self._netcap[key] = out
+        return out
 
     def _start(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
                res: CollectiveResult, done: simpy.Event, net_eff: float | None, memo_key: Any) -> None:
@@ -879,7 +938,7 @@ class Collectives:
             if (~isnv).any():
                 real = names if nv < 0 else [n if n != _NVSW else names[0 if nv else 1] for n in names]
                 segs[~isnv] = fab.route_segments(real, si[~isnv], di[~isnv])
-            rc = self._network(names, si, di, nb, segs)
+            rc = self._network(names, si, di, nb, segs, plan.algo, eff)
             if isnv.any() and (~isnv).any():
                 # NVLS-tree: the switch part and the network part are two pipelined stages that run
                 # side by side, each at its own rate and efficiency (NVLS factor only on the switch part)
@@ -888,8 +947,19 @@ class Collectives:
                                       group=grp, name=label)]
                 rest = ~isnv
                 crc: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[rest])
-                evs.append(fab.start_rows(segs[rest], nb[rest], efficiency=net_eff, max_rate=crc,
-                                          link_latency=False, group=grp2, name=label))
+                evs.append(fab.start_rows(segs[rest], nb[rest], efficiency=self._xeff(plan, net_eff, si, di)[0],
+                                          max_rate=crc, link_latency=False, group=grp2, name=label))
+                yield env.all_of(evs)
+            elif (xe := self._xeff(plan, eff, si, di))[0] < eff:
+                # a collective across nodes: the flows that cross run at the NIC's channel rate (their
+                # efficiency), the others at the protocol's; two pipelined parts, side by side
+                cross = xe[1]
+                evs = []
+                for sel, e in ((cross, xe[0]), (~cross, eff)):
+                    if sel.any():
+                        c2: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[sel])
+                        evs.append(fab.start_rows(segs[sel], nb[sel], efficiency=e, max_rate=c2, link_latency=False,
+                                                  group=fab.new_group() if grp >= 0 else -1, name=label))
                 yield env.all_of(evs)
             elif rc is None or np.isinf(rc).all():
                 yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,

@@ -185,6 +185,16 @@ class NcclParams:
     nvls_enable: bool = True
     """NCCL_NVLS_ENABLE: False removes NVLS and NVLS-tree from the candidates (a machine or a
     library build without NVLink SHARP, e.g. a VM without multicast support)."""
+    net_channel_bw: float = math.inf
+    """Most one NCCL channel moves over the network (bytes/s of its protocol on the wire, each way; x the
+    protocol's efficiency of payload): a channel is one CTA feeding one proxy connection in chunks
+    (src/transport/net.cc), whatever the port's rate. A flow that crosses nodes
+    runs at most :meth:`net_channels` x this (inf: no such limit). See :meth:`net_flow_cap`."""
+    p2p_net_channels: int = 2
+    """Channels of one point-to-point peer pair across nodes (NCCL_NCHANNELS_PER_NET_PEER; default 2 in
+    NCCL 2.18-2.28, src/graph/paths.cc; NCCL 2.29 uses max(nNICs, ceil(NIC bw / 14 GB/s)))."""
+    max_channels: int = 32
+    """MAXCHANNELS (NCCL's largest channel count of a communicator)."""
 
     # ------------------------------------------------------------ latency
     def latency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
@@ -327,6 +337,43 @@ class NcclParams:
         return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
             self.rate_cap(shape, algo, proto, ch, nbytes, use_fit)
 
+    def net_channels(self, algo: str, nranks: int, nic_bw: float, nics: int = 8) -> int:
+        """NCCL channels one flow crossing nodes runs on (one peer pair for ``p2p``, one ring / tree edge
+        on one NIC of ``nic_bw`` bytes/s line rate otherwise; ``nics``: the NICs (rails) of a node).
+
+        * ``p2p``: :attr:`p2p_net_channels` per peer, halved while ``channels x nranks > 4 x
+          p2pnChannels`` (NCCL 2.20-2.28, src/graph/paths.cc ncclTopoGetNchannels: "avoid overloading
+          channels with 8+ operations"); ``p2pnChannels`` = :attr:`channels` rounded up to a power of two.
+        * collectives: NCCL's topology search plans ``k = floor(NIC bw / speed)`` channels per NIC at the
+          first speed of its inter-node array (:attr:`channel_max_busbw` ``inter``, Hopper 48 GB/s;
+          src/graph/search.cc), duplicates them unless the speed is below 50 GB/s and there are more than
+          4 (ncclTopoDupChannels), and ncclTopoPostset doubles them again (src/graph/connect.cc,
+          "Duplication should be complete now"), at most :attr:`max_channels`: 8 x NDR (50 GB/s) 16
+          channels, 2 per NIC; 8 x XDR (100 GB/s) 32, 4 per NIC."""
+        if algo == "p2p":
+            ch = max(1, self.p2p_net_channels)
+            total = 1 << max(0, math.ceil(math.log2(max(self.channels, 1))))
+            while ch * nranks > total * 4 and ch > 1:
+                ch //= 2
+            return ch
+        speed = self.channel_max_busbw["inter"]
+        if not math.isfinite(speed) or not math.isfinite(nic_bw):
+            return self.max_channels
+        nics = max(1, nics)
+        k = max(1, int(nic_bw // speed + 1e-9)) * nics
+        if not (speed < 50e9 and k > 4):
+            k *= 2
+        k = min(2 * k, self.max_channels)
+        return max(1, k // nics)
+
+    def net_flow_cap(self, algo: str, nranks: int, nic_bw: float, nics: int = 8) -> float:
+        """Most one flow crossing nodes carries (bytes/s): :meth:`net_channels` x :attr:`net_channel_bw`;
+        inf for what is not one of NCCL's algorithms (DeepEP's kernels write RDMA from many SMs) or
+        without a per-channel limit."""
+        if algo not in ("p2p", "ring", "tree", "nvls_tree", "hier") or not math.isfinite(self.net_channel_bw):
+            return math.inf
+        return self.net_channels(algo, nranks, nic_bw, nics) * self.net_channel_bw
+
     def with_fitted(self, fitted: Fitted | None) -> NcclParams:
         """A copy with other fitted parameters (cross-validation folds)."""
         import dataclasses
@@ -373,6 +420,10 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
         tuner=str(d.get("tuner", "nccl")),
         fitted=fitted,
         nvls_enable=bool(d.get("nvls_enable", True)),
+        net_channel_bw=(units.parse_bandwidth(d["net_channel_bw"], "defaults.net_channel_bw")
+                        if d.get("net_channel_bw") is not None else math.inf),
+        p2p_net_channels=int(d.get("p2p_net_channels", 2)),
+        max_channels=int(d.get("max_channels", 32)),
         path=path,
     )
 
