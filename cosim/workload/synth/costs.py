@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
+__all__ = ["PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "embedding_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
            "layer_params", "recomputed", "sample_head_ops", "selective_saved"]
 
@@ -147,6 +147,11 @@ class Op:
     Transformer Engine's ``split_quantize`` quantizes each local expert's rows with its own kernel(s), and a
     current-scaling cast is four kernels (:data:`TE_QUANTIZE_SOURCE`); the builder charges each the CUDA
     launch call (``BuildOptions.launch_overhead``)."""
+    params: int = 0
+    """Backward: parameter tensors whose gradient this op completes (a weight GEMM's wgrad: 1, a grouped GEMM's
+    wgrad: one weight per local expert, a norm's or the embedding's backward: 1). Each runs autograd's
+    ``AccumulateGrad`` node and Megatron-Core's per-parameter backward hook in Python
+    (:data:`PARAM_HOOK_SOURCE`); the builder charges each ``BuildOptions.param_hook_host`` on the host."""
 
 
 @dataclass(frozen=True)
@@ -662,14 +667,36 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
             out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
         elif o.cls in ("gemm", "grouped_gemm"):
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
-            out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0))
+            out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,
+                               params=param_tensors(o)))
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))
         else:
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bytes * 2.0, bwd=True,
-                               saved=0.0))
+                               saved=0.0, params=param_tensors(o)))
     return out
+
+
+PARAM_HOOK_SOURCE = ("NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py "
+                     "(DistributedDataParallel.__init__: grad_acc.register_hook(self._make_backward_post_hook(param)) "
+                     "for every parameter; the hook adds a non-fused grad to main_grad, clears param.grad and, with "
+                     "overlap_grad_reduce, register_grad_ready on its bucket group) and NVIDIA/TransformerEngine v2.12 "
+                     "transformer_engine/pytorch/module/grouped_linear.py (GroupedLinear holds weight0..weight{n-1} as "
+                     "separate parameters; _GroupedLinear.backward returns one wgrad per expert: "
+                     "handle_custom_ddp_from_mcore, get_dummy_wgrad under gradient_accumulation_fusion)")
+"""Why a backward op's host launch carries one eager step per parameter it completes (:attr:`Op.params`)."""
+
+
+def param_tensors(o: Op) -> int:
+    """Parameter tensors whose gradient backward op of forward op ``o`` completes (:attr:`Op.params`): a linear
+    layer's weight (one per local expert for a grouped GEMM, TE ``GroupedLinear``'s ``weight{i}``), a norm's weight,
+    the embedding table. Attention, activations, casts and bookkeeping own none."""
+    if o.cls == "grouped_gemm":
+        return max(int(round(o.batch)), 1)
+    if o.cls in ("gemm", "norm") or o.name == "embed.lookup":
+        return 1
+    return 0
 
 
 def layer_params(card: MoEModelConfig, layer: int) -> tuple[int, int]:
