@@ -547,7 +547,8 @@ def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: ob
             if o.cls == "grouped_gemm"} == {1}
 
     # the host pays each expert GEMM beyond the first expert_gemm_host on top of the launch and dispatch
-    syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us")
+    # (the wgrad's per-parameter hooks left out here: test_backward_pays_one_host_step_per_parameter_it_completes)
+    syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", param_hook_host="0 us")
     rg = syn.graph.ranks[0]
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
     names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
@@ -597,6 +598,41 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     blockwise = _synth(tmp_path, dgx, precision="fp8", dispatch_overhead="10 us").graph.ranks[0]
     assert len(blockwise.gpu_ops) == len(rg.gpu_ops)  # the same kernels, cheaper launches
     assert float(blockwise.host_ops.dur.sum()) < float(rg.host_ops.dur.sum())
+
+
+def test_backward_pays_one_host_step_per_parameter_it_completes(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import Shard, backward_ops
+
+    # one MoE layer backward at EP4 (2 local experts): every parameter tensor of the layer is completed by exactly
+    # one backward op: the attention norm, qkv and o_proj weights, the MoE norm and router weights, and one fc1
+    # and one fc2 weight per local expert (TE GroupedLinear's weight0, weight1): 9 autograd AccumulateGrad nodes
+    # and Megatron DDP hooks; attention, activations, casts, collectives and bookkeeping complete none
+    c = tiny()
+    bwd = backward_ops(layer_ops(c, 0, 256.0, 256.0, Shard(ep=4), "mxfp8"))
+    got = {o.name: o.params for o in bwd if o.params}
+    assert got == {"attn.norm.bwd": 1, "attn.qkv.wgrad": 1, "attn.o_proj.wgrad": 1, "moe.norm.bwd": 1,
+                   "moe.router.wgrad": 1, "moe.experts_fc1.wgrad": 2, "moe.experts_fc2.wgrad": 2}
+    # 8 experts at EP1: 8 weights per grouped GEMM's wgrad, none in the forward
+    ops8 = layer_ops(c, 0, 256.0, 256.0, Shard(ep=1))
+    assert {o.name: o.params for o in backward_ops(ops8) if o.cls == "grouped_gemm" and o.params} == {
+        "moe.experts_fc2.wgrad": 8, "moe.experts_fc1.wgrad": 8}
+    assert all(o.params == 0 for o in ops8)
+
+    # the host pays param_hook_host per parameter on the launch of the op that completes it; the default is one
+    # eager framework step (dispatch_overhead); "0 us" leaves the hooks out
+    def costs(**kw: object) -> dict[str, float]:
+        rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", **kw).graph.ranks[0]
+        names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+        return {names[int(g)]: float(rg.host_ops.dur[int(h)])
+                for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    cost = costs(param_hook_host="7 us")
+    assert cost["moe.experts_fc1.wgrad"] == pytest.approx(launch + 10e-6 + 30e-6 + 2 * 7e-6, rel=1e-9)
+    assert cost["attn.qkv.wgrad"] == pytest.approx(launch + 10e-6 + 7e-6, rel=1e-9)
+    assert cost["attn.qkv.dgrad"] == pytest.approx(launch + 10e-6, rel=1e-9)
+    assert costs()["moe.router.wgrad"] == pytest.approx(launch + 10e-6 + 10e-6, rel=1e-9)
+    assert costs(param_hook_host="0 us")["moe.experts_fc2.wgrad"] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
 
 
 def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
