@@ -693,7 +693,7 @@ def param_tensors(o: Op) -> int:
     layer's weight (one per local expert for a grouped GEMM, TE ``GroupedLinear``'s ``weight{i}``), a norm's weight,
     the embedding table. Attention, activations, casts and bookkeeping own none."""
     if o.cls == "grouped_gemm":
-        return max(int(round(o.batch)), 1)
+        return max(round(o.batch), 1)
     if o.cls in ("gemm", "norm") or o.name == "embed.lookup":
         return 1
     return 0
