@@ -548,7 +548,7 @@ def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: ob
 
     # the host pays each expert GEMM beyond the first expert_gemm_host on top of the launch and dispatch
     # (the wgrad's per-parameter hooks left out here: test_backward_pays_one_host_step_per_parameter_it_completes)
-    syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", param_hook_host="0 us")
+    syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", eager_step_host="0 us")
     rg = syn.graph.ranks[0]
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
     names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
@@ -582,6 +582,14 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     assert PRECISIONS["fp8-cs"].gemm == "fp8" and PRECISIONS["fp8-cs"].quant_kernels == 4
     assert got["moe.experts_input.quantize"] == got["moe.experts_act.quantize.bwd"] == 7
     assert got["attn.input.quantize"] == 3
+    # split_quantize's outputs: per-tensor current scaling allocates each local expert's tensor on its own (one more
+    # than the op's own: 1 eager step); MXFP8 and blockwise allocate in bulk (none); a dense cast has one output
+    outs = {prec: {o.name: o.outputs for o in (lambda f: f + backward_ops(f))(layer_ops(c, 0, 256.0, 256.0,
+                                                                                          Shard(ep=4), prec))
+                   if o.outputs} for prec in ("fp8-cs", "mxfp8", "fp8")}
+    assert outs["fp8-cs"] == {"moe.experts_input.quantize": 1, "moe.experts_act.quantize": 1,
+                              "moe.experts_act.quantize.bwd": 1, "moe.experts_input.quantize.bwd": 1}
+    assert outs["mxfp8"] == outs["fp8"] == {}
     # inference (no TE GroupedLinear loop) and bf16 (no casts)
     assert loops("mxfp8", Shard(ep=4, decode=True, q_len=1.0))["moe.experts_input.quantize"] == 0
     assert loops("bf16", Shard(ep=4)) == {}
@@ -593,7 +601,8 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
     cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
             for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
-    assert cost["moe.experts_input.quantize"] == pytest.approx(launch + 10e-6 + 7 * launch, rel=1e-9)
+    # (the per-split allocation: one eager step, here dispatch_overhead)
+    assert cost["moe.experts_input.quantize"] == pytest.approx(launch + 10e-6 + 7 * launch + 10e-6, rel=1e-9)
     assert cost["attn.input.quantize"] == pytest.approx(launch + 10e-6 + 3 * launch, rel=1e-9)
     blockwise = _synth(tmp_path, dgx, precision="fp8", dispatch_overhead="10 us").graph.ranks[0]
     assert len(blockwise.gpu_ops) == len(rg.gpu_ops)  # the same kernels, cheaper launches
@@ -618,7 +627,7 @@ def test_backward_pays_one_host_step_per_parameter_it_completes(tmp_path: Path, 
         "moe.experts_fc2.wgrad": 8, "moe.experts_fc1.wgrad": 8}
     assert all(o.params == 0 for o in ops8)
 
-    # the host pays param_hook_host per parameter on the launch of the op that completes it; the default is one
+    # the host pays eager_step_host per parameter on the launch of the op that completes it; the default is one
     # eager framework step (dispatch_overhead); "0 us" leaves the hooks out
     def costs(**kw: object) -> dict[str, float]:
         rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", **kw).graph.ranks[0]
@@ -627,12 +636,12 @@ def test_backward_pays_one_host_step_per_parameter_it_completes(tmp_path: Path, 
                 for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
 
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
-    cost = costs(param_hook_host="7 us")
+    cost = costs(eager_step_host="7 us")
     assert cost["moe.experts_fc1.wgrad"] == pytest.approx(launch + 10e-6 + 30e-6 + 2 * 7e-6, rel=1e-9)
     assert cost["attn.qkv.wgrad"] == pytest.approx(launch + 10e-6 + 7e-6, rel=1e-9)
     assert cost["attn.qkv.dgrad"] == pytest.approx(launch + 10e-6, rel=1e-9)
     assert costs()["moe.router.wgrad"] == pytest.approx(launch + 10e-6 + 10e-6, rel=1e-9)
-    assert costs(param_hook_host="0 us")["moe.experts_fc2.wgrad"] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
+    assert costs(eager_step_host="0 us")["moe.experts_fc2.wgrad"] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
 
 
 def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:

@@ -66,6 +66,11 @@ class Precision:
     """Bytes per element of one quantized copy of a GEMM input: 1 byte + its share of the block scales."""
     cast_copies: int = QUANT_COPIES
     """Quantized copies a cast writes: :data:`QUANT_COPIES` in training; 1 when serving (no wgrad GEMM)."""
+    split_alloc: bool = False
+    """Transformer Engine's ``split_quantize`` allocates each split's quantized tensor on its own
+    (``quantizer->create_tensor`` per split: per-tensor current and delayed scaling) instead of one bulk allocation
+    with a view per split (MXFP8, FP8 blockwise; :data:`TE_QUANTIZE_SOURCE`): each further split costs the host
+    one eager step (:attr:`Op.outputs`)."""
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -76,7 +81,7 @@ PRECISIONS: dict[str, Precision] = {
     "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32),
     # Transformer Engine's per-tensor current scaling (Megatron-Bridge FP8_CS): FP8 math, four kernels per cast
     "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128,
-                        quant_kernels=4),
+                        quant_kernels=4, split_alloc=True),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -151,7 +156,12 @@ class Op:
     """Backward: parameter tensors whose gradient this op completes (a weight GEMM's wgrad: 1, a grouped GEMM's
     wgrad: one weight per local expert, a norm's or the embedding's backward: 1). Each runs autograd's
     ``AccumulateGrad`` node and Megatron-Core's per-parameter backward hook in Python
-    (:data:`PARAM_HOOK_SOURCE`); the builder charges each ``BuildOptions.param_hook_host`` on the host."""
+    (:data:`PARAM_HOOK_SOURCE`); the builder charges each ``BuildOptions.eager_step_host`` on the host."""
+    outputs: int = 0
+    """Further tensors the op's one framework call allocates on their own, one eager step each (allocation and
+    Python object): Transformer Engine's ``split_quantize`` creates each local expert's quantized tensor with
+    ``quantizer->create_tensor`` under per-tensor scaling (:attr:`Precision.split_alloc`; MXFP8 and blockwise
+    allocate in bulk: not counted); the builder charges each ``BuildOptions.eager_step_host``."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +214,8 @@ def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
     if p.gemm == "bf16":
         return []
     return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm,
-               loop_launches=max(groups, 1) * p.quant_kernels - 1)]
+               loop_launches=max(groups, 1) * p.quant_kernels - 1,
+               outputs=max(groups, 1) - 1 if p.split_alloc else 0)]
 
 
 TE_QUANTIZE_SOURCE = ("NVIDIA/TransformerEngine v2.12 (NeMo 26.02): transformer_engine/pytorch/module/grouped_linear.py "
@@ -216,7 +227,11 @@ TE_QUANTIZE_SOURCE = ("NVIDIA/TransformerEngine v2.12 (NeMo 26.02): transformer_
                       "nvte_compute_scale_from_amax, nvte_quantize_v2) and common/recipe/current_scaling.cu "
                       "(zero_amax_kernel, amax kernel, compute_scale_from_amax_kernel)")
 """Why a training quantize of the routed experts is one kernel per local expert (MXFP8, blockwise) or four
-(current scaling), launched from C++ (:attr:`Op.loop_launches`)."""
+(current scaling), launched from C++ (:attr:`Op.loop_launches`), and returns one quantized tensor per local
+expert, allocated one by one under per-tensor scaling (:attr:`Op.outputs`; cast.cpp ``split_quantize``:
+``create_tensor`` per split unless every quantizer is MXFP8, blockwise or NVFP4, which allocate in bulk;
+TransformerEngine issue #1499, the maintainers: the per-GEMM ``torch.empty`` calls and ``torch.split`` are what
+dominate ``GroupedLinear``'s CPU time)."""
 
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,

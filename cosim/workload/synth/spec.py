@@ -165,12 +165,14 @@ class SyntheticSpec(Strict):
     #3134's measurement of that path on SM100, 0.267 ms for one grouped GEMM over 8 experts of 128 tokens
     (2048 x 2048; a single-launch kernel does the math in 0.069 ms): 33 us per expert GEMM. "0 us" models a
     single-launch grouped GEMM (CUTLASS / DeepGEMM)."""
-    param_hook_host: Time | None = None
-    """Training: host time per parameter tensor whose gradient a backward op completes, e.g. "12 us": autograd's
-    ``AccumulateGrad`` node and Megatron-Core's per-parameter backward hook (Python) run once per parameter, and
-    Transformer Engine's ``GroupedLinear`` holds each local expert's weight as its own parameter, so a grouped
-    GEMM's wgrad completes one per local expert (``costs.PARAM_HOOK_SOURCE``). Default (None): one eager
-    framework step, ``dispatch_overhead``; "0 us" leaves the hooks out."""
+    eager_step_host: Time | None = None
+    """Training: host time of one eager framework step that launches no kernel, e.g. "12 us", charged (1) per
+    parameter tensor whose gradient a backward op completes (autograd's ``AccumulateGrad`` node and Megatron-Core's
+    per-parameter backward hook, in Python; Transformer Engine's ``GroupedLinear`` holds each local expert's weight
+    as its own parameter, so a grouped GEMM's wgrad completes one per local expert: ``costs.PARAM_HOOK_SOURCE``)
+    and (2) per further tensor an op's call allocates on its own (under per-tensor current scaling
+    ``split_quantize`` allocates one quantized tensor per local expert: ``costs.TE_QUANTIZE_SOURCE``). Default (None): ``dispatch_overhead``, the measured host time of one
+    eager step; "0 us" leaves both out."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -266,8 +268,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
-                        param_hook_host=float(spec.dispatch_overhead if spec.param_hook_host is None
-                                              else spec.param_hook_host) * host_factor,
+                        eager_step_host=float(spec.dispatch_overhead if spec.eager_step_host is None
+                                              else spec.eager_step_host) * host_factor,
                         gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
                         launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
