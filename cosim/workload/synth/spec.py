@@ -173,6 +173,13 @@ class SyntheticSpec(Strict):
     and (2) per further tensor an op's call allocates on its own (under per-tensor current scaling
     ``split_quantize`` allocates one quantized tensor per local expert: ``costs.TE_QUANTIZE_SOURCE``). Default (None): ``dispatch_overhead``, the measured host time of one
     eager step; "0 us" leaves both out."""
+    collective_host: Time | None = 78e-6
+    """Training: host time of one collective call besides the CUDA launch call, e.g. "78 us": a ``torch.distributed``
+    collective goes through the Python binding, ProcessGroupNCCL's work and event bookkeeping and an NCCL group
+    call (an all-to-all: one send and one receive per peer) before its kernel is launched. Default: the median
+    host time of the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM traces (83.0 us,
+    ``python -m validation.e2e.host_cost``) less that DGX-1 host's launch call (5 us, cpus.yaml); null: the
+    eager ``dispatch_overhead`` of any op."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -268,6 +275,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
+                        collective_host=(None if spec.collective_host is None or spec.mode != "train"
+                                         else float(spec.collective_host) * host_factor),
                         eager_step_host=float(spec.dispatch_overhead if spec.eager_step_host is None
                                               else spec.eager_step_host) * host_factor,
                         gpu_slowdown=dict(spec.stragglers.gpu),
