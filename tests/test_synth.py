@@ -644,6 +644,39 @@ def test_backward_pays_one_host_step_per_parameter_it_completes(tmp_path: Path, 
     assert costs(eager_step_host="0 us")["moe.experts_fc2.wgrad"] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
 
 
+def test_a_collective_call_costs_the_host_its_measured_time(tmp_path: Path, dgx: object) -> None:
+    # every collective of a training step is a torch.distributed call (or DeepEP's Python API): its host launch costs
+    # the CUDA launch call plus collective_host instead of an eager op's dispatch_overhead
+    def costs(**kw: object) -> dict[str, float]:
+        rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", fold=False, **kw).graph.ranks[0]
+        names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+        return {names[int(g)]: float(rg.host_ops.dur[int(h)])
+                for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    cost = costs(collective_host="50 us")
+    for n in ("moe.dispatch", "moe.combine.bwd", "moe.counts_all_gather", "pp.send_fwd"):
+        if n in cost:
+            assert cost[n] == pytest.approx(launch + 50e-6, rel=1e-9), n
+    assert cost["moe.dispatch"] == pytest.approx(launch + 50e-6, rel=1e-9)
+    assert cost["moe.permute"] == pytest.approx(launch + 10e-6, rel=1e-9)  # a kernel: the eager dispatch only
+    assert costs(collective_host=None)["moe.dispatch"] == pytest.approx(launch + 10e-6, rel=1e-9)
+
+
+def test_collective_host_default_is_the_measured_c10d_alltoall() -> None:
+    from cosim.resources import shared_dir
+    from validation.e2e.host_cost import C10D_FOLDER, alltoall_call_s
+
+    root = shared_dir()
+    folder = None if root is None else Path(root) / "traces" / C10D_FOLDER
+    if folder is None or not folder.is_dir():
+        pytest.skip("../shared/traces/param-dlrm-v100x8 not available")
+    calls, median = alltoall_call_s(folder)
+    assert calls == 40 and median == pytest.approx(83.0e-6, abs=0.05e-6)
+    # the default: that median less the DGX-1 host's launch call (cpus.yaml xeon-e5-2698v4: 5 us)
+    assert float(SyntheticSpec.model_fields["collective_host"].default) == pytest.approx(median - 5e-6, abs=1e-9)
+
+
 def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
     from cosim.topology import load_topology
 
