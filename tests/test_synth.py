@@ -673,8 +673,12 @@ def test_collective_host_default_is_the_measured_c10d_alltoall() -> None:
         pytest.skip("../shared/traces/param-dlrm-v100x8 not available")
     calls, median = alltoall_call_s(folder)
     assert calls == 40 and median == pytest.approx(83.0e-6, abs=0.05e-6)
-    # the default: that median less the DGX-1 host's launch call (cpus.yaml xeon-e5-2698v4: 5 us)
-    assert float(SyntheticSpec.model_fields["collective_host"].default) == pytest.approx(median - 5e-6, abs=1e-9)
+    # the documented figure: that median less the DGX-1 host's launch call (cpus.yaml xeon-e5-2698v4: 5 us); off by
+    # default (collective_host null: an eager op's dispatch_overhead)
+    from cosim.workload.synth.spec import C10D_CALL_HOST
+
+    assert C10D_CALL_HOST == pytest.approx(median - 5e-6, abs=1e-9)
+    assert SyntheticSpec.model_fields["collective_host"].default is None
 
 
 def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
