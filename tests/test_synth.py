@@ -590,6 +590,10 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     assert outs["fp8-cs"] == {"moe.experts_input.quantize": 1, "moe.experts_act.quantize": 1,
                               "moe.experts_act.quantize.bwd": 1, "moe.experts_input.quantize.bwd": 1}
     assert outs["mxfp8"] == outs["fp8"] == {}
+    # current scaling reads the BF16 input twice (the amax kernel, then the cast): one more 2-byte pass per element
+    cs = {o.name: o.bytes for o in layer_ops(c, 0, 256.0, 256.0, Shard(ep=4), "fp8-cs")}
+    bw = {o.name: o.bytes for o in layer_ops(c, 0, 256.0, 256.0, Shard(ep=4), "fp8")}
+    assert cs["attn.input.quantize"] - bw["attn.input.quantize"] == pytest.approx(256 * 64 * 2.0)
     # inference (no TE GroupedLinear loop) and bf16 (no casts)
     assert loops("mxfp8", Shard(ep=4, decode=True, q_len=1.0))["moe.experts_input.quantize"] == 0
     assert loops("bf16", Shard(ep=4)) == {}

@@ -66,6 +66,10 @@ class Precision:
     """Bytes per element of one quantized copy of a GEMM input: 1 byte + its share of the block scales."""
     cast_copies: int = QUANT_COPIES
     """Quantized copies a cast writes: :data:`QUANT_COPIES` in training; 1 when serving (no wgrad GEMM)."""
+    cast_reads: int = 1
+    """Passes over the BF16 input one cast makes: 1 (a fused cast); 2 under per-tensor current scaling, whose amax
+    kernel reads the whole tensor before the cast kernel reads it again (:data:`TE_QUANTIZE_SOURCE`:
+    ``nvte_compute_amax_with_config`` then ``nvte_quantize_v2``)."""
     split_alloc: bool = False
     """Transformer Engine's ``split_quantize`` allocates each split's quantized tensor on its own
     (``quantizer->create_tensor`` per split: per-tensor current and delayed scaling) instead of one bulk allocation
@@ -81,7 +85,7 @@ PRECISIONS: dict[str, Precision] = {
     "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32),
     # Transformer Engine's per-tensor current scaling (Megatron-Bridge FP8_CS): FP8 math, four kernels per cast
     "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128,
-                        quant_kernels=4, split_alloc=True),
+                        quant_kernels=4, cast_reads=2, split_alloc=True),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -213,7 +217,8 @@ def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
     (:data:`TE_QUANTIZE_SOURCE`)."""
     if p.gemm == "bf16":
         return []
-    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm,
+    return [Op(f"{name}.quantize", "elementwise", numel,
+               numel * (p.cast_reads * p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm,
                loop_launches=max(groups, 1) * p.quant_kernels - 1,
                outputs=max(groups, 1) - 1 if p.split_alloc else 0)]
 
