@@ -6,7 +6,9 @@ and prints, per trace, the median host time between consecutive kernel launch ca
 (``cudaLaunchKernel`` / ``cudaLaunchKernelExC`` / memcpy / memset runtime calls) outside host
 synchronizations, and the median launch call itself. The decoder-only LLM among them
 (Qwen1.5-0.5B) is what the synthetic step's default ``dispatch_overhead`` is taken from: its
-median interval minus the H100 host's launch call (``cosim/catalog/data/cpus.yaml``, 4.6 us).
+median interval minus the H100 host's launch call (``cosim/catalog/data/cpus.yaml``, 4.6 us). It also prints
+the host time of a ``torch.distributed`` all-to-all call (``c10d::alltoall_base_``) in the 8-rank PARAM DLRM
+traces (``../shared/traces/param-dlrm-v100x8``), which the synthetic default ``collective_host`` comes from.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from cosim.errors import CosimInputError
 
 LLM_TRACE = "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 """The decoder-only transformer trace the synthetic default comes from."""
+
+C10D_FOLDER = "param-dlrm-v100x8/kineto"
+"""The 8-rank NCCL job (PARAM's DLRM: embedding all-to-alls and all-reduces, PyTorch Kineto with CPU ops) whose
+``c10d::alltoall_base_`` calls the synthetic default ``collective_host`` comes from."""
 
 
 def _is_launch(e: dict[str, Any]) -> bool:
@@ -53,6 +59,35 @@ def launch_intervals(path: Path) -> dict[str, float]:
             "launches": float(len(launches))}
 
 
+def c10d_calls(path: Path) -> dict[str, tuple[int, float]]:
+    """Host time of each kind of ``torch.distributed`` collective call in a Kineto trace: the ``c10d::*`` CPU ops
+    (Python binding, ProcessGroupNCCL work, the NCCL group call that launches the kernel), as (count, median s)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
+    ev = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    durs: dict[str, list[float]] = {}
+    for e in ev:
+        if isinstance(e, dict) and e.get("ph") == "X" and str(e.get("name", "")).startswith("c10d::"):
+            durs.setdefault(str(e["name"]), []).append(float(e["dur"]) * 1e-6)
+    return {k: (len(v), statistics.median(v)) for k, v in sorted(durs.items())}
+
+
+def alltoall_call_s(folder: Path) -> tuple[int, float]:
+    """(calls, median host time s) of ``c10d::alltoall_base_`` over every rank trace in ``folder``."""
+    times: list[float] = []
+    for p in sorted(folder.glob("*.json.gz")):
+        with gzip.open(p, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+        times += [float(e["dur"]) * 1e-6 for e in doc.get("traceEvents", [])
+                  if isinstance(e, dict) and e.get("ph") == "X" and e.get("name") == "c10d::alltoall_base_"]
+    if not times:
+        raise CosimInputError(f"{folder}: no c10d::alltoall_base_ calls")
+    return len(times), statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> int:
     from cosim.resources import shared_dir
 
@@ -65,16 +100,22 @@ def main(argv: list[str] | None = None) -> int:
         if folder is None or not folder.is_dir():
             raise CosimInputError("../shared/traces/tracelens-h100: not found (the shared traces are needed)")
         rows = {p.name: launch_intervals(p) for p in sorted(folder.glob("*.json.gz"))}
+        c10d = Path(root) / "traces" / C10D_FOLDER
+        a2a = alltoall_call_s(c10d) if c10d.is_dir() else None
     except CosimInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({**rows, **({"c10d_alltoall_base": {"calls": a2a[0], "median_s": a2a[1]}} if a2a else {})},
+                         indent=2))
         return 0
     print(f"{'trace':44s} {'launches':>8s} {'median interval us':>19s} {'mean us':>8s} {'launch call us':>15s}")
     for name, r in rows.items():
         print(f"{name:44s} {r['launches']:8.0f} {r['median_interval_s'] * 1e6:19.1f} {r['mean_interval_s'] * 1e6:8.1f}"
               f" {r['median_launch_call_s'] * 1e6:15.1f}")
+    if a2a:
+        print(f"c10d::alltoall_base_ host time ({C10D_FOLDER}, every rank): median {a2a[1] * 1e6:.1f} us over "
+              f"{a2a[0]} calls")
     return 0
 
 

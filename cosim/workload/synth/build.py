@@ -108,6 +108,12 @@ class BuildOptions:
     expert_gemm_host: float = 33e-6
     """Host time of each expert GEMM launch of a grouped GEMM beyond its first (s; ``Op.launches``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.expert_gemm_host`)."""
+    collective_host: float | None = None
+    """Host time of one collective call besides the launch call (s; None: ``dispatch_overhead``, see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.collective_host`)."""
+    eager_step_host: float = 12e-6
+    """Host time of one eager framework step without a kernel (s; ``Op.params``, ``Op.outputs``, see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.eager_step_host`)."""
     dispatch: str = "nccl"
     """Training MoE dispatch/combine: ``nccl`` (all-to-all(v) flows, Megatron-Core's alltoall dispatcher) or
     ``deepep`` (Megatron-Core's flex dispatcher with DeepEP's normal kernels: RDMA once per destination node,
@@ -204,6 +210,11 @@ class _RankBuilder:
     """Host time of each kernel launch of an op beyond its first (``Op.launches``, s)."""
     loop_launch: float = 0.0
     """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
+    coll_extra: float = 0.0
+    """Host time of a collective call beyond an op's launch and dispatch (``BuildOptions.collective_host``, s)."""
+    eager_step: float = 0.0
+    """Host time of one eager step without a kernel (``Op.params``: a gradient hook; ``Op.outputs``: a created
+    tensor, s)."""
 
     def open_graph(self, cost: float) -> None:
         """Launch the following ops as one CUDA graph (``cudaGraphLaunch`` taking ``cost``)."""
@@ -246,6 +257,9 @@ class _RankBuilder:
             if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
                 launch_cost += (o.launches - 1) * self.per_launch
             launch_cost += o.loop_launches * self.loop_launch
+            launch_cost += (o.params + o.outputs) * self.eager_step
+            if coll >= 0:  # a torch.distributed call, not one kernel launch
+                launch_cost += self.coll_extra
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
@@ -491,6 +505,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         rb = _RankBuilder(rank, rm.world, device)
         rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
         rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
+        rb.eager_step = opts.eager_step_host * opts.host_slowdown.get(rank, 1.0)
+        if opts.collective_host is not None:
+            rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         if opts.launch_jitter.get(rank):

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops", "bias_ops", "embedding_ops",
-           "expert_activation_ops", "expert_bias_ops", "head_ops",
+__all__ = ["PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops",
+           "bias_ops", "embedding_ops", "expert_activation_ops", "expert_bias_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
            "layer_params", "recomputed", "rope_ops", "sample_head_ops", "selective_saved"]
 
@@ -67,6 +67,15 @@ class Precision:
     """Bytes per element of one quantized copy of a GEMM input: 1 byte + its share of the block scales."""
     cast_copies: int = QUANT_COPIES
     """Quantized copies a cast writes: :data:`QUANT_COPIES` in training; 1 when serving (no wgrad GEMM)."""
+    cast_reads: int = 1
+    """Passes over the BF16 input one cast makes: 1 (a fused cast); 2 under per-tensor current scaling, whose amax
+    kernel reads the whole tensor before the cast kernel reads it again (:data:`TE_QUANTIZE_SOURCE`:
+    ``nvte_compute_amax_with_config`` then ``nvte_quantize_v2``)."""
+    split_alloc: bool = False
+    """Transformer Engine's ``split_quantize`` allocates each split's quantized tensor on its own
+    (``quantizer->create_tensor`` per split: per-tensor current and delayed scaling) instead of one bulk allocation
+    with a view per split (MXFP8, FP8 blockwise; :data:`TE_QUANTIZE_SOURCE`): each further split costs the host
+    one eager step (:attr:`Op.outputs`)."""
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -77,7 +86,7 @@ PRECISIONS: dict[str, Precision] = {
     "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32),
     # Transformer Engine's per-tensor current scaling (Megatron-Bridge FP8_CS): FP8 math, four kernels per cast
     "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128,
-                        quant_kernels=4),
+                        quant_kernels=4, cast_reads=2, split_alloc=True),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -151,6 +160,16 @@ class Op:
     host_sync: bool = False
     """The host blocks until this op has run: a blocking host-to-device copy (``torch.tensor(x, device=cuda)``
     copies from pageable memory through ``c10::cuda::memcpy_and_sync``, a cudaStreamSynchronize)."""
+    params: int = 0
+    """Backward: parameter tensors whose gradient this op completes (a weight GEMM's wgrad: 1, a grouped GEMM's
+    wgrad: one weight per local expert, a norm's or the embedding's backward: 1). Each runs autograd's
+    ``AccumulateGrad`` node and Megatron-Core's per-parameter backward hook in Python
+    (:data:`PARAM_HOOK_SOURCE`); the builder charges each ``BuildOptions.eager_step_host`` on the host."""
+    outputs: int = 0
+    """Further tensors the op's one framework call allocates on their own, one eager step each (allocation and
+    Python object): Transformer Engine's ``split_quantize`` creates each local expert's quantized tensor with
+    ``quantizer->create_tensor`` under per-tensor scaling (:attr:`Precision.split_alloc`; MXFP8 and blockwise
+    allocate in bulk: not counted); the builder charges each ``BuildOptions.eager_step_host``."""
 
 
 @dataclass(frozen=True)
@@ -202,8 +221,10 @@ def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
     (:data:`TE_QUANTIZE_SOURCE`)."""
     if p.gemm == "bf16":
         return []
-    return [Op(f"{name}.quantize", "elementwise", numel, numel * (p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm,
-               loop_launches=max(groups, 1) * p.quant_kernels - 1)]
+    return [Op(f"{name}.quantize", "elementwise", numel,
+               numel * (p.cast_reads * p.act_bytes + p.cast_copies * p.cast_bytes), p.gemm,
+               loop_launches=max(groups, 1) * p.quant_kernels - 1,
+               outputs=max(groups, 1) - 1 if p.split_alloc else 0)]
 
 
 TE_QUANTIZE_SOURCE = ("NVIDIA/TransformerEngine v2.12 (NeMo 26.02): transformer_engine/pytorch/module/grouped_linear.py "
@@ -215,7 +236,11 @@ TE_QUANTIZE_SOURCE = ("NVIDIA/TransformerEngine v2.12 (NeMo 26.02): transformer_
                       "nvte_compute_scale_from_amax, nvte_quantize_v2) and common/recipe/current_scaling.cu "
                       "(zero_amax_kernel, amax kernel, compute_scale_from_amax_kernel)")
 """Why a training quantize of the routed experts is one kernel per local expert (MXFP8, blockwise) or four
-(current scaling), launched from C++ (:attr:`Op.loop_launches`)."""
+(current scaling), launched from C++ (:attr:`Op.loop_launches`), and returns one quantized tensor per local
+expert, allocated one by one under per-tensor scaling (:attr:`Op.outputs`; cast.cpp ``split_quantize``:
+``create_tensor`` per split unless every quantizer is MXFP8, blockwise or NVFP4, which allocate in bulk;
+TransformerEngine issue #1499, the maintainers: the per-GEMM ``torch.empty`` calls and ``torch.split`` are what
+dominate ``GroupedLinear``'s CPU time)."""
 
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
@@ -777,14 +802,36 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
             out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
         elif o.cls in ("gemm", "grouped_gemm"):
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
-            out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0))
+            out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,
+                               params=param_tensors(o)))
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))
         else:
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bytes * 2.0, bwd=True,
-                               saved=0.0))
+                               saved=0.0, params=param_tensors(o)))
     return out
+
+
+PARAM_HOOK_SOURCE = ("NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py "
+                     "(DistributedDataParallel.__init__: grad_acc.register_hook(self._make_backward_post_hook(param)) "
+                     "for every parameter; the hook adds a non-fused grad to main_grad, clears param.grad and, with "
+                     "overlap_grad_reduce, register_grad_ready on its bucket group) and NVIDIA/TransformerEngine v2.12 "
+                     "transformer_engine/pytorch/module/grouped_linear.py (GroupedLinear holds weight0..weight{n-1} as "
+                     "separate parameters; _GroupedLinear.backward returns one wgrad per expert: "
+                     "handle_custom_ddp_from_mcore, get_dummy_wgrad under gradient_accumulation_fusion)")
+"""Why a backward op's host launch carries one eager step per parameter it completes (:attr:`Op.params`)."""
+
+
+def param_tensors(o: Op) -> int:
+    """Parameter tensors whose gradient backward op of forward op ``o`` completes (:attr:`Op.params`): a linear
+    layer's weight (one per local expert for a grouped GEMM, TE ``GroupedLinear``'s ``weight{i}``), a norm's weight,
+    the embedding table. Attention, activations, casts and bookkeeping own none."""
+    if o.cls == "grouped_gemm":
+        return max(round(o.batch), 1)
+    if o.cls in ("gemm", "norm") or o.name == "embed.lookup":
+        return 1
+    return 0
 
 
 def layer_params(card: MoEModelConfig, layer: int) -> tuple[int, int]:

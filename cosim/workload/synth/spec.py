@@ -165,6 +165,21 @@ class SyntheticSpec(Strict):
     #3134's measurement of that path on SM100, 0.267 ms for one grouped GEMM over 8 experts of 128 tokens
     (2048 x 2048; a single-launch kernel does the math in 0.069 ms): 33 us per expert GEMM. "0 us" models a
     single-launch grouped GEMM (CUTLASS / DeepGEMM)."""
+    eager_step_host: Time | None = None
+    """Training: host time of one eager framework step that launches no kernel, e.g. "12 us", charged (1) per
+    parameter tensor whose gradient a backward op completes (autograd's ``AccumulateGrad`` node and Megatron-Core's
+    per-parameter backward hook, in Python; Transformer Engine's ``GroupedLinear`` holds each local expert's weight
+    as its own parameter, so a grouped GEMM's wgrad completes one per local expert: ``costs.PARAM_HOOK_SOURCE``)
+    and (2) per further tensor an op's call allocates on its own (under per-tensor current scaling
+    ``split_quantize`` allocates one quantized tensor per local expert: ``costs.TE_QUANTIZE_SOURCE``). Default (None): ``dispatch_overhead``, the measured host time of one
+    eager step; "0 us" leaves both out."""
+    collective_host: Time | None = None
+    """Training: host time of one collective call besides the CUDA launch call, e.g. "78 us": a ``torch.distributed``
+    collective goes through the Python binding, ProcessGroupNCCL's work and event bookkeeping and an NCCL group
+    call (an all-to-all: one send and one receive per peer) before its kernel is launched; :data:`C10D_CALL_HOST`
+    is the measured figure. Default (null): the eager ``dispatch_overhead`` of any op (off by default until
+    HybridEP's dispatch, which makes fewer such calls than the alltoall dispatcher cosim runs for it, is modelled:
+    validation/e2e/RESULTS.md, round 5)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -201,6 +216,12 @@ def _card(model: str, base: Path | None) -> Any:
         p = base / p
     return load_model_config(p if p.is_file() else model)
 
+
+C10D_CALL_HOST = 78e-6
+"""Measured host time of one ``torch.distributed`` collective call besides the CUDA launch call (s): the median of
+the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM Kineto traces, 83.0 us
+(``python -m validation.e2e.host_cost``), less that DGX-1 host's launch call (5 us, cpus.yaml xeon-e5-2698v4).
+``collective_host: 78 us`` applies it."""
 
 MEGATRON_DISPATCH_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py "
                             "(MoEAlltoAllTokenDispatcher.token_dispatch: all_to_all of the permuted bf16 hidden "
@@ -260,6 +281,10 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         expert_gemm_host=float(spec.expert_gemm_host),
+                        collective_host=(None if spec.collective_host is None or spec.mode != "train"
+                                         else float(spec.collective_host) * host_factor),
+                        eager_step_host=float(spec.dispatch_overhead if spec.eager_step_host is None
+                                              else spec.eager_step_host) * host_factor,
                         gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
                         launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
