@@ -410,10 +410,14 @@ class Executor:
             stall = sum(done[:tp.anchor_syncs])
         watch = r.sync_watch
         end_ = r.end
+        queue = env._queue  # simpy's event heap: (time, priority, id, event)
         for k in range(len(kinds)):
             t = statics[k] + stall
             if t > env.now:
-                yield env.timeout(t - env.now)
+                if queue and queue[0][0] <= t:
+                    yield env.timeout(t - env.now)
+                else:  # nothing else is due by t: the timeout would be the next event, step over it
+                    env._now += t - env._now  # the same float the timeout would reach
             self.events += 1
             h = hosts[k]
             if kinds[k] == LAUNCH:
