@@ -258,8 +258,28 @@ class Executor:
                 self._start_collective([(r, j, start)], start)
             elif r.copy_route is not None and r.copy_route[j] >= 0:
                 self._copy(r, j, start)
-            else:
-                self._finish(r, j, start, start + r.prog.gpu_dur[j])
+            elif r.share is not None:
+                self._finish(r, j, start, start + prog.gpu_dur[j])
+            else:  # _finish of an op that shares nothing, inlined (the per-op path of a plain replay)
+                end = start + prog.gpu_dur[j]
+                r.start[j] = start
+                end_[j] = end
+                r.meet[j] = start
+                self.events += 1
+                pending = r.pending
+                for s in r.succ[j]:
+                    pending[s] -= 1
+                    if pending[s] == 0:
+                        work.append((r, s))
+                if r.waiters:
+                    ws = r.waiters.pop(j, None)
+                    if ws:
+                        for w in ws:
+                            w[0] -= 1
+                            if end + w[4] > w[1]:
+                                w[1], w[3] = end + w[4], j
+                            if w[0] == 0:
+                                w[2].succeed((w[1], w[3]))
 
     def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
         r.start[j] = start
@@ -410,6 +430,7 @@ class Executor:
             stall = sum(done[:tp.anchor_syncs])
         watch = r.sync_watch
         end_ = r.end
+        ready, pending, work = r.ready, r.pending, self.work
         queue = env._queue  # simpy's event heap: (time, priority, id, event)
         for k in range(len(kinds)):
             t = statics[k] + stall
@@ -420,11 +441,15 @@ class Executor:
                     env._now += t - env._now  # the same float the timeout would reach
             self.events += 1
             h = hosts[k]
-            if kinds[k] == LAUNCH:
+            if kinds[k] == LAUNCH:  # _set_ready per op, inlined
                 rdy = t + lat + delay.get(h, 0.0)
                 for j in launch_gpu[h]:
-                    self._set_ready(r, j, rdy + hidden.get(j, 0.0) if hidden else rdy)
-                self._drain()
+                    ready[j] = rdy + hidden.get(j, 0.0) if hidden else rdy
+                    pending[j] -= 1
+                    if pending[j] == 0:
+                        work.append((r, j))
+                if work:
+                    self._drain()
                 continue
             cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work
             end_min = t + cost
