@@ -128,14 +128,15 @@ class _Rank:
         self.bound = [BOUND_LAUNCH] * n
         self.bound_src = [-1] * n
         sp = prog.gpu_stream_pred
-        self.pending = [len(p) + 1 + (sp[j] >= 0) for j, p in enumerate(prog.gpu_preds)]
+        self.pending = [len(p) + 1 + (s >= 0) for p, s in zip(prog.gpu_preds, sp)]
         succ: list[list[int]] = [[] for _ in range(n)]
         for d, ps in enumerate(prog.gpu_preds):
             for p in ps:
                 succ[p].append(d)
-        for d, p in enumerate(sp):
-            if p >= 0:
-                succ[p].append(d)
+        spa = np.asarray(sp, dtype=np.int64)
+        ds = np.flatnonzero(spa >= 0)
+        for p, d in zip(spa[ds].tolist(), ds.tolist()):
+            succ[p].append(d)
         self.succ = succ
         self.waiters: dict[int, list[list[Any]]] = {}
         self.coll_key: dict[int, Any] = {}
@@ -206,14 +207,22 @@ class Executor:
         present = set(self.by_rank)
         for r in self.ranks:
             G, C, grp = r.rg.gpu_ops, r.rg.collectives, r.rg.groups
-            for j in np.nonzero(G.collective >= 0)[0]:
-                c = int(G.collective[j])
-                g = int(C.group[c])
-                members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
-                if len(members) > 1 and set(members) <= present and r.rg.rank in members:
-                    key = (members, int(C.seq[c]), int(C.type[c]))
-                    r.coll_key[int(j)] = key
-                    self.needed[key] = len(members)
+            js = np.flatnonzero(G.collective >= 0)
+            if not js.size:
+                continue
+            group, seq, typ = C.group.tolist(), C.seq.tolist(), C.type.tolist()
+            of_group: dict[int, tuple[tuple[int, ...], bool]] = {}  # group -> (members, matched here)
+            for j, c in zip(js.tolist(), G.collective[js].tolist()):
+                g = group[c]
+                m = of_group.get(g)
+                if m is None:
+                    members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
+                    m = of_group[g] = (members, len(members) > 1 and set(members) <= present
+                                       and r.rg.rank in members)
+                if m[1]:
+                    key = (m[0], seq[c], typ[c])
+                    r.coll_key[j] = key
+                    self.needed[key] = len(m[0])
 
     # ----------------------------------------------------------------- GPU side
     def _set_ready(self, r: _Rank, j: int, t: float) -> None:
