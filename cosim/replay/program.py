@@ -384,7 +384,7 @@ def _gpu_deps(rg: RankGraph) -> tuple[list[int], list[list[int]], dict[int, list
     s_, d_ = gpu_edges(EdgeKind.STREAM, True)
     if s_:
         dd = np.asarray(d_, dtype=np.int64)
-        if len(np.unique(dd)) == len(dd):
+        if np.bincount(dd, minlength=n_gpu).max() <= 1:
             sp[dd] = s_
         else:  # the last edge into an op wins, as one assignment per edge in order
             for s, d in zip(s_, d_):

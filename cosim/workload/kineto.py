@@ -99,8 +99,8 @@ class _Args(msgspec.Struct, omit_defaults=True, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     device: Any = None
     stream: Any = None
-    grid: Any = None
-    block: Any = None
+    grid: msgspec.Raw = _NO_RAW
+    block: msgspec.Raw = _NO_RAW
     bytes: Any = None
     kind: Any = None
     name: Any = None
@@ -188,6 +188,7 @@ _RAW_DECODER = msgspec.json.Decoder(_RawDoc | list[msgspec.Raw])
 _CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
 _STRICT_DECODER = msgspec.json.Decoder(list[_EventStrict])
 _LIST_DECODER = msgspec.json.Decoder(list[Any] | None)
+_ANY_DECODER = msgspec.json.Decoder()
 _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
@@ -403,6 +404,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
     types_raw: dict[bytes, list[Any] | None] = {}  # raw Input type text -> its value (checked once)
     types_ids: dict[bytes, int] = {}
+    dim3_of: dict[bytes, tuple[int, int, int]] = {}  # raw grid / block text -> its triple (decoded once)
     host_cats: dict[str | None, int] = {c: int(k) for c, k in HOST_CATS.items()}
     gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
     no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
@@ -481,8 +483,10 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             gk,
                             -1 if (x := a.correlation) is None else x,
                             -1 if (x := a.external_id) is None else x,
-                            _NO_DIM3 if (x := a.grid) is None else _dim3(x),
-                            _NO_DIM3 if (x := a.block) is None else _dim3(x),
+                            _NO_DIM3 if not (gx := a.grid) else (
+                                dim3_of.get(xk := bytes(gx)) or dim3_of.setdefault(xk, _dim3(_ANY_DECODER.decode(xk)))),
+                            _NO_DIM3 if not (gx := a.block) else (
+                                dim3_of.get(xk := bytes(gx)) or dim3_of.setdefault(xk, _dim3(_ANY_DECODER.decode(xk)))),
                             a.bytes,
                             int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
                             e.pid,
