@@ -210,6 +210,25 @@ _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
 
 def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, un-gzipped. A gzip file of one member is inflated by one zlib call (header and
+    CRC checked in C); anything else (several members, trailing bytes, a damaged or unreadable file)
+    goes through :func:`open_maybe_gzip`, which reads it or names its problem."""
+    try:
+        with open(path, "rb") as f:
+            raw: bytes | None = f.read()
+    except OSError:
+        raw = None
+    if raw is not None:
+        if raw[:2] != b"\x1f\x8b":
+            return raw
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(raw)
+            if d.eof and not d.unused_data:
+                return out
+        except zlib.error:
+            pass
+        del raw
     try:
         fh = open_maybe_gzip(path)
         try:
