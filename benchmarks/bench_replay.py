@@ -296,6 +296,58 @@ def engine_main(traces: Path, repeat: int, as_json: bool) -> int:
     return 0
 
 
+def timing_one(path: Path, repeat: int) -> dict[str, Any]:
+    """:func:`bench_one`'s timings alone (no traced runs): best first load and best cached load + replay."""
+    import tempfile
+
+    import cosim.replay
+    import cosim.workload  # noqa: F401
+
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [_replay_once(path, f"{tmp}/cold{k}") for k in range(repeat)]
+        cached = [_replay_once(path, f"{tmp}/cold0") for _ in range(repeat)]
+    best = min(runs, key=lambda r: r["end_to_end_s"])
+    hot = min(cached, key=lambda r: r["end_to_end_s"])
+    return {"ops": best["ops"], "load_s": best["load_s"], "replay_s": best["replay_s"], "end_to_end_s": best["end_to_end_s"],
+            "load_cached_s": hot["load_s"], "replay_cached_s": hot["replay_s"], "end_to_end_cached_s": hot["end_to_end_s"]}
+
+
+def against_main(traces: Path, before: Path, rounds: int, repeat: int, as_json: bool) -> int:
+    """Before (``before``'s cosim) and after (this tree's), each trace in alternating fresh processes."""
+    here = Path(__file__).resolve().parent.parent
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for _ in range(rounds):
+        for rel in TRACES:
+            for version, tree in (("before", before), ("after", here)):
+                p = subprocess.run([sys.executable, __file__, "--only", str(traces / rel), "--repeat", str(repeat),
+                                    "--timing-only", "--tree", str(tree)], capture_output=True, text=True, check=True)
+                r = json.loads(p.stdout)
+                for mode, key in (("first", "end_to_end_s"), ("cached", "end_to_end_cached_s")):
+                    b = best.get((rel, version + mode))
+                    if b is None or r[key] < b[key]:
+                        best[(rel, version + mode)] = r
+    rows = []
+    for rel in TRACES:
+        for version in ("before", "after"):
+            f, c = best[(rel, version + "first")], best[(rel, version + "cached")]
+            rows.append({"trace": rel, "version": version, "ops": f["ops"], "first_load_s": f["load_s"],
+                         "cached_load_s": c["load_cached_s"], "replay_s": c["replay_cached_s"],
+                         "e2e_first_ops_per_s": f["ops"] / f["end_to_end_s"],
+                         "e2e_cached_ops_per_s": c["ops"] / c["end_to_end_cached_s"]})
+    if as_json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print("| trace | ops | version | first load | cached load | replay | e2e ops/s, first load | e2e ops/s, cached |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['trace'] if r['version'] == 'before' else ''} | {r['ops'] if r['version'] == 'before' else ''} | "
+              f"{r['version']} | {r['first_load_s']:.3f} s | {r['cached_load_s'] * 1e3:.1f} ms | "
+              f"{r['replay_s'] * 1e3:.1f} ms | {r['e2e_first_ops_per_s'] / 1e6:.3f} M | "
+              f"{r['e2e_cached_ops_per_s'] / 1e6:.2f} M |")
+    return 0
+
+
 def _mb(b: float) -> str:
     return f"{b / 2**20:.0f} MiB"
 
@@ -307,9 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help=argparse.SUPPRESS)  # child mode: one trace, JSON on stdout
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--engine", action="store_true", help="only the engine table: identity vs contended replay")
+    ap.add_argument("--against", type=Path, metavar="TREE",
+                    help="timing only, before/after: TREE's cosim (another checkout) and this one's, in alternating "
+                         "fresh processes, --rounds rounds of --repeat runs each; best per version")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --against (default 3)")
+    ap.add_argument("--tree", type=Path, help=argparse.SUPPRESS)  # child mode: import cosim from this tree
+    ap.add_argument("--timing-only", action="store_true", help=argparse.SUPPRESS)  # child mode: no traced runs
     args = ap.parse_args(argv)
+    if args.tree:
+        sys.path.insert(0, str(args.tree.resolve()))
     if args.only:
-        json.dump(bench_one(Path(args.only), args.repeat), sys.stdout)
+        json.dump(timing_one(Path(args.only), args.repeat) if args.timing_only else bench_one(Path(args.only), args.repeat),
+                  sys.stdout)
         return 0
     traces = args.traces
     if traces is None:
@@ -322,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         traces = sd / "traces"
     if args.engine:
         return engine_main(traces, args.repeat, args.json)
+    if args.against:
+        return against_main(traces, args.against, args.rounds, args.repeat, args.json)
     rows = []
     for rel in TRACES:
         p = subprocess.run([sys.executable, __file__, "--only", str(traces / rel), "--repeat", str(args.repeat)],

@@ -97,3 +97,66 @@ def test_vectorized_walk_is_exact_on_real_traces(rel: str) -> None:
             a, b = outs
             for name in ("static_start", "static_end", "sb_start", "sb_end", "sync_ev"):
                 assert np.array_equal(getattr(a, name)[i:j], getattr(b, name)[i:j]), name
+
+
+class _Rows:
+    def __init__(self, n: int, **cols: np.ndarray) -> None:
+        self.n = n
+        self.__dict__.update(cols)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _launch_map_loop(lhost: np.ndarray) -> tuple[dict[int, list[int]], list[int]]:
+    launch_gpu: dict[int, list[int]] = {}
+    orphans: list[int] = []
+    for j, h in enumerate(lhost.tolist()):
+        if h >= 0:
+            launch_gpu.setdefault(h, []).append(j)
+        else:
+            orphans.append(j)
+    return launch_gpu, orphans
+
+
+@pytest.mark.parametrize("per_launch", [1, 3])
+def test_launch_map_and_deps_equal_the_loops(per_launch: int) -> None:
+    """The vectorized launch map (keys in order of their first GPU op, GPU ops in order, one or several per
+    launch, interleaved) and stream predecessors (the last edge into an op wins) equal the per-op loops."""
+    from types import SimpleNamespace
+
+    from cosim.replay.program import _gpu_deps, _launch_map
+    from cosim.workload.graph import EdgeKind
+
+    rng = np.random.default_rng(per_launch)
+    n_gpu, n_host, n_launch = 400, 300, 120
+    host_op = rng.permutation(n_host)[:n_launch].astype(np.int64)
+    if per_launch > 1:  # launch rows shared by several GPU ops, interleaved, and orphans (-1)
+        launch = rng.integers(-1, n_launch, n_gpu)
+    else:  # each launch row used once, in shuffled order, the other GPU ops orphans
+        launch = np.full(n_gpu, -1, dtype=np.int64)
+        launch[rng.permutation(n_gpu)[:n_launch]] = rng.permutation(n_launch)
+    rg = SimpleNamespace(gpu_ops=_Rows(n_gpu, launch=launch), launches=_Rows(n_launch, host_op=host_op))
+    lhost, launch_gpu, orphans = _launch_map(rg)  # type: ignore[arg-type]
+    ref, ref_orphans = _launch_map_loop(lhost)
+    assert orphans == ref_orphans
+    assert list(launch_gpu.items()) == list(ref.items())
+
+    src = np.concatenate([n_host + rng.integers(0, n_gpu, 900), n_host + rng.integers(0, n_gpu, 50)])
+    dst = np.concatenate([n_host + rng.integers(0, n_gpu, 900), rng.integers(0, n_host, 50)])
+    kind = np.concatenate([rng.choice([EdgeKind.STREAM, EdgeKind.EVENT_WAIT], 900),
+                           np.full(50, EdgeKind.SYNC)]).astype(np.int8)
+    rg2 = SimpleNamespace(host_ops=_Rows(n_host), gpu_ops=_Rows(n_gpu),
+                          edges=SimpleNamespace(src=src.astype(np.int32), dst=dst.astype(np.int32), kind=kind))
+    stream_pred, preds, sync_deps = _gpu_deps(rg2)  # type: ignore[arg-type]
+    ref_sp = [-1] * n_gpu
+    ref_preds: list[list[int]] = [[] for _ in range(n_gpu)]
+    for s, d, k in zip(src.tolist(), dst.tolist(), kind.tolist()):
+        if k == EdgeKind.STREAM and s != d:
+            ref_sp[d - n_host] = s - n_host
+    for s, d, k in zip(src.tolist(), dst.tolist(), kind.tolist()):
+        if k == EdgeKind.EVENT_WAIT and s != d and s - n_host != ref_sp[d - n_host]:
+            ref_preds[d - n_host].append(s - n_host)
+    assert stream_pred == ref_sp
+    assert preds == ref_preds
+    assert sum(map(len, sync_deps.values())) == 50

@@ -315,6 +315,27 @@ def test_corrupt_gzip(tmp_path: Path) -> None:
     _one_line(ei.value, "bad.json.gz")
 
 
+def test_gzip_members_and_trailing_bytes(tmp_path: Path) -> None:
+    """A gzip file of several members (concatenated .gz files), or with zero padding after its member, reads
+    as the gzip module reads it (the one-call inflate handles a single member only); trailing garbage is
+    refused in one line, as before."""
+    text = (DATA / "ns_epoch.json").read_bytes()
+    ref = read_kineto(DATA / "ns_epoch.json")
+    cut = len(text) // 2
+    variants = {"two.json.gz": gzip.compress(text[:cut]) + gzip.compress(text[cut:]),
+                "padded.json.gz": gzip.compress(text) + b"\0" * 16}
+    for name, raw in variants.items():
+        p = tmp_path / name
+        p.write_bytes(raw)
+        g = read_kineto(p)
+        assert np.array_equal(g.gpu_ops.start, ref.gpu_ops.start) and np.array_equal(g.host_ops.dur, ref.host_ops.dur)
+    p = tmp_path / "junk.json.gz"
+    p.write_bytes(gzip.compress(text) + b"junk")
+    with pytest.raises(CosimInputError) as ei:
+        read_kineto(p)
+    _one_line(ei.value, "junk.json.gz")
+
+
 def test_not_a_trace(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text('{"hello": 1}')

@@ -128,14 +128,15 @@ class _Rank:
         self.bound = [BOUND_LAUNCH] * n
         self.bound_src = [-1] * n
         sp = prog.gpu_stream_pred
-        self.pending = [len(p) + 1 + (sp[j] >= 0) for j, p in enumerate(prog.gpu_preds)]
+        self.pending = [len(p) + 1 + (s >= 0) for p, s in zip(prog.gpu_preds, sp)]
         succ: list[list[int]] = [[] for _ in range(n)]
         for d, ps in enumerate(prog.gpu_preds):
             for p in ps:
                 succ[p].append(d)
-        for d, p in enumerate(sp):
-            if p >= 0:
-                succ[p].append(d)
+        spa = np.asarray(sp, dtype=np.int64)
+        ds = np.flatnonzero(spa >= 0)
+        for p, d in zip(spa[ds].tolist(), ds.tolist()):
+            succ[p].append(d)
         self.succ = succ
         self.waiters: dict[int, list[list[Any]]] = {}
         self.coll_key: dict[int, Any] = {}
@@ -206,14 +207,22 @@ class Executor:
         present = set(self.by_rank)
         for r in self.ranks:
             G, C, grp = r.rg.gpu_ops, r.rg.collectives, r.rg.groups
-            for j in np.nonzero(G.collective >= 0)[0]:
-                c = int(G.collective[j])
-                g = int(C.group[c])
-                members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
-                if len(members) > 1 and set(members) <= present and r.rg.rank in members:
-                    key = (members, int(C.seq[c]), int(C.type[c]))
-                    r.coll_key[int(j)] = key
-                    self.needed[key] = len(members)
+            js = np.flatnonzero(G.collective >= 0)
+            if not js.size:
+                continue
+            group, seq, typ = C.group.tolist(), C.seq.tolist(), C.type.tolist()
+            of_group: dict[int, tuple[tuple[int, ...], bool]] = {}  # group -> (members, matched here)
+            for j, c in zip(js.tolist(), G.collective[js].tolist()):
+                g = group[c]
+                m = of_group.get(g)
+                if m is None:
+                    members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
+                    m = of_group[g] = (members, len(members) > 1 and set(members) <= present
+                                       and r.rg.rank in members)
+                if m[1]:
+                    key = (m[0], seq[c], typ[c])
+                    r.coll_key[j] = key
+                    self.needed[key] = len(m[0])
 
     # ----------------------------------------------------------------- GPU side
     def _set_ready(self, r: _Rank, j: int, t: float) -> None:
@@ -258,8 +267,28 @@ class Executor:
                 self._start_collective([(r, j, start)], start)
             elif r.copy_route is not None and r.copy_route[j] >= 0:
                 self._copy(r, j, start)
-            else:
-                self._finish(r, j, start, start + r.prog.gpu_dur[j])
+            elif r.share is not None:
+                self._finish(r, j, start, start + prog.gpu_dur[j])
+            else:  # _finish of an op that shares nothing, inlined (the per-op path of a plain replay)
+                end = start + prog.gpu_dur[j]
+                r.start[j] = start
+                end_[j] = end
+                r.meet[j] = start
+                self.events += 1
+                pending = r.pending
+                for s in r.succ[j]:
+                    pending[s] -= 1
+                    if pending[s] == 0:
+                        work.append((r, s))
+                if r.waiters:
+                    ws = r.waiters.pop(j, None)
+                    if ws:
+                        for w in ws:
+                            w[0] -= 1
+                            if end + w[4] > w[1]:
+                                w[1], w[3] = end + w[4], j
+                            if w[0] == 0:
+                                w[2].succeed((w[1], w[3]))
 
     def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
         r.start[j] = start
@@ -410,17 +439,26 @@ class Executor:
             stall = sum(done[:tp.anchor_syncs])
         watch = r.sync_watch
         end_ = r.end
+        ready, pending, work = r.ready, r.pending, self.work
+        queue = env._queue  # simpy's event heap: (time, priority, id, event)
         for k in range(len(kinds)):
             t = statics[k] + stall
             if t > env.now:
-                yield env.timeout(t - env.now)
+                if queue and queue[0][0] <= t:
+                    yield env.timeout(t - env.now)
+                else:  # nothing else is due by t: the timeout would be the next event, step over it
+                    env._now += t - env._now  # the same float the timeout would reach
             self.events += 1
             h = hosts[k]
-            if kinds[k] == LAUNCH:
+            if kinds[k] == LAUNCH:  # _set_ready per op, inlined
                 rdy = t + lat + delay.get(h, 0.0)
                 for j in launch_gpu[h]:
-                    self._set_ready(r, j, rdy + hidden.get(j, 0.0) if hidden else rdy)
-                self._drain()
+                    ready[j] = rdy + hidden.get(j, 0.0) if hidden else rdy
+                    pending[j] -= 1
+                    if pending[j] == 0:
+                        work.append((r, j))
+                if work:
+                    self._drain()
                 continue
             cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work
             end_min = t + cost

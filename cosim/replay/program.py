@@ -342,13 +342,24 @@ def _launch_map(rg: RankGraph) -> tuple[np.ndarray, dict[int, list[int]], list[i
         lhost = np.where(lrow >= 0, L.host_op[np.maximum(lrow, 0)], -1).astype(np.int64)
     else:
         lhost = np.full(n_gpu, -1, dtype=np.int64)
+    launched = lhost >= 0
+    orphans: list[int] = np.flatnonzero(~launched).tolist()
+    js = np.flatnonzero(launched)
+    hs = lhost[js]
     launch_gpu: dict[int, list[int]] = {}
-    orphans: list[int] = []
-    for j, h in enumerate(lhost.tolist()):  # keys in order of their first GPU op
-        if h >= 0:
-            launch_gpu.setdefault(h, []).append(j)
-        else:
-            orphans.append(j)
+    if not js.size:
+        return lhost, launch_gpu, orphans
+    # keys in order of their first GPU op, each one's GPU ops in GPU op order: a stable sort by host op
+    order = np.argsort(hs, kind="stable")
+    sh, sj = hs[order], js[order]
+    first = np.flatnonzero(np.concatenate(([True], sh[1:] != sh[:-1])))
+    if len(first) == len(sh):  # one GPU op per launch (the usual case)
+        launch_gpu = {h: [j] for h, j in zip(hs.tolist(), js.tolist())}
+        return lhost, launch_gpu, orphans
+    bounds = np.append(first, len(sh)).tolist()
+    sj_l, keys = sj.tolist(), sh[first].tolist()
+    for k in np.argsort(sj[first], kind="stable").tolist():
+        launch_gpu[keys[k]] = sj_l[bounds[k] : bounds[k + 1]]
     return lhost, launch_gpu, orphans
 
 
@@ -367,13 +378,23 @@ def _gpu_deps(rg: RankGraph) -> tuple[list[int], list[list[int]], dict[int, list
             ok &= s != d
         return s[ok].tolist(), d[ok].tolist()
 
-    preds: list[list[int]] = [[] for _ in range(n_gpu)]
-    stream_pred = [-1] * n_gpu
+    none: list[int] = []  # shared by every op without event waits (read only)
+    preds: list[list[int]] = [none] * n_gpu
+    sp = np.full(n_gpu, -1, dtype=np.int64)
+    s_, d_ = gpu_edges(EdgeKind.STREAM, True)
+    if s_:
+        dd = np.asarray(d_, dtype=np.int64)
+        if np.bincount(dd, minlength=n_gpu).max() <= 1:
+            sp[dd] = s_
+        else:  # the last edge into an op wins, as one assignment per edge in order
+            for s, d in zip(s_, d_):
+                sp[d] = s
+    stream_pred: list[int] = sp.tolist()
     sync_deps: dict[int, list[int]] = {}
-    for s, d in zip(*gpu_edges(EdgeKind.STREAM, True)):
-        stream_pred[d] = s
     for s, d in zip(*gpu_edges(EdgeKind.EVENT_WAIT, True)):
         if s != stream_pred[d]:
+            if preds[d] is none:
+                preds[d] = []
             preds[d].append(s)
     for s, d in zip(*gpu_edges(EdgeKind.SYNC, False)):
         sync_deps.setdefault(d, []).append(s)

@@ -48,8 +48,8 @@ def collectives_tables(
     ann_anc = nearest_ancestor(h.parent, is_ann)
     # the nccl:* annotation directly inside each record_param_comms
     ann_of_rpc: dict[int, int] = {}
-    for i in np.nonzero(is_ann)[0].tolist():
-        p = int(h.parent[i])
+    ann_at = np.nonzero(is_ann)[0]
+    for i, p in zip(ann_at.tolist(), h.parent[ann_at].tolist()):
         if p >= 0 and is_rpc[p]:
             ann_of_rpc.setdefault(p, i)
 
@@ -77,10 +77,10 @@ def collectives_tables(
     rows: list[dict[str, Any]] = []
     used_rpc: set[int] = set()
     comm_gpu = np.nonzero((g.cls == OpClass.COLLECTIVE) & (g.kind == GpuKind.KERNEL))[0]
-    for j in comm_gpu.tolist():
-        lh = int(g_launch_host[j])
-        rpc = int(rpc_anc[lh]) if lh >= 0 else -1
-        ann = int(ann_anc[lh]) if lh >= 0 else -1
+    rpc_anc_l, ann_anc_l = rpc_anc.tolist(), ann_anc.tolist()
+    for j, lh in zip(comm_gpu.tolist(), g_launch_host[comm_gpu].tolist()):
+        rpc = rpc_anc_l[lh] if lh >= 0 else -1
+        ann = ann_anc_l[lh] if lh >= 0 else -1
         if rpc >= 0:
             used_rpc.add(rpc)
             ann = ann_of_rpc.get(rpc, ann)
@@ -100,11 +100,12 @@ def collectives_tables(
     counters: dict[tuple[int, int], int] = defaultdict(int)
     order_key = []
     kinfos: dict[int, Any] = {}  # kernel name id -> parse_nccl_kernel (a pure function of the name)
+    g_name, g_start, h_start = g.name.tolist(), g.start.tolist(), h.start.tolist()
     for r in rows:
         j, rpc, ann = r["gpu"], r["rpc"], r["ann"]
         comm = (host[rpc][11] or {}) if rpc >= 0 else {}
         if j >= 0:
-            gn = int(g.name[j])
+            gn = g_name[j]
             if gn not in kinfos:
                 kinfos[gn] = parse_nccl_kernel(strings[gn])
             kinfo = kinfos[gn]
@@ -117,7 +118,7 @@ def collectives_tables(
         elif ann_name:
             ctype, rec_name = collective_type(ann_name), ann_name
         elif kinfo is not None:
-            ctype, rec_name = kinfo["type"], strings[g.name[j]].split("(")[0]
+            ctype, rec_name = kinfo["type"], strings[g_name[j]].split("(")[0]
         else:
             ctype, rec_name = CollType.OTHER, ""
         if ctype == CollType.OTHER and kinfo is not None:
@@ -186,7 +187,7 @@ def collectives_tables(
         in_splits.append(parse_list(comm.get("In split size")))
         out_splits.append(parse_list(comm.get("Out split size")))
         hop = rpc if rpc >= 0 else ann
-        order_key.append(float(h.start[hop]) if hop >= 0 else float(g.start[j]))
+        order_key.append(h_start[hop] if hop >= 0 else g_start[j])
 
     n = len(rows)
     # issue order; counters for rows without a recorded sequence number
@@ -206,11 +207,9 @@ def collectives_tables(
     coll = Table(
         "collectives", n, in_splits_offsets=io, in_splits_values=iv, out_splits_offsets=oo, out_splits_values=ov, **cols
     )
-    gp = g.collective
-    for k in range(n):
-        j = int(coll.gpu_op[k])
-        if j >= 0:
-            gp[j] = k
+    if n:
+        on_gpu = np.flatnonzero(coll.gpu_op >= 0)  # each GPU op has at most one row
+        g.collective[coll.gpu_op[on_gpu]] = on_gpu
     go, gv = ragged_arrays([r[2] for r in g_rows])
     groups_t = Table(
         "groups",
