@@ -50,6 +50,9 @@ def test_overlap_rewrite_by_hand(tp: int) -> None:
     chunk = next(o for o in new if o.name == "attn.qkv.ub1")
     assert chunk.waits == ("attn.sp_all_gather.ub1",)  # chunk 0 is the rank's own shard: it waits for nothing
     assert next(o for o in new if o.name == "attn.qkv.ub0").waits == ("-",)
+    # one framework call: its first piece a full dispatch, the others launched from TE's C++ loop
+    assert [o.launches for o in new if ".ub" in o.name and o.name.startswith(("attn.sp_all", "attn.qkv"))] == \
+        [1] + [0] * (2 * tp - 2)
     # backward: the data gradient of fc1 / qkv, then its reduce-scatter under the weight gradient (bulk)
     bn = [o.name for o in overlap_ops(bwd, tp, p, 132)]
     j = bn.index("mlp.fc1.wgrad")

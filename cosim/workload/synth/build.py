@@ -250,6 +250,8 @@ class _RankBuilder:
         else:
             if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
                 launch_cost += (o.launches - 1) * self.per_launch
+            elif o.launches == 0:  # launched from the C++ loop of the previous op's call (tpoverlap)
+                launch_cost = self.loop_launch
             launch_cost += o.loop_launches * self.loop_launch
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)

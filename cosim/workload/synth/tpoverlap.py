@@ -24,6 +24,8 @@ only for those (``build._RankBuilder.emit``). Three shapes:
 - **bulk** (``qkv``/``fc1`` weight gradient): the reduce-scatter of the data gradient runs during the
   weight-gradient GEMM (which does not need it).
 
+The pieces of one GEMM call are launched by one framework call (the first piece a full dispatch, the rest from
+Transformer Engine's C++ loop, ``Op.launches = 0``: the builder charges the bare launch, ``loop_launch``).
 Each GEMM chunk is timed by the kernel model at its own shape (``m / n`` rows: the per-chunk inefficiency),
 and a GEMM overlapped with a communication kernel that holds ``num_sm`` SMs (bulk, pipeline, or
 ``set_sm_margin``) runs at ``(SMs - num_sm) / SMs`` of its speed (its work scaled by the inverse).
@@ -135,6 +137,12 @@ def _gemm_rs(g: Op, c: Op, tp: int, p: Precision, u: UbMethod, sms: int) -> list
     return out + steps[n:]
 
 
+def _one_call(pieces: list[Op]) -> list[Op]:
+    """The pieces of one userbuffers GEMM call: the first launched by the framework (a full dispatch), the
+    others from Transformer Engine's C++ loop (``launches=0``: the builder charges them the bare CUDA launch)."""
+    return pieces[:1] + [replace(o, launches=0) for o in pieces[1:]]
+
+
 def _is_tp(o: Op, kind: str) -> bool:
     return o.cls == "collective" and o.comm is not None and o.comm.group == "tp" and o.comm.kind == kind
 
@@ -160,14 +168,14 @@ def overlap_ops(ops: list[Op], tp: int, p: Precision, sms: int, cfg: dict[str, U
                 key = f"{lin}_dgrad" if g.name.endswith(".dgrad") else f"{lin}_fprop"
                 u = cfg.get(key)
                 if lin and u is not None and not g.name.endswith(".wgrad") and u.method == "ring_exchange":
-                    out += ops[i + 1:j] + _ring_ag(o, g, tp, p, u, sms)
+                    out += ops[i + 1:j] + _one_call(_ring_ag(o, g, tp, p, u, sms))
                     i = j + 1
                     continue
         # GEMM followed by its reduce-scatter (forward row-parallel): ring-exchange or pipeline
         if o.cls == "gemm" and i + 1 < len(ops) and _is_tp(ops[i + 1], "reduce_scatter") and not o.bwd:
             u = cfg.get(f"{_linear(o.name)}_fprop")
             if _linear(o.name) in ("proj", "fc2") and u is not None and u.method in ("ring_exchange", "pipeline"):
-                out += _gemm_rs(o, ops[i + 1], tp, p, u, sms)
+                out += _one_call(_gemm_rs(o, ops[i + 1], tp, p, u, sms))
                 i += 2
                 continue
         # data gradient, weight gradient, ..., reduce-scatter of the data gradient: bulk with the weight gradient
