@@ -134,3 +134,21 @@ def test_exposed_tp_time_by_hand_when_communication_dominates(tmp_path: Path) ->
     assert cp == pytest.approx(hp, rel=1e-6)
     assert co == pytest.approx(ho, rel=1e-6)
     assert 0 < co < cp
+
+
+def test_bf16_pipelined_reduce_scatter_by_hand() -> None:
+    # Megatron-Bridge's BF16 H100 cfg: proj_fprop pipeline, 4 splits, 24 SMs margin; fc2_fprop 16 SMs
+    p = PRECISIONS["bf16"]
+    fwd = layer_ops(_card(), 0, 4096.0, 4096.0, Shard(tp=2, sequence_parallel=True), p)
+    new = overlap_ops(fwd, 2, p, 132)
+    o = next(x for x in fwd if x.name == "attn.o_proj")
+    rs = next(x for x in fwd if x.name == "attn.sp_reduce_scatter")
+    i = [x.name for x in new].index("attn.o_proj.ub0")
+    assert [x.name for x in new[i:i + 8]] == [
+        "attn.o_proj.ub0", "attn.sp_reduce_scatter.ub1", "attn.o_proj.ub1", "attn.sp_reduce_scatter.ub2",
+        "attn.o_proj.ub2", "attn.sp_reduce_scatter.ub3", "attn.o_proj.ub3", "attn.sp_reduce_scatter.ub4"]
+    chunk = new[i]
+    assert chunk.m == o.m / 4 and chunk.flops == pytest.approx(o.flops / 4 * 132 / 108)
+    assert new[i + 1].comm.nbytes == rs.comm.nbytes / 4
+    fc2 = next(x for x in new if x.name == "mlp.fc2.ub0")
+    assert fc2.flops == pytest.approx(next(x for x in fwd if x.name == "mlp.fc2").flops / 4 * 132 / 116)

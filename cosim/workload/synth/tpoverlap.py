@@ -20,7 +20,8 @@ only for those (``build._RankBuilder.emit``). Three shapes:
 - **ring-exchange / pipelined GEMM + reduce-scatter** (``o_proj``/``fc2`` forward): the GEMM runs in ``n``
   chunks (``tp`` for ring-exchange, ``num_splits`` for pipeline); after chunk ``i`` its partial result goes
   out (``tp - 1`` ring steps, or ``n`` reduce-scatters of ``1/n`` of the bytes) while chunk ``i + 1`` runs;
-  what the last step takes beyond the last chunk stays exposed.
+  ring-exchange: the last step runs under the last chunk (its excess exposed); pipeline: the last chunk's
+  reduce-scatter stays exposed.
 - **bulk** (``qkv``/``fc1`` weight gradient): the reduce-scatter of the data gradient runs during the
   weight-gradient GEMM (which does not need it).
 
