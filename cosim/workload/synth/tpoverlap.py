@@ -49,7 +49,10 @@ UB_CFG_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.3.0: src/megatron/bridge/traini
                  "RingExchangeOverlapCfg num_sm 1 default, BulkOverlapCfg, PipelineOverlapCfg), "
                  "scripts/performance/configs/llama/llama3_llm_pretrain.py (llama3_70b_pretrain_config_h100 sets "
                  "tp_comm_overlap_cfg to them); NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py "
-                 "(initialize_ub: default methods per GEMM, ring_exchange on copy engines)")
+                 "(initialize_ub: methods = ring_exchange [qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad], pipeline "
+                 "[proj_fprop, fc2_fprop], bulk [qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad]; get_default_config: "
+                 "ring_exchange num_sm 1, no SM margin, num_splits tp_size, use_ce True (tex.CommOverlapP2P); "
+                 "others num_sm 16, SM margin, num_splits 4 (tex.CommOverlap))")
 """Where the per-GEMM methods and SM counts below come from."""
 
 NONE = ("-",)
