@@ -94,6 +94,8 @@ class Case(Strict):
     pipeline_layers: list[int] | None = None
     """Layers per model chunk as the run's config gives them (Megatron-Bridge ``pp_layout``); absent: the rule of
     :func:`pipeline_layers`."""
+    tp_comm_overlap: bool = False
+    """The run overlaps TP collectives with GEMMs (Megatron-Bridge ``tp_comm_overlap``, TE userbuffers)."""
     a2a_overlap: bool = False
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
     dispatch: Literal["nccl", "deepep"] = "nccl"
@@ -247,6 +249,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
+        **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,

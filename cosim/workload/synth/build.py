@@ -65,6 +65,7 @@ from cosim.workload.synth.costs import (
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
 from cosim.workload.synth.schedule import Unit, dualpipe_order, stage_order, steady_bounds
+from cosim.workload.synth.tpoverlap import overlap_ops
 
 __all__ = ["BuildOptions", "Built", "build_step"]
 
@@ -126,6 +127,10 @@ class BuildOptions:
     """Dropless MoE: the host blocks (cudaStreamSynchronize) after each forward token permutation until the GPU
     has run it, to read the per-expert token counts that size the all-to-allv and grouped GEMMs (Megatron-Core's
     all-to-all dispatcher, ``cuda_sync_point`` ``before_ep_alltoall``, or ``before_finish`` without EP)."""
+    tp_comm_overlap: bool = False
+    """TP collectives overlapped with their GEMMs (Transformer Engine userbuffers, :mod:`.tpoverlap`)."""
+    sm_count: int = 132
+    """SMs of the GPU (what an overlapped GEMM shares with communication kernels)."""
 
 
 @dataclass
@@ -256,6 +261,8 @@ class _RankBuilder:
         else:
             if o.launches > 1:  # a grouped GEMM launching one GEMM per expert from C++
                 launch_cost += (o.launches - 1) * self.per_launch
+            elif o.launches == 0:  # launched from the C++ loop of the previous op's call (tpoverlap)
+                launch_cost = self.loop_launch
             launch_cost += o.loop_launches * self.loop_launch
             launch_cost += (o.params + o.outputs) * self.eager_step
             if coll >= 0:  # a torch.distributed call, not one kernel launch
@@ -324,7 +331,10 @@ class _RankBuilder:
                         waits=[self.last_compute if shared else self.last_main])
             self.pending.append((j, o.name))
             return j
-        if shared:  # the shared expert waits only for its own collectives
+        if o.waits:  # tpoverlap: a GEMM chunk waits only for the collectives it names
+            waits = [w for w, nm in self.pending if any(nm == x or nm.startswith(x + ".") for x in o.waits)]
+            self.pending = [(w, nm) for w, nm in self.pending if w not in waits]
+        elif shared:  # the shared expert waits only for its own collectives
             waits = [w for w, nm in self.pending if nm.startswith("moe.shared")]
             self.pending = [(w, nm) for w, nm in self.pending if not nm.startswith("moe.shared")]
         else:
@@ -456,6 +466,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     graphs, spans = [], {}
     keys: dict[int, list[tuple[tuple[Unit, ...], bool]]] = {}
     cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
+    tpo: dict[int, list[Op]] = {}  # TP-overlapped forward per cached layer op list
 
     def deepep_label_of(o: Op) -> str:
         """DeepEP label of an EP all-to-all (forward dispatch: its payload per token; the combine and every
@@ -483,8 +494,12 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw.append((ly, cache[key], []))
         if c == chunks - 1:
             fw.append((card.num_layers, head_ops(card, T, sh0, p), []))
+        bw0 = [(ly, backward_ops(ops)) for ly, ops, _ in reversed(fw)]
+        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
+            fw = [(ly, tpo.setdefault(id(ops), overlap_ops(ops, rm.tp, p, opts.sm_count)), d) for ly, ops, d in fw]
+            bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
         fw = [(ly, ops, timed(ops)) for ly, ops, _ in fw]
-        bw = [(ly, bops, timed(bops)) for ly, bops in ((ly, backward_ops(ops)) for ly, ops, _ in reversed(fw))]
+        bw = [(ly, bops, timed(bops)) for ly, bops in bw0]
         return fw, bw
 
     times: dict[int, list[float]] = {}

@@ -183,6 +183,9 @@ class SyntheticSpec(Strict):
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
+    tp_comm_overlap: bool = False
+    """Training: TP all-gathers / reduce-scatters overlapped with their GEMMs (Megatron ``tp_comm_overlap``,
+    Transformer Engine userbuffers; :mod:`cosim.workload.synth.tpoverlap`)."""
 
 
 class Synthesized:
@@ -280,6 +283,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                         dispatch_bytes=(PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
+                        tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
