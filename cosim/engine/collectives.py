@@ -41,9 +41,10 @@ send_recv       p2p     rank i -> i+1 (mod n): S (nccl-tests sendrecv)
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -100,6 +101,9 @@ class CollectiveResult:
         return self.algbw * BUSBW_FACTOR(self.op, len(self.ranks))
 
 
+_PLAN_IDS = itertools.count()
+
+
 @dataclass
 class _Plan:
     names: list[str]
@@ -110,6 +114,8 @@ class _Plan:
     rings: int = 1
     """Rings (channels' NIC rails) a multi-node ring plan runs side by side, each rank a row per ring:
     the per-rank rate cap is shared among them (each row gets ``cap / rings``)."""
+    uid: int = field(default_factory=lambda: next(_PLAN_IDS))
+    """Unique id (keys the fabric's prepared batches of this plan's phases)."""
 
     @classmethod
     def of(cls, phases: list[list[tuple[str, str, float]]], coupled: bool) -> _Plan:
@@ -199,6 +205,10 @@ class Collectives:
         self._seg_map = np.full(0, -1, dtype=np.int64)
         """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
+        self._a2av_plans: dict[Any, _Plan] = {}
+        self._phases: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]] = {}
+        """(plan, phase, size, efficiencies, cap) -> the phase's batches (segments, bytes, efficiency, rate cap,
+        group slot): routes and NIC caps computed once per repeated phase."""
 
     # ----------------------------------------------------------- topology facts
     def _hw_class(self, src: str, dst: str) -> str:
@@ -595,12 +605,18 @@ class Collectives:
                 raise ValueError(f"all_to_allv matrix must be {len(ranks)}x{len(ranks)} of finite bytes >= 0")
             nbytes = float(m.sum())
             a, p = "p2p", (proto if proto not in ("auto", None) else "simple")
-            ii, jj = np.nonzero(m)
-            off = ii != jj
-            plan = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
-                         False)
-            scale = 1.0
             mkey: Any = ("a2av", tuple(ranks), m.tobytes(), p)
+            hit = self._a2av_plans.get(mkey)
+            if hit is None:
+                ii, jj = np.nonzero(m)
+                off = ii != jj
+                hit = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
+                            False)
+                if len(self._a2av_plans) >= 4096:
+                    self._a2av_plans.clear()
+                self._a2av_plans[mkey] = hit
+            plan = hit
+            scale = 1.0
         else:
             a, p = self.choose(op, ranks, nbytes, algo, proto, channels)
             plan = self._plan(op, ranks, a, root)
@@ -845,6 +861,39 @@ class Collectives:
             rec(f"{label} {res.algo}/{res.proto}", res.start, res.end, f"{self.sim.track_of(r)}.comm")
         done.succeed(res)
 
+    def _phase_batches(self, plan: _Plan, k: int, scale: float, eff: float, cap: float,
+                       net_eff: float) -> list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]:
+        """Phase ``k``'s batches: (segments, payload bytes, efficiency, rate cap, group slot) each; the routes
+        (NVSwitch segments, cluster routes, host-staged bounces) and the NIC rate caps of its flows."""
+        fab = self.sim.fabric
+        names = plan.names
+        nv = names.index(_NVSW) if _NVSW in names else -1
+        si, di, f = plan.phases[k]
+        nb = f * scale
+        sel = nb > 0
+        if not sel.any():
+            return []
+        si, di, nb = si[sel], di[sel], nb[sel]
+        segs = np.full((len(nb), 3), -1, dtype=np.int64)
+        isnv = (si == nv) | (di == nv)
+        if isnv.any():
+            for x in np.flatnonzero(isnv).tolist():
+                up = di[x] == nv
+                segs[x, 0] = self._nvswitch_segment(names[si[x]] if up else names[di[x]], up)
+        if (~isnv).any():
+            real = names if nv < 0 else [n if n != _NVSW else names[0 if nv else 1] for n in names]
+            segs[~isnv] = fab.route_segments(real, si[~isnv], di[~isnv])
+        rc = self._network(names, si, di, nb, segs)
+        if isnv.any() and (~isnv).any():
+            # NVLS-tree: the switch part and the network part are two pipelined stages that run
+            # side by side, each at its own rate and efficiency (NVLS factor only on the switch part)
+            rest = ~isnv
+            crc: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[rest])
+            return [(segs[isnv], nb[isnv], eff, cap, 0), (segs[rest], nb[rest], net_eff, crc, 1)]
+        if rc is None or np.isinf(rc).all():
+            return [(segs, nb, eff, cap, 0)]
+        return [(segs, nb, eff, np.minimum(cap, rc), 0)]  # one batch, a NIC rate cap per flow
+
     def _execute(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
                  res: CollectiveResult, done: simpy.Event | None, net_eff: float | None = None, *,
                  first: int = 0, phase: list[int] | None = None):
@@ -856,47 +905,25 @@ class Collectives:
         if lat > 0:
             yield env.timeout(lat)
         moved = 0.0
-        names = plan.names
-        nv = names.index(_NVSW) if _NVSW in names else -1
-        for k, (si, di, f) in enumerate(plan.phases):
-            if k < first:
-                continue
+        for k in range(first, len(plan.phases)):
             if phase is not None:
                 phase[0] = k
-            nb = f * scale
-            sel = nb > 0
-            if not sel.any():
+            ck = (plan.uid, k, scale, eff, cap, net_eff)
+            parts = self._phases.get(ck)
+            if parts is None:
+                parts = self._phase_batches(plan, k, scale, eff, cap, net_eff)
+                if len(self._phases) >= 8192:
+                    self._phases.clear()
+                self._phases[ck] = parts
+            if not parts:
                 continue
-            si, di, nb = si[sel], di[sel], nb[sel]
-            moved += float(nb.sum())
+            moved += float(sum(float(x[1].sum()) for x in parts))
             grp = fab.new_group() if (plan.coupled and self.sim.config.nccl.couple_ring) else -1
-            segs = np.full((len(nb), 3), -1, dtype=np.int64)
-            isnv = (si == nv) | (di == nv)
-            if isnv.any():
-                for k in np.flatnonzero(isnv).tolist():
-                    up = di[k] == nv
-                    segs[k, 0] = self._nvswitch_segment(names[si[k]] if up else names[di[k]], up)
-            if (~isnv).any():
-                real = names if nv < 0 else [n if n != _NVSW else names[0 if nv else 1] for n in names]
-                segs[~isnv] = fab.route_segments(real, si[~isnv], di[~isnv])
-            rc = self._network(names, si, di, nb, segs)
-            if isnv.any() and (~isnv).any():
-                # NVLS-tree: the switch part and the network part are two pipelined stages that run
-                # side by side, each at its own rate and efficiency (NVLS factor only on the switch part)
-                grp2 = fab.new_group() if grp >= 0 else -1
-                evs = [fab.start_rows(segs[isnv], nb[isnv], efficiency=eff, max_rate=cap, link_latency=False,
-                                      group=grp, name=label)]
-                rest = ~isnv
-                crc: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[rest])
-                evs.append(fab.start_rows(segs[rest], nb[rest], efficiency=net_eff, max_rate=crc,
-                                          link_latency=False, group=grp2, name=label))
-                yield env.all_of(evs)
-            elif rc is None or np.isinf(rc).all():
-                yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
-                                     name=label)
-            else:  # one batch, a NIC rate cap per flow
-                yield fab.start_rows(segs, nb, efficiency=eff, max_rate=np.minimum(cap, rc), link_latency=False,
-                                     group=grp, name=label)
+            grp2 = fab.new_group() if grp >= 0 and len(parts) > 1 else -1
+            evs = [fab.start_rows(segs, nb, efficiency=e, max_rate=mr, link_latency=False,
+                                  group=grp if slot == 0 else grp2, name=label, cache=(ck, j))
+                   for j, (segs, nb, e, mr, slot) in enumerate(parts)]
+            yield evs[0] if len(evs) == 1 else env.all_of(evs)
         res.bytes_on_fabric = moved
         if done is not None:
             self._finish(res, label, done)
