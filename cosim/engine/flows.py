@@ -349,6 +349,9 @@ class Fabric:
         """``observer(links, starts, end, flows, bytes)``: per-link intervals of constant flow count and
         load (and those of coalesced collectives); set by link-usage reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._wake_all = False
+        self._free, self._free_share = self._never_binding()
+        self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
         self._holders: dict[int, Callable[[], object]] = {}  # hold id -> materialize callback
         self._next_hold = 0
@@ -368,6 +371,50 @@ class Fabric:
                                            float]] = {}
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
+
+    def _never_binding(self) -> tuple[np.ndarray, float]:
+        """Links no max-min allocation can saturate beyond what its rows' own host links allow (bool per link),
+        and the share of a leaf-spine bundle each such link carries: on a two-tier non-blocking fabric (every
+        leaf linked once each way to each of S spines, all those links of one capacity c, each leaf's host
+        links at most S c each way) whose routes between leaves are the cluster router's split bundles over
+        every spine (share 1/S per spine link), a leaf's uplink carries 1/S of what enters the leaf from its
+        hosts, at most c (and a spine's downlink 1/S of what leaves the leaf to its hosts): it never binds, so
+        it neither couples rates (components, :meth:`_reach`) nor blocks coalescing (:meth:`links_idle`).
+        Checked per segment as routes are registered (:meth:`segment`); none on other fabrics."""
+        nl = len(self.links)
+        none = (np.zeros(nl, dtype=bool), 0.0)
+        if not (isinstance(self._router, SegmentRouter) and self.config.multipath == "split"):
+            return none
+        g = self.graph
+        sw = {n for n, d in g.nodes(data=True) if d.get("kind") == "fabric_switch"}
+        if not sw:
+            return none
+        leaves = {n for n in sw if any(v not in sw for v in g.successors(n)) or any(u not in sw for u in g.predecessors(n))}
+        spines = sw - leaves
+        if not leaves or not spines:
+            return none
+        free = np.zeros(nl, dtype=bool)
+        caps = []
+        for (u, v), i in self.link_id.items():
+            if u in sw and v in sw:
+                if (u in leaves) == (v in leaves):  # leaf-leaf or spine-spine: not two-tier
+                    return none
+                free[i] = True
+                caps.append(self.capacity[i])
+        c = float(caps[0])
+        if not np.allclose(caps, c, rtol=1e-12, atol=0.0):
+            return none
+        S = len(spines)
+        for leaf in leaves:
+            up = [v for v in g.successors(leaf) if v in sw]
+            dn = [u for u in g.predecessors(leaf) if u in sw]
+            if sorted(up) != sorted(spines) or sorted(dn) != sorted(spines):
+                return none
+            h_in = sum(self.capacity[self.link_id[(u, leaf)]] for u in g.predecessors(leaf) if u not in sw)
+            h_out = sum(self.capacity[self.link_id[(leaf, v)]] for v in g.successors(leaf) if v not in sw)
+            if max(h_in, h_out) > S * c * (1 + 1e-12):
+                return none
+        return free, 1.0 / S
 
     # ------------------------------------------------------------------ paths
     def paths(self, src: str, dst: str) -> list[list[str]]:
@@ -414,6 +461,11 @@ class Fabric:
         sid = len(self._seg_lat)
         lk = np.fromiter(w.keys(), dtype=np.int64, count=len(w))
         wt = np.fromiter(w.values(), dtype=float, count=len(w))
+        if self._free_on:
+            f = self._free[lk]
+            if f.any() and not (all_paths and isinstance(key, tuple) and key[:1] == ("mid",)
+                                and (wt[f] <= self._free_share * (1 + 1e-9)).all()):
+                self._free_broken()
         self._se_parts.append((np.full(len(lk), sid, dtype=np.int64), lk, wt))
         self._seg_lat.append(float(self.latency[links[0]].sum()) if links else 0.0)
         self._seg_cap.append(float(caps.sum()) if len(lk) else _INF)
@@ -874,6 +926,10 @@ class Fabric:
         ln = self._se_off[us + 1] - st
         e_link = self._se_link[_ranges(st, ln)]
         e_seg = np.repeat(np.arange(len(us)), ln)
+        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+            keep = ~self._free[e_link]
+            e_link, e_seg = e_link[keep], e_seg[keep]
+            seed_links = seed_links & ~self._free
         grp = p.group[act]
         has_grp = bool((grp >= 0).any())
         lk = seed_links.copy()
@@ -1020,17 +1076,30 @@ class Fabric:
         if k.size:
             self.observer(k, t0[k], now, c0[k], l0[k] * (now - t0[k]))
 
+    def _free_broken(self) -> None:
+        """A route crosses a spine link other than by an even leaf-spine bundle: no link is never-binding from
+        now on (coalesced collectives still running are materialized by the next :meth:`start_rows`)."""
+        self._free = np.zeros(len(self.links), dtype=bool)
+        self._free_on = False
+        self._wake_all = bool(self._holders)
+
     # ------------------------------------------------------------ coalescing
+    def binding(self, links: np.ndarray) -> np.ndarray:
+        """The links of ``links`` that can bind (see :meth:`_never_binding`)."""
+        return links[~self._free[links]] if self._free_on else links
+
     def links_idle(self, links: np.ndarray) -> bool:
-        """No flow and no coalesced collective on any of ``links``."""
+        """No flow and no coalesced collective on any of ``links`` that can bind (a never-binding link shared
+        with other flows changes no rate: :meth:`_never_binding`)."""
+        links = self.binding(links)
         return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
 
     def hold(self, links: np.ndarray, wake: Callable[[], object]) -> int:
-        """Reserve idle ``links`` for a coalesced collective; ``wake()`` is called (and the hold
-        released) when a flow is about to start on any of them. Returns the hold id."""
+        """Reserve idle ``links`` (those that can bind) for a coalesced collective; ``wake()`` is called (and the
+        hold released) when a flow is about to start on any of them. Returns the hold id."""
         self._next_hold += 1
         h = self._next_hold
-        self._held[links] = h
+        self._held[self.binding(links)] = h
         self._holders[h] = wake
         return h
 
@@ -1047,10 +1116,15 @@ class Fabric:
         self.peak_flows[links] = peak
 
     def _wake_holders(self, segs: np.ndarray) -> None:
-        """Materialize every coalesced collective holding a link of the segments ``segs``."""
+        """Materialize every coalesced collective holding a link of the segments ``segs`` (all of them once
+        the never-binding links are gone: :meth:`_free_broken`)."""
         self._flush_segments()
-        lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
-        hs = np.unique(self._held[lk])
+        if self._wake_all:
+            self._wake_all = False
+            hs = np.array(sorted(self._holders), dtype=np.int64)
+        else:
+            lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
+            hs = np.unique(self._held[lk])
         for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
             wake = self._holders.get(h)
             if wake is not None:
