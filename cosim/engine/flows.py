@@ -1157,6 +1157,29 @@ class Fabric:
             self._key_of = keys
         return keys[sid]
 
+    def drop_all(self, env: simpy.Environment) -> None:
+        """Forget every row and batch (their events never fire) and continue on ``env`` (a fresh environment at
+        the same time): a scratch fabric whose in-flight collective is no longer needed becomes idle without
+        running it to its end. Counters are kept."""
+        self.env = env
+        p = self._rows
+        p.active[: p.size] = False
+        p.size = 0
+        self._n_active = 0
+        self._load[:] = 0.0
+        self._nflows[:] = 0.0
+        self._seg_m[:] = 0.0
+        self._b_event.clear()
+        self._b_meta.clear()
+        self._b_left[:] = 0
+        self._win = (-1, 0.0)
+        self._t_last = env.now
+        self._gen += 1
+        self._solve_pending = False
+        self._arrived.clear()
+        self._departed.clear()
+        self._obs = None
+
     def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group)."""
         p = self._rows
