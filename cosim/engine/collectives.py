@@ -818,7 +818,7 @@ class Collectives:
             return [], -1, lat - tau, 0.0
         part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
         sc = self._scratch_sim()
-        segs, rem, mult, wcap, grp = sc.fabric.snapshot_rows()
+        segs, rem, mult, wcap, grp, bat = sc.fabric.snapshot_rows()
         sc.drop_all()  # the scratch copy's rest is not needed: idle it
         sc.collectives.results.clear()
         fab._advance()
@@ -841,11 +841,12 @@ class Collectives:
             real[ok] = smap[ids]
         evs = []
         groups: dict[int, int] = {}
-        for g, rate in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
-            sel = (grp == g) & (wcap == rate)
+        for b in np.unique(bat).tolist():  # one batch per batch of the scratch run (its rate caps per row)
+            sel = np.flatnonzero(bat == b)
+            g = int(grp[sel[0]])
             ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
-            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=rate, link_latency=False, group=ng, name=label,
-                                      multiplicity=mult[sel], merge=False))
+            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=wcap[sel], link_latency=False, group=ng,
+                                      name=label, multiplicity=mult[sel], merge=False))
         if k >= 0:
             moved += float((plan.phases[k][2] * scale).sum())
         return evs, k, 0.0, moved

@@ -1180,12 +1180,12 @@ class Fabric:
         self._departed.clear()
         self._obs = None
 
-    def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group)."""
+    def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group, batch)."""
         p = self._rows
         idx = np.flatnonzero(p.active[: p.size])
         rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
-        return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy()
+        return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy(), p.batch[idx].copy()
 
     _RATE_MEMO_FLOATS = 4_000_000
     """Rates kept for reuse, summed over the memoized solves (32 MB; the memo is cleared when full)."""
