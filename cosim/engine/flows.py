@@ -350,6 +350,7 @@ class Fabric:
         load (and those of coalesced collectives); set by link-usage reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
         self._wake_all = False
+        self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
         self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
@@ -726,6 +727,7 @@ class Fabric:
         p.group[sl] = group
         p.batch[sl] = b
         p.active[sl] = True
+        self._A = None
         p.seg[sl] = segs
         p.bott[sl] = -2
         p.size = s0 + k
@@ -822,24 +824,25 @@ class Fabric:
         if not self._n_active:
             return
         p = self._rows
-        n = p.size
         now = self.env.now
-        act = p.active[:n]
-        tend, rate = p.tend[:n], p.rate[:n]
-        rem = p.rem[:n] - rate * (now - p.t0[:n])
+        A = self._active_idx()
+        tend, rate = p.tend[A], p.rate[A]
+        rem = p.rem[A] - rate * (now - p.t0[A])
         with np.errstate(invalid="ignore"):
-            fin = act & ((rem <= 1e-6) | (np.isfinite(tend) & (tend - now <= self.config.time_tolerance)))
+            fin = (rem <= 1e-6) | (np.isfinite(tend) & (tend - now <= self.config.time_tolerance))
         wb, half = self._win
         windowed = wb >= 0 and half > 0
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
-            fin |= act & (p.batch[:n] == wb) & np.isfinite(tend) & (tend - now <= half)
-        idx = np.flatnonzero(fin)
-        if not idx.size:
+            fin |= (p.batch[A] == wb) & np.isfinite(tend) & (tend - now <= half)
+        j = np.flatnonzero(fin)
+        if not j.size:
             return
-        segs, m, r = p.seg[idx], p.mult[idx], rate[idx]
+        idx = A[j]
+        self._A = None
+        segs, m, r = p.seg[idx], p.mult[idx], rate[j]
         # an early row's batch still completes at its end; a row not yet rated (zero bytes: tend inf) ends now
-        due = np.maximum(np.where(np.isfinite(tend[idx]), tend[idx], now), now) if windowed else now
-        left = rem[idx] if windowed else np.maximum(rem[idx], 0.0)
+        due = np.maximum(np.where(np.isfinite(tend[j]), tend[j], now), now) if windowed else now
+        left = rem[j] if windowed else np.maximum(rem[j], 0.0)
         if (left != 0).any():  # bytes of rows ended early still cross their links; late rows' excess is taken back
             self.bytes_moved += self._to_links(segs.reshape(-1), np.repeat(left * m, _K))
         self._load -= self._to_links(segs.reshape(-1), np.repeat(r * m, _K))
@@ -860,6 +863,12 @@ class Fabric:
             self._load[:] = 0.0
             self._nflows[:] = 0.0
             self._seg_m[:] = 0.0
+
+    def _active_idx(self) -> np.ndarray:
+        """Ids of the active rows, ascending (cached until a row starts or ends, or the rows are compacted)."""
+        if self._A is None:
+            self._A = np.flatnonzero(self._rows.active[: self._rows.size])
+        return self._A
 
     def _solve_and_schedule(self) -> None:
         self._gen += 1
@@ -887,7 +896,7 @@ class Fabric:
         eps = self.config.completion_tolerance
         if eps <= 0:
             return float(p.tend[:n].min(initial=_INF, where=p.active[:n]))
-        A = np.flatnonzero(p.active[:n])
+        A = self._active_idx()
         tend = p.tend[A]
         j = int(np.argmin(tend))
         e = float(tend[j])
@@ -964,11 +973,9 @@ class Fabric:
         departed rows, the rows whose rate is at least the smallest departed rate there; max-min
         filling below that level is unchanged by a departure, so slower rows keep their rates."""
         p = self._rows
-        n = p.size
-        act = p.active[:n]
         self._closed = bool(self._arrived)
+        ai = self._active_idx()
         if self._arrived:
-            ai = np.flatnonzero(act)
             seed = np.zeros(len(self.links), dtype=bool)
             if self._departed:
                 segs = np.concatenate([d[0].reshape(-1) for d in self._departed])
@@ -985,10 +992,10 @@ class Fabric:
         uc, inv = np.unique(comps, return_inverse=True)
         floor = np.full(len(uc), _INF)
         np.minimum.at(floor, inv.reshape(-1), rates)
-        pos = np.searchsorted(uc, p.comp[:n])
+        ca = p.comp[ai]
+        pos = np.searchsorted(uc, ca)
         pos[pos >= len(uc)] = 0
-        hit = act & (uc[pos] == p.comp[:n])
-        return np.flatnonzero(hit & (p.rate[:n] >= floor[pos] * (1.0 - 1e-9)))
+        return ai[(uc[pos] == ca) & (p.rate[ai] >= floor[pos] * (1.0 - 1e-9))]
 
     def _solve(self) -> None:
         """Re-solve the rates of the rows the pending arrivals/departures can affect (selective update)."""
@@ -1037,6 +1044,7 @@ class Fabric:
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1):
             p.keep(np.flatnonzero(p.active[:n]))
+            self._A = None
         self._observe()
 
     # ------------------------------------------------------- usage observer
@@ -1165,6 +1173,7 @@ class Fabric:
         p = self._rows
         p.active[: p.size] = False
         p.size = 0
+        self._A = None
         self._n_active = 0
         self._load[:] = 0.0
         self._nflows[:] = 0.0
