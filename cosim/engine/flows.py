@@ -981,7 +981,19 @@ class Fabric:
                 segs = np.concatenate([d[0].reshape(-1) for d in self._departed])
                 seed = self._to_links(segs, np.ones(segs.size), weighted=False) > 0
             arrived = np.concatenate(self._arrived)
-            R = ai[self._reach(ai, arrived[p.active[arrived]], seed)]
+            arrived = arrived[p.active[arrived]]
+            if not self._departed and arrived.size and (p.group[arrived] < 0).all():
+                # fast path: no other active row on the arrivals' links (those that can bind): they are a
+                # component of their own, what the frontier search would find, at O(their entries)
+                mine = self._to_links(p.seg[arrived].reshape(-1), np.repeat(p.mult[arrived], _K), weighted=False)
+                lk = mine > 0
+                if self._free_on:
+                    lk &= ~self._free
+                if (np.abs(self._nflows[lk] - mine[lk]) < 0.5).all():
+                    self._next_comp += 1
+                    p.comp[arrived] = self._next_comp
+                    return arrived
+            R = ai[self._reach(ai, arrived, seed)]
             self._next_comp += 1
             p.comp[R] = self._next_comp  # one label for the union of touched components: coarser, never finer
             return R
