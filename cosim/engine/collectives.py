@@ -104,6 +104,13 @@ class CollectiveResult:
 _PLAN_IDS = itertools.count()
 
 
+def _flat_usage(usage: list[tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """Observer interval groups (links, starts, end, flows, bytes) as one set of arrays, the end per interval."""
+    return (np.concatenate([u[0] for u in usage]), np.concatenate([u[1] for u in usage]),
+            np.concatenate([np.full(len(u[0]), u[2]) for u in usage]), np.concatenate([u[3] for u in usage]),
+            np.concatenate([u[4] for u in usage]))
+
+
 @dataclass
 class _Plan:
     names: list[str]
@@ -152,6 +159,14 @@ class _Memo:
     """Observer intervals (links, start, end, flows, bytes), times relative to its start."""
     phase: int
     """Phase running when the run stopped (-1: still in its fixed latency)."""
+    _flat: tuple[np.ndarray, ...] | None = None
+
+    def flat_usage(self) -> tuple[np.ndarray, ...]:
+        """:attr:`usage` as one set of arrays (links, starts, ends, flows, bytes), built once: a hit hands the
+        observer one call, not one per interval group (the link report concatenates far fewer parts)."""
+        if self._flat is None:
+            self._flat = _flat_usage(self.usage)
+        return self._flat
 
 
 class CollectiveCall:
@@ -792,7 +807,8 @@ class Collectives:
             fab.release(h, memo.links)
             fab.add_counters(memo.links, memo.bytes, memo.busy, memo.peak.copy())
             if fab.observer is not None:
-                for lk, a, b, c, nb in memo.usage:
+                if memo.usage:
+                    lk, a, b, c, nb = memo.flat_usage()
                     fab.observer(lk, t0 + a, t0 + b, c, nb)
             res.bytes_on_fabric = memo.moved
         else:
@@ -824,7 +840,8 @@ class Collectives:
         fab._advance()
         fab.add_counters(part.links, part.bytes, part.busy, part.peak.copy())
         if fab.observer is not None:
-            for lk, a, b, c, nb in part.usage:
+            if part.usage:
+                lk, a, b, c, nb = _flat_usage(part.usage)
                 fab.observer(lk, t0 + a, t0 + b, c, nb)
         k = part.phase
         moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))

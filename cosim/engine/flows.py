@@ -345,9 +345,10 @@ class Fabric:
         """Solver rows (flow classes) started so far."""
         self.n_rows_solved = 0
         """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
-        self.observer: Callable[[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray], None] | None = None
+        self.observer: Callable[[np.ndarray, np.ndarray, Any, np.ndarray, np.ndarray], None] | None = None
         """``observer(links, starts, end, flows, bytes)``: per-link intervals of constant flow count and
-        load (and those of coalesced collectives); set by link-usage reports."""
+        load (and those of coalesced collectives; ``end`` one time or one per interval); set by link-usage
+        reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)

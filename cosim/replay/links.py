@@ -226,7 +226,7 @@ def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
     unchanged. Returns ``finish()``, which closes the last interval and adds the fabric's wire-byte
     counters."""
 
-    def observe(idx: np.ndarray, a: float, b: float, cnt: np.ndarray, nb: np.ndarray) -> None:
+    def observe(idx: np.ndarray, a: Any, b: Any, cnt: np.ndarray, nb: np.ndarray) -> None:
         usage.add(idx, a, b, cnt, nb, COLLECTIVE, count_bytes=False)
 
     fabric.observer = observe
