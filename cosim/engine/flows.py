@@ -786,6 +786,29 @@ class Fabric:
             w = w * self._se_w[e]
         return np.bincount(self._se_link[e], weights=w, minlength=nl)
 
+    def _to_links_many(self, segs: np.ndarray, vals: Sequence[np.ndarray], weighted: Sequence[bool]
+                       ) -> list[np.ndarray]:
+        """:meth:`_to_links` of several value vectors over the same ``segs``, the segments' entries expanded once
+        (the same sums, in the same order)."""
+        nl = len(self.links)
+        ok = segs >= 0
+        if not ok.all():
+            segs, vals = segs[ok], [v[ok] for v in vals]
+        if not segs.size:
+            return [np.zeros(nl) for _ in vals]
+        us, inv = _compact(segs, len(self._seg_lat))
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        e = _ranges(st, ln)
+        le, we = self._se_link[e], self._se_w[e]
+        out = []
+        for val, wt in zip(vals, weighted):
+            w = np.repeat(np.bincount(inv, weights=val, minlength=len(us)), ln)
+            if wt:
+                w = w * we
+            out.append(np.bincount(le, weights=w, minlength=nl))
+        return out
+
     def _seg_flows(self, segs: np.ndarray, mult: np.ndarray, sign: float) -> None:
         """Add (sign +1) or remove (-1) rows' multiplicity on their segments and links' flow counts."""
         s = segs.reshape(-1)
@@ -844,10 +867,18 @@ class Fabric:
         # an early row's batch still completes at its end; a row not yet rated (zero bytes: tend inf) ends now
         due = np.maximum(np.where(np.isfinite(tend[j]), tend[j], now), now) if windowed else now
         left = rem[j] if windowed else np.maximum(rem[j], 0.0)
-        if (left != 0).any():  # bytes of rows ended early still cross their links; late rows' excess is taken back
-            self.bytes_moved += self._to_links(segs.reshape(-1), np.repeat(left * m, _K))
-        self._load -= self._to_links(segs.reshape(-1), np.repeat(r * m, _K))
-        self._seg_flows(segs, m, -1.0)
+        # bytes of rows ended early still cross their links (late rows' excess is taken back); their load and
+        # flow counts leave (one expansion of the segments' entries for the three sums)
+        sf, mk = segs.reshape(-1), np.repeat(m, _K)
+        early = bool((left != 0).any())
+        vals = [np.repeat(r * m, _K), mk] + ([np.repeat(left * m, _K)] if early else [])
+        sums = self._to_links_many(sf, vals, [True, False, True][: len(vals)])
+        if early:
+            self.bytes_moved += sums[2]
+        self._load -= sums[0]
+        ok = sf >= 0
+        self._seg_m -= np.bincount(sf[ok], weights=mk[ok], minlength=len(self._seg_m))
+        self._nflows -= sums[1]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         p.active[idx] = False
         p.rate[idx] = 0.0
