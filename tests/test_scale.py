@@ -356,3 +356,47 @@ def test_coalesced_timeline_capped(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     finally:
         logging.disable(logging.NOTSET)
     assert len(tb) == 2 and (tb["compute_time(us)"] > 0).all()
+
+
+def test_collectives_sharing_only_spine_links_coalesce_exactly() -> None:
+    """dgx-h100-32node is two-tier and non-blocking: its leaf-spine links never bind (each carries 1/4 of what
+    its leaf's 32 NICs bring, at most its capacity), so two all-to-alls on disjoint GPUs whose routes share only
+    spine links both coalesce (no materialization), with the times and link bytes of solving both, and the
+    same busy times and peaks on every other link. A route over one spine only turns the rule off."""
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100-32node")
+    groups = [["node0.gpu0", "node1.gpu1", "node2.gpu2"], ["node3.gpu0", "node4.gpu1", "node5.gpu2"]]
+
+    def go(coalesce: bool) -> tuple[list[float], Simulator]:
+        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce), record_trace=False))
+        out: list[float] = []
+
+        def one(g: list[str]):  # type: ignore[no-untyped-def]
+            for _ in range(2):
+                r = yield sim.collective("all_to_all", g, 256 * 2**20)
+                out.append(r.time)
+
+        for g in groups:
+            sim.env.process(one(g))
+        sim.run()
+        return out, sim
+
+    plain, ps = go(False)
+    co, cs = go(True)
+    fab = cs.fabric
+    assert fab._free.any() and fab._free_share == pytest.approx(1 / 4)
+    assert co == pytest.approx(plain, rel=1e-9)
+    assert fab.n_coalesced == 4 and fab.n_materialized == 0 and fab.n_solves == 0
+    a, b = ps.fabric.link_stats(), fab.link_stats()
+    assert [x.bytes for x in b] == pytest.approx([x.bytes for x in a], rel=1e-9, abs=1e-3)
+    free = fab._free
+    spine_bytes = sum(x.bytes for x, f in zip(b, free) if f)
+    assert spine_bytes > 0  # the groups' traffic did cross the spines
+    assert [x.busy_time for x, f in zip(b, free) if not f] == pytest.approx(
+        [x.busy_time for x, f in zip(a, free) if not f], rel=1e-9, abs=1e-15)
+    assert [x.peak_flows for x, f in zip(b, free) if not f] == [x.peak_flows for x, f in zip(a, free) if not f]
+    # a segment over a single spine path breaks the even-bundle premise: no link is never-binding any more
+    spine = next(v for v in topo.graph.successors("fabric.leaf0") if "spine" in v)
+    fab.segment(("one-spine",), [["fabric.leaf0", spine, "fabric.leaf1"]])
+    assert not fab._free_on and not fab._free.any()

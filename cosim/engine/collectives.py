@@ -41,9 +41,10 @@ send_recv       p2p     rank i -> i+1 (mod n): S (nccl-tests sendrecv)
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -100,6 +101,16 @@ class CollectiveResult:
         return self.algbw * BUSBW_FACTOR(self.op, len(self.ranks))
 
 
+_PLAN_IDS = itertools.count()
+
+
+def _flat_usage(usage: list[tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """Observer interval groups (links, starts, end, flows, bytes) as one set of arrays, the end per interval."""
+    return (np.concatenate([u[0] for u in usage]), np.concatenate([u[1] for u in usage]),
+            np.concatenate([np.full(len(u[0]), u[2]) for u in usage]), np.concatenate([u[3] for u in usage]),
+            np.concatenate([u[4] for u in usage]))
+
+
 @dataclass
 class _Plan:
     names: list[str]
@@ -113,6 +124,8 @@ class _Plan:
     algo: str = ""
     """NCCL's algorithm the plan runs (its flows that cross nodes get its channels' network rate,
     ``NcclParams.net_flow_cap``); "" for other kernels (DeepEP)."""
+    uid: int = field(default_factory=lambda: next(_PLAN_IDS))
+    """Unique id (keys the fabric's prepared batches of this plan's phases)."""
 
     @classmethod
     def of(cls, phases: list[list[tuple[str, str, float]]], coupled: bool) -> _Plan:
@@ -149,6 +162,14 @@ class _Memo:
     """Observer intervals (links, start, end, flows, bytes), times relative to its start."""
     phase: int
     """Phase running when the run stopped (-1: still in its fixed latency)."""
+    _flat: tuple[np.ndarray, ...] | None = None
+
+    def flat_usage(self) -> tuple[np.ndarray, ...]:
+        """:attr:`usage` as one set of arrays (links, starts, ends, flows, bytes), built once: a hit hands the
+        observer one call, not one per interval group (the link report concatenates far fewer parts)."""
+        if self._flat is None:
+            self._flat = _flat_usage(self.usage)
+        return self._flat
 
 
 class CollectiveCall:
@@ -203,6 +224,10 @@ class Collectives:
         """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
         self._netcap: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._a2av_plans: dict[Any, _Plan] = {}
+        self._phases: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]] = {}
+        """(plan, phase, size, efficiencies, cap) -> the phase's batches (segments, bytes, efficiency, rate cap,
+        group slot): routes and NIC caps computed once per repeated phase."""
 
     # ----------------------------------------------------------- topology facts
     def _hw_class(self, src: str, dst: str) -> str:
@@ -601,12 +626,18 @@ class Collectives:
                 raise ValueError(f"all_to_allv matrix must be {len(ranks)}x{len(ranks)} of finite bytes >= 0")
             nbytes = float(m.sum())
             a, p = "p2p", (proto if proto not in ("auto", None) else "simple")
-            ii, jj = np.nonzero(m)
-            off = ii != jj
-            plan = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
-                         False, algo="p2p")
-            scale = 1.0
             mkey: Any = ("a2av", tuple(ranks), m.tobytes(), p)
+            hit = self._a2av_plans.get(mkey)
+            if hit is None:
+                ii, jj = np.nonzero(m)
+                off = ii != jj
+                hit = _Plan(list(ranks), [(ii[off].astype(np.int64), jj[off].astype(np.int64), m[ii[off], jj[off]])],
+                            False, algo="p2p")
+                if len(self._a2av_plans) >= 4096:
+                    self._a2av_plans.clear()
+                self._a2av_plans[mkey] = hit
+            plan = hit
+            scale = 1.0
         else:
             a, p = self.choose(op, ranks, nbytes, algo, proto, channels)
             plan = self._plan(op, ranks, a, root)
@@ -835,7 +866,8 @@ class Collectives:
             fab.release(h, memo.links)
             fab.add_counters(memo.links, memo.bytes, memo.busy, memo.peak.copy())
             if fab.observer is not None:
-                for lk, a, b, c, nb in memo.usage:
+                if memo.usage:
+                    lk, a, b, c, nb = memo.flat_usage()
                     fab.observer(lk, t0 + a, t0 + b, c, nb)
             res.bytes_on_fabric = memo.moved
         else:
@@ -861,13 +893,14 @@ class Collectives:
             return [], -1, lat - tau, 0.0
         part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
         sc = self._scratch_sim()
-        segs, rem, mult, wcap, grp = sc.fabric.snapshot_rows()
-        sc.run()  # finish the scratch copy
+        segs, rem, mult, wcap, grp, bat = sc.fabric.snapshot_rows()
+        sc.drop_all()  # the scratch copy's rest is not needed: idle it
         sc.collectives.results.clear()
         fab._advance()
         fab.add_counters(part.links, part.bytes, part.busy, part.peak.copy())
         if fab.observer is not None:
-            for lk, a, b, c, nb in part.usage:
+            if part.usage:
+                lk, a, b, c, nb = _flat_usage(part.usage)
                 fab.observer(lk, t0 + a, t0 + b, c, nb)
         k = part.phase
         moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
@@ -884,11 +917,12 @@ class Collectives:
             real[ok] = smap[ids]
         evs = []
         groups: dict[int, int] = {}
-        for g, rate in sorted({(int(a), float(b)) for a, b in zip(grp.tolist(), wcap.tolist())}):
-            sel = (grp == g) & (wcap == rate)
+        for b in np.unique(bat).tolist():  # one batch per batch of the scratch run (its rate caps per row)
+            sel = np.flatnonzero(bat == b)
+            g = int(grp[sel[0]])
             ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
-            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=rate, link_latency=False, group=ng, name=label,
-                                      multiplicity=mult[sel], merge=False))
+            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=wcap[sel], link_latency=False, group=ng,
+                                      name=label, multiplicity=mult[sel], merge=False))
         if k >= 0:
             moved += float((plan.phases[k][2] * scale).sum())
         return evs, k, 0.0, moved
@@ -904,6 +938,61 @@ class Collectives:
             rec(f"{label} {res.algo}/{res.proto}", res.start, res.end, f"{self.sim.track_of(r)}.comm")
         done.succeed(res)
 
+    def _slot_group(self, grp: int, slot: int, slots: dict[int, int]) -> int:
+        """The fabric group of a phase's batch: slot 0 joins the phase's group ``grp``, every other slot a
+        new group of its own (one per slot and phase run); -1 (no coupling) where ``grp`` is -1."""
+        if grp < 0:
+            return -1
+        if slot == 0:
+            return grp
+        if slot not in slots:
+            slots[slot] = self.sim.fabric.new_group()
+        return slots[slot]
+
+    def _phase_batches(self, plan: _Plan, k: int, scale: float, eff: float, cap: float,
+                       net_eff: float) -> list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]:
+        """Phase ``k``'s batches: (segments, payload bytes, efficiency, rate cap, group slot) each; the routes
+        (NVSwitch segments, cluster routes, host-staged bounces) and the NIC rate caps of its flows."""
+        fab = self.sim.fabric
+        names = plan.names
+        nv = names.index(_NVSW) if _NVSW in names else -1
+        si, di, f = plan.phases[k]
+        nb = f * scale
+        sel = nb > 0
+        if not sel.any():
+            return []
+        si, di, nb = si[sel], di[sel], nb[sel]
+        segs = np.full((len(nb), 3), -1, dtype=np.int64)
+        isnv = (si == nv) | (di == nv)
+        if isnv.any():
+            for x in np.flatnonzero(isnv).tolist():
+                up = di[x] == nv
+                segs[x, 0] = self._nvswitch_segment(names[si[x]] if up else names[di[x]], up)
+        if (~isnv).any():
+            real = names if nv < 0 else [n if n != _NVSW else names[0 if nv else 1] for n in names]
+            segs[~isnv] = fab.route_segments(real, si[~isnv], di[~isnv])
+        rc = self._network(names, si, di, nb, segs, plan.algo, eff)
+        if isnv.any() and (~isnv).any():
+            # NVLS-tree: the switch part and the network part are two pipelined stages that run
+            # side by side, each at its own rate and efficiency (NVLS factor only on the switch part)
+            rest = ~isnv
+            crc: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[rest])
+            return [(segs[isnv], nb[isnv], eff, cap, 0),
+                    (segs[rest], nb[rest], self._xeff(plan, net_eff, si, di)[0], crc, 1)]
+        xe, cross = self._xeff(plan, eff, si, di)
+        if xe < eff:
+            # a collective across nodes: the flows that cross run at the NIC's channel rate (their
+            # efficiency), the others at the protocol's; two pipelined parts, side by side
+            out: list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]] = []
+            for slot, (sel, e) in enumerate(((cross, xe), (~cross, eff)), start=1):
+                if sel.any():
+                    c2: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[sel])
+                    out.append((segs[sel], nb[sel], e, c2, slot))
+            return out
+        if rc is None or np.isinf(rc).all():
+            return [(segs, nb, eff, cap, 0)]
+        return [(segs, nb, eff, np.minimum(cap, rc), 0)]  # one batch, a NIC rate cap per flow
+
     def _execute(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float, label: str,
                  res: CollectiveResult, done: simpy.Event | None, net_eff: float | None = None, *,
                  first: int = 0, phase: list[int] | None = None):
@@ -915,58 +1004,25 @@ class Collectives:
         if lat > 0:
             yield env.timeout(lat)
         moved = 0.0
-        names = plan.names
-        nv = names.index(_NVSW) if _NVSW in names else -1
-        for k, (si, di, f) in enumerate(plan.phases):
-            if k < first:
-                continue
+        for k in range(first, len(plan.phases)):
             if phase is not None:
                 phase[0] = k
-            nb = f * scale
-            sel = nb > 0
-            if not sel.any():
+            ck = (plan.uid, k, scale, eff, cap, net_eff)
+            parts = self._phases.get(ck)
+            if parts is None:
+                parts = self._phase_batches(plan, k, scale, eff, cap, net_eff)
+                if len(self._phases) >= 8192:
+                    self._phases.clear()
+                self._phases[ck] = parts
+            if not parts:
                 continue
-            si, di, nb = si[sel], di[sel], nb[sel]
-            moved += float(nb.sum())
+            moved += float(sum(float(x[1].sum()) for x in parts))
             grp = fab.new_group() if (plan.coupled and self.sim.config.nccl.couple_ring) else -1
-            segs = np.full((len(nb), 3), -1, dtype=np.int64)
-            isnv = (si == nv) | (di == nv)
-            if isnv.any():
-                for k in np.flatnonzero(isnv).tolist():
-                    up = di[k] == nv
-                    segs[k, 0] = self._nvswitch_segment(names[si[k]] if up else names[di[k]], up)
-            if (~isnv).any():
-                real = names if nv < 0 else [n if n != _NVSW else names[0 if nv else 1] for n in names]
-                segs[~isnv] = fab.route_segments(real, si[~isnv], di[~isnv])
-            rc = self._network(names, si, di, nb, segs, plan.algo, eff)
-            if isnv.any() and (~isnv).any():
-                # NVLS-tree: the switch part and the network part are two pipelined stages that run
-                # side by side, each at its own rate and efficiency (NVLS factor only on the switch part)
-                grp2 = fab.new_group() if grp >= 0 else -1
-                evs = [fab.start_rows(segs[isnv], nb[isnv], efficiency=eff, max_rate=cap, link_latency=False,
-                                      group=grp, name=label)]
-                rest = ~isnv
-                crc: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[rest])
-                evs.append(fab.start_rows(segs[rest], nb[rest], efficiency=self._xeff(plan, net_eff, si, di)[0],
-                                          max_rate=crc, link_latency=False, group=grp2, name=label))
-                yield env.all_of(evs)
-            elif (xe := self._xeff(plan, eff, si, di))[0] < eff:
-                # a collective across nodes: the flows that cross run at the NIC's channel rate (their
-                # efficiency), the others at the protocol's; two pipelined parts, side by side
-                cross = xe[1]
-                evs = []
-                for sel, e in ((cross, xe[0]), (~cross, eff)):
-                    if sel.any():
-                        c2: float | np.ndarray = cap if rc is None else np.minimum(cap, rc[sel])
-                        evs.append(fab.start_rows(segs[sel], nb[sel], efficiency=e, max_rate=c2, link_latency=False,
-                                                  group=fab.new_group() if grp >= 0 else -1, name=label))
-                yield env.all_of(evs)
-            elif rc is None or np.isinf(rc).all():
-                yield fab.start_rows(segs, nb, efficiency=eff, max_rate=cap, link_latency=False, group=grp,
-                                     name=label)
-            else:  # one batch, a NIC rate cap per flow
-                yield fab.start_rows(segs, nb, efficiency=eff, max_rate=np.minimum(cap, rc), link_latency=False,
-                                     group=grp, name=label)
+            slots: dict[int, int] = {}
+            evs = [fab.start_rows(segs, nb, efficiency=e, max_rate=mr, link_latency=False,
+                                  group=self._slot_group(grp, slot, slots), name=label, cache=(ck, j))
+                   for j, (segs, nb, e, mr, slot) in enumerate(parts)]
+            yield evs[0] if len(evs) == 1 else env.all_of(evs)
         res.bytes_on_fabric = moved
         if done is not None:
             self._finish(res, label, done)

@@ -345,10 +345,15 @@ class Fabric:
         """Solver rows (flow classes) started so far."""
         self.n_rows_solved = 0
         """Rows whose rate the solves recomputed, summed over solves (a cost counter)."""
-        self.observer: Callable[[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray], None] | None = None
+        self.observer: Callable[[np.ndarray, np.ndarray, Any, np.ndarray, np.ndarray], None] | None = None
         """``observer(links, starts, end, flows, bytes)``: per-link intervals of constant flow count and
-        load (and those of coalesced collectives); set by link-usage reports."""
+        load (and those of coalesced collectives; ``end`` one time or one per interval); set by link-usage
+        reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._wake_all = False
+        self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
+        self._free, self._free_share = self._never_binding()
+        self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
         self._holders: dict[int, Callable[[], object]] = {}  # hold id -> materialize callback
         self._next_hold = 0
@@ -364,8 +369,54 @@ class Fabric:
         """Coalesced collectives turned into real flows because another flow arrived on their links."""
         self.n_reused = 0
         """Solves answered by re-solving the previous bottleneck structure (:meth:`_reuse_structure`)."""
+        self._batch_cache: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float,
+                                           float]] = {}
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
+
+    def _never_binding(self) -> tuple[np.ndarray, float]:
+        """Links no max-min allocation can saturate beyond what its rows' own host links allow (bool per link),
+        and the share of a leaf-spine bundle each such link carries: on a two-tier non-blocking fabric (every
+        leaf linked once each way to each of S spines, all those links of one capacity c, each leaf's host
+        links at most S c each way) whose routes between leaves are the cluster router's split bundles over
+        every spine (share 1/S per spine link), a leaf's uplink carries 1/S of what enters the leaf from its
+        hosts, at most c (and a spine's downlink 1/S of what leaves the leaf to its hosts): it never binds, so
+        it neither couples rates (components, :meth:`_reach`) nor blocks coalescing (:meth:`links_idle`).
+        Checked per segment as routes are registered (:meth:`segment`); none on other fabrics."""
+        nl = len(self.links)
+        none = (np.zeros(nl, dtype=bool), 0.0)
+        if not (isinstance(self._router, SegmentRouter) and self.config.multipath == "split"):
+            return none
+        g = self.graph
+        sw = {n for n, d in g.nodes(data=True) if d.get("kind") == "fabric_switch"}
+        if not sw:
+            return none
+        leaves = {n for n in sw if any(v not in sw for v in g.successors(n)) or any(u not in sw for u in g.predecessors(n))}
+        spines = sw - leaves
+        if not leaves or not spines:
+            return none
+        free = np.zeros(nl, dtype=bool)
+        caps = []
+        for (u, v), i in self.link_id.items():
+            if u in sw and v in sw:
+                if (u in leaves) == (v in leaves):  # leaf-leaf or spine-spine: not two-tier
+                    return none
+                free[i] = True
+                caps.append(self.capacity[i])
+        c = float(caps[0])
+        if not np.allclose(caps, c, rtol=1e-12, atol=0.0):
+            return none
+        S = len(spines)
+        for leaf in leaves:
+            up = [v for v in g.successors(leaf) if v in sw]
+            dn = [u for u in g.predecessors(leaf) if u in sw]
+            if sorted(up) != sorted(spines) or sorted(dn) != sorted(spines):
+                return none
+            h_in = sum(self.capacity[self.link_id[(u, leaf)]] for u in g.predecessors(leaf) if u not in sw)
+            h_out = sum(self.capacity[self.link_id[(leaf, v)]] for v in g.successors(leaf) if v not in sw)
+            if max(h_in, h_out) > S * c * (1 + 1e-12):
+                return none
+        return free, 1.0 / S
 
     # ------------------------------------------------------------------ paths
     def paths(self, src: str, dst: str) -> list[list[str]]:
@@ -412,6 +463,11 @@ class Fabric:
         sid = len(self._seg_lat)
         lk = np.fromiter(w.keys(), dtype=np.int64, count=len(w))
         wt = np.fromiter(w.values(), dtype=float, count=len(w))
+        if self._free_on:
+            f = self._free[lk]
+            if f.any() and not (all_paths and isinstance(key, tuple) and key[:1] == ("mid",)
+                                and (wt[f] <= self._free_share * (1 + 1e-9)).all()):
+                self._free_broken()
         self._se_parts.append((np.full(len(lk), sid, dtype=np.int64), lk, wt))
         self._seg_lat.append(float(self.latency[links[0]].sum()) if links else 0.0)
         self._seg_cap.append(float(caps.sum()) if len(lk) else _INF)
@@ -564,7 +620,7 @@ class Fabric:
         self, segs: np.ndarray, nbytes: np.ndarray, *, efficiency: float = 1.0,
         max_rate: float | np.ndarray = _INF,
         extra_latency: float = 0.0, link_latency: bool = True, name: str = "flows", track: str = "fabric",
-        group: int = -1, multiplicity: np.ndarray | None = None, merge: bool = True,
+        group: int = -1, multiplicity: np.ndarray | None = None, merge: bool = True, cache: Any = None,
     ) -> simpy.Event:
         """Start a batch of flows; the event succeeds when the last one has arrived.
 
@@ -574,7 +630,13 @@ class Fabric:
         flows it stands for. With ``merge``, flows with the same route and size are
         merged into one row (a flow class) with the summed multiplicity.
         ``max_rate`` caps each flow's payload rate (one figure, or one per flow); ``group`` couples all rows.
+        ``cache``: a hashable key the caller guarantees stands for these exact arguments (but ``group`` and
+        ``name``): the checked, merged rows are kept under it and a later call with the same key skips the
+        checks and the merge (a repeated collective phase: O(rows) copies instead of a sort).
         """
+        hit = self._batch_cache.get(cache) if cache is not None else None
+        if hit is not None:
+            return self._start_prepared(*hit, name=name, track=track, group=group)
         if not (0 < efficiency <= 1.0):
             raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
         segs = np.asarray(segs, dtype=np.int64).reshape(-1, _K)
@@ -590,8 +652,6 @@ class Fabric:
         wcap = np.where(np.isfinite(mr), mr / efficiency, _INF)
         if len(mult) and (mult < 1).any():
             raise ValueError("multiplicity must be >= 1")
-        env = self.env
-        self.n_flows += int(mult.sum())
         self._flush_segments()
         nlk = np.append(np.asarray(self._seg_nlinks, dtype=np.int64), 0)
         slat = np.append(np.asarray(self._seg_lat, dtype=float), 0.0)
@@ -599,6 +659,39 @@ class Fabric:
         wire = nb / efficiency
         lat = (slat[segs].sum(axis=1) if link_latency else np.zeros(len(nb))) + extra_latency
         moving = has_links & (wire > 0)
+        nflows = float(mult.sum())
+        still = float(lat[~moving].max()) if (~moving).any() else 0.0
+        idx = np.flatnonzero(moving)
+        segs, wire, lat, mult, wcap = segs[idx], wire[idx], lat[idx], mult[idx], wcap[idx]
+        if merge and len(idx) > 1:
+            # flows with the same route and size become one row; only when some share a route (a cheap 1-D test)
+            us = np.unique(((segs[:, 0] + 1) << 42) | ((segs[:, 1] + 1) << 21) | (segs[:, 2] + 1)) \
+                if len(self._seg_lat) < 0x1FFFFF else np.zeros(0)
+            if len(us) < len(idx):
+                key = np.column_stack([segs.astype(float), wire, lat, wcap])
+                uk, inv = np.unique(key, axis=0, return_inverse=True)
+                if len(uk) < len(idx):
+                    inv = inv.reshape(-1)
+                    mult = np.bincount(inv, weights=mult, minlength=len(uk))
+                    segs, wire, lat = uk[:, :_K].astype(np.int64), uk[:, _K], uk[:, _K + 1]
+                    wcap = uk[:, _K + 2]
+        prep = (segs, wire, lat, mult, wcap, nflows, still)
+        if cache is not None:
+            if len(self._batch_cache) >= self._BATCH_CACHE:
+                self._batch_cache.clear()
+            self._batch_cache[cache] = prep
+        return self._start_prepared(*prep, name=name, track=track, group=group)
+
+    _BATCH_CACHE = 4096
+    """Prepared batches kept by :meth:`start_rows`' ``cache`` key (cleared when full)."""
+
+    def _start_prepared(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
+                        wcap: np.ndarray, nflows: float, still: float, *, name: str, track: str,
+                        group: int) -> simpy.Event:
+        """Start checked, merged rows (moving ones only) as one batch; ``still``: the latest end of the
+        batch's flows that move no bytes (their latency)."""
+        env = self.env
+        self.n_flows += int(nflows)
         b = len(self._b_event)
         ev = env.event()
         self._b_event.append(ev)
@@ -609,21 +702,11 @@ class Fabric:
             self._b_deadline = np.concatenate([self._b_deadline, np.zeros(nn - len(self._b_deadline))])
             self._b_start = np.concatenate([self._b_start, np.zeros(nn - len(self._b_start))])
         self._b_start[b] = env.now
-        self._b_deadline[b] = env.now + (float(lat[~moving].max()) if (~moving).any() else 0.0)
-        idx = np.flatnonzero(moving)
-        if not idx.size:
+        self._b_deadline[b] = env.now + still
+        if not len(wire):
             self._b_left[b] = 0
             self._fire(b)
             return ev
-        segs, wire, lat, mult, wcap = segs[idx], wire[idx], lat[idx], mult[idx], wcap[idx]
-        if merge and len(idx) > 1:
-            key = np.column_stack([segs.astype(float), wire, lat, wcap])
-            uk, inv = np.unique(key, axis=0, return_inverse=True)
-            if len(uk) < len(idx):
-                inv = inv.reshape(-1)
-                mult = np.bincount(inv, weights=mult, minlength=len(uk))
-                segs, wire, lat = uk[:, :_K].astype(np.int64), uk[:, _K], uk[:, _K + 1]
-                wcap = uk[:, _K + 2]
         if self._holders:
             self._wake_holders(segs)
         k = len(wire)
@@ -645,6 +728,7 @@ class Fabric:
         p.group[sl] = group
         p.batch[sl] = b
         p.active[sl] = True
+        self._A = None
         p.seg[sl] = segs
         p.bott[sl] = -2
         p.size = s0 + k
@@ -702,6 +786,29 @@ class Fabric:
             w = w * self._se_w[e]
         return np.bincount(self._se_link[e], weights=w, minlength=nl)
 
+    def _to_links_many(self, segs: np.ndarray, vals: Sequence[np.ndarray], weighted: Sequence[bool]
+                       ) -> list[np.ndarray]:
+        """:meth:`_to_links` of several value vectors over the same ``segs``, the segments' entries expanded once
+        (the same sums, in the same order)."""
+        nl = len(self.links)
+        ok = segs >= 0
+        if not ok.all():
+            segs, vals = segs[ok], [v[ok] for v in vals]
+        if not segs.size:
+            return [np.zeros(nl) for _ in vals]
+        us, inv = _compact(segs, len(self._seg_lat))
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        e = _ranges(st, ln)
+        le, we = self._se_link[e], self._se_w[e]
+        out = []
+        for val, wt in zip(vals, weighted):
+            w = np.repeat(np.bincount(inv, weights=val, minlength=len(us)), ln)
+            if wt:
+                w = w * we
+            out.append(np.bincount(le, weights=w, minlength=nl))
+        return out
+
     def _seg_flows(self, segs: np.ndarray, mult: np.ndarray, sign: float) -> None:
         """Add (sign +1) or remove (-1) rows' multiplicity on their segments and links' flow counts."""
         s = segs.reshape(-1)
@@ -741,28 +848,37 @@ class Fabric:
         if not self._n_active:
             return
         p = self._rows
-        n = p.size
         now = self.env.now
-        act = p.active[:n]
-        tend, rate = p.tend[:n], p.rate[:n]
-        rem = p.rem[:n] - rate * (now - p.t0[:n])
+        A = self._active_idx()
+        tend, rate = p.tend[A], p.rate[A]
+        rem = p.rem[A] - rate * (now - p.t0[A])
         with np.errstate(invalid="ignore"):
-            fin = act & ((rem <= 1e-6) | (np.isfinite(tend) & (tend - now <= self.config.time_tolerance)))
+            fin = (rem <= 1e-6) | (np.isfinite(tend) & (tend - now <= self.config.time_tolerance))
         wb, half = self._win
         windowed = wb >= 0 and half > 0
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
-            fin |= act & (p.batch[:n] == wb) & np.isfinite(tend) & (tend - now <= half)
-        idx = np.flatnonzero(fin)
-        if not idx.size:
+            fin |= (p.batch[A] == wb) & np.isfinite(tend) & (tend - now <= half)
+        j = np.flatnonzero(fin)
+        if not j.size:
             return
-        segs, m, r = p.seg[idx], p.mult[idx], rate[idx]
+        idx = A[j]
+        self._A = None
+        segs, m, r = p.seg[idx], p.mult[idx], rate[j]
         # an early row's batch still completes at its end; a row not yet rated (zero bytes: tend inf) ends now
-        due = np.maximum(np.where(np.isfinite(tend[idx]), tend[idx], now), now) if windowed else now
-        left = rem[idx] if windowed else np.maximum(rem[idx], 0.0)
-        if (left != 0).any():  # bytes of rows ended early still cross their links; late rows' excess is taken back
-            self.bytes_moved += self._to_links(segs.reshape(-1), np.repeat(left * m, _K))
-        self._load -= self._to_links(segs.reshape(-1), np.repeat(r * m, _K))
-        self._seg_flows(segs, m, -1.0)
+        due = np.maximum(np.where(np.isfinite(tend[j]), tend[j], now), now) if windowed else now
+        left = rem[j] if windowed else np.maximum(rem[j], 0.0)
+        # bytes of rows ended early still cross their links (late rows' excess is taken back); their load and
+        # flow counts leave (one expansion of the segments' entries for the three sums)
+        sf, mk = segs.reshape(-1), np.repeat(m, _K)
+        early = bool((left != 0).any())
+        vals = [np.repeat(r * m, _K), mk] + ([np.repeat(left * m, _K)] if early else [])
+        sums = self._to_links_many(sf, vals, [True, False, True][: len(vals)])
+        if early:
+            self.bytes_moved += sums[2]
+        self._load -= sums[0]
+        ok = sf >= 0
+        self._seg_m -= np.bincount(sf[ok], weights=mk[ok], minlength=len(self._seg_m))
+        self._nflows -= sums[1]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         p.active[idx] = False
         p.rate[idx] = 0.0
@@ -779,6 +895,12 @@ class Fabric:
             self._load[:] = 0.0
             self._nflows[:] = 0.0
             self._seg_m[:] = 0.0
+
+    def _active_idx(self) -> np.ndarray:
+        """Ids of the active rows, ascending (cached until a row starts or ends, or the rows are compacted)."""
+        if self._A is None:
+            self._A = np.flatnonzero(self._rows.active[: self._rows.size])
+        return self._A
 
     def _solve_and_schedule(self) -> None:
         self._gen += 1
@@ -806,7 +928,7 @@ class Fabric:
         eps = self.config.completion_tolerance
         if eps <= 0:
             return float(p.tend[:n].min(initial=_INF, where=p.active[:n]))
-        A = np.flatnonzero(p.active[:n])
+        A = self._active_idx()
         tend = p.tend[A]
         j = int(np.argmin(tend))
         e = float(tend[j])
@@ -845,6 +967,10 @@ class Fabric:
         ln = self._se_off[us + 1] - st
         e_link = self._se_link[_ranges(st, ln)]
         e_seg = np.repeat(np.arange(len(us)), ln)
+        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+            keep = ~self._free[e_link]
+            e_link, e_seg = e_link[keep], e_seg[keep]
+            seed_links = seed_links & ~self._free
         grp = p.group[act]
         has_grp = bool((grp >= 0).any())
         lk = seed_links.copy()
@@ -879,17 +1005,27 @@ class Fabric:
         departed rows, the rows whose rate is at least the smallest departed rate there; max-min
         filling below that level is unchanged by a departure, so slower rows keep their rates."""
         p = self._rows
-        n = p.size
-        act = p.active[:n]
         self._closed = bool(self._arrived)
+        ai = self._active_idx()
         if self._arrived:
-            ai = np.flatnonzero(act)
             seed = np.zeros(len(self.links), dtype=bool)
             if self._departed:
                 segs = np.concatenate([d[0].reshape(-1) for d in self._departed])
                 seed = self._to_links(segs, np.ones(segs.size), weighted=False) > 0
             arrived = np.concatenate(self._arrived)
-            R = ai[self._reach(ai, arrived[p.active[arrived]], seed)]
+            arrived = arrived[p.active[arrived]]
+            if not self._departed and arrived.size and (p.group[arrived] < 0).all():
+                # fast path: no other active row on the arrivals' links (those that can bind): they are a
+                # component of their own, what the frontier search would find, at O(their entries)
+                mine = self._to_links(p.seg[arrived].reshape(-1), np.repeat(p.mult[arrived], _K), weighted=False)
+                lk = mine > 0
+                if self._free_on:
+                    lk &= ~self._free
+                if (np.abs(self._nflows[lk] - mine[lk]) < 0.5).all():
+                    self._next_comp += 1
+                    p.comp[arrived] = self._next_comp
+                    return arrived
+            R = ai[self._reach(ai, arrived, seed)]
             self._next_comp += 1
             p.comp[R] = self._next_comp  # one label for the union of touched components: coarser, never finer
             return R
@@ -900,10 +1036,10 @@ class Fabric:
         uc, inv = np.unique(comps, return_inverse=True)
         floor = np.full(len(uc), _INF)
         np.minimum.at(floor, inv.reshape(-1), rates)
-        pos = np.searchsorted(uc, p.comp[:n])
+        ca = p.comp[ai]
+        pos = np.searchsorted(uc, ca)
         pos[pos >= len(uc)] = 0
-        hit = act & (uc[pos] == p.comp[:n])
-        return np.flatnonzero(hit & (p.rate[:n] >= floor[pos] * (1.0 - 1e-9)))
+        return ai[(uc[pos] == ca) & (p.rate[ai] >= floor[pos] * (1.0 - 1e-9))]
 
     def _solve(self) -> None:
         """Re-solve the rates of the rows the pending arrivals/departures can affect (selective update)."""
@@ -952,6 +1088,7 @@ class Fabric:
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1):
             p.keep(np.flatnonzero(p.active[:n]))
+            self._A = None
         self._observe()
 
     # ------------------------------------------------------- usage observer
@@ -991,17 +1128,30 @@ class Fabric:
         if k.size:
             self.observer(k, t0[k], now, c0[k], l0[k] * (now - t0[k]))
 
+    def _free_broken(self) -> None:
+        """A route crosses a spine link other than by an even leaf-spine bundle: no link is never-binding from
+        now on (coalesced collectives still running are materialized by the next :meth:`start_rows`)."""
+        self._free = np.zeros(len(self.links), dtype=bool)
+        self._free_on = False
+        self._wake_all = bool(self._holders)
+
     # ------------------------------------------------------------ coalescing
+    def binding(self, links: np.ndarray) -> np.ndarray:
+        """The links of ``links`` that can bind (see :meth:`_never_binding`)."""
+        return links[~self._free[links]] if self._free_on else links
+
     def links_idle(self, links: np.ndarray) -> bool:
-        """No flow and no coalesced collective on any of ``links``."""
+        """No flow and no coalesced collective on any of ``links`` that can bind (a never-binding link shared
+        with other flows changes no rate: :meth:`_never_binding`)."""
+        links = self.binding(links)
         return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
 
     def hold(self, links: np.ndarray, wake: Callable[[], object]) -> int:
-        """Reserve idle ``links`` for a coalesced collective; ``wake()`` is called (and the hold
-        released) when a flow is about to start on any of them. Returns the hold id."""
+        """Reserve idle ``links`` (those that can bind) for a coalesced collective; ``wake()`` is called (and the
+        hold released) when a flow is about to start on any of them. Returns the hold id."""
         self._next_hold += 1
         h = self._next_hold
-        self._held[links] = h
+        self._held[self.binding(links)] = h
         self._holders[h] = wake
         return h
 
@@ -1018,10 +1168,15 @@ class Fabric:
         self.peak_flows[links] = peak
 
     def _wake_holders(self, segs: np.ndarray) -> None:
-        """Materialize every coalesced collective holding a link of the segments ``segs``."""
+        """Materialize every coalesced collective holding a link of the segments ``segs`` (all of them once
+        the never-binding links are gone: :meth:`_free_broken`)."""
         self._flush_segments()
-        lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
-        hs = np.unique(self._held[lk])
+        if self._wake_all:
+            self._wake_all = False
+            hs = np.array(sorted(self._holders), dtype=np.int64)
+        else:
+            lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
+            hs = np.unique(self._held[lk])
         for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
             wake = self._holders.get(h)
             if wake is not None:
@@ -1054,12 +1209,36 @@ class Fabric:
             self._key_of = keys
         return keys[sid]
 
-    def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group)."""
+    def drop_all(self, env: simpy.Environment) -> None:
+        """Forget every row and batch (their events never fire) and continue on ``env`` (a fresh environment at
+        the same time): a scratch fabric whose in-flight collective is no longer needed becomes idle without
+        running it to its end. Counters are kept."""
+        self.env = env
+        p = self._rows
+        p.active[: p.size] = False
+        p.size = 0
+        self._A = None
+        self._n_active = 0
+        self._load[:] = 0.0
+        self._nflows[:] = 0.0
+        self._seg_m[:] = 0.0
+        self._b_event.clear()
+        self._b_meta.clear()
+        self._b_left[:] = 0
+        self._win = (-1, 0.0)
+        self._t_last = env.now
+        self._gen += 1
+        self._solve_pending = False
+        self._arrived.clear()
+        self._departed.clear()
+        self._obs = None
+
+    def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group, batch)."""
         p = self._rows
         idx = np.flatnonzero(p.active[: p.size])
         rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
-        return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy()
+        return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy(), p.batch[idx].copy()
 
     _RATE_MEMO_FLOATS = 4_000_000
     """Rates kept for reuse, summed over the memoized solves (32 MB; the memo is cleared when full)."""

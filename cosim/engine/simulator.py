@@ -79,6 +79,13 @@ class Simulator:
         """Run the event loop (until no events are left, a time, or an event)."""
         self.env.run(until=until)
 
+    def drop_all(self) -> None:
+        """Abandon everything in flight: a fresh environment at the same time and an idle fabric (a scratch
+        simulator whose collective is no longer needed; see :meth:`cosim.engine.flows.Fabric.drop_all`)."""
+        self.env = simpy.Environment(initial_time=self.env.now)
+        self.fabric.drop_all(self.env)
+        self._calls.clear()
+
     def record(self, name: str, start: float, end: float, track: str) -> None:
         """Add a timeline interval (no-op unless ``config.record_trace``)."""
         if self.config.record_trace:

@@ -69,6 +69,7 @@ class LinkUsage:
         self.memcpy_bytes = np.zeros(len(self.links))
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._compiled: tuple[np.ndarray, ...] | None = None
+        self._prev: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, :meth:`_prev_ends`)
 
     def add(self, link: np.ndarray, start: Any, end: Any, count: Any, nbytes: Any, source: int,
             count_bytes: bool = True) -> None:
@@ -135,27 +136,39 @@ class LinkUsage:
         link (a segmented maximum, exact: taken over the ends' ranks). O(intervals log intervals), in chunks
         of whole links."""
         lk_all, s_all, e_all, *_rest, off = self._data()
+        prev_all = self._prev_ends()
         out = np.zeros(len(self.links))
         for i, j in self._chunks(off):
-            lk, s, e = lk_all[i:j], s_all[i:j], e_all[i:j]
-            ss, ee = np.clip(s, a, b), np.clip(e, a, b)
-            ok = ee > ss
-            lk, ss, ee = lk[ok], ss[ok], ee[ok]
-            n = ss.size
+            lk, s, e, prev = lk_all[i:j], s_all[i:j], e_all[i:j], prev_all[i:j]
+            ss, ee, pm = np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b)
+            out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
+        return out
+
+    def _prev_ends(self) -> np.ndarray:
+        """Per interval (in :meth:`_data`'s order), the latest end of the intervals before it on its link (-inf for a
+        link's first): a segmented running maximum over the ends' ranks, one sort, kept until intervals are added.
+        Clipping to a window is monotone, so the window's running maximum is this one clipped (:meth:`busy`)."""
+        data = self._data()
+        if self._prev is not None and self._prev[0] is data:
+            return self._prev[1]
+        lk_all, _s, e_all, *_rest, off = data
+        out = np.full(len(e_all), -math.inf)
+        for i, j in self._chunks(off):
+            lk, e = lk_all[i:j], e_all[i:j]
+            n = e.size
             if not n:
                 continue
-            order = np.argsort(ee, kind="stable")
+            order = np.argsort(e, kind="stable")
             rank = np.empty(n, dtype=np.int64)
             rank[order] = np.arange(n, dtype=np.int64)
             base = (lk - lk[0]).astype(np.int64) * n
             cm = np.maximum.accumulate(base + rank)
-            run_max = ee[order[cm - base]]  # running maximum end within the link, this one included
+            run_max = e[order[cm - base]]  # running maximum end within the link, this one included
             del rank, cm, base
-            prev = np.empty(n)
-            prev[0] = -math.inf
+            prev = out[i:j]
             prev[1:] = run_max[:-1]
             prev[np.r_[True, lk[1:] != lk[:-1]]] = -math.inf
-            out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, prev), 0.0), minlength=len(self.links))
+        self._prev = (data, out)
         return out
 
     def bytes_in(self, a: float, b: float) -> np.ndarray:
@@ -213,7 +226,7 @@ def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
     unchanged. Returns ``finish()``, which closes the last interval and adds the fabric's wire-byte
     counters."""
 
-    def observe(idx: np.ndarray, a: float, b: float, cnt: np.ndarray, nb: np.ndarray) -> None:
+    def observe(idx: np.ndarray, a: Any, b: Any, cnt: np.ndarray, nb: np.ndarray) -> None:
         usage.add(idx, a, b, cnt, nb, COLLECTIVE, count_bytes=False)
 
     fabric.observer = observe
