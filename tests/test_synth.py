@@ -630,6 +630,14 @@ def test_backward_pays_one_host_step_per_parameter_it_completes(tmp_path: Path, 
     assert {o.name: o.params for o in backward_ops(ops8) if o.cls == "grouped_gemm" and o.params} == {
         "moe.experts_fc2.wgrad": 8, "moe.experts_fc1.wgrad": 8}
     assert all(o.params == 0 for o in ops8)
+    # biased linears (card linear_bias, gpt-oss): each bias is a parameter of its own; qkv's and fc1's ride in
+    # their GEMM epilogues (wgrad completes weight and bias: 2, and 2 per local expert), o_proj's and each expert's
+    # fc2 bias are eager adds whose backward completes them (1 each): 9 + 1 + 2 + 1 + 2 = 15 parameters
+    bb = backward_ops(layer_ops(tiny(linear_bias=True), 0, 256.0, 256.0, Shard(ep=4), "bf16"))
+    got_b = {o.name: o.params for o in bb if o.params}
+    assert got_b == {**got, "attn.qkv.wgrad": 2, "moe.experts_fc1.wgrad": 4, "attn.o_bias.bwd": 1,
+                     "moe.experts_fc2_bias_scale.0.bwd": 1, "moe.experts_fc2_bias_scale.1.bwd": 1}
+    assert sum(got_b.values()) == 15
 
     # the host pays eager_step_host per parameter on the launch of the op that completes it; the default is one
     # eager framework step (dispatch_overhead); "0 us" leaves the hooks out
@@ -667,7 +675,7 @@ def test_a_collective_call_costs_the_host_its_measured_time(tmp_path: Path, dgx:
     assert costs(collective_host=None)["moe.dispatch"] == pytest.approx(launch + 10e-6, rel=1e-9)
 
 
-def test_collective_host_default_is_the_measured_c10d_alltoall() -> None:
+def test_collective_host_figure_is_the_measured_c10d_alltoall_and_off_by_default() -> None:
     from cosim.resources import shared_dir
     from validation.e2e.host_cost import C10D_FOLDER, alltoall_call_s
 

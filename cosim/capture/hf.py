@@ -63,9 +63,12 @@ def _gpt_oss_fields(cfg: dict[str, Any], path: Path, layers: int) -> dict[str, A
     if isinstance(cfg.get("swiglu_limit"), (int, float)) and cfg["swiglu_limit"] > 0:
         out["activation_clamp"] = float(cfg["swiglu_limit"])
     rs = cfg.get("rope_scaling") or {}
-    if isinstance(rs, dict) and rs.get("rope_type") == "yarn" and float(rs.get("factor") or 1) > 1 \
-            and rs.get("mscale") is None:
-        out["rope_mscale"] = round(0.1 * math.log(float(rs["factor"])) + 1.0, 4)
+    if isinstance(rs, dict) and rs.get("rope_type") == "yarn" and rs.get("mscale") is None:
+        factor = rs.get("factor") or 1
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+            raise CosimInputError(f"{path}: rope_scaling.factor: expected a positive number, got {factor!r}")
+        if factor > 1:
+            out["rope_mscale"] = round(0.1 * math.log(float(factor)) + 1.0, 4)
     window, lt = cfg.get("sliding_window"), cfg.get("layer_types")
     if isinstance(window, int) and window > 0 and isinstance(lt, list) and "sliding_attention" in lt:
         full = [i for i, t in enumerate(lt) if t == "full_attention"]

@@ -139,7 +139,7 @@ WHY: list[str] = [
     "linux-rdma/perftest PR #98), which DeepEP's GPU-initiated writes reach from many SMs and QPs. "
     "NCCL's lower rate through one peer pair (vidur's two-node send/recv, 35.9 GB/s) is NCCL's, not the "
     "link's: each NCCL channel moves ~18 GB/s over the network and a peer pair runs 2 of them "
-    "(`net_channel_bw`, `p2p_net_channels` in cosim/engine/data/nccl_h100.yaml, docs/COLLECTIVES.md), "
+    "(`net_channel_bw`, `p2p_net_channels` in cosim/engine/data/nccl_h100.yaml, docs/ENGINE.md section NIC), "
     "a limit that applies to NCCL's algorithms only, not to DeepEP's kernels. Before that split the "
     "catalog held NCCL's 0.72 and the catalog column was 3 of 8 within 10% (median 13.7%, max 20.3%); "
     "it now equals the stated one.",

@@ -54,6 +54,7 @@ from cosim.workload.synth.costs import (
     PRECISIONS,
     Comm,
     Op,
+    Precision,
     Shard,
     backward_ops,
     embedding_ops,
@@ -265,8 +266,9 @@ class _RankBuilder:
                 launch_cost = self.loop_launch
             launch_cost += o.loop_launches * self.loop_launch
             launch_cost += (o.params + o.outputs) * self.eager_step
-            if coll >= 0:  # a torch.distributed call, not one kernel launch
-                launch_cost += self.coll_extra
+            if coll >= 0 and o.launches != 0:  # a torch.distributed call, not one kernel launch (a
+                launch_cost += self.coll_extra   # userbuffers ring step of tpoverlap is neither)
+            launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
         self.g["dur"].append(dur)
@@ -439,6 +441,18 @@ def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dic
                    a2a_send_tokens=tm * card.top_k)
 
 
+
+def _overlapped(memo: dict[int, tuple[list[Op], list[Op]]], ops: list[Op], tp: int, p: Precision,
+                sm_count: int) -> list[Op]:
+    """``ops`` with their TP collectives overlapped (:func:`overlap_ops`), memoized per op list: the memo
+    keeps the list itself, so an id freed and reused by another list never returns the wrong ops."""
+    hit = memo.get(id(ops))
+    if hit is not None and hit[0] is ops:
+        return hit[1]
+    out = overlap_ops(ops, tp, p, sm_count)
+    memo[id(ops)] = (ops, out)
+    return out
+
 def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
                opts: BuildOptions, predict: Any, device: str = "GPU") -> Built:
     """Synthesize one training step (see module docs). ``predict(ops) -> durations`` times kernels."""
@@ -466,7 +480,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     graphs, spans = [], {}
     keys: dict[int, list[tuple[tuple[Unit, ...], bool]]] = {}
     cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
-    tpo: dict[int, list[Op]] = {}  # TP-overlapped forward per cached layer op list
+    tpo: dict[int, tuple[list[Op], list[Op]]] = {}  # id(layer op list) -> (that list, its TP-overlapped forward)
 
     def deepep_label_of(o: Op) -> str:
         """DeepEP label of an EP all-to-all (forward dispatch: its payload per token; the combine and every
@@ -496,7 +510,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw.append((card.num_layers, head_ops(card, T, sh0, p), []))
         bw0 = [(ly, backward_ops(ops)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
-            fw = [(ly, tpo.setdefault(id(ops), overlap_ops(ops, rm.tp, p, opts.sm_count)), d) for ly, ops, d in fw]
+            fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
             bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
         fw = [(ly, ops, timed(ops)) for ly, ops, _ in fw]
         bw = [(ly, bops, timed(bops)) for ly, bops in bw0]

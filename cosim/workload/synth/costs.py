@@ -160,6 +160,10 @@ class Op:
     host_sync: bool = False
     """The host blocks until this op has run: a blocking host-to-device copy (``torch.tensor(x, device=cuda)``
     copies from pageable memory through ``c10::cuda::memcpy_and_sync``, a cudaStreamSynchronize)."""
+    bias: bool = False
+    """The op carries a bias parameter (card ``linear_bias``): a linear whose bias rides in its GEMM epilogue
+    (one per local expert for a grouped GEMM), or the eager bias add of one that returns its bias. Only the
+    backward's parameter count reads it (:func:`param_tensors`)."""
     params: int = 0
     """Backward: parameter tensors whose gradient this op completes (a weight GEMM's wgrad: 1, a grouped GEMM's
     wgrad: one weight per local expert, a norm's or the embedding's backward: 1). Each runs autograd's
@@ -293,7 +297,7 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     else:
         d = c.attn_head_dim
         kvh = max(c.num_kv_heads / tp, 1.0)
-        ops += [_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p),
+        ops += [replace(_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), bias=c.linear_bias),
                 *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
         kv_bytes = T * 2 * kvh * d * p.act_bytes
@@ -512,7 +516,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     qgroups = len(rows) if train else 1
     ops += [*_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches),
+                    launches=launches, bias=c.linear_bias),
             *expert_activation_ops(c, total, f, p, train),
             *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
@@ -577,7 +581,7 @@ def bias_ops(c: MoEModelConfig, name: str, numel: float, p: Precision, train: bo
     epilogue (and, in BF16, their gradient in the wgrad GEMM's): no op."""
     if not (c.linear_bias and train):
         return []
-    return [_ew(name, numel, p)]
+    return [replace(_ew(name, numel, p), bias=True)]
 
 
 def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Precision, train: bool) -> list[Op]:
@@ -593,7 +597,8 @@ def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Preci
         return []
     ops: list[Op] = []
     for e, n in enumerate(rows):
-        ops += [Op(f"moe.experts_fc2_bias_scale.{e}", "elementwise", n * h, (n * h + n + h) * p.act_bytes, "bf16"),
+        ops += [Op(f"moe.experts_fc2_bias_scale.{e}", "elementwise", n * h, (n * h + n + h) * p.act_bytes, "bf16",
+                   bias=True),
                 _ew(f"moe.experts_fc2_bias_add.{e}", n * h, p, inputs=2)]
     total = float(sum(rows))
     ops.append(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0))
@@ -826,12 +831,14 @@ PARAM_HOOK_SOURCE = ("NVIDIA/Megatron-LM megatron/core/distributed/distributed_d
 def param_tensors(o: Op) -> int:
     """Parameter tensors whose gradient backward op of forward op ``o`` completes (:attr:`Op.params`): a linear
     layer's weight (one per local expert for a grouped GEMM, TE ``GroupedLinear``'s ``weight{i}``), a norm's weight,
-    the embedding table. Attention, activations, casts and bookkeeping own none."""
+    the embedding table, and a bias (:attr:`Op.bias`: with its linear's weight, or its own eager add). Attention,
+    activations, casts and bookkeeping own none."""
+    per = 2 if o.bias else 1  # a biased linear's bias is a parameter of its own (AccumulateGrad and hook)
     if o.cls == "grouped_gemm":
-        return max(round(o.batch), 1)
+        return max(round(o.batch), 1) * per
     if o.cls in ("gemm", "norm") or o.name == "embed.lookup":
-        return 1
-    return 0
+        return per
+    return 1 if o.bias else 0
 
 
 def layer_params(card: MoEModelConfig, layer: int) -> tuple[int, int]:
