@@ -115,5 +115,5 @@ def test_gpt_oss_config_json_gives_the_cards_timing_fields(tmp_path: Path) -> No
         load_model_config(f)
     bad = {**GPT_OSS_HF, "rope_scaling": {**GPT_OSS_HF["rope_scaling"], "factor": "x32"}}
     f.write_text(json.dumps(bad))
-    with pytest.raises(CosimInputError, match="rope_scaling.factor"):
+    with pytest.raises(CosimInputError, match=r"rope_scaling\.factor"):
         load_model_config(f)
