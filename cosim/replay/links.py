@@ -182,24 +182,25 @@ class LinkUsage:
 
     def peak(self) -> np.ndarray:
         """Most concurrent transfers per link (flows of a collective counted with multiplicity): per link, the
-        maximum of the running sum of +count at starts and -count at ends (ends before starts at one instant:
-        back-to-back is not concurrent), all links of a chunk at once."""
-        lk_all, s_all, e_all, c_all, *_rest, off = self._data()
+        maximum over its intervals' starts of (counts started at or before that start) - (counts ended at or
+        before it) (ends before starts at one instant: back-to-back is not concurrent; empty intervals count 0).
+
+        The intervals are sorted by link then start (:meth:`_data`), so only each link's ends are sorted (a
+        stable sort of a nearly sorted segment) and the starts are looked up in them: O(n log n) per link of n
+        intervals, one Python iteration per link that carried intervals. Counts are integers held in floats
+        (exact sums below 2**53)."""
+        _lk, s_all, e_all, c_all, *_rest, off = self._data()
         out = np.zeros(len(self.links), dtype=np.int64)
-        for i, j in self._chunks(off):
-            lk, s, e, c = lk_all[i:j], s_all[i:j], e_all[i:j], c_all[i:j]
-            ok = e > s
-            if not ok.any():
-                continue
-            lk, s, e, c = lk[ok], s[ok], e[ok], c[ok]
-            L = np.concatenate([lk, lk])
-            o = np.lexsort((np.concatenate([c, -c]), np.concatenate([s, e]), L))
-            L, dc = L[o], np.concatenate([c, -c])[o]
-            del o
-            cs = np.cumsum(dc)
-            starts = np.flatnonzero(np.r_[True, L[1:] != L[:-1]])
-            before = np.r_[0.0, cs[starts[1:] - 1]]  # running total before each link's first event (0 up to rounding)
-            out[L[starts]] = np.round(np.maximum.reduceat(cs, starts) - before).astype(np.int64)
+        offl = off.tolist()
+        for k in np.flatnonzero(np.diff(off)).tolist():
+            i, j = offl[k], offl[k + 1]
+            s, e = s_all[i:j], e_all[i:j]
+            w = np.where(e > s, c_all[i:j], 0.0)
+            o = np.argsort(e, kind="stable")
+            ended = np.cumsum(w[o])
+            idx = np.searchsorted(e[o], s, side="right")  # ends at or before each start
+            val = np.cumsum(w) - np.where(idx > 0, ended[idx - 1], 0.0)
+            out[k] = round(float(val.max()))
         return out
 
     def report(self, elapsed: float) -> list[dict[str, Any]]:
