@@ -133,7 +133,7 @@ class LinkUsage:
 
         Vectorized over all links at once: intervals are sorted by link then start, so the union's length is
         the sum of ``max(0, e_i - max(s_i, M_{i-1}))`` with ``M`` the running maximum of the ends within the
-        link (a segmented maximum, exact: taken over the ends' ranks). O(intervals log intervals), in chunks
+        link (:meth:`_prev_ends`, computed once). O(intervals) per window after :meth:`_data`'s sort, in chunks
         of whole links."""
         lk_all, s_all, e_all, *_rest, off = self._data()
         prev_all = self._prev_ends()
@@ -146,28 +146,18 @@ class LinkUsage:
 
     def _prev_ends(self) -> np.ndarray:
         """Per interval (in :meth:`_data`'s order), the latest end of the intervals before it on its link (-inf for a
-        link's first): a segmented running maximum over the ends' ranks, one sort, kept until intervals are added.
+        link's first): a running maximum per link (O(intervals), one Python iteration per link with two or more
+        intervals), kept until intervals are added.
         Clipping to a window is monotone, so the window's running maximum is this one clipped (:meth:`busy`)."""
         data = self._data()
         if self._prev is not None and self._prev[0] is data:
             return self._prev[1]
-        lk_all, _s, e_all, *_rest, off = data
+        _lk, _s, e_all, *_rest, off = data
         out = np.full(len(e_all), -math.inf)
-        for i, j in self._chunks(off):
-            lk, e = lk_all[i:j], e_all[i:j]
-            n = e.size
-            if not n:
-                continue
-            order = np.argsort(e, kind="stable")
-            rank = np.empty(n, dtype=np.int64)
-            rank[order] = np.arange(n, dtype=np.int64)
-            base = (lk - lk[0]).astype(np.int64) * n
-            cm = np.maximum.accumulate(base + rank)
-            run_max = e[order[cm - base]]  # running maximum end within the link, this one included
-            del rank, cm, base
-            prev = out[i:j]
-            prev[1:] = run_max[:-1]
-            prev[np.r_[True, lk[1:] != lk[:-1]]] = -math.inf
+        offl = off.tolist()
+        for k in np.flatnonzero(np.diff(off) > 1).tolist():
+            i, j = offl[k], offl[k + 1]
+            np.maximum.accumulate(e_all[i : j - 1], out=out[i + 1 : j])
         self._prev = (data, out)
         return out
 
