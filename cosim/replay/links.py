@@ -54,6 +54,15 @@ _UNIT = float(2**30)
 """Size of the scratch probes (bytes); per-byte loads are rounded to 12 decimals."""
 
 
+def _column(x: Any, n: int) -> np.ndarray:
+    """``x`` (a scalar or ``n`` values) as a fresh float array of length ``n``."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (n,):
+        return x.copy()
+    if isinstance(x, (float, int)):
+        return np.full(n, float(x))
+    return np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy()
+
+
 class LinkUsage:
     """Traffic intervals per directed link: (start, end, concurrent transfers, bytes, source).
 
@@ -80,7 +89,7 @@ class LinkUsage:
         n = link.size
         if not n:
             return
-        s, e, c, b = (np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy() for x in (start, end, count, nbytes))
+        s, e, c, b = (_column(x, n) for x in (start, end, count, nbytes))
         if count_bytes:
             np.add.at(self.total_bytes, link, b)
             if source == MEMCPY:
@@ -138,9 +147,10 @@ class LinkUsage:
         lk_all, s_all, e_all, *_rest, off = self._data()
         prev_all = self._prev_ends()
         out = np.zeros(len(self.links))
+        whole = a == -math.inf and b == math.inf  # no clipping (clip to +-inf is the identity)
         for i, j in self._chunks(off):
             lk, s, e, prev = lk_all[i:j], s_all[i:j], e_all[i:j], prev_all[i:j]
-            ss, ee, pm = np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b)
+            ss, ee, pm = (s, e, prev) if whole else (np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b))
             out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
         return out
 
