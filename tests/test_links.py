@@ -213,3 +213,29 @@ def _fabric_stats(g: Any) -> list[Any]:
         Simulator.__init__ = orig  # type: ignore[method-assign]
     (sim,) = seen
     return sim.fabric.link_stats()
+
+
+def test_peak_and_busy_equal_a_brute_force_sweep() -> None:
+    """LinkUsage.peak (per-link sorted ends) and busy against a direct evaluation at every instant: ties of
+    starts and ends (ends first), empty and zero-length intervals, several parts out of order."""
+    from cosim.replay.links import COLLECTIVE, LinkUsage
+
+    rng = np.random.default_rng(7)
+    n_links = 6
+    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(n_links)], np.ones(n_links))
+    rows = []
+    for _ in range(4):
+        n = 60
+        lk = rng.integers(0, n_links - 1, n)  # the last link stays empty
+        s = rng.integers(0, 20, n).astype(float)
+        e = s + rng.integers(0, 5, n)  # zero-length intervals too
+        c = rng.integers(1, 4, n).astype(float)
+        u.add(lk, s, e, c, np.ones(n), COLLECTIVE)
+        rows += list(zip(lk.tolist(), s.tolist(), e.tolist(), c.tolist()))
+    peak, busy = u.peak(), u.busy()
+    for k in range(n_links):
+        mine = [(s, e, c) for lk, s, e, c in rows if lk == k and e > s]
+        want = max((sum(c for s, e, c in mine if s <= t < e) for t in range(25)), default=0)
+        assert peak[k] == want
+        covered = sum(1 for t in range(25) if any(s <= t < e for s, e, _c in mine))
+        assert busy[k] == covered

@@ -54,6 +54,15 @@ _UNIT = float(2**30)
 """Size of the scratch probes (bytes); per-byte loads are rounded to 12 decimals."""
 
 
+def _column(x: Any, n: int) -> np.ndarray:
+    """``x`` (a scalar or ``n`` values) as a fresh float array of length ``n``."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (n,):
+        return x.copy()
+    if isinstance(x, (float, int)):
+        return np.full(n, float(x))
+    return np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy()
+
+
 class LinkUsage:
     """Traffic intervals per directed link: (start, end, concurrent transfers, bytes, source).
 
@@ -80,7 +89,7 @@ class LinkUsage:
         n = link.size
         if not n:
             return
-        s, e, c, b = (np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy() for x in (start, end, count, nbytes))
+        s, e, c, b = (_column(x, n) for x in (start, end, count, nbytes))
         if count_bytes:
             np.add.at(self.total_bytes, link, b)
             if source == MEMCPY:
@@ -133,41 +142,32 @@ class LinkUsage:
 
         Vectorized over all links at once: intervals are sorted by link then start, so the union's length is
         the sum of ``max(0, e_i - max(s_i, M_{i-1}))`` with ``M`` the running maximum of the ends within the
-        link (a segmented maximum, exact: taken over the ends' ranks). O(intervals log intervals), in chunks
+        link (:meth:`_prev_ends`, computed once). O(intervals) per window after :meth:`_data`'s sort, in chunks
         of whole links."""
         lk_all, s_all, e_all, *_rest, off = self._data()
         prev_all = self._prev_ends()
         out = np.zeros(len(self.links))
+        whole = a == -math.inf and b == math.inf  # no clipping (clip to +-inf is the identity)
         for i, j in self._chunks(off):
             lk, s, e, prev = lk_all[i:j], s_all[i:j], e_all[i:j], prev_all[i:j]
-            ss, ee, pm = np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b)
+            ss, ee, pm = (s, e, prev) if whole else (np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b))
             out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
         return out
 
     def _prev_ends(self) -> np.ndarray:
         """Per interval (in :meth:`_data`'s order), the latest end of the intervals before it on its link (-inf for a
-        link's first): a segmented running maximum over the ends' ranks, one sort, kept until intervals are added.
+        link's first): a running maximum per link (O(intervals), one Python iteration per link with two or more
+        intervals), kept until intervals are added.
         Clipping to a window is monotone, so the window's running maximum is this one clipped (:meth:`busy`)."""
         data = self._data()
         if self._prev is not None and self._prev[0] is data:
             return self._prev[1]
-        lk_all, _s, e_all, *_rest, off = data
+        _lk, _s, e_all, *_rest, off = data
         out = np.full(len(e_all), -math.inf)
-        for i, j in self._chunks(off):
-            lk, e = lk_all[i:j], e_all[i:j]
-            n = e.size
-            if not n:
-                continue
-            order = np.argsort(e, kind="stable")
-            rank = np.empty(n, dtype=np.int64)
-            rank[order] = np.arange(n, dtype=np.int64)
-            base = (lk - lk[0]).astype(np.int64) * n
-            cm = np.maximum.accumulate(base + rank)
-            run_max = e[order[cm - base]]  # running maximum end within the link, this one included
-            del rank, cm, base
-            prev = out[i:j]
-            prev[1:] = run_max[:-1]
-            prev[np.r_[True, lk[1:] != lk[:-1]]] = -math.inf
+        offl = off.tolist()
+        for k in np.flatnonzero(np.diff(off) > 1).tolist():
+            i, j = offl[k], offl[k + 1]
+            np.maximum.accumulate(e_all[i : j - 1], out=out[i + 1 : j])
         self._prev = (data, out)
         return out
 
@@ -182,24 +182,25 @@ class LinkUsage:
 
     def peak(self) -> np.ndarray:
         """Most concurrent transfers per link (flows of a collective counted with multiplicity): per link, the
-        maximum of the running sum of +count at starts and -count at ends (ends before starts at one instant:
-        back-to-back is not concurrent), all links of a chunk at once."""
-        lk_all, s_all, e_all, c_all, *_rest, off = self._data()
+        maximum over its intervals' starts of (counts started at or before that start) - (counts ended at or
+        before it) (ends before starts at one instant: back-to-back is not concurrent; empty intervals count 0).
+
+        The intervals are sorted by link then start (:meth:`_data`), so only each link's ends are sorted (a
+        stable sort of a nearly sorted segment) and the starts are looked up in them: O(n log n) per link of n
+        intervals, one Python iteration per link that carried intervals. Counts are integers held in floats
+        (exact sums below 2**53)."""
+        _lk, s_all, e_all, c_all, *_rest, off = self._data()
         out = np.zeros(len(self.links), dtype=np.int64)
-        for i, j in self._chunks(off):
-            lk, s, e, c = lk_all[i:j], s_all[i:j], e_all[i:j], c_all[i:j]
-            ok = e > s
-            if not ok.any():
-                continue
-            lk, s, e, c = lk[ok], s[ok], e[ok], c[ok]
-            L = np.concatenate([lk, lk])
-            o = np.lexsort((np.concatenate([c, -c]), np.concatenate([s, e]), L))
-            L, dc = L[o], np.concatenate([c, -c])[o]
-            del o
-            cs = np.cumsum(dc)
-            starts = np.flatnonzero(np.r_[True, L[1:] != L[:-1]])
-            before = np.r_[0.0, cs[starts[1:] - 1]]  # running total before each link's first event (0 up to rounding)
-            out[L[starts]] = np.round(np.maximum.reduceat(cs, starts) - before).astype(np.int64)
+        offl = off.tolist()
+        for k in np.flatnonzero(np.diff(off)).tolist():
+            i, j = offl[k], offl[k + 1]
+            s, e = s_all[i:j], e_all[i:j]
+            w = np.where(e > s, c_all[i:j], 0.0)
+            o = np.argsort(e, kind="stable")
+            ended = np.cumsum(w[o])
+            idx = np.searchsorted(e[o], s, side="right")  # ends at or before each start
+            val = np.cumsum(w) - np.where(idx > 0, ended[idx - 1], 0.0)
+            out[k] = round(float(val.max()))
         return out
 
     def report(self, elapsed: float) -> list[dict[str, Any]]:
