@@ -283,12 +283,7 @@ class Executor:
                 if r.waiters:
                     ws = r.waiters.pop(j, None)
                     if ws:
-                        for w in ws:
-                            w[0] -= 1
-                            if end + w[4] > w[1]:
-                                w[1], w[3] = end + w[4], j
-                            if w[0] == 0:
-                                w[2].succeed((w[1], w[3]))
+                        self._wake(ws, end, j)
 
     def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
         r.start[j] = start
@@ -304,12 +299,18 @@ class Executor:
                 self.work.append((r, s))
         ws = r.waiters.pop(j, None)
         if ws:
-            for w in ws:
-                w[0] -= 1
-                if end + w[4] > w[1]:
-                    w[1], w[3] = end + w[4], j
-                if w[0] == 0:
-                    w[2].succeed((w[1], w[3]))
+            self._wake(ws, end, j)
+
+    @staticmethod
+    def _wake(ws: list[Any], end: float, j: int) -> None:
+        """Op ``j`` ended at ``end``: each waiter ``[left, latest, event, by, lag]`` counts it off, keeps the
+        latest end + lag and the op that set it, and its event succeeds with ``(latest, by)`` at zero."""
+        for w in ws:
+            w[0] -= 1
+            if end + w[4] > w[1]:
+                w[1], w[3] = end + w[4], j
+            if w[0] == 0:
+                w[2].succeed((w[1], w[3]))
 
     @staticmethod
     def _dispatch(r: _Rank, j: int, t: float) -> tuple[float, int]:
