@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +28,13 @@ TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_head
 
 def tiny(**kw: object) -> MoEModelConfig:
     return MoEModelConfig(**{**TINY, **kw})
+
+
+def launch_costs(rg: Any) -> dict[str, float]:
+    """Host time of the launch call of each GPU op of rank graph ``rg``, by the op's name (seconds)."""
+    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    return {names[int(g)]: float(rg.host_ops.dur[int(h)])
+            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
 
 
 @pytest.fixture(scope="module")
@@ -551,9 +559,7 @@ def test_grouped_gemm_launches_one_gemm_per_local_expert(tmp_path: Path, dgx: ob
     syn = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", eager_step_host="0 us")
     rg = syn.graph.ranks[0]
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
-    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
-    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
-            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    cost = launch_costs(rg)
     for n in ("moe.experts_fc1", "moe.experts_fc2.dgrad", "moe.experts_fc1.wgrad"):
         assert cost[n] == pytest.approx(launch + 10e-6 + 30e-6, rel=1e-9)
     assert cost["moe.experts_swiglu"] == pytest.approx(launch + 10e-6, rel=1e-9)
@@ -602,9 +608,7 @@ def test_quantize_launches_one_cast_per_local_expert(tmp_path: Path, dgx: object
     syn = _synth(tmp_path, dgx, precision="fp8", fp8_recipe="current", dispatch_overhead="10 us")
     rg = syn.graph.ranks[0]
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
-    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
-    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
-            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    cost = launch_costs(rg)
     # (the per-split allocation: one eager step, here dispatch_overhead)
     assert cost["moe.experts_input.quantize"] == pytest.approx(launch + 10e-6 + 7 * launch + 10e-6, rel=1e-9)
     assert cost["attn.input.quantize"] == pytest.approx(launch + 10e-6 + 3 * launch, rel=1e-9)
@@ -643,9 +647,7 @@ def test_backward_pays_one_host_step_per_parameter_it_completes(tmp_path: Path, 
     # eager framework step (dispatch_overhead); "0 us" leaves the hooks out
     def costs(**kw: object) -> dict[str, float]:
         rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", expert_gemm_host="30 us", **kw).graph.ranks[0]
-        names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
-        return {names[int(g)]: float(rg.host_ops.dur[int(h)])
-                for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+        return launch_costs(rg)
 
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
     cost = costs(eager_step_host="7 us")
@@ -661,9 +663,7 @@ def test_a_collective_call_costs_the_host_its_measured_time(tmp_path: Path, dgx:
     # the CUDA launch call plus collective_host instead of an eager op's dispatch_overhead
     def costs(**kw: object) -> dict[str, float]:
         rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", fold=False, **kw).graph.ranks[0]
-        names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
-        return {names[int(g)]: float(rg.host_ops.dur[int(h)])
-                for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+        return launch_costs(rg)
 
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
     cost = costs(collective_host="50 us")
@@ -705,9 +705,7 @@ def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
     syn = _synth(tmp_path, nvl, batch={"global": 72, "micro": 1, "seq": 64}, dispatch_overhead="10 us",
                  expert_gemm_host="30 us")
     rg = syn.graph.ranks[0]  # type: ignore[attr-defined]
-    names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
-    cost = {names[int(g)]: float(rg.host_ops.dur[int(h)])
-            for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
+    cost = launch_costs(rg)
     per = 2.75 * (float(cpu.launch_overhead) + 10e-6)
     assert cost["moe.experts_swiglu"] == pytest.approx(per, rel=1e-9)
     assert cost["moe.experts_fc1"] == pytest.approx(per + 30e-6, rel=1e-9)  # 2 local experts: one extra GEMM
