@@ -119,6 +119,9 @@ def _steps(c: Op, n: int) -> list[Op]:
 
 
 def _ring_ag(c: Op, g: Op, tp: int, p: Precision, u: UbMethod, sms: int) -> list[Op]:
+    """All-gather ``c`` then GEMM ``g`` as a ring exchange: ``tp`` GEMM chunks, the first on the rank's own
+    shard (waits for nothing), chunk ``i`` after ring step ``i - 1`` (``tp - 1`` steps carry ``c``'s bytes);
+    the chunks run on ``sms`` less the method's SM margin."""
     steps = _steps(c, tp - 1)
     ns = u.num_sm if u.set_sm_margin else 0
     out = [steps[0], _chunk(g, tp, 0, p, ns, sms, NONE)]
@@ -130,6 +133,9 @@ def _ring_ag(c: Op, g: Op, tp: int, p: Precision, u: UbMethod, sms: int) -> list
 
 
 def _gemm_rs(g: Op, c: Op, tp: int, p: Precision, u: UbMethod, sms: int) -> list[Op]:
+    """GEMM ``g`` then reduce-scatter ``c``: ring exchange (``tp`` chunks, ``tp - 1`` steps) or pipelined
+    (``num_splits`` chunks, one reduce-scatter piece each); each piece runs under the next chunk (pipelined:
+    the piece of the last chunk stays exposed); the chunks run on ``sms`` less the SMs the method's communication kernels hold."""
     n = tp if u.method == "ring_exchange" else max(u.num_splits, 1)
     steps = _steps(c, tp - 1 if u.method == "ring_exchange" else n)
     ns = u.num_sm if (u.set_sm_margin or u.method != "ring_exchange") else 0
@@ -148,6 +154,7 @@ def _one_call(pieces: list[Op]) -> list[Op]:
 
 
 def _is_tp(o: Op, kind: str) -> bool:
+    """``o`` is a collective of kind ``kind`` over the TP group."""
     return o.cls == "collective" and o.comm is not None and o.comm.group == "tp" and o.comm.kind == kind
 
 
