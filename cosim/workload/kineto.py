@@ -519,7 +519,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             did,
                             tid_,
                             comm,
-                            _concrete_id(a.concrete, concrete_ids, st) if a.concrete else -1,
+                            -1 if not (cr := a.concrete) else (
+                                ci if (ci := concrete_ids.get(bytes(cr))) is not None
+                                else _concrete_id(cr, concrete_ids, st)),
                         )
                     )
                     h_idx.append(k)
