@@ -127,7 +127,7 @@ def test_kernel_db_csv_keeps_the_reduced_axis(tmp_path, monkeypatch):
 def test_b300_held_out_reductions_by_axis():
     """B300 MoE traces, fit on moe_01/03/05, scored on moe_02/04/06 (validation/kernels/RESULTS.md): the
     router's softmax over top-k (2-8 elements, one warp per row) runs in 2.1-2.7 us where the class's
-    reduce_kernel / top-k rows take 5.5-7 us. With one floor per class the softmax rows were +150 % and the
+    reduce_kernel / top-k rows take 5.5-7 us. With one floor per class the softmax rows were +130 to +200 % and the
     reduction class MAPE 52.4 %; with the softmax kernel told apart (its own floor, fitted on the train
     traces' 9 softmax rows) it is 10.4 %."""
     from cosim.models.calibrated import PATTERN_PREFIX
