@@ -58,6 +58,8 @@ __all__ = [
     "PATTERN_PREFIX",
     "PATTERN_RATIO",
     "PATTERN_SM_BANDWIDTH",
+    "REDUCED_AXIS_PATTERNS",
+    "SOFTMAX_WARP_MAX",
     "TILES",
     "TILE_PREFIX",
     "AttentionParams",
@@ -66,6 +68,7 @@ __all__ = [
     "MemoryParams",
     "access_patterns",
     "attention_time",
+    "axis_pattern",
     "element_time",
     "fit_attention",
     "fit_gemm",
@@ -395,6 +398,9 @@ _ACCESS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("unrolled", re.compile(r"unrolled_elementwise_kernel")),
     ("strided", re.compile(r"\belementwise_kernel(?:_with_index)?<")),
     ("reduce", re.compile(r"\breduce_kernel<")),
+    ("softmax_warp", re.compile(r"softmax_warp_(?:forward|backward)")),
+    ("softmax_spatial", re.compile(r"SpatialSoftMax")),
+    ("softmax_block", re.compile(r"cunn_SoftMax(?:Forward|Backward)")),
 )
 """How a memory-bound kernel walks memory, read from the kernel PyTorch (or the driver) launched. PyTorch's
 TensorIterator picks ``vectorized_elementwise_kernel`` when every operand is contiguous and aligned (16-byte
@@ -413,6 +419,12 @@ no fit of that pattern, ``pattern:<name>``): ``efficiency = min(class efficiency
 the median of the ``CatArrayBatchedCopy`` rows moving >= 8 MB of hta/a100-rank3of8-control (A100, 108 SMs,
 0.61 of its 2.04 TB/s; another GPU than the H100 traces scored leave-one-out). H100 Qwen trace: 0.52 of HBM
 measured, 0.45 predicted."""
+
+REDUCED_AXIS_PATTERNS = ("reduce_inner", "reduce_strided", "softmax_warp", "softmax_block", "softmax_spatial")
+"""Patterns of kernels that reduce over an axis, told apart by their reduced axis or their kernel: each is a
+different kernel with its own launch cost (B300: a one-warp-per-row softmax 2.1-2.7 us where a
+``reduce_kernel`` or a top-k takes 5.5-7 us), so a profile fits each its own floor where it has rows enough
+(:func:`cosim.models.fit.fit_memory_patterns`), even where their bytes do not identify a bandwidth."""
 
 ELEMENT_PATTERNS = ("strided", "unrolled")
 """Access patterns whose kernels load one element per operand per thread at a time (no vector loads): their
@@ -450,14 +462,49 @@ def pattern_efficiency(pattern: str, efficiency: float, hw: HardwareFigures, ban
     return min(1.0, max(efficiency * PATTERN_RATIO.get(pattern, 1.0), 1e-4))
 
 
-def access_patterns(kernels: list[str]) -> np.ndarray:
-    """Access pattern (:data:`_ACCESS_PATTERNS` names; '' when the name does not say) of each kernel."""
+SOFTMAX_WARP_MAX = 1024
+"""Longest reduced axis PyTorch's softmax runs as ``softmax_warp_forward`` (one warp per row, the row held in
+registers: one read, one write; aten/src/ATen/native/cuda/SoftMax.cu, ``dim_size <= 1024`` and
+``dim_size * sizeof <= 4096``, contiguous inner axis); longer rows take ``cunn_SoftMaxForward`` (a block per
+row, passes over the row for the max, the sum and the output), a strided axis ``cunn_SpatialSoftMaxForward``."""
+
+
+def axis_pattern(pattern: str, op: str, red_len: float, red_stride: float) -> str:
+    """Access pattern of a reduction, softmax or norm kernel refined by its reduced axis (``red_len`` elements
+    per output, ``red_stride`` elements apart: :func:`cosim.models.features.reduced_axis`; NaN when unknown).
+    ``reduce_kernel`` becomes ``reduce_inner`` (the axis is the contiguous one: threads read it with vector
+    loads and combine across a warp) or ``reduce_strided`` (each thread walks one output's axis with a stride,
+    coalesced across the outputs). A softmax whose kernel name does not say (fused, synthesized) takes the
+    kernel PyTorch dispatches for its axis (:data:`SOFTMAX_WARP_MAX`). Anything else is left as it is."""
+    from cosim.models.features import SOFTMAX_BACKWARD_OPS, SOFTMAX_OPS
+
+    if not (np.isfinite(red_len) and np.isfinite(red_stride)):
+        return pattern
+    if pattern == "reduce":
+        return "reduce_inner" if red_stride <= 1 else "reduce_strided"
+    if not pattern and (op in SOFTMAX_OPS or op in SOFTMAX_BACKWARD_OPS):
+        if red_stride > 1:
+            return "softmax_spatial"
+        return "softmax_warp" if red_len <= SOFTMAX_WARP_MAX else "softmax_block"
+    return pattern
+
+
+def access_patterns(kernels: list[str], f: object | None = None) -> np.ndarray:
+    """Access pattern (:data:`_ACCESS_PATTERNS` names; '' when the name does not say) of each kernel; with the
+    kernels' features ``f`` (:class:`cosim.models.features.KernelFeatures`), reductions and softmax refined by
+    their reduced axis where it is known (:func:`axis_pattern`)."""
     out = np.full(len(kernels), "", dtype=object)
     for i, k in enumerate(kernels):
         for name, rx in _ACCESS_PATTERNS:
             if k and rx.search(k):
                 out[i] = name
                 break
+    red_len = getattr(f, "red_len", None)
+    red_stride = getattr(f, "red_stride", None)
+    if red_len is not None and red_stride is not None:
+        ops: list[str] = getattr(f, "op_name", None) or [""] * len(kernels)
+        for j in np.flatnonzero(np.isfinite(red_len)).tolist():
+            out[j] = axis_pattern(str(out[j]), ops[j], float(red_len[j]), float(red_stride[j]))
     return out
 
 
@@ -468,6 +515,8 @@ def memory_params(by: Mapping[str, ParamsT] | None, base: MemoryParams, pattern:
     efficiency (:func:`pattern_efficiency`)."""
     if pattern and by and PATTERN_PREFIX + pattern in by:
         return by[PATTERN_PREFIX + pattern]  # type: ignore[return-value]
+    if pattern in ("reduce_inner", "reduce_strided") and by and PATTERN_PREFIX + "reduce" in by:
+        return by[PATTERN_PREFIX + "reduce"]  # type: ignore[return-value]  # fitted without the axis
     e = pattern_efficiency(pattern, base.efficiency, hw, bandwidth)
     return base if e == base.efficiency else MemoryParams(efficiency=e, floor_s=base.floor_s)
 
@@ -481,7 +530,7 @@ are floor-bound, so the limit is an upper envelope: aten::sum over 256 threads, 
 thread). See :func:`parallel_time`."""
 RESIDENT_THREADS_PER_SM = 2048
 """Threads an SM holds at once (H100, A100, B200, V100)."""
-PARALLEL_PATTERNS = ("reduce",)
+PARALLEL_PATTERNS = ("reduce", "reduce_inner", "reduce_strided")
 """Access patterns whose kernels get the parallelism limit :func:`parallel_time`: PyTorch's ``reduce_kernel``,
 whose threads loop over the reduced axis. (Not cub's scans and sorts, nor kernels that share their op's bytes
 with others: their launch does not bound the op's traffic.)"""

@@ -47,6 +47,7 @@ __all__ = [
     "elem_bytes",
     "extract_features",
     "feature_class",
+    "reduced_axis",
 ]
 
 @dataclass
@@ -93,6 +94,14 @@ class KernelFeatures:
     inferred: np.ndarray | None = None
     """Rows whose ``bytes`` were inferred from a neighbouring kernel's launch (:func:`infer_norm_bytes`),
     not read from shapes; None when no row was."""
+    red_len: np.ndarray | None = None
+    """Reductions, softmax and norms whose reduced axis is known (the parent op's ``dim`` / ``normalized_shape``
+    from Kineto's ``Concrete Inputs``, :func:`reduced_axis`): elements reduced into each output, NaN elsewhere;
+    None when no row has it."""
+    red_stride: np.ndarray | None = None
+    """Same rows: stride in elements of the innermost reduced axis (1: each output's elements come in
+    contiguous runs; > 1: a strided reduction, the outputs being the contiguous axis), NaN elsewhere; None
+    when no row has it."""
 
     def __len__(self) -> int:
         return len(self.cls)
@@ -105,6 +114,89 @@ class KernelFeatures:
             "heads": float(self.heads[i]), "bwd": int(self.bwd[i]), "flops": float(self.flops[i]),
             "bytes": float(self.bytes[i]), "dur_s": float(self.dur[i]),
         }
+
+
+REDUCE_OPS = frozenset({
+    "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::prod", "aten::max", "aten::min",
+    "aten::argmax", "aten::argmin", "aten::std", "aten::var", "aten::std_mean", "aten::var_mean",
+    "aten::logsumexp", "aten::norm", "aten::linalg_vector_norm", "aten::any", "aten::all", "aten::nansum",
+})
+"""ATen reductions whose ``dim`` argument (second input) names the reduced axes (all axes when absent)."""
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"})
+"""Softmax ops: ``dim`` (second input) is the reduced axis."""
+SOFTMAX_BACKWARD_OPS = frozenset({"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"})
+"""Softmax backward ops: ``(grad, output, dim, dtype)``."""
+LAYER_NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm",
+                            "aten::native_layer_norm_backward"})
+"""Norms over the trailing ``normalized_shape`` (second input; the backward's is its third)."""
+
+
+def _axes(text: str, ndim: int) -> list[int] | None:
+    """Axes named by one ``Concrete Inputs`` entry ('-1', '[0, 2]'), made non-negative; [] when empty
+    (every axis); None when unreadable or out of range."""
+    t = text.strip()
+    if t in ("", "[]", "None"):
+        return []
+    try:
+        v = json.loads(t)
+    except ValueError:
+        return None
+    vals = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in vals):
+        return None
+    out = sorted({x + ndim if x < 0 else x for x in vals})
+    return out if all(0 <= x < ndim for x in out) else None
+
+
+def reduced_axis(op: str, shapes: list, concrete: list) -> tuple[float, float] | None:
+    """``(elements reduced into each output, stride in elements of the reduced axis)`` of a reduction,
+    softmax or layer norm ATen op, from its input shapes (contiguous layout assumed: Kineto records no
+    strides) and its ``Concrete Inputs`` (``dim`` / ``normalized_shape``); None when the op is not one of
+    these or the arguments do not say. The stride is that of the innermost reduced axis: 1 when an output's
+    elements come in contiguous runs (read with vector loads, combined across a warp), > 1 when the outputs
+    are the contiguous axis and each thread walks its output's elements with that stride. A batch norm
+    (NCHW) reduces every axis but the channel (stride 1: runs of H x W)."""
+    x = shapes[0] if shapes else None
+    if x is None or not _is_tensor_shape(x) or (x and isinstance(x[0], list)):
+        return None
+    try:
+        dims = [int(d) for d in x]
+    except (TypeError, ValueError):
+        return None
+    nd = len(dims)
+    if nd == 0:
+        return None
+    axes: list[int] | None
+    if op in REDUCE_OPS:
+        if len(concrete) < 2:
+            return None
+        axes = _axes(str(concrete[1]), nd)
+        if axes == []:
+            axes = list(range(nd))
+    elif op in SOFTMAX_OPS or op in SOFTMAX_BACKWARD_OPS:
+        pos = 2 if op in SOFTMAX_BACKWARD_OPS else 1
+        axes = _axes(str(concrete[pos]), nd) if len(concrete) > pos else None
+        if axes is not None and len(axes) != 1:
+            return None
+    elif op in LAYER_NORM_OPS:
+        pos = 2 if op == "aten::native_layer_norm_backward" else 1
+        ns = _axes(str(concrete[pos]), 1 << 30) if len(concrete) > pos else None  # a shape, not axes
+        if not ns or len(ns) > nd:
+            return None
+        axes = list(range(nd - len(ns), nd))
+    elif op in ("aten::batch_norm", "aten::native_batch_norm", "aten::cudnn_batch_norm",
+                "aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward") and nd >= 2:
+        axes = [0, *range(2, nd)]
+    else:
+        return None
+    if not axes:
+        return None
+    red = float(np.prod([dims[a] for a in axes]))
+    inner = max(axes)
+    stride = float(np.prod(dims[inner + 1:])) if inner + 1 < nd else 1.0
+    if red < 1:
+        return None
+    return red, max(stride, 1.0)
 
 
 def feature_class(cls: int, copy_kind: int) -> str:
@@ -235,7 +327,9 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
         if o >= 0:
             share[(o, classes[j])] = share.get((o, classes[j]), 0) + 1
     elems = np.full(n, np.nan)
+    red_len, red_stride = np.full(n, np.nan), np.full(n, np.nan)
     parsed: dict[int, tuple[str, list, list]] = {}
+    axis_of: dict[int, tuple[float, float] | None] = {}
     for j in range(n):
         c = classes[j]
         f.cls[j] = c
@@ -294,13 +388,28 @@ def extract_features(rg: RankGraph) -> KernelFeatures:
                 sizes = [_numel(sh) for sh in shapes if _is_tensor_shape(sh)]
                 if sizes and max(sizes) > 0:
                     elems[j] = max(sizes) / cnt
+            if c in ("reduction", "norm", "elementwise") and o not in axis_of:
+                axis_of[o] = reduced_axis(op, shapes, _concrete(rg, o))
+            if c in ("reduction", "norm", "elementwise") and axis_of[o] is not None:
+                red_len[j], red_stride[j] = axis_of[o]  # type: ignore[misc]
             f.dtype[j] = tdt
         if not np.isfinite(f.flops[j]) and np.isfinite(G.flops[j]) and c in ("gemm", "grouped_gemm", "attention"):
             f.flops[j] = float(G.flops[j])
     if np.isfinite(elems).any():
         f.elems = elems
+    if np.isfinite(red_len).any():
+        f.red_len, f.red_stride = red_len, red_stride
     infer_norm_bytes(rg, f)
     return f
+
+
+def _concrete(rg: RankGraph, o: int) -> list:
+    """Decoded ``Concrete Inputs`` of host op ``o`` ([] when not recorded)."""
+    k = int(rg.host_ops.concrete_inputs[o])
+    if k < 0:
+        return []
+    v = json.loads(rg.strings[k])
+    return v if isinstance(v, list) else []
 
 
 _ELEMENTWISE_LAUNCH = re.compile(r"\b(?:vectorized_elementwise_kernel|unrolled_elementwise_kernel|elementwise_kernel)<")

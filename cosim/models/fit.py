@@ -4,14 +4,15 @@ The database is a CSV per GPU model (``<accelerator>.csv``), one row per measure
 GPU op, columns (units in the name where there is one)::
 
     source,step,cls,kernel,op,dtype,m,n,k,batch,heads,bwd,flops,bytes,dur_s,grid_x,grid_y,grid_z,
-    block_x,block_y,block_z,elems
+    block_x,block_y,block_z,elems,red_len,red_stride
 
 ``cls`` is the model class (gemm, grouped_gemm, attention, elementwise, ...),
 ``op`` the parent ATen op, ``m, n, k, batch, heads, bwd`` the shape features of
 :class:`cosim.models.features.KernelFeatures`, ``flops`` in FLOP, ``bytes`` in
 bytes, ``dur_s`` the measured duration in seconds, ``grid_*`` / ``block_*`` the launch grid and block (-1
-unknown; optional when reading), ``elems`` the elements of the op's largest tensor per kernel (optional).
-Empty cells are unknown.
+unknown; optional when reading), ``elems`` the elements of the op's largest tensor per kernel (optional),
+``red_len`` / ``red_stride`` a reduction's, softmax's or norm's reduced axis (elements per output, stride in
+elements; optional). Empty cells are unknown.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from cosim.models.calibrated import (
     GEMV_PREFIX,
     MEMORY_CLASSES,
     PATTERN_PREFIX,
+    REDUCED_AXIS_PATTERNS,
     TILE_PREFIX,
     HardwareFigures,
     access_patterns,
@@ -61,6 +63,9 @@ parallelism bound needs; files without them still load."""
 ELEMS_COLUMN = "elems"
 """Optional last column: elements of the op's largest tensor per kernel (``KernelFeatures.elems``; empty =
 unknown), which the scalar-load bound needs; files without it still load."""
+AXIS_COLUMNS = ("red_len", "red_stride")
+"""Optional columns after ``elems``: the reduced axis (``KernelFeatures.red_len`` / ``red_stride``; empty =
+unknown), which the reduced-axis patterns need; files without them still load."""
 _MIN_SAMPLES = {"gemm": 4, "grouped_gemm": 1, "attention": 1}
 _MIN_MEMORY = 3
 _MIN_PER_DTYPE = 12
@@ -158,15 +163,17 @@ class KernelDB:
 
         with atomic_open(path, "w") as fh:
             w = csv.writer(fh)
-            w.writerow(DB_COLUMNS + GRID_COLUMNS + BLOCK_COLUMNS + (ELEMS_COLUMN,))
-            el = self.feats.elems
+            w.writerow(DB_COLUMNS + GRID_COLUMNS + BLOCK_COLUMNS + (ELEMS_COLUMN, *AXIS_COLUMNS))
+            el, rl, rs = self.feats.elems, self.feats.red_len, self.feats.red_stride
             for i in range(len(self.feats)):
                 r = self.feats.row(i)
                 w.writerow([self.source[i], int(self.step[i]), r["cls"], r["kernel"], r["op"], r["dtype"],
                             *(_fmt(r[c]) for c in ("m", "n", "k", "batch", "heads")), r["bwd"],
                             _fmt(r["flops"]), _fmt(r["bytes"]), _fmt(r["dur_s"]),
                             *(int(x) for x in self.feats.grid[i]), *(int(x) for x in self.feats.block[i]),
-                            _fmt(float(el[i])) if el is not None else ""])
+                            _fmt(float(el[i])) if el is not None else "",
+                            _fmt(float(rl[i])) if rl is not None else "",
+                            _fmt(float(rs[i])) if rs is not None else ""])
 
 
 def _fmt(v: float) -> str:
@@ -198,11 +205,15 @@ def load_db(path: str | Path, accelerator: str | None = None) -> KernelDB:
         block = np.array([[int(float(r[c])) if r[c] not in ("", None) else -1 for c in BLOCK_COLUMNS] for r in rows],
                          dtype=np.int64).reshape(n, 3)
     elems = col(ELEMS_COLUMN) if rows and ELEMS_COLUMN in rows[0] else None
+    red_len, red_stride = (col(c) if rows and c in rows[0] else None for c in AXIS_COLUMNS)
+    if red_len is None or red_stride is None or not np.isfinite(red_len).any():
+        red_len = red_stride = None
     f = KernelFeatures(cls=[r["cls"] for r in rows], kernel=[r["kernel"] for r in rows], op_name=[r["op"] for r in rows],
                        dtype=[r["dtype"] for r in rows], m=col("m"), n=col("n"), k=col("k"), batch=col("batch"),
                        heads=col("heads"), bwd=col("bwd").astype(bool), flops=col("flops"), bytes=col("bytes"),
                        dur=col("dur_s"), grid=grid, block=block,
-                       elems=elems if elems is not None and np.isfinite(elems).any() else None)
+                       elems=elems if elems is not None and np.isfinite(elems).any() else None,
+                       red_len=red_len, red_stride=red_stride)
     return KernelDB(accelerator or p.stem, "", f, [r["source"] for r in rows],
                     np.array([int(r["step"]) for r in rows], dtype=np.int64))
 
@@ -219,9 +230,17 @@ def concat(items: Sequence[KernelFeatures]) -> KernelFeatures:
         bwd=cat("bwd").astype(bool), flops=cat("flops"), bytes=cat("bytes"), dur=cat("dur"),
         grid=np.concatenate([f.grid for f in items]) if items else np.zeros((0, 3), np.int64),
         block=np.concatenate([f.block for f in items]) if items else np.zeros((0, 3), np.int64),
-        elems=(np.concatenate([f.elems if f.elems is not None else np.full(len(f), np.nan) for f in items])
-               if any(f.elems is not None for f in items) else None),
+        elems=_cat_optional(items, "elems"), red_len=_cat_optional(items, "red_len"),
+        red_stride=_cat_optional(items, "red_stride"),
     )
+
+
+def _cat_optional(items: Sequence[KernelFeatures], name: str) -> np.ndarray | None:
+    """Concatenation of an optional feature column (NaN for tables without it); None if no table has it."""
+    cols = [getattr(f, name) for f in items]
+    if all(c is None for c in cols):
+        return None
+    return np.concatenate([c if c is not None else np.full(len(f), np.nan) for c, f in zip(cols, items)])
 
 
 def take(f: KernelFeatures, idx: np.ndarray) -> KernelFeatures:
@@ -231,6 +250,8 @@ def take(f: KernelFeatures, idx: np.ndarray) -> KernelFeatures:
         dtype=[f.dtype[i] for i in idx], m=f.m[idx], n=f.n[idx], k=f.k[idx], batch=f.batch[idx],
         heads=f.heads[idx], bwd=f.bwd[idx], flops=f.flops[idx], bytes=f.bytes[idx], dur=f.dur[idx],
         grid=f.grid[idx], block=f.block[idx], elems=f.elems[idx] if f.elems is not None else None,
+        red_len=f.red_len[idx] if f.red_len is not None else None,
+        red_stride=f.red_stride[idx] if f.red_stride is not None else None,
     )
 
 
@@ -336,10 +357,15 @@ def fit_memory_patterns(nbytes: np.ndarray, dur: np.ndarray, patterns: np.ndarra
     if len(set(patterns)) > 1 or np.any(ratio != 1.0):
         for pat in sorted(set(patterns) - {""}):
             s = patterns == pat
-            if bandwidth_identifiable(nbytes[s], dur[s], bandwidth):
+            if bandwidth_identifiable(nbytes[s], dur[s], bandwidth) or (
+                    pat in REDUCED_AXIS_PATTERNS and s.sum() >= MIN_AXIS_PATTERN_ROWS):
                 out[PATTERN_PREFIX + pat] = fit_memory(nbytes[s], dur[s], bandwidth, par[s])
     return out
 
+
+MIN_AXIS_PATTERN_ROWS = 6
+"""Rows of a reduced-axis pattern (:data:`cosim.models.calibrated.REDUCED_AXIS_PATTERNS`) from which it gets its
+own fit even where its bytes do not identify a bandwidth (then its floor only: :func:`fit_memory`)."""
 
 REFERENCE_EFFICIENCY = 0.8
 """Efficiency of a contiguous kernel assumed when weighting other patterns' rows in a class fit."""
@@ -401,7 +427,7 @@ def fit_profile(db: KernelDB, name: str | None = None, provenance: dict | None =
         peaks = np.array([hw.peak(d) for d in dts[ok]])
         models["attention"] = {"default": fit_attention(f.batch[ok], f.heads[ok], f.m[ok], f.n[ok], f.k[ok],
                                                         f.bwd[ok], peaks, f.dur[ok], hw)}
-    pats = access_patterns(f.kernel)
+    pats = access_patterns(f.kernel, f)
     for c in MEMORY_CLASSES:
         ok = use & (cls == c) & np.isfinite(f.bytes)
         if ok.sum() >= _MIN_MEMORY:

@@ -107,7 +107,7 @@ def predict_features(f: KernelFeatures, accelerator: Accelerator,
     cls = np.array(f.cls, dtype=object)
     dts = np.array(f.dtype, dtype=object)
     tiles = named_tiles(f.kernel)
-    patterns = access_patterns(f.kernel)
+    patterns = access_patterns(f.kernel, f)
     for c in sorted(set(f.cls)):
         sel = cls == c
         if c == "collective":

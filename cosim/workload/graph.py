@@ -196,6 +196,13 @@ TABLE_SCHEMAS: dict[str, tuple[Column, ...]] = {
             "JSON text of the input dtypes ('Input type' / ET types with Tensor(...) removed), -1 if none",
         ),
         Column("output_shapes", "int32", ID, "JSON text of the output shapes (ET only), -1 if none"),
+        Column(
+            "concrete_inputs",
+            "int32",
+            ID,
+            "JSON text of Kineto 'Concrete Inputs' (scalar arguments' values as strings, '' for tensors: "
+            "a reduction's dim and keepdim, a softmax's dim), -1 if none",
+        ),
         Column("rf_id", "int64", N, "record-function id ('Record function id' / ET rf_id), -1 if none"),
         Column("ext_id", "int64", N, "Kineto 'External id', -1 if none"),
         Column("correlation", "int64", N, "runtime correlation id (runtime calls), -1 otherwise"),
@@ -506,7 +513,7 @@ class RankGraph:
                 raise ValueError(f"rank {self.rank}: {name} out of range [-1, {hi})")
 
         h = self.host_ops
-        for col in ("name", "input_shapes", "input_types", "output_shapes"):
+        for col in ("name", "input_shapes", "input_types", "output_shapes", "concrete_inputs"):
             rng(f"host_ops.{col}", getattr(h, col), ns)
         rng("host_ops.parent", h.parent, nh)
         rng("host_ops.thread", h.thread, len(self.threads))

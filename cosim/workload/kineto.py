@@ -97,6 +97,7 @@ class _ArgsLite(msgspec.Struct, omit_defaults=True, gc=False):
     correlation: int | None = None
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     device: Any = None
     stream: Any = None
     grid: msgspec.Raw = _NO_RAW
@@ -409,13 +410,30 @@ def _dim3(x: Any) -> tuple[int, int, int]:
     return (-1, -1, -1)
 
 
+def _concrete_id(raw: msgspec.Raw, ids: dict[bytes, int], st: StringTable) -> int:
+    """String id of an op's ``Concrete Inputs`` (the values of its scalar arguments, as strings: a
+    reduction's ``dim`` and ``keepdim``, a softmax's ``dim``, a layer norm's ``normalized_shape``), kept as
+    JSON text for ``host_ops.concrete_inputs``; -1 when it is not an array of strings. Decoded once per
+    distinct text."""
+    k = bytes(raw)
+    i = ids.get(k)
+    if i is None:
+        try:
+            v = _ANY_DECODER.decode(k)
+        except msgspec.DecodeError:
+            v = None
+        ok = isinstance(v, list) and any(x for x in v) and all(isinstance(x, str) for x in v)
+        i = ids[k] = st(_dumps(v)) if ok else -1
+    return i
+
+
 def _comm(a: _Args) -> dict[str, Any]:
     return {key: v for attr, key in _COMM_ATTRS.items() if (v := getattr(a, attr)) is not None}
 
 
 _NO_ARGS = _Args()
 #: Fields of a host row and of a GPU row (see :func:`read_kineto`).
-_HOST_FIELDS = 12
+_HOST_FIELDS = 13
 _GPU_FIELDS = 14
 
 
@@ -444,6 +462,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
     types_raw: dict[bytes, list[Any] | None] = {}  # raw Input type text -> its value (checked once)
     types_ids: dict[bytes, int] = {}
+    concrete_ids: dict[bytes, int] = {}  # raw Concrete Inputs text -> string id (see _concrete_id)
     dim3_of: dict[bytes, tuple[int, int, int]] = {}  # raw grid / block text -> its triple (decoded once)
     host_cats: dict[str | None, int] = {c: int(k) for c, k in HOST_CATS.items()}
     gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
@@ -500,6 +519,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             did,
                             tid_,
                             comm,
+                            -1 if not (cr := a.concrete) else (
+                                ci if (ci := concrete_ids.get(bytes(cr))) is not None
+                                else _concrete_id(cr, concrete_ids, st)),
                         )
                     )
                     h_idx.append(k)

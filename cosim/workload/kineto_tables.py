@@ -61,7 +61,7 @@ def build_rank(
     # ---------------- raw columns -----------------------------------------------------------
     nh, ng = len(host), len(gpu)
     if hcols is None:
-        hcols = list(zip(*host)) if host else [()] * 12
+        hcols = list(zip(*host)) if host else [()] * 13
     if gcols is None:
         gcols = list(zip(*gpu)) if gpu else [()] * 14
     pre = arrays or {}
@@ -318,6 +318,7 @@ def build_rank(
         step=h_step,
         input_shapes=h_shapes,
         input_types=h_types,
+        concrete_inputs=_concrete_column(hcols, order),
         rf_id=hc(7, np.int64)[order],
         ext_id=hc(6, np.int64)[order],
         correlation=h_corr,
@@ -566,3 +567,11 @@ def _device_name(meta: dict[str, Any], g_dev: np.ndarray) -> str:
     if props and isinstance(props[0], dict):
         return str(props[0].get("name", ""))
     return ""
+
+
+def _concrete_column(hcols: list[tuple], order: np.ndarray) -> np.ndarray:
+    """``host_ops.concrete_inputs`` (string ids of the ops' ``Concrete Inputs``, -1 if none) in table order;
+    all -1 for host rows without that field (row tuples of 12 fields)."""
+    if len(hcols) <= 12 or not len(order):
+        return np.full(len(order), -1, np.int32)
+    return col(hcols[12], np.int32)[order]
