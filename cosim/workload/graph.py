@@ -44,7 +44,7 @@ __all__ = [
     "Table",
 ]
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """Version of the execution-graph contract: ``MAJOR.MINOR``. Readers accept any
 minor version of their own major version (new minor versions only add columns or
 enum values, or fill values an older minor version left unknown); a different major
