@@ -62,6 +62,7 @@ from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass,
 
 __all__ = [
     "BLACKWELL_GEMM",
+    "BLACKWELL_CEILING_SOURCE",
     "BLACKWELL_GEMM_SOURCE",
     "COMBINE_BYTES_FACTOR",
     "DISPATCH_BYTES_FACTOR",
@@ -112,8 +113,10 @@ _NARROW_DTYPES = ("fp8", "mxfp8")
 
 
 BLACKWELL_GEMM: dict[str, dict[str, float]] = {
-    "bf16": {"efficiency_ratio": 1.26, "tile_overhead_s": 4.0e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6},
-    "fp8": {"efficiency_ratio": 0.88, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6},
+    "bf16": {"efficiency_ratio": 1.26, "tile_overhead_s": 4.0e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6,
+             "max_throughput": 0.64},
+    "fp8": {"efficiency_ratio": 0.88, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6,
+            "max_throughput": 0.64},
 }
 """Library GEMMs (cuBLAS / cuBLASLt / CUTLASS) on a Blackwell GPU (SM100: B200, GB200, B300, GB300) timed with a
 profile fitted on another architecture (the bundled H100 fit): the H100 BF16 parameters with the main-loop
@@ -123,7 +126,16 @@ per-tensor scales and MXFP8: Blackwell's tensor cores apply the block scales in 
 as in Hopper's block-scaled kernels). Fitted by validation/kernels/published/fit.py on XLA's B200 matmul table
 (rows of at least 10 µs; floor and memory efficiency held at the DeepGEMM fit's, which that table, M >= 256, cannot
 identify) and scored held-out on vLLM's B200 tables and Primus-Turbo's GB200 MXFP8 averages
-(validation/kernels/RESULTS.md, "round 5")."""
+(validation/kernels/RESULTS.md, "round 5"). ``max_throughput``: the sustained-clock ceiling (a GEMM runs at most
+this share of the dtype's dense peak): a B200's BF16 GEMMs plateau at 1.41-1.51 PFLOP/s from 3072^3 to 8192^3
+(pytorch/ao PR 2427, :data:`BLACKWELL_CEILING_SOURCE`), 0.64 of the 2.25 PFLOP/s peak, where the tile/wave model
+fitted on XLA's shapes (at most 4096) kept rising to 0.80 at 8192^3. Fitted on that source alone (rows of at
+least 10 µs, the other parameters held); held out: XLA's table (no row binds), cuBLAS MXFP8 16384^3 / 32768^3
+(0.58-0.59 of the FP8 peak: the FP8 rule stays below the ceiling) and cuBLAS BF16 4096 x 8192 x 4096 (1634
+TFLOP/s, another B200 setup: -12 %). The same share of the dtype's peak on every Blackwell part (GB200: 1.6
+PFLOP/s BF16)."""
+BLACKWELL_CEILING_SOURCE = ("pytorch/ao PR 2427 (benchmarks/float8/bench_matmul.py on an NVIDIA B200): torch.mm BF16 "
+                            "square GEMMs 1024^3..8192^3, 1.41-1.51 PFLOP/s from 3072^3 up")
 BLACKWELL_GEMM_SOURCE = ("XLA default matmul perf table, sm_100_B200 (xla/service/gpu/model/matmul_interpolator_data.h): "
                          "125 shapes M, N, K in 256..4096, BF16 (cuBLAS) and FP8 E4M3 per-tensor (cuBLASLt)")
 _BLACKWELL = re.compile(r"\bG?B[23]00\b")
@@ -163,7 +175,7 @@ def library_profile(profile: CalibrationProfile, accelerator: Accelerator) -> Ca
             models.setdefault(cls, {})[dt] = replace(
                 base, efficiency=min(1.0, base.efficiency * rule["efficiency_ratio"]),
                 tile_overhead_s=rule["tile_overhead_s"], memory_efficiency=rule["memory_efficiency"],
-                floor_s=rule["floor_s"])
+                floor_s=rule["floor_s"], max_throughput=rule.get("max_throughput", 1.0))
     return replace(out, models=models)
 
 

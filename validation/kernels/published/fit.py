@@ -52,15 +52,15 @@ def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,
     nbytes = g * ((m * k + k * n) * ib + 2.0 * m * n)
     t = 2 * g * m * n * k / (tf * 1e12)
 
-    def err(rc: float, to: float, me: float, fl: float) -> np.ndarray:
+    def err(rc: float, to: float, me: float, fl: float, mt: float = 1.0) -> np.ndarray:
         p = replace(base, efficiency=min(1.0, base.efficiency * rc), tile_overhead_s=to, memory_efficiency=me,
-                    floor_s=fl)
+                    floor_s=fl, max_throughput=mt)
         return np.asarray(np.log(gemm_time(m, n, k, g, nbytes, hw.peak(dtype), hw, p) / t))
 
     best: tuple[float, tuple[float, ...]] | None = None
     grid = (np.arange(0.80, 1.42, 0.02), [0.0, 0.5e-6, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6],
-            np.arange(0.6, 1.0, 0.025), np.arange(1e-6, 5.1e-6, 0.5e-6))
-    names = ("efficiency_ratio", "tile_overhead_s", "memory_efficiency", "floor_s")
+            np.arange(0.6, 1.0, 0.025), np.arange(1e-6, 5.1e-6, 0.5e-6), [1.0, *np.arange(0.55, 0.80, 0.01)])
+    names = ("efficiency_ratio", "tile_overhead_s", "memory_efficiency", "floor_s", "max_throughput")
     grid = tuple([fixed[nm]] if fixed and nm in fixed else list(gr) for nm, gr in zip(names, grid))
     for x in itertools.product(*grid):
         e = np.abs(err(*x))
@@ -68,9 +68,9 @@ def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,
         if best is None or s < best[0]:
             best = (s, tuple(float(v) for v in x))
     assert best is not None
-    rc, to, me, fl = best[1]
+    rc, to, me, fl, mt = best[1]
     return ({"efficiency_ratio": round(rc, 3), "tile_overhead_s": to, "memory_efficiency": round(me, 3),
-             "floor_s": fl}, np.exp(-err(rc, to, me, fl)) - 1)
+             "floor_s": fl, "max_throughput": round(mt, 3)}, np.exp(-err(rc, to, me, fl, mt)) - 1)
 
 
 def main(argv: list[str] | None = None) -> int:
