@@ -61,8 +61,8 @@ from cosim.models.profile import CalibrationProfile
 from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, StringTable, Table
 
 __all__ = [
-    "BLACKWELL_GEMM",
     "BLACKWELL_CEILING_SOURCE",
+    "BLACKWELL_GEMM",
     "BLACKWELL_GEMM_SOURCE",
     "COMBINE_BYTES_FACTOR",
     "DISPATCH_BYTES_FACTOR",
