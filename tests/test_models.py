@@ -754,6 +754,15 @@ def test_gemm_sustained_throughput_ceiling() -> None:
     rule = BLACKWELL_GEMM["bf16"]
     t = KernelTimer(b200)([Op("g", "gemm", 2 * M * N * K, 3 * M * K * 2.0, "bf16", M, N, K)])[0]
     assert t == pytest.approx(rule["floor_s"] + 2 * M * N * K / (rule["max_throughput"] * 2.25e15), rel=1e-9)
+    # the same absolute rate on a GB200 (same die; its 2.5 PFLOP/s sheet peak is power headroom), also for MXFP8
+    from cosim.models.precision import blackwell_ceiling
+
+    gb200 = load_catalog().accelerator("gb200")
+    assert blackwell_ceiling(gb200, "bf16") == pytest.approx(0.64 * 2.25 / 2.5)
+    assert blackwell_ceiling(gb200, "mxfp8") == pytest.approx(0.64 * 4.5 / 5.0)
+    assert blackwell_ceiling(b200, "bf16") == pytest.approx(0.64)
+    tg = KernelTimer(gb200)([Op("g", "gemm", 2 * M * N * K, 3 * M * K * 2.0, "bf16", M, N, K)])[0]
+    assert tg == pytest.approx(t, rel=1e-9)
     # the published plateau (rows of at least 10 us: 3072^3 .. 8192^3) within 11 %
     rows = {r["label"]: r["error"] for r in score_source(HERE / "torchao-b200-bf16.yaml")["rows"]}
     for n in (3072, 4096, 6144, 8192):

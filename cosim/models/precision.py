@@ -134,6 +134,12 @@ least 10 µs, the other parameters held); held out: XLA's table (no row binds), 
 (0.58-0.59 of the FP8 peak: the FP8 rule stays below the ceiling) and cuBLAS BF16 4096 x 8192 x 4096 (1634
 TFLOP/s, another B200 setup: -12 %). The same share of the dtype's peak on every Blackwell part (GB200: 1.6
 PFLOP/s BF16)."""
+BLACKWELL_CEILING_REFERENCE = "b200"
+"""The catalog part whose dense peaks the ceiling's share refers to: the B200 (HGX, 1000 W). A GB200's sheet peaks
+are 11 % higher (its 1200 W allows higher boost clocks; same die, 148 SMs, the catalog's same 1.98 GHz) but its
+training throughput is not: Megatron-Bridge 25.11 (docs/performance-summary.md, NeMo 25.11 tables) runs Llama-3-8B
+(8 GPUs, FP8-CS and MXFP8, GBS 128, MBS 2, seq 8192, the same layout on both) at 31508 / 29789 tokens/s/GPU on
+GB200 and 30624 / 29521 on B200, +2.9 % / +0.9 %, not +11 %."""
 BLACKWELL_CEILING_SOURCE = ("pytorch/ao PR 2427 (benchmarks/float8/bench_matmul.py on an NVIDIA B200): torch.mm BF16 "
                             "square GEMMs 1024^3..8192^3, 1.41-1.51 PFLOP/s from 3072^3 up")
 BLACKWELL_GEMM_SOURCE = ("XLA default matmul perf table, sm_100_B200 (xla/service/gpu/model/matmul_interpolator_data.h): "
@@ -175,8 +181,28 @@ def library_profile(profile: CalibrationProfile, accelerator: Accelerator) -> Ca
             models.setdefault(cls, {})[dt] = replace(
                 base, efficiency=min(1.0, base.efficiency * rule["efficiency_ratio"]),
                 tile_overhead_s=rule["tile_overhead_s"], memory_efficiency=rule["memory_efficiency"],
-                floor_s=rule["floor_s"], max_throughput=rule.get("max_throughput", 1.0))
+                floor_s=rule["floor_s"], max_throughput=blackwell_ceiling(accelerator, dt))
     return replace(out, models=models)
+
+
+def blackwell_ceiling(accelerator: Accelerator, dtype: str) -> float:
+    """The sustained-clock ceiling of :data:`BLACKWELL_GEMM` on ``accelerator``, as a share of its own ``dtype``
+    peak: ``max_throughput`` scaled by the B200's sheet peak over the part's sheet peak in the bundled catalog
+    (:data:`BLACKWELL_CEILING_REFERENCE`; only parts rated above the B200 are held back): the same absolute rate on
+    every part of the B200 die (GB200: 2.25 / 2.5 x 0.64 = 0.576 of its 2.5 PFLOP/s BF16). The share applies to the
+    accelerator's own peak, so a what-if that raises the peak raises the ceiling with it."""
+    from cosim.catalog import load_catalog
+
+    share = float(BLACKWELL_GEMM["bf16" if dtype == "bf16" else "fp8"]["max_throughput"])
+    cat = load_catalog()
+    sheet = next((a for a in cat.accelerators.values() if a.name == accelerator.name), None)
+    if sheet is None:
+        return share
+    try:
+        ratio = float(cat.accelerator(BLACKWELL_CEILING_REFERENCE).peak(dtype)) / float(sheet.peak(dtype))
+    except KeyError:
+        return share
+    return share * min(1.0, ratio)
 
 
 def narrow_gemm_params(p: GemmParams) -> GemmParams:
