@@ -769,39 +769,6 @@ def test_gemm_sustained_throughput_ceiling() -> None:
         assert abs(rows[f"dense bf16 1x{n}x{n}x{n}"]) < 0.11
 
 
-def test_per_expert_grouped_gemm_runs_in_stream_rounds() -> None:
-    """A grouped GEMM that Transformer Engine launches as one cuBLASLt GEMM per expert (``Op.launches`` > 1) runs
-    on 4 compute streams: 10 experts go in rounds of 4, 4 and 2 concurrent GEMMs, each round its own grid (worked
-    with the tile/wave model by hand); a one-launch grouped GEMM keeps one grid of all groups' tiles."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time
-    from cosim.models.profile import CalibrationProfile
-    from cosim.models.synth_timing import TE_COMPUTE_STREAMS, KernelTimer
-    from cosim.workload.synth.costs import Op
-
-    assert TE_COMPUTE_STREAMS == 4
-    p = GemmParams(efficiency=0.7, tile_overhead_s=1e-6, memory_efficiency=0.8, floor_s=2e-6, small_tile_alpha=0.0)
-    acc = load_catalog().accelerator("h100-sxm5")
-    prof = CalibrationProfile("hand", "h100-sxm5", models={"grouped_gemm": {"bf16": p}})
-    timer, hw = KernelTimer(acc, prof), HardwareFigures.of(acc)
-    g, m, n, k = 10, 1000.0, 3000.0, 2048.0
-    one = Op("e", "grouped_gemm", 2 * g * m * n * k, g * (m * k + k * n + 2 * m * n) * 2.0, "bf16", m, n, k, batch=g)
-
-    def grid(groups: int) -> float:
-        nb = groups * (m * k + k * n + 2 * m * n) * 2.0
-        prm = timer._model_profile.params("grouped_gemm", "bf16")
-        return float(gemm_time(np.array([m]), np.array([n]), np.array([k]), np.array([float(groups)]), np.array([nb]),
-                               float(acc.peak("bf16")), hw, prm)[0])
-
-    assert timer([one])[0] == pytest.approx(grid(10), rel=1e-9)
-    assert timer([replace(one, launches=g)])[0] == pytest.approx(2 * grid(4) + grid(2), rel=1e-9)
-    two = replace(one, batch=2.0, flops=one.flops / 5, bytes=one.bytes / 5)
-    assert timer([replace(two, launches=2)])[0] == pytest.approx(timer([two])[0], rel=1e-9)  # one round
-
-
 def test_blackwell_library_gemm_rule() -> None:
     """On a Blackwell GPU timed with a profile fitted on another architecture, synthesized BF16 and one-byte GEMMs
     take the H100 BF16 parameters through :data:`BLACKWELL_GEMM` (efficiency x ratio, per-wave cost, streaming

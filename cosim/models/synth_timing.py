@@ -30,13 +30,7 @@ from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import Op
 from cosim.workload.synth.spec import SyntheticSpec
 
-__all__ = ["DECODE_ATTENTION_EFFICIENCY", "TE_COMPUTE_STREAMS", "KernelTimer", "calibrated_profile",
-           "synthetic_kernel_timer"]
-
-TE_COMPUTE_STREAMS = 4
-"""Compute streams Transformer Engine's ``multi_stream_cublas_gemm`` spreads a grouped GEMM's per-group cuBLASLt
-GEMMs over (GEMM ``i`` on stream ``i % 4``; ``nvte_get_num_compute_streams``, transformer_engine/common/util/
-multi_stream.cpp, v2.12: ``num_compute_streams = 4``): at most 4 groups' GEMMs run at once."""
+__all__ = ["DECODE_ATTENTION_EFFICIENCY", "KernelTimer", "calibrated_profile", "synthetic_kernel_timer"]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
 """Share of the bf16 dense peak that decode attention reaches when compute-bound: FlashMLA's
@@ -81,9 +75,6 @@ class KernelTimer:
             grid=np.full((n, 3), -1, dtype=np.int64), block=np.full((n, 3), -1, dtype=np.int64))
         pred = predict_features(f, self.accelerator, self._model_profile, kernel_scale=False, database=False)
         out = np.where(np.array([o.cls == "collective" for o in ops]), 0.0, pred.dur)
-        per_expert = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1 and o.batch > 1]
-        for i in per_expert:
-            out[i] = self._stream_rounds(ops[i])
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
         if dec:  # decode attention: a roofline of its cache read and its FLOPs at the decode kernels' efficiency
             mem = self([replace(ops[i], name=f"{ops[i].name}.kv_read", cls="elementwise", flops=0.0) for i in dec])
@@ -91,19 +82,6 @@ class KernelTimer:
             for i, t in zip(dec, mem):
                 out[i] = max(ops[i].flops / peak, t)
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
-
-
-    def _stream_rounds(self, o: Op) -> float:
-        """A grouped GEMM run as one GEMM per group on :data:`TE_COMPUTE_STREAMS` streams (``o.launches`` > 1):
-        the groups go in rounds of up to that many concurrent GEMMs, each round a kernel grid of its own (the
-        next round's GEMMs start when the previous ones on their streams end), so every round pays its own wave
-        quantisation instead of one grid of all groups' tiles (s)."""
-        g = int(round(o.batch))
-        c = min(TE_COMPUTE_STREAMS, g)
-        rounds = [c] * (g // c) + ([g % c] if g % c else [])
-        shares = {x: self([replace(o, batch=float(x), flops=o.flops * x / g, bytes=o.bytes * x / g, launches=1)])[0]
-                  for x in set(rounds)}
-        return float(sum(shares[x] for x in rounds))
 
 
 def synthetic_kernel_timer(spec: SyntheticSpec, accelerator: Accelerator, base: Path | None = None) -> KernelTimer:
