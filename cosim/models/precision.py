@@ -132,8 +132,8 @@ this share of the dtype's dense peak): a B200's BF16 GEMMs plateau at 1.41-1.51 
 fitted on XLA's shapes (at most 4096) kept rising to 0.80 at 8192^3. Fitted on that source alone (rows of at
 least 10 µs, the other parameters held); held out: XLA's table (no row binds), cuBLAS MXFP8 16384^3 / 32768^3
 (0.58-0.59 of the FP8 peak: the FP8 rule stays below the ceiling) and cuBLAS BF16 4096 x 8192 x 4096 (1634
-TFLOP/s, another B200 setup: -12 %). The same share of the dtype's peak on every Blackwell part (GB200: 1.6
-PFLOP/s BF16)."""
+TFLOP/s, another B200 setup: -13 %). One absolute rate per die: :func:`blackwell_ceiling` scales the share by the
+B200's sheet peak over the part's (GB200: 1.44 PFLOP/s BF16 like the B200, 0.576 of its own 2.5)."""
 BLACKWELL_CEILING_REFERENCE = "b200"
 """The catalog part whose dense peaks the ceiling's share refers to: the B200 (HGX, 1000 W). A GB200's sheet peaks
 are 11 % higher (its 1200 W allows higher boost clocks; same die, 148 SMs, the catalog's same 1.98 GHz) but its
