@@ -720,6 +720,55 @@ def test_narrow_gemm_rule_worked_example() -> None:
     assert KernelTimer(acc, prof2)(ops[:1])[0] == pytest.approx(109 * 2 * 64 * 32 * K / (1978.9e12 / 132 * 0.5))
 
 
+def test_gemm_sustained_throughput_ceiling() -> None:
+    """``GemmParams.max_throughput``: a GEMM runs at most that share of the dtype's peak (power-limited clocks),
+    worked by hand; the Blackwell rule's 0.64 puts a B200's large BF16 GEMMs on the plateau pytorch/ao PR 2427
+    measured (1.41-1.51 PFLOP/s from 3072^3 to 8192^3), where the tile/wave model alone reached 1.79 PFLOP/s."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from cosim.models.calibrated import GemmParams, HardwareFigures, gemm_time, params_to_dict
+    from cosim.models.precision import BLACKWELL_GEMM
+    from cosim.models.synth_timing import KernelTimer
+    from cosim.workload.synth.costs import Op
+    from validation.kernels.published.score import HERE, score_source
+
+    b200 = load_catalog().accelerator("b200")
+    hw = HardwareFigures.of(b200)
+    p = GemmParams(efficiency=1.0, tile_overhead_s=0.0, memory_efficiency=1.0, floor_s=1e-6, small_tile_alpha=0.0)
+    M = N = K = 8192.0
+    one = (np.array([M]), np.array([N]), np.array([K]), np.array([1.0]), np.array([3 * M * K * 2.0]))
+    free = gemm_time(*one, 2.25e15, hw, p)[0]
+    capped = gemm_time(*one, 2.25e15, hw, replace(p, max_throughput=0.5))[0]
+    # 8192^3 on 148 SMs at full efficiency: 2 * 8192^3 / 2.25e15 = 489 us of math (+ tile quantisation) < the cap
+    assert free < 1e-6 + 2 * M * N * K / 2.25e15 * 1.2
+    assert capped == pytest.approx(1e-6 + 2 * M * N * K / (0.5 * 2.25e15), rel=1e-12)
+    # a small GEMM below the ceiling is not touched
+    small = (np.array([256.0]), np.array([256.0]), np.array([256.0]), np.array([1.0]), np.array([3 * 256**2 * 2.0]))
+    assert gemm_time(*small, 2.25e15, hw, replace(p, max_throughput=0.5))[0] == gemm_time(*small, 2.25e15, hw, p)[0]
+    with pytest.raises(ValueError, match="max_throughput"):
+        GemmParams(max_throughput=0.0)
+    assert "max_throughput" not in params_to_dict(p)  # fitted profiles keep their YAML
+    # the Blackwell rule: a synthesized 8192^3 BF16 GEMM on a B200 runs at 0.64 of 2.25 PFLOP/s (+ the floor)
+    rule = BLACKWELL_GEMM["bf16"]
+    t = KernelTimer(b200)([Op("g", "gemm", 2 * M * N * K, 3 * M * K * 2.0, "bf16", M, N, K)])[0]
+    assert t == pytest.approx(rule["floor_s"] + 2 * M * N * K / (rule["max_throughput"] * 2.25e15), rel=1e-9)
+    # the same absolute rate on a GB200 (same die; its 2.5 PFLOP/s sheet peak is power headroom), also for MXFP8
+    from cosim.models.precision import blackwell_ceiling
+
+    gb200 = load_catalog().accelerator("gb200")
+    assert blackwell_ceiling(gb200, "bf16") == pytest.approx(0.64 * 2.25 / 2.5)
+    assert blackwell_ceiling(gb200, "mxfp8") == pytest.approx(0.64 * 4.5 / 5.0)
+    assert blackwell_ceiling(b200, "bf16") == pytest.approx(0.64)
+    tg = KernelTimer(gb200)([Op("g", "gemm", 2 * M * N * K, 3 * M * K * 2.0, "bf16", M, N, K)])[0]
+    assert tg == pytest.approx(t, rel=1e-9)
+    # the published plateau (rows of at least 10 us: 3072^3 .. 8192^3) within 11 %
+    rows = {r["label"]: r["error"] for r in score_source(HERE / "torchao-b200-bf16.yaml")["rows"]}
+    for n in (3072, 4096, 6144, 8192):
+        assert abs(rows[f"dense bf16 1x{n}x{n}x{n}"]) < 0.11
+
+
 def test_blackwell_library_gemm_rule() -> None:
     """On a Blackwell GPU timed with a profile fitted on another architecture, synthesized BF16 and one-byte GEMMs
     take the H100 BF16 parameters through :data:`BLACKWELL_GEMM` (efficiency x ratio, per-wave cost, streaming
@@ -750,7 +799,8 @@ def test_blackwell_library_gemm_rule() -> None:
     for dt, ib in (("bf16", 2.0), ("fp8", 1.0), ("mxfp8", 1.0)):
         rule = BLACKWELL_GEMM["bf16" if dt == "bf16" else "fp8"]
         want = replace(bf16, efficiency=0.7 * rule["efficiency_ratio"], tile_overhead_s=rule["tile_overhead_s"],
-                       memory_efficiency=rule["memory_efficiency"], floor_s=rule["floor_s"])
+                       memory_efficiency=rule["memory_efficiency"], floor_s=rule["floor_s"],
+                       max_throughput=rule["max_throughput"])
         for M, N, K in ((16, 8192, 2048), (4096, 8192, 4096)):
             nb = (M * K + K * N) * ib + 2.0 * M * N
             t = KernelTimer(b200, prof)([Op("g", "gemm", 2.0 * M * N * K, nb, dt, M, N, K)])[0]

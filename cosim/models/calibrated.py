@@ -123,9 +123,13 @@ class GemmParams:
     """Launch-to-completion floor of the smallest GEMM (s)."""
     small_tile_alpha: float = 0.3
     """Exponent of the efficiency loss of smaller tiles: eff * (tm*tn/32768)**alpha."""
+    max_throughput: float = 1.0
+    """Ceiling on the FLOP rate a GEMM sustains, as a fraction of the dtype's dense peak: a GEMM takes at least
+    ``flops / (max_throughput * peak)``. 1.0 (no ceiling) for fitted profiles; below 1 where a GPU's long GEMMs
+    run at power-limited clocks (:data:`cosim.models.precision.BLACKWELL_GEMM`)."""
 
     def __post_init__(self) -> None:
-        _check_frac(self, "efficiency", "memory_efficiency")
+        _check_frac(self, "efficiency", "memory_efficiency", "max_throughput")
         _check_nonneg(self, "tile_overhead_s", "floor_s")
         if not 0 <= self.small_tile_alpha <= 1:
             raise ValueError(f"small_tile_alpha must be in [0, 1], got {self.small_tile_alpha!r}")
@@ -198,8 +202,8 @@ def params_from_dict(cls: str, data: Mapping[str, float]) -> ParamsT:
 
 
 def params_to_dict(p: ParamsT) -> dict[str, float]:
-    """Parameters as a plain dict (for YAML)."""
-    return {k: float(v) for k, v in asdict(p).items()}
+    """Parameters as a plain dict (for YAML); a GEMM's ``max_throughput`` only when it sets a ceiling."""
+    return {k: float(v) for k, v in asdict(p).items() if not (k == "max_throughput" and v == 1.0)}
 
 
 @dataclass(frozen=True)
@@ -342,6 +346,8 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nb
             sel = known & ~launched & (tile[:, 0] == a) & (tile[:, 1] == b)
             best[sel] = _gemm_candidates(m[sel], n[sel], k[sel], batch[sel], peak_sm[sel], hw, p, ((a, b),))
     t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
+    if p.max_throughput < 1.0:  # sustained-clock ceiling: the math cannot run faster than this share of the peak
+        best = np.maximum(best, 2.0 * m * n * k * batch / (np.asarray(peak, dtype=float) * p.max_throughput))
     return p.floor_s + np.maximum(best, t_mem)
 
 

@@ -61,6 +61,7 @@ from cosim.models.profile import CalibrationProfile
 from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, OpClass, RankGraph, StringTable, Table
 
 __all__ = [
+    "BLACKWELL_CEILING_SOURCE",
     "BLACKWELL_GEMM",
     "BLACKWELL_GEMM_SOURCE",
     "COMBINE_BYTES_FACTOR",
@@ -112,8 +113,10 @@ _NARROW_DTYPES = ("fp8", "mxfp8")
 
 
 BLACKWELL_GEMM: dict[str, dict[str, float]] = {
-    "bf16": {"efficiency_ratio": 1.26, "tile_overhead_s": 4.0e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6},
-    "fp8": {"efficiency_ratio": 0.88, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6},
+    "bf16": {"efficiency_ratio": 1.26, "tile_overhead_s": 4.0e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6,
+             "max_throughput": 0.64},
+    "fp8": {"efficiency_ratio": 0.88, "tile_overhead_s": 1.5e-6, "memory_efficiency": 0.825, "floor_s": 2.5e-6,
+            "max_throughput": 0.64},
 }
 """Library GEMMs (cuBLAS / cuBLASLt / CUTLASS) on a Blackwell GPU (SM100: B200, GB200, B300, GB300) timed with a
 profile fitted on another architecture (the bundled H100 fit): the H100 BF16 parameters with the main-loop
@@ -123,7 +126,22 @@ per-tensor scales and MXFP8: Blackwell's tensor cores apply the block scales in 
 as in Hopper's block-scaled kernels). Fitted by validation/kernels/published/fit.py on XLA's B200 matmul table
 (rows of at least 10 µs; floor and memory efficiency held at the DeepGEMM fit's, which that table, M >= 256, cannot
 identify) and scored held-out on vLLM's B200 tables and Primus-Turbo's GB200 MXFP8 averages
-(validation/kernels/RESULTS.md, "round 5")."""
+(validation/kernels/RESULTS.md, "round 5"). ``max_throughput``: the sustained-clock ceiling (a GEMM runs at most
+this share of the dtype's dense peak): a B200's BF16 GEMMs plateau at 1.41-1.51 PFLOP/s from 3072^3 to 8192^3
+(pytorch/ao PR 2427, :data:`BLACKWELL_CEILING_SOURCE`), 0.64 of the 2.25 PFLOP/s peak, where the tile/wave model
+fitted on XLA's shapes (at most 4096) kept rising to 0.80 at 8192^3. Fitted on that source alone (rows of at
+least 10 µs, the other parameters held); held out: XLA's table (no row binds), cuBLAS MXFP8 16384^3 / 32768^3
+(0.58-0.59 of the FP8 peak: the FP8 rule stays below the ceiling) and cuBLAS BF16 4096 x 8192 x 4096 (1634
+TFLOP/s, another B200 setup: -13 %). One absolute rate per die: :func:`blackwell_ceiling` scales the share by the
+B200's sheet peak over the part's (GB200: 1.44 PFLOP/s BF16 like the B200, 0.576 of its own 2.5)."""
+BLACKWELL_CEILING_REFERENCE = "b200"
+"""The catalog part whose dense peaks the ceiling's share refers to: the B200 (HGX, 1000 W). A GB200's sheet peaks
+are 11 % higher (its 1200 W allows higher boost clocks; same die, 148 SMs, the catalog's same 1.98 GHz) but its
+training throughput is not: Megatron-Bridge 25.11 (docs/performance-summary.md, NeMo 25.11 tables) runs Llama-3-8B
+(8 GPUs, FP8-CS and MXFP8, GBS 128, MBS 2, seq 8192, the same layout on both) at 31508 / 29789 tokens/s/GPU on
+GB200 and 30624 / 29521 on B200, +2.9 % / +0.9 %, not +11 %."""
+BLACKWELL_CEILING_SOURCE = ("pytorch/ao PR 2427 (benchmarks/float8/bench_matmul.py on an NVIDIA B200): torch.mm BF16 "
+                            "square GEMMs 1024^3..8192^3, 1.41-1.51 PFLOP/s from 3072^3 up")
 BLACKWELL_GEMM_SOURCE = ("XLA default matmul perf table, sm_100_B200 (xla/service/gpu/model/matmul_interpolator_data.h): "
                          "125 shapes M, N, K in 256..4096, BF16 (cuBLAS) and FP8 E4M3 per-tensor (cuBLASLt)")
 _BLACKWELL = re.compile(r"\bG?B[23]00\b")
@@ -163,8 +181,28 @@ def library_profile(profile: CalibrationProfile, accelerator: Accelerator) -> Ca
             models.setdefault(cls, {})[dt] = replace(
                 base, efficiency=min(1.0, base.efficiency * rule["efficiency_ratio"]),
                 tile_overhead_s=rule["tile_overhead_s"], memory_efficiency=rule["memory_efficiency"],
-                floor_s=rule["floor_s"])
+                floor_s=rule["floor_s"], max_throughput=blackwell_ceiling(accelerator, dt))
     return replace(out, models=models)
+
+
+def blackwell_ceiling(accelerator: Accelerator, dtype: str) -> float:
+    """The sustained-clock ceiling of :data:`BLACKWELL_GEMM` on ``accelerator``, as a share of its own ``dtype``
+    peak: ``max_throughput`` scaled by the B200's sheet peak over the part's sheet peak in the bundled catalog
+    (:data:`BLACKWELL_CEILING_REFERENCE`; only parts rated above the B200 are held back): the same absolute rate on
+    every part of the B200 die (GB200: 2.25 / 2.5 x 0.64 = 0.576 of its 2.5 PFLOP/s BF16). The share applies to the
+    accelerator's own peak, so a what-if that raises the peak raises the ceiling with it."""
+    from cosim.catalog import load_catalog
+
+    share = float(BLACKWELL_GEMM["bf16" if dtype == "bf16" else "fp8"]["max_throughput"])
+    cat = load_catalog()
+    sheet = next((a for a in cat.accelerators.values() if a.name == accelerator.name), None)
+    if sheet is None:
+        return share
+    try:
+        ratio = float(cat.accelerator(BLACKWELL_CEILING_REFERENCE).peak(dtype)) / float(sheet.peak(dtype))
+    except KeyError:
+        return share
+    return share * min(1.0, ratio)
 
 
 def narrow_gemm_params(p: GemmParams) -> GemmParams:

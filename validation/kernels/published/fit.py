@@ -9,6 +9,12 @@ the best point and its errors. The Blackwell rule (``cosim.models.precision.BLAC
 
     python -m validation.kernels.published.fit validation/kernels/published/xla-b200.yaml --dtype bf16 \
         --min-us 10 --fix floor_s=2.5e-6 --fix memory_efficiency=0.825     # and --dtype fp8
+
+Its sustained-clock ceiling (``max_throughput``) on pytorch/ao's B200 plateau, the other parameters held::
+
+    python -m validation.kernels.published.fit validation/kernels/published/torchao-b200-bf16.yaml --dtype bf16 \
+        --min-us 10 --ceiling --fix efficiency_ratio=1.26 --fix tile_overhead_s=4e-6 --fix floor_s=2.5e-6 \
+        --fix memory_efficiency=0.825
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ def source_rows(src: dict, dtype: str) -> np.ndarray:
 
 
 def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,
-        fixed: dict[str, float] | None = None) -> tuple[dict[str, float], np.ndarray]:
-    """Grid fit on the rows of ``dtype`` whose published time is at least ``min_us`` (µs)."""
+        fixed: dict[str, float] | None = None, ceiling: bool = False) -> tuple[dict[str, float], np.ndarray]:
+    """Grid fit on the rows of ``dtype`` whose published time is at least ``min_us`` (µs); ``ceiling``: also search
+    the sustained-throughput ceiling ``max_throughput`` (else held at 1.0, no ceiling)."""
     paths = path if isinstance(path, list) else [path]
     srcs = [yaml.safe_load(p.read_text()) for p in paths]
     src = srcs[0]
@@ -52,15 +59,16 @@ def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,
     nbytes = g * ((m * k + k * n) * ib + 2.0 * m * n)
     t = 2 * g * m * n * k / (tf * 1e12)
 
-    def err(rc: float, to: float, me: float, fl: float) -> np.ndarray:
+    def err(rc: float, to: float, me: float, fl: float, mt: float = 1.0) -> np.ndarray:
         p = replace(base, efficiency=min(1.0, base.efficiency * rc), tile_overhead_s=to, memory_efficiency=me,
-                    floor_s=fl)
+                    floor_s=fl, max_throughput=mt)
         return np.asarray(np.log(gemm_time(m, n, k, g, nbytes, hw.peak(dtype), hw, p) / t))
 
     best: tuple[float, tuple[float, ...]] | None = None
     grid = (np.arange(0.80, 1.42, 0.02), [0.0, 0.5e-6, 1e-6, 1.5e-6, 2e-6, 3e-6, 4e-6, 5e-6],
-            np.arange(0.6, 1.0, 0.025), np.arange(1e-6, 5.1e-6, 0.5e-6))
-    names = ("efficiency_ratio", "tile_overhead_s", "memory_efficiency", "floor_s")
+            np.arange(0.6, 1.0, 0.025), np.arange(1e-6, 5.1e-6, 0.5e-6),
+            [1.0, *np.arange(0.55, 0.80, 0.01)] if ceiling else [1.0])
+    names = ("efficiency_ratio", "tile_overhead_s", "memory_efficiency", "floor_s", "max_throughput")
     grid = tuple([fixed[nm]] if fixed and nm in fixed else list(gr) for nm, gr in zip(names, grid))
     for x in itertools.product(*grid):
         e = np.abs(err(*x))
@@ -68,9 +76,9 @@ def fit(path: Path | list[Path], dtype: str = "fp8", min_us: float = 0.0,
         if best is None or s < best[0]:
             best = (s, tuple(float(v) for v in x))
     assert best is not None
-    rc, to, me, fl = best[1]
+    rc, to, me, fl, mt = best[1]
     return ({"efficiency_ratio": round(rc, 3), "tile_overhead_s": to, "memory_efficiency": round(me, 3),
-             "floor_s": fl}, np.exp(-err(rc, to, me, fl)) - 1)
+             "floor_s": fl, "max_throughput": round(mt, 3)}, np.exp(-err(rc, to, me, fl, mt)) - 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,9 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="fp8")
     ap.add_argument("--min-us", type=float, default=0.0, help="leave out rows faster than this (µs)")
     ap.add_argument("--fix", action="append", default=[], help="NAME=VALUE: hold a parameter (e.g. floor_s=2.5e-6)")
+    ap.add_argument("--ceiling", action="store_true", help="also fit max_throughput (the sustained-clock ceiling)")
     a = ap.parse_args(argv)
     fixed = {k: float(v) for k, v in (f.split("=", 1) for f in a.fix)}
-    params, e = fit([Path(p) for p in a.source], a.dtype, a.min_us, fixed or None)
+    params, e = fit([Path(p) for p in a.source], a.dtype, a.min_us, fixed or None, a.ceiling)
     print(params)
     print(f"median |error| {np.median(np.abs(e)):.1%}, max {np.abs(e).max():.1%} (cosim TFLOP/s / published - 1)")
     return 0
