@@ -317,6 +317,23 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
 
 
+def test_runner_passes_expert_padding_and_hybridep_rows_turn_it_off(tmp_path: Path) -> None:
+    """A row's ``expert_padding: false`` reaches the synthetic spec (absent: the spec's default, the copies on);
+    the rows whose Megatron-Bridge config runs the HybridEP dispatcher (which pads rows in its dispatch) set it,
+    the alltoall and DeepEP rows do not."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, expert_padding=False))
+    assert _scenario(case, 16, "dgx-h100", 1, "none").workload.synthetic.expert_padding is False
+    _, [plain] = load_cases(_cases_file(tmp_path))
+    assert _scenario(plain, 16, "dgx-h100", 1, "none").workload.synthetic.expert_padding is True
+    _, cases = load_cases()
+    off = {c.id for c in cases if not c.expert_padding}
+    assert off == {"dsv3-b200-256-mxfp8", "dsv3-gb200-256-mxfp8", "qwen3-235b-gb200-256-mxfp8",
+                   "qwen3-30b-gb200-8-mxfp8"}
+    assert all("hybridep" in (c.config or "").lower() for c in cases if c.id in off)
+
+
 def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     """gpt-oss's training-only kernels (Megatron-Core core_v0.16.0, costs.GPT_OSS_ACTIVATION_SOURCE), one MoE
     layer of a small card with ``activation_clamp`` and ``linear_bias`` at EP4 (8 local experts), 128 tokens:

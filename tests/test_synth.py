@@ -843,3 +843,43 @@ def test_combined_1f1b_hides_all_to_all_with_and_without_delayed_wgrad() -> None
         assert s["breakdown"]["compute"] / 3 < hidden <= s["breakdown"]["compute"]
         assert s["step_time_s"] < plain["step_time_s"]
     assert delayed["step_time_s"] == pytest.approx(paired["step_time_s"], abs=1e-3)
+
+
+def test_quantized_grouped_mlp_pads_expert_rows_by_copies(tmp_path: Path, dgx: object) -> None:
+    from cosim.workload.synth.costs import Shard, backward_ops
+
+    # one MoE layer at EP4 (2 local experts), 256 tokens top-2: each local expert gets 256 x 2 x 4 / 8 = 256 rows,
+    # 512 in all, d 64. Megatron-Core's TEGroupedMLP copies them into a buffer whose expert blocks start at multiples
+    # of 32 (MXFP8) with the mean padding of a random count, 31 / 2 rows per expert: 512 + 31 = 543 rows; one read of
+    # 512 rows and one write of 543 in bf16: (512 + 543) x 64 x 2 = 135040 bytes; the probabilities in fp32:
+    # (512 + 543) x 4 = 4220; fc2's output is copied back (the same bytes)
+    ops = layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4), "mxfp8")
+    names = [o.name for o in ops]
+    i = names.index("moe.experts_pad")
+    assert names[i - 1:i + 3] == ["moe.sort_chunks", "moe.experts_pad", "moe.experts_probs_pad",
+                                  "moe.experts_input.quantize"]
+    assert names[names.index("moe.experts_fc2") + 1:names.index("moe.experts_fc2") + 3] == [
+        "moe.experts_unpad", "moe.unsort_chunks"]
+    got = {o.name: o.bytes for o in ops if o.copy}
+    assert got == {"moe.experts_pad": 135040.0, "moe.experts_probs_pad": 4220.0, "moe.experts_unpad": 135040.0}
+    # the backward of a copy is the inverse copy of the gradient: the same bytes, in reverse order, no FLOPs
+    bwd = [o for o in backward_ops(ops) if o.copy]
+    assert [(o.name, o.bytes, o.flops) for o in bwd] == [
+        ("moe.experts_unpad.bwd", 135040.0, 0.0), ("moe.experts_probs_pad.bwd", 4220.0, 0.0),
+        ("moe.experts_pad.bwd", 135040.0, 0.0)]
+    # FP8 aligns to 16 rows: 512 + 15 = 527; bf16 GEMMs need no alignment; a dispatcher that delivers aligned rows
+    # (HybridEP) has none either
+    fp8 = {o.name: o.bytes for o in layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4), "fp8") if o.copy}
+    assert fp8["moe.experts_pad"] == (512 + 527) * 64 * 2
+    assert not [o for o in layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4), "bf16") if o.copy]
+    assert not [o for o in layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4, expert_padding=False), "mxfp8") if o.copy]
+    # in a synthesized step each copy is one eager launch, forward and backward; spec expert_padding: false drops them
+    def count(**kw: object) -> Counter[str]:
+        rg = _synth(tmp_path, dgx, precision="fp8", **kw).graph.ranks[0]
+        return Counter(n for n in (rg.strings[int(x)] for x in rg.gpu_ops.name) if "pad" in n)
+
+    # pp 2 on 8 GPUs: dp 4, global 8 -> 2 micro-batches per pipeline; rank 0's stage holds one of the 2 layers
+    names6 = ("moe.experts_pad", "moe.experts_probs_pad", "moe.experts_unpad", "moe.experts_pad.bwd",
+              "moe.experts_probs_pad.bwd", "moe.experts_unpad.bwd")
+    assert count() == Counter({n: 2 for n in names6})
+    assert count(expert_padding=False) == Counter()

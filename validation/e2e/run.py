@@ -112,6 +112,9 @@ class Case(Strict):
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
     fp8_recipe: Literal["blockwise", "current"] | None = None
     """FP8 scaling of the run (``workload.synthetic.fp8_recipe``; Megatron-Bridge ``fp8_cs``: current); absent: the default."""
+    expert_padding: bool = True
+    """The run's grouped MLP pads expert rows by copies (the synthetic spec's ``expert_padding``); false for a
+    HybridEP dispatcher, which delivers the rows aligned (Megatron-Core ``hybrid_ep_dispatch(pad_multiple)``)."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -250,6 +253,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
+        **({} if case.expert_padding else {"expert_padding": False}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,

@@ -132,6 +132,8 @@ class BuildOptions:
     """TP collectives overlapped with their GEMMs (Transformer Engine userbuffers, :mod:`.tpoverlap`)."""
     sm_count: int = 132
     """SMs of the GPU (what an overlapped GEMM shares with communication kernels)."""
+    expert_padding: bool = True
+    """Training FP8/MXFP8: the grouped MLP pads its experts' rows by copies (:attr:`cosim.workload.synth.costs.Shard.expert_padding`)."""
 
 
 @dataclass
@@ -429,9 +431,9 @@ class _RankBuilder:
 
 
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
-           dispatcher: str = "alltoall") -> Shard:
+           dispatcher: str = "alltoall", expert_padding: bool = True) -> Shard:
     base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel,
-                 dispatcher=dispatcher)
+                 dispatcher=dispatcher, expert_padding=expert_padding)
     if card.is_dense or layer < card.dense_layers:
         return base
     r = routes[layer]
@@ -501,7 +503,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if c == 0:
             fw.append((-1, embedding_ops(card, T, sh0, p), []))
         for ly in rm.chunk_layers[c]:
-            sh = _shard(rm, card, rank, ly, routes, T, "deepep" if opts.dispatch == "deepep" else "alltoall")
+            sh = _shard(rm, card, rank, ly, routes, T, "deepep" if opts.dispatch == "deepep" else "alltoall",
+                        opts.expert_padding)
             key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)

@@ -76,17 +76,21 @@ class Precision:
     (``quantizer->create_tensor`` per split: per-tensor current and delayed scaling) instead of one bulk allocation
     with a view per split (MXFP8, FP8 blockwise; :data:`TE_QUANTIZE_SOURCE`): each further split costs the host
     one eager step (:attr:`Op.outputs`)."""
+    row_align: int = 0
+    """Rows a Transformer Engine quantized grouped GEMM needs per expert, a multiple of: 32 under MXFP8, 16 under
+    FP8 (``get_align_size_for_quantization``); 0: no alignment (bf16). Megatron-Core pads each local expert's
+    rows to it in training (:data:`TE_PADDING_SOURCE`)."""
 
 
 PRECISIONS: dict[str, Precision] = {
     "bf16": Precision("bf16", "bf16", 2.0),
     # 1 byte per element plus one fp32 scale per 128 elements (DeepSeek-V3 report, section 3.3)
-    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128),
+    "fp8": Precision("fp8", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128, row_align=16),
     # 1 byte plus one e8m0 scale per 32 elements (OCP MX spec v1.0)
-    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32),
+    "mxfp8": Precision("mxfp8", "mxfp8", 1.0, dispatch_bytes=1.0 + 1.0 / 32, cast_bytes=1.0 + 1.0 / 32, row_align=32),
     # Transformer Engine's per-tensor current scaling (Megatron-Bridge FP8_CS): FP8 math, four kernels per cast
     "fp8-cs": Precision("fp8-cs", "fp8", 1.0, dispatch_bytes=1.0 + 4.0 / 128, cast_bytes=1.0 + 4.0 / 128,
-                        quant_kernels=4, cast_reads=2, split_alloc=True),
+                        quant_kernels=4, cast_reads=2, split_alloc=True, row_align=16),
 }
 """The precision recipes ``precision:`` accepts."""
 
@@ -174,6 +178,9 @@ class Op:
     Python object): Transformer Engine's ``split_quantize`` creates each local expert's quantized tensor with
     ``quantizer->create_tensor`` under per-tensor scaling (:attr:`Precision.split_alloc`; MXFP8 and blockwise
     allocate in bulk: not counted); the builder charges each ``BuildOptions.eager_step_host``."""
+    copy: bool = False
+    """A pure data movement (the row padding of :func:`expert_padding_ops`): its backward is the inverse copy of the
+    gradient, the same traffic (not the element-wise rule's twice)."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +214,10 @@ class Shard:
     ``deepep`` (MoEFlexTokenDispatcher with DeepEP: the probabilities ride in DeepEP's token buffer and
     its notify kernel exchanges the counts, so neither the probabilities' all-to-all nor the counts'
     all-gather is launched)."""
+    expert_padding: bool = True
+    """Training, FP8/MXFP8: Megatron-Core's grouped MLP copies the local experts' rows into and out of a buffer
+    aligned for the quantized GEMM (:func:`expert_padding_ops`); False: the rows arrive aligned (a dispatcher that
+    pads in its dispatch, HybridEP's ``pad_multiple``, or ``moe_router_padding_for_quantization``)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -514,14 +525,15 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     # training: TE's split_quantize casts each local expert's rows with its own kernel(s) (TE_QUANTIZE_SOURCE);
     # backward_ops keeps loop_launches for the grad outputs' split_quantize
     qgroups = len(rows) if train else 1
-    ops += [*_quant("moe.experts_input", total * h, p, qgroups),
+    pad = expert_padding_ops(rows, h, p) if train and s.expert_padding else []
+    ops += [*pad[:2], *_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches, bias=c.linear_bias),
             *expert_activation_ops(c, total, f, p, train),
             *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
                     launches=launches),
-            *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode)]
+            *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode), *pad[2:]]
     if train and e_local > 1:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
@@ -532,6 +544,41 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
                saved=tm * k * h * p.act_bytes),
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
     return ops
+
+
+TE_PADDING_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/experts.py (TEGroupedMLP.__init__: "
+                     "Fp8Padding / Fp8Unpadding(num_local_experts) under fp8 or fp4; forward: quantization_padding of the "
+                     "permuted hidden states and of the permuted probabilities, quantization_unpadding of fc2's output), "
+                     "transformer_config.py (moe_router_padding_for_quantization = False by default; no Megatron-Bridge "
+                     "v0.3.0 or r0.1.0 performance config sets it), NVIDIA/TransformerEngine v2.12 "
+                     "transformer_engine/pytorch/module/fp8_padding.py (_Fp8Padding: torch.empty + "
+                     "tex.fused_multi_row_padding unless every split is already aligned; backward "
+                     "fused_multi_row_unpadding) and fp8_unpadding.py, quantization.py (get_align_size_for_quantization: "
+                     "32 MXFP8, 16 FP8), megatron/core/transformer/moe/moe_utils.py (RandomSTE: the tables' "
+                     "force-balanced routing draws random router logits, so per-expert counts vary around the mean)")
+"""Why an FP8/MXFP8 training MoE layer copies its experts' rows into and out of an aligned buffer
+(:func:`expert_padding_ops`)."""
+
+
+def expert_padding_ops(rows: Sequence[float], h: float, p: Precision) -> list[Op]:
+    """Megatron-Core's row padding around a quantized grouped MLP in training (:data:`TE_PADDING_SOURCE`): the
+    permuted hidden states and their probabilities are copied into a buffer where each local expert's rows start
+    at a multiple of ``p.row_align`` (``moe.experts_pad``, ``moe.experts_probs_pad``, before the input cast), and
+    fc2's output is copied back without the padding rows (``moe.experts_unpad``); each backward is the inverse
+    copy of the gradient (:attr:`Op.copy`). The copies happen whenever a local expert's count is not a multiple of
+    the alignment, which under data-dependent (or the tables' random force-balanced) routing is every step but
+    with probability ``row_align ** -experts``; cosim's uniform routing stands for those counts, so the padding is
+    charged whatever the mean is, with the mean padding of a random count, ``(row_align - 1) / 2`` rows per expert.
+    Bytes: one read of the unpadded rows and one write of the padded ones (hidden states in ``p.act_bytes``,
+    probabilities fp32). Empty at bf16 (no alignment). Returns [pad, probs pad, unpad]."""
+    if not p.row_align or not rows:
+        return []
+    total = float(sum(rows))
+    padded = total + len(rows) * (p.row_align - 1) / 2.0
+    moved = (total + padded) * h * p.act_bytes
+    return [Op("moe.experts_pad", "elementwise", 0.0, moved, "bf16", copy=True),
+            Op("moe.experts_probs_pad", "elementwise", 0.0, (total + padded) * 4.0, "fp32", copy=True),
+            Op("moe.experts_unpad", "elementwise", 0.0, moved, "bf16", copy=True)]
 
 
 GPT_OSS_ACTIVATION_SOURCE = (
@@ -812,6 +859,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))
+        elif o.copy:
+            out.append(replace(o, name=f"{o.name}.bwd", bwd=True, saved=0.0))
         else:
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0, params=param_tensors(o)))

@@ -186,6 +186,12 @@ class SyntheticSpec(Strict):
     tp_comm_overlap: bool = False
     """Training: TP all-gathers / reduce-scatters overlapped with their GEMMs (Megatron ``tp_comm_overlap``,
     Transformer Engine userbuffers; :mod:`cosim.workload.synth.tpoverlap`)."""
+    expert_padding: bool = True
+    """Training, FP8/MXFP8: Megatron-Core's grouped MLP copies the local experts' rows into a buffer aligned for the
+    quantized grouped GEMM (32 rows MXFP8, 16 FP8) and fc2's output back, and the inverse copies in the backward
+    (``Fp8Padding`` / ``Fp8Unpadding``; :data:`cosim.workload.synth.costs.TE_PADDING_SOURCE`), as its all-to-all
+    and DeepEP dispatchers deliver rows unaligned. false: the rows arrive aligned (the HybridEP dispatcher pads in
+    its dispatch, ``pad_multiple``; or the run sets ``moe_router_padding_for_quantization``)."""
 
 
 class Synthesized:
@@ -284,6 +290,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
+                        expert_padding=spec.expert_padding,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
