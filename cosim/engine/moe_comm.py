@@ -474,13 +474,15 @@ def _link_efficiency(sim: Simulator, sources: set[str], network: bool, fraction:
     return min(1.0, fraction / min(effs)) if effs else 1.0
 
 
-def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: float, token_bytes: float,
-             num_topk: int, num_experts: int, latency: float | None = None, name: str | None = None,
+def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: float, hidden: int, num_topk: int,
+             num_experts: int, probs: bool = False, latency: float | None = None, name: str | None = None,
              rates: HybridEPRates = HYBRIDEP_RATES) -> simpy.Event:
     """Start a HybridEP dispatch or combine kernel on ``ranks`` now (:data:`HYBRIDEP_SOURCE`); the event succeeds
     with a :class:`MoeCommResult`.
 
-    ``num_tokens`` per rank, ``token_bytes`` per token and destination rank (:func:`hybridep_token_bytes`).
+    ``num_tokens`` per rank of width ``hidden`` (BF16); ``probs``: the fp32 probabilities travel with each token
+    (the forward dispatch, and the combine of their gradients in the backward), a row of the destination domain's
+    experts (:func:`hybridep_token_bytes`).
     Uniform routing, no domain limit: rank ``s`` sends each destination rank ``d`` of its NVLink domain the
     tokens with an expert on ``d`` (once per rank, however many of its experts are there); across domains once
     per domain to the rail peer, which forwards over NVLink (:func:`_flows`). NVLink flows run at the measured
@@ -501,15 +503,16 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
                                                params.base_latency["p2p"]["simple"])
     env = sim.env
     label = name or f"hybridep_{kind}"
-    key = ("hybridep", tuple(tuple(x) for x in doms), num_tokens, token_bytes, num_topk, num_experts, kind, rates)
+    key = ("hybridep", tuple(tuple(x) for x in doms), num_tokens, hidden, probs, num_topk, num_experts, kind, rates)
     cache = _FLOW_CACHE.setdefault(sim, {})
     hit = cache.get(key)
     per = sizes.pop()
+    tb = hybridep_token_bytes(hidden, num_experts // len(ranks) * per if probs else 0)
     if hit is None:
         tr = expected_traffic(len(doms), per, round(num_tokens), num_topk, num_experts, len(doms))
         tr = MoeTraffic(tr.rank_tokens * (num_tokens / max(round(num_tokens), 1)),
                         tr.node_tokens * (num_tokens / max(round(num_tokens), 1)), tr.selections)
-        flows = _flows(doms, tr, token_bytes, "normal")
+        flows = _flows(doms, tr, tb, "normal")
         if kind == "combine":
             flows = [(c, a, v) for a, c, v in flows]
         dom = {r: k for k, loc in enumerate(doms) for r in loc}
@@ -537,8 +540,8 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
 
     env.process(run())
     out = env.event()
-    nvl = float(tr.rank_tokens.sum(axis=1).mean()) * token_bytes
-    rdma = float(tr.node_tokens.sum(axis=1).mean()) * token_bytes if len(doms) > 1 else 0.0
+    nvl = float(tr.rank_tokens.sum(axis=1).mean()) * tb
+    rdma = float(tr.node_tokens.sum(axis=1).mean()) * tb if len(doms) > 1 else 0.0
 
     def finish(_e: simpy.Event) -> None:
         out.succeed(MoeCommResult(kind, "hybridep", ranks, res.start, res.end, nvl, rdma))

@@ -207,15 +207,15 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
 
 
 def hybridep(sim: Any, label: str, gpus: list[str]) -> simpy.Event:
-    """Run ``hybridep_<kind>:<tokens>:<bytes per token>:<topk>:<experts>`` with
+    """Run ``hybridep_<kind>:<tokens>:<hidden>:<probs 0|1>:<topk>:<experts>`` with
     :func:`cosim.engine.moe_comm.hybridep`; the event carries the algorithm the executor records."""
     from types import SimpleNamespace
 
     from cosim.engine.moe_comm import hybridep as run
 
-    op, tokens, bpt, topk, experts = label.split(":")
-    ev = run(sim, op.removeprefix("hybridep_"), gpus, num_tokens=float(tokens), token_bytes=float(bpt),
-             num_topk=int(topk), num_experts=int(experts), name=op)
+    op, tokens, hidden, probs, topk, experts = label.split(":")
+    ev = run(sim, op.removeprefix("hybridep_"), gpus, num_tokens=float(tokens), hidden=int(hidden),
+             probs=probs == "1", num_topk=int(topk), num_experts=int(experts), name=op)
     out = sim.env.event()
     ev.callbacks.append(lambda e: out.succeed(SimpleNamespace(algo="hybridep", proto="simple")))
     return out

@@ -109,10 +109,19 @@ class SyntheticSpec(Strict):
     overlap: Literal["none", "two-microbatch"] = "none"
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
-    dispatch: Literal["nccl", "deepep", "deepep-ll"] | None = None
+    dispatch: Literal["nccl", "deepep", "deepep-ll", "hybridep"] | None = None
     """MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels (default: nccl for
     training, Megatron-Core's alltoall dispatcher; deepep for prefill, deepep-ll for decode). Training takes
-    nccl or deepep (Megatron-Core's flex dispatcher with the DeepEP backend)."""
+    nccl, deepep (Megatron-Core's flex dispatcher with the DeepEP backend) or hybridep (the flex dispatcher with
+    NVIDIA's HybridEP backend, ``moe_flex_dispatcher_backend: hybridep``: the routing map all-gathered, a host
+    sync, dispatch + permute and unpermute + combine kernels; :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`,
+    :func:`cosim.engine.moe_comm.hybridep`)."""
+    cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] = Field(default_factory=list)
+    """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
+    ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
+    backward, each costing the host one graph launch (``graph_launch_overhead``) instead of an eager dispatch per
+    kernel (:func:`cosim.workload.synth.costs.graph_scoped`); ``moe_preprocess`` needs ``moe_router`` (as
+    Megatron-Core asserts). Empty: eager (``layout.cuda_graphs`` graphs whole layers)."""
     comm_sms: int | None = Field(default=None, ge=0)
     """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
     README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
@@ -298,15 +307,24 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         fields = {"train": "{global, micro, seq}", "prefill": "{tokens_per_gpu, prompt, chunk}",
                   "decode": "{requests_per_gpu, context}"}[spec.mode]
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
+    if spec.mode != "train" and (spec.dispatch == "hybridep" or spec.cuda_graph_scope):
+        raise CosimInputError("workload.synthetic: dispatch hybridep and cuda_graph_scope are training fields "
+                              "(Megatron-Core); serving takes nccl, deepep or deepep-ll and layout.cuda_graphs")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
     if spec.overlap != "none" or spec.comm_sms is not None:
         raise CosimInputError("workload.synthetic: overlap and comm_sms are serving fields (mode prefill or decode); "
                               "training overlaps through layout.a2a_overlap or layout.schedule dualpipe")
     if spec.dispatch == "deepep-ll":
-        raise CosimInputError("workload.synthetic.dispatch: training takes nccl or deepep (DeepEP's normal "
-                              "kernels); deepep-ll is the serving decode dispatch")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl")
+        raise CosimInputError("workload.synthetic.dispatch: training takes nccl, deepep (DeepEP's normal "
+                              "kernels) or hybridep; deepep-ll is the serving decode dispatch")
+    if spec.cuda_graph_scope and rm.layout.cuda_graphs:
+        raise CosimInputError("workload.synthetic.cuda_graph_scope: partial CUDA graphs exclude layout.cuda_graphs "
+                              "(whole-layer graphs)")
+    if "moe_preprocess" in spec.cuda_graph_scope and "moe_router" not in spec.cuda_graph_scope:
+        raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
+                              "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
+    opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope))
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
