@@ -366,14 +366,18 @@ NVLINK5_GPU_BANDWIDTH = 900e9
 """Bytes/s per direction of one Blackwell GPU's NVLink 5 ports (18 links x 50 GB/s), the link under the
 HybridEP GB200 table (:data:`HYBRIDEP_GB200_16SM`)."""
 
-HYBRIDEP_GB200_16SM: tuple[tuple[int, float, float], ...] = (
-    (8, 750.15e9, 684.27e9), (16, 661.93e9, 600.75e9), (24, 637.80e9, 565.53e9), (32, 629.79e9, 547.25e9),
-    (36, 612.85e9, 543.27e9))
-"""HybridEP's published kernel-only NVL bandwidth on GB200 at 16 SMs (Megatron-Core's default
-``moe_hybridep_num_sms``), BF16 dispatch and combine, per NVLink-domain size (ranks): deepseek-ai/DeepEP hybrid-ep
+HYBRIDEP_GB200: dict[int, tuple[tuple[int, float, float], ...]] = {
+    16: ((8, 750.15e9, 684.27e9), (16, 661.93e9, 600.75e9), (24, 637.80e9, 565.53e9), (32, 629.79e9, 547.25e9),
+         (36, 612.85e9, 543.27e9)),
+    32: ((8, 764.03e9, 737.13e9), (16, 706.95e9, 666.26e9), (24, 665.97e9, 639.80e9), (32, 642.23e9, 605.15e9),
+         (36, 632.31e9, 596.99e9))}
+"""HybridEP's published kernel-only NVL bandwidth on GB200 by SMs per kernel (16: Megatron-Core's default
+``moe_hybridep_num_sms``; 32: what Megatron-Bridge's performance harness sets, scripts/performance/utils/
+overrides.py v0.3.0), BF16 dispatch and combine, per NVLink-domain size (ranks): deepseek-ai/DeepEP hybrid-ep
 docs/README_Hybrid-EP.md, "GB200 Platform" (4096 tokens per rank, hidden 7168, top-8, 8 local experts, uniform
 random routing). The metric is tests/test_hybrid_ep.py's: received BF16 token bytes (a rank's own included) /
 kernel time."""
+HYBRIDEP_GB200_16SM = HYBRIDEP_GB200[16]
 
 
 def _hybridep_fraction(ranks: int, metric: float, prob_row: int, hidden: int = 7168) -> float:
@@ -389,9 +393,9 @@ class HybridEPRates:
     measurements (independent of the training tables scored in validation/e2e)."""
 
     nvlink: tuple[tuple[int, float, float], ...] = tuple(
-        (r, _hybridep_fraction(r, d, 8 * r), _hybridep_fraction(r, c, 0)) for r, d, c in HYBRIDEP_GB200_16SM)
+        (r, _hybridep_fraction(r, d, 8 * r), _hybridep_fraction(r, c, 0)) for r, d, c in HYBRIDEP_GB200[16])
     """(ranks per NVLink domain, dispatch fraction, combine fraction) of the GB200 16-SM table
-    (:data:`HYBRIDEP_GB200_16SM`; 8 ranks: 0.73 / 0.67, 36 ranks: 0.66 / 0.59). A domain takes the row of the
+    (:data:`HYBRIDEP_GB200`; 8 ranks: 0.74 / 0.67, 36 ranks: 0.72 / 0.59). A domain takes the row of the
     largest size not above its own (the smallest row below 8; 36 beyond)."""
     rdma: float = 0.94
     """Across NVLink domains: the RDMA write rate of :attr:`DeepEPRates.rdma` (HybridEP, like DeepEP, sends
@@ -406,6 +410,14 @@ class HybridEPRates:
 
 
 HYBRIDEP_RATES = HybridEPRates()
+
+
+def hybridep_rates(sms: int) -> HybridEPRates:
+    """The rates of HybridEP's kernels at ``sms`` SMs: the published table of the most SMs not above ``sms``
+    (16 below 16)."""
+    key = max([k for k in HYBRIDEP_GB200 if k <= sms] or [min(HYBRIDEP_GB200)])
+    return HybridEPRates(nvlink=tuple((r, _hybridep_fraction(r, d, 8 * r), _hybridep_fraction(r, c, 0))
+                                      for r, d, c in HYBRIDEP_GB200[key]))
 
 
 def hybridep_token_bytes(hidden: int, prob_row: int = 0) -> float:

@@ -207,15 +207,17 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
 
 
 def hybridep(sim: Any, label: str, gpus: list[str]) -> simpy.Event:
-    """Run ``hybridep_<kind>:<tokens>:<hidden>:<probs 0|1>:<topk>:<experts>`` with
+    """Run ``hybridep_<kind>:<tokens>:<hidden>:<probs 0|1>:<topk>:<experts>:<SMs>`` with
     :func:`cosim.engine.moe_comm.hybridep`; the event carries the algorithm the executor records."""
     from types import SimpleNamespace
 
     from cosim.engine.moe_comm import hybridep as run
+    from cosim.engine.moe_comm import hybridep_rates
 
-    op, tokens, hidden, probs, topk, experts = label.split(":")
+    op, tokens, hidden, probs, topk, experts, sms = label.split(":")
     ev = run(sim, op.removeprefix("hybridep_"), gpus, num_tokens=float(tokens), hidden=int(hidden),
-             probs=probs == "1", num_topk=int(topk), num_experts=int(experts), name=op)
+             probs=probs == "1", num_topk=int(topk), num_experts=int(experts), name=op,
+             rates=hybridep_rates(int(sms)))
     out = sim.env.event()
     ev.callbacks.append(lambda e: out.succeed(SimpleNamespace(algo="hybridep", proto="simple")))
     return out

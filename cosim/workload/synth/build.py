@@ -123,6 +123,8 @@ class BuildOptions:
     NVLink forwarding, :func:`cosim.engine.moe_comm.deepep`; uniform routing only, skewed routing keeps
     all-to-allv flows with per-peer splits) or ``hybridep`` (the flex dispatcher with HybridEP:
     :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`, :func:`cosim.engine.moe_comm.hybridep`)."""
+    hybridep_sms: int = 16
+    """SMs of each HybridEP dispatch/combine kernel (Megatron-Core ``moe_hybridep_num_sms``, default 16)."""
     graph_scopes: tuple[str, ...] = ()
     """Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine``,
     ``cuda_graph_scope``): ``attn``, ``moe_router``, ``moe_preprocess``; the ops of the scoped modules launch as
@@ -437,14 +439,14 @@ class _RankBuilder:
                                  "projected_onto": self.device})
 
 
-def hybridep_label(o: Op, tokens: float, card: MoEModelConfig) -> str:
+def hybridep_label(o: Op, tokens: float, card: MoEModelConfig, sms: int = 16) -> str:
     """Engine label of a HybridEP dispatch/combine (:func:`cosim.replay.collective_map.hybridep`):
-    ``hybridep_<kind>:<tokens per rank>:<hidden>:<probabilities travel 0|1>:<topk>:<experts>``. The probabilities
-    travel in the forward dispatch and in its backward (the combine of their gradients)."""
+    ``hybridep_<kind>:<tokens per rank>:<hidden>:<probabilities travel 0|1>:<topk>:<experts>:<SMs>``. The
+    probabilities travel in the forward dispatch and in its backward (the combine of their gradients)."""
     assert o.comm is not None
     kind = "dispatch" if o.comm.kind == "all_to_all_dispatch" else "combine"
     probs = int(o.name.split(".")[1] == "dispatch")
-    return f"hybridep_{kind}:{tokens:.6g}:{card.hidden_size}:{probs}:{card.top_k}:{card.num_experts}"
+    return f"hybridep_{kind}:{tokens:.6g}:{card.hidden_size}:{probs}:{card.top_k}:{card.num_experts}:{sms}"
 
 
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
@@ -589,7 +591,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 elif opts.dispatch == "deepep":
                     label = deepep_label_of(o)
                 elif opts.dispatch == "hybridep":
-                    label = hybridep_label(o, sp_tokens, card)
+                    label = hybridep_label(o, sp_tokens, card, opts.hybridep_sms)
             if scopes:  # partial CUDA graphs: a run of scoped ops is one graph launch
                 if graph_scoped(o.name, scopes, sh_dispatcher):
                     if rb.graph_host < 0:

@@ -116,6 +116,11 @@ class SyntheticSpec(Strict):
     NVIDIA's HybridEP backend, ``moe_flex_dispatcher_backend: hybridep``: the routing map all-gathered, a host
     sync, dispatch + permute and unpermute + combine kernels; :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`,
     :func:`cosim.engine.moe_comm.hybridep`)."""
+    hybridep_sms: int = Field(default=16, ge=1)
+    """Training, ``dispatch: hybridep``: SMs of each HybridEP kernel (Megatron-Core ``moe_hybridep_num_sms``, default
+    16; Megatron-Bridge's performance harness sets 32): picks the measured rate table
+    (:data:`cosim.engine.moe_comm.HYBRIDEP_GB200`). The SMs the kernels take from overlapped compute are the
+    replay's ``gpu.comm_sms``."""
     cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] = Field(default_factory=list)
     """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
     ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
@@ -324,7 +329,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if "moe_preprocess" in spec.cuda_graph_scope and "moe_router" not in spec.cuda_graph_scope:
         raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope))
+    opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope),
+                   hybridep_sms=spec.hybridep_sms)
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
