@@ -210,7 +210,7 @@ def test_training_deepep_dispatch_labels_the_ep_transfers_and_drops_the_alltoall
     assert "all_to_all_dispatch" not in deepep and "all_to_all_combine" not in deepep
     assert b["breakdown"]["compute"] == pytest.approx(a["breakdown"]["compute"], rel=1e-6)  # same kernels
     assert b["breakdown"]["exposed_communication"] < 0.75 * a["breakdown"]["exposed_communication"]
-    with pytest.raises(CosimInputError, match="dispatch: training takes nccl or deepep"):
+    with pytest.raises(CosimInputError, match="dispatch: training takes nccl, deepep"):
         build("deepep-ll")
 
 

@@ -4,6 +4,7 @@ pipeline order, every collective of one step of a 2-layer EP4 PP2 model, routing
 from __future__ import annotations
 
 from collections import Counter
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -843,3 +844,75 @@ def test_combined_1f1b_hides_all_to_all_with_and_without_delayed_wgrad() -> None
         assert s["breakdown"]["compute"] / 3 < hidden <= s["breakdown"]["compute"]
         assert s["step_time_s"] < plain["step_time_s"]
     assert delayed["step_time_s"] == pytest.approx(paired["step_time_s"], abs=1e-3)
+
+
+def test_hybridep_dispatch_bytes_and_calls_per_layer_by_hand(tmp_path: Path, dgx: object) -> None:
+    """``dispatch: hybridep`` (Megatron-Core's flex dispatcher with HybridEP; costs.HYBRIDEP_DISPATCH_SOURCE). The
+    tiny card (hidden 64, 8 experts, top-2) at EP4, 64 tokens per micro-batch, one MoE layer per stage, 2
+    micro-batches; rank 0. Per layer and micro-batch, forward: the bool routing map [64, 8] all-gathered over EP
+    (512 bytes in), one host sync after HybridEP's preprocessing, the dispatch (probabilities travel) and the
+    combine; backward: the dispatch's transpose carries the probabilities' gradients, the combine's does not.
+    None of the alltoall dispatcher's calls (counts all-gather, probabilities all-to-all, NCCL all-to-alls)."""
+    from cosim.workload.synth.costs import Shard, hybridep_dispatch_ops, hybridep_rows_received
+
+    syn = _synth(tmp_path, dgx, dispatch="hybridep", dispatch_overhead="10 us", collective_host="78 us")
+    rg = syn.graph.ranks[0]
+    names = [rg.strings[int(x)] for x in rg.collectives.name]
+    got = Counter(names)
+    # label: hybridep_<kind>:<tokens>:<hidden>:<probabilities 0|1>:<topk>:<experts>:<SMs>
+    assert got["hybridep_dispatch:64:64:1:2:8:16"] == got["hybridep_combine:64:64:0:2:8:16"] == 2  # forward
+    assert got["hybridep_combine:64:64:1:2:8:16"] == got["hybridep_dispatch:64:64:0:2:8:16"] == 2  # backward
+    assert not any(n.startswith("all_to_all") for n in names)
+    gathers = [float(b) for n, b in zip(names, rg.collectives.in_bytes) if n == "all_gather"]
+    assert gathers[:2] == [64 * 8, 64 * 8] and len(gathers) == 3  # + the ZeRO-1 parameter all-gather
+    hn = [rg.strings[int(x)] for x in rg.host_ops.name]
+    assert hn.count("cudaStreamSynchronize") == 2  # one per forward layer: permute preprocessing's count
+    # host: the routing map's all-gather is the one c10d call (launch 4.6 us + 78 us); each HybridEP call is one
+    # framework call (4.6 + 10 us) for its first kernel, the others launched from C++ (the launch call only)
+    cost = launch_costs(rg)
+    assert cost["moe.hybridep_routing_all_gather"] == pytest.approx(82.6e-6)
+    for first in ("moe.hybridep_unpermute", "moe.combine.bwd", "moe.hybridep_permute.bwd"):
+        assert cost[first] == pytest.approx(14.6e-6), first
+    for cpp in ("moe.hybridep_preprocess", "moe.hybridep_permute_preprocess", "moe.dispatch", "moe.hybridep_permute",
+                "moe.combine", "moe.dispatch.bwd", "moe.hybridep_unpermute.bwd"):
+        assert cost[cpp] == pytest.approx(4.6e-6), cpp
+    # bytes: each of 64 tokens goes once to each of the 4 ranks holding one of its 2 experts,
+    # p = 1 - C(6, 2) / C(8, 2); 4 x 64 x p rows arrive; the permute reads them (BF16 + 8 fp32 probabilities)
+    # and writes 128 rows of one (token, local expert) each (+ its fp32 probability); the unpermute the reverse
+    c = tiny()
+    recv = 4 * 64 * (1 - comb(6, 2) / comb(8, 2))
+    assert hybridep_rows_received(c, 64.0, 4) == pytest.approx(recv)
+    pre, post = hybridep_dispatch_ops(c, 64.0, 128.0, Shard(ep=4, dispatcher="hybridep"))
+    by = {o.name: o.bytes for o in pre + post}
+    assert by["moe.hybridep_permute"] == pytest.approx(recv * (128 + 32) + 128 * (128 + 4))
+    assert by["moe.hybridep_unpermute"] == pytest.approx(128 * 128 + recv * 128)
+    assert by["moe.hybridep_routing_all_gather"] == 64 * 8 * 4
+
+
+def test_partial_cuda_graphs_launch_each_scope_once(tmp_path: Path, dgx: object) -> None:
+    """``cuda_graph_scope: [attn, moe_router, moe_preprocess]`` (Transformer Engine graphs, costs.CUDA_GRAPH_SOURCE)
+    on the tiny card at EP4, alltoall dispatcher, one layer per stage, 2 micro-batches: per layer and micro-batch
+    one forward graph of 27 kernels (attention 6, pre-MLP norm and router 3, load-balancing loss 9, the
+    dispatcher's preprocess 8 and the permutation) and one backward graph of their 18 backward kernels; the
+    token counts' 4 host copies follow the graph (dtoh point before_ep_alltoall) and the host waits for the last
+    one; the all-to-alls, experts and combine stay eager. Host time falls by the launches the graphs replace."""
+    def run(**kw: object) -> tuple[Any, list[str], list[str]]:
+        rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", **kw).graph.ranks[0]
+        hn = [rg.strings[int(x)] for x in rg.host_ops.name]
+        return rg, hn, [rg.strings[int(x)] for x in rg.gpu_ops.name]
+
+    rg0, hn0, _ = run()
+    rg, hn, gn = run(cuda_graph_scope=["attn", "moe_router", "moe_preprocess"])
+    graphs = [i for i, n in enumerate(hn) if n == "cudaGraphLaunch"]
+    per = [int((rg.launches.host_op == h).sum()) for h in graphs]
+    assert per == [27, 27, 18, 18]
+    first = [gn[int(np.flatnonzero(rg.launches.host_op == h)[0])] for h in graphs]
+    assert first == ["attn.norm", "attn.norm", "moe.permute.bwd", "moe.permute.bwd"]
+    # eager launches: 154 - 2 x 27 - 2 x 18 = 64
+    assert hn0.count("cudaLaunchKernel") == 154 and hn.count("cudaLaunchKernel") == 64
+    for s in [i for i, n in enumerate(hn) if n == "cudaStreamSynchronize"]:  # right after the 4th copy's launch
+        j = int(np.flatnonzero(rg.launches.host_op == s - 1)[0])
+        assert gn[j] == "moe.splits_d2h" and gn[j - 4] == "moe.permute"
+    assert float(rg.host_ops.dur[1:].sum()) < 0.6 * float(rg0.host_ops.dur[1:].sum())
+    with pytest.raises(CosimInputError, match="moe_preprocess needs moe_router"):
+        run(cuda_graph_scope=["moe_preprocess"])

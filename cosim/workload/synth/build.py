@@ -277,8 +277,8 @@ class _RankBuilder:
                 launch_cost = self.loop_launch
             launch_cost += o.loop_launches * self.loop_launch
             launch_cost += (o.params + o.outputs) * self.eager_step
-            if coll >= 0 and o.launches != 0:  # a torch.distributed call, not one kernel launch (a
-                launch_cost += self.coll_extra   # userbuffers ring step of tpoverlap is neither)
+            if coll >= 0 and o.launches != 0 and o.c10d:  # a torch.distributed call, not one kernel launch
+                launch_cost += self.coll_extra   # (a userbuffers ring step of tpoverlap, HybridEP's kernels: neither)
             launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)

@@ -157,6 +157,10 @@ class Op:
     Transformer Engine's ``split_quantize`` quantizes each local expert's rows with its own kernel(s), and a
     current-scaling cast is four kernels (:data:`TE_QUANTIZE_SOURCE`); the builder charges each the CUDA
     launch call (``BuildOptions.launch_overhead``)."""
+    c10d: bool = True
+    """A collective launched through ``torch.distributed`` (the builder charges ``BuildOptions.collective_host``);
+    False: a communication library's own kernel behind its own Python call (HybridEP's dispatch and combine),
+    charged as any framework call."""
     host_sync: bool = False
     """The host blocks until this op has run: a blocking host-to-device copy (``torch.tensor(x, device=cuda)``
     copies from pageable memory through ``c10::cuda::memcpy_and_sync``, a cudaStreamSynchronize)."""
@@ -604,11 +608,12 @@ def hybridep_dispatch_ops(c: MoEModelConfig, tm: float, total: float, s: Shard) 
            replace(_tiny("moe.hybridep_permute_preprocess", recv * E / s.ep, nbytes=2.5, no_grad=True,
                          cls="reduction"), launches=0, host_sync=True),
            replace(_coll("moe.dispatch", "ep", "all_to_all_dispatch", tm * c.top_k * rows_b, stream="ep"),
-                   launches=0),
+                   launches=0, c10d=False),
            Op("moe.hybridep_permute", "moe_dispatch", 0.0, recv * (rows_b + pb) + total * (rows_b + 4.0), "bf16",
               launches=0)]
     post = [Op("moe.hybridep_unpermute", "moe_combine", 0.0, total * rows_b + recv * rows_b, "bf16"),
-            replace(_coll("moe.combine", "ep", "all_to_all_combine", total * rows_b, stream="ep"), launches=0)]
+            replace(_coll("moe.combine", "ep", "all_to_all_combine", total * rows_b, stream="ep"), launches=0,
+                    c10d=False)]
     return pre, post
 
 
