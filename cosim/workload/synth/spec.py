@@ -92,6 +92,13 @@ class StragglerSpec(Strict):
     """Rank -> mean extra host time per kernel launch, e.g. "3 us" (exponentially distributed, seeded)."""
 
 
+C10D_CALL_HOST = 78e-6
+"""Measured host time of one ``torch.distributed`` collective call besides the CUDA launch call (s): the median of
+the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM Kineto traces, 83.0 us
+(``python -m validation.e2e.host_cost``), less that DGX-1 host's launch call (5 us, cpus.yaml xeon-e5-2698v4).
+The default of ``SyntheticSpec.collective_host`` (training)."""
+
+
 class SyntheticSpec(Strict):
     """A synthesized training step: model card, parallel layout, batch, precision, routing."""
 
@@ -187,13 +194,13 @@ class SyntheticSpec(Strict):
     and (2) per further tensor an op's call allocates on its own (under per-tensor current scaling
     ``split_quantize`` allocates one quantized tensor per local expert: ``costs.TE_QUANTIZE_SOURCE``). Default (None): ``dispatch_overhead``, the measured host time of one
     eager step; "0 us" leaves both out."""
-    collective_host: Time | None = None
+    collective_host: Time | None = C10D_CALL_HOST
     """Training: host time of one collective call besides the CUDA launch call, e.g. "78 us": a ``torch.distributed``
     collective goes through the Python binding, ProcessGroupNCCL's work and event bookkeeping and an NCCL group
-    call (an all-to-all: one send and one receive per peer) before its kernel is launched; :data:`C10D_CALL_HOST`
-    is the measured figure. Default (null): the eager ``dispatch_overhead`` of any op (off by default until
-    HybridEP's dispatch, which makes fewer such calls than the alltoall dispatcher cosim runs for it, is modelled:
-    validation/e2e/RESULTS.md, round 5)."""
+    call (an all-to-all: one send and one receive per peer) before its kernel is launched. Default: the measured
+    :data:`C10D_CALL_HOST` (scaled by the host CPU's ``host_time_factor``); null: the eager ``dispatch_overhead``
+    of any op. Kernels a library launches behind its own Python call (HybridEP's dispatch and combine,
+    ``costs.Op.c10d``) and the ring steps of TP overlap are not such calls."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -233,12 +240,6 @@ def _card(model: str, base: Path | None) -> Any:
         p = base / p
     return load_model_config(p if p.is_file() else model)
 
-
-C10D_CALL_HOST = 78e-6
-"""Measured host time of one ``torch.distributed`` collective call besides the CUDA launch call (s): the median of
-the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM Kineto traces, 83.0 us
-(``python -m validation.e2e.host_cost``), less that DGX-1 host's launch call (5 us, cpus.yaml xeon-e5-2698v4).
-``collective_host: 78 us`` applies it."""
 
 MEGATRON_DISPATCH_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py "
                             "(MoEAlltoAllTokenDispatcher.token_dispatch: all_to_all of the permuted bf16 hidden "
