@@ -68,7 +68,8 @@ def test_the_host_sync_costs_a_sync_and_a_launch_latency_per_moe_layer_when_gpu_
     def step(sync: bool) -> tuple[float, float]:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "moe_host_sync": sync,
                                              "batch": {"global": 16, "micro": 1, "seq": 4096},
-                                             "dispatch_overhead": "2 us", "expert_gemm_host": "0 us"})  # a fast host
+                                             "dispatch_overhead": "2 us", "expert_gemm_host": "0 us",
+                                             "collective_host": "2 us"})  # a fast host
         g = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph
         rg = g.ranks[0]
         names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
@@ -150,8 +151,10 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     topo = build_topology("dgx-h100", None, None, None, 2)
 
     def run(overlap: bool) -> dict:
+        # collective_host null: with the c10d host time this small step is host-bound; the overlap is checked here
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 16, "a2a_overlap": overlap},
-                                             "batch": {"global": 64, "micro": 1, "seq": 4096}})
+                                             "batch": {"global": 64, "micro": 1, "seq": 4096},
+                                             "collective_host": None})
         return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()
 
     plain, over = run(False), run(True)
@@ -315,6 +318,31 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     _, cases = load_cases()
     h100 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
+
+
+def test_runner_passes_hybridep_its_sms_and_the_graph_scopes(tmp_path: Path) -> None:
+    """A row's ``dispatch: hybridep`` with ``hybridep_sms`` sets the spec's HybridEP SMs (Megatron-Bridge's harness:
+    moe_hybridep_num_sms 32); ``cuda_graph_scope`` passes through. The Megatron-Bridge
+    v0.3.0 presets: DeepSeek-V3 B200 / GB200, Qwen3-30B GB200 and Qwen3-235B GB200 run HybridEP; the GB200
+    DeepSeek-V3 / Qwen3-235B presets graph attn, moe_router and moe_preprocess, both Qwen3-30B Blackwell presets
+    moe_router and moe_preprocess; Qwen3-30B B200 keeps the alltoall dispatcher."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, dispatch="hybridep", hybridep_sms=32,
+                                       cuda_graph_scope=["moe_router", "moe_preprocess"]))
+    scn = _scenario(case, 16, "dgx-h100", 1, "none")
+    syn = scn.workload.synthetic
+    assert (syn.dispatch, syn.hybridep_sms, syn.cuda_graph_scope) == ("hybridep", 32, ["moe_router", "moe_preprocess"])
+    assert scn.set == {}  # no replay SM share: the rows do not overlap HybridEP with compute
+    _, cases = load_cases()
+    by = {c.id: c for c in cases}
+    full = ["attn", "moe_router", "moe_preprocess"]
+    for cid, disp, scope in (("dsv3-b200-256-mxfp8", "hybridep", None), ("dsv3-gb200-256-mxfp8", "hybridep", full),
+                             ("qwen3-30b-gb200-8-mxfp8", "hybridep", ["moe_router", "moe_preprocess"]),
+                             ("qwen3-235b-gb200-256-mxfp8", "hybridep", full),
+                             ("qwen3-30b-b200-8-mxfp8", "nccl", ["moe_router", "moe_preprocess"])):
+        assert (by[cid].dispatch, by[cid].cuda_graph_scope) == (disp, scope), cid
+        assert by[cid].hybridep_sms == (32 if disp == "hybridep" else None) and by[cid].comm_sms is None, cid
 
 
 def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
