@@ -924,7 +924,7 @@ def test_partial_cuda_graphs_launch_each_scope_once(tmp_path: Path, dgx: object)
     assert float(rg0.host_ops.dur[1:].sum()) - float(rg.host_ops.dur[1:].sum()) == pytest.approx(saved, rel=1e-9)
     with pytest.raises(CosimInputError, match="moe_preprocess needs moe_router"):
         run(cuda_graph_scope=["moe_preprocess"])
-    with pytest.raises(CosimInputError, match="partial CUDA graphs exclude layout.cuda_graphs"):
+    with pytest.raises(CosimInputError, match=r"partial CUDA graphs exclude layout\.cuda_graphs"):
         run(cuda_graph_scope=["attn"], layout=dict(pp=2, ep=4, cuda_graphs=True))
     for kw in (dict(dispatch="hybridep"), dict(cuda_graph_scope=["attn"])):  # Megatron-Core training fields
         with pytest.raises(CosimInputError, match="hybridep and cuda_graph_scope are training fields"):
