@@ -68,7 +68,8 @@ def test_the_host_sync_costs_a_sync_and_a_launch_latency_per_moe_layer_when_gpu_
     def step(sync: bool) -> tuple[float, float]:
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8}, "moe_host_sync": sync,
                                              "batch": {"global": 16, "micro": 1, "seq": 4096},
-                                             "dispatch_overhead": "2 us", "expert_gemm_host": "0 us"})  # a fast host
+                                             "dispatch_overhead": "2 us", "expert_gemm_host": "0 us",
+                                             "collective_host": "2 us"})  # a fast host
         g = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer).graph
         rg = g.ranks[0]
         names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
@@ -150,8 +151,10 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     topo = build_topology("dgx-h100", None, None, None, 2)
 
     def run(overlap: bool) -> dict:
+        # collective_host null: with the c10d host time this small step is host-bound; the overlap is checked here
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 16, "a2a_overlap": overlap},
-                                             "batch": {"global": 64, "micro": 1, "seq": 4096}})
+                                             "batch": {"global": 64, "micro": 1, "seq": 4096},
+                                             "collective_host": None})
         return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo, ReplayConfig(collectives="simulated")).summary()
 
     plain, over = run(False), run(True)
@@ -210,7 +213,7 @@ def test_training_deepep_dispatch_labels_the_ep_transfers_and_drops_the_alltoall
     assert "all_to_all_dispatch" not in deepep and "all_to_all_combine" not in deepep
     assert b["breakdown"]["compute"] == pytest.approx(a["breakdown"]["compute"], rel=1e-6)  # same kernels
     assert b["breakdown"]["exposed_communication"] < 0.75 * a["breakdown"]["exposed_communication"]
-    with pytest.raises(CosimInputError, match="dispatch: training takes nccl or deepep"):
+    with pytest.raises(CosimInputError, match="dispatch: training takes nccl, deepep"):
         build("deepep-ll")
 
 
@@ -317,10 +320,10 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, 20)
 
 
-def test_runner_passes_expert_padding_and_hybridep_rows_turn_it_off(tmp_path: Path) -> None:
+def test_runner_passes_expert_padding(tmp_path: Path) -> None:
     """A row's ``expert_padding: false`` reaches the synthetic spec (absent: the spec's default, the copies on);
-    the rows whose Megatron-Bridge config runs the HybridEP dispatcher (which pads rows in its dispatch) set it,
-    the alltoall and DeepEP rows do not."""
+    no row sets it: the HybridEP rows (whose dispatcher pads rows in its dispatch) need not, the synthesis drops
+    the copies under ``dispatch: hybridep`` (tests/test_synth.py)."""
     from validation.e2e.run import _scenario, load_cases
 
     _, [case] = load_cases(_cases_file(tmp_path, expert_padding=False))
@@ -328,10 +331,32 @@ def test_runner_passes_expert_padding_and_hybridep_rows_turn_it_off(tmp_path: Pa
     _, [plain] = load_cases(_cases_file(tmp_path))
     assert _scenario(plain, 16, "dgx-h100", 1, "none").workload.synthetic.expert_padding is True
     _, cases = load_cases()
-    off = {c.id for c in cases if not c.expert_padding}
-    assert off == {"dsv3-b200-256-mxfp8", "dsv3-gb200-256-mxfp8", "qwen3-235b-gb200-256-mxfp8",
-                   "qwen3-30b-gb200-8-mxfp8"}
-    assert all("hybridep" in (c.config or "").lower() for c in cases if c.id in off)
+    assert all(c.expert_padding for c in cases)
+
+
+def test_runner_passes_hybridep_its_sms_and_the_graph_scopes(tmp_path: Path) -> None:
+    """A row's ``dispatch: hybridep`` with ``hybridep_sms`` sets the spec's HybridEP SMs (Megatron-Bridge's harness:
+    moe_hybridep_num_sms 32); ``cuda_graph_scope`` passes through. The Megatron-Bridge
+    v0.3.0 presets: DeepSeek-V3 B200 / GB200, Qwen3-30B GB200 and Qwen3-235B GB200 run HybridEP; the GB200
+    DeepSeek-V3 / Qwen3-235B presets graph attn, moe_router and moe_preprocess, both Qwen3-30B Blackwell presets
+    moe_router and moe_preprocess; Qwen3-30B B200 keeps the alltoall dispatcher."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, dispatch="hybridep", hybridep_sms=32,
+                                       cuda_graph_scope=["moe_router", "moe_preprocess"]))
+    scn = _scenario(case, 16, "dgx-h100", 1, "none")
+    syn = scn.workload.synthetic
+    assert (syn.dispatch, syn.hybridep_sms, syn.cuda_graph_scope) == ("hybridep", 32, ["moe_router", "moe_preprocess"])
+    assert scn.set == {}  # no replay SM share: the rows do not overlap HybridEP with compute
+    _, cases = load_cases()
+    by = {c.id: c for c in cases}
+    full = ["attn", "moe_router", "moe_preprocess"]
+    for cid, disp, scope in (("dsv3-b200-256-mxfp8", "hybridep", None), ("dsv3-gb200-256-mxfp8", "hybridep", full),
+                             ("qwen3-30b-gb200-8-mxfp8", "hybridep", ["moe_router", "moe_preprocess"]),
+                             ("qwen3-235b-gb200-256-mxfp8", "hybridep", full),
+                             ("qwen3-30b-b200-8-mxfp8", "nccl", ["moe_router", "moe_preprocess"])):
+        assert (by[cid].dispatch, by[cid].cuda_graph_scope) == (disp, scope), cid
+        assert by[cid].hybridep_sms == (32 if disp == "hybridep" else None) and by[cid].comm_sms is None, cid
 
 
 def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:

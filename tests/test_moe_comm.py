@@ -194,3 +194,71 @@ def test_repeated_calls_reuse_the_flows_and_time_alike() -> None:
     half = deepep(sim, "dispatch", ranks, **{**kw, "num_tokens": 512})
     sim.run()
     assert len(_FLOW_CACHE[sim]) == 2 and half.value.time < first.value.time
+
+
+def test_hybridep_load_by_hand() -> None:
+    """HybridEP (one NVLink domain of 4 ranks, 8 experts, top-2, 100 tokens per rank, hidden 64): a token goes once
+    to each rank holding one of its experts, p = 1 - C(6, 2) / C(8, 2) = 13/28, with its BF16 row (128 B) and, in
+    the forward dispatch, the fp32 probabilities of the domain's 8 experts (32 B)."""
+    from cosim.engine.moe_comm import hybridep_load, hybridep_token_bytes
+
+    p = 1 - comb(6, 2) / comb(8, 2)
+    assert p == pytest.approx(13 / 28)
+    assert hybridep_token_bytes(64, 8) == 128 + 32 and hybridep_token_bytes(64) == 128
+    ld = hybridep_load(1, 4, "dispatch", num_tokens=100, hidden=64, num_topk=2, num_experts=8, prob_row=8)
+    assert ld.nvlink_out == pytest.approx(3 * 100 * p * 160) and ld.nvlink_in == pytest.approx(ld.nvlink_out)
+    assert ld.nic_out == ld.nic_in == 0
+    assert ld.logical == pytest.approx(4 * 100 * p * 128)  # HybridEP's NVL metric: own tokens, no probabilities
+    # two domains of 2: once per destination domain to the rail peer (no domain limit: every token reaches the
+    # other domain when one of its 2 experts is there, 1 - C(4, 2) / C(8, 2)), forwarded over NVLink
+    two = hybridep_load(2, 2, "combine", num_tokens=100, hidden=64, num_topk=2, num_experts=8)
+    assert two.nic_out == pytest.approx(100 * (1 - comb(4, 2) / comb(8, 2)) * 128)
+
+
+def test_hybridep_intranode_reproduces_its_published_kernel_rate() -> None:
+    """HybridEP's README benchmark on 8 B200 (4096 tokens, hidden 7168, top-8 of 64 experts, forward dispatch with
+    probabilities, 16 SMs): each rank writes 7 x 4096 x p rows of 14336 + 4 x 64 bytes to its peers at the GB200
+    16-SM table's NVLink fraction (the same NVLink 5), after the p2p launch latency; its NVL metric (received BF16
+    bytes, own included) over the kernel time is the published 750 GB/s. The combine is the reverse, no
+    probabilities, at the combine fraction (684 GB/s); 32 SMs take the 32-SM table (764 GB/s)."""
+    from cosim.engine.moe_comm import HYBRIDEP_RATES, hybridep, hybridep_rates, nvlink_domains
+    from cosim.topology import load_topology
+
+    topo = load_topology("hgx-b200")
+    gpus = list(topo.gpus)
+    p = 1 - comb(56, 8) / comb(64, 8)
+    for kind, probs, rates, metric in (("dispatch", True, HYBRIDEP_RATES, 750.15e9),
+                                       ("combine", False, HYBRIDEP_RATES, 684.27e9),
+                                       ("dispatch", True, hybridep_rates(32), 764.03e9)):
+        sim = Simulator(topo, SimConfig(record_trace=False))
+        assert [len(d) for d in nvlink_domains(sim, gpus)] == [8]
+        ev = hybridep(sim, kind, gpus, num_tokens=4096, hidden=7168, num_topk=8, num_experts=64, probs=probs,
+                      rates=rates)
+        sim.run()
+        r = ev.value
+        tb = 14336 + (4 * 64 if probs else 0)
+        lat = sim.nccl_params.fitted.p2p_latency
+        want = lat + 7 * 4096 * p * tb / (900e9 * rates.nvlink_fraction(kind, 8))
+        assert r.time == pytest.approx(want, rel=1e-6) and r.rdma_bytes == 0
+        assert 8 * 4096 * p * 14336 / (r.time - lat) == pytest.approx(metric, rel=1e-6)
+    with pytest.raises(ValueError, match="kind"):
+        hybridep(Simulator(topo, SimConfig(record_trace=False)), "gather", gpus, num_tokens=1, hidden=8,
+                 num_topk=1, num_experts=8)
+
+
+def test_hybridep_across_two_nodes_crosses_the_network_once_per_node() -> None:
+    """EP16 over two DGX H100 (two NVLink domains): RDMA flows go only between rail peers (same local index)."""
+    from cosim.engine.moe_comm import hybridep, nvlink_domains
+    from cosim.scenario import build_topology
+
+    topo = build_topology("dgx-h100", None, None, None, 2)
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    gpus = list(topo.gpus)
+    assert [len(d) for d in nvlink_domains(sim, gpus)] == [8, 8]
+    ev = hybridep(sim, "dispatch", gpus, num_tokens=1024, hidden=2048, num_topk=8, num_experts=128, probs=True)
+    sim.run()
+    r = ev.value
+    assert r.rdma_bytes > 0 and r.time > 0
+    # DeepEP's RDMA metric: tokens x destination nodes (own included); a token has one of its 8 experts on a
+    # given node with probability 1 - C(64, 8) / C(128, 8); a row carries the domain's 64 probabilities
+    assert r.rdma_bytes == pytest.approx(1024 * 2 * (1 - comb(64, 8) / comb(128, 8)) * (4096 + 4 * 64))

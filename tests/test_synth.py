@@ -4,6 +4,7 @@ pipeline order, every collective of one step of a 2-layer EP4 PP2 model, routing
 from __future__ import annotations
 
 from collections import Counter
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -675,7 +676,7 @@ def test_a_collective_call_costs_the_host_its_measured_time(tmp_path: Path, dgx:
     assert costs(collective_host=None)["moe.dispatch"] == pytest.approx(launch + 10e-6, rel=1e-9)
 
 
-def test_collective_host_figure_is_the_measured_c10d_alltoall_and_off_by_default() -> None:
+def test_collective_host_figure_is_the_measured_c10d_alltoall_and_the_default() -> None:
     from cosim.resources import shared_dir
     from validation.e2e.host_cost import C10D_FOLDER, alltoall_call_s
 
@@ -685,12 +686,12 @@ def test_collective_host_figure_is_the_measured_c10d_alltoall_and_off_by_default
         pytest.skip("../shared/traces/param-dlrm-v100x8 not available")
     calls, median = alltoall_call_s(folder)
     assert calls == 40 and median == pytest.approx(83.0e-6, abs=0.05e-6)
-    # the documented figure: that median less the DGX-1 host's launch call (cpus.yaml xeon-e5-2698v4: 5 us); off by
-    # default (collective_host null: an eager op's dispatch_overhead)
+    # the documented figure: that median less the DGX-1 host's launch call (cpus.yaml xeon-e5-2698v4: 5 us); the
+    # default since HybridEP is modelled (its rows no longer pay for the alltoall dispatcher's calls)
     from cosim.workload.synth.spec import C10D_CALL_HOST
 
     assert C10D_CALL_HOST == pytest.approx(median - 5e-6, abs=1e-9)
-    assert SyntheticSpec.model_fields["collective_host"].default is None
+    assert SyntheticSpec.model_fields["collective_host"].default == C10D_CALL_HOST
 
 
 def test_grace_host_launches_at_its_measured_speed(tmp_path: Path) -> None:
@@ -828,8 +829,11 @@ def test_combined_1f1b_hides_all_to_all_with_and_without_delayed_wgrad() -> None
     topo = build_topology("dgx-h100", None, None, None, 2)
 
     def run(overlap: bool, delay: bool) -> dict:
+        # collective_host null: the c10d host time would make this small step host-bound (the overlap is what is
+        # checked here, on a communication-bound step)
         spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "batch": {"global": 64, "micro": 1, "seq": 4096},
-                                             "layout": {"ep": 16, "a2a_overlap": overlap, "delay_wgrad": delay}})
+                                             "layout": {"ep": 16, "a2a_overlap": overlap, "delay_wgrad": delay},
+                                             "collective_host": None})
         return replay(synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph, topo,
                       ReplayConfig(collectives="simulated")).summary()
 
@@ -873,6 +877,7 @@ def test_quantized_grouped_mlp_pads_expert_rows_by_copies(tmp_path: Path, dgx: o
     assert fp8["moe.experts_pad"] == (512 + 527) * 64 * 2
     assert not [o for o in layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4), "bf16") if o.copy]
     assert not [o for o in layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4, expert_padding=False), "mxfp8") if o.copy]
+    assert not [o for o in layer_ops(tiny(), 0, 256.0, 256.0, Shard(ep=4, dispatcher="hybridep"), "mxfp8") if o.copy]
     # in a synthesized step each copy is one eager launch, forward and backward; spec expert_padding: false drops them
     def count(**kw: object) -> Counter[str]:
         rg = _synth(tmp_path, dgx, precision="fp8", **kw).graph.ranks[0]
@@ -883,3 +888,85 @@ def test_quantized_grouped_mlp_pads_expert_rows_by_copies(tmp_path: Path, dgx: o
               "moe.experts_probs_pad.bwd", "moe.experts_unpad.bwd")
     assert count() == Counter({n: 2 for n in names6})
     assert count(expert_padding=False) == Counter()
+
+
+def test_hybridep_dispatch_bytes_and_calls_per_layer_by_hand(tmp_path: Path, dgx: object) -> None:
+    """``dispatch: hybridep`` (Megatron-Core's flex dispatcher with HybridEP; costs.HYBRIDEP_DISPATCH_SOURCE). The
+    tiny card (hidden 64, 8 experts, top-2) at EP4, 64 tokens per micro-batch, one MoE layer per stage, 2
+    micro-batches; rank 0. Per layer and micro-batch, forward: the bool routing map [64, 8] all-gathered over EP
+    (512 bytes in), one host sync after HybridEP's preprocessing, the dispatch (probabilities travel) and the
+    combine; backward: the dispatch's transpose carries the probabilities' gradients, the combine's does not.
+    None of the alltoall dispatcher's calls (counts all-gather, probabilities all-to-all, NCCL all-to-alls)."""
+    from cosim.workload.synth.costs import Shard, hybridep_dispatch_ops, hybridep_rows_received
+
+    syn = _synth(tmp_path, dgx, dispatch="hybridep", dispatch_overhead="10 us", collective_host="78 us")
+    rg = syn.graph.ranks[0]
+    names = [rg.strings[int(x)] for x in rg.collectives.name]
+    got = Counter(names)
+    # label: hybridep_<kind>:<tokens>:<hidden>:<probabilities 0|1>:<topk>:<experts>:<SMs>
+    assert got["hybridep_dispatch:64:64:1:2:8:16"] == got["hybridep_combine:64:64:0:2:8:16"] == 2  # forward
+    assert got["hybridep_combine:64:64:1:2:8:16"] == got["hybridep_dispatch:64:64:0:2:8:16"] == 2  # backward
+    assert not any(n.startswith("all_to_all") for n in names)
+    gathers = [float(b) for n, b in zip(names, rg.collectives.in_bytes) if n == "all_gather"]
+    assert gathers[:2] == [64 * 8, 64 * 8] and len(gathers) == 3  # + the ZeRO-1 parameter all-gather
+    hn = [rg.strings[int(x)] for x in rg.host_ops.name]
+    assert hn.count("cudaStreamSynchronize") == 2  # one per forward layer: permute preprocessing's count
+    # host: the routing map's all-gather is the one c10d call (launch 4.6 us + 78 us); each HybridEP call is one
+    # framework call (4.6 + 10 us) for its first kernel, the others launched from C++ (the launch call only)
+    cost = launch_costs(rg)
+    assert cost["moe.hybridep_routing_all_gather"] == pytest.approx(82.6e-6)
+    for first in ("moe.hybridep_unpermute", "moe.combine.bwd", "moe.hybridep_permute.bwd"):
+        assert cost[first] == pytest.approx(14.6e-6), first
+    for cpp in ("moe.hybridep_preprocess", "moe.hybridep_permute_preprocess", "moe.dispatch", "moe.hybridep_permute",
+                "moe.combine", "moe.dispatch.bwd", "moe.hybridep_unpermute.bwd"):
+        assert cost[cpp] == pytest.approx(4.6e-6), cpp
+    # bytes: each of 64 tokens goes once to each of the 4 ranks holding one of its 2 experts,
+    # p = 1 - C(6, 2) / C(8, 2); 4 x 64 x p rows arrive; the permute reads them (BF16 + 8 fp32 probabilities)
+    # and writes 128 rows of one (token, local expert) each (+ its fp32 probability); the unpermute the reverse
+    c = tiny()
+    recv = 4 * 64 * (1 - comb(6, 2) / comb(8, 2))
+    assert hybridep_rows_received(c, 64.0, 4) == pytest.approx(recv)
+    pre, post = hybridep_dispatch_ops(c, 64.0, 128.0, Shard(ep=4, dispatcher="hybridep"))
+    by = {o.name: o.bytes for o in pre + post}
+    assert by["moe.hybridep_permute"] == pytest.approx(recv * (128 + 32) + 128 * (128 + 4))
+    assert by["moe.hybridep_unpermute"] == pytest.approx(128 * 128 + recv * 128)
+    assert by["moe.hybridep_routing_all_gather"] == 64 * 8 * 4
+
+
+def test_partial_cuda_graphs_launch_each_scope_once(tmp_path: Path, dgx: object) -> None:
+    """``cuda_graph_scope: [attn, moe_router, moe_preprocess]`` (Transformer Engine graphs, costs.CUDA_GRAPH_SOURCE)
+    on the tiny card at EP4, alltoall dispatcher, one layer per stage, 2 micro-batches: per layer and micro-batch
+    one forward graph of 27 kernels (attention 6, pre-MLP norm and router 3, load-balancing loss 9, the
+    dispatcher's preprocess 8 and the permutation) and one backward graph of their 18 backward kernels; the
+    token counts' 4 host copies follow the graph (dtoh point before_ep_alltoall) and the host waits for the last
+    one; the all-to-alls, experts and combine stay eager. Host time falls by the launches the graphs replace."""
+    def run(**kw: object) -> tuple[Any, list[str], list[str]]:
+        rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", **kw).graph.ranks[0]
+        hn = [rg.strings[int(x)] for x in rg.host_ops.name]
+        return rg, hn, [rg.strings[int(x)] for x in rg.gpu_ops.name]
+
+    rg0, hn0, _ = run()
+    rg, hn, gn = run(cuda_graph_scope=["attn", "moe_router", "moe_preprocess"])
+    graphs = [i for i, n in enumerate(hn) if n == "cudaGraphLaunch"]
+    per = [int((rg.launches.host_op == h).sum()) for h in graphs]
+    assert per == [27, 27, 18, 18]
+    first = [gn[int(np.flatnonzero(rg.launches.host_op == h)[0])] for h in graphs]
+    assert first == ["attn.norm", "attn.norm", "moe.permute.bwd", "moe.permute.bwd"]
+    # eager launches: 154 - 2 x 27 - 2 x 18 = 64
+    assert hn0.count("cudaLaunchKernel") == 154 and hn.count("cudaLaunchKernel") == 64
+    for s in [i for i, n in enumerate(hn) if n == "cudaStreamSynchronize"]:  # right after the 4th copy's launch
+        j = int(np.flatnonzero(rg.launches.host_op == s - 1)[0])
+        assert gn[j] == "moe.splits_d2h" and gn[j - 4] == "moe.permute"
+    # host time saved: the 90 graphed kernels' eager launches (launch call 4.6 us + dispatch 10 us each; the counts
+    # all-gather a c10d call, 4.6 + 78 us, twice) and the 5 parameter hooks of each backward graph (10 us each),
+    # less 4 graph launches (10 us)
+    launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)
+    saved = 88 * (launch + 10e-6) + 2 * (launch + 78e-6) + 10 * 10e-6 - 4 * 10e-6
+    assert float(rg0.host_ops.dur[1:].sum()) - float(rg.host_ops.dur[1:].sum()) == pytest.approx(saved, rel=1e-9)
+    with pytest.raises(CosimInputError, match="moe_preprocess needs moe_router"):
+        run(cuda_graph_scope=["moe_preprocess"])
+    with pytest.raises(CosimInputError, match=r"partial CUDA graphs exclude layout\.cuda_graphs"):
+        run(cuda_graph_scope=["attn"], layout=dict(pp=2, ep=4, cuda_graphs=True))
+    for kw in (dict(dispatch="hybridep"), dict(cuda_graph_scope=["attn"])):  # Megatron-Core training fields
+        with pytest.raises(CosimInputError, match="hybridep and cuda_graph_scope are training fields"):
+            run(mode="decode", batch={"requests_per_gpu": 4, "context": 64}, **kw)

@@ -31,8 +31,24 @@ import simpy
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
 
-__all__ = ["DEEPEP_RATES", "DeepEPLoad", "DeepEPRates", "MoeCommResult", "MoeTraffic", "buffer_token_bytes", "deepep", "deepep_load",
-           "expected_traffic", "token_bytes"]
+__all__ = [
+    "DEEPEP_RATES",
+    "HYBRIDEP_RATES",
+    "DeepEPLoad",
+    "DeepEPRates",
+    "HybridEPRates",
+    "MoeCommResult",
+    "MoeTraffic",
+    "buffer_token_bytes",
+    "deepep",
+    "deepep_load",
+    "expected_traffic",
+    "hybridep",
+    "hybridep_load",
+    "hybridep_token_bytes",
+    "nvlink_domains",
+    "token_bytes",
+]
 
 KINDS = ("dispatch", "combine")
 MODES = ("normal", "low_latency")
@@ -324,6 +340,223 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
         nvl = rdma = tr.selections * (hidden + hidden / 128 * 4 + 16 if kind == "dispatch" else 2.0 * hidden)
     def finish(_e: simpy.Event) -> None:
         out.succeed(MoeCommResult(kind, mode, ranks, res.start, res.end, nvl, rdma))
+
+    inner.callbacks.append(finish)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# HybridEP (NVIDIA's backend of DeepEP's ``hybrid-ep`` branch; Megatron-Core's flex dispatcher,
+# ``moe_flex_dispatcher_backend: hybridep``)
+
+HYBRIDEP_SOURCE = (
+    "deepseek-ai/DeepEP branch hybrid-ep at eb9cee7 (the commit Megatron-LM core_v0.16.0 docker/Dockerfile.ci.dev "
+    "installs): deep_ep/hybrid_ep_buffer.py (dispatch_with_permute, combine_with_unpermute), "
+    "csrc/hybrid_ep/executor/executor.cu (allgather_routing_map: torch.distributed.all_gather_into_tensor of the "
+    "bool routing map unless the experimental custom allgather is enabled, default off; metadata_preprocess_core; "
+    "dispatch_preprocess: permute_preprocessing then cudaStreamSynchronize unless non_blocking; dispatch_core; "
+    "dispatch_postprocess: permute_launcher; combine_preprocess: unpermute_launcher; combine_core), "
+    "csrc/hybrid_ep/backend/hybrid_ep_backend.cuh (S2G warp group: one cp_async_bulk of the token and, in the "
+    "forward dispatch, of its fp32 probabilities for every expert of the destination's NVLink domain, per "
+    "destination rank that holds one of its experts), docs/README_Hybrid-EP.md (GB200 and B200 bandwidth tables), "
+    "docs/Hybrid-EP_Implementation.md")
+"""Where :func:`hybridep` and the synthesis' ``dispatch: hybridep`` come from."""
+
+NVLINK5_GPU_BANDWIDTH = 900e9
+"""Bytes/s per direction of one Blackwell GPU's NVLink 5 ports (18 links x 50 GB/s), the link under the
+HybridEP GB200 table (:data:`HYBRIDEP_GB200_16SM`)."""
+
+HYBRIDEP_GB200: dict[int, tuple[tuple[int, float, float], ...]] = {
+    16: ((8, 750.15e9, 684.27e9), (16, 661.93e9, 600.75e9), (24, 637.80e9, 565.53e9), (32, 629.79e9, 547.25e9),
+         (36, 612.85e9, 543.27e9)),
+    32: ((8, 764.03e9, 737.13e9), (16, 706.95e9, 666.26e9), (24, 665.97e9, 639.80e9), (32, 642.23e9, 605.15e9),
+         (36, 632.31e9, 596.99e9))}
+"""HybridEP's published kernel-only NVL bandwidth on GB200 by SMs per kernel (16: Megatron-Core's default
+``moe_hybridep_num_sms``; 32: what Megatron-Bridge's performance harness sets, scripts/performance/utils/
+overrides.py v0.3.0), BF16 dispatch and combine, per NVLink-domain size (ranks): deepseek-ai/DeepEP hybrid-ep
+docs/README_Hybrid-EP.md, "GB200 Platform" (4096 tokens per rank, hidden 7168, top-8, 8 local experts, uniform
+random routing). The metric is tests/test_hybrid_ep.py's: received BF16 token bytes (a rank's own included) /
+kernel time."""
+HYBRIDEP_GB200_16SM = HYBRIDEP_GB200[16]
+
+
+def _hybridep_fraction(ranks: int, metric: float, prob_row: int, hidden: int = 7168) -> float:
+    """Fraction of :data:`NVLINK5_GPU_BANDWIDTH` a GPU's NVLink writes reach in a HybridEP benchmark row: the
+    NVL metric counts received BF16 token bytes with the rank's own share ((ranks-1)/ranks cross NVLink) and
+    without the ``prob_row`` fp32 probabilities a forward dispatch carries with each token."""
+    return metric * (ranks - 1) / ranks * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / NVLINK5_GPU_BANDWIDTH
+
+
+@dataclass(frozen=True)
+class HybridEPRates:
+    """Fractions of raw link bandwidth (per direction) that HybridEP's kernels reach, from HybridEP's own
+    measurements (independent of the training tables scored in validation/e2e)."""
+
+    nvlink: tuple[tuple[int, float, float], ...] = tuple(
+        (r, _hybridep_fraction(r, d, 8 * r), _hybridep_fraction(r, c, 0)) for r, d, c in HYBRIDEP_GB200[16])
+    """(ranks per NVLink domain, dispatch fraction, combine fraction) of the GB200 16-SM table
+    (:data:`HYBRIDEP_GB200`; 8 ranks: 0.74 / 0.67, 36 ranks: 0.72 / 0.59). A domain takes the row of the
+    largest size not above its own (the smallest row below 8; 36 beyond)."""
+    rdma: float = 0.94
+    """Across NVLink domains: the RDMA write rate of :attr:`DeepEPRates.rdma` (HybridEP, like DeepEP, sends
+    once per destination domain to the rail peer, which forwards over NVLink)."""
+
+    def nvlink_fraction(self, kind: str, ranks: int) -> float:
+        row = self.nvlink[0]
+        for r in self.nvlink:
+            if r[0] <= ranks:
+                row = r
+        return row[1] if kind == "dispatch" else row[2]
+
+
+HYBRIDEP_RATES = HybridEPRates()
+
+
+def hybridep_rates(sms: int) -> HybridEPRates:
+    """The rates of HybridEP's kernels at ``sms`` SMs: the published table of the most SMs not above ``sms``
+    (16 below 16)."""
+    key = max([k for k in HYBRIDEP_GB200 if k <= sms] or [min(HYBRIDEP_GB200)])
+    return HybridEPRates(nvlink=tuple((r, _hybridep_fraction(r, d, 8 * r), _hybridep_fraction(r, c, 0))
+                                      for r, d, c in HYBRIDEP_GB200[key]))
+
+
+def hybridep_token_bytes(hidden: int, prob_row: int = 0) -> float:
+    """Bytes HybridEP moves per token and destination rank: the BF16 token (HybridEP's dispatch in Megatron-Core
+    runs BF16: ``fp8_dispatch = False``) plus, when probabilities travel (the forward dispatch and the backward of
+    the dispatch, the combine of their gradients), the fp32 row of ``prob_row`` entries (the destination domain's
+    experts: ``num_of_experts_per_rank x num_of_ranks_per_node``)."""
+    return 2.0 * hidden + 4.0 * prob_row
+
+
+_DOMAINS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+def nvlink_domains(sim: Simulator, ranks: Sequence[str]) -> list[list[str]]:
+    """``ranks`` grouped by NVLink domain (GPUs joined by scale-up links, NVSwitch trays of a rack included),
+    in order of first appearance; HybridEP's ``num_of_nodes`` is the number of these groups."""
+    import networkx as nx
+
+    topo = sim.topo
+    comp = _DOMAINS.get(sim)
+    if comp is None:
+        g = topo.graph
+        up = {x for x in g.nodes if topo.kind_of(x) in ("gpu", "nvswitch")}
+        view = nx.Graph((a, b) for a, b, d in g.edges(data=True)
+                        if a in up and b in up and d.get("kind") in ("nvlink", "xgmi", "nvlink_c2c"))
+        view.add_nodes_from(x for x in up if topo.kind_of(x) == "gpu")
+        comp = {x: i for i, cc in enumerate(nx.connected_components(view)) for x in cc}
+        _DOMAINS[sim] = comp
+    out: dict[int, list[str]] = {}
+    for r in ranks:
+        out.setdefault(comp.get(r, -1 - len(out)), []).append(r)
+    return list(out.values())
+
+
+def hybridep_load(domains: int, per_domain: int, kind: str, *, num_tokens: int, hidden: int, num_topk: int,
+                  num_experts: int, prob_row: int = 0) -> DeepEPLoad:
+    """Per-GPU bytes of one HybridEP dispatch (or combine: the same bytes reversed) on ``domains`` NVLink domains
+    of ``per_domain`` GPUs under uniform routing without domain limit: a token goes once to every rank holding one
+    of its experts (inside a domain over NVLink; across domains once per domain to the rail peer, which forwards).
+    ``logical``: HybridEP's NVL metric (received token bytes incl. the rank's own, without probabilities)."""
+    tr = expected_traffic(domains, per_domain, num_tokens, num_topk, num_experts, domains)
+    grid = [[f"{k}:{i}" for i in range(per_domain)] for k in range(domains)]
+    node = {r: k for k, loc in enumerate(grid) for r in loc}
+    acc = dict.fromkeys(("no", "ni", "co", "ci"), 0.0)
+    for a, c, v in _flows(grid, tr, hybridep_token_bytes(hidden, prob_row), "normal"):
+        if kind == "combine":
+            a, c = c, a
+        same = node[a] == node[c]
+        acc["no" if same else "co"] += v
+        acc["ni" if same else "ci"] += v
+    g = domains * per_domain
+    logical = float(tr.rank_tokens.sum(axis=1).mean()) * 2.0 * hidden
+    return DeepEPLoad(acc["no"] / g, acc["ni"] / g, acc["co"] / g, acc["ci"] / g, logical)
+
+
+def _link_efficiency(sim: Simulator, sources: set[str], network: bool, fraction: float) -> float:
+    """Flow efficiency that runs flows leaving ``sources`` at ``fraction`` of raw bandwidth: the fraction over the
+    lowest catalog efficiency of their NVLink (or, ``network``, their NIC's network) links, at most 1."""
+    g = sim.fabric.graph
+    effs = []
+    for a in sources:
+        nic = sim.topo.nic_of(a) if network else None
+        src = nic if nic is not None and nic in g else a
+        kinds = ("infiniband", "ethernet") if network else ("nvlink", "xgmi")
+        effs += [float(d.get("efficiency", 1.0)) for _, _, d in g.out_edges(src, data=True) if d.get("kind") in kinds]
+    return min(1.0, fraction / min(effs)) if effs else 1.0
+
+
+def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: float, hidden: int, num_topk: int,
+             num_experts: int, probs: bool = False, latency: float | None = None, name: str | None = None,
+             rates: HybridEPRates = HYBRIDEP_RATES) -> simpy.Event:
+    """Start a HybridEP dispatch or combine kernel on ``ranks`` now (:data:`HYBRIDEP_SOURCE`); the event succeeds
+    with a :class:`MoeCommResult`.
+
+    ``num_tokens`` per rank of width ``hidden`` (BF16); ``probs``: the fp32 probabilities travel with each token
+    (the forward dispatch, and the combine of their gradients in the backward), a row of the destination domain's
+    experts (:func:`hybridep_token_bytes`).
+    Uniform routing, no domain limit: rank ``s`` sends each destination rank ``d`` of its NVLink domain the
+    tokens with an expert on ``d`` (once per rank, however many of its experts are there); across domains once
+    per domain to the rail peer, which forwards over NVLink (:func:`_flows`). NVLink flows run at the measured
+    fraction of the domain's size (:class:`HybridEPRates`), RDMA ones at ``rates.rdma``. Flows are kept per
+    simulator, as :func:`deepep`'s. Cost: O(ranks^2) on the first call of a shape, O(1) after."""
+    from cosim.engine.collectives import CollectiveResult, _Plan
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    ranks = list(ranks)
+    col = sim.collectives
+    doms = nvlink_domains(sim, ranks)
+    sizes = {len(x) for x in doms}
+    if len(sizes) != 1:
+        raise ValueError("HybridEP needs the same number of ranks in every NVLink domain")
+    params = col.params
+    lat = latency if latency is not None else (params.fitted.p2p_latency if params.fitted else
+                                               params.base_latency["p2p"]["simple"])
+    env = sim.env
+    label = name or f"hybridep_{kind}"
+    key = ("hybridep", tuple(tuple(x) for x in doms), num_tokens, hidden, probs, num_topk, num_experts, kind, rates)
+    cache = _FLOW_CACHE.setdefault(sim, {})
+    hit = cache.get(key)
+    per = sizes.pop()
+    tb = hybridep_token_bytes(hidden, num_experts // len(ranks) * per if probs else 0)
+    if hit is None:
+        tr = expected_traffic(len(doms), per, round(num_tokens), num_topk, num_experts, len(doms))
+        tr = MoeTraffic(tr.rank_tokens * (num_tokens / max(round(num_tokens), 1)),
+                        tr.node_tokens * (num_tokens / max(round(num_tokens), 1)), tr.selections)
+        flows = _flows(doms, tr, tb, "normal")
+        if kind == "combine":
+            flows = [(c, a, v) for a, c, v in flows]
+        dom = {r: k for k, loc in enumerate(doms) for r in loc}
+        intra = [f for f in flows if dom[f[0]] == dom[f[1]]]
+        inter = [f for f in flows if dom[f[0]] != dom[f[1]]]
+        parts = []
+        if intra:
+            parts.append((intra, _link_efficiency(sim, {a for a, _, _ in intra}, False,
+                                                  rates.nvlink_fraction(kind, per))))
+        if inter:
+            parts.append((inter, _link_efficiency(sim, {a for a, _, _ in inter}, True, rates.rdma)))
+        hit = (tr, float(sum(v for _, _, v in flows)), parts)
+        cache[key] = hit
+    tr, total, parts = hit
+    res = CollectiveResult(f"hybridep_{kind}", total, ranks, "hybridep", "", env.now, env.now, lat)
+    inner = env.event()
+
+    def run() -> Generator[simpy.Event, object, None]:
+        subs = [CollectiveResult(res.op, 0.0, ranks, "hybridep", "", env.now, env.now, lat) for _ in parts]
+        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, float("inf"),
+                                                   label, sub, None))
+                          for (p, e), sub in zip(parts, subs)])
+        res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
+        col._finish(res, label, inner)
+
+    env.process(run())
+    out = env.event()
+    nvl = float(tr.rank_tokens.sum(axis=1).mean()) * tb
+    rdma = float(tr.node_tokens.sum(axis=1).mean()) * tb if len(doms) > 1 else 0.0
+
+    def finish(_e: simpy.Event) -> None:
+        out.succeed(MoeCommResult(kind, "hybridep", ranks, res.start, res.end, nvl, rdma))
 
     inner.callbacks.append(finish)
     return out

@@ -193,6 +193,8 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
         label = r0.rg.strings[int(r0.rg.collectives.name[c])]
         if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
             return deepep(sim, label, gpus)
+        if label.startswith("hybridep_"):  # a synthesized HybridEP dispatch/combine (cosim.workload.synth.build)
+            return hybridep(sim, label, gpus)
         reps: list[list[str]] = []
         if stage and len(arr) == 1 and op != "send_recv":
             g = int(r0.rg.collectives.group[c])
@@ -202,6 +204,23 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
         return sim.collective(op, gpus, nb, name=f"{op}", replicas=reps)
 
     return run
+
+
+def hybridep(sim: Any, label: str, gpus: list[str]) -> simpy.Event:
+    """Run ``hybridep_<kind>:<tokens>:<hidden>:<probs 0|1>:<topk>:<experts>:<SMs>`` with
+    :func:`cosim.engine.moe_comm.hybridep`; the event carries the algorithm the executor records."""
+    from types import SimpleNamespace
+
+    from cosim.engine.moe_comm import hybridep as run
+    from cosim.engine.moe_comm import hybridep_rates
+
+    op, tokens, hidden, probs, topk, experts, sms = label.split(":")
+    ev = run(sim, op.removeprefix("hybridep_"), gpus, num_tokens=float(tokens), hidden=int(hidden),
+             probs=probs == "1", num_topk=int(topk), num_experts=int(experts), name=op,
+             rates=hybridep_rates(int(sms)))
+    out = sim.env.event()
+    ev.callbacks.append(lambda e: out.succeed(SimpleNamespace(algo="hybridep", proto="simple")))
+    return out
 
 
 def deepep(sim: Any, label: str, gpus: list[str]) -> simpy.Event:

@@ -98,9 +98,16 @@ class Case(Strict):
     """The run overlaps TP collectives with GEMMs (Megatron-Bridge ``tp_comm_overlap``, TE userbuffers)."""
     a2a_overlap: bool = False
     """The run overlaps EP all-to-alls with another micro-batch's compute (Megatron-Bridge ``moe_a2a_overlap``)."""
-    dispatch: Literal["nccl", "deepep"] = "nccl"
-    """The run's MoE token dispatcher: ``nccl`` (Megatron-Core's alltoall dispatcher) or ``deepep`` (its flex
-    dispatcher with the DeepEP backend, ``moe_enable_deepep``): the synthetic spec's ``dispatch``."""
+    dispatch: Literal["nccl", "deepep", "hybridep"] = "nccl"
+    """The run's MoE token dispatcher: ``nccl`` (Megatron-Core's alltoall dispatcher), ``deepep`` (its flex
+    dispatcher with the DeepEP backend, ``moe_enable_deepep``) or ``hybridep`` (the flex dispatcher with HybridEP,
+    ``moe_flex_dispatcher_backend: hybridep``): the synthetic spec's ``dispatch``."""
+    hybridep_sms: int | None = Field(default=None, gt=0)
+    """SMs of the run's HybridEP kernels (Megatron-Core ``moe_hybridep_num_sms``; Megatron-Bridge's performance
+    harness sets 32): the synthetic spec's ``hybridep_sms`` (which measured rate table times them); None: 16."""
+    cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] | None = None
+    """Transformer Engine partial CUDA graphs of the run's config (``cuda_graph_impl: transformer_engine``,
+    ``cuda_graph_scope``): the synthetic spec's ``cuda_graph_scope``; absent: eager."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
     """Element type of the run's dispatched tokens (the synthetic spec's ``dispatch_precision``); None: bf16, as
     Megatron-Core dispatches."""
@@ -254,6 +261,8 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
         **({} if case.expert_padding else {"expert_padding": False}),
+        **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
+        **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,

@@ -58,6 +58,7 @@ from cosim.workload.synth.costs import (
     Shard,
     backward_ops,
     embedding_ops,
+    graph_scoped,
     head_ops,
     layer_ops,
     layer_params,
@@ -120,7 +121,14 @@ class BuildOptions:
     """Training MoE dispatch/combine: ``nccl`` (all-to-all(v) flows, Megatron-Core's alltoall dispatcher) or
     ``deepep`` (Megatron-Core's flex dispatcher with DeepEP's normal kernels: RDMA once per destination node,
     NVLink forwarding, :func:`cosim.engine.moe_comm.deepep`; uniform routing only, skewed routing keeps
-    all-to-allv flows with per-peer splits)."""
+    all-to-allv flows with per-peer splits) or ``hybridep`` (the flex dispatcher with HybridEP:
+    :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`, :func:`cosim.engine.moe_comm.hybridep`)."""
+    hybridep_sms: int = 16
+    """SMs of each HybridEP dispatch/combine kernel (Megatron-Core ``moe_hybridep_num_sms``, default 16)."""
+    graph_scopes: tuple[str, ...] = ()
+    """Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine``,
+    ``cuda_graph_scope``): ``attn``, ``moe_router``, ``moe_preprocess``; the ops of the scoped modules launch as
+    one graph per contiguous run, forward and backward (:func:`cosim.workload.synth.costs.graph_scoped`)."""
     dispatch_bytes: float | None = None
     """Training: bytes per element of the forward dispatch payload (None: the precision recipe's
     ``dispatch_bytes``); the backward transfers and the combine move bf16 (:attr:`Precision.act_bytes`)."""
@@ -220,6 +228,9 @@ class _RankBuilder:
     """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
     coll_extra: float = 0.0
     """Host time of a collective call beyond an op's launch and dispatch (``BuildOptions.collective_host``, s)."""
+    sync_on_copy: bool = False
+    """The dropless host sync waits for the last token-count copy (``Op.host_sync``), not at the permutation
+    (``Shard.dtoh_late``: moe_preprocess CUDA-graphed)."""
     eager_step: float = 0.0
     """Host time of one eager step without a kernel (``Op.params``: a gradient hook; ``Op.outputs``: a created
     tensor, s)."""
@@ -268,8 +279,8 @@ class _RankBuilder:
                 launch_cost = self.loop_launch
             launch_cost += o.loop_launches * self.loop_launch
             launch_cost += (o.params + o.outputs) * self.eager_step
-            if coll >= 0 and o.launches != 0:  # a torch.distributed call, not one kernel launch (a
-                launch_cost += self.coll_extra   # userbuffers ring step of tpoverlap is neither)
+            if coll >= 0 and o.launches != 0 and o.c10d:  # a torch.distributed call, not one kernel launch
+                launch_cost += self.coll_extra   # (a userbuffers ring step of tpoverlap, HybridEP's kernels: neither)
             launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
         self.g["stream"].append(stream)
@@ -352,7 +363,7 @@ class _RankBuilder:
             self.d2h = j
         if o.host_sync:  # a blocking copy: the host waits for this op (costs.Op.host_sync)
             self.host_sync(j)
-        if host_sync and o.name in ("moe.permute", "moe.permute.recompute"):
+        if host_sync and o.name in ("moe.permute", "moe.permute.recompute") and not self.sync_on_copy:
             # Megatron's d2h_event.synchronize() before the EP all-to-all: the host waits for the copies of
             # the token counts (launched before the permutation), else for the permutation itself
             self.host_sync(self.d2h if self.d2h >= 0 else j)
@@ -430,10 +441,20 @@ class _RankBuilder:
                                  "projected_onto": self.device})
 
 
+def hybridep_label(o: Op, tokens: float, card: MoEModelConfig, sms: int = 16) -> str:
+    """Engine label of a HybridEP dispatch/combine (:func:`cosim.replay.collective_map.hybridep`):
+    ``hybridep_<kind>:<tokens per rank>:<hidden>:<probabilities travel 0|1>:<topk>:<experts>:<SMs>``. The
+    probabilities travel in the forward dispatch and in its backward (the combine of their gradients)."""
+    assert o.comm is not None
+    kind = "dispatch" if o.comm.kind == "all_to_all_dispatch" else "combine"
+    probs = int(o.name.split(".")[1] == "dispatch")
+    return f"hybridep_{kind}:{tokens:.6g}:{card.hidden_size}:{probs}:{card.top_k}:{card.num_experts}:{sms}"
+
+
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
-           dispatcher: str = "alltoall", expert_padding: bool = True) -> Shard:
+           dispatcher: str = "alltoall", expert_padding: bool = True, dtoh_late: bool = False) -> Shard:
     base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel,
-                 dispatcher=dispatcher, expert_padding=expert_padding)
+                 dispatcher=dispatcher, expert_padding=expert_padding, dtoh_late=dtoh_late)
     if card.is_dense or layer < card.dense_layers:
         return base
     r = routes[layer]
@@ -484,6 +505,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
     tpo: dict[int, tuple[list[Op], list[Op]]] = {}  # id(layer op list) -> (that list, its TP-overlapped forward)
 
+    late_dtoh = "moe_preprocess" in opts.graph_scopes and opts.dispatch not in ("deepep", "hybridep") \
+        and opts.moe_host_sync
+
     def deepep_label_of(o: Op) -> str:
         """DeepEP label of an EP all-to-all (forward dispatch: its payload per token; the combine and every
         backward transfer carry BF16 tokens or gradients)."""
@@ -503,8 +527,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if c == 0:
             fw.append((-1, embedding_ops(card, T, sh0, p), []))
         for ly in rm.chunk_layers[c]:
-            sh = _shard(rm, card, rank, ly, routes, T, "deepep" if opts.dispatch == "deepep" else "alltoall",
-                        opts.expert_padding)
+            sh = _shard(rm, card, rank, ly, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
+                        else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
             key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
@@ -542,6 +566,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
+        scopes = opts.graph_scopes
+        rb.sync_on_copy = late_dtoh
+        sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
@@ -565,6 +592,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
                 elif opts.dispatch == "deepep":
                     label = deepep_label_of(o)
+                elif opts.dispatch == "hybridep":
+                    label = hybridep_label(o, sp_tokens, card, opts.hybridep_sms)
+            if scopes:  # partial CUDA graphs: a run of scoped ops is one graph launch
+                if graph_scoped(o.name, scopes, sh_dispatcher):
+                    if rb.graph_host < 0:
+                        rb.open_graph(graph_cost)
+                elif rb.graph_host >= 0:
+                    rb.close_graph()
             return rb.emit(o, d * gslow, groups, launch, splits, label=label, host_sync=opts.moe_host_sync)
 
         fsdp = rm.layout.zero == "fsdp"

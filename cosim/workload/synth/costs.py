@@ -161,6 +161,10 @@ class Op:
     Transformer Engine's ``split_quantize`` quantizes each local expert's rows with its own kernel(s), and a
     current-scaling cast is four kernels (:data:`TE_QUANTIZE_SOURCE`); the builder charges each the CUDA
     launch call (``BuildOptions.launch_overhead``)."""
+    c10d: bool = True
+    """A collective launched through ``torch.distributed`` (the builder charges ``BuildOptions.collective_host``);
+    False: a communication library's own kernel behind its own Python call (HybridEP's dispatch and combine),
+    charged as any framework call."""
     host_sync: bool = False
     """The host blocks until this op has run: a blocking host-to-device copy (``torch.tensor(x, device=cuda)``
     copies from pageable memory through ``c10::cuda::memcpy_and_sync``, a cudaStreamSynchronize)."""
@@ -213,11 +217,20 @@ class Shard:
     all-to-all of the tokens, a second one of their probabilities, the counts all-gathered over EP) or
     ``deepep`` (MoEFlexTokenDispatcher with DeepEP: the probabilities ride in DeepEP's token buffer and
     its notify kernel exchanges the counts, so neither the probabilities' all-to-all nor the counts'
-    all-gather is launched)."""
+    all-gather is launched) or ``hybridep`` (MoEFlexTokenDispatcher with HybridEP, :func:`hybridep_dispatch_ops`: the bool routing map
+    all-gathered over EP, HybridEP's metadata and permute preprocessing, a host sync, then its dispatch + permute
+    and unpermute + combine kernels; none of the alltoall dispatcher's bookkeeping, permutes or sorts)."""
+    dtoh_late: bool = False
+    """Training, alltoall dispatcher: the token counts' host copies follow the token permutation (Megatron-Core's
+    ``cuda_dtoh_point = "before_ep_alltoall"`` when ``moe_preprocess`` is CUDA-graphed: the copies cannot be
+    captured) and the host waits for the last of them (:attr:`Op.host_sync`); False: they precede it
+    (``before_permutation_1``) and the host waits at the permutation (:class:`cosim.workload.synth.build.BuildOptions`
+    ``moe_host_sync``)."""
     expert_padding: bool = True
     """Training, FP8/MXFP8: Megatron-Core's grouped MLP copies the local experts' rows into and out of a buffer
-    aligned for the quantized GEMM (:func:`expert_padding_ops`); False: the rows arrive aligned (a dispatcher that
-    pads in its dispatch, HybridEP's ``pad_multiple``, or ``moe_router_padding_for_quantization``)."""
+    aligned for the quantized GEMM (:func:`expert_padding_ops`); False: the rows arrive aligned
+    (``moe_router_padding_for_quantization``). The ``hybridep`` dispatcher never copies: it pads in its dispatch
+    (``pad_multiple``)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: bool = True,
@@ -498,7 +511,6 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     # uniform: each of the ep peers sends this rank's experts their share of its tm * k rows
     rows = list(s.expert_tokens) if s.expert_tokens is not None else [tm * k * ep / E] * e_local
     total = float(sum(rows))
-    mean = total / max(len(rows), 1)
     f = (c.expert_ffn_size or 0) / etp
     send = s.a2a_send_tokens if s.a2a_send_tokens is not None else tm * k
     train = s.q_len is None and not s.decode and s.framework_ops
@@ -507,9 +519,20 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
                         tm, E, h, saved=tm * h * p.act_bytes),
                      _ew("moe.router_topk", tm * E, p, flops_per=SOFTMAX_FLOPS, cls="reduction",
                          saved=tm * E * 4.0)]
+    hyb = train and s.dispatcher == "hybridep" and ep > 1
     if train:
-        ops += _megatron_router_ops(c, tm, s) + _megatron_count_ops(c, s)
+        ops += _megatron_router_ops(c, tm, s) + ([] if hyb else _megatron_count_ops(c, s))
+    if hyb:  # HybridEP: routing-map all-gather, preprocessing, dispatch kernel, permute kernel, shared expert
+        pre, post = hybridep_dispatch_ops(c, tm, total, s)
+        return ops + pre + _shared_ops(c, T, s, p) + _experts_ops(c, rows, f, p, s, train) + post + [
+            _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
+    late: list[Op] = []
+    if train and s.dtoh_late:  # the host copies after the permutation, the host waiting for the last one
+        late = [o for o in ops if o.name == "moe.splits_d2h"]
+        ops = [o for o in ops if o.name != "moe.splits_d2h"]
+        late[-1:] = [replace(late[-1], host_sync=True)] if late else []
     ops.append(Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16"))
+    ops += late
     if ep > 1:
         ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
         if train and s.dispatcher == "alltoall":  # token_dispatch: the permuted probabilities' own all-to-all
@@ -519,21 +542,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops += _shared_ops(c, T, s, p)
     if train and e_local > 1:  # dispatch_postprocess: sort_chunks_by_idxs (rows grouped by local expert)
         ops.append(Op("moe.sort_chunks", "moe_dispatch", 0.0, 2 * total * h * p.dispatch_bytes, "bf16"))
-    # training: TE's GroupedLinear launches one GEMM per local expert (TE_GROUPED_GEMM_SOURCE), for the
-    # forward and (inherited by backward_ops) for each of the dgrad and wgrad
-    launches = len(rows) if train else 1
-    # training: TE's split_quantize casts each local expert's rows with its own kernel(s) (TE_QUANTIZE_SOURCE);
-    # backward_ops keeps loop_launches for the grad outputs' split_quantize
-    qgroups = len(rows) if train else 1
-    pad = expert_padding_ops(rows, h, p) if train and s.expert_padding else []
-    ops += [*pad[:2], *_quant("moe.experts_input", total * h, p, qgroups),
-            replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches, bias=c.linear_bias),
-            *expert_activation_ops(c, total, f, p, train),
-            *_quant("moe.experts_act", total * f, p, qgroups),
-            replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches),
-            *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode), *pad[2:]]
+    ops += _experts_ops(c, rows, f, p, s, train)
     if train and e_local > 1:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
@@ -579,6 +588,81 @@ def expert_padding_ops(rows: Sequence[float], h: float, p: Precision) -> list[Op
     return [Op("moe.experts_pad", "elementwise", 0.0, moved, "bf16", copy=True),
             Op("moe.experts_probs_pad", "elementwise", 0.0, (total + padded) * 4.0, "fp32", copy=True),
             Op("moe.experts_unpad", "elementwise", 0.0, moved, "bf16", copy=True)]
+
+
+def _experts_ops(c: MoEModelConfig, rows: Sequence[float], f: float, p: Precision, s: Shard, train: bool) -> list[Op]:
+    """The routed experts on ``rows`` per local expert (width ``f`` after expert TP): input cast, fc1 grouped GEMM,
+    activation, its cast, fc2 grouped GEMM, [fc2 biases], and in FP8/MXFP8 training with ``s.expert_padding``
+    the row padding copies around them (:func:`expert_padding_ops`)."""
+    h = c.hidden_size
+    total = float(sum(rows))
+    mean = total / max(len(rows), 1)
+    # training: TE's GroupedLinear launches one GEMM per local expert (TE_GROUPED_GEMM_SOURCE), for the
+    # forward and (inherited by backward_ops) for each of the dgrad and wgrad
+    launches = len(rows) if train else 1
+    # training: TE's split_quantize casts each local expert's rows with its own kernel(s) (TE_QUANTIZE_SOURCE);
+    # backward_ops keeps loop_launches for the grad outputs' split_quantize
+    qgroups = len(rows) if train else 1
+    # HybridEP pads each expert's rows inside its dispatch (hybrid_ep_dispatch pad_multiple): no padding copies
+    pad = expert_padding_ops(rows, h, p) if train and s.expert_padding and s.dispatcher != "hybridep" else []
+    return [*pad[:2], *_quant("moe.experts_input", total * h, p, qgroups),
+            replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
+                    launches=launches, bias=c.linear_bias),
+            *expert_activation_ops(c, total, f, p, train),
+            *_quant("moe.experts_act", total * f, p, qgroups),
+            replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
+                    launches=launches),
+            *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode), *pad[2:]]
+
+
+HYBRIDEP_DISPATCH_SOURCE = (
+    "NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py (_HybridEPManager: "
+    "num_permuted_tokens None when dropless -> hybrid_ep_dispatch blocks; MoEFlexTokenDispatcher: no permute, "
+    "sort or count ops of its own), fused_a2a.py (HybridEPDispatch / HybridEPCombine and their backwards: "
+    "combine_with_unpermute with the probabilities' gradients, dispatch_with_permute with the handle), "
+    "transformer_config.py (moe_hybridep_num_sms 16); deepseek-ai/DeepEP hybrid-ep @eb9cee7 "
+    "(cosim.engine.moe_comm.HYBRIDEP_SOURCE)")
+"""Where :func:`hybridep_dispatch_ops` comes from."""
+
+
+def hybridep_rows_received(c: MoEModelConfig, tm: float, ep: int) -> float:
+    """Token rows a rank receives in a HybridEP dispatch under uniform routing: every EP peer sends each of its
+    ``tm`` tokens once to each rank holding one of its top-k experts (its own included),
+    ``ep x tm x P(some of the k experts on the rank)``."""
+    E, k, el = c.num_experts, min(c.top_k, c.num_experts), c.num_experts // ep
+    p_rank = 1.0 - math.comb(E - el, k) / math.comb(E, k) if el < E else 1.0
+    return ep * tm * p_rank
+
+
+def hybridep_dispatch_ops(c: MoEModelConfig, tm: float, total: float, s: Shard) -> tuple[list[Op], list[Op]]:
+    """Megatron-Core's flex dispatcher with HybridEP in training (:data:`HYBRIDEP_DISPATCH_SOURCE`), dropless:
+    (before the experts) ``dispatch_with_permute``: the bool routing map [tm, E] all-gathered over EP through
+    ``torch.distributed.all_gather_into_tensor`` (a c10d call), the metadata preprocessing kernel (reads the
+    gathered map), the permute preprocessing kernel (row map, tokens per expert into pinned memory) after which
+    the host blocks (``cudaStreamSynchronize``: the count sizes the output), the dispatch kernel (each token once to
+    every rank holding one of its experts, BF16 + the fp32 probability row, :func:`cosim.engine.moe_comm.hybridep`)
+    and the permute kernel (received rows -> one row per (token, local expert), grouped by expert); (after) the
+    unpermute kernel (expert rows -> one row per received token, summed) and the combine kernel (BF16, reduced
+    over the top-k at the source). One Python call each; the kernels after the first are launched from C++
+    (``launches=0``). The backward (``backward_ops``) runs combine_with_unpermute for the dispatch and
+    dispatch_with_permute with the handle for the combine: no all-gather, preprocessing or sync."""
+    h, E = c.hidden_size, c.num_experts
+    recv = hybridep_rows_received(c, tm, s.ep)
+    rows_b, pb = 2.0 * h, 4.0 * E  # BF16 row; the fp32 probabilities of the (one-domain) EP group's experts
+    pre = [Op("moe.hybridep_routing_all_gather", "collective", 0.0, tm * E * s.ep,
+              comm=Comm("ep", "all_gather", tm * E * s.ep), stream="ep", no_grad=True),
+           replace(_tiny("moe.hybridep_preprocess", tm * E * s.ep, nbytes=0.5, no_grad=True, cls="reduction"),
+                   launches=0),
+           replace(_tiny("moe.hybridep_permute_preprocess", recv * E / s.ep, nbytes=2.5, no_grad=True,
+                         cls="reduction"), launches=0, host_sync=True),
+           replace(_coll("moe.dispatch", "ep", "all_to_all_dispatch", tm * c.top_k * rows_b, stream="ep"),
+                   launches=0, c10d=False),
+           Op("moe.hybridep_permute", "moe_dispatch", 0.0, recv * (rows_b + pb) + total * (rows_b + 4.0), "bf16",
+              launches=0)]
+    post = [Op("moe.hybridep_unpermute", "moe_combine", 0.0, total * rows_b + recv * rows_b, "bf16"),
+            replace(_coll("moe.combine", "ep", "all_to_all_combine", total * rows_b, stream="ep"), launches=0,
+                    c10d=False)]
+    return pre, post
 
 
 GPT_OSS_ACTIVATION_SOURCE = (
@@ -825,6 +909,41 @@ def recomputed(name: str, modules: Sequence[str]) -> bool:
     return False
 
 
+GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
+"""Megatron-Core's ``cuda_graph_scope`` values under ``cuda_graph_impl: transformer_engine`` that a synthesized
+step models (:func:`graph_scoped`)."""
+
+CUDA_GRAPH_SOURCE = (
+    "NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/transformer_layer.py (_get_submodules_under_cudagraphs: "
+    "attn -> input_layernorm, self_attention; moe_router -> pre_mlp_layernorm, router, and the shared experts "
+    "when not overlapped; _te_cuda_graph_capture: attention then the MoE layer's early-returning partial forward, "
+    "one graphed callable per layer), moe/moe_layer.py (route, preprocess: token_dispatcher.dispatch_preprocess, "
+    "MoECudaGraphPartialCaptureSignal), moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher: cuda_dtoh_point "
+    "before_ep_alltoall when moe_preprocess is graphed), transformer_config.py (moe_preprocess needs "
+    "moe_router), and NVIDIA/TransformerEngine pytorch/graph.py (make_graphed_callables: one forward and one "
+    "backward graph per callable and micro-batch, each replayed with one cudaGraphLaunch)")
+"""Where :func:`graph_scoped` comes from."""
+
+_PREPROCESS_ALLTOALL = ("moe.tokens_per_expert", "moe.tokens_per_expert_cast", "moe.input_splits",
+                        "moe.counts_all_gather", "moe.local_counts_slice", "moe.output_splits",
+                        "moe.output_splits_tp", "moe.local_tokens_per_expert", "moe.permute")
+
+
+def graph_scoped(name: str, scopes: Sequence[str], dispatcher: str = "alltoall") -> bool:
+    """True when op ``name`` (forward, backward or recomputed) runs inside a Transformer Engine CUDA graph of
+    ``scopes`` (:data:`CUDA_GRAPH_SOURCE`): ``attn`` the attention block (``attn.*``), ``moe_router`` the pre-MLP
+    norm, the router and its load-balancing loss ops and the shared experts, ``moe_preprocess`` the dispatcher's
+    ``dispatch_preprocess`` (alltoall: the token counts, their EP all-gather and splits, and the permutation; the
+    counts' host copies stay outside; the flex dispatcher's reshapes launch nothing)."""
+    base = name
+    for suffix in (".recompute", ".bwd", ".dgrad", ".wgrad"):
+        base = base.removesuffix(suffix)
+    return (("attn" in scopes and base.startswith("attn."))
+            or ("moe_router" in scopes and (base in ("moe.norm", "moe.router", "moe.router_topk")
+                                            or base.startswith(("moe.aux_", "moe.shared."))))
+            or ("moe_preprocess" in scopes and dispatcher == "alltoall" and base in _PREPROCESS_ALLTOALL))
+
+
 def selective_saved(ops: Sequence[Op], modules: Sequence[str]) -> float:
     """Activation bytes ``ops`` keep for the backward under selective recomputation of ``modules``: the ops
     not recomputed keep theirs; a run of consecutive recomputed ops keeps only its first op's (the checkpointed
@@ -851,7 +970,15 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
             continue
         if o.cls == "collective" and o.comm is not None:
             kind = _BWD_COLL[o.comm.kind]
-            out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
+            # HybridEP: the transposed call starts with its communication kernel (a framework call), the
+            # (un)permute kernel follows from C++ (hybridep_dispatch_ops)
+            out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True,
+                               launches=(int(o.name == "moe.combine") if o.launches == 0 else o.launches)))
+        elif o.name in ("moe.hybridep_permute", "moe.hybridep_unpermute"):
+            # the backward of HybridEP's permute is its unpermute (first kernel of combine_with_unpermute) and the
+            # reverse (after the dispatch kernel of dispatch_with_permute): the same bytes
+            out.append(replace(o, name=f"{o.name}.bwd", bwd=True, saved=0.0,
+                               launches=int(o.name == "moe.hybridep_permute")))
         elif o.cls in ("gemm", "grouped_gemm"):
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
             out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,

@@ -92,6 +92,13 @@ class StragglerSpec(Strict):
     """Rank -> mean extra host time per kernel launch, e.g. "3 us" (exponentially distributed, seeded)."""
 
 
+C10D_CALL_HOST = 78e-6
+"""Measured host time of one ``torch.distributed`` collective call besides the CUDA launch call (s): the median of
+the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM Kineto traces, 83.0 us
+(``python -m validation.e2e.host_cost``), less that DGX-1 host's launch call (5 us, cpus.yaml xeon-e5-2698v4).
+The default of ``SyntheticSpec.collective_host`` (training)."""
+
+
 class SyntheticSpec(Strict):
     """A synthesized training step: model card, parallel layout, batch, precision, routing."""
 
@@ -109,10 +116,24 @@ class SyntheticSpec(Strict):
     overlap: Literal["none", "two-microbatch"] = "none"
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
-    dispatch: Literal["nccl", "deepep", "deepep-ll"] | None = None
+    dispatch: Literal["nccl", "deepep", "deepep-ll", "hybridep"] | None = None
     """MoE dispatch/combine: NCCL all-to-all, DeepEP normal or DeepEP low-latency kernels (default: nccl for
     training, Megatron-Core's alltoall dispatcher; deepep for prefill, deepep-ll for decode). Training takes
-    nccl or deepep (Megatron-Core's flex dispatcher with the DeepEP backend)."""
+    nccl, deepep (Megatron-Core's flex dispatcher with the DeepEP backend) or hybridep (the flex dispatcher with
+    NVIDIA's HybridEP backend, ``moe_flex_dispatcher_backend: hybridep``: the routing map all-gathered, a host
+    sync, dispatch + permute and unpermute + combine kernels; :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`,
+    :func:`cosim.engine.moe_comm.hybridep`)."""
+    hybridep_sms: int = Field(default=16, ge=1)
+    """Training, ``dispatch: hybridep``: SMs of each HybridEP kernel (Megatron-Core ``moe_hybridep_num_sms``, default
+    16; Megatron-Bridge's performance harness sets 32): picks the measured rate table
+    (:data:`cosim.engine.moe_comm.HYBRIDEP_GB200`). The SMs the kernels take from overlapped compute are the
+    replay's ``gpu.comm_sms``."""
+    cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] = Field(default_factory=list)
+    """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
+    ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
+    backward, each costing the host one graph launch (``graph_launch_overhead``) instead of an eager dispatch per
+    kernel (:func:`cosim.workload.synth.costs.graph_scoped`); ``moe_preprocess`` needs ``moe_router`` (as
+    Megatron-Core asserts). Empty: eager (``layout.cuda_graphs`` graphs whole layers)."""
     comm_sms: int | None = Field(default=None, ge=0)
     """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
     README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
@@ -173,13 +194,13 @@ class SyntheticSpec(Strict):
     and (2) per further tensor an op's call allocates on its own (under per-tensor current scaling
     ``split_quantize`` allocates one quantized tensor per local expert: ``costs.TE_QUANTIZE_SOURCE``). Default (None): ``dispatch_overhead``, the measured host time of one
     eager step; "0 us" leaves both out."""
-    collective_host: Time | None = None
+    collective_host: Time | None = C10D_CALL_HOST
     """Training: host time of one collective call besides the CUDA launch call, e.g. "78 us": a ``torch.distributed``
     collective goes through the Python binding, ProcessGroupNCCL's work and event bookkeeping and an NCCL group
-    call (an all-to-all: one send and one receive per peer) before its kernel is launched; :data:`C10D_CALL_HOST`
-    is the measured figure. Default (null): the eager ``dispatch_overhead`` of any op (off by default until
-    HybridEP's dispatch, which makes fewer such calls than the alltoall dispatcher cosim runs for it, is modelled:
-    validation/e2e/RESULTS.md, round 5)."""
+    call (an all-to-all: one send and one receive per peer) before its kernel is launched. Default: the measured
+    :data:`C10D_CALL_HOST` (scaled by the host CPU's ``host_time_factor``); null: the eager ``dispatch_overhead``
+    of any op. Kernels a library launches behind its own Python call (HybridEP's dispatch and combine,
+    ``costs.Op.c10d``) and the ring steps of TP overlap are not such calls."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -225,12 +246,6 @@ def _card(model: str, base: Path | None) -> Any:
         p = base / p
     return load_model_config(p if p.is_file() else model)
 
-
-C10D_CALL_HOST = 78e-6
-"""Measured host time of one ``torch.distributed`` collective call besides the CUDA launch call (s): the median of
-the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM Kineto traces, 83.0 us
-(``python -m validation.e2e.host_cost``), less that DGX-1 host's launch call (5 us, cpus.yaml xeon-e5-2698v4).
-``collective_host: 78 us`` applies it."""
 
 MEGATRON_DISPATCH_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/moe/token_dispatcher.py "
                             "(MoEAlltoAllTokenDispatcher.token_dispatch: all_to_all of the permuted bf16 hidden "
@@ -305,15 +320,25 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         fields = {"train": "{global, micro, seq}", "prefill": "{tokens_per_gpu, prompt, chunk}",
                   "decode": "{requests_per_gpu, context}"}[spec.mode]
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
+    if spec.mode != "train" and (spec.dispatch == "hybridep" or spec.cuda_graph_scope):
+        raise CosimInputError("workload.synthetic: dispatch hybridep and cuda_graph_scope are training fields "
+                              "(Megatron-Core); serving takes nccl, deepep or deepep-ll and layout.cuda_graphs")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
     if spec.overlap != "none" or spec.comm_sms is not None:
         raise CosimInputError("workload.synthetic: overlap and comm_sms are serving fields (mode prefill or decode); "
                               "training overlaps through layout.a2a_overlap or layout.schedule dualpipe")
     if spec.dispatch == "deepep-ll":
-        raise CosimInputError("workload.synthetic.dispatch: training takes nccl or deepep (DeepEP's normal "
-                              "kernels); deepep-ll is the serving decode dispatch")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl")
+        raise CosimInputError("workload.synthetic.dispatch: training takes nccl, deepep (DeepEP's normal "
+                              "kernels) or hybridep; deepep-ll is the serving decode dispatch")
+    if spec.cuda_graph_scope and rm.layout.cuda_graphs:
+        raise CosimInputError("workload.synthetic.cuda_graph_scope: partial CUDA graphs exclude layout.cuda_graphs "
+                              "(whole-layer graphs)")
+    if "moe_preprocess" in spec.cuda_graph_scope and "moe_router" not in spec.cuda_graph_scope:
+        raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
+                              "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
+    opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope),
+                   hybridep_sms=spec.hybridep_sms)
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
