@@ -193,6 +193,10 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     return out
 
 
+_CLS_NAMES = [c.name.lower() for c in OpClass]
+"""Op class names as the summary writes them, by :class:`OpClass` value (iterating an enum is slow)."""
+
+
 def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[float, float],
                   n_periods: int) -> dict[str, Any]:
     """What bounds the step: walk back from the last GPU op in ``window`` through
@@ -217,7 +221,7 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     j = int(cand[np.argmax(np.minimum(e[cand], b))])
     comm = is_comm(G.cls)
     copy = G.kind != GpuKind.KERNEL
-    cls_names = [c.name.lower() for c in OpClass]
+    cls_names = _CLS_NAMES
 
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
     thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}

