@@ -539,17 +539,42 @@ def _preorder_ends(parent: np.ndarray, i: int, j: int) -> np.ndarray | None:
     return None if tree is None else tree[0] + i
 
 
-def _preorder(parent: np.ndarray, i: int, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _preorder(parent: np.ndarray, i: int, j: int,
+              depth: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_preorder_ends` relative to ``i``, and each op's depth (its open ancestors).
     O(m * depth) vectorized, m = j - i, no sort. Subtree ranges are [k, k + size(k)); the parents
     form a pre-order iff each op's range lies inside its parent's (the ranges then nest, and a
-    parent's range, holding its whole subtree, holds nothing else)."""
+    parent's range, holding its whole subtree, holds nothing else). ``depth``: the host-op table's
+    depth column, taken as it is when it agrees with ``parent`` (0 at a root, the parent's + 1
+    below; O(m)), else the depths are counted by walking up the parents."""
     m = j - i
     raw = parent[i:j].astype(np.int64)
     par = np.where(raw >= 0, raw - i, -1)
     loc = np.arange(m)
     if ((par >= loc) | ((raw >= 0) & (raw < i))).any():
         return None
+    has = par >= 0
+    dep = None if depth is None else depth[i:j].astype(np.int32)
+    if dep is None or dep[~has].any() or (dep[has] != dep[par[has]] + 1).any():
+        dep = _depths(par, m)
+    if m and dep[0] != 0:
+        return None
+    if m > 1 and (dep[1:] > dep[:-1] + 1).any():
+        return None
+    size = np.ones(m, dtype=np.int64)
+    for d in range(int(dep.max(initial=0)), 0, -1):  # subtree sizes, deepest first
+        at = np.flatnonzero(dep == d)
+        np.add.at(size, par[at], size[at])
+    ends = loc + size
+    # a pre-order iff every subtree is contiguous iff every op's range lies in its parent's
+    if not (ends[has] <= ends[par[has]]).all():
+        return None
+    return ends, dep
+
+
+def _depths(par: np.ndarray, m: int) -> np.ndarray:
+    """Each op's number of ancestors (``par``: local parent indices, -1 at a root, each below its op),
+    walking every op up one level at a time: O(m * depth)."""
     up_of = np.append(np.where(par >= 0, par, m), m).astype(np.int32)  # m: a sentinel root above the roots
     depth = np.zeros(m, dtype=np.int32)
     anc = up_of[:m]
@@ -559,31 +584,19 @@ def _preorder(parent: np.ndarray, i: int, j: int) -> tuple[np.ndarray, np.ndarra
             break
         depth += up
         anc = up_of[anc]
-    if m and depth[0] != 0:
-        return None
-    if m > 1 and (depth[1:] > depth[:-1] + 1).any():
-        return None
-    size = np.ones(m)
-    for d in range(int(depth.max(initial=0)), 0, -1):  # subtree sizes, deepest first
-        at = np.flatnonzero(depth == d)
-        size += np.bincount(par[at], weights=size[at], minlength=m)
-    ends = loc + size.astype(np.int64)
-    has = par >= 0
-    # a pre-order iff every subtree is contiguous iff every op's range lies in its parent's
-    if not (ends[has] <= ends[par[has]]).all():
-        return None
-    return ends, depth
+    return depth
 
 
 def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, parent: np.ndarray,
-                i: int, j: int, base: float, out: _HostWalk) -> None:
+                i: int, j: int, base: float, out: _HostWalk, depth: np.ndarray | None = None) -> None:
     """Static start/end and SYNC counts of the host ops ``[i, j)`` of one thread whose first op starts at
     ``base``: a cumulative sum over the thread's open/close sequence (open: pre-gap, then the CUDA-graph
     launch cost of a region root; close: a sync's cost, else the tail), in the order the pre-order walk of
     :func:`_walk_block_loop` adds them, so the floats are the same. In a pre-order, the opens before op
     k's open are k, the closes before it k - depth(k) (every earlier op but its ancestors), and the closes
-    before its own close end(k) - depth(k) - 1 (every op opened before it closes but its ancestors)."""
-    tree = _preorder(parent, i, j)
+    before its own close end(k) - depth(k) - 1 (every op opened before it closes but its ancestors).
+    ``depth``: the host-op table's depth column (see :func:`_preorder`)."""
+    tree = _preorder(parent, i, j, depth)
     if tree is None:
         _walk_block_loop(costs, cost_graph, region_root, parent, i, j, base, out)
         return
@@ -693,7 +706,7 @@ def _host_programs(rg: RankGraph, cfg: ReplayConfig, costs: _HostCosts, launch_g
                 m = m0 + k
                 base = float(out.static_start[m]) + (first - float(hstart[m])) / cfg.host_speed
                 anchor_thread, anchor_syncs = int(H.thread[m0]), int(out.sb_start[m])
-        _walk_block(costs, cfg.graph_launch_overhead, region_root, parent, i, j, base, out)
+        _walk_block(costs, cfg.graph_launch_overhead, region_root, parent, i, j, base, out, H.depth)
         kinds, hosts, static, cost = _thread_events(costs, launching, i, j, out.static_start)
         out.threads.append(ThreadProgram(int(H.thread[i]), kinds, hosts, static, cost, anchor_thread, anchor_syncs))
     return out
