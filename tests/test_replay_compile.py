@@ -160,3 +160,20 @@ def test_launch_map_and_deps_equal_the_loops(per_launch: int) -> None:
     assert stream_pred == ref_sp
     assert preds == ref_preds
     assert sum(map(len, sync_deps.values())) == 50
+
+
+def test_depth_column_used_only_when_it_agrees() -> None:
+    """The table's depth column stands for the counted depths only when it agrees with the parents: wrong
+    ones (op 3 at depth 2, every op one level too deep, all zero) give the counted depths, and a parent
+    column that is no pre-order is refused whatever the depths say."""
+    from cosim.replay.program import _preorder
+
+    parent = np.array([-1, 0, 1, 0, -1, 4])
+    ref = _preorder(parent, 0, 6)
+    assert ref is not None and ref[1].tolist() == [0, 1, 2, 1, 0, 1] and ref[0].tolist() == [4, 3, 3, 4, 6, 6]
+    for depth in ([0, 1, 2, 1, 0, 1], [0, 1, 2, 2, 0, 1], [1, 2, 3, 2, 1, 2], [0, 0, 0, 0, 0, 0]):
+        got = _preorder(parent, 0, 6, np.array(depth, np.int16))
+        assert got is not None and got[0].tolist() == ref[0].tolist() and got[1].tolist() == ref[1].tolist()
+    assert _preorder(np.array([-1, 0, -1, 1]), 0, 4, np.array([0, 1, 0, 2], np.int16)) is None
+    sub = _preorder(parent, 1, 4, np.array([0, 1, 2, 1, 0, 1], np.int16))  # a block not starting at 0
+    assert sub is None  # op 1's parent lies before the block
