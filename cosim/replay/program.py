@@ -610,7 +610,7 @@ def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, p
     vals[1 + slot_open] = costs.pre_gap[i:j]
     vals[2 + slot_open] = np.where(region_root[i:j], cost_graph, 0.0)
     vals[1 + slot_close] = np.where(costs.is_sync[i:j], costs.sync_cost[i:j], costs.tail[i:j])
-    cs = np.cumsum(vals)
+    cs = np.cumsum(vals, out=vals)  # in place: one large array fewer
     out.static_start[i:j] = cs[2 + slot_open]
     out.static_end[i:j] = cs[1 + slot_close]
     nsync = np.zeros(m + 1, dtype=np.int64)
