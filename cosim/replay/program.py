@@ -368,11 +368,11 @@ def _gpu_deps(rg: RankGraph) -> tuple[list[int], list[list[int]], dict[int, list
     cross-stream event waits, and per synchronizing host op the GPU ops it waits for."""
     n_host, n_gpu = len(rg.host_ops), len(rg.gpu_ops)
     E = rg.edges
-    src, dst, kind = E.src.astype(np.int64), E.dst.astype(np.int64), E.kind
+    src, dst, kind = E.src, E.dst, E.kind
 
     def gpu_edges(k: int, dst_gpu: bool) -> tuple[list[int], list[int]]:
-        sel = kind == k
-        s, d = src[sel] - n_host, dst[sel] - (n_host if dst_gpu else 0)
+        sel = np.flatnonzero(kind == k)  # the edges of kind k, widened to int64 alone
+        s, d = src[sel].astype(np.int64) - n_host, dst[sel].astype(np.int64) - (n_host if dst_gpu else 0)
         ok = (s >= 0) & (s < n_gpu) & (d >= 0) & (d < (n_gpu if dst_gpu else n_host))
         if dst_gpu:
             ok &= s != d
