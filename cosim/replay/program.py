@@ -139,10 +139,12 @@ def last_wave(rg: RankGraph, dur: np.ndarray, sm_count: int, threads_per_sm: int
     out = np.zeros(len(G))
     if not len(G) or sm_count <= 0:
         return out
-    grid, block = G.grid.astype(np.int64), G.block.astype(np.int64)
-    known = (grid.min(axis=1) > 0) & (block.min(axis=1) > 0) & (G.kind != GpuKind.MEMCPY)
-    blocks = np.prod(np.maximum(grid, 1), axis=1)
-    threads = np.prod(np.maximum(block, 1), axis=1)
+    gx, gy, gz = (G.grid[:, k].astype(np.int64) for k in range(3))  # by column: no per-row reductions
+    bx, by, bz = (G.block[:, k].astype(np.int64) for k in range(3))
+    known = (np.minimum(np.minimum(gx, gy), gz) > 0) & (np.minimum(np.minimum(bx, by), bz) > 0) \
+        & (G.kind != GpuKind.MEMCPY)
+    blocks = np.maximum(gx, 1) * np.maximum(gy, 1) * np.maximum(gz, 1)
+    threads = np.maximum(bx, 1) * np.maximum(by, 1) * np.maximum(bz, 1)
     per_sm = np.clip(threads_per_sm // np.maximum(threads, 1), 1, 32)
     waves = np.ceil(blocks / (sm_count * per_sm))
     fill = known & (waves >= 2) & (dur > 0)
