@@ -241,7 +241,8 @@ def trace_kernel_gap(rg: RankGraph) -> float | None:
     if len(G) < 3:
         return None
     o = np.lexsort((G.start, G.stream, G.device))
-    same = (G.device[o][1:] == G.device[o][:-1]) & (G.stream[o][1:] == G.stream[o][:-1])
+    dev, stream = G.device[o], G.stream[o]
+    same = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
     prev, nxt = o[:-1][same], o[1:][same]
     kern = (G.kind[prev] == 0) & (G.kind[nxt] == 0)
     li = G.launch[nxt]
