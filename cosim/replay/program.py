@@ -483,7 +483,7 @@ def _launch_delays(rg: RankGraph, costs: _HostCosts, lhost: np.ndarray, launch_g
     started (it runs its copy during the call)."""
     H, G = rg.host_ops, rg.gpu_ops
     launch_delay: dict[int, float] = {}
-    lh = np.array(sorted(launch_gpu), dtype=np.int64)
+    lh = np.sort(np.fromiter(launch_gpu, np.int64, len(launch_gpu)))
     if not lh.size:
         return launch_delay
     call_dur = np.where(costs.is_sync, costs.sync_cost, costs.tail)
