@@ -32,7 +32,6 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
@@ -454,7 +453,8 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     h_idx: list[int] = []
     g_idx: list[int] = []
     syncs: dict[int, tuple] = {}
-    flows: list[_EventLite] = []
+    flow_s: dict[Any, tuple] = {}
+    flow_f: dict[Any, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
     dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
@@ -563,7 +563,11 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             as_int(a.device),
                         )
             elif ph == "s" or ph == "f":
-                flows.append(e)  # read only when a GPU op has no correlation arg (build_rank)
+                if e.cat in FLOW_CATS:
+                    fid = e.id
+                    if isinstance(fid, (list, dict)):
+                        fid = _dumps(fid)
+                    (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
             elif ph == "M":
                 if e.name == "thread_name":
                     thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
@@ -578,28 +582,12 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     arrays: dict[tuple[str, int], np.ndarray] = {}  # columns the checks convert, reused by the tables
     warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols, arrays)
     rg = build_rank(
-        path, meta, st, host, gpu, syncs, partial(_flow_ends, flows), thread_names, time_unit, hcols, gcols, arrays
+        path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit, hcols, gcols, arrays
     )
     warnings += _suspicious(path, rg)
     if warnings:
         rg.source["warnings"] = warnings
     return rg
-
-
-def _flow_ends(flows: list[_EventLite]) -> tuple[dict[Any, tuple], dict[Any, tuple]]:
-    """Flow events (``ph`` "s" / "f") of the categories that link a runtime call to its GPU op: flow id ->
-    (pid, tid, ts) of its start and of its end (the last event of each id and phase). Built only for a
-    trace with GPU ops that lack a ``correlation`` arg: the v100 trace's 65 k flow events cost ~20 ms
-    per first load when turned into these maps as they were read."""
-    flow_s: dict[Any, tuple] = {}
-    flow_f: dict[Any, tuple] = {}
-    for e in flows:
-        if e.cat in FLOW_CATS:
-            fid = e.id
-            if isinstance(fid, (list, dict)):
-                fid = _dumps(fid)
-            (flow_s if e.ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
-    return flow_s, flow_f
 
 
 def _missing_field_error(path: Path, k: int, field: str, n_missing: int, n_total: int) -> CosimInputError:

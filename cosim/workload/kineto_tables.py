@@ -10,7 +10,6 @@ from :mod:`cosim.workload.kineto_collectives` and :mod:`cosim.workload.deps`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,8 @@ def build_rank(
     host: list[tuple],
     gpu: list[tuple],
     syncs: dict[int, tuple],
-    flows: Callable[[], tuple[dict[Any, tuple], dict[Any, tuple]]],
+    flow_s: dict[Any, tuple],
+    flow_f: dict[Any, tuple],
     thread_names: dict[tuple[Any, Any], str],
     time_unit: str | None,
     hcols: list[tuple] | None = None,
@@ -53,9 +53,7 @@ def build_rank(
 ) -> RankGraph:
     """The tables of one rank from the importer's host and GPU rows (``hcols``/``gcols``: the same rows
     as columns, ``list(zip(*rows))``; computed here when not given; ``arrays``: columns already
-    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`; ``flows``: the
-    flow events' start and end maps (id -> (pid, tid, ts)), asked for only when a GPU op has no
-    correlation arg)."""
+    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`)."""
     dist = meta.get("distributedInfo") or {}
     rank = as_int(dist.get("rank"), 0)
     world = max(as_int(dist.get("world_size"), 1), rank + 1)
@@ -170,7 +168,6 @@ def build_rank(
     g_launch_host = np.array([get(c, -1) for c in g_corr.tolist()], np.int64).reshape(ng)
     missing = np.nonzero(g_launch_host < 0)[0]
     n_flow_links = 0
-    flow_s, flow_f = flows() if len(missing) else ({}, {})
     if len(missing) and (flow_s or flow_f):
         at_pos: dict[tuple, int] = {}
         for i in runtime_idx.tolist():
