@@ -89,14 +89,20 @@ def test_vectorized_walk_is_exact_on_real_traces(rel: str) -> None:
         for i, j in _thread_blocks(rg.host_ops.thread):
             assert _preorder_ends(parent, i, j) is not None  # the importer's tables are a pre-order
             outs = []
-            for fn in (_walk_block, _walk_block_loop):
+            for fn, kw in ((_walk_block, {}), (_walk_block, {"depth": rg.host_ops.depth}), (_walk_block_loop, {})):
                 out = _HostWalk(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                                 np.full(n, -1, dtype=np.int64), [], None)
-                fn(costs, 1e-5, region, parent, i, j, 12.25, out)
+                fn(costs, 1e-5, region, parent, i, j, 12.25, out, **kw)
                 outs.append(out)
-            a, b = outs
-            for name in ("static_start", "static_end", "sb_start", "sb_end", "sync_ev"):
-                assert np.array_equal(getattr(a, name)[i:j], getattr(b, name)[i:j]), name
+            ref = outs[-1]
+            for got in outs[:-1]:
+                for name in ("static_start", "static_end", "sb_start", "sb_end", "sync_ev"):
+                    assert np.array_equal(getattr(got, name)[i:j], getattr(ref, name)[i:j]), name
+        # the launch map's per-GPU-op host op (RankProgram.gpu_launch_host) inverts host op -> GPU ops
+        inverted = np.full(len(rg.gpu_ops), -1, dtype=np.int64)
+        for h, js in launch_gpu.items():
+            inverted[js] = h
+        assert lhost.dtype == np.int64 and np.array_equal(lhost, inverted)
 
 
 class _Rows:

@@ -117,6 +117,9 @@ class RankProgram:
     work (see :func:`hidden_gpu_delay`); added to its ready time."""
     gpu_device: list[int] | None = None
     """GPU op -> device index (for the block dispatcher; None: no op fills its GPU)."""
+    gpu_launch_host: np.ndarray | None = None
+    """GPU op -> the host op that launched it, -1 for none (int64; ``launch_gpu`` inverted; read by the
+    summary's critical path; None: not recorded, the summary inverts ``launch_gpu`` itself)."""
     gpu_last_wave: list[float] | None = None
     """GPU op -> duration of its last wave of thread blocks when it fills its GPU (more blocks than the
     GPU holds at once), else 0 (s): see :func:`last_wave`."""
@@ -788,6 +791,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         launch_latency_source=tm.lat_src,
         gpu_hidden_delay=hidden,
         gpu_device=G.device.tolist() if fills else None,
+        gpu_launch_host=lhost,
         gpu_last_wave=waves.tolist() if fills and waves is not None else None,
     )
 

@@ -235,11 +235,13 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         ops = np.array([bnd[i] for i in sel], dtype=np.int64)
         o = np.argsort(ends, kind="stable")
         thread_syncs[tp.thread] = (ends[o], ops[o])
-    launch_host = np.full(len(G), -1, dtype=np.int64)  # GPU op -> the host op that launched it
-    if prog.launch_gpu:
-        lists = list(prog.launch_gpu.values())
-        launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
-            np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
+    launch_host = prog.gpu_launch_host  # GPU op -> the host op that launched it (-1: none)
+    if launch_host is None:
+        launch_host = np.full(len(G), -1, dtype=np.int64)
+        if prog.launch_gpu:
+            lists = list(prog.launch_gpu.values())
+            launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
+                np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
 
     t = min(float(e[j]), b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
