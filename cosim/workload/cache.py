@@ -6,10 +6,8 @@ the ``time_unit`` override, the execution-graph schema version and the source co
 importer modules (a changed importer never reads an older importer's graph). An entry is an
 uncompressed ``.npz`` of :meth:`ExecutionGraph.npz_arrays` (``numpy.load`` reads it), written
 atomically, with an index: a ``cosim_index`` member (JSON: each array's byte offset in the file,
-dtype and shape) named by the zip comment. Reading an entry is then one private (copy-on-write)
-memory map of the file and a ``numpy.frombuffer`` view per array (pages are read as the replay
-touches them: the v100 trace's 16 MB entry maps in ~0.2 ms of CPU where reading it took ~1.5 ms),
-instead of ``numpy.load``'s member-by-member reading (about
+dtype and shape) named by the zip comment. Reading an entry is then one read of the file and a
+``numpy.frombuffer`` view per array, instead of ``numpy.load``'s member-by-member reading (about
 60 us per array: 40 ms for the ~700 arrays of an 8-rank graph); an entry without an index is read
 by ``numpy.load``. One that cannot be read (corrupt, truncated, another schema) is ignored,
 removed and rebuilt. The newest :data:`MAX_ENTRIES` entries are kept.
@@ -25,7 +23,6 @@ import hashlib
 import io
 import json
 import math
-import mmap
 import os
 import struct
 import zipfile
@@ -178,7 +175,7 @@ def write_entry(path: Path, graph: ExecutionGraph) -> None:
         out.write(buf.getbuffer())
 
 
-def _index(data: bytearray | mmap.mmap) -> dict[str, Any] | None:
+def _index(data: bytearray) -> dict[str, Any] | None:
     """The entry's index (module docstring), or None when the zip comment does not name one."""
     eocd = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 64))
     if eocd < 0:
@@ -195,12 +192,12 @@ def _index(data: bytearray | mmap.mmap) -> dict[str, Any] | None:
 
 
 def read_entry(path: Path) -> ExecutionGraph:
-    """Read an entry written by :func:`write_entry` (one memory map; every array a writable view of it); an
+    """Read an entry written by :func:`write_entry` (one read; every array a writable view of it); an
     ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`. Raises on a damaged entry."""
     with open(path, "rb") as fh:
-        # private: the arrays are writable and a write never reaches the file; entries are replaced
-        # atomically, never rewritten in place, so a mapped entry stays whole
-        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        data = bytearray(os.fstat(fh.fileno()).st_size)
+        if fh.readinto(data) != len(data):
+            raise ValueError("short read")
     index = _index(data)
     if index is None or index.get("version") != 1:
         return ExecutionGraph.from_npz(path)
