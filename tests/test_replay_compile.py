@@ -89,14 +89,20 @@ def test_vectorized_walk_is_exact_on_real_traces(rel: str) -> None:
         for i, j in _thread_blocks(rg.host_ops.thread):
             assert _preorder_ends(parent, i, j) is not None  # the importer's tables are a pre-order
             outs = []
-            for fn in (_walk_block, _walk_block_loop):
+            for fn, kw in ((_walk_block, {}), (_walk_block, {"depth": rg.host_ops.depth}), (_walk_block_loop, {})):
                 out = _HostWalk(np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                                 np.full(n, -1, dtype=np.int64), [], None)
-                fn(costs, 1e-5, region, parent, i, j, 12.25, out)
+                fn(costs, 1e-5, region, parent, i, j, 12.25, out, **kw)
                 outs.append(out)
-            a, b = outs
-            for name in ("static_start", "static_end", "sb_start", "sb_end", "sync_ev"):
-                assert np.array_equal(getattr(a, name)[i:j], getattr(b, name)[i:j]), name
+            ref = outs[-1]
+            for got in outs[:-1]:
+                for name in ("static_start", "static_end", "sb_start", "sb_end", "sync_ev"):
+                    assert np.array_equal(getattr(got, name)[i:j], getattr(ref, name)[i:j]), name
+        # the launch map's per-GPU-op host op (RankProgram.gpu_launch_host) inverts host op -> GPU ops
+        inverted = np.full(len(rg.gpu_ops), -1, dtype=np.int64)
+        for h, js in launch_gpu.items():
+            inverted[js] = h
+        assert lhost.dtype == np.int64 and np.array_equal(lhost, inverted)
 
 
 class _Rows:
@@ -160,3 +166,20 @@ def test_launch_map_and_deps_equal_the_loops(per_launch: int) -> None:
     assert stream_pred == ref_sp
     assert preds == ref_preds
     assert sum(map(len, sync_deps.values())) == 50
+
+
+def test_depth_column_used_only_when_it_agrees() -> None:
+    """The table's depth column stands for the counted depths only when it agrees with the parents: wrong
+    ones (op 3 at depth 2, every op one level too deep, all zero) give the counted depths, and a parent
+    column that is no pre-order is refused whatever the depths say."""
+    from cosim.replay.program import _preorder
+
+    parent = np.array([-1, 0, 1, 0, -1, 4])
+    ref = _preorder(parent, 0, 6)
+    assert ref is not None and ref[1].tolist() == [0, 1, 2, 1, 0, 1] and ref[0].tolist() == [4, 3, 3, 4, 6, 6]
+    for depth in ([0, 1, 2, 1, 0, 1], [0, 1, 2, 2, 0, 1], [1, 2, 3, 2, 1, 2], [0, 0, 0, 0, 0, 0]):
+        got = _preorder(parent, 0, 6, np.array(depth, np.int16))
+        assert got is not None and got[0].tolist() == ref[0].tolist() and got[1].tolist() == ref[1].tolist()
+    assert _preorder(np.array([-1, 0, -1, 1]), 0, 4, np.array([0, 1, 0, 2], np.int16)) is None
+    sub = _preorder(parent, 1, 4, np.array([0, 1, 2, 1, 0, 1], np.int16))  # a block not starting at 0
+    assert sub is None  # op 1's parent lies before the block

@@ -966,3 +966,31 @@ def test_nearest_ancestor_pointer_jumping_matches_the_walk() -> None:
             want[i] = i if target[i] else (want[parent[i]] if parent[i] >= 0 else -1)
         got = nearest_ancestor(parent, target)
         assert got.dtype == np.int32 and got.tolist() == want
+
+
+def test_chunk_edges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events are decoded in chunks whose JSON array text is joined with the brackets on the first and last
+    event: chunks of one event and a last chunk of one event read as one chunk of all of them does, and a
+    bad field in a one-event chunk still names its event."""
+    import cosim.workload.kineto as kin
+
+    text = (DATA / "ns_epoch.json").read_bytes()
+    ref = read_kineto(DATA / "ns_epoch.json")
+    n = len(json.loads(text)["traceEvents"])
+    p = tmp_path / "t.json"
+    p.write_bytes(text)
+    for size in (1, max(n - 1, 1)):  # every chunk one event; all but the last event in the first chunk
+        monkeypatch.setattr(kin, "CHUNK_EVENTS", size)
+        g = read_kineto(p)
+        for t in ("host_ops", "gpu_ops"):
+            for c in ("start", "dur", "name"):
+                assert np.array_equal(getattr(getattr(g, t), c), getattr(getattr(ref, t), c), equal_nan=c != "name")
+        assert g.strings == ref.strings
+    doc = json.loads(text)
+    k = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X")
+    doc["traceEvents"][k]["dur"] = "long"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(CosimInputError) as ei:
+        read_kineto(p)
+    s = _one_line(ei.value, "t.json")
+    assert f"traceEvents[{k}]" in s and "dur" in s, s

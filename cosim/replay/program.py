@@ -117,6 +117,9 @@ class RankProgram:
     work (see :func:`hidden_gpu_delay`); added to its ready time."""
     gpu_device: list[int] | None = None
     """GPU op -> device index (for the block dispatcher; None: no op fills its GPU)."""
+    gpu_launch_host: np.ndarray | None = None
+    """GPU op -> the host op that launched it, -1 for none (int64; ``launch_gpu`` inverted; read by the
+    summary's critical path; None: not recorded, the summary inverts ``launch_gpu`` itself)."""
     gpu_last_wave: list[float] | None = None
     """GPU op -> duration of its last wave of thread blocks when it fills its GPU (more blocks than the
     GPU holds at once), else 0 (s): see :func:`last_wave`."""
@@ -139,10 +142,12 @@ def last_wave(rg: RankGraph, dur: np.ndarray, sm_count: int, threads_per_sm: int
     out = np.zeros(len(G))
     if not len(G) or sm_count <= 0:
         return out
-    grid, block = G.grid.astype(np.int64), G.block.astype(np.int64)
-    known = (grid.min(axis=1) > 0) & (block.min(axis=1) > 0) & (G.kind != GpuKind.MEMCPY)
-    blocks = np.prod(np.maximum(grid, 1), axis=1)
-    threads = np.prod(np.maximum(block, 1), axis=1)
+    gx, gy, gz = (G.grid[:, k].astype(np.int64) for k in range(3))  # by column: no per-row reductions
+    bx, by, bz = (G.block[:, k].astype(np.int64) for k in range(3))
+    known = (np.minimum(np.minimum(gx, gy), gz) > 0) & (np.minimum(np.minimum(bx, by), bz) > 0) \
+        & (G.kind != GpuKind.MEMCPY)
+    blocks = np.maximum(gx, 1) * np.maximum(gy, 1) * np.maximum(gz, 1)
+    threads = np.maximum(bx, 1) * np.maximum(by, 1) * np.maximum(bz, 1)
     per_sm = np.clip(threads_per_sm // np.maximum(threads, 1), 1, 32)
     waves = np.ceil(blocks / (sm_count * per_sm))
     fill = known & (waves >= 2) & (dur > 0)
@@ -239,7 +244,8 @@ def trace_kernel_gap(rg: RankGraph) -> float | None:
     if len(G) < 3:
         return None
     o = np.lexsort((G.start, G.stream, G.device))
-    same = (G.device[o][1:] == G.device[o][:-1]) & (G.stream[o][1:] == G.stream[o][:-1])
+    dev, stream = G.device[o], G.stream[o]
+    same = (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])
     prev, nxt = o[:-1][same], o[1:][same]
     kern = (G.kind[prev] == 0) & (G.kind[nxt] == 0)
     li = G.launch[nxt]
@@ -368,11 +374,11 @@ def _gpu_deps(rg: RankGraph) -> tuple[list[int], list[list[int]], dict[int, list
     cross-stream event waits, and per synchronizing host op the GPU ops it waits for."""
     n_host, n_gpu = len(rg.host_ops), len(rg.gpu_ops)
     E = rg.edges
-    src, dst, kind = E.src.astype(np.int64), E.dst.astype(np.int64), E.kind
+    src, dst, kind = E.src, E.dst, E.kind
 
     def gpu_edges(k: int, dst_gpu: bool) -> tuple[list[int], list[int]]:
-        sel = kind == k
-        s, d = src[sel] - n_host, dst[sel] - (n_host if dst_gpu else 0)
+        sel = np.flatnonzero(kind == k)  # the edges of kind k, widened to int64 alone
+        s, d = src[sel].astype(np.int64) - n_host, dst[sel].astype(np.int64) - (n_host if dst_gpu else 0)
         ok = (s >= 0) & (s < n_gpu) & (d >= 0) & (d < (n_gpu if dst_gpu else n_host))
         if dst_gpu:
             ok &= s != d
@@ -480,7 +486,7 @@ def _launch_delays(rg: RankGraph, costs: _HostCosts, lhost: np.ndarray, launch_g
     started (it runs its copy during the call)."""
     H, G = rg.host_ops, rg.gpu_ops
     launch_delay: dict[int, float] = {}
-    lh = np.array(sorted(launch_gpu), dtype=np.int64)
+    lh = np.sort(np.fromiter(launch_gpu, np.int64, len(launch_gpu)))
     if not lh.size:
         return launch_delay
     call_dur = np.where(costs.is_sync, costs.sync_cost, costs.tail)
@@ -539,17 +545,42 @@ def _preorder_ends(parent: np.ndarray, i: int, j: int) -> np.ndarray | None:
     return None if tree is None else tree[0] + i
 
 
-def _preorder(parent: np.ndarray, i: int, j: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _preorder(parent: np.ndarray, i: int, j: int,
+              depth: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_preorder_ends` relative to ``i``, and each op's depth (its open ancestors).
     O(m * depth) vectorized, m = j - i, no sort. Subtree ranges are [k, k + size(k)); the parents
     form a pre-order iff each op's range lies inside its parent's (the ranges then nest, and a
-    parent's range, holding its whole subtree, holds nothing else)."""
+    parent's range, holding its whole subtree, holds nothing else). ``depth``: the host-op table's
+    depth column, taken as it is when it agrees with ``parent`` (0 at a root, the parent's + 1
+    below; O(m)), else the depths are counted by walking up the parents."""
     m = j - i
     raw = parent[i:j].astype(np.int64)
     par = np.where(raw >= 0, raw - i, -1)
     loc = np.arange(m)
     if ((par >= loc) | ((raw >= 0) & (raw < i))).any():
         return None
+    has = par >= 0
+    dep = None if depth is None else depth[i:j].astype(np.int32)
+    if dep is None or dep[~has].any() or (dep[has] != dep[par[has]] + 1).any():
+        dep = _depths(par, m)
+    if m and dep[0] != 0:
+        return None
+    if m > 1 and (dep[1:] > dep[:-1] + 1).any():
+        return None
+    size = np.ones(m, dtype=np.int64)
+    for d in range(int(dep.max(initial=0)), 0, -1):  # subtree sizes, deepest first
+        at = np.flatnonzero(dep == d)
+        np.add.at(size, par[at], size[at])
+    ends = loc + size
+    # a pre-order iff every subtree is contiguous iff every op's range lies in its parent's
+    if not (ends[has] <= ends[par[has]]).all():
+        return None
+    return ends, dep
+
+
+def _depths(par: np.ndarray, m: int) -> np.ndarray:
+    """Each op's number of ancestors (``par``: local parent indices, -1 at a root, each below its op),
+    walking every op up one level at a time: O(m * depth)."""
     up_of = np.append(np.where(par >= 0, par, m), m).astype(np.int32)  # m: a sentinel root above the roots
     depth = np.zeros(m, dtype=np.int32)
     anc = up_of[:m]
@@ -559,31 +590,19 @@ def _preorder(parent: np.ndarray, i: int, j: int) -> tuple[np.ndarray, np.ndarra
             break
         depth += up
         anc = up_of[anc]
-    if m and depth[0] != 0:
-        return None
-    if m > 1 and (depth[1:] > depth[:-1] + 1).any():
-        return None
-    size = np.ones(m)
-    for d in range(int(depth.max(initial=0)), 0, -1):  # subtree sizes, deepest first
-        at = np.flatnonzero(depth == d)
-        size += np.bincount(par[at], weights=size[at], minlength=m)
-    ends = loc + size.astype(np.int64)
-    has = par >= 0
-    # a pre-order iff every subtree is contiguous iff every op's range lies in its parent's
-    if not (ends[has] <= ends[par[has]]).all():
-        return None
-    return ends, depth
+    return depth
 
 
 def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, parent: np.ndarray,
-                i: int, j: int, base: float, out: _HostWalk) -> None:
+                i: int, j: int, base: float, out: _HostWalk, depth: np.ndarray | None = None) -> None:
     """Static start/end and SYNC counts of the host ops ``[i, j)`` of one thread whose first op starts at
     ``base``: a cumulative sum over the thread's open/close sequence (open: pre-gap, then the CUDA-graph
     launch cost of a region root; close: a sync's cost, else the tail), in the order the pre-order walk of
     :func:`_walk_block_loop` adds them, so the floats are the same. In a pre-order, the opens before op
     k's open are k, the closes before it k - depth(k) (every earlier op but its ancestors), and the closes
-    before its own close end(k) - depth(k) - 1 (every op opened before it closes but its ancestors)."""
-    tree = _preorder(parent, i, j)
+    before its own close end(k) - depth(k) - 1 (every op opened before it closes but its ancestors).
+    ``depth``: the host-op table's depth column (see :func:`_preorder`)."""
+    tree = _preorder(parent, i, j, depth)
     if tree is None:
         _walk_block_loop(costs, cost_graph, region_root, parent, i, j, base, out)
         return
@@ -597,7 +616,7 @@ def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, p
     vals[1 + slot_open] = costs.pre_gap[i:j]
     vals[2 + slot_open] = np.where(region_root[i:j], cost_graph, 0.0)
     vals[1 + slot_close] = np.where(costs.is_sync[i:j], costs.sync_cost[i:j], costs.tail[i:j])
-    cs = np.cumsum(vals)
+    cs = np.cumsum(vals, out=vals)  # in place: one large array fewer
     out.static_start[i:j] = cs[2 + slot_open]
     out.static_end[i:j] = cs[1 + slot_close]
     nsync = np.zeros(m + 1, dtype=np.int64)
@@ -693,7 +712,7 @@ def _host_programs(rg: RankGraph, cfg: ReplayConfig, costs: _HostCosts, launch_g
                 m = m0 + k
                 base = float(out.static_start[m]) + (first - float(hstart[m])) / cfg.host_speed
                 anchor_thread, anchor_syncs = int(H.thread[m0]), int(out.sb_start[m])
-        _walk_block(costs, cfg.graph_launch_overhead, region_root, parent, i, j, base, out)
+        _walk_block(costs, cfg.graph_launch_overhead, region_root, parent, i, j, base, out, H.depth)
         kinds, hosts, static, cost = _thread_events(costs, launching, i, j, out.static_start)
         out.threads.append(ThreadProgram(int(H.thread[i]), kinds, hosts, static, cost, anchor_thread, anchor_syncs))
     return out
@@ -772,6 +791,7 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
         launch_latency_source=tm.lat_src,
         gpu_hidden_delay=hidden,
         gpu_device=G.device.tolist() if fills else None,
+        gpu_launch_host=lhost,
         gpu_last_wave=waves.tolist() if fills and waves is not None else None,
     )
 

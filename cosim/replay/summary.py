@@ -193,6 +193,10 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     return out
 
 
+_CLS_NAMES = [c.name.lower() for c in OpClass]
+"""Op class names as the summary writes them, by :class:`OpClass` value (iterating an enum is slow)."""
+
+
 def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[float, float],
                   n_periods: int) -> dict[str, Any]:
     """What bounds the step: walk back from the last GPU op in ``window`` through
@@ -217,7 +221,7 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     j = int(cand[np.argmax(np.minimum(e[cand], b))])
     comm = is_comm(G.cls)
     copy = G.kind != GpuKind.KERNEL
-    cls_names = [c.name.lower() for c in OpClass]
+    cls_names = _CLS_NAMES
 
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
     thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -231,11 +235,13 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         ops = np.array([bnd[i] for i in sel], dtype=np.int64)
         o = np.argsort(ends, kind="stable")
         thread_syncs[tp.thread] = (ends[o], ops[o])
-    launch_host = np.full(len(G), -1, dtype=np.int64)  # GPU op -> the host op that launched it
-    if prog.launch_gpu:
-        lists = list(prog.launch_gpu.values())
-        launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
-            np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
+    launch_host = prog.gpu_launch_host  # GPU op -> the host op that launched it (-1: none)
+    if launch_host is None:
+        launch_host = np.full(len(G), -1, dtype=np.int64)
+        if prog.launch_gpu:
+            lists = list(prog.launch_gpu.values())
+            launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
+                np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
 
     t = min(float(e[j]), b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8

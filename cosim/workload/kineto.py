@@ -33,11 +33,12 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import msgspec
 import numpy as np
 import orjson
+from zlib_ng import zlib_ng
 
 from cosim.errors import CosimInputError
 from cosim.fileio import open_maybe_gzip
@@ -210,9 +211,14 @@ _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
 
+#: zlib-ng's error class (its stub declares it as an instance)
+_ZNG_ERROR = cast(type[Exception], zlib_ng.error)
+
+
 def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, un-gzipped. A gzip file of one member is inflated by one zlib call (header and
-    CRC checked in C); anything else (several members, trailing bytes, a damaged or unreadable file)
+    """The file's bytes, un-gzipped. A gzip file of one member is inflated by one zlib-ng call (header and
+    CRC checked in C; zlib-ng inflates the v100 trace's 53 MB in ~33 ms of CPU, the standard zlib in
+    ~73 ms, giving the same bytes); anything else (several members, trailing bytes, a damaged or unreadable file)
     goes through :func:`open_maybe_gzip`, which reads it or names its problem."""
     try:
         with open(path, "rb") as f:
@@ -222,12 +228,12 @@ def _read_bytes(path: Path) -> bytes:
     if raw is not None:
         if raw[:2] != b"\x1f\x8b":
             return raw
-        d = zlib.decompressobj(wbits=31)
+        d = zlib_ng.decompressobj(wbits=31)
         try:
             out = d.decompress(raw)
             if d.eof and not d.unused_data:
                 return out
-        except zlib.error:
+        except _ZNG_ERROR:
             pass
         del raw
     try:
@@ -361,11 +367,21 @@ def _chunks(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[list[_
     """The typed events, :data:`CHUNK_EVENTS` at a time (a list per chunk: no per-event generator step)."""
     for lo in range(0, len(raws), CHUNK_EVENTS):
         try:
-            yield _CHUNK_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+            yield _CHUNK_DECODER.decode(_json_array(raws, lo))
         except msgspec.ValidationError:
             _strict_failure(path, data, raws, lo)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise _syntax_error(path, data, exc) from None
+
+
+def _json_array(raws: list[msgspec.Raw], lo: int) -> bytes:
+    """The events ``lo`` to ``lo + CHUNK_EVENTS`` as the text of one JSON array, copied once (the brackets
+    go onto the first and last events' texts: ~12 ms less per first load of the v100 trace than adding
+    them to the joined text)."""
+    part: list[Any] = raws[lo : lo + CHUNK_EVENTS]
+    part[0] = b"[" + bytes(part[0])
+    part[-1] = bytes(part[-1]) + b"]"
+    return b",".join(part)
 
 
 def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -> NoReturn:

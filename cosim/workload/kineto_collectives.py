@@ -35,7 +35,7 @@ def collectives_tables(
 ) -> tuple[Table, Table]:
     strings = st.strings
     nh = len(h)
-    names = [strings[i] for i in h.name.tolist()]
+    h_name = h.name.tolist()
     # name tests once per distinct (interned) name, then per host op by its name id
     hname = h.name.astype(np.int64)
     if nh:
@@ -112,7 +112,7 @@ def collectives_tables(
         else:
             kinfo = None
         cname = str(comm.get("Collective name", "") or "")
-        ann_name = names[ann] if ann >= 0 else ""
+        ann_name = strings[h_name[ann]] if ann >= 0 else ""
         if cname:
             ctype, rec_name = collective_type(cname), cname
         elif ann_name:
