@@ -121,7 +121,7 @@ class Op:
     dtype: str = "bf16"
     """Math dtype."""
     m: float = 0.0
-    """GEMM rows (grouped GEMM: mean rows per group); attention query length."""
+    """GEMM rows (grouped GEMM: mean rows per group, :attr:`group_rows` gives each); attention query length."""
     n: float = 0.0
     """GEMM columns; attention key length."""
     k: float = 0.0
@@ -169,6 +169,13 @@ class Op:
     wgrad: one weight per local expert, a norm's or the embedding's backward: 1). Each runs autograd's
     ``AccumulateGrad`` node and Megatron-Core's per-parameter backward hook in Python
     (:data:`PARAM_HOOK_SOURCE`); the builder charges each ``BuildOptions.eager_step_host`` on the host."""
+    group_rows: tuple[float, ...] = ()
+    """Grouped GEMM: token rows of each group (local expert), as routing gave them; the kernel model tiles each
+    group on its own (:class:`cosim.models.synth_timing.KernelTimer`). They are the forward's and the dgrad's
+    M per group and the wgrad's K per group (:attr:`group_k`); ``m`` (and ``k`` of a wgrad) hold their mean,
+    so FLOPs and bytes stay the exact sums. Empty: ``batch`` groups of ``m`` rows."""
+    group_k: bool = False
+    """:attr:`group_rows` are each group's K (a grouped GEMM's wgrad, ``dW_e = X_e^T dY_e``), not its M."""
     outputs: int = 0
     """Further tensors the op's one framework call allocates on their own, one eager step each (allocation and
     Python object): Transformer Engine's ``split_quantize`` creates each local expert's quantized tensor with
@@ -514,13 +521,14 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     # training: TE's split_quantize casts each local expert's rows with its own kernel(s) (TE_QUANTIZE_SOURCE);
     # backward_ops keeps loop_launches for the grad outputs' split_quantize
     qgroups = len(rows) if train else 1
+    group_rows = tuple(float(r) for r in rows)  # each expert's rows: the kernel model tiles every group
     ops += [*_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches, bias=c.linear_bias),
+                    launches=launches, bias=c.linear_bias, group_rows=group_rows),
             *expert_activation_ops(c, total, f, p, train),
             *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches),
+                    launches=launches, group_rows=group_rows),
             *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode)]
     if train and e_local > 1:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
@@ -807,8 +815,9 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
             out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True))
         elif o.cls in ("gemm", "grouped_gemm"):
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
+            # a grouped GEMM's groups: dgrad keeps M per group, wgrad (dW_e = X_e^T dY_e) reduces over them
             out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,
-                               params=param_tensors(o)))
+                               params=param_tensors(o), group_k=bool(o.group_rows) and not o.group_k))
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))
