@@ -47,6 +47,13 @@ def test_two_experts_are_the_sum_of_their_two_gemms_on_one_sm() -> None:
     alone = gemm_time(np.array([256.0, 512.0]), np.array([256.0] * 2), np.array([128.0] * 2), np.ones(2),
                       np.zeros(2), 1e12, one, P)
     assert float(alone.sum()) - P.floor_s == pytest.approx(want, rel=1e-12)
+    # the wgrad of groups of 256 and 512 rows (K per group), M = N = 256: 2 tiles of 256x128 per group, the
+    # tiles' mean K (2*256 + 2*512) / 4 = 384; split-K would only add waves on one SM
+    want_w = 2e-6 + 4 * (1e-6 + 2 * 256 * 128 * 384 / (1e12 * 0.5))
+    assert _grouped([256, 512], 256, 256, 384, group_k=True, hw=one) == pytest.approx(want_w, rel=1e-12)
+    alone_w = gemm_time(np.array([256.0] * 2), np.array([256.0] * 2), np.array([256.0, 512.0]), np.ones(2),
+                        np.zeros(2), 1e12, one, P)
+    assert float(alone_w.sum()) - P.floor_s == pytest.approx(want_w, rel=1e-12)
 
 
 def test_single_launch_wave_rule_one_row_groups() -> None:
