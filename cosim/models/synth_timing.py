@@ -30,7 +30,8 @@ from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import Op
 from cosim.workload.synth.spec import SyntheticSpec
 
-__all__ = ["DECODE_ATTENTION_EFFICIENCY", "KernelTimer", "calibrated_profile", "synthetic_kernel_timer"]
+__all__ = ["DECODE_ATTENTION_EFFICIENCY", "GROUPED_GEMM_SOURCE", "KernelTimer", "calibrated_profile", "grouped_gemm_time",
+           "synthetic_kernel_timer"]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
 """Share of the bf16 dense peak that decode attention reaches when compute-bound: FlashMLA's
@@ -75,6 +76,9 @@ class KernelTimer:
             grid=np.full((n, 3), -1, dtype=np.int64), block=np.full((n, 3), -1, dtype=np.int64))
         pred = predict_features(f, self.accelerator, self._model_profile, kernel_scale=False, database=False)
         out = np.where(np.array([o.cls == "collective" for o in ops]), 0.0, pred.dur)
+        uneven = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and len(set(o.group_rows)) > 1]
+        if uneven:  # groups of unequal rows: each group tiled on its own (equal groups: the batched shape above)
+            out[uneven] = self._grouped([ops[i] for i in uneven])
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
         if dec:  # decode attention: a roofline of its cache read and its FLOPs at the decode kernels' efficiency
             mem = self([replace(ops[i], name=f"{ops[i].name}.kv_read", cls="elementwise", flops=0.0) for i in dec])
@@ -82,6 +86,79 @@ class KernelTimer:
             for i, t in zip(dec, mem):
                 out[i] = max(ops[i].flops / peak, t)
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
+
+
+    def _grouped(self, ops: Sequence[Op]) -> np.ndarray:
+        """Durations (s) of grouped GEMMs with unequal groups (:attr:`Op.group_rows`), by
+        :func:`grouped_gemm_time`; ops of equal shape and groups are timed once."""
+        from cosim.models.calibrated import GemmParams, HardwareFigures
+
+        hw = HardwareFigures.of(self.accelerator)
+        keys = [(o.dtype, o.m, o.n, o.k, o.group_k, o.group_rows, o.bytes) for o in ops]
+        uniq = list(dict.fromkeys(keys))
+        out = np.empty(len(uniq))
+        for dt in sorted({u[0] for u in uniq}):
+            sel = [j for j, u in enumerate(uniq) if u[0] == dt]
+            p = self._model_profile.params("grouped_gemm", dt)
+            assert isinstance(p, GemmParams)
+            width = max(len(uniq[j][5]) for j in sel)
+            rows = np.zeros((len(sel), width))
+            for r, j in enumerate(sel):
+                rows[r, :len(uniq[j][5])] = uniq[j][5]
+            u = np.array([uniq[j][1:5] for j in sel], dtype=float)
+            out[sel] = grouped_gemm_time(rows, u[:, 0], u[:, 1], u[:, 2], u[:, 3].astype(bool),
+                                         np.array([uniq[j][6] for j in sel]), hw.peak(dt), hw, p)
+        at = {key: j for j, key in enumerate(uniq)}
+        return out[[at[key] for key in keys]]
+
+
+GROUPED_GEMM_SOURCE = (
+    "NVIDIA/TransformerEngine transformer_engine/common/gemm/cublaslt_gemm.cu (multi_stream_cublas_gemm: GEMM i "
+    "on compute stream i % 4, the four streams of transformer_engine/common/util/multi_stream.cpp running "
+    "concurrently, so the experts' CTAs share the SMs); NVIDIA/cutlass examples/57_hopper_grouped_gemm and "
+    "deepseek-ai/DeepGEMM m_grouped_gemm_fp8_fp8_bf16_nt_masked (one launch: a persistent tile scheduler walks the "
+    "output tiles of every group in turn over the SMs)")
+"""Why a grouped GEMM is timed as the tiles of all its groups scheduled in waves over the SMs."""
+
+
+def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, group_k: np.ndarray,
+                      nbytes: np.ndarray, peak: float, hw: Any, p: Any) -> np.ndarray:
+    """Modeled durations (s) of grouped GEMMs whose groups differ in size.
+
+    ``rows`` [ops, groups]: each group's rows (0 pads and empty groups launch no tiles); ``m``, ``n``, ``k``
+    [ops]: the GEMM dims, the grouped one (M, or K where ``group_k``, a wgrad) given by ``rows`` instead.
+    Rule (:data:`GROUPED_GEMM_SOURCE`): the output tiles of all groups are scheduled in waves over the SMs,
+    one (tile, split-K) for all groups, the fastest of the GEMM model's candidates
+    (:func:`cosim.models.calibrated.gemm_time`): ``tiles = s·Σ_g ⌈M_g/tm⌉·⌈N/tn⌉``, ``waves = ⌈tiles/SMs⌉``,
+    ``t = waves·(tile_overhead + 2·tm·tn·(K̄/s)/(peak/SMs·eff))`` with ``K̄`` the tiles' mean K (K itself
+    unless ``group_k``), split-K only where every group has ``K_g/s ≥ 128``, its fp32 partials
+    ``8·Σ_g M_g·N·s`` bytes; then ``floor + max(t, bytes/(HBM·mem_eff))``. With equal groups this is the
+    GEMM model's batched shape (``batch`` = groups, ``m`` = rows per group) exactly. Cost:
+    O(ops · groups · candidates) in one numpy pass over all candidates."""
+    from cosim.models.calibrated import _SPLITS, _TILE_REF, TILES
+
+    rows = np.asarray(rows, dtype=float)
+    live = rows > 0
+    gk = np.asarray(group_k, dtype=bool)
+    mg = np.where(gk[:, None], np.asarray(m, dtype=float)[:, None], rows)  # [ops, groups]: each group's M
+    kg = np.where(gk[:, None], rows, np.asarray(k, dtype=float)[:, None])  # each group's K
+    n = np.asarray(n, dtype=float)
+    kmin = np.where(live, kg, np.inf).min(axis=1)
+    msum = (mg * live).sum(axis=1)
+    # every candidate at once, [candidates, 1]: tile orientations x split-K counts
+    cand = np.array([(tm, tn, s) for a, b in TILES for tm, tn in sorted({(a, b), (b, a)}) for s in _SPLITS],
+                    dtype=float)
+    tm, tn, s = (cand[:, i:i + 1] for i in range(3))
+    eff = p.efficiency * (tm * tn / _TILE_REF) ** p.small_tile_alpha
+    per = np.where(live, np.ceil(mg / tm[:, :, None]), 0.0) * np.ceil(n / tn)[:, :, None]  # [cand, ops, groups]
+    base = per.sum(axis=2)
+    kbar = np.where(gk, (per * kg).sum(axis=2) / np.maximum(base, 1.0), np.asarray(k, dtype=float))
+    waves = np.ceil(base * s / hw.sm_count)
+    t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (kbar / s) / (peak / hw.sm_count * eff))
+    t = t + np.where(s > 1, 8.0 * msum * n * s / (hw.hbm_bandwidth * p.memory_efficiency), 0.0)
+    best = np.where((s == 1) | (kmin / s >= 128), t, np.inf).min(axis=0)
+    t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
+    return np.asarray(p.floor_s + np.maximum(best, t_mem))
 
 
 def synthetic_kernel_timer(spec: SyntheticSpec, accelerator: Accelerator, base: Path | None = None) -> KernelTimer:

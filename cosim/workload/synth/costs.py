@@ -125,7 +125,7 @@ class Op:
     dtype: str = "bf16"
     """Math dtype."""
     m: float = 0.0
-    """GEMM rows (grouped GEMM: mean rows per group); attention query length."""
+    """GEMM rows (grouped GEMM: mean rows per group, :attr:`group_rows` gives each); attention query length."""
     n: float = 0.0
     """GEMM columns; attention key length."""
     k: float = 0.0
@@ -177,6 +177,13 @@ class Op:
     wgrad: one weight per local expert, a norm's or the embedding's backward: 1). Each runs autograd's
     ``AccumulateGrad`` node and Megatron-Core's per-parameter backward hook in Python
     (:data:`PARAM_HOOK_SOURCE`); the builder charges each ``BuildOptions.eager_step_host`` on the host."""
+    group_rows: tuple[float, ...] = ()
+    """Grouped GEMM: token rows of each group (local expert), as routing gave them; the kernel model tiles each
+    group on its own (:class:`cosim.models.synth_timing.KernelTimer`). They are the forward's and the dgrad's
+    M per group and the wgrad's K per group (:attr:`group_k`); ``m`` (and ``k`` of a wgrad) hold their mean,
+    so FLOPs and bytes stay the exact sums. Empty: ``batch`` groups of ``m`` rows."""
+    group_k: bool = False
+    """:attr:`group_rows` are each group's K (a grouped GEMM's wgrad, ``dW_e = X_e^T dY_e``), not its M."""
     outputs: int = 0
     """Further tensors the op's one framework call allocates on their own, one eager step each (allocation and
     Python object): Transformer Engine's ``split_quantize`` creates each local expert's quantized tensor with
@@ -605,13 +612,14 @@ def _experts_ops(c: MoEModelConfig, rows: Sequence[float], f: float, p: Precisio
     qgroups = len(rows) if train else 1
     # HybridEP pads each expert's rows inside its dispatch (hybrid_ep_dispatch pad_multiple): no padding copies
     pad = expert_padding_ops(rows, h, p) if train and s.expert_padding and s.dispatcher != "hybridep" else []
+    group_rows = tuple(float(r) for r in rows)  # each expert's rows: the kernel model tiles every group
     return [*pad[:2], *_quant("moe.experts_input", total * h, p, qgroups),
             replace(_gemm("moe.experts_fc1", mean, 2 * f, h, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches, bias=c.linear_bias),
+                    launches=launches, bias=c.linear_bias, group_rows=group_rows),
             *expert_activation_ops(c, total, f, p, train),
             *_quant("moe.experts_act", total * f, p, qgroups),
             replace(_gemm("moe.experts_fc2", mean, h, f, p, batch=len(rows), cls="grouped_gemm"),
-                    launches=launches),
+                    launches=launches, group_rows=group_rows),
             *expert_bias_ops(c, rows, h, p, s.q_len is None and not s.decode), *pad[2:]]
 
 
@@ -981,8 +989,9 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
                                launches=int(o.name == "moe.hybridep_permute")))
         elif o.cls in ("gemm", "grouped_gemm"):
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
+            # a grouped GEMM's groups: dgrad keeps M per group, wgrad (dW_e = X_e^T dY_e) reduces over them
             out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,
-                               params=param_tensors(o)))
+                               params=param_tensors(o), group_k=bool(o.group_rows) and not o.group_k))
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))
