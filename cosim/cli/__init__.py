@@ -39,14 +39,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The subcommand modules to import: only the one named on the command line when it is known
+    (the others' imports would only slow start-up), else all of them (``cosim --help``, a typo)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in args if not a.startswith("-")), None)
+    return (first,) if first in _COMMANDS else _COMMANDS
+
+
+def build_parser(argv: Sequence[str] | None = None, *, everything: bool = True) -> argparse.ArgumentParser:
+    """The ``cosim`` parser; with ``everything=False`` only the subcommand ``argv`` names is registered."""
     from cosim import __version__
 
     parser = _Parser(prog="cosim", description="Hardware/software co-design simulator for AI systems.")
     parser.add_argument("--version", action="version", version=f"cosim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in _COMMANDS:
+    for name in _COMMANDS if everything else _wanted(argv):
         try:
             mod = importlib.import_module(f"cosim.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -58,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv, everything=False)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -390,15 +390,28 @@ class _TraceWriter:
         fh.write(head[:-1].encode() + b', "traceEvents": [\n')
 
     def events(self, evs: list[dict[str, Any]]) -> None:
-        if not evs:
+        self.lines(_lines(evs))
+
+    def lines(self, body: bytes) -> None:
+        """Events already serialized by :func:`_lines`."""
+        if not body:
             return
-        dumps = orjson.dumps
-        body = b",\n".join([dumps(e) for e in evs])
         self.fh.write(body if self.first else b",\n" + body)
         self.first = False
 
     def close(self) -> None:
         self.fh.write(b"\n]}\n")
+
+
+def _lines(evs: list[dict[str, Any]]) -> bytes:
+    """Events as compact JSON objects, one per line (the trace files' layout)."""
+    dumps = orjson.dumps
+    return b",\n".join([dumps(e) for e in evs])
+
+
+_PID = re.compile(rb'"pid":(-?\d+),')
+"""An event's ``pid`` key in :func:`_lines`' output: a key is the only unescaped ``"pid":`` in compact JSON (a
+string holding it escapes the quotes), and no event has a nested ``pid``."""
 
 
 class _GzipOut:
@@ -447,24 +460,62 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
             host, gpu = rank_events(rg, run, ids)
             host, gpu = extend(rg.rank, host), extend(rg.rank, gpu)
             devices = sorted(set(rg.gpu_ops.device.tolist()))
+            nh, ng = _meta_count(host), _meta_count(gpu)
+            body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
             p = folder / f"rank{rg.rank}.json.gz"
             with _GzipOut(p) as fh:
                 w = _TraceWriter(fh, _header(rg, devices))
-                w.events(host)
-                w.events(gpu)
+                w.events(host[:nh])
+                w.lines(body[0])
+                w.events(gpu[:ng])
+                w.lines(body[1])
                 w.close()
             written.append(p)
-            gpu.extend(extend(rg.rank, gpu_annotation_events(rg, run, ids)))
+            ann = _lines(extend(rg.rank, gpu_annotation_events(rg, run, ids)))
+            meta_h, meta_g = host[:nh], gpu[:ng]
+            del host, gpu
             if not single:
-                _renumber(rg.rank, host, gpu)
-            cw.events(host)
-            cw.events(gpu)
+                meta_h, meta_g = [dict(e) for e in meta_h], [dict(e) for e in meta_g]
+                _renumber(rg.rank, meta_h, meta_g)
+                off = (rg.rank + 1) * 1000
+                body = [_repid(body[0], off, False), _repid(body[1], off, True)]
+                ann = _repid(ann, off, True)
+            cw.events(meta_h)
+            cw.lines(body[0])
+            cw.events(meta_g)
+            cw.lines(body[1])
+            cw.lines(ann)
+            del body, ann
         cw.close()
     keep = {p.name for p in written}
     for old in folder.glob("rank*.json.gz"):
         if re.fullmatch(r"rank\d+\.json\.gz", old.name) and old.name not in keep:
             old.unlink()
     return [path, *written]
+
+
+def _meta_count(evs: list[dict[str, Any]]) -> int:
+    """How many leading metadata (``ph: M``) events ``evs`` has: those :func:`_renumber` renames."""
+    n = 0
+    for e in evs:
+        if e["ph"] != "M":
+            break
+        n += 1
+    return n
+
+
+def _repid(body: bytes, off: int, gpu: bool) -> bytes:
+    """:func:`_lines`' output moved onto a rank's pids of the combined file, as :func:`_renumber` moves the dicts:
+    every ``pid`` becomes ``off`` (host events) or ``off + 1 + pid`` (``gpu``: pid = device). One C-level pass
+    when every event gets the same pid: O(bytes)."""
+    if not gpu:
+        return _PID.sub(b'"pid":%d,' % off, body)
+    pids = set(_PID.findall(body[:4096]))  # usually one device per rank: then one constant replacement
+    if len(pids) == 1:
+        p = int(pids.pop())
+        if body.count(b'"pid":') == body.count(b'"pid":%d,' % p):
+            return _PID.sub(b'"pid":%d,' % (off + 1 + p), body)
+    return _PID.sub(lambda m: b'"pid":%d,' % (off + 1 + int(m.group(1))), body)
 
 
 def _renumber(rank: int, host: list[dict[str, Any]], gpu: list[dict[str, Any]]) -> None:
