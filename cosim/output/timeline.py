@@ -59,7 +59,7 @@ except ImportError:  # pragma: no cover
     from gzip import GzipFile as _GzipFile  # type: ignore[assignment]
 
 from cosim.fileio import atomic_open
-from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass
+from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass, gc_paused
 
 __all__ = ["gpu_annotation_events", "nccl_kernel_name", "rank_events", "rank_trace", "write_timeline"]
 
@@ -484,8 +484,12 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
     A result with an ``extend_events(rank, events)`` method (a coalesced step,
     :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it.
     """
+    with gc_paused():  # millions of acyclic event dicts
+        return _write_timeline(Path(path), result)
+
+
+def _write_timeline(path: Path, result: Any) -> list[Path]:
     extend = getattr(result, "extend_events", None) or (lambda _rank, evs: evs)
-    path = Path(path)
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)
     folder = path.parent / "timeline"

@@ -48,6 +48,7 @@ from cosim.workload.graph import (
     SeqSource,
     StringTable,
     Table,
+    gc_paused,
     ragged_arrays,
 )
 from cosim.workload.synth.costs import (
@@ -880,9 +881,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
         return rb.finish(), unit_span, unit_key
 
-    for rank in ranks:
-        rg, spans[rank], keys[rank] = one_rank(rank)
-        graphs.append(rg)
+    with gc_paused():  # ~50k acyclic op rows per rank and micro-batch (graph.gc_paused)
+        for rank in ranks:
+            rg, spans[rank], keys[rank] = one_rank(rank)
+            graphs.append(rg)
     tokens = global_batch * seq
     per_tok = _model_flops_per_token(card, seq)
     notes = []
