@@ -116,3 +116,15 @@ def test_cli_imports_only_the_subcommand_it_runs() -> None:
     assert p.returncode == 0 and all(c in p.stdout for c in ("topo", "collective", "run", "capture", "export"))
     p = subprocess.run([sys.executable, "-m", "cosim", "nosuch"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "invalid choice" in p.stderr and "collective" in p.stderr
+
+
+def test_cli_sets_and_restores_gc_thresholds(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A command runs under ``GC_THRESHOLDS``; an in-process caller of ``main`` gets its own back."""
+    import cosim.cli as cli
+    import cosim.topology as topology
+
+    seen = []
+    monkeypatch.setattr(topology, "list_presets", lambda: seen.append(gc.get_threshold()) or [])
+    before = gc.get_threshold()
+    assert cli.main(["topo", "list"]) == 0
+    assert seen == [cli.GC_THRESHOLDS] and gc.get_threshold() == before
