@@ -43,10 +43,13 @@ def test_pids_moved_on_the_bytes_equal_the_renumbered_dicts() -> None:
             _renumber(rank, want_h, want_g)
             off = (rank + 1) * 1000
             nh, ng = 2, 2 * len(devices)
-            got_h = _repid(_lines(host[nh:]), off)
-            got_g = _repid(_lines(gpu[ng:]), off, devices)
+            got_h = _repid(_lines(host[nh:]), [7], lambda _p, off=off: off)
+            got_g = _repid(_lines(gpu[ng:]), devices, lambda p, off=off: off + 1 + p)
+            assert _repid(_lines(gpu[ng:]), devices[:1], lambda p, off=off: off + 1 + p) == got_g  # incomplete: regex
             assert got_h == _lines(want_h[nh:])
             assert got_g == _lines(want_g[ng:])
+            same = _lines([{**e, "pid": 1000} for e in host[nh:]])  # a new pid that is an old one: regex
+            assert _repid(same, [1000, 7], lambda _p: 1000) == same
             assert [orjson.loads(x)["pid"] for x in got_g.split(b",\n")] == [off + 1 + e["pid"] for e in gpu[ng:]]
 
 

@@ -46,7 +46,7 @@ import gzip
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -523,8 +523,16 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
                 meta_h, meta_g = [dict(e) for e in meta_h], [dict(e) for e in meta_g]
                 _renumber(rg.rank, meta_h, meta_g)
                 off = (rg.rank + 1) * 1000
-                body = [_repid(body[0], off), _repid(body[1], off, devices)]
-                ann = _repid(ann, off, devices)
+                hpids = sorted(set(rg.threads.pid.tolist()))
+
+                def host_pid(_p: int, off: int = off) -> int:
+                    return off
+
+                def gpu_pid(p: int, off: int = off) -> int:
+                    return off + 1 + p
+
+                body = [_repid(body[0], hpids, host_pid), _repid(body[1], devices, gpu_pid)]
+                ann = _repid(ann, devices, gpu_pid)
             cw.events(meta_h)
             cw.lines(body[0])
             cw.events(meta_g)
@@ -549,15 +557,20 @@ def _meta_count(evs: list[dict[str, Any]]) -> int:
     return n
 
 
-def _repid(body: bytes, off: int, devices: list[int] | None = None) -> bytes:
+def _repid(body: bytes, old: list[int], to: Callable[[int], int]) -> bytes:
     """:func:`_lines`' output moved onto a rank's pids of the combined file, as :func:`_renumber` moves the dicts:
-    every ``pid`` becomes ``off`` (host events, ``devices`` None) or ``off + 1 + pid`` (GPU events: pid = one of
-    the rank's ``devices``). One C-level pass when every event gets the same pid: O(bytes)."""
-    if devices is None:
-        return _PID.sub(b'"pid":%d,' % off, body)
-    if len(devices) == 1:
-        return _PID.sub(b'"pid":%d,' % (off + 1 + devices[0]), body)
-    return _PID.sub(lambda m: b'"pid":%d,' % (off + 1 + int(m.group(1))), body)
+    every event's ``pid`` p becomes ``to(p)``. ``old``: the pids expected in ``body``; when they are all of them
+    (checked by counting) and none is a new one, plain byte replacements (memchr speed), else one
+    regular-expression pass: O(bytes)."""
+    if not body:
+        return body
+    new = [to(p) for p in old]
+    pats = [b'"pid":%d,' % p for p in old]
+    if not set(old) & set(new) and sum(body.count(x) for x in pats) == body.count(b'"pid":'):
+        for x, q in zip(pats, new):
+            body = body.replace(x, b'"pid":%d,' % q)
+        return body
+    return _PID.sub(lambda m: b'"pid":%d,' % to(int(m.group(1))), body)
 
 
 def _renumber(rank: int, host: list[dict[str, Any]], gpu: list[dict[str, Any]]) -> None:
