@@ -84,8 +84,15 @@ class Topology:
         return self._kind[self._check(dev)]
 
     def gpus_on(self, node: int) -> list[str]:
-        """GPUs of host node ``node`` in local index order."""
-        return [g for g in self._gpus if self._node[g] == node]
+        """GPUs of host node ``node`` in local index order (O(GPUs on it): per-GPU figures call it per GPU)."""
+        return list(self._gpus_by_node.get(node, ()))
+
+    @cached_property
+    def _gpus_by_node(self) -> dict[int, list[str]]:
+        by: dict[int, list[str]] = {}
+        for g in self._gpus:
+            by.setdefault(self._node[g], []).append(g)
+        return by
 
     def devices(self, kind: str | None = None, node: int | None = None) -> list[str]:
         """Device ids, optionally of one kind and/or on one host node, in (node, kind index) order."""
