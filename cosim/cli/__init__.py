@@ -8,6 +8,7 @@ one line on stderr and exits 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import sys
@@ -39,14 +40,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The subcommand modules to import: only the one named on the command line when it is known
+    (the others' imports would only slow start-up), else all of them (``cosim --help``, a typo)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in args if not a.startswith("-")), None)
+    return (first,) if first in _COMMANDS else _COMMANDS
+
+
+def build_parser(argv: Sequence[str] | None = None, *, everything: bool = True) -> argparse.ArgumentParser:
+    """The ``cosim`` parser; with ``everything=False`` only the subcommand ``argv`` names is registered."""
     from cosim import __version__
 
     parser = _Parser(prog="cosim", description="Hardware/software co-design simulator for AI systems.")
     parser.add_argument("--version", action="version", version=f"cosim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in _COMMANDS:
+    for name in _COMMANDS if everything else _wanted(argv):
         try:
             mod = importlib.import_module(f"cosim.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -57,9 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+GC_THRESHOLDS = (100_000, 50, 100)
+"""The cyclic garbage collector's thresholds for a command (Python's default 700, 10, 10): a run holds millions of
+long-lived objects (graph rows, topology, fabric state, results) that every full collection walks again; collecting
+young objects every 100k allocations and old ones ~100x less often keeps the collector's share small (the 1024-GPU
+``cosim run``: benchmarks/README.md, "Round 6 pipeline"). Reference counting frees everything acyclic either way."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv, everything=False)
     args = parser.parse_args(argv)
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         return int(args.func(args) or 0)
     except CosimInputError as exc:
@@ -70,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        gc.set_threshold(*before)  # a caller of main() in its own process keeps its settings
 
 
 if __name__ == "__main__":  # pragma: no cover

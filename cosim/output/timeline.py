@@ -36,7 +36,8 @@ of per-rank files, the rank taken from ``distributedInfo``), and ``timeline.json
 beside it for Perfetto: all ranks in one file (each rank's host on pid
 ``(r + 1) * 1000``, GPU ``d`` on pid ``(r + 1) * 1000 + 1 + d``, named ``rank{r}.host`` /
 ``rank{r}.gpu{d}``). Both are streamed rank by rank (orjson, one event per line,
-gzip level 1): writing costs O(events) time and one rank's events of memory.
+gzip level 1 by ISA-L): writing costs O(events) time and one rank's events of memory; each event is
+serialized once for both files.
 """
 
 from __future__ import annotations
@@ -45,15 +46,20 @@ import gzip
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import orjson
 
+try:  # ISA-L's gzip (a dependency; zlib's when it cannot be installed): the same format, written ~4x faster
+    from isal.igzip import GzipFile as _GzipFile
+except ImportError:  # pragma: no cover
+    from gzip import GzipFile as _GzipFile  # type: ignore[assignment]
+
 from cosim.fileio import atomic_open
-from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass
+from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass, gc_paused
 
 __all__ = ["gpu_annotation_events", "nccl_kernel_name", "rank_events", "rank_trace", "write_timeline"]
 
@@ -153,6 +159,13 @@ def _process_name(rg: Any) -> str:
     return "python3"
 
 
+def _pick(values: list[Any], idx: np.ndarray) -> list[Any]:
+    """``values`` at ``idx`` (the whole list when ``idx`` is every index in order)."""
+    if len(idx) == len(values):
+        return values
+    return [values[i] for i in idx.tolist()]
+
+
 def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
     """Name and category of every GPU op, as the libraries and Kineto write them."""
     G, C, S = rg.gpu_ops, rg.collectives, rg.strings
@@ -168,6 +181,8 @@ def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
     cats = [_GPU_CAT.get(GpuKind(k), "kernel") for k in kinds]
     cls, coll, ck = G.cls.tolist(), G.collective.tolist(), G.copy_kind.tolist()
     coll_algo = getattr(run, "coll_algo", {}) or {}
+    coll_name: dict[tuple[int, int, int, str | None], str] = {}  # (collective type, dtype, algorithm) -> kernel name
+    ctypes, cdtypes, celem, calgo = C.type.tolist(), C.dtype.tolist(), C.elem_bytes.tolist(), C.algo.tolist()
     for j in np.flatnonzero((G.collective >= 0) | (G.kind != GpuKind.KERNEL) |
                             (projected & ((G.cls == OpClass.MEMCPY) | (G.cls == OpClass.MEMSET)))).tolist():
         nm, kind = names[j], kinds[j]
@@ -175,12 +190,16 @@ def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
             if NCCL_KERNEL_RE.match(nm):
                 continue  # the trace's own NCCL kernel
             c = coll[j]
-            dt = S[int(C.dtype[c])] if C.dtype[c] >= 0 else None
-            t = nccl_type(dt, int(C.elem_bytes[c]))
-            if proj_dtype and proj_dtype != "captured" and t in ("f32", "f16", "bf16"):
-                t = nccl_type(proj_dtype)
-            algo = coll_algo.get(j, (S[int(C.algo[c])] if C.algo[c] >= 0 else "ring", ""))[0]
-            names[j] = nccl_kernel_name(CollType(int(C.type[c])), t, algo)
+            algo = coll_algo[j][0] if j in coll_algo else (S[calgo[c]] if calgo[c] >= 0 else "ring")
+            key = (ctypes[c], cdtypes[c], celem[c], algo)
+            kname = coll_name.get(key)
+            if kname is None:
+                dt = S[cdtypes[c]] if cdtypes[c] >= 0 else None
+                t = nccl_type(dt, celem[c])
+                if proj_dtype and proj_dtype != "captured" and t in ("f32", "f16", "bf16"):
+                    t = nccl_type(proj_dtype)
+                kname = coll_name[key] = nccl_kernel_name(CollType(ctypes[c]), t, algo)
+            names[j] = kname
         elif kind == GpuKind.MEMCPY or (kind == GpuKind.KERNEL and cls[j] == OpClass.MEMCPY):
             if not nm.startswith("Memcpy"):
                 names[j] = _MEMCPY_NAME.get(CopyKind(ck[j]), _MEMCPY_NAME[CopyKind.DTOD])
@@ -192,29 +211,43 @@ def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
     return names, cats
 
 
-def _coll_args(rg: Any, c: int) -> dict[str, Any]:
-    """Kineto's NCCL metadata args of a communication kernel (record_param_comms)."""
-    C, S = rg.collectives, rg.strings
-    a: dict[str, Any] = {}
-    if C.name[c] >= 0:
-        a["Collective name"] = S[int(C.name[c])]
-    if C.in_nelems[c] >= 0:
-        a["In msg nelems"] = int(C.in_nelems[c])
-    if C.out_nelems[c] >= 0:
-        a["Out msg nelems"] = int(C.out_nelems[c])
-    if C.group_size[c] >= 0:
-        a["Group size"] = int(C.group_size[c])
-    if C.dtype[c] >= 0:
-        a["dtype"] = S[int(C.dtype[c])]
-    g = int(C.group[c])
-    if g >= 0:
-        grp = rg.groups
-        if grp.name[g] >= 0:
-            a["Process Group Name"] = S[int(grp.name[g])]
-        if grp.desc[g] >= 0:
-            a["Process Group Description"] = S[int(grp.desc[g])]
-        a["Process Group Ranks"] = str([int(x) for x in grp.ragged("ranks", g)])
-    return a
+class _CollArgs:
+    """Kineto's NCCL metadata args of a communication kernel (record_param_comms), per collective of one rank
+    (its columns read once; each group's rank list formatted once)."""
+
+    def __init__(self, rg: Any) -> None:
+        C, grp = rg.collectives, rg.groups
+        self.S = rg.strings
+        self.name, self.inn, self.outn = C.name.tolist(), C.in_nelems.tolist(), C.out_nelems.tolist()
+        self.size, self.dtype, self.group = C.group_size.tolist(), C.dtype.tolist(), C.group.tolist()
+        self.grp = grp
+        self.gname, self.gdesc = grp.name.tolist(), grp.desc.tolist()
+        self.granks: dict[int, str] = {}
+
+    def __call__(self, c: int) -> dict[str, Any]:
+        S = self.S
+        a: dict[str, Any] = {}
+        if self.name[c] >= 0:
+            a["Collective name"] = S[self.name[c]]
+        if self.inn[c] >= 0:
+            a["In msg nelems"] = int(self.inn[c])
+        if self.outn[c] >= 0:
+            a["Out msg nelems"] = int(self.outn[c])
+        if self.size[c] >= 0:
+            a["Group size"] = int(self.size[c])
+        if self.dtype[c] >= 0:
+            a["dtype"] = S[self.dtype[c]]
+        g = self.group[c]
+        if g >= 0:
+            if self.gname[g] >= 0:
+                a["Process Group Name"] = S[self.gname[g]]
+            if self.gdesc[g] >= 0:
+                a["Process Group Description"] = S[self.gdesc[g]]
+            ranks = self.granks.get(g)
+            if ranks is None:
+                ranks = self.granks[g] = str([int(x) for x in self.grp.ragged("ranks", g)])
+            a["Process Group Ranks"] = ranks
+        return a
 
 
 def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -254,67 +287,74 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
     hok = np.isfinite(hs) & np.isfinite(he)
     hts = np.round(np.where(hok, hs, 0.0) * 1e6, 3).tolist()
     hdur = np.round(np.where(hok, np.maximum(he - hs, 0.0), 0.0) * 1e6, 3).tolist()
-    names, kinds, thr = H.name.tolist(), H.kind.tolist(), H.thread.tolist()
-    ext, corr = H.ext_id.tolist(), H.correlation.tolist()
+    names, kinds = H.name.tolist(), H.kind.tolist()
     hcat = {k: _HOST_CAT.get(HostKind(k), "cpu_op") for k in set(kinds)}
     cats = {(n, k): "cuda_driver" if hcat[k] == "cuda_runtime" and n >= 0 and _DRIVER_API.match(S[n]) else hcat[k]
             for n, k in set(zip(names, kinds))}
-    for i in np.flatnonzero(hok).tolist():
-        t = thr[i]
-        args: dict[str, Any] = {}
-        if ext[i] >= 0:
-            args["External id"] = base + ext[i]
-        if corr[i] >= 0:
-            args["correlation"] = base + corr[i]
-        host.append({"ph": "X", "cat": cats[names[i], kinds[i]], "name": S[names[i]] if names[i] >= 0 else "?",
-                     "pid": thread_pid[t], "tid": thread_tid[t], "ts": hts[i], "dur": hdur[i], "args": args})
+    hsel = np.flatnonzero(hok)
+    tpid, ttid = np.asarray(T.pid), np.asarray(T.tid)
+    hthr = H.thread[hsel]
+    args: dict[str, Any]
+    for n, k, p, t, ts, d, x, c in zip(H.name[hsel].tolist(), H.kind[hsel].tolist(), tpid[hthr].tolist(),
+                                       ttid[hthr].tolist(), _pick(hts, hsel), _pick(hdur, hsel),
+                                       H.ext_id[hsel].tolist(), H.correlation[hsel].tolist()):
+        if x >= 0:
+            args = {"External id": base + x, "correlation": base + c} if c >= 0 else {"External id": base + x}
+        else:
+            args = {"correlation": base + c} if c >= 0 else {}
+        host.append({"ph": "X", "cat": cats[n, k], "name": S[n] if n >= 0 else "?", "pid": p, "tid": t, "ts": ts,
+                     "dur": d, "args": args})
 
     gs, ge = run.gpu_start, run.gpu_end
     gok = np.isfinite(gs) & np.isfinite(ge)
     gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3).tolist()
     gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3).tolist()
     gnames, gcats = _gpu_names(rg, run)
-    launch_host = rg.launches.host_op.tolist()
-    gcorr, gext, glaunch, gop = G.correlation.tolist(), G.ext_id.tolist(), G.launch.tolist(), G.op.tolist()
-    grid, block, gbytes, coll = G.grid.tolist(), G.block.tolist(), G.bytes.tolist(), G.collective.tolist()
+    n_g = len(G)
+    h_of = np.full(n_g, -1, dtype=np.int64)  # the host op that launched each GPU op
+    has = G.launch >= 0
+    h_of[has] = rg.launches.host_op[G.launch[has]]
+    x_of = np.asarray(G.ext_id, dtype=np.int64).copy()  # External id: the op's, else its launch's, else its op's
+    m = (x_of < 0) & (h_of >= 0)
+    x_of[m] = H.ext_id[h_of[m]]
+    m = (x_of < 0) & (G.op >= 0)
+    x_of[m] = H.ext_id[G.op[m]]
+    flow = (h_of >= 0) & (G.correlation >= 0) & hok[np.maximum(h_of, 0)] if n_g and len(H) else np.zeros(n_g, bool)
+    fthr = H.thread[np.maximum(h_of, 0)] if len(H) else np.zeros(n_g, np.int64)
     coll_algo = getattr(run, "coll_algo", {}) or {}
-    for j in np.flatnonzero(gok).tolist():
-        li = glaunch[j]
-        h = launch_host[li] if li >= 0 else -1
-        x = gext[j]
-        if x < 0 and h >= 0:
-            x = ext[h]
-        if x < 0 and gop[j] >= 0:
-            x = ext[gop[j]]
+    coll_args = _CollArgs(rg)
+    gsel = np.flatnonzero(gok)
+    grid, block = G.grid.tolist(), G.block.tolist()
+    cols = zip(gsel.tolist(), _pick(gcats, gsel), _pick(gnames, gsel), G.device[gsel].tolist(),
+               G.stream[gsel].tolist(), _pick(gts, gsel), _pick(gdur, gsel), x_of[gsel].tolist(),
+               G.correlation[gsel].tolist(), G.collective[gsel].tolist(), G.bytes[gsel].tolist(), flow[gsel].tolist(),
+               h_of[gsel].tolist(), *((tpid[fthr[gsel]].tolist(), ttid[fthr[gsel]].tolist()) if len(T) else
+                                      ([-1] * len(gsel), [-1] * len(gsel))))
+    for j, cat, name, pid, tid, ts, dur, x, corr, c, nb, fl, h, hp, ht in cols:
         args = {"External id": base + x} if x >= 0 else {}
-        cat = gcats[j]
         if cat == "kernel":
             args["queued"] = 0
-        args["device"] = gdev[j]
+        args["device"] = pid
         args["context"] = 1
-        args["stream"] = gstream[j]
-        if gcorr[j] >= 0:
-            args["correlation"] = base + gcorr[j]
+        args["stream"] = tid
+        if corr >= 0:
+            args["correlation"] = base + corr
         if cat == "kernel":
             if grid[j][0] >= 0:
                 args["grid"] = grid[j]
                 args["block"] = block[j]
-            if coll[j] >= 0:
-                args.update(_coll_args(rg, coll[j]))
+            if c >= 0:
+                args.update(coll_args(c))
                 if j in coll_algo:  # the simulated choice (not a Kineto field)
                     args["algorithm"], args["protocol"] = coll_algo[j]
-        elif math.isfinite(gbytes[j]) and gbytes[j] >= 0:
-            args["bytes"] = int(gbytes[j])
-            if gdur[j] > 0:
-                args["memory bandwidth (GB/s)"] = gbytes[j] / (gdur[j] * 1e3)
-        pid, tid, ts = gdev[j], gstream[j], gts[j]
-        gpu.append({"ph": "X", "cat": cat, "name": gnames[j], "pid": pid, "tid": tid, "ts": ts, "dur": gdur[j],
-                    "args": args})
-        if h >= 0 and gcorr[j] >= 0 and hok[h]:
-            t = thr[h]
-            fid = base + gcorr[j]
-            host.append({"ph": "s", "id": fid, "pid": thread_pid[t], "tid": thread_tid[t], "ts": hts[h],
-                         "cat": "ac2g", "name": "ac2g"})
+        elif math.isfinite(nb) and nb >= 0:
+            args["bytes"] = int(nb)
+            if dur > 0:
+                args["memory bandwidth (GB/s)"] = nb / (dur * 1e3)
+        gpu.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+        if fl:
+            fid = base + corr
+            host.append({"ph": "s", "id": fid, "pid": hp, "tid": ht, "ts": hts[h], "cat": "ac2g", "name": "ac2g"})
             gpu.append({"ph": "f", "id": fid, "pid": pid, "tid": tid, "ts": ts, "cat": "ac2g", "name": "ac2g",
                         "bp": "e"})
     return host, gpu
@@ -390,10 +430,12 @@ class _TraceWriter:
         fh.write(head[:-1].encode() + b', "traceEvents": [\n')
 
     def events(self, evs: list[dict[str, Any]]) -> None:
-        if not evs:
+        self.lines(_lines(evs))
+
+    def lines(self, body: bytes) -> None:
+        """Events already serialized by :func:`_lines`."""
+        if not body:
             return
-        dumps = orjson.dumps
-        body = b",\n".join([dumps(e) for e in evs])
         self.fh.write(body if self.first else b",\n" + body)
         self.first = False
 
@@ -401,15 +443,27 @@ class _TraceWriter:
         self.fh.write(b"\n]}\n")
 
 
+def _lines(evs: list[dict[str, Any]]) -> bytes:
+    """Events as compact JSON objects, one per line (the trace files' layout)."""
+    dumps = orjson.dumps
+    return b",\n".join([dumps(e) for e in evs])
+
+
+_PID = re.compile(rb'"pid":(-?\d+),')
+"""An event's ``pid`` key in :func:`_lines`' output: a key is the only unescaped ``"pid":`` in compact JSON (a
+string holding it escapes the quotes), and no event has a nested ``pid``."""
+
+
 class _GzipOut:
-    """An atomically replaced gzip file (deterministic: no name, mtime 0), fast compression."""
+    """An atomically replaced gzip file (deterministic: no name, mtime 0), fast compression: Intel ISA-L's
+    deflate (``isal``, about 4x zlib's level 1 and smaller) when installed, else zlib's level 1."""
 
     LEVEL = 1
 
     def __init__(self, path: Path) -> None:
         self._cm = atomic_open(path, "wb", gz=False)
         raw = self._cm.__enter__()
-        self.gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=self.LEVEL, mtime=0)
+        self.gz = _GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=self.LEVEL, mtime=0)
 
     def __enter__(self) -> gzip.GzipFile:
         return self.gz
@@ -430,8 +484,12 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
     A result with an ``extend_events(rank, events)`` method (a coalesced step,
     :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it.
     """
+    with gc_paused():  # millions of acyclic event dicts
+        return _write_timeline(Path(path), result)
+
+
+def _write_timeline(path: Path, result: Any) -> list[Path]:
     extend = getattr(result, "extend_events", None) or (lambda _rank, evs: evs)
-    path = Path(path)
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)
     folder = path.parent / "timeline"
@@ -447,24 +505,72 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
             host, gpu = rank_events(rg, run, ids)
             host, gpu = extend(rg.rank, host), extend(rg.rank, gpu)
             devices = sorted(set(rg.gpu_ops.device.tolist()))
+            nh, ng = _meta_count(host), _meta_count(gpu)
+            body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
             p = folder / f"rank{rg.rank}.json.gz"
             with _GzipOut(p) as fh:
                 w = _TraceWriter(fh, _header(rg, devices))
-                w.events(host)
-                w.events(gpu)
+                w.events(host[:nh])
+                w.lines(body[0])
+                w.events(gpu[:ng])
+                w.lines(body[1])
                 w.close()
             written.append(p)
-            gpu.extend(extend(rg.rank, gpu_annotation_events(rg, run, ids)))
+            ann = _lines(extend(rg.rank, gpu_annotation_events(rg, run, ids)))
+            meta_h, meta_g = host[:nh], gpu[:ng]
+            del host, gpu
             if not single:
-                _renumber(rg.rank, host, gpu)
-            cw.events(host)
-            cw.events(gpu)
+                meta_h, meta_g = [dict(e) for e in meta_h], [dict(e) for e in meta_g]
+                _renumber(rg.rank, meta_h, meta_g)
+                off = (rg.rank + 1) * 1000
+                hpids = sorted(set(rg.threads.pid.tolist()))
+
+                def host_pid(_p: int, off: int = off) -> int:
+                    return off
+
+                def gpu_pid(p: int, off: int = off) -> int:
+                    return off + 1 + p
+
+                body = [_repid(body[0], hpids, host_pid), _repid(body[1], devices, gpu_pid)]
+                ann = _repid(ann, devices, gpu_pid)
+            cw.events(meta_h)
+            cw.lines(body[0])
+            cw.events(meta_g)
+            cw.lines(body[1])
+            cw.lines(ann)
+            del body, ann
         cw.close()
     keep = {p.name for p in written}
     for old in folder.glob("rank*.json.gz"):
         if re.fullmatch(r"rank\d+\.json\.gz", old.name) and old.name not in keep:
             old.unlink()
     return [path, *written]
+
+
+def _meta_count(evs: list[dict[str, Any]]) -> int:
+    """How many leading metadata (``ph: M``) events ``evs`` has: those :func:`_renumber` renames."""
+    n = 0
+    for e in evs:
+        if e["ph"] != "M":
+            break
+        n += 1
+    return n
+
+
+def _repid(body: bytes, old: list[int], to: Callable[[int], int]) -> bytes:
+    """:func:`_lines`' output moved onto a rank's pids of the combined file, as :func:`_renumber` moves the dicts:
+    every event's ``pid`` p becomes ``to(p)``. ``old``: the pids expected in ``body``; when they are all of them
+    (checked by counting) and none is a new one, plain byte replacements (memchr speed), else one
+    regular-expression pass: O(bytes)."""
+    if not body:
+        return body
+    new = [to(p) for p in old]
+    pats = [b'"pid":%d,' % p for p in old]
+    if not set(old) & set(new) and sum(body.count(x) for x in pats) == body.count(b'"pid":'):
+        for x, q in zip(pats, new):
+            body = body.replace(x, b'"pid":%d,' % q)
+        return body
+    return _PID.sub(lambda m: b'"pid":%d,' % to(int(m.group(1))), body)
 
 
 def _renumber(rank: int, host: list[dict[str, Any]], gpu: list[dict[str, Any]]) -> None:

@@ -79,6 +79,8 @@ class LinkUsage:
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._compiled: tuple[np.ndarray, ...] | None = None
         self._prev: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, :meth:`_prev_ends`)
+        self._busy_all: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, unclipped busy)
+        self._hull: tuple[tuple[np.ndarray, ...], float, float] | None = None  # (data, first start, last end)
 
     def add(self, link: np.ndarray, start: Any, end: Any, count: Any, nbytes: Any, source: int,
             count_bytes: bool = True) -> None:
@@ -144,15 +146,32 @@ class LinkUsage:
         the sum of ``max(0, e_i - max(s_i, M_{i-1}))`` with ``M`` the running maximum of the ends within the
         link (:meth:`_prev_ends`, computed once). O(intervals) per window after :meth:`_data`'s sort, in chunks
         of whole links."""
-        lk_all, s_all, e_all, *_rest, off = self._data()
+        data = self._data()
+        lk_all, s_all, e_all, *_rest, off = data
+        whole = self._covers(a, b)  # no clipping: clip to a window holding every interval is the identity
+        if whole and self._busy_all is not None and self._busy_all[0] is data:
+            return self._busy_all[1].copy()
         prev_all = self._prev_ends()
         out = np.zeros(len(self.links))
-        whole = a == -math.inf and b == math.inf  # no clipping (clip to +-inf is the identity)
         for i, j in self._chunks(off):
             lk, s, e, prev = lk_all[i:j], s_all[i:j], e_all[i:j], prev_all[i:j]
             ss, ee, pm = (s, e, prev) if whole else (np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b))
             out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
+        if whole:
+            self._busy_all = (data, out.copy())
         return out
+
+    def _covers(self, a: float, b: float) -> bool:
+        """Whether [a, b] holds every interval (then clipping to it changes nothing: ``max(s, a) = s`` for every
+        start, and a link's first interval's ``max(s, clip(-inf)) = max(s, a) = s``), from the extreme start and end
+        (computed once per :meth:`_data`)."""
+        if a == -math.inf and b == math.inf:
+            return True
+        data = self._data()
+        if self._hull is None or self._hull[0] is not data:
+            s, e = data[1], data[2]
+            self._hull = (data, float(s.min()) if s.size else math.inf, float(e.max()) if e.size else -math.inf)
+        return a <= self._hull[1] and b >= self._hull[2]
 
     def _prev_ends(self) -> np.ndarray:
         """Per interval (in :meth:`_data`'s order), the latest end of the intervals before it on its link (-inf for a
@@ -174,6 +193,9 @@ class LinkUsage:
     def bytes_in(self, a: float, b: float) -> np.ndarray:
         """Bytes per link moved within [a, b] (each interval's bytes spread evenly over it)."""
         lk, s, e, _c, nb, *_ = self._data()
+        if self._covers(a, b) and self._hull is not None and math.isfinite(self._hull[1]) \
+                and math.isfinite(self._hull[2]):  # every fraction is 1: (e - s) / (e - s), or an empty interval in [a, b]
+            return np.bincount(lk, weights=nb, minlength=len(self.links))
         d = e - s
         with np.errstate(divide="ignore", invalid="ignore"):
             frac = np.where(d > 0, (np.minimum(e, b) - np.maximum(s, a)) / d, ((s >= a) & (s <= b)).astype(float))

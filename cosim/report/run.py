@@ -508,7 +508,10 @@ def run_report_html(result: Any, title: str | None = None) -> str:
 def write_run_report(result: Any, path: str | Path, title: str | None = None) -> Path:
     """Write the run report of ``result`` to ``path`` (atomically); returns the path."""
     from cosim.fileio import write_text
+    from cosim.workload.graph import gc_paused
 
     p = Path(path)
-    write_text(p, run_report_html(result, title))
+    with gc_paused():  # per-link and per-resource rows, plotly's figure objects
+        html = run_report_html(result, title)
+    write_text(p, html)
     return p

@@ -84,8 +84,15 @@ class Topology:
         return self._kind[self._check(dev)]
 
     def gpus_on(self, node: int) -> list[str]:
-        """GPUs of host node ``node`` in local index order."""
-        return [g for g in self._gpus if self._node[g] == node]
+        """GPUs of host node ``node`` in local index order (O(GPUs on it): per-GPU figures call it per GPU)."""
+        return list(self._gpus_by_node.get(node, ()))
+
+    @cached_property
+    def _gpus_by_node(self) -> dict[int, list[str]]:
+        by: dict[int, list[str]] = {}
+        for g in self._gpus:
+            by.setdefault(self._node[g], []).append(g)
+        return by
 
     def devices(self, kind: str | None = None, node: int | None = None) -> list[str]:
         """Device ids, optionally of one kind and/or on one host node, in (node, kind index) order."""
@@ -250,7 +257,20 @@ class Topology:
         """Raw bottleneck bytes/s per direction from the GPU to its CPU socket (one GPU alone)."""
         return self.path_bandwidth(self.route(gpu, self.cpu_of(gpu)))
 
+    _SPARSE_FLOW_EDGES = 4096
+    """From this many edges on, :meth:`_max_flow` uses scipy's compiled max-flow (importing ``scipy.sparse`` costs
+    ~0.2 s, more than networkx's flow on smaller graphs); below, networkx's."""
+
     def _max_flow(self, g: nx.DiGraph, a: list[str], b: list[str]) -> float:
+        """Max-flow value (bytes/s) from GPUs ``a`` to GPUs ``b`` over ``g``'s ``bandwidth`` capacities."""
+        if g.number_of_edges() >= self._SPARSE_FLOW_EDGES:
+            v = _sparse_max_flow(g, a, b)
+            if v is not None:
+                return v
+        return self._nx_max_flow(g, a, b)
+
+    @staticmethod
+    def _nx_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float:
         h = nx.DiGraph(g)
         h.add_node("__src")
         h.add_node("__dst")
@@ -339,3 +359,42 @@ class Topology:
         import copy
 
         return copy.deepcopy(self._figures)
+
+
+def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
+    """The max-flow value from ``a`` to ``b`` by scipy's Dinic (``scipy.sparse.csgraph.maximum_flow``, compiled):
+    exact, on integer capacities: every ``bandwidth`` divided by their greatest common divisor. None (use networkx)
+    when a capacity is not a whole number of bytes/s or the scaled ones could overflow 32-bit integers. The two agree
+    exactly: every partial sum of whole-number capacities is exact in floating point below 2**53
+    (tests/test_topology_flow.py checks them against each other)."""
+    import math
+
+    import numpy as np
+
+    idx = {x: i for i, x in enumerate(g.nodes)}
+    src, dst, cap = [], [], []
+    for u, v, bw in g.edges(data="bandwidth"):
+        if bw is None or not math.isfinite(bw) or bw < 0 or bw != int(bw):
+            return None
+        src.append(idx[u])
+        dst.append(idx[v])
+        cap.append(int(bw))
+    div = 0
+    for c in cap:
+        div = math.gcd(div, c)
+    if div == 0:
+        return 0.0
+    scaled = [c // div for c in cap]
+    big = sum(scaled) + 1  # stands for the unbounded source and sink edges
+    if big >= 2**31 - 1:
+        return None
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
+    n = len(idx)
+    s, t = n, n + 1
+    src += [s] * len(a) + [idx[x] for x in b]
+    dst += [idx[x] for x in a] + [t] * len(b)
+    scaled += [big] * (len(a) + len(b))
+    m = csr_matrix((np.asarray(scaled, dtype=np.int32), (np.asarray(src), np.asarray(dst))), shape=(n + 2, n + 2))
+    return float(int(maximum_flow(m, s, t).flow_value) * div)

@@ -48,6 +48,7 @@ from cosim.workload.graph import (
     SeqSource,
     StringTable,
     Table,
+    gc_paused,
     ragged_arrays,
 )
 from cosim.workload.synth.costs import (
@@ -168,6 +169,10 @@ class Built:
     cool-down backwards); empty under DualPipe. Used to find the step's period (:mod:`cosim.replay.periodic`)."""
 
 
+_STREAM_EDGE, _WAIT_EDGE = EdgeKind.STREAM, EdgeKind.EVENT_WAIT
+_KERNEL, _LAUNCH = GpuKind.KERNEL, HostKind.LAUNCH
+
+
 class _RankBuilder:
     """Accumulates one rank's tables."""
 
@@ -178,6 +183,7 @@ class _RankBuilder:
         self.g: dict[str, list[Any]] = {k: [] for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
                                                         "collective")}
         self.host_waits: list[tuple[int, int]] = []  # (GPU op, host sync op that waits for it)
+        self.launch_of: list[int] = []  # per GPU op, the host op that launched it
         self.c: dict[str, list[Any]] = {k: [] for k in ("type", "name", "in_bytes", "out_bytes", "group",
                                                         "group_size", "seq", "in_splits")}
         self.groups: dict[tuple[int, ...], int] = {}
@@ -244,16 +250,19 @@ class _RankBuilder:
     rng: np.random.Generator | None = None
 
     def _host(self, name: str, kind: int, cost: float) -> int:
-        if self.jitter > 0 and self.rng is not None and kind == HostKind.LAUNCH:
+        if self.jitter > 0 and self.rng is not None and kind == _LAUNCH:
             cost += float(self.rng.exponential(self.jitter))
-        h = len(self.h["name"])
-        self.h["name"].append(self.s(name))
-        self.h["kind"].append(kind)
-        self.h["parent"].append(0)
-        self.h["depth"].append(1)
-        self.h["tail"].append(cost)
-        self.h["dur"].append(cost)
-        return h
+        h = self.h
+        names = h["name"]
+        n = len(names)
+        i = self.s.ids.get(name)
+        names.append(self.s(name) if i is None else i)
+        h["kind"].append(kind)
+        h["parent"].append(0)
+        h["depth"].append(1)
+        h["tail"].append(cost)
+        h["dur"].append(cost)
+        return n
 
     def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
         """The host blocks until ``gpu_op`` (and its stream's earlier work) has run: a cudaStreamSynchronize
@@ -282,23 +291,27 @@ class _RankBuilder:
             if coll >= 0 and o.launches != 0 and o.c10d:  # a torch.distributed call, not one kernel launch
                 launch_cost += self.coll_extra   # (a userbuffers ring step of tpoverlap, HybridEP's kernels: neither)
             launch_cost = max(launch_cost, 0.0)
-            self.launch_host = self._host("cudaLaunchKernel", HostKind.LAUNCH, launch_cost)
-        self.g["stream"].append(stream)
-        self.g["dur"].append(dur)
-        self.g["name"].append(self.s(o.name))
-        self.g["cls"].append(_CLS[o.cls])
-        self.g["kind"].append(GpuKind.KERNEL)
-        self.g["flops"].append(o.flops if o.cls != "collective" else math.nan)
-        self.g["bytes"].append(o.bytes)
-        self.g["collective"].append(coll)
-        prev = self.last_on.get(stream)
+            self.launch_host = self._host("cudaLaunchKernel", _LAUNCH, launch_cost)
+        g = self.g
+        g["stream"].append(stream)
+        g["dur"].append(dur)
+        i = self.s.ids.get(o.name)
+        g["name"].append(self.s(o.name) if i is None else i)
+        g["cls"].append(_CLS[o.cls])
+        g["kind"].append(_KERNEL)
+        g["flops"].append(o.flops if o.cls != "collective" else math.nan)
+        g["bytes"].append(o.bytes)
+        g["collective"].append(coll)
+        last_on = self.last_on
+        prev = last_on.get(stream)
+        edges = self.edges
         if prev is not None:
-            self.edges.append((prev, j, EdgeKind.STREAM))
-        self.last_on[stream] = j
-        for w in waits or ():
-            if w >= 0 and w != prev:
-                self.edges.append((w, j, EdgeKind.EVENT_WAIT))
-        self.launch_of = getattr(self, "launch_of", [])
+            edges.append((prev, j, _STREAM_EDGE))
+        last_on[stream] = j
+        if waits:
+            for w in waits:
+                if w >= 0 and w != prev:
+                    edges.append((w, j, _WAIT_EDGE))
         self.launch_of.append(self.launch_host)
         return j
 
@@ -383,7 +396,7 @@ class _RankBuilder:
                          parent=np.asarray(self.h["parent"]), depth=np.asarray(self.h["depth"]),
                          pre_gap=np.zeros(n_host), tail=np.where(np.arange(n_host) == 0, 0.0, tails),
                          self_time=np.where(np.arange(n_host) == 0, 0.0, tails), step=np.zeros(n_host))
-        launch_host = np.asarray(getattr(self, "launch_of", []), dtype=np.int64)
+        launch_host = np.asarray(self.launch_of, dtype=np.int64)
         G = self.g
         gpu_ops = Table("gpu_ops", n_gpu, device=np.zeros(n_gpu), stream=np.asarray(G["stream"]),
                         start=np.full(n_gpu, np.nan), dur=np.asarray(G["dur"], dtype=float),
@@ -553,6 +566,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         return times[key]
 
     keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
+    recomputes: dict[int, tuple[Op, Op]] = {}  # id(forward op) -> (that op, its recomputation)
+
+    def recomputed_op(fo: Op) -> Op:
+        """``fo`` re-run in the backward pass (``<name>.recompute``), built once per forward op."""
+        hit = recomputes.get(id(fo))
+        if hit is None or hit[0] is not fo:
+            hit = recomputes[id(fo)] = (fo, replace(fo, name=f"{fo.name}.recompute"))
+        return hit[1]
 
     def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]], list[tuple[tuple[Unit, ...], bool]]]:
         _, _, _, stage = rm.coords(rank)
@@ -681,11 +702,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             def recompute(ly: int) -> None:
                 if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
                     for fo, fd in zip(*fwd_of[ly]):
-                        emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+                        emit(recomputed_op(fo), fd, ly)
                 elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
                     for fo, fd in zip(*fwd_of[ly]):
                         if recomputed(fo.name, rm.layout.recompute_modules):
-                            emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+                            emit(recomputed_op(fo), fd, ly)
 
             def grads(ly: int) -> None:
                 if mb == last_mb:
@@ -726,7 +747,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
                 for fo, fd in zip(*prepared_fwd[ly]):
                     if recomputed(fo.name, rm.layout.recompute_modules):
-                        emit(replace(fo, name=f"{fo.name}.recompute"), fd, ly)
+                        emit(recomputed_op(fo), fd, ly)
 
         prepared_fwd = {ly: (ops, durs) for fw_, _ in prepared.values() for ly, ops, durs in fw_}
 
@@ -898,9 +919,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
         return rb.finish(), unit_span, unit_key
 
-    for rank in ranks:
-        rg, spans[rank], keys[rank] = one_rank(rank)
-        graphs.append(rg)
+    with gc_paused():  # ~50k acyclic op rows per rank and micro-batch (graph.gc_paused)
+        for rank in ranks:
+            rg, spans[rank], keys[rank] = one_rank(rank)
+            graphs.append(rg)
     tokens = global_batch * seq
     per_tok = _model_flops_per_token(card, seq)
     notes = []
