@@ -371,6 +371,11 @@ class Fabric:
         """Solves answered by re-solving the previous bottleneck structure (:meth:`_reuse_structure`)."""
         self._batch_cache: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float,
                                            float]] = {}
+        self.on_solved: Callable[[], None] | None = None
+        """Called after every solve (the rates in force until the next event): a scratch fabric records a
+        coalesced collective's trajectory with it (:meth:`cosim.engine.collectives.Collectives._memo_run`)."""
+        self.compact_rows = True
+        """Whether solves may compact the row arrays (row ids change); off while a trajectory is recorded."""
         self._arrived: list[np.ndarray] = []  # rows started since the last solve
         self._departed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (segs, rate, comp) since then
 
@@ -906,6 +911,8 @@ class Fabric:
         self._gen += 1
         gen = self._gen
         self._solve()
+        if self.on_solved is not None:
+            self.on_solved()
         if not self._n_active:
             return
         dt = self._next_tick() - self.env.now
@@ -1086,7 +1093,7 @@ class Fabric:
         p.rate[R] = new
         p.tend[R] = now + p.rem[R] / new
         n = p.size
-        if n > 1024 and n > 4 * max(self._n_active, 1):
+        if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
             p.keep(np.flatnonzero(p.active[:n]))
             self._A = None
         self._observe()
