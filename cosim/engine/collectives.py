@@ -382,6 +382,8 @@ class Collectives:
         self._scratch: Simulator | None = None
         self._seg_map = np.full(0, -1, dtype=np.int64)
         self._rec: Any = None  # a memo run's checkpoint recorder (scratch simulator only)
+        self._runs: dict[Any, tuple[str, str, _Plan, float, Any, float, float, float, float | None]] = {}
+        """(op, ranks, size, algo, proto, root, channels) -> what :meth:`run` works out for it (not all_to_allv)."""
         self._traj_floats = 0  # numbers held by the memos' trajectories
         """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
@@ -771,15 +773,20 @@ class Collectives:
         send buffer; send_recv: the message). ``matrix[i][j]`` gives all_to_allv's
         bytes from rank i to rank j.
         """
+        cfg = self.sim.config.nccl
+        algo = algo or cfg.algo
+        proto = proto or cfg.proto
+        ck = (op, tuple(ranks), float(nbytes), algo, proto, root, channels) if op != "all_to_allv" else None
+        known = self._runs.get(ck) if ck is not None else None
+        if known is not None:  # a repeated collective: its plan and costs as computed the first time
+            a, p, plan, scale, mkey, lat, eff, cap, net_eff = known
+            return self._launch(op, list(ranks), nbytes, a, p, plan, scale, mkey, lat, eff, cap, net_eff, matrix,
+                                root, channels, name, replicas, quiet)
         if op not in OPS:
             raise ValueError(f"unknown collective {op!r} (choose from {', '.join(OPS)})")
         ranks = list(ranks)
         if len(set(ranks)) != len(ranks):
             raise ValueError("ranks must be distinct")
-        cfg = self.sim.config.nccl
-        algo = algo or cfg.algo
-        proto = proto or cfg.proto
-        env = self.sim.env
         if op == "all_to_allv":
             if matrix is None:
                 raise ValueError("all_to_allv needs a matrix of per-peer byte counts")
@@ -788,7 +795,7 @@ class Collectives:
                 raise ValueError(f"all_to_allv matrix must be {len(ranks)}x{len(ranks)} of finite bytes >= 0")
             nbytes = float(m.sum())
             a, p = "p2p", (proto if proto not in ("auto", None) else "simple")
-            mkey: Any = ("a2av", tuple(ranks), m.tobytes(), p)
+            mkey = ("a2av", tuple(ranks), m.tobytes(), p)
             hit = self._a2av_plans.get(mkey)
             if hit is None:
                 ii, jj = np.nonzero(m)
@@ -810,13 +817,25 @@ class Collectives:
         fill = self.params.pipeline_fill(shape, a, nbytes, cfg.use_calibration) if op != "all_to_allv" else 0.0
         if fill > 0:  # NVLS: the pipeline's fill and drain, a fixed delay like the latency
             lat += fill * self.unit_time(op, tuple(ranks), a, eff, cap, self._net_eff(shape, a, p, cfg.use_calibration))
+        net_eff = self._net_eff(shape, a, p, cfg.use_calibration)
+        if ck is not None:
+            if len(self._runs) >= 65536:
+                self._runs.clear()
+            self._runs[ck] = (a, p, plan, scale, mkey, lat, eff, cap, net_eff)
+        return self._launch(op, ranks, nbytes, a, p, plan, scale, mkey, lat, eff, cap, net_eff, matrix, root, channels,
+                            name, replicas, quiet)
+
+    def _launch(self, op: str, ranks: list[str], nbytes: float, a: str, p: str, plan: _Plan, scale: float,
+                mkey: Any, lat: float, eff: float, cap: float, net_eff: float | None,
+                matrix: Sequence[Sequence[float]] | None, root: int, channels: int | None, name: str | None,
+                replicas: Sequence[Sequence[str]], quiet: bool) -> simpy.Event:
+        """Start a collective whose plan and costs :meth:`run` has worked out; returns its event."""
+        env = self.sim.env
         label = name or f"{op}"
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
         res.quiet = quiet  # type: ignore[attr-defined]
         done = env.event()
-        self._start(plan, scale, lat, eff, cap / plan.rings, label, res, done,
-                    self._net_eff(shape, a, p, cfg.use_calibration),
-                    mkey)
+        self._start(plan, scale, lat, eff, cap / plan.rings, label, res, done, net_eff, mkey)
         for rep in replicas:  # equivalent groups: the primary's algorithm and protocol
             self.run(op, rep, nbytes, algo=a, proto=p, matrix=matrix, root=root, channels=channels, name=name,
                      quiet=True)

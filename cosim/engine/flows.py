@@ -321,6 +321,7 @@ class Fabric:
         self._se_w = np.zeros(0)
         self._se_off = np.zeros(1, dtype=np.int64)  # segment -> its entries (CSR offsets)
         self._seg_m = np.zeros(0)  # active multiplicity per segment
+        self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._next_comp = 0
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
@@ -658,8 +659,7 @@ class Fabric:
         if len(mult) and (mult < 1).any():
             raise ValueError("multiplicity must be >= 1")
         self._flush_segments()
-        nlk = np.append(np.asarray(self._seg_nlinks, dtype=np.int64), 0)
-        slat = np.append(np.asarray(self._seg_lat, dtype=float), 0.0)
+        nlk, slat = self._seg_arrays()
         has_links = nlk[segs].sum(axis=1) > 0
         wire = nb / efficiency
         lat = (slat[segs].sum(axis=1) if link_latency else np.zeros(len(nb))) + extra_latency
@@ -762,6 +762,15 @@ class Fabric:
             self.env.timeout(delay).callbacks.append(fire)
         else:
             fire()
+
+    def _seg_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Links and latency per segment as arrays, a 0 appended (for the -1 padding); rebuilt only when
+        segments were added (segments are append-only), not per call: O(1) per batch instead of O(segments)."""
+        n = len(self._seg_lat)
+        if self._seg_arr is None or self._seg_arr[0] != n:
+            self._seg_arr = (n, np.append(np.asarray(self._seg_nlinks, dtype=np.int64), 0),
+                             np.append(np.asarray(self._seg_lat, dtype=float), 0.0))
+        return self._seg_arr[1], self._seg_arr[2]
 
     def _flush_segments(self) -> None:
         if self._se_parts:
