@@ -148,8 +148,11 @@ class _Traj:
     start. Between two events rates are constant, so the state at any time is the last checkpoint before it
     advanced linearly (what a scratch re-run up to that time would leave, without re-running it)."""
 
+    start: float
+    """The run's start on the scratch clock."""
     times: np.ndarray
-    """Checkpoint times (s after the start), non-decreasing."""
+    """Checkpoint times on the scratch clock, non-decreasing (compared with ``start + tau``: the same float
+    comparison a scratch run stopped at ``tau`` makes, so an event exactly at ``tau`` stays after it)."""
     phase: np.ndarray
     """Phase running at each checkpoint (-1: fixed latency)."""
     ulen: np.ndarray
@@ -246,7 +249,7 @@ class _Recorder:
         fab = self.fab
         p = fab._rows
         now = fab.env.now
-        self.t.append(now - self.t0)
+        self.t.append(now)
         self.ph.append(self.phase[0])
         self.ul.append(len(self.usage))
         idx = np.flatnonzero(p.active[: p.size])
@@ -259,7 +262,7 @@ class _Recorder:
             self.open.append((np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0)))
         else:
             k = np.flatnonzero(np.isfinite(o[0]))
-            self.open.append((k, o[0][k] - self.t0, o[1][k], o[2][k]))
+            self.open.append((k, o[0][k], o[1][k], o[2][k]))
         dt = now - fab._t_last  # the counters as :meth:`Fabric._advance` would leave them now (without advancing)
         act = dt > 0 and fab._n_active
         cur = [fab.bytes_moved + fab._load * dt if act else fab.bytes_moved,
@@ -296,7 +299,7 @@ class _Recorder:
             return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
 
         op = self.open
-        return _Traj(np.array(self.t), np.array(self.ph, dtype=np.int64), np.array(self.ul, dtype=np.int64),
+        return _Traj(self.t0, np.array(self.t), np.array(self.ph, dtype=np.int64), np.array(self.ul, dtype=np.int64),
                      off(self.ids), cat(self.ids, np.int64), cat(self.rem), cat(self.rate),
                      p.seg[sl].copy(), p.mult[sl].copy(), p.cap[sl].copy(), p.group[sl].copy(), p.batch[sl].copy(),
                      off([x[0] for x in op]), cat([x[0] for x in op], np.int64), cat([x[1] for x in op]),
@@ -310,13 +313,14 @@ def _at(memo: _Memo, tau: float) -> tuple[int, tuple[np.ndarray, ...], tuple[np.
     link counters for :meth:`Fabric.add_counters`, observer interval groups up to tau). O(rows + links)."""
     tr = memo.traj
     assert tr is not None
-    i = int(np.searchsorted(tr.times, tau, side="left")) - 1
+    tt = tr.start + tau
+    i = int(np.searchsorted(tr.times, tt, side="left")) - 1
     if i < 0:
         z = np.zeros(len(memo.links))
         e = np.zeros(0, dtype=np.int64)
         return -1, (np.zeros((0, 3), dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0), e, e), \
             (memo.links, z, z.copy(), np.zeros(len(memo.links), dtype=np.int64)), []
-    dt = tau - float(tr.times[i])
+    dt = tt - float(tr.times[i])
     sl = slice(int(tr.r_off[i]), int(tr.r_off[i + 1]))
     ids = tr.r_id[sl]
     rows = (tr.seg[ids], np.maximum(tr.r_rem[sl] - tr.r_rate[sl] * dt, 0.0), tr.mult[ids], tr.cap[ids],
@@ -326,9 +330,10 @@ def _at(memo: _Memo, tau: float) -> tuple[int, tuple[np.ndarray, ...], tuple[np.
     usage = list(memo.usage[: int(tr.ulen[i])])
     o = slice(int(tr.o_off[i]), int(tr.o_off[i + 1]))
     st = tr.o_t0[o]
-    ok = st < tau
+    ok = st < tt
     if ok.any():
-        usage.append((tr.o_link[o][ok], st[ok], tau, tr.o_cnt[o][ok], tr.o_load[o][ok] * (tau - st[ok])))
+        usage.append((tr.o_link[o][ok], st[ok] - tr.start, tt - tr.start, tr.o_cnt[o][ok],
+                      tr.o_load[o][ok] * (tt - st[ok])))
     return int(tr.phase[i]), rows, counters, usage
 
 

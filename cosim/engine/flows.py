@@ -219,12 +219,14 @@ class _Rows:
             setattr(self, name, b)
 
     def keep(self, idx: np.ndarray) -> None:
-        for name in self._FILL:
+        """Keep rows ``idx`` (ascending), moved to the front in place: the capacity stays, so the next rows
+        started need no new arrays (a shrink here made nearly every later start re-allocate all of them)."""
+        n, old = len(idx), self.size
+        for name, fill in self._FILL.items():
             a = getattr(self, name)
-            b = np.full((max(len(idx), 256), *a.shape[1:]), self._FILL[name], dtype=a.dtype)
-            b[: len(idx)] = a[idx]
-            setattr(self, name, b)
-        self.size = len(idx)
+            a[:n] = a[idx]
+            a[n:old] = fill
+        self.size = n
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
