@@ -186,7 +186,7 @@ class _Traj:
 
     def size(self) -> int:
         """Numbers held (for the memory cap)."""
-        return sum(int(getattr(self, f.name).size) for f in fields(self))
+        return sum(int(np.size(getattr(self, f.name))) for f in fields(self))
 
 
 @dataclass
