@@ -115,7 +115,7 @@ def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
 
     nl = len(sim.fabric.links)
     checked = 0
-    for ck, (a, p, plan, scale, mkey, lat, eff, cap, net_eff) in list(col._runs.items()) + [
+    for _ck, (_a, _p, plan, scale, mkey, lat, eff, cap, net_eff) in list(col._runs.items()) + [
             (None, ("p2p", "simple", col._a2av_plans[k], 1.0, k, *_a2av_cost(col, k), None))
             for k in col._a2av_plans]:
         memo = col._memo[mkey]
