@@ -129,6 +129,8 @@ class FabricConfig:
             raise ValueError(f"multipath must be 'split' or 'hash', got {self.multipath!r}")
         if self.router not in ("auto", "topology"):
             raise ValueError(f"router must be 'auto' or 'topology', got {self.router!r}")
+        if not (0 <= self.time_tolerance < _INF):
+            raise ValueError(f"time_tolerance must be finite and >= 0, got {self.time_tolerance}")
         if not (0 <= self.completion_tolerance < 1):
             raise ValueError(f"completion_tolerance must be in [0, 1), got {self.completion_tolerance}")
         if self.max_paths < 1:
@@ -868,12 +870,14 @@ class Fabric:
         A = self._active_idx()
         tend, rate = p.tend[A], p.rate[A]
         rem = p.rem[A] - rate * (now - p.t0[A])
+        # (tend is finite or +inf, never nan: tend - now <= x for a finite x already excludes the unrated rows)
+        due_in = tend - now
         with np.errstate(invalid="ignore"):
-            fin = (rem <= 1e-6) | (np.isfinite(tend) & (tend - now <= self.config.time_tolerance))
+            fin = (rem <= 1e-6) | (due_in <= self.config.time_tolerance)
         wb, half = self._win
         windowed = wb >= 0 and half > 0
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
-            fin |= (p.batch[A] == wb) & np.isfinite(tend) & (tend - now <= half)
+            fin |= (p.batch[A] == wb) & (due_in <= half)
         j = np.flatnonzero(fin)
         if not j.size:
             return
