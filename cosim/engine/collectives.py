@@ -162,7 +162,8 @@ class _Traj:
     r_id: np.ndarray
     """Active rows (index into the static row arrays)."""
     r_rem: np.ndarray
-    """Wire bytes left per member at the checkpoint."""
+    """Wire bytes left per member when the row's rate was last set (at ``r_t0``, scratch clock)."""
+    r_t0: np.ndarray
     r_rate: np.ndarray
     """Wire rate per member from the checkpoint on."""
     seg: np.ndarray
@@ -239,6 +240,7 @@ class _Recorder:
         self.ul: list[int] = []
         self.ids: list[np.ndarray] = []
         self.rem: list[np.ndarray] = []
+        self.t0s: list[np.ndarray] = []
         self.rate: list[np.ndarray] = []
         self.open: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         nl = len(fab.links)
@@ -255,7 +257,8 @@ class _Recorder:
         idx = np.flatnonzero(p.active[: p.size])
         rate = p.rate[idx]
         self.ids.append(idx - self.s0)
-        self.rem.append(p.rem[idx] - rate * (now - p.t0[idx]))
+        self.rem.append(p.rem[idx])  # the rows' own lazy form: bytes left at t0, the rate since
+        self.t0s.append(p.t0[idx])
         self.rate.append(rate.copy())
         o = fab._obs
         if o is None:
@@ -300,7 +303,7 @@ class _Recorder:
 
         op = self.open
         return _Traj(self.t0, np.array(self.t), np.array(self.ph, dtype=np.int64), np.array(self.ul, dtype=np.int64),
-                     off(self.ids), cat(self.ids, np.int64), cat(self.rem), cat(self.rate),
+                     off(self.ids), cat(self.ids, np.int64), cat(self.rem), cat(self.t0s), cat(self.rate),
                      p.seg[sl].copy(), p.mult[sl].copy(), p.cap[sl].copy(), p.group[sl].copy(), p.batch[sl].copy(),
                      off([x[0] for x in op]), cat([x[0] for x in op], np.int64), cat([x[1] for x in op]),
                      cat([x[2] for x in op]), cat([x[3] for x in op]),
@@ -323,7 +326,7 @@ def _at(memo: _Memo, tau: float) -> tuple[int, tuple[np.ndarray, ...], tuple[np.
     dt = tt - float(tr.times[i])
     sl = slice(int(tr.r_off[i]), int(tr.r_off[i + 1]))
     ids = tr.r_id[sl]
-    rows = (tr.seg[ids], np.maximum(tr.r_rem[sl] - tr.r_rate[sl] * dt, 0.0), tr.mult[ids], tr.cap[ids],
+    rows = (tr.seg[ids], np.maximum(tr.r_rem[sl] - tr.r_rate[sl] * (tt - tr.r_t0[sl]), 0.0), tr.mult[ids], tr.cap[ids],
             tr.group[ids], tr.batch[ids])
     counters = (memo.links, tr.nbytes[i] + tr.load[i] * dt, tr.busy[i] + tr.cnt[i] * dt,
                 tr.peak[i].astype(np.int64))
@@ -1091,6 +1094,7 @@ class Collectives:
         sc = self._scratch_sim()
         if memo.traj is not None:  # the state at tau from the recorded trajectory
             k, (segs, rem, mult, wcap, grp, bat), counters, usage = _at(memo, tau)
+            sc.drop_all(sc.env.now + tau)  # the scratch clock where a run up to tau would have left it
         else:  # a scratch re-run up to tau
             part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
             segs, rem, mult, wcap, grp, bat = sc.fabric.snapshot_rows()
