@@ -64,8 +64,8 @@ def test_multi_phase_collective_materialized_mid_phase() -> None:
     topo = build_topology("dgx-h100", None, nodes=2)
     gpus = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
 
-    def go(coalesce: bool, at: float) -> tuple[float, float, int]:
-        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce), record_trace=False))
+    def go(coalesce: bool, at: float, traj: bool = False) -> tuple[float, float, int]:
+        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce, trajectory=traj), record_trace=False))
         times: list[float] = []
 
         def coll():  # type: ignore[no-untyped-def]
@@ -85,10 +85,11 @@ def test_multi_phase_collective_materialized_mid_phase() -> None:
     t_alone = go(False, 1.0)[0] / 2
     for frac in (0.2, 0.5, 0.8, 1.3):
         p = go(False, frac * t_alone)
-        c = go(True, frac * t_alone)
-        assert c[0] == pytest.approx(p[0], rel=1e-9)
-        assert c[1] == pytest.approx(p[1], rel=1e-9)
-        assert c[2] == 1
+        for traj in (False, True):  # materialized by a scratch re-run, or from the memo's trajectory
+            c = go(True, frac * t_alone, traj)
+            assert c[0] == pytest.approx(p[0], rel=1e-9)
+            assert c[1] == pytest.approx(p[1], rel=1e-9)
+            assert c[2] == 1
 
 
 def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
@@ -101,7 +102,7 @@ def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
 
     topo = build_topology("dgx-h100", None, nodes=2)
     gpus = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
-    sim = Simulator(topo, SimConfig(record_trace=False))
+    sim = Simulator(topo, SimConfig(fabric=FabricConfig(trajectory=True), record_trace=False))
     col = sim.collectives
     m = np.random.default_rng(1).uniform(0, 8e6, (8, 8))
     for args, kw in (((gpus, 256 * 2**20), dict(algo="hier", proto="simple")), ((gpus[4:12],), dict(matrix=m))):

@@ -1030,7 +1030,8 @@ class Collectives:
         res = CollectiveResult("", scale, [], "", "", t0, t0, lat)
         done = env.event()
         phase = [-1]
-        rec = _Recorder(fab, t0, b0, z0, phase, usage) if until is None and self._traj_floats < _TRAJ_FLOATS else None
+        rec = _Recorder(fab, t0, b0, z0, phase, usage) if (until is None and self.sim.config.fabric.trajectory
+                                                           and self._traj_floats < _TRAJ_FLOATS) else None
         env.process(sc.collectives._execute(plan, scale, lat, eff, cap, "memo", res, done, net_eff, phase=phase))
         try:
             if rec is not None:
