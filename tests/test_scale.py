@@ -64,8 +64,8 @@ def test_multi_phase_collective_materialized_mid_phase() -> None:
     topo = build_topology("dgx-h100", None, nodes=2)
     gpus = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
 
-    def go(coalesce: bool, at: float) -> tuple[float, float, int]:
-        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce), record_trace=False))
+    def go(coalesce: bool, at: float, traj: bool = False) -> tuple[float, float, int]:
+        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce, trajectory=traj), record_trace=False))
         times: list[float] = []
 
         def coll():  # type: ignore[no-untyped-def]
@@ -85,10 +85,83 @@ def test_multi_phase_collective_materialized_mid_phase() -> None:
     t_alone = go(False, 1.0)[0] / 2
     for frac in (0.2, 0.5, 0.8, 1.3):
         p = go(False, frac * t_alone)
-        c = go(True, frac * t_alone)
-        assert c[0] == pytest.approx(p[0], rel=1e-9)
-        assert c[1] == pytest.approx(p[1], rel=1e-9)
-        assert c[2] == 1
+        for traj in (False, True):  # materialized by a scratch re-run, or from the memo's trajectory
+            c = go(True, frac * t_alone, traj)
+            assert c[0] == pytest.approx(p[0], rel=1e-9)
+            assert c[1] == pytest.approx(p[1], rel=1e-9)
+            assert c[2] == 1
+
+
+def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
+    """The state a coalesced collective is materialized in, read from its memo's recorded trajectory, equals a
+    scratch run stopped at the same time: phase, rows (bytes left, segments, caps, groups, batches), link
+    counters and observer intervals; at its latency's end, mid-phase and between phases of a 3-phase
+    hierarchical all-reduce and of an uneven all-to-allv."""
+    from cosim.engine.collectives import _at
+    from cosim.scenario import build_topology
+
+    topo = build_topology("dgx-h100", None, nodes=2)
+    gpus = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
+    sim = Simulator(topo, SimConfig(fabric=FabricConfig(trajectory=True), record_trace=False))
+    col = sim.collectives
+    m = np.random.default_rng(1).uniform(0, 8e6, (8, 8))
+    for args, kw in (((gpus, 256 * 2**20), dict(algo="hier", proto="simple")), ((gpus[4:12],), dict(matrix=m))):
+        op = "all_reduce" if "matrix" not in kw else "all_to_allv"
+        sim.collective(op, *args, **kw)  # type: ignore[arg-type]
+        sim.run()
+
+    def relabel(x: np.ndarray) -> list[int]:
+        first: dict[int, int] = {}
+        return [first.setdefault(int(v), len(first)) if v >= 0 else -1 for v in x]
+
+    nl = len(sim.fabric.links)
+    checked = 0
+    for _ck, (_a, _p, plan, scale, mkey, lat, eff, cap, net_eff) in list(col._runs.items()) + [
+            (None, ("p2p", "simple", col._a2av_plans[k], 1.0, k, *_a2av_cost(col, k), None))
+            for k in col._a2av_plans]:
+        memo = col._memo[mkey]
+        tr = memo.traj
+        assert tr is not None
+        rel = np.unique(tr.times - tr.start)
+        taus = [lat, *(0.5 * (rel[:-1] + rel[1:])), 0.999 * memo.duration]
+        for tau in taus:
+            k, rows, counters, usage = _at(memo, tau)
+            part = col._memo_run(plan, scale, lat, eff, cap / plan.rings, net_eff, until=tau)
+            sc = col._scratch_sim()
+            snap = sc.fabric.snapshot_rows()
+            sc.drop_all()
+            assert k == part.phase
+            assert np.array_equal(rows[0], snap[0])
+            assert rows[1] == pytest.approx(snap[1], rel=1e-9, abs=1e-3)
+            for j in (2, 3):
+                assert np.array_equal(rows[j], snap[j])
+            assert relabel(rows[4]) == relabel(snap[4]) and relabel(rows[5]) == relabel(snap[5])
+            for j, (got, want) in enumerate(zip(counters[1:], (part.bytes, part.busy, part.peak))):
+                full = np.zeros(nl)
+                full[part.links] = want
+                mine = np.zeros(nl)
+                mine[counters[0]] = got
+                assert mine == pytest.approx(full, rel=1e-9, abs=1e-12 if j == 1 else 1e-3)
+            for u, w in ((usage, part.usage),):
+                tot_u = np.bincount(np.concatenate([x[0] for x in u]), np.concatenate([x[4] for x in u]),
+                                    minlength=nl) if u else np.zeros(nl)
+                tot_w = np.bincount(np.concatenate([x[0] for x in w]), np.concatenate([x[4] for x in w]),
+                                    minlength=nl) if w else np.zeros(nl)
+                assert tot_u == pytest.approx(tot_w, rel=1e-9, abs=1e-3)
+            checked += 1
+    assert checked >= 8
+
+
+def _a2av_cost(col: object, mkey: object) -> tuple[float, float, float]:
+    """(latency, efficiency, rate cap) :meth:`Collectives.run` gives the all-to-allv memoized under ``mkey``."""
+    from cosim.engine.collectives import Collectives
+
+    assert isinstance(col, Collectives)
+    plan = col._a2av_plans[mkey]
+    shape = col.shape("all_to_allv", plan.names)
+    cfg = col.sim.config.nccl
+    lat, eff, cap = col.params.cost(shape, "p2p", "simple", None, cfg.use_calibration, float(np.sum(plan.phases[0][2])))
+    return lat, eff, cap
 
 
 TINY = dict(name="tiny2", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,

@@ -44,7 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -143,6 +143,54 @@ class _Plan:
 
 
 @dataclass
+class _Traj:
+    """A memo run's trajectory: the state after each of its events (solves and phase starts), relative to its
+    start. Between two events rates are constant, so the state at any time is the last checkpoint before it
+    advanced linearly (what a scratch re-run up to that time would leave, without re-running it)."""
+
+    start: float
+    """The run's start on the scratch clock."""
+    times: np.ndarray
+    """Checkpoint times on the scratch clock, non-decreasing (compared with ``start + tau``: the same float
+    comparison a scratch run stopped at ``tau`` makes, so an event exactly at ``tau`` stays after it)."""
+    phase: np.ndarray
+    """Phase running at each checkpoint (-1: fixed latency)."""
+    ulen: np.ndarray
+    """Observer interval groups closed by each checkpoint (a prefix of the memo's ``usage``)."""
+    r_off: np.ndarray
+    """Per checkpoint, its active rows in ``r_id`` / ``r_rem`` / ``r_rate`` (CSR offsets)."""
+    r_id: np.ndarray
+    """Active rows (index into the static row arrays)."""
+    r_rem: np.ndarray
+    """Wire bytes left per member when the row's rate was last set (at ``r_t0``, scratch clock)."""
+    r_t0: np.ndarray
+    r_rate: np.ndarray
+    """Wire rate per member from the checkpoint on."""
+    seg: np.ndarray
+    """Per row of the run: scratch segment ids (x 3), multiplicity, wire rate cap, group, batch (below)."""
+    mult: np.ndarray
+    cap: np.ndarray
+    group: np.ndarray
+    batch: np.ndarray
+    o_off: np.ndarray
+    """Per checkpoint, the observer's open intervals (CSR offsets into the ``o_*`` arrays)."""
+    o_link: np.ndarray
+    o_t0: np.ndarray
+    o_cnt: np.ndarray
+    o_load: np.ndarray
+    cnt: np.ndarray
+    """Per checkpoint x memo link: wire bytes, busy s, peak flows so far; load and whether it carries a flow."""
+    nbytes: np.ndarray
+    busy: np.ndarray
+    peak: np.ndarray
+    load: np.ndarray
+
+    def size(self) -> int:
+        """Numbers held (for the memory cap)."""
+        return sum(int(np.size(getattr(self, f.name))) for f in fields(self))
+
+
+@dataclass
 class _Memo:
     """A collective's run alone on an idle fabric (relative times, per-link counters)."""
 
@@ -162,6 +210,8 @@ class _Memo:
     """Observer intervals (links, start, end, flows, bytes), times relative to its start."""
     phase: int
     """Phase running when the run stopped (-1: still in its fixed latency)."""
+    traj: _Traj | None = None
+    """Its trajectory (full runs, within :data:`_TRAJ_FLOATS`), for materializing without a re-run."""
     _flat: tuple[np.ndarray, ...] | None = None
 
     def flat_usage(self) -> tuple[np.ndarray, ...]:
@@ -170,6 +220,124 @@ class _Memo:
         if self._flat is None:
             self._flat = _flat_usage(self.usage)
         return self._flat
+
+
+_TRAJ_FLOATS = 16_000_000
+"""Numbers the memos' trajectories may hold in all (128 MB); past it, new memos record none and their
+materializations re-run the scratch copy up to the hit."""
+
+
+class _Recorder:
+    """Records a memo run's :class:`_Traj`: a checkpoint after each solve and phase start of the scratch fabric.
+    Per checkpoint O(active rows + links) numpy; the link counters are kept as changes only."""
+
+    def __init__(self, fab: Any, t0: float, b0: np.ndarray, z0: np.ndarray, phase: list[int],
+                 usage: list[Any]) -> None:
+        self.fab, self.t0, self.b0, self.z0, self.phase, self.usage = fab, t0, b0, z0, phase, usage
+        self.s0 = fab._rows.size  # the run's rows are s0.. (no compaction while recording)
+        self.t: list[float] = []
+        self.ph: list[int] = []
+        self.ul: list[int] = []
+        self.ids: list[np.ndarray] = []
+        self.rem: list[np.ndarray] = []
+        self.t0s: list[np.ndarray] = []
+        self.rate: list[np.ndarray] = []
+        self.open: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        nl = len(fab.links)
+        self.last = [b0.copy(), z0.copy(), np.zeros(nl), np.zeros(nl), np.zeros(nl)]
+        self.chg: list[list[tuple[np.ndarray, np.ndarray]]] = []
+
+    def checkpoint(self) -> None:
+        fab = self.fab
+        p = fab._rows
+        now = fab.env.now
+        self.t.append(now)
+        self.ph.append(self.phase[0])
+        self.ul.append(len(self.usage))
+        idx = np.flatnonzero(p.active[: p.size])
+        rate = p.rate[idx]
+        self.ids.append(idx - self.s0)
+        self.rem.append(p.rem[idx])  # the rows' own lazy form: bytes left at t0, the rate since
+        self.t0s.append(p.t0[idx])
+        self.rate.append(rate.copy())
+        o = fab._obs
+        if o is None:
+            self.open.append((np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0)))
+        else:
+            k = np.flatnonzero(np.isfinite(o[0]))
+            self.open.append((k, o[0][k], o[1][k], o[2][k]))
+        dt = now - fab._t_last  # the counters as :meth:`Fabric._advance` would leave them now (without advancing)
+        act = dt > 0 and fab._n_active
+        cur = [fab.bytes_moved + fab._load * dt if act else fab.bytes_moved,
+               fab.busy_time + (fab._nflows > 0.5) * dt if act else fab.busy_time,
+               fab.peak_flows.astype(float), fab._load, (fab._nflows > 0.5).astype(float)]
+        ch = []
+        for c, last in zip(cur, self.last):
+            k = np.flatnonzero(c != last)
+            ch.append((k, c[k].copy()))
+            last[k] = c[k]
+        self.chg.append(ch)
+
+    def finish(self, links: np.ndarray) -> _Traj:
+        """The trajectory, its link counters over the memo's ``links``."""
+        p = self.fab._rows
+        sl = slice(self.s0, p.size)
+        C = len(self.t)
+        nl = len(self.fab.links)
+        cur = [self.b0.copy(), self.z0.copy(), np.zeros(nl), np.zeros(nl), np.zeros(nl)]
+        dense = [np.zeros((C, len(links))) for _ in cur]
+        for i, ch in enumerate(self.chg):
+            for j, (k, v) in enumerate(ch):
+                cur[j][k] = v
+                dense[j][i] = cur[j][links]
+        dense[0] -= self.b0[links]
+        dense[1] -= self.z0[links]
+
+        def off(parts: list[Any]) -> np.ndarray:
+            o = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum([len(x) for x in parts], out=o[1:])
+            return o
+
+        def cat(parts: list[np.ndarray], dtype: Any = float) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+        op = self.open
+        return _Traj(self.t0, np.array(self.t), np.array(self.ph, dtype=np.int64), np.array(self.ul, dtype=np.int64),
+                     off(self.ids), cat(self.ids, np.int64), cat(self.rem), cat(self.t0s), cat(self.rate),
+                     p.seg[sl].copy(), p.mult[sl].copy(), p.cap[sl].copy(), p.group[sl].copy(), p.batch[sl].copy(),
+                     off([x[0] for x in op]), cat([x[0] for x in op], np.int64), cat([x[1] for x in op]),
+                     cat([x[2] for x in op]), cat([x[3] for x in op]),
+                     dense[4], dense[0], dense[1], dense[2], dense[3])
+
+
+def _at(memo: _Memo, tau: float) -> tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], list[Any]]:
+    """The state of ``memo``'s run ``tau`` s after its start from its trajectory (what a scratch run stopped
+    there leaves: events at tau not yet processed): (phase, active rows as :meth:`Fabric.snapshot_rows`,
+    link counters for :meth:`Fabric.add_counters`, observer interval groups up to tau). O(rows + links)."""
+    tr = memo.traj
+    assert tr is not None
+    tt = tr.start + tau
+    i = int(np.searchsorted(tr.times, tt, side="left")) - 1
+    if i < 0:
+        z = np.zeros(len(memo.links))
+        e = np.zeros(0, dtype=np.int64)
+        return -1, (np.zeros((0, 3), dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0), e, e), \
+            (memo.links, z, z.copy(), np.zeros(len(memo.links), dtype=np.int64)), []
+    dt = tt - float(tr.times[i])
+    sl = slice(int(tr.r_off[i]), int(tr.r_off[i + 1]))
+    ids = tr.r_id[sl]
+    rows = (tr.seg[ids], np.maximum(tr.r_rem[sl] - tr.r_rate[sl] * (tt - tr.r_t0[sl]), 0.0), tr.mult[ids], tr.cap[ids],
+            tr.group[ids], tr.batch[ids])
+    counters = (memo.links, tr.nbytes[i] + tr.load[i] * dt, tr.busy[i] + tr.cnt[i] * dt,
+                tr.peak[i].astype(np.int64))
+    usage = list(memo.usage[: int(tr.ulen[i])])
+    o = slice(int(tr.o_off[i]), int(tr.o_off[i + 1]))
+    st = tr.o_t0[o]
+    ok = st < tt
+    if ok.any():
+        usage.append((tr.o_link[o][ok], st[ok] - tr.start, tt - tr.start, tr.o_cnt[o][ok],
+                      tr.o_load[o][ok] * (tt - st[ok])))
+    return int(tr.phase[i]), rows, counters, usage
 
 
 class CollectiveCall:
@@ -221,6 +389,10 @@ class Collectives:
         self._chosen: dict[tuple[Any, ...], tuple[str, str]] = {}
         self._scratch: Simulator | None = None
         self._seg_map = np.full(0, -1, dtype=np.int64)
+        self._rec: Any = None  # a memo run's checkpoint recorder (scratch simulator only)
+        self._runs: dict[Any, tuple[str, str, _Plan, float, Any, float, float, float, float | None]] = {}
+        """(op, ranks, size, algo, proto, root, channels) -> what :meth:`run` works out for it (not all_to_allv)."""
+        self._traj_floats = 0  # numbers held by the memos' trajectories
         """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
         self._netcap: dict[tuple[str, tuple[str, ...]], float] = {}
@@ -609,15 +781,20 @@ class Collectives:
         send buffer; send_recv: the message). ``matrix[i][j]`` gives all_to_allv's
         bytes from rank i to rank j.
         """
+        cfg = self.sim.config.nccl
+        algo = algo or cfg.algo
+        proto = proto or cfg.proto
+        ck = (op, tuple(ranks), float(nbytes), algo, proto, root, channels) if op != "all_to_allv" else None
+        known = self._runs.get(ck) if ck is not None else None
+        if known is not None:  # a repeated collective: its plan and costs as computed the first time
+            a, p, plan, scale, mkey, lat, eff, cap, net_eff = known
+            return self._launch(op, list(ranks), nbytes, a, p, plan, scale, mkey, lat, eff, cap, net_eff, matrix,
+                                root, channels, name, replicas, quiet)
         if op not in OPS:
             raise ValueError(f"unknown collective {op!r} (choose from {', '.join(OPS)})")
         ranks = list(ranks)
         if len(set(ranks)) != len(ranks):
             raise ValueError("ranks must be distinct")
-        cfg = self.sim.config.nccl
-        algo = algo or cfg.algo
-        proto = proto or cfg.proto
-        env = self.sim.env
         if op == "all_to_allv":
             if matrix is None:
                 raise ValueError("all_to_allv needs a matrix of per-peer byte counts")
@@ -626,7 +803,7 @@ class Collectives:
                 raise ValueError(f"all_to_allv matrix must be {len(ranks)}x{len(ranks)} of finite bytes >= 0")
             nbytes = float(m.sum())
             a, p = "p2p", (proto if proto not in ("auto", None) else "simple")
-            mkey: Any = ("a2av", tuple(ranks), m.tobytes(), p)
+            mkey = ("a2av", tuple(ranks), m.tobytes(), p)
             hit = self._a2av_plans.get(mkey)
             if hit is None:
                 ii, jj = np.nonzero(m)
@@ -648,13 +825,25 @@ class Collectives:
         fill = self.params.pipeline_fill(shape, a, nbytes, cfg.use_calibration) if op != "all_to_allv" else 0.0
         if fill > 0:  # NVLS: the pipeline's fill and drain, a fixed delay like the latency
             lat += fill * self.unit_time(op, tuple(ranks), a, eff, cap, self._net_eff(shape, a, p, cfg.use_calibration))
+        net_eff = self._net_eff(shape, a, p, cfg.use_calibration)
+        if ck is not None:
+            if len(self._runs) >= 65536:
+                self._runs.clear()
+            self._runs[ck] = (a, p, plan, scale, mkey, lat, eff, cap, net_eff)
+        return self._launch(op, ranks, nbytes, a, p, plan, scale, mkey, lat, eff, cap, net_eff, matrix, root, channels,
+                            name, replicas, quiet)
+
+    def _launch(self, op: str, ranks: list[str], nbytes: float, a: str, p: str, plan: _Plan, scale: float,
+                mkey: Any, lat: float, eff: float, cap: float, net_eff: float | None,
+                matrix: Sequence[Sequence[float]] | None, root: int, channels: int | None, name: str | None,
+                replicas: Sequence[Sequence[str]], quiet: bool) -> simpy.Event:
+        """Start a collective whose plan and costs :meth:`run` has worked out; returns its event."""
+        env = self.sim.env
         label = name or f"{op}"
         res = CollectiveResult(op, nbytes, ranks, a, p, env.now, env.now, lat)
         res.quiet = quiet  # type: ignore[attr-defined]
         done = env.event()
-        self._start(plan, scale, lat, eff, cap / plan.rings, label, res, done,
-                    self._net_eff(shape, a, p, cfg.use_calibration),
-                    mkey)
+        self._start(plan, scale, lat, eff, cap / plan.rings, label, res, done, net_eff, mkey)
         for rep in replicas:  # equivalent groups: the primary's algorithm and protocol
             self.run(op, rep, nbytes, algo=a, proto=p, matrix=matrix, root=root, channels=channels, name=name,
                      quiet=True)
@@ -828,7 +1017,8 @@ class Collectives:
     def _memo_run(self, plan: _Plan, scale: float, lat: float, eff: float, cap: float,
                   net_eff: float | None, until: float | None = None) -> _Memo:
         """Run the collective alone on the idle scratch fabric; with ``until`` (s after its start) stop
-        there, leaving its flows in flight on the scratch fabric (the caller finishes it)."""
+        there, leaving its flows in flight on the scratch fabric (the caller finishes it). A full run also
+        records its trajectory (:class:`_Traj`) while the trajectories held stay within :data:`_TRAJ_FLOATS`."""
         sc = self._scratch_sim()
         fab, env = sc.fabric, sc.env
         fab._advance()
@@ -840,19 +1030,30 @@ class Collectives:
         res = CollectiveResult("", scale, [], "", "", t0, t0, lat)
         done = env.event()
         phase = [-1]
+        rec = _Recorder(fab, t0, b0, z0, phase, usage) if (until is None and self.sim.config.fabric.trajectory
+                                                           and self._traj_floats < _TRAJ_FLOATS) else None
         env.process(sc.collectives._execute(plan, scale, lat, eff, cap, "memo", res, done, net_eff, phase=phase))
         try:
+            if rec is not None:
+                fab.on_solved = sc.collectives._rec = rec.checkpoint
+                fab.compact_rows = False
             sc.run(until=None if until is None else t0 + until)
             fab._advance()
             fab.close_observer()
         finally:
             fab.observer = None
+            fab.on_solved = sc.collectives._rec = None
+            fab.compact_rows = True
         sc.collectives.results.clear()
         d = fab.bytes_moved - b0
         busy = fab.busy_time - z0
         links = np.flatnonzero((d > 0) | (busy > 0) | (fab.peak_flows > 0))
-        return _Memo(res.end - t0, res.bytes_on_fabric, links, d[links], busy[links],
+        memo = _Memo(res.end - t0, res.bytes_on_fabric, links, d[links], busy[links],
                      fab.peak_flows[links].copy(), usage, phase[0])
+        if rec is not None:
+            memo.traj = rec.finish(links)
+            self._traj_floats += memo.traj.size()
+        return memo
 
     def _coalesced(self, memo: _Memo, plan: _Plan, scale: float, eff: float, cap: float, label: str,
                    res: CollectiveResult, done: simpy.Event, net_eff: float | None, h: int, wake: simpy.Event):
@@ -891,18 +1092,22 @@ class Collectives:
         tau = env.now - t0
         if tau < lat or tau <= 0:  # still in its fixed latency: nothing on the links yet
             return [], -1, lat - tau, 0.0
-        part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
         sc = self._scratch_sim()
-        segs, rem, mult, wcap, grp, bat = sc.fabric.snapshot_rows()
-        sc.drop_all()  # the scratch copy's rest is not needed: idle it
-        sc.collectives.results.clear()
+        if memo.traj is not None:  # the state at tau from the recorded trajectory
+            k, (segs, rem, mult, wcap, grp, bat), counters, usage = _at(memo, tau)
+            sc.drop_all(sc.env.now + tau)  # the scratch clock where a run up to tau would have left it
+        else:  # a scratch re-run up to tau
+            part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
+            segs, rem, mult, wcap, grp, bat = sc.fabric.snapshot_rows()
+            sc.drop_all()  # the scratch copy's rest is not needed: idle it
+            sc.collectives.results.clear()
+            k, counters, usage = part.phase, (part.links, part.bytes, part.busy, part.peak.copy()), part.usage
         fab._advance()
-        fab.add_counters(part.links, part.bytes, part.busy, part.peak.copy())
+        fab.add_counters(*counters)
         if fab.observer is not None:
-            if part.usage:
-                lk, a, b, c, nb = _flat_usage(part.usage)
+            if usage:
+                lk, a, b, c, nb = _flat_usage(usage)
                 fab.observer(lk, t0 + a, t0 + b, c, nb)
-        k = part.phase
         moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
         real = np.full(segs.shape, -1, dtype=np.int64)
         ok = segs >= 0
@@ -1007,6 +1212,8 @@ class Collectives:
         for k in range(first, len(plan.phases)):
             if phase is not None:
                 phase[0] = k
+                if self._rec is not None:
+                    self._rec()
             ck = (plan.uid, k, scale, eff, cap, net_eff)
             parts = self._phases.get(ck)
             if parts is None:

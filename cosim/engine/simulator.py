@@ -79,10 +79,10 @@ class Simulator:
         """Run the event loop (until no events are left, a time, or an event)."""
         self.env.run(until=until)
 
-    def drop_all(self) -> None:
-        """Abandon everything in flight: a fresh environment at the same time and an idle fabric (a scratch
-        simulator whose collective is no longer needed; see :meth:`cosim.engine.flows.Fabric.drop_all`)."""
-        self.env = simpy.Environment(initial_time=self.env.now)
+    def drop_all(self, at: float | None = None) -> None:
+        """Abandon everything in flight: a fresh environment at the same time (or at ``at``) and an idle fabric
+        (a scratch simulator whose collective is no longer needed; see :meth:`cosim.engine.flows.Fabric.drop_all`)."""
+        self.env = simpy.Environment(initial_time=self.env.now if at is None else at)
         self.fabric.drop_all(self.env)
         self._calls.clear()
 

@@ -26,6 +26,7 @@ step's timeline).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 from dataclasses import dataclass, field, fields
@@ -324,36 +325,55 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
     lo = cut_us - p_us
     extra = per.repeats * p_us
     copies = per.repeats if copies is None else min(copies, per.repeats)
+    paused = gc.isenabled()
+    gc.disable()  # millions of new acyclic dicts: the collector's passes would cost as much as building them
+    try:
+        return _shift(evs, cut_us, lo, extra, copies, p_us, per, id_step)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, copies: int, p_us: float,
+           per: Periodic, id_step: int) -> list[dict[str, Any]]:
+    """:func:`_shift_events` once its window is known."""
     out: list[dict[str, Any]] = []
     window: list[dict[str, Any]] = []
+    add, keep = out.append, window.append
     for ev in evs:
         ts = ev.get("ts")
         if ts is None or ev.get("ph") == "M":
-            out.append(ev)
-            continue
-        if ts >= cut_us:
-            out.append({**ev, "ts": round(ts + extra, 3)})
-            continue
-        if ts >= lo:
-            window.append(ev)
-            out.append(ev)
+            add(ev)
+        elif ts >= cut_us:
+            c = ev.copy()
+            c["ts"] = round(ts + extra, 3)
+            add(c)
+        elif ts >= lo:
+            keep(ev)
+            add(ev)
         elif ev.get("ph") == "X" and ts + ev.get("dur", 0.0) > cut_us:
-            out.append({**ev, "dur": round(ev["dur"] + extra, 3)})
+            c = ev.copy()
+            c["dur"] = round(ev["dur"] + extra, 3)
+            add(c)
         else:
-            out.append(ev)
+            add(ev)
+    # per window event, once: its time, whether it has an id, its args and the ids in them to shift
+    tmpl = [(ev, ev["ts"], "id" in ev, ev.get("args"),
+             [k for k in ("External id", "correlation") if ev.get("args") and k in ev["args"]]) for ev in window]
     for j in range(1, copies + 1):
         off = j * id_step
-        for ev in window:
-            c = {**ev, "ts": round(ev["ts"] + j * p_us, 3)}
-            if "id" in c:
-                c["id"] = c["id"] + off
-            if ev.get("args"):
-                a = dict(ev["args"])
-                for key in ("External id", "correlation"):
-                    if key in a:
-                        a[key] = a[key] + off
+        dts = j * p_us
+        for ev, ts, has_id, args, keys in tmpl:
+            c = ev.copy()
+            c["ts"] = round(ts + dts, 3)
+            if has_id:
+                c["id"] += off
+            if keys and args:  # args without ids to shift stay shared (the writers only read them)
+                a = args.copy()
+                for key in keys:
+                    a[key] += off
                 c["args"] = a
-            out.append(c)
+            add(c)
     if copies < per.repeats and window:
         first = next((ev for ev in evs if ev.get("ph") == "X"), window[0])
         left = per.repeats - copies
