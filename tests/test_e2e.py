@@ -526,3 +526,15 @@ def test_nvlink5_rate_against_published_nvl72_measurements(capsys: pytest.Captur
     assert p2p == pytest.approx(770, rel=0.05)
     for got, published in zip(busbw("--op", "all_reduce", "--ranks", "72", "--sizes", "2GiB,4GiB,8GiB"), (758, 839, 835)):
         assert got == pytest.approx(published, rel=0.10)
+
+
+def test_from_json_bad_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--from-json`` on a truncated or foreign file: one line naming the file, exit status 2, no traceback."""
+    from validation.e2e.run import main
+
+    bad = tmp_path / "rows.json"
+    for text in ("", '{"rows": [{"id": "x"}', '{"cases": []}', '{"rows": [1, 2]}'):
+        bad.write_text(text, encoding="utf-8")
+        assert main(["--from-json", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {bad}:") and "\n" not in err, err

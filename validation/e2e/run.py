@@ -411,6 +411,19 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _saved_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier ``--json`` output; a missing, truncated or foreign file is a one-line error."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    except OSError as exc:
+        raise CosimInputError(f"{path}: cannot read: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CosimInputError(f"{path}: not an e2e --json output ({type(exc).__name__}: {exc})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "id" in r for r in rows):
+        raise CosimInputError(f"{path}: rows: expected a list of rows with an 'id'")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
@@ -432,8 +445,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the tables of earlier --json outputs (rows in cases-file order) instead of running")
     args = ap.parse_args(argv)
     if args.from_json:
-        got = {r["id"]: r for f in args.from_json for r in json.loads(Path(f).read_text(encoding="utf-8"))["rows"]}
-        sources, cases = load_cases(Path(args.cases))
+        try:
+            got = {r["id"]: r for f in args.from_json for r in _saved_rows(Path(f))}
+            sources, cases = load_cases(Path(args.cases))
+        except CosimInputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         return _print([got[c.id] for c in cases if c.id in got], sources, args.json)
     try:
         sources, cases = load_cases(Path(args.cases))
