@@ -141,11 +141,11 @@ class FabricConfig:
     reuses the duration and link counters of its first run on an idle scratch fabric instead of
     solving rates; if another flow arrives on its links while it runs, it is materialized as real
     flows with the bytes left at that instant (docs/ENGINE.md, *Coalescing*). False: always solve."""
-    trajectory: bool = False
+    trajectory: bool = True
     """Materialize a coalesced collective from its memo's recorded trajectory (the last state before the hit
     advanced linearly) instead of re-running its scratch copy up to the hit: equal to the re-run within
-    round-off (tested), ~10% less CPU on the 1024-GPU DeepSeek-V3 step; off by default because those round-off
-    differences move that step's time by 7e-7 relative (docs/ENGINE.md, *Coalescing*)."""
+    round-off (tested), ~10% less CPU on the 1024-GPU DeepSeek-V3 step; those round-off differences move that
+    step's time by 7e-7 relative (docs/ENGINE.md, *Coalescing*). False: the scratch re-run."""
 
 
 @dataclass
