@@ -267,6 +267,15 @@ def _rate_efficiency(sim: Simulator, flows: list[tuple[str, str, float]], fracti
     return min(1.0, fraction / min(effs)) if effs else 1.0
 
 
+def _p2p_latency(col: Any, latency: float | None) -> float:
+    """The fixed latency of a DeepEP/HybridEP kernel (s): ``latency`` if given, else NCCL's fitted p2p latency
+    (or its Simple-protocol base latency when nothing is fitted)."""
+    if latency is not None:
+        return latency
+    params = col.params
+    return float(params.fitted.p2p_latency if params.fitted else params.base_latency["p2p"]["simple"])
+
+
 def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, hidden: int, num_topk: int,
            num_experts: int, num_topk_groups: int | None = None, mode: str = "normal",
            traffic: MoeTraffic | None = None, latency: float | None = None, name: str | None = None,
@@ -292,9 +301,7 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     sizes = {len(x) for x in per_node}
     if len(sizes) != 1:
         raise ValueError("DeepEP needs the same number of ranks on every node")
-    params = col.params
-    lat = latency if latency is not None else (params.fitted.p2p_latency if params.fitted else
-                                               params.base_latency["p2p"]["simple"])
+    lat = _p2p_latency(col, latency)
     env = sim.env
     label = name or f"deepep_{kind}"
     b = token_bytes(hidden, kind)
@@ -510,9 +517,7 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
     sizes = {len(x) for x in doms}
     if len(sizes) != 1:
         raise ValueError("HybridEP needs the same number of ranks in every NVLink domain")
-    params = col.params
-    lat = latency if latency is not None else (params.fitted.p2p_latency if params.fitted else
-                                               params.base_latency["p2p"]["simple"])
+    lat = _p2p_latency(col, latency)
     env = sim.env
     label = name or f"hybridep_{kind}"
     key = ("hybridep", tuple(tuple(x) for x in doms), num_tokens, hidden, probs, num_topk, num_experts, kind, rates)

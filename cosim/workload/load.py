@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError, warn_input
 from cosim.workload.et import link_et, load_et_nodes, read_et
-from cosim.workload.graph import ExecutionGraph, RankGraph
+from cosim.workload.graph import ExecutionGraph, RankGraph, gc_paused
 from cosim.workload.jsonstream import read_head
 from cosim.workload.kineto import read_kineto
 
@@ -115,26 +113,13 @@ def load_trace(
             for w in graph.warnings():
                 warn_input(w)
             return graph
-    with _gc_paused():
+    with gc_paused():
         graph = _import(files, time_unit)
     if key:
         _cache.store(key, graph)
     for w in graph.warnings():
         warn_input(w)
     return graph
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while importing: the importers build millions of small
-    acyclic objects, and collections triggered by their allocation cost a third of the time."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _import(files: list[Path], time_unit: str | None) -> ExecutionGraph:
