@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import comb
 from typing import TYPE_CHECKING, Any
 
@@ -289,7 +289,7 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
     rate / (GPUs per node - 1), one warp per destination) and the cross-node flows (RDMA) run side by
     side on the fabric, each at its rate; the call ends when both have.
     """
-    from cosim.engine.collectives import CollectiveResult, _Plan
+    from cosim.engine.collectives import CollectiveResult
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -329,24 +329,36 @@ def deepep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: int, 
             cache[key] = hit
     tr, total, parts = hit
     res = CollectiveResult(f"deepep_{kind}", total, ranks, mode, "", env.now, env.now, lat)
+    nvl = float(tr.rank_tokens.sum(axis=1).mean()) * b
+    rdma = float(tr.node_tokens.sum(axis=1).mean()) * b if len(per_node) > 1 else 0.0
+    if mode == "low_latency":
+        nvl = rdma = tr.selections * (hidden + hidden / 128 * 4 + 16 if kind == "dispatch" else 2.0 * hidden)
+    return _launch(col, res, parts, label, MoeCommResult(kind, mode, ranks, 0.0, 0.0, nvl, rdma))
+
+
+def _launch(col: Any, res: Any, parts: list[tuple[Any, Any, float]], label: str, out_proto: MoeCommResult
+            ) -> simpy.Event:
+    """Run a DeepEP/HybridEP call's flow parts (each ``(plan part, rows, rate cap)``) concurrently on the fabric,
+    finish ``res`` when the last ends, and return the event that succeeds with ``out_proto`` timed by it."""
+    from cosim.engine.collectives import CollectiveResult, _Plan
+
+    env = col.sim.env
     inner = env.event()
 
     def run() -> Generator[simpy.Event, object, None]:
-        subs = [CollectiveResult(res.op, 0.0, ranks, mode, "", env.now, env.now, lat) for _ in parts]
-        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, cap, label, sub,
-                                                   None))
+        subs = [CollectiveResult(res.op, 0.0, res.ranks, res.algo, "", env.now, env.now, res.latency)
+                for _ in parts]
+        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, res.latency, e, cap, label,
+                                                   sub, None))
                           for (p, e, cap), sub in zip(parts, subs)])
         res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
         col._finish(res, label, inner)
 
     env.process(run())
     out = env.event()
-    nvl = float(tr.rank_tokens.sum(axis=1).mean()) * b
-    rdma = float(tr.node_tokens.sum(axis=1).mean()) * b if len(per_node) > 1 else 0.0
-    if mode == "low_latency":
-        nvl = rdma = tr.selections * (hidden + hidden / 128 * 4 + 16 if kind == "dispatch" else 2.0 * hidden)
+
     def finish(_e: simpy.Event) -> None:
-        out.succeed(MoeCommResult(kind, mode, ranks, res.start, res.end, nvl, rdma))
+        out.succeed(replace(out_proto, start=res.start, end=res.end))
 
     inner.callbacks.append(finish)
     return out
@@ -507,7 +519,7 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
     per domain to the rail peer, which forwards over NVLink (:func:`_flows`). NVLink flows run at the measured
     fraction of the domain's size (:class:`HybridEPRates`), RDMA ones at ``rates.rdma``. Flows are kept per
     simulator, as :func:`deepep`'s. Cost: O(ranks^2) on the first call of a shape, O(1) after."""
-    from cosim.engine.collectives import CollectiveResult, _Plan
+    from cosim.engine.collectives import CollectiveResult
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -545,23 +557,7 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
         cache[key] = hit
     tr, total, parts = hit
     res = CollectiveResult(f"hybridep_{kind}", total, ranks, "hybridep", "", env.now, env.now, lat)
-    inner = env.event()
-
-    def run() -> Generator[simpy.Event, object, None]:
-        subs = [CollectiveResult(res.op, 0.0, ranks, "hybridep", "", env.now, env.now, lat) for _ in parts]
-        yield env.all_of([env.process(col._execute(_Plan.of([p], coupled=False), 1.0, lat, e, float("inf"),
-                                                   label, sub, None))
-                          for (p, e), sub in zip(parts, subs)])
-        res.bytes_on_fabric = sum(sub.bytes_on_fabric for sub in subs)
-        col._finish(res, label, inner)
-
-    env.process(run())
-    out = env.event()
     nvl = float(tr.rank_tokens.sum(axis=1).mean()) * tb
     rdma = float(tr.node_tokens.sum(axis=1).mean()) * tb if len(doms) > 1 else 0.0
-
-    def finish(_e: simpy.Event) -> None:
-        out.succeed(MoeCommResult(kind, "hybridep", ranks, res.start, res.end, nvl, rdma))
-
-    inner.callbacks.append(finish)
-    return out
+    return _launch(col, res, [(p, e, float("inf")) for p, e in parts], label,
+                   MoeCommResult(kind, "hybridep", ranks, 0.0, 0.0, nvl, rdma))
