@@ -1,7 +1,7 @@
 #!/bin/sh
-# Proposal report: the bundled MoE scenario on dgx-h100 (baseline) against
+# Proposal report: the default scenario (Qwen3-30B-A3B training, EP8) on dgx-h100 (baseline) against
 # proposal-example (2x NVLink, PCIe Gen6 GPU/NIC switches, 800G NICs), and the same
-# proposal with a 4x faster host (host.speed=4). About 20 s.
+# proposal with a 4x faster host (host.speed=4). About 5 s.
 set -e
 OUT=${OUT:-cosim-out/studies/proposal}
 cosim run --out "$OUT/baseline" --no-timeline > /dev/null
