@@ -36,6 +36,13 @@ needs_shared = pytest.mark.skipif(shared_dir() is None, reason="../shared not pr
     ("aten::native_batch_norm", [[10, 512, 7, 7], [512], [512], [512], [512], [], [], []],
      ["", "", "", "", "", "True", "0.1", "1e-05"], (490, 1)),  # runs of H x W
     ("aten::sum", [[4, 8], [], []], ["", "[5]", "False"], None),  # axis out of range
+    # norm(self, p, dim, keepdim) / linalg_vector_norm(self, ord, dim, keepdim, dtype): dim is the third input,
+    # the second is the order (reading '2' as an axis would reduce axis 2)
+    ("aten::linalg_vector_norm", [[8, 16, 32], [], [], [], []], ["", "2", "[1]", "False", ""], (16, 32)),
+    ("aten::linalg_vector_norm", [[8, 16, 32], [], [], [], []], ["", "2", "", "False", ""], (8 * 16 * 32, 1)),
+    ("aten::norm", [[8, 16, 32], [], [], []], ["", "2", "[0]", "False"], (8, 16 * 32)),
+    # a normalized_shape is a shape: [64, 64] is the two trailing axes, not one
+    ("aten::native_layer_norm", [[4, 64, 64], [], [], [], []], ["", "[64, 64]", "", "", "1e-05"], (64 * 64, 1)),
     ("aten::add", [[4, 8], [4, 8], []], ["", "", "1"], None),  # not a reduction
 ])
 def test_reduced_axis_by_hand(op, shapes, concrete, expected):
