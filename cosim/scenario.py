@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -83,13 +83,31 @@ class SyntheticWorkload(Strict):
     """Model card, parallel layout, batch, precision and routing."""
 
 
+def _workload_kind(v: Any) -> str | None:
+    """Which form a ``workload:`` value takes: a name / path (a string) or ``{synthetic: ...}`` (a mapping)."""
+    if isinstance(v, str):
+        return "tagged-union:name"
+    if isinstance(v, (dict, SyntheticWorkload)):
+        return "tagged-union:synthetic"
+    return None
+
+
+# The tags start with "tagged-union" so that an error's path leaves them out (yamlio._describe): a mistake inside
+# ``workload: {synthetic: ...}`` is reported at its own key, not as "workload.str: Input should be a valid string".
+WorkloadField = Annotated[
+    Annotated[str, Tag("tagged-union:name")] | Annotated[SyntheticWorkload, Tag("tagged-union:synthetic")],
+    Discriminator(_workload_kind, custom_error_type="workload_type",
+                  custom_error_message="workload must be a workload name or path, or {synthetic: {...}}"),
+]
+
+
 class Scenario(Strict):
     """A workload on a topology, with what-if overrides."""
 
     name: str
     """Scenario name; ``cosim run`` writes to cosim-out/<name>/<short hash of the settings>/ (see :func:`run_dir`)."""
     description: str = ""
-    workload: str | SyntheticWorkload
+    workload: WorkloadField
     """Bundled workload name (workloads/<name>), a trace file / folder (relative to this file), or
     ``{synthetic: {...}}``."""
     topology: str = "dgx-h100"

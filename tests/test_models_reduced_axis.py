@@ -36,6 +36,13 @@ needs_shared = pytest.mark.skipif(shared_dir() is None, reason="../shared not pr
     ("aten::native_batch_norm", [[10, 512, 7, 7], [512], [512], [512], [512], [], [], []],
      ["", "", "", "", "", "True", "0.1", "1e-05"], (490, 1)),  # runs of H x W
     ("aten::sum", [[4, 8], [], []], ["", "[5]", "False"], None),  # axis out of range
+    # norm(self, p, dim, keepdim) / linalg_vector_norm(self, ord, dim, keepdim, dtype): dim is the third input,
+    # the second is the order (reading '2' as an axis would reduce axis 2)
+    ("aten::linalg_vector_norm", [[8, 16, 32], [], [], [], []], ["", "2", "[1]", "False", ""], (16, 32)),
+    ("aten::linalg_vector_norm", [[8, 16, 32], [], [], [], []], ["", "2", "", "False", ""], (8 * 16 * 32, 1)),
+    ("aten::norm", [[8, 16, 32], [], [], []], ["", "2", "[0]", "False"], (8, 16 * 32)),
+    # a normalized_shape is a shape: [64, 64] is the two trailing axes, not one
+    ("aten::native_layer_norm", [[4, 64, 64], [], [], [], []], ["", "[64, 64]", "", "", "1e-05"], (64 * 64, 1)),
     ("aten::add", [[4, 8], [4, 8], []], ["", "", "1"], None),  # not a reduction
 ])
 def test_reduced_axis_by_hand(op, shapes, concrete, expected):
@@ -142,3 +149,26 @@ def test_b300_held_out_reductions_by_axis():
     assert PATTERN_PREFIX + "reduce_strided" in prof.models["reduction"]  # the MoE combine's sum over top-k
     err = class_errors(test, prof)["reduction"]
     assert err["n"] >= 30 and err["mape"] <= 0.20, err
+
+
+
+def test_floor_only_axis_pattern_keeps_the_class_efficiency():
+    """A reduced-axis pattern whose rows identify no bandwidth (6 tiny softmax rows) gets its own floor, and the
+    efficiency the class fit gives it, not the model's 0.7 default: a large softmax of that kind elsewhere is
+    priced at the class's bandwidth. Class: 10 contiguous rows of 1-512 MB at 0.9 of a 1 TB/s HBM, 2 us floor;
+    the softmax rows take 2.5 us whatever their (KB) bytes."""
+    from cosim.catalog import load_catalog
+    from cosim.models.calibrated import PATTERN_PREFIX, HardwareFigures, MemoryParams, memory_time
+    from cosim.models.fit import fit_memory_patterns
+
+    hw = HardwareFigures.of(load_catalog().accelerator("h100-sxm5"))
+    bw = 1e12
+    big = np.array([2.0**k * 1e6 for k in range(10)])
+    nbytes = np.concatenate([big, np.full(6, 4096.0)])
+    dur = np.concatenate([memory_time(big, bw, MemoryParams(0.9, 2e-6)), np.full(6, 2.5e-6)])
+    pats = np.array([""] * len(big) + ["softmax_warp"] * 6, dtype=object)
+    out = fit_memory_patterns(nbytes, dur, pats, bw, hw)
+    own = out[PATTERN_PREFIX + "softmax_warp"]
+    assert out["default"].efficiency == pytest.approx(0.9, rel=0.05)
+    assert own.efficiency == pytest.approx(out["default"].efficiency)  # was MemoryParams().efficiency, 0.7
+    assert own.floor_s == pytest.approx(2.5e-6, rel=0.05)

@@ -123,6 +123,24 @@ def test_bad_scenario_inputs(tmp_path) -> None:
         run_scenario(load_scenario("moe-ep4-dgx-h100"), {"gpu.colour": "red"})
 
 
+SYN = "\n  synthetic:\n    model: qwen3-30b-a3b\n    layout: {ep: 8}\n    batch: {global: 8, micro: 1, seq: 4096}\n"
+
+
+@pytest.mark.parametrize("workload, want", [
+    (SYN + "    bogus: 3", "s.yaml:7:12: workload.synthetic.bogus: unknown key 'bogus'"),
+    (SYN + "    dispatch_overhead: 5", "s.yaml:7:24: workload.synthetic.dispatch_overhead: time: bare number 5 needs a unit"),
+    (" 5", "s.yaml:2:11: workload: workload must be a workload name or path, or {synthetic: {...}} (got 5)"),
+])
+def test_synthetic_workload_errors_name_their_own_key(tmp_path, workload, want) -> None:
+    """A mistake inside ``workload: {synthetic: ...}`` is reported at its key (it was reported as the other form
+    of the field, 'workload.str: Input should be a valid string', for any mistake in any synthetic scenario)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"name: t\nworkload:{workload}\ntopology: dgx-h100\n")
+    with pytest.raises(CosimInputError) as e:
+        load_scenario(f)
+    assert str(e.value).startswith(str(tmp_path / want)), str(e.value)
+
+
 @pytest.mark.parametrize("line, want", [
     ("set: {gpu.colour: 2}", "s.yaml:3:19: set.gpu.colour: unknown knob"),
     ("set: {links.nvlink4.bandwidth: 50}", "s.yaml:3:32: set.links.nvlink4.bandwidth: bare number '50' needs a unit"),

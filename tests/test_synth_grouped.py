@@ -116,3 +116,21 @@ def test_zipf_hot_rank_is_slower_than_at_its_mean() -> None:
     assert all(g >= a for g, a in zip(grouped, at_mean))
     # one timer call over ops of equal groups times them alike (deduplicated)
     assert kt(ops + ops) == grouped + grouped
+
+
+def test_uneven_groups_keep_the_blackwell_ceiling() -> None:
+    """On a B200 (H100 profile through the Blackwell rule: ``max_throughput`` 0.64 of the BF16 peak) a large
+    grouped GEMM runs on the sustained-clock ceiling whether its groups are equal (the batched GEMM model) or
+    differ by a row: 4 experts x 32768 rows, N = 5760, K = 2880 (gpt-oss-like), 2 sum_g M_g N K / (0.64 x
+    2.25 PFLOP/s) + the floor. Before, uneven groups skipped the ceiling and ran at 0.69 of the peak."""
+    acc = load_catalog().accelerator("b200")
+    kt = KernelTimer(acc)
+    p = kt._model_profile.params("grouped_gemm", "bf16")
+    assert isinstance(p, GemmParams) and p.max_throughput == pytest.approx(0.64)
+    M, N, K = 32768.0, 5760.0, 2880.0
+    flops = 2 * 4 * M * N * K
+    base = replace(_gemm("x", M, N, K, PRECISIONS["bf16"], batch=4, cls="grouped_gemm"), group_rows=(M,) * 4)
+    uneven = replace(base, group_rows=(M + 1, M - 1, M, M))
+    want = p.floor_s + flops / (0.64 * 2.25e15)
+    for got in kt([base, uneven]):
+        assert got == pytest.approx(want, rel=1e-9)

@@ -679,15 +679,15 @@ def bandwidth_identifiable(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float
 
 
 def fit_memory(nbytes: np.ndarray, dur: np.ndarray, bandwidth: float,
-               parallel: np.ndarray | float = 0.0) -> MemoryParams:
+               parallel: np.ndarray | float = 0.0, efficiency: float | None = None) -> MemoryParams:
     """Fit :class:`MemoryParams` (floor and bandwidth efficiency >= :data:`MIN_MEMORY_EFFICIENCY`) on log time.
 
     The efficiency is fitted only when the rows can identify it (:func:`bandwidth_identifiable`);
-    otherwise it stays at the model's default and only the floor is fitted. ``parallel``: each row's
-    parallelism bound (:func:`parallel_time`), part of the model being fitted."""
+    otherwise it stays at ``efficiency`` (default: the model's default) and only the floor is fitted.
+    ``parallel``: each row's parallelism bound (:func:`parallel_time`), part of the model being fitted."""
     logd = np.log(dur)
     if not bandwidth_identifiable(nbytes, dur, bandwidth):
-        eff = MemoryParams().efficiency
+        eff = MemoryParams().efficiency if efficiency is None else efficiency
 
         def fun1(x: np.ndarray) -> np.ndarray:
             return np.log(memory_time(nbytes, bandwidth, MemoryParams(eff, float(np.exp(x[0]))), parallel)) - logd

@@ -121,7 +121,11 @@ REDUCE_OPS = frozenset({
     "aten::argmax", "aten::argmin", "aten::std", "aten::var", "aten::std_mean", "aten::var_mean",
     "aten::logsumexp", "aten::norm", "aten::linalg_vector_norm", "aten::any", "aten::all", "aten::nansum",
 })
-"""ATen reductions whose ``dim`` argument (second input) names the reduced axes (all axes when absent)."""
+"""ATen reductions whose ``dim`` argument (second input; third for :data:`NORM_OPS`) names the reduced axes (all
+axes when absent)."""
+NORM_OPS = frozenset({"aten::norm", "aten::linalg_vector_norm"})
+"""Reductions whose second input is the order ``p`` / ``ord``: ``norm(self, p, dim, keepdim)``,
+``linalg_vector_norm(self, ord, dim, keepdim, dtype)``; their ``dim`` is the third input."""
 SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"})
 """Softmax ops: ``dim`` (second input) is the reduced axis."""
 SOFTMAX_BACKWARD_OPS = frozenset({"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"})
@@ -148,6 +152,19 @@ def _axes(text: str, ndim: int) -> list[int] | None:
     return out if all(0 <= x < ndim for x in out) else None
 
 
+def _shape_len(text: str) -> int | None:
+    """Number of trailing axes a ``normalized_shape`` entry ('[512]', '[64, 64]') names; None when unreadable.
+    (A shape, not a set of axes: repeated sizes each count.)"""
+    try:
+        v = json.loads(text.strip())
+    except ValueError:
+        return None
+    vals = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in vals):
+        return None
+    return len(vals)
+
+
 def reduced_axis(op: str, shapes: list, concrete: list) -> tuple[float, float] | None:
     """``(elements reduced into each output, stride in elements of the reduced axis)`` of a reduction,
     softmax or layer norm ATen op, from its input shapes (contiguous layout assumed: Kineto records no
@@ -168,9 +185,10 @@ def reduced_axis(op: str, shapes: list, concrete: list) -> tuple[float, float] |
         return None
     axes: list[int] | None
     if op in REDUCE_OPS:
-        if len(concrete) < 2:
+        pos = 2 if op in NORM_OPS else 1
+        if len(concrete) <= pos:
             return None
-        axes = _axes(str(concrete[1]), nd)
+        axes = _axes(str(concrete[pos]), nd)
         if axes == []:
             axes = list(range(nd))
     elif op in SOFTMAX_OPS or op in SOFTMAX_BACKWARD_OPS:
@@ -180,10 +198,10 @@ def reduced_axis(op: str, shapes: list, concrete: list) -> tuple[float, float] |
             return None
     elif op in LAYER_NORM_OPS:
         pos = 2 if op == "aten::native_layer_norm_backward" else 1
-        ns = _axes(str(concrete[pos]), 1 << 30) if len(concrete) > pos else None  # a shape, not axes
-        if not ns or len(ns) > nd:
+        ns = _shape_len(str(concrete[pos])) if len(concrete) > pos else None
+        if not ns or ns > nd:
             return None
-        axes = list(range(nd - len(ns), nd))
+        axes = list(range(nd - ns, nd))
     elif op in ("aten::batch_norm", "aten::native_batch_norm", "aten::cudnn_batch_norm",
                 "aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward") and nd >= 2:
         axes = [0, *range(2, nd)]

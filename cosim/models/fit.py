@@ -357,15 +357,19 @@ def fit_memory_patterns(nbytes: np.ndarray, dur: np.ndarray, patterns: np.ndarra
     if len(set(patterns)) > 1 or np.any(ratio != 1.0):
         for pat in sorted(set(patterns) - {""}):
             s = patterns == pat
-            if bandwidth_identifiable(nbytes[s], dur[s], bandwidth) or (
-                    pat in REDUCED_AXIS_PATTERNS and s.sum() >= MIN_AXIS_PATTERN_ROWS):
+            if bandwidth_identifiable(nbytes[s], dur[s], bandwidth):
                 out[PATTERN_PREFIX + pat] = fit_memory(nbytes[s], dur[s], bandwidth, par[s])
+            elif pat in REDUCED_AXIS_PATTERNS and s.sum() >= MIN_AXIS_PATTERN_ROWS:
+                # its own floor; the efficiency it would get from the class fit without one
+                eff = pattern_efficiency(pat, out["default"].efficiency, hw, bandwidth)
+                out[PATTERN_PREFIX + pat] = fit_memory(nbytes[s], dur[s], bandwidth, par[s], efficiency=eff)
     return out
 
 
 MIN_AXIS_PATTERN_ROWS = 6
 """Rows of a reduced-axis pattern (:data:`cosim.models.calibrated.REDUCED_AXIS_PATTERNS`) from which it gets its
-own fit even where its bytes do not identify a bandwidth (then its floor only: :func:`fit_memory`)."""
+own fit even where its bytes do not identify a bandwidth (then its floor only, :func:`fit_memory`, the efficiency
+being the one the class fit gives the pattern)."""
 
 REFERENCE_EFFICIENCY = 0.8
 """Efficiency of a contiguous kernel assumed when weighting other patterns' rows in a class fit."""

@@ -132,7 +132,8 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     (:func:`cosim.models.calibrated.gemm_time`): ``tiles = s·Σ_g ⌈M_g/tm⌉·⌈N/tn⌉``, ``waves = ⌈tiles/SMs⌉``,
     ``t = waves·(tile_overhead + 2·tm·tn·(K̄/s)/(peak/SMs·eff))`` with ``K̄`` the tiles' mean K (K itself
     unless ``group_k``), split-K only where every group has ``K_g/s ≥ 128``, its fp32 partials
-    ``8·Σ_g M_g·N·s`` bytes; then ``floor + max(t, bytes/(HBM·mem_eff))``. With equal groups this is the
+    ``8·Σ_g M_g·N·s`` bytes, ``t`` at least ``Σ_g 2·M_g·N·K_g / (max_throughput·peak)`` (the GEMM model's
+    sustained-clock ceiling); then ``floor + max(t, bytes/(HBM·mem_eff))``. With equal groups this is the
     GEMM model's batched shape (``batch`` = groups, ``m`` = rows per group) exactly. Cost:
     O(ops · groups · candidates) in one numpy pass over all candidates."""
     from cosim.models.calibrated import _SPLITS, _TILE_REF, TILES
@@ -157,6 +158,8 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (kbar / s) / (peak / hw.sm_count * eff))
     t = t + np.where(s > 1, 8.0 * msum * n * s / (hw.hbm_bandwidth * p.memory_efficiency), 0.0)
     best = np.where((s == 1) | (kmin / s >= 128), t, np.inf).min(axis=0)
+    if p.max_throughput < 1.0:  # the sustained-clock ceiling of gemm_time: sum over the groups of 2 M_g N K_g
+        best = np.maximum(best, 2.0 * (mg * kg * live).sum(axis=1) * n / (peak * p.max_throughput))
     t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
     return np.asarray(p.floor_s + np.maximum(best, t_mem))
 
