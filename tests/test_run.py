@@ -130,6 +130,7 @@ SYN = "\n  synthetic:\n    model: qwen3-30b-a3b\n    layout: {ep: 8}\n    batch:
     (SYN + "    bogus: 3", "s.yaml:7:12: workload.synthetic.bogus: unknown key 'bogus'"),
     (SYN + "    dispatch_overhead: 5", "s.yaml:7:24: workload.synthetic.dispatch_overhead: time: bare number 5 needs a unit"),
     (" 5", "s.yaml:2:11: workload: workload must be a workload name or path, or {synthetic: {...}} (got 5)"),
+    (SYN.replace("seq: 4096}", "seq: 4096, bogus: 3}"), "s.yaml:6:52: workload.synthetic.batch.bogus: unknown key 'bogus'"),
 ])
 def test_synthetic_workload_errors_name_their_own_key(tmp_path, workload, want) -> None:
     """A mistake inside ``workload: {synthetic: ...}`` is reported at its key (it was reported as the other form

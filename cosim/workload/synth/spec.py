@@ -78,7 +78,9 @@ class DecodeBatch(Strict):
 def _batch_kind(v: Any) -> str:
     """Which batch a ``batch:`` value is, by its fields (errors then name one kind's fields)."""
     keys = set(v) if isinstance(v, dict) else set(type(v).model_fields) if hasattr(type(v), "model_fields") else set()
-    return "decode" if "requests_per_gpu" in keys else "prefill" if "tokens_per_gpu" in keys else "train"
+    # tags start with "tagged-union" so that an error's path leaves them out (yamlio._describe)
+    kind = "decode" if "requests_per_gpu" in keys else "prefill" if "tokens_per_gpu" in keys else "train"
+    return f"tagged-union:{kind}"
 
 
 class StragglerSpec(Strict):
@@ -109,8 +111,8 @@ class SyntheticSpec(Strict):
     decode (one token per running request, forward)."""
     layout: ParallelLayout = Field(default_factory=ParallelLayout)
     """Parallel layout; dp follows from the GPU count."""
-    batch: Annotated[Annotated[BatchSpec, Tag("train")] | Annotated[PrefillBatch, Tag("prefill")]
-                     | Annotated[DecodeBatch, Tag("decode")], Discriminator(_batch_kind)]
+    batch: Annotated[Annotated[BatchSpec, Tag("tagged-union:train")] | Annotated[PrefillBatch, Tag("tagged-union:prefill")]
+                     | Annotated[DecodeBatch, Tag("tagged-union:decode")], Discriminator(_batch_kind)]
     """Batch sizes: {global, micro, seq} (train), {tokens_per_gpu, prompt, chunk} (prefill),
     {requests_per_gpu, context} (decode)."""
     overlap: Literal["none", "two-microbatch"] = "none"
