@@ -190,8 +190,11 @@ class Op:
     ``quantizer->create_tensor`` under per-tensor scaling (:attr:`Precision.split_alloc`; MXFP8 and blockwise
     allocate in bulk: not counted); the builder charges each ``BuildOptions.eager_step_host``."""
     copy: bool = False
-    """A pure data movement (the row padding of :func:`expert_padding_ops`): its backward is the inverse copy of the
-    gradient, the same traffic (not the element-wise rule's twice)."""
+    """A pure data movement (the row padding of :func:`expert_padding_ops`, HybridEP's permute and unpermute): its
+    backward is the inverse copy of the gradient, the same traffic (not the element-wise rule's twice)."""
+    bwd_launches: int | None = None
+    """Host launches of the op's backward (:func:`backward_ops`); None: the forward's :attr:`launches`. A fused
+    call whose backward starts with another of its kernels sets it (HybridEP: :func:`hybridep_dispatch_ops`)."""
 
 
 @dataclass(frozen=True)
@@ -664,12 +667,15 @@ def hybridep_dispatch_ops(c: MoEModelConfig, tm: float, total: float, s: Shard) 
            replace(_tiny("moe.hybridep_permute_preprocess", recv * E / s.ep, nbytes=2.5, no_grad=True,
                          cls="reduction"), launches=0, host_sync=True),
            replace(_coll("moe.dispatch", "ep", "all_to_all_dispatch", tm * c.top_k * rows_b, stream="ep"),
-                   launches=0, c10d=False),
+                   launches=0, bwd_launches=0, c10d=False),
            Op("moe.hybridep_permute", "moe_dispatch", 0.0, recv * (rows_b + pb) + total * (rows_b + 4.0), "bf16",
-              launches=0)]
-    post = [Op("moe.hybridep_unpermute", "moe_combine", 0.0, total * rows_b + recv * rows_b, "bf16"),
+              launches=0, copy=True, bwd_launches=1)]
+    # backward order: combine's transpose starts its call (launched), the unpermute's follows from C++; the
+    # permute's transpose starts combine_with_unpermute, the dispatch kernel follows
+    post = [Op("moe.hybridep_unpermute", "moe_combine", 0.0, total * rows_b + recv * rows_b, "bf16", copy=True,
+               bwd_launches=0),
             replace(_coll("moe.combine", "ep", "all_to_all_combine", total * rows_b, stream="ep"), launches=0,
-                    c10d=False)]
+                    bwd_launches=1, c10d=False)]
     return pre, post
 
 
@@ -976,17 +982,11 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
     for o in reversed(fwd):
         if o.no_grad:
             continue
+        launches = o.launches if o.bwd_launches is None else o.bwd_launches
         if o.cls == "collective" and o.comm is not None:
             kind = _BWD_COLL[o.comm.kind]
-            # HybridEP: the transposed call starts with its communication kernel (a framework call), the
-            # (un)permute kernel follows from C++ (hybridep_dispatch_ops)
             out.append(replace(o, name=f"{o.name}.bwd", comm=Comm(o.comm.group, kind, o.comm.nbytes), bwd=True,
-                               launches=(int(o.name == "moe.combine") if o.launches == 0 else o.launches)))
-        elif o.name in ("moe.hybridep_permute", "moe.hybridep_unpermute"):
-            # the backward of HybridEP's permute is its unpermute (first kernel of combine_with_unpermute) and the
-            # reverse (after the dispatch kernel of dispatch_with_permute): the same bytes
-            out.append(replace(o, name=f"{o.name}.bwd", bwd=True, saved=0.0,
-                               launches=int(o.name == "moe.hybridep_permute")))
+                               launches=launches))
         elif o.cls in ("gemm", "grouped_gemm"):
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
             # a grouped GEMM's groups: dgrad keeps M per group, wgrad (dW_e = X_e^T dY_e) reduces over them
@@ -996,7 +996,7 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))
         elif o.copy:
-            out.append(replace(o, name=f"{o.name}.bwd", bwd=True, saved=0.0))
+            out.append(replace(o, name=f"{o.name}.bwd", bwd=True, saved=0.0, launches=launches))
         else:
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0, params=param_tensors(o)))
