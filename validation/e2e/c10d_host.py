@@ -41,6 +41,8 @@ class CallRow:
     """Trace path relative to ``../shared/traces``."""
     gpu: str
     """GPU name recorded in the trace's ``deviceProperties`` ("not recorded" when absent)."""
+    ranks: int
+    """World size recorded in the trace's ``distributedInfo`` (0 when absent)."""
     op: str
     """The call's outermost CPU op: ``c10d::allreduce_``, ..., or ``record_param_comms``."""
     collective: str
@@ -55,7 +57,7 @@ class CallRow:
     """Median over calls of (call - its own launch-API calls): what ``collective_host`` stands for."""
 
 
-def _events(path: Path) -> tuple[list[dict[str, Any]], str]:
+def _events(path: Path) -> tuple[list[dict[str, Any]], str, int]:
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             doc = json.load(f)
@@ -66,7 +68,9 @@ def _events(path: Path) -> tuple[list[dict[str, Any]], str]:
         if isinstance(doc, dict) else []
     xs = [e for e in ev if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in _CPU_CATS
           and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
-    return xs, ", ".join(gpus) or "not recorded"
+    info = doc.get("distributedInfo") if isinstance(doc, dict) else None
+    world = info.get("world_size") if isinstance(info, dict) else None
+    return xs, ", ".join(gpus) or "not recorded", world if isinstance(world, int) else 0
 
 
 def collective_calls(path: Path) -> list[tuple[str, str, float, float]]:
@@ -75,7 +79,7 @@ def collective_calls(path: Path) -> list[tuple[str, str, float, float]]:
     Calls are found per host thread by nesting (a parent encloses its children's intervals); the call is the
     outermost ``c10d::*`` or ``record_param_comms`` op above an ``nccl:*`` op. Cost: O(E log E) in the trace's
     CPU events."""
-    xs, _ = _events(path)
+    xs, _, _ = _events(path)
     by: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for e in xs:
         by.setdefault((e.get("pid"), e.get("tid")), []).append(e)
@@ -108,19 +112,21 @@ def collective_calls(path: Path) -> list[tuple[str, str, float, float]]:
 def call_rows(paths: list[Path], name: str) -> list[CallRow]:
     """Per (call op, collective) of the traces ``paths`` (one job: its ranks pooled), named ``name``: count,
     median, p10, p90, median launch call, median net call."""
-    gpu = ", ".join(sorted({_events(p)[1] for p in paths}))
+    meta = [_events(p)[1:] for p in paths]
+    gpu = ", ".join(sorted({g for g, _ in meta}))
+    world = max(w for _, w in meta)
     groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for p in paths:
         for op, coll, d, launch in collective_calls(p):
             groups.setdefault((op, coll), []).append((d, launch))
     rows = []
     for (op, coll), v in sorted(groups.items()):
-        d = np.array([x[0] for x in v])
+        dd = np.array([x[0] for x in v])
         la = np.array([x[1] for x in v])
-        rows.append(CallRow(trace=name, gpu=gpu, op=op, collective=coll, calls=len(v),
-                            median_s=float(statistics.median(d)), p10_s=float(np.percentile(d, 10)),
-                            p90_s=float(np.percentile(d, 90)), launch_median_s=float(statistics.median(la)),
-                            net_median_s=float(statistics.median(d - la))))
+        rows.append(CallRow(trace=name, gpu=gpu, ranks=world, op=op, collective=coll, calls=len(v),
+                            median_s=float(statistics.median(dd)), p10_s=float(np.percentile(dd, 10)),
+                            p90_s=float(np.percentile(dd, 90)), launch_median_s=float(statistics.median(la)),
+                            net_median_s=float(statistics.median(dd - la))))
     return rows
 
 
@@ -160,11 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0
-    print("| trace | GPU | call op | collective | calls | median us | p10 us | p90 us | launch call us | "
+    print("| trace | GPU | ranks | call op | collective | calls | median us | p10 us | p90 us | launch call us | "
           "call - launch us |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r.trace} | {r.gpu} | `{r.op}` | `{r.collective}` | {r.calls} | {r.median_s * 1e6:.1f} | "
+        print(f"| {r.trace} | {r.gpu} | {r.ranks or '-'} | `{r.op}` | `{r.collective}` | {r.calls} | {r.median_s * 1e6:.1f} | "
               f"{r.p10_s * 1e6:.1f} | {r.p90_s * 1e6:.1f} | {r.launch_median_s * 1e6:.1f} | "
               f"{r.net_median_s * 1e6:.1f} |")
     return 0
