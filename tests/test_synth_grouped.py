@@ -134,3 +134,22 @@ def test_uneven_groups_keep_the_blackwell_ceiling() -> None:
     want = p.floor_s + flops / (0.64 * 2.25e15)
     for got in kt([base, uneven]):
         assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_one_candidate_function_counts_groups_as_columns_or_counts() -> None:
+    """gemm_tile_waves, shared by gemm_time and grouped_gemm_time: a group counted 3 times (a batched GEMM) is
+    three columns of it (a grouped GEMM), and an empty column launches nothing: both forms give the same time,
+    worked by hand on the toy GPU (3 groups of 128 x 64, K 128, on 4 SMs)."""
+    from cosim.models.calibrated import gemm_tile_waves
+
+    n, k = np.array([64.0]), 128.0
+    peak_sm = np.array([HW.peak("bf16") / HW.sm_count])
+    counted = gemm_tile_waves(np.array([[128.0]]), np.array([[k]]), np.array([[3.0]]), n, 8.0 * 3 * 128 * n,
+                              peak_sm, HW, P)
+    columns = gemm_tile_waves(np.array([[128.0] * 3 + [0.0]]), np.array([[k] * 4]), np.array([[1.0] * 3 + [0.0]]),
+                              n, 8.0 * 3 * 128 * n, peak_sm, HW, P)
+    assert counted[0] == columns[0]
+    # by hand: one 128 x 64 tile per group, 3 tiles on 4 SMs = 1 wave of 1 us + 2*128*64*128 FLOP / (1e12 * 0.5)
+    # = 5.194 us; 64 x 64 tiles: 6 tiles, 2 waves of 1 + 2.097 us = 6.19 us; 64 x 32: 3 waves, 6.15 us; 256 x 128:
+    # 1 wave of 17.8 us; no split-K (K / 2 < 128)
+    assert counted[0] == pytest.approx(1e-6 + 2 * 128 * 64 * 128 / (1e12 * 0.5), rel=1e-12)

@@ -73,7 +73,9 @@ __all__ = [
     "fit_attention",
     "fit_gemm",
     "fit_memory",
+    "gemm_tile_waves",
     "gemm_time",
+    "gemm_total",
     "gemv_kernels",
     "launch_bound",
     "launch_split",
@@ -264,20 +266,62 @@ def named_tiles(kernels: list[str]) -> np.ndarray:
     return out
 
 
-def _gemm_candidates(m, n, k, batch, peak_sm, hw: HardwareFigures, p: GemmParams, tiles) -> np.ndarray:
-    best = np.full(np.broadcast(m, n, k).shape, np.inf)
+def gemm_tile_waves(mg: np.ndarray, kg: np.ndarray, count: np.ndarray, n: np.ndarray, partials: np.ndarray,
+                    peak_sm: np.ndarray, hw: HardwareFigures, p: GemmParams,
+                    tiles: tuple[tuple[int, int], ...] = TILES, group_k: np.ndarray | None = None) -> np.ndarray:
+    """Math time (s) of GEMMs made of groups at their fastest (tile, split-K) candidate: the tile/wave model of
+    :func:`gemm_time` (batched GEMMs) and :func:`cosim.models.synth_timing.grouped_gemm_time` (grouped ones).
+
+    ``mg``, ``kg``, ``count`` [ops, groups]: each group's M and K and how many such groups (a batched GEMM is one
+    column, ``count`` = batch; a grouped GEMM one column per group, count 1, or 0 for an empty group);
+    ``n``, ``partials``, ``peak_sm`` [ops]: N, the fp32 partial-sum bytes of one split-K slice
+    (``8·Σ_g count_g·M_g·N``, summed by the caller) and the peak FLOP/s per SM. For each orientation of each of
+    ``tiles`` and each split s (taken only where every non-empty group has ``K_g/s ≥ 128``):
+    ``tiles = s·Σ_g count_g·⌈M_g/tm⌉·⌈N/tn⌉``, ``waves = ⌈tiles/SMs⌉``,
+    ``t = waves·(tile_overhead + 2·tm·tn·(K̄/s)/(peak_sm·eff))`` (+ ``partials·s/(HBM·mem_eff)`` for s > 1) with
+    ``eff = efficiency·(tm·tn/32768)^small_tile_alpha`` and ``K̄`` = K, or where ``group_k`` (the groups split K: a
+    grouped wgrad) the tiles' mean K; the fastest wins (the library's heuristic). Cost: O(ops · groups ·
+    candidates), one numpy pass over [ops, groups] per candidate."""
+    best = np.full(len(n), np.inf)
+    kmin = np.where(count > 0, kg, np.inf).min(axis=1)
+    gk = None if group_k is None or not np.any(group_k) else np.asarray(group_k, dtype=bool)
     for a, b in tiles:
         for tm, tn in {(a, b), (b, a)}:
             eff = p.efficiency * (tm * tn / _TILE_REF) ** p.small_tile_alpha
-            base = batch * np.ceil(m / tm) * np.ceil(n / tn)
+            per = count * np.ceil(mg / tm) * np.ceil(n / tn)[:, None]
+            base = per.sum(axis=1)
+            kbar = kg[:, 0] if gk is None else np.where(gk, (per * kg).sum(axis=1) / np.maximum(base, 1.0), kg[:, 0])
             for s in _SPLITS:
-                ok = k / s >= 128 if s > 1 else np.ones_like(k, dtype=bool)
+                ok = kmin / s >= 128 if s > 1 else np.ones(len(n), dtype=bool)
                 waves = np.ceil(base * s / hw.sm_count)
-                t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (k / s) / (peak_sm * eff))
+                t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (kbar / s) / (peak_sm * eff))
                 if s > 1:
-                    t = t + 8.0 * m * n * batch * s / (hw.hbm_bandwidth * p.memory_efficiency)
+                    t = t + partials * s / (hw.hbm_bandwidth * p.memory_efficiency)
                 best = np.where(ok & (t < best), t, best)
     return best
+
+
+def gemm_total(best: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, peak: np.ndarray | float,
+               hw: HardwareFigures, p: GemmParams) -> np.ndarray:
+    """A GEMM's duration (s) from its math time ``best`` (:func:`gemm_tile_waves`): no faster than its ``flops``
+    at the sustained-clock ceiling (``max_throughput`` of ``peak``) nor than moving ``nbytes`` through HBM
+    (``memory_efficiency``), plus the launch floor."""
+    t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
+    if p.max_throughput < 1.0:  # sustained-clock ceiling: the math cannot run faster than this share of the peak
+        best = np.maximum(best, flops / (np.asarray(peak, dtype=float) * p.max_throughput))
+    return np.asarray(p.floor_s + np.maximum(best, t_mem))
+
+
+def _batched_waves(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, peak_sm: np.ndarray,
+                   hw: HardwareFigures, p: GemmParams, tiles: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """:func:`gemm_tile_waves` of batched GEMMs (``batch`` equal groups of M × K), any broadcastable shapes."""
+    shape = np.broadcast(m, n, k, batch).shape
+
+    def flat(x: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(x, shape).reshape(-1)
+
+    return gemm_tile_waves(flat(m)[:, None], flat(k)[:, None], flat(batch)[:, None], flat(n),
+                           flat(8.0 * m * n * batch), flat(peak_sm), hw, p, tiles).reshape(shape)
 
 
 def launch_split(m: np.ndarray, n: np.ndarray, batch: np.ndarray, tile: np.ndarray,
@@ -330,7 +374,7 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nb
     m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
     nbytes = np.asarray(nbytes, dtype=float)
     peak_sm = np.broadcast_to(np.asarray(peak, dtype=float) / hw.sm_count, np.broadcast(m, n, k).shape)
-    best = _gemm_candidates(m, n, k, batch, peak_sm, hw, p, TILES)
+    best = _batched_waves(m, n, k, batch, peak_sm, hw, p, TILES)
     if tile is not None:
         tile = np.asarray(tile, dtype=float).reshape(-1, 2)
         known = np.isfinite(tile[:, 0])
@@ -344,11 +388,8 @@ def gemm_time(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray, nb
                                          tm[L], tn[L], s[L])
         for a, b in {(int(x), int(y)) for x, y in tile[known & ~launched]}:
             sel = known & ~launched & (tile[:, 0] == a) & (tile[:, 1] == b)
-            best[sel] = _gemm_candidates(m[sel], n[sel], k[sel], batch[sel], peak_sm[sel], hw, p, ((a, b),))
-    t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
-    if p.max_throughput < 1.0:  # sustained-clock ceiling: the math cannot run faster than this share of the peak
-        best = np.maximum(best, 2.0 * m * n * k * batch / (np.asarray(peak, dtype=float) * p.max_throughput))
-    return p.floor_s + np.maximum(best, t_mem)
+            best[sel] = _batched_waves(m[sel], n[sel], k[sel], batch[sel], peak_sm[sel], hw, p, ((a, b),))
+    return gemm_total(best, 2.0 * m * n * k * batch, nbytes, peak, hw, p)
 
 
 GEMV_PREFIX = "gemv:"

@@ -45,11 +45,11 @@ from typing import Any
 import yaml
 
 from cosim.errors import CosimInputError
-from cosim.models.calibrated import DEFAULTS, ParamsT, params_from_dict, params_to_dict
+from cosim.models.calibrated import DEFAULTS, MemoryParams, ParamsT, params_from_dict, params_to_dict
 from cosim.yamlio import input_error_at, load_yaml
 
-__all__ = ["DB_KEY", "PROFILE_SCHEMA", "PROFILE_SCHEMA_V1", "CalibrationProfile", "bundled_profiles", "db_key", "inputs_hash",
-           "kernel_family", "load_profile", "profile_for"]
+__all__ = ["DB_KEY", "DTOD_HBM_PASSES", "PROFILE_SCHEMA", "PROFILE_SCHEMA_V1", "CalibrationProfile", "bundled_profiles",
+           "db_key", "dtod_from_elementwise", "inputs_hash", "kernel_family", "load_profile", "profile_for"]
 
 PROFILE_SCHEMA = "cosim.profile/2"
 """Schema written by profiles with a ``launch`` section; others keep writing :data:`PROFILE_SCHEMA_V1`."""
@@ -60,6 +60,23 @@ _DATA = Path(__file__).resolve().parent / "data"
 DB_KEY = ("kernel", "cls", "dtype", "gemm_m", "gemm_n", "gemm_k", "batch", "heads", "bwd", "bytes")
 """Fields of a :attr:`CalibrationProfile.kernel_db` key (kernel = :func:`kernel_family`)."""
 _FAMILY_MAX = 200
+
+
+DTOD_HBM_PASSES = 2.0
+"""HBM bytes a device-to-device copy moves per byte it copies: it reads every byte and writes it (NVIDIA
+cuda-samples ``Samples/1_Utilities/bandwidthTest/bandwidthTest.cu``, ``testDeviceToDeviceTransfer``, counts
+``2 * memSize`` per ``cudaMemcpyDeviceToDevice`` for that reason). A trace records a copy's transfer size; an
+elementwise kernel's bytes already count its input and its output."""
+
+
+def dtod_from_elementwise(p: ParamsT) -> ParamsT:
+    """Parameters timing a device-to-device copy by its **transfer size** from an elementwise fit (bytes read +
+    written): the same floor, the efficiency divided by :data:`DTOD_HBM_PASSES`, so that
+    ``floor + size / (HBM · eff / 2) = floor + 2·size / (HBM · eff)``: the copy's HBM traffic at the
+    elementwise kernels' efficiency."""
+    if not isinstance(p, MemoryParams):
+        return p
+    return MemoryParams(efficiency=p.efficiency / DTOD_HBM_PASSES, floor_s=p.floor_s)
 
 
 def kernel_family(name: str) -> str:
@@ -115,7 +132,8 @@ class CalibrationProfile:
 
     def params(self, cls: str, dtype: str = "") -> ParamsT:
         """Parameters of class ``cls`` for ``dtype``: the dtype's fit, else the class default, else
-        (grouped GEMM) the GEMM fit, else the uncalibrated :data:`DEFAULTS`."""
+        (grouped GEMM) the GEMM fit, else (device-to-device copy, timed by its transfer size) the elementwise
+        fit at twice the bytes (:func:`dtod_from_elementwise`), else the uncalibrated :data:`DEFAULTS`."""
         by = self.models.get(cls)
         if by:
             if dtype and dtype in by:
@@ -125,7 +143,7 @@ class CalibrationProfile:
         if cls == "grouped_gemm":
             return self.params("gemm", dtype)
         if cls.startswith("memcpy_dtod") and "elementwise" in self.models:
-            return self.params("elementwise")
+            return dtod_from_elementwise(self.params("elementwise"))
         return DEFAULTS.get(cls, DEFAULTS["other"])
 
     def to_dict(self) -> dict[str, Any]:

@@ -134,9 +134,10 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     unless ``group_k``), split-K only where every group has ``K_g/s ≥ 128``, its fp32 partials
     ``8·Σ_g M_g·N·s`` bytes, ``t`` at least ``Σ_g 2·M_g·N·K_g / (max_throughput·peak)`` (the GEMM model's
     sustained-clock ceiling); then ``floor + max(t, bytes/(HBM·mem_eff))``. With equal groups this is the
-    GEMM model's batched shape (``batch`` = groups, ``m`` = rows per group) exactly. Cost:
-    O(ops · groups · candidates) in one numpy pass over all candidates."""
-    from cosim.models.calibrated import _SPLITS, _TILE_REF, TILES
+    GEMM model's batched shape (``batch`` = groups, ``m`` = rows per group) exactly: both are
+    :func:`cosim.models.calibrated.gemm_tile_waves` (one column per group here, one column of ``batch`` equal
+    groups there) and :func:`cosim.models.calibrated.gemm_total`. Cost: O(ops · groups · candidates)."""
+    from cosim.models.calibrated import gemm_tile_waves, gemm_total
 
     rows = np.asarray(rows, dtype=float)
     live = rows > 0
@@ -144,24 +145,9 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     mg = np.where(gk[:, None], np.asarray(m, dtype=float)[:, None], rows)  # [ops, groups]: each group's M
     kg = np.where(gk[:, None], rows, np.asarray(k, dtype=float)[:, None])  # each group's K
     n = np.asarray(n, dtype=float)
-    kmin = np.where(live, kg, np.inf).min(axis=1)
-    msum = (mg * live).sum(axis=1)
-    # every candidate at once, [candidates, 1]: tile orientations x split-K counts
-    cand = np.array([(tm, tn, s) for a, b in TILES for tm, tn in sorted({(a, b), (b, a)}) for s in _SPLITS],
-                    dtype=float)
-    tm, tn, s = (cand[:, i:i + 1] for i in range(3))
-    eff = p.efficiency * (tm * tn / _TILE_REF) ** p.small_tile_alpha
-    per = np.where(live, np.ceil(mg / tm[:, :, None]), 0.0) * np.ceil(n / tn)[:, :, None]  # [cand, ops, groups]
-    base = per.sum(axis=2)
-    kbar = np.where(gk, (per * kg).sum(axis=2) / np.maximum(base, 1.0), np.asarray(k, dtype=float))
-    waves = np.ceil(base * s / hw.sm_count)
-    t = waves * (p.tile_overhead_s + 2.0 * tm * tn * (kbar / s) / (peak / hw.sm_count * eff))
-    t = t + np.where(s > 1, 8.0 * msum * n * s / (hw.hbm_bandwidth * p.memory_efficiency), 0.0)
-    best = np.where((s == 1) | (kmin / s >= 128), t, np.inf).min(axis=0)
-    if p.max_throughput < 1.0:  # the sustained-clock ceiling of gemm_time: sum over the groups of 2 M_g N K_g
-        best = np.maximum(best, 2.0 * (mg * kg * live).sum(axis=1) * n / (peak * p.max_throughput))
-    t_mem = np.where(np.isfinite(nbytes), nbytes, 0.0) / (hw.hbm_bandwidth * p.memory_efficiency)
-    return np.asarray(p.floor_s + np.maximum(best, t_mem))
+    best = gemm_tile_waves(mg, kg, live.astype(float), n, 8.0 * (mg * live).sum(axis=1) * n,
+                           np.full(len(n), peak / hw.sm_count), hw, p, group_k=gk)
+    return gemm_total(best, 2.0 * (mg * kg * live).sum(axis=1) * n, np.asarray(nbytes, dtype=float), peak, hw, p)
 
 
 def synthetic_kernel_timer(spec: SyntheticSpec, accelerator: Accelerator, base: Path | None = None) -> KernelTimer:

@@ -1,0 +1,180 @@
+"""Host time of ``torch.distributed`` collective calls in every shared trace that records them.
+
+``python -m validation.e2e.c10d_host [--json]`` reads every Kineto trace under ``../shared/traces`` with CPU ops
+and, per trace and kind of collective, measures the host time of each **collective call**: the outermost CPU op
+of the call, i.e. the ``c10d::<op>`` op (Python binding -> ProcessGroupNCCL work -> NCCL group call), or, where
+the caller reaches ProcessGroupNCCL without a ``c10d::`` op (TorchRec's all-to-alls), the
+``record_param_comms`` op that encloses the ``nccl:<collective>`` op. A ``record_param_comms`` without an
+``nccl:*`` op inside is a wait (``All2All_Pooled_Wait``), not a call, and is left out. For each call it also
+takes the launch-API call inside it (``cudaLaunchKernel`` / ``hipExtLaunchKernel`` ...), because the synthetic
+``collective_host`` (:data:`cosim.workload.synth.spec.C10D_CALL_HOST`) is the host time of a call *beyond*
+its launch call. Rows: trace, GPU, call op, collective, calls, median, p10, p90 of the call, median launch
+call inside, median call less its own launch call (us).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosim.errors import CosimInputError
+
+_CPU_CATS = ("cpu_op", "user_annotation", "cuda_runtime")
+_LAUNCH = ("LaunchKernel", "LaunchCooperativeKernel")
+_RANK_FILE = re.compile(r"(worker)\d+(_step_\d+)\.")
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """Host time of one kind of collective call in one trace (seconds; ``p10``/``p90`` by linear interpolation)."""
+
+    trace: str
+    """Trace path relative to ``../shared/traces``."""
+    gpu: str
+    """GPU name recorded in the trace's ``deviceProperties`` ("not recorded" when absent)."""
+    ranks: int
+    """World size recorded in the trace's ``distributedInfo`` (0 when absent)."""
+    op: str
+    """The call's outermost CPU op: ``c10d::allreduce_``, ..., or ``record_param_comms``."""
+    collective: str
+    """The NCCL/RCCL op inside it (``nccl:all_reduce``, ``nccl:all_to_all``, ...)."""
+    calls: int
+    median_s: float
+    p10_s: float
+    p90_s: float
+    launch_median_s: float
+    """Median launch-API call inside the collective call (0 when none is recorded)."""
+    net_median_s: float
+    """Median over calls of (call - its own launch-API calls): what ``collective_host`` stands for."""
+
+
+def _events(path: Path) -> tuple[list[dict[str, Any]], str, int]:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError, EOFError) as e:
+        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
+    ev = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    gpus = sorted({str(d.get("name")) for d in (doc.get("deviceProperties") or []) if isinstance(d, dict)}) \
+        if isinstance(doc, dict) else []
+    xs = [e for e in ev if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in _CPU_CATS
+          and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+    info = doc.get("distributedInfo") if isinstance(doc, dict) else None
+    world = info.get("world_size") if isinstance(info, dict) else None
+    return xs, ", ".join(gpus) or "not recorded", world if isinstance(world, int) else 0
+
+
+def collective_calls(path: Path) -> list[tuple[str, str, float, float]]:
+    """Every collective call of a Kineto trace as (call op, collective, call s, launch calls inside s).
+
+    Calls are found per host thread by nesting (a parent encloses its children's intervals); the call is the
+    outermost ``c10d::*`` or ``record_param_comms`` op above an ``nccl:*`` op. Cost: O(E log E) in the trace's
+    CPU events."""
+    xs, _, _ = _events(path)
+    by: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for e in xs:
+        by.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    out: list[tuple[str, str, float, float]] = []
+    for es in by.values():
+        es.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
+        stack: list[dict[str, Any]] = []
+        call: dict[str, Any] | None = None  # the open collective call: {op, end, dur, coll, launch}
+        for e in es:
+            ts, dur, name = float(e["ts"]), float(e["dur"]), str(e.get("name", ""))
+            while stack and float(stack[-1]["ts"]) + float(stack[-1]["dur"]) <= ts:
+                stack.pop()
+            if call is not None and ts >= call["end"]:
+                if call["coll"]:
+                    out.append((call["op"], call["coll"], call["dur"] * 1e-6, call["launch"] * 1e-6))
+                call = None
+            if call is None and (name.startswith("c10d::") or name == "record_param_comms"):
+                call = {"op": name, "end": ts + dur, "dur": dur, "coll": "", "launch": 0.0}
+            elif call is not None:
+                if name.startswith("nccl:") and not call["coll"]:
+                    call["coll"] = name
+                elif e.get("cat") == "cuda_runtime" and any(x in name for x in _LAUNCH):
+                    call["launch"] += dur
+            stack.append(e)
+        if call is not None and call["coll"]:
+            out.append((call["op"], call["coll"], call["dur"] * 1e-6, call["launch"] * 1e-6))
+    return out
+
+
+def call_rows(paths: list[Path], name: str) -> list[CallRow]:
+    """Per (call op, collective) of the traces ``paths`` (one job: its ranks pooled), named ``name``: count,
+    median, p10, p90, median launch call, median net call."""
+    meta = [_events(p)[1:] for p in paths]
+    gpu = ", ".join(sorted({g for g, _ in meta}))
+    world = max(w for _, w in meta)
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for p in paths:
+        for op, coll, d, launch in collective_calls(p):
+            groups.setdefault((op, coll), []).append((d, launch))
+    rows = []
+    for (op, coll), v in sorted(groups.items()):
+        dd = np.array([x[0] for x in v])
+        la = np.array([x[1] for x in v])
+        rows.append(CallRow(trace=name, gpu=gpu, ranks=world, op=op, collective=coll, calls=len(v),
+                            median_s=float(statistics.median(dd)), p10_s=float(np.percentile(dd, 10)),
+                            p90_s=float(np.percentile(dd, 90)), launch_median_s=float(statistics.median(la)),
+                            net_median_s=float(statistics.median(dd - la))))
+    return rows
+
+
+def all_rows(root: Path) -> list[CallRow]:
+    """:func:`call_rows` of every Kineto trace under ``root`` (``../shared/traces``) that has collective calls
+    (Execution Traces, which have no durations, are skipped)."""
+    jobs: dict[str, list[Path]] = {}
+    for p in sorted(root.rglob("*.json.gz")):
+        rel = p.relative_to(root).as_posix()
+        if p.name.endswith("_et.json.gz") or "/et" in rel or rel.startswith("chakra"):
+            continue
+        rank = _RANK_FILE.match(p.name)  # the ranks of one job (PARAM's worker<r>_step_<n>...) are pooled
+        key = f"{p.parent.relative_to(root).as_posix()}/{rank.group(1)}*{rank.group(2)}" if rank else rel
+        jobs.setdefault(key, []).append(p)
+    rows: list[CallRow] = []
+    for key, paths in jobs.items():
+        rows += call_rows(paths, key)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cosim.resources import shared_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    root = shared_dir()
+    if root is None or not (Path(root) / "traces").is_dir():
+        print("error: ../shared/traces: not found (the shared traces are needed)", file=sys.stderr)
+        return 2
+    tr = Path(root) / "traces"
+    try:
+        rows = all_rows(tr)
+    except CosimInputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    print("| trace | GPU | ranks | call op | collective | calls | median us | p10 us | p90 us | launch call us | "
+          "call - launch us |")
+    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r.trace} | {r.gpu} | {r.ranks or '-'} | `{r.op}` | `{r.collective}` | {r.calls} | {r.median_s * 1e6:.1f} | "
+              f"{r.p10_s * 1e6:.1f} | {r.p90_s * 1e6:.1f} | {r.launch_median_s * 1e6:.1f} | "
+              f"{r.net_median_s * 1e6:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
