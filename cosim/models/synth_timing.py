@@ -47,7 +47,7 @@ bandwidth that memory-bound kernels reach, Blackwell over Hopper, measured by on
 (large-input pointwise Triton kernels). A memory-bound kernel on a Blackwell GPU timed with a profile fitted on
 another architecture (the bundled H100 fit: 0.94 of the H100's 3.35 TB/s for element-wise kernels) reaches this
 ratio times the fitted share of the Blackwell part's peak (:func:`blackwell_memory_profile`). Not fitted to any
-e2e row; held out: torchao's B200 MXFP8 cast kernels (tests/test_synth_mxfp8_heldout.py)."""
+e2e row; held out: torchao's B200 MXFP8 cast kernels (tests/test_synth_blackwell_heldout.py)."""
 BLACKWELL_MEMORY_SOURCE = (
     "pytorch/ao torchao/testing/training/roofline_utils.py @21acb9c (PR #3640, 2026-01-14): pct_achievable_mem_bw "
     "0.84 for 'NVIDIA B300 SXM6 AC' ('From measurement on hardware', peak 8e12 B/s) and 0.92 for 'NVIDIA H100' "
