@@ -41,7 +41,7 @@ from cosim.workload.synth.costs import (
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
-__all__ = ["DISCARD_SOURCE", "FP8_WEIGHT_CACHE_SOURCE", "GRAD_SOURCE", "OVERHEAD_BYTES", "MemoryEstimate",
+__all__ = ["DISCARD_SOURCE", "DROPOUT_SOURCE", "FP8_WEIGHT_CACHE_SOURCE", "GRAD_SOURCE", "OVERHEAD_BYTES", "MemoryEstimate",
            "MemoryOptions", "layer_activation_bytes", "memory_per_stage"]
 
 OVERHEAD_BYTES = 3 * 2**30
@@ -72,6 +72,13 @@ DISCARD_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/tensor_parallel
 (:func:`layer_activation_bytes`)."""
 
 
+DROPOUT_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/fusions/fused_bias_dropout.py (_bias_dropout_add_func: "
+                  "torch.nn.functional.dropout of the sublayer output, which keeps its bool mask for the backward, "
+                  "then the residual add), transformer_config.py (hidden_dropout 0.1), megatron/training/arguments.py "
+                  "(--hidden-dropout default 0.1)")
+"""Why hidden dropout adds two 1-byte masks per layer and one for the embedding."""
+
+
 @dataclass(frozen=True)
 class MemoryOptions:
     """Bytes per parameter of the model state (framework settings; defaults: Megatron-Core's)."""
@@ -88,6 +95,10 @@ class MemoryOptions:
     fp8_weight_cache: bool = True
     """Under FP8 / MXFP8 keep each linear weight's quantized copies between micro-batches
     (:data:`FP8_WEIGHT_CACHE_SOURCE`)."""
+    hidden_dropout: bool = False
+    """Dropout on the hidden states (Megatron's ``hidden_dropout`` > 0; its default 0.1, 0 in every
+    Megatron-Bridge recipe): each bias-dropout-add (after attention, after the FFN) and the embedding's dropout
+    keep a 1-byte mask per element (:data:`DROPOUT_SOURCE`)."""
     overhead: float = OVERHEAD_BYTES
     """Flat reserve per GPU, bytes."""
 
@@ -164,10 +175,13 @@ class _Stage:
     work: float = 0.0
 
 
-def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh: Shard, p: Precision) -> _Stage:
+def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh: Shard, p: Precision,
+           o: MemoryOptions) -> _Stage:
     lay = rm.layout
     st = _Stage()
-    layer_input = T / (rm.tp if rm.sequence_parallel else 1) * card.hidden_size * p.act_bytes
+    local = T / (rm.tp if rm.sequence_parallel and rm.tp > 1 else 1) * card.hidden_size  # residual-stream elements
+    layer_input = local * p.act_bytes
+    mask = local if o.hidden_dropout else 0.0
     for c in rm.stage_chunks(stage):
         a = 0.0
         for ly in rm.chunk_layers[c]:
@@ -178,15 +192,15 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             st.gemm += gd / rm.tp + ge / (rm.ep * rm.etp)
             ops = layer_ops(card, ly, T, seq, sh, p)
             kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input)
-            a += kept
+            a += kept + (2 * mask if lay.recompute != "full" else 0.0)
             if lay.recompute != "none":  # the layer in backward re-materializes what it dropped
-                st.work = max(st.work, sum(o.saved for o in ops) - kept)
+                st.work = max(st.work, sum(x.saved for x in ops) - kept)
         if c == 0:
             st.dense += card.vocab_size * card.hidden_size / rm.tp
-            a += sum(o.saved for o in embedding_ops(card, T, sh, p))
+            a += sum(x.saved for x in embedding_ops(card, T, sh, p)) + mask
         if c == rm.pp * rm.vpp - 1:
             st.dense += card.vocab_size * card.hidden_size / rm.tp
-            a += sum(o.saved for o in head_ops(card, T, sh, p))
+            a += sum(x.saved for x in head_ops(card, T, sh, p))
         st.act_chunk.append(a)
     return st
 
@@ -222,7 +236,7 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
     n_dp, n_edp = rm.dp * rm.cp, rm.edp
     out = []
     for stage in range(rm.pp):
-        st = _stage(card, rm, stage, T, seq, sh, p)
+        st = _stage(card, rm, stage, T, seq, sh, p, o)
         peak = _peak(rm, stage, st.act_chunk, microbatches)
         if rm.layout.recompute == "full":  # the layer being recomputed holds its full working set
             last = rm.chunk_layers[rm.stage_chunks(stage)[0]]
