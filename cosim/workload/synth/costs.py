@@ -266,7 +266,13 @@ def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: 
     inb, outb = p.gemm_in_bytes, p.act_bytes
     nbytes = (m * k + k * n) * batch * inb + m * n * batch * outb
     return Op(name, cls, 2.0 * m * n * k * batch, nbytes, p.gemm, m, n, k, batch,
-              saved=m * k * batch * inb if save_input else 0.0)
+              saved=m * k * batch * _saved_bytes(p) if save_input else 0.0)
+
+
+def _saved_bytes(p: Precision) -> float:
+    """Bytes per element of a GEMM input kept for the backward: one quantized copy with its scales (FP8: the
+    column-wise one the wgrad reads, SAVED_SOURCE), or the bf16 tensor."""
+    return p.cast_bytes if p.gemm != "bf16" else p.gemm_in_bytes
 
 
 def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
@@ -337,19 +343,19 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         # saved (SAVED_SOURCE): the down projections' input on this rank's T / tp tokens under SP, one quantized copy
         # each (FP8) or the one norm output both read (bf16); the up projections' norm input and ln_out the same
         loc = T / tp if sp else T
-        own = p.gemm_in_bytes if p.gemm != "bf16" else 0.0  # a second reader's own quantized copy
+        own = _saved_bytes(p) if p.gemm != "bf16" else 0.0  # a second reader's own quantized copy
         if c.q_lora_rank:
-            ops += [replace(_gemm("attn.q_down", T, c.q_lora_rank, h, p), saved=loc * h * p.gemm_in_bytes),
+            ops += [replace(_gemm("attn.q_down", T, c.q_lora_rank, h, p), saved=loc * h * _saved_bytes(p)),
                     replace(_norm("attn.q_norm", T, c.q_lora_rank, p), saved=loc * c.q_lora_rank * p.act_bytes),
                     *_quant("attn.q_latent", T * c.q_lora_rank, p),
                     replace(_gemm("attn.q_up", T, heads * dqk, c.q_lora_rank, p),
-                            saved=loc * c.q_lora_rank * p.gemm_in_bytes)]
+                            saved=loc * c.q_lora_rank * _saved_bytes(p))]
         else:
-            ops.append(replace(_gemm("attn.q_proj", T, heads * dqk, h, p), saved=loc * h * p.gemm_in_bytes))
+            ops.append(replace(_gemm("attn.q_proj", T, heads * dqk, h, p), saved=loc * h * _saved_bytes(p)))
         ops += [replace(_gemm("attn.kv_down", T, kvr + rope, h, p), saved=loc * h * own),
                 replace(_norm("attn.kv_norm", T, kvr, p), saved=loc * kvr * p.act_bytes),
                 *_quant("attn.kv_latent", T * kvr, p),
-                replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * p.gemm_in_bytes),
+                replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
                 _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
         d_core, d_out = (dqk + vd) / 2.0, float(vd)
         d_qk, d_v, kv_heads = float(dqk), float(vd), heads
@@ -358,7 +364,7 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         d = c.attn_head_dim
         kvh = max(c.num_kv_heads / tp, 1.0)
         ops += [replace(_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), bias=c.linear_bias,
-                        saved=(T / tp if sp else T) * h * p.gemm_in_bytes),  # SP: the local ln_out (SAVED_SOURCE)
+                        saved=(T / tp if sp else T) * h * _saved_bytes(p)),  # SP: the local ln_out (SAVED_SOURCE)
                 *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
         d_qk, d_v, kv_heads = float(d), float(d), kvh
@@ -524,7 +530,7 @@ def _dense_ffn_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision, ffn: int
         ops.append(_coll(f"{prefix}.sp_all_gather", "tp", "all_gather", T * h * p.act_bytes))
     # fc1 keeps this rank's T / tp rows under SP; the shared experts' fc1 reads the pre-MLP norm output the router
     # keeps (bf16, or as that original under FP8): nothing of its own (SAVED_SOURCE)
-    fc1_saved = 0.0 if prefix == "moe.shared" else (T / tp if sp else T) * h * p.gemm_in_bytes
+    fc1_saved = 0.0 if prefix == "moe.shared" else (T / tp if sp else T) * h * _saved_bytes(p)
     ops += [*_quant(f"{prefix}.input", T * h, p), replace(_gemm(f"{prefix}.fc1", T, 2 * f, h, p), saved=fc1_saved),
             _ew(f"{prefix}.swiglu", T * f, p, inputs=2, flops_per=4.0, saved=2 * T * f * p.act_bytes),
             *_quant(f"{prefix}.act", T * f, p), _gemm(f"{prefix}.fc2", T, h, f, p)]

@@ -99,6 +99,11 @@ class MemoryOptions:
     """Dropout on the hidden states (Megatron's ``hidden_dropout`` > 0; its default 0.1, 0 in every
     Megatron-Bridge recipe): each bias-dropout-add (after attention, after the FFN) and the embedding's dropout
     keep a 1-byte mask per element (:data:`DROPOUT_SOURCE`)."""
+    moe_act_input_fp8: bool = False
+    """Keep the routed experts' activation input (the ``moe_act`` checkpoint: fc1's output) in FP8 with its scales
+    instead of bf16, as DeepSeek-V3's framework does ("the input of the SwiGLU operator in MoE ... cached in FP8
+    ... its output recomputed in the backward pass": DeepSeek-V3 report, arXiv:2412.19437, section 3.3.3);
+    takes effect with ``moe_act`` recomputation and an FP8 precision."""
     overhead: float = OVERHEAD_BYTES
     """Flat reserve per GPU, bytes."""
 
@@ -143,17 +148,23 @@ def _discarded(ops: Sequence[Op], modules: Sequence[str], card: MoEModelConfig, 
 
 
 def layer_activation_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig,
-                           p: Precision, layer_input: float) -> float:
+                           p: Precision, layer_input: float, options: MemoryOptions | None = None) -> float:
     """Activation bytes one layer keeps for its backward, per micro-batch.
 
     ``none``: every op's :attr:`Op.saved`; ``full``: the layer's input (``layer_input`` bytes); ``selective``:
     the ops outside ``modules`` keep theirs, a run of recomputed ops only its first op's input (the module's
     checkpoint, :func:`cosim.workload.synth.costs.selective_saved`), and what the consumers of a module's freed
-    output saved of it is freed too (:data:`DISCARD_SOURCE`)."""
+    output saved of it is freed too (:data:`DISCARD_SOURCE`); :attr:`MemoryOptions.moe_act_input_fp8` stores the
+    ``moe_act`` checkpoint's input in FP8."""
     if recompute == "full":
         return layer_input
     if recompute == "selective":
-        return selective_saved(ops, modules) - _discarded(ops, modules, card, p)
+        kept = selective_saved(ops, modules) - _discarded(ops, modules, card, p)
+        if options is not None and options.moe_act_input_fp8 and "moe_act" in modules and p.gemm != "bf16":
+            first = next((o for o in ops if o.name in ("moe.experts_act_clamp_glu", "moe.experts_swiglu")), None)
+            if first is not None:
+                kept -= first.saved * (1.0 - p.cast_bytes / p.act_bytes)
+        return kept
     return float(sum(o.saved for o in ops))
 
 
@@ -191,7 +202,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             st.expert += e / (rm.ep * rm.etp)
             st.gemm += gd / rm.tp + ge / (rm.ep * rm.etp)
             ops = layer_ops(card, ly, T, seq, sh, p)
-            kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input)
+            kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
             a += kept + (2 * mask if lay.recompute != "full" else 0.0)
             if lay.recompute != "none":  # the layer in backward re-materializes what it dropped
                 st.work = max(st.work, sum(x.saved for x in ops) - kept)
