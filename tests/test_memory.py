@@ -99,16 +99,13 @@ def test_fp8_weight_cache_and_state_bytes() -> None:
     assert f8.weights - bf.weights == pytest.approx(2 * (1 + 1 / 32) * linear)
 
 
-DEEPSEEK_H800 = dict(recompute="selective", recompute_modules=["layernorm", "mla_up_proj", "moe_act"])
-"""DeepSeek-V3 report (arXiv:2412.19437) section 3.2.3: RMSNorm and MLA up-projections recomputed; section 3.3.3:
-the SwiGLU input cached in FP8 and its output recomputed, AdamW moments in bf16, master weights and gradients fp32."""
-
-
 def test_every_published_e2e_layout_fits_its_gpu() -> None:
     """Every Megatron-Bridge layout of validation/e2e/training.yaml ran on its GPUs, so cosim's estimate must fit
-    their HBM; the DeepSeek-V3 H800 run with the memory savings its report publishes."""
+    their HBM; the DeepSeek-V3 H800 run (its own framework) with the memory savings its report publishes
+    (validation/memory/run.py E2E_MEMORY_SETTINGS)."""
     from cosim.scenario import build_topology
     from validation.e2e.run import _scenario, load_cases, microbatches
+    from validation.memory.run import E2E_MEMORY_SETTINGS
 
     _, cases = load_cases()
     assert len(cases) == 14
@@ -117,9 +114,9 @@ def test_every_published_e2e_layout_fits_its_gpu() -> None:
         spec = _scenario(c, m, c.system, None, "none").workload.synthetic  # type: ignore[union-attr]
         card = load_model_config(c.model)
         lay, opts = spec.layout, MemoryOptions()
-        if c.id.startswith("dsv3-h800"):
-            lay = lay.model_copy(update=DEEPSEEK_H800)
-            opts = MemoryOptions(grad_bytes=4, moment_bytes=4, moe_act_input_fp8=True)
+        if c.id in E2E_MEMORY_SETTINGS:
+            update, kw, _ = E2E_MEMORY_SETTINGS[c.id]
+            lay, opts = lay.model_copy(update=update), MemoryOptions(**kw)
         rm = lay.resolve(card, c.gpus)
         worst = max(memory_per_stage(card, rm, spec.batch.micro, spec.batch.seq, m, spec.precision, opts),
                     key=lambda x: x.total)

@@ -29,6 +29,17 @@ ROOT = HERE.parent.parent
 ROWS = HERE / "measured.yaml"
 GIB = 2.0**30
 
+E2E_MEMORY_SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "dsv3-h800-2048-fp8-run-average": (
+        {"recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"]},
+        {"grad_bytes": 4, "moment_bytes": 4, "moe_act_input_fp8": True},
+        "DeepSeek-V3 report (arXiv:2412.19437) section 3.2.3: RMSNorm and MLA up-projections recomputed; section "
+        "3.3.3: the SwiGLU input cached in FP8 and its output recomputed, AdamW moments in bf16, master weights and "
+        "gradients in fp32"),
+}
+"""Memory settings a published end-to-end run reports beyond its training.yaml row (layout fields, MemoryOptions,
+source); the Megatron-Bridge rows need none (their configs' recompute_modules are in training.yaml)."""
+
 
 def _model(name: str) -> Any:
     p = ROOT / name
@@ -68,7 +79,9 @@ def score(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def e2e_rows() -> list[dict[str, Any]]:
-    """cosim's memory of every published end-to-end layout (validation/e2e/training.yaml) and its GPU's HBM."""
+    """cosim's memory of every published end-to-end layout (validation/e2e/training.yaml) and its GPU's HBM, as the
+    row's scenario holds it and, where :data:`E2E_MEMORY_SETTINGS` has the run's published memory settings, with
+    them."""
     from cosim.scenario import build_topology
     from validation.e2e.run import _scenario, load_cases, microbatches
 
@@ -78,13 +91,20 @@ def e2e_rows() -> list[dict[str, Any]]:
         m = microbatches(c)
         spec = _scenario(c, m, c.system, None, "none").workload.synthetic
         card = load_model_config(c.model)
-        rm = spec.layout.resolve(card, c.gpus)
-        mem = memory_per_stage(card, rm, spec.batch.micro, spec.batch.seq, m, spec.precision)
-        worst = max(mem, key=lambda x: x.total)
         topo = build_topology(c.system, None, None, None, None)
         hbm = float(topo.accelerator(topo.gpus[0]).hbm_capacity)
-        out.append({"id": c.id, "stage": worst.stage, "total": worst.total, "hbm": hbm, "weights": worst.weights,
-                    "gradients": worst.gradients, "optimizer": worst.optimizer, "activations": worst.activations})
+        variants = [(c.id, spec.layout, MemoryOptions())]
+        if c.id in E2E_MEMORY_SETTINGS:
+            lay, opts, _ = E2E_MEMORY_SETTINGS[c.id]
+            variants.append((f"{c.id} (published memory settings)", spec.layout.model_copy(update=lay),
+                             MemoryOptions(**opts)))
+        for name, layout, opt in variants:
+            rm = layout.resolve(card, c.gpus)
+            mem = memory_per_stage(card, rm, spec.batch.micro, spec.batch.seq, m, spec.precision, opt)
+            worst = max(mem, key=lambda x: x.total)
+            out.append({"id": name, "stage": worst.stage, "total": worst.total, "hbm": hbm,
+                        "weights": worst.weights, "gradients": worst.gradients, "optimizer": worst.optimizer,
+                        "activations": worst.activations})
     return out
 
 
