@@ -14,7 +14,8 @@
   layers, times the micro-batches the schedule holds at once per model chunk (the issue order of
   :func:`cosim.workload.synth.schedule.stage_order`, with Megatron's extra warm-up forward under the EP
   all-to-all overlap, or :func:`~cosim.workload.synth.schedule.dualpipe_order`). Recomputation:
-  :func:`layer_activation_bytes`; the peak adds one layer's recomputed working set.
+  :func:`layer_activation_bytes`; the peak adds the largest transient: one layer's recomputed working set, or on
+  the stage with the loss the bf16 copy of the logits (:data:`LOSS_SOURCE`).
 
 Not modelled: allocator fragmentation, NCCL / DeepEP and CUDA-context buffers, the temporaries of one
 kernel and the activation gradients of the layer in backward (the ``overhead`` term is a flat reserve for them).
@@ -41,7 +42,7 @@ from cosim.workload.synth.costs import (
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
-__all__ = ["DISCARD_SOURCE", "DROPOUT_SOURCE", "FP8_WEIGHT_CACHE_SOURCE", "GRAD_SOURCE", "OVERHEAD_BYTES", "MemoryEstimate",
+__all__ = ["DISCARD_SOURCE", "DROPOUT_SOURCE", "LOSS_SOURCE", "FP8_WEIGHT_CACHE_SOURCE", "GRAD_SOURCE", "OVERHEAD_BYTES", "MemoryEstimate",
            "MemoryOptions", "layer_activation_bytes", "memory_per_stage"]
 
 OVERHEAD_BYTES = 3 * 2**30
@@ -77,6 +78,14 @@ DROPOUT_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/fusions/fused_b
                   "then the residual add), transformer_config.py (hidden_dropout 0.1), megatron/training/arguments.py "
                   "(--hidden-dropout default 0.1)")
 """Why hidden dropout adds two 1-byte masks per layer and one for the embedding."""
+
+
+LOSS_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/tensor_parallel/cross_entropy.py "
+               "(_VocabParallelCrossEntropy: the bf16 logits cast to fp32 in forward, the fp32 softmax saved and turned "
+               "into the gradient in place; autograd casts that fp32 gradient to the logits' bf16) and "
+               "megatron/core/fusions/fused_cross_entropy.py (grad_input.to(torch.bfloat16))")
+"""Why the stage with the loss holds, at its peak, a bf16 tensor of the logits' size besides the saved fp32 one
+(the bf16 logits in forward, their bf16 gradient in backward)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
         if c == rm.pp * rm.vpp - 1:
             st.dense += card.vocab_size * card.hidden_size / rm.tp
             a += sum(x.saved for x in head_ops(card, T, sh, p))
+            st.work = max(st.work, T * card.vocab_size / rm.tp * p.act_bytes)  # LOSS_SOURCE
         st.act_chunk.append(a)
     return st
 
@@ -255,6 +265,8 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                 peak += sum(x.saved for x in layer_ops(card, last[-1], T, seq, sh, p))
         else:
             peak += st.work
+        if rm.layout.recompute == "full" and rm.pp * rm.vpp - 1 in rm.stage_chunks(stage):
+            peak += T * card.vocab_size / rm.tp * p.act_bytes  # LOSS_SOURCE
         params = st.dense + st.expert
         sharded = st.dense / n_dp + st.expert / n_edp
         held = sharded if zero == "fsdp" else params
