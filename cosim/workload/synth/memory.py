@@ -42,8 +42,18 @@ from cosim.workload.synth.costs import (
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
-__all__ = ["DISCARD_SOURCE", "DROPOUT_SOURCE", "LOSS_SOURCE", "FP8_WEIGHT_CACHE_SOURCE", "GRAD_SOURCE", "OVERHEAD_BYTES", "MemoryEstimate",
-           "MemoryOptions", "layer_activation_bytes", "memory_per_stage"]
+__all__ = [
+    "DISCARD_SOURCE",
+    "DROPOUT_SOURCE",
+    "FP8_WEIGHT_CACHE_SOURCE",
+    "GRAD_SOURCE",
+    "LOSS_SOURCE",
+    "OVERHEAD_BYTES",
+    "MemoryEstimate",
+    "MemoryOptions",
+    "layer_activation_bytes",
+    "memory_per_stage",
+]
 
 OVERHEAD_BYTES = 3 * 2**30
 """CUDA context, NCCL buffers and allocator slack reserved per GPU (3 GiB)."""
