@@ -124,3 +124,14 @@ def test_every_published_e2e_layout_fits_its_gpu() -> None:
         topo = build_topology(c.system, None, None, None, None)
         hbm = float(topo.accelerator(topo.gpus[0]).hbm_capacity)
         assert worst.total <= hbm, (c.id, worst.total / 2**30, hbm / 2**30)
+
+
+def test_fsdp_shards_state_and_holds_two_gathered_layers() -> None:
+    """zero: fsdp shards weights, gradients and optimizer state over dp and holds, at the peak, the bf16 parameters
+    of the layer at work and of the prefetched next one (the step builder's gathers)."""
+    card = dense(2)
+    z1, fs = (memory_per_stage(card, ParallelLayout(zero=z).resolve(card, 4), 1, 128, 4, "bf16")[0]
+              for z in (1, "fsdp"))
+    layer = card.attention_params() + 2 * H + 3 * H * (card.dense_ffn_size or 0)
+    assert (fs.weights, fs.gradients, fs.optimizer) == pytest.approx((z1.weights / 4, z1.gradients / 4, z1.optimizer))
+    assert fs.activations - z1.activations == pytest.approx(2 * layer * 2.0)

@@ -2,7 +2,9 @@
 
 * weights: the parameters of this rank's share in bf16 (:attr:`MemoryOptions.weight_bytes`): dense
   parameters / tp, routed experts / (ep * etp), the embedding on the first stage and the LM head on the
-  last (vocabulary split over tp); FSDP shards them over data parallelism too. Under FP8 / MXFP8,
+  last (vocabulary split over tp); FSDP shards them over data parallelism too and holds, at the peak, two
+  layers gathered in bf16 (the one at work and the prefetched next one, as the step builder gathers them;
+  counted with the activations). Under FP8 / MXFP8,
   Transformer Engine also keeps each linear layer's quantized weight between micro-batches
   (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``;
 * gradients: the DDP gradient buffer in the parameters' dtype (:data:`GRAD_SOURCE`: Megatron-Core's default
@@ -203,6 +205,8 @@ class _Stage:
     gemm: float = 0.0
     act_chunk: list[float] = field(default_factory=list)
     work: float = 0.0
+    layer_max: float = 0.0
+    """Parameters of the stage's largest layer on this rank (before FSDP sharding)."""
 
 
 def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh: Shard, p: Precision,
@@ -220,6 +224,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             st.dense += d / rm.tp
             st.expert += e / (rm.ep * rm.etp)
             st.gemm += gd / rm.tp + ge / (rm.ep * rm.etp)
+            st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
             ops = layer_ops(card, ly, T, seq, sh, p)
             kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
             a += kept + (2 * mask if lay.recompute != "full" else 0.0)
@@ -280,6 +285,8 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
         params = st.dense + st.expert
         sharded = st.dense / n_dp + st.expert / n_edp
         held = sharded if zero == "fsdp" else params
+        if zero == "fsdp":  # the gathered bf16 parameters of the layer at work and of the prefetched next one
+            peak += 2 * st.layer_max * p.act_bytes
         weights = o.weight_bytes * held
         if p.gemm != "bf16" and o.fp8_weight_cache and zero != "fsdp":
             weights += QUANT_COPIES * p.cast_bytes * st.gemm
