@@ -205,6 +205,7 @@ class _Stage:
     gemm: float = 0.0
     act_chunk: list[float] = field(default_factory=list)
     work: float = 0.0
+    """The largest transient at the peak: a recomputed layer's re-materialized bytes, or the loss's bf16 logits."""
     layer_max: float = 0.0
     """Parameters of the stage's largest layer on this rank (before FSDP sharding)."""
 
@@ -273,15 +274,7 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
     out = []
     for stage in range(rm.pp):
         st = _stage(card, rm, stage, T, seq, sh, p, o)
-        peak = _peak(rm, stage, st.act_chunk, microbatches)
-        if rm.layout.recompute == "full":  # the layer being recomputed holds its full working set
-            last = rm.chunk_layers[rm.stage_chunks(stage)[0]]
-            if last:
-                peak += sum(x.saved for x in layer_ops(card, last[-1], T, seq, sh, p))
-        else:
-            peak += st.work
-        if rm.layout.recompute == "full" and rm.pp * rm.vpp - 1 in rm.stage_chunks(stage):
-            peak += T * card.vocab_size / rm.tp * p.act_bytes  # LOSS_SOURCE
+        peak = _peak(rm, stage, st.act_chunk, microbatches) + st.work
         params = st.dense + st.expert
         sharded = st.dense / n_dp + st.expert / n_edp
         held = sharded if zero == "fsdp" else params
