@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops",
+__all__ = ["PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "SAVED_SOURCE", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops",
            "bias_ops", "embedding_ops", "expert_activation_ops", "expert_bias_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
            "layer_params", "recomputed", "rope_ops", "sample_head_ops", "selective_saved"]
@@ -43,6 +43,23 @@ BF16 source, not transposed (TE ``MXFP8Quantizer(rowwise=True, columnwise=True)`
 Pre-training LLMs with MXFP8", arXiv:2506.08027, section 3); Hopper FP8: its GEMMs take only the TN layout, so
 TE's fused ``cast_transpose`` writes the FP8 tensor and its transpose (transformer_engine/common/transpose/
 cast_transpose.cu)."""
+
+
+SAVED_SOURCE = (
+    "NVIDIA/TransformerEngine v2.12 transformer_engine/pytorch/module/linear.py (_Linear.forward: the saved input is "
+    "the local, pre-all-gather one, re-gathered in backward when backward_input_needs_gather, i.e. column-parallel "
+    "under sequence parallelism; under FP8 one quantized copy, row-wise data discarded; save_original_input keeps the "
+    "bf16 original instead); NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/attention.py and "
+    "multi_latent_attention.py (linear_proj set_save_original_input for non-delayed FP8: 'the output of the fused "
+    "core_attn is saved by itself'; MLA's linear_q_down_proj / linear_kv_down_proj are TELinear "
+    "parallel_mode='duplicated' on the [s/TP] shard), moe/shared_experts.py (linear_fc1 set_save_original_input: "
+    "'the output of pre_mlp_layernorm is saved by router'), moe/token_dispatcher.py (combine_postprocess: unpermute "
+    "without probs) and moe/experts.py (TEGroupedMLP: the probabilities are applied in the weighted activation), "
+    "tensor_parallel/layers.py (LinearWithGradAccumulationAndAsyncCommunication: the LM head keeps its local input "
+    "under sequence parallelism and all-gathers it in backward); flash attention keeps q, k, v, o and the fp32 "
+    "softmax LSE (k and v on the KV heads)")
+"""Where the :attr:`Op.saved` bytes of the linear layers, the attention and the MoE unpermute come from (each tensor
+counted once, by the op that owns it)."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +266,13 @@ def _gemm(name: str, m: float, n: float, k: float, p: Precision, *, save_input: 
     inb, outb = p.gemm_in_bytes, p.act_bytes
     nbytes = (m * k + k * n) * batch * inb + m * n * batch * outb
     return Op(name, cls, 2.0 * m * n * k * batch, nbytes, p.gemm, m, n, k, batch,
-              saved=m * k * batch * inb if save_input else 0.0)
+              saved=m * k * batch * _saved_bytes(p) if save_input else 0.0)
+
+
+def _saved_bytes(p: Precision) -> float:
+    """Bytes per element of a GEMM input kept for the backward: one quantized copy with its scales (FP8: the
+    column-wise one the wgrad reads, SAVED_SOURCE), or the bf16 tensor."""
+    return p.cast_bytes if p.gemm != "bf16" else p.gemm_in_bytes
 
 
 def _quant(name: str, numel: float, p: Precision, groups: int = 1) -> list[Op]:
@@ -317,23 +340,34 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
         vd, kvr = c.v_head_dim or 0, c.kv_lora_rank or 0
         dqk = nope + rope
+        # saved (SAVED_SOURCE): the down projections' input on this rank's T / tp tokens under SP, one quantized copy
+        # each (FP8) or the one norm output both read (bf16); the up projections' norm input and ln_out the same
+        loc = T / tp if sp else T
+        own = _saved_bytes(p) if p.gemm != "bf16" else 0.0  # a second reader's own quantized copy
         if c.q_lora_rank:
-            ops += [_gemm("attn.q_down", T, c.q_lora_rank, h, p), _norm("attn.q_norm", T, c.q_lora_rank, p),
+            ops += [replace(_gemm("attn.q_down", T, c.q_lora_rank, h, p), saved=loc * h * _saved_bytes(p)),
+                    replace(_norm("attn.q_norm", T, c.q_lora_rank, p), saved=loc * c.q_lora_rank * p.act_bytes),
                     *_quant("attn.q_latent", T * c.q_lora_rank, p),
-                    _gemm("attn.q_up", T, heads * dqk, c.q_lora_rank, p)]
+                    replace(_gemm("attn.q_up", T, heads * dqk, c.q_lora_rank, p),
+                            saved=loc * c.q_lora_rank * _saved_bytes(p))]
         else:
-            ops.append(_gemm("attn.q_proj", T, heads * dqk, h, p))
-        ops += [_gemm("attn.kv_down", T, kvr + rope, h, p), _norm("attn.kv_norm", T, kvr, p),
-                *_quant("attn.kv_latent", T * kvr, p), _gemm("attn.kv_up", T, heads * (nope + vd), kvr, p),
+            ops.append(replace(_gemm("attn.q_proj", T, heads * dqk, h, p), saved=loc * h * _saved_bytes(p)))
+        ops += [replace(_gemm("attn.kv_down", T, kvr + rope, h, p), saved=loc * h * own),
+                replace(_norm("attn.kv_norm", T, kvr, p), saved=loc * kvr * p.act_bytes),
+                *_quant("attn.kv_latent", T * kvr, p),
+                replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
                 _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
         d_core, d_out = (dqk + vd) / 2.0, float(vd)
+        d_qk, d_v, kv_heads = float(dqk), float(vd), heads
         kv_bytes = T * (kvr + rope) * p.act_bytes
     else:
         d = c.attn_head_dim
         kvh = max(c.num_kv_heads / tp, 1.0)
-        ops += [replace(_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), bias=c.linear_bias),
+        ops += [replace(_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), bias=c.linear_bias,
+                        saved=(T / tp if sp else T) * h * _saved_bytes(p)),  # SP: the local ln_out (SAVED_SOURCE)
                 *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
+        d_qk, d_v, kv_heads = float(d), float(d), kvh
         kv_bytes = T * 2 * kvh * d * p.act_bytes
     if cp > 1:  # every rank needs the keys and values of the whole sequence
         ops.append(_coll("attn.cp_kv_all_gather", "cp", "all_gather", kv_bytes * cp, stream="cp"))
@@ -346,8 +380,9 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         flops = 4.0 * b * heads * d_core * pairs
         keys = window_tile_keys(window, sk)
     qkvo = b * heads * (sq * d_core * 2 + sk * d_core * 2) * p.act_bytes
-    ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads,
-                  saved=qkvo + b * heads * sq * 4.0, keys=keys))
+    # saved: q and the output on the rank's heads, k and v on its KV heads (GQA: fewer), the fp32 softmax LSE
+    saved = b * (heads * sq * (d_qk + d_v) + kv_heads * sk * (d_qk + d_v)) * p.act_bytes + b * heads * sq * 4.0
+    ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads, saved=saved, keys=keys))
     return ops + _attention_out(c, T, heads, d_out, s, p)
 
 
@@ -412,7 +447,8 @@ def _attention_out(c: MoEModelConfig, T: float, heads: float, d_out: float, s: S
     h, tp = c.hidden_size, s.tp
     sp = s.sequence_parallel and tp > 1
     ops = _quant("attn.o_input", T * heads * d_out, p)
-    ops.append(_gemm("attn.o_proj", T, h, heads * d_out, p))
+    # its input is the attention output attn.core keeps (bf16), or saved as that original (FP8: SAVED_SOURCE)
+    ops.append(_gemm("attn.o_proj", T, h, heads * d_out, p, save_input=False))
     if sp:
         ops.append(_coll("attn.sp_reduce_scatter", "tp", "reduce_scatter", T * h * p.act_bytes))
     elif tp > 1:
@@ -492,7 +528,10 @@ def _dense_ffn_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision, ffn: int
     ops: list[Op] = []
     if sp:
         ops.append(_coll(f"{prefix}.sp_all_gather", "tp", "all_gather", T * h * p.act_bytes))
-    ops += [*_quant(f"{prefix}.input", T * h, p), _gemm(f"{prefix}.fc1", T, 2 * f, h, p),
+    # fc1 keeps this rank's T / tp rows under SP; the shared experts' fc1 reads the pre-MLP norm output the router
+    # keeps (bf16, or as that original under FP8): nothing of its own (SAVED_SOURCE)
+    fc1_saved = 0.0 if prefix == "moe.shared" else (T / tp if sp else T) * h * _saved_bytes(p)
+    ops += [*_quant(f"{prefix}.input", T * h, p), replace(_gemm(f"{prefix}.fc1", T, 2 * f, h, p), saved=fc1_saved),
             _ew(f"{prefix}.swiglu", T * f, p, inputs=2, flops_per=4.0, saved=2 * T * f * p.act_bytes),
             *_quant(f"{prefix}.act", T * f, p), _gemm(f"{prefix}.fc2", T, h, f, p)]
     if sp:
@@ -559,8 +598,8 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
         ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
     if ep > 1:
         ops.append(_coll("moe.combine", "ep", "all_to_all_combine", total * h * p.act_bytes, stream="ep"))
-    ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16",
-               saved=tm * k * h * p.act_bytes),
+    # no probabilities in the unpermute (the experts' weighted activation applies them): it keeps only its row map
+    ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16"),
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
     return ops
 
@@ -866,7 +905,8 @@ def head_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = None,
     ops = [_norm("head.norm", tokens / s.tp if sp else tokens, h, p)]
     if sp:
         ops.append(_coll("head.sp_all_gather", "tp", "all_gather", tokens * h * p.act_bytes))
-    ops += [_gemm("head.lm_head", tokens, V, h, Precision("bf16", "bf16", 2.0)),
+    ops += [replace(_gemm("head.lm_head", tokens, V, h, Precision("bf16", "bf16", 2.0)),
+                    saved=(tokens / s.tp if sp else tokens) * h * 2.0),  # SP: the local input, re-gathered
             Op("head.cross_entropy", "reduction", tokens * V * SOFTMAX_FLOPS, tokens * V * 4.0 * 2, "bf16",
                saved=tokens * V * 4.0)]
     if s.tp > 1:

@@ -1,27 +1,39 @@
-"""Memory per GPU of a training layout (bytes).
+"""Memory per GPU of a training layout (bytes), as Megatron-Core with Transformer Engine holds it.
 
-* weights: bf16 (2 bytes per parameter) of this rank's share: dense parameters / tp,
-  routed experts / (ep * etp), the embedding on the first stage and the LM head on the
-  last (vocabulary split over tp); FSDP shards them over data parallelism too;
-* gradients: fp32 main gradients (4 bytes), sharded over data parallelism with FSDP;
-* optimizer: fp32 master weights, Adam m and v (12 bytes per parameter), sharded over
-  the data-parallel group with ZeRO-1 / FSDP (dense over dp x cp, experts over edp);
-* activations: the bytes each op keeps for its backward (:attr:`Op.saved`) for one
-  micro-batch through the stage's layers, times the most micro-batches the schedule
-  holds at once (:func:`cosim.workload.synth.schedule.peak_in_flight`, per model chunk);
-  with full recomputation only each layer's input is kept, plus one layer's working set.
+* weights: the parameters of this rank's share in bf16 (:attr:`MemoryOptions.weight_bytes`): dense
+  parameters / tp, routed experts / (ep * etp), the embedding on the first stage and the LM head on the
+  last (vocabulary split over tp); FSDP shards them over data parallelism too and holds, at the peak, two
+  layers gathered in bf16 (the one at work and the prefetched next one, as the step builder gathers them;
+  counted with the activations). Under FP8 / MXFP8,
+  Transformer Engine also keeps each linear layer's quantized weight between micro-batches
+  (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``;
+* gradients: the DDP gradient buffer in the parameters' dtype (:data:`GRAD_SOURCE`: Megatron-Core's default
+  and every Megatron-Bridge performance config reduce in bf16), sharded over data parallelism with FSDP;
+* optimizer: fp32 master weights and Adam's m and v (4 + 8 bytes per parameter), sharded over the
+  data-parallel group with ZeRO-1 / FSDP (dense over dp x cp, experts over edp);
+* activations: what each op keeps for its backward (:attr:`Op.saved`, each tensor counted once by the op
+  that owns it: :data:`cosim.workload.synth.costs.SAVED_SOURCE`) for one micro-batch through the stage's
+  layers, times the micro-batches the schedule holds at once per model chunk (the issue order of
+  :func:`cosim.workload.synth.schedule.stage_order`, with Megatron's extra warm-up forward under the EP
+  all-to-all overlap, or :func:`~cosim.workload.synth.schedule.dualpipe_order`). Recomputation:
+  :func:`layer_activation_bytes`; the peak adds the largest transient: one layer's recomputed working set, or on
+  the stage with the loss the bf16 copy of the logits (:data:`LOSS_SOURCE`).
 
-Not modelled: allocator fragmentation, NCCL and CUDA-context buffers, temporaries of one
-kernel (the ``overhead`` term below is a flat reserve for them).
+Not modelled: allocator fragmentation, NCCL / DeepEP and CUDA-context buffers, the temporaries of one
+kernel and the activation gradients of the layer in backward (the ``overhead`` term is a flat reserve for them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.synth.costs import (
     PRECISIONS,
+    QUANT_COPIES,
+    Op,
+    Precision,
     Shard,
     embedding_ops,
     head_ops,
@@ -32,10 +44,89 @@ from cosim.workload.synth.costs import (
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.schedule import dualpipe_order, stage_order
 
-__all__ = ["OVERHEAD_BYTES", "MemoryEstimate", "memory_per_stage"]
+__all__ = [
+    "DISCARD_SOURCE",
+    "DROPOUT_SOURCE",
+    "FP8_WEIGHT_CACHE_SOURCE",
+    "GRAD_SOURCE",
+    "LOSS_SOURCE",
+    "OVERHEAD_BYTES",
+    "MemoryEstimate",
+    "MemoryOptions",
+    "layer_activation_bytes",
+    "memory_per_stage",
+]
 
 OVERHEAD_BYTES = 3 * 2**30
 """CUDA context, NCCL buffers and allocator slack reserved per GPU (3 GiB)."""
+
+GRAD_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/distributed/distributed_data_parallel_config.py "
+               "(grad_reduce_in_fp32 = False) and param_and_grad_buffer.py (the grad buffer takes the parameters' "
+               "dtype unless grad_reduce_in_fp32); NVIDIA-NeMo/Megatron-Bridge v0.3.0 scripts/performance/configs/"
+               "{deepseek,qwen,llama,gpt_oss}/*_llm_pretrain.py (cfg.ddp.grad_reduce_in_fp32 = False)")
+"""Why the gradient buffer holds 2 bytes per parameter by default."""
+
+FP8_WEIGHT_CACHE_SOURCE = ("NVIDIA/TransformerEngine v2.12 transformer_engine/pytorch/module/linear.py and "
+                           "grouped_linear.py (get_weight_workspace with cache_name 'weight' / 'weight{i}' when "
+                           "is_first_microbatch is not None: the quantized weight is kept and re-used by the later "
+                           "micro-batches); NVIDIA/Megatron-LM megatron/core/extensions/transformer_engine.py "
+                           "(TELinear / TEGroupedLinear pass is_first_microbatch unless "
+                           "disable_parameter_transpose_cache)")
+"""Why FP8 / MXFP8 training holds a quantized copy of every linear weight besides the bf16 one."""
+
+DISCARD_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/tensor_parallel/random.py (CheckpointWithoutOutput: "
+                  "discard_output_and_register_recompute frees the output's storage once its consumer ran, and "
+                  "recomputes it before the backward), multi_latent_attention.py (mla_up_proj: query, key, value "
+                  "freed after core attention; set_for_recompute_input_layernorm: the down projections save the "
+                  "original, freed, input), moe/experts.py (moe_act: linear_fc2 set_save_original_input), "
+                  "transformer_layer.py (layernorm: input_layernorm when not fused into the QKV linear, "
+                  "pre_mlp_layernorm of an MoE layer), moe/moe_layer.py (set_for_recompute_pre_mlp_layernorm)")
+"""Why a selectively recomputed module also frees what its consumers saved of its output
+(:func:`layer_activation_bytes`)."""
+
+
+DROPOUT_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/fusions/fused_bias_dropout.py (_bias_dropout_add_func: "
+                  "torch.nn.functional.dropout of the sublayer output, which keeps its bool mask for the backward, "
+                  "then the residual add), transformer_config.py (hidden_dropout 0.1), megatron/training/arguments.py "
+                  "(--hidden-dropout default 0.1)")
+"""Why hidden dropout adds two 1-byte masks per layer and one for the embedding."""
+
+
+LOSS_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/tensor_parallel/cross_entropy.py "
+               "(_VocabParallelCrossEntropy: the bf16 logits cast to fp32 in forward, the fp32 softmax saved and turned "
+               "into the gradient in place; autograd casts that fp32 gradient to the logits' bf16) and "
+               "megatron/core/fusions/fused_cross_entropy.py (grad_input.to(torch.bfloat16))")
+"""Why the stage with the loss holds, at its peak, a bf16 tensor of the logits' size besides the saved fp32 one
+(the bf16 logits in forward, their bf16 gradient in backward)."""
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Bytes per parameter of the model state (framework settings; defaults: Megatron-Core's)."""
+
+    weight_bytes: float = 2.0
+    """Parameters as the model holds them (bf16)."""
+    grad_bytes: float = 2.0
+    """The gradient buffer per parameter (:data:`GRAD_SOURCE`; 4 with ``grad_reduce_in_fp32``)."""
+    master_bytes: float = 4.0
+    """fp32 master copy per parameter in the optimizer (0 when the parameters themselves are the fp32 master,
+    as with torch FSDP2's sharded fp32 parameters)."""
+    moment_bytes: float = 8.0
+    """Adam's m and v per parameter (fp32; 4 with bf16 moments)."""
+    fp8_weight_cache: bool = True
+    """Under FP8 / MXFP8 keep each linear weight's quantized copies between micro-batches
+    (:data:`FP8_WEIGHT_CACHE_SOURCE`)."""
+    hidden_dropout: bool = False
+    """Dropout on the hidden states (Megatron's ``hidden_dropout`` > 0; its default 0.1, 0 in every
+    Megatron-Bridge recipe): each bias-dropout-add (after attention, after the FFN) and the embedding's dropout
+    keep a 1-byte mask per element (:data:`DROPOUT_SOURCE`)."""
+    moe_act_input_fp8: bool = False
+    """Keep the routed experts' activation input (the ``moe_act`` checkpoint: fc1's output) in FP8 with its scales
+    instead of bf16, as DeepSeek-V3's framework does ("the input of the SwiGLU operator in MoE ... cached in FP8
+    ... its output recomputed in the backward pass": DeepSeek-V3 report, arXiv:2412.19437, section 3.3.3);
+    takes effect with ``moe_act`` recomputation and an FP8 precision."""
+    overhead: float = OVERHEAD_BYTES
+    """Flat reserve per GPU, bytes."""
 
 
 @dataclass(frozen=True)
@@ -60,63 +151,139 @@ class MemoryEstimate:
                 "total": self.total}
 
 
+def _discarded(ops: Sequence[Op], modules: Sequence[str], card: MoEModelConfig, p: Precision) -> float:
+    """Bytes that consumers of a CheckpointWithoutOutput module's output saved and lose when it is freed
+    (:data:`DISCARD_SOURCE`)."""
+    gone = 0.0
+    mla = card.attention_kind == "mla"
+    for o in ops:
+        if "mla_up_proj" in modules and mla and o.name == "attn.core":
+            # query, key and value freed; the output and the softmax LSE stay
+            gone += max(o.saved - o.batch * o.heads * o.m * ((card.v_head_dim or 0) * p.act_bytes + 4.0), 0.0)
+        elif "moe_act" in modules and o.name == "moe.experts_fc2":
+            gone += o.saved
+        elif "layernorm" in modules and (o.name == "moe.router"
+                                         or (mla and o.name in ("attn.q_down", "attn.q_proj", "attn.kv_down"))):
+            gone += o.saved
+    return gone
+
+
+def layer_activation_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig,
+                           p: Precision, layer_input: float, options: MemoryOptions | None = None) -> float:
+    """Activation bytes one layer keeps for its backward, per micro-batch.
+
+    ``none``: every op's :attr:`Op.saved`; ``full``: the layer's input (``layer_input`` bytes); ``selective``:
+    the ops outside ``modules`` keep theirs, a run of recomputed ops only its first op's input (the module's
+    checkpoint, :func:`cosim.workload.synth.costs.selective_saved`), and what the consumers of a module's freed
+    output saved of it is freed too (:data:`DISCARD_SOURCE`); :attr:`MemoryOptions.moe_act_input_fp8` stores the
+    ``moe_act`` checkpoint's input in FP8."""
+    if recompute == "full":
+        return layer_input
+    if recompute == "selective":
+        kept = selective_saved(ops, modules) - _discarded(ops, modules, card, p)
+        if options is not None and options.moe_act_input_fp8 and "moe_act" in modules and p.gemm != "bf16":
+            first = next((o for o in ops if o.name in ("moe.experts_act_clamp_glu", "moe.experts_swiglu")), None)
+            if first is not None:
+                kept -= first.saved * (1.0 - p.cast_bytes / p.act_bytes)
+        return kept
+    return float(sum(o.saved for o in ops))
+
+
+def _gemm_params(card: MoEModelConfig, layer: int) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one layer's linear layers (no norms, no router)."""
+    d, e = layer_params(card, layer)
+    d -= 2 * card.hidden_size
+    if layer >= card.dense_layers:
+        d -= card.hidden_size * card.num_experts
+    return float(d), float(e)
+
+
+@dataclass
+class _Stage:
+    dense: float = 0.0
+    expert: float = 0.0
+    gemm: float = 0.0
+    act_chunk: list[float] = field(default_factory=list)
+    work: float = 0.0
+    """The largest transient at the peak: a recomputed layer's re-materialized bytes, or the loss's bf16 logits."""
+    layer_max: float = 0.0
+    """Parameters of the stage's largest layer on this rank (before FSDP sharding)."""
+
+
+def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh: Shard, p: Precision,
+           o: MemoryOptions) -> _Stage:
+    lay = rm.layout
+    st = _Stage()
+    local = T / (rm.tp if rm.sequence_parallel and rm.tp > 1 else 1) * card.hidden_size  # residual-stream elements
+    layer_input = local * p.act_bytes
+    mask = local if o.hidden_dropout else 0.0
+    for c in rm.stage_chunks(stage):
+        a = 0.0
+        for ly in rm.chunk_layers[c]:
+            d, e = layer_params(card, ly)
+            gd, ge = _gemm_params(card, ly)
+            st.dense += d / rm.tp
+            st.expert += e / (rm.ep * rm.etp)
+            st.gemm += gd / rm.tp + ge / (rm.ep * rm.etp)
+            st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
+            ops = layer_ops(card, ly, T, seq, sh, p)
+            kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
+            a += kept + (2 * mask if lay.recompute != "full" else 0.0)
+            if lay.recompute != "none":  # the layer in backward re-materializes what it dropped
+                st.work = max(st.work, sum(x.saved for x in ops) - kept)
+        if c == 0:
+            st.dense += card.vocab_size * card.hidden_size / rm.tp
+            a += sum(x.saved for x in embedding_ops(card, T, sh, p)) + mask
+        if c == rm.pp * rm.vpp - 1:
+            st.dense += card.vocab_size * card.hidden_size / rm.tp
+            a += sum(x.saved for x in head_ops(card, T, sh, p))
+            st.work = max(st.work, T * card.vocab_size / rm.tp * p.act_bytes)  # LOSS_SOURCE
+        st.act_chunk.append(a)
+    return st
+
+
+def _peak(rm: RankMap, stage: int, act_chunk: list[float], microbatches: int) -> float:
+    """Most activation bytes the stage holds at once over its schedule."""
+    if rm.schedule == "dualpipe":  # (kind, chunk) per action; an overlapped pair is a forward then a backward
+        steps: list[tuple[str, int]] = []
+        for act in dualpipe_order(stage, rm.pp, microbatches):
+            if act[0] == "FB":
+                steps += [("F", int(act[1])), ("B", int(act[2]))]
+            elif act[0] in ("F", "B"):
+                steps.append((str(act[0]), int(act[1])))
+    else:
+        extra = int(rm.layout.a2a_overlap) if rm.pp > 1 else 0  # as the step builder issues it
+        steps = [(kind, v) for kind, _, v in stage_order(stage, rm.pp, rm.vpp, microbatches, extra_warmup=extra)]
+    live = [0] * len(act_chunk)
+    peak = 0.0
+    for kind, v in steps:
+        live[v] += 1 if kind == "F" else -1
+        peak = max(peak, sum(n * act_chunk[i] for i, n in enumerate(live)))
+    return peak
+
+
 def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, microbatches: int,
-                     precision: str = "bf16") -> list[MemoryEstimate]:
+                     precision: str = "bf16", options: MemoryOptions | None = None) -> list[MemoryEstimate]:
     """Memory of one GPU of every pipeline stage."""
+    o = options or MemoryOptions()
     p = PRECISIONS[precision]
     T = float(micro * seq // rm.cp)
     sh = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel)
     zero = rm.layout.zero
-    n_dp = rm.dp * rm.cp
+    n_dp, n_edp = rm.dp * rm.cp, rm.edp
     out = []
     for stage in range(rm.pp):
-        dense = expert = 0.0
-        act_chunk: list[float] = []
-        for c in rm.stage_chunks(stage):
-            a = 0.0
-            for ly in rm.chunk_layers[c]:
-                d, e = layer_params(card, ly)
-                dense += d / rm.tp
-                expert += e / (rm.ep * rm.etp)
-                ops = layer_ops(card, ly, T, seq, sh, p)
-                if rm.layout.recompute == "full":
-                    a += T / (rm.tp if rm.sequence_parallel else 1) * card.hidden_size * p.act_bytes
-                elif rm.layout.recompute == "selective":
-                    a += selective_saved(ops, rm.layout.recompute_modules)
-                else:
-                    a += sum(o.saved for o in ops)
-            if c == 0:
-                dense += card.vocab_size * card.hidden_size / rm.tp
-                a += sum(o.saved for o in embedding_ops(card, T, sh, p))
-            if c == rm.pp * rm.vpp - 1:
-                dense += card.vocab_size * card.hidden_size / rm.tp
-                a += sum(o.saved for o in head_ops(card, T, sh, p))
-            act_chunk.append(a)
-        if rm.schedule == "dualpipe":  # (kind, chunk) per action; an overlapped pair is a forward then a backward
-            steps: list[tuple[str, int]] = []
-            for act in dualpipe_order(stage, rm.pp, microbatches):
-                if act[0] == "FB":
-                    steps += [("F", int(act[1])), ("B", int(act[2]))]
-                elif act[0] in ("F", "B"):
-                    steps.append((str(act[0]), int(act[1])))
-        else:
-            steps = [(kind, v) for kind, _, v in stage_order(stage, rm.pp, rm.vpp, microbatches)]
-        live = [0] * len(act_chunk)
-        peak = cur = 0.0
-        for kind, v in steps:
-            live[v] += 1 if kind == "F" else -1
-            cur = sum(n * act_chunk[i] for i, n in enumerate(live))
-            peak = max(peak, cur)
-        if rm.layout.recompute == "full":  # the layer being recomputed holds its full working set
-            last = rm.chunk_layers[rm.stage_chunks(stage)[0]]
-            if last:
-                peak += sum(o.saved for o in layer_ops(card, last[-1], T, seq, sh, p))
-        n_edp = rm.edp
-        params = dense + expert
-        if zero == "fsdp":
-            weights, grads = 2.0 * (dense / n_dp + expert / n_edp), 4.0 * (dense / n_dp + expert / n_edp)
-        else:
-            weights, grads = 2.0 * params, 4.0 * params
-        opt = 12.0 * (params if zero == 0 else dense / n_dp + expert / n_edp)
-        out.append(MemoryEstimate(stage, weights, grads, opt, peak))
+        st = _stage(card, rm, stage, T, seq, sh, p, o)
+        peak = _peak(rm, stage, st.act_chunk, microbatches) + st.work
+        params = st.dense + st.expert
+        sharded = st.dense / n_dp + st.expert / n_edp
+        held = sharded if zero == "fsdp" else params
+        if zero == "fsdp":  # the gathered bf16 parameters of the layer at work and of the prefetched next one
+            peak += 2 * st.layer_max * p.act_bytes
+        weights = o.weight_bytes * held
+        if p.gemm != "bf16" and o.fp8_weight_cache and zero != "fsdp":
+            weights += QUANT_COPIES * p.cast_bytes * st.gemm
+        grads = o.grad_bytes * held
+        opt = (o.master_bytes + o.moment_bytes) * (params if zero == 0 else sharded)
+        out.append(MemoryEstimate(stage, weights, grads, opt, peak, o.overhead))
     return out
