@@ -117,6 +117,9 @@ class Case(Strict):
     ``moe_deepep_num_sms``); None: the replay's default (no sharing)."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
+    recompute: Literal["full"] | None = None
+    """The run recomputes every layer's forward before its backward (Megatron-Core ``recompute_granularity: full``,
+    PyTorch per-layer activation checkpointing); absent: the runner's ``--recompute`` (default none)."""
     fp8_recipe: Literal["blockwise", "current"] | None = None
     """FP8 scaling of the run (``workload.synthetic.fp8_recipe``; Megatron-Bridge ``fp8_cs``: current); absent: the default."""
     expert_padding: bool = True
@@ -248,7 +251,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
 
     if case.a2a_overlap:
         layout["a2a_overlap"] = True
-    if case.recompute_modules and recompute == "none":
+    if case.recompute and recompute == "none":
+        layout["recompute"] = case.recompute
+    elif case.recompute_modules and recompute == "none":
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)
     pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
