@@ -538,3 +538,49 @@ def test_from_json_bad_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Ca
         assert main(["--from-json", str(bad)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {bad}:") and "\n" not in err, err
+
+
+ROUND7_SOURCES = {"MZQWEN3", "NEMO2504", "NEMO2502", "NEMO2407", "AUTOMODEL"}
+
+
+def test_round7_rows_from_other_sources_load_and_match_their_tables() -> None:
+    """The round-7 rows cite sources other than Megatron-Bridge's tables, each with its config; their measured
+    tokens/s/GPU agree with the source's own figures (ModelZoo: GBS * seq / step / GPUs from the table's step time;
+    AutoModel: its tokens/s/GPU column equals GBS * seq / step / GPUs), and every layout divides the GPUs."""
+    from validation.e2e.run import load_cases, microbatches
+
+    sources, cases = load_cases()
+    new = [c for c in cases if c.source.ref in ROUND7_SOURCES]
+    assert len(new) == 13 and ROUND7_SOURCES <= set(sources)
+    assert all(c.config and c.source.row for c in new)
+    step_s = {"mz-qwen3-235b-h100-256-bf16-deepep": 19.7, "mz-qwen3-235b-h100-256-bf16-deepep-a2a-overlap": 17.6,
+              "mz-qwen3-235b-h100-256-bf16-a2a-pp32": 24.2, "mz-qwen3-235b-h100-256-bf16-tp4": 29.0,
+              "mz-qwen3-235b-h100-256-bf16-fsdp": 17.6, "automodel-qwen3-30b-h100-8-bf16": 21.773,
+              "automodel-gpt-oss-120b-h100-64-bf16": 4.30, "automodel-dsv3-h100-256-bf16": 8.18,
+              "automodel-dsv3-h100-1024-bf16": 37.87}
+    by = {c.id: c for c in new}
+    for cid, s in step_s.items():
+        c = by[cid]
+        assert c.batch.global_ * c.batch.seq / s / c.gpus == pytest.approx(c.measured.tokens_per_s_per_gpu, rel=0.005), cid
+    for c in new:
+        lay = c.layout
+        assert c.gpus % (lay.tp * lay.pp * lay.cp) == 0 and microbatches(c) >= 1, c.id
+    # AutoModel: FSDP2 with DeepEP; per-layer activation checkpointing where its config sets it
+    assert {c.id for c in new if c.recompute == "full"} == {
+        "mz-qwen3-235b-h100-256-bf16-fsdp", "automodel-qwen3-30b-h100-8-bf16", "automodel-dsv3-h100-256-bf16",
+        "automodel-dsv3-h100-1024-bf16"}
+    assert all(c.fsdp and c.dispatch == "deepep" for c in new if c.source.ref == "AUTOMODEL")
+
+
+def test_runner_passes_a_rows_full_recompute(tmp_path: Path) -> None:
+    """A row's ``recompute: full`` becomes the layout's (the runner's ``--recompute full`` does it for every row);
+    absent, a row's ``recompute_modules`` make it selective."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, recompute="full"))
+    assert _scenario(case, 16, "dgx-h100", 1, "none").workload.synthetic.layout.recompute == "full"
+    _, [sel] = load_cases(_cases_file(tmp_path, recompute_modules=["moe_act"]))
+    lay = _scenario(sel, 16, "dgx-h100", 1, "none").workload.synthetic.layout
+    assert lay.recompute == "selective" and lay.recompute_modules == ["moe_act"]
+    with pytest.raises(Exception, match="recompute"):
+        load_cases(_cases_file(tmp_path, recompute="sometimes"))
