@@ -551,7 +551,7 @@ def test_round7_rows_from_other_sources_load_and_match_their_tables() -> None:
 
     sources, cases = load_cases()
     new = [c for c in cases if c.source.ref in ROUND7_SOURCES]
-    assert len(new) == 13 and ROUND7_SOURCES <= set(sources)
+    assert len(new) == 17 and ROUND7_SOURCES <= set(sources)
     assert all(c.config and c.source.row for c in new)
     step_s = {"mz-qwen3-235b-h100-256-bf16-deepep": 19.7, "mz-qwen3-235b-h100-256-bf16-deepep-a2a-overlap": 17.6,
               "mz-qwen3-235b-h100-256-bf16-a2a-pp32": 24.2, "mz-qwen3-235b-h100-256-bf16-tp4": 29.0,
