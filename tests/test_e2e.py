@@ -540,7 +540,7 @@ def test_from_json_bad_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Ca
         assert err.startswith(f"error: {bad}:") and "\n" not in err, err
 
 
-ROUND7_SOURCES = {"MZQWEN3", "NEMO2504", "NEMO2502", "NEMO2407", "AUTOMODEL"}
+ROUND7_SOURCES = {"MZQWEN3", "NEMO2504", "NEMO2502", "NEMO2407", "AUTOMODEL", "MLMGB200"}
 
 
 def test_round7_rows_from_other_sources_load_and_match_their_tables() -> None:
@@ -551,7 +551,7 @@ def test_round7_rows_from_other_sources_load_and_match_their_tables() -> None:
 
     sources, cases = load_cases()
     new = [c for c in cases if c.source.ref in ROUND7_SOURCES]
-    assert len(new) == 17 and ROUND7_SOURCES <= set(sources)
+    assert len(new) == 18 and ROUND7_SOURCES <= set(sources)
     assert all(c.config and c.source.row for c in new)
     step_s = {"mz-qwen3-235b-h100-256-bf16-deepep": 19.7, "mz-qwen3-235b-h100-256-bf16-deepep-a2a-overlap": 17.6,
               "mz-qwen3-235b-h100-256-bf16-a2a-pp32": 24.2, "mz-qwen3-235b-h100-256-bf16-tp4": 29.0,
@@ -584,3 +584,19 @@ def test_runner_passes_a_rows_full_recompute(tmp_path: Path) -> None:
     assert lay.recompute == "selective" and lay.recompute_modules == ["moe_act"]
     with pytest.raises(Exception, match="recompute"):
         load_cases(_cases_file(tmp_path, recompute="sometimes"))
+
+
+def test_a_row_published_in_tflops_only_is_scored_on_them(tmp_path: Path) -> None:
+    """A source that prints model TFLOP/s/GPU only (the Megatron-Core GB200 DeepSeek-V3 write-up) is scored on
+    cosim's model TFLOP/s/GPU; a row with neither figure is a one-line error."""
+    from validation.e2e.run import _figures, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, measured={"model_tflops_per_gpu": 100.0}))
+    syn = {"tokens_per_step": 64 * 256, "model_flops_per_step": 8 * 150e12}
+    got = _figures(case, [(16, {"step_time_s": 1.0, "mfu": 0.1, "synthetic": syn, "memory_per_gpu_bytes": 0}, 0.0)])
+    assert got["scored_on"] == "tflops" and got["error"] == pytest.approx(0.5)
+    _, [both] = load_cases(_cases_file(tmp_path, measured={"tokens_per_s_per_gpu": 4096.0, "model_tflops_per_gpu": 1.0}))
+    got = _figures(both, [(16, {"step_time_s": 1.0, "mfu": 0.1, "synthetic": syn, "memory_per_gpu_bytes": 0}, 0.0)])
+    assert got["scored_on"] == "tokens" and got["error"] == pytest.approx(64 * 256 / 8 / 4096.0 - 1.0)
+    with pytest.raises(Exception, match="tokens_per_s_per_gpu or model_tflops_per_gpu"):
+        load_cases(_cases_file(tmp_path, measured={}))

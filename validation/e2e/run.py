@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cosim.catalog.models import Strict
 from cosim.errors import CosimInputError
@@ -62,10 +62,17 @@ class Batch(Strict):
 
 
 class Measured(Strict):
-    """The published figures of the run."""
+    """The published figures of the run: tokens/s/GPU, model TFLOP/s/GPU, or both. A row is scored on its
+    tokens/s/GPU; on its model TFLOP/s/GPU (against cosim's own model FLOP count) when the source gives only that."""
 
-    tokens_per_s_per_gpu: float = Field(gt=0)
+    tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
     model_tflops_per_gpu: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_figure(self) -> Measured:
+        if self.tokens_per_s_per_gpu is None and self.model_tflops_per_gpu is None:
+            raise ValueError("give tokens_per_s_per_gpu or model_tflops_per_gpu")
+        return self
 
 
 class Source(Strict):
@@ -351,7 +358,9 @@ def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dic
         "simulated_microbatches": [p[0] for p in probes], "probe_wall_s": [round(p[2], 1) for p in probes],
         "step_time_s": step, "per_microbatch_s": per_mb, "tokens_per_s_per_gpu": tps, "model_tflops_per_gpu": tflops,
         "mfu": float(sb["mfu"]) * (flops / step) / (syn["model_flops_per_step"] / t_b),
-        "error": tps / pub.tokens_per_s_per_gpu - 1.0,
+        "error": (tps / pub.tokens_per_s_per_gpu if pub.tokens_per_s_per_gpu else
+                  tflops / (pub.model_tflops_per_gpu or math.nan)) - 1.0,
+        "scored_on": "tokens" if pub.tokens_per_s_per_gpu else "tflops",
         "tflops_error": (tflops / pub.model_tflops_per_gpu - 1.0) if pub.model_tflops_per_gpu else None,
         "parts": {"microbatches": m_b, "step_time_s": t_b,
                   "breakdown": {k[3:]: v for k, v in full.items() if k.startswith("bd.")},
@@ -380,16 +389,18 @@ def table(rows: list[dict[str, Any]], sources: dict[str, str]) -> str:
         ref = f"{src['ref']}: {src['table']}" + (f", {src['row']}" if src.get("row") else "")
         pub = r["published"]
         ptf = f"{pub['model_tflops_per_gpu']:.0f}" if pub.get("model_tflops_per_gpu") else "-"
+        ptok = f"{pub['tokens_per_s_per_gpu']:.0f}" if pub.get("tokens_per_s_per_gpu") else "-"
         if r["status"] != "run":
             pr = r.get("probe")
             got = (f"not run (probe m={pr['microbatches']}: {pr['tokens_per_s_per_gpu']:.0f}, a lower bound)"
                    if pr else "not run")
-            lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {pub['tokens_per_s_per_gpu']:.0f} | "
+            lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {ptok} | "
                          f"{got} | - | {ptf} | - | - | {ref} |")
             continue
         tag = " (bound)" if r["bound"] else ""
-        lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {pub['tokens_per_s_per_gpu']:.0f}{tag} | "
-                     f"{r['tokens_per_s_per_gpu']:.0f} | {100 * r['error']:+.1f}% | {ptf} | "
+        on = " (TFLOP/s)" if r.get("scored_on") == "tflops" else ""
+        lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {ptok}{tag} | "
+                     f"{r['tokens_per_s_per_gpu']:.0f} | {100 * r['error']:+.1f}%{on} | {ptf} | "
                      f"{r['model_tflops_per_gpu']:.0f} | {100 * r['mfu']:.1f}% | {ref} |")
     return "\n".join(lines)
 
