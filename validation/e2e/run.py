@@ -136,6 +136,8 @@ class Case(Strict):
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
     """The published figure is a lower bound (a run average), not a steady-state step: not scored."""
+    unscored: str | None = None
+    """Why the row is run but not scored: the run used a feature cosim does not model (the reason names it)."""
 
 
 class CaseFile(Strict):
@@ -294,6 +296,7 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
     row: dict[str, Any] = {"id": case.id, "model": case.model, "system": case.system, "gpus": case.gpus,
                            "precision": case.precision, "published": case.measured.model_dump(),
                            "source": case.source.model_dump(exclude_none=True), "bound": case.bound,
+                           "unscored": case.unscored,
                            "microbatches": microbatches(case)}
     t0 = time.perf_counter()
     try:
@@ -372,8 +375,8 @@ def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dic
 
 
 def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and max |error| over the rows that ran and are not bounds."""
-    errs = [abs(r["error"]) for r in rows if r["status"] == "run" and not r["bound"]]
+    """Median and max |error| over the rows that ran and are neither bounds nor unscored."""
+    errs = [abs(r["error"]) for r in rows if r["status"] == "run" and not r["bound"] and not r.get("unscored")]
     return {"scored": len(errs), "median_abs_error": statistics.median(errs) if errs else None,
             "max_abs_error": max(errs) if errs else None,
             "within_20": sum(e <= TARGET_MAX for e in errs),
@@ -397,7 +400,7 @@ def table(rows: list[dict[str, Any]], sources: dict[str, str]) -> str:
             lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {ptok} | "
                          f"{got} | - | {ptf} | - | - | {ref} |")
             continue
-        tag = " (bound)" if r["bound"] else ""
+        tag = " (bound)" if r["bound"] else (" (not scored)" if r.get("unscored") else "")
         on = " (TFLOP/s)" if r.get("scored_on") == "tflops" else ""
         lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {ptok}{tag} | "
                      f"{r['tokens_per_s_per_gpu']:.0f} | {100 * r['error']:+.1f}%{on} | {ptf} | "
