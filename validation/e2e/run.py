@@ -509,6 +509,8 @@ def _print(rows: list[dict[str, Any]], sources: dict[str, str], as_json: bool) -
                      f"{pr['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU {100 * pr['mfu']:.1f}%, bubble "
                      f"{100 * pr['bubble_fraction']:.0f}%)" if pr else "")
             print(f"not run: {r['id']}: {r['reason']}{extra}")
+        elif r.get("unscored"):
+            print(f"not scored: {r['id']}: {r['unscored']}")
     if st["scored"]:
         print(f"\n{st['scored']} rows scored: median |error| {100 * st['median_abs_error']:.1f}%, "
               f"max {100 * st['max_abs_error']:.1f}% (target median <= 10%, every row <= 20%)")
