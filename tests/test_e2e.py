@@ -538,3 +538,84 @@ def test_from_json_bad_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Ca
         assert main(["--from-json", str(bad)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {bad}:") and "\n" not in err, err
+
+
+ROUND7_SOURCES = {"MZQWEN3", "MZQWEN3B", "NEMO2504", "NEMO2502", "NEMO2407", "AUTOMODEL", "MLMGB200"}
+
+
+def test_round7_rows_from_other_sources_load_and_match_their_tables() -> None:
+    """The round-7 rows cite sources other than Megatron-Bridge's tables, each with its config; their measured
+    tokens/s/GPU agree with the source's own figures (ModelZoo: GBS * seq / step / GPUs from the table's step time;
+    AutoModel: its tokens/s/GPU column equals GBS * seq / step / GPUs), and every layout divides the GPUs."""
+    from validation.e2e.run import load_cases, microbatches
+
+    sources, cases = load_cases()
+    new = [c for c in cases if c.source.ref in ROUND7_SOURCES]
+    assert len(new) == 21 and ROUND7_SOURCES <= set(sources)
+    assert all(c.config and c.source.row for c in new)
+    step_s = {"mz-qwen3-235b-h100-256-bf16-deepep": 19.7, "mz-qwen3-235b-h100-256-bf16-deepep-a2a-overlap": 17.6,
+              "mz-qwen3-235b-h100-256-bf16-a2a-pp32": 24.2, "mz-qwen3-235b-h100-256-bf16-tp4": 29.0,
+              "mz-qwen3-235b-h100-256-bf16-fsdp": 17.6, "automodel-qwen3-30b-h100-8-bf16": 21.773,
+              "automodel-gpt-oss-120b-h100-64-bf16": 4.30, "automodel-gpt-oss-20b-h100-8-bf16": 10.04, "automodel-dsv3-h100-256-bf16": 8.18,
+              "automodel-dsv3-h100-1024-bf16": 37.87}
+    by = {c.id: c for c in new}
+    for cid, s in step_s.items():
+        c = by[cid]
+        assert c.batch.global_ * c.batch.seq / s / c.gpus == pytest.approx(c.measured.tokens_per_s_per_gpu, rel=0.005), cid
+    for c in new:
+        lay = c.layout
+        assert c.gpus % (lay.tp * lay.pp * lay.cp) == 0 and microbatches(c) >= 1, c.id
+    # AutoModel: FSDP2 with DeepEP; per-layer activation checkpointing where its config sets it
+    assert {c.id for c in new if c.recompute == "full"} == {
+        "mz-qwen3-235b-h100-256-bf16-fsdp", "automodel-qwen3-30b-h100-8-bf16", "automodel-dsv3-h100-256-bf16",
+        "automodel-dsv3-h100-1024-bf16"}
+    assert all(c.fsdp and c.dispatch == "deepep" for c in new if c.source.ref == "AUTOMODEL")
+
+
+def test_runner_passes_a_rows_full_recompute(tmp_path: Path) -> None:
+    """A row's ``recompute: full`` becomes the layout's (the runner's ``--recompute full`` does it for every row);
+    absent, a row's ``recompute_modules`` make it selective."""
+    from validation.e2e.run import _scenario, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, recompute="full"))
+    assert _scenario(case, 16, "dgx-h100", 1, "none").workload.synthetic.layout.recompute == "full"
+    _, [sel] = load_cases(_cases_file(tmp_path, recompute_modules=["moe_act"]))
+    lay = _scenario(sel, 16, "dgx-h100", 1, "none").workload.synthetic.layout
+    assert lay.recompute == "selective" and lay.recompute_modules == ["moe_act"]
+    with pytest.raises(Exception, match="recompute"):
+        load_cases(_cases_file(tmp_path, recompute="sometimes"))
+
+
+def test_a_row_published_in_tflops_only_is_scored_on_them(tmp_path: Path) -> None:
+    """A source that prints model TFLOP/s/GPU only (the Megatron-Core GB200 DeepSeek-V3 write-up) is scored on
+    cosim's model TFLOP/s/GPU; a row with neither figure is a one-line error."""
+    from validation.e2e.run import _figures, load_cases
+
+    _, [case] = load_cases(_cases_file(tmp_path, measured={"model_tflops_per_gpu": 100.0}))
+    syn = {"tokens_per_step": 64 * 256, "model_flops_per_step": 8 * 150e12}
+    got = _figures(case, [(16, {"step_time_s": 1.0, "mfu": 0.1, "synthetic": syn, "memory_per_gpu_bytes": 0}, 0.0)])
+    assert got["scored_on"] == "tflops" and got["error"] == pytest.approx(0.5)
+    _, [both] = load_cases(_cases_file(tmp_path, measured={"tokens_per_s_per_gpu": 4096.0, "model_tflops_per_gpu": 1.0}))
+    got = _figures(both, [(16, {"step_time_s": 1.0, "mfu": 0.1, "synthetic": syn, "memory_per_gpu_bytes": 0}, 0.0)])
+    assert got["scored_on"] == "tokens" and got["error"] == pytest.approx(64 * 256 / 8 / 4096.0 - 1.0)
+    with pytest.raises(Exception, match="tokens_per_s_per_gpu or model_tflops_per_gpu"):
+        load_cases(_cases_file(tmp_path, measured={}))
+
+
+def test_an_unscored_row_runs_but_leaves_the_statistics(tmp_path: Path) -> None:
+    """``unscored: REASON`` (a run whose feature cosim lacks) is reported but kept out of the median and max, like
+    a bound; the round-7 row that needs activation offloading is one."""
+    from validation.e2e.run import load_cases, stats, table
+
+    rows = [{"status": "run", "bound": False, "unscored": None, "error": 0.05},
+            {"status": "run", "bound": False, "unscored": "activation offloading", "error": 0.9}]
+    st = stats(rows)
+    assert st["scored"] == 1 and st["max_abs_error"] == pytest.approx(0.05)
+    sources, [case] = load_cases(_cases_file(tmp_path, unscored="needs X"))
+    assert case.unscored == "needs X"
+    row = {"id": "x", "gpus": 8, "precision": "bf16", "published": {"tokens_per_s_per_gpu": 1.0}, "status": "run",
+           "bound": False, "unscored": "needs X", "tokens_per_s_per_gpu": 2.0, "error": 1.0, "model_tflops_per_gpu": 1.0,
+           "mfu": 0.1, "source": {"ref": "X", "table": "t"}}
+    assert "(not scored)" in table([row], sources)
+    _, cases = load_cases()
+    assert [c.id for c in cases if c.unscored] == ["mz-qwen3-235b-gb200-256-mxfp8-offload"]

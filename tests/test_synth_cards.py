@@ -12,8 +12,9 @@ from cosim.capture.config import MoEModelConfig, load_model_config
 from cosim.errors import CosimInputError
 
 # Published totals, billions: DeepSeek-V3 report (671B without the MTP module), Qwen3 report Table 2,
-# gpt-oss model card (116.83B), Llama 3 paper (70.6B).
-PUBLISHED = {"deepseek-v3": 671.0, "qwen3-235b-a22b": 235.0, "gpt-oss-120b": 116.8, "llama-3-70b": 70.6,
+# gpt-oss model card (116.83B, 20.91B), Llama 3 paper (70.6B, 8.03B).
+PUBLISHED = {"deepseek-v3": 671.0, "qwen3-235b-a22b": 235.0, "gpt-oss-120b": 116.8, "gpt-oss-20b": 20.91, "llama-3-70b": 70.6,
+             "llama-3-8b": 8.03,
              "deepseek-v2-lite": 15.7, "qwen3-30b-a3b": 30.5, "mixtral-8x7b": 46.7}
 
 DSV3_HF = {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
@@ -34,6 +35,10 @@ GPT_OSS_HF = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers":
                                                      "beta_slow": 1.0, "original_max_position_embeddings": 4096}}
 LLAMA_HF = {"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
             "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 28672, "rms_norm_eps": 1e-5}
+GPT_OSS_20B_HF = {**GPT_OSS_HF, "num_hidden_layers": 24, "num_local_experts": 32,
+                  "layer_types": ["sliding_attention", "full_attention"] * 12}
+LLAMA8_HF = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336, "rms_norm_eps": 1e-5}
 MIXTRAL_HF = {"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
               "intermediate_size": 14336}
@@ -69,6 +74,7 @@ def test_attention_kind_derived_and_checked() -> None:
 
 @pytest.mark.parametrize("cfg,card", [(DSV3_HF, "deepseek-v3"), (QWEN3_235B_HF, "qwen3-235b-a22b"),
                                       (GPT_OSS_HF, "gpt-oss-120b"), (LLAMA_HF, "llama-3-70b"),
+                                      (LLAMA8_HF, "llama-3-8b"), (GPT_OSS_20B_HF, "gpt-oss-20b"),
                                       (MIXTRAL_HF, "mixtral-8x7b")])
 def test_hf_config_reads_same_shapes_as_card(tmp_path: Path, cfg: dict, card: str) -> None:
     f = tmp_path / "config.json"

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cosim.catalog.models import Strict
 from cosim.errors import CosimInputError
@@ -62,10 +62,17 @@ class Batch(Strict):
 
 
 class Measured(Strict):
-    """The published figures of the run."""
+    """The published figures of the run: tokens/s/GPU, model TFLOP/s/GPU, or both. A row is scored on its
+    tokens/s/GPU; on its model TFLOP/s/GPU (against cosim's own model FLOP count) when the source gives only that."""
 
-    tokens_per_s_per_gpu: float = Field(gt=0)
+    tokens_per_s_per_gpu: float | None = Field(default=None, gt=0)
     model_tflops_per_gpu: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_figure(self) -> Measured:
+        if self.tokens_per_s_per_gpu is None and self.model_tflops_per_gpu is None:
+            raise ValueError("give tokens_per_s_per_gpu or model_tflops_per_gpu")
+        return self
 
 
 class Source(Strict):
@@ -117,6 +124,9 @@ class Case(Strict):
     ``moe_deepep_num_sms``); None: the replay's default (no sharing)."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
+    recompute: Literal["full"] | None = None
+    """The run recomputes every layer's forward before its backward (Megatron-Core ``recompute_granularity: full``,
+    PyTorch per-layer activation checkpointing); absent: the runner's ``--recompute`` (default none)."""
     fp8_recipe: Literal["blockwise", "current"] | None = None
     """FP8 scaling of the run (``workload.synthetic.fp8_recipe``; Megatron-Bridge ``fp8_cs``: current); absent: the default."""
     expert_padding: bool = True
@@ -126,6 +136,8 @@ class Case(Strict):
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
     """The published figure is a lower bound (a run average), not a steady-state step: not scored."""
+    unscored: str | None = None
+    """Why the row is run but not scored: the run used a feature cosim does not model (the reason names it)."""
 
 
 class CaseFile(Strict):
@@ -248,7 +260,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
 
     if case.a2a_overlap:
         layout["a2a_overlap"] = True
-    if case.recompute_modules and recompute == "none":
+    if case.recompute and recompute == "none":
+        layout["recompute"] = case.recompute
+    elif case.recompute_modules and recompute == "none":
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)
     pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
@@ -282,6 +296,7 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
     row: dict[str, Any] = {"id": case.id, "model": case.model, "system": case.system, "gpus": case.gpus,
                            "precision": case.precision, "published": case.measured.model_dump(),
                            "source": case.source.model_dump(exclude_none=True), "bound": case.bound,
+                           "unscored": case.unscored,
                            "microbatches": microbatches(case)}
     t0 = time.perf_counter()
     try:
@@ -346,7 +361,9 @@ def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dic
         "simulated_microbatches": [p[0] for p in probes], "probe_wall_s": [round(p[2], 1) for p in probes],
         "step_time_s": step, "per_microbatch_s": per_mb, "tokens_per_s_per_gpu": tps, "model_tflops_per_gpu": tflops,
         "mfu": float(sb["mfu"]) * (flops / step) / (syn["model_flops_per_step"] / t_b),
-        "error": tps / pub.tokens_per_s_per_gpu - 1.0,
+        "error": (tps / pub.tokens_per_s_per_gpu if pub.tokens_per_s_per_gpu else
+                  tflops / (pub.model_tflops_per_gpu or math.nan)) - 1.0,
+        "scored_on": "tokens" if pub.tokens_per_s_per_gpu else "tflops",
         "tflops_error": (tflops / pub.model_tflops_per_gpu - 1.0) if pub.model_tflops_per_gpu else None,
         "parts": {"microbatches": m_b, "step_time_s": t_b,
                   "breakdown": {k[3:]: v for k, v in full.items() if k.startswith("bd.")},
@@ -358,8 +375,8 @@ def _figures(case: Case, probes: list[tuple[int, dict[str, Any], float]]) -> dic
 
 
 def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and max |error| over the rows that ran and are not bounds."""
-    errs = [abs(r["error"]) for r in rows if r["status"] == "run" and not r["bound"]]
+    """Median and max |error| over the rows that ran and are neither bounds nor unscored."""
+    errs = [abs(r["error"]) for r in rows if r["status"] == "run" and not r["bound"] and not r.get("unscored")]
     return {"scored": len(errs), "median_abs_error": statistics.median(errs) if errs else None,
             "max_abs_error": max(errs) if errs else None,
             "within_20": sum(e <= TARGET_MAX for e in errs),
@@ -375,16 +392,18 @@ def table(rows: list[dict[str, Any]], sources: dict[str, str]) -> str:
         ref = f"{src['ref']}: {src['table']}" + (f", {src['row']}" if src.get("row") else "")
         pub = r["published"]
         ptf = f"{pub['model_tflops_per_gpu']:.0f}" if pub.get("model_tflops_per_gpu") else "-"
+        ptok = f"{pub['tokens_per_s_per_gpu']:.0f}" if pub.get("tokens_per_s_per_gpu") else "-"
         if r["status"] != "run":
             pr = r.get("probe")
             got = (f"not run (probe m={pr['microbatches']}: {pr['tokens_per_s_per_gpu']:.0f}, a lower bound)"
                    if pr else "not run")
-            lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {pub['tokens_per_s_per_gpu']:.0f} | "
+            lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {ptok} | "
                          f"{got} | - | {ptf} | - | - | {ref} |")
             continue
-        tag = " (bound)" if r["bound"] else ""
-        lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {pub['tokens_per_s_per_gpu']:.0f}{tag} | "
-                     f"{r['tokens_per_s_per_gpu']:.0f} | {100 * r['error']:+.1f}% | {ptf} | "
+        tag = " (bound)" if r["bound"] else (" (not scored)" if r.get("unscored") else "")
+        on = " (TFLOP/s)" if r.get("scored_on") == "tflops" else ""
+        lines.append(f"| {r['id']} | {r['gpus']} | {r['precision']} | {ptok}{tag} | "
+                     f"{r['tokens_per_s_per_gpu']:.0f} | {100 * r['error']:+.1f}%{on} | {ptf} | "
                      f"{r['model_tflops_per_gpu']:.0f} | {100 * r['mfu']:.1f}% | {ref} |")
     return "\n".join(lines)
 
@@ -490,6 +509,8 @@ def _print(rows: list[dict[str, Any]], sources: dict[str, str], as_json: bool) -
                      f"{pr['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, MFU {100 * pr['mfu']:.1f}%, bubble "
                      f"{100 * pr['bubble_fraction']:.0f}%)" if pr else "")
             print(f"not run: {r['id']}: {r['reason']}{extra}")
+        elif r.get("unscored"):
+            print(f"not scored: {r['id']}: {r['unscored']}")
     if st["scored"]:
         print(f"\n{st['scored']} rows scored: median |error| {100 * st['median_abs_error']:.1f}%, "
               f"max {100 * st['max_abs_error']:.1f}% (target median <= 10%, every row <= 20%)")
