@@ -10,6 +10,7 @@ from :mod:`cosim.workload.kineto_collectives` and :mod:`cosim.workload.deps`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,7 @@ def build_rank(
     host: list[tuple],
     gpu: list[tuple],
     syncs: dict[int, tuple],
-    flow_s: dict[Any, tuple],
-    flow_f: dict[Any, tuple],
+    flows: Callable[[], tuple[dict[Any, tuple], dict[Any, tuple]]],
     thread_names: dict[tuple[Any, Any], str],
     time_unit: str | None,
     hcols: list[tuple] | None = None,
@@ -53,7 +53,9 @@ def build_rank(
 ) -> RankGraph:
     """The tables of one rank from the importer's host and GPU rows (``hcols``/``gcols``: the same rows
     as columns, ``list(zip(*rows))``; computed here when not given; ``arrays``: columns already
-    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`)."""
+    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`; ``flows``: the flow
+    events' ends, (starts, finishes) by flow id, called only when some GPU op has no correlation to a runtime
+    call, see :func:`cosim.workload.kineto.read_flows`)."""
     dist = meta.get("distributedInfo") or {}
     rank = as_int(dist.get("rank"), 0)
     world = max(as_int(dist.get("world_size"), 1), rank + 1)
@@ -168,7 +170,8 @@ def build_rank(
     g_launch_host = np.array([get(c, -1) for c in g_corr.tolist()], np.int64).reshape(ng)
     missing = np.nonzero(g_launch_host < 0)[0]
     n_flow_links = 0
-    if len(missing) and (flow_s or flow_f):
+    flow_s, flow_f = flows() if len(missing) else ({}, {})
+    if flow_s or flow_f:
         at_pos: dict[tuple, int] = {}
         for i in runtime_idx.tolist():
             r = host[i]
