@@ -28,6 +28,7 @@ A usable but suspicious trace gets warnings in ``RankGraph.source["warnings"]``
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import zlib
@@ -684,7 +685,6 @@ def check_events(
         hcols = list(zip(*host)) if host else [()] * _HOST_FIELDS
     if gcols is None:
         gcols = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
-    idx = np.array(h_idx + g_idx, np.int64)
     n = len(host) + len(gpu)
     if n == 0:
         raise CosimInputError(
@@ -699,18 +699,21 @@ def check_events(
     if arrays is not None:
         arrays.update({("h", 2): h_ts, ("g", 2): g_ts, ("h", 3): h_dur, ("g", 3): g_dur})
 
+    def event_index() -> np.ndarray:  # each row's event index (error paths only: ~5 ms on the v100 trace)
+        return np.fromiter(itertools.chain(h_idx, g_idx), np.int64, n)
+
     def first(mask: np.ndarray) -> int:
-        return int(np.argmin(np.where(mask, idx, np.iinfo(np.int64).max)))
+        return int(np.argmin(np.where(mask, event_index(), np.iinfo(np.int64).max)))
 
     for field, bad in (("name", names < 0), ("ts", np.isnan(ts)), ("dur", np.isnan(dur))):
         if bad.any():
-            raise _missing_field_error(path, int(idx[first(bad)]), field, int(bad.sum()), n)
+            raise _missing_field_error(path, int(event_index()[first(bad)]), field, int(bad.sum()), n)
 
     _check_int_ranges(path, hcols, gcols, h_idx, g_idx, arrays)
 
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
-        k = int(idx[j])
+        k = int(event_index()[j])
         raise CosimInputError(
             problem.format(ts=ts[j], dur=dur[j]), file=path, path=_event_label(k, _generic_event(path, k))
         )

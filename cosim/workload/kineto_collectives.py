@@ -4,11 +4,10 @@ sequence numbers (docs/EXECUTION_GRAPH.md, "Collectives")."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-import operator
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,8 +33,11 @@ def parse_list(x: Any) -> list[int]:
 
 
 def collectives_tables(
-    st: StringTable, host: list[tuple], h: Table, g: Table, g_launch_host: np.ndarray, dist: dict[str, Any], world: int
+    st: StringTable, host: Callable[[int], tuple], has_comm: np.ndarray, h: Table, g: Table, g_launch_host: np.ndarray,
+    dist: dict[str, Any], world: int
 ) -> tuple[Table, Table]:
+    """The collectives and process-group tables. ``host(i)``: host op ``i``'s importer row (its ``record_param_comms``
+    args at 11, shapes and types string ids at 9 and 10); ``has_comm``: the host ops whose row has those args."""
     strings = st.strings
     nh = len(h)
     # name tests once per distinct (interned) name, then per host op by its name id
@@ -43,7 +45,7 @@ def collectives_tables(
     if nh:
         rpc_name = np.array([s == "record_param_comms" for s in strings], bool)[hname]
         is_ann = np.array([s.startswith(("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")) for s in strings], bool)[hname]
-        is_rpc = rpc_name | np.fromiter(map(operator.is_not, map(_COMM_FIELD, host), itertools.repeat(None)), bool, nh)
+        is_rpc = rpc_name | has_comm
     else:
         is_rpc = is_ann = np.zeros(0, bool)
     rpc_anc = nearest_ancestor(h.parent, is_rpc)
@@ -92,7 +94,7 @@ def collectives_tables(
     for i in np.nonzero(is_rpc)[0].tolist():
         if i in used_rpc:
             continue
-        comm = host[i][11] or {}
+        comm = host(i)[11] or {}
         cname = str(comm.get("Collective name", ""))
         ann = ann_of_rpc.get(i, -1)
         if (cname and cname not in ("wait", "")) or ann >= 0:
@@ -136,7 +138,8 @@ def collectives_tables(
         in_n = as_int(comm.get("In msg nelems"))
         out_n = as_int(comm.get("Out msg nelems"))
         if in_n < 0 and ann >= 0:
-            shp = host[ann][9]
+            ann_row = host(ann)
+            shp = ann_row[9]
             if shp >= 0:
                 try:
                     dims = json.loads(strings[shp])
@@ -144,8 +147,8 @@ def collectives_tables(
                     dims = []
                 if dims and isinstance(dims[0], list) and all(isinstance(x, int) for x in dims[0]):
                     in_n = math.prod(dims[0])
-            if dtype is None and host[ann][10] >= 0:
-                ts_ = json.loads(strings[host[ann][10]])
+            if dtype is None and ann_row[10] >= 0:
+                ts_ = json.loads(strings[ann_row[10]])
                 dtype = ts_[0] if ts_ else None
         if dtype is None and kinfo is not None:
             dtype = kinfo["dtype"]
@@ -194,12 +197,12 @@ def collectives_tables(
 
     cols_of_row: list[tuple] = []
     for j, rpc, ann in rows:
-        comm = (host[rpc][11] or {}) if rpc >= 0 else {}
+        comm = (host(rpc)[11] or {}) if rpc >= 0 else {}
         # rows of one kernel name, annotation (name, shapes, types) and args give the same fields: each
         # such signature is worked out once (the v100 trace: 2,020 rows, a handful of signatures)
         sig = _comm_key(comm)
         sk = None if sig is None else (
-            g_name[j] if j >= 0 else -1, (h_name[ann], host[ann][9], host[ann][10]) if ann >= 0 else None, sig)
+            g_name[j] if j >= 0 else -1, (h_name[ann], *host(ann)[9:11]) if ann >= 0 else None, sig)
         f = None if sk is None else fields.get(sk)
         if f is None:
             f = row_fields(j, rpc, ann, comm)
@@ -248,8 +251,6 @@ def collectives_tables(
     )
     return coll, groups_t
 
-
-_COMM_FIELD = operator.itemgetter(11)  # a host row's record_param_comms args (None: not a collective's)
 
 #: The columns :func:`collectives_tables` works out per row signature, in its ``row_fields`` order.
 _ROW_FIELDS = ("type", "name", "dtype", "elem_bytes", "in_nelems", "out_nelems", "in_bytes", "out_bytes", "group",

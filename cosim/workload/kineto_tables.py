@@ -10,6 +10,7 @@ from :mod:`cosim.workload.kineto_collectives` and :mod:`cosim.workload.deps`.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -102,7 +103,11 @@ def build_rank(
     h_end = h_start + h_dur_s
     cat_rank = np.select([h_kind == HostKind.ANNOTATION, h_kind == HostKind.OP], [0, 1], 2)
     order = np.lexsort((cat_rank, -h_end, h_start, h_thread)) if nh else np.zeros(0, np.int64)
-    host = list(map(host.__getitem__, order.tolist()))
+    rows_h = host
+
+    def host_row(i: int) -> tuple:  # host op i's row (the rows stay in file order; the table is sorted)
+        return rows_h[order[i]]
+
     h_thread, h_start, h_dur_s, h_end, h_kind = (
         h_thread[order],
         h_start[order],
@@ -150,7 +155,6 @@ def build_rank(
     # ---------------- GPU ops -------------------------------------------------------------------
     g_start = (g_ts - origin) * scale
     gorder = np.argsort(g_start, kind="stable")
-    gpu = list(map(gpu.__getitem__, gorder.tolist()))
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
     g_dev = gc(0, np.int16)[gorder]
     g_stream = gc(1, np.int64)[gorder]
@@ -172,7 +176,7 @@ def build_rank(
     if flow_s or flow_f:
         at_pos: dict[tuple, int] = {}
         for i in runtime_idx.tolist():
-            r = host[i]
+            r = host_row(i)
             at_pos[(r[0], r[1], r[2])] = i
         end_at: dict[tuple, Any] = {}
         for fid, pos in flow_f.items():
@@ -180,7 +184,7 @@ def build_rank(
         for fid, pos in flow_s.items():
             end_at.setdefault(pos, fid)
         for j in missing.tolist():
-            r = gpu[j]
+            r = gpu[gorder[j]]
             fid = end_at.get((r[12], r[13], r[2]))
             if fid is None:
                 continue
@@ -348,7 +352,8 @@ def build_rank(
         flops=g_flops,
     )
 
-    collectives, groups = collectives_tables(st, host, host_ops, gpu_ops, g_launch_host, dist, world)
+    has_comm = np.fromiter(map(operator.is_not, hcols[11], itertools.repeat(None)), bool, nh)[order]
+    collectives, groups = collectives_tables(st, host_row, has_comm, host_ops, gpu_ops, g_launch_host, dist, world)
     edges = kineto_edges(strings, host_ops, gpu_ops, launches, g_launch_host, syncs, corr2host)
 
     device_name = _device_name(meta, g_dev)
