@@ -419,8 +419,8 @@ def read_flows(path: Path) -> tuple[dict[Any, tuple], dict[Any, tuple]]:
     """The ends of the ``ac2g`` / ``async_cpu_to_gpu`` flow events, by flow id: (starts, finishes), each
     (pid, tid, ts) as read, the last event of an id winning.
 
-    Only a trace with GPU ops that no runtime call's ``correlation`` links to needs them (none of the
-    shared traces does), so :func:`read_kineto` does not collect them in its per-event loop (a third of
+    Only a trace with GPU ops that no runtime call's ``correlation`` links to needs them (of the shared
+    traces, the DLRM job's ranks), so :func:`read_kineto` does not collect them in its per-event loop (a third of
     the events of a trace are flows: ~20 ms of that loop on the v100 trace, and the maps' memory) but
     reads them here, when the table building asks, in a second pass over the file (gunzip and one
     typed decode of five fields an event). The first pass has checked every field this one reads."""
