@@ -28,7 +28,7 @@ import struct
 import zipfile
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -148,6 +148,19 @@ def _npy_header(arr: np.ndarray) -> bytes:
     return hb.getvalue()
 
 
+class _Sequential:
+    """A file for :class:`zipfile.ZipFile` to write front to back: it cannot tell its position, so zipfile
+    puts each member's sizes and CRC in a data descriptor after the member instead of seeking back to its
+    header (three seeks, each a flush, per member: ~4 ms for the ~700 members of the DLRM job's entry)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.write = fh.write
+        self.flush = fh.flush
+
+    def tell(self) -> int:
+        raise OSError("not seekable")
+
+
 def write_entry(path: Path, graph: ExecutionGraph) -> None:
     """Write ``graph`` as an indexed, uncompressed ``.npz`` (module docstring), atomically. Each member is a
     ``.npy`` header and the array's bytes written straight into the file (no copy of the entry in memory:
@@ -156,7 +169,7 @@ def write_entry(path: Path, graph: ExecutionGraph) -> None:
 
     arrays = {k: np.ascontiguousarray(a) for k, a in graph.npz_arrays().items()}
     with atomic_open(path, "wb", gz=False) as out, \
-            zipfile.ZipFile(out, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            zipfile.ZipFile(cast(IO[bytes], _Sequential(out)), "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
 
         def member(name: str, arr: np.ndarray) -> int:
             """Write ``arr`` as member ``name``.npy; the byte offset of its data in the file."""
