@@ -382,9 +382,9 @@ def fill_gpu_costs(rg: RankGraph) -> int:
             b = math.nan
             if name in GATHERS and gname_l[j] >= 0:
                 b = gather_bytes_from_launch(S[gname_l[j]], G.grid[j], shapes, types)
-            if not np.isfinite(b):
+            if not math.isfinite(b):
                 b = _op_costs(memo, okey, name, shapes, types, fcls)[0] / cnt
-            if np.isfinite(b):
+            if math.isfinite(b):
                 gbytes[j] = b
                 filled += 1
         if not math.isfinite(flops_l[j]):

@@ -28,6 +28,7 @@ A usable but suspicious trace gets warnings in ``RankGraph.source["warnings"]``
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import zlib
@@ -396,6 +397,49 @@ def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -
     raise CosimInputError("an event's args do not decode", file=path, path=f"traceEvents[{lo}:]")
 
 
+class _FlowEvent(msgspec.Struct, gc=False):
+    """The fields of a ``traceEvents`` element that a flow event's end needs (see :func:`read_flows`)."""
+
+    ph: str | None = None
+    cat: str | None = None
+    ts: float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    id: Any = None
+
+
+class _FlowDoc(msgspec.Struct, gc=False):
+    traceEvents: list[_FlowEvent]
+
+
+_FLOW_DECODER = msgspec.json.Decoder(_FlowDoc | list[_FlowEvent])
+
+
+def read_flows(path: Path) -> tuple[dict[Any, tuple], dict[Any, tuple]]:
+    """The ends of the ``ac2g`` / ``async_cpu_to_gpu`` flow events, by flow id: (starts, finishes), each
+    (pid, tid, ts) as read, the last event of an id winning.
+
+    Only a trace with GPU ops that no runtime call's ``correlation`` links to needs them (of the shared
+    traces, the DLRM job's ranks), so :func:`read_kineto` does not collect them in its per-event loop (a third of
+    the events of a trace are flows: ~20 ms of that loop on the v100 trace, and the maps' memory) but
+    reads them here, when the table building asks, in a second pass over the file (gunzip and one
+    typed decode of five fields an event). The first pass has checked every field this one reads."""
+    try:
+        doc = _FLOW_DECODER.decode(_read_bytes(path))
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise CosimInputError(f"the trace changed while it was read ({exc})", file=path) from None
+    flow_s: dict[Any, tuple] = {}
+    flow_f: dict[Any, tuple] = {}
+    for e in doc if isinstance(doc, list) else doc.traceEvents:
+        ph = e.ph
+        if (ph == "s" or ph == "f") and e.cat in FLOW_CATS:
+            fid = e.id
+            if isinstance(fid, (list, dict)):
+                fid = _dumps(fid)
+            (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
+    return flow_s, flow_f
+
+
 _NO_DIM3 = (-1, -1, -1)
 _LIM31 = 1 << 31
 _LIM15 = 1 << 15
@@ -471,8 +515,6 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     h_idx: list[int] = []
     g_idx: list[int] = []
     syncs: dict[int, tuple] = {}
-    flow_s: dict[Any, tuple] = {}
-    flow_f: dict[Any, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
     dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
@@ -584,12 +626,6 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             as_int(a.stream),
                             as_int(a.device),
                         )
-            elif ph == "s" or ph == "f":
-                if e.cat in FLOW_CATS:
-                    fid = e.id
-                    if isinstance(fid, (list, dict)):
-                        fid = _dumps(fid)
-                    (flow_s if ph == "s" else flow_f)[fid] = (e.pid, e.tid, e.ts)
             elif ph == "M":
                 if e.name == "thread_name":
                     thread_names[(e.pid, e.tid)] = str((e.args or no_args).name or "")
@@ -604,7 +640,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     arrays: dict[tuple[str, int], np.ndarray] = {}  # columns the checks convert, reused by the tables
     warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols, arrays)
     rg = build_rank(
-        path, meta, st, host, gpu, syncs, flow_s, flow_f, thread_names, time_unit, hcols, gcols, arrays
+        path, meta, st, host, gpu, syncs, lambda: read_flows(path), thread_names, time_unit, hcols, gcols, arrays
     )
     warnings += _suspicious(path, rg)
     if warnings:
@@ -649,7 +685,6 @@ def check_events(
         hcols = list(zip(*host)) if host else [()] * _HOST_FIELDS
     if gcols is None:
         gcols = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
-    idx = np.array(h_idx + g_idx, np.int64)
     n = len(host) + len(gpu)
     if n == 0:
         raise CosimInputError(
@@ -664,18 +699,21 @@ def check_events(
     if arrays is not None:
         arrays.update({("h", 2): h_ts, ("g", 2): g_ts, ("h", 3): h_dur, ("g", 3): g_dur})
 
+    def event_index() -> np.ndarray:  # each row's event index (error paths only: ~5 ms on the v100 trace)
+        return np.fromiter(itertools.chain(h_idx, g_idx), np.int64, n)
+
     def first(mask: np.ndarray) -> int:
-        return int(np.argmin(np.where(mask, idx, np.iinfo(np.int64).max)))
+        return int(np.argmin(np.where(mask, event_index(), np.iinfo(np.int64).max)))
 
     for field, bad in (("name", names < 0), ("ts", np.isnan(ts)), ("dur", np.isnan(dur))):
         if bad.any():
-            raise _missing_field_error(path, int(idx[first(bad)]), field, int(bad.sum()), n)
+            raise _missing_field_error(path, int(event_index()[first(bad)]), field, int(bad.sum()), n)
 
     _check_int_ranges(path, hcols, gcols, h_idx, g_idx, arrays)
 
     def fail(mask: np.ndarray, problem: str) -> None:
         j = first(mask)
-        k = int(idx[j])
+        k = int(event_index()[j])
         raise CosimInputError(
             problem.format(ts=ts[j], dur=dur[j]), file=path, path=_event_label(k, _generic_event(path, k))
         )

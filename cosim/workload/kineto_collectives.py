@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import orjson
 
 from cosim.workload.classify import collective_type, dtype_bytes, parse_nccl_kernel
 from cosim.workload.graph import CollType, GpuKind, OpClass, SeqSource, StringTable, Table, ragged_arrays
@@ -31,17 +33,19 @@ def parse_list(x: Any) -> list[int]:
 
 
 def collectives_tables(
-    st: StringTable, host: list[tuple], h: Table, g: Table, g_launch_host: np.ndarray, dist: dict[str, Any], world: int
+    st: StringTable, host: Callable[[int], tuple], has_comm: np.ndarray, h: Table, g: Table, g_launch_host: np.ndarray,
+    dist: dict[str, Any], world: int
 ) -> tuple[Table, Table]:
+    """The collectives and process-group tables. ``host(i)``: host op ``i``'s importer row (its ``record_param_comms``
+    args at 11, shapes and types string ids at 9 and 10); ``has_comm``: the host ops whose row has those args."""
     strings = st.strings
     nh = len(h)
-    h_name = h.name.tolist()
     # name tests once per distinct (interned) name, then per host op by its name id
     hname = h.name.astype(np.int64)
     if nh:
         rpc_name = np.array([s == "record_param_comms" for s in strings], bool)[hname]
         is_ann = np.array([s.startswith(("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")) for s in strings], bool)[hname]
-        is_rpc = rpc_name | np.array([r[11] is not None for r in host], bool)
+        is_rpc = rpc_name | has_comm
     else:
         is_rpc = is_ann = np.zeros(0, bool)
     rpc_anc = nearest_ancestor(h.parent, is_rpc)
@@ -74,36 +78,43 @@ def collectives_tables(
             g_rows.append((st(name), st(desc) if desc else -1, ranks))
         return k
 
-    rows: list[dict[str, Any]] = []
+    # rows: (GPU op, record_param_comms host op, annotation host op), -1 where there is none
+    rows: list[tuple[int, int, int]] = []
     used_rpc: set[int] = set()
     comm_gpu = np.nonzero((g.cls == OpClass.COLLECTIVE) & (g.kind == GpuKind.KERNEL))[0]
-    rpc_anc_l, ann_anc_l = rpc_anc.tolist(), ann_anc.tolist()
-    for j, lh in zip(comm_gpu.tolist(), g_launch_host[comm_gpu].tolist()):
-        rpc = rpc_anc_l[lh] if lh >= 0 else -1
-        ann = ann_anc_l[lh] if lh >= 0 else -1
+    lh = g_launch_host[comm_gpu]
+    at = np.maximum(lh, 0)
+    rpc_g = np.where(lh >= 0, rpc_anc[at] if nh else -1, -1).tolist()
+    ann_g = np.where(lh >= 0, ann_anc[at] if nh else -1, -1).tolist()
+    for j, rpc, ann in zip(comm_gpu.tolist(), rpc_g, ann_g):
         if rpc >= 0:
             used_rpc.add(rpc)
             ann = ann_of_rpc.get(rpc, ann)
-        rows.append({"gpu": j, "rpc": rpc, "ann": ann})
+        rows.append((j, rpc, ann))
     for i in np.nonzero(is_rpc)[0].tolist():
         if i in used_rpc:
             continue
-        comm = host[i][11] or {}
+        comm = host(i)[11] or {}
         cname = str(comm.get("Collective name", ""))
         ann = ann_of_rpc.get(i, -1)
         if (cname and cname not in ("wait", "")) or ann >= 0:
-            rows.append({"gpu": -1, "rpc": i, "ann": ann})
+            rows.append((-1, i, ann))
 
     out: dict[str, list[Any]] = defaultdict(list)
     in_splits: list[list[int]] = []
     out_splits: list[list[int]] = []
     counters: dict[tuple[int, int], int] = defaultdict(int)
-    order_key = []
     kinfos: dict[int, Any] = {}  # kernel name id -> parse_nccl_kernel (a pure function of the name)
-    g_name, g_start, h_start = g.name.tolist(), g.start.tolist(), h.start.tolist()
-    for r in rows:
-        j, rpc, ann = r["gpu"], r["rpc"], r["ann"]
-        comm = (host[rpc][11] or {}) if rpc >= 0 else {}
+    g_name = g.name.tolist()
+    r_j, r_rpc, r_ann = (np.array(c, np.int64) for c in zip(*rows)) if rows else (np.zeros(0, np.int64),) * 3
+    r_ann_name = np.where(r_ann >= 0, h.name[np.maximum(r_ann, 0)] if nh else -1, -1).tolist()
+    h_name = dict(zip(r_ann.tolist(), r_ann_name))  # host op -> its name id, for the rows' annotations
+    fields: dict[Any, tuple] = {}  # a row's signature -> its fields (below)
+
+    def row_fields(j: int, rpc: int, ann: int, comm: dict[str, Any]) -> tuple:
+        """The columns of one row that follow from its kernel's name, its annotation's name and shapes, and
+        its ``record_param_comms`` args (in order: type, name, dtype, elem_bytes, in/out nelems, in/out bytes,
+        group, group_size, seq, seq_source, algo, protocol, in/out splits)."""
         if j >= 0:
             gn = g_name[j]
             if gn not in kinfos:
@@ -127,7 +138,8 @@ def collectives_tables(
         in_n = as_int(comm.get("In msg nelems"))
         out_n = as_int(comm.get("Out msg nelems"))
         if in_n < 0 and ann >= 0:
-            shp = host[ann][9]
+            ann_row = host(ann)
+            shp = ann_row[9]
             if shp >= 0:
                 try:
                     dims = json.loads(strings[shp])
@@ -135,8 +147,8 @@ def collectives_tables(
                     dims = []
                 if dims and isinstance(dims[0], list) and all(isinstance(x, int) for x in dims[0]):
                     in_n = math.prod(dims[0])
-            if dtype is None and host[ann][10] >= 0:
-                ts_ = json.loads(strings[host[ann][10]])
+            if dtype is None and ann_row[10] >= 0:
+                ts_ = json.loads(strings[ann_row[10]])
                 dtype = ts_[0] if ts_ else None
         if dtype is None and kinfo is not None:
             dtype = kinfo["dtype"]
@@ -164,34 +176,52 @@ def collectives_tables(
             elif ctype == CollType.REDUCE_SCATTER and gsize > 0:
                 out_n = in_n // gsize
         seq = as_int(comm.get("Seq", comm.get("seq")))
-        if seq >= 0:
-            src = SeqSource.TRACE
-        else:
-            src = SeqSource.COUNTER
-        out["host_op"].append(rpc if rpc >= 0 else ann)
-        out["gpu_op"].append(j)
-        out["type"].append(int(ctype))
-        out["name"].append(st(rec_name) if rec_name else -1)
-        out["dtype"].append(st(str(dtype)) if dtype is not None else -1)
-        out["elem_bytes"].append(esz)
-        out["in_nelems"].append(in_n)
-        out["out_nelems"].append(out_n)
-        out["in_bytes"].append(in_n * esz if in_n >= 0 and esz > 0 else math.nan)
-        out["out_bytes"].append(out_n * esz if out_n >= 0 and esz > 0 else math.nan)
-        out["group"].append(gid)
-        out["group_size"].append(gsize)
-        out["seq"].append(seq)
-        out["seq_source"].append(int(src))
-        out["algo"].append(st(kinfo["algo"]) if kinfo and kinfo["algo"] else -1)
-        out["protocol"].append(st(kinfo["protocol"]) if kinfo and kinfo["protocol"] else -1)
-        in_splits.append(parse_list(comm.get("In split size")))
-        out_splits.append(parse_list(comm.get("Out split size")))
-        hop = rpc if rpc >= 0 else ann
-        order_key.append(h_start[hop] if hop >= 0 else g_start[j])
+        return (
+            int(ctype),
+            st(rec_name) if rec_name else -1,
+            st(str(dtype)) if dtype is not None else -1,
+            esz,
+            in_n,
+            out_n,
+            in_n * esz if in_n >= 0 and esz > 0 else math.nan,
+            out_n * esz if out_n >= 0 and esz > 0 else math.nan,
+            gid,
+            gsize,
+            seq,
+            int(SeqSource.TRACE if seq >= 0 else SeqSource.COUNTER),
+            st(kinfo["algo"]) if kinfo and kinfo["algo"] else -1,
+            st(kinfo["protocol"]) if kinfo and kinfo["protocol"] else -1,
+            parse_list(comm.get("In split size")),
+            parse_list(comm.get("Out split size")),
+        )
+
+    cols_of_row: list[tuple] = []
+    for j, rpc, ann in rows:
+        comm = (host(rpc)[11] or {}) if rpc >= 0 else {}
+        # rows of one kernel name, annotation (name, shapes, types) and args give the same fields: each
+        # such signature is worked out once (the v100 trace: 2,020 rows, a handful of signatures)
+        sig = _comm_key(comm)
+        sk = None if sig is None else (
+            g_name[j] if j >= 0 else -1, (h_name[ann], *host(ann)[9:11]) if ann >= 0 else None, sig)
+        f = None if sk is None else fields.get(sk)
+        if f is None:
+            f = row_fields(j, rpc, ann, comm)
+            if sk is not None:
+                fields[sk] = f
+        cols_of_row.append(f)
+    hop = np.where(r_rpc >= 0, r_rpc, r_ann)
+    out["host_op"], out["gpu_op"] = hop.tolist(), r_j.tolist()
+    order_key = np.where(hop >= 0, h.start[np.maximum(hop, 0)] if nh else 0.0, g.start[np.maximum(r_j, 0)]
+                         if len(g) else 0.0)
+    if cols_of_row:
+        tcols = list(zip(*cols_of_row))
+        for name, c in zip(_ROW_FIELDS, tcols[:14]):
+            out[name] = list(c)
+        in_splits, out_splits = list(tcols[14]), list(tcols[15])
 
     n = len(rows)
     # issue order; counters for rows without a recorded sequence number
-    order = np.argsort(np.array(order_key), kind="stable") if n else np.zeros(0, np.int64)
+    order = np.argsort(order_key, kind="stable") if n else np.zeros(0, np.int64)
     seqs = out["seq"]
     for k in order.tolist():
         if out["seq_source"][k] == SeqSource.COUNTER:
@@ -220,6 +250,20 @@ def collectives_tables(
         ranks_values=gv,
     )
     return coll, groups_t
+
+
+#: The columns :func:`collectives_tables` works out per row signature, in its ``row_fields`` order.
+_ROW_FIELDS = ("type", "name", "dtype", "elem_bytes", "in_nelems", "out_nelems", "in_bytes", "out_bytes", "group",
+               "group_size", "seq", "seq_source", "algo", "protocol")
+
+
+def _comm_key(comm: dict[str, Any]) -> str | None:
+    """A ``record_param_comms``' args as a hashable key (their JSON text, in the importer's member order);
+    None when they do not serialize (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(comm).decode()
+    except TypeError:
+        return None
 
 
 _NCCL_DT = {

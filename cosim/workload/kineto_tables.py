@@ -9,7 +9,10 @@ from :mod:`cosim.workload.kineto_collectives` and :mod:`cosim.workload.deps`.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +46,7 @@ def build_rank(
     host: list[tuple],
     gpu: list[tuple],
     syncs: dict[int, tuple],
-    flow_s: dict[Any, tuple],
-    flow_f: dict[Any, tuple],
+    flows: Callable[[], tuple[dict[Any, tuple], dict[Any, tuple]]],
     thread_names: dict[tuple[Any, Any], str],
     time_unit: str | None,
     hcols: list[tuple] | None = None,
@@ -53,7 +55,9 @@ def build_rank(
 ) -> RankGraph:
     """The tables of one rank from the importer's host and GPU rows (``hcols``/``gcols``: the same rows
     as columns, ``list(zip(*rows))``; computed here when not given; ``arrays``: columns already
-    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`)."""
+    converted, by ("h" or "g", column), see :func:`cosim.workload.kineto.check_events`; ``flows``: the flow
+    events' ends, (starts, finishes) by flow id, called only when some GPU op has no correlation to a runtime
+    call, see :func:`cosim.workload.kineto.read_flows`)."""
     dist = meta.get("distributedInfo") or {}
     rank = as_int(dist.get("rank"), 0)
     world = max(as_int(dist.get("world_size"), 1), rank + 1)
@@ -83,10 +87,7 @@ def build_rank(
     scale = detect_scale(float(np.abs(all_ts).max()) if len(all_ts) else 0.0, time_unit)
 
     # threads
-    pid_tid = list(zip(hcols[0], hcols[1]))
-    tkeys = {k: t for t, k in enumerate(dict.fromkeys(pid_tid))}  # numbered in order of first appearance
-    h_thread = np.fromiter(map(tkeys.__getitem__, pid_tid), np.int32, nh)
-    tlist = list(tkeys)
+    h_thread, tlist = _thread_ids(hcols[0], hcols[1])
     threads = Table(
         "threads",
         len(tlist),
@@ -102,7 +103,11 @@ def build_rank(
     h_end = h_start + h_dur_s
     cat_rank = np.select([h_kind == HostKind.ANNOTATION, h_kind == HostKind.OP], [0, 1], 2)
     order = np.lexsort((cat_rank, -h_end, h_start, h_thread)) if nh else np.zeros(0, np.int64)
-    host = list(map(host.__getitem__, order.tolist()))
+    rows_h = host
+
+    def host_row(i: int) -> tuple:  # host op i's row (the rows stay in file order; the table is sorted)
+        return rows_h[order[i]]
+
     h_thread, h_start, h_dur_s, h_end, h_kind = (
         h_thread[order],
         h_start[order],
@@ -150,7 +155,6 @@ def build_rank(
     # ---------------- GPU ops -------------------------------------------------------------------
     g_start = (g_ts - origin) * scale
     gorder = np.argsort(g_start, kind="stable")
-    gpu = list(map(gpu.__getitem__, gorder.tolist()))
     g_start, g_dur_s = g_start[gorder], (g_dur * scale)[gorder]
     g_dev = gc(0, np.int16)[gorder]
     g_stream = gc(1, np.int64)[gorder]
@@ -168,10 +172,11 @@ def build_rank(
     g_launch_host = np.array([get(c, -1) for c in g_corr.tolist()], np.int64).reshape(ng)
     missing = np.nonzero(g_launch_host < 0)[0]
     n_flow_links = 0
-    if len(missing) and (flow_s or flow_f):
+    flow_s, flow_f = flows() if len(missing) else ({}, {})
+    if flow_s or flow_f:
         at_pos: dict[tuple, int] = {}
         for i in runtime_idx.tolist():
-            r = host[i]
+            r = host_row(i)
             at_pos[(r[0], r[1], r[2])] = i
         end_at: dict[tuple, Any] = {}
         for fid, pos in flow_f.items():
@@ -179,7 +184,7 @@ def build_rank(
         for fid, pos in flow_s.items():
             end_at.setdefault(pos, fid)
         for j in missing.tolist():
-            r = gpu[j]
+            r = gpu[gorder[j]]
             fid = end_at.get((r[12], r[13], r[2]))
             if fid is None:
                 continue
@@ -347,7 +352,8 @@ def build_rank(
         flops=g_flops,
     )
 
-    collectives, groups = collectives_tables(st, host, host_ops, gpu_ops, g_launch_host, dist, world)
+    has_comm = np.fromiter(map(operator.is_not, hcols[11], itertools.repeat(None)), bool, nh)[order]
+    collectives, groups = collectives_tables(st, host_row, has_comm, host_ops, gpu_ops, g_launch_host, dist, world)
     edges = kineto_edges(strings, host_ops, gpu_ops, launches, g_launch_host, syncs, corr2host)
 
     device_name = _device_name(meta, g_dev)
@@ -375,6 +381,23 @@ def build_rank(
     )
     fill_gpu_costs(rg)  # bytes / FLOPs of the non-GEMM kernels from their parent op's shapes
     return rg
+
+
+def _thread_ids(pids: tuple, tids: tuple) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+    """Each host row's thread number, the (pid, tid) pairs numbered in order of first appearance, and those
+    pairs. A trace's rows come in long runs of one thread (the v100 trace: 14 runs in 101 k rows), so the
+    pairs are numbered per run (``itertools.groupby``, in C) and the numbers repeated over each run's
+    rows: ~8 ms instead of ~25 ms for a dict lookup per row."""
+    tkeys: dict[tuple[Any, Any], int] = {}
+    ids: list[int] = []
+    lens: list[int] = []
+    for key, run in itertools.groupby(zip(pids, tids)):
+        t = tkeys.get(key)
+        if t is None:
+            t = tkeys[key] = len(tkeys)
+        ids.append(t)
+        lens.append(sum(1 for _ in run))
+    return np.repeat(np.array(ids, np.int32), lens), list(tkeys)
 
 
 def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, ...]:
