@@ -658,7 +658,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     from cosim.replay.periodic import Periodic, PeriodicResult, detect_period
     from cosim.workload.synth import synthesize
     from cosim.workload.synth.memory import memory_per_stage
-    from cosim.workload.synth.spec import BatchSpec, Synthesized
+    from cosim.workload.synth.spec import BatchSpec, Synthesized, memory_options
 
     assert isinstance(scn.workload, SyntheticWorkload)
     spec = scn.workload.synthetic
@@ -691,7 +691,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     per = Periodic(m, m_full, q, period, (m_full - m) // q, dev, pairs, cut)
     rm, b = syn.rm, spec.batch
     assert isinstance(b, BatchSpec)
-    full_mem = memory_per_stage(syn.card, rm, b.micro, b.seq, m_full, spec.precision)
+    full_mem = memory_per_stage(syn.card, rm, b.micro, b.seq, m_full, spec.precision, memory_options(spec))
     worst = max(full_mem, key=lambda x: x.total)
     if worst.total > syn.hbm and not spec.allow_oom:
         raise CosimInputError(f"workload.synthetic.layout: out of memory: stage {worst.stage} needs "

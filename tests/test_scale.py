@@ -278,7 +278,7 @@ def _scenario(tmp_path: Path, layout: dict, routing: str, mb: int, stragglers: d
     card = tmp_path / "tiny.yaml"
     card.write_text(yaml.safe_dump(TINY))
     dp = 64 // (layout.get("tp", 1) * layout["pp"])
-    # collective_host null: with the c10d host time (78 us per call) the tp1 pp4 ep16 case's fill no longer settles
+    # collective_host null: with the c10d host time (73.5 us per call) the tp1 pp4 ep16 case's fill no longer settles
     # within the coalescing probes (it falls back to the plain step); the coalescing itself is what is checked here
     syn: dict = dict(model=str(card), layout=layout, routing=routing, precision="bf16",
                      batch={"global": mb * dp, "micro": 1, "seq": 64}, collective_host=None)

@@ -147,6 +147,15 @@ def all_rows(root: Path) -> list[CallRow]:
     return rows
 
 
+def default_net_s(rows: list[CallRow], ranks: tuple[int, int] = (2, 8)) -> float:
+    """The figure ``collective_host`` takes (s): the median of the rows' net call times (:attr:`CallRow.net_median_s`)
+    over every row whose job ran on ``ranks`` (inclusive; the group sizes of the e2e rows' collectives are 2-64)."""
+    net = [r.net_median_s for r in rows if ranks[0] <= r.ranks <= ranks[1]]
+    if not net:
+        raise ValueError("no collective calls on 2-8 ranks")
+    return float(statistics.median(net))
+
+
 def main(argv: list[str] | None = None) -> int:
     from cosim.resources import shared_dir
 

@@ -132,6 +132,10 @@ class Case(Strict):
     expert_padding: bool = True
     """The run's grouped MLP pads expert rows by copies (the synthetic spec's ``expert_padding``); false for a
     HybridEP dispatcher, which delivers the rows aligned (Megatron-Core ``hybrid_ep_dispatch(pad_multiple)``)."""
+    grad_reduce_in_fp32: bool = False
+    """The run reduces gradients in fp32 (the synthetic spec's ``grad_reduce_in_fp32``): Megatron-LM's own
+    launcher (``pretrain_gpt.py``) in bf16 training without ``--grad-reduce-in-bf16``; false for the Megatron-Bridge
+    and NeMo configs (``grad_reduce_in_fp32 = False``)."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -274,6 +278,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
+        **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),
         **({} if case.expert_padding else {"expert_padding": False}),
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
         **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),

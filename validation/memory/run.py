@@ -83,6 +83,7 @@ def e2e_rows() -> list[dict[str, Any]]:
     row's scenario holds it and, where :data:`E2E_MEMORY_SETTINGS` has the run's published memory settings, with
     them."""
     from cosim.scenario import build_topology
+    from cosim.workload.synth.spec import memory_options
     from validation.e2e.run import _scenario, load_cases, microbatches
 
     out = []
@@ -93,7 +94,7 @@ def e2e_rows() -> list[dict[str, Any]]:
         card = load_model_config(c.model)
         topo = build_topology(c.system, None, None, None, None)
         hbm = float(topo.accelerator(topo.gpus[0]).hbm_capacity)
-        variants = [(c.id, spec.layout, MemoryOptions())]
+        variants = [(c.id, spec.layout, memory_options(spec))]
         if c.id in E2E_MEMORY_SETTINGS:
             lay, opts, _ = E2E_MEMORY_SETTINGS[c.id]
             variants.append((f"{c.id} (published memory settings)", spec.layout.model_copy(update=lay),

@@ -79,8 +79,6 @@ _CLS = {"gemm": OpClass.GEMM, "grouped_gemm": OpClass.GROUPED_GEMM, "attention":
         "elementwise": OpClass.ELEMENTWISE, "norm": OpClass.NORM, "reduction": OpClass.REDUCTION,
         "moe_dispatch": OpClass.MOE_DISPATCH, "moe_combine": OpClass.MOE_COMBINE, "collective": OpClass.COLLECTIVE}
 _STREAMS = {"compute": 7, "tp": 20, "ep": 21, "dp": 22, "cp": 23, "etp": 21}
-GRAD_BYTES = 4.0
-"""Bytes per gradient element reduced over data parallelism (fp32 main gradients, Megatron's default)."""
 ADAM_BYTES = 34.0
 """HBM bytes per parameter of one Adam step: fp32 master weight, m and v read and written (24),
 fp32 gradient read (4), bf16 weight written (2) and read (2), grad zeroing (2)."""
@@ -112,6 +110,10 @@ class BuildOptions:
     expert_gemm_host: float = 33e-6
     """Host time of each expert GEMM launch of a grouped GEMM beyond its first (s; ``Op.launches``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.expert_gemm_host`)."""
+    grad_bytes: float = 2.0
+    """Bytes per gradient element reduced over data parallelism: 2 (bf16, Megatron-Core's DDP default and the
+    Megatron-Bridge configs), 4 with ``grad_reduce_in_fp32`` (:attr:`cosim.workload.synth.spec.SyntheticSpec
+    .grad_reduce_in_fp32`)."""
     collective_host: float | None = None
     """Host time of one collective call besides the launch call (s; None: ``dispatch_overhead``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.collective_host`)."""
@@ -195,6 +197,7 @@ class _RankBuilder:
         self.pending: list[tuple[int, str]] = []  # comm ops not yet waited for: (gpu op, name)
         self.lane = 0
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
+        self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
         self.h["name"].append(self.s("ProfilerStep#0"))
         self.h["kind"].append(HostKind.ANNOTATION)
         self.h["parent"].append(-1)
@@ -583,6 +586,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
         rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
         rb.eager_step = opts.eager_step_host * opts.host_slowdown.get(rank, 1.0)
+        rb.grad_bytes = opts.grad_bytes
         if opts.collective_host is not None:
             rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         graphs_on = rm.layout.cuda_graphs
@@ -1036,8 +1040,8 @@ def _grad_buckets(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, layer: in
     per_layer = rm.layout.zero == "fsdp"  # FSDP reduce-scatters each layer's gradients as its backward ends
     for g in ("dp", "edp"):
         if bucket[g] > 0 and (final or per_layer or bucket[g] >= rm.layout.grad_bucket_params) and len(groups[g]) > 1:
-            emit(Op(f"grad.{g}_{kind}", "collective", 0.0, bucket[g] * GRAD_BYTES,
-                    comm=Comm(g, kind, bucket[g] * GRAD_BYTES), stream="dp"), 0.0)
+            emit(Op(f"grad.{g}_{kind}", "collective", 0.0, bucket[g] * rb.grad_bytes,
+                    comm=Comm(g, kind, bucket[g] * rb.grad_bytes), stream="dp"), 0.0)
             bucket[g] = 0.0
         elif final:
             bucket[g] = 0.0

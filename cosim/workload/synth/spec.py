@@ -39,7 +39,7 @@ from cosim.workload.synth.costs import PRECISIONS, Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
-__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "synthesize", "synthetic_figures"]
+__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "synthesize", "synthetic_figures"]
 
 
 class BatchSpec(Strict):
@@ -94,10 +94,12 @@ class StragglerSpec(Strict):
     """Rank -> mean extra host time per kernel launch, e.g. "3 us" (exponentially distributed, seeded)."""
 
 
-C10D_CALL_HOST = 78e-6
-"""Measured host time of one ``torch.distributed`` collective call besides the CUDA launch call (s): the median of
-the 40 ``c10d::alltoall_base_`` calls of the shared 8-rank PARAM DLRM Kineto traces, 83.0 us
-(``python -m validation.e2e.host_cost``), less that DGX-1 host's launch call (5 us, cpus.yaml xeon-e5-2698v4).
+C10D_CALL_HOST = 73.5e-6
+"""Measured host time of one ``torch.distributed`` collective call besides its CUDA launch calls (s): the median of
+the per-row medians of every shared trace whose calls run on 2-8 ranks (9 rows from 4 jobs on V100, A100 and MI300X
+hosts, 39-273 us: ``python -m validation.e2e.c10d_host``, ``default_net_s``; validation/e2e/RESULTS.md "c10d host
+cost: evidence"; it was 78 us, the DLRM all-to-all alone, until round 7).
+Calls over 128 ranks cost 1.7-3.4x more there (not modelled: one figure whatever the group size).
 The default of ``SyntheticSpec.collective_host`` (training)."""
 
 
@@ -197,12 +199,18 @@ class SyntheticSpec(Strict):
     ``split_quantize`` allocates one quantized tensor per local expert: ``costs.TE_QUANTIZE_SOURCE``). Default (None): ``dispatch_overhead``, the measured host time of one
     eager step; "0 us" leaves both out."""
     collective_host: Time | None = C10D_CALL_HOST
-    """Training: host time of one collective call besides the CUDA launch call, e.g. "78 us": a ``torch.distributed``
+    """Training: host time of one collective call besides the CUDA launch call, e.g. "73.5 us": a ``torch.distributed``
     collective goes through the Python binding, ProcessGroupNCCL's work and event bookkeeping and an NCCL group
     call (an all-to-all: one send and one receive per peer) before its kernel is launched. Default: the measured
     :data:`C10D_CALL_HOST` (scaled by the host CPU's ``host_time_factor``); null: the eager ``dispatch_overhead``
     of any op. Kernels a library launches behind its own Python call (HybridEP's dispatch and combine,
     ``costs.Op.c10d``) and the ring steps of TP overlap are not such calls."""
+    grad_reduce_in_fp32: bool = False
+    """Training: reduce (and hold) gradients in fp32 (4 bytes per element) instead of bf16 (2). Megatron-Core's
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to false and every Megatron-Bridge performance
+    config keeps it false (:data:`cosim.workload.synth.memory.GRAD_SOURCE`); Megatron-LM's own ``pretrain_gpt.py``
+    launcher turns it on for bf16 training unless ``--grad-reduce-in-bf16`` (``arguments.py``: fp32 gradient
+    accumulation and all-reduce). Sets the data-parallel reduction's bytes and the gradient buffer's memory."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -264,6 +272,13 @@ TimerFactory = Callable[["SyntheticSpec", Any, "Path | None"], KernelTimeFn]
 files it names relative to ``base`` (:func:`cosim.models.synth_timing.synthetic_kernel_timer`)."""
 
 
+def memory_options(spec: SyntheticSpec) -> Any:
+    """The memory model's framework settings that the spec sets (the gradient buffer's bytes)."""
+    from cosim.workload.synth.memory import MemoryOptions
+
+    return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0)
+
+
 def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                kernel_timer: TimerFactory) -> Synthesized:
     """Build the step of ``spec`` for every GPU of ``topology``, kernel durations from
@@ -307,7 +322,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
-                        expert_padding=spec.expert_padding,
+                        expert_padding=spec.expert_padding, grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
@@ -352,7 +367,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if rm.layout.a2a_overlap and rm.pp > 1 and mbs < 2 * rm.pp:
         raise CosimInputError(f"workload.synthetic.layout.a2a_overlap: the EP all-to-all overlap with a pipeline needs "
                               f"at least 2 x pp = {2 * rm.pp} micro-batches per pipeline (got {mbs})")
-    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs, spec.precision)
+    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs, spec.precision, memory_options(spec))
     hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
     worst = max(mem, key=lambda m: m.total)
     if worst.total > hbm and not spec.allow_oom:
