@@ -63,24 +63,6 @@ def _column(x: Any, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy()
 
 
-def _sort_by_link(cols: list[np.ndarray], n_links: int) -> None:
-    """Reorder the interval columns ``cols`` (link, start, ...) in place by link then start, ties in the order they
-    were added (``np.lexsort``'s order), in two stable passes: by start (timsort: near O(n) on the observer's
-    nearly time-ordered intervals), then by link (a radix sort, O(n), for link ids below 2**16); about half
-    ``lexsort``'s time. Columns already in that order are left as they are."""
-    n = cols[0].size
-    if n < 2:
-        return
-    if n_links <= 1 << 16:
-        o = np.argsort(cols[1], kind="stable")
-        o = o[np.argsort(cols[0][o].astype(np.uint16), kind="stable")]
-    else:
-        o = np.lexsort((cols[1], cols[0]))
-    if not (o[1:] > o[:-1]).all():
-        for i in range(len(cols)):
-            cols[i] = cols[i][o]
-
-
 class LinkUsage:
     """Traffic intervals per directed link: (start, end, concurrent transfers, bytes, source).
 
@@ -126,7 +108,11 @@ class LinkUsage:
                 del parts  # (peak memory: the columns once, plus one column being reordered)
             else:
                 cols = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
-            _sort_by_link(cols, len(self.links))
+            o = np.lexsort((cols[1], cols[0]))
+            if o.size and not (o[1:] > o[:-1]).all():
+                for i in range(6):
+                    cols[i] = cols[i][o]
+            del o
             off = np.searchsorted(cols[0], np.arange(len(self.links) + 1))
             self._parts = [tuple(cols)]
             self._compiled = (*cols, off)
