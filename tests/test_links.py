@@ -239,3 +239,28 @@ def test_peak_and_busy_equal_a_brute_force_sweep() -> None:
         assert peak[k] == want
         covered = sum(1 for t in range(25) if any(s <= t < e for s, e, _c in mine))
         assert busy[k] == covered
+
+
+def test_windowed_bytes_equal_the_per_interval_fractions() -> None:
+    """bytes_in computes the fraction only for intervals crossing a window end; bit for bit the sum of every
+    interval's bytes times its clipped fraction (empty intervals: all or nothing; NaN ends: nothing)."""
+    import math
+
+    from cosim.replay.links import COLLECTIVE, LinkUsage
+
+    rng = np.random.default_rng(7)
+    n = 400
+    lk = rng.integers(0, 6, n)
+    s = rng.integers(0, 40, n).astype(float) + rng.choice([0.0, 0.5], n)
+    e = s + rng.integers(0, 5, n)
+    e[::37] = math.nan
+    nb = rng.integers(1, 1000, n).astype(float) * 1.37
+    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(6)], np.ones(6))
+    u.add(lk, s, e, np.ones(n), nb, COLLECTIVE)
+    lks, ss, es, _c, nbs, *_ = u._data()
+    for a, b in ((3.0, 17.5), (0.5, 0.5), (10.25, 60.0), (-5.0, 12.0)):
+        d = es - ss
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(d > 0, (np.minimum(es, b) - np.maximum(ss, a)) / d, ((ss >= a) & (ss <= b)).astype(float))
+        want = np.bincount(lks, weights=nbs * np.clip(np.nan_to_num(frac), 0.0, 1.0), minlength=6)
+        assert np.array_equal(u.bytes_in(a, b), want)

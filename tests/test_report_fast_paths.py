@@ -131,3 +131,15 @@ def test_cli_sets_and_restores_gc_thresholds(monkeypatch) -> None:  # type: igno
     before = gc.get_threshold()
     assert cli.main(["topo", "list"]) == 0
     assert seen == [cli.GC_THRESHOLDS] and gc.get_threshold() == before
+
+
+def test_lines_serialize_the_list_once_one_event_a_line() -> None:
+    """_lines serializes a section in one call and breaks lines between events: the same bytes as one call per
+    event, also for names holding ``},{"`` and for args holding a list of objects (then one call per event)."""
+    evs = [{"ph": "X", "name": 'a},{"b', "pid": 1, "args": {"x": 1}},
+           {"ph": "f", "id": 3, "pid": 2, "args": {}},
+           {"ph": "X", "name": "n", "pid": 0, "args": {"grid": [1, 2, 3]}}]
+    want = b",\n".join(orjson.dumps(e) for e in evs)
+    assert _lines(evs) == want and _lines([]) == b""
+    nested = [*evs, {"ph": "X", "pid": 0, "args": {"l": [{"a": 1}, {"b": 2}]}}]
+    assert _lines(nested) == b",\n".join(orjson.dumps(e) for e in nested)

@@ -444,7 +444,15 @@ class _TraceWriter:
 
 
 def _lines(evs: list[dict[str, Any]]) -> bytes:
-    """Events as compact JSON objects, one per line (the trace files' layout)."""
+    """Events as compact JSON objects, one per line (the trace files' layout): the list serialized in one call
+    (about twice as fast as one call per event) and a line break put between its objects. ``},{"`` occurs in
+    compact JSON only between two objects of a list (a string escapes its quotes); when an event holds a list of
+    objects (more of them than events), one call per event instead."""
+    if not evs:
+        return b""
+    body = orjson.dumps(evs)[1:-1]
+    if body.count(b'},{"') == len(evs) - 1:
+        return body.replace(b'},{"', b'},\n{"')
     dumps = orjson.dumps
     return b",\n".join([dumps(e) for e in evs])
 

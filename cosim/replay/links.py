@@ -191,16 +191,23 @@ class LinkUsage:
         return out
 
     def bytes_in(self, a: float, b: float) -> np.ndarray:
-        """Bytes per link moved within [a, b] (each interval's bytes spread evenly over it)."""
+        """Bytes per link moved within [a, b] (each interval's bytes spread evenly over it): O(intervals), the
+        fraction computed only for intervals that cross an end of the window (the rest count 0 or all their bytes)."""
         lk, s, e, _c, nb, *_ = self._data()
         if self._covers(a, b) and self._hull is not None and math.isfinite(self._hull[1]) \
                 and math.isfinite(self._hull[2]):  # every fraction is 1: (e - s) / (e - s), or an empty interval in [a, b]
             return np.bincount(lk, weights=nb, minlength=len(self.links))
         d = e - s
+        pos = d > 0
+        inside = pos & (s >= a) & (e <= b)  # fraction (e - s) / d = 1 exactly: the interval's bytes
+        w = np.where(inside, nb, 0.0)
+        # the fraction of the rest where it may be other than 0 (or nb is not finite: nb * 0 is not 0)
+        k = np.flatnonzero(~inside & (~pos | ((e > a) & (s < b)) | ~np.isfinite(nb)))
+        sk, ek, dk = s[k], e[k], d[k]
         with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(d > 0, (np.minimum(e, b) - np.maximum(s, a)) / d, ((s >= a) & (s <= b)).astype(float))
-        frac = np.clip(np.nan_to_num(frac), 0.0, 1.0)
-        return np.bincount(lk, weights=nb * frac, minlength=len(self.links))
+            frac = np.where(dk > 0, (np.minimum(ek, b) - np.maximum(sk, a)) / dk, ((sk >= a) & (sk <= b)).astype(float))
+        w[k] = nb[k] * np.clip(np.nan_to_num(frac), 0.0, 1.0)
+        return np.bincount(lk, weights=w, minlength=len(self.links))
 
     def peak(self) -> np.ndarray:
         """Most concurrent transfers per link (flows of a collective counted with multiplicity): per link, the

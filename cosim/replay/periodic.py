@@ -336,9 +336,26 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
 
 def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, copies: int, p_us: float,
            per: Periodic, id_step: int) -> list[dict[str, Any]]:
-    """:func:`_shift_events` once its window is known."""
+    """:func:`_shift_events` once its window is known. New times are ``round(t + shift, 3)``, rounded for a whole
+    column at once (``round3``)."""
+
+    def round3(x: np.ndarray) -> list[float]:
+        """``[round(v, 3) for v in x]`` exactly, vectorized: ``rint(1000 v) / 1000`` is Python's correctly rounded
+        result wherever ``1000 v``'s rounding error cannot cross a half (checked per value; those that might, and
+        non-finite ones, go through ``round``)."""
+        y = x * 1000.0
+        r = np.rint(y)
+        out = (r / 1000.0).tolist()
+        with np.errstate(invalid="ignore"):
+            unsure = ~(np.abs(y - r) < 0.5 - 4.0 * np.spacing(np.abs(y)))
+        for k in np.flatnonzero(unsure).tolist():
+            out[k] = round(float(x[k]), 3)
+        return out
+
     out: list[dict[str, Any]] = []
     window: list[dict[str, Any]] = []
+    after: list[dict[str, Any]] = []
+    after_ts: list[float] = []
     add, keep = out.append, window.append
     for ev in evs:
         ts = ev.get("ts")
@@ -346,8 +363,9 @@ def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, co
             add(ev)
         elif ts >= cut_us:
             c = ev.copy()
-            c["ts"] = round(ts + extra, 3)
             add(c)
+            after.append(c)
+            after_ts.append(ts)
         elif ts >= lo:
             keep(ev)
             add(ev)
@@ -357,15 +375,18 @@ def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, co
             add(c)
         else:
             add(ev)
-    # per window event, once: its time, whether it has an id, its args and the ids in them to shift
-    tmpl = [(ev, ev["ts"], "id" in ev, ev.get("args"),
+    for c, v in zip(after, round3(np.asarray(after_ts, dtype=float) + extra)):
+        c["ts"] = v
+    # per window event, once: whether it has an id, its args and the ids in them to shift
+    tmpl = [(ev, "id" in ev, ev.get("args"),
              [k for k in ("External id", "correlation") if ev.get("args") and k in ev["args"]]) for ev in window]
+    wts = np.asarray([ev["ts"] for ev in window], dtype=float)
     for j in range(1, copies + 1):
         off = j * id_step
         dts = j * p_us
-        for ev, ts, has_id, args, keys in tmpl:
+        for (ev, has_id, args, keys), t in zip(tmpl, round3(wts + dts)):
             c = ev.copy()
-            c["ts"] = round(ts + dts, 3)
+            c["ts"] = t
             if has_id:
                 c["id"] += off
             if keys and args:  # args without ids to shift stay shared (the writers only read them)

@@ -243,27 +243,33 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
             launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
                 np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
 
-    t = min(float(e[j]), b)
+    # the walk reads single elements: Python lists of the columns it reads (O(ops) once, then O(1) a step)
+    sl, el = s.tolist(), e.tolist()
+    bound, bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
+    comml, copyl, clsl, namel = comm.tolist(), copy.tolist(), G.cls.tolist(), G.name.tolist()
+    lhl = np.asarray(launch_host).tolist()
+    strings = rg.strings
+    t = min(el[j], b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
     while guard > 0 and t > a:
         guard -= 1
-        st = max(float(s[j]), a)
+        st = max(sl[j], a)
         seg = max(t - st, 0.0)
-        key = "communication" if comm[j] else ("memcpy" if copy[j] else "gpu")
+        key = "communication" if comml[j] else ("memcpy" if copyl[j] else "gpu")
         res[key] += seg
-        cn = cls_names[int(G.cls[j])]
+        cn = cls_names[clsl[j]]
         by_class[cn] = by_class.get(cn, 0.0) + seg
-        nm = rg.strings[int(G.name[j])] if G.name[j] >= 0 else "?"
+        nm = strings[namel[j]] if namel[j] >= 0 else "?"
         by_op[nm] = by_op.get(nm, 0.0) + seg
         t = st
         if t <= a:
             break
-        bd = int(run.gpu_bound[j])
-        if bd in (BOUND_PRED, BOUND_COLL) and run.gpu_bound_src[j] >= 0:
-            j = int(run.gpu_bound_src[j])
-            t = min(t, float(e[j]))
+        bd = bound[j]
+        if bd in (BOUND_PRED, BOUND_COLL) and bsrc[j] >= 0:
+            j = bsrc[j]
+            t = min(t, el[j])
             continue
-        lh = int(launch_host[j])
+        lh = lhl[j]
         if lh < 0:
             break
         t_launch = float(run.host_start[lh])
