@@ -988,8 +988,9 @@ class Fabric:
         S = p.seg[act]
         valid = S >= 0
         us, inv = _compact(S[valid], len(self._seg_lat))
-        L = np.full(S.shape, -1, dtype=np.int64)
-        L[valid] = inv
+        Lp = np.full(S.shape, len(us), dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
+        Lp[valid] = inv
+        cols = Lp.T.copy()  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e_link = self._se_link[_ranges(st, ln)]
@@ -999,12 +1000,11 @@ class Fabric:
             e_link, e_seg = e_link[keep], e_seg[keep]
             seed_links = seed_links & ~self._free
         grp = p.group[act]
-        has_grp = bool((grp >= 0).any())
+        has_grp = bool(np.count_nonzero(grp >= 0))
         lk = seed_links.copy()
         inr = np.zeros(len(act), dtype=bool)
         inr[np.searchsorted(act, seed_rows)] = True
         new = inr.copy()
-        Lp = np.where(L >= 0, L, len(us))
         while True:
             if has_grp:  # rows coupled to a reached row
                 g = np.unique(grp[new])
@@ -1019,8 +1019,11 @@ class Fabric:
             seg_hit = np.zeros(len(us) + 1, dtype=bool)
             seg_hit[e_seg[lk[e_link]]] = True
             seg_hit[-1] = False
-            new = seg_hit[Lp].any(axis=1) & ~inr
-            if not new.any():
+            hit = seg_hit[cols[0]]
+            for c in cols[1:]:
+                hit |= seg_hit[c]
+            new = hit > inr  # hit and not yet reached
+            if not np.count_nonzero(new):
                 return inr
             inr |= new
 
