@@ -248,7 +248,7 @@ def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(ids, return_inverse=True)`` for ids in 0..n-1: a mark and a lookup table, O(len + n),
     instead of a sort when ``ids`` is long."""
     ids = ids.reshape(-1)
-    if ids.size * 4 < n:
+    if ids.size * 4 < n and n > 8192:  # few ids of many: a sort; else (and always below 8192 ids) the table
         u, inv = np.unique(ids, return_inverse=True)
         return u, inv.reshape(-1)
     mark = np.zeros(n, dtype=bool)
@@ -257,6 +257,19 @@ def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     lut = np.zeros(n, dtype=np.int64)
     lut[u] = np.arange(len(u))
     return u, lut[ids]
+
+
+def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_counts=True)``; O(len) run lengths when ``keys`` is already sorted (the batch
+    ids of ascending row ids: rows are appended batch by batch and compaction keeps their order), else a sort."""
+    if len(keys) > 1:
+        d = np.diff(keys)
+        if d.min() < 0:
+            return np.unique(keys, return_counts=True)
+        cut = np.flatnonzero(d) + 1
+        first = np.concatenate(([0], cut))
+        return keys[first], np.diff(np.concatenate((first, [len(keys)])))
+    return keys.copy(), np.ones(len(keys), dtype=np.int64)
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -895,7 +908,7 @@ class Fabric:
         # bytes of rows ended early still cross their links (late rows' excess is taken back); their load and
         # flow counts leave (one expansion of the segments' entries for the three sums)
         sf, mk = segs.reshape(-1), np.repeat(m, _K)
-        early = bool((left != 0).any())
+        early = bool(np.count_nonzero(left != 0))
         vals = [np.repeat(r * m, _K), mk] + ([np.repeat(left * m, _K)] if early else [])
         sums = self._to_links_many(sf, vals, [True, False, True][: len(vals)])
         if early:
@@ -912,7 +925,7 @@ class Fabric:
         self._n_active -= len(idx)
         bs = p.batch[idx]
         np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
-        ub, cnt = np.unique(bs, return_counts=True)
+        ub, cnt = _counts(bs)
         self._b_left[ub] -= cnt
         for b in ub[self._b_left[ub] == 0].tolist():  # batch order = start order: deterministic
             self._fire(b)
@@ -1103,12 +1116,12 @@ class Fabric:
                     self._rate_memo.clear()
                     self._rate_memo_size = len(new)
                 self._rate_memo[key] = new
-        if not full and (new <= 0).any():  # numerical safety: re-solve everything
+        if not full and np.count_nonzero(new <= 0):  # numerical safety: re-solve everything
             R = np.flatnonzero(p.active[: p.size])
             old = p.rate[R].copy()
             new = self._fill(R, True)
             full = True
-        if (new <= 0).any():
+        if np.count_nonzero(new <= 0):
             raise RuntimeError("fabric deadlock: active flows with zero rate (a zero-capacity link?)")
         now = self.env.now
         p.rem[R] -= old * (now - p.t0[R])
@@ -1135,12 +1148,12 @@ class Fabric:
         t0, c0, l0 = self._obs
         cnt = np.rint(self._nflows)
         changed = (cnt != c0) | (self._load != l0)
-        if not changed.any():
+        if not np.count_nonzero(changed):
             return
         idx = np.flatnonzero(changed)
         st = t0[idx]
         ok = st < now
-        if ok.any():
+        if np.count_nonzero(ok):
             k = idx[ok]
             self.observer(k, st[ok], now, c0[k], l0[k] * (now - st[ok]))
         c0[idx] = cnt[idx]
@@ -1174,7 +1187,7 @@ class Fabric:
         """No flow and no coalesced collective on any of ``links`` that can bind (a never-binding link shared
         with other flows changes no rate: :meth:`_never_binding`)."""
         links = self.binding(links)
-        return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
+        return not np.count_nonzero(self._nflows[links] > 0.5) and not np.count_nonzero(self._held[links] >= 0)
 
     def hold(self, links: np.ndarray, wake: Callable[[], object]) -> int:
         """Reserve idle ``links`` (those that can bind) for a coalesced collective; ``wake()`` is called (and the
@@ -1283,7 +1296,7 @@ class Fabric:
             return None
         p = self._rows
         g = p.group[R]
-        if (g >= 0).any():
+        if np.count_nonzero(g >= 0):
             _, first, inv = np.unique(g, return_index=True, return_inverse=True)
             rank = np.argsort(np.argsort(first))
             g = np.where(g >= 0, rank[inv.reshape(-1)], -1)
@@ -1384,8 +1397,8 @@ class Fabric:
         rate = np.zeros(k)
         frozen = np.zeros(k, dtype=bool)
         capped = np.isfinite(cap)
-        any_capped = bool(capped.any())
-        has_groups = bool((grp >= 0).any())
+        any_capped = bool(np.count_nonzero(capped))
+        has_groups = bool(np.count_nonzero(grp >= 0))
         ur, us = ent_row, lseg
         for _ in range(k + nlk + 2):
             if not ur.size:
@@ -1407,7 +1420,7 @@ class Fabric:
             rem_cap -= delta * cnt
             sat = used & (rem_cap <= 1e-9 * capl)
             newly = np.zeros(k, dtype=bool)
-            if sat.any():
+            if np.count_nonzero(sat):
                 seg_sat = np.zeros(ns, dtype=bool)
                 seg_sat[e_seg[sat[e_link]]] = True
                 newly[ur[seg_sat[us]]] = True
@@ -1419,7 +1432,7 @@ class Fabric:
                 if g.size:
                     newly |= np.isin(grp, g)
             newly &= ~frozen
-            if not newly.any():  # numerical safety: freeze the tightest link's rows
+            if not np.count_nonzero(newly):  # numerical safety: freeze the tightest link's rows
                 seg_j = np.zeros(ns, dtype=bool)
                 seg_j[e_seg[e_link == j]] = True
                 newly[ur[seg_j[us]]] = True
@@ -1528,16 +1541,16 @@ class Fabric:
             seg_x = np.bincount(lseg, weights=(x * m)[ent_row], minlength=ns)
             load = np.bincount(e_link, weights=seg_x[e_seg] * e_w, minlength=nlk)
             over = load > rem_cap + tol * capl
-            if not fast.any() and not over_cap.any() and not over.any():
+            if not np.count_nonzero(fast) and not np.count_nonzero(over_cap) and not np.count_nonzero(over):
                 return x, pos
-            if over_cap.any():
+            if np.count_nonzero(over_cap):
                 pos[over_cap] = -1
-            if fast.any():
+            if np.count_nonzero(fast):
                 lo_lvl = np.full(len(m), _INF)
                 np.minimum.at(lo_lvl, pr[fast], level[pl[fast]])
                 best = fast & (level[pl] <= lo_lvl[pr])
                 pos[pr[best]] = pl[best]
-            if over.any():  # water level of each overloaded link, the rows' other rates fixed
+            if np.count_nonzero(over):  # water level of each overloaded link, the rows' other rates fixed
                 ov = np.flatnonzero(over)
                 if not cand[ov].all():
                     cand[ov] = True
@@ -1678,7 +1691,7 @@ class Fabric:
         grouped = grp >= 0
         g_of = np.zeros(k, dtype=np.int64)
         ng = 0
-        if grouped.any():
+        if np.count_nonzero(grouped):
             ug, inv = np.unique(grp[grouped], return_inverse=True)
             g_of[grouped] = inv.reshape(-1)
             ng = len(ug)
@@ -1695,7 +1708,7 @@ class Fabric:
             LU = LSx[U]
             bound = np.minimum(seg_min[LU].min(axis=1), cap[U])
             gU = grouped[U]
-            if ng and gU.any():
+            if ng and np.count_nonzero(gU):
                 gm = np.full(ng, _INF)
                 np.minimum.at(gm, g_of[U][gU], bound[gU])
                 bound[gU] = gm[g_of[U][gU]]
@@ -1713,11 +1726,11 @@ class Fabric:
             fe = np.flatnonzero(final[e_link])
             seg_fl[e_seg[fe]] = e_link[fe]
             who = np.where(by_cap, -1, seg_fl[LU[np.arange(len(U)), np.argmax(by_link, axis=1)]])
-            if ng and gU.any() and new.any():
+            if ng and np.count_nonzero(gU) and np.count_nonzero(new):
                 hit = np.zeros(ng, dtype=bool)
                 hit[g_of[U][gU & new]] = True
                 new |= gU & hit[g_of[U]]
-            if not new.any():  # numerical safety: the tightest link is always a local bottleneck
+            if not np.count_nonzero(new):  # numerical safety: the tightest link is always a local bottleneck
                 j = int(np.argmin(share))
                 sj = np.zeros(ns + 1, dtype=bool)
                 sj[e_seg[e_link == j]] = True
