@@ -804,9 +804,21 @@ class Fabric:
             self._se_off = np.searchsorted(self._se_seg, np.arange(nseg + 1)).astype(np.int64)
             self._seg_m = np.concatenate([self._seg_m, np.zeros(nseg - len(self._seg_m))])
 
+    def _dense_entries(self, k: int) -> bool:
+        """Sum ``k`` segment values over every registered segment entry (the per-segment sums gathered onto all
+        entries, one ``bincount`` by link: O(k + segments + entries + links) in 3 numpy calls) rather than over
+        the entries of the distinct segments among them (a compaction and a ranges expansion: about 12 calls).
+        Both add, per link, its segments' terms in ascending segment order; the absent segments' terms are
+        +0.0, so the sums are the same floats."""
+        return len(self._se_link) <= 4 * k + 16384
+
     def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
-        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it)."""
+        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it); ``segs`` may hold
+        the -1 padding (ignored)."""
         nl = len(self.links)
+        if self._dense_entries(segs.size):
+            v = np.bincount(segs + 1, weights=vals, minlength=len(self._seg_lat) + 1)[1:][self._se_seg]
+            return np.bincount(self._se_link, weights=v * self._se_w if weighted else v, minlength=nl)
         ok = segs >= 0
         if not ok.all():
             segs, vals = segs[ok], vals[ok]
@@ -827,6 +839,13 @@ class Fabric:
         """:meth:`_to_links` of several value vectors over the same ``segs``, the segments' entries expanded once
         (the same sums, in the same order)."""
         nl = len(self.links)
+        if self._dense_entries(segs.size):
+            s1, ns1 = segs + 1, len(self._seg_lat) + 1
+            out = []
+            for val, wt in zip(vals, weighted):
+                v = np.bincount(s1, weights=val, minlength=ns1)[1:][self._se_seg]
+                out.append(np.bincount(self._se_link, weights=v * self._se_w if wt else v, minlength=nl))
+            return out
         ok = segs >= 0
         if not ok.all():
             segs, vals = segs[ok], [v[ok] for v in vals]
