@@ -345,6 +345,7 @@ class Fabric:
         self._seg_m = np.zeros(0)  # active multiplicity per segment
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._next_comp = 0
+        self._bind_cache: tuple[tuple[int, bool], np.ndarray, np.ndarray] | None = None
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
         # rows and batches
@@ -1018,18 +1019,25 @@ class Fabric:
         component of link-diameter d (2-4 on fat trees), no graph library."""
         p = self._rows
         S = p.seg[act]
-        valid = S >= 0
-        us, inv = _compact(S[valid], len(self._seg_lat))
-        Lp = np.full(S.shape, len(us), dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
-        Lp[valid] = inv
-        cols = Lp.T.copy()  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
-        st = self._se_off[us]
-        ln = self._se_off[us + 1] - st
-        e_link = self._se_link[_ranges(st, ln)]
-        e_seg = np.repeat(np.arange(len(us)), ln)
-        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-            keep = ~self._free[e_link]
-            e_link, e_seg = e_link[keep], e_seg[keep]
+        if self._dense_entries(S.size):  # every registered segment (few): no compaction, entries cached
+            nu = len(self._seg_lat)
+            cols = np.where(S >= 0, S, nu).T.copy()  # one contiguous column per slot; padding -> a sentinel
+            e_link, e_seg = self._bind_entries()
+        else:  # the distinct segments of the active rows
+            valid = S >= 0
+            us, inv = _compact(S[valid], len(self._seg_lat))
+            nu = len(us)
+            Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
+            Lp[valid] = inv
+            cols = Lp.T.copy()  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
+            st = self._se_off[us]
+            ln = self._se_off[us + 1] - st
+            e_link = self._se_link[_ranges(st, ln)]
+            e_seg = np.repeat(np.arange(nu), ln)
+            if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+                keep = ~self._free[e_link]
+                e_link, e_seg = e_link[keep], e_seg[keep]
+        if self._free_on:
             seed_links = seed_links & ~self._free
         grp = p.group[act]
         has_grp = bool(np.count_nonzero(grp >= 0))
@@ -1045,10 +1053,11 @@ class Fabric:
                     more = np.isin(grp, g) & ~inr
                     inr |= more
                     new |= more
-            seg_new = np.zeros(len(us) + 1, dtype=bool)
-            seg_new[Lp[new]] = True
+            seg_new = np.zeros(nu + 1, dtype=bool)
+            for c in cols:
+                seg_new[c[new]] = True
             lk[e_link[seg_new[e_seg]]] = True
-            seg_hit = np.zeros(len(us) + 1, dtype=bool)
+            seg_hit = np.zeros(nu + 1, dtype=bool)
             seg_hit[e_seg[lk[e_link]]] = True
             seg_hit[-1] = False
             hit = seg_hit[cols[0]]
@@ -1058,6 +1067,18 @@ class Fabric:
             if not np.count_nonzero(new):
                 return inr
             inr |= new
+
+    def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
+        cached until segments are added or the never-binding links are gone."""
+        key = (len(self._se_link), self._free_on)
+        if self._bind_cache is None or self._bind_cache[0] != key:
+            e_link, e_seg = self._se_link, self._se_seg
+            if self._free_on:
+                keep = ~self._free[e_link]
+                e_link, e_seg = e_link[keep], e_seg[keep]
+            self._bind_cache = (key, e_link, e_seg)
+        return self._bind_cache[1], self._bind_cache[2]
 
     def _select(self) -> np.ndarray:
         """Rows whose rate the pending arrivals and departures can change (see docs/ENGINE.md).
