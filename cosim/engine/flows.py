@@ -1041,18 +1041,18 @@ class Fabric:
             seed_links = seed_links & ~self._free
         grp = p.group[act]
         has_grp = bool(np.count_nonzero(grp >= 0))
+        gl = np.zeros(max(self._next_group, int(grp.max())) + 2 if has_grp else 1, dtype=bool)
         lk = seed_links.copy()
         inr = np.zeros(len(act), dtype=bool)
         inr[np.searchsorted(act, seed_rows)] = True
         new = inr.copy()
         while True:
-            if has_grp:  # rows coupled to a reached row
-                g = np.unique(grp[new])
-                g = g[g >= 0]
-                if g.size:
-                    more = np.isin(grp, g) & ~inr
-                    inr |= more
-                    new |= more
+            if has_grp:  # rows coupled to a reached row (a table of group ids; -1 hits the last slot, cleared)
+                gl[grp[new]] = True
+                gl[-1] = False
+                more = gl[grp] > inr
+                inr |= more
+                new |= more
             seg_new = np.zeros(nu + 1, dtype=bool)
             for c in cols:
                 seg_new[c[new]] = True
