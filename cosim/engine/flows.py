@@ -345,6 +345,7 @@ class Fabric:
         self._seg_m = np.zeros(0)  # active multiplicity per segment
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._next_comp = 0
+        self._comp_n = np.zeros(2, dtype=np.int64)  # active rows per component label (last slot: label -1, kept 0)
         self._bind_cache: tuple[tuple[int, bool], np.ndarray, np.ndarray] | None = None
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
@@ -939,6 +940,7 @@ class Fabric:
         self._seg_m -= np.bincount(sf[ok], weights=mk[ok], minlength=len(self._seg_m))
         self._nflows -= sums[1]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
+        self._unlabel(p.comp[idx])
         p.active[idx] = False
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
@@ -1081,6 +1083,22 @@ class Fabric:
             self._bind_cache = (key, e_link, e_seg)
         return self._bind_cache[1], self._bind_cache[2]
 
+    def _label(self, R: np.ndarray) -> None:
+        """Give the active rows ``R`` a fresh component label (counting the active rows per label)."""
+        p = self._rows
+        self._unlabel(p.comp[R])
+        self._next_comp += 1
+        if len(self._comp_n) < self._next_comp + 2:
+            self._comp_n = np.concatenate([self._comp_n, np.zeros(len(self._comp_n), dtype=np.int64)])
+        p.comp[R] = self._next_comp
+        self._comp_n[self._next_comp] = len(R)
+
+    def _unlabel(self, comps: np.ndarray) -> None:
+        """Rows of labels ``comps`` (one per row; -1: not yet labelled) leave their labels' counts."""
+        comps = comps[comps >= 0]
+        if comps.size:
+            np.subtract.at(self._comp_n, comps, 1)
+
     def _select(self) -> np.ndarray:
         """Rows whose rate the pending arrivals and departures can change (see docs/ENGINE.md).
 
@@ -1106,17 +1124,17 @@ class Fabric:
                 if self._free_on:
                     lk &= ~self._free
                 if (np.abs(self._nflows[lk] - mine[lk]) < 0.5).all():
-                    self._next_comp += 1
-                    p.comp[arrived] = self._next_comp
+                    self._label(arrived)
                     return arrived
             R = ai[self._reach(ai, arrived, seed)]
-            self._next_comp += 1
-            p.comp[R] = self._next_comp  # one label for the union of touched components: coarser, never finer
+            self._label(R)  # one label for the union of touched components: coarser, never finer
             return R
         if not self._departed:
             return np.zeros(0, dtype=np.int64)
-        rates = np.concatenate([d[1] for d in self._departed])
         comps = np.concatenate([d[2] for d in self._departed])
+        if not np.count_nonzero(self._comp_n[comps]):  # no active row left in their components: O(departed)
+            return np.zeros(0, dtype=np.int64)
+        rates = np.concatenate([d[1] for d in self._departed])
         uc, inv = np.unique(comps, return_inverse=True)
         floor = np.full(len(uc), _INF)
         np.minimum.at(floor, inv.reshape(-1), rates)
@@ -1303,6 +1321,7 @@ class Fabric:
         p.size = 0
         self._A = None
         self._n_active = 0
+        self._comp_n[:] = 0
         self._load[:] = 0.0
         self._nflows[:] = 0.0
         self._seg_m[:] = 0.0
