@@ -891,6 +891,12 @@ class Fabric:
         """Add (sign +1) or remove (-1) rows' multiplicity on their segments and links' flow counts."""
         s = segs.reshape(-1)
         m = np.repeat(mult, _K)
+        self._flush_segments()
+        if self._dense_entries(s.size):  # the per-segment sums once, for both counters (same floats)
+            v = np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
+            self._seg_m += sign * v
+            self._nflows += sign * np.asarray(self._link_matrix(False) @ v)
+            return
         ok = s >= 0
         s, m = s[ok], m[ok]
         self._seg_m += sign * np.bincount(s, weights=m, minlength=len(self._seg_m))
