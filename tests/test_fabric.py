@@ -387,6 +387,49 @@ def test_uneven_all_to_all_fast_solver_matches_reference_filling(monkeypatch: py
     assert nbytes == pytest.approx(bytes_ref, rel=1e-9, abs=1e-3)
 
 
+def test_per_link_sums_and_searches_over_all_entries_match_the_compacted_ones(monkeypatch: pytest.MonkeyPatch):
+    """The per-link sums and component searches over every registered segment entry (a sparse links x segments
+    product; docs/ENGINE.md, round 7) give bit for bit the schedule of the compacted ones: an uneven all-to-all
+    with a completion window (solves, end time, link busy times and bytes), and random coupled flows with caps
+    arriving at different times (every row's rate and end)."""
+    import numpy as np
+
+    def coupled() -> tuple[list[float], list[float], int]:
+        g = nx.DiGraph()
+        for i in range(8):
+            add_link(g, f"h{i}", f"l{i // 4}", (i + 1) * GB)
+            add_link(g, f"l{i // 4}", f"h{i}", (i + 2) * GB)
+        for leaf, bw in (("l0", 6 * GB), ("l1", 9 * GB)):
+            add_link(g, leaf, "sp", bw)
+            add_link(g, "sp", leaf, bw)
+        env = simpy.Environment()
+        fab = Fabric(env, g)
+        rng = np.random.default_rng(3)
+        groups = [fab.new_group() for _ in range(3)]
+        ends: list[float] = []
+
+        def one(k: int, i: int, j: int, start: float):
+            yield env.timeout(start)
+            yield fab.transfer(f"h{i}", f"h{j}", float(rng.integers(1, 50)) * 1e8,
+                               max_rate=(0.3 * GB if k % 7 == 0 else math.inf),
+                               group=groups[k % 3] if k % 5 == 0 else -1)
+            ends.append(env.now)
+
+        for k in range(60):
+            i, j = rng.choice(8, 2, replace=False)
+            env.process(one(k, int(i), int(j), float(rng.integers(0, 6)) * 0.05))
+        env.run()
+        return ends, [s.bytes for s in fab.link_stats()], fab.n_solves
+
+    runs = []
+    for dense in (True, False):
+        monkeypatch.setattr(Fabric, "_dense_entries", lambda self, k, d=dense: d)
+        t, busy, nbytes, fab = _uneven_all_to_all(16, tol=0.01)
+        runs.append((t, busy, nbytes, fab.n_solves, coupled()))
+    assert runs[0] == runs[1]
+    assert runs[0][3] > 10 and runs[0][4][2] > 10
+
+
 def test_link_water_level_and_tie_order_worked_by_hand():
     """One link of 10 B/s left, rows at 1, 2, 8 and 9 B/s (weight 1): at level t the first two keep their
     rates and the last two take t, 1 + 2 + 2t = 10, t = 3.5. Level order: classes 0 and 1 tie at 1.0 and

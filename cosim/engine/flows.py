@@ -248,7 +248,7 @@ def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(ids, return_inverse=True)`` for ids in 0..n-1: a mark and a lookup table, O(len + n),
     instead of a sort when ``ids`` is long."""
     ids = ids.reshape(-1)
-    if ids.size * 4 < n:
+    if ids.size * 4 < n and n > 8192:  # few ids of many: a sort; else (and always below 8192 ids) the table
         u, inv = np.unique(ids, return_inverse=True)
         return u, inv.reshape(-1)
     mark = np.zeros(n, dtype=bool)
@@ -257,6 +257,19 @@ def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     lut = np.zeros(n, dtype=np.int64)
     lut[u] = np.arange(len(u))
     return u, lut[ids]
+
+
+def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_counts=True)``; O(len) run lengths when ``keys`` is already sorted (the batch
+    ids of ascending row ids: rows are appended batch by batch and compaction keeps their order), else a sort."""
+    if len(keys) > 1:
+        d = np.diff(keys)
+        if d.min() < 0:
+            return np.unique(keys, return_counts=True)
+        cut = np.flatnonzero(d) + 1
+        first = np.concatenate(([0], cut))
+        return keys[first], np.diff(np.concatenate((first, [len(keys)])))
+    return keys.copy(), np.ones(len(keys), dtype=np.int64)
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -332,6 +345,11 @@ class Fabric:
         self._seg_m = np.zeros(0)  # active multiplicity per segment
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._next_comp = 0
+        self._lm: tuple[tuple[int, int], Any, Any] | None = None  # (entries, weighted, ones): :meth:`_link_matrix`
+        self.n_link_matrix = 0
+        """Times :meth:`_link_matrix` was built (a cost counter)."""
+        self._comp_n = np.zeros(2, dtype=np.int64)  # active rows per component label (last slot: label -1, kept 0)
+        self._bind_cache: tuple[tuple[int, bool], np.ndarray, np.ndarray] | None = None
         self._ep: dict[str, tuple[int, int, int, int]] = {}  # endpoint -> (node, up seg, down seg, leaf code)
         self._leaf_code: dict[str, int] = {}
         # rows and batches
@@ -791,9 +809,42 @@ class Fabric:
             self._se_off = np.searchsorted(self._se_seg, np.arange(nseg + 1)).astype(np.int64)
             self._seg_m = np.concatenate([self._seg_m, np.zeros(nseg - len(self._seg_m))])
 
+    def _dense_entries(self, k: int) -> bool:
+        """Sum ``k`` segment values over every registered segment entry (the per-segment sums gathered onto all
+        entries, one ``bincount`` by link: O(k + segments + entries + links) in 3 numpy calls) rather than over
+        the entries of the distinct segments among them (a compaction and a ranges expansion: about 12 calls).
+        Both add, per link, its segments' terms in ascending segment order; the absent segments' terms are
+        +0.0, so the sums are the same floats. Measured break-even (1,300 segments, 19k entries, 11.5k links):
+        k about entries / 32 (37 us either way); a completion of 1-2 rows (k = 3-6) keeps the compaction (12 us)."""
+        return 32 * k >= len(self._se_link)
+
+    def _link_matrix(self, weighted: bool) -> Any:
+        """Links x segments sparse matrix (CSR, segments ascending in each link's row) of the registered
+        segment entries: their weights, or ones. Its product with per-segment values adds, per link, the terms
+        in ascending segment order from 0.0, as ``np.bincount`` over the entries does: the same floats (one
+        compiled pass, no gather). Rebuilt when segments were added: O(entries log entries)."""
+        n = len(self._se_link)
+        if self._lm is None or self._lm[0] != (n, len(self._seg_lat)):
+            from scipy.sparse import csr_array
+
+            nl, nseg = len(self.links), len(self._seg_lat)
+            order = np.argsort(self._se_link, kind="stable")
+            indptr = np.zeros(nl + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self._se_link, minlength=nl), out=indptr[1:])
+            idx = self._se_seg[order].astype(np.int64)
+            w = csr_array((self._se_w[order], idx, indptr), shape=(nl, nseg))
+            one = csr_array((np.ones(n), idx, indptr), shape=(nl, nseg))
+            self._lm = ((n, nseg), w, one)
+            self.n_link_matrix += 1
+        return self._lm[1] if weighted else self._lm[2]
+
     def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
-        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it)."""
+        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it); ``segs`` may hold
+        the -1 padding (ignored)."""
         nl = len(self.links)
+        if self._dense_entries(segs.size):
+            v = np.bincount(segs + 1, weights=vals, minlength=len(self._seg_lat) + 1)[1:]
+            return np.asarray(self._link_matrix(weighted) @ v)
         ok = segs >= 0
         if not ok.all():
             segs, vals = segs[ok], vals[ok]
@@ -814,6 +865,10 @@ class Fabric:
         """:meth:`_to_links` of several value vectors over the same ``segs``, the segments' entries expanded once
         (the same sums, in the same order)."""
         nl = len(self.links)
+        if self._dense_entries(segs.size):
+            s1, ns1 = segs + 1, len(self._seg_lat) + 1
+            return [np.asarray(self._link_matrix(wt) @ np.bincount(s1, weights=val, minlength=ns1)[1:])
+                    for val, wt in zip(vals, weighted)]
         ok = segs >= 0
         if not ok.all():
             segs, vals = segs[ok], [v[ok] for v in vals]
@@ -836,6 +891,12 @@ class Fabric:
         """Add (sign +1) or remove (-1) rows' multiplicity on their segments and links' flow counts."""
         s = segs.reshape(-1)
         m = np.repeat(mult, _K)
+        self._flush_segments()
+        if self._dense_entries(s.size):  # the per-segment sums once, for both counters (same floats)
+            v = np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
+            self._seg_m += sign * v
+            self._nflows += sign * np.asarray(self._link_matrix(False) @ v)
+            return
         ok = s >= 0
         s, m = s[ok], m[ok]
         self._seg_m += sign * np.bincount(s, weights=m, minlength=len(self._seg_m))
@@ -895,7 +956,7 @@ class Fabric:
         # bytes of rows ended early still cross their links (late rows' excess is taken back); their load and
         # flow counts leave (one expansion of the segments' entries for the three sums)
         sf, mk = segs.reshape(-1), np.repeat(m, _K)
-        early = bool((left != 0).any())
+        early = bool(np.count_nonzero(left != 0))
         vals = [np.repeat(r * m, _K), mk] + ([np.repeat(left * m, _K)] if early else [])
         sums = self._to_links_many(sf, vals, [True, False, True][: len(vals)])
         if early:
@@ -905,6 +966,7 @@ class Fabric:
         self._seg_m -= np.bincount(sf[ok], weights=mk[ok], minlength=len(self._seg_m))
         self._nflows -= sums[1]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
+        self._unlabel(p.comp[idx])
         p.active[idx] = False
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
@@ -912,7 +974,7 @@ class Fabric:
         self._n_active -= len(idx)
         bs = p.batch[idx]
         np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
-        ub, cnt = np.unique(bs, return_counts=True)
+        ub, cnt = _counts(bs)
         self._b_left[ub] -= cnt
         for b in ub[self._b_left[ub] == 0].tolist():  # batch order = start order: deterministic
             self._fire(b)
@@ -982,47 +1044,87 @@ class Fabric:
     def _reach(self, act: np.ndarray, seed_rows: np.ndarray, seed_links: np.ndarray) -> np.ndarray:
         """Active rows (positions in ``act``) connected to ``seed_rows`` (row ids) or to the links
         ``seed_links`` (bool per link) through shared links and coupled groups: a frontier search over
-        the distinct segments of the active rows, O(d x (active rows + their segments' entries)) for a
-        component of link-diameter d (2-4 on fat trees), no graph library."""
+        every registered segment's entries (when few: :meth:`_dense_entries`) or the distinct segments of the
+        active rows, O(d x (active rows + entries)) for a component of link-diameter d (2-4 on fat trees;
+        1-2 rounds measured on the 1024-GPU step), no graph library."""
         p = self._rows
         S = p.seg[act]
-        valid = S >= 0
-        us, inv = _compact(S[valid], len(self._seg_lat))
-        L = np.full(S.shape, -1, dtype=np.int64)
-        L[valid] = inv
-        st = self._se_off[us]
-        ln = self._se_off[us + 1] - st
-        e_link = self._se_link[_ranges(st, ln)]
-        e_seg = np.repeat(np.arange(len(us)), ln)
-        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-            keep = ~self._free[e_link]
-            e_link, e_seg = e_link[keep], e_seg[keep]
+        if self._dense_entries(S.size):  # every registered segment (few): no compaction, entries cached
+            nu = len(self._seg_lat)
+            cols = np.where(S >= 0, S, nu).T.copy()  # one contiguous column per slot; padding -> a sentinel
+            e_link, e_seg = self._bind_entries()
+        else:  # the distinct segments of the active rows
+            valid = S >= 0
+            us, inv = _compact(S[valid], len(self._seg_lat))
+            nu = len(us)
+            Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
+            Lp[valid] = inv
+            cols = Lp.T.copy()  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
+            st = self._se_off[us]
+            ln = self._se_off[us + 1] - st
+            e_link = self._se_link[_ranges(st, ln)]
+            e_seg = np.repeat(np.arange(nu), ln)
+            if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+                keep = ~self._free[e_link]
+                e_link, e_seg = e_link[keep], e_seg[keep]
+        if self._free_on:
             seed_links = seed_links & ~self._free
         grp = p.group[act]
-        has_grp = bool((grp >= 0).any())
+        has_grp = bool(np.count_nonzero(grp >= 0))
+        gl = np.zeros(max(self._next_group, int(grp.max())) + 2 if has_grp else 1, dtype=bool)
         lk = seed_links.copy()
         inr = np.zeros(len(act), dtype=bool)
         inr[np.searchsorted(act, seed_rows)] = True
         new = inr.copy()
-        Lp = np.where(L >= 0, L, len(us))
         while True:
-            if has_grp:  # rows coupled to a reached row
-                g = np.unique(grp[new])
-                g = g[g >= 0]
-                if g.size:
-                    more = np.isin(grp, g) & ~inr
-                    inr |= more
-                    new |= more
-            seg_new = np.zeros(len(us) + 1, dtype=bool)
-            seg_new[Lp[new]] = True
+            if has_grp:  # rows coupled to a reached row (a table of group ids; -1 hits the last slot, cleared)
+                gl[grp[new]] = True
+                gl[-1] = False
+                more = gl[grp] > inr
+                inr |= more
+                new |= more
+            seg_new = np.zeros(nu + 1, dtype=bool)
+            for c in cols:
+                seg_new[c[new]] = True
             lk[e_link[seg_new[e_seg]]] = True
-            seg_hit = np.zeros(len(us) + 1, dtype=bool)
+            seg_hit = np.zeros(nu + 1, dtype=bool)
             seg_hit[e_seg[lk[e_link]]] = True
             seg_hit[-1] = False
-            new = seg_hit[Lp].any(axis=1) & ~inr
-            if not new.any():
+            hit = seg_hit[cols[0]]
+            for c in cols[1:]:
+                hit |= seg_hit[c]
+            new = hit > inr  # hit and not yet reached
+            if not np.count_nonzero(new):
                 return inr
             inr |= new
+
+    def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
+        cached until segments are added or the never-binding links are gone."""
+        key = (len(self._se_link), self._free_on)
+        if self._bind_cache is None or self._bind_cache[0] != key:
+            e_link, e_seg = self._se_link, self._se_seg
+            if self._free_on:
+                keep = ~self._free[e_link]
+                e_link, e_seg = e_link[keep], e_seg[keep]
+            self._bind_cache = (key, e_link, e_seg)
+        return self._bind_cache[1], self._bind_cache[2]
+
+    def _label(self, R: np.ndarray) -> None:
+        """Give the active rows ``R`` a fresh component label (counting the active rows per label)."""
+        p = self._rows
+        self._unlabel(p.comp[R])
+        self._next_comp += 1
+        if len(self._comp_n) < self._next_comp + 2:
+            self._comp_n = np.concatenate([self._comp_n, np.zeros(len(self._comp_n), dtype=np.int64)])
+        p.comp[R] = self._next_comp
+        self._comp_n[self._next_comp] = len(R)
+
+    def _unlabel(self, comps: np.ndarray) -> None:
+        """Rows of labels ``comps`` (one per row; -1: not yet labelled) leave their labels' counts."""
+        comps = comps[comps >= 0]
+        if comps.size:
+            np.subtract.at(self._comp_n, comps, 1)
 
     def _select(self) -> np.ndarray:
         """Rows whose rate the pending arrivals and departures can change (see docs/ENGINE.md).
@@ -1049,17 +1151,17 @@ class Fabric:
                 if self._free_on:
                     lk &= ~self._free
                 if (np.abs(self._nflows[lk] - mine[lk]) < 0.5).all():
-                    self._next_comp += 1
-                    p.comp[arrived] = self._next_comp
+                    self._label(arrived)
                     return arrived
             R = ai[self._reach(ai, arrived, seed)]
-            self._next_comp += 1
-            p.comp[R] = self._next_comp  # one label for the union of touched components: coarser, never finer
+            self._label(R)  # one label for the union of touched components: coarser, never finer
             return R
         if not self._departed:
             return np.zeros(0, dtype=np.int64)
-        rates = np.concatenate([d[1] for d in self._departed])
         comps = np.concatenate([d[2] for d in self._departed])
+        if not np.count_nonzero(self._comp_n[comps]):  # no active row left in their components: O(departed)
+            return np.zeros(0, dtype=np.int64)
+        rates = np.concatenate([d[1] for d in self._departed])
         uc, inv = np.unique(comps, return_inverse=True)
         floor = np.full(len(uc), _INF)
         np.minimum.at(floor, inv.reshape(-1), rates)
@@ -1100,12 +1202,12 @@ class Fabric:
                     self._rate_memo.clear()
                     self._rate_memo_size = len(new)
                 self._rate_memo[key] = new
-        if not full and (new <= 0).any():  # numerical safety: re-solve everything
+        if not full and np.count_nonzero(new <= 0):  # numerical safety: re-solve everything
             R = np.flatnonzero(p.active[: p.size])
             old = p.rate[R].copy()
             new = self._fill(R, True)
             full = True
-        if (new <= 0).any():
+        if np.count_nonzero(new <= 0):
             raise RuntimeError("fabric deadlock: active flows with zero rate (a zero-capacity link?)")
         now = self.env.now
         p.rem[R] -= old * (now - p.t0[R])
@@ -1132,12 +1234,12 @@ class Fabric:
         t0, c0, l0 = self._obs
         cnt = np.rint(self._nflows)
         changed = (cnt != c0) | (self._load != l0)
-        if not changed.any():
+        if not np.count_nonzero(changed):
             return
         idx = np.flatnonzero(changed)
         st = t0[idx]
         ok = st < now
-        if ok.any():
+        if np.count_nonzero(ok):
             k = idx[ok]
             self.observer(k, st[ok], now, c0[k], l0[k] * (now - st[ok]))
         c0[idx] = cnt[idx]
@@ -1171,7 +1273,7 @@ class Fabric:
         """No flow and no coalesced collective on any of ``links`` that can bind (a never-binding link shared
         with other flows changes no rate: :meth:`_never_binding`)."""
         links = self.binding(links)
-        return not (self._nflows[links] > 0.5).any() and not (self._held[links] >= 0).any()
+        return not np.count_nonzero(self._nflows[links] > 0.5) and not np.count_nonzero(self._held[links] >= 0)
 
     def hold(self, links: np.ndarray, wake: Callable[[], object]) -> int:
         """Reserve idle ``links`` (those that can bind) for a coalesced collective; ``wake()`` is called (and the
@@ -1246,6 +1348,7 @@ class Fabric:
         p.size = 0
         self._A = None
         self._n_active = 0
+        self._comp_n[:] = 0
         self._load[:] = 0.0
         self._nflows[:] = 0.0
         self._seg_m[:] = 0.0
@@ -1280,7 +1383,7 @@ class Fabric:
             return None
         p = self._rows
         g = p.group[R]
-        if (g >= 0).any():
+        if np.count_nonzero(g >= 0):
             _, first, inv = np.unique(g, return_index=True, return_inverse=True)
             rank = np.argsort(np.argsort(first))
             g = np.where(g >= 0, rank[inv.reshape(-1)], -1)
@@ -1381,8 +1484,8 @@ class Fabric:
         rate = np.zeros(k)
         frozen = np.zeros(k, dtype=bool)
         capped = np.isfinite(cap)
-        any_capped = bool(capped.any())
-        has_groups = bool((grp >= 0).any())
+        any_capped = bool(np.count_nonzero(capped))
+        has_groups = bool(np.count_nonzero(grp >= 0))
         ur, us = ent_row, lseg
         for _ in range(k + nlk + 2):
             if not ur.size:
@@ -1404,7 +1507,7 @@ class Fabric:
             rem_cap -= delta * cnt
             sat = used & (rem_cap <= 1e-9 * capl)
             newly = np.zeros(k, dtype=bool)
-            if sat.any():
+            if np.count_nonzero(sat):
                 seg_sat = np.zeros(ns, dtype=bool)
                 seg_sat[e_seg[sat[e_link]]] = True
                 newly[ur[seg_sat[us]]] = True
@@ -1416,7 +1519,7 @@ class Fabric:
                 if g.size:
                     newly |= np.isin(grp, g)
             newly &= ~frozen
-            if not newly.any():  # numerical safety: freeze the tightest link's rows
+            if not np.count_nonzero(newly):  # numerical safety: freeze the tightest link's rows
                 seg_j = np.zeros(ns, dtype=bool)
                 seg_j[e_seg[e_link == j]] = True
                 newly[ur[seg_j[us]]] = True
@@ -1525,16 +1628,16 @@ class Fabric:
             seg_x = np.bincount(lseg, weights=(x * m)[ent_row], minlength=ns)
             load = np.bincount(e_link, weights=seg_x[e_seg] * e_w, minlength=nlk)
             over = load > rem_cap + tol * capl
-            if not fast.any() and not over_cap.any() and not over.any():
+            if not np.count_nonzero(fast) and not np.count_nonzero(over_cap) and not np.count_nonzero(over):
                 return x, pos
-            if over_cap.any():
+            if np.count_nonzero(over_cap):
                 pos[over_cap] = -1
-            if fast.any():
+            if np.count_nonzero(fast):
                 lo_lvl = np.full(len(m), _INF)
                 np.minimum.at(lo_lvl, pr[fast], level[pl[fast]])
                 best = fast & (level[pl] <= lo_lvl[pr])
                 pos[pr[best]] = pl[best]
-            if over.any():  # water level of each overloaded link, the rows' other rates fixed
+            if np.count_nonzero(over):  # water level of each overloaded link, the rows' other rates fixed
                 ov = np.flatnonzero(over)
                 if not cand[ov].all():
                     cand[ov] = True
@@ -1675,7 +1778,7 @@ class Fabric:
         grouped = grp >= 0
         g_of = np.zeros(k, dtype=np.int64)
         ng = 0
-        if grouped.any():
+        if np.count_nonzero(grouped):
             ug, inv = np.unique(grp[grouped], return_inverse=True)
             g_of[grouped] = inv.reshape(-1)
             ng = len(ug)
@@ -1692,7 +1795,7 @@ class Fabric:
             LU = LSx[U]
             bound = np.minimum(seg_min[LU].min(axis=1), cap[U])
             gU = grouped[U]
-            if ng and gU.any():
+            if ng and np.count_nonzero(gU):
                 gm = np.full(ng, _INF)
                 np.minimum.at(gm, g_of[U][gU], bound[gU])
                 bound[gU] = gm[g_of[U][gU]]
@@ -1710,11 +1813,11 @@ class Fabric:
             fe = np.flatnonzero(final[e_link])
             seg_fl[e_seg[fe]] = e_link[fe]
             who = np.where(by_cap, -1, seg_fl[LU[np.arange(len(U)), np.argmax(by_link, axis=1)]])
-            if ng and gU.any() and new.any():
+            if ng and np.count_nonzero(gU) and np.count_nonzero(new):
                 hit = np.zeros(ng, dtype=bool)
                 hit[g_of[U][gU & new]] = True
                 new |= gU & hit[g_of[U]]
-            if not new.any():  # numerical safety: the tightest link is always a local bottleneck
+            if not np.count_nonzero(new):  # numerical safety: the tightest link is always a local bottleneck
                 j = int(np.argmin(share))
                 sj = np.zeros(ns + 1, dtype=bool)
                 sj[e_seg[e_link == j]] = True
