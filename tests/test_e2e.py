@@ -584,6 +584,10 @@ def test_runner_passes_a_rows_full_recompute(tmp_path: Path) -> None:
     assert lay.recompute == "selective" and lay.recompute_modules == ["moe_act"]
     with pytest.raises(Exception, match="recompute"):
         load_cases(_cases_file(tmp_path, recompute="sometimes"))
+    from cosim.errors import CosimInputError
+
+    with pytest.raises(CosimInputError, match="recompute: full and recompute_modules exclude each other"):
+        load_cases(_cases_file(tmp_path, recompute="full", recompute_modules=["moe_act"]))
 
 
 def test_a_row_published_in_tflops_only_is_scored_on_them(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ GPU."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cosim.capture.config import MoEModelConfig, load_model_config
@@ -144,3 +146,37 @@ def test_fsdp_shards_state_and_holds_two_gathered_layers() -> None:
     layer = card.attention_params() + 2 * H + 3 * H * (card.dense_ffn_size or 0)
     assert (fs.weights, fs.gradients, fs.optimizer) == pytest.approx((z1.weights / 4, z1.gradients / 4, z1.optimizer))
     assert fs.activations - z1.activations == pytest.approx(2 * layer * 2.0)
+
+
+def test_measured_rows_score_as_results_md_says() -> None:
+    """validation/memory/measured.yaml scored (held out, validation/memory/RESULTS.md): every peak within 6 % under
+    its measured max_memory_allocated, never over; every static part within 5 % under."""
+    from validation.memory.run import load_rows, score
+
+    rows = [score(r) for r in load_rows()]
+    assert len(rows) == 7
+    for r in rows:
+        assert -0.06 <= r["peak_error"] <= 0.0, r
+        assert -0.05 <= r["static_error"] <= 0.0, r
+
+
+@pytest.mark.parametrize(("old", "new", "where"), [
+    ("options: {grad_bytes: 4, hidden_dropout: true}", "options: {grad_byte: 4, hidden_dropout: true}",
+     "rows[0].options.grad_byte: unknown key"),
+    ("layout: {tp: 4, pp: 1, sequence_parallel: false}", "layout: {tp: 4, ppp: 1}", "rows[0].layout.ppp: unknown key"),
+    ("precision: bf16", "precision: bf61", "rows[0].precision:"),
+    ("measured: {allocated: 20663519232,", "measured: {allocated: 20 GB,", "rows[0].measured.allocated:"),
+])
+def test_memory_rows_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str,
+                                          where: str) -> None:
+    """A malformed measured-rows file: one line naming the file, line and field, exit status 2, no table."""
+    from validation.memory.run import ROWS, main
+
+    text = ROWS.read_text(encoding="utf-8")
+    assert old in text
+    bad = tmp_path / "rows.yaml"
+    bad.write_text(text.replace(old, new, 1), encoding="utf-8")
+    assert main(["--rows", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert str(bad) in err and where in err

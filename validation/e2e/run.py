@@ -143,6 +143,12 @@ class Case(Strict):
     unscored: str | None = None
     """Why the row is run but not scored: the run used a feature cosim does not model (the reason names it)."""
 
+    @model_validator(mode="after")
+    def _one_recompute(self) -> Case:
+        if self.recompute == "full" and self.recompute_modules:
+            raise ValueError("recompute: full and recompute_modules exclude each other (full recomputes every module)")
+        return self
+
 
 class CaseFile(Strict):
     """training.yaml: sources by key, and the cases."""

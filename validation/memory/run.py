@@ -6,7 +6,8 @@ and the errors of its static part (weights + gradients + optimizer state) agains
 its peak without the flat reserve against ``mem-max-allocated-bytes``. Nothing is fitted.
 
 ``python -m validation.memory.run`` prints the table (``--json`` the rows); it also prints cosim's estimate for every
-published end-to-end layout of ``validation/e2e/training.yaml`` against its GPU's memory.
+published end-to-end layout of ``validation/e2e/training.yaml`` against its GPU's memory. ``--rows FILE`` scores another
+file of the same schema (:class:`RowsFile`); a malformed one is a one-line error (exit status 2).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from pydantic import Field, field_validator, model_validator
 
 from cosim.capture.config import load_model_config
+from cosim.catalog.models import Strict
+from cosim.errors import CosimInputError
+from cosim.workload.synth.costs import PRECISIONS
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.memory import MemoryEstimate, MemoryOptions, memory_per_stage
 
@@ -41,6 +45,100 @@ E2E_MEMORY_SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
 source); the Megatron-Bridge rows need none (their configs' recompute_modules are in training.yaml)."""
 
 
+class RowBatch(Strict):
+    """The run's batch: global (sequences; null where the peak does not depend on it), micro, seq (tokens)."""
+
+    micro: int = Field(gt=0)
+    seq: int = Field(gt=0)
+    global_: int | None = Field(default=None, gt=0, alias="global")
+
+
+class RowOptions(Strict):
+    """The run's framework settings (:class:`cosim.workload.synth.memory.MemoryOptions` fields; absent: its default)."""
+
+    weight_bytes: float | None = Field(default=None, ge=0)
+    grad_bytes: float | None = Field(default=None, ge=0)
+    master_bytes: float | None = Field(default=None, ge=0)
+    moment_bytes: float | None = Field(default=None, ge=0)
+    fp8_weight_cache: bool | None = None
+    hidden_dropout: bool | None = None
+    moe_act_input_fp8: bool | None = None
+
+
+class RowMeasured(Strict):
+    """The run's logged counters, bytes: ``mem-allocated-bytes`` and ``mem-max-allocated-bytes``."""
+
+    allocated: float = Field(gt=0)
+    max_allocated: float = Field(gt=0)
+
+
+class RowSource(Strict):
+    """Megatron-LM functional-test case and golden-values file of the row."""
+
+    case: str
+    file: str
+
+
+class Row(Strict):
+    """One measured run (``measured.yaml`` header: the fields)."""
+
+    id: str
+    model: str
+    gpus: int | None = Field(default=None, gt=0)
+    gpus_candidates: list[int] | None = Field(default=None, min_length=1)
+    layout: ParallelLayout
+    batch: RowBatch
+    precision: str
+    options: RowOptions = Field(default_factory=RowOptions)
+    measured: RowMeasured
+    source: RowSource
+
+    @field_validator("precision")
+    @classmethod
+    def _known_precision(cls, v: str) -> str:
+        if v not in PRECISIONS:
+            raise ValueError(f"{v!r} is not one of {', '.join(PRECISIONS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_gpu_count(self) -> Row:
+        if (self.gpus is None) == (self.gpus_candidates is None):
+            raise ValueError("give exactly one of gpus and gpus_candidates")
+        if self.gpus_candidates is not None and min(self.gpus_candidates) <= 0:
+            raise ValueError("gpus_candidates: every count must be > 0")
+        return self
+
+
+class NotScored(Strict):
+    """A run looked at and left out, and why."""
+
+    case: str
+    why: str
+
+
+class RowsFile(Strict):
+    """``measured.yaml``."""
+
+    base_url: str
+    rows: list[Row] = Field(min_length=1)
+    not_scored: list[NotScored] = Field(default_factory=list)
+
+
+def load_rows(path: Path = ROWS) -> list[dict[str, Any]]:
+    """The rows of ``path``, validated (unknown keys, wrong types, missing fields: one located error), as plain
+    dicts (``batch.global`` under its YAML name, options without the absent ones)."""
+    from cosim.yamlio import load_yaml, validate
+
+    doc = validate(RowsFile, load_yaml(path), file=path)
+    out = []
+    for r in doc.rows:
+        d = r.model_dump(by_alias=True, exclude_none=True)
+        d["batch"].setdefault("global", None)
+        d["layout"] = r.layout
+        out.append(d)
+    return out
+
+
 def _model(name: str) -> Any:
     p = ROOT / name
     return load_model_config(p if p.suffix in (".yaml", ".yml", ".json") else name)
@@ -49,7 +147,8 @@ def _model(name: str) -> Any:
 def estimate(row: dict[str, Any], gpus: int) -> MemoryEstimate:
     """cosim's memory of the last pipeline stage of ``row`` on ``gpus`` GPUs."""
     card = _model(row["model"])
-    rm = ParallelLayout(**row["layout"]).resolve(card, gpus, where=f"{row['id']}.layout")
+    lay = row["layout"] if isinstance(row["layout"], ParallelLayout) else ParallelLayout(**row["layout"])
+    rm = lay.resolve(card, gpus, where=f"{row['id']}.layout")
     b = row["batch"]
     m = b["global"] // (b["micro"] * rm.dp) if b.get("global") else rm.pp
     mem = memory_per_stage(card, rm, b["micro"], b["seq"], m, row["precision"], MemoryOptions(**row.get("options", {})))
@@ -136,10 +235,14 @@ def e2e_table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--rows", default=str(ROWS), help="the measured rows (default: measured.yaml)")
     args = ap.parse_args(argv)
-    data = yaml.safe_load(ROWS.read_text())
-    rows = [score(r) for r in data["rows"]]
-    e2e = e2e_rows()
+    try:
+        rows = [score(r) for r in load_rows(Path(args.rows))]
+        e2e = e2e_rows()
+    except CosimInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"measured": rows, "e2e": e2e}, indent=1))
     else:

@@ -96,7 +96,7 @@ class StragglerSpec(Strict):
 
 C10D_CALL_HOST = 73.5e-6
 """Measured host time of one ``torch.distributed`` collective call besides its CUDA launch calls (s): the median of
-the per-row medians of every shared trace whose calls run on 2-8 ranks (9 rows from 4 jobs on V100, A100 and MI300X
+the per-row medians of every shared trace whose calls run on 2-8 ranks (9 rows from 5 jobs on V100, A100 and MI300X
 hosts, 39-273 us: ``python -m validation.e2e.c10d_host``, ``default_net_s``; validation/e2e/RESULTS.md "c10d host
 cost: evidence"; it was 78 us, the DLRM all-to-all alone, until round 7).
 Calls over 128 ranks cost 1.7-3.4x more there (not modelled: one figure whatever the group size).
