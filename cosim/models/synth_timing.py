@@ -30,7 +30,7 @@ from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import Op
 from cosim.workload.synth.spec import SyntheticSpec
 
-__all__ = ["BLACKWELL_MEMORY_RATIO", "BLACKWELL_MEMORY_SOURCE", "DECODE_ATTENTION_EFFICIENCY", "GROUPED_GEMM_SOURCE",
+__all__ = ["BLACKWELL_MEMORY_SHARE", "BLACKWELL_MEMORY_SOURCE", "DECODE_ATTENTION_EFFICIENCY", "GROUPED_GEMM_SOURCE",
            "KernelTimer", "blackwell_memory_profile", "calibrated_profile", "grouped_gemm_time", "synthetic_kernel_timer"]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
@@ -40,25 +40,35 @@ flash-attention model (prefill tiles of 128 query rows, head dim 128) does not c
 request with the heads packed as tile rows."""
 
 
-BLACKWELL_MEMORY_RATIO = 0.84 / 0.92
-"""Blackwell HBM3e sustains a smaller share of its peak than Hopper's HBM3: the achievable share of the peak
-bandwidth that memory-bound kernels reach, Blackwell over Hopper, measured by one group with one kind of kernel
-(:data:`BLACKWELL_MEMORY_SOURCE`): 0.84 on a B300 (of 8 TB/s, measured on the hardware) over 0.92 on an H100
-(large-input pointwise Triton kernels). A memory-bound kernel on a Blackwell GPU timed with a profile fitted on
-another architecture (the bundled H100 fit: 0.94 of the H100's 3.35 TB/s for element-wise kernels) reaches this
-ratio times the fitted share of the Blackwell part's peak (:func:`blackwell_memory_profile`). Not fitted to any
-e2e row; held out: torchao's B200 MXFP8 cast kernels (tests/test_synth_blackwell_heldout.py)."""
+BLACKWELL_MEMORY_SHARE = 0.84
+"""Share of the peak HBM bandwidth that large memory-bound kernels reach on Blackwell HBM3e: 0.84, measured on a B300
+(of 8 TB/s) by :data:`BLACKWELL_MEMORY_SOURCE`. A Blackwell GPU timed with a profile fitted on another architecture
+takes this share for element-wise kernels in place of the profile's own fitted share, and every other memory-bound
+class in proportion (:func:`blackwell_memory_ratio`). torchao's H100 entry (0.92) is a share of a 2.4 TB/s H100
+variant, not of the 3.35 TB/s SXM part cosim's H100 fit measures (0.94), so it is not used as a denominator.
+Not fitted to any e2e row; held out: torchao's B200 MXFP8 cast kernels (tests/test_synth_blackwell_heldout.py)."""
 BLACKWELL_MEMORY_SOURCE = (
     "pytorch/ao torchao/testing/training/roofline_utils.py @21acb9c (PR #3640, 2026-01-14): pct_achievable_mem_bw "
     "0.84 for 'NVIDIA B300 SXM6 AC' ('From measurement on hardware', peak 8e12 B/s) and 0.92 for 'NVIDIA H100' "
     "('pointwise triton kernels with large inputs'); the B200 and GB200 entries copy the H100 value ('TODO: measure "
     "once we have the hardware'), so the B300 measurement stands for the Blackwell HBM3e memory system")
-"""Where :data:`BLACKWELL_MEMORY_RATIO` comes from."""
+"""Where :data:`BLACKWELL_MEMORY_SHARE` comes from."""
+
+
+def blackwell_memory_ratio(profile: Any) -> float:
+    """Factor on a non-Blackwell profile's memory-bound efficiencies that brings its element-wise share (the
+    ``default`` fit) to :data:`BLACKWELL_MEMORY_SHARE` (at most 1: a profile already below it is kept)."""
+    from cosim.models.calibrated import MemoryParams
+
+    p = profile.models.get("elementwise", {}).get("default")
+    if not isinstance(p, MemoryParams) or p.efficiency <= 0:
+        return 1.0
+    return min(1.0, BLACKWELL_MEMORY_SHARE / p.efficiency)
 
 
 def blackwell_memory_profile(profile: Any, accelerator: Accelerator) -> Any:
     """``profile`` with every memory-bound class measured against HBM (element-wise, reductions, norms, copies
-    on the device, MoE permutes; not host copies, which PCIe bounds) reaching :data:`BLACKWELL_MEMORY_RATIO` times
+    on the device, MoE permutes; not host copies, which PCIe bounds) reaching :func:`blackwell_memory_ratio` times
     its fitted share of HBM, when ``accelerator`` is a Blackwell part and ``profile`` was fitted on another
     architecture; else ``profile`` itself (a copy when changed; ``profile`` is left alone)."""
     from cosim.models.calibrated import MEMORY_CLASSES, MemoryParams
@@ -66,13 +76,14 @@ def blackwell_memory_profile(profile: Any, accelerator: Accelerator) -> Any:
 
     if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) == "blackwell":
         return profile
+    ratio = blackwell_memory_ratio(profile)
     models = {c: dict(by) for c, by in profile.models.items()}
     for c in MEMORY_CLASSES:
         if c in ("memcpy_htod", "memcpy_dtoh"):
             continue
         for key, p in models.get(c, {}).items():
             if isinstance(p, MemoryParams):
-                models[c][key] = replace(p, efficiency=p.efficiency * BLACKWELL_MEMORY_RATIO)
+                models[c][key] = replace(p, efficiency=p.efficiency * ratio)
     return replace(profile, models=models)
 
 
@@ -89,7 +100,7 @@ class KernelTimer:
         """The profile the kernels are timed with: FP8/MXFP8 GEMMs the profile has no fit for follow the
         narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a Blackwell GPU with a profile of
         another architecture, BF16 and one-byte GEMMs follow :data:`cosim.models.precision.BLACKWELL_GEMM` and
-        memory-bound kernels :data:`BLACKWELL_MEMORY_RATIO`."""
+        memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE`."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures
