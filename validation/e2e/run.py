@@ -127,6 +127,9 @@ class Case(Strict):
     recompute: Literal["full"] | None = None
     """The run recomputes every layer's forward before its backward (Megatron-Core ``recompute_granularity: full``,
     PyTorch per-layer activation checkpointing); absent: the runner's ``--recompute`` (default none)."""
+    recompute_early_stop: bool = False
+    """With ``recompute: full``: the run checkpoints with PyTorch's non-reentrant ``torch.utils.checkpoint``
+    (FSDP2 ``checkpoint_wrapper``), whose early stop skips each layer's trailing combine and residual add."""
     fp8_recipe: Literal["blockwise", "current"] | None = None
     """FP8 scaling of the run (``workload.synthetic.fp8_recipe``; Megatron-Bridge ``fp8_cs``: current); absent: the default."""
     expert_padding: bool = True
@@ -272,6 +275,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["a2a_overlap"] = True
     if case.recompute and recompute == "none":
         layout["recompute"] = case.recompute
+        layout["recompute_early_stop"] = case.recompute_early_stop
     elif case.recompute_modules and recompute == "none":
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)

@@ -58,6 +58,7 @@ from cosim.workload.synth.costs import (
     Precision,
     Shard,
     backward_ops,
+    early_stop_end,
     embedding_ops,
     graph_scoped,
     head_ops,
@@ -705,7 +706,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
             def recompute(ly: int) -> None:
                 if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
-                    for fo, fd in zip(*fwd_of[ly]):
+                    ops, durs = fwd_of[ly]
+                    end = early_stop_end(ops) if rm.layout.recompute_early_stop else len(ops)
+                    for fo, fd in zip(ops[:end], durs[:end]):
                         emit(recomputed_op(fo), fd, ly)
                 elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
                     for fo, fd in zip(*fwd_of[ly]):

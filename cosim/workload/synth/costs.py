@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "SAVED_SOURCE", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops",
-           "bias_ops", "embedding_ops", "expert_activation_ops", "expert_bias_ops", "head_ops",
+__all__ = ["EARLY_STOP_SOURCE", "PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "SAVED_SOURCE", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops",
+           "bias_ops", "early_stop_end", "embedding_ops", "expert_activation_ops", "expert_bias_ops", "head_ops",
            "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
            "layer_params", "recomputed", "rope_ops", "sample_head_ops", "selective_saved"]
 
@@ -596,11 +596,14 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
         ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
-    if ep > 1:
-        ops.append(_coll("moe.combine", "ep", "all_to_all_combine", total * h * p.act_bytes, stream="ep"))
     # no probabilities in the unpermute (the experts' weighted activation applies them): it keeps only its row map
-    ops += [Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16"),
-            _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
+    unpermute = Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16")
+    combine = ([_coll("moe.combine", "ep", "all_to_all_combine", total * h * p.act_bytes, stream="ep")]
+               if ep > 1 else [])
+    # the alltoall dispatcher unpermutes after the combine (combine_postprocess); the flex dispatcher with DeepEP
+    # before it (combine_preprocess: get_restored_hidden_states_by_experts), where early stop needs it
+    ops += [unpermute, *combine] if s.dispatcher == "deepep" else [*combine, unpermute]
+    ops.append(_ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0)))
     return ops
 
 
@@ -945,6 +948,34 @@ RECOMPUTE_MODULES: dict[str, str] = {
 }
 """Megatron-Core's ``recompute_modules`` (megatron/core/transformer/transformer_config.py) and the ops of
 :func:`layer_ops` each re-runs under ``recompute: selective``."""
+
+
+EARLY_STOP_SOURCE = (
+    "pytorch/pytorch torch/utils/checkpoint.py (checkpoint(use_reentrant=False, early_stop=True): the recomputation "
+    "'stops as soon as all needed intermediate activations have been recomputed': _recomputation_hook's pack hook "
+    "raises _StopRecomputationError once recomp_counter equals the saved tensors of the original forward; "
+    "reentrant checkpoint 'always recomputes function in its entirety'), torch/distributed/algorithms/_checkpoint/"
+    "checkpoint_wrapper.py (checkpoint_wrapper: CheckpointImpl.NO_REENTRANT by default), NVIDIA-NeMo/Automodel "
+    "@01926a5c nemo_automodel/components/moe/parallelizer.py (apply_ac: ptd_checkpoint_wrapper(block, "
+    "preserve_rng_state=True) around every block), layers.py (GroupedExpertsDeepEP.forward: dispatch, gmm, "
+    "activation, gmm, token_unpermutation = unpermute then fused combine; MoE.forward: y + z; Block.forward: "
+    "x + mlp_out), megatron/fused_a2a.py (FusedCombine keeps only ctx.handle / ctx.group: no saved tensor), and "
+    "NVIDIA/Megatron-LM core_v0.16.0 tensor_parallel/random.py (CheckpointFunction.backward re-runs "
+    "ctx.run_function whole: Megatron-Core's full recomputation, method uniform or block)")
+"""Why a recomputation with early stop skips the layer's trailing combine and residual add (:func:`early_stop_end`)."""
+
+
+def early_stop_end(ops: Sequence[Op]) -> int:
+    """How many leading ops of a layer's forward ``ops`` PyTorch's non-reentrant checkpoint re-runs with early
+    stop (:data:`EARLY_STOP_SOURCE`): every op up to and including the last one that saves a tensor for the
+    backward. Ops that save none: collectives (c10d and DeepEP autograd functions keep split sizes or the
+    DeepEP handle on ``ctx``, not in ``save_for_backward``), residual adds (``add`` saves nothing) and ops
+    without a gradient. Megatron-Core's reentrant checkpoint re-runs all ``len(ops)``."""
+    end = len(ops)
+    while end > 0 and (ops[end - 1].cls == "collective" or ops[end - 1].name.endswith(".residual")
+                       or ops[end - 1].no_grad):
+        end -= 1
+    return end
 
 
 def recomputed(name: str, modules: Sequence[str]) -> bool:

@@ -62,6 +62,11 @@ class ParallelLayout(Strict):
     recompute: Literal["none", "full", "selective"] = "none"
     """Activation recomputation: full re-runs each layer's forward before its backward; selective re-runs
     only the ``recompute_modules`` of each layer (Megatron-Core ``recompute_granularity: selective``)."""
+    recompute_early_stop: bool = False
+    """With ``recompute: full``: PyTorch's non-reentrant ``torch.utils.checkpoint`` (FSDP2's
+    ``checkpoint_wrapper``: NeMo AutoModel, torchtitan) instead of Megatron-Core's reentrant checkpoint: the
+    recomputation stops after the layer's last op that saves a tensor, so the trailing ops (the DeepEP combine,
+    the residual add) are not re-run (:func:`cosim.workload.synth.costs.early_stop_end`)."""
     recompute_modules: list[RecomputeModule] = Field(default_factory=lambda: list[RecomputeModule](["core_attn"]))
     """With ``recompute: selective``: the modules re-run before their backward, as Megatron-Core names them
     (its default ``core_attn``; :data:`cosim.workload.synth.costs.RECOMPUTE_MODULES` lists the ops of each)."""
@@ -126,6 +131,8 @@ class RankMap:
                                 or lay.schedule == "dualpipe"):
             raise bad("a2a_overlap", "needs ep > 1, vpp > 1 when pp > 1, no full recomputation and a 1f1b or "
                                      "interleaved schedule (Megatron-Core's EP all-to-all overlap)")
+        if lay.recompute_early_stop and lay.recompute != "full":
+            raise bad("recompute_early_stop", f"needs recompute: full (got {lay.recompute})")
         if lay.schedule == "dualpipe" and (vpp != 1 or pp % 2):
             raise bad("schedule", f"dualpipe needs vpp 1 and an even pp (got pp {pp}, vpp {vpp})")
         self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"
