@@ -987,3 +987,20 @@ def test_grad_reduce_in_fp32_doubles_the_gradient_reduction_and_buffer(tmp_path:
     fp32 = _synth(tmp_path, dgx, fold=False, grad_reduce_in_fp32=True)
     assert grads(bf16) and grads(fp32) == [2 * b for b in grads(bf16)]
     assert fp32.memory[0].gradients == 2 * bf16.memory[0].gradients  # type: ignore[attr-defined]
+
+
+def test_deepep_permutes_received_rows_once_and_sorts_nothing() -> None:
+    """Megatron-Core's alltoall dispatcher permutes before its all-to-all and sorts the received rows by local expert
+    (sort_chunks_by_idxs, and the inverse before the combine); the flex dispatcher with DeepEP sends tokens and
+    permutes the received rows once (get_permuted_hidden_states_by_experts), unpermuting before its combine."""
+    from cosim.workload.synth.costs import Shard
+
+    c = tiny()  # 8 experts, top-2, h 64: ep 4 -> 2 local experts
+    names = {d: [o.name for o in layer_ops(c, 1, 64.0, 64.0, Shard(ep=4, dispatcher=d)) if o.name.startswith("moe.")]
+             for d in ("alltoall", "deepep")}
+    a2a, dep = names["alltoall"], names["deepep"]
+    assert a2a.index("moe.permute") < a2a.index("moe.dispatch") < a2a.index("moe.sort_chunks")
+    assert "moe.sort_chunks" not in dep and "moe.unsort_chunks" not in dep and dep.count("moe.permute") == 1
+    assert dep.index("moe.dispatch") < dep.index("moe.permute") < dep.index("moe.unpermute") < dep.index("moe.combine")
+    ops = {o.name: o for o in layer_ops(c, 1, 64.0, 64.0, Shard(ep=4, dispatcher="deepep"))}
+    assert ops["moe.permute"].bytes == 2 * 64 * 2 * 64 * 2  # the 128 received rows of 64 bf16, read and written

@@ -580,7 +580,12 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
         late = [o for o in ops if o.name == "moe.splits_d2h"]
         ops = [o for o in ops if o.name != "moe.splits_d2h"]
         late[-1:] = [replace(late[-1], host_sync=True)] if late else []
-    ops.append(Op("moe.permute", "moe_dispatch", 0.0, 2 * tm * k * h * p.act_bytes, "bf16"))
+    # the alltoall dispatcher permutes the routed rows before its all-to-all and sorts the received rows by local
+    # expert after it (dispatch_postprocess: sort_chunks_by_idxs); the flex dispatcher with DeepEP sends tokens and
+    # permutes the received rows once by expert (get_permuted_hidden_states_by_experts), with no sort
+    deepep = train and s.dispatcher == "deepep" and ep > 1
+    permute = Op("moe.permute", "moe_dispatch", 0.0, 2 * (total if deepep else tm * k) * h * p.act_bytes, "bf16")
+    ops += [] if deepep else [permute]
     ops += late
     if ep > 1:
         ops.append(_coll("moe.dispatch", "ep", "all_to_all_dispatch", send * h * p.dispatch_bytes, stream="ep"))
@@ -589,10 +594,12 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     if etp > 1:
         ops.append(_coll("moe.etp_all_gather", "etp", "all_gather", total * h * p.act_bytes, stream="ep"))
     ops += _shared_ops(c, T, s, p)
-    if train and e_local > 1:  # dispatch_postprocess: sort_chunks_by_idxs (rows grouped by local expert)
+    sort = train and e_local > 1 and not deepep
+    if sort:
         ops.append(Op("moe.sort_chunks", "moe_dispatch", 0.0, 2 * total * h * p.dispatch_bytes, "bf16"))
+    ops += [permute] if deepep else []
     ops += _experts_ops(c, rows, f, p, s, train)
-    if train and e_local > 1:  # combine_preprocess: the inverse sort
+    if sort:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:
         ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
