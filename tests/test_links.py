@@ -264,34 +264,3 @@ def test_windowed_bytes_equal_the_per_interval_fractions() -> None:
             frac = np.where(d > 0, (np.minimum(es, b) - np.maximum(ss, a)) / d, ((ss >= a) & (ss <= b)).astype(float))
         want = np.bincount(lks, weights=nbs * np.clip(np.nan_to_num(frac), 0.0, 1.0), minlength=6)
         assert np.array_equal(u.bytes_in(a, b), want)
-
-
-def test_interval_order_is_lexsorts() -> None:
-    """LinkUsage's order of its intervals (a stable sort by link, start-sorting only the links recorded out of time
-    order) is ``np.lexsort((start, link))`` exactly: fabric-like parts (per link in time order, equal starts), parts
-    out of order (memcpys), NaN starts, one part already sorted."""
-    from cosim.replay.links import COLLECTIVE, MEMCPY, LinkUsage
-
-    rng = np.random.default_rng(11)
-    n_links = 9
-
-    def check(parts: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        u = LinkUsage([(f"a{i}", f"b{i}") for i in range(n_links)], np.ones(n_links))
-        for i, (lk, s) in enumerate(parts):
-            tag = np.arange(lk.size, dtype=float) + 1000.0 * i  # identifies each interval after the sort
-            u.add(lk, s, s + 1.0, np.ones(lk.size), tag, MEMCPY if i == 2 else COLLECTIVE)
-        lk_all = np.concatenate([p[0] for p in parts])
-        s_all = np.concatenate([p[1] for p in parts])
-        tags = np.concatenate([np.arange(p[0].size, dtype=float) + 1000.0 * i for i, p in enumerate(parts)])
-        o = np.lexsort((s_all, lk_all))
-        lks, ss, _e, _c, nb, *_ = u._data()
-        assert np.array_equal(lks, lk_all[o]) and np.array_equal(nb, tags[o])
-        assert np.array_equal(ss, s_all[o], equal_nan=True)
-
-    t = np.repeat(np.arange(50, dtype=float), 3)  # per solve, three links' intervals closing, in time order
-    fabric = (rng.integers(0, n_links - 1, t.size), np.floor(t / 2))
-    check([fabric])  # in time order per link: the radix pass alone
-    check([(np.sort(fabric[0]), np.sort(fabric[1]))])  # already sorted by link: the identity
-    late = rng.integers(0, 30, 40).astype(float)
-    late[::7] = np.nan
-    check([fabric, (rng.integers(0, n_links, 40), np.floor(t[-40:] / 2)), (rng.integers(0, 4, 40), late)])

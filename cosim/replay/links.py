@@ -108,8 +108,8 @@ class LinkUsage:
                 del parts  # (peak memory: the columns once, plus one column being reordered)
             else:
                 cols = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
-            o = self._order(cols[0], cols[1])
-            if o is not None:
+            o = np.lexsort((cols[1], cols[0]))
+            if o.size and not (o[1:] > o[:-1]).all():
                 for i in range(6):
                     cols[i] = cols[i][o]
             del o
@@ -117,33 +117,6 @@ class LinkUsage:
             self._parts = [tuple(cols)]
             self._compiled = (*cols, off)
         return self._compiled
-
-    def _order(self, lk: np.ndarray, s: np.ndarray) -> np.ndarray | None:
-        """The permutation ``np.lexsort((s, lk))`` (by link, then start, ties in recorded order), None when it is
-        the identity. The fabric records a link's intervals in time order (each one closes at the solve that opens
-        the next), so a stable sort by link (a radix sort of 16-bit link ids: O(n)) is already that order on every
-        link whose starts it leaves non-decreasing; only the links where it does not (memcpys, intervals of
-        coalesced collectives recorded ahead) are sorted by start, their intervals only. The same permutation as
-        ``lexsort``: within a link both keep the recorded order of equal starts (NaN starts last)."""
-        n = lk.size
-        if n < 2:
-            return None
-        key = lk.astype(np.uint16) if len(self.links) <= 1 << 16 else lk
-        o = np.argsort(key, kind="stable")
-        ident = bool((o[1:] > o[:-1]).all())
-        ls = lk if ident else lk[o]
-        ss = s if ident else s[o]
-        a, b = ss[:-1], ss[1:]
-        bad = (ls[1:] == ls[:-1]) & ~((a <= b) | np.isnan(b))
-        if np.count_nonzero(bad):
-            links = np.unique(ls[1:][bad])
-            sel = np.flatnonzero(np.isin(ls, links))  # whole links, each a contiguous run
-            sub = np.lexsort((ss[sel], ls[sel]))
-            if ident:
-                o = np.arange(n)
-                ident = False
-            o[sel] = o[sel[sub]]
-        return None if ident else o
 
     def used(self) -> np.ndarray:
         """Indices of links that carried bytes."""
