@@ -436,7 +436,9 @@ class _TraceWriter:
         """Events already serialized by :func:`_lines`."""
         if not body:
             return
-        self.fh.write(body if self.first else b",\n" + body)
+        if not self.first:
+            self.fh.write(b",\n")  # (not prepended: that would copy the body)
+        self.fh.write(body)
         self.first = False
 
     def close(self) -> None:
@@ -447,12 +449,15 @@ def _lines(evs: list[dict[str, Any]]) -> bytes:
     """Events as compact JSON objects, one per line (the trace files' layout): the list serialized in one call
     (about twice as fast as one call per event) and a line break put between its objects. ``},{"`` occurs in
     compact JSON only between two objects of a list (a string escapes its quotes); when an event holds a list of
-    objects (more of them than events), one call per event instead."""
+    objects (more of them than events: the replacement then grew the body by more than one byte an event), one call
+    per event instead."""
     if not evs:
         return b""
     body = orjson.dumps(evs)[1:-1]
-    if body.count(b'},{"') == len(evs) - 1:
-        return body.replace(b'},{"', b'},\n{"')
+    out = body.replace(b'},{"', b'},\n{"')
+    if len(out) - len(body) == len(evs) - 1:  # as many replaced as there are gaps between events
+        return out
+    del out
     dumps = orjson.dumps
     return b",\n".join([dumps(e) for e in evs])
 
@@ -569,15 +574,25 @@ def _repid(body: bytes, old: list[int], to: Callable[[int], int]) -> bytes:
     """:func:`_lines`' output moved onto a rank's pids of the combined file, as :func:`_renumber` moves the dicts:
     every event's ``pid`` p becomes ``to(p)``. ``old``: the pids expected in ``body``; when they are all of them
     (checked by counting) and none is a new one, plain byte replacements (memchr speed), else one
-    regular-expression pass: O(bytes)."""
+    regular-expression pass: O(bytes). A replacement that changes the length is counted by the change (no count
+    pass)."""
     if not body:
         return body
     new = [to(p) for p in old]
-    pats = [b'"pid":%d,' % p for p in old]
-    if not set(old) & set(new) and sum(body.count(x) for x in pats) == body.count(b'"pid":'):
-        for x, q in zip(pats, new):
-            body = body.replace(x, b'"pid":%d,' % q)
-        return body
+    if not set(old) & set(new):
+        out, done = body, 0
+        for p, q in zip(old, new):
+            x, y = b'"pid":%d,' % p, b'"pid":%d,' % q
+            grow = len(y) - len(x)
+            n0 = len(out)
+            if not grow:
+                done += out.count(x)
+            out = out.replace(x, y)
+            if grow:
+                done += (len(out) - n0) // grow
+        if done == body.count(b'"pid":'):
+            return out
+        del out
     return _PID.sub(lambda m: b'"pid":%d,' % to(int(m.group(1))), body)
 
 
