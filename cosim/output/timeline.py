@@ -466,71 +466,70 @@ def _lines(evs: list[dict[str, Any]]) -> bytes:
 _MARK = "\ue000"
 """Prefix of the placeholders :func:`_window_lines` puts in a template (a private-use character; a template holding
 it elsewhere is not used)."""
-_MARKS = re.compile(rb'"\xee\x80\x80([TIXC])(\d+)"')
-_ID_MARK = {"External id": "X", "correlation": "C"}
+_MARKS = re.compile(rb'"\xee\x80\x80([TIXC])"')
+_KINDS = b"TIXC"
 
 
 def _window_lines(rw: Any) -> bytes:
     """The drawn copies of a repeated period (a :class:`cosim.replay.periodic.RepeatedWindow`) as :func:`_lines`
     writes their event dicts (``rw.expanded()``), without building them: the window's events are serialized once
-    with a placeholder for every number a copy moves (``ts``, ``id``, ``args`` ids), and each copy is the template's
-    pieces joined with that copy's numbers (serialized by orjson as one list). O(window events) Python work once,
-    then C-speed work per copy. Falls back to the dicts when a template cannot be trusted (a placeholder character
-    in the events, a non-integer id)."""
-    from cosim.replay.periodic import ID_KEYS
-
+    with a placeholder for every number a copy moves (``ts``, ``id``, ``args``' ``External id`` and
+    ``correlation``), and each copy is the template's pieces joined with that copy's numbers (serialized by orjson
+    as one list). The events are in order, each with at most one placeholder of a kind, so the i-th placeholder of
+    a kind in the template is that kind's i-th value. O(window events) Python work once, then C-speed work per
+    copy. Falls back to the dicts when a template cannot be trusted (the placeholder character elsewhere in the
+    events, a non-integer id)."""
     evs = rw.events
     if not evs or rw.copies <= 0:
         return _lines(rw.tail)
+    mt, mi, mx, mc = (_MARK + k for k in "TIXC")
     tmpl: list[dict[str, Any]] = []
-    for k, ev in enumerate(evs):
+    vi: list[Any] = []
+    vx: list[Any] = []
+    vc: list[Any] = []
+    add, ai, ax, ac = tmpl.append, vi.append, vx.append, vc.append
+    for ev in evs:
         t = ev.copy()
-        t["ts"] = f"{_MARK}T{k}"
+        t["ts"] = mt
         if "id" in ev:
-            t["id"] = f"{_MARK}I{k}"
+            t["id"] = mi
+            ai(ev["id"])
         args = ev.get("args")
-        if args and any(key in args for key in ID_KEYS):
+        if args and ("External id" in args or "correlation" in args):
             a = args.copy()
-            for key in ID_KEYS:
-                if key in args:
-                    a[key] = f"{_MARK}{_ID_MARK[key]}{k}"
+            if "External id" in args:
+                a["External id"] = mx
+                ax(args["External id"])
+            if "correlation" in args:
+                a["correlation"] = mc
+                ac(args["correlation"])
             t["args"] = a
-        tmpl.append(t)
+        add(t)
     body = _lines(tmpl)
     del tmpl
     parts = _MARKS.split(body)
-    pieces, kinds, where = parts[0::3], parts[1::3], parts[2::3]
-    if body.count(_MARK.encode()) != len(kinds):
+    pieces, kinds = parts[0::2], np.frombuffer(b"".join(parts[1::2]), dtype=np.uint8)
+    base = vi + vx + vc
+    counts = [len(evs), len(vi), len(vx), len(vc)]
+    if body.count(_MARK.encode()) != kinds.size or \
+            [int(np.count_nonzero(kinds == c)) for c in _KINDS] != counts or \
+            any(type(v) is not int for v in base):
         return _lines(rw.expanded())
-    # the placeholders in order: ts ones first in the value list, then ids; ``take`` puts them in body order
-    n_ts = sum(1 for x in kinds if x == b"T")
-    t_idx: list[int] = []
-    i_base: list[int] = []
-    take: list[int] = []
-    for kind, w in zip(kinds, where):
-        k = int(w)
-        if kind == b"T":
-            take.append(len(t_idx))
-            t_idx.append(k)
-        else:
-            ev = evs[k]
-            v = ev["id"] if kind == b"I" else ev["args"]["External id" if kind == b"X" else "correlation"]
-            if type(v) is not int:
-                return _lines(rw.expanded())
-            take.append(n_ts + len(i_base))
-            i_base.append(v)
-    ts = rw.ts()[np.asarray(t_idx, dtype=np.int64)]
-    base = np.asarray(i_base, dtype=np.int64)
-    if i_base and (abs(int(base.max())) + rw.copies * rw.id_step >= 1 << 62 or int(base.min()) < 0):
+    ids = np.asarray(base, dtype=np.int64)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) + rw.copies * rw.id_step >= 1 << 62):
         return _lines(rw.expanded())
-    order = np.asarray(take, dtype=np.int64)
+    order = np.empty(kinds.size, dtype=np.int64)  # template position -> index in [times..., ids...]
+    first = np.cumsum([0, *counts[:-1]])
+    for c, f in zip(_KINDS, first.tolist()):
+        m = kinds == c
+        order[m] = f + np.arange(np.count_nonzero(m))
+    ts = rw.ts()
     chunks: list[bytes] = []
-    slots: list[Any] = [b""] * (2 * len(kinds) + 1)
+    slots: list[Any] = [b""] * (2 * kinds.size + 1)
     slots[0::2] = pieces
     for j in range(1, rw.copies + 1):
-        vals = rw.copy_times(ts, j) + (base + j * rw.id_step).tolist()
-        out = np.asarray(orjson.dumps(vals)[1:-1].split(b","), dtype=object)[order].tolist()
-        slots[1::2] = out
+        vals = rw.copy_times(ts, j) + (ids + j * rw.id_step).tolist()
+        slots[1::2] = np.asarray(orjson.dumps(vals)[1:-1].split(b","), dtype=object)[order].tolist()
         chunks.append(b"".join(slots))
     if rw.tail:
         chunks.append(_lines(rw.tail))
