@@ -36,7 +36,7 @@ def test_template_copies_equal_the_event_dicts(copies: int) -> None:
     for t in ([], tail):
         rw = RepeatedWindow(_events(), copies, 123.4567, 1 << 40, list(t))
         want = _lines(rw.expanded())
-        assert _window_lines(rw) == want
+        assert _window_lines(rw).lines() == want
         if copies:
             assert want.count(b'"id":') == copies * 40  # the copies are there, ids moved
             assert b'"id":%d' % (200_000 + (1 << 40)) in want
@@ -46,8 +46,22 @@ def test_untrusted_templates_fall_back_to_the_dicts() -> None:
     evs = _events()
     evs[2]["name"] = "gemm \ue000T3 with the placeholder character"
     rw = RepeatedWindow(evs, 3, 50.0, 1 << 40)
-    assert _window_lines(rw) == _lines(rw.expanded())
+    assert _window_lines(rw).lines() == _lines(rw.expanded())
     evs = _events()
     evs[1]["id"] = 2.5  # not an integer id
     rw = RepeatedWindow(evs, 3, 50.0, 1 << 40)
-    assert _window_lines(rw) == _lines(rw.expanded())
+    assert _window_lines(rw).lines() == _lines(rw.expanded())
+
+
+def test_pid_moves_on_the_template_equal_moves_of_the_copies() -> None:
+    """The combined file's copies: the pid move applied to the template once equals it applied to every copy."""
+    from cosim.output.timeline import _repid
+
+    rw = RepeatedWindow(_events(), 4, 77.125, 1 << 40)
+
+    def move(b: bytes) -> bytes:
+        return _repid(b, [0, 7], lambda p: 3001 + p)
+
+    got = _window_lines(rw).lines(move)
+    assert got == move(_lines(rw.expanded()))
+    assert b'"pid":3008,' in got and b'"pid":7,' not in got

@@ -470,7 +470,36 @@ _MARKS = re.compile(rb'"\xee\x80\x80([TIXC])"')
 _KINDS = b"TIXC"
 
 
-def _window_lines(rw: Any) -> bytes:
+class _Copies:
+    """Serialized copies of a repeated period: ``pieces`` (a template's bytes between its placeholders) joined with
+    each copy's ``values``, then ``tail`` (events already serialized); or ``plain`` bytes."""
+
+    def __init__(self, pieces: list[bytes] | None = None, values: list[list[bytes]] | None = None,
+                 tail: bytes = b"", plain: bytes = b"") -> None:
+        self.pieces, self.values, self.tail, self.plain = pieces, values or [], tail, plain
+
+    def lines(self, move: Callable[[bytes], bytes] | None = None) -> bytes:
+        """The copies as :func:`_lines` writes them; ``move``: a bytes -> bytes edit of whole events (a
+        :func:`_repid`), applied to the template once (the placeholder character, absent from the pieces,
+        keeps them apart) instead of to every copy."""
+        if self.pieces is None:
+            return move(self.plain) if move is not None and self.plain else self.plain
+        pieces = self.pieces
+        if move is not None:
+            mark = _MARK.encode()
+            pieces = move(mark.join(pieces)).split(mark)
+        slots: list[bytes] = [b""] * (2 * len(pieces) - 1)
+        slots[0::2] = pieces
+        chunks = []
+        for vals in self.values:
+            slots[1::2] = vals
+            chunks.append(b"".join(slots))
+        if self.tail:
+            chunks.append(move(self.tail) if move is not None else self.tail)
+        return b",\n".join(chunks)
+
+
+def _window_lines(rw: Any) -> _Copies:
     """The drawn copies of a repeated period (a :class:`cosim.replay.periodic.RepeatedWindow`) as :func:`_lines`
     writes their event dicts (``rw.expanded()``), without building them: the window's events are serialized once
     with a placeholder for every number a copy moves (``ts``, ``id``, ``args``' ``External id`` and
@@ -481,7 +510,7 @@ def _window_lines(rw: Any) -> bytes:
     events, a non-integer id)."""
     evs = rw.events
     if not evs or rw.copies <= 0:
-        return _lines(rw.tail)
+        return _Copies(plain=_lines(rw.tail))
     mt, mi, mx, mc = (_MARK + k for k in "TIXC")
     tmpl: list[dict[str, Any]] = []
     vi: list[Any] = []
@@ -514,26 +543,21 @@ def _window_lines(rw: Any) -> bytes:
     if body.count(_MARK.encode()) != kinds.size or \
             [int(np.count_nonzero(kinds == c)) for c in _KINDS] != counts or \
             any(type(v) is not int for v in base):
-        return _lines(rw.expanded())
+        return _Copies(plain=_lines(rw.expanded()))
     ids = np.asarray(base, dtype=np.int64)
     if ids.size and (int(ids.min()) < 0 or int(ids.max()) + rw.copies * rw.id_step >= 1 << 62):
-        return _lines(rw.expanded())
+        return _Copies(plain=_lines(rw.expanded()))
     order = np.empty(kinds.size, dtype=np.int64)  # template position -> index in [times..., ids...]
     first = np.cumsum([0, *counts[:-1]])
     for c, f in zip(_KINDS, first.tolist()):
         m = kinds == c
         order[m] = f + np.arange(np.count_nonzero(m))
     ts = rw.ts()
-    chunks: list[bytes] = []
-    slots: list[Any] = [b""] * (2 * kinds.size + 1)
-    slots[0::2] = pieces
+    values = []
     for j in range(1, rw.copies + 1):
         vals = rw.copy_times(ts, j) + (ids + j * rw.id_step).tolist()
-        slots[1::2] = np.asarray(orjson.dumps(vals)[1:-1].split(b","), dtype=object)[order].tolist()
-        chunks.append(b"".join(slots))
-    if rw.tail:
-        chunks.append(_lines(rw.tail))
-    return b",\n".join(chunks)
+        values.append(np.asarray(orjson.dumps(vals)[1:-1].split(b","), dtype=object)[order].tolist())
+    return _Copies(pieces, values, _lines(rw.tail))
 
 
 _PID = re.compile(rb'"pid":(-?\d+),')
@@ -579,12 +603,12 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
     split = getattr(result, "split_events", None)
     plain = getattr(result, "extend_events", None)
 
-    def extend(rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bytes]:
+    def extend(rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], _Copies]:
         """A rank's events for the full step, and the serialized copies of its repeated period (when any)."""
         if split is not None:
             out, rw = split(rank, evs)
-            return out, (_window_lines(rw) if rw is not None else b"")
-        return (plain(rank, evs) if plain is not None else evs), b""
+            return out, (_window_lines(rw) if rw is not None else _Copies())
+        return (plain(rank, evs) if plain is not None else evs), _Copies()
 
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)
@@ -602,18 +626,18 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
             (host, host_rep), (gpu, gpu_rep) = extend(rg.rank, host), extend(rg.rank, gpu)
             devices = sorted(set(rg.gpu_ops.device.tolist()))
             nh, ng = _meta_count(host), _meta_count(gpu)
-            body = [[_lines(host[nh:]), host_rep], [_lines(gpu[ng:]), gpu_rep]]  # serialized once, for both files
+            body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
             p = folder / f"rank{rg.rank}.json.gz"
             with _GzipOut(p) as fh:
                 w = _TraceWriter(fh, _header(rg, devices))
                 w.events(host[:nh])
-                w.lines(*body[0])
+                w.lines(body[0], host_rep.lines())
                 w.events(gpu[:ng])
-                w.lines(*body[1])
+                w.lines(body[1], gpu_rep.lines())
                 w.close()
             written.append(p)
             ann_evs, ann_rep = extend(rg.rank, gpu_annotation_events(rg, run, ids))
-            ann = [_lines(ann_evs), ann_rep]
+            ann = [_lines(ann_evs), ann_rep.lines()]
             meta_h, meta_g = host[:nh], gpu[:ng]
             del host, gpu
             if not single:
@@ -628,12 +652,21 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
                 def gpu_pid(p: int, off: int = off) -> int:
                     return off + 1 + p
 
-                body = [[_repid(b, hpids, host_pid) for b in body[0]], [_repid(b, devices, gpu_pid) for b in body[1]]]
-                ann = [_repid(b, devices, gpu_pid) for b in ann]
+                def host_move(b: bytes, hpids: list[int] = hpids, f: Callable[[int], int] = host_pid) -> bytes:
+                    return _repid(b, hpids, f)
+
+                def gpu_move(b: bytes, devices: list[int] = devices, f: Callable[[int], int] = gpu_pid) -> bytes:
+                    return _repid(b, devices, f)
+
+                body = [host_move(body[0]), gpu_move(body[1])]
+                ann = [gpu_move(b) for b in ann]
+                reps = [host_rep.lines(host_move), gpu_rep.lines(gpu_move)]
+            else:
+                reps = [host_rep.lines(), gpu_rep.lines()]
             cw.events(meta_h)
-            cw.lines(*body[0])
+            cw.lines(body[0], reps[0])
             cw.events(meta_g)
-            cw.lines(*body[1])
+            cw.lines(body[1], reps[1])
             cw.lines(*ann)
             del body, ann
         cw.close()
