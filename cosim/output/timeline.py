@@ -432,12 +432,15 @@ class _TraceWriter:
     def events(self, evs: list[dict[str, Any]]) -> None:
         self.lines(_lines(evs))
 
-    def lines(self, body: bytes) -> None:
-        """Events already serialized by :func:`_lines`."""
-        if not body:
-            return
-        self.fh.write(body if self.first else b",\n" + body)
-        self.first = False
+    def lines(self, *bodies: bytes) -> None:
+        """Events already serialized by :func:`_lines` (empty bodies skipped)."""
+        for body in bodies:
+            if not body:
+                continue
+            if not self.first:
+                self.fh.write(b",\n")  # (not prepended: that would copy the body)
+            self.fh.write(body)
+            self.first = False
 
     def close(self) -> None:
         self.fh.write(b"\n]}\n")
@@ -447,14 +450,114 @@ def _lines(evs: list[dict[str, Any]]) -> bytes:
     """Events as compact JSON objects, one per line (the trace files' layout): the list serialized in one call
     (about twice as fast as one call per event) and a line break put between its objects. ``},{"`` occurs in
     compact JSON only between two objects of a list (a string escapes its quotes); when an event holds a list of
-    objects (more of them than events), one call per event instead."""
+    objects (more of them than events: the replacement then grew the body by more than one byte an event), one call
+    per event instead."""
     if not evs:
         return b""
     body = orjson.dumps(evs)[1:-1]
-    if body.count(b'},{"') == len(evs) - 1:
-        return body.replace(b'},{"', b'},\n{"')
+    out = body.replace(b'},{"', b'},\n{"')
+    if len(out) - len(body) == len(evs) - 1:  # as many replaced as there are gaps between events
+        return out
+    del out
     dumps = orjson.dumps
     return b",\n".join([dumps(e) for e in evs])
+
+
+_MARK = "\ue000"
+"""Prefix of the placeholders :func:`_window_lines` puts in a template (a private-use character; a template holding
+it elsewhere is not used)."""
+_MARKS = re.compile(rb'"\xee\x80\x80([TIXC])"')
+_KINDS = b"TIXC"
+
+
+class _Copies:
+    """Serialized copies of a repeated period: ``pieces`` (a template's bytes between its placeholders) joined with
+    each copy's ``values``, then ``tail`` (events already serialized); or ``plain`` bytes."""
+
+    def __init__(self, pieces: list[bytes] | None = None, values: list[list[bytes]] | None = None,
+                 tail: bytes = b"", plain: bytes = b"") -> None:
+        self.pieces, self.values, self.tail, self.plain = pieces, values or [], tail, plain
+
+    def lines(self, move: Callable[[bytes], bytes] | None = None) -> bytes:
+        """The copies as :func:`_lines` writes them; ``move``: a bytes -> bytes edit of whole events (a
+        :func:`_repid`), applied to the template once (the placeholder character, absent from the pieces,
+        keeps them apart) instead of to every copy."""
+        if self.pieces is None:
+            return move(self.plain) if move is not None and self.plain else self.plain
+        pieces = self.pieces
+        if move is not None:
+            mark = _MARK.encode()
+            pieces = move(mark.join(pieces)).split(mark)
+        slots: list[bytes] = [b""] * (2 * len(pieces) - 1)
+        slots[0::2] = pieces
+        chunks = []
+        for vals in self.values:
+            slots[1::2] = vals
+            chunks.append(b"".join(slots))
+        if self.tail:
+            chunks.append(move(self.tail) if move is not None else self.tail)
+        return b",\n".join(chunks)
+
+
+def _window_lines(rw: Any) -> _Copies:
+    """The drawn copies of a repeated period (a :class:`cosim.replay.periodic.RepeatedWindow`) as :func:`_lines`
+    writes their event dicts (``rw.expanded()``), without building them: the window's events are serialized once
+    with a placeholder for every number a copy moves (``ts``, ``id``, ``args``' ``External id`` and
+    ``correlation``), and each copy is the template's pieces joined with that copy's numbers (serialized by orjson
+    as one list). The events are in order, each with at most one placeholder of a kind, so the i-th placeholder of
+    a kind in the template is that kind's i-th value. O(window events) Python work once, then C-speed work per
+    copy. Falls back to the dicts when a template cannot be trusted (the placeholder character elsewhere in the
+    events, a non-integer id)."""
+    evs = rw.events
+    if not evs or rw.copies <= 0:
+        return _Copies(plain=_lines(rw.tail))
+    mt, mi, mx, mc = (_MARK + k for k in "TIXC")
+    tmpl: list[dict[str, Any]] = []
+    vi: list[Any] = []
+    vx: list[Any] = []
+    vc: list[Any] = []
+    add, ai, ax, ac = tmpl.append, vi.append, vx.append, vc.append
+    for ev in evs:
+        t = ev.copy()
+        t["ts"] = mt
+        if "id" in ev:
+            t["id"] = mi
+            ai(ev["id"])
+        args = ev.get("args")
+        if args and ("External id" in args or "correlation" in args):
+            a = args.copy()
+            if "External id" in args:
+                a["External id"] = mx
+                ax(args["External id"])
+            if "correlation" in args:
+                a["correlation"] = mc
+                ac(args["correlation"])
+            t["args"] = a
+        add(t)
+    body = _lines(tmpl)
+    del tmpl
+    parts = _MARKS.split(body)
+    pieces, kinds = parts[0::2], np.frombuffer(b"".join(parts[1::2]), dtype=np.uint8)
+    base = vi + vx + vc
+    counts = [len(evs), len(vi), len(vx), len(vc)]
+    if body.count(_MARK.encode()) != kinds.size or \
+            [int(np.count_nonzero(kinds == c)) for c in _KINDS] != counts or \
+            any(type(v) is not int for v in base):
+        return _Copies(plain=_lines(rw.expanded()))
+    ids = np.asarray(base, dtype=np.int64)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) + rw.copies * rw.id_step >= 1 << 62):
+        return _Copies(plain=_lines(rw.expanded()))
+    order = np.empty(kinds.size, dtype=np.int64)  # template position -> index in [times..., ids...]
+    first = np.cumsum([0, *counts[:-1]])
+    for c, f in zip(_KINDS, first.tolist()):
+        m = kinds == c
+        order[m] = f + np.arange(np.count_nonzero(m))
+    ts = rw.ts()
+    values = []
+    for j in range(1, rw.copies + 1):
+        vals = rw.copy_times(ts, j) + (ids + j * rw.id_step).tolist()
+        values.append(np.asarray(orjson.dumps(vals)[1:-1].split(b","), dtype=object)[order].tolist())
+    return _Copies(pieces, values, _lines(rw.tail))
 
 
 _PID = re.compile(rb'"pid":(-?\d+),')
@@ -497,7 +600,16 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
 
 
 def _write_timeline(path: Path, result: Any) -> list[Path]:
-    extend = getattr(result, "extend_events", None) or (lambda _rank, evs: evs)
+    split = getattr(result, "split_events", None)
+    plain = getattr(result, "extend_events", None)
+
+    def extend(rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], _Copies]:
+        """A rank's events for the full step, and the serialized copies of its repeated period (when any)."""
+        if split is not None:
+            out, rw = split(rank, evs)
+            return out, (_window_lines(rw) if rw is not None else _Copies())
+        return (plain(rank, evs) if plain is not None else evs), _Copies()
+
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)
     folder = path.parent / "timeline"
@@ -511,7 +623,7 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
         cw = _TraceWriter(cfh, combined)
         for rg, run in ranks:
             host, gpu = rank_events(rg, run, ids)
-            host, gpu = extend(rg.rank, host), extend(rg.rank, gpu)
+            (host, host_rep), (gpu, gpu_rep) = extend(rg.rank, host), extend(rg.rank, gpu)
             devices = sorted(set(rg.gpu_ops.device.tolist()))
             nh, ng = _meta_count(host), _meta_count(gpu)
             body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
@@ -519,12 +631,13 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
             with _GzipOut(p) as fh:
                 w = _TraceWriter(fh, _header(rg, devices))
                 w.events(host[:nh])
-                w.lines(body[0])
+                w.lines(body[0], host_rep.lines())
                 w.events(gpu[:ng])
-                w.lines(body[1])
+                w.lines(body[1], gpu_rep.lines())
                 w.close()
             written.append(p)
-            ann = _lines(extend(rg.rank, gpu_annotation_events(rg, run, ids)))
+            ann_evs, ann_rep = extend(rg.rank, gpu_annotation_events(rg, run, ids))
+            ann = [_lines(ann_evs), ann_rep.lines()]
             meta_h, meta_g = host[:nh], gpu[:ng]
             del host, gpu
             if not single:
@@ -539,13 +652,22 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
                 def gpu_pid(p: int, off: int = off) -> int:
                     return off + 1 + p
 
-                body = [_repid(body[0], hpids, host_pid), _repid(body[1], devices, gpu_pid)]
-                ann = _repid(ann, devices, gpu_pid)
+                def host_move(b: bytes, hpids: list[int] = hpids, f: Callable[[int], int] = host_pid) -> bytes:
+                    return _repid(b, hpids, f)
+
+                def gpu_move(b: bytes, devices: list[int] = devices, f: Callable[[int], int] = gpu_pid) -> bytes:
+                    return _repid(b, devices, f)
+
+                body = [host_move(body[0]), gpu_move(body[1])]
+                ann = [gpu_move(b) for b in ann]
+                reps = [host_rep.lines(host_move), gpu_rep.lines(gpu_move)]
+            else:
+                reps = [host_rep.lines(), gpu_rep.lines()]
             cw.events(meta_h)
-            cw.lines(body[0])
+            cw.lines(body[0], reps[0])
             cw.events(meta_g)
-            cw.lines(body[1])
-            cw.lines(ann)
+            cw.lines(body[1], reps[1])
+            cw.lines(*ann)
             del body, ann
         cw.close()
     keep = {p.name for p in written}
@@ -569,15 +691,25 @@ def _repid(body: bytes, old: list[int], to: Callable[[int], int]) -> bytes:
     """:func:`_lines`' output moved onto a rank's pids of the combined file, as :func:`_renumber` moves the dicts:
     every event's ``pid`` p becomes ``to(p)``. ``old``: the pids expected in ``body``; when they are all of them
     (checked by counting) and none is a new one, plain byte replacements (memchr speed), else one
-    regular-expression pass: O(bytes)."""
+    regular-expression pass: O(bytes). A replacement that changes the length is counted by the change (no count
+    pass)."""
     if not body:
         return body
     new = [to(p) for p in old]
-    pats = [b'"pid":%d,' % p for p in old]
-    if not set(old) & set(new) and sum(body.count(x) for x in pats) == body.count(b'"pid":'):
-        for x, q in zip(pats, new):
-            body = body.replace(x, b'"pid":%d,' % q)
-        return body
+    if not set(old) & set(new):
+        out, done = body, 0
+        for p, q in zip(old, new):
+            x, y = b'"pid":%d,' % p, b'"pid":%d,' % q
+            grow = len(y) - len(x)
+            n0 = len(out)
+            if not grow:
+                done += out.count(x)
+            out = out.replace(x, y)
+            if grow:
+                done += (len(out) - n0) // grow
+        if done == body.count(b'"pid":'):
+            return out
+        del out
     return _PID.sub(lambda m: b'"pid":%d,' % to(int(m.group(1))), body)
 
 

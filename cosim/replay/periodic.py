@@ -38,7 +38,7 @@ from cosim.replay.api import ReplayResult
 from cosim.replay.summary import summarize as _summarize
 from cosim.workload.synth.schedule import Unit, stage_order, steady_bounds
 
-__all__ = ["Periodic", "PeriodicResult", "detect_period", "extend_figures", "probe_microbatches"]
+__all__ = ["Periodic", "PeriodicResult", "RepeatedWindow", "detect_period", "extend_figures", "probe_microbatches"]
 
 TOL = 5e-3
 """Largest accepted deviation of a unit's (or GPU op's) shift from the period, relative to the period: the
@@ -315,11 +315,80 @@ DeepSeek-V3 step is ~2.9M GPU ops over its 8 simulated ranks, ~11M trace events:
 Perfetto opens.)"""
 
 
+def round3(x: np.ndarray) -> list[float]:
+    """``[round(v, 3) for v in x]`` exactly, vectorized: ``rint(1000 v) / 1000`` is Python's correctly rounded
+    result wherever ``1000 v``'s rounding error cannot cross a half (checked per value; those that might, and
+    non-finite ones, go through ``round``)."""
+    y = x * 1000.0
+    r = np.rint(y)
+    out = (r / 1000.0).tolist()
+    with np.errstate(invalid="ignore"):
+        unsure = ~(np.abs(y - r) < 0.5 - 4.0 * np.spacing(np.abs(y)))
+    for k in np.flatnonzero(unsure).tolist():
+        out[k] = round(float(x[k]), 3)
+    return out
+
+
+ID_KEYS = ("External id", "correlation")
+"""The ``args`` keys whose ids each copy of the period moves by its id offset (with the event's own ``id``)."""
+
+
+@dataclass
+class RepeatedWindow:
+    """The drawn copies of one rank's repeated period, not yet materialized: copy ``j`` (1..``copies``) of every
+    event of ``events`` has ``ts`` = ``round(ts + j * period_us, 3)`` (:func:`round3`, a column at once) and its
+    ``id`` and ``args`` ids (:data:`ID_KEYS`) plus ``j * id_step``; ``tail`` (the span standing for the periods
+    not drawn, when any) follows the copies. :meth:`expanded` gives them as event dicts; a writer may instead
+    serialize ``events`` once and substitute the moved numbers per copy (:mod:`cosim.output.timeline`)."""
+
+    events: list[dict[str, Any]]
+    """The probe's events of the window ``[cut - period, cut)`` (shared with the probe's list: read only)."""
+    copies: int
+    """Copies drawn."""
+    period_us: float
+    """The period (us)."""
+    id_step: int
+    """Id offset between consecutive copies."""
+    tail: list[dict[str, Any]] = field(default_factory=list)
+    """Events after the copies (the ``coalesced`` span of the periods not drawn)."""
+
+    def ts(self) -> np.ndarray:
+        """The window events' ``ts`` (us) as a float column."""
+        return np.asarray([ev["ts"] for ev in self.events], dtype=float)
+
+    def copy_times(self, ts: np.ndarray, j: int) -> list[float]:
+        """Copy ``j``'s ``ts`` of every window event (``ts``: :meth:`ts`)."""
+        return round3(ts + j * self.period_us)
+
+    def expanded(self) -> list[dict[str, Any]]:
+        """Every copy's events (ids made distinct; args without ids to move stay shared), then ``tail``."""
+        out: list[dict[str, Any]] = []
+        add = out.append
+        tmpl = [(ev, "id" in ev, ev.get("args"),
+                 [k for k in ID_KEYS if ev.get("args") and k in ev["args"]]) for ev in self.events]
+        wts = self.ts()
+        for j in range(1, self.copies + 1):
+            off = j * self.id_step
+            for (ev, has_id, args, keys), t in zip(tmpl, self.copy_times(wts, j)):
+                c = ev.copy()
+                c["ts"] = t
+                if has_id:
+                    c["id"] += off
+                if keys and args:  # args without ids to shift stay shared (the writers only read them)
+                    a = args.copy()
+                    for key in keys:
+                        a[key] += off
+                    c["args"] = a
+                add(c)
+        out.extend(self.tail)
+        return out
+
+
 def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_step: int,
-                  copies: int | None = None) -> list[dict[str, Any]]:
+                  copies: int | None = None) -> tuple[list[dict[str, Any]], RepeatedWindow]:
     """One rank's events of the full step: those at or after the cut moved by the inserted time, those in
-    the period before it repeated ``copies`` times (default: ``repeats``; ids made distinct), spans across the
-    window stretched."""
+    the period before it to be repeated ``copies`` times (default: ``repeats``; the returned
+    :class:`RepeatedWindow`), spans across the window stretched."""
     p_us = per.period_s * 1e6
     cut_us -= 5e-4  # timestamps are rounded to 1 ns: the unit starting at the cut belongs after it
     lo = cut_us - p_us
@@ -335,23 +404,9 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
 
 
 def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, copies: int, p_us: float,
-           per: Periodic, id_step: int) -> list[dict[str, Any]]:
+           per: Periodic, id_step: int) -> tuple[list[dict[str, Any]], RepeatedWindow]:
     """:func:`_shift_events` once its window is known. New times are ``round(t + shift, 3)``, rounded for a whole
-    column at once (``round3``)."""
-
-    def round3(x: np.ndarray) -> list[float]:
-        """``[round(v, 3) for v in x]`` exactly, vectorized: ``rint(1000 v) / 1000`` is Python's correctly rounded
-        result wherever ``1000 v``'s rounding error cannot cross a half (checked per value; those that might, and
-        non-finite ones, go through ``round``)."""
-        y = x * 1000.0
-        r = np.rint(y)
-        out = (r / 1000.0).tolist()
-        with np.errstate(invalid="ignore"):
-            unsure = ~(np.abs(y - r) < 0.5 - 4.0 * np.spacing(np.abs(y)))
-        for k in np.flatnonzero(unsure).tolist():
-            out[k] = round(float(x[k]), 3)
-        return out
-
+    column at once (:func:`round3`)."""
     out: list[dict[str, Any]] = []
     window: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
@@ -377,32 +432,15 @@ def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, co
             add(ev)
     for c, v in zip(after, round3(np.asarray(after_ts, dtype=float) + extra)):
         c["ts"] = v
-    # per window event, once: whether it has an id, its args and the ids in them to shift
-    tmpl = [(ev, "id" in ev, ev.get("args"),
-             [k for k in ("External id", "correlation") if ev.get("args") and k in ev["args"]]) for ev in window]
-    wts = np.asarray([ev["ts"] for ev in window], dtype=float)
-    for j in range(1, copies + 1):
-        off = j * id_step
-        dts = j * p_us
-        for (ev, has_id, args, keys), t in zip(tmpl, round3(wts + dts)):
-            c = ev.copy()
-            c["ts"] = t
-            if has_id:
-                c["id"] += off
-            if keys and args:  # args without ids to shift stay shared (the writers only read them)
-                a = args.copy()
-                for key in keys:
-                    a[key] += off
-                c["args"] = a
-            add(c)
+    rw = RepeatedWindow(window, copies, p_us, id_step)
     if copies < per.repeats and window:
         first = next((ev for ev in evs if ev.get("ph") == "X"), window[0])
         left = per.repeats - copies
-        out.append({"ph": "X", "cat": "coalesced", "pid": first["pid"], "tid": first["tid"],
-                    "name": f"{left} more periods of {per.period_s * 1e3:.3f} ms (coalesced; not drawn)",
-                    "ts": round(cut_us + copies * p_us, 3), "dur": round(left * p_us, 3),
-                    "args": {"periods": left, "period_us": round(p_us, 3), "drawn": copies}})
-    return out
+        rw.tail.append({"ph": "X", "cat": "coalesced", "pid": first["pid"], "tid": first["tid"],
+                        "name": f"{left} more periods of {per.period_s * 1e3:.3f} ms (coalesced; not drawn)",
+                        "ts": round(cut_us + copies * p_us, 3), "dur": round(left * p_us, 3),
+                        "args": {"periods": left, "period_us": round(p_us, 3), "drawn": copies}})
+    return out, rw
 
 
 @dataclass
@@ -447,8 +485,18 @@ class PeriodicResult(ReplayResult):
 
     def extend_events(self, rank: int, evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One rank's timeline events of the probe turned into the full step's (the steady period repeated,
-        :meth:`drawn_repeats` times): the hook :func:`cosim.output.timeline.write_timeline` applies to every
-        event group."""
+        :meth:`drawn_repeats` times), as event dicts: :meth:`split_events` with the copies materialized."""
+        out, rw = self.split_events(rank, evs)
+        if rw is not None:
+            out.extend(rw.expanded())
+        return out
+
+    def split_events(self, rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], RepeatedWindow | None]:
+        """One rank's timeline events of the probe turned into the full step's: the probe's events with those
+        after the repeated window moved, and the drawn copies of the window (None for a rank without a cut):
+        the hook :func:`cosim.output.timeline.write_timeline` applies to every event group."""
         assert self.periodic is not None
         cut = self.periodic.cut.get(rank)
-        return evs if cut is None else _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP, self.drawn_repeats())
+        if cut is None:
+            return evs, None
+        return _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP, self.drawn_repeats())
