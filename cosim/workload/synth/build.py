@@ -611,9 +611,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw]) for key, (_, bw) in prepared.items()}
         closing: dict[int, list[Bucket]] = {}
         for key, (_, bw) in prepared.items():
-            pos = {ly: i for i, (ly, _, _) in enumerate(bw)}
+            at = {ly: i for i, (ly, _, _) in enumerate(bw)}
             for b in plans[key]:
-                closing.setdefault(bw[max(pos[x] for x in b[1])][0], []).append(b)
+                closing.setdefault(bw[max(at[x] for x in b[1])][0], []).append(b)
         overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
         param_wait: dict[int, list[int]] = {}
         if rm.overlap_param_gather:  # steady state: the last step's gathers run under this step's forward
