@@ -120,22 +120,28 @@ def test_param_gather_off_runs_after_adam(tmp_path: Path, dgx: object) -> None:
 
 
 def test_grad_reduce_off_one_bucket_per_buffer_after_the_backward(tmp_path: Path, dgx: object) -> None:
-    # Megatron: bucket_size None without overlap_grad_reduce; finalize_model_grads reduces after the last backward;
-    # overlap_param_gather then defaults to off (it needs overlap_grad_reduce)
-    names, ops, _ = _step(tmp_path, dgx, overlap_grad_reduce=False)
-    dp = _dp_ops(names)
+    # Megatron: bucket_size None without overlap_grad_reduce (one bucket per chunk and buffer); finalize_model_grads
+    # reduces them after the last backward, and Adam waits for them
     dense = 16384 + 2 * 12928 + 16448
-    assert [(names[j], ops[j].get("coll")) for j in dp] == [
-        ("grad.dp_reduce_scatter", ("REDUCE_SCATTER", 8, dense * 2.0)),
-        ("grad.edp_reduce_scatter", ("REDUCE_SCATTER", 2, C * 2.0)),
-        ("optim.grad_norm_all_reduce", ("ALL_REDUCE", 8, 8.0)),
-        ("optim.adam", None),
-        ("optim.dp_param_all_gather", ("ALL_GATHER", 8, dense * 2 / 8)),
-        ("optim.edp_param_all_gather", ("ALL_GATHER", 2, C * 2 / 2)),
-    ]
-    last_bwd = _first(names, "embed.lookup.bwd")
-    assert dp[0] == last_bwd + 1 and ops[dp[0]]["waits"] == {last_bwd}  # after every backward op
-    assert {dp[0], dp[1]} <= ops[dp[3]]["waits"]  # Adam waits for both
+    for gather_ahead in (True, False):
+        names, ops, _ = _step(tmp_path, dgx, overlap_grad_reduce=False, overlap_param_gather=gather_ahead)
+        dp = _dp_ops(names)
+        gathers = [("optim.dp_param_all_gather", ("ALL_GATHER", 8, dense * 2 / 8)),
+                   ("optim.edp_param_all_gather", ("ALL_GATHER", 2, C * 2 / 2))]
+        assert [(names[j], ops[j].get("coll")) for j in dp] == [*(gathers if gather_ahead else []),
+            ("grad.dp_reduce_scatter", ("REDUCE_SCATTER", 8, dense * 2.0)),
+            ("grad.edp_reduce_scatter", ("REDUCE_SCATTER", 2, C * 2.0)),
+            ("optim.grad_norm_all_reduce", ("ALL_REDUCE", 8, 8.0)),
+            ("optim.adam", None), *([] if gather_ahead else gathers)]
+        rs = dp[2] if gather_ahead else dp[0]
+        last_bwd = _first(names, "embed.lookup.bwd")
+        assert rs == last_bwd + 1 and ops[rs]["waits"] == {last_bwd}  # after every backward op
+        assert {rs, rs + 1} <= ops[rs + 3]["waits"]  # Adam waits for both
+        if gather_ahead:  # one bucket per buffer: every layer's first forward op waits for it
+            emb, norm0, norm1 = _first(names, "embed.lookup"), _first(names, "attn.norm"), _first(names, "attn.norm", 1)
+            head = min(j for j, n in enumerate(names) if n.startswith("head."))
+            assert sorted(j for j, o in enumerate(ops) if dp[0] in o["waits"]) == [emb, norm0, norm1, head]
+            assert sorted(j for j, o in enumerate(ops) if dp[1] in o["waits"]) == [norm0, norm1]
 
 
 def test_zero0_all_reduces_and_fsdp_keeps_its_own_gathers(tmp_path: Path, dgx: object) -> None:
@@ -152,8 +158,6 @@ def test_zero0_all_reduces_and_fsdp_keeps_its_own_gathers(tmp_path: Path, dgx: o
 def test_flags_are_validated_and_settable(tmp_path: Path, dgx: object) -> None:
     from cosim.scenario import apply_scenario_sets, load_scenario
 
-    with pytest.raises(CosimInputError, match=r"layout\.overlap_param_gather: needs overlap_grad_reduce"):
-        _step(tmp_path, dgx, overlap_grad_reduce=False, overlap_param_gather=True)
     with pytest.raises(CosimInputError, match=r"layout\.overlap_param_gather: needs zero 1"):
         _step(tmp_path, dgx, zero=0, overlap_param_gather=True)
     root = Path(__file__).resolve().parent.parent

@@ -83,9 +83,10 @@ class ParallelLayout(Strict):
     its own bucket, so in steady state they run under the next step's forward (synthesized within one step: issued at
     its start on the dp stream in the order the forward uses the buckets, the first forward use of each bucket's
     layers waiting for its gather); false: the optimizer all-gathers every bucket after Adam, exposed at the step's
-    end. Needs ``overlap_grad_reduce`` (Megatron-LM's arguments.py asserts it); not used by ``zero: 0`` (no gather) or
-    ``fsdp`` (its own per-layer gathers). Megatron-Core's default is false; default here: true with ``zero: 1`` and
-    ``overlap_grad_reduce`` (Megatron-Bridge's ``CommOverlapConfig`` and the bundled configurations), else false."""
+    end. Needs ``zero: 1``: ``zero: 0`` has no gather, ``fsdp`` its own per-layer gathers. Megatron-Core's default is
+    false; default here: true with ``zero: 1`` (Megatron-Bridge's ``CommOverlapConfig`` sets it with data
+    parallelism, and the bundled configurations). Megatron-LM's own launcher (arguments.py) accepts it only with
+    ``overlap_grad_reduce``; Megatron-Core and Megatron-Bridge take it alone (one bucket per chunk and buffer then)."""
     cuda_graphs: bool = False
     """Launch each layer's forward (and backward) kernels as one CUDA graph: one host launch per
     layer and unit instead of one per kernel (eager)."""
@@ -145,14 +146,11 @@ class RankMap:
                                 or lay.schedule == "dualpipe"):
             raise bad("a2a_overlap", "needs ep > 1, vpp > 1 when pp > 1, no full recomputation and a 1f1b or "
                                      "interleaved schedule (Megatron-Core's EP all-to-all overlap)")
-        if lay.overlap_param_gather and not lay.overlap_grad_reduce:
-            raise bad("overlap_param_gather", "needs overlap_grad_reduce (Megatron-LM: --overlap-param-gather only "
-                                              "supported with --overlap-grad-reduce)")
         if lay.overlap_param_gather and lay.zero != 1:
             raise bad("overlap_param_gather", f"needs zero 1 (the distributed optimizer's parameter all-gather); "
                                               f"zero is {lay.zero!r}")
         self.overlap_param_gather = (lay.overlap_param_gather if lay.overlap_param_gather is not None
-                                     else lay.zero == 1 and lay.overlap_grad_reduce)
+                                     else lay.zero == 1)
         """Resolved ``overlap_param_gather``."""
         if lay.schedule == "dualpipe" and (vpp != 1 or pp % 2):
             raise bad("schedule", f"dualpipe needs vpp 1 and an even pp (got pp {pp}, vpp {vpp})")
