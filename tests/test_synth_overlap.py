@@ -168,3 +168,18 @@ def test_flags_are_validated_and_settable(tmp_path: Path, dgx: object) -> None:
     assert (lay.overlap_param_gather, lay.overlap_grad_reduce, rest) == (False, False, {})
     scn3, _ = apply_scenario_sets(scn, {"workload.synthetic.layout.overlap_param_gather": "true"})
     assert scn3.workload.synthetic.layout.overlap_param_gather is True  # type: ignore[union-attr]
+
+
+def test_every_e2e_row_states_its_flags_and_the_runner_passes_them() -> None:
+    # each Megatron row's flags come from its config (training.yaml's header); FSDP rows: not applicable
+    from validation.e2e.run import _scenario, load_cases
+
+    _, cases = load_cases()
+    for c in cases:
+        assert (c.overlap_grad_reduce is None and c.overlap_param_gather is None) == c.fsdp, c.id
+    dsv3 = next(c for c in cases if c.id == "dsv3-h100-1024-fp8")  # the 25.09 run script: overlap_grad_reduce False
+    lay = _scenario(dsv3, 16, "dgx-h100", 128, "none").workload.synthetic.layout  # type: ignore[union-attr]
+    assert (lay.overlap_grad_reduce, lay.overlap_param_gather) == (False, True)
+    fsdp = next(c for c in cases if c.fsdp)
+    lay = _scenario(fsdp, 16, "dgx-h100", fsdp.gpus // 8, "none").workload.synthetic.layout  # type: ignore[union-attr]
+    assert lay.overlap_param_gather is None and lay.zero == "fsdp"
