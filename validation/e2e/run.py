@@ -139,6 +139,13 @@ class Case(Strict):
     """The run reduces gradients in fp32 (the synthetic spec's ``grad_reduce_in_fp32``): Megatron-LM's own
     launcher (``pretrain_gpt.py``) in bf16 training without ``--grad-reduce-in-bf16``; false for the Megatron-Bridge
     and NeMo configs (``grad_reduce_in_fp32 = False``)."""
+    overlap_grad_reduce: bool | None = None
+    """The run's Megatron-Core ``overlap_grad_reduce`` (the layout field): gradient buckets reduced under the
+    backward; false: after it, one bucket per chunk and buffer. None: the layout's default (training.yaml: the FSDP
+    rows, where it does not apply; every other row sets it, tests/test_synth_overlap.py checks)."""
+    overlap_param_gather: bool | None = None
+    """The run's Megatron-Core ``overlap_param_gather`` (the layout field): the distributed optimizer's parameter
+    all-gathers under the next step's forward; false: after Adam. None: the layout's default (FSDP rows)."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -273,6 +280,10 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
 
     if case.a2a_overlap:
         layout["a2a_overlap"] = True
+    if case.overlap_grad_reduce is not None:
+        layout["overlap_grad_reduce"] = case.overlap_grad_reduce
+    if case.overlap_param_gather is not None and not case.fsdp:
+        layout["overlap_param_gather"] = case.overlap_param_gather
     if case.recompute and recompute == "none":
         layout["recompute"] = case.recompute
         layout["recompute_early_stop"] = case.recompute_early_stop

@@ -199,6 +199,7 @@ class _RankBuilder:
         self.lane = 0
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
+        self.grad_ops: list[int] = []  # DP gradient reductions issued (GPU ops): the optimizer waits for them
         self.h["name"].append(self.s("ProfilerStep#0"))
         self.h["kind"].append(HostKind.ANNOTATION)
         self.h["parent"].append(-1)
@@ -607,7 +608,25 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
         unit_span: list[tuple[int, int, bool]] = []
         unit_key: list[tuple[tuple[Unit, ...], bool]] = []
-        bucket: dict[str, float] = {"dp": 0.0, "edp": 0.0}
+        # DP buckets per model chunk (backward order) and, by the layer that closes them, the ones reduced there
+        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw]) for key, (_, bw) in prepared.items()}
+        closing: dict[int, list[Bucket]] = {}
+        for key, (_, bw) in prepared.items():
+            at = {ly: i for i, (ly, _, _) in enumerate(bw)}
+            for b in plans[key]:
+                closing.setdefault(bw[max(at[x] for x in b[1])][0], []).append(b)
+        overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
+        param_wait: dict[int, list[int]] = {}
+        if rm.overlap_param_gather:  # steady state: the last step's gathers run under this step's forward
+            first_use = {ly: (i, k) for i, (key, (fw, _)) in enumerate(prepared.items())
+                         for k, (ly, _, _) in enumerate(fw)}
+            ahead = sorted((b for bs in plans.values() for b in bs),
+                           key=lambda b: (min(first_use[x] for x in b[1]), b[0] != "dp"))
+            param_wait = _param_gathers(rb, ahead, groups, launch)
+
+        def param_ready(ly: int) -> None:
+            """The first forward use of layer ``ly`` waits for the all-gathers of its parameters' buckets."""
+            rb.pending += [(j, "param_gather") for j in param_wait.pop(ly, [])]
 
         def emit(o: Op, d: float, ly: int = -1) -> int:
             splits = None
@@ -651,6 +670,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
             weight-gradient GEMMs collected there instead (zero-bubble)."""
             for i, (ly, ops, durs) in enumerate(layers):
+                param_ready(ly)
                 fsdp_gather(ly)
                 rb.pending += [(j, "fsdp") for j in gathered.pop(ly, [])]
                 if i + 1 < len(layers):
@@ -716,15 +736,13 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                             emit(recomputed_op(fo), fd, ly)
 
             def grads(ly: int) -> None:
-                if mb == last_mb:
-                    _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+                if mb == last_mb and overlap_grads:
+                    _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
 
             deferred: list[tuple[Op, float]] | None = [] if zb else None
             yield from run_layers(bw, recompute, grads, deferred)
             if deferred:
                 wfifo.append((dirn, deferred))
-            if mb == last_mb:
-                _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
             if c > 0:
                 p2p("B", True, mb, c, c - 1, dirn)
 
@@ -780,12 +798,13 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             last = mb == last_mb
 
             def grads(ly: int) -> None:
-                if last:
-                    _grad_buckets(rb, rm, card, ly, bucket, groups, launch, emit, final=False)
+                if last and overlap_grads:
+                    _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
 
             rb.switch(0)  # phase 0: the embedding forward, the head's backward
             for ly, ops, durs in fw:
                 if ly < 0:
+                    param_ready(ly)
                     emit_all(list(zip(ops, durs)), ly)
             rb.switch(1)
             for ly, ops, durs in bw:
@@ -806,6 +825,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
             def f_seg(ly: int, seg: Seg) -> None:
                 rb.switch(0)
+                param_ready(ly)
                 emit_all(seg, ly)
 
             def b_seg(ly: int, seg: Seg, keep_main: bool = False) -> None:
@@ -857,6 +877,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             f_seg(post_ly, post)  # the forward's last combine, the head; the send
             for ly, ops, durs in fw:
                 if ly >= nl:
+                    param_ready(ly)
                     emit_all(list(zip(ops, durs)), ly)
             if cf < chunks - 1:
                 p2p("F", True, mf, cf, cf + 1)
@@ -865,8 +886,6 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if ly < 0:
                     emit_all(list(zip(ops, durs)), ly)
                     grads(ly)
-            if last:
-                _grad_buckets(rb, rm, card, -2, bucket, groups, launch, emit, final=True)
             rb.switch(0)
             rb.comm_lane = None
 
@@ -923,7 +942,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if len(unit_span) > n_span:
                     unit_key.append((tuple(step), lo <= pos < hi))
                 pos += len(step)
-        _optimizer(rb, rm, card, stage, groups, launch, emit, predict)
+        if not overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
+            rb.switch(0)
+            _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
+        _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
         return rb.finish(), unit_span, unit_key
 
     with gc_paused():  # ~50k acyclic op rows per rank and micro-batch (graph.gc_paused)
@@ -1031,23 +1053,68 @@ def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:
     return [o.comm.nbytes / ep] * ep
 
 
-def _grad_buckets(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, layer: int, bucket: dict[str, float],
-                  groups: dict[str, list[int]], launch: float, emit: Any, final: bool) -> None:
-    """Add ``layer``'s gradients (-1: embedding, ``num_layers``: head, -2: none) to the open buckets;
-    reduce a bucket once full (or at the end, ``final``)."""
-    if layer >= -1:
-        dense, expert = _unit_params(card, layer)
-        bucket["dp"] += dense / rm.tp
-        bucket["edp"] += expert / (rm.ep * rm.etp)
+Bucket = tuple[str, list[int], float]
+"""A DP gradient bucket: its group (``dp`` dense, ``edp`` expert), its layers in backward order and its parameters
+on this rank."""
+
+
+def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int]) -> list[Bucket]:
+    """The gradient buckets of one model chunk whose layers (-1: embedding, ``num_layers``: head) the backward
+    completes in the order ``layers``, in the order the backward closes them (dense before expert at one layer).
+    Megatron-Core's DDP fills a bucket of ``grad_bucket_params`` per buffer (dense, expert) in backward order; without
+    ``overlap_grad_reduce`` its bucket size is None: one bucket per chunk and buffer. FSDP: one per layer."""
+    lay = rm.layout
+    per_layer = lay.zero == "fsdp"
+    size = lay.grad_bucket_params if lay.overlap_grad_reduce or per_layer else math.inf
+    closed: list[tuple[int, int, Bucket]] = []
+    for gi, g in enumerate(("dp", "edp")):
+        n, lys = 0.0, list[int]()
+        for i, ly in enumerate(layers):
+            dense, expert = _unit_params(card, ly)
+            x = dense / rm.tp if g == "dp" else expert / (rm.ep * rm.etp)
+            if x <= 0:
+                continue
+            n += x
+            lys.append(ly)
+            if per_layer or n >= size or i == len(layers) - 1:
+                closed.append((i, gi, (g, lys, n)))
+                n, lys = 0.0, []
+        if n > 0:
+            closed.append((len(layers) - 1, gi, (g, lys, n)))
+    return [b for _, _, b in sorted(closed, key=lambda t: (t[0], t[1]))]
+
+
+def _grad_buckets(rb: _RankBuilder, rm: RankMap, buckets: list[Bucket], groups: dict[str, list[int]],
+                  emit: Any) -> None:
+    """Reduce ``buckets`` (:func:`_bucket_plan`) on the dp stream after the last compute op: a reduce-scatter with
+    ZeRO-1 and FSDP, an all-reduce with ``zero: 0``, of ``grad_bytes`` per element. The compute stream goes on (it
+    does not wait for them); the optimizer does (``_RankBuilder.grad_ops``)."""
     kind = "all_reduce" if rm.layout.zero == 0 else "reduce_scatter"
-    per_layer = rm.layout.zero == "fsdp"  # FSDP reduce-scatters each layer's gradients as its backward ends
-    for g in ("dp", "edp"):
-        if bucket[g] > 0 and (final or per_layer or bucket[g] >= rm.layout.grad_bucket_params) and len(groups[g]) > 1:
-            emit(Op(f"grad.{g}_{kind}", "collective", 0.0, bucket[g] * rb.grad_bytes,
-                    comm=Comm(g, kind, bucket[g] * rb.grad_bytes), stream="dp"), 0.0)
-            bucket[g] = 0.0
-        elif final:
-            bucket[g] = 0.0
+    for g, _, n in buckets:
+        if len(groups[g]) < 2:
+            continue
+        j = emit(Op(f"grad.{g}_{kind}", "collective", 0.0, n * rb.grad_bytes,
+                    comm=Comm(g, kind, n * rb.grad_bytes), stream="dp"), 0.0)
+        if j >= 0:
+            rb.pending = [(w, nm) for w, nm in rb.pending if w != j]
+            rb.grad_ops.append(j)
+
+
+def _param_gathers(rb: _RankBuilder, buckets: list[Bucket], groups: dict[str, list[int]], launch: float,
+                   waits: list[int] | None = None) -> dict[int, list[int]]:
+    """All-gather the bf16 parameters of ``buckets`` (the distributed optimizer's ``start_param_sync``) on the dp
+    stream in that order after the ops ``waits``; returns, per layer, the gathers its parameters come from."""
+    out: dict[int, list[int]] = {}
+    for g, lys, n in buckets:
+        if len(groups[g]) < 2:
+            continue
+        name = f"optim.{g}_param_all_gather"
+        c = rb.collective(name, "all_gather", groups[g], n * 2.0)
+        j = rb.op(Op(name, "collective", 0.0, n * 2.0, comm=Comm(g, "all_gather", n * 2.0), stream="dp"), 0.0,
+                  _STREAMS["dp"], launch, coll=c, waits=waits)
+        for ly in lys:
+            out.setdefault(ly, []).append(j)
+    return out
 
 
 def _unit_params(card: MoEModelConfig, layer: int) -> tuple[float, float]:
@@ -1077,22 +1144,21 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
 
 
 def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, groups: dict[str, list[int]],
-               launch: float, emit: Any, predict: Any) -> None:
-    """Grad-norm all-reduce, Adam on this rank's shard, and (ZeRO-1) the parameter all-gather."""
+               launch: float, emit: Any, predict: Any, buckets: list[Bucket]) -> None:
+    """Grad-norm all-reduce (after every gradient reduction), Adam on this rank's shard, and (ZeRO-1 without
+    ``overlap_param_gather``) the parameter all-gather of every bucket in ``buckets``, exposed at the step's end."""
     dense, expert = _stage_params(rm, card, stage)
     local = dense + expert if rm.layout.zero == 0 else dense / len(groups["dp"]) + expert / len(groups["edp"])
-    emit(Op("optim.grad_norm_all_reduce", "collective", 0.0, 8.0, comm=Comm("dp", "all_reduce", 8.0),
-            stream="dp"), 0.0)
+    norm = Op("optim.grad_norm_all_reduce", "collective", 0.0, 8.0, comm=Comm("dp", "all_reduce", 8.0), stream="dp")
+    rb.pending += [(j, "grad") for j in rb.grad_ops]  # Adam reads the reduced gradients
+    if len(groups["dp"]) > 1:
+        c = rb.collective(norm.name, "all_reduce", groups["dp"], 8.0)
+        rb.pending.append((rb.op(norm, 0.0, _STREAMS["dp"], launch, coll=c,
+                                 waits=[rb.last_main, *rb.grad_ops]), norm.name))
     adam = Op("optim.adam", "elementwise", local * 12.0, local * ADAM_BYTES, "fp32")
     emit(adam, predict([adam])[0])
-    if rm.layout.zero == 1:  # ZeRO-1: every rank gathers the updated parameters (FSDP keeps them sharded)
-        for g, n in (("dp", dense), ("edp", expert)):
-            left = n
-            while left > 0 and len(groups[g]) > 1:
-                b = min(left, rm.layout.grad_bucket_params)
-                emit(Op(f"optim.{g}_param_all_gather", "collective", 0.0, b * 2.0,
-                        comm=Comm(g, "all_gather", b * 2.0), stream="dp"), 0.0)
-                left -= b
+    if rm.layout.zero == 1 and not rm.overlap_param_gather:  # every rank gathers the updated parameters
+        _param_gathers(rb, buckets, groups, launch, waits=[rb.last_main])
 
 
 def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:

@@ -72,6 +72,26 @@ class ParallelLayout(Strict):
     (its default ``core_attn``; :data:`cosim.workload.synth.costs.RECOMPUTE_MODULES` lists the ops of each)."""
     grad_bucket_params: float = Field(default=40e6, gt=0)
     """Parameters per gradient-reduction bucket (Megatron DDP's 40M default)."""
+    overlap_grad_reduce: bool = True
+    """Megatron-Core ``DistributedDataParallelConfig.overlap_grad_reduce`` (core_v0.16.0
+    megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py): true: each gradient bucket of
+    ``grad_bucket_params`` is reduce-scattered (all-reduced with ``zero: 0``) on the dp stream as the last
+    micro-batch's backward fills it, while the backward goes on; false: Megatron sets the bucket size to None (one
+    bucket per model chunk and buffer, dense and expert) and ``finalize_model_grads`` reduces them all after the last
+    backward, the optimizer waiting for them. Megatron-Core's default is false; the default here is true, as
+    Megatron-Bridge's ``CommOverlapConfig`` sets it with data parallelism and every bundled configuration uses it.
+    FSDP keeps its own per-layer reduce-scatters."""
+    overlap_param_gather: bool | None = None
+    """Megatron-Core ``DistributedDataParallelConfig.overlap_param_gather`` (core_v0.16.0
+    megatron/core/optimizer/distrib_optimizer.py, distributed/distributed_data_parallel.py): with ``zero: 1``, true:
+    the updated parameters' all-gathers are dispatched bucket by bucket and each module's forward pre-hook waits for
+    its own bucket, so in steady state they run under the next step's forward (synthesized within one step: issued at
+    its start on the dp stream in the order the forward uses the buckets, the first forward use of each bucket's
+    layers waiting for its gather); false: the optimizer all-gathers every bucket after Adam, exposed at the step's
+    end. Needs ``zero: 1``: ``zero: 0`` has no gather, ``fsdp`` its own per-layer gathers. Megatron-Core's default is
+    false; default here: true with ``zero: 1`` (Megatron-Bridge's ``CommOverlapConfig`` sets it with data
+    parallelism, and the bundled configurations). Megatron-LM's own launcher (arguments.py) accepts it only with
+    ``overlap_grad_reduce``; Megatron-Core and Megatron-Bridge take it alone (one bucket per chunk and buffer then)."""
     cuda_graphs: bool = False
     """Launch each layer's forward (and backward) kernels as one CUDA graph: one host launch per
     layer and unit instead of one per kernel (eager)."""
@@ -133,6 +153,12 @@ class RankMap:
                                      "interleaved schedule (Megatron-Core's EP all-to-all overlap)")
         if lay.recompute_early_stop and lay.recompute != "full":
             raise bad("recompute_early_stop", f"needs recompute: full (got {lay.recompute})")
+        if lay.overlap_param_gather and lay.zero != 1:
+            raise bad("overlap_param_gather", f"needs zero 1 (the distributed optimizer's parameter all-gather); "
+                                              f"zero is {lay.zero!r}")
+        self.overlap_param_gather = (lay.overlap_param_gather if lay.overlap_param_gather is not None
+                                     else lay.zero == 1)
+        """Resolved ``overlap_param_gather``."""
         if lay.schedule == "dualpipe" and (vpp != 1 or pp % 2):
             raise bad("schedule", f"dualpipe needs vpp 1 and an even pp (got pp {pp}, vpp {vpp})")
         self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"
