@@ -80,9 +80,10 @@ _CLS = {"gemm": OpClass.GEMM, "grouped_gemm": OpClass.GROUPED_GEMM, "attention":
         "elementwise": OpClass.ELEMENTWISE, "norm": OpClass.NORM, "reduction": OpClass.REDUCTION,
         "moe_dispatch": OpClass.MOE_DISPATCH, "moe_combine": OpClass.MOE_COMBINE, "collective": OpClass.COLLECTIVE}
 _STREAMS = {"compute": 7, "tp": 20, "ep": 21, "dp": 22, "cp": 23, "etp": 21}
-ADAM_BYTES = 34.0
-"""HBM bytes per parameter of one Adam step: fp32 master weight, m and v read and written (24),
-fp32 gradient read (4), bf16 weight written (2) and read (2), grad zeroing (2)."""
+ADAM_BYTES = 28.0
+"""HBM bytes per parameter of one Adam step besides the gradient: fp32 master weight, m and v read and written (24),
+the bf16 weight written (2) and read (2); the gradient adds its read and its zeroing at its own width
+(:attr:`BuildOptions.grad_bytes`: 2 bf16, 4 fp32)."""
 
 
 @dataclass(frozen=True)
@@ -1155,7 +1156,7 @@ def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, 
         c = rb.collective(norm.name, "all_reduce", groups["dp"], 8.0)
         rb.pending.append((rb.op(norm, 0.0, _STREAMS["dp"], launch, coll=c,
                                  waits=[rb.last_main, *rb.grad_ops]), norm.name))
-    adam = Op("optim.adam", "elementwise", local * 12.0, local * ADAM_BYTES, "fp32")
+    adam = Op("optim.adam", "elementwise", local * 12.0, local * (ADAM_BYTES + 2.0 * rb.grad_bytes), "fp32")
     emit(adam, predict([adam])[0])
     if rm.layout.zero == 1 and not rm.overlap_param_gather:  # every rank gathers the updated parameters
         _param_gathers(rb, buckets, groups, launch, waits=[rb.last_main])
