@@ -180,6 +180,9 @@ class LinkStats:
         }
 
 
+_REM_EPS = 1e-6
+"""Bytes left below which a row's bandwidth phase is over (bytes)."""
+
 _K = 3
 """Segments per row (cluster route: up-segment, fabric bundle, down-segment)."""
 
@@ -206,13 +209,17 @@ class _Rows:
     comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     active: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     seg: np.ndarray = field(default_factory=lambda: np.zeros((0, _K), dtype=np.int64))
+    tcand: np.ndarray = field(default_factory=lambda: np.full(0, _INF))
+    """A lower bound on the time the row can first be due (its end less the slack of the bytes test,
+    :meth:`Fabric._due_from`); ``inf`` for inactive rows and rows not yet rated that still have bytes:
+    the completion test looks only at rows whose bound has passed."""
     bott: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Link that froze the row in its last solve (-1: its rate cap; -2: unknown): the solve structure
     :meth:`Fabric._reuse_structure` tries first."""
 
     _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
              "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1,
-             "bott": -2}
+             "tcand": _INF, "bott": -2}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -752,6 +759,7 @@ class Fabric:
         p.t0[sl] = env.now
         p.tbeg[sl] = env.now
         p.tend[sl] = _INF
+        p.tcand[sl] = np.where(wire <= _REM_EPS, -_INF, _INF)
         p.comp[sl] = -1
         p.rate[sl] = 0.0
         p.cap[sl] = wcap
@@ -933,15 +941,19 @@ class Fabric:
             return
         p = self._rows
         now = self.env.now
-        A = self._active_idx()
+        wb, half = self._win
+        windowed = wb >= 0 and half > 0
+        # candidates: rows whose lower bound on their due time has passed (a superset of the rows due; the
+        # exact test below runs on them alone, as it ran on every active row)
+        A = np.flatnonzero(p.tcand[: p.size] <= now + max(self.config.time_tolerance, half if windowed else 0.0))
+        if not A.size:
+            return
         tend, rate = p.tend[A], p.rate[A]
         rem = p.rem[A] - rate * (now - p.t0[A])
         # (tend is finite or +inf, never nan: tend - now <= x for a finite x already excludes the unrated rows)
         due_in = tend - now
         with np.errstate(invalid="ignore"):
-            fin = (rem <= 1e-6) | (due_in <= self.config.time_tolerance)
-        wb, half = self._win
-        windowed = wb >= 0 and half > 0
+            fin = (rem <= _REM_EPS) | (due_in <= self.config.time_tolerance)
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
             fin |= (p.batch[A] == wb) & (due_in <= half)
         j = np.flatnonzero(fin)
@@ -971,6 +983,7 @@ class Fabric:
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
         p.tend[idx] = _INF
+        p.tcand[idx] = _INF
         self._n_active -= len(idx)
         bs = p.batch[idx]
         np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
@@ -982,6 +995,14 @@ class Fabric:
             self._load[:] = 0.0
             self._nflows[:] = 0.0
             self._seg_m[:] = 0.0
+
+    @staticmethod
+    def _due_from(tend: np.ndarray, rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """A lower bound on the first time rows rated ``rate`` at ``tend`` (their end, ``rem`` bytes left
+        when rated) can pass the completion test: their bytes left cross :data:`_REM_EPS` about
+        ``_REM_EPS / rate`` before ``tend``; the slack doubles that and adds the rounding of ``rem`` and
+        of the times (far above a few ulps), so the bound never excludes a row the exact test ends."""
+        return tend - (2.0 * _REM_EPS + 1e-12 * np.abs(rem)) / rate - 1e-9 * np.abs(tend)
 
     def _active_idx(self) -> np.ndarray:
         """Ids of the active rows, ascending (cached until a row starts or ends, or the rows are compacted)."""
@@ -1017,15 +1038,15 @@ class Fabric:
         eps = self.config.completion_tolerance
         if eps <= 0:
             return float(p.tend[:n].min(initial=_INF, where=p.active[:n]))
-        A = self._active_idx()
-        tend = p.tend[A]
+        # over all rows, not gathered active ones: inactive rows have tend = inf
+        tend = p.tend[:n]
         j = int(np.argmin(tend))
         e = float(tend[j])
         if not math.isfinite(e):
             return e
-        b = int(p.batch[A[j]])
-        inb = p.batch[A] == b
-        tb = tend[inb]
+        b = int(p.batch[j])
+        inb = p.batch[:n] == b
+        tb = tend[inb & p.active[:n]]
         half = 0.5 * eps * (float(tb.max()) - self.env.now)
         if not (half > 0 and math.isfinite(half)):  # a row of the batch without a projected end: no window
             return e
@@ -1214,6 +1235,7 @@ class Fabric:
         p.t0[R] = now
         p.rate[R] = new
         p.tend[R] = now + p.rem[R] / new
+        p.tcand[R] = self._due_from(p.tend[R], p.rem[R], new)
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
             p.keep(np.flatnonzero(p.active[:n]))
