@@ -209,6 +209,9 @@ class _Rows:
     comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     active: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     seg: np.ndarray = field(default_factory=lambda: np.zeros((0, _K), dtype=np.int64))
+    segc: tuple[np.ndarray, ...] = field(default_factory=lambda: tuple(np.zeros(0, dtype=np.int64) for _ in range(_K)))
+    """``seg`` by slot: one contiguous array per segment slot (the frontier search gathers each slot's column
+    of the active rows without a 2-D gather and transpose)."""
     tcand: np.ndarray = field(default_factory=lambda: np.full(0, _INF))
     """A lower bound on the time the row can first be due (its end less the slack of the bytes test,
     :meth:`Fabric._due_from`); ``inf`` for inactive rows and rows not yet rated that still have bytes:
@@ -231,6 +234,13 @@ class _Rows:
             b = np.full((new, *a.shape[1:]), fill, dtype=a.dtype)
             b[:cur] = a
             setattr(self, name, b)
+        self.segc = tuple(np.concatenate([c, np.full(new - cur, -1, dtype=np.int64)]) for c in self.segc)
+
+    def set_seg(self, sl: slice, segs: np.ndarray) -> None:
+        """Rows ``sl`` cross segments ``segs`` (rows x :data:`_K`, -1 padding)."""
+        self.seg[sl] = segs
+        for k, c in enumerate(self.segc):
+            c[sl] = segs[:, k]
 
     def keep(self, idx: np.ndarray) -> None:
         """Keep rows ``idx`` (ascending), moved to the front in place: the capacity stays, so the next rows
@@ -240,6 +250,9 @@ class _Rows:
             a = getattr(self, name)
             a[:n] = a[idx]
             a[n:old] = fill
+        for c in self.segc:
+            c[:n] = c[idx]
+            c[n:old] = -1
         self.size = n
 
 
@@ -769,7 +782,7 @@ class Fabric:
         p.batch[sl] = b
         p.active[sl] = True
         self._A = None
-        p.seg[sl] = segs
+        p.set_seg(sl, segs)
         p.bott[sl] = -2
         p.size = s0 + k
         self._n_active += k
@@ -966,17 +979,15 @@ class Fabric:
         due = np.maximum(np.where(np.isfinite(tend[j]), tend[j], now), now) if windowed else now
         left = rem[j] if windowed else np.maximum(rem[j], 0.0)
         # bytes of rows ended early still cross their links (late rows' excess is taken back); their load and
-        # flow counts leave (one expansion of the segments' entries for the three sums)
-        sf, mk = segs.reshape(-1), np.repeat(m, _K)
+        # flow counts leave (the flow counts by the per-segment sums shared with the segments' counts)
+        sf = segs.reshape(-1)
         early = bool(np.count_nonzero(left != 0))
-        vals = [np.repeat(r * m, _K), mk] + ([np.repeat(left * m, _K)] if early else [])
-        sums = self._to_links_many(sf, vals, [True, False, True][: len(vals)])
+        self._seg_flows(segs, m, -1.0)
+        vals = [np.repeat(r * m, _K)] + ([np.repeat(left * m, _K)] if early else [])
+        sums = self._to_links_many(sf, vals, [True, True][: len(vals)])
         if early:
-            self.bytes_moved += sums[2]
+            self.bytes_moved += sums[1]
         self._load -= sums[0]
-        ok = sf >= 0
-        self._seg_m -= np.bincount(sf[ok], weights=mk[ok], minlength=len(self._seg_m))
-        self._nflows -= sums[1]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
         p.active[idx] = False
@@ -986,8 +997,13 @@ class Fabric:
         p.tcand[idx] = _INF
         self._n_active -= len(idx)
         bs = p.batch[idx]
-        np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
-        ub, cnt = _counts(bs)
+        if bs[0] == bs[-1] and not np.count_nonzero(bs != bs[0]):  # one batch (the usual tick): no scatter
+            b0 = int(bs[0])
+            self._b_deadline[b0] = max(self._b_deadline[b0], float(np.max(due + p.lat[idx])))
+            ub, cnt = bs[:1], np.array([len(bs)])
+        else:
+            np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
+            ub, cnt = _counts(bs)
         self._b_left[ub] -= cnt
         for b in ub[self._b_left[ub] == 0].tolist():  # batch order = start order: deterministic
             self._fire(b)
@@ -1069,18 +1085,21 @@ class Fabric:
         active rows, O(d x (active rows + entries)) for a component of link-diameter d (2-4 on fat trees;
         1-2 rounds measured on the 1024-GPU step), no graph library."""
         p = self._rows
-        S = p.seg[act]
-        if self._dense_entries(S.size):  # every registered segment (few): no compaction, entries cached
+        cols: Sequence[np.ndarray]
+        if self._dense_entries(_K * len(act)):  # every registered segment (few): no compaction, entries cached
             nu = len(self._seg_lat)
-            cols = np.where(S >= 0, S, nu).T.copy()  # one contiguous column per slot; padding -> a sentinel
+            # one contiguous column per slot; the -1 padding indexes the sentinel slot nu of the (nu + 1)-long
+            # tables below (as a -1 index), which stays False
+            cols = [c[act] for c in p.segc]
             e_link, e_seg = self._bind_entries()
         else:  # the distinct segments of the active rows
+            S = p.seg[act]
             valid = S >= 0
             us, inv = _compact(S[valid], len(self._seg_lat))
             nu = len(us)
             Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
             Lp[valid] = inv
-            cols = Lp.T.copy()  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
+            cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
             st = self._se_off[us]
             ln = self._se_off[us + 1] - st
             e_link = self._se_link[_ranges(st, ln)]
@@ -1183,13 +1202,11 @@ class Fabric:
         if not np.count_nonzero(self._comp_n[comps]):  # no active row left in their components: O(departed)
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
-        uc, inv = np.unique(comps, return_inverse=True)
-        floor = np.full(len(uc), _INF)
-        np.minimum.at(floor, inv.reshape(-1), rates)
-        ca = p.comp[ai]
-        pos = np.searchsorted(uc, ca)
-        pos[pos >= len(uc)] = 0
-        return ai[(uc[pos] == ca) & (p.rate[ai] >= floor[pos] * (1.0 - 1e-9))]
+        # the smallest departed rate per label, by a table over the labels (inf: no departure there; the last
+        # slot, inf, takes the -1 of an unlabelled row)
+        floor = np.full(self._next_comp + 2, _INF)
+        np.minimum.at(floor, comps, rates)
+        return ai[p.rate[ai] >= floor[p.comp[ai]] * (1.0 - 1e-9)]
 
     def _solve(self) -> None:
         """Re-solve the rates of the rows the pending arrivals/departures can affect (selective update)."""
