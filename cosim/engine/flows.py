@@ -292,6 +292,36 @@ def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys.copy(), np.ones(len(keys), dtype=np.int64)
 
 
+def _first_seen(g: np.ndarray) -> np.ndarray:
+    """Group ids ``g`` (-1: none) relabelled 0, 1, ... by first appearance (-1 kept, and counted as an id):
+    equal results for arrays equal up to a renaming of the groups. O(len + span of the ids) by a table of first positions
+    when the ids span at most 4 x len (they are recent: ids are handed out in order), else a sort; a
+    constant -1 array unchanged."""
+    pos = g >= 0
+    if not np.count_nonzero(pos):
+        return g
+    gv = g[pos]
+    lo = int(gv.min())
+    span = int(gv.max()) - lo + 1
+    if span > 4 * len(g) + 64:
+        _, first, inv = np.unique(g, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))
+        return np.where(pos, rank[inv.reshape(-1)], -1)
+    n = len(g)
+    first_at = np.full(span, n, dtype=np.int64)
+    np.minimum.at(first_at, gv - lo, np.flatnonzero(pos))
+    seen = np.flatnonzero(first_at < n)  # distinct ids (less lo), ascending
+    order = seen[np.argsort(first_at[seen], kind="stable")]
+    r = np.arange(len(seen))
+    if len(gv) < n:  # -1 takes a rank of its own at its first appearance (as it does in the sort's labels)
+        r += first_at[order] > int(np.argmin(pos))
+    rank = np.zeros(span, dtype=np.int64)
+    rank[order] = r
+    out = np.full(len(g), -1, dtype=np.int64)
+    out[pos] = rank[gv - lo]
+    return out
+
+
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, offsets): positions of ``keys`` grouped by key value 0..n-1 (stable)."""
     order = np.argsort(keys, kind="stable")
@@ -1421,11 +1451,7 @@ class Fabric:
         if len(R) > self._RATE_MEMO_ROWS:
             return None
         p = self._rows
-        g = p.group[R]
-        if np.count_nonzero(g >= 0):
-            _, first, inv = np.unique(g, return_index=True, return_inverse=True)
-            rank = np.argsort(np.argsort(first))
-            g = np.where(g >= 0, rank[inv.reshape(-1)], -1)
+        g = _first_seen(p.group[R])
         h = hashlib.blake2b(p.seg[R].tobytes(), digest_size=16)  # 128-bit digest: collisions are negligible
         for a in (p.cap[R], p.mult[R], g):
             h.update(a.tobytes())
