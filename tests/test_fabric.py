@@ -496,11 +496,14 @@ def test_rate_key_group_relabel_matches_sort_definition() -> None:
         return np.where(g >= 0, rank[inv.reshape(-1)], -1)
 
     rng = np.random.default_rng(7)
-    for _ in range(2000):
-        g = rng.integers(-1, int(rng.integers(1, 300)), int(rng.integers(1, 50))).astype(np.int64)
+    for i in range(600):
+        n = int(rng.integers(1, 50)) if i % 2 else int(rng.integers(1024, 3000))
+        g = rng.integers(-1, int(rng.integers(1, 4 * n)), n).astype(np.int64)
         if rng.random() < 0.5:
             g = np.where(g >= 0, g + int(rng.integers(0, 10**6)), -1).astype(np.int64)
         if rng.random() < 0.1:
             g[:] = -1
         assert _first_seen(g).tobytes() == by_sort(g).tobytes()
     assert _first_seen(np.array([5, -1, 9, 5, 9, -1, 2])).tolist() == [0, -1, 2, 0, 2, -1, 3]
+    big = np.array([5, -1, 9, 5, 9, -1, 2] * 200)  # the table path (1,400 ids over a span of 8)
+    assert _first_seen(big).tolist() == [0, -1, 2, 0, 2, -1, 3] * 200
