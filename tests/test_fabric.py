@@ -478,3 +478,32 @@ def test_completion_window_with_a_zero_byte_flow_in_the_batch():
 
     assert once(0.0) == pytest.approx(0.3, rel=1e-12)
     assert once(0.01) == pytest.approx(0.3, rel=1e-12)
+
+
+def test_rate_key_group_relabel_matches_sort_definition() -> None:
+    """The rate memo's group relabelling (first appearance, -1 counted as an id) by a table of first positions
+    gives what the sort-based definition gives, bit for bit, on recent ids, far ids (the sort fallback),
+    mixed -1 and none."""
+    import numpy as np
+
+    from cosim.engine.flows import _first_seen
+
+    def by_sort(g: np.ndarray) -> np.ndarray:
+        if not np.count_nonzero(g >= 0):
+            return g
+        _, first, inv = np.unique(g, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))
+        return np.where(g >= 0, rank[inv.reshape(-1)], -1)
+
+    rng = np.random.default_rng(7)
+    for i in range(600):
+        n = int(rng.integers(1, 50)) if i % 2 else int(rng.integers(1024, 3000))
+        g = rng.integers(-1, int(rng.integers(1, 4 * n)), n).astype(np.int64)
+        if rng.random() < 0.5:
+            g = np.where(g >= 0, g + int(rng.integers(0, 10**6)), -1).astype(np.int64)
+        if rng.random() < 0.1:
+            g[:] = -1
+        assert _first_seen(g).tobytes() == by_sort(g).tobytes()
+    assert _first_seen(np.array([5, -1, 9, 5, 9, -1, 2])).tolist() == [0, -1, 2, 0, 2, -1, 3]
+    big = np.array([5, -1, 9, 5, 9, -1, 2] * 200)  # the table path (1,400 ids over a span of 8)
+    assert _first_seen(big).tolist() == [0, -1, 2, 0, 2, -1, 3] * 200

@@ -1138,9 +1138,10 @@ class Collectives:
             done.succeed(res)
             return
         self.results.append(res)
-        rec = self.sim.record
-        for r in res.ranks:
-            rec(f"{label} {res.algo}/{res.proto}", res.start, res.end, f"{self.sim.track_of(r)}.comm")
+        if self.sim.config.record_trace:  # (record is a no-op otherwise: skip the per-rank track names)
+            rec, name = self.sim.record, f"{label} {res.algo}/{res.proto}"
+            for r in res.ranks:
+                rec(name, res.start, res.end, f"{self.sim.track_of(r)}.comm")
         done.succeed(res)
 
     def _slot_group(self, grp: int, slot: int, slots: dict[int, int]) -> int:

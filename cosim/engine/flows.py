@@ -180,6 +180,9 @@ class LinkStats:
         }
 
 
+_REM_EPS = 1e-6
+"""Bytes left below which a row's bandwidth phase is over (bytes)."""
+
 _K = 3
 """Segments per row (cluster route: up-segment, fabric bundle, down-segment)."""
 
@@ -206,13 +209,20 @@ class _Rows:
     comp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     active: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     seg: np.ndarray = field(default_factory=lambda: np.zeros((0, _K), dtype=np.int64))
+    segc: tuple[np.ndarray, ...] = field(default_factory=lambda: tuple(np.zeros(0, dtype=np.int64) for _ in range(_K)))
+    """``seg`` by slot: one contiguous array per segment slot (the frontier search gathers each slot's column
+    of the active rows without a 2-D gather and transpose)."""
+    tcand: np.ndarray = field(default_factory=lambda: np.full(0, _INF))
+    """A lower bound on the time the row can first be due (its end less the slack of the bytes test,
+    :meth:`Fabric._due_from`); ``inf`` for inactive rows and rows not yet rated that still have bytes:
+    the completion test looks only at rows whose bound has passed."""
     bott: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Link that froze the row in its last solve (-1: its rate cap; -2: unknown): the solve structure
     :meth:`Fabric._reuse_structure` tries first."""
 
     _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
              "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1,
-             "bott": -2}
+             "tcand": _INF, "bott": -2}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -224,6 +234,13 @@ class _Rows:
             b = np.full((new, *a.shape[1:]), fill, dtype=a.dtype)
             b[:cur] = a
             setattr(self, name, b)
+        self.segc = tuple(np.concatenate([c, np.full(new - cur, -1, dtype=np.int64)]) for c in self.segc)
+
+    def set_seg(self, sl: slice, segs: np.ndarray) -> None:
+        """Rows ``sl`` cross segments ``segs`` (rows x :data:`_K`, -1 padding)."""
+        self.seg[sl] = segs
+        for k, c in enumerate(self.segc):
+            c[sl] = segs[:, k]
 
     def keep(self, idx: np.ndarray) -> None:
         """Keep rows ``idx`` (ascending), moved to the front in place: the capacity stays, so the next rows
@@ -233,6 +250,9 @@ class _Rows:
             a = getattr(self, name)
             a[:n] = a[idx]
             a[n:old] = fill
+        for c in self.segc:
+            c[:n] = c[idx]
+            c[n:old] = -1
         self.size = n
 
 
@@ -270,6 +290,36 @@ def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         first = np.concatenate(([0], cut))
         return keys[first], np.diff(np.concatenate((first, [len(keys)])))
     return keys.copy(), np.ones(len(keys), dtype=np.int64)
+
+
+def _first_seen(g: np.ndarray) -> np.ndarray:
+    """Group ids ``g`` (-1: none) relabelled 0, 1, ... by first appearance (-1 kept, and counted as an id):
+    equal results for arrays equal up to a renaming of the groups. O(len + span of the ids) by a table of first positions
+    when there are 1024 ids or more spanning at most 4 x len (they are recent: ids are handed out in order), else a
+    sort; a constant -1 array unchanged."""
+    pos = g >= 0
+    if not np.count_nonzero(pos):
+        return g
+    gv = g[pos]
+    lo = int(gv.min())
+    span = int(gv.max()) - lo + 1
+    if len(g) < 1024 or span > 4 * len(g):  # the sort: fewer numpy calls on short arrays (measured)
+        _, first, inv = np.unique(g, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))
+        return np.where(pos, rank[inv.reshape(-1)], -1)
+    n = len(g)
+    first_at = np.full(span, n, dtype=np.int64)
+    np.minimum.at(first_at, gv - lo, np.flatnonzero(pos))
+    seen = np.flatnonzero(first_at < n)  # distinct ids (less lo), ascending
+    order = seen[np.argsort(first_at[seen], kind="stable")]
+    r = np.arange(len(seen))
+    if len(gv) < n:  # -1 takes a rank of its own at its first appearance (as it does in the sort's labels)
+        r += first_at[order] > int(np.argmin(pos))
+    rank = np.zeros(span, dtype=np.int64)
+    rank[order] = r
+    out = np.full(len(g), -1, dtype=np.int64)
+    out[pos] = rank[gv - lo]
+    return out
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -752,6 +802,7 @@ class Fabric:
         p.t0[sl] = env.now
         p.tbeg[sl] = env.now
         p.tend[sl] = _INF
+        p.tcand[sl] = np.where(wire <= _REM_EPS, -_INF, _INF)
         p.comp[sl] = -1
         p.rate[sl] = 0.0
         p.cap[sl] = wcap
@@ -761,7 +812,7 @@ class Fabric:
         p.batch[sl] = b
         p.active[sl] = True
         self._A = None
-        p.seg[sl] = segs
+        p.set_seg(sl, segs)
         p.bott[sl] = -2
         p.size = s0 + k
         self._n_active += k
@@ -933,15 +984,19 @@ class Fabric:
             return
         p = self._rows
         now = self.env.now
-        A = self._active_idx()
+        wb, half = self._win
+        windowed = wb >= 0 and half > 0
+        # candidates: rows whose lower bound on their due time has passed (a superset of the rows due; the
+        # exact test below runs on them alone, as it ran on every active row)
+        A = np.flatnonzero(p.tcand[: p.size] <= now + max(self.config.time_tolerance, half if windowed else 0.0))
+        if not A.size:
+            return
         tend, rate = p.tend[A], p.rate[A]
         rem = p.rem[A] - rate * (now - p.t0[A])
         # (tend is finite or +inf, never nan: tend - now <= x for a finite x already excludes the unrated rows)
         due_in = tend - now
         with np.errstate(invalid="ignore"):
-            fin = (rem <= 1e-6) | (due_in <= self.config.time_tolerance)
-        wb, half = self._win
-        windowed = wb >= 0 and half > 0
+            fin = (rem <= _REM_EPS) | (due_in <= self.config.time_tolerance)
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
             fin |= (p.batch[A] == wb) & (due_in <= half)
         j = np.flatnonzero(fin)
@@ -954,27 +1009,31 @@ class Fabric:
         due = np.maximum(np.where(np.isfinite(tend[j]), tend[j], now), now) if windowed else now
         left = rem[j] if windowed else np.maximum(rem[j], 0.0)
         # bytes of rows ended early still cross their links (late rows' excess is taken back); their load and
-        # flow counts leave (one expansion of the segments' entries for the three sums)
-        sf, mk = segs.reshape(-1), np.repeat(m, _K)
+        # flow counts leave (the flow counts by the per-segment sums shared with the segments' counts)
+        sf = segs.reshape(-1)
         early = bool(np.count_nonzero(left != 0))
-        vals = [np.repeat(r * m, _K), mk] + ([np.repeat(left * m, _K)] if early else [])
-        sums = self._to_links_many(sf, vals, [True, False, True][: len(vals)])
+        self._seg_flows(segs, m, -1.0)
+        vals = [np.repeat(r * m, _K)] + ([np.repeat(left * m, _K)] if early else [])
+        sums = self._to_links_many(sf, vals, [True, True][: len(vals)])
         if early:
-            self.bytes_moved += sums[2]
+            self.bytes_moved += sums[1]
         self._load -= sums[0]
-        ok = sf >= 0
-        self._seg_m -= np.bincount(sf[ok], weights=mk[ok], minlength=len(self._seg_m))
-        self._nflows -= sums[1]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
         p.active[idx] = False
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
         p.tend[idx] = _INF
+        p.tcand[idx] = _INF
         self._n_active -= len(idx)
         bs = p.batch[idx]
-        np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
-        ub, cnt = _counts(bs)
+        if bs[0] == bs[-1] and not np.count_nonzero(bs != bs[0]):  # one batch (the usual tick): no scatter
+            b0 = int(bs[0])
+            self._b_deadline[b0] = max(self._b_deadline[b0], float(np.max(due + p.lat[idx])))
+            ub, cnt = bs[:1], np.array([len(bs)])
+        else:
+            np.maximum.at(self._b_deadline, bs, due + p.lat[idx])
+            ub, cnt = _counts(bs)
         self._b_left[ub] -= cnt
         for b in ub[self._b_left[ub] == 0].tolist():  # batch order = start order: deterministic
             self._fire(b)
@@ -982,6 +1041,14 @@ class Fabric:
             self._load[:] = 0.0
             self._nflows[:] = 0.0
             self._seg_m[:] = 0.0
+
+    @staticmethod
+    def _due_from(tend: np.ndarray, rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
+        """A lower bound on the first time rows rated ``rate`` at ``tend`` (their end, ``rem`` bytes left
+        when rated) can pass the completion test: their bytes left cross :data:`_REM_EPS` about
+        ``_REM_EPS / rate`` before ``tend``; the slack doubles that and adds the rounding of ``rem`` and
+        of the times (far above a few ulps), so the bound never excludes a row the exact test ends."""
+        return tend - (2.0 * _REM_EPS + 1e-12 * np.abs(rem)) / rate - 1e-9 * np.abs(tend)
 
     def _active_idx(self) -> np.ndarray:
         """Ids of the active rows, ascending (cached until a row starts or ends, or the rows are compacted)."""
@@ -1017,15 +1084,15 @@ class Fabric:
         eps = self.config.completion_tolerance
         if eps <= 0:
             return float(p.tend[:n].min(initial=_INF, where=p.active[:n]))
-        A = self._active_idx()
-        tend = p.tend[A]
+        # over all rows, not gathered active ones: inactive rows have tend = inf
+        tend = p.tend[:n]
         j = int(np.argmin(tend))
         e = float(tend[j])
         if not math.isfinite(e):
             return e
-        b = int(p.batch[A[j]])
-        inb = p.batch[A] == b
-        tb = tend[inb]
+        b = int(p.batch[j])
+        inb = p.batch[:n] == b
+        tb = tend[inb & p.active[:n]]
         half = 0.5 * eps * (float(tb.max()) - self.env.now)
         if not (half > 0 and math.isfinite(half)):  # a row of the batch without a projected end: no window
             return e
@@ -1048,18 +1115,21 @@ class Fabric:
         active rows, O(d x (active rows + entries)) for a component of link-diameter d (2-4 on fat trees;
         1-2 rounds measured on the 1024-GPU step), no graph library."""
         p = self._rows
-        S = p.seg[act]
-        if self._dense_entries(S.size):  # every registered segment (few): no compaction, entries cached
+        cols: Sequence[np.ndarray]
+        if self._dense_entries(_K * len(act)):  # every registered segment (few): no compaction, entries cached
             nu = len(self._seg_lat)
-            cols = np.where(S >= 0, S, nu).T.copy()  # one contiguous column per slot; padding -> a sentinel
+            # one contiguous column per slot; the -1 padding indexes the sentinel slot nu of the (nu + 1)-long
+            # tables below (as a -1 index), which stays False
+            cols = [c[act] for c in p.segc]
             e_link, e_seg = self._bind_entries()
         else:  # the distinct segments of the active rows
+            S = p.seg[act]
             valid = S >= 0
             us, inv = _compact(S[valid], len(self._seg_lat))
             nu = len(us)
             Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
             Lp[valid] = inv
-            cols = Lp.T.copy()  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
+            cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
             st = self._se_off[us]
             ln = self._se_off[us + 1] - st
             e_link = self._se_link[_ranges(st, ln)]
@@ -1162,13 +1232,11 @@ class Fabric:
         if not np.count_nonzero(self._comp_n[comps]):  # no active row left in their components: O(departed)
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
-        uc, inv = np.unique(comps, return_inverse=True)
-        floor = np.full(len(uc), _INF)
-        np.minimum.at(floor, inv.reshape(-1), rates)
-        ca = p.comp[ai]
-        pos = np.searchsorted(uc, ca)
-        pos[pos >= len(uc)] = 0
-        return ai[(uc[pos] == ca) & (p.rate[ai] >= floor[pos] * (1.0 - 1e-9))]
+        # the smallest departed rate per label, by a table over the labels (inf: no departure there; the last
+        # slot, inf, takes the -1 of an unlabelled row)
+        floor = np.full(self._next_comp + 2, _INF)
+        np.minimum.at(floor, comps, rates)
+        return ai[p.rate[ai] >= floor[p.comp[ai]] * (1.0 - 1e-9)]
 
     def _solve(self) -> None:
         """Re-solve the rates of the rows the pending arrivals/departures can affect (selective update)."""
@@ -1214,6 +1282,7 @@ class Fabric:
         p.t0[R] = now
         p.rate[R] = new
         p.tend[R] = now + p.rem[R] / new
+        p.tcand[R] = self._due_from(p.tend[R], p.rem[R], new)
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
             p.keep(np.flatnonzero(p.active[:n]))
@@ -1382,12 +1451,12 @@ class Fabric:
         if len(R) > self._RATE_MEMO_ROWS:
             return None
         p = self._rows
-        g = p.group[R]
-        if np.count_nonzero(g >= 0):
-            _, first, inv = np.unique(g, return_index=True, return_inverse=True)
-            rank = np.argsort(np.argsort(first))
-            g = np.where(g >= 0, rank[inv.reshape(-1)], -1)
-        h = hashlib.blake2b(p.seg[R].tobytes(), digest_size=16)  # 128-bit digest: collisions are negligible
+        g = _first_seen(p.group[R]).astype(np.int32)  # relabelled: below R <= _RATE_MEMO_ROWS
+        seg = p.seg[R]
+        if len(self._seg_lat) < 2**31:  # the same ids in half the bytes to hash
+            seg = seg.astype(np.int32)
+        # SHA-256 (hardware-accelerated on x86 and ARM: ~3x blake2b's speed here); 256-bit: collisions negligible
+        h = hashlib.sha256(seg.tobytes())
         for a in (p.cap[R], p.mult[R], g):
             h.update(a.tobytes())
         return h.digest()

@@ -79,10 +79,12 @@ def nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
     return b
 
 
-def collective_spec(arr: list, topo: Any, cfg: ReplayConfig,
-                     gpu_of: dict[int, str] | None = None) -> tuple[str, list[str], float, Any] | None:
+def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, str] | None = None,
+                    group_gpus: dict[tuple[int, int, int], list[str]] | None = None
+                    ) -> tuple[str, list[str], float, Any] | None:
     """What the engine runs for matched participants ``arr`` [(rank, gpu op, start)]:
-    (op, GPUs, nbytes, all-to-allv matrix or None), or None when it cannot (type or size unknown)."""
+    (op, GPUs, nbytes, all-to-allv matrix or None), or None when it cannot (type or size unknown).
+    ``group_gpus``: the runner's cache of a lone participant's GPUs by (rank graph, group, group size)."""
     r0, j0, _ = arr[0]
     rg = r0.rg
     c = int(rg.gpu_ops.collective[j0])
@@ -91,6 +93,15 @@ def collective_spec(arr: list, topo: Any, cfg: ReplayConfig,
     nb = nbytes_of(rg, c, ctype)
     if op is None or not math.isfinite(nb):
         return None
+    if len(arr) == 1 and group_gpus is not None and op != "send_recv":  # what the lone branch below gives
+        gk = (id(rg), int(rg.collectives.group[c]), int(rg.collectives.group_size[c]))
+        hit = group_gpus.get(gk)
+        if hit is None:
+            spec = collective_spec(arr, topo, cfg, gpu_of)
+            if spec is not None and spec[3] is None:
+                group_gpus[gk] = list(spec[1])
+            return spec
+        return op, list(hit), nb, None
     if len(arr) > 1:
         ranks = sorted({r.rg.rank for r, _, _ in arr})
     else:
@@ -180,9 +191,10 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
     equivalent groups of its stage (:func:`fold_replicas`) so their traffic loads the links."""
 
     gpu_of: dict[int, str] = {}
+    group_gpus: dict[tuple[int, int, int], list[str]] = {}  # (the rank graphs live as long as the runner)
 
     def run(arr: list) -> simpy.Event | None:
-        spec = collective_spec(arr, topo, cfg, gpu_of)
+        spec = collective_spec(arr, topo, cfg, gpu_of, group_gpus)
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
