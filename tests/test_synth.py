@@ -1004,3 +1004,19 @@ def test_deepep_permutes_received_rows_once_and_sorts_nothing() -> None:
     assert dep.index("moe.dispatch") < dep.index("moe.permute") < dep.index("moe.unpermute") < dep.index("moe.combine")
     ops = {o.name: o for o in layer_ops(c, 1, 64.0, 64.0, Shard(ep=4, dispatcher="deepep"))}
     assert ops["moe.permute"].bytes == 2 * 64 * 2 * 64 * 2  # the 128 received rows of 64 bf16, read and written
+
+
+def test_deepep_host_sync_is_at_the_dispatch(tmp_path: Path, dgx: object) -> None:
+    """DeepEP's normal-mode dispatch hands the received counts back as a host list, so the host blocks inside the
+    dispatch call (for the counts' copies), before the dispatch kernel and before the flex dispatcher's permute:
+    per forward layer one cudaStreamSynchronize, and the next launch after it is the dispatch."""
+    rg = _synth(tmp_path, dgx, dispatch="deepep").graph.ranks[0]  # type: ignore[attr-defined]
+    hn = [rg.strings[int(x)] for x in rg.host_ops.name]
+    gn = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+    syncs = [i for i, n in enumerate(hn) if n == "cudaStreamSynchronize"]
+    assert len(syncs) == 2  # one forward layer per stage x 2 micro-batches
+    launched = {int(h): gn[j] for j, h in enumerate(rg.launches.host_op)}
+    for s in syncs:
+        nxt = min(h for h in launched if h > s)
+        assert launched[nxt] == "moe.dispatch"
+        assert launched[max(h for h in launched if h < s)].startswith("moe.splits_d2h")

@@ -243,6 +243,10 @@ class _RankBuilder:
     sync_on_copy: bool = False
     """The dropless host sync waits for the last token-count copy (``Op.host_sync``), not at the permutation
     (``Shard.dtoh_late``: moe_preprocess CUDA-graphed)."""
+    sync_at_dispatch: bool = False
+    """The dropless host sync happens as the dispatch is called, before its kernel (DeepEP's normal-mode dispatch
+    returns the received counts as a host list: the CPU waits for them inside the call), not at the permutation,
+    which the flex dispatcher runs after the dispatch."""
     eager_step: float = 0.0
     """Host time of one eager step without a kernel (``Op.params``: a gradient hook; ``Op.outputs``: a created
     tensor, s)."""
@@ -358,6 +362,10 @@ class _RankBuilder:
             members = groups[o.comm.group]
             if len(members) < 2:
                 return -1
+            if host_sync and self.sync_at_dispatch and o.name in ("moe.dispatch", "moe.dispatch.recompute") \
+                    and self.d2h >= 0:
+                self.host_sync(self.d2h)
+                self.d2h = -1
             c = self.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
             shared_stream = self.comm_lane is not None and o.comm.kind.startswith("all_to_all")
             lane = self.comm_lane if shared_stream and self.comm_lane is not None else self.lane
@@ -382,7 +390,8 @@ class _RankBuilder:
             self.d2h = j
         if o.host_sync:  # a blocking copy: the host waits for this op (costs.Op.host_sync)
             self.host_sync(j)
-        if host_sync and o.name in ("moe.permute", "moe.permute.recompute") and not self.sync_on_copy:
+        if host_sync and o.name in ("moe.permute", "moe.permute.recompute") and not self.sync_on_copy \
+                and not self.sync_at_dispatch:
             # Megatron's d2h_event.synchronize() before the EP all-to-all: the host waits for the copies of
             # the token counts (launched before the permutation), else for the permutation itself
             self.host_sync(self.d2h if self.d2h >= 0 else j)
@@ -597,6 +606,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         scopes = opts.graph_scopes
         rb.sync_on_copy = late_dtoh
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
+        rb.sync_at_dispatch = sh_dispatcher == "deepep" and rm.ep > 1
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
