@@ -718,7 +718,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 rb.pending.append((j, o.name))
             return j
 
-        wfifo: list[tuple[int, list[tuple[Op, float]]]] = []
+        wfifo: list[tuple[int, list[tuple[Op, float]], list[Bucket]]] = []
         last_mb = m - 1 if rm.schedule != "dualpipe" else m // 2 - 1
 
         def forward(c: int, mb: int, dirn: int = 0) -> Iterator[None]:
@@ -746,14 +746,21 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                         if recomputed(fo.name, rm.layout.recompute_modules):
                             emit(recomputed_op(fo), fd, ly)
 
+            held: list[Bucket] = []  # zero-bubble: buckets closed by this B pass, reduced after its W pass
+
             def grads(ly: int) -> None:
                 if mb == last_mb and overlap_grads:
-                    _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
+                    if zb:
+                        held.extend(closing.get(ly, []))
+                    else:
+                        _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
 
             deferred: list[tuple[Op, float]] | None = [] if zb else None
             yield from run_layers(bw, recompute, grads, deferred)
             if deferred:
-                wfifo.append((dirn, deferred))
+                wfifo.append((dirn, deferred, held))
+            elif held:
+                _grad_buckets(rb, rm, held, groups, emit)
             if c > 0:
                 p2p("B", True, mb, c, c - 1, dirn)
 
@@ -923,10 +930,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 elif act[0] == "B":
                     run(backward(rm.chunk_stage(stage, act[1]), take("B", act[1]), act[1], act[2]), act[1])
                 elif act[0] == "W":
-                    dirn, ops = wfifo.pop(0)
+                    dirn, ops, held_buckets = wfifo.pop(0)
                     rb.switch(dirn)
                     for o, d in ops:
                         emit(o, d)
+                    _grad_buckets(rb, rm, held_buckets, groups, emit)  # the weight gradients exist now
                 else:
                     df, db = act[1], act[2]
                     overlapped(forward(rm.chunk_stage(stage, df), take("F", df), df), df,
