@@ -39,7 +39,7 @@ def _step(tmp_path: Path, topo: object, global_batch: int = 8, **layout: object)
     and the GPU ops it waits for (cross-stream edges), by index."""
     f = tmp_path / "tiny2.yaml"
     f.write_text(yaml.safe_dump(TINY))
-    spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(ep=4, grad_bucket_params=20000, **layout),
+    spec = SyntheticSpec.model_validate(dict(model=str(f), layout={"ep": 4, "grad_bucket_params": 20000, **layout},
                                              batch={"global": global_batch, "micro": 1, "seq": 64}, precision="bf16"))
     syn = synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
     rg = syn.graph.ranks[0]
@@ -196,3 +196,19 @@ def test_dualpipe_zero_bubble_reduces_a_layer_after_its_weight_gradients(tmp_pat
     assert max(grads) > max(wgrad)  # the final W pass's buckets follow it
     for j in grads:  # each reduction waits (through the stream order) for a compute op issued after every W before it
         assert max(ops[j]["after"] | ops[j]["waits"]) >= max(w for w in wgrad if w < j)
+
+
+def test_megatron_buckets_only_the_first_stage(tmp_path: Path, dgx: object) -> None:
+    """Megatron-Core sets the bucket size to None on every pipeline stage but the first (and every model chunk but
+    the first): pp 2 (dp 4, edp 1), buckets of 10000 parameters. Stage 0 (rank 0) backward: layer 0's 12928 dense
+    parameters close a bucket, the embedding's 16384 another; stage 1 (rank 4): head 16448 + layer 1 12928 in one
+    bucket, not two, in bf16."""
+    _, _, syn = _step(tmp_path, dgx, global_batch=16, pp=2, grad_bucket_params=10000)
+    got = {}
+    for rg in syn.graph.ranks:
+        nm = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+        Cl = rg.collectives
+        got[rg.rank] = [(nm[int(Cl.gpu_op[c])], float(Cl.in_bytes[c])) for c in range(len(Cl))
+                        if nm[int(Cl.gpu_op[c])].startswith("grad.")]
+    assert got[0] == [("grad.dp_reduce_scatter", 12928 * 2.0), ("grad.dp_reduce_scatter", 16384 * 2.0)]
+    assert got[4] == [("grad.dp_reduce_scatter", (16448 + 12928) * 2.0)]

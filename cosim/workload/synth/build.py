@@ -620,7 +620,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         unit_span: list[tuple[int, int, bool]] = []
         unit_key: list[tuple[tuple[Unit, ...], bool]] = []
         # DP buckets per model chunk (backward order) and, by the layer that closes them, the ones reduced there
-        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw]) for key, (_, bw) in prepared.items()}
+        # Megatron-Core buckets only the first model chunk of the first pipeline stage (DistributedDataParallel:
+        # bucket_size None when pp_rank > 0; get_model: disable_bucketing for model_chunk_idx > 0); DualPipe (not
+        # Megatron) buckets every chunk
+        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw], bucketed=key[0] == 0 or rm.schedule == "dualpipe")
+                 for key, (_, bw) in prepared.items()}
         closing: dict[int, list[Bucket]] = {}
         for key, (_, bw) in prepared.items():
             at = {ly: i for i, (ly, _, _) in enumerate(bw)}
@@ -1077,14 +1081,16 @@ Bucket = tuple[str, list[int], float]
 on this rank."""
 
 
-def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int]) -> list[Bucket]:
+def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed: bool = True) -> list[Bucket]:
     """The gradient buckets of one model chunk whose layers (-1: embedding, ``num_layers``: head) the backward
     completes in the order ``layers``, in the order the backward closes them (dense before expert at one layer).
     Megatron-Core's DDP fills a bucket of ``grad_bucket_params`` per buffer (dense, expert) in backward order; without
-    ``overlap_grad_reduce`` its bucket size is None: one bucket per chunk and buffer. FSDP: one per layer."""
+    ``overlap_grad_reduce``, or not ``bucketed`` (Megatron-Core core_v0.16.0 distributed_data_parallel.py: every
+    pipeline stage but the first; training.py get_model: every model chunk but the first), its bucket size is None:
+    one bucket per chunk and buffer. FSDP: one per layer."""
     lay = rm.layout
     per_layer = lay.zero == "fsdp"
-    size = lay.grad_bucket_params if lay.overlap_grad_reduce or per_layer else math.inf
+    size = lay.grad_bucket_params if (lay.overlap_grad_reduce and bucketed) or per_layer else math.inf
     closed: list[tuple[int, int, Bucket]] = []
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()
