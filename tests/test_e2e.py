@@ -588,6 +588,8 @@ def test_runner_passes_a_rows_full_recompute(tmp_path: Path) -> None:
 
     with pytest.raises(CosimInputError, match="recompute: full and recompute_modules exclude each other"):
         load_cases(_cases_file(tmp_path, recompute="full", recompute_modules=["moe_act"]))
+    with pytest.raises(CosimInputError, match="recompute_early_stop needs recompute: full"):
+        load_cases(_cases_file(tmp_path, recompute_early_stop=True))
 
 
 def test_a_row_published_in_tflops_only_is_scored_on_them(tmp_path: Path) -> None:

@@ -167,6 +167,7 @@ def test_measured_rows_score_as_results_md_says() -> None:
     ("layout: {tp: 4, pp: 1, sequence_parallel: false}", "layout: {tp: 4, ppp: 1}", "rows[0].layout.ppp: unknown key"),
     ("precision: bf16", "precision: bf61", "rows[0].precision:"),
     ("measured: {allocated: 20663519232,", "measured: {allocated: 20 GB,", "rows[0].measured.allocated:"),
+    ("batch: {global: 8, micro: 2, seq: 8192}", "batch: {global: 3, micro: 2, seq: 8192}", ".batch.global: 3 sequences"),
 ])
 def test_memory_rows_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str,
                                           where: str) -> None:

@@ -1004,6 +1004,13 @@ def test_deepep_permutes_received_rows_once_and_sorts_nothing() -> None:
     assert dep.index("moe.dispatch") < dep.index("moe.permute") < dep.index("moe.unpermute") < dep.index("moe.combine")
     ops = {o.name: o for o in layer_ops(c, 1, 64.0, 64.0, Shard(ep=4, dispatcher="deepep"))}
     assert ops["moe.permute"].bytes == 2 * 64 * 2 * 64 * 2  # the 128 received rows of 64 bf16, read and written
+    # skew: this rank's 2 local experts got 100 + 60 rows (not its 64 tokens x top-2 = 128): DeepEP permutes and
+    # unpermutes those 160 rows on the expert side; the alltoall dispatcher unpermutes its own 128 after the combine
+    sk = {d: {o.name: o for o in layer_ops(c, 1, 64.0, 64.0, Shard(ep=4, dispatcher=d, expert_tokens=[100.0, 60.0]))}
+          for d in ("alltoall", "deepep")}
+    assert sk["deepep"]["moe.permute"].bytes == 2 * 160 * 64 * 2
+    assert sk["deepep"]["moe.unpermute"].bytes == 2 * 160 * 64 * 2 + 160 * 4.0
+    assert sk["alltoall"]["moe.unpermute"].bytes == 2 * 128 * 64 * 2 + 128 * 4.0
 
 
 def test_deepep_host_sync_is_at_the_dispatch(tmp_path: Path, dgx: object) -> None:

@@ -34,13 +34,13 @@ def dgx() -> object:
     return load_topology("dgx-h100")
 
 
-def _step(tmp_path: Path, topo: object, **layout: object) -> tuple[list[str], list[dict[str, Any]], Any]:
+def _step(tmp_path: Path, topo: object, global_batch: int = 8, **layout: object) -> tuple[list[str], list[dict[str, Any]], Any]:
     """One rank's GPU ops of the case: names, and per op its stream, collective (type, group size, input bytes)
     and the GPU ops it waits for (cross-stream edges), by index."""
     f = tmp_path / "tiny2.yaml"
     f.write_text(yaml.safe_dump(TINY))
-    spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(ep=4, grad_bucket_params=20000, **layout),
-                                             batch={"global": 8, "micro": 1, "seq": 64}, precision="bf16"))
+    spec = SyntheticSpec.model_validate(dict(model=str(f), layout={"ep": 4, "grad_bucket_params": 20000, **layout},
+                                             batch={"global": global_batch, "micro": 1, "seq": 64}, precision="bf16"))
     syn = synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
     rg = syn.graph.ranks[0]
     names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
@@ -183,3 +183,32 @@ def test_every_e2e_row_states_its_flags_and_the_runner_passes_them() -> None:
     fsdp = next(c for c in cases if c.fsdp)
     lay = _scenario(fsdp, 16, "dgx-h100", fsdp.gpus // 8, "none").workload.synthetic.layout  # type: ignore[union-attr]
     assert lay.overlap_param_gather is None and lay.zero == "fsdp"
+
+
+def test_dualpipe_zero_bubble_reduces_a_layer_after_its_weight_gradients(tmp_path: Path, dgx: object) -> None:
+    """DualPipe splits the last backward of a direction into B and W (zero-bubble): a gradient bucket can be
+    reduced only once the W pass has produced its weight gradients, so every reduce-scatter comes after the last
+    weight-gradient GEMM of the layers it closes (by hand: one layer per chunk here, so after that chunk's W)."""
+    names, ops, _ = _step(tmp_path, dgx, global_batch=16, pp=2, schedule="dualpipe")
+    wgrad = [j for j, n in enumerate(names) if n.endswith(".wgrad")]
+    grads = [j for j, n in enumerate(names) if n.startswith("grad.")]
+    assert wgrad and grads
+    assert max(grads) > max(wgrad)  # the final W pass's buckets follow it
+    for j in grads:  # each reduction waits (through the stream order) for a compute op issued after every W before it
+        assert max(ops[j]["after"] | ops[j]["waits"]) >= max(w for w in wgrad if w < j)
+
+
+def test_megatron_buckets_only_the_first_stage(tmp_path: Path, dgx: object) -> None:
+    """Megatron-Core sets the bucket size to None on every pipeline stage but the first (and every model chunk but
+    the first): pp 2 (dp 4, edp 1), buckets of 10000 parameters. Stage 0 (rank 0) backward: layer 0's 12928 dense
+    parameters close a bucket, the embedding's 16384 another; stage 1 (rank 4): head 16448 + layer 1 12928 in one
+    bucket, not two, in bf16."""
+    _, _, syn = _step(tmp_path, dgx, global_batch=16, pp=2, grad_bucket_params=10000)
+    got = {}
+    for rg in syn.graph.ranks:
+        nm = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+        Cl = rg.collectives
+        got[rg.rank] = [(nm[int(Cl.gpu_op[c])], float(Cl.in_bytes[c])) for c in range(len(Cl))
+                        if nm[int(Cl.gpu_op[c])].startswith("grad.")]
+    assert got[0] == [("grad.dp_reduce_scatter", 12928 * 2.0), ("grad.dp_reduce_scatter", 16384 * 2.0)]
+    assert got[4] == [("grad.dp_reduce_scatter", (16448 + 12928) * 2.0)]

@@ -157,6 +157,8 @@ class Case(Strict):
     def _one_recompute(self) -> Case:
         if self.recompute == "full" and self.recompute_modules:
             raise ValueError("recompute: full and recompute_modules exclude each other (full recomputes every module)")
+        if self.recompute_early_stop and self.recompute != "full":
+            raise ValueError("recompute_early_stop needs recompute: full (it was silently ignored)")
         return self
 
 

@@ -151,6 +151,9 @@ def estimate(row: dict[str, Any], gpus: int) -> MemoryEstimate:
     rm = lay.resolve(card, gpus, where=f"{row['id']}.layout")
     b = row["batch"]
     m = b["global"] // (b["micro"] * rm.dp) if b.get("global") else rm.pp
+    if b.get("global") and (m == 0 or b["global"] % (b["micro"] * rm.dp)):
+        raise CosimInputError(f"{row['id']}.batch.global: {b['global']} sequences are not a multiple of micro "
+                              f"{b['micro']} x dp {rm.dp}")
     mem = memory_per_stage(card, rm, b["micro"], b["seq"], m, row["precision"], MemoryOptions(**row.get("options", {})))
     return mem[-1]
 
@@ -237,8 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--rows", default=str(ROWS), help="the measured rows (default: measured.yaml)")
     args = ap.parse_args(argv)
+    path = Path(args.rows)
     try:
-        rows = [score(r) for r in load_rows(Path(args.rows))]
+        loaded = load_rows(path)
+        try:
+            rows = [score(r) for r in loaded]
+        except CosimInputError as exc:  # a row that does not resolve (layout, batch): name the file too
+            raise CosimInputError(f"{path}: rows.{exc}") from None
         e2e = e2e_rows()
     except CosimInputError as exc:
         print(f"error: {exc}", file=sys.stderr)

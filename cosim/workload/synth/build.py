@@ -620,7 +620,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         unit_span: list[tuple[int, int, bool]] = []
         unit_key: list[tuple[tuple[Unit, ...], bool]] = []
         # DP buckets per model chunk (backward order) and, by the layer that closes them, the ones reduced there
-        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw]) for key, (_, bw) in prepared.items()}
+        # Megatron-Core buckets only the first model chunk of the first pipeline stage (DistributedDataParallel:
+        # bucket_size None when pp_rank > 0; get_model: disable_bucketing for model_chunk_idx > 0); DualPipe (not
+        # Megatron) buckets every chunk
+        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw], bucketed=key[0] == 0 or rm.schedule == "dualpipe")
+                 for key, (_, bw) in prepared.items()}
         closing: dict[int, list[Bucket]] = {}
         for key, (_, bw) in prepared.items():
             at = {ly: i for i, (ly, _, _) in enumerate(bw)}
@@ -718,7 +722,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 rb.pending.append((j, o.name))
             return j
 
-        wfifo: list[tuple[int, list[tuple[Op, float]]]] = []
+        wfifo: list[tuple[int, list[tuple[Op, float]], list[Bucket]]] = []
         last_mb = m - 1 if rm.schedule != "dualpipe" else m // 2 - 1
 
         def forward(c: int, mb: int, dirn: int = 0) -> Iterator[None]:
@@ -746,14 +750,21 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                         if recomputed(fo.name, rm.layout.recompute_modules):
                             emit(recomputed_op(fo), fd, ly)
 
+            held: list[Bucket] = []  # zero-bubble: buckets closed by this B pass, reduced after its W pass
+
             def grads(ly: int) -> None:
                 if mb == last_mb and overlap_grads:
-                    _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
+                    if zb:
+                        held.extend(closing.get(ly, []))
+                    else:
+                        _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
 
             deferred: list[tuple[Op, float]] | None = [] if zb else None
             yield from run_layers(bw, recompute, grads, deferred)
             if deferred:
-                wfifo.append((dirn, deferred))
+                wfifo.append((dirn, deferred, held))
+            elif held:
+                _grad_buckets(rb, rm, held, groups, emit)
             if c > 0:
                 p2p("B", True, mb, c, c - 1, dirn)
 
@@ -923,10 +934,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 elif act[0] == "B":
                     run(backward(rm.chunk_stage(stage, act[1]), take("B", act[1]), act[1], act[2]), act[1])
                 elif act[0] == "W":
-                    dirn, ops = wfifo.pop(0)
+                    dirn, ops, held_buckets = wfifo.pop(0)
                     rb.switch(dirn)
                     for o, d in ops:
                         emit(o, d)
+                    _grad_buckets(rb, rm, held_buckets, groups, emit)  # the weight gradients exist now
                 else:
                     df, db = act[1], act[2]
                     overlapped(forward(rm.chunk_stage(stage, df), take("F", df), df), df,
@@ -1069,14 +1081,16 @@ Bucket = tuple[str, list[int], float]
 on this rank."""
 
 
-def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int]) -> list[Bucket]:
+def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed: bool = True) -> list[Bucket]:
     """The gradient buckets of one model chunk whose layers (-1: embedding, ``num_layers``: head) the backward
     completes in the order ``layers``, in the order the backward closes them (dense before expert at one layer).
     Megatron-Core's DDP fills a bucket of ``grad_bucket_params`` per buffer (dense, expert) in backward order; without
-    ``overlap_grad_reduce`` its bucket size is None: one bucket per chunk and buffer. FSDP: one per layer."""
+    ``overlap_grad_reduce``, or not ``bucketed`` (Megatron-Core core_v0.16.0 distributed_data_parallel.py: every
+    pipeline stage but the first; training.py get_model: every model chunk but the first), its bucket size is None:
+    one bucket per chunk and buffer. FSDP: one per layer."""
     lay = rm.layout
     per_layer = lay.zero == "fsdp"
-    size = lay.grad_bucket_params if lay.overlap_grad_reduce or per_layer else math.inf
+    size = lay.grad_bucket_params if (lay.overlap_grad_reduce and bucketed) or per_layer else math.inf
     closed: list[tuple[int, int, Bucket]] = []
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()

@@ -604,7 +604,9 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     if etp > 1:
         ops.append(_coll("moe.etp_reduce_scatter", "etp", "reduce_scatter", total * h * p.act_bytes, stream="ep"))
     # no probabilities in the unpermute (the experts' weighted activation applies them): it keeps only its row map
-    unpermute = Op("moe.unpermute", "moe_combine", tm * k * h, 2 * tm * k * h * p.act_bytes + tm * k * 4.0, "bf16")
+    # the DeepEP unpermute runs on the expert side, over the rows this rank's experts computed (skew: not tm * k)
+    un = total if s.dispatcher == "deepep" else tm * k
+    unpermute = Op("moe.unpermute", "moe_combine", un * h, 2 * un * h * p.act_bytes + un * 4.0, "bf16")
     combine = ([_coll("moe.combine", "ep", "all_to_all_combine", total * h * p.act_bytes, stream="ep")]
                if ep > 1 else [])
     # the alltoall dispatcher unpermutes after the combine (combine_postprocess); the flex dispatcher with DeepEP

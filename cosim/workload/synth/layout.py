@@ -76,8 +76,9 @@ class ParallelLayout(Strict):
     """Megatron-Core ``DistributedDataParallelConfig.overlap_grad_reduce`` (core_v0.16.0
     megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py): true: each gradient bucket of
     ``grad_bucket_params`` is reduce-scattered (all-reduced with ``zero: 0``) on the dp stream as the last
-    micro-batch's backward fills it, while the backward goes on; false: Megatron sets the bucket size to None (one
-    bucket per model chunk and buffer, dense and expert) and ``finalize_model_grads`` reduces them all after the last
+    micro-batch's backward fills it, while the backward goes on (buckets of that size only on the first pipeline
+    stage's first model chunk: Megatron-Core sets the size to None on the others); false: Megatron sets the bucket
+    size to None (one bucket per model chunk and buffer, dense and expert) and ``finalize_model_grads`` reduces them all after the last
     backward, the optimizer waiting for them. Megatron-Core's default is false; the default here is true, as
     Megatron-Bridge's ``CommOverlapConfig`` sets it with data parallelism and every bundled configuration uses it.
     FSDP keeps its own per-layer reduce-scatters."""
