@@ -80,10 +80,18 @@ _CLS = {"gemm": OpClass.GEMM, "grouped_gemm": OpClass.GROUPED_GEMM, "attention":
         "elementwise": OpClass.ELEMENTWISE, "norm": OpClass.NORM, "reduction": OpClass.REDUCTION,
         "moe_dispatch": OpClass.MOE_DISPATCH, "moe_combine": OpClass.MOE_COMBINE, "collective": OpClass.COLLECTIVE}
 _STREAMS = {"compute": 7, "tp": 20, "ep": 21, "dp": 22, "cp": 23, "etp": 21}
-ADAM_BYTES = 28.0
-"""HBM bytes per parameter of one Adam step besides the gradient: fp32 master weight, m and v read and written (24),
-the bf16 weight written (2) and read (2); the gradient adds its read and its zeroing at its own width
-(:attr:`BuildOptions.grad_bytes`: 2 bf16, 4 fp32)."""
+ADAM_BYTES = 30.0
+"""HBM bytes per local (shard) parameter of one distributed-optimizer step besides the gradient: fp32 master weight,
+Adam m and v read and written (24), the updated master read and written back to the bf16 parameter (4 + 2). The
+gradient adds :func:`_adam_grad_bytes` per shard parameter and the zeroing of this rank's whole gradient buffer
+(Megatron-Core core_v0.16.0 distrib_optimizer.py: bf16 main gradients copied to an fp32 shard before the step;
+param_and_grad_buffer.py ``zero_grad_buffer`` zeroes the full local buffer)."""
+
+
+def _adam_grad_bytes(grad_bytes: float) -> float:
+    """HBM bytes per shard parameter the optimizer moves for its gradient: bf16 gradients are copied to fp32 (read 2,
+    write 4) and read by Adam (4); fp32 gradients are read (4)."""
+    return 10.0 if grad_bytes < 4.0 else 4.0
 
 
 @dataclass(frozen=True)
@@ -1180,7 +1188,8 @@ def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, 
         c = rb.collective(norm.name, "all_reduce", groups["dp"], 8.0)
         rb.pending.append((rb.op(norm, 0.0, _STREAMS["dp"], launch, coll=c,
                                  waits=[rb.last_main, *rb.grad_ops]), norm.name))
-    adam = Op("optim.adam", "elementwise", local * 12.0, local * (ADAM_BYTES + 2.0 * rb.grad_bytes), "fp32")
+    nbytes = local * (ADAM_BYTES + _adam_grad_bytes(rb.grad_bytes)) + (dense + expert) * rb.grad_bytes
+    adam = Op("optim.adam", "elementwise", local * 12.0, nbytes, "fp32")
     emit(adam, predict([adam])[0])
     if rm.layout.zero == 1 and not rm.overlap_param_gather:  # every rank gathers the updated parameters
         _param_gathers(rb, buckets, groups, launch, waits=[rb.last_main])
