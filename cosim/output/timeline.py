@@ -592,8 +592,9 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
 
     ``path`` (``timeline.json.gz``) gets every rank for Perfetto; ``path.parent/timeline/rank{r}.json.gz``
     one Kineto trace per rank for HTA. Stale ``rank*.json.gz`` files of an earlier run there are removed.
-    A result with an ``extend_events(rank, events)`` method (a coalesced step,
-    :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it.
+    A result with a ``split_events(rank, events)`` method (a coalesced step,
+    :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it: the events after its
+    repeated window moved, the window's copies written from one serialized template (:class:`cosim.replay.periodic.RepeatedWindow`).
     """
     with gc_paused():  # millions of acyclic event dicts
         return _write_timeline(Path(path), result)
@@ -601,14 +602,13 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
 
 def _write_timeline(path: Path, result: Any) -> list[Path]:
     split = getattr(result, "split_events", None)
-    plain = getattr(result, "extend_events", None)
 
     def extend(rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], _Copies]:
         """A rank's events for the full step, and the serialized copies of its repeated period (when any)."""
-        if split is not None:
-            out, rw = split(rank, evs)
-            return out, (_window_lines(rw) if rw is not None else _Copies())
-        return (plain(rank, evs) if plain is not None else evs), _Copies()
+        if split is None:
+            return evs, _Copies()
+        out, rw = split(rank, evs)
+        return out, (_window_lines(rw) if rw is not None else _Copies())
 
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)

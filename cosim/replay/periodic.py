@@ -446,7 +446,7 @@ def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, co
 @dataclass
 class PeriodicResult(ReplayResult):
     """A replayed probe standing for the full step: ``summary()`` gives the full step's figures and
-    ``extend_events`` its timeline (through :func:`cosim.output.write_result`) (``periodic`` says how); graph, runs and links are the probe's."""
+    ``split_events`` its timeline (through :func:`cosim.output.write_result`) (``periodic`` says how); graph, runs and links are the probe's."""
 
     periodic: Periodic | None = None
     _drawn: int | None = field(default=None, repr=False)
@@ -482,14 +482,6 @@ class PeriodicResult(ReplayResult):
             self._drawn = per.repeats if probe + per.repeats * win <= TIMELINE_MAX_GPU_OPS else \
                 max(0, min(per.repeats, room // max(win, 1)))
         return self._drawn
-
-    def extend_events(self, rank: int, evs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One rank's timeline events of the probe turned into the full step's (the steady period repeated,
-        :meth:`drawn_repeats` times), as event dicts: :meth:`split_events` with the copies materialized."""
-        out, rw = self.split_events(rank, evs)
-        if rw is not None:
-            out.extend(rw.expanded())
-        return out
 
     def split_events(self, rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], RepeatedWindow | None]:
         """One rank's timeline events of the probe turned into the full step's: the probe's events with those

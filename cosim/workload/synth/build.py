@@ -248,13 +248,12 @@ class _RankBuilder:
     """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
     coll_extra: float = 0.0
     """Host time of a collective call beyond an op's launch and dispatch (``BuildOptions.collective_host``, s)."""
-    sync_on_copy: bool = False
-    """The dropless host sync waits for the last token-count copy (``Op.host_sync``), not at the permutation
-    (``Shard.dtoh_late``: moe_preprocess CUDA-graphed)."""
-    sync_at_dispatch: bool = False
-    """The dropless host sync happens as the dispatch is called, before its kernel (DeepEP's normal-mode dispatch
-    returns the received counts as a host list: the CPU waits for them inside the call), not at the permutation,
-    which the flex dispatcher runs after the dispatch."""
+    sync_point: str = "permute"
+    """Where the dropless host sync waits for the token counts: ``permute`` (Megatron's alltoall dispatcher: at the
+    token permutation, for the counts' copies launched before it), ``copy`` (the last count copy itself,
+    ``Op.host_sync``: moe_preprocess CUDA-graphed, ``Shard.dtoh_late``) or ``dispatch`` (DeepEP's normal-mode dispatch
+    returns the received counts as a host list: the CPU waits inside the dispatch call, before its kernel, not at
+    the flex dispatcher's later permute)."""
     eager_step: float = 0.0
     """Host time of one eager step without a kernel (``Op.params``: a gradient hook; ``Op.outputs``: a created
     tensor, s)."""
@@ -370,7 +369,7 @@ class _RankBuilder:
             members = groups[o.comm.group]
             if len(members) < 2:
                 return -1
-            if host_sync and self.sync_at_dispatch and o.name in ("moe.dispatch", "moe.dispatch.recompute") \
+            if host_sync and self.sync_point == "dispatch" and o.name in ("moe.dispatch", "moe.dispatch.recompute") \
                     and self.d2h >= 0:
                 self.host_sync(self.d2h)
                 self.d2h = -1
@@ -398,8 +397,7 @@ class _RankBuilder:
             self.d2h = j
         if o.host_sync:  # a blocking copy: the host waits for this op (costs.Op.host_sync)
             self.host_sync(j)
-        if host_sync and o.name in ("moe.permute", "moe.permute.recompute") and not self.sync_on_copy \
-                and not self.sync_at_dispatch:
+        if host_sync and o.name in ("moe.permute", "moe.permute.recompute") and self.sync_point == "permute":
             # Megatron's d2h_event.synchronize() before the EP all-to-all: the host waits for the copies of
             # the token counts (launched before the permutation), else for the permutation itself
             self.host_sync(self.d2h if self.d2h >= 0 else j)
@@ -612,9 +610,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         scopes = opts.graph_scopes
-        rb.sync_on_copy = late_dtoh
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
-        rb.sync_at_dispatch = sh_dispatcher == "deepep" and rm.ep > 1
+        rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
