@@ -100,7 +100,7 @@ def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int =
     micro-batches) to the full step; None when that is not shorter than the step by at least one period. For pp 8
     vpp 4: 32 (116 pairs on stage 0, 64 a period; 24 has 52, less than one period). Rounds 4-5 kept the longer rule
     (two periods of pairs: 40 for pp 8 vpp 4) because 32 failed or passed narrowly on the 1024-GPU DeepSeek-V3
-    step; on the round-8 engine it passes there with a largest deviation of 0.16% of the period (40: 0.16% too) and
+    step; on the round-7 fabric it passes there with a largest deviation of 0.16% of the period (40: 0.16% too) and
     the step within 0.07% of the 40 probe's and 0.06% of the plain step's (benchmarks/README.md, "Round 8 engine").
     A probe whose check fails is followed by one a period longer (``cosim.scenario``)."""
     step = pp if vpp > 1 else 1
