@@ -289,6 +289,20 @@ def _scenario(tmp_path: Path, layout: dict, routing: str, mb: int, stragglers: d
     return f
 
 
+def test_probe_length() -> None:
+    """The probe: a full period of unit pairs after a transient of at least 3/4 of a period on every stage, and a
+    whole number of periods left to the step (32 for the 1024-GPU DeepSeek-V3 step's pp 8 vpp 4: 24 holds less than
+    one period of pairs on stage 0)."""
+    from cosim.replay.periodic import _pairs_per_stage, probe_microbatches
+
+    assert probe_microbatches(8, 4, 128) == 32
+    assert _pairs_per_stage(8, 4, 24, 0, False) == (52, 64)  # less than one period: no check possible
+    assert probe_microbatches(4, 2, 64) == 16
+    assert probe_microbatches(2, 1, 24) == 8
+    assert probe_microbatches(4, 1, 48) == 16
+    assert probe_microbatches(8, 4, 32) is None  # no period left to insert
+
+
 @pytest.mark.parametrize("layout,routing,mb,stragglers", [
     (dict(tp=2, pp=2, ep=8), "uniform", 24, None),
     (dict(tp=1, pp=4, ep=16), "uniform", 48, None),  # its fill settles slowly: probes of 16, 20, then 32

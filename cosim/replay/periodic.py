@@ -13,11 +13,11 @@ The period is not assumed, it is measured and checked: :func:`detect_period` com
 simulated rank, the GPU start and end of each steady-state schedule unit with those of the same
 unit ``pp`` micro-batches earlier, and accepts only when every shift equals the period within
 ``tol`` (relative), and every GPU op of the repeated window repeats the one before it. The probe count
-is the smallest ``m`` whose steady phase holds two periods of such pairs on every stage (the pipeline's
-fill, a transient of up to about a period, then a full period of equal shifts); when the check fails, a
+is the smallest ``m`` whose steady phase holds 7/4 periods of such pairs on every stage (the pipeline's
+fill, a transient of at least 3/4 of a period, then a full period of equal shifts); when the check fails, a
 probe one period longer is tried, then probes of doubling length while shorter than the step, and then the plain run
 (``cosim.scenario`` does the fallback). DualPipe, launch jitter (random per launch) and steps too
-short to hold two periods are not coalesced.
+short to hold a probe and a period more are not coalesced.
 
 Cost: the replay of ``m`` micro-batches instead of ``M`` (O(m) events instead of O(M)); the check
 and the figures are O(ops of the probe); the timeline is O(events of the full step) (it is the full
@@ -95,19 +95,21 @@ def _pairs_per_stage(pp: int, vpp: int, m: int, extra_warmup: int, overlap: bool
 
 def probe_microbatches(pp: int, vpp: int, microbatches: int, extra_warmup: int = 0,
                        overlap: bool = False) -> int | None:
-    """The smallest micro-batch count whose steady phase holds two periods of unit pairs on every stage
-    and that leaves a whole number of periods (``pp`` micro-batches) to the full step; None when that is not
-    shorter than the step by at least one period. For pp 8 vpp 4: 40 (180 pairs on stage 0, 64 a period).
-    A shorter probe (32: a full period after a transient of 3/4 of a period) was tried and not kept: on the
-    1024-GPU DeepSeek-V3 step it did not pass its check, and the fallback (32, then 40) costs more than 40
-    alone (docs/SYNTHESIS.md)."""
+    """The smallest micro-batch count whose steady phase holds, on every stage, a full period of unit pairs after
+    a transient of at least 3/4 of a period (7/4 periods of pairs) and that leaves a whole number of periods (``pp``
+    micro-batches) to the full step; None when that is not shorter than the step by at least one period. For pp 8
+    vpp 4: 32 (116 pairs on stage 0, 64 a period; 24 has 52, less than one period). Rounds 4-5 kept the longer rule
+    (two periods of pairs: 40 for pp 8 vpp 4) because 32 failed or passed narrowly on the 1024-GPU DeepSeek-V3
+    step; on the round-7 fabric it passes there with a largest deviation of 0.16% of the period (40: 0.16% too) and
+    the step within 0.07% of the 40 probe's and 0.06% of the plain step's (benchmarks/README.md, "Round 8 engine").
+    A probe whose check fails is followed by one a period longer (``cosim.scenario``)."""
     step = pp if vpp > 1 else 1
     start = max(pp, 2 * pp if overlap and pp > 1 else 1)
     m = -(-start // step) * step
     while m + pp <= microbatches:
         if (microbatches - m) % pp == 0:
             n, per = _pairs_per_stage(pp, vpp, m, extra_warmup, overlap)
-            if n >= 2 * per:  # the pipeline's fill (a transient, up to about a period) and a full period after it
+            if 4 * n >= 7 * per:  # the pipeline's fill (a transient of >= 3/4 period) and a full period after it
                 return m
         m += step
     return None
