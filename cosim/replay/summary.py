@@ -152,8 +152,8 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
         pos = np.minimum(np.searchsorted(s_sorted, gap_ends, side="left"), s.size - 1)
         k = order[pos]
         launch_gap = (gap > 0) & (s_sorted[pos] == gap_ends) & (bsel[k] == BOUND_LAUNCH)
-        for g in gap[launch_gap].tolist():  # added in gap order, as they come
-            host_idle += g
+        if launch_gap.any():  # added in gap order, one after the other (a cumulative sum is sequential)
+            host_idle = float(np.cumsum(gap[launch_gap])[-1])
     n = max(n_periods, 1)
     out["compute"] = c1 / n
     out["exposed_communication"] = (c2 - c1) / n
@@ -226,13 +226,13 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
     thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for tp in prog.threads:
-        hosts = np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC].tolist()
-        stalls = run.sync_stall.get(tp.thread, np.zeros(0))
-        bnd = run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64))
+        hosts = np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC]
+        stalls = np.asarray(run.sync_stall.get(tp.thread, np.zeros(0)), dtype=float)
+        bnd = np.asarray(run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64)), dtype=np.int64)
         m = min(len(hosts), len(stalls))
-        sel = [i for i in range(m) if stalls[i] > 0 and bnd[i] >= 0]
-        ends = np.array([run.host_end[hosts[i]] for i in sel])
-        ops = np.array([bnd[i] for i in sel], dtype=np.int64)
+        sel = np.flatnonzero((stalls[:m] > 0) & (bnd[:m] >= 0))
+        ends = np.asarray(run.host_end, dtype=float)[hosts[sel]]
+        ops = bnd[sel]
         o = np.argsort(ends, kind="stable")
         thread_syncs[tp.thread] = (ends[o], ops[o])
     launch_host = prog.gpu_launch_host  # GPU op -> the host op that launched it (-1: none)
