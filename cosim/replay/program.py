@@ -185,7 +185,7 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int] | np.ndarray, lat: float, l
     first[1:] = dev_o[1:] != dev_o[:-1]
     base = np.where(first, -np.inf, np.concatenate(([-np.inf], end_o[:-1])))
     run = np.empty(n)
-    bounds = np.flatnonzero(first).tolist() + [n]
+    bounds = [*np.flatnonzero(first).tolist(), n]
     for a, b in itertools.pairwise(bounds):
         run[a:b] = np.maximum.accumulate(base[a:b])
     prev_end = np.empty(n)
