@@ -324,7 +324,8 @@ _MEMORY_CLASSES = (
 get theirs from ``classify.op_flops_bytes``; collectives from the collectives table)."""
 
 
-def fill_gpu_costs(rg: RankGraph, memo: dict[tuple[str, str, str | None, int], tuple[float, float]] | None = None) -> int:
+def fill_gpu_costs(rg: RankGraph, memo: dict[tuple[str, str, str | None, int], tuple[float, float]] | None = None,
+                   parsed_text: dict[tuple[str, str | None], tuple[list, list]] | None = None) -> int:
     """Fill ``gpu_ops.bytes`` / ``gpu_ops.flops`` of the rank's non-GEMM kernels from their parent op's shapes.
 
     In place; only NaN entries are filled (trace sizes and GEMM figures are kept), so calling it
@@ -332,7 +333,8 @@ def fill_gpu_costs(rg: RankGraph, memo: dict[tuple[str, str, str | None, int], t
     parent op has input shapes get :func:`mem_bytes` (or, for gathers, :func:`gather_bytes_from_launch`)
     and :func:`op_flops`, divided by the number of kernels of the same class the op launched; memcpy
     and memset ops get 0 FLOPs. Returns the number of kernels given bytes. ``memo``: the figures by (op
-    name, shapes, dtypes, class) text, shared by the ranks of one load (their ops repeat across ranks)."""
+    name, shapes, dtypes, class) text, and ``parsed_text`` the parsed (shapes, dtypes) by text, shared by the
+    ranks of one load (their ops repeat across ranks; both only read)."""
     G, H, S = rg.gpu_ops, rg.host_ops, rg.strings
     n = len(G)
     if not n:
@@ -366,15 +368,21 @@ def fill_gpu_costs(rg: RankGraph, memo: dict[tuple[str, str, str | None, int], t
         sk = (hshape_l[o], htype_l[o])
         got = parsed.get(sk)
         if got is None:
-            try:
-                shapes = json.loads(S[sk[0]]) or []
-                types = json.loads(S[sk[1]]) if sk[1] >= 0 else []
-            except ValueError:
-                shapes, types = [], []
-            if not isinstance(shapes, list):
-                shapes = []
-            types = [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else []
-            got = parsed[sk] = (shapes, types)
+            tk = (S[sk[0]], S[sk[1]] if sk[1] >= 0 else None)
+            got = parsed_text.get(tk) if parsed_text is not None else None
+            if got is None:
+                try:
+                    shapes = json.loads(tk[0]) or []
+                    types = json.loads(tk[1]) if tk[1] is not None else []
+                except ValueError:
+                    shapes, types = [], []
+                if not isinstance(shapes, list):
+                    shapes = []
+                types = [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else []
+                got = (shapes, types)
+                if parsed_text is not None:
+                    parsed_text[tk] = got
+            parsed[sk] = got
         shapes, types = got
         name = S[hname_l[o]] if hname_l[o] >= 0 else ""
         fcls = CLASS_NAMES[c]

@@ -381,14 +381,16 @@ def build_rank(
         },
     )
     # bytes / FLOPs of the non-GEMM kernels from their parent op's shapes
-    fill_gpu_costs(rg, _job_memos[1] if _job_memos is not None else None)
+    fill_gpu_costs(rg, *(_job_memos[1:] if _job_memos is not None else ()))
     return rg
 
 
 _job_memos: tuple[dict[tuple[str, str, str | None], tuple[float, float]],
-                  dict[tuple[str, str, str | None, int], tuple[float, float]]] | None = None
-"""Op FLOPs/bytes by text (:func:`_host_flops`) and kernel costs by text (``cost.fill_gpu_costs``), shared by
-the ranks of one load inside :func:`shared_cost_memos` (None outside: each rank its own)."""
+                  dict[tuple[str, str, str | None, int], tuple[float, float]],
+                  dict[tuple[str, str | None], tuple[list, list]]] | None = None
+"""Op FLOPs/bytes by text (:func:`_host_flops`), kernel costs and parsed (shapes, dtypes) by text
+(``cost.fill_gpu_costs``), shared by the ranks of one load inside :func:`shared_cost_memos` (None outside:
+each rank its own)."""
 
 
 @contextlib.contextmanager
@@ -399,7 +401,7 @@ def shared_cost_memos() -> Iterator[None]:
     never depend on what the process loaded before."""
     global _job_memos
     prev = _job_memos
-    _job_memos = ({}, {})
+    _job_memos = ({}, {}, {})
     try:
         yield
     finally:
