@@ -174,7 +174,7 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int] | np.ndarray, lat: float, l
         return {}
     lh = np.asarray(lhost, dtype=np.int64)
     start = G.start.astype(float)
-    end = start + np.nan_to_num(G.dur.astype(float), nan=0.0)
+    end = start + _nan0(G.dur)
     ok = (lh >= 0) & np.isfinite(start)
     if not ok.any():
         return {}
@@ -220,6 +220,15 @@ def _region_mask(rg: RankGraph, patterns: tuple[str, ...]) -> np.ndarray:
         p = parent[i]
         inside[i] = root[i] or (p >= 0 and inside[p])
     return inside
+
+
+def _nan0(x: np.ndarray) -> np.ndarray:
+    """``numpy.nan_to_num(x.astype(float), nan=0.0)`` (a new float array), without its ~10 us of Python
+    when every value is finite (the usual case)."""
+    y = np.array(x, dtype=float)
+    if not np.isfinite(y).all():
+        y = np.nan_to_num(y, nan=0.0, copy=False)
+    return y
 
 
 def trace_launch_latency(rg: RankGraph) -> float | None:
@@ -320,7 +329,7 @@ def _orphan_deps(gstart: np.ndarray, gdur: np.ndarray, orphans: list[int], strea
     ready: dict[int, float] = {}
     if not orphans:
         return ready
-    gend = gstart + np.nan_to_num(gdur, nan=0.0)
+    gend = gstart + _nan0(gdur)
     fin = np.nonzero(np.isfinite(gstart))[0]
     by_end = fin[np.argsort(gend[fin], kind="stable")]
     ends_sorted = gend[by_end]
@@ -483,9 +492,9 @@ def _host_costs(rg: RankGraph, cfg: ReplayConfig, hkind: np.ndarray, sync_deps: 
     n_host = len(H)
     region = _region_mask(rg, cfg.cuda_graphs)
     speed = cfg.host_speed
-    pre_gap = np.nan_to_num(H.pre_gap.astype(float), nan=0.0) / speed
-    tail = np.nan_to_num(H.tail.astype(float), nan=0.0) / speed
-    hdur = np.nan_to_num(H.dur.astype(float), nan=0.0)
+    pre_gap = _nan0(H.pre_gap) / speed
+    tail = _nan0(H.tail) / speed
+    hdur = _nan0(H.dur)
     is_launch = (hkind == HostKind.LAUNCH) | (hkind == HostKind.LAUNCH_SYNC)
     is_sync = (hkind == HostKind.SYNC) | (hkind == HostKind.LAUNCH_SYNC)
     if cfg.launch_overhead is not None:

@@ -102,7 +102,7 @@ def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     new[1:] = s[1:] > run_max[:-1]
     idx = np.nonzero(new)[0]
     ms = s[idx]
-    me = np.append(run_max[idx[1:] - 1], run_max[-1])
+    me = np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
     return ms, me
 
 
@@ -129,7 +129,7 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
     e = run.gpu_end if end is None else end
     bnd = run.gpu_bound if (bound is None and start is None) else bound
     ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
-    s, e = np.clip(s[ok], a, b), np.clip(e[ok], a, b)
+    s, e = s[ok].clip(a, b), e[ok].clip(a, b)
     cls = G.cls[ok]
     comm = is_comm(cls)
     copy = (G.kind[ok] != GpuKind.KERNEL) | (cls == OpClass.MEMCPY) | (cls == OpClass.MEMSET)
@@ -183,7 +183,7 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     cls = G.cls[ok]
     comm = is_comm(cls)
     comp = ~comm & (G.kind[ok] == GpuKind.KERNEL) & (cls != OpClass.MEMCPY) & (cls != OpClass.MEMSET)
-    s_, e_, m_ = np.clip(s[ok], a, b), np.clip(e[ok], a, b), np.clip(m[ok], a, b)
+    s_, e_, m_ = s[ok].clip(a, b), e[ok].clip(a, b), m[ok].clip(a, b)
     c1 = _covered(s_[comp], e_[comp])
     exposed = _covered(np.concatenate([s_[comp], s_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
     transfer = _covered(np.concatenate([s_[comp], m_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
