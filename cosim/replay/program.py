@@ -185,7 +185,7 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int] | np.ndarray, lat: float, l
     first[1:] = dev_o[1:] != dev_o[:-1]
     base = np.where(first, -np.inf, np.concatenate(([-np.inf], end_o[:-1])))
     run = np.empty(n)
-    bounds = [*np.flatnonzero(first).tolist(), n]
+    bounds = [*first.nonzero()[0].tolist(), n]
     for a, b in itertools.pairwise(bounds):
         run[a:b] = np.maximum.accumulate(base[a:b])
     prev_end = np.empty(n)
@@ -198,7 +198,7 @@ def hidden_gpu_delay(rg: RankGraph, lhost: list[int] | np.ndarray, lat: float, l
         extra = np.where(lh >= 0, per_host[np.maximum(lh, 0)], 0.0)
     ready = hstart + lat + extra
     wait = start - np.maximum(ready, prev_end)
-    sel = np.flatnonzero(ok & np.isfinite(wait) & (wait >= minimum))
+    sel = (ok & np.isfinite(wait) & (wait >= minimum)).nonzero()[0]
     return dict(zip(sel.tolist(), wait[sel].tolist()))
 
 
@@ -390,8 +390,8 @@ def _launch_map(rg: RankGraph) -> tuple[np.ndarray, dict[int, list[int]], list[i
     else:
         lhost = np.full(n_gpu, -1, dtype=np.int64)
     launched = lhost >= 0
-    orphans: list[int] = np.flatnonzero(~launched).tolist()
-    js = np.flatnonzero(launched)
+    orphans: list[int] = (~launched).nonzero()[0].tolist()
+    js = launched.nonzero()[0]
     hs = lhost[js]
     launch_gpu: dict[int, list[int]] = {}
     if not js.size:
@@ -399,7 +399,7 @@ def _launch_map(rg: RankGraph) -> tuple[np.ndarray, dict[int, list[int]], list[i
     # keys in order of their first GPU op, each one's GPU ops in GPU op order: a stable sort by host op
     order = np.argsort(hs, kind="stable")
     sh, sj = hs[order], js[order]
-    first = np.flatnonzero(np.concatenate(([True], sh[1:] != sh[:-1])))
+    first = np.concatenate(([True], sh[1:] != sh[:-1])).nonzero()[0]
     if len(first) == len(sh):  # one GPU op per launch (the usual case)
         launch_gpu = {h: [j] for h, j in zip(hs.tolist(), js.tolist())}
         return lhost, launch_gpu, orphans
@@ -418,7 +418,7 @@ def _gpu_deps(rg: RankGraph) -> tuple[list[int], list[list[int]], dict[int, list
     src, dst, kind = E.src, E.dst, E.kind
 
     def gpu_edges(k: int, dst_gpu: bool) -> tuple[list[int], list[int]]:
-        sel = np.flatnonzero(kind == k)  # the edges of kind k, widened to int64 alone
+        sel = (kind == k).nonzero()[0]  # the edges of kind k, widened to int64 alone
         s, d = src[sel].astype(np.int64) - n_host, dst[sel].astype(np.int64) - (n_host if dst_gpu else 0)
         ok = (s >= 0) & (s < n_gpu) & (d >= 0) & (d < (n_gpu if dst_gpu else n_host))
         if dst_gpu:
@@ -456,11 +456,11 @@ def _blocking_kinds(rg: RankGraph, lhost: np.ndarray, launch_gpu: dict[int, list
     H, G = rg.host_ops, rg.gpu_ops
     hkind = H.kind.copy()
     names = rg.strings
-    for j in np.flatnonzero(G.copy_kind == CopyKind.DTOH).tolist():
+    for j in (G.copy_kind == CopyKind.DTOH).nonzero()[0].tolist():
         h = int(lhost[j])
         if h >= 0 and hkind[h] == HostKind.LAUNCH and "Pageable" in names[G.name[j]]:
             hkind[h] = HostKind.LAUNCH_SYNC
-    for h in np.flatnonzero(hkind == HostKind.LAUNCH_SYNC).tolist():
+    for h in (hkind == HostKind.LAUNCH_SYNC).nonzero()[0].tolist():
         deps = sync_deps.setdefault(h, [])
         for j in launch_gpu.get(h, []):
             if j not in deps:
@@ -505,7 +505,7 @@ def _host_costs(rg: RankGraph, cfg: ReplayConfig, hkind: np.ndarray, sync_deps: 
         sync_cost = np.minimum(hdur, cfg.default_sync_overhead)
         gend = G.start + G.dur
         for h, deps in sync_deps.items():
-            rel = float(np.max(gend[deps])) if deps else math.nan
+            rel = float(gend[deps].max()) if deps else math.nan
             if not (math.isfinite(rel) and math.isfinite(hdur[h])):
                 continue
             ret = hdur[h] if rel <= H.start[h] else H.start[h] + hdur[h] - rel
@@ -574,7 +574,7 @@ def _thread_blocks(thread: np.ndarray) -> list[tuple[int, int]]:
     n = thread.size
     if not n:
         return []
-    cut = (np.flatnonzero(thread[1:] != thread[:-1]) + 1).tolist()
+    cut = ((thread[1:] != thread[:-1]).nonzero()[0] + 1).tolist()
     return list(itertools.pairwise([0, *cut, n]))
 
 
@@ -611,7 +611,7 @@ def _preorder(parent: np.ndarray, i: int, j: int,
         return None
     size = np.ones(m, dtype=np.int64)
     for d in range(int(dep.max(initial=0)), 0, -1):  # subtree sizes, deepest first
-        at = np.flatnonzero(dep == d)
+        at = (dep == d).nonzero()[0]
         np.add.at(size, par[at], size[at])
     ends = loc + size
     # a pre-order iff every subtree is contiguous iff every op's range lies in its parent's
@@ -665,7 +665,7 @@ def _walk_block(costs: _HostCosts, cost_graph: float, region_root: np.ndarray, p
     np.cumsum(costs.is_sync[i:j], out=nsync[1:])
     out.sb_start[i:j] = nsync[:m]
     out.sb_end[i:j] = nsync[loc_end]
-    sy = np.flatnonzero(costs.is_sync[i:j])
+    sy = costs.is_sync[i:j].nonzero()[0]
     out.sync_ev[i + sy] = nsync[sy]
 
 
@@ -704,8 +704,8 @@ def _thread_events(costs: _HostCosts, launching: np.ndarray, i: int, j: int, sta
                    ) -> tuple[list[int], list[int], list[float], list[float]]:
     """A thread's program events in host op order (a call that launches and syncs: LAUNCH, then SYNC):
     kinds, host ops, static start times, a SYNC's own cost."""
-    hl = i + np.flatnonzero(costs.is_launch[i:j] & launching[i:j])
-    hs = i + np.flatnonzero(costs.is_sync[i:j])
+    hl = i + (costs.is_launch[i:j] & launching[i:j]).nonzero()[0]
+    hs = i + costs.is_sync[i:j].nonzero()[0]
     host = np.concatenate([hl, hs])
     kind = np.concatenate([np.full(hl.size, LAUNCH), np.full(hs.size, SYNC)])
     o = np.lexsort((kind, host))

@@ -230,7 +230,7 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         stalls = np.asarray(run.sync_stall.get(tp.thread, np.zeros(0)), dtype=float)
         bnd = np.asarray(run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64)), dtype=np.int64)
         m = min(len(hosts), len(stalls))
-        sel = np.flatnonzero((stalls[:m] > 0) & (bnd[:m] >= 0))
+        sel = ((stalls[:m] > 0) & (bnd[:m] >= 0)).nonzero()[0]
         ends = np.asarray(run.host_end, dtype=float)[hosts[sel]]
         ops = bnd[sel]
         o = np.argsort(ends, kind="stable")
@@ -326,7 +326,7 @@ def busiest_links(usage: Any, topology: Any, window: tuple[float, float], n_peri
     n = max(n_periods, 1)
     best: dict[str, dict[str, Any]] = {}
     g = topology.graph
-    for i in np.flatnonzero(busy > 0).tolist():
+    for i in (busy > 0).nonzero()[0].tolist():
         u, v = usage.links[i]
         e = g.edges[u, v] if g.has_edge(u, v) else {}
         lt = str(e.get("link", "?"))
