@@ -79,3 +79,24 @@ def test_entry_strings_ascii_and_not(tmp_path: Path, graph: ExecutionGraph) -> N
     graph.ranks[0].strings.extend(["dépôt", "", "カーネル", "a\udcffb"])
     cache.write_entry(p, graph)
     assert cache.read_entry(p).ranks[0].strings == graph.ranks[0].strings
+
+
+def test_entry_zip_structure(tmp_path: Path, graph: ExecutionGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the hand-written zip: numpy's own .npy headers byte for byte, CRCs zipfile accepts, zip64 records
+    # (forced here by a lower threshold) that zipfile and numpy.load read
+    for a in (np.zeros(0), np.arange(5, dtype=np.int8), np.zeros((3, 4), np.float32), np.zeros((7,), ">i4"),
+              np.zeros(3, np.uint64), np.zeros((), np.float64), np.zeros(2, bool), np.zeros((10**12, 0))):
+        assert cache._npy_header_fast(a, a.dtype.str) == cache._npy_header(a), (a.dtype, a.shape)
+    for limit in (None, 64):
+        if limit is not None:
+            monkeypatch.setattr(cache, "_ZIP64_FROM", limit)
+        p = tmp_path / f"e{limit}.npz"
+        cache.write_entry(p, graph)
+        with zipfile.ZipFile(p) as zf:
+            assert zf.testzip() is None
+        with np.load(p) as z:
+            arrays = graph.npz_arrays()
+            assert set(z.files) == set(arrays) | {"cosim_index"}
+            for k, a in arrays.items():
+                assert z[k].dtype == a.dtype and z[k].tobytes() == np.ascontiguousarray(a).tobytes(), k
+        _same_graph(graph, cache.read_entry(p))

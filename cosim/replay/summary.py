@@ -102,7 +102,7 @@ def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     new[1:] = s[1:] > run_max[:-1]
     idx = np.nonzero(new)[0]
     ms = s[idx]
-    me = np.append(run_max[idx[1:] - 1], run_max[-1])
+    me = np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
     return ms, me
 
 
@@ -129,7 +129,7 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
     e = run.gpu_end if end is None else end
     bnd = run.gpu_bound if (bound is None and start is None) else bound
     ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
-    s, e = np.clip(s[ok], a, b), np.clip(e[ok], a, b)
+    s, e = s[ok].clip(a, b), e[ok].clip(a, b)
     cls = G.cls[ok]
     comm = is_comm(cls)
     copy = (G.kind[ok] != GpuKind.KERNEL) | (cls == OpClass.MEMCPY) | (cls == OpClass.MEMSET)
@@ -152,8 +152,8 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
         pos = np.minimum(np.searchsorted(s_sorted, gap_ends, side="left"), s.size - 1)
         k = order[pos]
         launch_gap = (gap > 0) & (s_sorted[pos] == gap_ends) & (bsel[k] == BOUND_LAUNCH)
-        for g in gap[launch_gap].tolist():  # added in gap order, as they come
-            host_idle += g
+        if launch_gap.any():  # added in gap order, one after the other (a cumulative sum is sequential)
+            host_idle = float(np.cumsum(gap[launch_gap])[-1])
     n = max(n_periods, 1)
     out["compute"] = c1 / n
     out["exposed_communication"] = (c2 - c1) / n
@@ -183,7 +183,7 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     cls = G.cls[ok]
     comm = is_comm(cls)
     comp = ~comm & (G.kind[ok] == GpuKind.KERNEL) & (cls != OpClass.MEMCPY) & (cls != OpClass.MEMSET)
-    s_, e_, m_ = np.clip(s[ok], a, b), np.clip(e[ok], a, b), np.clip(m[ok], a, b)
+    s_, e_, m_ = s[ok].clip(a, b), e[ok].clip(a, b), m[ok].clip(a, b)
     c1 = _covered(s_[comp], e_[comp])
     exposed = _covered(np.concatenate([s_[comp], s_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
     transfer = _covered(np.concatenate([s_[comp], m_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
@@ -226,13 +226,13 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
     thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for tp in prog.threads:
-        hosts = np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC].tolist()
-        stalls = run.sync_stall.get(tp.thread, np.zeros(0))
-        bnd = run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64))
+        hosts = np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC]
+        stalls = np.asarray(run.sync_stall.get(tp.thread, np.zeros(0)), dtype=float)
+        bnd = np.asarray(run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64)), dtype=np.int64)
         m = min(len(hosts), len(stalls))
-        sel = [i for i in range(m) if stalls[i] > 0 and bnd[i] >= 0]
-        ends = np.array([run.host_end[hosts[i]] for i in sel])
-        ops = np.array([bnd[i] for i in sel], dtype=np.int64)
+        sel = ((stalls[:m] > 0) & (bnd[:m] >= 0)).nonzero()[0]
+        ends = np.asarray(run.host_end, dtype=float)[hosts[sel]]
+        ops = bnd[sel]
         o = np.argsort(ends, kind="stable")
         thread_syncs[tp.thread] = (ends[o], ops[o])
     launch_host = prog.gpu_launch_host  # GPU op -> the host op that launched it (-1: none)
@@ -326,7 +326,7 @@ def busiest_links(usage: Any, topology: Any, window: tuple[float, float], n_peri
     n = max(n_periods, 1)
     best: dict[str, dict[str, Any]] = {}
     g = topology.graph
-    for i in np.flatnonzero(busy > 0).tolist():
+    for i in (busy > 0).nonzero()[0].tolist():
         u, v = usage.links[i]
         e = g.edges[u, v] if g.has_edge(u, v) else {}
         lt = str(e.get("link", "?"))

@@ -324,14 +324,17 @@ _MEMORY_CLASSES = (
 get theirs from ``classify.op_flops_bytes``; collectives from the collectives table)."""
 
 
-def fill_gpu_costs(rg: RankGraph) -> int:
+def fill_gpu_costs(rg: RankGraph, memo: dict[tuple[str, str, str | None, int], tuple[float, float]] | None = None,
+                   parsed_text: dict[tuple[str, str | None], tuple[list, list]] | None = None) -> int:
     """Fill ``gpu_ops.bytes`` / ``gpu_ops.flops`` of the rank's non-GEMM kernels from their parent op's shapes.
 
     In place; only NaN entries are filled (trace sizes and GEMM figures are kept), so calling it
     again (after an ET link gave ops their shapes) is safe. Kernels of :data:`_MEMORY_CLASSES` whose
     parent op has input shapes get :func:`mem_bytes` (or, for gathers, :func:`gather_bytes_from_launch`)
     and :func:`op_flops`, divided by the number of kernels of the same class the op launched; memcpy
-    and memset ops get 0 FLOPs. Returns the number of kernels given bytes."""
+    and memset ops get 0 FLOPs. Returns the number of kernels given bytes. ``memo``: the figures by (op
+    name, shapes, dtypes, class) text, and ``parsed_text`` the parsed (shapes, dtypes) by text, shared by the
+    ranks of one load (their ops repeat across ranks; both only read)."""
     G, H, S = rg.gpu_ops, rg.host_ops, rg.strings
     n = len(G)
     if not n:
@@ -354,8 +357,9 @@ def fill_gpu_costs(rg: RankGraph) -> int:
         share[key] = share.get(key, 0) + 1
     # (shapes, dtypes) strings -> parsed lists, once per distinct pair of interned strings
     parsed: dict[tuple[int, int], tuple[list, list]] = {}
-    # ops with the same name, shapes and dtypes (interned strings) have the same figures per class
-    memo: dict[tuple[int, int, int, int], tuple[float, float]] = {}
+    # ops with the same name, shapes and dtypes have the same figures per class
+    if memo is None:
+        memo = {}
     filled = 0
     gbytes, gflops = G.bytes, G.flops
     bytes_l, flops_l = gbytes.tolist(), gflops.tolist()
@@ -364,20 +368,26 @@ def fill_gpu_costs(rg: RankGraph) -> int:
         sk = (hshape_l[o], htype_l[o])
         got = parsed.get(sk)
         if got is None:
-            try:
-                shapes = json.loads(S[sk[0]]) or []
-                types = json.loads(S[sk[1]]) if sk[1] >= 0 else []
-            except ValueError:
-                shapes, types = [], []
-            if not isinstance(shapes, list):
-                shapes = []
-            types = [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else []
-            got = parsed[sk] = (shapes, types)
+            tk = (S[sk[0]], S[sk[1]] if sk[1] >= 0 else None)
+            got = parsed_text.get(tk) if parsed_text is not None else None
+            if got is None:
+                try:
+                    shapes = json.loads(tk[0]) or []
+                    types = json.loads(tk[1]) if tk[1] is not None else []
+                except ValueError:
+                    shapes, types = [], []
+                if not isinstance(shapes, list):
+                    shapes = []
+                types = [t if isinstance(t, str) else "" for t in types] if isinstance(types, list) else []
+                got = (shapes, types)
+                if parsed_text is not None:
+                    parsed_text[tk] = got
+            parsed[sk] = got
         shapes, types = got
         name = S[hname_l[o]] if hname_l[o] >= 0 else ""
         fcls = CLASS_NAMES[c]
         cnt = share[(o, c)]
-        okey = (hname_l[o], sk[0], sk[1], c)
+        okey = (name, S[sk[0]], S[sk[1]] if sk[1] >= 0 else None, c)
         if not math.isfinite(bytes_l[j]):
             b = math.nan
             if name in GATHERS and gname_l[j] >= 0:
@@ -393,15 +403,15 @@ def fill_gpu_costs(rg: RankGraph) -> int:
 
 
 def _op_costs(
-    memo: dict[tuple[int, int, int, int], tuple[float, float]],
-    key: tuple[int, int, int, int],
+    memo: dict[tuple[str, str, str | None, int], tuple[float, float]],
+    key: tuple[str, str, str | None, int],
     name: str,
     shapes: list,
     types: list,
     fcls: str,
 ) -> tuple[float, float]:
     """(:func:`mem_bytes`, :func:`op_flops`) of a host op for a kernel class, once per distinct
-    ``key`` = (name, shapes, dtypes, class) (interned string ids and the class)."""
+    ``key`` = (name, shapes, dtypes, class) (their texts and the class)."""
     got = memo.get(key)
     if got is None:
         got = memo[key] = (mem_bytes(name, shapes, types, fcls), op_flops(name, shapes, fcls))

@@ -9,10 +9,11 @@ from :mod:`cosim.workload.kineto_collectives` and :mod:`cosim.workload.deps`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -379,8 +380,32 @@ def build_rank(
             "schemaVersion": meta.get("schemaVersion"),
         },
     )
-    fill_gpu_costs(rg)  # bytes / FLOPs of the non-GEMM kernels from their parent op's shapes
+    # bytes / FLOPs of the non-GEMM kernels from their parent op's shapes
+    fill_gpu_costs(rg, *(_job_memos[1:] if _job_memos is not None else ()))
     return rg
+
+
+_job_memos: tuple[dict[tuple[str, str, str | None], tuple[float, float]],
+                  dict[tuple[str, str, str | None, int], tuple[float, float]],
+                  dict[tuple[str, str | None], tuple[list, list]]] | None = None
+"""Op FLOPs/bytes by text (:func:`_host_flops`), kernel costs and parsed (shapes, dtypes) by text
+(``cost.fill_gpu_costs``), shared by the ranks of one load inside :func:`shared_cost_memos` (None outside:
+each rank its own)."""
+
+
+@contextlib.contextmanager
+def shared_cost_memos() -> Iterator[None]:
+    """Let the ranks read inside share the per-op FLOPs/bytes figures, pure functions of the ops' name,
+    shapes and dtypes texts: the ranks of a data-parallel job run the same ops (the DLRM job's 8 ranks:
+    1,070 kernel-cost evaluations, 155 distinct). Scoped to one load, so that the figures of a load
+    never depend on what the process loaded before."""
+    global _job_memos
+    prev = _job_memos
+    _job_memos = ({}, {}, {})
+    try:
+        yield
+    finally:
+        _job_memos = prev
 
 
 def _thread_ids(pids: tuple, tids: tuple) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
@@ -547,12 +572,17 @@ def _host_flops(
     byts = np.full(n, np.nan)
     sel = np.nonzero((shapes >= 0) & (kind == HostKind.OP))[0]
     memo: dict[tuple[int, int, int], tuple[float, float]] = {}  # op_flops_bytes is a pure function of its strings
+    by_text = _job_memos[0] if _job_memos is not None else {}  # the same, by text: shared by a load's ranks
     fb = []
     for key in zip(name[sel].tolist(), shapes[sel].tolist(), types[sel].tolist()):
         v = memo.get(key)
         if v is None:
             nm, sh, ty = key
-            v = memo[key] = op_flops_bytes(strings[nm], strings[sh], strings[ty] if ty >= 0 else None)
+            tkey = (strings[nm], strings[sh], strings[ty] if ty >= 0 else None)
+            v = by_text.get(tkey)
+            if v is None:
+                v = by_text[tkey] = op_flops_bytes(*tkey)
+            memo[key] = v
         fb.append(v)
     if fb:
         flops[sel] = [f for f, _ in fb]

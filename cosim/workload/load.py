@@ -12,6 +12,7 @@ from cosim.workload.et import link_et, load_et_nodes, read_et
 from cosim.workload.graph import ExecutionGraph, RankGraph, gc_paused
 from cosim.workload.jsonstream import read_head
 from cosim.workload.kineto import read_kineto
+from cosim.workload.kineto_tables import shared_cost_memos
 
 __all__ = ["detect_format", "load_trace"]
 
@@ -126,7 +127,8 @@ def _import(files: list[Path], time_unit: str | None) -> ExecutionGraph:
     kinds = [(f, detect_format(f)) for f in files]
     kin = [f for f, k in kinds if k == "kineto"]
     ets = [f for f, k in kinds if k == "et"]
-    ranks: list[RankGraph] = [read_kineto(f, time_unit=time_unit) for f in kin]
+    with shared_cost_memos():  # the ranks' ops repeat: their FLOPs/bytes figures are worked out once
+        ranks: list[RankGraph] = [read_kineto(f, time_unit=time_unit) for f in kin]
     seen: dict[int, Path] = {}
     for rg, f in zip(ranks, kin):
         if rg.rank in seen:
