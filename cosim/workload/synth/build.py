@@ -127,6 +127,12 @@ class BuildOptions:
     collective_host: float | None = None
     """Host time of one collective call besides the launch call (s; None: ``dispatch_overhead``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.collective_host`)."""
+    collective_peer_host: float = 0.0
+    """Host time per peer of an all-to-all call beyond ``collective_host`` (s; see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.collective_host_per_peer`): a call over ``n`` ranks adds
+    ``(n - collective_ref_ranks)`` times it."""
+    collective_ref_ranks: int = 8
+    """Group size ``collective_host`` stands for."""
     eager_step_host: float = 12e-6
     """Host time of one eager framework step without a kernel (s; ``Op.params``, ``Op.outputs``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.eager_step_host`)."""
@@ -248,6 +254,10 @@ class _RankBuilder:
     """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
     coll_extra: float = 0.0
     """Host time of a collective call beyond an op's launch and dispatch (``BuildOptions.collective_host``, s)."""
+    coll_peer: float = 0.0
+    """Host time per peer of an all-to-all call beyond ``coll_extra`` (``BuildOptions.collective_peer_host``, s)."""
+    coll_ref: int = 8
+    """Group size ``coll_extra`` stands for (``BuildOptions.collective_ref_ranks``)."""
     sync_point: str = "permute"
     """Where the dropless host sync waits for the token counts: ``permute`` (Megatron's alltoall dispatcher: at the
     token permutation, for the counts' copies launched before it), ``copy`` (the last count copy itself,
@@ -307,6 +317,7 @@ class _RankBuilder:
             launch_cost += (o.params + o.outputs) * self.eager_step
             if coll >= 0 and o.launches != 0 and o.c10d:  # a torch.distributed call, not one kernel launch
                 launch_cost += self.coll_extra   # (a userbuffers ring step of tpoverlap, HybridEP's kernels: neither)
+                launch_cost += self._peer_host(coll)
             launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", _LAUNCH, launch_cost)
         g = self.g
@@ -353,6 +364,14 @@ class _RankBuilder:
         self.c["seq"].append(seq)
         self.c["in_splits"].append([round(x) for x in splits] if splits is not None else [])
         return c
+
+    def _peer_host(self, coll: int) -> float:
+        """Host time of collective ``coll``'s call beyond ``coll_extra``: an all-to-all posts a send and a receive
+        per peer (``spec.C10D_PEER_HOST``), so ``coll_peer`` per rank of its group beyond ``coll_ref``; 0 for the
+        other kinds (one NCCL collective enqueued per call)."""
+        if self.coll_peer == 0.0 or self.c["type"][coll] != CollType.ALL_TO_ALL:
+            return 0.0
+        return self.coll_peer * (self.c["group_size"][coll] - self.coll_ref)
 
     def emit(self, o: Op, dur: float, groups: dict[str, list[int]], launch: float,
              splits: list[float] | None = None, label: str | None = None, host_sync: bool = False) -> int:
@@ -607,6 +626,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         rb.grad_bytes = opts.grad_bytes
         if opts.collective_host is not None:
             rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
+            rb.coll_peer = opts.collective_peer_host * opts.host_slowdown.get(rank, 1.0)
+            rb.coll_ref = opts.collective_ref_ranks
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         scopes = opts.graph_scopes
