@@ -67,3 +67,26 @@ def test_the_per_peer_figure_is_the_shared_traces_slope() -> None:
     assert per_peer_s(rows) == pytest.approx((123.5 - 14.75) / 120 * 1e-6, rel=1e-6)
     assert C10D_PEER_HOST == pytest.approx(per_peer_s(rows), abs=0.001e-6)
     assert SyntheticSpec.model_fields["collective_host_per_peer"].default == C10D_PEER_HOST
+
+
+def test_ddp_bucket_size_follows_megatron_core_and_bridge() -> None:
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth import ParallelLayout
+    from cosim.workload.synth.build import ddp_bucket_params
+
+    v3 = load_model_config("deepseek-v3")
+    pl = [4] + [8] * 6 + [9]
+    # Megatron-Core's default: max(40M, 1M x dp x cp): dp 8 -> 40M, dp 64 -> 64M, dp 128 -> 128M
+    assert ddp_bucket_params(ParallelLayout(ep=8).resolve(load_model_config("qwen3-30b-a3b"), 8)) == 40e6
+    assert ddp_bucket_params(ParallelLayout(tp=2, pp=8, ep=64, pipeline_layers=pl).resolve(v3, 1024)) == 64e6
+    assert ddp_bucket_params(ParallelLayout(tp=2, pp=8, ep=64, pipeline_layers=pl).resolve(v3, 2048)) == 128e6
+    assert ddp_bucket_params(ParallelLayout(ep=8, grad_bucket_params=1e6).resolve(v3, 8)) == 1e6
+    # the e2e runner: Megatron-Bridge / NeMo 2.0 rows 128 Mi when dp > 1, Megatron-LM-launched rows the rule
+    from validation.e2e.run import BRIDGE_BUCKET, ddp_bucket_size, load_cases
+
+    cases = {c.id: c for c in load_cases()[1]}
+    assert BRIDGE_BUCKET == 134217728
+    assert ddp_bucket_size(cases["dsv3-h100-1024-fp8"]) == BRIDGE_BUCKET
+    assert ddp_bucket_size(cases["nemo2502-mixtral-8x7b-b200-64-fp8"]) == BRIDGE_BUCKET
+    assert ddp_bucket_size(cases["mlm-dsv3-gb200-256-mxfp8"]) is None
+    assert ddp_bucket_size(cases["nemo2407-llama3-70b-h100-64-fp8"]) is None

@@ -1107,6 +1107,24 @@ Bucket = tuple[str, list[int], float]
 on this rank."""
 
 
+DDP_BUCKET_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/distributed/distributed_data_parallel.py "
+                     "(bucket_size None -> max(40000000, 1000000 * dp_cp group size): 'larger DP sizes need larger "
+                     "buckets to ensure collectives do not become latency-bound'; None again without "
+                     "overlap_grad_reduce); NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/comm_overlap.py "
+                     "(CommOverlapConfig._get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 when dp > 1, "
+                     "as NeMo 2.0's MegatronCommOverlapCallback)")
+"""Where the gradient bucket size comes from."""
+
+
+def ddp_bucket_params(rm: RankMap) -> float:
+    """Parameters per gradient bucket (:data:`DDP_BUCKET_SOURCE`): the layout's ``grad_bucket_params``, else
+    Megatron-Core's default ``max(40M, 1M x dp x cp)`` (dp 64: 64M; dp 128: 128M)."""
+    lay = rm.layout
+    if lay.grad_bucket_params is not None:
+        return float(lay.grad_bucket_params)
+    return float(max(40_000_000, 1_000_000 * rm.dp * rm.cp))
+
+
 def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed: bool = True) -> list[Bucket]:
     """The gradient buckets of one model chunk whose layers (-1: embedding, ``num_layers``: head) the backward
     completes in the order ``layers``, in the order the backward closes them (dense before expert at one layer).
@@ -1116,7 +1134,7 @@ def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed:
     one bucket per chunk and buffer. FSDP: one per layer."""
     lay = rm.layout
     per_layer = lay.zero == "fsdp"
-    size = lay.grad_bucket_params if (lay.overlap_grad_reduce and bucketed) or per_layer else math.inf
+    size = ddp_bucket_params(rm) if (lay.overlap_grad_reduce and bucketed) or per_layer else math.inf
     closed: list[tuple[int, int, Bucket]] = []
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()

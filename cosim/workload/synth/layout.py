@@ -70,8 +70,11 @@ class ParallelLayout(Strict):
     recompute_modules: list[RecomputeModule] = Field(default_factory=lambda: list[RecomputeModule](["core_attn"]))
     """With ``recompute: selective``: the modules re-run before their backward, as Megatron-Core names them
     (its default ``core_attn``; :data:`cosim.workload.synth.costs.RECOMPUTE_MODULES` lists the ops of each)."""
-    grad_bucket_params: float = Field(default=40e6, gt=0)
-    """Parameters per gradient-reduction bucket (Megatron DDP's 40M default)."""
+    grad_bucket_params: float | None = Field(default=None, gt=0)
+    """Parameters per gradient-reduction bucket (Megatron-Core ``DistributedDataParallelConfig.bucket_size``). None:
+    Megatron-Core's default ``max(40M, 1M x dp x cp)`` (core_v0.16.0 distributed_data_parallel.py: "larger DP sizes
+    need larger buckets"; :func:`cosim.workload.synth.build.ddp_bucket_params`); Megatron-Bridge and NeMo 2.0 set
+    128 Mi (134217728) when dp > 1."""
     overlap_grad_reduce: bool = True
     """Megatron-Core ``DistributedDataParallelConfig.overlap_grad_reduce`` (core_v0.16.0
     megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py): true: each gradient bucket of
