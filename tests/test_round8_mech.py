@@ -90,3 +90,34 @@ def test_ddp_bucket_size_follows_megatron_core_and_bridge() -> None:
     assert ddp_bucket_size(cases["nemo2502-mixtral-8x7b-b200-64-fp8"]) == BRIDGE_BUCKET
     assert ddp_bucket_size(cases["mlm-dsv3-gb200-256-mxfp8"]) is None
     assert ddp_bucket_size(cases["nemo2407-llama3-70b-h100-64-fp8"]) is None
+
+
+def test_mla_down_projections_run_on_the_ranks_own_tokens_under_sequence_parallelism() -> None:
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, layer_ops
+
+    v3 = load_model_config("deepseek-v3")
+    T, tp, h, nh = 4096.0, 2, 7168, 128
+    sp = {o.name: o for o in layer_ops(v3, 3, T, 4096.0, Shard(tp=tp, sequence_parallel=True), "bf16")}
+    no_sp = {o.name: o for o in layer_ops(v3, 3, T, 4096.0, Shard(tp=tp, sequence_parallel=False), "bf16")}
+    # replicated TELinear on [s / TP]: 2 x 2048 x 7168 x 1536 (q) and x (512 + 64) (kv); without SP every rank
+    # runs them on all 4096 tokens (the input is replicated)
+    assert sp["attn.q_down"].flops == 2 * (T / tp) * h * 1536
+    assert sp["attn.kv_down"].flops == 2 * (T / tp) * h * (512 + 64)
+    assert no_sp["attn.q_down"].flops == 2 * T * h * 1536
+    assert sp["attn.q_down"].m == T / tp  # the kernel's shape: T / tp rows
+    # the up projections: all tokens, this rank's 64 heads
+    assert sp["attn.q_up"].flops == no_sp["attn.q_up"].flops == 2 * T * 1536 * (nh / tp) * (128 + 64)
+    assert sp["attn.kv_up"].flops == 2 * T * 512 * (nh / tp) * (128 + 128)
+    # the gathers: no 7168-wide hidden-state gather; the normed latents (1536, 512) and the rotary key (64), bf16
+    coll = {n: o.comm.nbytes for n, o in sp.items() if o.comm is not None and o.comm.group == "tp"
+            and o.comm.kind == "all_gather" and n.startswith("attn.")}
+    assert coll == {"attn.q_latent_all_gather": T * 1536 * 2, "attn.kv_latent_all_gather": T * 512 * 2,
+                    "attn.k_rope_all_gather": T * 64 * 2}
+    assert "attn.sp_all_gather" not in no_sp and "attn.sp_all_gather" not in sp  # no SP: a replicated input
+    # the norms on the local tokens too; the saved bytes unchanged (SAVED_SOURCE: the local inputs)
+    assert sp["attn.q_norm"].flops == no_sp["attn.q_norm"].flops / tp
+    old_saved = {n: o.saved for n, o in no_sp.items() if n.startswith("attn.") and o.saved}
+    new_saved = {n: o.saved for n, o in sp.items() if n.startswith("attn.") and o.saved}
+    assert new_saved["attn.q_down"] == (T / tp) * h * 2
+    assert set(new_saved) == set(old_saved)
