@@ -47,6 +47,9 @@ def test_an_alltoall_call_costs_the_host_per_peer(tmp_path: Path, dgx: object) -
     for n in ("moe.counts_all_gather", "pp.send_fwd"):
         if n in flat:
             assert peer[n] == flat[n], n
+    # DeepEP: one library call, no per-peer posts on the host
+    deep = costs(dispatch="deepep", collective_host_per_peer="2 us")
+    assert deep["moe.dispatch"] == costs(dispatch="deepep", collective_host_per_peer="0 us")["moe.dispatch"]
     # an EP8 group (pp 1): exactly the 8 ranks collective_host stands for
     big = costs(layout=dict(ep=8), collective_host_per_peer="2 us")
     assert big["moe.dispatch"] == pytest.approx(launch + 50e-6, rel=1e-9)

@@ -633,6 +633,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         scopes = opts.graph_scopes
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
         rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
+        if sh_dispatcher == "deepep":  # DeepEP's dispatch / combine: one Python call, its kernel reaches every peer
+            rb.coll_peer = 0.0  # (no per-peer ncclSend / ncclRecv posted by the host)
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))

@@ -223,7 +223,8 @@ class SyntheticSpec(Strict):
     """Training: host time per peer of an all-to-all call, on top of ``collective_host`` (which stands for a call on
     :data:`C10D_REF_RANKS` ranks): a call over ``n`` ranks costs ``collective_host + (n - 8) x`` this. Default: the
     measured :data:`C10D_PEER_HOST` (scaled by ``host_time_factor``); "0 us": one figure whatever the group. Only
-    with ``collective_host`` set."""
+    with ``collective_host`` set; not for DeepEP's dispatch and combine (one library call whose kernel reaches
+    every peer: the host posts no per-peer send or receive)."""
     grad_reduce_in_fp32: bool = False
     """Training: reduce (and hold) gradients in fp32 (4 bytes per element) instead of bf16 (2). Megatron-Core's
     ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to false and every Megatron-Bridge performance
