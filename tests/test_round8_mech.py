@@ -124,3 +124,25 @@ def test_mla_down_projections_run_on_the_ranks_own_tokens_under_sequence_paralle
     new_saved = {n: o.saved for n, o in sp.items() if n.startswith("attn.") and o.saved}
     assert new_saved["attn.q_down"] == (T / tp) * h * 2
     assert set(new_saved) == set(old_saved)
+
+
+def test_fsdp_resharding_sets_the_parameter_gathers(tmp_path: Path, dgx: object) -> None:
+    # zero: fsdp, 8 GPUs, EP4, 4 micro-batches per rank (global 32 sequences over dp 8); U units gathered (the layers,
+    # the embedding, the head). FSDP2's default frees the parameters after each forward and backward: U x 2 x 4
+    # gathers; reshard_after_forward false (AutoModel's MoE default): the backward gathers nothing, U x 4; also no
+    # reshard after backward (AutoModel's enable_fsdp_optimizations): once per step, U; only the latter: the first
+    # forward, then each backward (freed after every forward), U x (1 + 4)
+    def gathers(**lay: object) -> int:
+        syn = _synth(tmp_path, dgx, layout={"pp": 1, "ep": 4, "zero": "fsdp", **lay}, fold=False,
+                     batch={"global": 32, "micro": 1, "seq": 64})
+        rg = syn.graph.ranks[0]
+        names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
+        return sum(n.startswith("fsdp.") and n.endswith("_param_all_gather") for n in names)
+
+    # U = 6: the dense parameters of the embedding, the 2 layers and the head over dp (8 ranks), the 2 layers' experts
+    # over edp (2 ranks)
+    U = 6
+    assert gathers() == U * 2 * 4
+    assert gathers(fsdp_reshard_after_forward=False) == U * 4
+    assert gathers(fsdp_reshard_after_forward=False, fsdp_reshard_after_backward=False) == U
+    assert gathers(fsdp_reshard_after_backward=False) == U * 5

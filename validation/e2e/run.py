@@ -146,6 +146,12 @@ class Case(Strict):
     overlap_param_gather: bool | None = None
     """The run's Megatron-Core ``overlap_param_gather`` (the layout field): the distributed optimizer's parameter
     all-gathers under the next step's forward; false: after Adam. None: the layout's default (FSDP rows)."""
+    fsdp_reshard_after_forward: bool | None = None
+    """FSDP rows: the run's FSDP2 ``reshard_after_forward`` (the layout field); None: the layout's default (true: the
+    backward gathers again)."""
+    fsdp_reshard_after_backward: bool | None = None
+    """FSDP rows: false when the run keeps the gathered parameters across its micro-batches (AutoModel's
+    ``enable_fsdp_optimizations``); None: the layout's default (true)."""
     bucket_size: float | None = None
     """Parameters per gradient bucket of the run (Megatron-Core ``DistributedDataParallelConfig.bucket_size``, the
     layout's ``grad_bucket_params``); None: :func:`ddp_bucket_size` by the row's framework."""
@@ -308,6 +314,10 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["overlap_grad_reduce"] = case.overlap_grad_reduce
     if case.overlap_param_gather is not None and not case.fsdp:
         layout["overlap_param_gather"] = case.overlap_param_gather
+    if case.fsdp and case.fsdp_reshard_after_forward is not None:
+        layout["fsdp_reshard_after_forward"] = case.fsdp_reshard_after_forward
+    if case.fsdp and case.fsdp_reshard_after_backward is not None:
+        layout["fsdp_reshard_after_backward"] = case.fsdp_reshard_after_backward
     if (bucket := ddp_bucket_size(case)) is not None:
         layout["grad_bucket_params"] = bucket
     if case.recompute and recompute == "none":

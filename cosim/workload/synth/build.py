@@ -692,11 +692,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
         fsdp = rm.layout.zero == "fsdp"
         gathered: dict[int, list[int]] = {}
+        unsharded: set[int] = set()  # FSDP: layers whose parameters are gathered and not yet freed
 
         def fsdp_gather(ly: int) -> None:
-            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start)."""
-            if not fsdp or ly in gathered:
+            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
+            they are still gathered (:func:`fsdp_reshard`)."""
+            if not fsdp or ly in gathered or ly in unsharded:
                 return
+            unsharded.add(ly)
             dense, expert = _unit_params(card, ly)
             ids = []
             for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
@@ -707,8 +710,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
             gathered[ly] = ids
 
+        def fsdp_reshard(ly: int, bwd: bool) -> None:
+            """FSDP: free layer ``ly``'s gathered parameters after its forward / backward as the layout's
+            ``fsdp_reshard_after_forward`` / ``fsdp_reshard_after_backward`` say (:data:`FSDP_RESHARD_SOURCE`)."""
+            if fsdp and (rm.layout.fsdp_reshard_after_backward if bwd else rm.layout.fsdp_reshard_after_forward):
+                unsharded.discard(ly)
+
         def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None,
-                       skip_wgrad: list[tuple[Op, float]] | None = None) -> Iterator[None]:
+                       skip_wgrad: list[tuple[Op, float]] | None = None, bwd: bool = False) -> Iterator[None]:
             """Emit ``layers`` in order, yielding after every collective (DualPipe interleaves two units
             there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
             weight-gradient GEMMs collected there instead (zero-bubble)."""
@@ -730,6 +739,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     if o.cls == "collective":
                         yield
                 rb.close_graph()
+                fsdp_reshard(ly, bwd)
                 if after is not None:
                     after(ly)
 
@@ -788,7 +798,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                         _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
 
             deferred: list[tuple[Op, float]] | None = [] if zb else None
-            yield from run_layers(bw, recompute, grads, deferred)
+            yield from run_layers(bw, recompute, grads, deferred, bwd=True)
             if deferred:
                 wfifo.append((dirn, deferred, held))
             elif held:
@@ -1107,6 +1117,17 @@ def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:
 Bucket = tuple[str, list[int], float]
 """A DP gradient bucket: its group (``dp`` dense, ``edp`` expert), its layers in backward order and its parameters
 on this rank."""
+
+
+FSDP_RESHARD_SOURCE = ("pytorch/pytorch torch/distributed/fsdp/_fully_shard/_fully_shard.py (fully_shard "
+                       "reshard_after_forward=True: free the unsharded parameters after forward, all-gather them "
+                       "again in backward; False: keep them until backward; FSDPModule.set_reshard_after_backward); "
+                       "NVIDIA-NeMo/Automodel nemo_automodel/components/moe/parallelizer.py (parallelize_model / "
+                       "apply_fsdp: reshard_after_forward: bool = False), components/moe/fsdp_mixin.py "
+                       "(MoEFSDPSyncMixin with backend enable_fsdp_optimizations: reshard_after_backward=False and "
+                       "requires_gradient_sync=False for every backward but the last; with PP through the patched "
+                       "backward_maybe_with_nosync), examples/benchmark/configs/*.yaml (the rows' settings)")
+"""Where the FSDP resharding switches come from."""
 
 
 DDP_BUCKET_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/distributed/distributed_data_parallel.py "

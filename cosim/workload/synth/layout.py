@@ -53,6 +53,15 @@ class ParallelLayout(Strict):
     gradient reduce-scatter, parameter all-gather, optimizer state sharded over DP);
     fsdp: parameters and gradients sharded too (per-layer all-gather before forward and
     backward, reduce-scatter of gradients after backward)."""
+    fsdp_reshard_after_forward: bool = True
+    """``zero: fsdp``: free each layer's gathered parameters after its forward, so its backward gathers them again
+    (PyTorch FSDP2 ``fully_shard(reshard_after_forward=True)``, its default, and Megatron-FSDP); false: they stay
+    gathered until the backward, which gathers nothing (NeMo AutoModel's MoE ``parallelize_model`` default;
+    :data:`cosim.workload.synth.build.FSDP_RESHARD_SOURCE`)."""
+    fsdp_reshard_after_backward: bool = True
+    """``zero: fsdp``: free them after each backward too (FSDP2's default); false: they stay gathered across the
+    step's micro-batches, each layer gathered once per step (AutoModel's ``enable_fsdp_optimizations`` under gradient
+    accumulation: ``set_reshard_after_backward(False)`` for every backward but the last)."""
     schedule: Literal["1f1b", "interleaved", "dualpipe"] = "1f1b"
     """Pipeline schedule: 1f1b; interleaved (implied by vpp > 1); dualpipe (DeepSeek-V3's bidirectional
     schedule: vpp 1, even pp, each rank holds two stages)."""
