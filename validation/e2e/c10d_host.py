@@ -156,7 +156,7 @@ def default_net_s(rows: list[CallRow], ranks: tuple[int, int] = (2, 8)) -> float
     return float(statistics.median(net))
 
 
-A2A_PEER_SOURCE = ("pytorch/pytorch v2.9 torch/csrc/cuda/nccl.cpp (all2all_single_unequal_split, which "
+A2A_PEER_SOURCE = ("pytorch/pytorch 2.x torch/csrc/cuda/nccl.cpp (all2all_single_unequal_split, which "
                    "ProcessGroupNCCL::alltoall_base calls for all_to_all_single with split sizes: ncclGroupStart, "
                    "then for every rank r of the group an ncclSend and an ncclRecv of its count, then ncclGroupEnd, "
                    "which schedules each peer's send and receive on the channels); NVIDIA/nccl src/group.cc "
