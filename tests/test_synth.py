@@ -664,7 +664,8 @@ def test_a_collective_call_costs_the_host_its_measured_time(tmp_path: Path, dgx:
     # every collective of a training step is a torch.distributed call (or DeepEP's Python API): its host launch costs
     # the CUDA launch call plus collective_host instead of an eager op's dispatch_overhead
     def costs(**kw: object) -> dict[str, float]:
-        rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", fold=False, **kw).graph.ranks[0]
+        rg = _synth(tmp_path, dgx, dispatch_overhead="10 us", fold=False, collective_host_per_peer="0 us",
+                    **kw).graph.ranks[0]  # the per-peer term: tests/test_round8_mech.py
         return launch_costs(rg)
 
     launch = float(dgx.cpu_spec(dgx.cpu_of(dgx.gpus[0])).launch_overhead)

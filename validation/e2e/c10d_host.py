@@ -156,6 +156,53 @@ def default_net_s(rows: list[CallRow], ranks: tuple[int, int] = (2, 8)) -> float
     return float(statistics.median(net))
 
 
+A2A_PEER_SOURCE = ("pytorch/pytorch 2.x torch/csrc/cuda/nccl.cpp (all2all_single_unequal_split, which "
+                   "ProcessGroupNCCL::alltoall_base calls for all_to_all_single with split sizes: ncclGroupStart, "
+                   "then for every rank r of the group an ncclSend and an ncclRecv of its count, then ncclGroupEnd, "
+                   "which schedules each peer's send and receive on the channels); NVIDIA/nccl src/group.cc "
+                   "(groupLaunch: the p2p tasks are planned per peer)")
+"""Why an all-to-all call's host time grows with its group and an all-reduce's does not (one ``ncclAllReduce``
+enqueued per call whatever the group size)."""
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    """One trace with both an all-to-all and an all-reduce call: the all-to-all's extra host time (s)."""
+
+    trace: str
+    ranks: int
+    a2a_net_s: float
+    allreduce_net_s: float
+
+    @property
+    def extra_s(self) -> float:
+        """All-to-all less all-reduce, both net of their launch calls: the host (CPU, Python, c10d) cancels."""
+        return self.a2a_net_s - self.allreduce_net_s
+
+
+def peer_rows(rows: list[CallRow]) -> list[PeerRow]:
+    """Per trace (job) with both kinds: the net all-to-all and all-reduce call times (the metadata trace, which has
+    no all-to-all, drops out by itself)."""
+    by: dict[str, dict[str, CallRow]] = {}
+    for r in rows:
+        if r.collective in ("nccl:all_to_all", "nccl:all_reduce"):
+            by.setdefault(r.trace, {})[r.collective] = r
+    return [PeerRow(t, d["nccl:all_to_all"].ranks, d["nccl:all_to_all"].net_median_s, d["nccl:all_reduce"].net_median_s)
+            for t, d in sorted(by.items()) if len(d) == 2 and d["nccl:all_to_all"].ranks >= 2]
+
+
+def per_peer_s(rows: list[PeerRow]) -> float:
+    """Host time per peer of an all-to-all call (s): the least-squares slope of :attr:`PeerRow.extra_s` over the
+    group size. Taking the all-to-all *less the all-reduce of the same trace* cancels the host's speed (the 128-rank
+    job's all-reduce is itself 1.7x the 8-rank figure there: its host, not its group, since an all-reduce call enqueues
+    one NCCL collective); what is left is the per-peer ``ncclSend`` / ``ncclRecv`` of :data:`A2A_PEER_SOURCE`."""
+    x = np.array([float(r.ranks) for r in rows])
+    y = np.array([r.extra_s for r in rows])
+    if len(set(x.tolist())) < 2:
+        raise ValueError("need all-to-all calls at two group sizes")
+    return float(np.polyfit(x, y, 1)[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     from cosim.resources import shared_dir
 
@@ -172,8 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     except CosimInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    prs = peer_rows(rows)
     if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
+        print(json.dumps({"calls": [asdict(r) for r in rows], "peers": [asdict(r) for r in prs],
+                          "per_peer_s": per_peer_s(prs), "default_net_s": default_net_s(rows)}, indent=2))
         return 0
     print("| trace | GPU | ranks | call op | collective | calls | median us | p10 us | p90 us | launch call us | "
           "call - launch us |")
@@ -182,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r.trace} | {r.gpu} | {r.ranks or '-'} | `{r.op}` | `{r.collective}` | {r.calls} | {r.median_s * 1e6:.1f} | "
               f"{r.p10_s * 1e6:.1f} | {r.p90_s * 1e6:.1f} | {r.launch_median_s * 1e6:.1f} | "
               f"{r.net_median_s * 1e6:.1f} |")
+    print()
+    print("| trace | ranks | all-to-all net us | all-reduce net us | all-to-all extra us |")
+    print("|---|---:|---:|---:|---:|")
+    for p in prs:
+        print(f"| {p.trace} | {p.ranks} | {p.a2a_net_s * 1e6:.1f} | {p.allreduce_net_s * 1e6:.1f} | {p.extra_s * 1e6:.1f} |")
+    print(f"\nper peer (slope): {per_peer_s(prs) * 1e6:.3f} us; 2-8-rank call: {default_net_s(rows) * 1e6:.1f} us")
     return 0
 
 

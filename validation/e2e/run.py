@@ -146,6 +146,15 @@ class Case(Strict):
     overlap_param_gather: bool | None = None
     """The run's Megatron-Core ``overlap_param_gather`` (the layout field): the distributed optimizer's parameter
     all-gathers under the next step's forward; false: after Adam. None: the layout's default (FSDP rows)."""
+    fsdp_reshard_after_forward: bool | None = None
+    """FSDP rows: the run's FSDP2 ``reshard_after_forward`` (the layout field); None: the layout's default (true: the
+    backward gathers again)."""
+    fsdp_reshard_after_backward: bool | None = None
+    """FSDP rows: false when the run keeps the gathered parameters across its micro-batches (AutoModel's
+    ``enable_fsdp_optimizations``); None: the layout's default (true)."""
+    bucket_size: float | None = None
+    """Parameters per gradient bucket of the run (Megatron-Core ``DistributedDataParallelConfig.bucket_size``, the
+    layout's ``grad_bucket_params``); None: :func:`ddp_bucket_size` by the row's framework."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -267,6 +276,25 @@ def probe_counts(case: Case, cap: int) -> list[int]:
     return [lo, 2 * lo] if 2 * lo < m else [m]
 
 
+BRIDGE_BUCKET = 128 * 1024 * 1024
+"""Megatron-Bridge's ``CommOverlapConfig`` (and NeMo 2.0's ``MegatronCommOverlapCallback``) bucket size when dp > 1
+(``cosim.workload.synth.build.DDP_BUCKET_SOURCE``)."""
+BRIDGE_REFS = ("MB2509", "MB2511", "MB2602", "NEMO2502", "NEMO2504")
+"""Source families run by Megatron-Bridge or NeMo 2.0 (their bucket size is :data:`BRIDGE_BUCKET`); the others
+(Megatron-LM's launcher ``--ddp-bucket-size`` unset, NeMo 1.0's ``ddp_bucket_size`` unset, DeepSeek's own framework)
+take Megatron-Core's default rule."""
+
+
+def ddp_bucket_size(case: Case) -> float | None:
+    """The run's gradient bucket size (parameters): the row's ``bucket_size``, else :data:`BRIDGE_BUCKET` for the
+    Megatron-Bridge / NeMo 2.0 rows with dp > 1, else None (Megatron-Core's ``max(40M, 1M x dp)``)."""
+    if case.bucket_size is not None:
+        return case.bucket_size
+    lay = case.layout
+    dp = case.gpus // (lay.tp * lay.pp * lay.cp)
+    return float(BRIDGE_BUCKET) if case.source.ref in BRIDGE_REFS and dp > 1 and not case.fsdp else None
+
+
 def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: str,
               spec_over: dict[str, Any] | None = None) -> Any:
     from cosim.scenario import Scenario, SyntheticWorkload
@@ -286,6 +314,12 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["overlap_grad_reduce"] = case.overlap_grad_reduce
     if case.overlap_param_gather is not None and not case.fsdp:
         layout["overlap_param_gather"] = case.overlap_param_gather
+    if case.fsdp and case.fsdp_reshard_after_forward is not None:
+        layout["fsdp_reshard_after_forward"] = case.fsdp_reshard_after_forward
+    if case.fsdp and case.fsdp_reshard_after_backward is not None:
+        layout["fsdp_reshard_after_backward"] = case.fsdp_reshard_after_backward
+    if (bucket := ddp_bucket_size(case)) is not None:
+        layout["grad_bucket_params"] = bucket
     if case.recompute and recompute == "none":
         layout["recompute"] = case.recompute
         layout["recompute_early_stop"] = case.recompute_early_stop

@@ -127,6 +127,12 @@ class BuildOptions:
     collective_host: float | None = None
     """Host time of one collective call besides the launch call (s; None: ``dispatch_overhead``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.collective_host`)."""
+    collective_peer_host: float = 0.0
+    """Host time per peer of an all-to-all call beyond ``collective_host`` (s; see
+    :attr:`cosim.workload.synth.spec.SyntheticSpec.collective_host_per_peer`): a call over ``n`` ranks adds
+    ``(n - collective_ref_ranks)`` times it."""
+    collective_ref_ranks: int = 8
+    """Group size ``collective_host`` stands for."""
     eager_step_host: float = 12e-6
     """Host time of one eager framework step without a kernel (s; ``Op.params``, ``Op.outputs``, see
     :attr:`cosim.workload.synth.spec.SyntheticSpec.eager_step_host`)."""
@@ -248,6 +254,10 @@ class _RankBuilder:
     """Host time of each kernel an op launches from a C++ loop (``Op.loop_launches``: the CUDA launch call, s)."""
     coll_extra: float = 0.0
     """Host time of a collective call beyond an op's launch and dispatch (``BuildOptions.collective_host``, s)."""
+    coll_peer: float = 0.0
+    """Host time per peer of an all-to-all call beyond ``coll_extra`` (``BuildOptions.collective_peer_host``, s)."""
+    coll_ref: int = 8
+    """Group size ``coll_extra`` stands for (``BuildOptions.collective_ref_ranks``)."""
     sync_point: str = "permute"
     """Where the dropless host sync waits for the token counts: ``permute`` (Megatron's alltoall dispatcher: at the
     token permutation, for the counts' copies launched before it), ``copy`` (the last count copy itself,
@@ -307,6 +317,7 @@ class _RankBuilder:
             launch_cost += (o.params + o.outputs) * self.eager_step
             if coll >= 0 and o.launches != 0 and o.c10d:  # a torch.distributed call, not one kernel launch
                 launch_cost += self.coll_extra   # (a userbuffers ring step of tpoverlap, HybridEP's kernels: neither)
+                launch_cost += self._peer_host(coll)
             launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", _LAUNCH, launch_cost)
         g = self.g
@@ -353,6 +364,14 @@ class _RankBuilder:
         self.c["seq"].append(seq)
         self.c["in_splits"].append([round(x) for x in splits] if splits is not None else [])
         return c
+
+    def _peer_host(self, coll: int) -> float:
+        """Host time of collective ``coll``'s call beyond ``coll_extra``: an all-to-all posts a send and a receive
+        per peer (``spec.C10D_PEER_HOST``), so ``coll_peer`` per rank of its group beyond ``coll_ref``; 0 for the
+        other kinds (one NCCL collective enqueued per call)."""
+        if self.coll_peer == 0.0 or self.c["type"][coll] != CollType.ALL_TO_ALL:
+            return 0.0
+        return self.coll_peer * (self.c["group_size"][coll] - self.coll_ref)
 
     def emit(self, o: Op, dur: float, groups: dict[str, list[int]], launch: float,
              splits: list[float] | None = None, label: str | None = None, host_sync: bool = False) -> int:
@@ -607,11 +626,15 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         rb.grad_bytes = opts.grad_bytes
         if opts.collective_host is not None:
             rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
+            rb.coll_peer = opts.collective_peer_host * opts.host_slowdown.get(rank, 1.0)
+            rb.coll_ref = opts.collective_ref_ranks
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         scopes = opts.graph_scopes
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
         rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
+        if sh_dispatcher == "deepep":  # DeepEP's dispatch / combine: one Python call, its kernel reaches every peer
+            rb.coll_peer = 0.0  # (no per-peer ncclSend / ncclRecv posted by the host)
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
@@ -669,11 +692,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
         fsdp = rm.layout.zero == "fsdp"
         gathered: dict[int, list[int]] = {}
+        unsharded: set[int] = set()  # FSDP: layers whose parameters are gathered and not yet freed
 
         def fsdp_gather(ly: int) -> None:
-            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start)."""
-            if not fsdp or ly in gathered:
+            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
+            they are still gathered (:func:`fsdp_reshard`)."""
+            if not fsdp or ly in gathered or ly in unsharded:
                 return
+            unsharded.add(ly)
             dense, expert = _unit_params(card, ly)
             ids = []
             for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
@@ -684,8 +710,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
             gathered[ly] = ids
 
+        def fsdp_reshard(ly: int, bwd: bool) -> None:
+            """FSDP: free layer ``ly``'s gathered parameters after its forward / backward as the layout's
+            ``fsdp_reshard_after_forward`` / ``fsdp_reshard_after_backward`` say (:data:`FSDP_RESHARD_SOURCE`)."""
+            if fsdp and (rm.layout.fsdp_reshard_after_backward if bwd else rm.layout.fsdp_reshard_after_forward):
+                unsharded.discard(ly)
+
         def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None,
-                       skip_wgrad: list[tuple[Op, float]] | None = None) -> Iterator[None]:
+                       skip_wgrad: list[tuple[Op, float]] | None = None, bwd: bool = False) -> Iterator[None]:
             """Emit ``layers`` in order, yielding after every collective (DualPipe interleaves two units
             there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
             weight-gradient GEMMs collected there instead (zero-bubble)."""
@@ -707,6 +739,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     if o.cls == "collective":
                         yield
                 rb.close_graph()
+                fsdp_reshard(ly, bwd)
                 if after is not None:
                     after(ly)
 
@@ -765,7 +798,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                         _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
 
             deferred: list[tuple[Op, float]] | None = [] if zb else None
-            yield from run_layers(bw, recompute, grads, deferred)
+            yield from run_layers(bw, recompute, grads, deferred, bwd=True)
             if deferred:
                 wfifo.append((dirn, deferred, held))
             elif held:
@@ -1086,6 +1119,35 @@ Bucket = tuple[str, list[int], float]
 on this rank."""
 
 
+FSDP_RESHARD_SOURCE = ("pytorch/pytorch torch/distributed/fsdp/_fully_shard/_fully_shard.py (fully_shard "
+                       "reshard_after_forward=True: free the unsharded parameters after forward, all-gather them "
+                       "again in backward; False: keep them until backward; FSDPModule.set_reshard_after_backward); "
+                       "NVIDIA-NeMo/Automodel nemo_automodel/components/moe/parallelizer.py (parallelize_model / "
+                       "apply_fsdp: reshard_after_forward: bool = False), components/moe/fsdp_mixin.py "
+                       "(MoEFSDPSyncMixin with backend enable_fsdp_optimizations: reshard_after_backward=False and "
+                       "requires_gradient_sync=False for every backward but the last; with PP through the patched "
+                       "backward_maybe_with_nosync), examples/benchmark/configs/*.yaml (the rows' settings)")
+"""Where the FSDP resharding switches come from."""
+
+
+DDP_BUCKET_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/distributed/distributed_data_parallel.py "
+                     "(bucket_size None -> max(40000000, 1000000 * dp_cp group size): 'larger DP sizes need larger "
+                     "buckets to ensure collectives do not become latency-bound'; None again without "
+                     "overlap_grad_reduce); NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/comm_overlap.py "
+                     "(CommOverlapConfig._get_optimizer_overlap_cfgs: bucket_size = 128 * 1024 * 1024 when dp > 1, "
+                     "as NeMo 2.0's MegatronCommOverlapCallback)")
+"""Where the gradient bucket size comes from."""
+
+
+def ddp_bucket_params(rm: RankMap) -> float:
+    """Parameters per gradient bucket (:data:`DDP_BUCKET_SOURCE`): the layout's ``grad_bucket_params``, else
+    Megatron-Core's default ``max(40M, 1M x dp x cp)`` (dp 64: 64M; dp 128: 128M)."""
+    lay = rm.layout
+    if lay.grad_bucket_params is not None:
+        return float(lay.grad_bucket_params)
+    return float(max(40_000_000, 1_000_000 * rm.dp * rm.cp))
+
+
 def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed: bool = True) -> list[Bucket]:
     """The gradient buckets of one model chunk whose layers (-1: embedding, ``num_layers``: head) the backward
     completes in the order ``layers``, in the order the backward closes them (dense before expert at one layer).
@@ -1095,7 +1157,7 @@ def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed:
     one bucket per chunk and buffer. FSDP: one per layer."""
     lay = rm.layout
     per_layer = lay.zero == "fsdp"
-    size = lay.grad_bucket_params if (lay.overlap_grad_reduce and bucketed) or per_layer else math.inf
+    size = ddp_bucket_params(rm) if (lay.overlap_grad_reduce and bucketed) or per_layer else math.inf
     closed: list[tuple[int, int, Bucket]] = []
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()

@@ -328,15 +328,23 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     heads = c.num_heads / tp
     sq, sk = (seq / cp, seq) if s.q_len is None else (s.q_len, seq)
     b = T / sq  # sequences (or prefill chunks, or decode requests) in this micro-batch on this rank
+    mla_sp = sp and c.attention_kind == "mla" and not s.decode  # MLA_SP_SOURCE: no gather of the hidden states
     ops: list[Op] = [_norm("attn.norm", T / tp if sp else T, h, p)]
-    if sp:
+    if sp and not mla_sp:
         ops.append(_coll("attn.sp_all_gather", "tp", "all_gather", T * h * p.act_bytes))
     elif tp > 1:
         pass  # the input is replicated on every TP rank; the all-reduce comes after o_proj
-    ops += _quant("attn.input", T * h, p)
+    ops += _quant("attn.input", (T / tp if mla_sp else T) * h, p)
     if s.decode:
         return ops + _decode_attention_ops(c, T, b, sk, s, p)
-    if c.attention_kind == "mla":
+    if mla_sp:
+        ops += _mla_sp_projections(c, T, tp, heads, p)
+        nope, rope, vd, kvr = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0, c.v_head_dim or 0, c.kv_lora_rank or 0
+        dqk = nope + rope
+        d_core, d_out = (dqk + vd) / 2.0, float(vd)
+        d_qk, d_v, kv_heads = float(dqk), float(vd), heads
+        kv_bytes = T * (kvr + rope) * p.act_bytes
+    elif c.attention_kind == "mla":
         nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
         vd, kvr = c.v_head_dim or 0, c.kv_lora_rank or 0
         dqk = nope + rope
@@ -384,6 +392,52 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     saved = b * (heads * sq * (d_qk + d_v) + kv_heads * sk * (d_qk + d_v)) * p.act_bytes + b * heads * sq * 4.0
     ops.append(Op("attn.core", "attention", flops, qkvo, "bf16", sq, sk, d_core, b, heads, saved=saved, keys=keys))
     return ops + _attention_out(c, T, heads, d_out, s, p)
+
+
+MLA_SP_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/multi_latent_attention.py "
+                 "(MLASelfAttention: linear_q_down_proj / linear_kv_down_proj built as TELinear parallel_mode="
+                 "'duplicated', no TP group; _qkv_down_projection: 'elif linear_q_down_proj is Linear: q_compressed: "
+                 "[s / TP, b, q_lora_rank]', kv_combined [s / TP, b, kv_lora_rank + qk_pos_emb_head_dim]; "
+                 "get_query_key_value_tensors: under sequence parallelism k_pos_emb gathered with "
+                 "gather_from_sequence_parallel_region; linear_q_up_proj / linear_kv_up_proj column-parallel, "
+                 "all-gathering their [s / TP] input), megatron/core/models/gpt/gpt_layer_specs.py (the MLA spec's "
+                 "down projections: backend.linear(), TELinear; up projections: column-parallel, with the q/kv norm "
+                 "fused when qk_layernorm)")
+"""Where MLA's projections under sequence parallelism come from (:func:`_mla_sp_projections`)."""
+
+
+def _mla_sp_projections(c: MoEModelConfig, T: float, tp: int, heads: float, p: Precision) -> list[Op]:
+    """MLA's projections of one rank under sequence parallelism (:data:`MLA_SP_SOURCE`): the hidden states are not
+    gathered; the replicated down projections run on the rank's own ``T / tp`` tokens (a GEMM of ``T / tp`` rows,
+    not ``T``: ``2 (T / tp) h (q_lora + kv_lora + rope)`` FLOPs), their norms too; the column-parallel up projections
+    all-gather their narrow inputs over TP (the normed q latent, ``q_lora_rank`` wide; the normed kv latent,
+    ``kv_lora_rank``; the rotary key, ``qk_rope_head_dim``) and run on all ``T`` tokens for the rank's heads.
+    Backward: the gathers' reduce-scatters (:func:`backward_ops`). Saved bytes: as :func:`_attention_ops`'s
+    unsplit path (:data:`SAVED_SOURCE`: the local inputs)."""
+    h = c.hidden_size
+    nope, rope, vd, kvr = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0, c.v_head_dim or 0, c.kv_lora_rank or 0
+    dqk = nope + rope
+    loc = T / tp
+    own = _saved_bytes(p) if p.gemm != "bf16" else 0.0
+    ops: list[Op] = []
+    if c.q_lora_rank:
+        q = c.q_lora_rank
+        ops += [replace(_gemm("attn.q_down", loc, q, h, p), saved=loc * h * _saved_bytes(p)),
+                replace(_norm("attn.q_norm", loc, q, p), saved=loc * q * p.act_bytes),
+                _coll("attn.q_latent_all_gather", "tp", "all_gather", T * q * p.act_bytes),
+                *_quant("attn.q_latent", T * q, p),
+                replace(_gemm("attn.q_up", T, heads * dqk, q, p), saved=loc * q * _saved_bytes(p))]
+    else:  # the query projection is column-parallel itself: it gathers the hidden states
+        ops += [_coll("attn.q_input_all_gather", "tp", "all_gather", T * h * p.act_bytes),
+                replace(_gemm("attn.q_proj", T, heads * dqk, h, p), saved=loc * h * _saved_bytes(p))]
+    ops += [replace(_gemm("attn.kv_down", loc, kvr + rope, h, p), saved=loc * h * own),
+            replace(_norm("attn.kv_norm", loc, kvr, p), saved=loc * kvr * p.act_bytes),
+            _coll("attn.kv_latent_all_gather", "tp", "all_gather", T * kvr * p.act_bytes),
+            _coll("attn.k_rope_all_gather", "tp", "all_gather", T * rope * p.act_bytes),
+            *_quant("attn.kv_latent", T * kvr, p),
+            replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
+            _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
+    return ops
 
 
 ROPE_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0: megatron/core/models/common/embeddings/rope_utils.py "
@@ -992,7 +1046,8 @@ def recomputed(name: str, modules: Sequence[str]) -> bool:
     for m in modules:
         if ((m == "core_attn" and name == "attn.core")
                 or (m == "mla_up_proj" and name in ("attn.q_up", "attn.kv_up", "attn.rope", "attn.q_latent.quantize",
-                                                    "attn.kv_latent.quantize"))
+                                                    "attn.kv_latent.quantize", "attn.q_latent_all_gather",
+                                                    "attn.kv_latent_all_gather"))  # SP: the up projections re-gather
                 or (m == "layernorm" and name in ("attn.norm", "mlp.norm", "moe.norm"))
                 or (m == "mlp" and name.startswith("mlp.") and name != "mlp.residual")
                 or (m == "moe_act" and (name in ("moe.experts_swiglu", "moe.experts_act.quantize")

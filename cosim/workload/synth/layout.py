@@ -53,6 +53,15 @@ class ParallelLayout(Strict):
     gradient reduce-scatter, parameter all-gather, optimizer state sharded over DP);
     fsdp: parameters and gradients sharded too (per-layer all-gather before forward and
     backward, reduce-scatter of gradients after backward)."""
+    fsdp_reshard_after_forward: bool = True
+    """``zero: fsdp``: free each layer's gathered parameters after its forward, so its backward gathers them again
+    (PyTorch FSDP2 ``fully_shard(reshard_after_forward=True)``, its default, and Megatron-FSDP); false: they stay
+    gathered until the backward, which gathers nothing (NeMo AutoModel's MoE ``parallelize_model`` default;
+    :data:`cosim.workload.synth.build.FSDP_RESHARD_SOURCE`)."""
+    fsdp_reshard_after_backward: bool = True
+    """``zero: fsdp``: free them after each backward too (FSDP2's default); false: they stay gathered across the
+    step's micro-batches, each layer gathered once per step (AutoModel's ``enable_fsdp_optimizations`` under gradient
+    accumulation: ``set_reshard_after_backward(False)`` for every backward but the last)."""
     schedule: Literal["1f1b", "interleaved", "dualpipe"] = "1f1b"
     """Pipeline schedule: 1f1b; interleaved (implied by vpp > 1); dualpipe (DeepSeek-V3's bidirectional
     schedule: vpp 1, even pp, each rank holds two stages)."""
@@ -70,8 +79,11 @@ class ParallelLayout(Strict):
     recompute_modules: list[RecomputeModule] = Field(default_factory=lambda: list[RecomputeModule](["core_attn"]))
     """With ``recompute: selective``: the modules re-run before their backward, as Megatron-Core names them
     (its default ``core_attn``; :data:`cosim.workload.synth.costs.RECOMPUTE_MODULES` lists the ops of each)."""
-    grad_bucket_params: float = Field(default=40e6, gt=0)
-    """Parameters per gradient-reduction bucket (Megatron DDP's 40M default)."""
+    grad_bucket_params: float | None = Field(default=None, gt=0)
+    """Parameters per gradient-reduction bucket (Megatron-Core ``DistributedDataParallelConfig.bucket_size``). None:
+    Megatron-Core's default ``max(40M, 1M x dp x cp)`` (core_v0.16.0 distributed_data_parallel.py: "larger DP sizes
+    need larger buckets"; :func:`cosim.workload.synth.build.ddp_bucket_params`); Megatron-Bridge and NeMo 2.0 set
+    128 Mi (134217728) when dp > 1."""
     overlap_grad_reduce: bool = True
     """Megatron-Core ``DistributedDataParallelConfig.overlap_grad_reduce`` (core_v0.16.0
     megatron/core/distributed/distributed_data_parallel.py, param_and_grad_buffer.py): true: each gradient bucket of

@@ -99,8 +99,22 @@ C10D_CALL_HOST = 73.5e-6
 the per-row medians of every shared trace whose calls run on 2-8 ranks (9 rows from 5 jobs on V100, A100 and MI300X
 hosts, 39-273 us: ``python -m validation.e2e.c10d_host``, ``default_net_s``; validation/e2e/RESULTS.md "c10d host
 cost: evidence"; it was 78 us, the DLRM all-to-all alone, until round 7).
-Calls over 128 ranks cost 1.7-3.4x more there (not modelled: one figure whatever the group size).
+It stands for a call on :data:`C10D_REF_RANKS` ranks; an all-to-all's grows with its group by
+:data:`C10D_PEER_HOST` per peer.
 The default of ``SyntheticSpec.collective_host`` (training)."""
+
+C10D_REF_RANKS = 8
+"""Group size of the calls :data:`C10D_CALL_HOST` was measured on (2-8 ranks; the all-to-alls on 8)."""
+
+C10D_PEER_HOST = 0.906e-6
+"""Host time per peer of an all-to-all call (s): ``torch.distributed.all_to_all_single`` with split sizes posts one
+``ncclSend`` and one ``ncclRecv`` per rank of the group inside one NCCL group call (validation/e2e/c10d_host.py
+``A2A_PEER_SOURCE``). Measured: the least-squares slope over the group size of (all-to-all call less all-reduce
+call, both net of their launch calls) in every shared trace with both (8 ranks: 0.5 and 29.0 us, 128 ranks: 118.0
+and 129.0 us; ``c10d_host.per_peer_s``; validation/e2e/RESULTS.md "Round 8"). Subtracting the same trace's
+all-reduce cancels the host's speed: an all-reduce call enqueues one NCCL collective whatever the group size, so
+all-reduce, all-gather and reduce-scatter calls keep :data:`C10D_CALL_HOST`. The default of
+``SyntheticSpec.collective_host_per_peer``."""
 
 
 class SyntheticSpec(Strict):
@@ -205,6 +219,12 @@ class SyntheticSpec(Strict):
     :data:`C10D_CALL_HOST` (scaled by the host CPU's ``host_time_factor``); null: the eager ``dispatch_overhead``
     of any op. Kernels a library launches behind its own Python call (HybridEP's dispatch and combine,
     ``costs.Op.c10d``) and the ring steps of TP overlap are not such calls."""
+    collective_host_per_peer: Time = C10D_PEER_HOST
+    """Training: host time per peer of an all-to-all call, on top of ``collective_host`` (which stands for a call on
+    :data:`C10D_REF_RANKS` ranks): a call over ``n`` ranks costs ``collective_host + (n - 8) x`` this. Default: the
+    measured :data:`C10D_PEER_HOST` (scaled by ``host_time_factor``); "0 us": one figure whatever the group. Only
+    with ``collective_host`` set; not for DeepEP's dispatch and combine (one library call whose kernel reaches
+    every peer: the host posts no per-peer send or receive)."""
     grad_reduce_in_fp32: bool = False
     """Training: reduce (and hold) gradients in fp32 (4 bytes per element) instead of bf16 (2). Megatron-Core's
     ``DistributedDataParallelConfig.grad_reduce_in_fp32`` defaults to false and every Megatron-Bridge performance
@@ -326,6 +346,8 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
+                        collective_peer_host=float(spec.collective_host_per_peer) * host_factor,
+                        collective_ref_ranks=C10D_REF_RANKS,
                         eager_step_host=float(spec.dispatch_overhead if spec.eager_step_host is None
                                               else spec.eager_step_host) * host_factor,
                         gpu_slowdown=dict(spec.stragglers.gpu),
