@@ -117,6 +117,11 @@ class SyntheticSpec(Strict):
                      | Annotated[DecodeBatch, Tag("tagged-union:decode")], Discriminator(_batch_kind)]
     """Batch sizes: {global, micro, seq} (train), {tokens_per_gpu, prompt, chunk} (prefill),
     {requests_per_gpu, context} (decode)."""
+    mtp_layers: int | None = Field(default=None, ge=0)
+    """Training: multi-token-prediction depths run on the last pipeline stage (DeepSeek-V3 section 2.2;
+    Megatron-Core ``mtp_num_layers``, :func:`cosim.workload.synth.costs.mtp_ops`); None: the card's ``mtp_layers``
+    (deepseek-v3: 1, as its config.json and Megatron-Bridge's DeepSeek-V3 recipe); 0: none (Megatron-Core's own
+    default, NeMo AutoModel). Serving steps never run it."""
     overlap: Literal["none", "two-microbatch"] = "none"
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
@@ -289,6 +294,10 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     from cosim.workload.synth.routing import parse_routing
 
     card = _card(spec.model, base)
+    mtp = spec.mtp_layers if spec.mtp_layers is not None and spec.mode == "train" else 0 if spec.mode != "train" \
+        else card.mtp_layers
+    if mtp != card.mtp_layers:
+        card = card.model_copy(update={"mtp_layers": mtp})
     gpus = len(topology.gpus)
     rm = spec.layout.resolve(card, gpus, where="workload.synthetic.layout")
     routing = parse_routing(spec.routing, str(base) if base else None)
