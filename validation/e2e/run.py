@@ -115,6 +115,8 @@ class Case(Strict):
     cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] | None = None
     """Transformer Engine partial CUDA graphs of the run's config (``cuda_graph_impl: transformer_engine``,
     ``cuda_graph_scope``): the synthetic spec's ``cuda_graph_scope``; absent: eager."""
+    mtp_layers: int | None = Field(default=None, ge=0)
+    """Multi-token-prediction depths the run trains (the synthetic spec's ``mtp_layers``); None: the card's."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
     """Element type of the run's dispatched tokens (the synthetic spec's ``dispatch_precision``); None: bf16, as
     Megatron-Core dispatches."""
@@ -305,6 +307,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({} if case.expert_padding else {"expert_padding": False}),
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
         **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
+        **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,

@@ -682,7 +682,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start)."""
             if not fsdp or ly in gathered:
                 return
-            dense, expert = _unit_params(card, ly, rm.pp)
+            dense, expert = _unit_params(card, ly, _mtp_copy(rm))
             ids = []
             for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
                 if n > 0 and len(groups[g]) > 1:
@@ -1114,7 +1114,7 @@ def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed:
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()
         for i, ly in enumerate(layers):
-            dense, expert = _unit_params(card, ly, rm.pp)
+            dense, expert = _unit_params(card, ly, _mtp_copy(rm))
             x = dense / rm.tp if g == "dp" else expert / (rm.ep * rm.etp)
             if x <= 0:
                 continue
@@ -1161,11 +1161,11 @@ def _param_gathers(rb: _RankBuilder, buckets: list[Bucket], groups: dict[str, li
     return out
 
 
-def _unit_params(card: MoEModelConfig, layer: int, pp: int = 1) -> tuple[float, float]:
+def _unit_params(card: MoEModelConfig, layer: int, emb_copy: bool = False) -> tuple[float, float]:
     """(dense, expert) parameters of a layer, of the embedding (-1), of the LM head and final norm
     (``num_layers``) or of an MTP depth (:func:`_mtp_unit_params`), unsharded."""
     if mtp_depth(card, layer) is not None:
-        return _mtp_unit_params(card, layer, pp)
+        return _mtp_unit_params(card, layer, emb_copy)
     if layer == -1:
         return float(card.vocab_size * card.hidden_size), 0.0
     if layer == card.num_layers:
@@ -1186,7 +1186,7 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             dense += card.vocab_size * card.hidden_size / rm.tp
         if c == rm.pp * rm.vpp - 1:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
-            md, me = mtp_params(card, rm.pp)
+            md, me = mtp_params(card, _mtp_copy(rm))
             dense += md / rm.tp
             expert += me / (rm.ep * rm.etp)
     return dense, expert
@@ -1267,11 +1267,16 @@ def _mtp_recompute(rm: RankMap, fwd: tuple[list[Op], list[float]], emit: Any, re
             emit(recomputed_op(fo), fd, ly)
 
 
-def _mtp_unit_params(card: MoEModelConfig, layer: int, pp: int) -> tuple[float, float]:
+def _mtp_copy(rm: RankMap) -> bool:
+    """Whether the MTP stage holds its own copy of the embedding (:func:`cosim.workload.synth.costs.mtp_params`)."""
+    return rm.pp > 1 and rm.schedule != "dualpipe"
+
+
+def _mtp_unit_params(card: MoEModelConfig, layer: int, emb_copy: bool) -> tuple[float, float]:
     """(dense, expert) parameters of MTP depth pseudo-layer ``layer``; the first depth also holds the MTP stage's
-    embedding copy when ``pp > 1``."""
-    d, e = mtp_params(card, 1)
-    emb = card.vocab_size * card.hidden_size if pp > 1 and mtp_depth(card, layer) == 0 else 0
+    embedding copy (``emb_copy``)."""
+    d, e = mtp_params(card)
+    emb = card.vocab_size * card.hidden_size if emb_copy and mtp_depth(card, layer) == 0 else 0
     return float(d / card.mtp_layers + emb), float(e / card.mtp_layers)
 
 

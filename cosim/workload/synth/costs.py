@@ -1229,13 +1229,14 @@ def mtp_recomputed_full(name: str) -> bool:
                                 "mtp.head.sp_all_gather"))
 
 
-def mtp_params(card: MoEModelConfig, pp: int = 1) -> tuple[int, int]:
+def mtp_params(card: MoEModelConfig, embedding_copy: bool = False) -> tuple[int, int]:
     """(dense, routed-expert) parameters of all MTP depths: per depth the two input norms, the 2h x h projection,
-    the final norm and one layer of :func:`mtp_body_layer`'s kind; with ``pp > 1`` the MTP stage's own copy of the
-    embedding (the LM head is shared: Megatron-Core's output_layer)."""
+    the final norm and one layer of :func:`mtp_body_layer`'s kind; with ``embedding_copy`` the MTP stage's own copy
+    of the embedding (Megatron-Core with pp > 1; not DualPipe, whose rank holding the MTP holds the embedding too:
+    DeepSeek-V3 section 3.2.3). The LM head is shared (Megatron-Core's output_layer)."""
     if not card.mtp_layers:
         return 0, 0
     h = card.hidden_size
     d, e = layer_params(card, mtp_body_layer(card))
-    dense = card.mtp_layers * (3 * h + 2 * h * h + d) + (card.vocab_size * h if pp > 1 else 0)
+    dense = card.mtp_layers * (3 * h + 2 * h * h + d) + (card.vocab_size * h if embedding_copy else 0)
     return dense, card.mtp_layers * e

@@ -256,7 +256,7 @@ def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int
     if not card.mtp_layers:
         return 0.0
     lay = rm.layout
-    md, me = mtp_params(card, rm.pp)
+    md, me = mtp_params(card, rm.pp > 1 and rm.schedule != "dualpipe")
     st.dense += md / rm.tp
     st.expert += me / (rm.ep * rm.etp)
     body = mtp_body_layer(card)

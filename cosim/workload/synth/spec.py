@@ -39,7 +39,7 @@ from cosim.workload.synth.costs import PRECISIONS, Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
-__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "synthesize", "synthetic_figures"]
+__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "spec_card", "synthesize", "synthetic_figures"]
 
 
 class BatchSpec(Strict):
@@ -277,6 +277,12 @@ TimerFactory = Callable[["SyntheticSpec", Any, "Path | None"], KernelTimeFn]
 files it names relative to ``base`` (:func:`cosim.models.synth_timing.synthetic_kernel_timer`)."""
 
 
+def spec_card(spec: SyntheticSpec, card: Any) -> Any:
+    """``card`` as ``spec`` runs it: with the spec's ``mtp_layers`` (training; serving steps run no MTP)."""
+    mtp = 0 if spec.mode != "train" else card.mtp_layers if spec.mtp_layers is None else spec.mtp_layers
+    return card if mtp == card.mtp_layers else card.model_copy(update={"mtp_layers": mtp})
+
+
 def memory_options(spec: SyntheticSpec) -> Any:
     """The memory model's framework settings that the spec sets (the gradient buffer's bytes)."""
     from cosim.workload.synth.memory import MemoryOptions
@@ -293,11 +299,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     from cosim.workload.synth.memory import memory_per_stage
     from cosim.workload.synth.routing import parse_routing
 
-    card = _card(spec.model, base)
-    mtp = spec.mtp_layers if spec.mtp_layers is not None and spec.mode == "train" else 0 if spec.mode != "train" \
-        else card.mtp_layers
-    if mtp != card.mtp_layers:
-        card = card.model_copy(update={"mtp_layers": mtp})
+    card = spec_card(spec, _card(spec.model, base))
     gpus = len(topology.gpus)
     rm = spec.layout.resolve(card, gpus, where="workload.synthetic.layout")
     routing = parse_routing(spec.routing, str(base) if base else None)
