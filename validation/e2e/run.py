@@ -182,12 +182,19 @@ def load_cases(path: Path = CASES) -> tuple[dict[str, str], list[Case]]:
     return dict(doc.sources), list(doc.cases)
 
 
-def pipeline_layers(layers: int, chunks: int) -> list[int] | None:
+def pipeline_layers(layers: int, chunks: int, mtp: int = 0) -> list[int] | None:
     """Layers per model chunk when ``layers`` do not divide evenly: every chunk gets ceil(layers/chunks) and
     the chunks that also carry the loss (last) and the embedding (first), then the next ones inward, give
-    one layer back each (Megatron's account-for-embedding/loss rule, generalized). None when even."""
+    one layer back each (Megatron's account-for-embedding/loss rule, generalized). None when even. ``mtp``
+    multi-token-prediction depths count as layers of the last chunk (they run there: Megatron-Bridge's DeepSeek-V3
+    layouts give that chunk fewer decoder layers, e.g. ``t + mtp + loss`` for pp 16)."""
     if layers % chunks == 0:
         return None
+    if mtp:
+        counts = pipeline_layers(layers + mtp, chunks) or [(layers + mtp) // chunks] * chunks
+        if counts[-1] >= mtp:
+            counts[-1] -= mtp
+            return counts
     base = -(-layers // chunks)
     counts = [base] * chunks
     order = [i for k in range(chunks) for i in ((chunks - 1 - k), k)]
@@ -294,7 +301,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     elif case.recompute_modules and recompute == "none":
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)
-    pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
+    card = load_model_config(case.model)
+    pl = case.pipeline_layers or pipeline_layers(card.num_layers, lay.pp * lay.vpp,
+                                                 card.mtp_layers if case.mtp_layers is None else case.mtp_layers)
     if pl is not None:
         layout["pipeline_layers"] = pl
     spec = SyntheticSpec.model_validate({
