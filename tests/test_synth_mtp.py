@@ -185,3 +185,19 @@ def test_deepseek_v3_flops_per_token_match_megatron_bridge() -> None:
 
     extra = 3 * (layer_forward_flops(card, 60, 4096, 4096) / 4096 + 2 * 2 * h * h + 2 * V * h) / 1e9
     assert with_ - without == pytest.approx(extra)
+
+
+def test_e2e_split_rule_counts_mtp_as_a_last_chunk_layer() -> None:
+    """validation/e2e/run.py's uneven-split rule with one MTP depth gives Megatron-Bridge's DeepSeek-V3 layout for
+    pp 8 x vpp 4, ``Et|(tt|)*30mL`` (the H100 row's pp_layout); without MTP the old split."""
+    from validation.e2e.run import load_cases, pipeline_layers
+
+    assert pipeline_layers(61, 32, 1) == [1] + [2] * 30 + [0]
+    assert pipeline_layers(61, 32, 0) == [1] + [2] * 29 + [1, 1]
+    assert pipeline_layers(61, 16, 1) == [3] + [4] * 14 + [2]
+    rows = {c.id: c for c in load_cases()[1]}
+    assert rows["dsv3-h100-1024-fp8"].pipeline_layers == pipeline_layers(61, 32, 1)
+    assert {i: rows[i].mtp_layers for i in rows if "dsv3" in i} == {
+        "dsv3-h100-1024-fp8": 1, "dsv3-b200-256-mxfp8": 1, "dsv3-gb200-256-mxfp8": 1,
+        "dsv3-h800-2048-fp8-run-average": 1, "mlm-dsv3-gb200-256-mxfp8": 0, "automodel-dsv3-h100-256-bf16": 0,
+        "automodel-dsv3-h100-1024-bf16": 0}
