@@ -117,6 +117,10 @@ class Case(Strict):
     ``cuda_graph_scope``): the synthetic spec's ``cuda_graph_scope``; absent: eager."""
     mtp_layers: int | None = Field(default=None, ge=0)
     """Multi-token-prediction depths the run trains (the synthetic spec's ``mtp_layers``); None: the card's."""
+    optimizer_moments: Literal["fp32", "bf16"] = "fp32"
+    """Memory only: the run's Adam moment dtype (the synthetic spec's ``optimizer_moments``)."""
+    moe_act_input_fp8: bool = False
+    """Memory only: the run keeps the experts' SwiGLU input in FP8 (the synthetic spec's ``moe_act_input_fp8``)."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
     """Element type of the run's dispatched tokens (the synthetic spec's ``dispatch_precision``); None: bf16, as
     Megatron-Core dispatches."""
@@ -317,6 +321,8 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
         **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
         **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
+        **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),
+        **({"moe_act_input_fp8": True} if case.moe_act_input_fp8 else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,

@@ -122,6 +122,12 @@ class SyntheticSpec(Strict):
     Megatron-Core ``mtp_num_layers``, :func:`cosim.workload.synth.costs.mtp_ops`); None: the card's ``mtp_layers``
     (deepseek-v3: 1, as its config.json and Megatron-Bridge's DeepSeek-V3 recipe); 0: none (Megatron-Core's own
     default, NeMo AutoModel). Serving steps never run it."""
+    optimizer_moments: Literal["fp32", "bf16"] = "fp32"
+    """Memory only: dtype of Adam's two moments (Megatron-Core's precision-aware optimizer ``exp_avg_dtype`` /
+    ``exp_avg_sq_dtype``; DeepSeek-V3 report section 3.3.3: bf16): 8 or 4 bytes per parameter over the DP group."""
+    moe_act_input_fp8: bool = False
+    """Memory only: the routed experts' SwiGLU input kept in FP8 for the backward (DeepSeek-V3 report section 3.3.3;
+    :attr:`cosim.workload.synth.memory.MemoryOptions.moe_act_input_fp8`)."""
     overlap: Literal["none", "two-microbatch"] = "none"
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
@@ -284,10 +290,13 @@ def spec_card(spec: SyntheticSpec, card: Any) -> Any:
 
 
 def memory_options(spec: SyntheticSpec) -> Any:
-    """The memory model's framework settings that the spec sets (the gradient buffer's bytes)."""
+    """The memory model's framework settings that the spec sets (the gradient buffer's and Adam moments' bytes,
+    FP8-cached SwiGLU inputs)."""
     from cosim.workload.synth.memory import MemoryOptions
 
-    return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0)
+    return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
+                         moment_bytes=4.0 if spec.optimizer_moments == "bf16" else 8.0,
+                         moe_act_input_fp8=spec.moe_act_input_fp8)
 
 
 def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
