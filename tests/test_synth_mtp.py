@@ -201,3 +201,19 @@ def test_e2e_split_rule_counts_mtp_as_a_last_chunk_layer() -> None:
         "dsv3-h100-1024-fp8": 1, "dsv3-b200-256-mxfp8": 1, "dsv3-gb200-256-mxfp8": 1,
         "dsv3-h800-2048-fp8-run-average": 1, "mlm-dsv3-gb200-256-mxfp8": 0, "automodel-dsv3-h100-256-bf16": 0,
         "automodel-dsv3-h100-1024-bf16": 0}
+
+
+def test_mtp_pairs_as_a_layer_under_the_a2a_overlap(tmp_path: Path, dgx: object) -> None:
+    """Megatron-Core's combined 1F1B schedules an MTP layer as a layer (model_chunk_schedule_plan.py): its forward
+    and backward run once per micro-batch, and its all-to-alls are issued between other layers' compute."""
+    f = tmp_path / "tiny2.yaml"
+    f.write_text(yaml.safe_dump(TINY))
+    spec = SyntheticSpec.model_validate(dict(model=str(f), precision="bf16", fold=True,
+                                             layout={"pp": 2, "vpp": 2, "ep": 4, "a2a_overlap": True,
+                                                     "pipeline_layers": [1, 0, 0, 1]},
+                                             batch={"global": 32, "micro": 1, "seq": T}))
+    syn = synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer)
+    names = _names(syn.graph.ranks[-1])
+    m = syn.built.microbatches
+    assert names["mtp.eh_proj"] == names["mtp.eh_proj.dgrad"] == names["mtp.head.lm_head"] == m
+    assert names["moe.experts_fc1"] == 2 * m  # the stage's layer and the MTP layer

@@ -832,8 +832,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if cb < chunks - 1:
                 p2p("B", False, mb, cb + 1, cb)
             nl = card.num_layers
-            f_layers = [x for x in fw if 0 <= x[0] < nl]
-            b_layers = [x for x in bw if 0 <= x[0] < nl]
+            # MTP depths pair as layers (Megatron-Core's model_chunk_schedule_plan: an MTP layer runs the
+            # transformer layer's nodes, its norms, projection and embedding in the attn node, its head and loss
+            # in mtp_post_process); the embedding and the main head stay unpaired
+            f_layers = [x for x in fw if 0 <= x[0] < nl or mtp_depth(card, x[0]) is not None]
+            b_layers = [x for x in bw if 0 <= x[0] < nl or mtp_depth(card, x[0]) is not None]
             last = mb == last_mb
 
             def grads(ly: int) -> None:
@@ -847,8 +850,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     emit_all(list(zip(ops, durs)), ly)
             rb.switch(1)
             for ly, ops, durs in bw:
-                if ly >= nl:
-                    b_layer_start(ly)  # an MTP depth's recomputation (runs unpaired, as the head)
+                if ly == nl:
                     emit_all(list(zip(ops, durs)), ly)
                     grads(ly)
             post: Seg = []  # the forward's ops after its combine: they run before its next layer
@@ -916,7 +918,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             flush_dw()
             f_seg(post_ly, post)  # the forward's last combine, the head; the send
             for ly, ops, durs in fw:
-                if ly >= nl:
+                if ly == nl:
                     param_ready(ly)
                     emit_all(list(zip(ops, durs)), ly)
             if cf < chunks - 1:
