@@ -109,7 +109,7 @@ def test_every_published_e2e_layout_fits_its_gpu() -> None:
     DeepSeek-V3 H800 run with the memory savings its report publishes: validation/memory/run.py E2E_MEMORY_SETTINGS),
     but for the four misses named below."""
     from cosim.scenario import build_topology
-    from cosim.workload.synth.spec import memory_options
+    from cosim.workload.synth.spec import memory_options, spec_card
     from validation.e2e.run import _scenario, load_cases, microbatches
     from validation.memory.run import E2E_MEMORY_SETTINGS
 
@@ -119,7 +119,7 @@ def test_every_published_e2e_layout_fits_its_gpu() -> None:
     for c in cases:
         m = microbatches(c)
         spec = _scenario(c, m, c.system, None, "none").workload.synthetic  # type: ignore[union-attr]
-        card = load_model_config(c.model)
+        card = spec_card(spec, load_model_config(c.model))  # with the row's multi-token prediction
         lay, opts = spec.layout, memory_options(spec)
         if c.id in E2E_MEMORY_SETTINGS:
             update, kw, _ = E2E_MEMORY_SETTINGS[c.id]

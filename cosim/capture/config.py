@@ -100,6 +100,11 @@ class MoEModelConfig(Strict):
     """Leading layers with a dense SwiGLU FFN instead of an MoE layer."""
     dense_ffn_size: int | None = Field(default=None, gt=0)
     """Intermediate width of the dense FFN of the leading dense layers."""
+    mtp_layers: int = Field(default=0, ge=0)
+    """Multi-token-prediction depths (DeepSeek-V3 section 2.2; Hugging Face ``num_nextn_predict_layers``): each
+    predicts one more future token with the shared embedding and LM head, two RMSNorms, a 2h -> h projection and
+    one transformer layer of the last layer's kind. Training only (synthesis: :func:`cosim.workload.synth.costs
+    .mtp_ops`); not part of ``num_layers`` nor of :meth:`param_counts`."""
 
     sliding_window: int | None = Field(default=None, gt=0)
     """Sliding-window attention: the keys a query of a sliding layer sees (itself and the ``sliding_window - 1``

@@ -151,4 +151,6 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
         card.update(num_experts=0, top_k=0, dense_layers=layers, dense_ffn_size=need("intermediate_size"))
     if cfg.get("router_aux_loss_coef") is not None:
         card["aux_loss_coef"] = float(cfg["router_aux_loss_coef"])
+    if opt("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction depths
+        card["mtp_layers"] = opt("num_nextn_predict_layers")
     return card

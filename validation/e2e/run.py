@@ -115,6 +115,12 @@ class Case(Strict):
     cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] | None = None
     """Transformer Engine partial CUDA graphs of the run's config (``cuda_graph_impl: transformer_engine``,
     ``cuda_graph_scope``): the synthetic spec's ``cuda_graph_scope``; absent: eager."""
+    mtp_layers: int | None = Field(default=None, ge=0)
+    """Multi-token-prediction depths the run trains (the synthetic spec's ``mtp_layers``); None: the card's."""
+    optimizer_moments: Literal["fp32", "bf16"] = "fp32"
+    """Memory only: the run's Adam moment dtype (the synthetic spec's ``optimizer_moments``)."""
+    moe_act_input_fp8: bool = False
+    """Memory only: the run keeps the experts' SwiGLU input in FP8 (the synthetic spec's ``moe_act_input_fp8``)."""
     dispatch_precision: Literal["bf16", "fp8"] | None = None
     """Element type of the run's dispatched tokens (the synthetic spec's ``dispatch_precision``); None: bf16, as
     Megatron-Core dispatches."""
@@ -189,12 +195,19 @@ def load_cases(path: Path = CASES) -> tuple[dict[str, str], list[Case]]:
     return dict(doc.sources), list(doc.cases)
 
 
-def pipeline_layers(layers: int, chunks: int) -> list[int] | None:
+def pipeline_layers(layers: int, chunks: int, mtp: int = 0) -> list[int] | None:
     """Layers per model chunk when ``layers`` do not divide evenly: every chunk gets ceil(layers/chunks) and
     the chunks that also carry the loss (last) and the embedding (first), then the next ones inward, give
-    one layer back each (Megatron's account-for-embedding/loss rule, generalized). None when even."""
+    one layer back each (Megatron's account-for-embedding/loss rule, generalized). None when even. ``mtp``
+    multi-token-prediction depths count as layers of the last chunk (they run there: Megatron-Bridge's DeepSeek-V3
+    layouts give that chunk fewer decoder layers, e.g. ``t + mtp + loss`` for pp 16)."""
     if layers % chunks == 0:
         return None
+    if mtp:
+        counts = pipeline_layers(layers + mtp, chunks) or [(layers + mtp) // chunks] * chunks
+        if counts[-1] >= mtp:
+            counts[-1] -= mtp
+            return counts
     base = -(-layers // chunks)
     counts = [base] * chunks
     order = [i for k in range(chunks) for i in ((chunks - 1 - k), k)]
@@ -326,7 +339,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     elif case.recompute_modules and recompute == "none":
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)
-    pl = case.pipeline_layers or pipeline_layers(load_model_config(case.model).num_layers, lay.pp * lay.vpp)
+    card = load_model_config(case.model)
+    pl = case.pipeline_layers or pipeline_layers(card.num_layers, lay.pp * lay.vpp,
+                                                 card.mtp_layers if case.mtp_layers is None else case.mtp_layers)
     if pl is not None:
         layout["pipeline_layers"] = pl
     spec = SyntheticSpec.model_validate({
@@ -339,6 +354,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({} if case.expert_padding else {"expert_padding": False}),
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
         **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
+        **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
+        **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),
+        **({"moe_act_input_fp8": True} if case.moe_act_input_fp8 else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,

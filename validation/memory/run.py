@@ -185,7 +185,7 @@ def e2e_rows() -> list[dict[str, Any]]:
     row's scenario holds it and, where :data:`E2E_MEMORY_SETTINGS` has the run's published memory settings, with
     them."""
     from cosim.scenario import build_topology
-    from cosim.workload.synth.spec import memory_options
+    from cosim.workload.synth.spec import memory_options, spec_card
     from validation.e2e.run import _scenario, load_cases, microbatches
 
     out = []
@@ -193,7 +193,7 @@ def e2e_rows() -> list[dict[str, Any]]:
     for c in cases:
         m = microbatches(c)
         spec = _scenario(c, m, c.system, None, "none").workload.synthetic
-        card = load_model_config(c.model)
+        card = spec_card(spec, load_model_config(c.model))  # with the row's multi-token prediction
         topo = build_topology(c.system, None, None, None, None)
         hbm = float(topo.accelerator(topo.gpus[0]).hbm_capacity)
         variants = [(c.id, spec.layout, memory_options(spec))]

@@ -64,6 +64,12 @@ from cosim.workload.synth.costs import (
     head_ops,
     layer_ops,
     layer_params,
+    mtp_body_layer,
+    mtp_depth,
+    mtp_layer_index,
+    mtp_ops,
+    mtp_params,
+    mtp_recomputed_full,
     recomputed,
 )
 from cosim.workload.synth.layout import RankMap
@@ -547,6 +553,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}
+    _mtp_routes(card, routes)
     fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and not opts.gpu_slowdown
                                                     and not opts.host_slowdown and not opts.launch_jitter)
     ranks = [rm.rank(0, 0, 0, s) for s in range(rm.pp)] if fold else list(range(rm.world))
@@ -587,6 +594,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
             fw.append((ly, cache[key], []))
         if c == chunks - 1:
+            fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
             fw.append((card.num_layers, head_ops(card, T, sh0, p), []))
         bw0 = [(ly, backward_ops(ops)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
@@ -700,7 +708,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if not fsdp or ly in gathered or ly in unsharded:
                 return
             unsharded.add(ly)
-            dense, expert = _unit_params(card, ly)
+            dense, expert = _unit_params(card, ly, _mtp_copy(rm))
             ids = []
             for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
                 if n > 0 and len(groups[g]) > 1:
@@ -778,7 +786,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
 
             def recompute(ly: int) -> None:
-                if rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
+                if mtp_depth(card, ly) is not None:
+                    _mtp_recompute(rm, fwd_of[ly], emit, recomputed_op, ly)
+                elif rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
                     ops, durs = fwd_of[ly]
                     end = early_stop_end(ops) if rm.layout.recompute_early_stop else len(ops)
                     for fo, fd in zip(ops[:end], durs[:end]):
@@ -829,7 +839,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
         def b_layer_start(ly: int) -> None:
             """A backward layer's recomputation (as ``backward``'s ``recompute``)."""
-            if rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
+            if mtp_depth(card, ly) is not None:
+                _mtp_recompute(rm, prepared_fwd[ly], emit, recomputed_op, ly)
+            elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
                 for fo, fd in zip(*prepared_fwd[ly]):
                     if recomputed(fo.name, rm.layout.recompute_modules):
                         emit(recomputed_op(fo), fd, ly)
@@ -853,8 +865,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if cb < chunks - 1:
                 p2p("B", False, mb, cb + 1, cb)
             nl = card.num_layers
-            f_layers = [x for x in fw if 0 <= x[0] < nl]
-            b_layers = [x for x in bw if 0 <= x[0] < nl]
+            # MTP depths pair as layers (Megatron-Core's model_chunk_schedule_plan: an MTP layer runs the
+            # transformer layer's nodes, its norms, projection and embedding in the attn node, its head and loss
+            # in mtp_post_process); the embedding and the main head stay unpaired
+            f_layers = [x for x in fw if 0 <= x[0] < nl or mtp_depth(card, x[0]) is not None]
+            b_layers = [x for x in bw if 0 <= x[0] < nl or mtp_depth(card, x[0]) is not None]
             last = mb == last_mb
 
             def grads(ly: int) -> None:
@@ -868,7 +883,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     emit_all(list(zip(ops, durs)), ly)
             rb.switch(1)
             for ly, ops, durs in bw:
-                if ly >= nl:
+                if ly == nl:
                     emit_all(list(zip(ops, durs)), ly)
                     grads(ly)
             post: Seg = []  # the forward's ops after its combine: they run before its next layer
@@ -936,7 +951,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             flush_dw()
             f_seg(post_ly, post)  # the forward's last combine, the head; the send
             for ly, ops, durs in fw:
-                if ly >= nl:
+                if ly == nl:
                     param_ready(ly)
                     emit_all(list(zip(ops, durs)), ly)
             if cf < chunks - 1:
@@ -1006,6 +1021,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if not overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
             rb.switch(0)
             _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
+        _mtp_embedding_grad(rb, rm, card, rank, launch)
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
         return rb.finish(), unit_span, unit_key
 
@@ -1162,7 +1178,7 @@ def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed:
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()
         for i, ly in enumerate(layers):
-            dense, expert = _unit_params(card, ly)
+            dense, expert = _unit_params(card, ly, _mtp_copy(rm))
             x = dense / rm.tp if g == "dp" else expert / (rm.ep * rm.etp)
             if x <= 0:
                 continue
@@ -1209,9 +1225,11 @@ def _param_gathers(rb: _RankBuilder, buckets: list[Bucket], groups: dict[str, li
     return out
 
 
-def _unit_params(card: MoEModelConfig, layer: int) -> tuple[float, float]:
-    """(dense, expert) parameters of a layer, of the embedding (-1) or of the LM head and final norm
-    (``num_layers``), unsharded."""
+def _unit_params(card: MoEModelConfig, layer: int, emb_copy: bool = False) -> tuple[float, float]:
+    """(dense, expert) parameters of a layer, of the embedding (-1), of the LM head and final norm
+    (``num_layers``) or of an MTP depth (:func:`_mtp_unit_params`), unsharded."""
+    if mtp_depth(card, layer) is not None:
+        return _mtp_unit_params(card, layer, emb_copy)
     if layer == -1:
         return float(card.vocab_size * card.hidden_size), 0.0
     if layer == card.num_layers:
@@ -1232,6 +1250,9 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             dense += card.vocab_size * card.hidden_size / rm.tp
         if c == rm.pp * rm.vpp - 1:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
+            md, me = mtp_params(card, _mtp_copy(rm))
+            dense += md / rm.tp
+            expert += me / (rm.ep * rm.etp)
     return dense, expert
 
 
@@ -1260,7 +1281,7 @@ def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:
 
     t = float(seq)
     total = sum(layer_forward_flops(card, ly, int(t), seq) for ly in _distinct_layers(card)) / t
-    return total + 2.0 * card.vocab_size * card.hidden_size
+    return total + 2.0 * card.vocab_size * card.hidden_size + _mtp_flops_per_token(card, seq)
 
 
 def _distinct_layers(card: MoEModelConfig) -> list[int]:
@@ -1270,3 +1291,85 @@ def _distinct_layers(card: MoEModelConfig) -> list[int]:
     for ly in range(card.num_layers):
         out.append(first.setdefault((ly < card.dense_layers, card.window(ly)), ly))
     return out
+
+
+# ---------------------------------------------------------------- multi-token prediction (costs.MTP_SOURCE)
+def _mtp_routes(card: MoEModelConfig, routes: dict[int, Any]) -> None:
+    """Each MTP depth routes as the main model's last layer (its MoE layer's kind): its routing is that layer's."""
+    body = mtp_body_layer(card)
+    if body in routes:
+        for k in range(card.mtp_layers):
+            routes[mtp_layer_index(card, k)] = routes[body]
+
+
+def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[int, Any], T: float, seq: int,
+                   p: Precision, cache: dict[Any, list[Op]], opts: BuildOptions,
+                   late_dtoh: bool) -> list[tuple[int, list[Op], list[float]]]:
+    """The MTP depths of the last model chunk, after its layers and before the LM head (Megatron-Core GPTModel: the
+    decoder, the MTP block, each depth's logits and loss, then the main logits and loss; the ``m`` of a
+    ``pipeline_model_parallel_layout`` next to its ``L``): per depth its pseudo-layer index and forward ops."""
+    out: list[tuple[int, list[Op], list[float]]] = []
+    body = mtp_body_layer(card)
+    for k in range(card.mtp_layers):
+        sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
+                    else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
+        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh)
+        if key not in cache:
+            cache[key] = mtp_ops(card, T, seq, sh, p)
+        out.append((mtp_layer_index(card, k), cache[key], []))
+    return out
+
+
+def _mtp_recompute(rm: RankMap, fwd: tuple[list[Op], list[float]], emit: Any, recomputed_op: Any, ly: int) -> None:
+    """An MTP depth's recomputation before its backward: full re-runs its checkpointed part (projection, layer,
+    final norm: :func:`cosim.workload.synth.costs.mtp_recomputed_full`), selective the ``recompute_modules`` of
+    its layer."""
+    lay = rm.layout
+    for fo, fd in zip(*fwd):
+        if ((lay.recompute == "full" and mtp_recomputed_full(fo.name))
+                or (lay.recompute == "selective" and recomputed(fo.name, lay.recompute_modules))):
+            emit(recomputed_op(fo), fd, ly)
+
+
+def _mtp_copy(rm: RankMap) -> bool:
+    """Whether the MTP stage holds its own copy of the embedding (:func:`cosim.workload.synth.costs.mtp_params`)."""
+    return rm.pp > 1 and rm.schedule != "dualpipe"
+
+
+def _mtp_unit_params(card: MoEModelConfig, layer: int, emb_copy: bool) -> tuple[float, float]:
+    """(dense, expert) parameters of MTP depth pseudo-layer ``layer``; the first depth also holds the MTP stage's
+    embedding copy (``emb_copy``)."""
+    d, e = mtp_params(card)
+    emb = card.vocab_size * card.hidden_size if emb_copy and mtp_depth(card, layer) == 0 else 0
+    return float(d / card.mtp_layers + emb), float(e / card.mtp_layers)
+
+
+def _mtp_embedding_grad(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, rank: int, launch: float) -> None:
+    """Megatron-Core ``_allreduce_word_embedding_grads`` with MTP: the first stage's embedding and the MTP stage's
+    copy sum their gradients (an all-reduce of ``vocab / tp x hidden`` gradient elements between the two ranks)
+    after the data-parallel reduction, before the optimizer. Not under DualPipe (rank 0 holds both ends: DeepSeek-V3
+    section 3.2.3 shares them physically)."""
+    if not card.mtp_layers or rm.pp == 1 or rm.schedule == "dualpipe":
+        return
+    tp_i, cp_i, dp_i, stage = rm.coords(rank)
+    if stage not in (0, rm.pp - 1):
+        return
+    members = [rm.rank(tp_i, cp_i, dp_i, 0), rm.rank(tp_i, cp_i, dp_i, rm.pp - 1)]
+    nbytes = card.vocab_size * card.hidden_size / rm.tp * rb.grad_bytes
+    name = "mtp.embed_grad_all_reduce"
+    c = rb.collective(name, "all_reduce", members, nbytes)
+    o = Op(name, "collective", 0.0, nbytes, comm=Comm("pp", "all_reduce", nbytes), stream="dp")
+    j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
+    rb.grad_ops.append(j)
+
+
+def _mtp_flops_per_token(card: MoEModelConfig, seq: int) -> float:
+    """Forward FLOPs per token of the MTP depths: per depth its layer (of the last layer's kind), its three norms'
+    and the 2h x h projection's, and one more LM head (as Megatron-Core's ``num_floating_point_operations``)."""
+    if not card.mtp_layers:
+        return 0.0
+    from cosim.workload.synth.costs import layer_forward_flops
+
+    h = card.hidden_size
+    layer = layer_forward_flops(card, mtp_body_layer(card), seq, seq) / seq
+    return card.mtp_layers * (layer + 2.0 * 2 * h * h + 2.0 * card.vocab_size * h)

@@ -29,10 +29,40 @@ from dataclasses import dataclass, field, replace
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
-__all__ = ["EARLY_STOP_SOURCE", "PARAM_HOOK_SOURCE", "PRECISIONS", "RECOMPUTE_MODULES", "SAVED_SOURCE", "TE_QUANTIZE_SOURCE", "Comm", "Op", "Precision", "Shard", "backward_ops",
-           "bias_ops", "early_stop_end", "embedding_ops", "expert_activation_ops", "expert_bias_ops", "head_ops",
-           "kv_cache_bytes_per_token", "layer_forward_flops", "layer_ops",
-           "layer_params", "recomputed", "rope_ops", "sample_head_ops", "selective_saved"]
+__all__ = [
+    "EARLY_STOP_SOURCE",
+    "MTP_SOURCE",
+    "PARAM_HOOK_SOURCE",
+    "PRECISIONS",
+    "RECOMPUTE_MODULES",
+    "SAVED_SOURCE",
+    "TE_QUANTIZE_SOURCE",
+    "Comm",
+    "Op",
+    "Precision",
+    "Shard",
+    "backward_ops",
+    "bias_ops",
+    "early_stop_end",
+    "embedding_ops",
+    "expert_activation_ops",
+    "expert_bias_ops",
+    "head_ops",
+    "kv_cache_bytes_per_token",
+    "layer_forward_flops",
+    "layer_ops",
+    "layer_params",
+    "mtp_body_layer",
+    "mtp_depth",
+    "mtp_layer_index",
+    "mtp_ops",
+    "mtp_params",
+    "mtp_recomputed_full",
+    "recomputed",
+    "rope_ops",
+    "sample_head_ops",
+    "selective_saved",
+]
 
 
 QUANT_COPIES = 2
@@ -1156,7 +1186,7 @@ def param_tensors(o: Op) -> int:
     per = 2 if o.bias else 1  # a biased linear's bias is a parameter of its own (AccumulateGrad and hook)
     if o.cls == "grouped_gemm":
         return max(round(o.batch), 1) * per
-    if o.cls in ("gemm", "norm") or o.name == "embed.lookup":
+    if o.cls in ("gemm", "norm") or o.name in ("embed.lookup", "mtp.embed.lookup"):
         return per
     return 1 if o.bias else 0
 
@@ -1183,3 +1213,85 @@ def layer_forward_flops(card: MoEModelConfig, layer: int, tokens: int, seq: int)
         raise ValueError(f"layer {layer} out of range: {card.name} has {card.num_layers} layers")
     ops = layer_ops(card, layer, float(tokens), float(seq), Shard(framework_ops=False))
     return float(sum(o.flops for o in ops if o.cls != "collective"))
+
+
+# ---------------------------------------------------------------- multi-token prediction (DeepSeek-V3 section 2.2)
+MTP_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/multi_token_prediction.py "
+              "(MultiTokenPredictionLayer: the shared embedding of the rolled input ids, enorm and hnorm, "
+              "torch.cat((embedding, hidden), -1), eh_proj a ColumnParallelLinear 2h -> h with gather_output False "
+              "then gather_from_tensor_model_parallel_region and scatter_to_sequence_parallel_region, one "
+              "transformer_layer, final_layernorm; _checkpointed_forward wraps the projection, layer and norm under "
+              "full recomputation), megatron/core/models/gpt/gpt_model.py (_postprocess: the shared output_layer and "
+              "compute_language_model_loss on each MTP depth's hidden states; the MTP stage builds its own copy of the "
+              "embedding), megatron/core/distributed/finalize_model_grads.py (_allreduce_word_embedding_grads: the "
+              "embedding gradient all-reduced between the first and the MTP stage) and megatron/training/training.py "
+              "(num_floating_point_operations: the MTP layer counted as one more layer of the last layer's kind, "
+              "its norms and eh_proj, and one more logit GEMM per depth)")
+"""Where the multi-token-prediction ops, parameters and FLOPs come from."""
+
+
+def mtp_layer_index(card: MoEModelConfig, depth: int) -> int:
+    """Pseudo-layer index of MTP depth ``depth`` (0-based) in a chunk's layer list: after the LM head
+    (``num_layers``), so ``-1`` embedding, ``0..num_layers-1`` layers, ``num_layers`` head, then the MTP depths."""
+    return card.num_layers + 1 + depth
+
+
+def mtp_depth(card: MoEModelConfig, layer: int) -> int | None:
+    """The MTP depth of pseudo-layer index ``layer``, or None when it is no MTP module."""
+    k = layer - card.num_layers - 1
+    return k if 0 <= k < card.mtp_layers else None
+
+
+def mtp_body_layer(card: MoEModelConfig) -> int:
+    """The main-model layer whose kind (dense or MoE FFN, window) the MTP transformer layer has: the last one
+    (Megatron-Core training.py counts the MTP layer as MoE iff the last layer is; DeepSeek-V3's layer 61 is MoE)."""
+    return card.num_layers - 1
+
+
+def mtp_ops(card: MoEModelConfig, tokens: float, seq: float, shard: Shard | None = None,
+            precision: Precision | str = "bf16", body: list[Op] | None = None) -> list[Op]:
+    """Forward ops of one MTP depth on the last pipeline stage (:data:`MTP_SOURCE`): the embedding of the shifted
+    tokens (vocabulary-parallel lookup and its TP reduction), RMSNorm of it and of the hidden state, their
+    concatenation, the 2h -> h projection (column-parallel: under SP its input all-gathered, its output gathered
+    along the hidden dim), the transformer layer ``body`` (default: :func:`layer_ops` of :func:`mtp_body_layer`,
+    op names unchanged so recomputation and CUDA-graph scopes treat it as a layer), then the final norm, the shared
+    LM head and the cross-entropy loss (:func:`head_ops`, ``mtp.`` prefixed)."""
+    s = shard or Shard()
+    p = PRECISIONS[precision] if isinstance(precision, str) else precision
+    h = card.hidden_size
+    sp = s.sequence_parallel and s.tp > 1
+    local = tokens / s.tp if sp else tokens
+    ops = [replace(o, name=f"mtp.{o.name}") for o in embedding_ops(card, tokens, s, p)]
+    ops += [_norm("mtp.enorm", local, h, p), _norm("mtp.hnorm", local, h, p),
+            _ew("mtp.concat", local * 2 * h, p, flops_per=0.0)]
+    if sp:
+        ops.append(_coll("mtp.eh_proj.sp_all_gather", "tp", "all_gather", tokens * 2 * h * p.act_bytes))
+    ops += [*_quant("mtp.eh_proj.input", tokens * 2 * h, p),
+            replace(_gemm("mtp.eh_proj", tokens, h / s.tp, 2 * h, p), saved=local * 2 * h * _saved_bytes(p))]
+    if s.tp > 1:  # gather_from_tensor_model_parallel_region: backward a split (no communication) without SP; the SP
+        # scatter's backward all-gathers the same bytes (modelled as this gather's transpose)
+        ops.append(replace(_coll("mtp.eh_proj.tp_all_gather", "tp", "all_gather", tokens * h * p.act_bytes),
+                           no_grad=not sp))
+    ops += body if body is not None else layer_ops(card, mtp_body_layer(card), tokens, seq, s, p)
+    ops += [replace(o, name=f"mtp.{o.name}") for o in head_ops(card, tokens, s, p)]
+    return ops
+
+
+def mtp_recomputed_full(name: str) -> bool:
+    """Under full recomputation: whether MTP forward op ``name`` is re-run (Megatron-Core checkpoints the
+    projection, the transformer layer and the final norm; not the embedding, the LM head and the loss)."""
+    return not name.startswith(("mtp.embed.", "mtp.head.lm_head", "mtp.head.cross_entropy", "mtp.head.tp_loss",
+                                "mtp.head.sp_all_gather"))
+
+
+def mtp_params(card: MoEModelConfig, embedding_copy: bool = False) -> tuple[int, int]:
+    """(dense, routed-expert) parameters of all MTP depths: per depth the two input norms, the 2h x h projection,
+    the final norm and one layer of :func:`mtp_body_layer`'s kind; with ``embedding_copy`` the MTP stage's own copy
+    of the embedding (Megatron-Core with pp > 1; not DualPipe, whose rank holding the MTP holds the embedding too:
+    DeepSeek-V3 section 3.2.3). The LM head is shared (Megatron-Core's output_layer)."""
+    if not card.mtp_layers:
+        return 0, 0
+    h = card.hidden_size
+    d, e = layer_params(card, mtp_body_layer(card))
+    dense = card.mtp_layers * (3 * h + 2 * h * h + d) + (card.vocab_size * h if embedding_copy else 0)
+    return dense, card.mtp_layers * e

@@ -39,6 +39,10 @@ from cosim.workload.synth.costs import (
     head_ops,
     layer_ops,
     layer_params,
+    mtp_body_layer,
+    mtp_ops,
+    mtp_params,
+    mtp_recomputed_full,
     selective_saved,
 )
 from cosim.workload.synth.layout import RankMap
@@ -236,10 +240,42 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             a += sum(x.saved for x in embedding_ops(card, T, sh, p)) + mask
         if c == rm.pp * rm.vpp - 1:
             st.dense += card.vocab_size * card.hidden_size / rm.tp
+            a += _mtp_stage(card, rm, st, T, seq, sh, p, o, layer_input, mask)
             a += sum(x.saved for x in head_ops(card, T, sh, p))
             st.work = max(st.work, T * card.vocab_size / rm.tp * p.act_bytes)  # LOSS_SOURCE
         st.act_chunk.append(a)
     return st
+
+
+def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int, sh: Shard, p: Precision,
+               o: MemoryOptions, layer_input: float, mask: float) -> float:
+    """The MTP depths of the last chunk (:func:`cosim.workload.synth.costs.mtp_ops`): their parameters (and the
+    stage's embedding copy with pp > 1) into ``st``; returns their activation bytes per micro-batch (the layer's as
+    :func:`layer_activation_bytes`; the norms, projection and head as saved; under full recomputation only the
+    depth's input and its un-checkpointed embedding and head)."""
+    if not card.mtp_layers:
+        return 0.0
+    lay = rm.layout
+    md, me = mtp_params(card, rm.pp > 1 and rm.schedule != "dualpipe")
+    st.dense += md / rm.tp
+    st.expert += me / (rm.ep * rm.etp)
+    body = mtp_body_layer(card)
+    gd, ge = _gemm_params(card, body)
+    h = card.hidden_size
+    st.gemm += card.mtp_layers * ((gd + 2 * h * h) / rm.tp + ge / (rm.ep * rm.etp))
+    d, e = layer_params(card, body)
+    st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
+    layer = layer_ops(card, body, T, seq, sh, p)
+    ops = mtp_ops(card, T, seq, sh, p, body=layer)
+    names = {id(x) for x in layer}
+    rest = [x for x in ops if id(x) not in names]
+    kept = layer_activation_bytes(layer, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
+    if lay.recompute == "full":
+        outside = sum(x.saved for x in rest if not mtp_recomputed_full(x.name))
+        return card.mtp_layers * (kept + outside)
+    if lay.recompute != "none":
+        st.work = max(st.work, sum(x.saved for x in layer) - kept)
+    return card.mtp_layers * (kept + sum(x.saved for x in rest) + 2 * mask)
 
 
 def _peak(rm: RankMap, stage: int, act_chunk: list[float], microbatches: int) -> float:

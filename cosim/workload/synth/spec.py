@@ -39,7 +39,7 @@ from cosim.workload.synth.costs import PRECISIONS, Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
 
-__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "synthesize", "synthetic_figures"]
+__all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "spec_card", "synthesize", "synthetic_figures"]
 
 
 class BatchSpec(Strict):
@@ -131,6 +131,17 @@ class SyntheticSpec(Strict):
                      | Annotated[DecodeBatch, Tag("tagged-union:decode")], Discriminator(_batch_kind)]
     """Batch sizes: {global, micro, seq} (train), {tokens_per_gpu, prompt, chunk} (prefill),
     {requests_per_gpu, context} (decode)."""
+    mtp_layers: int | None = Field(default=None, ge=0)
+    """Training: multi-token-prediction depths run on the last pipeline stage (DeepSeek-V3 section 2.2;
+    Megatron-Core ``mtp_num_layers``, :func:`cosim.workload.synth.costs.mtp_ops`); None: the card's ``mtp_layers``
+    (deepseek-v3: 1, as its config.json and Megatron-Bridge's DeepSeek-V3 recipe); 0: none (Megatron-Core's own
+    default, NeMo AutoModel). Serving steps never run it."""
+    optimizer_moments: Literal["fp32", "bf16"] = "fp32"
+    """Memory only: dtype of Adam's two moments (Megatron-Core's precision-aware optimizer ``exp_avg_dtype`` /
+    ``exp_avg_sq_dtype``; DeepSeek-V3 report section 3.3.3: bf16): 8 or 4 bytes per parameter over the DP group."""
+    moe_act_input_fp8: bool = False
+    """Memory only: the routed experts' SwiGLU input kept in FP8 for the backward (DeepSeek-V3 report section 3.3.3;
+    :attr:`cosim.workload.synth.memory.MemoryOptions.moe_act_input_fp8`)."""
     overlap: Literal["none", "two-microbatch"] = "none"
     """Serving: run the step as one batch, or as two micro-batches whose communication overlaps the other's
     compute (DeepSeek's serving systems, SGLang's two-batch overlap)."""
@@ -292,11 +303,20 @@ TimerFactory = Callable[["SyntheticSpec", Any, "Path | None"], KernelTimeFn]
 files it names relative to ``base`` (:func:`cosim.models.synth_timing.synthetic_kernel_timer`)."""
 
 
+def spec_card(spec: SyntheticSpec, card: Any) -> Any:
+    """``card`` as ``spec`` runs it: with the spec's ``mtp_layers`` (training; serving steps run no MTP)."""
+    mtp = 0 if spec.mode != "train" else card.mtp_layers if spec.mtp_layers is None else spec.mtp_layers
+    return card if mtp == card.mtp_layers else card.model_copy(update={"mtp_layers": mtp})
+
+
 def memory_options(spec: SyntheticSpec) -> Any:
-    """The memory model's framework settings that the spec sets (the gradient buffer's bytes)."""
+    """The memory model's framework settings that the spec sets (the gradient buffer's and Adam moments' bytes,
+    FP8-cached SwiGLU inputs)."""
     from cosim.workload.synth.memory import MemoryOptions
 
-    return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0)
+    return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
+                         moment_bytes=4.0 if spec.optimizer_moments == "bf16" else 8.0,
+                         moe_act_input_fp8=spec.moe_act_input_fp8)
 
 
 def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
@@ -308,7 +328,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     from cosim.workload.synth.memory import memory_per_stage
     from cosim.workload.synth.routing import parse_routing
 
-    card = _card(spec.model, base)
+    card = spec_card(spec, _card(spec.model, base))
     gpus = len(topology.gpus)
     rm = spec.layout.resolve(card, gpus, where="workload.synthetic.layout")
     routing = parse_routing(spec.routing, str(base) if base else None)
