@@ -122,10 +122,16 @@ class LinkUsage:
         if not parts:
             return [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
         ns = [len(p[0]) for p in parts]
-        cols: list[np.ndarray] = [np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]]
-        for i in range(1, 5):
-            cols.append(np.concatenate([_piece(p[i], n) for p, n in zip(parts, ns)]))
-        cols.append(np.repeat(np.asarray([int(p[5]) for p in parts], dtype=np.int8), ns))
+        src = np.asarray([int(p[5]) for p in parts], dtype=np.int8)
+        pieces = [[p[i] for p in parts] for i in range(5)]
+        del parts  # (each column's pieces are released once it is built: peak memory ~one column above the parts)
+        cols: list[np.ndarray] = []
+        for i in range(5):
+            col = pieces[i]
+            pieces[i] = []
+            cols.append(np.concatenate(col if i == 0 else [_piece(x, n) for x, n in zip(col, ns)]))
+            del col
+        cols.append(np.repeat(src, ns))
         return cols
 
     def _data(self) -> tuple[np.ndarray, ...]:
