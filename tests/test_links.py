@@ -264,3 +264,51 @@ def test_windowed_bytes_equal_the_per_interval_fractions() -> None:
             frac = np.where(d > 0, (np.minimum(es, b) - np.maximum(ss, a)) / d, ((ss >= a) & (ss <= b)).astype(float))
         want = np.bincount(lks, weights=nbs * np.clip(np.nan_to_num(frac), 0.0, 1.0), minlength=6)
         assert np.array_equal(u.bytes_in(a, b), want)
+
+
+def test_windowed_figures_from_the_crossing_intervals_are_bit_for_bit() -> None:
+    """busy(a, b) and bytes_in(a, b) look only at the intervals crossing the window (plus empty ones and
+    non-finite bytes) when every time is finite: bit for bit the sums over every interval in (link, start)
+    order; parts added as scalars or arrays, and more parts after a first report, sort like one lexsort."""
+    import math
+
+    from cosim.replay.links import COLLECTIVE, MEMCPY, LinkUsage
+
+    rng = np.random.default_rng(11)
+    nl = 7
+    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(nl)], np.ones(nl))
+    rows: list[np.ndarray] = []
+
+    def add(n: int, scalar_end: bool, src: int) -> None:
+        lk = rng.integers(0, nl - 1, n)
+        s = rng.random(n) * 30.0
+        e: Any = float(rng.random() * 40.0) if scalar_end else s + rng.random(n) * 3.0 - 0.2  # some reversed
+        nb = rng.random(n) * 1e6
+        nb[rng.random(n) < 0.05] = math.inf
+        u.add(lk, s, e, 1.0, nb, src, count_bytes=src == MEMCPY)
+        rows.append(np.stack([lk, s, np.broadcast_to(e, (n,)), nb]))
+
+    for k in range(6):
+        add(80, k % 3 == 0, COLLECTIVE)
+    u.busy()  # a first report, then more parts
+    add(50, False, MEMCPY)
+    add(30, True, COLLECTIVE)
+    allr = np.concatenate(rows, axis=1)
+    o = np.lexsort((allr[1], allr[0]))
+    lk, s, e, _c, nb, _src, _off = u._data()
+    assert np.array_equal(lk, allr[0][o].astype(np.int64)) and np.array_equal(s, allr[1][o])
+    assert np.array_equal(e, allr[2][o]) and np.array_equal(nb, allr[3][o])
+    prev = u._prev_ends()
+    for a, b in ((3.0, 17.5), (0.5, 0.5), (10.25, 60.0), (-5.0, 12.0), (29.0, 29.5)):
+        want_busy = np.bincount(lk, weights=np.maximum(np.clip(e, a, b) - np.maximum(np.clip(s, a, b),
+                                                                                     np.clip(prev, a, b)), 0.0),
+                                minlength=nl)
+        assert np.array_equal(u.busy(a, b), want_busy)
+        d = e - s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(d > 0, (np.minimum(e, b) - np.maximum(s, a)) / d, ((s >= a) & (s <= b)).astype(float))
+            w = np.where((d > 0) & (s >= a) & (e <= b), nb, nb * np.clip(np.nan_to_num(frac), 0.0, 1.0))
+        want = np.bincount(lk, weights=w, minlength=nl)
+        got = u.bytes_in(a, b)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])

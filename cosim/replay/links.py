@@ -63,6 +63,16 @@ def _column(x: Any, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(x, dtype=float), (n,)).copy()
 
 
+def _piece(x: Any, n: int) -> np.ndarray:
+    """``x`` (a scalar or ``n`` values) as ``n`` floats, ``x`` itself when it already is (not copied: for
+    :func:`np.concatenate`)."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (n,):
+        return x
+    if isinstance(x, (float, int)):
+        return np.full(n, float(x))
+    return np.broadcast_to(np.asarray(x, dtype=float), (n,))
+
+
 class LinkUsage:
     """Traffic intervals per directed link: (start, end, concurrent transfers, bytes, source).
 
@@ -76,7 +86,9 @@ class LinkUsage:
         self.total_bytes = np.zeros(len(self.links))
         """Bytes per link (wire bytes of collectives + memcpy bytes)."""
         self.memcpy_bytes = np.zeros(len(self.links))
-        self._parts: list[tuple[np.ndarray, ...]] = []
+        self._parts: list[tuple[Any, ...]] = []  # (link, start, end, count, bytes, source) as added
+        self._parts_sorted: tuple[np.ndarray, ...] = ()  # the columns of the last :meth:`_data`
+        self._window_state: tuple[bool, np.ndarray] | None = None  # (all ends finite, special intervals)
         self._compiled: tuple[np.ndarray, ...] | None = None
         self._prev: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, :meth:`_prev_ends`)
         self._busy_all: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, unclipped busy)
@@ -86,36 +98,68 @@ class LinkUsage:
             count_bytes: bool = True) -> None:
         """Intervals on ``link[k]`` over [start[k], end[k]) with ``count[k]`` transfers moving ``nbytes[k]``.
 
-        ``count_bytes=False`` records the interval only (its bytes are counted elsewhere)."""
+        ``count_bytes=False`` records the interval only (its bytes are counted elsewhere). The arrays are kept as
+        given until :meth:`_data` concatenates them (one call per column for all the parts, scalars broadcast
+        there): callers hand over arrays they no longer change (the fabric's observer makes fresh ones; a
+        coalesced collective's memo hands the same read-only arrays at every hit)."""
         link = np.asarray(link, dtype=np.int64).reshape(-1)
         n = link.size
         if not n:
             return
-        s, e, c, b = (_column(x, n) for x in (start, end, count, nbytes))
         if count_bytes:
+            b = _column(nbytes, n)
             np.add.at(self.total_bytes, link, b)
             if source == MEMCPY:
                 np.add.at(self.memcpy_bytes, link, b)
-        self._parts.append((link, s, e, c, b, np.full(n, source, dtype=np.int8)))
+            nbytes = b
+        self._parts.append((link, start, end, count, nbytes, source))
         self._compiled = None
 
+    def _columns(self) -> list[np.ndarray]:
+        """The parts added since the last :meth:`_data` as (link, start, end, count, bytes, source) columns, in the
+        order added (the parts are released as they are read)."""
+        parts, self._parts = self._parts, []
+        if not parts:
+            return [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
+        ns = [len(p[0]) for p in parts]
+        src = np.asarray([int(p[5]) for p in parts], dtype=np.int8)
+        pieces = [[p[i] for p in parts] for i in range(5)]
+        del parts  # (each column's pieces are released once it is built: peak memory ~one column above the parts)
+        cols: list[np.ndarray] = []
+        for i in range(5):
+            col = pieces[i]
+            pieces[i] = []
+            cols.append(np.concatenate(col if i == 0 else [_piece(x, n) for x, n in zip(col, ns)]))
+            del col
+        cols.append(np.repeat(src, ns))
+        return cols
+
     def _data(self) -> tuple[np.ndarray, ...]:
-        """(link, start, end, count, bytes, source, offsets) sorted by link then start."""
+        """(link, start, end, count, bytes, source, offsets) sorted by link then start (ties in the order added)."""
         if self._compiled is None:
-            if self._parts:
-                parts, self._parts = self._parts, []
-                cols = [np.concatenate([p[i] for p in parts]) for i in range(6)] if len(parts) > 1 else list(parts[0])
-                del parts  # (peak memory: the columns once, plus one column being reordered)
-            else:
-                cols = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
+            cols = self._columns()
+            if len(self._parts_sorted):
+                cols = [np.concatenate([a, b]) for a, b in zip(self._parts_sorted, cols)]
             o = np.lexsort((cols[1], cols[0]))
+            cnt = np.bincount(cols[0], minlength=len(self.links))
             if o.size and not (o[1:] > o[:-1]).all():
-                for i in range(6):
-                    cols[i] = cols[i][o]
+                # the links from the counts (no gather); the other columns gathered in turn into the buffer the
+                # previous column freed (a fresh 8-byte column of ~25M intervals costs more in page faults than
+                # the gather itself)
+                cols[0] = np.repeat(np.arange(len(self.links), dtype=np.int64), cnt)
+                buf = np.empty(len(o))
+                for i in range(1, 5):
+                    x = cols[i]
+                    np.take(x, o, out=buf)
+                    cols[i], buf = buf, x
+                del buf, x
+                cols[5] = cols[5][o]
             del o
-            off = np.searchsorted(cols[0], np.arange(len(self.links) + 1))
-            self._parts = [tuple(cols)]
+            off = np.zeros(len(self.links) + 1, dtype=np.int64)
+            np.cumsum(cnt, out=off[1:])
+            self._parts_sorted = tuple(cols)
             self._compiled = (*cols, off)
+            self._window_state = None
         return self._compiled
 
     def used(self) -> np.ndarray:
@@ -153,6 +197,13 @@ class LinkUsage:
             return self._busy_all[1].copy()
         prev_all = self._prev_ends()
         out = np.zeros(len(self.links))
+        if not whole and self._windows()[0]:
+            # only intervals crossing the window add a non-zero term (the others' is max(<= 0, 0) = 0.0): the same
+            # terms in the same order, so the same sums bit for bit (x + 0.0 == x)
+            k = np.flatnonzero((s_all < b) & (e_all > a))
+            ss, ee, pm = np.clip(s_all[k], a, b), np.clip(e_all[k], a, b), np.clip(prev_all[k], a, b)
+            out += np.bincount(lk_all[k], weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
+            return out
         for i, j in self._chunks(off):
             lk, s, e, prev = lk_all[i:j], s_all[i:j], e_all[i:j], prev_all[i:j]
             ss, ee, pm = (s, e, prev) if whole else (np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b))
@@ -160,6 +211,19 @@ class LinkUsage:
         if whole:
             self._busy_all = (data, out.copy())
         return out
+
+    def _windows(self) -> tuple[bool, np.ndarray]:
+        """(whether every start and end is finite, the intervals that are empty or reversed or whose bytes are not
+        finite), once per :meth:`_data`: the windowed figures (:meth:`busy`, :meth:`bytes_in`) then look only at the
+        intervals that cross the window, plus these."""
+        data = self._data()
+        if self._window_state is None:
+            _lk, s, e, _c, nb, *_ = data
+            finite = bool(np.isfinite(s).all() and np.isfinite(e).all())
+            with np.errstate(invalid="ignore"):
+                sp = np.flatnonzero(~(e - s > 0) | ~np.isfinite(nb))
+            self._window_state = (finite, sp)
+        return self._window_state
 
     def _covers(self, a: float, b: float) -> bool:
         """Whether [a, b] holds every interval (then clipping to it changes nothing: ``max(s, a) = s`` for every
@@ -197,6 +261,15 @@ class LinkUsage:
         if self._covers(a, b) and self._hull is not None and math.isfinite(self._hull[1]) \
                 and math.isfinite(self._hull[2]):  # every fraction is 1: (e - s) / (e - s), or an empty interval in [a, b]
             return np.bincount(lk, weights=nb, minlength=len(self.links))
+        if self._windows()[0]:
+            # only intervals that cross the window, are empty or have non-finite bytes can weigh other than 0.0 (an
+            # interval wholly outside it, of positive length, weighs 0.0): the same weights of those, in the same
+            # order, so the same sums bit for bit
+            m = (s < b) & (e > a)
+            m[self._windows()[1]] = True
+            sel = np.flatnonzero(m)
+            del m
+            lk, s, e, nb = lk[sel], s[sel], e[sel], nb[sel]
         d = e - s
         pos = d > 0
         inside = pos & (s >= a) & (e <= b)  # fraction (e - s) / d = 1 exactly: the interval's bytes
