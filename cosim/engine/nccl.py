@@ -337,6 +337,35 @@ class NcclParams:
         return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
             self.rate_cap(shape, algo, proto, ch, nbytes, use_fit)
 
+    def kernel_channels(self, op: str, nbytes: float, channels: int | None = None, cross_node: bool = False) -> int:
+        """Channels, hence thread blocks (one CTA per channel, each resident on its own SM), of the kernel NCCL
+        launches for one call of ``op`` moving ``nbytes`` (the call's whole buffer), on a communicator of
+        ``channels`` channels (None: :attr:`channels`). NCCL 2.18-2.28 (src/enqueue.cc, src/graph/paths.cc):
+
+        * collectives (ring / tree): ``nc = nChannels``, less one while ``nBytes < nc x nt x threadThreshold``
+          (enqueue.cc ``topoGetAlgoInfo``, "Ring/Tree channel tuning"; Simple: ``nt`` 512 threads
+          (NCCL_SIMPLE_MAX_NTHREADS), ``threadThreshold`` 64 (NCCL_SIMPLE_THREAD_THRESHOLD): 32 KiB per
+          channel); NVLS runs ``nvlsChannels`` (16 on Hopper) whatever the size;
+        * point-to-point (``send`` / ``recv`` / ``send_recv`` / ``all_to_all``): the p2p channels
+          ``p2pnChannels = pow2Up(min(nChannels, MAXCHANNELS))`` (paths.cc ``ncclTopoComputeP2pChannels``); one
+          peer across nodes runs on :attr:`p2p_net_channels` (NCCL_NCHANNELS_PER_NET_PEER), one on NVLink on
+          ``2 x NVLinks`` capped at ``p2pnChannels`` (``ncclTopoGetNchannels``), each part at least 64 KiB
+          (enqueue.cc ``addP2pToPlan``: ``minPartSize`` = P2P chunk / 8 on one node, / 2 across nodes, with
+          the 512 KiB NVLink and 128 KiB network chunks); an all-to-all over many peers keeps all
+          ``p2pnChannels`` busy.
+        """
+        c = max(int(channels or self.channels), 1)
+        if op in ("send", "recv", "send_recv", "all_to_all", "all_to_allv"):
+            p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
+            per_peer = min(self.p2p_net_channels, p2p) if cross_node and op != "all_to_all" \
+                and op != "all_to_allv" else p2p
+            parts = math.ceil(max(float(nbytes), 1.0) / 65536.0)
+            return int(max(1, min(per_peer, parts)))
+        if op == "nvls":
+            return int(self.nvls_channels)
+        per_channel = 512 * 64  # nt x threadThreshold of the Simple protocol
+        return int(max(1, min(c, math.floor(max(float(nbytes), 0.0) / per_channel))))
+
     def net_channels(self, algo: str, nranks: int, nic_bw: float, nics: int = 8) -> int:
         """NCCL channels one flow crossing nodes runs on (one peer pair for ``p2p``, one ring / tree edge
         on one NIC of ``nic_bw`` bytes/s line rate otherwise; ``nics``: the NICs (rails) of a node).
