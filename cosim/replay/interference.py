@@ -153,12 +153,15 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     (``cross_node``: a peer of the group on another node of ``gpus_per_node`` GPUs); DeepEP (engine label
     ``deepep_<kind>:<mode>:...``): :data:`DEEPEP_SMS` (normal) or 0 (``ll``); HybridEP (``hybridep_...:<SMs>``): its
     label's SMs (Megatron-Core ``moe_hybridep_num_sms``); userbuffers pieces: 0 (already in the GEMM's time);
-    anything else: ``default``."""
+    anything else: ``default``, except in a synthesized graph, where a dispatch/combine-class op with no
+    collective (the permutation, sort and unpermute kernels) is no communication kernel: -1 (:func:`share_plan`
+    runs it as a memory-bound compute kernel)."""
     G = rg.gpu_ops
     out = np.zeros(len(G))
     comm = np.flatnonzero(_is_comm(rg) & (G.kind == GpuKind.KERNEL))
     if not comm.size:
         return out
+    synthetic = bool(rg.source.get("synthetic"))
     C = rg.collectives
     S = rg.strings
     memo: dict[tuple[int, int, float, bool], float] = {}
@@ -168,7 +171,7 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
             continue
         c = int(G.collective[j])
         if c < 0 or c >= len(C):
-            out[j] = default
+            out[j] = default if not synthetic else -1.0
             continue
         label = S[int(C.name[c])] if int(C.name[c]) >= 0 else ""
         if label.startswith("deepep_"):
@@ -241,6 +244,13 @@ def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_
     c1 = c0 if comm_sms is None else float(comm_sms)
     if per_kernel:
         assert op_sms is not None
+        local = (roles == COMM) & (op_sms < 0)  # local permutation kernels: memory-bound compute
+        if local.any():
+            roles = np.where(local, COMPUTE, roles).astype(np.int8)
+            h = np.where(local, 1.0, h)
+            op_sms = np.maximum(op_sms, 0.0)
+            if not (roles == COMM).any():
+                return None
         held = op_sms[roles == COMM]
         c1 = float(np.median(held)) if held.size else 0.0
     hc0 = float(comm_hbm_fraction)
