@@ -71,7 +71,7 @@ def test_an_nccl_kernel_of_k_channels_stretches_a_gemm_exactly() -> None:
         ends: dict[int, float] = {}
         share.start_comm(0, 0, 20 * US)
         share.end_comm(0, 0, 60 * US)
-        share.start(0, 1, 0.0, 100 * US, lambda s, e: ends.__setitem__(1, e))
+        share.start(0, 1, 0.0, 100 * US, lambda s, e, ends=ends: ends.__setitem__(1, e))
         env.run()
         assert ends[1] == pytest.approx(end * US, rel=1e-12)
     assert round(60 + (100 - 20 - 40 * 116 / 132), 6) == 104.848485
