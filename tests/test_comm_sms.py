@@ -33,7 +33,8 @@ def dgx() -> object:
 
 def test_kernel_channels_follow_nccls_rules() -> None:
     """16 channels (cosim's H100 communicator); a ring/tree call keeps one per 32 KiB (Simple: 512 threads x
-    threshold 64), at least 1; NVLS 16; p2p: pow2Up(16) = 16 per NVLink peer, 2 per network peer, one per 64 KiB."""
+    threshold 64), at least 1; NVLS 16; p2p: pow2Up(16) = 16 per NVLink peer, 2 per network peer, one per 64 KiB,
+    fewer per peer in a larger communicator."""
     p = load_params()
     assert p.channels == 16
     assert p.kernel_channels("all_gather", 64 * 2**20) == 16
@@ -45,6 +46,11 @@ def test_kernel_channels_follow_nccls_rules() -> None:
     assert p.kernel_channels("send", 32 * 2**20) == 16
     assert p.kernel_channels("send", 32 * 2**20, cross_node=True) == 2
     assert p.kernel_channels("send", 100 * 2**10) == 2  # two 64 KiB parts
+    # a pipeline send of 58 MB in a communicator of 4: 16 per peer halved to 4 (4 x 4 <= 16); parts of 14.5 MB
+    # stay under the 16 MiB maximum: 4 channels; of 2 ranks: 8
+    assert p.kernel_channels("send", 58e6, nranks=4) == 4
+    assert p.kernel_channels("send", 58e6, nranks=2) == 8
+    assert p.kernel_channels("send", 58e6, cross_node=True, nranks=4) == 2
     assert p.kernel_channels("all_to_allv", 32 * 2**20, cross_node=True) == 16
     assert p.kernel_channels("all_to_allv", 24, channels=20) == 1
     assert p.kernel_channels("all_to_allv", 64 * 2**20, channels=20) == 32  # pow2Up(20)

@@ -337,7 +337,8 @@ class NcclParams:
         return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
             self.rate_cap(shape, algo, proto, ch, nbytes, use_fit)
 
-    def kernel_channels(self, op: str, nbytes: float, channels: int | None = None, cross_node: bool = False) -> int:
+    def kernel_channels(self, op: str, nbytes: float, channels: int | None = None, cross_node: bool = False,
+                        nranks: int | None = None) -> int:
         """Channels, hence thread blocks (one CTA per channel, each resident on its own SM), of the kernel NCCL
         launches for one call of ``op`` moving ``nbytes`` (the call's whole buffer), on a communicator of
         ``channels`` channels (None: :attr:`channels`). NCCL 2.18-2.28 (src/enqueue.cc, src/graph/paths.cc):
@@ -349,18 +350,30 @@ class NcclParams:
         * point-to-point (``send`` / ``recv`` / ``send_recv`` / ``all_to_all``): the p2p channels
           ``p2pnChannels = pow2Up(min(nChannels, MAXCHANNELS))`` (paths.cc ``ncclTopoComputeP2pChannels``); one
           peer across nodes runs on :attr:`p2p_net_channels` (NCCL_NCHANNELS_PER_NET_PEER), one on NVLink on
-          ``2 x NVLinks`` capped at ``p2pnChannels`` (``ncclTopoGetNchannels``), each part at least 64 KiB
-          (enqueue.cc ``addP2pToPlan``: ``minPartSize`` = P2P chunk / 8 on one node, / 2 across nodes, with
-          the 512 KiB NVLink and 128 KiB network chunks); an all-to-all over many peers keeps all
-          ``p2pnChannels`` busy.
+          ``2 x NVLinks`` capped at ``p2pnChannels`` (``ncclTopoGetNchannels``); a send/recv starts on
+          ``nChannelsMin`` = the per-peer count halved while ``nChannelsMin x nranks > p2pnChannels`` (``nranks``:
+          the communicator's ranks), at most one per ``minPartSize``, doubled (up to the per-peer count) while a part
+          exceeds ``maxPartSize`` (enqueue.cc ``addP2pToPlan``: P2P chunk / 8 and x 32 on one node, / 2 and x 1
+          across nodes, with the 512 KiB NVLink and 128 KiB network chunks); an all-to-all over many peers keeps all
+          ``p2pnChannels`` busy (one per 64 KiB at most).
         """
         c = max(int(channels or self.channels), 1)
-        if op in ("send", "recv", "send_recv", "all_to_all", "all_to_allv"):
+        if op in ("all_to_all", "all_to_allv"):
             p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
-            per_peer = min(self.p2p_net_channels, p2p) if cross_node and op != "all_to_all" \
-                and op != "all_to_allv" else p2p
-            parts = math.ceil(max(float(nbytes), 1.0) / 65536.0)
-            return int(max(1, min(per_peer, parts)))
+            return int(max(1, min(p2p, math.ceil(max(float(nbytes), 1.0) / 65536.0))))
+        if op in ("send", "recv", "send_recv"):
+            p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
+            per_peer = min(self.p2p_net_channels, p2p) if cross_node else p2p
+            n_min = per_peer
+            while nranks and n_min * nranks > p2p and n_min > 1:
+                n_min //= 2
+            chunk = 131072.0 if cross_node else 524288.0
+            min_part, max_part = (chunk / 2, chunk) if cross_node else (chunk / 8, chunk * 32)
+            b = max(float(nbytes), 1.0)
+            n = max(1, min(n_min, math.ceil(b / min_part)))
+            while b / n > max_part and n <= per_peer // 2:
+                n *= 2
+            return int(n)
         if op == "nvls":
             return int(self.nvls_channels)
         per_channel = 512 * 64  # nt x threadThreshold of the Simple protocol

@@ -189,13 +189,15 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
         nbytes = max(v for v in (ib, ob, 0.0) if math.isfinite(v))
         cross = False
         g = int(C.group[c])
+        nranks = int(C.group_size[c]) if int(C.group_size[c]) > 0 else None
         if gpus_per_node and op in ("send", "recv", "send_recv") and 0 <= g < len(rg.groups):
             ranks = rg.groups.ragged("ranks", g)
             cross = bool(ranks.size) and bool(np.any(ranks // gpus_per_node != rg.rank // gpus_per_node))
+            nranks = nranks or (int(ranks.size) or None)
         key = (int(C.type[c]), g, nbytes, cross)
         v = memo.get(key)
         if v is None:
-            v = memo[key] = float(nccl.kernel_channels(op, nbytes, channels, cross))
+            v = memo[key] = float(nccl.kernel_channels(op, nbytes, channels, cross, nranks))
         out[j] = v
     return out
 
