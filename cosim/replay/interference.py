@@ -23,6 +23,12 @@ at ``rate_k(n(t))``, ``n(t)`` the communication kernels active *in the simulatio
 law is off and every kernel keeps its measured duration (list-scheduled: identity replay unchanged). Modeled
 durations are standalone already (``f`` = 0).
 
+**Each kernel's own SMs** (synthesized training steps, ``ReplayConfig.comm_share``, on by default): kernel ``i``
+holds ``c_i`` SMs (:func:`comm_kernel_sms`: the NCCL channels of the call from
+:meth:`cosim.engine.nccl.NcclParams.kernel_channels`, DeepEP's 20, HybridEP's label) and the law takes the sum over
+the active ones, ``rho_SM = min(1, max(S - sum_i c_i, 1) / S)``; ``n`` still counts them for HBM. Their durations are
+standalone (``f`` = 0). Held-out check: validation/overlap/.
+
 Parameters and calibration: ``S`` from the catalog; ``c0`` = the median grid (blocks) of the trace's
 communication kernels (16, NCCL's default channel count, when the trace has none); ``h_c0`` =
 ``GpuConfig.comm_hbm_fraction`` (0.1: not calibrated); ``f`` from the trace. Not modelled: compute kernels
