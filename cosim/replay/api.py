@@ -248,7 +248,7 @@ def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg
         held = np.concatenate([p["op_sms"][p["roles"] == 1] for p in share.plans.values()])
         notes.append(f"communication kernels hold their own SMs (NCCL channels, DeepEP 20, HybridEP hybridep_sms; "
                      f"median {np.median(held):g}, max {held.max():g} of {sms}; gpu.comm_share=off: none): compute "
-                     "kernels that overlap them in the simulation run on the SMs left (docs/MODELS.md)")
+                     "kernels that overlap them in the simulation run on the SMs left (docs/ENGINE.md)")
     elif share is not None:
         p = next(iter(share.plans.values()))
         notes.append(f"communication kernels hold {p['comm_sms']:g} of {sms} SMs (traced: "
