@@ -337,6 +337,48 @@ class NcclParams:
         return self.latency(shape, algo, proto, use_fit), self.efficiency(shape, algo, proto, use_fit), \
             self.rate_cap(shape, algo, proto, ch, nbytes, use_fit)
 
+    def kernel_channels(self, op: str, nbytes: float, channels: int | None = None, cross_node: bool = False,
+                        nranks: int | None = None) -> int:
+        """Channels, hence thread blocks (one CTA per channel, each resident on its own SM), of the kernel NCCL
+        launches for one call of ``op`` moving ``nbytes`` (the call's whole buffer), on a communicator of
+        ``channels`` channels (None: :attr:`channels`). NCCL 2.18-2.28 (src/enqueue.cc, src/graph/paths.cc):
+
+        * collectives (ring / tree): ``nc = nChannels``, less one while ``nBytes < nc x nt x threadThreshold``
+          (enqueue.cc ``topoGetAlgoInfo``, "Ring/Tree channel tuning"; Simple: ``nt`` 512 threads
+          (NCCL_SIMPLE_MAX_NTHREADS), ``threadThreshold`` 64 (NCCL_SIMPLE_THREAD_THRESHOLD): 32 KiB per
+          channel); NVLS runs ``nvlsChannels`` (16 on Hopper) whatever the size;
+        * point-to-point (``send`` / ``recv`` / ``send_recv`` / ``all_to_all``): the p2p channels
+          ``p2pnChannels = pow2Up(min(nChannels, MAXCHANNELS))`` (paths.cc ``ncclTopoComputeP2pChannels``); one
+          peer across nodes runs on :attr:`p2p_net_channels` (NCCL_NCHANNELS_PER_NET_PEER), one on NVLink on
+          ``2 x NVLinks`` capped at ``p2pnChannels`` (``ncclTopoGetNchannels``); a send/recv starts on
+          ``nChannelsMin`` = the per-peer count halved while ``nChannelsMin x nranks > p2pnChannels`` (``nranks``:
+          the communicator's ranks), at most one per ``minPartSize``, doubled (up to the per-peer count) while a part
+          exceeds ``maxPartSize`` (enqueue.cc ``addP2pToPlan``: P2P chunk / 8 and x 32 on one node, / 2 and x 1
+          across nodes, with the 512 KiB NVLink and 128 KiB network chunks); an all-to-all over many peers keeps all
+          ``p2pnChannels`` busy (one per 64 KiB at most).
+        """
+        c = max(int(channels or self.channels), 1)
+        if op in ("all_to_all", "all_to_allv"):
+            p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
+            return int(max(1, min(p2p, math.ceil(max(float(nbytes), 1.0) / 65536.0))))
+        if op in ("send", "recv", "send_recv"):
+            p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
+            per_peer = min(self.p2p_net_channels, p2p) if cross_node else p2p
+            n_min = per_peer
+            while nranks and n_min * nranks > p2p and n_min > 1:
+                n_min //= 2
+            chunk = 131072.0 if cross_node else 524288.0
+            min_part, max_part = (chunk / 2, chunk) if cross_node else (chunk / 8, chunk * 32)
+            b = max(float(nbytes), 1.0)
+            n = max(1, min(n_min, math.ceil(b / min_part)))
+            while b / n > max_part and n <= per_peer // 2:
+                n *= 2
+            return int(n)
+        if op == "nvls":
+            return int(self.nvls_channels)
+        per_channel = 512 * 64  # nt x threadThreshold of the Simple protocol
+        return int(max(1, min(c, math.floor(max(float(nbytes), 0.0) / per_channel))))
+
     def net_channels(self, algo: str, nranks: int, nic_bw: float, nics: int = 8) -> int:
         """NCCL channels one flow crossing nodes runs on (one peer pair for ``p2p``, one ring / tree edge
         on one NIC of ``nic_bw`` bytes/s line rate otherwise; ``nics``: the NICs (rails) of a node).

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import simpy
 
 from cosim.errors import CosimInputError
@@ -131,7 +132,7 @@ def _replay(graph: ExecutionGraph, sources: list[str], topology: Any, cfg: Repla
         runner = collective_runner(sim, topology, cfg, notes, fold_stage(graph, topology))
         fabric_usage = LinkUsage(sim.fabric.links, sim.fabric.capacity)
         finish_fabric = record_fabric(sim.fabric, fabric_usage)  # read-only: per-link flows between solves
-    share = _gpu_share(env, graph, topology, cfg, cfg.accelerator or traced, durs.sm_count, notes)
+    share = _gpu_share(env, graph, topology, cfg, cfg.accelerator or traced, durs.sm_count, notes, sim)
     ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies, share)
     runs, wall = ex.run()
     _check_scheduled(ex, graph, sources)
@@ -224,7 +225,7 @@ def _check_scheduled(ex: Executor, graph: ExecutionGraph, sources: list[str]) ->
 
 
 def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg: ReplayConfig,
-               acc_id: str | None, sms: int | None, notes: list[str]) -> Any:
+               acc_id: str | None, sms: int | None, notes: list[str], sim: Any) -> Any:
     """SM / HBM sharing between communication and compute kernels in the simulation
     (cosim.replay.interference), or None when no what-if changes the law."""
     from cosim.engine import GpuConfig
@@ -234,11 +235,21 @@ def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg
         return None
     base, changed = hbm_parts(topology, cfg, acc_id)
     ratio = float(base.hbm_bandwidth) / float(changed.hbm_bandwidth) if base is not None else 1.0
-    if cfg.comm_sms is None and ratio == 1.0:
+    # synthesized steps (standalone durations): each communication kernel holds its own SMs (cosim.replay.interference)
+    per_kernel = cfg.comm_share and cfg.comm_sms is None and bool(graph.ranks) and all(
+        rg.source.get("synthetic") for rg in graph.ranks)
+    if cfg.comm_sms is None and ratio == 1.0 and not per_kernel:
         return None
+    gpn = len(topology.gpus_on(topology.node_of(topology.gpus[0]))) if per_kernel and topology.gpus else None
     share = build_share(env, list(graph.ranks), sms, cfg.comm_sms, GpuConfig().comm_hbm_fraction, ratio,
-                        cfg.durations != "modeled")
-    if share is not None:
+                        cfg.durations != "modeled" and not per_kernel, nccl=sim.nccl_params if per_kernel else None,
+                        channels=sim.config.nccl.channels, gpus_per_node=gpn)
+    if share is not None and per_kernel:
+        held = np.concatenate([p["op_sms"][p["roles"] == 1] for p in share.plans.values()])
+        notes.append(f"communication kernels hold their own SMs (NCCL channels, DeepEP 20, HybridEP hybridep_sms; "
+                     f"median {np.median(held):g}, max {held.max():g} of {sms}; gpu.comm_share=off: none): compute "
+                     "kernels that overlap them in the simulation run on the SMs left (docs/ENGINE.md)")
+    elif share is not None:
         p = next(iter(share.plans.values()))
         notes.append(f"communication kernels hold {p['comm_sms']:g} of {sms} SMs (traced: "
                      f"{p['traced_comm_sms']:g}) and {p['h_comm']:.3g} of HBM bandwidth: compute kernels that "

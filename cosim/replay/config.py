@@ -101,6 +101,12 @@ class ReplayConfig:
     measured compute kernels already include the share they lost); a number: compute kernels run at
     ``(SMs - comm_sms) / SMs`` of their standalone speed while they overlap a communication kernel in the
     simulation (cosim.replay.interference; docs/ENGINE.md, "GPU: SM and HBM sharing")."""
+    comm_share: bool = True
+    """Synthesized steps (standalone kernel durations): each communication kernel holds its own SMs (NCCL: one
+    CTA per channel of the call, DeepEP 20, HybridEP its ``hybridep_sms``) and the compute kernels it overlaps in
+    the simulation run on the SMs left (cosim.replay.interference; docs/MODELS.md). False (``--set
+    gpu.comm_share=off``): no sharing unless ``comm_sms`` is set. Captured traces: no effect (their measured
+    durations hold the sharing they had)."""
     precision: Mapping[str, str] = field(default_factory=dict)
     """Precision what-ifs (docs/MODELS.md): ``{"experts": "fp8"}`` runs the MoE expert GEMMs in FP8
     (``"mxfp8"``: MX block scales), ``{"gemm": "fp8"}`` every GEMM; quantize kernels are added and
@@ -222,7 +228,8 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
     ``host.launch_overhead`` / ``host.launch_latency`` / ``host.sync_overhead``
     (times with units), ``host.speed`` (factor), ``gpu.scale.<class>`` (factor),
     ``cuda_graphs`` (comma-separated region names, or ``off``),
-    ``ranks_per_node``, ``precision.experts`` / ``precision.gemm`` (``bf16``, ``fp8``, ``mxfp8``;
+    ``ranks_per_node``, ``gpu.comm_sms`` (SMs of every communication kernel), ``gpu.comm_share`` (on/off: the
+    per-kernel SM law of synthesized steps), ``precision.experts`` / ``precision.gemm`` (``bf16``, ``fp8``, ``mxfp8``;
     ``precision=experts:fp8,gemm:bf16`` sets both), and catalog paths
     ``accelerators|cpus|nics|links.<id>.<field>``.
     """
@@ -244,6 +251,10 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
             elif key in ("cuda_graphs", "host.cuda_graphs"):
                 changes["cuda_graphs"] = () if value in ("", "off", "none", "false") else tuple(
                     v.strip() for v in value.split(",") if v.strip())
+            elif key in ("gpu.comm_share", "comm_share"):
+                if value.lower() not in ("on", "off", "true", "false", "1", "0", "yes", "no"):
+                    raise CosimInputError(f"--set {key}={value}: expected on or off")
+                changes["comm_share"] = value.lower() in ("on", "true", "1", "yes")
             elif key == "ranks_per_node":
                 changes["ranks_per_node"] = int(value)
             elif key in _INT_KEYS:
@@ -272,7 +283,7 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
                 raise CosimInputError(
                     f"--set {key}: unknown knob; known: durations, collectives, topology, accelerator, "
                     "profile, host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
-                    "gpu.scale.<class>, gpu.copy_engines, gpu.comm_sms, cuda_graphs, ranks_per_node, precision.experts, precision.gemm, "
+                    "gpu.scale.<class>, gpu.copy_engines, gpu.comm_sms, gpu.comm_share, cuda_graphs, ranks_per_node, precision.experts, precision.gemm, "
                     "or a catalog path like links.nvlink4.bandwidth")
         except units.UnitError as exc:
             raise CosimInputError(f"--set {key}={value}: {exc}") from None

@@ -23,6 +23,12 @@ at ``rate_k(n(t))``, ``n(t)`` the communication kernels active *in the simulatio
 law is off and every kernel keeps its measured duration (list-scheduled: identity replay unchanged). Modeled
 durations are standalone already (``f`` = 0).
 
+**Each kernel's own SMs** (synthesized training steps, ``ReplayConfig.comm_share``, on by default): kernel ``i``
+holds ``c_i`` SMs (:func:`comm_kernel_sms`: the NCCL channels of the call from
+:meth:`cosim.engine.nccl.NcclParams.kernel_channels`, DeepEP's 20, HybridEP's label) and the law takes the sum over
+the active ones, ``rho_SM = min(1, max(S - sum_i c_i, 1) / S)``; ``n`` still counts them for HBM. Their durations are
+standalone (``f`` = 0). Held-out check: validation/overlap/.
+
 Parameters and calibration: ``S`` from the catalog; ``c0`` = the median grid (blocks) of the trace's
 communication kernels (16, NCCL's default channel count, when the trace has none); ``h_c0`` =
 ``GpuConfig.comm_hbm_fraction`` (0.1: not calibrated); ``f`` from the trace. Not modelled: compute kernels
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -46,13 +53,26 @@ import numpy as np
 import simpy
 
 from cosim.replay.binding import _COMPUTE, _MEMORY
-from cosim.workload.graph import CopyKind, GpuKind, OpClass, RankGraph
+from cosim.workload.graph import CollType, CopyKind, GpuKind, OpClass, RankGraph
 
-__all__ = ["COMM", "COMPUTE", "DEFAULT_COMM_SMS", "GpuShare", "comm_overlap", "hardware_factor", "share_plan",
-           "sm_rate", "traced_comm_sms"]
+__all__ = ["COMM", "COMPUTE", "DEEPEP_SMS", "DEFAULT_COMM_SMS", "GpuShare", "comm_kernel_sms", "comm_overlap",
+           "hardware_factor", "share_plan", "sm_rate", "traced_comm_sms"]
 
 DEFAULT_COMM_SMS = 16
 """SMs of a communication kernel when the trace has no grid for it (NCCL's default channel count)."""
+
+DEEPEP_SMS = 20
+"""SMs of a DeepEP normal-mode dispatch / combine kernel: Megatron-Core's ``moe_deepep_num_sms`` default (20; DeepEP's
+``Buffer.num_sms`` default, the DeepSeek-V3 report's 20 SMs, section 3.2.2). Low-latency kernels: 0 (they progress
+RDMA from a hook, as cosim's serving steps model them)."""
+
+_COLL_OP: dict[int, str] = {CollType.ALL_REDUCE: "all_reduce", CollType.ALL_GATHER: "all_gather",
+            CollType.REDUCE_SCATTER: "reduce_scatter", CollType.ALL_TO_ALL: "all_to_all",
+            CollType.BROADCAST: "broadcast", CollType.REDUCE: "reduce", CollType.SEND: "send",
+            CollType.RECV: "recv", CollType.SEND_RECV: "send_recv"}
+_UB_PIECE = re.compile(r"\.ub\d+$")
+"""Names of Transformer Engine userbuffers pieces (cosim.workload.synth.tpoverlap): the synthesizer already
+scales the GEMM they overlap by their ``num_sm`` (ring-exchange steps run on copy engines: no SM)."""
 
 COMM, COMPUTE = 1, 2
 """Roles of a GPU op in :class:`GpuShare` (0: not shared)."""
@@ -131,6 +151,63 @@ def traced_comm_sms(rg: RankGraph) -> float:
     return float(np.median(np.prod(G.grid[sel].astype(np.int64), axis=1)))
 
 
+def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_per_node: int | None = None,
+                    default: float = float(DEFAULT_COMM_SMS)) -> np.ndarray:
+    """Per GPU op of ``rg``, the SMs it holds while it runs (0 for ops that are not communication kernels):
+    its own count, read from what launches it. NCCL kernels: one CTA per channel,
+    :meth:`cosim.engine.nccl.NcclParams.kernel_channels` for the op, its bytes and the communicator's ``channels``
+    (``cross_node``: a peer of the group on another node of ``gpus_per_node`` GPUs); DeepEP (engine label
+    ``deepep_<kind>:<mode>:...``): :data:`DEEPEP_SMS` (normal) or 0 (``ll``); HybridEP (``hybridep_...:<SMs>``): its
+    label's SMs (Megatron-Core ``moe_hybridep_num_sms``); userbuffers pieces: 0 (already in the GEMM's time);
+    anything else: ``default``, except in a synthesized graph, where a dispatch/combine-class op with no
+    collective (the permutation, sort and unpermute kernels) is no communication kernel: -1 (:func:`share_plan`
+    runs it as a memory-bound compute kernel)."""
+    G = rg.gpu_ops
+    out = np.zeros(len(G))
+    comm = np.flatnonzero(_is_comm(rg) & (G.kind == GpuKind.KERNEL))
+    if not comm.size:
+        return out
+    synthetic = bool(rg.source.get("synthetic"))
+    C = rg.collectives
+    S = rg.strings
+    memo: dict[tuple[int, int, float, bool], float] = {}
+    for j in comm.tolist():
+        nm = S[int(G.name[j])] if int(G.name[j]) >= 0 else ""
+        if _UB_PIECE.search(nm):
+            continue
+        c = int(G.collective[j])
+        if c < 0 or c >= len(C):
+            out[j] = default if not synthetic else -1.0
+            continue
+        label = S[int(C.name[c])] if int(C.name[c]) >= 0 else ""
+        if label.startswith("deepep_"):
+            parts = label.split(":")
+            out[j] = 0.0 if len(parts) > 1 and parts[1] == "ll" else float(DEEPEP_SMS)
+            continue
+        if label.startswith("hybridep_"):
+            try:
+                out[j] = float(label.rsplit(":", 1)[1])
+            except (IndexError, ValueError):
+                out[j] = default
+            continue
+        op = _COLL_OP.get(int(C.type[c]), "all_reduce")
+        ib, ob = float(C.in_bytes[c]), float(C.out_bytes[c])
+        nbytes = max(v for v in (ib, ob, 0.0) if math.isfinite(v))
+        cross = False
+        g = int(C.group[c])
+        nranks = int(C.group_size[c]) if int(C.group_size[c]) > 0 else None
+        if gpus_per_node and op in ("send", "recv", "send_recv") and 0 <= g < len(rg.groups):
+            ranks = rg.groups.ragged("ranks", g)
+            cross = bool(ranks.size) and bool(np.any(ranks // gpus_per_node != rg.rank // gpus_per_node))
+            nranks = nranks or (int(ranks.size) or None)
+        key = (int(C.type[c]), g, nbytes, cross)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = float(nccl.kernel_channels(op, nbytes, channels, cross, nranks))
+        out[j] = v
+    return out
+
+
 def hardware_factor(rg: RankGraph, base: Any, changed: Any) -> np.ndarray | None:
     """Per GPU op, the factor for catalog overrides of the replayed accelerator (``changed``) against the
     catalog's own part (``base``); None when neither HBM bandwidth nor the bf16 peak changed."""
@@ -162,15 +239,28 @@ def share_roles(rg: RankGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_fraction: float,
-               hbm_ratio: float = 1.0, measured: bool = True) -> dict[str, Any] | None:
+               hbm_ratio: float = 1.0, measured: bool = True, op_sms: np.ndarray | None = None) -> dict[str, Any] | None:
     """The law's inputs for one rank, or None when it would change nothing (no communication kernel, or
     ``comm_sms`` equal to the traced count and the HBM bandwidth unchanged). ``hbm_ratio`` = ``B0 / B``;
-    ``measured``: the durations hold the traced overlap (module docstring), else they are standalone."""
+    ``measured``: the durations hold the traced overlap (module docstring), else they are standalone;
+    ``op_sms``: each communication kernel's own SMs (:func:`comm_kernel_sms`; with ``comm_sms`` None)."""
     roles, h, sms = share_roles(rg)
     if not (roles == COMM).any():
         return None
     c0 = traced_comm_sms(rg)
+    per_kernel = op_sms is not None and comm_sms is None and not measured
     c1 = c0 if comm_sms is None else float(comm_sms)
+    if per_kernel:
+        assert op_sms is not None
+        local = (roles == COMM) & (op_sms < 0)  # local permutation kernels: memory-bound compute
+        if local.any():
+            roles = np.where(local, COMPUTE, roles).astype(np.int8)
+            h = np.where(local, 1.0, h)
+            op_sms = np.maximum(op_sms, 0.0)
+            if not (roles == COMM).any():
+                return None
+        held = op_sms[roles == COMM]
+        c1 = float(np.median(held)) if held.size else 0.0
     hc0 = float(comm_hbm_fraction)
     hc1 = hc0 * float(hbm_ratio)
     if c1 == c0 and hc1 == hc0 and measured:
@@ -184,7 +274,8 @@ def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_
         rate0 = np.minimum(rate0, np.where(h > 0, np.minimum(1.0, 1.0 / hb), 1.0))
         work = np.where(roles == COMPUTE, (1.0 - f) + f * rate0, 1.0)
     return {"roles": roles, "h": h, "sms": sms, "work": work, "device": rg.gpu_ops.device.astype(np.int64),
-            "sm_count": float(sm_count), "comm_sms": c1, "h_comm": hc1, "traced_comm_sms": c0}
+            "sm_count": float(sm_count), "comm_sms": c1, "h_comm": hc1, "traced_comm_sms": c0,
+            "op_sms": np.minimum(op_sms, float(sm_count)) if per_kernel and op_sms is not None else None}
 
 
 class _Kernel:
@@ -210,8 +301,8 @@ class _Device:
     change of the count and the next projected completion, and rates are re-solved only when the count changes
     or a kernel joins or leaves (O(kernels in flight) each)."""
 
-    __slots__ = ("comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "rates", "running", "seq", "sm_count",
-                 "t_last", "wake")
+    __slots__ = ("c_comm", "comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "rates", "running", "seq",
+                 "sm_count", "t_last", "wake")
 
     def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float) -> None:
         self.env = env
@@ -219,14 +310,16 @@ class _Device:
         self.comm_sms = comm_sms
         self.h_comm = h_comm
         self.n_comm = 0
+        self.c_comm = 0.0
+        """SMs the active communication kernels hold together (the sum of their own counts)."""
         self.running: list[_Kernel] = []
-        self.pending: list[tuple[float, int, int]] = []
-        """Heap of changes of the communication-kernel count to come: (time, order, delta)."""
+        self.pending: list[tuple[float, int, int, float]] = []
+        """Heap of changes of the communication kernels to come: (time, order, delta of the count, of the SMs)."""
         self.seq = 0
         self.t_last = env.now
         self.gen = 0
         self.wake = math.inf
-        self.rates: dict[tuple[int, float, bool], float] = {}
+        self.rates: dict[tuple[int, float, float, bool], float] = {}
 
     def _advance(self) -> None:
         now = self.env.now
@@ -240,17 +333,25 @@ class _Device:
                         k.touched = True
         self.t_last = now
 
-    def comm(self, t: float, delta: int) -> None:
-        """From ``t`` (>= now), ``delta`` more communication kernels."""
+    def comm(self, t: float, delta: int, sms: float | None = None) -> None:
+        """From ``t`` (>= now), ``delta`` more communication kernels holding ``sms`` SMs each (None: the
+        device's ``comm_sms``)."""
+        dc = delta * (self.comm_sms if sms is None else sms)
         if t > self.env.now:
             self.seq += 1
-            heapq.heappush(self.pending, (t, self.seq, delta))
+            heapq.heappush(self.pending, (t, self.seq, delta, dc))
             if t < self.wake:
                 self._wake_at(t)
             return
         self._advance()
-        self.n_comm += delta
+        self._change(delta, dc)
         self._reschedule()
+
+    def _change(self, delta: int, dc: float) -> None:
+        self.n_comm += delta
+        self.c_comm += dc
+        if self.n_comm <= 0 or abs(self.c_comm) < 1e-9:  # no float residue once every kernel has left
+            self.c_comm = 0.0 if self.n_comm <= 0 else max(self.c_comm, 0.0)
 
     def add(self, k: _Kernel) -> None:
         """Compute kernel ``k`` runs from ``k.start`` (>= now). The others' rates do not change: O(1)."""
@@ -268,11 +369,15 @@ class _Device:
             self._wake_at(d)
 
     def _rate(self, n: int, k: _Kernel) -> float:
-        """The law's rate of ``k`` beside ``n`` > 0 communication kernels (memoized per n, h_k, SM use)."""
-        key = (n, k.h, k.sms)
+        """The law's rate of ``k`` beside ``n`` > 0 communication kernels holding ``c_comm`` SMs together
+        (memoized per n, their SMs, h_k, SM use)."""
+        c = self.c_comm
+        key = (n, c, k.h, k.sms)
         r = self.rates.get(key)
         if r is None:
-            r = self.rates[key] = min(sm_rate(self.sm_count, n, self.comm_sms) if k.sms else 1.0,
+            if len(self.rates) > 4096:
+                self.rates.clear()
+            r = self.rates[key] = min(sm_rate(self.sm_count, 1, c) if k.sms else 1.0,
                                       hbm_rate(k.h, n, self.h_comm))
         return r
 
@@ -320,7 +425,8 @@ class _Device:
         due = now if now > target else target  # the clock may land an ulp short of the time it woke for
         pend = self.pending
         while pend and pend[0][0] <= due:
-            self.n_comm += heapq.heappop(pend)[2]
+            _, _, dn, dc = heapq.heappop(pend)
+            self._change(dn, dc)
         fin = []
         keep = []
         for k in self.running:
@@ -351,6 +457,9 @@ class GpuShare:
         self._h = {r: p["h"].tolist() for r, p in plans.items()}
         self._sms = {r: p["sms"].tolist() for r, p in plans.items()}
         self._dev = {r: p["device"].tolist() for r, p in plans.items()}
+        self._csms: dict[int, list[float] | None] = {
+            r: (p["op_sms"].tolist() if p.get("op_sms") is not None else None) for r, p in plans.items()}
+        """Rank -> SMs of each communication op (its own count; None: the plan's ``comm_sms`` for every one)."""
         self.devices: dict[tuple[int, int], _Device] = {}
         self.count = 0
         """Compute kernels that ran under the law."""
@@ -365,11 +474,13 @@ class GpuShare:
 
     def start_comm(self, rank: int, j: int, t: float) -> None:
         """Communication op ``j`` of ``rank`` holds its SMs and HBM share from ``t`` (>= now)."""
-        self._device(rank, j).comm(t, 1)
+        c = self._csms[rank]
+        self._device(rank, j).comm(t, 1, None if c is None else c[j])
 
     def end_comm(self, rank: int, j: int, t: float) -> None:
         """... until ``t`` (>= now)."""
-        self._device(rank, j).comm(t, -1)
+        c = self._csms[rank]
+        self._device(rank, j).comm(t, -1, None if c is None else c[j])
 
     def start(self, rank: int, j: int, t: float, duration: float, done: Callable[[float, float], None]) -> None:
         """Compute op ``j`` of ``rank`` (its duration in the replay ``duration``) starts at ``t`` (>= now);
@@ -380,11 +491,16 @@ class GpuShare:
 
 
 def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,
-                comm_hbm_fraction: float, hbm_ratio: float = 1.0, measured: bool = True) -> GpuShare | None:
-    """The :class:`GpuShare` of a replay, or None when the law changes nothing on any rank (:func:`share_plan`)."""
+                comm_hbm_fraction: float, hbm_ratio: float = 1.0, measured: bool = True, nccl: Any = None,
+                channels: int | None = None, gpus_per_node: int | None = None) -> GpuShare | None:
+    """The :class:`GpuShare` of a replay, or None when the law changes nothing on any rank (:func:`share_plan`).
+    ``nccl`` (NCCL parameters, with standalone durations and ``comm_sms`` None): each communication kernel holds
+    its own SMs (:func:`comm_kernel_sms`)."""
     plans = {}
     for rg in ranks:
-        p = share_plan(rg, sm_count, comm_sms, comm_hbm_fraction, hbm_ratio, measured)
+        op_sms = comm_kernel_sms(rg, nccl, channels, gpus_per_node) \
+            if nccl is not None and comm_sms is None and not measured else None
+        p = share_plan(rg, sm_count, comm_sms, comm_hbm_fraction, hbm_ratio, measured, op_sms)
         if p is not None:
             plans[rg.rank] = p
     return GpuShare(env, plans) if plans else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -358,7 +359,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),
         **({"moe_act_input_fp8": True} if case.moe_act_input_fp8 else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
-    sets = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
+    sets: dict[str, Any] = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
+    if os.environ.get("COSIM_E2E_COMM_SHARE"):  # what-if: the per-kernel SM law on/off (docs/ENGINE.md)
+        sets["gpu.comm_share"] = os.environ["COSIM_E2E_COMM_SHARE"]
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,
                     set=sets)
 
