@@ -149,6 +149,29 @@ def test_fsdp_shards_state_and_holds_two_gathered_layers() -> None:
     assert fs.activations - z1.activations == pytest.approx(2 * layer * 2.0)
 
 
+def test_fsdp_without_reshard_after_forward_holds_every_gathered_layer() -> None:
+    """``fsdp_reshard_after_forward: false`` (FSDP2 ``fully_shard(reshard_after_forward=False)``, NeMo AutoModel's MoE
+    default): each layer's gathered bf16 parameters stay from its forward to its backward, so at the peak (every
+    layer with a micro-batch in flight) the stage holds all of them, not two layers; a part whose sharding group is
+    one rank (experts with edp 1) is never gathered."""
+    from cosim.workload.synth.costs import layer_params
+
+    card = dense(2)
+    z1, fs, keep = (memory_per_stage(card, ParallelLayout(zero=z, fsdp_reshard_after_forward=r).resolve(card, 4), 1,
+                                     128, 4, "bf16")[0] for z, r in ((1, True), ("fsdp", True), ("fsdp", False)))
+    layer = card.attention_params() + 2 * H + 3 * H * (card.dense_ffn_size or 0)
+    assert fs.activations - z1.activations == pytest.approx(2 * layer * 2.0)
+    assert keep.activations - z1.activations == pytest.approx(z1.weights)  # every bf16 parameter of the stage
+    assert (keep.weights, keep.gradients, keep.optimizer) == (fs.weights, fs.gradients, fs.optimizer)
+    # EP over all 4 GPUs: experts unsharded by FSDP (edp 1), only the dense part is gathered
+    moe = MoEModelConfig(name="moe-hand", hidden_size=H, num_layers=2, num_heads=A, num_kv_heads=A, head_dim=H // A,
+                         attention="mha", vocab_size=1024, num_experts=8, top_k=2, expert_ffn_size=64)
+    z1, keep = (memory_per_stage(moe, ParallelLayout(zero=z, ep=4, fsdp_reshard_after_forward=False).resolve(moe, 4),
+                                 1, 128, 4, "bf16")[0] for z in (1, "fsdp"))
+    experts = sum(layer_params(moe, ly)[1] for ly in range(2)) / 4
+    assert keep.activations - z1.activations == pytest.approx(z1.weights - 2.0 * experts)
+
+
 def test_measured_rows_score_as_results_md_says() -> None:
     """validation/memory/measured.yaml scored (held out, validation/memory/RESULTS.md): every peak within 6 % under
     its measured max_memory_allocated, never over; every static part within 5 % under."""

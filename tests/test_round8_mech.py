@@ -44,9 +44,8 @@ def test_an_alltoall_call_costs_the_host_per_peer(tmp_path: Path, dgx: object) -
     assert flat["moe.dispatch"] == pytest.approx(launch + 50e-6, rel=1e-9)
     assert peer["moe.dispatch"] == pytest.approx(launch + 50e-6 + 2e-6 * (4 - 8), rel=1e-9)
     assert peer["moe.combine"] == pytest.approx(launch + 50e-6 - 8e-6, rel=1e-9)
-    for n in ("moe.counts_all_gather", "pp.send_fwd"):
-        if n in flat:
-            assert peer[n] == flat[n], n
+    for n in ("moe.counts_all_gather", "pp.send_activation", "pp.recv_gradient", "optim.dp_param_all_gather"):
+        assert n in flat and peer[n] == flat[n], n
     # DeepEP: one library call, no per-peer posts on the host
     deep = costs(dispatch="deepep", collective_host_per_peer="2 us")
     assert deep["moe.dispatch"] == costs(dispatch="deepep", collective_host_per_peer="0 us")["moe.dispatch"]

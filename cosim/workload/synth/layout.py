@@ -59,9 +59,11 @@ class ParallelLayout(Strict):
     gathered until the backward, which gathers nothing (NeMo AutoModel's MoE ``parallelize_model`` default;
     :data:`cosim.workload.synth.build.FSDP_RESHARD_SOURCE`)."""
     fsdp_reshard_after_backward: bool = True
-    """``zero: fsdp``: free them after each backward too (FSDP2's default); false: they stay gathered across the
-    step's micro-batches, each layer gathered once per step (AutoModel's ``enable_fsdp_optimizations`` under gradient
-    accumulation: ``set_reshard_after_backward(False)`` for every backward but the last)."""
+    """``zero: fsdp``: free them after each backward too (FSDP2's default); false: they stay gathered after each
+    backward, so the next micro-batch's forward gathers nothing (with ``fsdp_reshard_after_forward`` false too, each
+    layer is gathered once per step; with it true, each backward still gathers again) (AutoModel's
+    ``enable_fsdp_optimizations`` under gradient accumulation: ``set_reshard_after_backward(False)`` for every
+    backward but the last)."""
     schedule: Literal["1f1b", "interleaved", "dualpipe"] = "1f1b"
     """Pipeline schedule: 1f1b; interleaved (implied by vpp > 1); dualpipe (DeepSeek-V3's bidirectional
     schedule: vpp 1, even pp, each rank holds two stages)."""

@@ -4,7 +4,9 @@
   parameters / tp, routed experts / (ep * etp), the embedding on the first stage and the LM head on the
   last (vocabulary split over tp); FSDP shards them over data parallelism too and holds, at the peak, two
   layers gathered in bf16 (the one at work and the prefetched next one, as the step builder gathers them;
-  counted with the activations). Under FP8 / MXFP8,
+  counted with the activations), or with ``fsdp_reshard_after_forward: false`` every layer of the stage (each
+  stays gathered from its forward to its backward, and at the peak every layer has a micro-batch in flight:
+  FSDP2 ``fully_shard(reshard_after_forward=False)``). Under FP8 / MXFP8,
   Transformer Engine also keeps each linear layer's quantized weight between micro-batches
   (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``;
 * gradients: the DDP gradient buffer in the parameters' dtype (:data:`GRAD_SOURCE`: Megatron-Core's default
@@ -314,8 +316,12 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
         params = st.dense + st.expert
         sharded = st.dense / n_dp + st.expert / n_edp
         held = sharded if zero == "fsdp" else params
-        if zero == "fsdp":  # the gathered bf16 parameters of the layer at work and of the prefetched next one
-            peak += 2 * st.layer_max * p.act_bytes
+        if zero == "fsdp":  # the gathered bf16 parameters of the layer at work and of the prefetched next one;
+            # without resharding after forward every layer's stay gathered until its backward (FSDP_RESHARD_SOURCE)
+            # (the parts FSDP shards: dense over dp x cp, experts over edp; a group of one gathers nothing)
+            gathered = 2 * st.layer_max if rm.layout.fsdp_reshard_after_forward else (
+                (st.dense if n_dp > 1 else 0.0) + (st.expert if n_edp > 1 else 0.0))
+            peak += gathered * p.act_bytes
         weights = o.weight_bytes * held
         if p.gemm != "bf16" and o.fp8_weight_cache and zero != "fsdp":
             weights += QUANT_COPIES * p.cast_bytes * st.gemm
