@@ -520,6 +520,7 @@ class _Offload:
         self.bw, self.lat = host_link
         self.out: dict[tuple[int, str], Any] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
         self.back: dict[tuple[int, str], int] = {}  # (layer, group) -> its H2D copy, until a backward op waited
+        self.active: set[tuple[int, str]] = set()  # groups whose backward waited for their reload and runs
         self.new_fifo = deque
         self.plan: dict[int, tuple[dict[str, str], dict[str, str], dict[str, str], list[str], dict[str, float]]] = {}
 
@@ -572,24 +573,37 @@ class _Offload:
                 return o.name[: -len(sfx)]
         return o.name
 
+    def chunk_backward(self, layers: list[int]) -> None:
+        """A chunk's backward starts (after its gradient's receive is posted): prefetch the last group of its last
+        layer that offloads (Megatron's ``pre_reload_last_layer`` of the next backward chunk)."""
+        for ly in sorted((x for x in layers if x in self.plan), reverse=True):
+            order = self.plan[ly][3]
+            if order:
+                self._reload(ly, order[-1])
+                return
+
     def before_backward(self, o: Op, ly: int) -> None:
-        """Before backward (or recomputed) op ``o`` of layer ``ly``: wait for its group's reload."""
+        """Before backward (or recomputed) op ``o`` of layer ``ly``: the group's first such op waits for its
+        reload (issued now if it was not prefetched)."""
         member, _, _, order, _ = self._plan(ly, None)
         g = member.get(self._fwd_name(o))
-        if g is None or g not in order:
+        if g is None or g not in order or (ly, g) in self.active:
             return
         self._reload(ly, g)
         h = self.back.pop((ly, g), None)
         if h is not None:
             self.rb.pending.append((h, "offload.reload"))
+            self.active.add((ly, g))
 
     def after_backward(self, o: Op, ly: int) -> None:
-        """After backward op ``o`` of layer ``ly``: when it ends a group's backward, reload the group before."""
+        """After backward op ``o`` of layer ``ly``: when it ends a group's backward (the last backward op of the
+        group's first forward op: its ``.bwd``, a GEMM's ``.wgrad``), prefetch the group before it."""
         member, _, first, order, _ = self._plan(ly, None)
         name = self._fwd_name(o)
         g = member.get(name)
-        if g is None or g not in order or first.get(g) != name or not o.bwd:
+        if g is None or g not in order or first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
             return
+        self.active.discard((ly, g))
         i = order.index(g)
         if i > 0:
             self._reload(ly, order[i - 1])
@@ -871,6 +885,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw, bw = prepared[(c, dirn)]
             if c < chunks - 1:
                 p2p("B", False, mb, c + 1, c, dirn)
+            if off is not None:
+                off.chunk_backward([ly for ly, _, _ in fw])
             fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
 
             def recompute(ly: int) -> None:
@@ -948,6 +964,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.switch(1)
             if cb < chunks - 1:
                 p2p("B", False, mb, cb + 1, cb)
+            if off is not None:
+                off.chunk_backward([ly for ly, _, _ in bw])
             nl = card.num_layers
             f_layers = [x for x in fw if 0 <= x[0] < nl]
             b_layers = [x for x in bw if 0 <= x[0] < nl]
