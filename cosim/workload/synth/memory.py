@@ -53,15 +53,15 @@ __all__ = [
     "FP8_WEIGHT_CACHE_SOURCE",
     "GRAD_SOURCE",
     "LOSS_SOURCE",
+    "OFFLOAD_MODULES",
+    "OFFLOAD_SOURCE",
     "OVERHEAD_BYTES",
     "MemoryEstimate",
     "MemoryOptions",
-    "OFFLOAD_MODULES",
-    "OFFLOAD_SOURCE",
     "layer_activation_bytes",
+    "memory_per_stage",
     "offload_group_bytes",
     "offload_group_of",
-    "memory_per_stage",
 ]
 
 OVERHEAD_BYTES = 3 * 2**30
