@@ -106,8 +106,8 @@ def test_fp8_weight_cache_and_state_bytes() -> None:
 
 def test_every_published_e2e_layout_fits_its_gpu() -> None:
     """Every layout of validation/e2e/training.yaml ran on its GPUs, so cosim's estimate must fit their HBM (the
-    DeepSeek-V3 H800 run with the memory savings its report publishes: validation/memory/run.py E2E_MEMORY_SETTINGS),
-    but for the four misses named below."""
+    DeepSeek-V3 H800 run with the memory savings its report publishes, the AutoModel gpt-oss runs with FSDP2's state:
+    validation/memory/run.py E2E_MEMORY_SETTINGS)."""
     from cosim.scenario import build_topology
     from cosim.workload.synth.spec import memory_options
     from validation.e2e.run import _scenario, load_cases, microbatches
