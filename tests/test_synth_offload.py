@@ -148,3 +148,19 @@ def test_unknown_offload_module_is_one_line_from_the_command_line(tmp_path: Path
     assert out.returncode != 0
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and "offload_modules" in err[0], out.stderr
+
+
+def test_the_modelzoo_mxfp8_rows_groups_by_hand() -> None:
+    """Qwen3-235B-A22B, MXFP8, EP64, micro-batch 3 x 4096 tokens, recompute moe_act and layernorm (the ModelZoo GB200
+    row): per layer and micro-batch ``expert_fc1`` offloads fc1's MXFP8 input (98304 rows x 4096, 1 byte + one scale
+    byte per 32) and ``moe_act`` the checkpoint's bf16 input (fc1's output, 98304 x 2 x 1536)."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import PRECISIONS, Shard, layer_ops
+    from cosim.workload.synth.memory import offload_group_bytes
+
+    card = load_model_config("qwen3-235b-a22b")
+    p = PRECISIONS["mxfp8"]
+    ops = layer_ops(card, 5, 3 * 4096.0, 4096, Shard(ep=64), p)
+    rows = 3 * 4096 * 8
+    got = offload_group_bytes(ops, "selective", ["moe_act", "layernorm"], card, p, 0.0, ["expert_fc1", "moe_act"])
+    assert got == pytest.approx({"expert_fc1": rows * 4096 * (1 + 1 / 32), "moe_act": rows * 2 * 1536 * 2})

@@ -116,8 +116,9 @@ class MemoryOptions:
     grad_bytes: float = 2.0
     """The gradient buffer per parameter (:data:`GRAD_SOURCE`; 4 with ``grad_reduce_in_fp32``)."""
     master_bytes: float = 4.0
-    """fp32 master copy per parameter in the optimizer (0 when the parameters themselves are the fp32 master,
-    as with torch FSDP2's sharded fp32 parameters)."""
+    """fp32 master copy per parameter in the optimizer (0 when the optimizer steps the parameters themselves: fp32
+    parameters that are their own master, or PyTorch FSDP2 with bf16 parameters as NeMo AutoModel runs it,
+    validation/memory/run.py ``_AUTOMODEL_FSDP2``)."""
     moment_bytes: float = 8.0
     """Adam's m and v per parameter (fp32; 4 with bf16 moments)."""
     fp8_weight_cache: bool = True
