@@ -29,6 +29,7 @@ members' traffic on the links; see docs/SYNTHESIS.md for what that leaves out).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -514,14 +515,11 @@ class _Offload:
 
     def __init__(self, rb: _RankBuilder, bytes_of: Any, prev_layer: dict[int, int], host_link: tuple[float, float],
                  launch: float) -> None:
-        from collections import deque
-
         self.rb, self.bytes_of, self.prev_layer, self.launch = rb, bytes_of, prev_layer, launch
         self.bw, self.lat = host_link
-        self.out: dict[tuple[int, str], Any] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
+        self.out: dict[tuple[int, str], deque[int]] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
         self.back: dict[tuple[int, str], int] = {}  # (layer, group) -> its H2D copy, until a backward op waited
         self.active: set[tuple[int, str]] = set()  # groups whose backward waited for their reload and runs
-        self.new_fifo = deque
         self.plan: dict[int, tuple[dict[str, str], dict[str, str], dict[str, str], list[str], dict[str, float]]] = {}
 
     def _plan(self, ly: int, ops: list[Op] | None) -> tuple[dict[str, str], dict[str, str], dict[str, str],
@@ -555,7 +553,7 @@ class _Offload:
         if g is None or last[g] != o.name or g not in order:
             return
         d = self._copy(f"offload.{g}.d2h", gbytes[g], _D2H_STREAM, CopyKind.DTOH, [j])
-        self.out.setdefault((ly, g), self.new_fifo()).append(d)
+        self.out.setdefault((ly, g), deque()).append(d)
 
     def _reload(self, ly: int, g: str) -> None:
         fifo = self.out.get((ly, g))
