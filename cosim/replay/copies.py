@@ -128,7 +128,8 @@ class CopyModel:
                 self.engines.setdefault(key, [engines, deque()])
                 self.specs.append((src, dst, key, cap0 / cap))
                 route[sel] = len(self.specs) - 1
-                fixed[sel] = float(dur[sel].min())
+                # a synthesized copy's duration is its bytes over the route (no measured fixed part)
+                fixed[sel] = 0.0 if rg.source.get("synthetic") else float(dur[sel].min())
         self.route[rg.rank] = route.tolist()
         self.fixed[rg.rank] = fixed
         self.bytes_on_fabric[rg.rank] = np.zeros(n)

@@ -131,6 +131,9 @@ class Case(Strict):
     ``moe_deepep_num_sms``); None: the replay's default (no sharing)."""
     recompute_modules: list[str] | None = None
     """Megatron-Core selective recomputation of the run's config (``recompute_modules``); absent: none."""
+    offload_modules: list[str] | None = None
+    """Megatron-Core fine-grained activation offloading of the run's config (``--fine-grained-activation-offloading
+    --offload-modules``): the synthetic spec's ``offload_modules``; absent: none."""
     recompute: Literal["full"] | None = None
     """The run recomputes every layer's forward before its backward (Megatron-Core ``recompute_granularity: full``,
     PyTorch per-layer activation checkpointing); absent: the runner's ``--recompute`` (default none)."""
@@ -354,6 +357,8 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),
         **({} if case.expert_padding else {"expert_padding": False}),
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
+        **({"offload_modules": list(case.offload_modules)}
+           if case.offload_modules and layout.get("recompute") != "full" else {}),
         **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
         **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
         **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),

@@ -33,6 +33,14 @@ ROOT = HERE.parent.parent
 ROWS = HERE / "measured.yaml"
 GIB = 2.0**30
 
+_AUTOMODEL_FSDP2 = (
+    "NVIDIA-NeMo/Automodel examples/llm_benchmark/gpt_oss/gptoss_{20b,120b}_te_deepep.yaml (FSDP2, "
+    "optimizer torch.optim.Adam), nemo_automodel/components/models/gpt_oss/model.py (parameters created in the "
+    "config's torch_dtype, bfloat16 by default), components/moe/parallelizer.py (fully_shard with "
+    "MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): the sharded parameters stay bf16, no fp32 "
+    "master) and torch.optim.Adam (exp_avg, exp_avg_sq = zeros_like(param): bf16 moments)")
+"""Why NeMo AutoModel's FSDP2 runs hold no fp32 master copy and bf16 Adam moments."""
+
 E2E_MEMORY_SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "dsv3-h800-2048-fp8-run-average": (
         {"recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"]},
@@ -40,6 +48,8 @@ E2E_MEMORY_SETTINGS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         "DeepSeek-V3 report (arXiv:2412.19437) section 3.2.3: RMSNorm and MLA up-projections recomputed; section "
         "3.3.3: the SwiGLU input cached in FP8 and its output recomputed, AdamW moments in bf16, master weights and "
         "gradients in fp32"),
+    **{rid: ({}, {"master_bytes": 0, "moment_bytes": 4}, _AUTOMODEL_FSDP2) for rid in
+       ("automodel-gpt-oss-20b-h100-8-bf16", "automodel-gpt-oss-120b-h100-64-bf16")},
 }
 """Memory settings a published end-to-end run reports beyond its training.yaml row (layout fields, MemoryOptions,
 source); the Megatron-Bridge rows need none (their configs' recompute_modules are in training.yaml)."""

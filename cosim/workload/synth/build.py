@@ -29,6 +29,7 @@ members' traffic on the links; see docs/SYNTHESIS.md for what that leaves out).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -167,6 +168,14 @@ class BuildOptions:
     """SMs of the GPU (what an overlapped GEMM shares with communication kernels)."""
     expert_padding: bool = True
     """Training FP8/MXFP8: the grouped MLP pads its experts' rows by copies (:attr:`cosim.workload.synth.costs.Shard.expert_padding`)."""
+    offload_modules: tuple[str, ...] = ()
+    """Fine-grained activation offloading (:attr:`cosim.workload.synth.spec.SyntheticSpec.offload_modules`): each
+    named module's saved tensors go to the host in a D2H copy after its forward and come back in an H2D copy
+    before its backward (:class:`_Offload`)."""
+    host_link: tuple[float, float] = (64e9, 1e-6)
+    """(bytes/s per direction, latency s) of a GPU's route to its host CPU (PCIe, or NVLink-C2C on GB200), after
+    the link's efficiency: the duration of an offload copy alone on it (the replay moves it as a flow on that
+    route, :mod:`cosim.replay.copies`)."""
 
 
 @dataclass
@@ -221,6 +230,7 @@ class _RankBuilder:
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
         self.grad_ops: list[int] = []  # DP gradient reductions issued (GPU ops): the optimizer waits for them
+        self.copies: dict[int, int] = {}  # GPU op -> CopyKind of a host copy (activation offloading, _Offload)
         self.h["name"].append(self.s("ProfilerStep#0"))
         self.h["kind"].append(HostKind.ANNOTATION)
         self.h["parent"].append(-1)
@@ -451,6 +461,7 @@ class _RankBuilder:
                         correlation=np.arange(1, n_gpu + 1), step=np.zeros(n_gpu),
                         bytes=np.asarray(G["bytes"], dtype=float), flops=np.asarray(G["flops"], dtype=float),
                         collective=np.asarray(G["collective"]))
+        _mark_copies(gpu_ops, self.copies)
         launches = Table("launches", n_gpu, host_op=launch_host, correlation=np.arange(1, n_gpu + 1),
                          first_gpu_op=np.arange(n_gpu), n_gpu_ops=np.ones(n_gpu), device=np.zeros(n_gpu),
                          stream=np.asarray(G["stream"]))
@@ -498,6 +509,132 @@ class _RankBuilder:
                          collectives=collectives, groups=groups, steps=steps, edges=edges,
                          source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
                                  "projected_onto": self.device})
+
+
+_D2H_STREAM, _H2D_STREAM = 26, 27
+"""Streams of activation offloading's copies (Megatron-Core's offload manager: one d2h_stream, one h2d_stream)."""
+
+
+def _mark_copies(gpu_ops: Table, copies: dict[int, int]) -> None:
+    """Make the GPU ops in ``copies`` host copies (memcpy of their direction) instead of kernels."""
+    if not copies:
+        return
+    idx = np.fromiter(copies.keys(), dtype=np.int64, count=len(copies))
+    gpu_ops.kind[idx] = GpuKind.MEMCPY
+    gpu_ops.cls[idx] = OpClass.MEMCPY
+    gpu_ops.copy_kind[idx] = np.fromiter(copies.values(), dtype=np.int64, count=len(copies))
+    gpu_ops.flops[idx] = 0.0
+
+
+class _Offload:
+    """Fine-grained activation offloading of one rank (:data:`cosim.workload.synth.memory.OFFLOAD_SOURCE`).
+
+    Forward: after the last op of a group (a module of ``modules``: its ops, :data:`~cosim.workload.synth.memory.
+    OFFLOAD_MODULES`) a D2H copy of what the group keeps (:func:`~cosim.workload.synth.memory.offload_group_bytes`)
+    goes on the d2h stream after that op; the compute stream does not wait for it. Backward: when a group's
+    backward is done (the backward op of its first forward op), the H2D copy of the group before it in forward
+    order (the same layer's, else the last group of the chunk's previous layer) goes on the h2d stream after the
+    compute so far and after that group's D2H (Megatron's LIFO ``bulk_reload``); the first backward or
+    recomputed op of a group waits for its reload (a group not reloaded yet, the chunk's first, is reloaded there).
+    Micro-batches of a layer are matched first in, first out (1F1B runs a chunk's backwards in forward order)."""
+
+    def __init__(self, rb: _RankBuilder, bytes_of: Any, prev_layer: dict[int, int], host_link: tuple[float, float],
+                 launch: float) -> None:
+        self.rb, self.bytes_of, self.prev_layer, self.launch = rb, bytes_of, prev_layer, launch
+        self.bw, self.lat = host_link
+        self.out: dict[tuple[int, str], deque[int]] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
+        self.back: dict[tuple[int, str], int] = {}  # (layer, group) -> its H2D copy, until a backward op waited
+        self.active: set[tuple[int, str]] = set()  # groups whose backward waited for their reload and runs
+        self.plan: dict[int, tuple[dict[str, str], dict[str, str], dict[str, str], list[str], dict[str, float]]] = {}
+
+    def _plan(self, ly: int, ops: list[Op] | None) -> tuple[dict[str, str], dict[str, str], dict[str, str],
+                                                            list[str], dict[str, float]]:
+        """Per layer: op name -> group, group -> its last forward op, group -> its first op with a backward,
+        the groups in forward order, and the bytes each offloads."""
+        got = self.plan.get(ly)
+        if got is None and ops is not None:
+            from cosim.workload.synth.memory import offload_group_of
+
+            gbytes: dict[str, float] = self.bytes_of(ly, ops)
+            member = {o.name: g for o in ops if (g := offload_group_of(o.name, list(gbytes))) is not None}
+            last = {member[o.name]: o.name for o in ops if o.name in member}
+            first: dict[str, str] = {}
+            for o in ops:
+                if o.name in member and not o.no_grad:
+                    first.setdefault(member[o.name], o.name)
+            got = self.plan[ly] = (member, last, first, [g for g in gbytes if gbytes[g] > 0], gbytes)
+        return got if got is not None else ({}, {}, {}, [], {})
+
+    def _copy(self, name: str, nbytes: float, stream: int, kind: int, waits: list[int]) -> int:
+        o = Op(name, "elementwise", 0.0, nbytes)
+        j = self.rb.op(o, self.lat + nbytes / self.bw, stream, self.launch, waits=waits)
+        self.rb.copies[j] = kind
+        return j
+
+    def forward(self, o: Op, ly: int, j: int, ops: list[Op]) -> None:
+        """After forward op ``o`` (GPU op ``j``) of layer ``ly``."""
+        member, last, _, order, gbytes = self._plan(ly, ops)
+        g = member.get(o.name)
+        if g is None or last[g] != o.name or g not in order:
+            return
+        d = self._copy(f"offload.{g}.d2h", gbytes[g], _D2H_STREAM, CopyKind.DTOH, [j])
+        self.out.setdefault((ly, g), deque()).append(d)
+
+    def _reload(self, ly: int, g: str) -> None:
+        fifo = self.out.get((ly, g))
+        if (ly, g) in self.back or not fifo:
+            return
+        _, _, _, _, gbytes = self._plan(ly, None)
+        d = fifo.popleft()
+        self.back[(ly, g)] = self._copy(f"offload.{g}.h2d", gbytes[g], _H2D_STREAM, CopyKind.HTOD,
+                                        [self.rb.last_compute, d])
+
+    @staticmethod
+    def _fwd_name(o: Op) -> str:
+        for sfx in (".dgrad", ".wgrad", ".bwd", ".recompute"):
+            if o.name.endswith(sfx):
+                return o.name[: -len(sfx)]
+        return o.name
+
+    def chunk_backward(self, layers: list[int]) -> None:
+        """A chunk's backward starts (after its gradient's receive is posted): prefetch the last group of its last
+        layer that offloads (Megatron's ``pre_reload_last_layer`` of the next backward chunk)."""
+        for ly in sorted((x for x in layers if x in self.plan), reverse=True):
+            order = self.plan[ly][3]
+            if order:
+                self._reload(ly, order[-1])
+                return
+
+    def before_backward(self, o: Op, ly: int) -> None:
+        """Before backward (or recomputed) op ``o`` of layer ``ly``: the group's first such op waits for its
+        reload (issued now if it was not prefetched)."""
+        member, _, _, order, _ = self._plan(ly, None)
+        g = member.get(self._fwd_name(o))
+        if g is None or g not in order or (ly, g) in self.active:
+            return
+        self._reload(ly, g)
+        h = self.back.pop((ly, g), None)
+        if h is not None:
+            self.rb.pending.append((h, "offload.reload"))
+            self.active.add((ly, g))
+
+    def after_backward(self, o: Op, ly: int) -> None:
+        """After backward op ``o`` of layer ``ly``: when it ends a group's backward (the last backward op of the
+        group's first forward op: its ``.bwd``, a GEMM's ``.wgrad``), prefetch the group before it."""
+        member, _, first, order, _ = self._plan(ly, None)
+        name = self._fwd_name(o)
+        g = member.get(name)
+        if g is None or g not in order or first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
+            return
+        self.active.discard((ly, g))
+        i = order.index(g)
+        if i > 0:
+            self._reload(ly, order[i - 1])
+        elif ly in self.prev_layer:
+            prev = self.prev_layer[ly]
+            _, _, _, porder, _ = self._plan(prev, None)
+            if porder:
+                self._reload(prev, porder[-1])
 
 
 def hybridep_label(o: Op, tokens: float, card: MoEModelConfig, sms: int = 16) -> str:
@@ -696,11 +833,15 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                         rb.open_graph(graph_cost)
                 elif rb.graph_host >= 0:
                     rb.close_graph()
-            return rb.emit(o, d * gslow, groups, launch, splits, label=label, host_sync=opts.moe_host_sync)
+            if off is None or not 0 <= ly < card.num_layers:
+                return rb.emit(o, d * gslow, groups, launch, splits, label=label, host_sync=opts.moe_host_sync)
+            return _offload_emit(off, o, ly, prepared_fwd, lambda: rb.emit(o, d * gslow, groups, launch, splits,
+                                                                            label=label, host_sync=opts.moe_host_sync))
 
         fsdp = rm.layout.zero == "fsdp"
         gathered: dict[int, list[int]] = {}
         unsharded: set[int] = set()  # FSDP: layers whose parameters are gathered and not yet freed
+        off = _offloader(rb, opts, rm, card, T, seq, p, launch)
 
         def fsdp_gather(ly: int) -> None:
             """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
@@ -783,6 +924,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw, bw = prepared[(c, dirn)]
             if c < chunks - 1:
                 p2p("B", False, mb, c + 1, c, dirn)
+            if off is not None:
+                off.chunk_backward([ly for ly, _, _ in fw])
             fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
 
             def recompute(ly: int) -> None:
@@ -864,6 +1007,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.switch(1)
             if cb < chunks - 1:
                 p2p("B", False, mb, cb + 1, cb)
+            if off is not None:
+                off.chunk_backward([ly for ly, _, _ in bw])
             nl = card.num_layers
             # MTP depths pair as layers (Megatron-Core's model_chunk_schedule_plan: an MTP layer runs the
             # transformer layer's nodes, its norms, projection and embedding in the attn node, its head and loss
@@ -1038,6 +1183,41 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                      "routing makes every rank of a stage run the same program)")
     return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes,
                  keys if rm.schedule != "dualpipe" else {})
+
+
+def _offloader(rb: _RankBuilder, opts: BuildOptions, rm: RankMap, card: MoEModelConfig, T: float, seq: int,
+               p: Precision, launch: float) -> _Offload | None:
+    """The rank's activation offloading (None: ``offload_modules`` empty)."""
+    if not opts.offload_modules:
+        return None
+    from cosim.workload.synth.memory import MemoryOptions, offload_group_bytes
+
+    lay = rm.layout
+    local = T / (rm.tp if rm.sequence_parallel and rm.tp > 1 else 1) * card.hidden_size
+    mo = MemoryOptions(offload_modules=opts.offload_modules)
+    memo: dict[int, dict[str, float]] = {}
+
+    def bytes_of(ly: int, ops: list[Op]) -> dict[str, float]:
+        key = id(ops)
+        if key not in memo:
+            memo[key] = offload_group_bytes(ops, lay.recompute, lay.recompute_modules, card, p, local * p.act_bytes,
+                                            opts.offload_modules, mo)
+        return memo[key]
+
+    prev_layer = {ly: layers[i - 1] for layers in rm.chunk_layers for i, ly in enumerate(layers) if i > 0}
+    return _Offload(rb, bytes_of, prev_layer, opts.host_link, launch)
+
+
+def _offload_emit(off: _Offload, o: Op, ly: int, fwd: dict[int, tuple[list[Op], list[float]]], go: Any) -> int:
+    """Emit op ``o`` of layer ``ly`` (``go()``) with activation offloading's copies and waits around it."""
+    if o.bwd or o.name.endswith(".recompute"):
+        off.before_backward(o, ly)
+        j = int(go())
+        off.after_backward(o, ly)
+        return j
+    j = int(go())
+    off.forward(o, ly, j, fwd[ly][0])
+    return j
 
 
 def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:

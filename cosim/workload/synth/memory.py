@@ -20,6 +20,9 @@
   all-to-all overlap, or :func:`~cosim.workload.synth.schedule.dualpipe_order`). Recomputation:
   :func:`layer_activation_bytes`; the peak adds the largest transient: one layer's recomputed working set, or on
   the stage with the loss the bf16 copy of the logits (:data:`LOSS_SOURCE`).
+  Fine-grained activation offloading (:attr:`MemoryOptions.offload_modules`, :data:`OFFLOAD_SOURCE`): what the
+  named modules keep (:func:`offload_group_bytes`) leaves the GPU once copied to the host; the peak keeps one
+  layer's offloaded groups on top (the group being copied, reloaded ahead of its backward, or kept by the margin).
 
 Not modelled: allocator fragmentation, NCCL / DeepEP and CUDA-context buffers, the temporaries of one
 kernel and the activation gradients of the layer in backward (the ``overhead`` term is a flat reserve for them).
@@ -28,7 +31,7 @@ kernel and the activation gradients of the layer in backward (the ``overhead`` t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.synth.costs import (
@@ -56,11 +59,15 @@ __all__ = [
     "FP8_WEIGHT_CACHE_SOURCE",
     "GRAD_SOURCE",
     "LOSS_SOURCE",
+    "OFFLOAD_MODULES",
+    "OFFLOAD_SOURCE",
     "OVERHEAD_BYTES",
     "MemoryEstimate",
     "MemoryOptions",
     "layer_activation_bytes",
     "memory_per_stage",
+    "offload_group_bytes",
+    "offload_group_of",
 ]
 
 OVERHEAD_BYTES = 3 * 2**30
@@ -115,8 +122,9 @@ class MemoryOptions:
     grad_bytes: float = 2.0
     """The gradient buffer per parameter (:data:`GRAD_SOURCE`; 4 with ``grad_reduce_in_fp32``)."""
     master_bytes: float = 4.0
-    """fp32 master copy per parameter in the optimizer (0 when the parameters themselves are the fp32 master,
-    as with torch FSDP2's sharded fp32 parameters)."""
+    """fp32 master copy per parameter in the optimizer (0 when the optimizer steps the parameters themselves: fp32
+    parameters that are their own master, or PyTorch FSDP2 with bf16 parameters as NeMo AutoModel runs it,
+    validation/memory/run.py ``_AUTOMODEL_FSDP2``)."""
     moment_bytes: float = 8.0
     """Adam's m and v per parameter (fp32; 4 with bf16 moments)."""
     fp8_weight_cache: bool = True
@@ -133,6 +141,10 @@ class MemoryOptions:
     takes effect with ``moe_act`` recomputation and an FP8 precision."""
     overhead: float = OVERHEAD_BYTES
     """Flat reserve per GPU, bytes."""
+    offload_modules: tuple[str, ...] = ()
+    """Fine-grained activation offloading (Megatron-Core ``--fine-grained-activation-offloading --offload-modules``,
+    :data:`OFFLOAD_MODULES`): what these modules save for the backward is copied to the host during the forward
+    and reloaded before the backward (:func:`offload_group_bytes`); empty: off."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,67 @@ def _discarded(ops: Sequence[Op], modules: Sequence[str], card: MoEModelConfig, 
                                          or (mla and o.name in ("attn.q_down", "attn.q_proj", "attn.kv_down"))):
             gone += o.saved
     return gone
+
+
+OFFLOAD_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0+ megatron/core/pipeline_parallel/fine_grained_activation_offload.py "
+                  "(a group's saved_tensors_hooks capture what autograd saves between group_start and group_offload; "
+                  "on_group_commit_forward copies them D2H on the manager's d2h_stream after the compute stream and "
+                  "frees their GPU storage (record_stream: at the copy's end); on_group_start_backward, at the end "
+                  "of a group's backward, bulk-reloads the previous offloaded group (LIFO) H2D on h2d_stream, and "
+                  "on_group_commit_backward makes the compute stream wait for that reload before the group's "
+                  "backward; post_warmup_callback keeps one group per name on the GPU as a margin; tensors under "
+                  "min_offloaded_tensor_size (1M elements) stay), moe/experts.py (expert_fc1: the group around "
+                  "linear_fc1, committed after it; moe_act: from the activation through linear_fc2, committed after "
+                  "fc2 so that the checkpointed fc1 output is reloaded before moe_act's recomputation), "
+                  "docs/user-guide/features/fine_grained_activation_offloading.md")
+"""Where fine-grained activation offloading's groups, copies and lifetimes come from."""
+
+OFFLOAD_MODULES: dict[str, tuple[str, ...]] = {
+    "attn_norm": ("attn.norm",),
+    "qkv_linear": ("attn.input.quantize", "attn.qkv"),
+    "core_attn": ("attn.core",),
+    "attn_proj": ("attn.o_input.quantize", "attn.o_proj"),
+    "mlp_norm": ("moe.norm", "mlp.norm"),
+    "expert_fc1": ("moe.experts_input.quantize", "moe.experts_fc1"),
+    "moe_act": ("moe.experts_swiglu", "moe.experts_act", "moe.experts_fc2"),
+}
+"""Megatron-Core's offload modules that a synthesized layer has, and its forward ops each group spans (an op
+belongs to a group when its name is one of these or starts with one followed by ``_`` or ``.``; :data:`OFFLOAD_SOURCE`)."""
+
+
+def offload_group_of(name: str, modules: Sequence[str]) -> str | None:
+    """The offload module of ``modules`` whose group holds forward op ``name`` (None: none)."""
+    for m in modules:
+        for x in OFFLOAD_MODULES.get(m, ()):
+            if name == x or name.startswith(x + "_") or name.startswith(x + "."):
+                return m
+    return None
+
+
+def offload_group_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig,
+                        p: Precision, layer_input: float, offload: Sequence[str],
+                        options: MemoryOptions | None = None) -> dict[str, float]:
+    """Bytes each offload group of one layer copies to the host per micro-batch (forward order of the groups).
+
+    A group offloads what its ops keep for the backward after recomputation's discards
+    (:func:`layer_activation_bytes`): the layer's kept bytes less those kept with the group's ops saving nothing,
+    taken group after group so that the groups add up to what the layer keeps less what stays. Full
+    recomputation keeps only the layer input (no group inside)."""
+    out: dict[str, float] = {}
+    if recompute == "full" or not offload:
+        return out
+    zeroed: set[str] = set()
+    prev = layer_activation_bytes(ops, recompute, modules, card, p, layer_input, options)
+    for o in ops:
+        g = offload_group_of(o.name, offload)
+        if g is None or g in out:
+            continue
+        zeroed |= {x.name for x in ops if offload_group_of(x.name, offload) == g}
+        now = layer_activation_bytes([replace(x, saved=0.0) if x.name in zeroed else x for x in ops], recompute,
+                                     modules, card, p, layer_input, options)
+        out[g] = max(prev - now, 0.0)
+        prev = now
+    return out
 
 
 def layer_activation_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig,
@@ -214,6 +287,8 @@ class _Stage:
     """The largest transient at the peak: a recomputed layer's re-materialized bytes, or the loss's bf16 logits."""
     layer_max: float = 0.0
     """Parameters of the stage's largest layer on this rank (before FSDP sharding)."""
+    offload_max: float = 0.0
+    """Activation offloading: the most bytes one layer's groups offload per micro-batch (:func:`_offloaded`)."""
 
 
 def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh: Shard, p: Precision,
@@ -234,7 +309,9 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
             ops = layer_ops(card, ly, T, seq, sh, p)
             kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
-            a += kept + (2 * mask if lay.recompute != "full" else 0.0)
+            off = _offloaded(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
+            st.offload_max = max(st.offload_max, off)
+            a += kept - off + (2 * mask if lay.recompute != "full" else 0.0)
             if lay.recompute != "none":  # the layer in backward re-materializes what it dropped
                 st.work = max(st.work, sum(x.saved for x in ops) - kept)
         if c == 0:
@@ -280,6 +357,14 @@ def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int
     return card.mtp_layers * (kept + sum(x.saved for x in rest) + 2 * mask)
 
 
+def _offloaded(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig, p: Precision,
+               layer_input: float, o: MemoryOptions) -> float:
+    """Bytes one layer's offload groups move to the host per micro-batch (0 without offloading)."""
+    if not o.offload_modules:
+        return 0.0
+    return sum(offload_group_bytes(ops, recompute, modules, card, p, layer_input, o.offload_modules, o).values())
+
+
 def _peak(rm: RankMap, stage: int, act_chunk: list[float], microbatches: int) -> float:
     """Most activation bytes the stage holds at once over its schedule."""
     if rm.schedule == "dualpipe":  # (kind, chunk) per action; an overlapped pair is a forward then a backward
@@ -312,7 +397,7 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
     out = []
     for stage in range(rm.pp):
         st = _stage(card, rm, stage, T, seq, sh, p, o)
-        peak = _peak(rm, stage, st.act_chunk, microbatches) + st.work
+        peak = _peak(rm, stage, st.act_chunk, microbatches) + st.work + st.offload_max  # OFFLOAD_SOURCE
         params = st.dense + st.expert
         sharded = st.dense / n_dp + st.expert / n_edp
         held = sharded if zero == "fsdp" else params

@@ -248,6 +248,17 @@ class SyntheticSpec(Strict):
     tp_comm_overlap: bool = False
     """Training: TP all-gathers / reduce-scatters overlapped with their GEMMs (Megatron ``tp_comm_overlap``,
     Transformer Engine userbuffers; :mod:`cosim.workload.synth.tpoverlap`)."""
+    offload_modules: list[Literal["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                  "moe_act"]] = Field(default_factory=list)
+    """Training: Megatron-Core's fine-grained activation offloading (``--fine-grained-activation-offloading
+    --offload-modules``, core_v0.16.0 and later): what these modules save for the backward (their input, and for
+    ``moe_act`` also fc2's, as its group spans the activation through fc2) is copied to the host on a D2H stream
+    after each module's forward, overlapped with the compute that follows, and copied back on an H2D stream while
+    the backward of the group after it runs; the copies are host copies on the GPU's route to its CPU (PCIe, or
+    NVLink-C2C on GB200), so they share it with anything else on it, and the memory model keeps on the GPU only
+    what is not offloaded (:data:`cosim.workload.synth.memory.OFFLOAD_SOURCE`). ``attn_proj`` needs ``core_attn``;
+    ``expert_fc1`` and ``moe_act`` exclude recomputing the whole MoE (``moe``); full recomputation keeps nothing to
+    offload. Empty: off."""
     expert_padding: bool = True
     """Training, FP8/MXFP8: Megatron-Core's grouped MLP copies the local experts' rows into a buffer aligned for the
     quantized grouped GEMM (32 rows MXFP8, 16 FP8) and fc2's output back, and the inverse copies in the backward
@@ -316,7 +327,42 @@ def memory_options(spec: SyntheticSpec) -> Any:
 
     return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
                          moment_bytes=4.0 if spec.optimizer_moments == "bf16" else 8.0,
-                         moe_act_input_fp8=spec.moe_act_input_fp8)
+                         moe_act_input_fp8=spec.moe_act_input_fp8,
+                         offload_modules=tuple(spec.offload_modules))
+
+
+def _check_offload(spec: SyntheticSpec) -> None:
+    """One-line errors for ``offload_modules`` combinations Megatron-Core rejects (transformer_config.py
+    __post_init__) or that leave nothing to offload."""
+    mods = spec.offload_modules
+    if not mods:
+        return
+    where = "workload.synthetic.offload_modules"
+    if spec.mode != "train":
+        raise CosimInputError(f"{where}: activation offloading is a training field (mode train)")
+    if len(set(mods)) != len(mods):
+        raise CosimInputError(f"{where}: {mods} names a module twice")
+    if "attn_proj" in mods and "core_attn" not in mods:
+        raise CosimInputError(f"{where}: attn_proj needs core_attn (Megatron-Core: the input of attn_proj is the "
+                              "output of core_attn, which core_attn's backward needs)")
+    lay = spec.layout
+    if lay.recompute == "full":
+        raise CosimInputError(f"{where}: layout.recompute full keeps only each layer's input: nothing to offload")
+    inside = sorted({"expert_fc1", "moe_act"} & set(mods))
+    if inside and lay.recompute == "selective" and "moe" in lay.recompute_modules:
+        raise CosimInputError(f"{where}: cannot offload {', '.join(inside)} while recomputing the whole MoE layer "
+                              "(layout.recompute_modules moe)")
+
+
+def _host_link(topology: Any, gpu: str) -> tuple[float, float]:
+    """(bytes/s per direction after the links' efficiency, latency s) of ``gpu``'s route to its host CPU."""
+    try:
+        path = topology.route(gpu, topology.cpu_of(gpu))
+        edges = [topology.graph.edges[a, b] for a, b in pairwise(path)]
+        bw = min(float(e["bandwidth"]) * float(e.get("efficiency", 1.0)) for e in edges)
+        return bw, float(sum(float(e.get("latency", 0.0)) for e in edges))
+    except Exception:  # a topology without a host CPU: PCIe Gen5 x16 at the catalog's efficiency
+        return 64e9 * 0.87, 1e-6
 
 
 def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
@@ -398,6 +444,9 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
     opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope),
                    hybridep_sms=spec.hybridep_sms)
+    _check_offload(spec)
+    if spec.offload_modules:
+        opts = replace(opts, offload_modules=tuple(spec.offload_modules), host_link=_host_link(topology, gpu0))
     assert isinstance(b, BatchSpec)
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
