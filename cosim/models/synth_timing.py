@@ -31,7 +31,8 @@ from cosim.workload.synth.costs import Op
 from cosim.workload.synth.spec import SyntheticSpec
 
 __all__ = ["BLACKWELL_MEMORY_SHARE", "BLACKWELL_MEMORY_SOURCE", "DECODE_ATTENTION_EFFICIENCY", "GROUPED_GEMM_SOURCE",
-           "KernelTimer", "blackwell_memory_profile", "calibrated_profile", "grouped_gemm_time", "synthetic_kernel_timer"]
+           "KernelTimer", "PER_EXPERT_GEMM_SOURCE", "blackwell_memory_profile", "calibrated_profile", "grouped_gemm_time", "per_expert_gemm_time",
+           "synthetic_kernel_timer"]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
 """Share of the bf16 dense peak that decode attention reaches when compute-bound: FlashMLA's
@@ -127,6 +128,9 @@ class KernelTimer:
         uneven = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and len(set(o.group_rows)) > 1]
         if uneven:  # groups of unequal rows: each group tiled on its own (equal groups: the batched shape above)
             out[uneven] = self._grouped([ops[i] for i in uneven])
+        per = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1 and o.group_rows]
+        if per:  # TE's multi-stream grouped GEMM: one cuBLAS GEMM per expert (PER_EXPERT_GEMM_SOURCE)
+            out[per] = np.maximum(out[per], self._per_expert([ops[i] for i in per]))
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
         if dec:  # decode attention: a roofline of its cache read and its FLOPs at the decode kernels' efficiency
             mem = self([replace(ops[i], name=f"{ops[i].name}.kv_read", cls="elementwise", flops=0.0) for i in dec])
@@ -135,6 +139,20 @@ class KernelTimer:
                 out[i] = max(ops[i].flops / peak, t)
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
 
+
+    def _per_expert(self, ops: Sequence[Op]) -> np.ndarray:
+        """Durations (s) of grouped GEMMs that Transformer Engine runs as one cuBLAS GEMM per expert
+        (:data:`PER_EXPERT_GEMM_SOURCE`): :func:`per_expert_gemm_time` with the profile's dense GEMM fit."""
+        from cosim.models.calibrated import GemmParams, HardwareFigures
+
+        hw = HardwareFigures.of(self.accelerator)
+        out = np.empty(len(ops))
+        for i, o in enumerate(ops):
+            p = self._model_profile.params("gemm", o.dtype)
+            assert isinstance(p, GemmParams)
+            out[i] = per_expert_gemm_time(np.asarray(o.group_rows, dtype=float), o.m, o.n, o.k, o.group_k, o.bytes,
+                                          hw.peak(o.dtype), hw, p)
+        return out
 
     def _grouped(self, ops: Sequence[Op]) -> np.ndarray:
         """Durations (s) of grouped GEMMs with unequal groups (:attr:`Op.group_rows`), by
@@ -196,6 +214,41 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     best = gemm_tile_waves(mg, kg, live.astype(float), n, 8.0 * (mg * live).sum(axis=1) * n,
                            np.full(len(n), peak / hw.sm_count), hw, p, group_k=gk)
     return gemm_total(best, 2.0 * (mg * kg * live).sum(axis=1) * n, np.asarray(nbytes, dtype=float), peak, hw, p)
+
+
+PER_EXPERT_GEMM_SOURCE = (
+    "NVIDIA/TransformerEngine v2.12 transformer_engine/pytorch/module/grouped_linear.py (_GroupedLinear forward: "
+    "general_grouped_gemm over the m_splits; backward: one dgrad and one wgrad general_grouped_gemm), "
+    "transformer_engine/pytorch/cpp_extensions/gemm.py general_grouped_gemm -> te_general_grouped_gemm "
+    "(pytorch/csrc/extensions/gemm.cpp) -> nvte_multi_tensor_gemm -> multi_stream_cublas_gemm "
+    "(common/gemm/cublaslt_gemm.cu: one cublasLtMatmul per GEMM, each with its own heuristic and grid sized for "
+    "the whole GPU, GEMM i on compute stream i % num_streams: 'For now, we only have multi-stream cublas "
+    "backend'); held out: vidur's measured H100 cuBLAS GEMMs at 512-4096 rows (microsoft/vidur "
+    "data/profiling/compute/h100, ../shared/measured/vidur-h100-compute)")
+"""Why a training grouped GEMM of Transformer Engine is timed as its experts' own GEMMs, one after another."""
+
+
+def per_expert_gemm_time(rows: np.ndarray, m: float, n: float, k: float, group_k: bool, nbytes: float,
+                         peak: float, hw: Any, p: Any) -> float:
+    """Modeled duration (s) of a grouped GEMM run as one cuBLAS GEMM per expert (:data:`PER_EXPERT_GEMM_SOURCE`).
+
+    ``rows``: each expert's rows (its M, or its K where ``group_k``: a wgrad ``dW_e = X_e^T dY_e``); ``m``, ``n``,
+    ``k``: the other dims; ``nbytes``: the whole op's operand bytes, shared by the experts in proportion to their
+    rows. Each expert's GEMM is timed by the dense GEMM model (:func:`cosim.models.calibrated.gemm_time`: its own
+    tile, waves, split-K, memory bound and launch floor) and the experts' GEMMs add up: each is a kernel whose grid
+    cuBLAS sizes for the whole GPU, so the compute streams overlap only their tails (what the pooled model,
+    :func:`grouped_gemm_time`, already gives as a lower bound). An expert with no rows launches nothing."""
+    from cosim.models.calibrated import gemm_time
+
+    r = np.asarray(rows, dtype=float)
+    r = r[r > 0]
+    if r.size == 0:
+        return 0.0
+    mm = np.full(r.size, float(m)) if group_k else r
+    kk = r if group_k else np.full(r.size, float(k))
+    share = float(nbytes) * r / r.sum()
+    t = gemm_time(mm, np.full(r.size, float(n)), kk, np.ones(r.size), share, peak, hw, p)
+    return float(np.sum(t))
 
 
 def synthetic_kernel_timer(spec: SyntheticSpec, accelerator: Accelerator, base: Path | None = None) -> KernelTimer:
