@@ -128,7 +128,7 @@ class KernelTimer:
         uneven = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and len(set(o.group_rows)) > 1]
         if uneven:  # groups of unequal rows: each group tiled on its own (equal groups: the batched shape above)
             out[uneven] = self._grouped([ops[i] for i in uneven])
-        per = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1 and o.group_rows]
+        per = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1]
         if per:  # TE's multi-stream grouped GEMM: one cuBLAS GEMM per expert (PER_EXPERT_GEMM_SOURCE)
             out[per] = np.maximum(out[per], self._per_expert([ops[i] for i in per]))
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
@@ -150,7 +150,9 @@ class KernelTimer:
         for i, o in enumerate(ops):
             p = self._model_profile.params("gemm", o.dtype)
             assert isinstance(p, GemmParams)
-            out[i] = per_expert_gemm_time(np.asarray(o.group_rows, dtype=float), o.m, o.n, o.k, o.group_k, o.bytes,
+            # no groups given: ``batch`` equal experts of the op's shape (M rows each, or K where ``group_k``)
+            rows = o.group_rows or (o.k if o.group_k else o.m,) * max(round(o.batch), 1)
+            out[i] = per_expert_gemm_time(np.asarray(rows, dtype=float), o.m, o.n, o.k, o.group_k, o.bytes,
                                           hw.peak(o.dtype), hw, p)
         return out
 
