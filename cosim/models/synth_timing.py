@@ -30,9 +30,19 @@ from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import Op
 from cosim.workload.synth.spec import SyntheticSpec
 
-__all__ = ["BLACKWELL_MEMORY_SHARE", "BLACKWELL_MEMORY_SOURCE", "DECODE_ATTENTION_EFFICIENCY", "GROUPED_GEMM_SOURCE",
-           "KernelTimer", "PER_EXPERT_GEMM_SOURCE", "blackwell_memory_profile", "calibrated_profile", "grouped_gemm_time", "per_expert_gemm_time",
-           "synthetic_kernel_timer"]
+__all__ = [
+    "BLACKWELL_MEMORY_SHARE",
+    "BLACKWELL_MEMORY_SOURCE",
+    "DECODE_ATTENTION_EFFICIENCY",
+    "GROUPED_GEMM_SOURCE",
+    "PER_EXPERT_GEMM_SOURCE",
+    "KernelTimer",
+    "blackwell_memory_profile",
+    "calibrated_profile",
+    "grouped_gemm_time",
+    "per_expert_gemm_time",
+    "synthetic_kernel_timer",
+]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
 """Share of the bf16 dense peak that decode attention reaches when compute-bound: FlashMLA's
@@ -102,6 +112,8 @@ class KernelTimer:
         narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a Blackwell GPU with a profile of
         another architecture, BF16 and one-byte GEMMs follow :data:`cosim.models.precision.BLACKWELL_GEMM` and
         memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE`."""
+        self._per_expert_memo: dict[tuple[Any, ...], float] = {}
+        """Per-expert grouped GEMM durations already timed by this timer (:meth:`_per_expert`), by shape."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures
@@ -147,13 +159,18 @@ class KernelTimer:
 
         hw = HardwareFigures.of(self.accelerator)
         out = np.empty(len(ops))
+        memo = self._per_expert_memo
         for i, o in enumerate(ops):
-            p = self._model_profile.params("gemm", o.dtype)
-            assert isinstance(p, GemmParams)
             # no groups given: ``batch`` equal experts of the op's shape (M rows each, or K where ``group_k``)
             rows = o.group_rows or (o.k if o.group_k else o.m,) * max(round(o.batch), 1)
-            out[i] = per_expert_gemm_time(np.asarray(rows, dtype=float), o.m, o.n, o.k, o.group_k, o.bytes,
-                                          hw.peak(o.dtype), hw, p)
+            key = (o.dtype, o.m, o.n, o.k, o.group_k, rows, o.bytes)
+            t = memo.get(key)
+            if t is None:
+                p = self._model_profile.params("gemm", o.dtype)
+                assert isinstance(p, GemmParams)
+                t = memo[key] = per_expert_gemm_time(np.asarray(rows, dtype=float), o.m, o.n, o.k, o.group_k,
+                                                     o.bytes, hw.peak(o.dtype), hw, p)
+            out[i] = t
         return out
 
     def _grouped(self, ops: Sequence[Op]) -> np.ndarray:
