@@ -18,6 +18,7 @@ bytes (the cache read, through the fitted memory model) and its FLOPs at
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,8 @@ __all__ = [
     "DECODE_ATTENTION_EFFICIENCY",
     "GROUPED_GEMM_SOURCE",
     "PER_EXPERT_GEMM_SOURCE",
+    "TE_COMPUTE_STREAMS",
+    "TE_GROUPED_STREAMS_SOURCE",
     "KernelTimer",
     "blackwell_memory_profile",
     "calibrated_profile",
@@ -112,8 +115,6 @@ class KernelTimer:
         narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a Blackwell GPU with a profile of
         another architecture, BF16 and one-byte GEMMs follow :data:`cosim.models.precision.BLACKWELL_GEMM` and
         memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE`."""
-        self._per_expert_memo: dict[tuple[Any, ...], float] = {}
-        """Per-expert grouped GEMM durations already timed by this timer (:meth:`_per_expert`), by shape."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures
@@ -140,9 +141,9 @@ class KernelTimer:
         uneven = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and len(set(o.group_rows)) > 1]
         if uneven:  # groups of unequal rows: each group tiled on its own (equal groups: the batched shape above)
             out[uneven] = self._grouped([ops[i] for i in uneven])
-        per = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1]
-        if per:  # TE's multi-stream grouped GEMM: one cuBLAS GEMM per expert (PER_EXPERT_GEMM_SOURCE)
-            out[per] = np.maximum(out[per], self._per_expert([ops[i] for i in per]))
+        te = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1]
+        for i in te:  # TE's multi-stream grouped GEMM: a launch floor per round of its compute streams
+            out[i] += self._stream_rounds_extra(ops[i])
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
         if dec:  # decode attention: a roofline of its cache read and its FLOPs at the decode kernels' efficiency
             mem = self([replace(ops[i], name=f"{ops[i].name}.kv_read", cls="elementwise", flops=0.0) for i in dec])
@@ -152,26 +153,16 @@ class KernelTimer:
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
 
 
-    def _per_expert(self, ops: Sequence[Op]) -> np.ndarray:
-        """Durations (s) of grouped GEMMs that Transformer Engine runs as one cuBLAS GEMM per expert
-        (:data:`PER_EXPERT_GEMM_SOURCE`): :func:`per_expert_gemm_time` with the profile's dense GEMM fit."""
-        from cosim.models.calibrated import GemmParams, HardwareFigures
+    def _stream_rounds_extra(self, o: Op) -> float:
+        """Time (s) a grouped GEMM that Transformer Engine runs as one cuBLAS GEMM per expert adds to the pooled
+        tile waves (:data:`TE_GROUPED_STREAMS_SOURCE`): the launch floor of every round of
+        :data:`TE_COMPUTE_STREAMS` expert GEMMs beyond the first, ``(⌈live experts / streams⌉ - 1)·floor``."""
+        from cosim.models.calibrated import GemmParams
 
-        hw = HardwareFigures.of(self.accelerator)
-        out = np.empty(len(ops))
-        memo = self._per_expert_memo
-        for i, o in enumerate(ops):
-            # no groups given: ``batch`` equal experts of the op's shape (M rows each, or K where ``group_k``)
-            rows = o.group_rows or (o.k if o.group_k else o.m,) * max(round(o.batch), 1)
-            key = (o.dtype, o.m, o.n, o.k, o.group_k, rows, o.bytes)
-            t = memo.get(key)
-            if t is None:
-                p = self._model_profile.params("gemm", o.dtype)
-                assert isinstance(p, GemmParams)
-                t = memo[key] = per_expert_gemm_time(np.asarray(rows, dtype=float), o.m, o.n, o.k, o.group_k,
-                                                     o.bytes, hw.peak(o.dtype), hw, p)
-            out[i] = t
-        return out
+        live = sum(1 for r in o.group_rows if r > 0) if o.group_rows else max(round(o.batch), 1)
+        p = self._model_profile.params("grouped_gemm", o.dtype)
+        assert isinstance(p, GemmParams)
+        return (math.ceil(max(live, 1) / TE_COMPUTE_STREAMS) - 1) * p.floor_s
 
     def _grouped(self, ops: Sequence[Op]) -> np.ndarray:
         """Durations (s) of grouped GEMMs with unequal groups (:attr:`Op.group_rows`), by
@@ -235,28 +226,39 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     return gemm_total(best, 2.0 * (mg * kg * live).sum(axis=1) * n, np.asarray(nbytes, dtype=float), peak, hw, p)
 
 
-PER_EXPERT_GEMM_SOURCE = (
+TE_COMPUTE_STREAMS = 4
+"""Compute streams Transformer Engine's multi-stream grouped GEMM spreads its per-expert GEMMs over
+(:data:`TE_GROUPED_STREAMS_SOURCE`)."""
+TE_GROUPED_STREAMS_SOURCE = (
     "NVIDIA/TransformerEngine v2.12 transformer_engine/pytorch/module/grouped_linear.py (_GroupedLinear forward: "
-    "general_grouped_gemm over the m_splits; backward: one dgrad and one wgrad general_grouped_gemm), "
-    "transformer_engine/pytorch/cpp_extensions/gemm.py general_grouped_gemm -> te_general_grouped_gemm "
-    "(pytorch/csrc/extensions/gemm.cpp) -> nvte_multi_tensor_gemm -> multi_stream_cublas_gemm "
-    "(common/gemm/cublaslt_gemm.cu: one cublasLtMatmul per GEMM, each with its own heuristic and grid sized for "
-    "the whole GPU, GEMM i on compute stream i % num_streams: 'For now, we only have multi-stream cublas "
-    "backend'); held out: vidur's measured H100 cuBLAS GEMMs at 512-4096 rows (microsoft/vidur "
-    "data/profiling/compute/h100, ../shared/measured/vidur-h100-compute)")
-"""Why a training grouped GEMM of Transformer Engine is timed as its experts' own GEMMs, one after another."""
+    "general_grouped_gemm over the m_splits; backward: one dgrad and one wgrad general_grouped_gemm) -> "
+    "te_general_grouped_gemm (pytorch/csrc/extensions/gemm.cpp) -> nvte_multi_tensor_gemm -> "
+    "multi_stream_cublas_gemm (common/gemm/cublaslt_gemm.cu: one cublasLtMatmul per expert, GEMM i on compute "
+    "stream i % num_streams after an event on the main stream; common/util/multi_stream.cpp: 4 compute streams); "
+    "held out: TE PR #2045 (NVIDIA/TransformerEngine, yaox12's benchmark of general_grouped_gemm with TE 2.7 and "
+    "CUDA 12.9 on H100 BF16: 627.9 TFLOP/s at 8 x 4096 x 768 x 2048, 553.9 at 16 x 2048 x 768 x 2048; the "
+    "single-launch CUTLASS grouped GEMM 650.6 and 636.9)")
+"""Why a training grouped GEMM of Transformer Engine is the pooled tile waves plus a launch floor per round of
+its compute streams."""
+PER_EXPERT_GEMM_SOURCE = (
+    "the same per-expert cublasLtMatmul calls (TE_GROUPED_STREAMS_SOURCE), each timed alone; held out: vidur's "
+    "measured H100 cuBLAS GEMMs at 256-4096 rows (microsoft/vidur data/profiling/compute/h100, "
+    "../shared/measured/vidur-h100-compute)")
+"""Where the serial bound :func:`per_expert_gemm_time` comes from."""
 
 
 def per_expert_gemm_time(rows: np.ndarray, m: float, n: float, k: float, group_k: bool, nbytes: float,
                          peak: float, hw: Any, p: Any) -> float:
-    """Modeled duration (s) of a grouped GEMM run as one cuBLAS GEMM per expert (:data:`PER_EXPERT_GEMM_SOURCE`).
+    """Serial bound (s) of a grouped GEMM run as one cuBLAS GEMM per expert (:data:`PER_EXPERT_GEMM_SOURCE`): its
+    experts' GEMMs one after another, none overlapping another. Not the kernel timer's rule (which overlaps them
+    over Transformer Engine's compute streams, :data:`TE_GROUPED_STREAMS_SOURCE`); the upper end of what the
+    per-expert launches can cost, checked against single cuBLAS GEMMs (validation/kernels/per_expert.py).
 
     ``rows``: each expert's rows (its M, or its K where ``group_k``: a wgrad ``dW_e = X_e^T dY_e``); ``m``, ``n``,
     ``k``: the other dims; ``nbytes``: the whole op's operand bytes, shared by the experts in proportion to their
     rows. Each expert's GEMM is timed by the dense GEMM model (:func:`cosim.models.calibrated.gemm_time`: its own
-    tile, waves, split-K, memory bound and launch floor) and the experts' GEMMs add up: each is a kernel whose grid
-    cuBLAS sizes for the whole GPU, so the compute streams overlap only their tails (what the pooled model,
-    :func:`grouped_gemm_time`, already gives as a lower bound). An expert with no rows launches nothing."""
+    tile, waves, split-K, memory bound and launch floor) and the experts' GEMMs add up. An expert with no rows
+    launches nothing."""
     from cosim.models.calibrated import gemm_time
 
     r = np.asarray(rows, dtype=float)

@@ -1,9 +1,13 @@
-"""Held-out check of the per-expert GEMM rule (:func:`cosim.models.synth_timing.per_expert_gemm_time`).
+"""Held-out checks of Transformer Engine's grouped GEMM as cosim times it.
 
 Run from the repository root:  python validation/kernels/per_expert.py
 
-Transformer Engine's training grouped GEMM runs one cuBLAS GEMM per local expert
-(:data:`cosim.models.synth_timing.PER_EXPERT_GEMM_SOURCE`). Each of those GEMMs is a cuBLAS GEMM of one
+1. The kernel timer (pooled tile waves plus a launch floor per round of TE's four compute streams,
+   :data:`cosim.models.synth_timing.TE_GROUPED_STREAMS_SOURCE`) against TE PR #2045's measured
+   ``general_grouped_gemm`` on H100 BF16 (TE 2.7, multi-stream cuBLAS), with the pooled rule alone and the serial
+   bound beside it.
+2. The serial bound's GEMMs (:func:`cosim.models.synth_timing.per_expert_gemm_time`: each expert's cuBLAS GEMM
+   alone). Each of those GEMMs is a cuBLAS GEMM of one
 expert's rows, which vidur measured on an H100 for dense layers of nearly the expert shapes of Qwen3-235B
 (Llama-2-7B at TP8: ``mlp_up_proj`` N 2752, K 4096 ~ fc1's N 3072, K 4096; ``mlp_down_proj`` N 4096, K 1376
 ~ fc2's N 4096, K 1536) at 256-4096 rows (``../shared/measured/vidur-h100-compute``, never fitted: the bundled
@@ -19,10 +23,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cosim, not an installed copy
 
 from cosim.catalog import load_catalog
-from cosim.models.synth_timing import KernelTimer
+from cosim.models.calibrated import GemmParams, HardwareFigures
+from cosim.models.synth_timing import KernelTimer, per_expert_gemm_time
 from cosim.resources import shared_dir
 from cosim.workload.synth.costs import Op
 
@@ -37,7 +44,11 @@ def rows() -> list[dict[str, float | str]]:
     base = shared_dir()
     if base is None:
         raise FileNotFoundError("../shared is absent")
-    kt = KernelTimer(load_catalog().accelerator("h100-sxm5"))
+    acc = load_catalog().accelerator("h100-sxm5")
+    kt = KernelTimer(acc)
+    hw = HardwareFigures.of(acc)
+    p = kt._model_profile.params("gemm", "bf16")
+    assert isinstance(p, GemmParams)
     out: list[dict[str, float | str]] = []
     seen: set[int] = set()
     with open(base / "measured" / "vidur-h100-compute" / "llama2-7b-mlp.csv") as f:
@@ -48,9 +59,12 @@ def rows() -> list[dict[str, float | str]]:
             seen.add(m)
             for op, n, k in SHAPES:
                 g = EXPERTS
-                o = Op("moe.experts_fc1", "grouped_gemm", 2.0 * m * n * k * g, 2.0 * (m * k + k * n + m * n) * g,
-                       "bf16", float(m), n, k, g, group_rows=(float(m),) * g)
-                pooled, per = kt([o, replace(o, launches=g)])
+                nbytes = 2.0 * (m * k + k * n + m * n) * g
+                o = Op("moe.experts_fc1", "grouped_gemm", 2.0 * m * n * k * g, nbytes, "bf16", float(m), n, k, g,
+                       group_rows=(float(m),) * g)
+                pooled = kt([o])[0]
+                per = per_expert_gemm_time(np.full(g, float(m)), float(m), n, k, False, nbytes, hw.peak("bf16"), hw,
+                                           p)
                 out.append({"op": op, "m": float(m), "n": n, "k": k,
                             "measured": float(r[f"time_stats.{op}.median"]) * 1e-3,
                             "pooled": pooled / g, "per_expert": per / g})
@@ -77,15 +91,49 @@ def summary(rs: list[dict[str, float | str]]) -> list[dict[str, float]]:
     return out
 
 
+TE_PR_2045 = ((8, 4096.0, 768.0, 2048.0, 627.903e12), (16, 2048.0, 768.0, 2048.0, 553.945e12))
+"""NVIDIA/TransformerEngine PR #2045 (yaox12's update): ``general_grouped_gemm`` with TE 2.7 and CUDA 12.9 on H100
+BF16, multi-stream cuBLAS: (experts, rows per expert, N, K, FLOP/s)."""
+
+
+def te_grouped() -> list[dict[str, float]]:
+    """TE PR #2045's grouped GEMMs: measured FLOP/s and cosim's under the timer's rule, the pooled rule alone and
+    the serial bound."""
+    acc = load_catalog().accelerator("h100-sxm5")
+    kt = KernelTimer(acc)
+    hw = HardwareFigures.of(acc)
+    p = kt._model_profile.params("gemm", "bf16")
+    assert isinstance(p, GemmParams)
+    out = []
+    for g, m, n, k, measured in TE_PR_2045:
+        flops = 2 * g * m * n * k
+        nbytes = 2.0 * (m * k + k * n + m * n) * g
+        o = Op("x", "grouped_gemm", flops, nbytes, "bf16", m, n, k, g, group_rows=(m,) * g, launches=g)
+        te, pooled = kt([o, replace(o, launches=1)])
+        serial = per_expert_gemm_time(np.full(g, m), m, n, k, False, nbytes, hw.peak("bf16"), hw, p)
+        out.append({"g": float(g), "m": m, "n": n, "k": k, "measured": measured, "te": flops / te,
+                    "pooled": flops / pooled, "serial": flops / serial})
+    return out
+
+
 def main() -> int:
+    print("| TE PR #2045 (H100 BF16) | measured TFLOP/s | cosim (streams) | pooled alone | serial bound |")
+    print("|---|---:|---:|---:|---:|")
+    for r in te_grouped():
+        t = r["measured"]
+        cells = " | ".join(f"{r[c] / 1e12:.0f} ({r[c] / t - 1:+.1%})" for c in ("te", "pooled", "serial"))
+        print(f"| {r['g']:.0f} x {r['m']:.0f} rows, N {r['n']:.0f}, K {r['k']:.0f} | {t / 1e12:.0f} | {cells} |")
+    print()
     rs = rows()
-    print("| M | GEMMs | pooled: total time error / MAPE | per-expert: total time error / MAPE |")
+    print("One expert GEMM of 16 vs vidur's single cuBLAS GEMM of that shape:")
+    print()
+    print("| M | GEMMs | pooled / 16: total time error / MAPE | alone (serial bound / 16): total time error / MAPE |")
     print("|---|---:|---:|---:|")
     for b in summary(rs):
         print(f"| {b['lo']:.0f}-{b['hi'] - 1:.0f} | {b['n']:.0f} | {b['pooled_total']:+.1%} / {b['pooled_mape']:.1%} | "
               f"{b['per_expert_total']:+.1%} / {b['per_expert_mape']:.1%} |")
     print()
-    print("| vidur op | M | N | K | measured us | pooled us (err) | per-expert us (err) |")
+    print("| vidur op | M | N | K | measured us | pooled / 16 us (err) | alone us (err) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rs:
         if int(float(r["m"])) not in SHOWN:
