@@ -112,11 +112,8 @@ def test_zipf_hot_rank_is_slower_than_at_its_mean() -> None:
     kt = KernelTimer(load_catalog().accelerator("h100-sxm5"))
     grouped = kt(ops)
     at_mean = kt([replace(o, group_rows=()) for o in ops])
-    assert sum(grouped) > 1.03 * sum(at_mean)  # the small experts' partly filled tiles
-    # one launch for all groups (the pooled tile waves): every op slower than at its mean; TE's one GEMM per
-    # expert (the ops above, per_expert_gemm_time) only in sum: one op's waves can round either way
-    one = [replace(o, launches=1) for o in ops]
-    assert all(g >= a for g, a in zip(kt(one), kt([replace(o, group_rows=()) for o in one])))
+    assert sum(grouped) > 1.03 * sum(at_mean)  # +4.4%: the small experts' partly filled tiles
+    assert all(g >= a for g, a in zip(grouped, at_mean))
     # one timer call over ops of equal groups times them alike (deduplicated)
     assert kt(ops + ops) == grouped + grouped
 
