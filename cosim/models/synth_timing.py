@@ -18,6 +18,7 @@ bytes (the cache read, through the fitted memory model) and its FLOPs at
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,8 +31,21 @@ from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import Op
 from cosim.workload.synth.spec import SyntheticSpec
 
-__all__ = ["BLACKWELL_MEMORY_SHARE", "BLACKWELL_MEMORY_SOURCE", "DECODE_ATTENTION_EFFICIENCY", "GROUPED_GEMM_SOURCE",
-           "KernelTimer", "blackwell_memory_profile", "calibrated_profile", "grouped_gemm_time", "synthetic_kernel_timer"]
+__all__ = [
+    "BLACKWELL_MEMORY_SHARE",
+    "BLACKWELL_MEMORY_SOURCE",
+    "DECODE_ATTENTION_EFFICIENCY",
+    "GROUPED_GEMM_SOURCE",
+    "PER_EXPERT_GEMM_SOURCE",
+    "TE_COMPUTE_STREAMS",
+    "TE_GROUPED_STREAMS_SOURCE",
+    "KernelTimer",
+    "blackwell_memory_profile",
+    "calibrated_profile",
+    "grouped_gemm_time",
+    "per_expert_gemm_time",
+    "synthetic_kernel_timer",
+]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
 """Share of the bf16 dense peak that decode attention reaches when compute-bound: FlashMLA's
@@ -127,6 +141,9 @@ class KernelTimer:
         uneven = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and len(set(o.group_rows)) > 1]
         if uneven:  # groups of unequal rows: each group tiled on its own (equal groups: the batched shape above)
             out[uneven] = self._grouped([ops[i] for i in uneven])
+        te = [i for i, o in enumerate(ops) if o.cls == "grouped_gemm" and o.launches > 1]
+        for i in te:  # TE's multi-stream grouped GEMM: a launch floor per round of its compute streams
+            out[i] += self._stream_rounds_extra(ops[i])
         dec = [i for i, o in enumerate(ops) if o.cls == "attention" and not o.causal]
         if dec:  # decode attention: a roofline of its cache read and its FLOPs at the decode kernels' efficiency
             mem = self([replace(ops[i], name=f"{ops[i].name}.kv_read", cls="elementwise", flops=0.0) for i in dec])
@@ -135,6 +152,17 @@ class KernelTimer:
                 out[i] = max(ops[i].flops / peak, t)
         return [float(x) if np.isfinite(x) else 0.0 for x in out]
 
+
+    def _stream_rounds_extra(self, o: Op) -> float:
+        """Time (s) a grouped GEMM that Transformer Engine runs as one cuBLAS GEMM per expert adds to the pooled
+        tile waves (:data:`TE_GROUPED_STREAMS_SOURCE`): the launch floor of every round of
+        :data:`TE_COMPUTE_STREAMS` expert GEMMs beyond the first, ``(⌈live experts / streams⌉ - 1)·floor``."""
+        from cosim.models.calibrated import GemmParams
+
+        live = sum(1 for r in o.group_rows if r > 0) if o.group_rows else max(round(o.batch), 1)
+        p = self._model_profile.params("grouped_gemm", o.dtype)
+        assert isinstance(p, GemmParams)
+        return (math.ceil(max(live, 1) / TE_COMPUTE_STREAMS) - 1) * p.floor_s
 
     def _grouped(self, ops: Sequence[Op]) -> np.ndarray:
         """Durations (s) of grouped GEMMs with unequal groups (:attr:`Op.group_rows`), by
@@ -196,6 +224,52 @@ def grouped_gemm_time(rows: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     best = gemm_tile_waves(mg, kg, live.astype(float), n, 8.0 * (mg * live).sum(axis=1) * n,
                            np.full(len(n), peak / hw.sm_count), hw, p, group_k=gk)
     return gemm_total(best, 2.0 * (mg * kg * live).sum(axis=1) * n, np.asarray(nbytes, dtype=float), peak, hw, p)
+
+
+TE_COMPUTE_STREAMS = 4
+"""Compute streams Transformer Engine's multi-stream grouped GEMM spreads its per-expert GEMMs over
+(:data:`TE_GROUPED_STREAMS_SOURCE`)."""
+TE_GROUPED_STREAMS_SOURCE = (
+    "NVIDIA/TransformerEngine v2.12 transformer_engine/pytorch/module/grouped_linear.py (_GroupedLinear forward: "
+    "general_grouped_gemm over the m_splits; backward: one dgrad and one wgrad general_grouped_gemm) -> "
+    "te_general_grouped_gemm (pytorch/csrc/extensions/gemm.cpp) -> nvte_multi_tensor_gemm -> "
+    "multi_stream_cublas_gemm (common/gemm/cublaslt_gemm.cu: one cublasLtMatmul per expert, GEMM i on compute "
+    "stream i % num_streams after an event on the main stream; common/util/multi_stream.cpp: 4 compute streams); "
+    "held out: TE PR #2045 (NVIDIA/TransformerEngine, yaox12's benchmark of general_grouped_gemm with TE 2.7 and "
+    "CUDA 12.9 on H100 BF16: 627.9 TFLOP/s at 8 x 4096 x 768 x 2048, 553.9 at 16 x 2048 x 768 x 2048; the "
+    "single-launch CUTLASS grouped GEMM 650.6 and 636.9)")
+"""Why a training grouped GEMM of Transformer Engine is the pooled tile waves plus a launch floor per round of
+its compute streams."""
+PER_EXPERT_GEMM_SOURCE = (
+    "the same per-expert cublasLtMatmul calls (TE_GROUPED_STREAMS_SOURCE), each timed alone; held out: vidur's "
+    "measured H100 cuBLAS GEMMs at 256-4096 rows (microsoft/vidur data/profiling/compute/h100, "
+    "../shared/measured/vidur-h100-compute)")
+"""Where the serial bound :func:`per_expert_gemm_time` comes from."""
+
+
+def per_expert_gemm_time(rows: np.ndarray, m: float, n: float, k: float, group_k: bool, nbytes: float,
+                         peak: float, hw: Any, p: Any) -> float:
+    """Serial bound (s) of a grouped GEMM run as one cuBLAS GEMM per expert (:data:`PER_EXPERT_GEMM_SOURCE`): its
+    experts' GEMMs one after another, none overlapping another. Not the kernel timer's rule (which overlaps them
+    over Transformer Engine's compute streams, :data:`TE_GROUPED_STREAMS_SOURCE`); the upper end of what the
+    per-expert launches can cost, checked against single cuBLAS GEMMs (validation/kernels/per_expert.py).
+
+    ``rows``: each expert's rows (its M, or its K where ``group_k``: a wgrad ``dW_e = X_e^T dY_e``); ``m``, ``n``,
+    ``k``: the other dims; ``nbytes``: the whole op's operand bytes, shared by the experts in proportion to their
+    rows. Each expert's GEMM is timed by the dense GEMM model (:func:`cosim.models.calibrated.gemm_time`: its own
+    tile, waves, split-K, memory bound and launch floor) and the experts' GEMMs add up. An expert with no rows
+    launches nothing."""
+    from cosim.models.calibrated import gemm_time
+
+    r = np.asarray(rows, dtype=float)
+    r = r[r > 0]
+    if r.size == 0:
+        return 0.0
+    mm = np.full(r.size, float(m)) if group_k else r
+    kk = r if group_k else np.full(r.size, float(k))
+    share = float(nbytes) * r / r.sum()
+    t = gemm_time(mm, np.full(r.size, float(n)), kk, np.ones(r.size), share, peak, hw, p)
+    return float(np.sum(t))
 
 
 def synthetic_kernel_timer(spec: SyntheticSpec, accelerator: Accelerator, base: Path | None = None) -> KernelTimer:
