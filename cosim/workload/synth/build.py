@@ -221,6 +221,12 @@ class _RankBuilder:
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
         self.grad_ops: list[int] = []  # DP gradient reductions issued (GPU ops): the optimizer waits for them
+        # bound appends of the columns every op fills (the hot path: one call per op)
+        self._h_parent, self._h_depth = self.h["parent"].append, self.h["depth"].append
+        self._h_tail, self._h_dur = self.h["tail"].append, self.h["dur"].append
+        self._g_app = tuple(self.g[k].append for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
+                                                          "collective"))
+        self._ops: dict[int, tuple[Op, int, int, float, float]] = {}  # id(op) -> (op, name, cls, flops, bytes)
         self.h["name"].append(self.s("ProfilerStep#0"))
         self.h["kind"].append(HostKind.ANNOTATION)
         self.h["parent"].append(-1)
@@ -291,10 +297,10 @@ class _RankBuilder:
         i = self.s.ids.get(name)
         names.append(self.s(name) if i is None else i)
         h["kind"].append(kind)
-        h["parent"].append(0)
-        h["depth"].append(1)
-        h["tail"].append(cost)
-        h["dur"].append(cost)
+        self._h_parent(0)
+        self._h_depth(1)
+        self._h_tail(cost)
+        self._h_dur(cost)
         return n
 
     def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
@@ -326,16 +332,19 @@ class _RankBuilder:
                 launch_cost += self._peer_host(coll)
             launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", _LAUNCH, launch_cost)
-        g = self.g
-        g["stream"].append(stream)
-        g["dur"].append(dur)
-        i = self.s.ids.get(o.name)
-        g["name"].append(self.s(o.name) if i is None else i)
-        g["cls"].append(_CLS[o.cls])
-        g["kind"].append(_KERNEL)
-        g["flops"].append(o.flops if o.cls != "collective" else math.nan)
-        g["bytes"].append(o.bytes)
-        g["collective"].append(coll)
+        row = self._ops.get(id(o))
+        if row is None or row[0] is not o:  # the op's constant columns, once per op (the memo keeps it alive)
+            row = self._ops[id(o)] = (o, self.s(o.name), _CLS[o.cls], o.flops if o.cls != "collective" else math.nan,
+                                      o.bytes)
+        a_stream, a_dur, a_name, a_cls, a_kind, a_flops, a_bytes, a_coll = self._g_app
+        a_stream(stream)
+        a_dur(dur)
+        a_name(row[1])
+        a_cls(row[2])
+        a_kind(_KERNEL)
+        a_flops(row[3])
+        a_bytes(row[4])
+        a_coll(coll)
         last_on = self.last_on
         prev = last_on.get(stream)
         edges = self.edges
