@@ -193,8 +193,8 @@ class Built:
     cool-down backwards); empty under DualPipe. Used to find the step's period (:mod:`cosim.replay.periodic`)."""
 
 
-_STREAM_EDGE, _WAIT_EDGE = EdgeKind.STREAM, EdgeKind.EVENT_WAIT
-_KERNEL, _LAUNCH = GpuKind.KERNEL, HostKind.LAUNCH
+_STREAM_EDGE, _WAIT_EDGE = int(EdgeKind.STREAM), int(EdgeKind.EVENT_WAIT)  # plain ints: cheaper to convert
+_KERNEL, _LAUNCH = int(GpuKind.KERNEL), int(HostKind.LAUNCH)
 
 
 class _RankBuilder:
@@ -212,7 +212,7 @@ class _RankBuilder:
                                                         "group_size", "seq", "in_splits")}
         self.groups: dict[tuple[int, ...], int] = {}
         self.seq: dict[tuple[tuple[int, ...], int], int] = {}
-        self.edges: list[tuple[int, int, int]] = []  # (src gpu, dst gpu, kind) ; host links added at the end
+        self.edges: list[int] = []  # src gpu, dst gpu, kind of each edge, flat; host links added at the end
         self.last_on: dict[int, int] = {}
         self.last_compute = -1
         self.last_main = -1
@@ -296,7 +296,7 @@ class _RankBuilder:
         n = len(names)
         i = self.s.ids.get(name)
         names.append(self.s(name) if i is None else i)
-        h["kind"].append(kind)
+        h["kind"].append(int(kind))
         self._h_parent(0)
         self._h_depth(1)
         self._h_tail(cost)
@@ -334,7 +334,7 @@ class _RankBuilder:
             self.launch_host = self._host("cudaLaunchKernel", _LAUNCH, launch_cost)
         row = self._ops.get(id(o))
         if row is None or row[0] is not o:  # the op's constant columns, once per op (the memo keeps it alive)
-            row = self._ops[id(o)] = (o, self.s(o.name), _CLS[o.cls], o.flops if o.cls != "collective" else math.nan,
+            row = self._ops[id(o)] = (o, self.s(o.name), int(_CLS[o.cls]), o.flops if o.cls != "collective" else math.nan,
                                       o.bytes)
         a_stream, a_dur, a_name, a_cls, a_kind, a_flops, a_bytes, a_coll = self._g_app
         a_stream(stream)
@@ -349,12 +349,12 @@ class _RankBuilder:
         prev = last_on.get(stream)
         edges = self.edges
         if prev is not None:
-            edges.append((prev, j, _STREAM_EDGE))
+            edges += (prev, j, _STREAM_EDGE)
         last_on[stream] = j
         if waits:
             for w in waits:
                 if w >= 0 and w != prev:
-                    edges.append((w, j, _WAIT_EDGE))
+                    edges += (w, j, _WAIT_EDGE)
         self.launch_of.append(self.launch_host)
         return j
 
@@ -368,7 +368,7 @@ class _RankBuilder:
             self.seq[key] = seq + 1
         n = len(members)
         ctype = _COLL_TYPE[kind]
-        self.c["type"].append(ctype)
+        self.c["type"].append(int(ctype))
         self.c["name"].append(self.s(label or kind))
         in_b = nbytes / n if ctype == CollType.ALL_GATHER else nbytes
         out_b = nbytes / n if ctype == CollType.REDUCE_SCATTER else nbytes
@@ -483,20 +483,20 @@ class _RankBuilder:
         gnames = [self.s(",".join(map(str, k)) if len(k) <= 8 else f"{k[0]}..{k[-1]}x{len(k)}") for k in self.groups]
         groups = Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
                        ranks_offsets=goff, ranks_values=gval)
-        last = [j for j in self.last_on.values()]
-        e_src = ([n_host + s for s, _, _ in self.edges] + list(launch_host) + [n_host + j for j in last]
-                 + [n_host + j for j, _ in self.host_waits])
-        e_dst = ([n_host + d for _, d, _ in self.edges] + [n_host + j for j in range(n_gpu)] + [hs] * len(last)
-                 + [h for _, h in self.host_waits])
-        e_kind = ([k for _, _, k in self.edges] + [EdgeKind.LAUNCH] * n_gpu
-                  + [EdgeKind.SYNC] * (len(last) + len(self.host_waits)))
-        hh = np.arange(1, n_host - 1)
-        e_src += hh.tolist()
-        e_dst += (hh + 1).tolist()
-        e_kind += [EdgeKind.HOST] * len(hh)
+        # edges as columns, in this order: stream / event waits, launches, the final sync's waits, host syncs,
+        # the host thread's order
+        ee = np.fromiter(self.edges, dtype=np.int64, count=len(self.edges)).reshape(-1, 3)
+        last = np.fromiter(self.last_on.values(), dtype=np.int64, count=len(self.last_on))
+        hw = np.asarray(self.host_waits, dtype=np.int64).reshape(-1, 2)
+        hh = np.arange(1, n_host - 1, dtype=np.int64)
+        e_src = np.concatenate([n_host + ee[:, 0], launch_host, n_host + last, n_host + hw[:, 0], hh])
+        e_dst = np.concatenate([n_host + ee[:, 1], n_host + np.arange(n_gpu, dtype=np.int64),
+                                np.full(len(last), hs, dtype=np.int64), hw[:, 1], hh + 1])
+        e_kind = np.concatenate([ee[:, 2], np.full(n_gpu, int(EdgeKind.LAUNCH), dtype=np.int64),
+                                 np.full(len(last) + len(hw), int(EdgeKind.SYNC), dtype=np.int64),
+                                 np.full(len(hh), int(EdgeKind.HOST), dtype=np.int64)])
         ne = len(e_src)
-        edges = Table("edges", ne, src=np.asarray(e_src), dst=np.asarray(e_dst), kind=np.asarray(e_kind),
-                      inferred=np.zeros(ne))
+        edges = Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
         threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
                         name=np.asarray([self.s("python main thread")]))
         steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
