@@ -221,18 +221,18 @@ class _RankBuilder:
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
         self.grad_ops: list[int] = []  # DP gradient reductions issued (GPU ops): the optimizer waits for them
-        # bound appends of the columns every op fills (the hot path: one call per op)
-        self._h_parent, self._h_depth = self.h["parent"].append, self.h["depth"].append
-        self._h_tail, self._h_dur = self.h["tail"].append, self.h["dur"].append
-        self._g_app = tuple(self.g[k].append for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
-                                                          "collective"))
-        self._ops: dict[int, tuple[Op, int, int, float, float]] = {}  # id(op) -> (op, name, cls, flops, bytes)
         self.h["name"].append(self.s("ProfilerStep#0"))
         self.h["kind"].append(HostKind.ANNOTATION)
         self.h["parent"].append(-1)
         self.h["depth"].append(0)
         self.h["tail"].append(0.0)
         self.h["dur"].append(0.0)
+        # bound appends of the columns every op fills (the hot path: one call per op)
+        self._h_parent, self._h_depth = self.h["parent"].append, self.h["depth"].append
+        self._h_tail, self._h_dur = self.h["tail"].append, self.h["dur"].append
+        self._g_app = tuple(self.g[k].append for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
+                                                          "collective"))
+        self._ops: dict[int, tuple[Op, int, int, float, float]] = {}  # id(op) -> (op, name, cls, flops, bytes)
 
     def switch(self, lane: int) -> None:
         """Continue the program of ``lane`` (DualPipe runs one per direction, interleaved on the compute
