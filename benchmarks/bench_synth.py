@@ -12,6 +12,9 @@ and the growth exponent of wall time, RSS, events and solves between successive 
 
     python benchmarks/bench_synth.py [--sizes 64,256,1024,4096,8192] [--global-batch 8192 | --mb-per-pipeline 16]
                                      [--timeout 600] [--plain] [--timeline] [--json]
+    python benchmarks/bench_synth.py graph dump SCENARIO OUT.npz     # synthesized graph's arrays (the probe's)
+    python benchmarks/bench_synth.py graph compare BEFORE.npz AFTER.npz   # exit 1 unless array-identical
+    python benchmarks/bench_synth.py graph time SCENARIO [N]         # synthesis CPU s
 
 ``--plain`` disables coalescing of collectives (every collective solved on the fabric);
 ``--no-coalesce-steps`` simulates every micro-batch (no steady-state period, docs/SYNTHESIS.md);
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -114,7 +118,64 @@ def growth(rows: list[dict[str, Any]]) -> None:
         prev = r
 
 
+def _synth_graph(scenario: str) -> tuple[Any, float]:
+    """The graph a scenario's ``cosim run`` synthesizes (the coalescing probe when the step is coalesced) and the
+    CPU seconds of :func:`cosim.workload.synth.synthesize`. The cosim of ``PYTHONPATH`` (this checkout's without it)."""
+    if not os.environ.get("PYTHONPATH"):
+        sys.path.insert(0, str(ROOT))
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.scenario import _probe_spec, build_topology, load_scenario
+    from cosim.workload.synth import synthesize
+
+    scn = load_scenario(scenario)
+    topo = build_topology(scn.topology, None, {}, {}, scn.nodes)
+    spec = scn.workload.synthetic  # type: ignore[union-attr]
+    probe = _probe_spec(spec, topo, None)
+    c0 = time.process_time()
+    syn = synthesize(probe[0] if probe else spec, topo, None, kernel_timer=synthetic_kernel_timer)
+    return syn, time.process_time() - c0
+
+
+def graph_check(argv: list[str]) -> int:
+    """``graph dump SCENARIO OUT.npz`` (the synthesized graph's arrays, ``ExecutionGraph.npz_arrays``, and the
+    build's unit spans and keys), ``graph compare A.npz B.npz`` (exit 1 unless array-identical), ``graph time
+    SCENARIO [REPEAT]`` (synthesis CPU s). Dump with each version (PYTHONPATH=...) and compare: a synthesis speed-up
+    must leave the graph unchanged."""
+    import pickle
+
+    import numpy as np
+
+    cmd = argv[0] if argv else ""
+    if cmd == "compare" and len(argv) == 3:
+        a, b = np.load(argv[1]), np.load(argv[2])
+        bad = sorted(set(a.files) ^ set(b.files))
+        for k in sorted(set(a.files) & set(b.files)):
+            x, y = a[k], b[k]
+            if x.dtype != y.dtype or x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+                bad.append(k)
+        print("identical" if not bad else f"differ: {bad[:20]}", f"({len(a.files)} arrays)")
+        return 1 if bad else 0
+    if cmd == "dump" and len(argv) == 3:
+        syn, cpu = _synth_graph(argv[1])
+        arrays = syn.graph.npz_arrays()
+        b = syn.built
+        arrays["built"] = np.frombuffer(pickle.dumps((b.ranks, b.folded, b.microbatches, b.tokens_per_step,
+                                                      b.model_flops, b.unit_spans, b.notes, b.unit_keys)), np.uint8)
+        np.savez(argv[2], **arrays)
+        print(f"synthesis {cpu:.3f} CPU s, {sum(len(rg.gpu_ops) for rg in syn.graph.ranks)} GPU ops -> {argv[2]}")
+        return 0
+    if cmd == "time" and len(argv) in (2, 3):
+        for _ in range(int(argv[2]) if len(argv) == 3 else 3):
+            print(f"synthesis {_synth_graph(argv[1])[1]:.3f} CPU s")
+        return 0
+    print("usage: bench_synth.py graph dump SCENARIO OUT.npz | graph compare A.npz B.npz | graph time SCENARIO [N]",
+          file=sys.stderr)
+    return 2
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["graph"]:
+        return graph_check(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="64,256,1024,4096,8192")
     ap.add_argument("--global-batch", type=int, default=8192)

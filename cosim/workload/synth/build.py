@@ -202,8 +202,8 @@ class Built:
     cool-down backwards); empty under DualPipe. Used to find the step's period (:mod:`cosim.replay.periodic`)."""
 
 
-_STREAM_EDGE, _WAIT_EDGE = EdgeKind.STREAM, EdgeKind.EVENT_WAIT
-_KERNEL, _LAUNCH = GpuKind.KERNEL, HostKind.LAUNCH
+_STREAM_EDGE, _WAIT_EDGE = int(EdgeKind.STREAM), int(EdgeKind.EVENT_WAIT)  # plain ints: cheaper to convert
+_KERNEL, _LAUNCH = int(GpuKind.KERNEL), int(HostKind.LAUNCH)
 
 
 class _RankBuilder:
@@ -221,7 +221,7 @@ class _RankBuilder:
                                                         "group_size", "seq", "in_splits")}
         self.groups: dict[tuple[int, ...], int] = {}
         self.seq: dict[tuple[tuple[int, ...], int], int] = {}
-        self.edges: list[tuple[int, int, int]] = []  # (src gpu, dst gpu, kind) ; host links added at the end
+        self.edges: list[int] = []  # src gpu, dst gpu, kind of each edge, flat; host links added at the end
         self.last_on: dict[int, int] = {}
         self.last_compute = -1
         self.last_main = -1
@@ -237,6 +237,12 @@ class _RankBuilder:
         self.h["depth"].append(0)
         self.h["tail"].append(0.0)
         self.h["dur"].append(0.0)
+        # bound appends of the columns every op fills (the hot path: one call per op)
+        self._h_parent, self._h_depth = self.h["parent"].append, self.h["depth"].append
+        self._h_tail, self._h_dur = self.h["tail"].append, self.h["dur"].append
+        self._g_app = tuple(self.g[k].append for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
+                                                          "collective"))
+        self._ops: dict[int, tuple[Op, int, int, float, float]] = {}  # id(op) -> (op, name, cls, flops, bytes)
 
     def switch(self, lane: int) -> None:
         """Continue the program of ``lane`` (DualPipe runs one per direction, interleaved on the compute
@@ -300,11 +306,11 @@ class _RankBuilder:
         n = len(names)
         i = self.s.ids.get(name)
         names.append(self.s(name) if i is None else i)
-        h["kind"].append(kind)
-        h["parent"].append(0)
-        h["depth"].append(1)
-        h["tail"].append(cost)
-        h["dur"].append(cost)
+        h["kind"].append(int(kind))
+        self._h_parent(0)
+        self._h_depth(1)
+        self._h_tail(cost)
+        self._h_dur(cost)
         return n
 
     def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
@@ -336,26 +342,29 @@ class _RankBuilder:
                 launch_cost += self._peer_host(coll)
             launch_cost = max(launch_cost, 0.0)
             self.launch_host = self._host("cudaLaunchKernel", _LAUNCH, launch_cost)
-        g = self.g
-        g["stream"].append(stream)
-        g["dur"].append(dur)
-        i = self.s.ids.get(o.name)
-        g["name"].append(self.s(o.name) if i is None else i)
-        g["cls"].append(_CLS[o.cls])
-        g["kind"].append(_KERNEL)
-        g["flops"].append(o.flops if o.cls != "collective" else math.nan)
-        g["bytes"].append(o.bytes)
-        g["collective"].append(coll)
+        row = self._ops.get(id(o))
+        if row is None or row[0] is not o:  # the op's constant columns, once per op (the memo keeps it alive)
+            row = self._ops[id(o)] = (o, self.s(o.name), int(_CLS[o.cls]), o.flops if o.cls != "collective" else math.nan,
+                                      o.bytes)
+        a_stream, a_dur, a_name, a_cls, a_kind, a_flops, a_bytes, a_coll = self._g_app
+        a_stream(stream)
+        a_dur(dur)
+        a_name(row[1])
+        a_cls(row[2])
+        a_kind(_KERNEL)
+        a_flops(row[3])
+        a_bytes(row[4])
+        a_coll(coll)
         last_on = self.last_on
         prev = last_on.get(stream)
         edges = self.edges
         if prev is not None:
-            edges.append((prev, j, _STREAM_EDGE))
+            edges += (prev, j, _STREAM_EDGE)
         last_on[stream] = j
         if waits:
             for w in waits:
                 if w >= 0 and w != prev:
-                    edges.append((w, j, _WAIT_EDGE))
+                    edges += (w, j, _WAIT_EDGE)
         self.launch_of.append(self.launch_host)
         return j
 
@@ -369,7 +378,7 @@ class _RankBuilder:
             self.seq[key] = seq + 1
         n = len(members)
         ctype = _COLL_TYPE[kind]
-        self.c["type"].append(ctype)
+        self.c["type"].append(int(ctype))
         self.c["name"].append(self.s(label or kind))
         in_b = nbytes / n if ctype == CollType.ALL_GATHER else nbytes
         out_b = nbytes / n if ctype == CollType.REDUCE_SCATTER else nbytes
@@ -485,20 +494,20 @@ class _RankBuilder:
         gnames = [self.s(",".join(map(str, k)) if len(k) <= 8 else f"{k[0]}..{k[-1]}x{len(k)}") for k in self.groups]
         groups = Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
                        ranks_offsets=goff, ranks_values=gval)
-        last = [j for j in self.last_on.values()]
-        e_src = ([n_host + s for s, _, _ in self.edges] + list(launch_host) + [n_host + j for j in last]
-                 + [n_host + j for j, _ in self.host_waits])
-        e_dst = ([n_host + d for _, d, _ in self.edges] + [n_host + j for j in range(n_gpu)] + [hs] * len(last)
-                 + [h for _, h in self.host_waits])
-        e_kind = ([k for _, _, k in self.edges] + [EdgeKind.LAUNCH] * n_gpu
-                  + [EdgeKind.SYNC] * (len(last) + len(self.host_waits)))
-        hh = np.arange(1, n_host - 1)
-        e_src += hh.tolist()
-        e_dst += (hh + 1).tolist()
-        e_kind += [EdgeKind.HOST] * len(hh)
+        # edges as columns, in this order: stream / event waits, launches, the final sync's waits, host syncs,
+        # the host thread's order
+        ee = np.fromiter(self.edges, dtype=np.int64, count=len(self.edges)).reshape(-1, 3)
+        last = np.fromiter(self.last_on.values(), dtype=np.int64, count=len(self.last_on))
+        hw = np.asarray(self.host_waits, dtype=np.int64).reshape(-1, 2)
+        hh = np.arange(1, n_host - 1, dtype=np.int64)
+        e_src = np.concatenate([n_host + ee[:, 0], launch_host, n_host + last, n_host + hw[:, 0], hh])
+        e_dst = np.concatenate([n_host + ee[:, 1], n_host + np.arange(n_gpu, dtype=np.int64),
+                                np.full(len(last), hs, dtype=np.int64), hw[:, 1], hh + 1])
+        e_kind = np.concatenate([ee[:, 2], np.full(n_gpu, int(EdgeKind.LAUNCH), dtype=np.int64),
+                                 np.full(len(last) + len(hw), int(EdgeKind.SYNC), dtype=np.int64),
+                                 np.full(len(hh), int(EdgeKind.HOST), dtype=np.int64)])
         ne = len(e_src)
-        edges = Table("edges", ne, src=np.asarray(e_src), dst=np.asarray(e_dst), kind=np.asarray(e_kind),
-                      inferred=np.zeros(ne))
+        edges = Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
         threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
                         name=np.asarray([self.s("python main thread")]))
         steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
