@@ -111,7 +111,9 @@ C10D_PEER_HOST = 0.906e-6
 ``ncclSend`` and one ``ncclRecv`` per rank of the group inside one NCCL group call (validation/e2e/c10d_host.py
 ``A2A_PEER_SOURCE``). Measured: the least-squares slope over the group size of (all-to-all call less all-reduce
 call, both net of their launch calls) in every shared trace with both (8 ranks: 0.5 and 29.0 us, 128 ranks: 118.0
-and 129.0 us; ``c10d_host.per_peer_s``; validation/e2e/RESULTS.md "Round 8"). Subtracting the same trace's
+and 129.0 us; ``c10d_host.per_peer_s``; validation/e2e/RESULTS.md "Round 8"). Thin evidence: two 8-rank jobs and
+ranks 0 and 1 of one 128-rank job (4 calls each, the equal-split path, which posts the same per-peer pairs), the
+group taken as the job's world. Subtracting the same trace's
 all-reduce cancels the host's speed: an all-reduce call enqueues one NCCL collective whatever the group size, so
 all-reduce, all-gather and reduce-scatter calls keep :data:`C10D_CALL_HOST`. The default of
 ``SyntheticSpec.collective_host_per_peer``."""
