@@ -56,7 +56,7 @@ from cosim.replay.binding import _COMPUTE, _MEMORY
 from cosim.workload.graph import CollType, CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = ["COMM", "COMPUTE", "DEEPEP_SMS", "DEFAULT_COMM_SMS", "GpuShare", "comm_kernel_sms", "comm_overlap",
-           "hardware_factor", "share_plan", "sm_rate", "traced_comm_sms"]
+           "hardware_factor", "share_plan", "sm_rate", "traced_comm_sms", "wave_slowdown"]
 
 DEFAULT_COMM_SMS = 16
 """SMs of a communication kernel when the trace has no grid for it (NCCL's default channel count)."""
@@ -87,6 +87,24 @@ def sm_rate(sm_count: float, comm_kernels: float, comm_sms: float, demand: float
     free = max(sm_count - comm_kernels * comm_sms, 1.0)
     want = sm_count if demand is None else demand
     return min(1.0, free / want) if want > 0 else 1.0
+
+
+def wave_slowdown(ctas: float, sm_count: float, held: float, per_sm: int = 1) -> float:
+    """Slowdown of a kernel of ``ctas`` equal thread blocks (``per_sm`` resident per SM) while other kernels hold
+    ``held`` of the ``sm_count`` SMs for its whole run: its waves on the free SMs over its waves alone,
+    ``ceil(ctas / (per_sm (S - held))) / ceil(ctas / (per_sm S))`` (at least one SM stays free).
+
+    Persistent GEMMs (CUTLASS 3.x ``StaticPersistentTileScheduler``, Hopper / Blackwell) launch
+    ``min(tiles, S)`` CTAs sized from the device's SM count (``KernelHardwareInfo.sm_count``) and give CTA ``i``
+    the tiles ``i, i + grid, i + 2 grid, ...`` (``advance_to_next_work``): every CTA has the same work, so the
+    same formula over the launched CTAs holds, ``ceil(S / (S - held))`` (2 for ``0 < held < S / 2``) whatever the
+    tile count, unless the library was told the SMs left (cuBLASLt ``CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET``;
+    Transformer Engine passes ``S - NVTE_EXT_MARGIN_SM``, default margin 0: all SMs). Non-persistent kernels
+    (one tile per CTA) tend to the fluid :func:`sm_rate` as their waves grow. Not used by the replay (synthesized
+    GEMMs carry no CTA count yet): scored held out in validation/overlap."""
+    free = max(sm_count - held, 1.0)
+    alone = math.ceil(ctas / (per_sm * sm_count)) if ctas > 0 else 0
+    return math.ceil(ctas / (per_sm * free)) / alone if alone else 1.0
 
 
 def hbm_rate(h_kernel: float, comm_kernels: float, h_comm: float) -> float:
