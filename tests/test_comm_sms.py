@@ -47,6 +47,18 @@ def test_wave_slowdown_worked_by_hand() -> None:
     assert wave_slowdown(0, 132, 24) == 1.0
 
 
+def test_overlap_cases_score_the_waves_held_out() -> None:
+    """validation/overlap: the forum case's 132-CTA GEMM scores 2.0x with waves (fluid 1.22x); the arXiv mean, which
+    gives no CTA count, has no waves figure."""
+    from validation.overlap.score import HERE, law, waves
+
+    cases = {c["id"]: c for c in yaml.safe_load((HERE / "cases.yaml").read_text())["cases"]}
+    forum = cases["nvforum-h100-gemm-allgather-24cta"]
+    assert waves(forum) == 2.0
+    assert law(forum)[0] == pytest.approx(132 / 108)
+    assert waves(cases["arxiv2507.03114-mean-overlap-slowdown"]) is None
+
+
 def test_kernel_channels_follow_nccls_rules() -> None:
     """16 channels (cosim's H100 communicator); a ring/tree call keeps one per 32 KiB (Simple: 512 threads x
     threshold 64), at least 1; NVLS 16; p2p: pow2Up(16) = 16 per NVLink peer, 2 per network peer, one per 64 KiB,
