@@ -179,7 +179,8 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     label's SMs (Megatron-Core ``moe_hybridep_num_sms``); userbuffers pieces: 0 (already in the GEMM's time);
     anything else: ``default``, except in a synthesized graph, where a dispatch/combine-class op with no
     collective (the permutation, sort and unpermute kernels) is no communication kernel: -1 (:func:`share_plan`
-    runs it as a memory-bound compute kernel)."""
+    runs it as a memory-bound compute kernel). Cost: O(ops) numpy, one look-up per distinct kernel name and label,
+    one ``kernel_channels`` call per distinct (type, group, bytes, peer across nodes, ranks)."""
     G = rg.gpu_ops
     out = np.zeros(len(G))
     comm = np.flatnonzero(_is_comm(rg) & (G.kind == GpuKind.KERNEL))
