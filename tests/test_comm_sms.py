@@ -15,7 +15,7 @@ import yaml
 from cosim.engine.nccl import load_params
 from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.replay import ReplayConfig, apply_sets, replay
-from cosim.replay.interference import COMM, COMPUTE, DEEPEP_SMS, GpuShare, comm_kernel_sms
+from cosim.replay.interference import COMM, COMPUTE, DEEPEP_SMS, GpuShare, comm_kernel_sms, sm_rate, wave_slowdown
 from cosim.workload.graph import OpClass
 from cosim.workload.synth import SyntheticSpec, synthesize
 
@@ -29,6 +29,34 @@ def dgx() -> object:
     from cosim.topology import load_topology
 
     return load_topology("dgx-h100")
+
+
+def test_wave_slowdown_worked_by_hand() -> None:
+    """Waves on the free SMs over waves alone (validation/overlap's forum case): 132 CTAs on an H100 beside a
+    24-CTA all-gather: 1 wave alone, ceil(132 / 108) = 2 beside it; 100 CTAs still fit in one wave (no slowdown,
+    where the fluid law says 1.22x); a persistent kernel's 132 CTAs (one per SM, equal work) also 2x; many waves
+    tend to the fluid S / (S - c); two CTAs per SM halve the waves; nothing held: 1."""
+    assert wave_slowdown(132, 132, 24) == 2.0
+    assert wave_slowdown(100, 132, 24) == 1.0
+    assert wave_slowdown(1320, 132, 24) == pytest.approx(13 / 10)
+    fluid = 1.0 / sm_rate(132, 1, 24)
+    assert abs(wave_slowdown(132 * 1000, 132, 24) - fluid) < 1e-3 * fluid
+    assert wave_slowdown(264, 132, 24, per_sm=2) == 2.0
+    assert wave_slowdown(132, 132, 0) == 1.0
+    assert wave_slowdown(132, 132, 500) == 132.0  # one SM stays free
+    assert wave_slowdown(0, 132, 24) == 1.0
+
+
+def test_overlap_cases_score_the_waves_held_out() -> None:
+    """validation/overlap: the forum case's 132-CTA GEMM scores 2.0x with waves (fluid 1.22x); the arXiv mean, which
+    gives no CTA count, has no waves figure."""
+    from validation.overlap.score import HERE, law, waves
+
+    cases = {c["id"]: c for c in yaml.safe_load((HERE / "cases.yaml").read_text())["cases"]}
+    forum = cases["nvforum-h100-gemm-allgather-24cta"]
+    assert waves(forum) == 2.0
+    assert law(forum)[0] == pytest.approx(132 / 108)
+    assert waves(cases["arxiv2507.03114-mean-overlap-slowdown"]) is None
 
 
 def test_kernel_channels_follow_nccls_rules() -> None:

@@ -56,7 +56,7 @@ from cosim.replay.binding import _COMPUTE, _MEMORY
 from cosim.workload.graph import CollType, CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = ["COMM", "COMPUTE", "DEEPEP_SMS", "DEFAULT_COMM_SMS", "GpuShare", "comm_kernel_sms", "comm_overlap",
-           "hardware_factor", "share_plan", "sm_rate", "traced_comm_sms"]
+           "hardware_factor", "share_plan", "sm_rate", "traced_comm_sms", "wave_slowdown"]
 
 DEFAULT_COMM_SMS = 16
 """SMs of a communication kernel when the trace has no grid for it (NCCL's default channel count)."""
@@ -87,6 +87,24 @@ def sm_rate(sm_count: float, comm_kernels: float, comm_sms: float, demand: float
     free = max(sm_count - comm_kernels * comm_sms, 1.0)
     want = sm_count if demand is None else demand
     return min(1.0, free / want) if want > 0 else 1.0
+
+
+def wave_slowdown(ctas: float, sm_count: float, held: float, per_sm: int = 1) -> float:
+    """Slowdown of a kernel of ``ctas`` equal thread blocks (``per_sm`` resident per SM) while other kernels hold
+    ``held`` of the ``sm_count`` SMs for its whole run: its waves on the free SMs over its waves alone,
+    ``ceil(ctas / (per_sm (S - held))) / ceil(ctas / (per_sm S))`` (at least one SM stays free).
+
+    Persistent GEMMs (CUTLASS 3.x ``StaticPersistentTileScheduler``, Hopper / Blackwell) launch
+    ``min(tiles, S)`` CTAs sized from the device's SM count (``KernelHardwareInfo.sm_count``) and give CTA ``i``
+    the tiles ``i, i + grid, i + 2 grid, ...`` (``advance_to_next_work``): every CTA has the same work, so the
+    same formula over the launched CTAs holds, ``ceil(S / (S - held))`` (2 for ``0 < held < S / 2``) whatever the
+    tile count, unless the library was told the SMs left (cuBLASLt ``CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET``;
+    Transformer Engine passes ``S - NVTE_EXT_MARGIN_SM``, default margin 0: all SMs). Non-persistent kernels
+    (one tile per CTA) tend to the fluid :func:`sm_rate` as their waves grow. Not used by the replay (synthesized
+    GEMMs carry no CTA count yet): scored held out in validation/overlap."""
+    free = max(sm_count - held, 1.0)
+    alone = math.ceil(ctas / (per_sm * sm_count)) if ctas > 0 else 0
+    return math.ceil(ctas / (per_sm * free)) / alone if alone else 1.0
 
 
 def hbm_rate(h_kernel: float, comm_kernels: float, h_comm: float) -> float:
@@ -161,7 +179,8 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     label's SMs (Megatron-Core ``moe_hybridep_num_sms``); userbuffers pieces: 0 (already in the GEMM's time);
     anything else: ``default``, except in a synthesized graph, where a dispatch/combine-class op with no
     collective (the permutation, sort and unpermute kernels) is no communication kernel: -1 (:func:`share_plan`
-    runs it as a memory-bound compute kernel)."""
+    runs it as a memory-bound compute kernel). Cost: O(ops) numpy, one look-up per distinct kernel name and label,
+    one ``kernel_channels`` call per distinct (type, group, bytes, peer across nodes, ranks)."""
     G = rg.gpu_ops
     out = np.zeros(len(G))
     comm = np.flatnonzero(_is_comm(rg) & (G.kind == GpuKind.KERNEL))
@@ -170,41 +189,67 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     synthetic = bool(rg.source.get("synthetic"))
     C = rg.collectives
     S = rg.strings
-    memo: dict[tuple[int, int, float, bool], float] = {}
-    for j in comm.tolist():
-        nm = S[int(G.name[j])] if int(G.name[j]) >= 0 else ""
-        if _UB_PIECE.search(nm):
-            continue
-        c = int(G.collective[j])
-        if c < 0 or c >= len(C):
-            out[j] = default if not synthetic else -1.0
-            continue
-        label = S[int(C.name[c])] if int(C.name[c]) >= 0 else ""
+    # one look-up per distinct name / label / (type, group, bytes, peer) key, not per op: O(ops) numpy
+    nm = G.name[comm].astype(np.int64)
+    un, inv = np.unique(nm, return_inverse=True)
+    ub = np.array([u >= 0 and bool(_UB_PIECE.search(S[int(u)])) for u in un.tolist()], dtype=bool)[inv]
+    c = G.collective[comm].astype(np.int64)
+    valid = (c >= 0) & (c < len(C)) & ~ub
+    out[comm[~valid & ~ub]] = default if not synthetic else -1.0
+    j = comm[valid]
+    cv = c[valid]
+    if not j.size:
+        return out
+    lab = C.name[cv].astype(np.int64)
+    ul, linv = np.unique(lab, return_inverse=True)
+    kinds = []  # 0: NCCL, 1: DeepEP normal, 2: DeepEP low-latency, 3: HybridEP (value), 4: HybridEP unreadable
+    hyb = []
+    for u in ul.tolist():
+        label = S[int(u)] if u >= 0 else ""
+        v = 0.0
         if label.startswith("deepep_"):
             parts = label.split(":")
-            out[j] = 0.0 if len(parts) > 1 and parts[1] == "ll" else float(DEEPEP_SMS)
-            continue
-        if label.startswith("hybridep_"):
+            k = 2 if len(parts) > 1 and parts[1] == "ll" else 1
+        elif label.startswith("hybridep_"):
             try:
-                out[j] = float(label.rsplit(":", 1)[1])
+                v, k = float(label.rsplit(":", 1)[1]), 3
             except (IndexError, ValueError):
-                out[j] = default
-            continue
-        op = _COLL_OP.get(int(C.type[c]), "all_reduce")
-        ib, ob = float(C.in_bytes[c]), float(C.out_bytes[c])
-        nbytes = max(v for v in (ib, ob, 0.0) if math.isfinite(v))
-        cross = False
-        g = int(C.group[c])
-        nranks = int(C.group_size[c]) if int(C.group_size[c]) > 0 else None
-        if gpus_per_node and op in ("send", "recv", "send_recv") and 0 <= g < len(rg.groups):
+                k = 4
+        else:
+            k = 0
+        kinds.append(k)
+        hyb.append(v)
+    kind = np.asarray(kinds, dtype=np.int8)[linv]
+    out[j[kind == 1]] = float(DEEPEP_SMS)
+    out[j[kind == 2]] = 0.0
+    out[j[kind == 3]] = np.asarray(hyb)[linv][kind == 3]
+    out[j[kind == 4]] = default
+    nc = kind == 0
+    if not nc.any():
+        return out
+    j, cv = j[nc], cv[nc]
+    typ = C.type[cv].astype(np.int64)
+    ib, ob = C.in_bytes[cv].astype(float), C.out_bytes[cv].astype(float)
+    nbytes = np.maximum(np.maximum(np.where(np.isfinite(ib), ib, 0.0), np.where(np.isfinite(ob), ob, 0.0)), 0.0)
+    grp = C.group[cv].astype(np.int64)
+    gsz = C.group_size[cv].astype(np.int64)
+    p2p = np.isin(typ, (CollType.SEND, CollType.RECV, CollType.SEND_RECV))
+    cross = np.zeros(len(j), dtype=bool)
+    size = np.where(gsz > 0, gsz, 0)
+    if gpus_per_node:
+        sel = p2p & (grp >= 0) & (grp < len(rg.groups))
+        for g in np.unique(grp[sel]).tolist():
             ranks = rg.groups.ragged("ranks", g)
-            cross = bool(ranks.size) and bool(np.any(ranks // gpus_per_node != rg.rank // gpus_per_node))
-            nranks = nranks or (int(ranks.size) or None)
-        key = (int(C.type[c]), g, nbytes, cross)
-        v = memo.get(key)
-        if v is None:
-            v = memo[key] = float(nccl.kernel_channels(op, nbytes, channels, cross, nranks))
-        out[j] = v
+            on = sel & (grp == g)
+            cross[on] = bool(ranks.size) and bool(np.any(ranks // gpus_per_node != rg.rank // gpus_per_node))
+            size[on & (size == 0)] = int(ranks.size)
+    keys = np.stack([typ, grp, nbytes.view(np.int64), cross.astype(np.int64), size], axis=1)
+    uk, kinv = np.unique(keys, axis=0, return_inverse=True)
+    vals = np.empty(len(uk))
+    for i, (t, _g, bb, x, n) in enumerate(uk.tolist()):
+        vals[i] = float(nccl.kernel_channels(_COLL_OP.get(int(t), "all_reduce"), float(np.int64(bb).view(np.float64)),
+                                             channels, bool(x), int(n) or None))
+    out[j] = vals[kinv.reshape(-1)]
     return out
 
 
