@@ -575,6 +575,26 @@ def test_round7_rows_from_other_sources_load_and_match_their_tables() -> None:
     assert all(c.fsdp and c.dispatch == "deepep" for c in new if c.source.ref == "AUTOMODEL")
 
 
+ROUND8_IDS = {"mb2511-dsv3-gb200-256-bf16", "mb2511-dsv3-gb200-256-mxfp8", "mb2511-gpt-oss-120b-gb200-64-bf16",
+              "mb2511-qwen3-30b-gb200-8-mxfp8", "mb2511-qwen3-235b-gb200-256-bf16", "mb2511-dsv3-b200-256-mxfp8",
+              "mb2511-gpt-oss-120b-b200-64-bf16", "mb2511-qwen3-30b-b200-8-mxfp8", "mb2511-qwen3-235b-b200-64-mxfp8",
+              "mb2511-gpt-oss-120b-h100-64-bf16", "mb2511-qwen3-30b-h100-16-fp8", "mb2511-qwen3-235b-h100-256-fp8"}
+
+
+def test_round8_rows_are_every_moe_row_of_the_2511_tables() -> None:
+    """Round 8 adds every MoE row of Megatron-Bridge 25.11's DGX-GB200, DGX-B200 and DGX-H100 tables (MB2511; the
+    GB300 table has no cosim preset), each with its config, and every layout divides its GPUs."""
+    from validation.e2e.run import load_cases, microbatches
+
+    sources, cases = load_cases()
+    assert len(cases) == 47 and {"MB2511", "MB2511CFG"} <= set(sources)
+    new = [c for c in cases if c.source.ref == "MB2511"]
+    assert {c.id for c in new} == ROUND8_IDS
+    for c in new:
+        lay = c.layout
+        assert c.config and c.source.row and c.gpus % (lay.tp * lay.pp * lay.cp) == 0 and microbatches(c) >= 1, c.id
+
+
 def test_runner_passes_a_rows_full_recompute(tmp_path: Path) -> None:
     """A row's ``recompute: full`` becomes the layout's (the runner's ``--recompute full`` does it for every row);
     absent, a row's ``recompute_modules`` make it selective."""
