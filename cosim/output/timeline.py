@@ -626,15 +626,6 @@ def _nums(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _masked(col: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """``col`` where ``mask`` (every row when None), ``b""`` elsewhere."""
-    if mask is None:
-        return col
-    out = np.full(len(col), b"", dtype=object)
-    out[mask] = col[mask]
-    return out
-
-
 def _table(keys: np.ndarray, make: Callable[[tuple[int, ...]], bytes]) -> np.ndarray:
     """One byte piece per row, ``make(key)`` built once per distinct key (``keys``: an (n, k) int matrix, each
     column factorized and the codes combined into one int64 key: one 1-D ``np.unique``, not a sort of rows)."""
@@ -661,24 +652,50 @@ class _Block:
     def __init__(self, m: np.ndarray, ts: np.ndarray, ts_slots: list[tuple[int, np.ndarray | None]],
                  dur: np.ndarray | None = None, dur_slot: int = -1, is_x: np.ndarray | None = None,
                  id_slots: list[tuple[int, np.ndarray, np.ndarray | None]] | None = None,
-                 pid: np.ndarray | None = None, tid: np.ndarray | None = None, events: int = 0) -> None:
+                 pid: np.ndarray | None = None, tid: np.ndarray | None = None, two: np.ndarray | None = None) -> None:
         self.m, self.ts, self.ts_slots = m, ts, ts_slots
         self.dur, self.dur_slot, self.is_x = dur, dur_slot, is_x
         self.id_slots = id_slots or []
         self.pid, self.tid = pid, tid
-        self.events = events  # events the rows hold (a row may hold two: a GPU op and its flow arrow)
+        self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
+
+    def events(self, rows: np.ndarray | None = None) -> int:
+        """How many events ``rows`` (every row when None) hold."""
+        n = len(self.ts) if rows is None else len(rows)
+        if self.two is not None:
+            n += int(np.count_nonzero(self.two if rows is None else self.two[rows]))
+        return n
 
     def __len__(self) -> int:
         return len(self.ts)
 
-    def _fill(self, m: np.ndarray, ts: list[float], rows: np.ndarray | None, off: int) -> None:
+    @staticmethod
+    def _fill(m: np.ndarray, ts: list[float], ts_slots: list[tuple[int, np.ndarray | None]],
+              id_slots: list[tuple[int, np.ndarray, np.ndarray | None]], off: int) -> None:
+        """Put the numbers into their slots of ``m`` (rows outside a slot's mask keep their ``b""``): ``ts``, and
+        each id slot's ids (those of its masked rows only) plus ``off``."""
         tsb = _nums(ts)
-        for k, mask in self.ts_slots:
-            m[:, k] = _masked(tsb, mask if rows is None or mask is None else mask[rows])
+        for k, mask in ts_slots:
+            if mask is None:
+                m[:, k] = tsb
+            else:
+                m[mask, k] = tsb[mask]
+        for k, ids, mask in id_slots:
+            col = _nums((ids + off).tolist())
+            if mask is None:
+                m[:, k] = col
+            else:
+                m[mask, k] = col
+
+    def _ids(self, rows: np.ndarray | None) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+        """The id slots of ``rows`` (every row when None): (slot, the masked rows' ids, mask)."""
+        out = []
         for k, ids, mask in self.id_slots:
-            v = ids if rows is None else ids[rows]
-            mk = mask if rows is None or mask is None else mask[rows]
-            m[:, k] = _masked(_nums((v + off).tolist()), mk)
+            if rows is not None:
+                ids = ids[rows]
+                mask = None if mask is None else mask[rows]
+            out.append((k, ids if mask is None else ids[mask], mask))
+        return out
 
     @staticmethod
     def _join(m: np.ndarray) -> bytes:
@@ -706,7 +723,7 @@ class _Block:
         ts = self.ts
         win = np.zeros(len(ts), dtype=bool)
         if sh is None or not len(ts):
-            self._fill(m, ts.tolist(), None, 0)
+            self._fill(m, ts.tolist(), self.ts_slots, self._ids(None), 0)
             if self.dur is not None:
                 m[:, self.dur_slot] = _nums(self.dur.tolist())
             return self._join(m), win
@@ -716,7 +733,7 @@ class _Block:
         if after.any():
             for i, v in zip(np.flatnonzero(after).tolist(), round3(ts[after] + sh.extra)):
                 tsl[i] = v
-        self._fill(m, tsl, None, 0)
+        self._fill(m, tsl, self.ts_slots, self._ids(None), 0)
         if self.dur is not None:
             dl = self.dur.tolist()
             assert self.is_x is not None
@@ -725,13 +742,20 @@ class _Block:
             m[:, self.dur_slot] = _nums(dl)
         return self._join(m), win
 
-    def copy(self, rows: np.ndarray, sh: Any, j: int) -> bytes:
-        """Copy ``j`` of the window's events (``rows``)."""
+    def copies(self, rows: np.ndarray, sh: Any) -> list[bytes]:
+        """The ``sh.copies`` copies of the window's events (``rows``), each serialized (the window's rows taken
+        once; each copy fills its numbers into them and joins)."""
         if not len(rows):
-            return b""
+            return [b""] * sh.copies
         m = self.m[rows]
-        self._fill(m, round3(self.ts[rows] + j * sh.period_us), rows, j * sh.id_step)
-        return self._join(m)  # (durations: the window's are not stretched)
+        ts = self.ts[rows]
+        ts_slots = [(k, None if mask is None else mask[rows]) for k, mask in self.ts_slots]
+        id_slots = self._ids(rows)
+        out = []
+        for j in range(1, sh.copies + 1):
+            self._fill(m, round3(ts + j * sh.period_us), ts_slots, id_slots, j * sh.id_step)
+            out.append(self._join(m))  # (durations: the window's are not stretched)
+        return out
 
 
 def _matrix(cols: list[np.ndarray | bytes], n: int) -> np.ndarray:
@@ -783,7 +807,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
                  b_pieces[both.astype(np.int64)], b"", b"}},\n"], n),
         hts[hsel], [(1, None)], hdur[hsel], 3, np.ones(n, dtype=bool),
         [(5, base + np.where(hx, x, c), hx | hc), (7, base + c, both)],
-        np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]], events=n)
+        np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]])
 
     gs, ge = run.gpu_start, run.gpu_end
     gok = np.isfinite(gs) & np.isfinite(ge)
@@ -824,7 +848,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         _matrix([b'{"ph":"s","id":', b"", _table(ftk.reshape(-1, 1), s_pieces), b"",
                  b',"cat":"ac2g","name":"ac2g"},\n'], nf),
         hts[fh], [(3, None)], id_slots=[(1, fcorr, None)],
-        pid=np.asarray(T.pid)[ftk] if len(T) else ftk, tid=np.asarray(T.tid)[ftk] if len(T) else ftk, events=nf)
+        pid=np.asarray(T.pid)[ftk] if len(T) else ftk, tid=np.asarray(T.tid)[ftk] if len(T) else ftk)
 
     # GPU ops
     name_id: dict[str, int] = {}
@@ -907,28 +931,30 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
                                  axis=1), g_mid), b"",
                  rest + ends[fli], b"", _table(np.stack([fli, dev, stm], axis=1), f_mid), b"", tail[fli]], ng),
         gts[gsel], [(1, None), (11, gfl)], gd, 3, np.ones(ng, dtype=bool),
-        [(5, base + gx, ghx), (7, base + gcorr, ghc), (9, base + gcorr, gfl)], dev, stm, events=ng + int(gfl.sum()))
+        [(5, base + gx, ghx), (7, base + gcorr, ghc), (9, base + gcorr, gfl)], dev, stm, gfl)
     return [host_x, host_s], [gpu]
 
 
-def _side(blocks: list[_Block], sh: Any | None) -> tuple[bytes, list[bytes], int]:
-    """One side's events past its metadata, as :func:`_write_timeline` writes them: the body (moved by ``sh``), the
-    chunks of the repeated period's copies (then the ``coalesced`` tail), and how many events the body holds."""
+def _side(blocks: list[_Block], sh: Any | None) -> tuple[bytes, int, list[bytes], list[int]]:
+    """One side's events past its metadata, as :func:`_write_timeline` writes them: the body (moved by ``sh``) and
+    how many events it holds, the chunks of the repeated period's copies (then the ``coalesced`` tail) and how many
+    events each holds."""
     bodies, wins = [], []
     for b in blocks:
         body, win = b.body(sh)
         bodies.append(body)
         wins.append(np.flatnonzero(win))
     body = _SEP.join([b for b in bodies if b])
-    events = sum(b.events for b in blocks)
+    events = sum(b.events() for b in blocks)
     if sh is None:
-        return body, [], events
-    chunks = []
-    for j in range(1, sh.copies + 1):
-        parts = [b.copy(w, sh, j) for b, w in zip(blocks, wins)]
+        return body, events, [], []
+    chunks: list[bytes] = []
+    per_copy = sum(b.events(w) for b, w in zip(blocks, wins))
+    for parts in zip(*[b.copies(w, sh) for b, w in zip(blocks, wins)]):
         chunk = _SEP.join([p for p in parts if p])
         if chunk:
             chunks.append(chunk)
+    counts = [per_copy] * len(chunks)
     if sh.copies < sh.repeats and any(len(w) for w in wins):
         first = next((b for b in blocks if b.is_x is not None and len(b)), None)
         if first is not None:
@@ -936,7 +962,8 @@ def _side(blocks: list[_Block], sh: Any | None) -> tuple[bytes, list[bytes], int
         else:
             pid, tid = next(b.thread_of(int(w[0])) for b, w in zip(blocks, wins) if len(w))
         chunks.append(_lines([sh.tail_event(pid, tid)]))
-    return body, chunks, events
+        counts.append(1)
+    return body, events, chunks, counts
 
 
 def write_timeline(path: str | Path, result: Any) -> list[Path]:
@@ -979,12 +1006,14 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
             devices = sorted(set(rg.gpu_ops.device.tolist()))
             host_rep: _Copies | list[bytes]
             gpu_rep: _Copies | list[bytes]
+            host_counts: list[int] = []
+            gpu_counts: list[int] = []
             if columns:
                 meta_h, meta_g = _meta_events(rg)
                 hb, gb = _rank_blocks(rg, run, ids)
                 sh = shift(rg.rank) if shift is not None else None
-                b0, host_rep, n_host = _side(hb, sh)
-                b1, gpu_rep, n_gpu = _side(gb, sh)
+                b0, n_host, host_rep, host_counts = _side(hb, sh)
+                b1, n_gpu, gpu_rep, gpu_counts = _side(gb, sh)
                 del hb, gb
                 body = [b0, b1]
                 del b0, b1
@@ -1027,7 +1056,11 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
 
                 body = [_repid(body[0], hpids, host_pid, n_host), _repid(body[1], devices, gpu_pid, n_gpu)]
                 ann = [_repid(ann[0], devices, gpu_pid, len(ann_evs)), *(gpu_move(b) for b in ann[1:])]
-                reps = [_chunks(host_rep, host_move), _chunks(gpu_rep, gpu_move)]
+                if isinstance(host_rep, list) and isinstance(gpu_rep, list):  # chunks of known event counts
+                    reps = [[_repid(c, hpids, host_pid, k) for c, k in zip(host_rep, host_counts)],
+                            [_repid(c, devices, gpu_pid, k) for c, k in zip(gpu_rep, gpu_counts)]]
+                else:
+                    reps = [_chunks(host_rep, host_move), _chunks(gpu_rep, gpu_move)]
             else:
                 reps = [_chunks(host_rep), _chunks(gpu_rep)]
             cw.events(meta_h)
