@@ -35,9 +35,10 @@ Files: ``timeline/rank{r}.json.gz``, one trace per rank, for HTA (which reads a 
 of per-rank files, the rank taken from ``distributedInfo``), and ``timeline.json.gz``
 beside it for Perfetto: all ranks in one file (each rank's host on pid
 ``(r + 1) * 1000``, GPU ``d`` on pid ``(r + 1) * 1000 + 1 + d``, named ``rank{r}.host`` /
-``rank{r}.gpu{d}``). Both are streamed rank by rank (orjson, one event per line,
-gzip level 1 by ISA-L): writing costs O(events) time and one rank's events of memory; each event is
-serialized once for both files.
+``rank{r}.gpu{d}``). Both are streamed rank by rank (one event per line, gzip level 1 by ISA-L): writing
+costs O(events) time and one rank's events of memory; each event is serialized once for both files, straight
+from the run's columns (:func:`_rank_blocks`: byte pieces per event kind joined in bulk, the numbers serialized
+by orjson a column at a time; no dict per event), the same bytes as orjson writes :func:`rank_events`' dicts.
 """
 
 from __future__ import annotations
