@@ -972,9 +972,11 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
 
     ``path`` (``timeline.json.gz``) gets every rank for Perfetto; ``path.parent/timeline/rank{r}.json.gz``
     one Kineto trace per rank for HTA. Stale ``rank*.json.gz`` files of an earlier run there are removed.
-    A result with a ``split_events(rank, events)`` method (a coalesced step,
-    :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it: the events after its
-    repeated window moved, the window's copies written from one serialized template (:class:`cosim.replay.periodic.RepeatedWindow`).
+    A result with an ``event_shift(rank)`` method (a coalesced step, :class:`cosim.replay.periodic.PeriodicResult`)
+    has each rank's events moved as it says (:class:`cosim.replay.periodic.EventShift`): the events after its
+    repeated window moved, the window's copies drawn from its rows. One with only ``split_events(rank, events)``
+    has each rank's event dicts passed through it, the window's copies written from one serialized template
+    (:class:`cosim.replay.periodic.RepeatedWindow`).
     """
     with gc_paused():  # millions of acyclic event dicts
         return _write_timeline(Path(path), result)
