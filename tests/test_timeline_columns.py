@@ -66,3 +66,18 @@ def test_coalesced_tail_columns_equal_dicts(tmp_path: Path, coalesced: Any) -> N
         assert b'"cat":"coalesced"' in text
     finally:
         coalesced._drawn = None
+
+
+@pytest.mark.parametrize("trace", ["hta/simple-add.json.gz", "hta/cpu-only.json.gz", "hta/mi250-rocm.json.gz"])
+def test_captured_trace_columns_equal_dicts(tmp_path: Path, trace: str) -> None:
+    """Captured traces: their own kernel names, copies with bytes and bandwidth, a trace without GPU ops."""
+    from cosim.replay import ReplayConfig, replay
+    from cosim.resources import shared_dir
+
+    sh = shared_dir()
+    path = sh / "traces" / trace if sh else None
+    if path is None or not path.is_file():
+        pytest.skip(f"shared trace {trace} absent")
+    res = replay(str(path), None, ReplayConfig(collectives="simulated"))
+    want = _texts(tmp_path / "dicts", _DictsOnly(res))
+    assert _texts(tmp_path / "columns", res) == want
