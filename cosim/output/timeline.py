@@ -627,22 +627,28 @@ def _nums(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _table(keys: np.ndarray, make: Callable[[tuple[int, ...]], bytes]) -> np.ndarray:
-    """One byte piece per row, ``make(key)`` built once per distinct key (``keys``: an (n, k) int matrix, each
-    column factorized and the codes combined into one int64 key: one 1-D ``np.unique``, not a sort of rows)."""
+def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``keys`` (an (n, k) int matrix) numbered by distinct row, and the first row of each number: each
+    column factorized and the codes combined into one int64 key (1-D ``np.unique``s, not a sort of rows)."""
     n = len(keys)
-    if n == 0:
-        return np.empty(0, dtype=object)
     code = np.zeros(n, dtype=np.int64)
     for k in range(keys.shape[1]):
         u, inv = np.unique(keys[:, k], return_inverse=True)
         code = code * len(u) + inv.reshape(-1)
         if k + 1 < keys.shape[1]:
             code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    uc, first, inv = np.unique(code, return_index=True, return_inverse=True)
-    pieces = np.empty(len(uc), dtype=object)
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return inv.reshape(-1), first
+
+
+def _table(keys: np.ndarray, make: Callable[[tuple[int, ...]], bytes]) -> np.ndarray:
+    """One byte piece per row, ``make(key)`` built once per distinct key (``keys``: an (n, k) int matrix)."""
+    if len(keys) == 0:
+        return np.empty(0, dtype=object)
+    inv, first = _codes(keys)
+    pieces = np.empty(len(first), dtype=object)
     pieces[:] = [make(tuple(u)) for u in keys[first].tolist()]
-    return pieces[inv.reshape(-1)]
+    return pieces[inv]
 
 
 class _Block:
@@ -882,6 +888,15 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     rest = np.full(ng, b"", dtype=object)
     grid, block = np.asarray(G.grid)[gsel], np.asarray(G.block)[gsel]
     coll = G.collective[gsel].astype(np.int64)
+    C = rg.collectives
+    if len(C):  # collectives with the same args share one class (their args formatted once)
+        cinv, cfirst = _codes(np.stack([np.asarray(C.name), np.asarray(C.in_nelems), np.asarray(C.out_nelems),
+                                        np.asarray(C.group_size), np.asarray(C.dtype), np.asarray(C.group)],
+                                       axis=1).astype(np.int64))
+        coll = np.where(coll >= 0, cinv[np.maximum(coll, 0)], -1)
+    else:
+        cfirst = np.zeros(0, dtype=np.int64)
+    cfirst_l = cfirst.tolist()
     algo_id = np.full(ng, -1, dtype=np.int64)
     algos: dict[tuple[str, str], int] = {}
     if coll_algo:
@@ -899,7 +914,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         if g[0] >= 0:
             out += b',"grid":' + orjson.dumps(list(g)) + b',"block":' + orjson.dumps(list(b))
         if cc >= 0:
-            body = orjson.dumps(coll_args(cc))[1:-1]
+            body = orjson.dumps(coll_args(cfirst_l[cc]))[1:-1]
             if body:
                 out += b"," + body
             if a >= 0:
