@@ -35,9 +35,10 @@ Files: ``timeline/rank{r}.json.gz``, one trace per rank, for HTA (which reads a 
 of per-rank files, the rank taken from ``distributedInfo``), and ``timeline.json.gz``
 beside it for Perfetto: all ranks in one file (each rank's host on pid
 ``(r + 1) * 1000``, GPU ``d`` on pid ``(r + 1) * 1000 + 1 + d``, named ``rank{r}.host`` /
-``rank{r}.gpu{d}``). Both are streamed rank by rank (orjson, one event per line,
-gzip level 1 by ISA-L): writing costs O(events) time and one rank's events of memory; each event is
-serialized once for both files.
+``rank{r}.gpu{d}``). Both are streamed rank by rank (one event per line, gzip level 1 by ISA-L): writing
+costs O(events) time and one rank's events of memory; each event is serialized once for both files, straight
+from the run's columns (:func:`_rank_blocks`: byte pieces per event kind joined in bulk, the numbers serialized
+by orjson a column at a time; no dict per event), the same bytes as orjson writes :func:`rank_events`' dicts.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ except ImportError:  # pragma: no cover
     from gzip import GzipFile as _GzipFile  # type: ignore[assignment]
 
 from cosim.fileio import atomic_open
+from cosim.replay.periodic import round3
 from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass, gc_paused
 
 __all__ = ["gpu_annotation_events", "nccl_kernel_name", "rank_events", "rank_trace", "write_timeline"]
@@ -252,14 +254,9 @@ class _CollArgs:
         return a
 
 
-def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Kineto-layout events of one simulated rank: (host-side events, GPU-side events).
-
-    Host-side events sit on the traced pids/tids, GPU-side ones on pid = device,
-    tid = stream; :func:`write_timeline` renumbers the two groups for the combined file.
-    """
-    H, G, T, S = rg.host_ops, rg.gpu_ops, rg.threads, rg.strings
-    base = (ids or _Ids([rg])).base(rg.rank)
+def _meta_events(rg: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One rank's metadata events (``ph: M``): the host side's, the GPU side's."""
+    G, T, S = rg.gpu_ops, rg.threads, rg.strings
     thread_pid, thread_tid = T.pid.tolist(), T.tid.tolist()
     proc = _process_name(rg)
     host: list[dict[str, Any]] = []
@@ -284,6 +281,18 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
     for d, s in sorted(set(zip(gdev, gstream))):
         gpu.append({"name": "thread_name", "ph": "M", "pid": d, "tid": s, "args": {"name": f"stream {s} "}})
         gpu.append({"name": "thread_sort_index", "ph": "M", "pid": d, "tid": s, "args": {"sort_index": s}})
+    return host, gpu
+
+
+def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Kineto-layout events of one simulated rank: (host-side events, GPU-side events).
+
+    Host-side events sit on the traced pids/tids, GPU-side ones on pid = device,
+    tid = stream; :func:`write_timeline` renumbers the two groups for the combined file.
+    """
+    H, G, T, S = rg.host_ops, rg.gpu_ops, rg.threads, rg.strings
+    base = (ids or _Ids([rg])).base(rg.rank)
+    host, gpu = _meta_events(rg)
 
     hs, he = run.host_start, run.host_end
     hok = np.isfinite(hs) & np.isfinite(he)
@@ -605,14 +614,384 @@ class _GzipOut:
             self._cm.__exit__(*exc)
 
 
+# the columnar writer: a rank's events straight from its columns (no event dicts) ----
+
+_SEP = b",\n"
+
+
+def _nums(values: list[Any]) -> np.ndarray:
+    """Numbers serialized as orjson writes them in an event (one call for the whole list), as an object column."""
+    out = np.empty(len(values), dtype=object)
+    if values:
+        out[:] = orjson.dumps(values)[1:-1].split(b",")
+    return out
+
+
+def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``keys`` (an (n, k) int matrix) numbered by distinct row, and the first row of each number: each
+    column factorized and the codes combined into one int64 key (1-D ``np.unique``s, not a sort of rows)."""
+    n = len(keys)
+    code = np.zeros(n, dtype=np.int64)
+    for k in range(keys.shape[1]):
+        u, inv = np.unique(keys[:, k], return_inverse=True)
+        code = code * len(u) + inv.reshape(-1)
+        if k + 1 < keys.shape[1]:
+            code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return inv.reshape(-1), first
+
+
+def _table(keys: np.ndarray, make: Callable[[tuple[int, ...]], bytes]) -> np.ndarray:
+    """One byte piece per row, ``make(key)`` built once per distinct key (``keys``: an (n, k) int matrix)."""
+    if len(keys) == 0:
+        return np.empty(0, dtype=object)
+    inv, first = _codes(keys)
+    pieces = np.empty(len(first), dtype=object)
+    pieces[:] = [make(tuple(u)) for u in keys[first].tolist()]
+    return pieces[inv]
+
+
+class _Block:
+    """Events of one kind as a matrix of byte pieces (a row per event, each row's pieces joined are the event as
+    :func:`_lines` writes it, followed by ``,\\n``): the numbers that a period's shift or copies move are slots
+    filled from columns (``ts_slots``: the event's ``ts``, ``dur_slot``: its ``dur``, ``id_slots``: ids)."""
+
+    def __init__(self, m: np.ndarray, ts: np.ndarray, ts_slots: list[tuple[int, np.ndarray | None]],
+                 dur: np.ndarray | None = None, dur_slot: int = -1, is_x: np.ndarray | None = None,
+                 id_slots: list[tuple[int, np.ndarray, np.ndarray | None]] | None = None,
+                 pid: np.ndarray | None = None, tid: np.ndarray | None = None, two: np.ndarray | None = None) -> None:
+        self.m, self.ts, self.ts_slots = m, ts, ts_slots
+        self.dur, self.dur_slot, self.is_x = dur, dur_slot, is_x
+        self.id_slots = id_slots or []
+        self.pid, self.tid = pid, tid
+        self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
+
+    def events(self, rows: np.ndarray | None = None) -> int:
+        """How many events ``rows`` (every row when None) hold."""
+        n = len(self.ts) if rows is None else len(rows)
+        if self.two is not None:
+            n += int(np.count_nonzero(self.two if rows is None else self.two[rows]))
+        return n
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @staticmethod
+    def _fill(m: np.ndarray, ts: list[float], ts_slots: list[tuple[int, np.ndarray | None]],
+              id_slots: list[tuple[int, np.ndarray, np.ndarray | None]], off: int) -> None:
+        """Put the numbers into their slots of ``m`` (rows outside a slot's mask keep their ``b""``): ``ts``, and
+        each id slot's ids (those of its masked rows only) plus ``off``."""
+        tsb = _nums(ts)
+        for k, mask in ts_slots:
+            if mask is None:
+                m[:, k] = tsb
+            else:
+                m[mask, k] = tsb[mask]
+        for k, ids, mask in id_slots:
+            col = _nums((ids + off).tolist())
+            if mask is None:
+                m[:, k] = col
+            else:
+                m[mask, k] = col
+
+    def _ids(self, rows: np.ndarray | None) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
+        """The id slots of ``rows`` (every row when None): (slot, the masked rows' ids, mask)."""
+        out = []
+        for k, ids, mask in self.id_slots:
+            if rows is not None:
+                ids = ids[rows]
+                mask = None if mask is None else mask[rows]
+            out.append((k, ids if mask is None else ids[mask], mask))
+        return out
+
+    @staticmethod
+    def _join(m: np.ndarray) -> bytes:
+        if not len(m):
+            return b""
+        last = m[-1, -1]
+        m[-1, -1] = last[:-2]  # no separator after the last event
+        out = b"".join(m.ravel().tolist())
+        m[-1, -1] = last
+        return out
+
+    def first_thread(self) -> tuple[int, int]:
+        """The first event's pid and tid."""
+        return self.thread_of(0)
+
+    def thread_of(self, i: int) -> tuple[int, int]:
+        """Row ``i``'s pid and tid."""
+        assert self.pid is not None and self.tid is not None
+        return int(self.pid[i]), int(self.tid[i])
+
+    def body(self, sh: Any | None) -> tuple[bytes, np.ndarray]:
+        """Every event (moved by ``sh``, a :class:`cosim.replay.periodic.EventShift`, when given) serialized, and
+        the rows of the repeated window."""
+        m = self.m
+        ts = self.ts
+        win = np.zeros(len(ts), dtype=bool)
+        if sh is None or not len(ts):
+            self._fill(m, ts.tolist(), self.ts_slots, self._ids(None), 0)
+            if self.dur is not None:
+                m[:, self.dur_slot] = _nums(self.dur.tolist())
+            return self._join(m), win
+        after = ts >= sh.cut_us
+        win = (ts >= sh.lo) & ~after
+        tsl = ts.tolist()
+        if after.any():
+            for i, v in zip(np.flatnonzero(after).tolist(), round3(ts[after] + sh.extra)):
+                tsl[i] = v
+        self._fill(m, tsl, self.ts_slots, self._ids(None), 0)
+        if self.dur is not None:
+            dl = self.dur.tolist()
+            assert self.is_x is not None
+            for i in np.flatnonzero(self.is_x & ~after & ~win & (ts + self.dur > sh.cut_us)).tolist():
+                dl[i] = round(dl[i] + sh.extra, 3)
+            m[:, self.dur_slot] = _nums(dl)
+        return self._join(m), win
+
+    def copies(self, rows: np.ndarray, sh: Any) -> list[bytes]:
+        """The ``sh.copies`` copies of the window's events (``rows``), each serialized (the window's rows taken
+        once; each copy fills its numbers into them and joins)."""
+        if not len(rows):
+            return [b""] * sh.copies
+        m = self.m[rows]
+        ts = self.ts[rows]
+        ts_slots = [(k, None if mask is None else mask[rows]) for k, mask in self.ts_slots]
+        id_slots = self._ids(rows)
+        out = []
+        for j in range(1, sh.copies + 1):
+            self._fill(m, round3(ts + j * sh.period_us), ts_slots, id_slots, j * sh.id_step)
+            out.append(self._join(m))  # (durations: the window's are not stretched)
+        return out
+
+
+def _matrix(cols: list[np.ndarray | bytes], n: int) -> np.ndarray:
+    m = np.empty((n, len(cols)), dtype=object)
+    for k, c in enumerate(cols):
+        m[:, k] = c
+    return m
+
+
+def _js(s: str) -> bytes:
+    return orjson.dumps(s)
+
+
+
+def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Block]]:
+    """The events :func:`rank_events` makes of one rank past its metadata, as blocks: the host side's (host ops'
+    ``X`` events, then the launches' flow starts ``ph: s``), the GPU side's (each GPU op's ``X`` event with its
+    flow end ``ph: f`` in the same row)."""
+    H, G, T, S = rg.host_ops, rg.gpu_ops, rg.threads, rg.strings
+    base = ids.base(rg.rank)
+    hs, he = run.host_start, run.host_end
+    hok = np.isfinite(hs) & np.isfinite(he)
+    hts = np.round(np.where(hok, hs, 0.0) * 1e6, 3)
+    hdur = np.round(np.where(hok, np.maximum(he - hs, 0.0), 0.0) * 1e6, 3)
+    hsel = np.flatnonzero(hok)
+    n = len(hsel)
+    tpid, ttid = np.asarray(T.pid).tolist(), np.asarray(T.tid).tolist()
+    hcat = {k: _HOST_CAT.get(HostKind(k), "cpu_op") for k in set(H.kind[hsel].tolist())}
+
+    def host_prefix(key: tuple[int, ...]) -> bytes:
+        nm, k, t = key
+        cat = hcat[k]
+        if cat == "cuda_runtime" and nm >= 0 and _DRIVER_API.match(S[nm]):
+            cat = "cuda_driver"
+        return (b'{"ph":"X","cat":' + _js(cat) + b',"name":' + _js(S[nm] if nm >= 0 else "?") +
+                b',"pid":%d,"tid":%d,"ts":' % (tpid[t], ttid[t]))
+
+    keys = np.stack([H.name[hsel].astype(np.int64), H.kind[hsel].astype(np.int64),
+                     H.thread[hsel].astype(np.int64)], axis=1)
+    x = H.ext_id[hsel].astype(np.int64)
+    c = H.correlation[hsel].astype(np.int64)
+    hx, hc = x >= 0, c >= 0
+    both = hx & hc
+    a_pieces = np.array([b',"args":{', b',"args":{"correlation":', b',"args":{"External id":',
+                         b',"args":{"External id":'], dtype=object)
+    b_pieces = np.array([b"", b',"correlation":'], dtype=object)
+    host_x = _Block(
+        _matrix([_table(keys, host_prefix), b"", b',"dur":', b"", a_pieces[hx * 2 + hc], b"",
+                 b_pieces[both.astype(np.int64)], b"", b"}},\n"], n),
+        hts[hsel], [(1, None)], hdur[hsel], 3, np.ones(n, dtype=bool),
+        [(5, base + np.where(hx, x, c), hx | hc), (7, base + c, both)],
+        np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]])
+
+    gs, ge = run.gpu_start, run.gpu_end
+    gok = np.isfinite(gs) & np.isfinite(ge)
+    gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3)
+    gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3)
+    gnames, gcats = _gpu_names(rg, run)
+    n_g = len(G)
+    h_of = np.full(n_g, -1, dtype=np.int64)
+    has = G.launch >= 0
+    h_of[has] = rg.launches.host_op[G.launch[has]]
+    x_of = np.asarray(G.ext_id, dtype=np.int64).copy()
+    m = (x_of < 0) & (h_of >= 0)
+    x_of[m] = H.ext_id[h_of[m]]
+    m = (x_of < 0) & (G.op >= 0)
+    x_of[m] = H.ext_id[G.op[m]]
+    flow = (h_of >= 0) & (G.correlation >= 0) & hok[np.maximum(h_of, 0)] if n_g and len(H) else np.zeros(n_g, bool)
+    fthr = H.thread[np.maximum(h_of, 0)] if len(H) else np.zeros(n_g, np.int64)
+    coll_algo = getattr(run, "coll_algo", {}) or {}
+    coll_args = _CollArgs(rg)
+    gsel = np.flatnonzero(gok)
+    ng = len(gsel)
+
+    # the launches' flow starts (host side, after the host ops): one per GPU op with a flow arrow
+    fsel = gsel[flow[gsel]]
+    fh = h_of[fsel]
+    fcorr = base + G.correlation[fsel].astype(np.int64)
+    if len(T):
+        ftk = fthr[fsel].astype(np.int64)
+    else:
+        ftk = np.full(len(fsel), -1, dtype=np.int64)
+
+    def s_pieces(key: tuple[int, ...]) -> bytes:
+        t = key[0]
+        return b',"pid":%d,"tid":%d,"ts":' % ((tpid[t], ttid[t]) if t >= 0 else (-1, -1))
+
+    nf = len(fsel)
+    host_s = _Block(
+        _matrix([b'{"ph":"s","id":', b"", _table(ftk.reshape(-1, 1), s_pieces), b"",
+                 b',"cat":"ac2g","name":"ac2g"},\n'], nf),
+        hts[fh], [(3, None)], id_slots=[(1, fcorr, None)],
+        pid=np.asarray(T.pid)[ftk] if len(T) else ftk, tid=np.asarray(T.tid)[ftk] if len(T) else ftk)
+
+    # GPU ops
+    name_id: dict[str, int] = {}
+    nid = np.asarray([name_id.setdefault(v, len(name_id)) for v in _pick(gnames, gsel)], dtype=np.int64)
+    name_of = list(name_id)
+    cat_id = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
+    cat_of = list(cat_id)
+    cid = np.asarray([cat_id[v] for v in _pick(gcats, gsel)], dtype=np.int64)
+    dev = G.device[gsel].astype(np.int64)
+    stm = G.stream[gsel].astype(np.int64)
+    kern = cid == 0
+
+    def g_prefix(key: tuple[int, ...]) -> bytes:
+        nm, ct, d, s = key
+        return (b'{"ph":"X","cat":' + _js(cat_of[ct]) + b',"name":' + _js(name_of[nm]) +
+                b',"pid":%d,"tid":%d,"ts":' % (d, s))
+
+    gx = x_of[gsel]
+    gcorr = G.correlation[gsel].astype(np.int64)
+    ghx, ghc = gx >= 0, gcorr >= 0
+    gfl = flow[gsel]
+
+    def g_mid(key: tuple[int, ...]) -> bytes:
+        hx_, k_, d, s, hc_ = key
+        return ((b"," if hx_ else b"") + (b'"queued":0,' if k_ else b"") +
+                b'"device":%d,"context":1,"stream":%d' % (d, s) + (b',"correlation":' if hc_ else b""))
+
+    # what follows the stream / correlation in args: grid and block, the collective's args, the simulated algorithm
+    # (kernels); bytes and bandwidth (copies, memsets); then the end of the event and the flow end's start
+    rest = np.full(ng, b"", dtype=object)
+    grid, block = np.asarray(G.grid)[gsel], np.asarray(G.block)[gsel]
+    coll = G.collective[gsel].astype(np.int64)
+    C = rg.collectives
+    if len(C):  # collectives with the same args share one class (their args formatted once)
+        cinv, cfirst = _codes(np.stack([np.asarray(C.name), np.asarray(C.in_nelems), np.asarray(C.out_nelems),
+                                        np.asarray(C.group_size), np.asarray(C.dtype), np.asarray(C.group)],
+                                       axis=1).astype(np.int64))
+        coll = np.where(coll >= 0, cinv[np.maximum(coll, 0)], -1)
+    else:
+        cfirst = np.zeros(0, dtype=np.int64)
+    cfirst_l = cfirst.tolist()
+    algo_id = np.full(ng, -1, dtype=np.int64)
+    algos: dict[tuple[str, str], int] = {}
+    if coll_algo:
+        pos = {int(j): i for i, j in enumerate(gsel.tolist())}
+        for j, ap in coll_algo.items():
+            i = pos.get(j)
+            if i is not None:
+                algo_id[i] = algos.setdefault(tuple(ap), len(algos))  # type: ignore[arg-type]
+    algo_of = list(algos)
+    kr = np.flatnonzero(kern & ((grid[:, 0] >= 0) | (coll >= 0) | (algo_id >= 0)))
+
+    def k_rest(key: tuple[int, ...]) -> bytes:
+        g, b, cc, a = key[0:3], key[3:6], key[6], key[7]
+        out = b""
+        if g[0] >= 0:
+            out += b',"grid":' + orjson.dumps(list(g)) + b',"block":' + orjson.dumps(list(b))
+        if cc >= 0:
+            body = orjson.dumps(coll_args(cfirst_l[cc]))[1:-1]
+            if body:
+                out += b"," + body
+            if a >= 0:
+                out += b',"algorithm":' + _js(algo_of[a][0]) + b',"protocol":' + _js(algo_of[a][1])
+        return out
+
+    if len(kr):
+        rest[kr] = _table(np.concatenate([grid[kr].astype(np.int64), block[kr].astype(np.int64),
+                                          coll[kr].reshape(-1, 1), algo_id[kr].reshape(-1, 1)], axis=1), k_rest)
+    nbytes = G.bytes[gsel]
+    gd = gdur[gsel]
+    for i in np.flatnonzero(~kern & np.isfinite(nbytes) & (nbytes >= 0)).tolist():
+        nb, d = float(nbytes[i]), float(gd[i])
+        r = {"bytes": int(nb)}
+        if d > 0:
+            r["memory bandwidth (GB/s)"] = nb / (d * 1e3)  # type: ignore[assignment]
+        rest[i] = b"," + orjson.dumps(r)[1:-1]
+    ends = np.array([b"}}", b'}},\n{"ph":"f","id":'], dtype=object)
+    tail = np.array([b",\n", b',"cat":"ac2g","name":"ac2g","bp":"e"},\n'], dtype=object)
+    fli = gfl.astype(np.int64)
+
+    def f_mid(key: tuple[int, ...]) -> bytes:
+        f, d, s = key
+        return b',"pid":%d,"tid":%d,"ts":' % (d, s) if f else b""
+
+    gpu = _Block(
+        _matrix([_table(np.stack([nid, cid, dev, stm], axis=1), g_prefix), b"", b',"dur":', b"",
+                 np.array([b',"args":{', b',"args":{"External id":'], dtype=object)[ghx.astype(np.int64)], b"",
+                 _table(np.stack([ghx.astype(np.int64), kern.astype(np.int64), dev, stm, ghc.astype(np.int64)],
+                                 axis=1), g_mid), b"",
+                 rest + ends[fli], b"", _table(np.stack([fli, dev, stm], axis=1), f_mid), b"", tail[fli]], ng),
+        gts[gsel], [(1, None), (11, gfl)], gd, 3, np.ones(ng, dtype=bool),
+        [(5, base + gx, ghx), (7, base + gcorr, ghc), (9, base + gcorr, gfl)], dev, stm, gfl)
+    return [host_x, host_s], [gpu]
+
+
+def _side(blocks: list[_Block], sh: Any | None) -> tuple[bytes, int, list[bytes], list[int]]:
+    """One side's events past its metadata, as :func:`_write_timeline` writes them: the body (moved by ``sh``) and
+    how many events it holds, the chunks of the repeated period's copies (then the ``coalesced`` tail) and how many
+    events each holds."""
+    bodies, wins = [], []
+    for b in blocks:
+        body, win = b.body(sh)
+        bodies.append(body)
+        wins.append(np.flatnonzero(win))
+    body = _SEP.join([b for b in bodies if b])
+    events = sum(b.events() for b in blocks)
+    if sh is None:
+        return body, events, [], []
+    chunks: list[bytes] = []
+    per_copy = sum(b.events(w) for b, w in zip(blocks, wins))
+    for parts in zip(*[b.copies(w, sh) for b, w in zip(blocks, wins)]):
+        chunk = _SEP.join([p for p in parts if p])
+        if chunk:
+            chunks.append(chunk)
+    counts = [per_copy] * len(chunks)
+    if sh.copies < sh.repeats and any(len(w) for w in wins):
+        first = next((b for b in blocks if b.is_x is not None and len(b)), None)
+        if first is not None:
+            pid, tid = first.first_thread()
+        else:
+            pid, tid = next(b.thread_of(int(w[0])) for b, w in zip(blocks, wins) if len(w))
+        chunks.append(_lines([sh.tail_event(pid, tid)]))
+        counts.append(1)
+    return body, events, chunks, counts
+
+
 def write_timeline(path: str | Path, result: Any) -> list[Path]:
     """Write the simulated timeline of ``result`` (a ReplayResult); returns the files written.
 
     ``path`` (``timeline.json.gz``) gets every rank for Perfetto; ``path.parent/timeline/rank{r}.json.gz``
     one Kineto trace per rank for HTA. Stale ``rank*.json.gz`` files of an earlier run there are removed.
-    A result with a ``split_events(rank, events)`` method (a coalesced step,
-    :class:`cosim.replay.periodic.PeriodicResult`) has each rank's events passed through it: the events after its
-    repeated window moved, the window's copies written from one serialized template (:class:`cosim.replay.periodic.RepeatedWindow`).
+    A result with an ``event_shift(rank)`` method (a coalesced step, :class:`cosim.replay.periodic.PeriodicResult`)
+    has each rank's events moved as it says (:class:`cosim.replay.periodic.EventShift`): the events after its
+    repeated window moved, the window's copies drawn from its rows. One with only ``split_events(rank, events)``
+    has each rank's event dicts passed through it, the window's copies written from one serialized template
+    (:class:`cosim.replay.periodic.RepeatedWindow`).
     """
     with gc_paused():  # millions of acyclic event dicts
         return _write_timeline(Path(path), result)
@@ -637,28 +1016,44 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
     if single:
         rg0 = ranks[0][0]
         combined = _header(rg0, sorted(set(rg0.gpu_ops.device.tolist())))
+    shift = getattr(result, "event_shift", None)
+    columns = split is None or shift is not None  # a split_events hook without its columnar twin: event dicts
     with _GzipOut(path) as cfh:
         cw = _TraceWriter(cfh, combined)
         for rg, run in ranks:
-            host, gpu = rank_events(rg, run, ids)
-            (host, host_rep), (gpu, gpu_rep) = extend(rg.rank, host), extend(rg.rank, gpu)
             devices = sorted(set(rg.gpu_ops.device.tolist()))
-            nh, ng = _meta_count(host), _meta_count(gpu)
-            body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
+            host_rep: _Copies | list[bytes]
+            gpu_rep: _Copies | list[bytes]
+            host_counts: list[int] = []
+            gpu_counts: list[int] = []
+            if columns:
+                meta_h, meta_g = _meta_events(rg)
+                hb, gb = _rank_blocks(rg, run, ids)
+                sh = shift(rg.rank) if shift is not None else None
+                b0, n_host, host_rep, host_counts = _side(hb, sh)
+                b1, n_gpu, gpu_rep, gpu_counts = _side(gb, sh)
+                del hb, gb
+                body = [b0, b1]
+                del b0, b1
+            else:
+                host, gpu = rank_events(rg, run, ids)
+                (host, host_rep), (gpu, gpu_rep) = extend(rg.rank, host), extend(rg.rank, gpu)
+                nh, ng = _meta_count(host), _meta_count(gpu)
+                body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
+                meta_h, meta_g = host[:nh], gpu[:ng]
+                n_host, n_gpu = len(host) - nh, len(gpu) - ng  # events of each body
+                del host, gpu
             p = folder / f"rank{rg.rank}.json.gz"
             with _GzipOut(p) as fh:
                 w = _TraceWriter(fh, _header(rg, devices))
-                w.events(host[:nh])
-                w.lines(body[0], *host_rep.chunks())
-                w.events(gpu[:ng])
-                w.lines(body[1], *gpu_rep.chunks())
+                w.events(meta_h)
+                w.lines(body[0], *_chunks(host_rep))
+                w.events(meta_g)
+                w.lines(body[1], *_chunks(gpu_rep))
                 w.close()
             written.append(p)
             ann_evs, ann_rep = extend(rg.rank, gpu_annotation_events(rg, run, ids))
             ann = [_lines(ann_evs), *ann_rep.chunks()]
-            meta_h, meta_g = host[:nh], gpu[:ng]
-            n_host, n_gpu = len(host) - nh, len(gpu) - ng  # events of each body
-            del host, gpu
             if not single:
                 meta_h, meta_g = [dict(e) for e in meta_h], [dict(e) for e in meta_g]
                 _renumber(rg.rank, meta_h, meta_g)
@@ -679,9 +1074,13 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
 
                 body = [_repid(body[0], hpids, host_pid, n_host), _repid(body[1], devices, gpu_pid, n_gpu)]
                 ann = [_repid(ann[0], devices, gpu_pid, len(ann_evs)), *(gpu_move(b) for b in ann[1:])]
-                reps = [host_rep.chunks(host_move), gpu_rep.chunks(gpu_move)]
+                if isinstance(host_rep, list) and isinstance(gpu_rep, list):  # chunks of known event counts
+                    reps = [[_repid(c, hpids, host_pid, k) for c, k in zip(host_rep, host_counts)],
+                            [_repid(c, devices, gpu_pid, k) for c, k in zip(gpu_rep, gpu_counts)]]
+                else:
+                    reps = [_chunks(host_rep, host_move), _chunks(gpu_rep, gpu_move)]
             else:
-                reps = [host_rep.chunks(), gpu_rep.chunks()]
+                reps = [_chunks(host_rep), _chunks(gpu_rep)]
             cw.events(meta_h)
             cw.lines(body[0], *reps[0])
             cw.events(meta_g)
@@ -694,6 +1093,14 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
         if re.fullmatch(r"rank\d+\.json\.gz", old.name) and old.name not in keep:
             old.unlink()
     return [path, *written]
+
+
+def _chunks(rep: _Copies | list[bytes], move: Callable[[bytes], bytes] | None = None) -> list[bytes]:
+    """The serialized copies of a repeated period (and its tail): a :class:`_Copies`' chunks, or chunks already
+    made by :func:`_side` (``move`` applied to each)."""
+    if isinstance(rep, _Copies):
+        return rep.chunks(move)
+    return rep if move is None else [move(c) for c in rep]
 
 
 def _meta_count(evs: list[dict[str, Any]]) -> int:

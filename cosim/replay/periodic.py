@@ -445,6 +445,50 @@ def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, co
     return out, rw
 
 
+@dataclass(frozen=True)
+class EventShift:
+    """How one rank's timeline events become the full step's, for a writer working on columns (no event dicts;
+    :mod:`cosim.output.timeline`) what :func:`_shift_events` does to dicts: an event with ``ts >= cut_us`` gets
+    ``round(ts + extra, 3)`` (:func:`round3`); one with ``lo <= ts < cut_us`` is in the window, drawn ``copies``
+    times (copy ``j``: ``round(ts + j * period_us, 3)``, ids plus ``j * id_step``); an ``X`` event before ``lo``
+    ending after ``cut_us`` gets ``dur = round(dur + extra, 3)``; the others stay. When ``copies < repeats`` and the
+    window holds events, :meth:`tail_event` follows the copies."""
+
+    cut_us: float
+    """The cut (us), less half a nanosecond (the unit starting at the cut belongs after it)."""
+    lo: float
+    """The window's start (us)."""
+    extra: float
+    """Time inserted at the cut (us)."""
+    copies: int
+    """Copies drawn."""
+    repeats: int
+    """Periods inserted."""
+    period_us: float
+    """The period (us)."""
+    period_s: float
+    """The period (s), as :class:`Periodic` has it."""
+    id_step: int
+    """Id offset between consecutive copies."""
+
+    @classmethod
+    def of(cls, cut_us: float, per: Periodic, id_step: int, copies: int | None = None) -> EventShift:
+        """The shift of a rank cut at ``cut_us`` (us), as :func:`_shift_events` computes it."""
+        p_us = per.period_s * 1e6
+        cut = cut_us - 5e-4
+        return cls(cut, cut - p_us, per.repeats * p_us, per.repeats if copies is None else min(copies, per.repeats),
+                   per.repeats, p_us, per.period_s, id_step)
+
+    def tail_event(self, pid: int, tid: int) -> dict[str, Any]:
+        """The ``coalesced`` span of the periods not drawn, on ``pid``/``tid`` (the group's first ``X`` event's): the
+        event :func:`_shift` appends."""
+        left = self.repeats - self.copies
+        return {"ph": "X", "cat": "coalesced", "pid": pid, "tid": tid,
+                "name": f"{left} more periods of {self.period_s * 1e3:.3f} ms (coalesced; not drawn)",
+                "ts": round(self.cut_us + self.copies * self.period_us, 3), "dur": round(left * self.period_us, 3),
+                "args": {"periods": left, "period_us": round(self.period_us, 3), "drawn": self.copies}}
+
+
 @dataclass
 class PeriodicResult(ReplayResult):
     """A replayed probe standing for the full step: ``summary()`` gives the full step's figures and
@@ -494,3 +538,12 @@ class PeriodicResult(ReplayResult):
         if cut is None:
             return evs, None
         return _shift_events(evs, cut * 1e6, self.periodic, _ID_STEP, self.drawn_repeats())
+
+    def event_shift(self, rank: int) -> EventShift | None:
+        """:meth:`split_events` for a writer working on columns: how rank ``rank``'s events move (None for a rank
+        without a cut)."""
+        assert self.periodic is not None
+        cut = self.periodic.cut.get(rank)
+        if cut is None:
+            return None
+        return EventShift.of(cut * 1e6, self.periodic, _ID_STEP, self.drawn_repeats())
