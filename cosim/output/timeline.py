@@ -284,6 +284,31 @@ def _meta_events(rg: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return host, gpu
 
 
+def _gpu_prep(rg: Any, run: Any, hok: np.ndarray) -> tuple[Any, ...]:
+    """The GPU ops' columns both timeline paths write: start and duration in us (3 decimals; 0 where the op did not
+    run), names and categories, the host op that launched each (-1: none), each op's External id (the op's, else its launch's, else its host op's), whether it draws
+    a flow arrow from its launch and that launch's thread, the collectives' algorithms and args, the ran ops."""
+    H, G = rg.host_ops, rg.gpu_ops
+    gs, ge = run.gpu_start, run.gpu_end
+    gok = np.isfinite(gs) & np.isfinite(ge)
+    gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3)
+    gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3)
+    gnames, gcats = _gpu_names(rg, run)
+    n_g = len(G)
+    h_of = np.full(n_g, -1, dtype=np.int64)  # the host op that launched each GPU op
+    has = G.launch >= 0
+    h_of[has] = rg.launches.host_op[G.launch[has]]
+    x_of = np.asarray(G.ext_id, dtype=np.int64).copy()
+    m = (x_of < 0) & (h_of >= 0)
+    x_of[m] = H.ext_id[h_of[m]]
+    m = (x_of < 0) & (G.op >= 0)
+    x_of[m] = H.ext_id[G.op[m]]
+    flow = (h_of >= 0) & (G.correlation >= 0) & hok[np.maximum(h_of, 0)] if n_g and len(H) else np.zeros(n_g, bool)
+    fthr = H.thread[np.maximum(h_of, 0)] if len(H) else np.zeros(n_g, np.int64)
+    coll_algo = getattr(run, "coll_algo", {}) or {}
+    return gts, gdur, gnames, gcats, h_of, x_of, flow, fthr, coll_algo, _CollArgs(rg), np.flatnonzero(gok)
+
+
 def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Kineto-layout events of one simulated rank: (host-side events, GPU-side events).
 
@@ -316,25 +341,8 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
         host.append({"ph": "X", "cat": cats[n, k], "name": S[n] if n >= 0 else "?", "pid": p, "tid": t, "ts": ts,
                      "dur": d, "args": args})
 
-    gs, ge = run.gpu_start, run.gpu_end
-    gok = np.isfinite(gs) & np.isfinite(ge)
-    gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3).tolist()
-    gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3).tolist()
-    gnames, gcats = _gpu_names(rg, run)
-    n_g = len(G)
-    h_of = np.full(n_g, -1, dtype=np.int64)  # the host op that launched each GPU op
-    has = G.launch >= 0
-    h_of[has] = rg.launches.host_op[G.launch[has]]
-    x_of = np.asarray(G.ext_id, dtype=np.int64).copy()  # External id: the op's, else its launch's, else its op's
-    m = (x_of < 0) & (h_of >= 0)
-    x_of[m] = H.ext_id[h_of[m]]
-    m = (x_of < 0) & (G.op >= 0)
-    x_of[m] = H.ext_id[G.op[m]]
-    flow = (h_of >= 0) & (G.correlation >= 0) & hok[np.maximum(h_of, 0)] if n_g and len(H) else np.zeros(n_g, bool)
-    fthr = H.thread[np.maximum(h_of, 0)] if len(H) else np.zeros(n_g, np.int64)
-    coll_algo = getattr(run, "coll_algo", {}) or {}
-    coll_args = _CollArgs(rg)
-    gsel = np.flatnonzero(gok)
+    gts_a, gdur_a, gnames, gcats, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = _gpu_prep(rg, run, hok)
+    gts, gdur = gts_a.tolist(), gdur_a.tolist()
     grid, block = G.grid.tolist(), G.block.tolist()
     cols = zip(gsel.tolist(), _pick(gcats, gsel), _pick(gnames, gsel), G.device[gsel].tolist(),
                G.stream[gsel].tolist(), _pick(gts, gsel), _pick(gdur, gsel), x_of[gsel].tolist(),
@@ -816,25 +824,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         [(5, base + np.where(hx, x, c), hx | hc), (7, base + c, both)],
         np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]])
 
-    gs, ge = run.gpu_start, run.gpu_end
-    gok = np.isfinite(gs) & np.isfinite(ge)
-    gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3)
-    gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3)
-    gnames, gcats = _gpu_names(rg, run)
-    n_g = len(G)
-    h_of = np.full(n_g, -1, dtype=np.int64)
-    has = G.launch >= 0
-    h_of[has] = rg.launches.host_op[G.launch[has]]
-    x_of = np.asarray(G.ext_id, dtype=np.int64).copy()
-    m = (x_of < 0) & (h_of >= 0)
-    x_of[m] = H.ext_id[h_of[m]]
-    m = (x_of < 0) & (G.op >= 0)
-    x_of[m] = H.ext_id[G.op[m]]
-    flow = (h_of >= 0) & (G.correlation >= 0) & hok[np.maximum(h_of, 0)] if n_g and len(H) else np.zeros(n_g, bool)
-    fthr = H.thread[np.maximum(h_of, 0)] if len(H) else np.zeros(n_g, np.int64)
-    coll_algo = getattr(run, "coll_algo", {}) or {}
-    coll_args = _CollArgs(rg)
-    gsel = np.flatnonzero(gok)
+    gts, gdur, gnames, gcats, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = _gpu_prep(rg, run, hok)
     ng = len(gsel)
 
     # the launches' flow starts (host side, after the host ops): one per GPU op with a flow arrow
