@@ -279,7 +279,7 @@ class LinkUsage:
         sk, ek, dk = s[k], e[k], d[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             frac = np.where(dk > 0, (np.minimum(ek, b) - np.maximum(sk, a)) / dk, ((sk >= a) & (sk <= b)).astype(float))
-        w[k] = nb[k] * np.clip(np.nan_to_num(frac), 0.0, 1.0)
+            w[k] = nb[k] * np.clip(np.nan_to_num(frac), 0.0, 1.0)  # a non-finite nb times 0 stays nan, as summed
         return np.bincount(lk, weights=w, minlength=len(self.links))
 
     def peak(self) -> np.ndarray:
