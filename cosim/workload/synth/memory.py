@@ -234,12 +234,12 @@ def offload_group_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str
     if recompute == "full" or not offload:
         return out
     zeroed: set[str] = set()
+    group = [offload_group_of(o.name, offload) for o in ops]  # each op's group, worked out once
     prev = layer_activation_bytes(ops, recompute, modules, card, p, layer_input, options)
-    for o in ops:
-        g = offload_group_of(o.name, offload)
+    for g in group:
         if g is None or g in out:
             continue
-        zeroed |= {x.name for x in ops if offload_group_of(x.name, offload) == g}
+        zeroed |= {x.name for x, gx in zip(ops, group) if gx == g}
         now = layer_activation_bytes([replace(x, saved=0.0) if x.name in zeroed else x for x in ops], recompute,
                                      modules, card, p, layer_input, options)
         out[g] = max(prev - now, 0.0)
