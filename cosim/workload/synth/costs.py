@@ -54,6 +54,7 @@ __all__ = [
     "layer_params",
     "mtp_body_layer",
     "mtp_depth",
+    "mtp_embedding_copy",
     "mtp_layer_index",
     "mtp_ops",
     "mtp_params",
@@ -1282,6 +1283,12 @@ def mtp_recomputed_full(name: str) -> bool:
     projection, the transformer layer and the final norm; not the embedding, the LM head and the loss)."""
     return not name.startswith(("mtp.embed.", "mtp.head.lm_head", "mtp.head.cross_entropy", "mtp.head.tp_loss",
                                 "mtp.head.sp_all_gather"))
+
+
+def mtp_embedding_copy(pp: int, schedule: str) -> bool:
+    """Whether the MTP stage holds its own copy of the embedding (:func:`mtp_params`' ``embedding_copy``, and the
+    gradient all-reduce that ties the two copies): with pp > 1, except under DualPipe."""
+    return pp > 1 and schedule != "dualpipe"
 
 
 def mtp_params(card: MoEModelConfig, embedding_copy: bool = False) -> tuple[int, int]:

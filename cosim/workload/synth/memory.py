@@ -45,6 +45,7 @@ from cosim.workload.synth.costs import (
     layer_ops,
     layer_params,
     mtp_body_layer,
+    mtp_embedding_copy,
     mtp_ops,
     mtp_params,
     mtp_recomputed_full,
@@ -335,7 +336,7 @@ def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int
     if not card.mtp_layers:
         return 0.0
     lay = rm.layout
-    md, me = mtp_params(card, rm.pp > 1 and rm.schedule != "dualpipe")
+    md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
     st.dense += md / rm.tp
     st.expert += me / (rm.ep * rm.etp)
     body = mtp_body_layer(card)
