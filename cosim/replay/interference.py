@@ -53,6 +53,7 @@ import numpy as np
 import simpy
 
 from cosim.replay.binding import _COMPUTE, _MEMORY
+from cosim.replay.program import is_comm
 from cosim.workload.graph import CollType, CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = ["COMM", "COMPUTE", "DEEPEP_SMS", "DEFAULT_COMM_SMS", "GpuShare", "comm_kernel_sms", "comm_overlap",
@@ -72,8 +73,6 @@ scales the GEMM they overlap by their ``num_sm`` (ring-exchange steps run on cop
 
 COMM, COMPUTE = 1, 2
 """Roles of a GPU op in :class:`GpuShare` (0: not shared)."""
-
-_COMM = (OpClass.COLLECTIVE, OpClass.MOE_DISPATCH, OpClass.MOE_COMBINE)
 
 
 def sm_rate(sm_count: float, comm_kernels: float, comm_sms: float, demand: float | None = None) -> float:
@@ -113,7 +112,7 @@ def hbm_rate(h_kernel: float, comm_kernels: float, h_comm: float) -> float:
 
 
 def _is_comm(rg: RankGraph) -> np.ndarray:
-    return np.isin(rg.gpu_ops.cls, _COMM)
+    return is_comm(rg.gpu_ops.cls)
 
 
 def comm_overlap(rg: RankGraph) -> np.ndarray:
