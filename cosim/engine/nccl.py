@@ -358,11 +358,10 @@ class NcclParams:
           ``p2pnChannels`` busy (one per 64 KiB at most).
         """
         c = max(int(channels or self.channels), 1)
+        p2p = 1 << (min(c, self.max_channels) - 1).bit_length()  # p2pnChannels
         if op in ("all_to_all", "all_to_allv"):
-            p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
             return int(max(1, min(p2p, math.ceil(max(float(nbytes), 1.0) / 65536.0))))
         if op in ("send", "recv", "send_recv"):
-            p2p = 1 << (min(c, self.max_channels) - 1).bit_length()
             per_peer = min(self.p2p_net_channels, p2p) if cross_node else p2p
             n_min = per_peer
             while nranks and n_min * nranks > p2p and n_min > 1:

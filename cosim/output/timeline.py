@@ -665,11 +665,11 @@ class _Block:
     filled from columns (``ts_slots``: the event's ``ts``, ``dur_slot``: its ``dur``, ``id_slots``: ids)."""
 
     def __init__(self, m: np.ndarray, ts: np.ndarray, ts_slots: list[tuple[int, np.ndarray | None]],
-                 dur: np.ndarray | None = None, dur_slot: int = -1, is_x: np.ndarray | None = None,
+                 dur: np.ndarray | None = None, dur_slot: int = -1,
                  id_slots: list[tuple[int, np.ndarray, np.ndarray | None]] | None = None,
                  pid: np.ndarray | None = None, tid: np.ndarray | None = None, two: np.ndarray | None = None) -> None:
         self.m, self.ts, self.ts_slots = m, ts, ts_slots
-        self.dur, self.dur_slot, self.is_x = dur, dur_slot, is_x
+        self.dur, self.dur_slot = dur, dur_slot  # dur: the ``X`` events' (every row)
         self.id_slots = id_slots or []
         self.pid, self.tid = pid, tid
         self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
@@ -722,10 +722,6 @@ class _Block:
         m[-1, -1] = last
         return out
 
-    def first_thread(self) -> tuple[int, int]:
-        """The first event's pid and tid."""
-        return self.thread_of(0)
-
     def thread_of(self, i: int) -> tuple[int, int]:
         """Row ``i``'s pid and tid."""
         assert self.pid is not None and self.tid is not None
@@ -751,8 +747,7 @@ class _Block:
         self._fill(m, tsl, self.ts_slots, self._ids(None), 0)
         if self.dur is not None:
             dl = self.dur.tolist()
-            assert self.is_x is not None
-            for i in np.flatnonzero(self.is_x & ~after & ~win & (ts + self.dur > sh.cut_us)).tolist():
+            for i in np.flatnonzero(~after & ~win & (ts + self.dur > sh.cut_us)).tolist():
                 dl[i] = round(dl[i] + sh.extra, 3)
             m[:, self.dur_slot] = _nums(dl)
         return self._join(m), win
@@ -820,7 +815,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     host_x = _Block(
         _matrix([_table(keys, host_prefix), b"", b',"dur":', b"", a_pieces[hx * 2 + hc], b"",
                  b_pieces[both.astype(np.int64)], b"", b"}},\n"], n),
-        hts[hsel], [(1, None)], hdur[hsel], 3, np.ones(n, dtype=bool),
+        hts[hsel], [(1, None)], hdur[hsel], 3,
         [(5, base + np.where(hx, x, c), hx | hc), (7, base + c, both)],
         np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]])
 
@@ -936,7 +931,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
                  _table(np.stack([ghx.astype(np.int64), kern.astype(np.int64), dev, stm, ghc.astype(np.int64)],
                                  axis=1), g_mid), b"",
                  rest + ends[fli], b"", _table(np.stack([fli, dev, stm], axis=1), f_mid), b"", tail[fli]], ng),
-        gts[gsel], [(1, None), (11, gfl)], gd, 3, np.ones(ng, dtype=bool),
+        gts[gsel], [(1, None), (11, gfl)], gd, 3,
         [(5, base + gx, ghx), (7, base + gcorr, ghc), (9, base + gcorr, gfl)], dev, stm, gfl)
     return [host_x, host_s], [gpu]
 
@@ -962,9 +957,9 @@ def _side(blocks: list[_Block], sh: Any | None) -> tuple[bytes, int, list[bytes]
             chunks.append(chunk)
     counts = [per_copy] * len(chunks)
     if sh.copies < sh.repeats and any(len(w) for w in wins):
-        first = next((b for b in blocks if b.is_x is not None and len(b)), None)
+        first = next((b for b in blocks if b.dur is not None and len(b)), None)
         if first is not None:
-            pid, tid = first.first_thread()
+            pid, tid = first.thread_of(0)
         else:
             pid, tid = next(b.thread_of(int(w[0])) for b, w in zip(blocks, wins) if len(w))
         chunks.append(_lines([sh.tail_event(pid, tid)]))

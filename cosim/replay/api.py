@@ -229,7 +229,7 @@ def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg
     """SM / HBM sharing between communication and compute kernels in the simulation
     (cosim.replay.interference), or None when no what-if changes the law."""
     from cosim.engine import GpuConfig
-    from cosim.replay.interference import build_share
+    from cosim.replay.interference import COMM, build_share
 
     if sms is None:
         return None
@@ -245,7 +245,7 @@ def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg
                         cfg.durations != "modeled" and not per_kernel, nccl=sim.nccl_params if per_kernel else None,
                         channels=sim.config.nccl.channels, gpus_per_node=gpn)
     if share is not None and per_kernel:
-        held = np.concatenate([p["op_sms"][p["roles"] == 1] for p in share.plans.values()])
+        held = np.concatenate([p["op_sms"][p["roles"] == COMM] for p in share.plans.values()])
         notes.append(f"communication kernels hold their own SMs (NCCL channels, DeepEP 20, HybridEP hybridep_sms; "
                      f"median {np.median(held):g}, max {held.max():g} of {sms}; gpu.comm_share=off: none): compute "
                      "kernels that overlap them in the simulation run on the SMs left (docs/ENGINE.md)")

@@ -44,7 +44,7 @@ BOUND_LAUNCH, BOUND_PRED, BOUND_COLL = 0, 1, 2
 
 NAN = math.nan
 
-ENGINE_OPS = {
+ENGINE_OPS: dict[int, str] = {
     CollType.ALL_REDUCE: "all_reduce",
     CollType.ALL_GATHER: "all_gather",
     CollType.REDUCE_SCATTER: "reduce_scatter",

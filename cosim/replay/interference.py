@@ -53,6 +53,7 @@ import numpy as np
 import simpy
 
 from cosim.replay.binding import _COMPUTE, _MEMORY
+from cosim.replay.program import is_comm
 from cosim.workload.graph import CollType, CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = ["COMM", "COMPUTE", "DEEPEP_SMS", "DEFAULT_COMM_SMS", "GpuShare", "comm_kernel_sms", "comm_overlap",
@@ -66,18 +67,12 @@ DEEPEP_SMS = 20
 ``Buffer.num_sms`` default, the DeepSeek-V3 report's 20 SMs, section 3.2.2). Low-latency kernels: 0 (they progress
 RDMA from a hook, as cosim's serving steps model them)."""
 
-_COLL_OP: dict[int, str] = {CollType.ALL_REDUCE: "all_reduce", CollType.ALL_GATHER: "all_gather",
-            CollType.REDUCE_SCATTER: "reduce_scatter", CollType.ALL_TO_ALL: "all_to_all",
-            CollType.BROADCAST: "broadcast", CollType.REDUCE: "reduce", CollType.SEND: "send",
-            CollType.RECV: "recv", CollType.SEND_RECV: "send_recv"}
 _UB_PIECE = re.compile(r"\.ub\d+$")
 """Names of Transformer Engine userbuffers pieces (cosim.workload.synth.tpoverlap): the synthesizer already
 scales the GEMM they overlap by their ``num_sm`` (ring-exchange steps run on copy engines: no SM)."""
 
 COMM, COMPUTE = 1, 2
 """Roles of a GPU op in :class:`GpuShare` (0: not shared)."""
-
-_COMM = (OpClass.COLLECTIVE, OpClass.MOE_DISPATCH, OpClass.MOE_COMBINE)
 
 
 def sm_rate(sm_count: float, comm_kernels: float, comm_sms: float, demand: float | None = None) -> float:
@@ -117,7 +112,7 @@ def hbm_rate(h_kernel: float, comm_kernels: float, h_comm: float) -> float:
 
 
 def _is_comm(rg: RankGraph) -> np.ndarray:
-    return np.isin(rg.gpu_ops.cls, _COMM)
+    return is_comm(rg.gpu_ops.cls)
 
 
 def comm_overlap(rg: RankGraph) -> np.ndarray:
@@ -181,6 +176,8 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     collective (the permutation, sort and unpermute kernels) is no communication kernel: -1 (:func:`share_plan`
     runs it as a memory-bound compute kernel). Cost: O(ops) numpy, one look-up per distinct kernel name and label,
     one ``kernel_channels`` call per distinct (type, group, bytes, peer across nodes, ranks)."""
+    from cosim.replay.executor import ENGINE_OPS  # the engine's op of each collective type (executor imports us)
+
     G = rg.gpu_ops
     out = np.zeros(len(G))
     comm = np.flatnonzero(_is_comm(rg) & (G.kind == GpuKind.KERNEL))
@@ -247,7 +244,7 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     uk, kinv = np.unique(keys, axis=0, return_inverse=True)
     vals = np.empty(len(uk))
     for i, (t, _g, bb, x, n) in enumerate(uk.tolist()):
-        vals[i] = float(nccl.kernel_channels(_COLL_OP.get(int(t), "all_reduce"), float(np.int64(bb).view(np.float64)),
+        vals[i] = float(nccl.kernel_channels(ENGINE_OPS.get(int(t), "all_reduce"), float(np.int64(bb).view(np.float64)),
                                              channels, bool(x), int(n) or None))
     out[j] = vals[kinv.reshape(-1)]
     return out

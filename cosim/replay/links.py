@@ -261,12 +261,13 @@ class LinkUsage:
         if self._covers(a, b) and self._hull is not None and math.isfinite(self._hull[1]) \
                 and math.isfinite(self._hull[2]):  # every fraction is 1: (e - s) / (e - s), or an empty interval in [a, b]
             return np.bincount(lk, weights=nb, minlength=len(self.links))
-        if self._windows()[0]:
+        finite, special = self._windows()
+        if finite:
             # only intervals that cross the window, are empty or have non-finite bytes can weigh other than 0.0 (an
             # interval wholly outside it, of positive length, weighs 0.0): the same weights of those, in the same
             # order, so the same sums bit for bit
             m = (s < b) & (e > a)
-            m[self._windows()[1]] = True
+            m[special] = True
             sel = np.flatnonzero(m)
             del m
             lk, s, e, nb = lk[sel], s[sel], e[sel], nb[sel]

@@ -391,24 +391,20 @@ def _shift_events(evs: list[dict[str, Any]], cut_us: float, per: Periodic, id_st
     """One rank's events of the full step: those at or after the cut moved by the inserted time, those in
     the period before it to be repeated ``copies`` times (default: ``repeats``; the returned
     :class:`RepeatedWindow`), spans across the window stretched."""
-    p_us = per.period_s * 1e6
-    cut_us -= 5e-4  # timestamps are rounded to 1 ns: the unit starting at the cut belongs after it
-    lo = cut_us - p_us
-    extra = per.repeats * p_us
-    copies = per.repeats if copies is None else min(copies, per.repeats)
+    sh = EventShift.of(cut_us, per, id_step, copies)  # the cut, window, inserted time and copies
     paused = gc.isenabled()
     gc.disable()  # millions of new acyclic dicts: the collector's passes would cost as much as building them
     try:
-        return _shift(evs, cut_us, lo, extra, copies, p_us, per, id_step)
+        return _shift(evs, sh)
     finally:
         if paused:
             gc.enable()
 
 
-def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, copies: int, p_us: float,
-           per: Periodic, id_step: int) -> tuple[list[dict[str, Any]], RepeatedWindow]:
+def _shift(evs: list[dict[str, Any]], sh: EventShift) -> tuple[list[dict[str, Any]], RepeatedWindow]:
     """:func:`_shift_events` once its window is known. New times are ``round(t + shift, 3)``, rounded for a whole
     column at once (:func:`round3`)."""
+    cut_us, lo, extra = sh.cut_us, sh.lo, sh.extra
     out: list[dict[str, Any]] = []
     window: list[dict[str, Any]] = []
     after: list[dict[str, Any]] = []
@@ -434,14 +430,10 @@ def _shift(evs: list[dict[str, Any]], cut_us: float, lo: float, extra: float, co
             add(ev)
     for c, v in zip(after, round3(np.asarray(after_ts, dtype=float) + extra)):
         c["ts"] = v
-    rw = RepeatedWindow(window, copies, p_us, id_step)
-    if copies < per.repeats and window:
+    rw = RepeatedWindow(window, sh.copies, sh.period_us, sh.id_step)
+    if sh.copies < sh.repeats and window:
         first = next((ev for ev in evs if ev.get("ph") == "X"), window[0])
-        left = per.repeats - copies
-        rw.tail.append({"ph": "X", "cat": "coalesced", "pid": first["pid"], "tid": first["tid"],
-                        "name": f"{left} more periods of {per.period_s * 1e3:.3f} ms (coalesced; not drawn)",
-                        "ts": round(cut_us + copies * p_us, 3), "dur": round(left * p_us, 3),
-                        "args": {"periods": left, "period_us": round(p_us, 3), "drawn": copies}})
+        rw.tail.append(sh.tail_event(first["pid"], first["tid"]))
     return out, rw
 
 
@@ -473,15 +465,15 @@ class EventShift:
 
     @classmethod
     def of(cls, cut_us: float, per: Periodic, id_step: int, copies: int | None = None) -> EventShift:
-        """The shift of a rank cut at ``cut_us`` (us), as :func:`_shift_events` computes it."""
+        """The shift of a rank cut at ``cut_us`` (us), for both writers (:func:`_shift_events` too)."""
         p_us = per.period_s * 1e6
-        cut = cut_us - 5e-4
+        cut = cut_us - 5e-4  # timestamps are rounded to 1 ns: the unit starting at the cut belongs after it
         return cls(cut, cut - p_us, per.repeats * p_us, per.repeats if copies is None else min(copies, per.repeats),
                    per.repeats, p_us, per.period_s, id_step)
 
     def tail_event(self, pid: int, tid: int) -> dict[str, Any]:
-        """The ``coalesced`` span of the periods not drawn, on ``pid``/``tid`` (the group's first ``X`` event's): the
-        event :func:`_shift` appends."""
+        """The ``coalesced`` span of the periods not drawn, on ``pid``/``tid`` (the group's first ``X`` event's): both
+        writers append it (:func:`_shift` too)."""
         left = self.repeats - self.copies
         return {"ph": "X", "cat": "coalesced", "pid": pid, "tid": tid,
                 "name": f"{left} more periods of {self.period_s * 1e3:.3f} ms (coalesced; not drawn)",

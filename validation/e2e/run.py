@@ -274,11 +274,15 @@ def _topology(case: Case, folder: Path) -> tuple[str, int | None]:
     return case.system, case.gpus // per
 
 
+def data_parallel(case: Case) -> int:
+    """The run's data-parallel size: its GPUs over tp x pp x cp."""
+    lay = case.layout
+    return case.gpus // (lay.tp * lay.pp * lay.cp)
+
+
 def microbatches(case: Case) -> int:
     """Micro-batches per pipeline of the published run."""
-    lay = case.layout
-    dp = case.gpus // (lay.tp * lay.pp * lay.cp)
-    return case.batch.global_ // (case.batch.micro * dp)
+    return case.batch.global_ // (case.batch.micro * data_parallel(case))
 
 
 def probe_counts(case: Case, cap: int) -> list[int]:
@@ -307,8 +311,7 @@ def ddp_bucket_size(case: Case) -> float | None:
     Megatron-Bridge / NeMo 2.0 rows with dp > 1, else None (Megatron-Core's ``max(40M, 1M x dp)``)."""
     if case.bucket_size is not None:
         return case.bucket_size
-    lay = case.layout
-    dp = case.gpus // (lay.tp * lay.pp * lay.cp)
+    dp = data_parallel(case)
     return float(BRIDGE_BUCKET) if case.source.ref in BRIDGE_REFS and dp > 1 and not case.fsdp else None
 
 
@@ -318,7 +321,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     from cosim.workload.synth import SyntheticSpec
 
     lay = case.layout
-    dp = case.gpus // (lay.tp * lay.pp * lay.cp)
+    dp = data_parallel(case)
     layout: dict[str, Any] = {"tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep,
                               "recompute": recompute, "zero": "fsdp" if case.fsdp else 1}
     if case.schedule:

@@ -67,6 +67,7 @@ from cosim.workload.synth.costs import (
     layer_params,
     mtp_body_layer,
     mtp_depth,
+    mtp_embedding_copy,
     mtp_layer_index,
     mtp_ops,
     mtp_params,
@@ -858,7 +859,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if not fsdp or ly in gathered or ly in unsharded:
                 return
             unsharded.add(ly)
-            dense, expert = _unit_params(card, ly, _mtp_copy(rm))
+            dense, expert = _unit_params(card, ly, mtp_embedding_copy(rm.pp, rm.schedule))
             ids = []
             for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
                 if n > 0 and len(groups[g]) > 1:
@@ -1367,7 +1368,7 @@ def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed:
     for gi, g in enumerate(("dp", "edp")):
         n, lys = 0.0, list[int]()
         for i, ly in enumerate(layers):
-            dense, expert = _unit_params(card, ly, _mtp_copy(rm))
+            dense, expert = _unit_params(card, ly, mtp_embedding_copy(rm.pp, rm.schedule))
             x = dense / rm.tp if g == "dp" else expert / (rm.ep * rm.etp)
             if x <= 0:
                 continue
@@ -1439,7 +1440,7 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             dense += card.vocab_size * card.hidden_size / rm.tp
         if c == rm.pp * rm.vpp - 1:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
-            md, me = mtp_params(card, _mtp_copy(rm))
+            md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
             dense += md / rm.tp
             expert += me / (rm.ep * rm.etp)
     return dense, expert
@@ -1520,11 +1521,6 @@ def _mtp_recompute(rm: RankMap, fwd: tuple[list[Op], list[float]], emit: Any, re
             emit(recomputed_op(fo), fd, ly)
 
 
-def _mtp_copy(rm: RankMap) -> bool:
-    """Whether the MTP stage holds its own copy of the embedding (:func:`cosim.workload.synth.costs.mtp_params`)."""
-    return rm.pp > 1 and rm.schedule != "dualpipe"
-
-
 def _mtp_unit_params(card: MoEModelConfig, layer: int, emb_copy: bool) -> tuple[float, float]:
     """(dense, expert) parameters of MTP depth pseudo-layer ``layer``; the first depth also holds the MTP stage's
     embedding copy (``emb_copy``)."""
@@ -1538,7 +1534,7 @@ def _mtp_embedding_grad(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, ran
     copy sum their gradients (an all-reduce of ``vocab / tp x hidden`` gradient elements between the two ranks)
     after the data-parallel reduction, before the optimizer. Not under DualPipe (rank 0 holds both ends: DeepSeek-V3
     section 3.2.3 shares them physically)."""
-    if not card.mtp_layers or rm.pp == 1 or rm.schedule == "dualpipe":
+    if not card.mtp_layers or not mtp_embedding_copy(rm.pp, rm.schedule):
         return
     tp_i, cp_i, dp_i, stage = rm.coords(rank)
     if stage not in (0, rm.pp - 1):

@@ -54,6 +54,7 @@ __all__ = [
     "layer_params",
     "mtp_body_layer",
     "mtp_depth",
+    "mtp_embedding_copy",
     "mtp_layer_index",
     "mtp_ops",
     "mtp_params",
@@ -367,34 +368,31 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
     ops += _quant("attn.input", (T / tp if mla_sp else T) * h, p)
     if s.decode:
         return ops + _decode_attention_ops(c, T, b, sk, s, p)
-    if mla_sp:
-        ops += _mla_sp_projections(c, T, tp, heads, p)
-        nope, rope, vd, kvr = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0, c.v_head_dim or 0, c.kv_lora_rank or 0
-        dqk = nope + rope
-        d_core, d_out = (dqk + vd) / 2.0, float(vd)
-        d_qk, d_v, kv_heads = float(dqk), float(vd), heads
-        kv_bytes = T * (kvr + rope) * p.act_bytes
-    elif c.attention_kind == "mla":
+    if c.attention_kind == "mla":
         nope, rope = c.qk_nope_head_dim or 0, c.qk_rope_head_dim or 0
         vd, kvr = c.v_head_dim or 0, c.kv_lora_rank or 0
         dqk = nope + rope
-        # saved (SAVED_SOURCE): the down projections' input on this rank's T / tp tokens under SP, one quantized copy
-        # each (FP8) or the one norm output both read (bf16); the up projections' norm input and ln_out the same
-        loc = T / tp if sp else T
-        own = _saved_bytes(p) if p.gemm != "bf16" else 0.0  # a second reader's own quantized copy
-        if c.q_lora_rank:
-            ops += [replace(_gemm("attn.q_down", T, c.q_lora_rank, h, p), saved=loc * h * _saved_bytes(p)),
-                    replace(_norm("attn.q_norm", T, c.q_lora_rank, p), saved=loc * c.q_lora_rank * p.act_bytes),
-                    *_quant("attn.q_latent", T * c.q_lora_rank, p),
-                    replace(_gemm("attn.q_up", T, heads * dqk, c.q_lora_rank, p),
-                            saved=loc * c.q_lora_rank * _saved_bytes(p))]
+        if mla_sp:
+            ops += _mla_sp_projections(c, T, tp, heads, p)
         else:
-            ops.append(replace(_gemm("attn.q_proj", T, heads * dqk, h, p), saved=loc * h * _saved_bytes(p)))
-        ops += [replace(_gemm("attn.kv_down", T, kvr + rope, h, p), saved=loc * h * own),
-                replace(_norm("attn.kv_norm", T, kvr, p), saved=loc * kvr * p.act_bytes),
-                *_quant("attn.kv_latent", T * kvr, p),
-                replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
-                _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
+            # saved (SAVED_SOURCE): the down projections' input on this rank's T / tp tokens under SP, one quantized
+            # copy each (FP8) or the one norm output both read (bf16); the up projections' norm input and ln_out the
+            # same
+            loc = T / tp if sp else T
+            own = _saved_bytes(p) if p.gemm != "bf16" else 0.0  # a second reader's own quantized copy
+            if c.q_lora_rank:
+                ops += [replace(_gemm("attn.q_down", T, c.q_lora_rank, h, p), saved=loc * h * _saved_bytes(p)),
+                        replace(_norm("attn.q_norm", T, c.q_lora_rank, p), saved=loc * c.q_lora_rank * p.act_bytes),
+                        *_quant("attn.q_latent", T * c.q_lora_rank, p),
+                        replace(_gemm("attn.q_up", T, heads * dqk, c.q_lora_rank, p),
+                                saved=loc * c.q_lora_rank * _saved_bytes(p))]
+            else:
+                ops.append(replace(_gemm("attn.q_proj", T, heads * dqk, h, p), saved=loc * h * _saved_bytes(p)))
+            ops += [replace(_gemm("attn.kv_down", T, kvr + rope, h, p), saved=loc * h * own),
+                    replace(_norm("attn.kv_norm", T, kvr, p), saved=loc * kvr * p.act_bytes),
+                    *_quant("attn.kv_latent", T * kvr, p),
+                    replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
+                    _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
         d_core, d_out = (dqk + vd) / 2.0, float(vd)
         d_qk, d_v, kv_heads = float(dqk), float(vd), heads
         kv_bytes = T * (kvr + rope) * p.act_bytes
@@ -1282,6 +1280,12 @@ def mtp_recomputed_full(name: str) -> bool:
     projection, the transformer layer and the final norm; not the embedding, the LM head and the loss)."""
     return not name.startswith(("mtp.embed.", "mtp.head.lm_head", "mtp.head.cross_entropy", "mtp.head.tp_loss",
                                 "mtp.head.sp_all_gather"))
+
+
+def mtp_embedding_copy(pp: int, schedule: str) -> bool:
+    """Whether the MTP stage holds its own copy of the embedding (:func:`mtp_params`' ``embedding_copy``, and the
+    gradient all-reduce that ties the two copies): with pp > 1, except under DualPipe."""
+    return pp > 1 and schedule != "dualpipe"
 
 
 def mtp_params(card: MoEModelConfig, embedding_copy: bool = False) -> tuple[int, int]:

@@ -45,6 +45,7 @@ from cosim.workload.synth.costs import (
     layer_ops,
     layer_params,
     mtp_body_layer,
+    mtp_embedding_copy,
     mtp_ops,
     mtp_params,
     mtp_recomputed_full,
@@ -234,12 +235,12 @@ def offload_group_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str
     if recompute == "full" or not offload:
         return out
     zeroed: set[str] = set()
+    group = [offload_group_of(o.name, offload) for o in ops]  # each op's group, worked out once
     prev = layer_activation_bytes(ops, recompute, modules, card, p, layer_input, options)
-    for o in ops:
-        g = offload_group_of(o.name, offload)
+    for g in group:
         if g is None or g in out:
             continue
-        zeroed |= {x.name for x in ops if offload_group_of(x.name, offload) == g}
+        zeroed |= {x.name for x, gx in zip(ops, group) if gx == g}
         now = layer_activation_bytes([replace(x, saved=0.0) if x.name in zeroed else x for x in ops], recompute,
                                      modules, card, p, layer_input, options)
         out[g] = max(prev - now, 0.0)
@@ -335,7 +336,7 @@ def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int
     if not card.mtp_layers:
         return 0.0
     lay = rm.layout
-    md, me = mtp_params(card, rm.pp > 1 and rm.schedule != "dualpipe")
+    md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
     st.dense += md / rm.tp
     st.expert += me / (rm.ep * rm.etp)
     body = mtp_body_layer(card)

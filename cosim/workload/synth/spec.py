@@ -360,9 +360,8 @@ def _host_link(topology: Any, gpu: str) -> tuple[float, float]:
     """(bytes/s per direction after the links' efficiency, latency s) of ``gpu``'s route to its host CPU."""
     try:
         path = topology.route(gpu, topology.cpu_of(gpu))
-        edges = [topology.graph.edges[a, b] for a, b in pairwise(path)]
-        bw = min(float(e["bandwidth"]) * float(e.get("efficiency", 1.0)) for e in edges)
-        return bw, float(sum(float(e.get("latency", 0.0)) for e in edges))
+        links = [topology.link(a, b) for a, b in pairwise(path)]  # typed hops: bandwidth, efficiency, latency
+        return min(x.bandwidth * x.efficiency for x in links), sum(x.latency for x in links)
     except Exception:  # a topology without a host CPU: PCIe Gen5 x16 at the catalog's efficiency
         return 64e9 * 0.87, 1e-6
 
