@@ -394,8 +394,10 @@ class _RankBuilder:
     def _peer_host(self, coll: int) -> float:
         """Host time of collective ``coll``'s call beyond ``coll_extra``: an all-to-all posts a send and a receive
         per peer (``spec.C10D_PEER_HOST``), so ``coll_peer`` per rank of its group beyond ``coll_ref``; 0 for the
-        other kinds (one NCCL collective enqueued per call)."""
-        if self.coll_peer == 0.0 or self.c["type"][coll] != CollType.ALL_TO_ALL:
+        other kinds (one NCCL collective enqueued per call) and for DeepEP's dispatch / combine (one Python call whose
+        kernel reaches every peer: no per-peer ncclSend / ncclRecv posted by the host)."""
+        if (self.coll_peer == 0.0 or self.c["type"][coll] != CollType.ALL_TO_ALL
+                or self.s.strings[self.c["name"][coll]].startswith("deepep")):
             return 0.0
         return self.coll_peer * (self.c["group_size"][coll] - self.coll_ref)
 
@@ -788,8 +790,6 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         scopes = opts.graph_scopes
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
         rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
-        if sh_dispatcher == "deepep":  # DeepEP's dispatch / combine: one Python call, its kernel reaches every peer
-            rb.coll_peer = 0.0  # (no per-peer ncclSend / ncclRecv posted by the host)
         if opts.launch_jitter.get(rank):
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))

@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
+from cosim.topology.model import NoRouteError
 from cosim.workload.synth.costs import PRECISIONS, Op
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.routing import RoutingSpec
@@ -362,7 +363,7 @@ def _host_link(topology: Any, gpu: str) -> tuple[float, float]:
         path = topology.route(gpu, topology.cpu_of(gpu))
         links = [topology.link(a, b) for a, b in pairwise(path)]  # typed hops: bandwidth, efficiency, latency
         return min(x.bandwidth * x.efficiency for x in links), sum(x.latency for x in links)
-    except Exception:  # a topology without a host CPU: PCIe Gen5 x16 at the catalog's efficiency
+    except NoRouteError:  # a topology without a host CPU: PCIe Gen5 x16 at the catalog's efficiency
         return 64e9 * 0.87, 1e-6
 
 
