@@ -81,11 +81,11 @@ def _trace_events(path: Path) -> list[dict[str, Any]]:
 
 def moe_layer_host(path: Path, prefix: str = "MoE[") -> list[dict[str, float]]:
     """Per steady-state call of an eager MoE layer in ``path`` (every ``user_annotation`` whose name starts with
-    ``prefix`` but the first, a warm-up): its host time (the annotation, s), the kernel launch calls inside it, the
-    median host time between consecutive launch calls (runtime ``cudaLaunchKernel`` and driver ``cuLaunchKernelEx``,
-which cuBLAS's GEMMs use), the host time per launch call (host time / launches), the
-    GPU time of the kernels those calls launched (s) and the GPU's idle time between the first of them starting and
-    the last ending (s). Kernels are matched to their launch call by ``correlation``."""
+    ``prefix`` but the first, a warm-up): its host time (the annotation, s), the kernel launch calls inside it
+    (runtime ``cudaLaunchKernel`` and driver ``cuLaunchKernelEx``, which cuBLAS's GEMMs use), the median host time
+    between consecutive launch calls, the host time per launch call (host time / launches), the GPU time of the
+    kernels those calls launched (s) and the GPU's idle time between the first of them starting and the last ending
+    (s). Kernels are matched to their launch call by ``correlation``."""
     xs = _trace_events(path)
     layers = sorted((e for e in xs if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(prefix)),
                     key=lambda e: float(e["ts"]))
@@ -93,12 +93,16 @@ which cuBLAS's GEMMs use), the host time per launch call (host time / launches),
         raise CosimInputError(f"{path}: fewer than two {prefix!r} annotations (one warm-up, one steady call)")
     launches = sorted((e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
                        and "Launch" in str(e.get("name", ""))), key=lambda e: float(e["ts"]))
-    kernels = {e.get("args", {}).get("correlation"): e for e in xs if e.get("cat") == "kernel"}
+    def corr(e: dict[str, Any]) -> Any:
+        args = e.get("args")
+        return args.get("correlation") if isinstance(args, dict) else None
+
+    kernels = {corr(e): e for e in xs if e.get("cat") == "kernel" and corr(e) is not None}
     out: list[dict[str, float]] = []
     for a in layers[1:]:
         t0, t1 = float(a["ts"]), float(a["ts"]) + float(a["dur"])
         ls = [e for e in launches if t0 <= float(e["ts"]) <= t1]
-        ks = sorted((kernels[c] for c in (e.get("args", {}).get("correlation") for e in ls) if c in kernels),
+        ks = sorted((kernels[c] for c in (corr(e) for e in ls) if c in kernels),
                     key=lambda k: float(k["ts"]))
         if len(ls) < 2 or not ks:
             raise CosimInputError(f"{path}: {a['name']!r} at ts {t0}: fewer than two kernel launches inside it")
