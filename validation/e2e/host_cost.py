@@ -8,7 +8,10 @@ synchronizations, and the median launch call itself. The decoder-only LLM among 
 (Qwen1.5-0.5B) is what the synthetic step's default ``dispatch_overhead`` is taken from: its
 median interval minus the H100 host's launch call (``cosim/catalog/data/cpus.yaml``, 4.6 us). It also prints
 the host time of a ``torch.distributed`` all-to-all call (``c10d::alltoall_base_``) in the 8-rank PARAM DLRM
-traces (``../shared/traces/param-dlrm-v100x8``), which the synthetic default ``collective_host`` comes from.
+traces (``../shared/traces/param-dlrm-v100x8``), which the synthetic default ``collective_host`` comes from,
+and, held out, the host time of the eager MoE layer forwards of the TraceLens B300 microbenchmarks
+(``../shared/traces/tracelens-b300-moe``: one ``MoE[...]`` annotation per layer call, the first a warm-up) with
+the GPU's idle time inside each layer (:func:`moe_layer_host`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,60 @@ def launch_intervals(path: Path) -> dict[str, float]:
             "launches": float(len(launches))}
 
 
+MOE_FOLDER = "tracelens-b300-moe"
+"""Eager single-GPU MoE layer forwards on a B300 host (TraceLens evals/unit_tests_nv/moe), held out: nothing in
+cosim is taken from them."""
+
+
+def _trace_events(path: Path) -> list[dict[str, Any]]:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
+    ev = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    if not isinstance(ev, list):
+        raise CosimInputError(f"{path}: traceEvents is not a list")
+    return [e for e in ev if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+def moe_layer_host(path: Path, prefix: str = "MoE[") -> list[dict[str, float]]:
+    """Per steady-state call of an eager MoE layer in ``path`` (every ``user_annotation`` whose name starts with
+    ``prefix`` but the first, a warm-up): its host time (the annotation, s), the kernel launch calls inside it
+    (runtime ``cudaLaunchKernel`` and driver ``cuLaunchKernelEx``, which cuBLAS's GEMMs use), the median host time
+    between consecutive launch calls, the host time per launch call (host time / launches), the GPU time of the
+    kernels those calls launched (s) and the GPU's idle time between the first of them starting and the last ending
+    (s). Kernels are matched to their launch call by ``correlation``."""
+    xs = _trace_events(path)
+    layers = sorted((e for e in xs if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(prefix)),
+                    key=lambda e: float(e["ts"]))
+    if len(layers) < 2:
+        raise CosimInputError(f"{path}: fewer than two {prefix!r} annotations (one warm-up, one steady call)")
+    launches = sorted((e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                       and "Launch" in str(e.get("name", ""))), key=lambda e: float(e["ts"]))
+    def corr(e: dict[str, Any]) -> Any:
+        args = e.get("args")
+        return args.get("correlation") if isinstance(args, dict) else None
+
+    kernels = {corr(e): e for e in xs if e.get("cat") == "kernel" and corr(e) is not None}
+    out: list[dict[str, float]] = []
+    for a in layers[1:]:
+        t0, t1 = float(a["ts"]), float(a["ts"]) + float(a["dur"])
+        ls = [e for e in launches if t0 <= float(e["ts"]) <= t1]
+        ks = sorted((kernels[c] for c in (corr(e) for e in ls) if c in kernels),
+                    key=lambda k: float(k["ts"]))
+        if len(ls) < 2 or not ks:
+            raise CosimInputError(f"{path}: {a['name']!r} at ts {t0}: fewer than two kernel launches inside it")
+        busy = sum(float(k["dur"]) for k in ks)
+        span = max(float(k["ts"]) + float(k["dur"]) for k in ks) - float(ks[0]["ts"])
+        out.append({"host_s": float(a["dur"]) * 1e-6, "launches": float(len(ls)),
+                    "median_interval_s": statistics.median(float(b["ts"]) - float(x["ts"])
+                                                           for x, b in pairwise(ls)) * 1e-6,
+                    "host_per_launch_s": float(a["dur"]) / len(ls) * 1e-6, "gpu_busy_s": busy * 1e-6,
+                    "gpu_idle_s": max(0.0, span - busy) * 1e-6})
+    return out
+
+
 def c10d_calls(path: Path) -> dict[str, tuple[int, float]]:
     """Host time of each kind of ``torch.distributed`` collective call in a Kineto trace: the ``c10d::*`` CPU ops
     (Python binding, ProcessGroupNCCL work, the NCCL group call that launches the kernel), as (count, median s)."""
@@ -102,12 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = {p.name: launch_intervals(p) for p in sorted(folder.glob("*.json.gz"))}
         c10d = Path(root) / "traces" / C10D_FOLDER
         a2a = alltoall_call_s(c10d) if c10d.is_dir() else None
+        moe_dir = folder.parent / MOE_FOLDER
+        moe = {p.name: moe_layer_host(p) for p in sorted(moe_dir.glob("*.json.gz"))} if moe_dir.is_dir() else {}
     except CosimInputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({**rows, **({"c10d_alltoall_base": {"calls": a2a[0], "median_s": a2a[1]}} if a2a else {})},
-                         indent=2))
+        print(json.dumps({**rows, **({"c10d_alltoall_base": {"calls": a2a[0], "median_s": a2a[1]}} if a2a else {}),
+                          **({"moe_layer_host": moe} if moe else {})}, indent=2))
         return 0
     print(f"{'trace':44s} {'launches':>8s} {'median interval us':>19s} {'mean us':>8s} {'launch call us':>15s}")
     for name, r in rows.items():
@@ -116,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     if a2a:
         print(f"c10d::alltoall_base_ host time ({C10D_FOLDER}, every rank): median {a2a[1] * 1e6:.1f} us over "
               f"{a2a[0]} calls")
+    if moe:
+        print(f"\n{MOE_FOLDER} (held out), per steady MoE layer forward:")
+        print(f"{'trace':40s} {'launches':>8s} {'host us':>8s} {'median interval us':>19s} {'host/launch us':>15s}"
+              f" {'GPU busy us':>12s} {'GPU idle us':>12s}")
+        for name, calls in moe.items():
+            for r in calls:
+                print(f"{name:40s} {r['launches']:8.0f} {r['host_s'] * 1e6:8.1f} {r['median_interval_s'] * 1e6:19.1f}"
+                      f" {r['host_per_launch_s'] * 1e6:15.1f} {r['gpu_busy_s'] * 1e6:12.1f} {r['gpu_idle_s'] * 1e6:12.1f}")
     return 0
 
 
