@@ -409,10 +409,23 @@ def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     assert act == ["moe.experts_act_clamp_glu", "moe.experts_act_clamp_linear", "moe.experts_act_cat",
                    "moe.experts_act_offset_h2d", "moe.experts_swiglu"]
     assert selective_saved(ops, []) - selective_saved(ops, ["moe_act"]) == 2 * rows * f * 2
-    # each new op but the copy has one backward kernel moving twice its forward bytes
+    # the backward, autograd kernel by kernel (costs.GPT_OSS_BACKWARD_SOURCE), in units of rows x f (u) and
+    # rows x h x 2 bytes: each clamp's where (3u), chunk's cat of the halves' gradients (4u, with clamp_glu's);
+    # the sums and the cat pass their gradient on (no kernel); per expert the product's two muls and two sums
+    # (6 units), the two splits' cats (2 units and the probabilities); the attention bias's one reduction
     bwd = {o.name: o for o in backward_ops(ops)}
-    assert all(bwd[f"{o.name}.bwd"].bytes == 2 * o.bytes for o in new if not o.no_grad)
-    assert len(backward_ops(ops)) - len(backward_ops(base)) == len(new) - 1
+    u = rows * f * 2
+    glu = bwd["moe.experts_act_clamp_glu.bwd"]
+    assert (glu.bytes, glu.launches, glu.loop_launches) == (7 * u, 1, 1)  # a second kernel from autograd's C++
+    assert bwd["moe.experts_act_clamp_linear.bwd"].bytes == 3 * u
+    assert not any(n.startswith(("moe.experts_act_cat", "moe.experts_fc2_bias_add")) for n in bwd)
+    sc = bwd["moe.experts_fc2_bias_scale.0.bwd"]
+    assert (sc.bytes, sc.launches + sc.loop_launches, sc.params) == ((6 * n_e * h + 2 * n_e + h) * 2, 4, 1)
+    cat = bwd["moe.experts_fc2_bias_cat.bwd"]
+    assert (cat.bytes, cat.launches + cat.loop_launches) == (2 * (rows * h + rows) * 2, 2)
+    assert (bwd["attn.o_bias.bwd"].bytes, bwd["attn.o_bias.bwd"].launches, bwd["attn.o_bias.bwd"].params) == (
+        T * h * 2, 1, 1)
+    assert len(backward_ops(ops)) - len(backward_ops(base)) == len(new) - 1 - 1 - e_local
     # serving has none of the eager bias kernels (the clamp stays: the model's math)
     serve = [o.name for o in layer_ops(oss, 1, T, S, Shard(ep=ep, q_len=S))]
     assert not any("bias" in n or "h2d" in n for n in serve) and "moe.experts_act_cat" in serve

@@ -243,6 +243,13 @@ class Op:
     bwd_launches: int | None = None
     """Host launches of the op's backward (:func:`backward_ops`); None: the forward's :attr:`launches`. A fused
     call whose backward starts with another of its kernels sets it (HybridEP: :func:`hybridep_dispatch_ops`)."""
+    bwd_bytes: float | None = None
+    """HBM traffic of the op's backward (:func:`backward_ops`), bytes; None: the element-wise rule's twice the
+    forward's. Set where autograd's backward of an eager op is known kernel by kernel (gpt-oss's clamps and bias
+    adds, :data:`GPT_OSS_BACKWARD_SOURCE`): its :attr:`bwd_launches` kernels are timed as one memory-bound op of
+    these bytes, the kernels beyond the first charged as C++ launches (:attr:`loop_launches`: autograd's engine
+    runs them without Python); 0 with :attr:`bwd_launches` 0: a backward that only passes the gradient on
+    (views, no kernel)."""
 
 
 @dataclass(frozen=True)
@@ -826,6 +833,15 @@ GPT_OSS_ACTIVATION_SOURCE = (
     "(BF16 backward: the fc1 bias gradient is fused with the wgrad GEMM)")
 """Where :func:`expert_activation_ops` and :func:`bias_ops` / :func:`expert_bias_ops` come from."""
 
+GPT_OSS_BACKWARD_SOURCE = (
+    "PyTorch autograd derivatives (tools/autograd/derivatives.yaml): add.Tensor (the gradient to both inputs; a "
+    "broadcast input's summed to its size: sum_to_size), mul.Tensor (grad * other, grad * self, each summed to "
+    "its input's size), clamp (where(mask, grad, 0) over grad and the input), cat (narrow: views), chunk / "
+    "split_with_sizes (their backward cats the pieces' gradients: a new tensor); applied to Megatron-LM "
+    "core_v0.16.0 fused_bias_geglu.py (chunk, two clamps, cat), experts.py TEGroupedMLP._apply_bias "
+    "(split, t + b * p, cat) and fused_bias_dropout.py (x + bias)")
+"""Where the backward kernels of gpt-oss's eager ops (:attr:`Op.bwd_bytes`) come from."""
+
 
 def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision, train: bool = True) -> list[Op]:
     """The routed experts' gated activation over ``rows`` expert-token rows of width ``2 f`` -> ``f``.
@@ -843,9 +859,13 @@ def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision
     if c.activation_clamp is None:
         return [act]
     # saved without recompute: the clamps keep fc1's output (both halves, one tensor), the fused kernel its input
-    return [_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * rows * f * p.act_bytes),
-            _ew("moe.experts_act_clamp_linear", rows * f, p),
-            _ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0),
+    u = rows * f * p.act_bytes  # one half of fc1's output
+    # backward (GPT_OSS_BACKWARD_SOURCE): each clamp's reads the gradient and its input and writes one (3u); the
+    # cat's gradient is two views; chunk's backward concatenates the halves' gradients (4u), after clamp_glu's
+    return [replace(_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * u), bwd_bytes=3 * u + 4 * u,
+                    bwd_launches=2),
+            replace(_ew("moe.experts_act_clamp_linear", rows * f, p), bwd_bytes=3 * u),
+            replace(_ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0), bwd_bytes=0.0, bwd_launches=0),
             # weighted_bias_quick_geglu_impl: torch.tensor(linear_offset, device=input.device), a blocking copy
             *([replace(_tiny("moe.experts_act_offset_h2d", 1, nbytes=2.0, no_grad=True), host_sync=True)]
               if train else []), act]
@@ -859,7 +879,8 @@ def bias_ops(c: MoEModelConfig, name: str, numel: float, p: Precision, train: bo
     epilogue (and, in BF16, their gradient in the wgrad GEMM's): no op."""
     if not (c.linear_bias and train):
         return []
-    return [replace(_ew(name, numel, p), bias=True)]
+    # backward (GPT_OSS_BACKWARD_SOURCE): x's gradient passes on; the bias's is one reduction of the gradient
+    return [replace(_ew(name, numel, p), bias=True, bwd_bytes=numel * p.act_bytes)]
 
 
 def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Precision, train: bool) -> list[Op]:
@@ -875,11 +896,16 @@ def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Preci
         return []
     ops: list[Op] = []
     for e, n in enumerate(rows):
+        # backward (GPT_OSS_BACKWARD_SOURCE): the sum passes its gradient g on to both terms; the product's gives
+        # the bias g * p then a sum over rows, the probabilities g * b then a sum over h: four kernels, 6 units
         ops += [Op(f"moe.experts_fc2_bias_scale.{e}", "elementwise", n * h, (n * h + n + h) * p.act_bytes, "bf16",
-                   bias=True),
-                _ew(f"moe.experts_fc2_bias_add.{e}", n * h, p, inputs=2)]
+                   bias=True, bwd_bytes=(6 * n * h + 2 * n + h) * p.act_bytes, bwd_launches=4),
+                replace(_ew(f"moe.experts_fc2_bias_add.{e}", n * h, p, inputs=2), bwd_bytes=0.0, bwd_launches=0)]
     total = float(sum(rows))
-    ops.append(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0))
+    # backward: the cat's gradients are views; the two torch.split's backwards concatenate the experts' output
+    # and probability gradients (two kernels)
+    ops.append(replace(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0),
+                       bwd_bytes=2 * (total * h + total) * p.act_bytes, bwd_launches=2))
     return ops
 
 
@@ -1160,6 +1186,11 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
                                saved=0.0))
         elif o.copy:
             out.append(replace(o, name=f"{o.name}.bwd", bwd=True, saved=0.0, launches=launches))
+        elif o.bwd_bytes is not None:  # the backward known kernel by kernel (GPT_OSS_BACKWARD_SOURCE)
+            if launches > 0:  # autograd's C++ engine launches a node's further kernels: no Python between them
+                out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bwd_bytes, bwd=True,
+                                   saved=0.0, params=param_tensors(o), launches=1,
+                                   loop_launches=o.loop_launches + launches - 1))
         else:
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.0, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0, params=param_tensors(o)))
