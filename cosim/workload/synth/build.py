@@ -32,7 +32,7 @@ import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -538,6 +538,24 @@ def _mark_copies(gpu_ops: Table, copies: dict[int, int]) -> None:
     gpu_ops.flops[idx] = 0.0
 
 
+class _GroupPlan(NamedTuple):
+    """One layer's offload groups (:class:`_Offload`)."""
+
+    member: dict[str, str]
+    """Op name -> its group."""
+    last: dict[str, str]
+    """Group -> its last forward op."""
+    first: dict[str, str]
+    """Group -> its first op with a backward."""
+    order: list[str]
+    """The groups that offload bytes, in forward order."""
+    gbytes: dict[str, float]
+    """Group -> the bytes it offloads per micro-batch."""
+
+
+_NO_GROUPS = _GroupPlan({}, {}, {}, [], {})
+
+
 class _Offload:
     """Fine-grained activation offloading of one rank (:data:`cosim.workload.synth.memory.OFFLOAD_SOURCE`).
 
@@ -557,12 +575,11 @@ class _Offload:
         self.out: dict[tuple[int, str], deque[int]] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
         self.back: dict[tuple[int, str], int] = {}  # (layer, group) -> its H2D copy, until a backward op waited
         self.active: set[tuple[int, str]] = set()  # groups whose backward waited for their reload and runs
-        self.plan: dict[int, tuple[dict[str, str], dict[str, str], dict[str, str], list[str], dict[str, float]]] = {}
+        self.plan: dict[int, _GroupPlan] = {}
 
-    def _plan(self, ly: int, ops: list[Op] | None) -> tuple[dict[str, str], dict[str, str], dict[str, str],
-                                                            list[str], dict[str, float]]:
-        """Per layer: op name -> group, group -> its last forward op, group -> its first op with a backward,
-        the groups in forward order, and the bytes each offloads."""
+    def _plan(self, ly: int, ops: list[Op] | None) -> _GroupPlan:
+        """Layer ``ly``'s offload groups, worked out from its forward ``ops`` the first time (none yet and no
+        ``ops``: no groups)."""
         got = self.plan.get(ly)
         if got is None and ops is not None:
             from cosim.workload.synth.memory import offload_group_of
@@ -574,8 +591,8 @@ class _Offload:
             for o in ops:
                 if o.name in member and not o.no_grad:
                     first.setdefault(member[o.name], o.name)
-            got = self.plan[ly] = (member, last, first, [g for g in gbytes if gbytes[g] > 0], gbytes)
-        return got if got is not None else ({}, {}, {}, [], {})
+            got = self.plan[ly] = _GroupPlan(member, last, first, [g for g in gbytes if gbytes[g] > 0], gbytes)
+        return got if got is not None else _NO_GROUPS
 
     def _copy(self, name: str, nbytes: float, stream: int, kind: int, waits: list[int]) -> int:
         o = Op(name, "elementwise", 0.0, nbytes)
@@ -585,20 +602,19 @@ class _Offload:
 
     def forward(self, o: Op, ly: int, j: int, ops: list[Op]) -> None:
         """After forward op ``o`` (GPU op ``j``) of layer ``ly``."""
-        member, last, _, order, gbytes = self._plan(ly, ops)
-        g = member.get(o.name)
-        if g is None or last[g] != o.name or g not in order:
+        plan = self._plan(ly, ops)
+        g = plan.member.get(o.name)
+        if g is None or plan.last[g] != o.name or g not in plan.order:
             return
-        d = self._copy(f"offload.{g}.d2h", gbytes[g], _D2H_STREAM, CopyKind.DTOH, [j])
+        d = self._copy(f"offload.{g}.d2h", plan.gbytes[g], _D2H_STREAM, CopyKind.DTOH, [j])
         self.out.setdefault((ly, g), deque()).append(d)
 
     def _reload(self, ly: int, g: str) -> None:
         fifo = self.out.get((ly, g))
         if (ly, g) in self.back or not fifo:
             return
-        _, _, _, _, gbytes = self._plan(ly, None)
         d = fifo.popleft()
-        self.back[(ly, g)] = self._copy(f"offload.{g}.h2d", gbytes[g], _H2D_STREAM, CopyKind.HTOD,
+        self.back[(ly, g)] = self._copy(f"offload.{g}.h2d", self._plan(ly, None).gbytes[g], _H2D_STREAM, CopyKind.HTOD,
                                         [self.rb.last_compute, d])
 
     @staticmethod
@@ -612,7 +628,7 @@ class _Offload:
         """A chunk's backward starts (after its gradient's receive is posted): prefetch the last group of its last
         layer that offloads (Megatron's ``pre_reload_last_layer`` of the next backward chunk)."""
         for ly in sorted((x for x in layers if x in self.plan), reverse=True):
-            order = self.plan[ly][3]
+            order = self.plan[ly].order
             if order:
                 self._reload(ly, order[-1])
                 return
@@ -620,9 +636,9 @@ class _Offload:
     def before_backward(self, o: Op, ly: int) -> None:
         """Before backward (or recomputed) op ``o`` of layer ``ly``: the group's first such op waits for its
         reload (issued now if it was not prefetched)."""
-        member, _, _, order, _ = self._plan(ly, None)
-        g = member.get(self._fwd_name(o))
-        if g is None or g not in order or (ly, g) in self.active:
+        plan = self._plan(ly, None)
+        g = plan.member.get(self._fwd_name(o))
+        if g is None or g not in plan.order or (ly, g) in self.active:
             return
         self._reload(ly, g)
         h = self.back.pop((ly, g), None)
@@ -633,18 +649,18 @@ class _Offload:
     def after_backward(self, o: Op, ly: int) -> None:
         """After backward op ``o`` of layer ``ly``: when it ends a group's backward (the last backward op of the
         group's first forward op: its ``.bwd``, a GEMM's ``.wgrad``), prefetch the group before it."""
-        member, _, first, order, _ = self._plan(ly, None)
+        plan = self._plan(ly, None)
         name = self._fwd_name(o)
-        g = member.get(name)
-        if g is None or g not in order or first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
+        g = plan.member.get(name)
+        if g is None or g not in plan.order or plan.first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
             return
         self.active.discard((ly, g))
-        i = order.index(g)
+        i = plan.order.index(g)
         if i > 0:
-            self._reload(ly, order[i - 1])
+            self._reload(ly, plan.order[i - 1])
         elif ly in self.prev_layer:
             prev = self.prev_layer[ly]
-            _, _, _, porder, _ = self._plan(prev, None)
+            porder = self._plan(prev, None).order
             if porder:
                 self._reload(prev, porder[-1])
 
