@@ -61,6 +61,7 @@ from cosim.workload.synth.costs import (
     backward_ops,
     early_stop_end,
     embedding_ops,
+    forward_name,
     graph_scoped,
     head_ops,
     layer_ops,
@@ -617,13 +618,6 @@ class _Offload:
         self.back[(ly, g)] = self._copy(f"offload.{g}.h2d", self._plan(ly, None).gbytes[g], _H2D_STREAM, CopyKind.HTOD,
                                         [self.rb.last_compute, d])
 
-    @staticmethod
-    def _fwd_name(o: Op) -> str:
-        for sfx in (".dgrad", ".wgrad", ".bwd", ".recompute"):
-            if o.name.endswith(sfx):
-                return o.name[: -len(sfx)]
-        return o.name
-
     def chunk_backward(self, layers: list[int]) -> None:
         """A chunk's backward starts (after its gradient's receive is posted): prefetch the last group of its last
         layer that offloads (Megatron's ``pre_reload_last_layer`` of the next backward chunk)."""
@@ -637,7 +631,7 @@ class _Offload:
         """Before backward (or recomputed) op ``o`` of layer ``ly``: the group's first such op waits for its
         reload (issued now if it was not prefetched)."""
         plan = self._plan(ly, None)
-        g = plan.member.get(self._fwd_name(o))
+        g = plan.member.get(forward_name(o.name))
         if g is None or g not in plan.order or (ly, g) in self.active:
             return
         self._reload(ly, g)
@@ -650,7 +644,7 @@ class _Offload:
         """After backward op ``o`` of layer ``ly``: when it ends a group's backward (the last backward op of the
         group's first forward op: its ``.bwd``, a GEMM's ``.wgrad``), prefetch the group before it."""
         plan = self._plan(ly, None)
-        name = self._fwd_name(o)
+        name = forward_name(o.name)
         g = plan.member.get(name)
         if g is None or g not in plan.order or plan.first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
             return
