@@ -584,9 +584,7 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     if cfg.precision:
         raise CosimInputError("precision.* what-ifs rewrite captured graphs; for a synthetic workload set "
                               "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
-    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={},
-                       # serving steps charge their communication SMs in synthesis (cosim.workload.synth.infer)
-                       comm_share=cfg.comm_share and scn.workload.synthetic.mode == "train")
+    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={})
     coalesced = _run_coalesced(scn, topo, run_cfg, base)
     co_notes: list[str] = coalesced[2] if coalesced is not None else []
     if coalesced is not None and coalesced[1] is not None:

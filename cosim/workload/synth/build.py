@@ -452,7 +452,10 @@ class _RankBuilder:
             self.d2h = -1
         return j
 
-    def finish(self, sync_cost: float = 10e-6) -> RankGraph:
+    def finish(self, sync_cost: float = 10e-6, comm_share: bool = True) -> RankGraph:
+        """The rank's graph. ``comm_share`` (its ``source["comm_share"]``): replay lets each communication kernel
+        hold its own SMs while it overlaps compute kernels (cosim.replay.interference; a training step's standalone
+        kernel durations); False: the synthesis already charged them (a serving step, cosim.workload.synth.infer)."""
         n_gpu = len(self.g["name"])
         hs = self._host("cudaDeviceSynchronize", HostKind.SYNC, sync_cost)
         n_host = len(self.h["name"])
@@ -521,7 +524,7 @@ class _RankBuilder:
                          threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
                          collectives=collectives, groups=groups, steps=steps, edges=edges,
                          source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
-                                 "projected_onto": self.device})
+                                 "projected_onto": self.device, "comm_share": comm_share})
 
 
 _D2H_STREAM, _H2D_STREAM = 26, 27
