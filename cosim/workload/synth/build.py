@@ -952,17 +952,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
 
             def recompute(ly: int) -> None:
-                if mtp_depth(card, ly) is not None:
-                    _mtp_recompute(rm, fwd_of[ly], emit, recomputed_op, ly)
-                elif rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
-                    ops, durs = fwd_of[ly]
-                    end = early_stop_end(ops) if rm.layout.recompute_early_stop else len(ops)
-                    for fo, fd in zip(ops[:end], durs[:end]):
-                        emit(recomputed_op(fo), fd, ly)
-                elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
-                    for fo, fd in zip(*fwd_of[ly]):
-                        if recomputed(fo.name, rm.layout.recompute_modules):
-                            emit(recomputed_op(fo), fd, ly)
+                _recompute_layer(rm, card, fwd_of, emit, recomputed_op, ly)
 
             held: list[Bucket] = []  # zero-bubble: buckets closed by this B pass, reduced after its W pass
 
@@ -1005,12 +995,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
         def b_layer_start(ly: int) -> None:
             """A backward layer's recomputation (as ``backward``'s ``recompute``)."""
-            if mtp_depth(card, ly) is not None:
-                _mtp_recompute(rm, prepared_fwd[ly], emit, recomputed_op, ly)
-            elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
-                for fo, fd in zip(*prepared_fwd[ly]):
-                    if recomputed(fo.name, rm.layout.recompute_modules):
-                        emit(recomputed_op(fo), fd, ly)
+            _recompute_layer(rm, card, prepared_fwd, emit, recomputed_op, ly)
 
         prepared_fwd = {ly: (ops, durs) for fw_, _ in prepared.values() for ly, ops, durs in fw_}
 
@@ -1521,6 +1506,25 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
             cache[key] = mtp_ops(card, T, seq, sh, p)
         out.append((mtp_layer_index(card, k), cache[key], []))
     return out
+
+
+def _recompute_layer(rm: RankMap, card: MoEModelConfig, fwd: dict[int, tuple[list[Op], list[float]]], emit: Any,
+                     recomputed_op: Any, ly: int) -> None:
+    """Layer ``ly``'s recomputation before its backward (``fwd``: layer -> its forward ops and durations): an MTP
+    depth's (:func:`_mtp_recompute`); full: its forward ops up to the early stop (``recompute_early_stop``);
+    selective: the ops of its ``recompute_modules``."""
+    lay = rm.layout
+    if mtp_depth(card, ly) is not None:
+        _mtp_recompute(rm, fwd[ly], emit, recomputed_op, ly)
+    elif lay.recompute == "full" and 0 <= ly < card.num_layers:
+        ops, durs = fwd[ly]
+        end = early_stop_end(ops) if lay.recompute_early_stop else len(ops)
+        for fo, fd in zip(ops[:end], durs[:end]):
+            emit(recomputed_op(fo), fd, ly)
+    elif lay.recompute == "selective" and 0 <= ly < card.num_layers:
+        for fo, fd in zip(*fwd[ly]):
+            if recomputed(fo.name, lay.recompute_modules):
+                emit(recomputed_op(fo), fd, ly)
 
 
 def _mtp_recompute(rm: RankMap, fwd: tuple[list[Op], list[float]], emit: Any, recomputed_op: Any, ly: int) -> None:
