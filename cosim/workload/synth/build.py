@@ -256,6 +256,16 @@ class _RankBuilder:
                                                                               self.last_main))
         self.lane = lane
 
+    def interleave(self, lanes: list[tuple[Iterator[None], int]]) -> None:
+        """Run op generators side by side, each on its lane (:meth:`switch`), taking turns at their yields (their
+        collectives): each one's communication runs under the others' compute."""
+        live = list(lanes)
+        while live:
+            for item in list(live):
+                self.switch(item[1])
+                if next(item[0], StopIteration) is StopIteration:
+                    live.remove(item)
+
     def group(self, members: list[int]) -> int:
         key = tuple(members)
         g = self.groups.get(key)
@@ -980,12 +990,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         def overlapped(a: Iterator[None], la: int, b: Iterator[None], lb: int) -> None:
             """Alternate ``a`` and ``b`` at their collectives: each one's communication runs under the
             other's compute (DualPipe's overlapped forward-backward)."""
-            live = [(a, la), (b, lb)]
-            while live:
-                for item in list(live):
-                    rb.switch(item[1])
-                    if next(item[0], StopIteration) is StopIteration:
-                        live.remove(item)
+            rb.interleave([(a, la), (b, lb)])
 
         delay_wgrad = rm.layout.delay_wgrad
 

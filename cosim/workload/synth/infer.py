@@ -156,12 +156,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
 
         if rm.layout.cuda_graphs:  # the whole forward captured as one graph (serving engines' decode graphs)
             rb.open_graph(opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0))
-        live = [(micro_batch(), lane) for lane in range(n_mb)]
-        while live:  # alternate the micro-batches at their collectives
-            for item in list(live):
-                rb.switch(item[1])
-                if next(item[0], StopIteration) is StopIteration:
-                    live.remove(item)
+        rb.interleave([(micro_batch(), lane) for lane in range(n_mb)])  # alternate them at their collectives
         rb.switch(0)
         rb.close_graph()
         if first_moe:
