@@ -574,29 +574,21 @@ def _run_synthetic(scn: Scenario, topo: Any, cfg: Any, base: Path | None) -> Any
     the summary gains the figures of :func:`cosim.workload.synth.synthetic_figures`."""
     from dataclasses import replace as _replace
 
-    from cosim.models.synth_timing import synthetic_kernel_timer
-    from cosim.replay import replay
     from cosim.replay.periodic import PeriodicResult
     from cosim.replay.periodic import bubble_fraction as periodic_bubble
-    from cosim.workload.synth import synthesize, synthetic_figures
+    from cosim.workload.synth import synthetic_figures
 
     assert isinstance(scn.workload, SyntheticWorkload)
     if cfg.precision:
         raise CosimInputError("precision.* what-ifs rewrite captured graphs; for a synthetic workload set "
                               "workload.synthetic.precision (bf16, fp8, mxfp8)", file=scn.source_file)
-    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={},
-                       # serving steps charge their communication SMs in synthesis (cosim.workload.synth.infer)
-                       comm_share=cfg.comm_share and scn.workload.synthetic.mode == "train")
+    run_cfg = _replace(cfg, collectives="simulated", durations="measured", catalog_overrides={})
     coalesced = _run_coalesced(scn, topo, run_cfg, base)
     co_notes: list[str] = coalesced[2] if coalesced is not None else []
     if coalesced is not None and coalesced[1] is not None:
         syn, result = coalesced[0], coalesced[1]
     else:
-        syn = synthesize(scn.workload.synthetic, topo, base, kernel_timer=synthetic_kernel_timer)
-        try:
-            result = replay(syn.graph, topo, run_cfg)
-        except ValueError as exc:
-            raise CosimInputError(str(exc), file=scn.source_file) from None
+        syn, result = _synthesize_replay(scn.workload.synthetic, topo, base, run_cfg, scn.source_file)
     notes = list(syn.built.notes) + co_notes
     if cfg.collectives != "simulated":
         notes.append("synthetic workloads have no measured collectives: collectives simulated on the fabric")
@@ -648,6 +640,20 @@ def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int,
     return probe, m_full, m, rm.pp
 
 
+def _synthesize_replay(spec: Any, topo: Any, base: Path | None, run_cfg: Any, source: str | None) -> tuple[Any, Any]:
+    """(synthesized step of ``spec`` on ``topo``, its replay); a replay's ValueError is one input error naming
+    ``source``, the scenario file."""
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.replay import replay
+    from cosim.workload.synth import synthesize
+
+    syn = synthesize(spec, topo, base, kernel_timer=synthetic_kernel_timer)
+    try:
+        return syn, replay(syn.graph, topo, run_cfg)
+    except ValueError as exc:
+        raise CosimInputError(str(exc), file=source) from None
+
+
 def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) -> tuple[Any, Any, list[str]] | None:
     """Coalesce the repeated micro-batches of a synthetic training step (:mod:`cosim.replay.periodic`): replay
     the probe, find its period, and extend it to the full step; probes one period longer, then of doubling
@@ -655,10 +661,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     period and None when the step is not coalescible (the caller runs the plain step)."""
     from dataclasses import replace as _replace
 
-    from cosim.models.synth_timing import synthetic_kernel_timer
-    from cosim.replay import replay
     from cosim.replay.periodic import Periodic, PeriodicResult, detect_period
-    from cosim.workload.synth import synthesize
     from cosim.workload.synth.memory import memory_per_stage
     from cosim.workload.synth.spec import BatchSpec, Synthesized, memory_options
 
@@ -670,11 +673,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     probe, m_full, m, q = first
     tried = []
     while True:
-        syn = synthesize(probe, topo, base, kernel_timer=synthetic_kernel_timer)
-        try:
-            result = replay(syn.graph, topo, run_cfg)
-        except ValueError as exc:
-            raise CosimInputError(str(exc), file=scn.source_file) from None
+        syn, result = _synthesize_replay(probe, topo, base, run_cfg, scn.source_file)
         found = detect_period(syn.built.unit_keys, syn.built.unit_spans, result.runs, q,
                               names={rg.rank: rg.gpu_ops.name for rg in result.graph.ranks})
         tried.append(m)

@@ -209,3 +209,20 @@ def test_skewed_routing_builds_every_rank_and_slows_the_step(tmp_path: Path, dgx
     assert steps["uniform"][0] == 1 and steps["zipf:1.5"][0] == 8
     assert steps["zipf:1.5"][1] > steps["uniform"][1]  # the hot experts' rank is the straggler
     assert ("deepep", "low_latency") not in steps["zipf:1.5"][2]  # all-to-allv with per-peer splits
+
+
+def test_a_serving_graph_says_replay_keeps_the_per_kernel_sm_law_off(tmp_path: Path, dgx: object) -> None:
+    """The SM law's switch is in the graph: a serving step (its synthesis charges the communication SMs,
+    ``compute_scale``) carries ``source["comm_share"]`` False, so its replay with ``gpu.comm_share`` on (the
+    default) is the one with it off; a training step's graph carries True."""
+    from cosim.replay import ReplayConfig, replay
+
+    syn = _synth(tmp_path, dgx, mode="decode", layout={"ep": 8}, dispatch="nccl",
+                 batch={"requests_per_gpu": 16, "context": 1000})
+    assert all(rg.source["comm_share"] is False for rg in syn.graph.ranks)
+    on = replay(syn.graph, dgx, ReplayConfig(collectives="simulated"))
+    off = replay(syn.graph, dgx, ReplayConfig(collectives="simulated", comm_share=False))
+    assert not any("own SMs" in n for n in on.notes)
+    assert [r.gpu_end.tolist() for r in on.runs] == [r.gpu_end.tolist() for r in off.runs]
+    train = _synth(tmp_path, dgx, layout={"ep": 8}, batch={"global": 8, "micro": 1, "seq": 64})
+    assert all(rg.source["comm_share"] is True for rg in train.graph.ranks)

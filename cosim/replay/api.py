@@ -235,9 +235,10 @@ def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg
         return None
     base, changed = hbm_parts(topology, cfg, acc_id)
     ratio = float(base.hbm_bandwidth) / float(changed.hbm_bandwidth) if base is not None else 1.0
-    # synthesized steps (standalone durations): each communication kernel holds its own SMs (cosim.replay.interference)
+    # graphs whose source says so (synthesized training steps: standalone durations): each communication kernel
+    # holds its own SMs (cosim.replay.interference)
     per_kernel = cfg.comm_share and cfg.comm_sms is None and bool(graph.ranks) and all(
-        rg.source.get("synthetic") for rg in graph.ranks)
+        rg.source.get("comm_share") for rg in graph.ranks)
     if cfg.comm_sms is None and ratio == 1.0 and not per_kernel:
         return None
     gpn = len(topology.gpus_on(topology.node_of(topology.gpus[0]))) if per_kernel and topology.gpus else None

@@ -18,7 +18,7 @@ import simpy
 
 from cosim.errors import CosimInputError
 from cosim.replay.config import ReplayConfig
-from cosim.replay.executor import ENGINE_OPS
+from cosim.replay.program import ENGINE_OPS
 from cosim.workload.graph import CollType, RankGraph
 
 __all__ = ["collective_runner", "collective_spec", "deepep", "fabric_blocks", "fold_replicas", "fold_stage",

@@ -102,7 +102,8 @@ class ReplayConfig:
     ``(SMs - comm_sms) / SMs`` of their standalone speed while they overlap a communication kernel in the
     simulation (cosim.replay.interference; docs/ENGINE.md, "GPU: SM and HBM sharing")."""
     comm_share: bool = True
-    """Synthesized steps (standalone kernel durations): each communication kernel holds its own SMs (NCCL: one
+    """Synthesized training steps (standalone kernel durations; the graph's ``source["comm_share"]``, false in a
+    serving step, whose synthesis charges the SMs itself): each communication kernel holds its own SMs (NCCL: one
     CTA per channel of the call, DeepEP 20, HybridEP its ``hybridep_sms``) and the compute kernels it overlaps in
     the simulation run on the SMs left (cosim.replay.interference; docs/MODELS.md). False (``--set
     gpu.comm_share=off``): no sharing unless ``comm_sms`` is set. Captured traces: no effect (their measured

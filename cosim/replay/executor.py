@@ -36,27 +36,13 @@ import simpy
 from cosim.replay.copies import CopyModel
 from cosim.replay.interference import COMM, COMPUTE, GpuShare
 from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
-from cosim.workload.graph import CollType, GpuKind, RankGraph
+from cosim.workload.graph import GpuKind, RankGraph
 
 __all__ = ["BOUND_COLL", "BOUND_LAUNCH", "BOUND_PRED", "Executor", "RankRun"]
 
 BOUND_LAUNCH, BOUND_PRED, BOUND_COLL = 0, 1, 2
 
 NAN = math.nan
-
-ENGINE_OPS: dict[int, str] = {
-    CollType.ALL_REDUCE: "all_reduce",
-    CollType.ALL_GATHER: "all_gather",
-    CollType.REDUCE_SCATTER: "reduce_scatter",
-    CollType.ALL_TO_ALL: "all_to_all",
-    CollType.BROADCAST: "broadcast",
-    CollType.REDUCE: "reduce",
-    CollType.SEND: "send_recv",
-    CollType.RECV: "send_recv",
-    CollType.SEND_RECV: "send_recv",
-}
-"""Execution-graph collective types that the engine can put on the fabric."""
-
 
 @dataclass
 class RankRun:

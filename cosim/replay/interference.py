@@ -53,7 +53,7 @@ import numpy as np
 import simpy
 
 from cosim.replay.binding import _COMPUTE, _MEMORY
-from cosim.replay.program import is_comm
+from cosim.replay.program import ENGINE_OPS, is_comm
 from cosim.workload.graph import CollType, CopyKind, GpuKind, OpClass, RankGraph
 
 __all__ = ["COMM", "COMPUTE", "DEEPEP_SMS", "DEFAULT_COMM_SMS", "GpuShare", "comm_kernel_sms", "comm_overlap",
@@ -176,8 +176,6 @@ def comm_kernel_sms(rg: RankGraph, nccl: Any, channels: int | None = None, gpus_
     collective (the permutation, sort and unpermute kernels) is no communication kernel: -1 (:func:`share_plan`
     runs it as a memory-bound compute kernel). Cost: O(ops) numpy, one look-up per distinct kernel name and label,
     one ``kernel_channels`` call per distinct (type, group, bytes, peer across nodes, ranks)."""
-    from cosim.replay.executor import ENGINE_OPS  # the engine's op of each collective type (executor imports us)
-
     G = rg.gpu_ops
     out = np.zeros(len(G))
     comm = np.flatnonzero(_is_comm(rg) & (G.kind == GpuKind.KERNEL))

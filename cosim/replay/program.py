@@ -31,12 +31,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cosim.replay.config import ReplayConfig
-from cosim.workload.graph import CopyKind, EdgeKind, GpuKind, HostKind, OpClass, RankGraph
+from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, HostKind, OpClass, RankGraph
 
-__all__ = ["LAUNCH", "SYNC", "THREADS_PER_SM", "RankProgram", "ThreadProgram", "compile_rank", "last_wave"]
+__all__ = ["ENGINE_OPS", "LAUNCH", "SYNC", "THREADS_PER_SM", "RankProgram", "ThreadProgram", "compile_rank", "last_wave"]
 
 LAUNCH, SYNC = 0, 1
 """Program event kinds."""
+
+ENGINE_OPS: dict[int, str] = {
+    CollType.ALL_REDUCE: "all_reduce",
+    CollType.ALL_GATHER: "all_gather",
+    CollType.REDUCE_SCATTER: "reduce_scatter",
+    CollType.ALL_TO_ALL: "all_to_all",
+    CollType.BROADCAST: "broadcast",
+    CollType.REDUCE: "reduce",
+    CollType.SEND: "send_recv",
+    CollType.RECV: "send_recv",
+    CollType.SEND_RECV: "send_recv",
+}
+"""Execution-graph collective types that the engine can put on the fabric."""
 
 
 @dataclass

@@ -212,6 +212,18 @@ class _GraphBuilder:
             self._edge_loc.setdefault((b, a), origin)
 
 
+def _host_node(doc: TopologyFile, data: LocDict, cat: Catalog, what: str) -> _Local:
+    """The devices and links of a host node (``what``: "a topology", or "a host node" of a cluster), checked: its
+    links resolved among its own devices, every device connected (:func:`_check_node_connectivity`), it has a GPU."""
+    local = _expand_local(doc, data, cat)
+    ids = {d.gid for d in local.devices}
+    local.links = _expand_links(doc, data, cat, lambda x: x if x in ids else None)
+    _check_node_connectivity(local)
+    if not any(d.kind == "gpu" for d in local.devices):
+        raise input_error_at(data, ["devices"], f"{what} needs at least one device of kind gpu")
+    return local
+
+
 def _check_node_connectivity(local: _Local) -> None:
     """Every device has a link; every accelerator reaches a CPU; the node has a CPU."""
     g = nx.Graph()
@@ -311,12 +323,7 @@ def build_from_document(data: LocDict, path: Path | None, overrides: dict[str, A
             k = next(iter(node_sets))
             raise input_error_at(data, ["set", f"topology.node.{k}"], "topology.node.* needs a cluster (node: and nodes:)")
         cat = _make_catalog([data], cset, overrides)
-        local = _expand_local(doc, data, cat)
-        ids = {d.gid for d in local.devices}
-        local.links = _expand_links(doc, data, cat, lambda x: x if x in ids else None)
-        _check_node_connectivity(local)
-        if not any(d.kind == "gpu" for d in local.devices):
-            raise input_error_at(data, ["devices"], "a topology needs at least one device of kind gpu")
+        local = _host_node(doc, data, cat, "a topology")
         b = _GraphBuilder(cat)
         for d in local.devices:
             b.add_device(d.gid, d.kind, 0, d.spec, d.gid, label=d.label, chips=d.chips, origin=d.loc)
@@ -342,12 +349,7 @@ def build_from_document(data: LocDict, path: Path | None, overrides: dict[str, A
     ncset = [(k, v, node_data, loc) for k, (v, loc) in node_cat_sets.items()]
     cat = _make_catalog([node_doc_data, data], ncset + cset, overrides)
 
-    local = _expand_local(node_doc, node_doc_data, cat)
-    ids = {d.gid for d in local.devices}
-    local.links = _expand_links(node_doc, node_doc_data, cat, lambda x: x if x in ids else None)
-    _check_node_connectivity(local)
-    if not any(d.kind == "gpu" for d in local.devices):
-        raise input_error_at(node_doc_data, ["devices"], "a host node needs at least one device of kind gpu")
+    local = _host_node(node_doc, node_doc_data, cat, "a host node")
 
     b = _GraphBuilder(cat)
     assert doc.nodes is not None

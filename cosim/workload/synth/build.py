@@ -32,7 +32,7 @@ import math
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,6 +61,7 @@ from cosim.workload.synth.costs import (
     backward_ops,
     early_stop_end,
     embedding_ops,
+    forward_name,
     graph_scoped,
     head_ops,
     layer_ops,
@@ -254,6 +255,16 @@ class _RankBuilder:
         self.pending, self.last_compute, self.last_main = self.lanes.pop(lane, ([], self.last_compute,
                                                                               self.last_main))
         self.lane = lane
+
+    def interleave(self, lanes: list[tuple[Iterator[None], int]]) -> None:
+        """Run op generators side by side, each on its lane (:meth:`switch`), taking turns at their yields (their
+        collectives): each one's communication runs under the others' compute."""
+        live = list(lanes)
+        while live:
+            for item in list(live):
+                self.switch(item[1])
+                if next(item[0], StopIteration) is StopIteration:
+                    live.remove(item)
 
     def group(self, members: list[int]) -> int:
         key = tuple(members)
@@ -451,7 +462,10 @@ class _RankBuilder:
             self.d2h = -1
         return j
 
-    def finish(self, sync_cost: float = 10e-6) -> RankGraph:
+    def finish(self, sync_cost: float = 10e-6, comm_share: bool = True) -> RankGraph:
+        """The rank's graph. ``comm_share`` (its ``source["comm_share"]``): replay lets each communication kernel
+        hold its own SMs while it overlaps compute kernels (cosim.replay.interference; a training step's standalone
+        kernel durations); False: the synthesis already charged them (a serving step, cosim.workload.synth.infer)."""
         n_gpu = len(self.g["name"])
         hs = self._host("cudaDeviceSynchronize", HostKind.SYNC, sync_cost)
         n_host = len(self.h["name"])
@@ -520,7 +534,7 @@ class _RankBuilder:
                          threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
                          collectives=collectives, groups=groups, steps=steps, edges=edges,
                          source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
-                                 "projected_onto": self.device})
+                                 "projected_onto": self.device, "comm_share": comm_share})
 
 
 _D2H_STREAM, _H2D_STREAM = 26, 27
@@ -536,6 +550,24 @@ def _mark_copies(gpu_ops: Table, copies: dict[int, int]) -> None:
     gpu_ops.cls[idx] = OpClass.MEMCPY
     gpu_ops.copy_kind[idx] = np.fromiter(copies.values(), dtype=np.int64, count=len(copies))
     gpu_ops.flops[idx] = 0.0
+
+
+class _GroupPlan(NamedTuple):
+    """One layer's offload groups (:class:`_Offload`)."""
+
+    member: dict[str, str]
+    """Op name -> its group."""
+    last: dict[str, str]
+    """Group -> its last forward op."""
+    first: dict[str, str]
+    """Group -> its first op with a backward."""
+    order: list[str]
+    """The groups that offload bytes, in forward order."""
+    gbytes: dict[str, float]
+    """Group -> the bytes it offloads per micro-batch."""
+
+
+_NO_GROUPS = _GroupPlan({}, {}, {}, [], {})
 
 
 class _Offload:
@@ -557,12 +589,11 @@ class _Offload:
         self.out: dict[tuple[int, str], deque[int]] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
         self.back: dict[tuple[int, str], int] = {}  # (layer, group) -> its H2D copy, until a backward op waited
         self.active: set[tuple[int, str]] = set()  # groups whose backward waited for their reload and runs
-        self.plan: dict[int, tuple[dict[str, str], dict[str, str], dict[str, str], list[str], dict[str, float]]] = {}
+        self.plan: dict[int, _GroupPlan] = {}
 
-    def _plan(self, ly: int, ops: list[Op] | None) -> tuple[dict[str, str], dict[str, str], dict[str, str],
-                                                            list[str], dict[str, float]]:
-        """Per layer: op name -> group, group -> its last forward op, group -> its first op with a backward,
-        the groups in forward order, and the bytes each offloads."""
+    def _plan(self, ly: int, ops: list[Op] | None) -> _GroupPlan:
+        """Layer ``ly``'s offload groups, worked out from its forward ``ops`` the first time (none yet and no
+        ``ops``: no groups)."""
         got = self.plan.get(ly)
         if got is None and ops is not None:
             from cosim.workload.synth.memory import offload_group_of
@@ -574,8 +605,8 @@ class _Offload:
             for o in ops:
                 if o.name in member and not o.no_grad:
                     first.setdefault(member[o.name], o.name)
-            got = self.plan[ly] = (member, last, first, [g for g in gbytes if gbytes[g] > 0], gbytes)
-        return got if got is not None else ({}, {}, {}, [], {})
+            got = self.plan[ly] = _GroupPlan(member, last, first, [g for g in gbytes if gbytes[g] > 0], gbytes)
+        return got if got is not None else _NO_GROUPS
 
     def _copy(self, name: str, nbytes: float, stream: int, kind: int, waits: list[int]) -> int:
         o = Op(name, "elementwise", 0.0, nbytes)
@@ -585,34 +616,26 @@ class _Offload:
 
     def forward(self, o: Op, ly: int, j: int, ops: list[Op]) -> None:
         """After forward op ``o`` (GPU op ``j``) of layer ``ly``."""
-        member, last, _, order, gbytes = self._plan(ly, ops)
-        g = member.get(o.name)
-        if g is None or last[g] != o.name or g not in order:
+        plan = self._plan(ly, ops)
+        g = plan.member.get(o.name)
+        if g is None or plan.last[g] != o.name or g not in plan.order:
             return
-        d = self._copy(f"offload.{g}.d2h", gbytes[g], _D2H_STREAM, CopyKind.DTOH, [j])
+        d = self._copy(f"offload.{g}.d2h", plan.gbytes[g], _D2H_STREAM, CopyKind.DTOH, [j])
         self.out.setdefault((ly, g), deque()).append(d)
 
     def _reload(self, ly: int, g: str) -> None:
         fifo = self.out.get((ly, g))
         if (ly, g) in self.back or not fifo:
             return
-        _, _, _, _, gbytes = self._plan(ly, None)
         d = fifo.popleft()
-        self.back[(ly, g)] = self._copy(f"offload.{g}.h2d", gbytes[g], _H2D_STREAM, CopyKind.HTOD,
+        self.back[(ly, g)] = self._copy(f"offload.{g}.h2d", self._plan(ly, None).gbytes[g], _H2D_STREAM, CopyKind.HTOD,
                                         [self.rb.last_compute, d])
-
-    @staticmethod
-    def _fwd_name(o: Op) -> str:
-        for sfx in (".dgrad", ".wgrad", ".bwd", ".recompute"):
-            if o.name.endswith(sfx):
-                return o.name[: -len(sfx)]
-        return o.name
 
     def chunk_backward(self, layers: list[int]) -> None:
         """A chunk's backward starts (after its gradient's receive is posted): prefetch the last group of its last
         layer that offloads (Megatron's ``pre_reload_last_layer`` of the next backward chunk)."""
         for ly in sorted((x for x in layers if x in self.plan), reverse=True):
-            order = self.plan[ly][3]
+            order = self.plan[ly].order
             if order:
                 self._reload(ly, order[-1])
                 return
@@ -620,9 +643,9 @@ class _Offload:
     def before_backward(self, o: Op, ly: int) -> None:
         """Before backward (or recomputed) op ``o`` of layer ``ly``: the group's first such op waits for its
         reload (issued now if it was not prefetched)."""
-        member, _, _, order, _ = self._plan(ly, None)
-        g = member.get(self._fwd_name(o))
-        if g is None or g not in order or (ly, g) in self.active:
+        plan = self._plan(ly, None)
+        g = plan.member.get(forward_name(o.name))
+        if g is None or g not in plan.order or (ly, g) in self.active:
             return
         self._reload(ly, g)
         h = self.back.pop((ly, g), None)
@@ -633,18 +656,18 @@ class _Offload:
     def after_backward(self, o: Op, ly: int) -> None:
         """After backward op ``o`` of layer ``ly``: when it ends a group's backward (the last backward op of the
         group's first forward op: its ``.bwd``, a GEMM's ``.wgrad``), prefetch the group before it."""
-        member, _, first, order, _ = self._plan(ly, None)
-        name = self._fwd_name(o)
-        g = member.get(name)
-        if g is None or g not in order or first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
+        plan = self._plan(ly, None)
+        name = forward_name(o.name)
+        g = plan.member.get(name)
+        if g is None or g not in plan.order or plan.first.get(g) != name or not o.name.endswith((".bwd", ".wgrad")):
             return
         self.active.discard((ly, g))
-        i = order.index(g)
+        i = plan.order.index(g)
         if i > 0:
-            self._reload(ly, order[i - 1])
+            self._reload(ly, plan.order[i - 1])
         elif ly in self.prev_layer:
             prev = self.prev_layer[ly]
-            _, _, _, porder, _ = self._plan(prev, None)
+            porder = self._plan(prev, None).order
             if porder:
                 self._reload(prev, porder[-1])
 
@@ -939,17 +962,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
 
             def recompute(ly: int) -> None:
-                if mtp_depth(card, ly) is not None:
-                    _mtp_recompute(rm, fwd_of[ly], emit, recomputed_op, ly)
-                elif rm.layout.recompute == "full" and 0 <= ly < card.num_layers:
-                    ops, durs = fwd_of[ly]
-                    end = early_stop_end(ops) if rm.layout.recompute_early_stop else len(ops)
-                    for fo, fd in zip(ops[:end], durs[:end]):
-                        emit(recomputed_op(fo), fd, ly)
-                elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
-                    for fo, fd in zip(*fwd_of[ly]):
-                        if recomputed(fo.name, rm.layout.recompute_modules):
-                            emit(recomputed_op(fo), fd, ly)
+                _recompute_layer(rm, card, fwd_of, emit, recomputed_op, ly)
 
             held: list[Bucket] = []  # zero-bubble: buckets closed by this B pass, reduced after its W pass
 
@@ -977,12 +990,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         def overlapped(a: Iterator[None], la: int, b: Iterator[None], lb: int) -> None:
             """Alternate ``a`` and ``b`` at their collectives: each one's communication runs under the
             other's compute (DualPipe's overlapped forward-backward)."""
-            live = [(a, la), (b, lb)]
-            while live:
-                for item in list(live):
-                    rb.switch(item[1])
-                    if next(item[0], StopIteration) is StopIteration:
-                        live.remove(item)
+            rb.interleave([(a, la), (b, lb)])
 
         delay_wgrad = rm.layout.delay_wgrad
 
@@ -992,12 +1000,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
 
         def b_layer_start(ly: int) -> None:
             """A backward layer's recomputation (as ``backward``'s ``recompute``)."""
-            if mtp_depth(card, ly) is not None:
-                _mtp_recompute(rm, prepared_fwd[ly], emit, recomputed_op, ly)
-            elif rm.layout.recompute == "selective" and 0 <= ly < card.num_layers:
-                for fo, fd in zip(*prepared_fwd[ly]):
-                    if recomputed(fo.name, rm.layout.recompute_modules):
-                        emit(recomputed_op(fo), fd, ly)
+            _recompute_layer(rm, card, prepared_fwd, emit, recomputed_op, ly)
 
         prepared_fwd = {ly: (ops, durs) for fw_, _ in prepared.values() for ly, ops, durs in fw_}
 
@@ -1508,6 +1511,25 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
             cache[key] = mtp_ops(card, T, seq, sh, p)
         out.append((mtp_layer_index(card, k), cache[key], []))
     return out
+
+
+def _recompute_layer(rm: RankMap, card: MoEModelConfig, fwd: dict[int, tuple[list[Op], list[float]]], emit: Any,
+                     recomputed_op: Any, ly: int) -> None:
+    """Layer ``ly``'s recomputation before its backward (``fwd``: layer -> its forward ops and durations): an MTP
+    depth's (:func:`_mtp_recompute`); full: its forward ops up to the early stop (``recompute_early_stop``);
+    selective: the ops of its ``recompute_modules``."""
+    lay = rm.layout
+    if mtp_depth(card, ly) is not None:
+        _mtp_recompute(rm, fwd[ly], emit, recomputed_op, ly)
+    elif lay.recompute == "full" and 0 <= ly < card.num_layers:
+        ops, durs = fwd[ly]
+        end = early_stop_end(ops) if lay.recompute_early_stop else len(ops)
+        for fo, fd in zip(ops[:end], durs[:end]):
+            emit(recomputed_op(fo), fd, ly)
+    elif lay.recompute == "selective" and 0 <= ly < card.num_layers:
+        for fo, fd in zip(*fwd[ly]):
+            if recomputed(fo.name, lay.recompute_modules):
+                emit(recomputed_op(fo), fd, ly)
 
 
 def _mtp_recompute(rm: RankMap, fwd: tuple[list[Op], list[float]], emit: Any, recomputed_op: Any, ly: int) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "embedding_ops",
     "expert_activation_ops",
     "expert_bias_ops",
+    "forward_name",
     "head_ops",
     "kv_cache_bytes_per_token",
     "layer_forward_flops",
@@ -1138,13 +1139,24 @@ def graph_scoped(name: str, scopes: Sequence[str], dispatcher: str = "alltoall")
     norm, the router and its load-balancing loss ops and the shared experts, ``moe_preprocess`` the dispatcher's
     ``dispatch_preprocess`` (alltoall: the token counts, their EP all-gather and splits, and the permutation; the
     counts' host copies stay outside; the flex dispatcher's reshapes launch nothing)."""
-    base = name
-    for suffix in (".recompute", ".bwd", ".dgrad", ".wgrad"):
-        base = base.removesuffix(suffix)
+    base = forward_name(name)
     return (("attn" in scopes and base.startswith("attn."))
             or ("moe_router" in scopes and (base in ("moe.norm", "moe.router", "moe.router_topk")
                                             or base.startswith(("moe.aux_", "moe.shared."))))
             or ("moe_preprocess" in scopes and dispatcher == "alltoall" and base in _PREPROCESS_ALLTOALL))
+
+
+_DERIVED_SUFFIXES = (".dgrad", ".wgrad", ".bwd", ".recompute")
+"""Name suffixes of the ops derived from a forward op: its backward (:func:`backward_ops`) and its recomputation."""
+
+
+def forward_name(name: str) -> str:
+    """The forward op's name of op ``name``: less its backward (``.dgrad``, ``.wgrad``, ``.bwd``) or recomputation
+    (``.recompute``) suffix; a forward op's name as it is."""
+    for suffix in _DERIVED_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def selective_saved(ops: Sequence[Op], modules: Sequence[str]) -> float:

@@ -22,8 +22,9 @@ kernels: RDMA once per destination node, NVLink forwarding) or ``deepep-ll`` (lo
 every selection straight to its GPU) run by :mod:`cosim.engine.moe_comm` through the collective's
 engine label. Communication kernels that take SMs (``comm_sms``) slow the compute they overlap:
 with two overlapped micro-batches every compute kernel runs on ``sm_count - comm_sms`` SMs
-(the replay executor gives kernels fixed durations, so the share is applied here); DeepEP's
-low-latency kernels progress RDMA without SMs (``comm_sms`` 0).
+(the share is applied here, and the graph's ``source["comm_share"]`` is False so that replay does not
+charge it again per kernel, cosim.replay.interference); DeepEP's low-latency kernels progress RDMA without
+SMs (``comm_sms`` 0).
 """
 
 from __future__ import annotations
@@ -155,17 +156,12 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
 
         if rm.layout.cuda_graphs:  # the whole forward captured as one graph (serving engines' decode graphs)
             rb.open_graph(opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0))
-        live = [(micro_batch(), lane) for lane in range(n_mb)]
-        while live:  # alternate the micro-batches at their collectives
-            for item in list(live):
-                rb.switch(item[1])
-                if next(item[0], StopIteration) is StopIteration:
-                    live.remove(item)
+        rb.interleave([(micro_batch(), lane) for lane in range(n_mb)])  # alternate them at their collectives
         rb.switch(0)
         rb.close_graph()
         if first_moe:
             moe_span[rank] = (min(first_moe), max(last_moe))
-        return rb.finish()
+        return rb.finish(comm_share=False)  # compute_scale charged the communication SMs (module docstring)
 
     for rank in ranks:
         graphs.append(one_rank(rank))

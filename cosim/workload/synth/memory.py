@@ -224,19 +224,20 @@ def offload_group_of(name: str, modules: Sequence[str]) -> str | None:
 
 def offload_group_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig,
                         p: Precision, layer_input: float, offload: Sequence[str],
-                        options: MemoryOptions | None = None) -> dict[str, float]:
+                        options: MemoryOptions | None = None, kept: float | None = None) -> dict[str, float]:
     """Bytes each offload group of one layer copies to the host per micro-batch (forward order of the groups).
 
     A group offloads what its ops keep for the backward after recomputation's discards
     (:func:`layer_activation_bytes`): the layer's kept bytes less those kept with the group's ops saving nothing,
     taken group after group so that the groups add up to what the layer keeps less what stays. Full
-    recomputation keeps only the layer input (no group inside)."""
+    recomputation keeps only the layer input (no group inside). ``kept``: the layer's
+    :func:`layer_activation_bytes` for these inputs when the caller has it (else worked out here)."""
     out: dict[str, float] = {}
     if recompute == "full" or not offload:
         return out
     zeroed: set[str] = set()
     group = [offload_group_of(o.name, offload) for o in ops]  # each op's group, worked out once
-    prev = layer_activation_bytes(ops, recompute, modules, card, p, layer_input, options)
+    prev = layer_activation_bytes(ops, recompute, modules, card, p, layer_input, options) if kept is None else kept
     for g in group:
         if g is None or g in out:
             continue
@@ -310,7 +311,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
             ops = layer_ops(card, ly, T, seq, sh, p)
             kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
-            off = _offloaded(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
+            off = _offloaded(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o, kept)
             st.offload_max = max(st.offload_max, off)
             a += kept - off + (2 * mask if lay.recompute != "full" else 0.0)
             if lay.recompute != "none":  # the layer in backward re-materializes what it dropped
@@ -359,11 +360,12 @@ def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int
 
 
 def _offloaded(ops: Sequence[Op], recompute: str, modules: Sequence[str], card: MoEModelConfig, p: Precision,
-               layer_input: float, o: MemoryOptions) -> float:
-    """Bytes one layer's offload groups move to the host per micro-batch (0 without offloading)."""
+               layer_input: float, o: MemoryOptions, kept: float) -> float:
+    """Bytes one layer's offload groups move to the host per micro-batch (0 without offloading); ``kept``: the
+    layer's :func:`layer_activation_bytes`."""
     if not o.offload_modules:
         return 0.0
-    return sum(offload_group_bytes(ops, recompute, modules, card, p, layer_input, o.offload_modules, o).values())
+    return sum(offload_group_bytes(ops, recompute, modules, card, p, layer_input, o.offload_modules, o, kept).values())
 
 
 def _peak(rm: RankMap, stage: int, act_chunk: list[float], microbatches: int) -> float:
