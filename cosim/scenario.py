@@ -633,7 +633,7 @@ def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int,
     if spec.mode != "train" or not spec.coalesce or spec.stragglers.launch_jitter:
         return None
     b = spec.batch
-    if not isinstance(b, BatchSpec):
+    if not isinstance(b, BatchSpec) or b.gradient_accumulation_steps > 1:  # repeated schedules: simulated whole
         return None
     rm = spec.layout.resolve(_card(spec.model, base), len(topo.gpus), where="workload.synthetic.layout")
     if rm.schedule == "dualpipe" or b.global_ % (b.micro * rm.dp):

@@ -76,7 +76,7 @@ from cosim.workload.synth.costs import (
 )
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
-from cosim.workload.synth.schedule import Unit, dualpipe_order, stage_order, steady_bounds
+from cosim.workload.synth.schedule import Unit, accumulated_order, dualpipe_order, steady_bounds
 from cosim.workload.synth.tpoverlap import overlap_ops
 
 __all__ = ["BuildOptions", "Built", "build_step"]
@@ -173,6 +173,10 @@ class BuildOptions:
     """Fine-grained activation offloading (:attr:`cosim.workload.synth.spec.SyntheticSpec.offload_modules`): each
     named module's saved tensors go to the host in a D2H copy after its forward and come back in an H2D copy
     before its backward (:class:`_Offload`)."""
+    grad_accum: int = 1
+    """Pipeline schedules per optimizer step (gradient accumulation over repeated schedules:
+    :attr:`cosim.workload.synth.spec.BatchSpec.gradient_accumulation_steps`,
+    :func:`cosim.workload.synth.schedule.accumulated_order`)."""
     host_link: tuple[float, float] = (64e9, 1e-6)
     """(bytes/s per direction, latency s) of a GPU's route to its host CPU (PCIe, or NVLink-C2C on GB200), after
     the link's efficiency: the duration of an offload copy alone on it (the replay moves it as a flow on that
@@ -794,7 +798,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-        order = (stage_order(stage, rm.pp, rm.vpp, m, extra_warmup=int(rm.layout.a2a_overlap))
+        order = (accumulated_order(stage, rm.pp, rm.vpp, m, opts.grad_accum, extra_warmup=int(rm.layout.a2a_overlap))
                  if rm.schedule != "dualpipe" else [])
         if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
             prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
