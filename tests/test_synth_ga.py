@@ -4,9 +4,9 @@ hand on a 2-layer, EP4, PP2 model."""
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -57,7 +57,7 @@ def _synth(tmp_path: Path, topo: object, ga: int, **kw: object) -> object:
 def _gaps(syn: object, run: object, rank: int) -> list[float]:
     """Idle time of ``rank``'s compute stream before each schedule unit after its first (s)."""
     spans = syn.built.unit_spans[rank]  # type: ignore[attr-defined]
-    return [float(run.gpu_start[b[0]] - run.gpu_end[a[1]]) for a, b in zip(spans, spans[1:])]  # type: ignore[attr-defined]
+    return [float(run.gpu_start[b[0]] - run.gpu_end[a[1]]) for a, b in pairwise(spans)]  # type: ignore[attr-defined]
 
 
 def test_pp2_ga2_step_has_two_fills_and_one_dp_reduction(tmp_path: Path, dgx: object) -> None:
@@ -99,5 +99,5 @@ def test_ga_errors_name_the_field(tmp_path: Path, dgx: object) -> None:
         _synth(tmp_path, dgx, 3)
     with pytest.raises(CosimInputError, match="1 micro-batches per pipeline and schedule to be a multiple of pp 2"):
         _synth(tmp_path, dgx, 4, vpp=2, pipeline_layers=[1, 0, 1, 0])  # 4 schedules of 1 micro-batch
-    with pytest.raises(CosimInputError, match="gradient_accumulation_steps: 2 needs .*dualpipe"):
+    with pytest.raises(CosimInputError, match=r"gradient_accumulation_steps: 2 needs .*dualpipe"):
         _synth(tmp_path, dgx, 2, schedule="dualpipe")
