@@ -165,6 +165,9 @@ class Case(Strict):
     bucket_size: float | None = None
     """Parameters per gradient bucket of the run (Megatron-Core ``DistributedDataParallelConfig.bucket_size``, the
     layout's ``grad_bucket_params``); None: :func:`ddp_bucket_size` by the row's framework."""
+    gradient_accumulation_steps: int = Field(default=1, gt=0)
+    """Pipeline schedules per optimizer step of the run (NeMo AutoModel's GA: ``global / (dp x local_batch_size)``;
+    the synthetic batch's ``gradient_accumulation_steps``); 1: one schedule of all the step's micro-batches."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -292,6 +295,8 @@ def probe_counts(case: Case, cap: int) -> list[int]:
         return [m]
     pp = case.layout.pp
     step = pp if case.layout.vpp > 1 else (2 if case.schedule == "dualpipe" else 1)
+    if case.gradient_accumulation_steps > 1:  # whole schedules: a probe of k schedules is k x the run's schedule
+        step = math.lcm(step, m // case.gradient_accumulation_steps)
     lo = max(pp, 4, 2 * pp if case.schedule == "dualpipe" or case.layout.vpp > 1 else 0)
     lo = -(-lo // step) * step
     return [lo, 2 * lo] if 2 * lo < m else [m]
@@ -354,7 +359,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     spec = SyntheticSpec.model_validate({
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
         **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
-        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
+        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq,
+                  **({"gradient_accumulation_steps": max(1, m * case.gradient_accumulation_steps // microbatches(case))}
+                     if case.gradient_accumulation_steps > 1 else {})},
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
         **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),

@@ -1180,6 +1180,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if not overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
             rb.switch(0)
             _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
+        _sp_grad_all_reduce(rb, rm, card, groups["tp"], launch, [ly for fw, _ in prepared.values() for ly, _, _ in fw])
         _mtp_embedding_grad(rb, rm, card, rank, launch)
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
         return rb.finish(), unit_span, unit_key
@@ -1548,6 +1549,68 @@ def _mtp_embedding_grad(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, ran
     name = "mtp.embed_grad_all_reduce"
     c = rb.collective(name, "all_reduce", members, nbytes)
     o = Op(name, "collective", 0.0, nbytes, comm=Comm("pp", "all_reduce", nbytes), stream="dp")
+    j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
+    rb.grad_ops.append(j)
+
+
+SP_GRAD_SOURCE = (
+    "Megatron-Core core_v0.16.0 megatron/core/distributed/finalize_model_grads.py: finalize_model_grads, after "
+    "finish_grad_sync (the DP reduction) and before the embedding all-reduce, calls "
+    "_allreduce_non_tensor_model_parallel_grads (formerly _allreduce_layernorm_grads): the main gradients of every "
+    "parameter with the sequence_parallel attribute, flattened into one buffer (_flatten_dense_tensors) and all-reduced "
+    "(SUM) once over the TP group. Tagged: Transformer Engine's norm weights (input, pre-MLP, final layernorm; MLA's "
+    "q/kv layernorm; the MTP's enorm, hnorm and final layernorm), the router's weight (transformer/moe/router.py "
+    "setattr(self.weight, 'sequence_parallel', ...)), the duplicated TELinear weights (MLA's q and kv down "
+    "projections: extensions/transformer_engine.py, parallel_mode 'duplicated'), row-parallel linear biases")
+"""Where the TP all-reduce of the sequence-parallel parameters' gradients comes from."""
+
+
+def sp_layer_params(card: MoEModelConfig, layer: int) -> int:
+    """Parameters of transformer layer ``layer`` tagged ``sequence_parallel`` (:data:`SP_GRAD_SOURCE`): both
+    norms, MLA's down projections and latent norms, the router (MoE layers) and the row-parallel biases."""
+    h = card.hidden_size
+    n = 2 * h  # input_layernorm, pre_mlp_layernorm
+    if card.attention_kind == "mla":
+        kv = (card.kv_lora_rank or 0) + (card.qk_rope_head_dim or 0)
+        n += h * kv + (card.kv_lora_rank or 0)  # linear_kv_down_proj, kv_layernorm
+        if card.q_lora_rank:
+            n += h * card.q_lora_rank + card.q_lora_rank  # linear_q_down_proj, q_layernorm
+    moe = not card.is_dense and layer >= card.dense_layers
+    if moe:
+        n += card.num_experts * h  # router weight
+    if card.linear_bias:
+        n += h * (1 if moe else 2)  # attention output bias (and a dense FFN's fc2 bias)
+    return n
+
+
+def sp_grad_params(card: MoEModelConfig, layers: list[int]) -> int:
+    """Parameters tagged ``sequence_parallel`` of the (pseudo-)layers ``layers`` of one rank's model chunks
+    (-1 embedding: none; ``num_layers`` the head: the final norm; an MTP depth: its enorm, hnorm, final norm and
+    its transformer layer)."""
+    n = 0
+    for ly in layers:
+        if ly == card.num_layers:
+            n += card.hidden_size
+        elif mtp_depth(card, ly) is not None:
+            n += 3 * card.hidden_size + sp_layer_params(card, mtp_body_layer(card))
+        elif 0 <= ly < card.num_layers:
+            n += sp_layer_params(card, ly)
+    return n
+
+
+def _sp_grad_all_reduce(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, tp_group: list[int], launch: float,
+                        layers: list[int]) -> None:
+    """With sequence parallelism (tp > 1): one all-reduce over TP of the gradients of the rank's
+    ``sequence_parallel`` parameters (:func:`sp_grad_params` x the gradient element size) after the DP
+    reduction, before the optimizer (:data:`SP_GRAD_SOURCE`)."""
+    if not rm.sequence_parallel or rm.tp < 2:
+        return
+    nbytes = sp_grad_params(card, layers) * rb.grad_bytes
+    if nbytes <= 0:
+        return
+    name = "grad.tp_sp_all_reduce"
+    c = rb.collective(name, "all_reduce", tp_group, nbytes)
+    o = Op(name, "collective", 0.0, nbytes, comm=Comm("tp", "all_reduce", nbytes), stream="dp")
     j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
     rb.grad_ops.append(j)
 
