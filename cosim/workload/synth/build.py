@@ -746,9 +746,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
             fw.append((ly, cache[key], []))
-        if c == chunks - 1:
+        if c == rm.mtp_chunk:
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
-            fw.append((card.num_layers, head_ops(card, T, sh0, p), []))
+        if c == chunks - 1:
+            fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache), []))
         bw0 = [(ly, backward_ops(ops)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
@@ -914,10 +915,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 return -1
             members = sorted([rank, peer])
             seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
-            c = rb.collective(f"pp.{kind}", "send_recv", members, pp_bytes, seq=seq)
+            nbytes = pp_bytes * (1 + card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
+            c = rb.collective(f"pp.{kind}", "send_recv", members, nbytes, seq=seq)
             stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
             o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
-                   0.0, pp_bytes)
+                   0.0, nbytes)
             j = rb.op(o, 0.0, stream, launch, coll=c, waits=[rb.last_compute] if send else None)
             if not send:
                 rb.pending.append((j, o.name))
@@ -1445,6 +1447,7 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             dense += card.vocab_size * card.hidden_size / rm.tp
         if c == rm.pp * rm.vpp - 1:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
+        if c == rm.mtp_chunk:
             md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
             dense += md / rm.tp
             expert += me / (rm.ep * rm.etp)
@@ -1497,20 +1500,43 @@ def _mtp_routes(card: MoEModelConfig, routes: dict[int, Any]) -> None:
             routes[mtp_layer_index(card, k)] = routes[body]
 
 
+def _mtp_head(o: Op) -> bool:
+    """Whether MTP op ``o`` is part of its depth's logits and loss, which run on the ``L`` chunk (Megatron-Core
+    GPTModel: the post-process stage computes every depth's output layer and loss, ``process_mtp_loss``); the MTP's
+    final layernorm (``mtp.head.norm``) belongs to its layer."""
+    return o.name.startswith("mtp.head.") and o.name != "mtp.head.norm"
+
+
+def _head_with_mtp(card: MoEModelConfig, rm: RankMap, T: float, sh: Shard, p: Precision,
+                   cache: dict[Any, list[Op]]) -> list[Op]:
+    """The ``L`` chunk's ops: with the MTP layers on an earlier chunk (``pipeline_model_parallel_layout``), each
+    depth's logits and loss (:func:`_mtp_head`) before the main final norm, LM head and loss; else the head alone."""
+    key = ("head", rm.mtp_chunk, sh)
+    if key not in cache:
+        ops = head_ops(card, T, sh, p)
+        if card.mtp_layers and rm.mtp_chunk != rm.pp * rm.vpp - 1:
+            ops = [o for o in mtp_ops(card, T, T, sh, p, body=[]) if _mtp_head(o)] * card.mtp_layers + ops
+        cache[key] = ops
+    return cache[key]
+
+
 def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[int, Any], T: float, seq: int,
                    p: Precision, cache: dict[Any, list[Op]], opts: BuildOptions,
                    late_dtoh: bool) -> list[tuple[int, list[Op], list[float]]]:
-    """The MTP depths of the last model chunk, after its layers and before the LM head (Megatron-Core GPTModel: the
-    decoder, the MTP block, each depth's logits and loss, then the main logits and loss; the ``m`` of a
-    ``pipeline_model_parallel_layout`` next to its ``L``): per depth its pseudo-layer index and forward ops."""
+    """The MTP depths of their model chunk (the ``m`` of a ``pipeline_model_parallel_layout``; default the last),
+    after its layers (Megatron-Core GPTModel: the decoder, the MTP block, each depth's logits and loss, then the main
+    logits and loss): per depth its pseudo-layer index and forward ops; on a chunk before the ``L`` chunk without
+    their logits and loss (:func:`_head_with_mtp`)."""
     out: list[tuple[int, list[Op], list[float]]] = []
     body = mtp_body_layer(card)
     for k in range(card.mtp_layers):
         sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
                     else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
-        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh)
+        apart = rm.mtp_chunk != rm.pp * rm.vpp - 1
+        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
         if key not in cache:
-            cache[key] = mtp_ops(card, T, seq, sh, p)
+            ops = mtp_ops(card, T, seq, sh, p)
+            cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
         out.append((mtp_layer_index(card, k), cache[key], []))
     return out
 
@@ -1542,9 +1568,10 @@ def _mtp_embedding_grad(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, ran
     if not card.mtp_layers or not mtp_embedding_copy(rm.pp, rm.schedule):
         return
     tp_i, cp_i, dp_i, stage = rm.coords(rank)
-    if stage not in (0, rm.pp - 1):
+    mtp_stage = rm.chunk_stage(rm.mtp_chunk)
+    if stage not in (0, mtp_stage):
         return
-    members = [rm.rank(tp_i, cp_i, dp_i, 0), rm.rank(tp_i, cp_i, dp_i, rm.pp - 1)]
+    members = [rm.rank(tp_i, cp_i, dp_i, 0), rm.rank(tp_i, cp_i, dp_i, mtp_stage)]
     nbytes = card.vocab_size * card.hidden_size / rm.tp * rb.grad_bytes
     name = "mtp.embed_grad_all_reduce"
     c = rb.collective(name, "all_reduce", members, nbytes)
