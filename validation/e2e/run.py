@@ -102,6 +102,10 @@ class Case(Strict):
     pipeline_layers: list[int] | None = None
     """Layers per model chunk as the run's config gives them (Megatron-Bridge ``pp_layout``); absent: the rule of
     :func:`pipeline_layers`."""
+    pipeline_model_parallel_layout: str | None = None
+    """The run's Megatron-Core ``pipeline_model_parallel_layout`` (Megatron-Bridge ``pp_layout``, or the recipe's
+    ``layout_map`` list written as its string): the layout field of that name (layers per chunk and the MTP's chunk);
+    excludes ``pipeline_layers``."""
     tp_comm_overlap: bool = False
     """The run overlaps TP collectives with GEMMs (Megatron-Bridge ``tp_comm_overlap``, TE userbuffers)."""
     a2a_overlap: bool = False
@@ -181,6 +185,8 @@ class Case(Strict):
             raise ValueError("recompute: full and recompute_modules exclude each other (full recomputes every module)")
         if self.recompute_early_stop and self.recompute != "full":
             raise ValueError("recompute_early_stop needs recompute: full (it was silently ignored)")
+        if self.pipeline_layers is not None and self.pipeline_model_parallel_layout is not None:
+            raise ValueError("pipeline_layers and pipeline_model_parallel_layout exclude each other")
         return self
 
 
@@ -352,7 +358,9 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)
     card = load_model_config(case.model)
-    pl = case.pipeline_layers or pipeline_layers(card.num_layers, lay.pp * lay.vpp,
+    if case.pipeline_model_parallel_layout is not None:
+        layout["pipeline_model_parallel_layout"] = case.pipeline_model_parallel_layout
+    pl = None if case.pipeline_model_parallel_layout is not None else case.pipeline_layers or pipeline_layers(card.num_layers, lay.pp * lay.vpp,
                                                  card.mtp_layers if case.mtp_layers is None else case.mtp_layers)
     if pl is not None:
         layout["pipeline_layers"] = pl
