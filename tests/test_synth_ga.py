@@ -101,3 +101,16 @@ def test_ga_errors_name_the_field(tmp_path: Path, dgx: object) -> None:
         _synth(tmp_path, dgx, 4, vpp=2, pipeline_layers=[1, 0, 1, 0])  # 4 schedules of 1 micro-batch
     with pytest.raises(CosimInputError, match=r"gradient_accumulation_steps: 2 needs .*dualpipe"):
         _synth(tmp_path, dgx, 2, schedule="dualpipe")
+
+
+def test_e2e_runner_probes_whole_schedules_of_the_automodel_row() -> None:
+    """The AutoModel 1024-GPU DeepSeek-V3 row (GA 4 on 32 micro-batches per pipeline: schedules of 8): the runner's
+    probes are whole schedules (8 and 16 micro-batches, GA 1 and 2), extrapolated linearly in schedules."""
+    from validation.e2e.run import _scenario, load_cases, microbatches, probe_counts
+
+    case = {c.id: c for c in load_cases()[1]}["automodel-dsv3-h100-1024-bf16"]
+    assert case.gradient_accumulation_steps == 4 and microbatches(case) == 32 and not case.unscored
+    assert probe_counts(case, 16) == [8, 16] and probe_counts(case, 64) == [32]
+    for m, ga in ((8, 1), (16, 2), (32, 4)):
+        batch = _scenario(case, m, "dgx-h100", 128, "none").workload.synthetic.batch
+        assert (batch.global_, batch.gradient_accumulation_steps) == (m * 256, ga)
