@@ -620,14 +620,14 @@ def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int,
     """The probe of a coalescible training step: (spec with the probe's global batch, micro-batches per pipeline
     of the step, of the probe, period in micro-batches); None when the step is not coalesced (docs/SYNTHESIS.md)."""
     from cosim.replay.periodic import probe_microbatches
-    from cosim.workload.synth.spec import BatchSpec, _card
+    from cosim.workload.synth.spec import BatchSpec, _card, spec_card
 
     if spec.mode != "train" or not spec.coalesce or spec.stragglers.launch_jitter:
         return None
     b = spec.batch
-    if not isinstance(b, BatchSpec):
+    if not isinstance(b, BatchSpec) or b.gradient_accumulation_steps > 1:  # repeated schedules: simulated whole
         return None
-    rm = spec.layout.resolve(_card(spec.model, base), len(topo.gpus), where="workload.synthetic.layout")
+    rm = spec.layout.resolve(spec_card(spec, _card(spec.model, base)), len(topo.gpus), where="workload.synthetic.layout")
     if rm.schedule == "dualpipe" or b.global_ % (b.micro * rm.dp):
         return None
     m_full = b.global_ // (b.micro * rm.dp)

@@ -196,7 +196,10 @@ def test_e2e_split_rule_counts_mtp_as_a_last_chunk_layer() -> None:
     assert pipeline_layers(61, 32, 0) == [1] + [2] * 29 + [1, 1]
     assert pipeline_layers(61, 16, 1) == [3] + [4] * 14 + [2]
     rows = {c.id: c for c in load_cases()[1]}
-    assert rows["dsv3-h100-1024-fp8"].pipeline_layers == pipeline_layers(61, 32, 1)
+    from cosim.workload.synth.layout import parse_pipeline_layout
+
+    layout = rows["dsv3-h100-1024-fp8"].pipeline_model_parallel_layout  # the row gives the run's string
+    assert layout is not None and parse_pipeline_layout(layout, 32, 61, 1) == (pipeline_layers(61, 32, 1), 31)
     assert {i: rows[i].mtp_layers for i in rows if "dsv3" in i} == {
         "dsv3-h100-1024-fp8": 1, "dsv3-b200-256-mxfp8": 1, "dsv3-gb200-256-mxfp8": 1,
         "dsv3-h800-2048-fp8-run-average": 1, "mlm-dsv3-gb200-256-mxfp8": 0, "automodel-dsv3-h100-256-bf16": 0,

@@ -102,6 +102,10 @@ class Case(Strict):
     pipeline_layers: list[int] | None = None
     """Layers per model chunk as the run's config gives them (Megatron-Bridge ``pp_layout``); absent: the rule of
     :func:`pipeline_layers`."""
+    pipeline_model_parallel_layout: str | None = None
+    """The run's Megatron-Core ``pipeline_model_parallel_layout`` (Megatron-Bridge ``pp_layout``, or the recipe's
+    ``layout_map`` list written as its string): the layout field of that name (layers per chunk and the MTP's chunk);
+    excludes ``pipeline_layers``."""
     tp_comm_overlap: bool = False
     """The run overlaps TP collectives with GEMMs (Megatron-Bridge ``tp_comm_overlap``, TE userbuffers)."""
     a2a_overlap: bool = False
@@ -165,6 +169,9 @@ class Case(Strict):
     bucket_size: float | None = None
     """Parameters per gradient bucket of the run (Megatron-Core ``DistributedDataParallelConfig.bucket_size``, the
     layout's ``grad_bucket_params``); None: :func:`ddp_bucket_size` by the row's framework."""
+    gradient_accumulation_steps: int = Field(default=1, gt=0)
+    """Pipeline schedules per optimizer step of the run (NeMo AutoModel's GA: ``global / (dp x local_batch_size)``;
+    the synthetic batch's ``gradient_accumulation_steps``); 1: one schedule of all the step's micro-batches."""
     config: str | None = None
     """Where the run's parallel settings beyond the table (pp_layout, moe_a2a_overlap) come from."""
     bound: bool = False
@@ -178,6 +185,8 @@ class Case(Strict):
             raise ValueError("recompute: full and recompute_modules exclude each other (full recomputes every module)")
         if self.recompute_early_stop and self.recompute != "full":
             raise ValueError("recompute_early_stop needs recompute: full (it was silently ignored)")
+        if self.pipeline_layers is not None and self.pipeline_model_parallel_layout is not None:
+            raise ValueError("pipeline_layers and pipeline_model_parallel_layout exclude each other")
         return self
 
 
@@ -292,6 +301,8 @@ def probe_counts(case: Case, cap: int) -> list[int]:
         return [m]
     pp = case.layout.pp
     step = pp if case.layout.vpp > 1 else (2 if case.schedule == "dualpipe" else 1)
+    if case.gradient_accumulation_steps > 1:  # whole schedules: a probe of k schedules is k x the run's schedule
+        step = math.lcm(step, m // case.gradient_accumulation_steps)
     lo = max(pp, 4, 2 * pp if case.schedule == "dualpipe" or case.layout.vpp > 1 else 0)
     lo = -(-lo // step) * step
     return [lo, 2 * lo] if 2 * lo < m else [m]
@@ -347,14 +358,18 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         layout["recompute"] = "selective"
         layout["recompute_modules"] = list(case.recompute_modules)
     card = load_model_config(case.model)
-    pl = case.pipeline_layers or pipeline_layers(card.num_layers, lay.pp * lay.vpp,
+    if case.pipeline_model_parallel_layout is not None:
+        layout["pipeline_model_parallel_layout"] = case.pipeline_model_parallel_layout
+    pl = None if case.pipeline_model_parallel_layout is not None else case.pipeline_layers or pipeline_layers(card.num_layers, lay.pp * lay.vpp,
                                                  card.mtp_layers if case.mtp_layers is None else case.mtp_layers)
     if pl is not None:
         layout["pipeline_layers"] = pl
     spec = SyntheticSpec.model_validate({
         "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
         **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
-        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq},
+        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq,
+                  **({"gradient_accumulation_steps": max(1, m * case.gradient_accumulation_steps // microbatches(case))}
+                     if case.gradient_accumulation_steps > 1 else {})},
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
         **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),

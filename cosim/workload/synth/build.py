@@ -77,7 +77,7 @@ from cosim.workload.synth.costs import (
 )
 from cosim.workload.synth.layout import RankMap
 from cosim.workload.synth.routing import RoutingSpec, route
-from cosim.workload.synth.schedule import Unit, dualpipe_order, stage_order, steady_bounds
+from cosim.workload.synth.schedule import Unit, accumulated_order, dualpipe_order, steady_bounds
 from cosim.workload.synth.tpoverlap import overlap_ops
 
 __all__ = ["BuildOptions", "Built", "build_step"]
@@ -174,6 +174,10 @@ class BuildOptions:
     """Fine-grained activation offloading (:attr:`cosim.workload.synth.spec.SyntheticSpec.offload_modules`): each
     named module's saved tensors go to the host in a D2H copy after its forward and come back in an H2D copy
     before its backward (:class:`_Offload`)."""
+    grad_accum: int = 1
+    """Pipeline schedules per optimizer step (gradient accumulation over repeated schedules:
+    :attr:`cosim.workload.synth.spec.BatchSpec.gradient_accumulation_steps`,
+    :func:`cosim.workload.synth.schedule.accumulated_order`)."""
     host_link: tuple[float, float] = (64e9, 1e-6)
     """(bytes/s per direction, latency s) of a GPU's route to its host CPU (PCIe, or NVLink-C2C on GB200), after
     the link's efficiency: the duration of an offload copy alone on it (the replay moves it as a flow on that
@@ -765,9 +769,10 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
             fw.append((ly, cache[key], []))
-        if c == chunks - 1:
+        if c == rm.mtp_chunk:
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
-            fw.append((card.num_layers, head_ops(card, T, sh0, p), []))
+        if c == chunks - 1:
+            fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache), []))
         bw0 = [(ly, backward_ops(ops)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
@@ -817,7 +822,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.jitter = opts.launch_jitter[rank]
             rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-        order = (stage_order(stage, rm.pp, rm.vpp, m, extra_warmup=int(rm.layout.a2a_overlap))
+        order = (accumulated_order(stage, rm.pp, rm.vpp, m, opts.grad_accum, extra_warmup=int(rm.layout.a2a_overlap))
                  if rm.schedule != "dualpipe" else [])
         if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
             prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
@@ -933,10 +938,11 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 return -1
             members = sorted([rank, peer])
             seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
-            c = rb.collective(f"pp.{kind}", "send_recv", members, pp_bytes, seq=seq)
+            nbytes = pp_bytes * (1 + card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
+            c = rb.collective(f"pp.{kind}", "send_recv", members, nbytes, seq=seq)
             stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
             o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
-                   0.0, pp_bytes)
+                   0.0, nbytes)
             j = rb.op(o, 0.0, stream, launch, coll=c, waits=[rb.last_compute] if send else None)
             if not send:
                 rb.pending.append((j, o.name))
@@ -1179,6 +1185,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if not overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
             rb.switch(0)
             _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
+        _sp_grad_all_reduce(rb, rm, card, groups["tp"], launch, [ly for fw, _ in prepared.values() for ly, _, _ in fw])
         _mtp_embedding_grad(rb, rm, card, rank, launch)
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
         return rb.finish(), unit_span, unit_key
@@ -1443,6 +1450,7 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             dense += card.vocab_size * card.hidden_size / rm.tp
         if c == rm.pp * rm.vpp - 1:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
+        if c == rm.mtp_chunk:
             md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
             dense += md / rm.tp
             expert += me / (rm.ep * rm.etp)
@@ -1495,20 +1503,43 @@ def _mtp_routes(card: MoEModelConfig, routes: dict[int, Any]) -> None:
             routes[mtp_layer_index(card, k)] = routes[body]
 
 
+def _mtp_head(o: Op) -> bool:
+    """Whether MTP op ``o`` is part of its depth's logits and loss, which run on the ``L`` chunk (Megatron-Core
+    GPTModel: the post-process stage computes every depth's output layer and loss, ``process_mtp_loss``); the MTP's
+    final layernorm (``mtp.head.norm``) belongs to its layer."""
+    return o.name.startswith("mtp.head.") and o.name != "mtp.head.norm"
+
+
+def _head_with_mtp(card: MoEModelConfig, rm: RankMap, T: float, sh: Shard, p: Precision,
+                   cache: dict[Any, list[Op]]) -> list[Op]:
+    """The ``L`` chunk's ops: with the MTP layers on an earlier chunk (``pipeline_model_parallel_layout``), each
+    depth's logits and loss (:func:`_mtp_head`) before the main final norm, LM head and loss; else the head alone."""
+    key = ("head", rm.mtp_chunk, sh)
+    if key not in cache:
+        ops = head_ops(card, T, sh, p)
+        if card.mtp_layers and rm.mtp_chunk != rm.pp * rm.vpp - 1:
+            ops = [o for o in mtp_ops(card, T, T, sh, p, body=[]) if _mtp_head(o)] * card.mtp_layers + ops
+        cache[key] = ops
+    return cache[key]
+
+
 def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[int, Any], T: float, seq: int,
                    p: Precision, cache: dict[Any, list[Op]], opts: BuildOptions,
                    late_dtoh: bool) -> list[tuple[int, list[Op], list[float]]]:
-    """The MTP depths of the last model chunk, after its layers and before the LM head (Megatron-Core GPTModel: the
-    decoder, the MTP block, each depth's logits and loss, then the main logits and loss; the ``m`` of a
-    ``pipeline_model_parallel_layout`` next to its ``L``): per depth its pseudo-layer index and forward ops."""
+    """The MTP depths of their model chunk (the ``m`` of a ``pipeline_model_parallel_layout``; default the last),
+    after its layers (Megatron-Core GPTModel: the decoder, the MTP block, each depth's logits and loss, then the main
+    logits and loss): per depth its pseudo-layer index and forward ops; on a chunk before the ``L`` chunk without
+    their logits and loss (:func:`_head_with_mtp`)."""
     out: list[tuple[int, list[Op], list[float]]] = []
     body = mtp_body_layer(card)
     for k in range(card.mtp_layers):
         sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
                     else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
-        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh)
+        apart = rm.mtp_chunk != rm.pp * rm.vpp - 1
+        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
         if key not in cache:
-            cache[key] = mtp_ops(card, T, seq, sh, p)
+            ops = mtp_ops(card, T, seq, sh, p)
+            cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
         out.append((mtp_layer_index(card, k), cache[key], []))
     return out
 
@@ -1559,13 +1590,76 @@ def _mtp_embedding_grad(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, ran
     if not card.mtp_layers or not mtp_embedding_copy(rm.pp, rm.schedule):
         return
     tp_i, cp_i, dp_i, stage = rm.coords(rank)
-    if stage not in (0, rm.pp - 1):
+    mtp_stage = rm.chunk_stage(rm.mtp_chunk)
+    if stage not in (0, mtp_stage):
         return
-    members = [rm.rank(tp_i, cp_i, dp_i, 0), rm.rank(tp_i, cp_i, dp_i, rm.pp - 1)]
+    members = [rm.rank(tp_i, cp_i, dp_i, 0), rm.rank(tp_i, cp_i, dp_i, mtp_stage)]
     nbytes = card.vocab_size * card.hidden_size / rm.tp * rb.grad_bytes
     name = "mtp.embed_grad_all_reduce"
     c = rb.collective(name, "all_reduce", members, nbytes)
     o = Op(name, "collective", 0.0, nbytes, comm=Comm("pp", "all_reduce", nbytes), stream="dp")
+    j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
+    rb.grad_ops.append(j)
+
+
+SP_GRAD_SOURCE = (
+    "Megatron-Core core_v0.16.0 megatron/core/distributed/finalize_model_grads.py: finalize_model_grads, after "
+    "finish_grad_sync (the DP reduction) and before the embedding all-reduce, calls "
+    "_allreduce_non_tensor_model_parallel_grads (formerly _allreduce_layernorm_grads): the main gradients of every "
+    "parameter with the sequence_parallel attribute, flattened into one buffer (_flatten_dense_tensors) and all-reduced "
+    "(SUM) once over the TP group. Tagged: Transformer Engine's norm weights (input, pre-MLP, final layernorm; MLA's "
+    "q/kv layernorm; the MTP's enorm, hnorm and final layernorm), the router's weight (transformer/moe/router.py "
+    "setattr(self.weight, 'sequence_parallel', ...)), the duplicated TELinear weights (MLA's q and kv down "
+    "projections: extensions/transformer_engine.py, parallel_mode 'duplicated'), row-parallel linear biases")
+"""Where the TP all-reduce of the sequence-parallel parameters' gradients comes from."""
+
+
+def sp_layer_params(card: MoEModelConfig, layer: int) -> int:
+    """Parameters of transformer layer ``layer`` tagged ``sequence_parallel`` (:data:`SP_GRAD_SOURCE`): both
+    norms, MLA's down projections and latent norms, the router (MoE layers) and the row-parallel biases."""
+    h = card.hidden_size
+    n = 2 * h  # input_layernorm, pre_mlp_layernorm
+    if card.attention_kind == "mla":
+        kv = (card.kv_lora_rank or 0) + (card.qk_rope_head_dim or 0)
+        n += h * kv + (card.kv_lora_rank or 0)  # linear_kv_down_proj, kv_layernorm
+        if card.q_lora_rank:
+            n += h * card.q_lora_rank + card.q_lora_rank  # linear_q_down_proj, q_layernorm
+    moe = not card.is_dense and layer >= card.dense_layers
+    if moe:
+        n += card.num_experts * h  # router weight
+    if card.linear_bias:
+        n += h * (1 if moe else 2)  # attention output bias (and a dense FFN's fc2 bias)
+    return n
+
+
+def sp_grad_params(card: MoEModelConfig, layers: list[int]) -> int:
+    """Parameters tagged ``sequence_parallel`` of the (pseudo-)layers ``layers`` of one rank's model chunks
+    (-1 embedding: none; ``num_layers`` the head: the final norm; an MTP depth: its enorm, hnorm, final norm and
+    its transformer layer)."""
+    n = 0
+    for ly in layers:
+        if ly == card.num_layers:
+            n += card.hidden_size
+        elif mtp_depth(card, ly) is not None:
+            n += 3 * card.hidden_size + sp_layer_params(card, mtp_body_layer(card))
+        elif 0 <= ly < card.num_layers:
+            n += sp_layer_params(card, ly)
+    return n
+
+
+def _sp_grad_all_reduce(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, tp_group: list[int], launch: float,
+                        layers: list[int]) -> None:
+    """With sequence parallelism (tp > 1): one all-reduce over TP of the gradients of the rank's
+    ``sequence_parallel`` parameters (:func:`sp_grad_params` x the gradient element size) after the DP
+    reduction, before the optimizer (:data:`SP_GRAD_SOURCE`)."""
+    if not rm.sequence_parallel or rm.tp < 2:
+        return
+    nbytes = sp_grad_params(card, layers) * rb.grad_bytes
+    if nbytes <= 0:
+        return
+    name = "grad.tp_sp_all_reduce"
+    c = rb.collective(name, "all_reduce", tp_group, nbytes)
+    o = Op(name, "collective", 0.0, nbytes, comm=Comm("tp", "all_reduce", nbytes), stream="dp")
     j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
     rb.grad_ops.append(j)
 

@@ -8,11 +8,14 @@ parallel fastest, then expert parallel, then expert data parallel), so an EP gro
 
 Pipeline stages: stage ``s`` holds the model chunks ``v * pp + s`` for ``v < vpp``
 (interleaved 1F1B), chunk ``c`` holds layers ``[sum(pipeline_layers[:c]), ...)``.
-Without ``pipeline_layers`` the layers split evenly (the count must divide).
+Without ``pipeline_layers`` the layers split evenly (the count must divide). A Megatron-Core
+``pipeline_model_parallel_layout`` string (:func:`parse_pipeline_layout`) gives the layers per chunk and the
+chunk of the MTP layers instead.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field
@@ -21,7 +24,51 @@ from cosim.capture.config import MoEModelConfig
 from cosim.catalog.models import Strict
 from cosim.errors import CosimInputError
 
-__all__ = ["ParallelLayout", "RankMap"]
+__all__ = ["LAYOUT_SOURCE", "ParallelLayout", "RankMap", "parse_pipeline_layout"]
+
+LAYOUT_SOURCE = (
+    "Megatron-Core core_v0.16.0 megatron/core/transformer/pipeline_parallel_layer_layout.py "
+    "(PipelineParallelLayerLayout.parse_str_to_list, validate_layer_layout): commas and spaces dropped, '(...)*N' and "
+    "'X*N' unrolled, '|' separates the pp x vpp virtual stages in order vp_stage * pp + pp_rank; symbols E "
+    "(embedding), t (transformer decoder layer), m (MTP layer), L (loss: final norm, output layer, loss); E first in "
+    "the first stage, L last in the last stage, as many t as decoder layers and m as MTP layers")
+"""Where the pipeline layout string's semantics come from."""
+
+_LAYOUT_SYMBOLS = "EtmL"
+
+
+def parse_pipeline_layout(text: str, chunks: int, num_layers: int, mtp_layers: int,
+                          where: str = "layout.pipeline_model_parallel_layout") -> tuple[list[int], int | None]:
+    """Decoder layers per model chunk and the chunk holding the MTP layers (None without ``m``) of a Megatron-Core
+    ``pipeline_model_parallel_layout`` string such as ``"Et*3|(tt|)*29m|L"`` (:data:`LAYOUT_SOURCE`) over ``chunks``
+    = pp x vpp model chunks; a malformed or inconsistent string is a one-line error naming ``where``."""
+    s = text.replace(",", "").replace(" ", "")
+    group = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while group.search(s):
+        s = group.sub(lambda g: g.group(1) * int(g.group(2)), s)
+    s = re.sub(r"([^|()*\d])\*(\d+)", lambda g: g.group(1) * int(g.group(2)), s)
+    bad = sorted(set(s) - set(_LAYOUT_SYMBOLS + "|"))
+    if bad:
+        raise CosimInputError(f"{where}: {text!r}: unexpected {''.join(bad)!r} (symbols E t m L, '|' between stages, "
+                              "'(...)*N' or 'X*N' repeats)")
+    stages = s.split("|")
+    if len(stages) != chunks:
+        raise CosimInputError(f"{where}: {text!r} has {len(stages)} stages, needs pp*vpp = {chunks}")
+    flat = "".join(stages)
+    if flat.count("E") != 1 or not stages[0].startswith("E"):
+        raise CosimInputError(f"{where}: {text!r}: E (embedding) must appear once, first in the first stage")
+    if flat.count("L") != 1 or not stages[-1].endswith("L"):
+        raise CosimInputError(f"{where}: {text!r}: L (loss) must appear once, last in the last stage")
+    if flat.count("t") != num_layers:
+        raise CosimInputError(f"{where}: {text!r} has {flat.count('t')} decoder layers (t), the model {num_layers}")
+    if flat.count("m") != mtp_layers:
+        raise CosimInputError(f"{where}: {text!r} has {flat.count('m')} MTP layers (m), the run {mtp_layers}")
+    mtp = [c for c, st in enumerate(stages) if "m" in st]
+    if len(mtp) > 1:
+        raise CosimInputError(f"{where}: {text!r}: the MTP layers (m) must sit in one stage (they are in {mtp})")
+    if mtp and flat.rfind("t") > flat.find("m"):
+        raise CosimInputError(f"{where}: {text!r}: an MTP layer (m) before a decoder layer (t); MTP follows the decoder")
+    return [st.count("t") for st in stages], (mtp[0] if mtp else None)
 
 
 RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "shared_experts", "moe"]
@@ -70,6 +117,12 @@ class ParallelLayout(Strict):
     pipeline_layers: list[int] | None = None
     """Layers per model chunk, ``pp * vpp`` entries in chunk order (chunk ``v * pp + s`` is
     virtual stage ``v`` of stage ``s``); for uneven splits such as DeepSeek-V3's 61 layers."""
+    pipeline_model_parallel_layout: str | None = None
+    """Megatron-Core's ``pipeline_model_parallel_layout`` (Megatron-Bridge ``pp_layout``), e.g. ``"Et*3|(tt|)*29m|L"``:
+    ``pp * vpp`` virtual stages separated by ``|`` (chunk ``v * pp + s`` is virtual stage ``v`` of stage ``s``), ``E``
+    embedding, ``t`` a decoder layer, ``m`` an MTP layer, ``L`` the loss, ``(...)*N`` / ``X*N`` repeats
+    (:func:`parse_pipeline_layout`): the layers per chunk and the chunk of the MTP layers (their logits and loss run
+    with ``L``). Excludes ``pipeline_layers``; not with dualpipe."""
     recompute: Literal["none", "full", "selective"] = "none"
     """Activation recomputation: full re-runs each layer's forward before its backward; selective re-runs
     only the ``recompute_modules`` of each layer (Megatron-Core ``recompute_granularity: selective``)."""
@@ -179,7 +232,19 @@ class RankMap:
         self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"
         self.sequence_parallel = lay.sequence_parallel if lay.sequence_parallel is not None else tp > 1
         chunks = pp * vpp
-        if lay.pipeline_layers is not None:
+        self.mtp_chunk = chunks - 1
+        """Model chunk running the MTP layers (the ``m`` of ``pipeline_model_parallel_layout``; default the last)."""
+        if lay.pipeline_model_parallel_layout is not None:
+            field = "pipeline_model_parallel_layout"
+            if lay.pipeline_layers is not None or lay.schedule == "dualpipe":
+                raise bad(field, "excludes pipeline_layers and schedule dualpipe")
+            counts, mc = parse_pipeline_layout(lay.pipeline_model_parallel_layout, chunks, card.num_layers,
+                                               card.mtp_layers, f"{where}.{field}")
+            if mc is not None:
+                if pp > 1 and mc % pp == 0:
+                    raise bad(field, f"the MTP layers (m) on a chunk of the first stage (chunk {mc}) are not modelled")
+                self.mtp_chunk = mc
+        elif lay.pipeline_layers is not None:
             pl = lay.pipeline_layers
             if len(pl) != chunks:
                 raise bad("pipeline_layers", f"has {len(pl)} entries, needs pp*vpp = {chunks}")

@@ -14,6 +14,11 @@ gradients from the neighbouring stages).
   ``(pp - s - 1) * 2 + (vpp - 1) * pp`` units. Needs ``m`` to be a multiple of ``pp``.
 * DualPipe (:func:`dualpipe_order`): bidirectional, with zero-bubble weight-gradient units and
   overlapped forward-backward pairs.
+* Gradient accumulation over repeated schedules (:func:`accumulated_order`): PyTorch
+  ``torch.distributed.pipelining`` as NeMo AutoModel and torchtitan drive it runs ``schedule.step`` once per
+  local batch, ``gradient_accumulation_steps`` times per optimizer step, each a whole 1F1B / interleaved
+  schedule with its own fill and drain; gradients accumulate and only the last schedule's last backward
+  reduces them over data parallelism (:data:`GA_SOURCE`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,19 @@ from typing import Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["Unit", "dualpipe_order", "peak_in_flight", "stage_order", "steady_bounds"]
+__all__ = ["GA_SOURCE", "Unit", "accumulated_order", "dualpipe_order", "peak_in_flight", "stage_order",
+           "steady_bounds"]
+
+GA_SOURCE = (
+    "NeMo AutoModel nemo_automodel/recipes/llm/train_ft.py _run_train_optim_step: one pipeline schedule.step per "
+    "gradient-accumulation batch (local_batch_size sequences, local_batch_size / micro-batch size micro-batches), "
+    "prepare_for_grad_accumulation before the first and prepare_for_final_backward before the last; "
+    "nemo_automodel/components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync (patches PyTorch's "
+    "PipelineStage.backward_maybe_with_nosync): every backward runs with requires_gradient_sync False and "
+    "reshard_after_backward False, and the FSDP post-backward (the gradient reduce-scatter) runs only on a "
+    "schedule's last backward of the optimizer step (last_backward and get_is_optim_step()); the schedules run one "
+    "after another (schedule.step returns after its last backward), so each has its own fill and drain")
+"""Where gradient accumulation over repeated pipeline schedules and its single DP reduction come from."""
 
 Unit = tuple[str, int, int]
 
@@ -59,6 +76,20 @@ def stage_order(stage: int, pp: int, vpp: int, microbatches: int, extra_warmup: 
         out.append(("B", *_bwd_unit(k, pp, vpp)))
     out += [("B", *_bwd_unit(k, pp, vpp)) for k in range(total - warm, total)]
     return out
+
+
+def accumulated_order(stage: int, pp: int, vpp: int, microbatches: int, steps: int = 1,
+                      extra_warmup: int = 0) -> list[Unit]:
+    """The units of stage ``stage`` over one optimizer step of ``microbatches`` micro-batches per pipeline run as
+    ``steps`` whole schedules of ``microbatches // steps`` each (gradient accumulation over repeated schedules,
+    :data:`GA_SOURCE`): schedule ``j`` is :func:`stage_order` with its micro-batches numbered from
+    ``j * microbatches // steps``. ``steps`` 1 is :func:`stage_order`."""
+    if microbatches % steps:
+        raise CosimInputError(f"gradient_accumulation_steps {steps} does not divide the {microbatches} micro-batches "
+                              "per pipeline")
+    n = microbatches // steps
+    one = stage_order(stage, pp, vpp, n, extra_warmup)
+    return [(kind, j * n + mb, v) for j in range(steps) for kind, mb, v in one]
 
 
 def steady_bounds(order: list[Unit]) -> tuple[int, int]:

@@ -54,6 +54,14 @@ class BatchSpec(Strict):
     """Sequences per micro-batch (per pipeline, per forward/backward unit)."""
     seq: int = Field(gt=0)
     """Tokens per sequence."""
+    gradient_accumulation_steps: int = Field(default=1, gt=0)
+    """Pipeline schedules per optimizer step (the gradient-accumulation steps of NeMo AutoModel and torchtitan, whose
+    ``local_batch_size`` is ``global / (dp x gradient_accumulation_steps)``): PyTorch ``torch.distributed.pipelining``
+    runs a whole 1F1B / interleaved schedule of ``global / (micro x dp x gradient_accumulation_steps)`` micro-batches
+    per step, each with its own pipeline fill and drain, accumulating gradients; the last schedule's last backward
+    reduces them over data parallelism and the optimizer runs once (:data:`cosim.workload.synth.schedule.GA_SOURCE`).
+    1: one schedule of all the step's micro-batches (Megatron-Core). Needs the micro-batches per pipeline to be a
+    multiple of it (of pp x it when interleaved), a 1f1b or interleaved schedule, and no ``a2a_overlap``."""
 
 
 class PrefillBatch(Strict):
@@ -454,13 +462,18 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
                               f"micro {b.micro} x dp {rm.dp} = {b.micro * rm.dp}")
     mbs = b.global_ // (b.micro * rm.dp)
-    if rm.vpp > 1 and mbs % rm.pp:
-        raise CosimInputError(f"workload.synthetic.batch.global: interleaved 1F1B needs the {mbs} micro-batches "
-                              f"per pipeline to be a multiple of pp {rm.pp}")
+    ga = b.gradient_accumulation_steps
+    if ga > 1 and (mbs % ga or rm.schedule == "dualpipe" or rm.layout.a2a_overlap):
+        raise CosimInputError(f"workload.synthetic.batch.gradient_accumulation_steps: {ga} needs the {mbs} "
+                              f"micro-batches per pipeline to be a multiple of it, a 1f1b or interleaved schedule "
+                              f"(got {rm.schedule}) and no layout.a2a_overlap (repeated schedules: PyTorch pipelining)")
+    if rm.vpp > 1 and (mbs // ga) % rm.pp:
+        raise CosimInputError(f"workload.synthetic.batch.global: interleaved 1F1B needs the {mbs // ga} micro-batches "
+                              f"per pipeline and schedule to be a multiple of pp {rm.pp}")
     if rm.layout.a2a_overlap and rm.pp > 1 and mbs < 2 * rm.pp:
         raise CosimInputError(f"workload.synthetic.layout.a2a_overlap: the EP all-to-all overlap with a pipeline needs "
                               f"at least 2 x pp = {2 * rm.pp} micro-batches per pipeline (got {mbs})")
-    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs, spec.precision, memory_options(spec))
+    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs // ga, spec.precision, memory_options(spec))
     hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
     worst = max(mem, key=lambda m: m.total)
     if worst.total > hbm and not spec.allow_oom:
@@ -469,7 +482,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
             f"GPU (weights {worst.weights / 2**30:.1f}, gradients {worst.gradients / 2**30:.1f}, optimizer "
             f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
             f"{acc.name}; shard more, recompute, or set allow_oom: true")
-    built = build_step(card, rm, b.global_, b.micro, b.seq, opts, timer, device=acc.name)
+    built = build_step(card, rm, b.global_, b.micro, b.seq, replace(opts, grad_accum=ga), timer, device=acc.name)
     peak = float(acc.peak("bf16"))
     return Synthesized(spec, card, rm, built, mem, hbm, peak)
 
