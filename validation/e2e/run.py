@@ -149,9 +149,6 @@ class Case(Strict):
     """The run reduces gradients in fp32 (the synthetic spec's ``grad_reduce_in_fp32``): Megatron-LM's own
     launcher (``pretrain_gpt.py``) in bf16 training without ``--grad-reduce-in-bf16``; false for the Megatron-Bridge
     and NeMo configs (``grad_reduce_in_fp32 = False``)."""
-    distributed_optimizer: bool = True
-    """The run's Megatron-Core ``use_distributed_optimizer`` (layout ``zero: 1``); false: a replicated optimizer whose
-    gradients are all-reduced (layout ``zero: 0``: Megatron-Bridge's Kimi-K2 recipe with Muon, which needs it off)."""
     overlap_grad_reduce: bool | None = None
     """The run's Megatron-Core ``overlap_grad_reduce`` (the layout field): gradient buckets reduced under the
     backward; false: after it, one bucket per chunk and buffer. None: the layout's default (training.yaml: the FSDP
@@ -326,8 +323,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     lay = case.layout
     dp = data_parallel(case)
     layout: dict[str, Any] = {"tp": lay.tp, "pp": lay.pp, "vpp": lay.vpp, "cp": lay.cp, "ep": lay.ep,
-                              "recompute": recompute,
-                              "zero": "fsdp" if case.fsdp else (1 if case.distributed_optimizer else 0)}
+                              "recompute": recompute, "zero": "fsdp" if case.fsdp else 1}
     if case.schedule:
         layout["schedule"] = case.schedule
     from cosim.capture.config import load_model_config
