@@ -17,7 +17,7 @@ GB = 1e9
 ROOT = Path(__file__).resolve().parents[1]
 
 PRESETS = ["dgx-h100", "dgx-a100", "dgx1-v100", "hgx-h200", "hgx-b200", "gb200-nvl72", "gb200-nvl72-4rack",
-           "pcie-8x-l40s",
+           "gb300-nvl72", "gb300-nvl72-4rack", "pcie-8x-l40s",
            "dgx-h100-4node", "dgx-h100-32node", "h800-8node", "proposal-example"]
 
 
@@ -146,6 +146,9 @@ FIGURES = {
     "gb200-nvl72": (72, 18, 18 * 50 * GB, 400 / 8 * GB, 900 / 2 * GB, 36 * 18 * 50 * GB),
     # 4 such racks (72 trays) on a rail-optimized fabric: the bisection cuts between racks, half the GPUs x 50 GB/s
     "gb200-nvl72-4rack": (288, 72, 18 * 50 * GB, 400 / 8 * GB, 900 / 2 * GB, 288 / 2 * 50 * GB),
+    # GB300: the same trays with one ConnectX-8 800G per GPU (its own PCIe switch); racks joined at 100 GB/s per GPU
+    "gb300-nvl72": (72, 18, 18 * 50 * GB, 800 / 8 * GB, 900 / 2 * GB, 36 * 18 * 50 * GB),
+    "gb300-nvl72-4rack": (288, 72, 18 * 50 * GB, 800 / 8 * GB, 900 / 2 * GB, 288 / 2 * 100 * GB),
     # PCIe only; 400G NIC per 2 GPUs; bisection min(UPI 4 x 32 GB/s, 4 GPU Gen4 links x 32 GB/s)
     "pcie-8x-l40s": (8, 1, 0.0, 400 / 8 * GB / 2, 32 * GB, 4 * 32 * GB),
     # rail-optimized clusters: bisection = half of the GPUs x their 50 GB/s NIC

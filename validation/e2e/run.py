@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 CASES = HERE / "training.yaml"
 TARGET_MEDIAN, TARGET_MAX = 0.10, 0.20
 GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "h800-8node": 8, "hgx-h200": 8}
-"""GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72: 4 per compute tray, see _gb200)."""
+"""GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72, gb300-nvl72: 4 per compute tray, see _gb200)."""
 MAX_SIMULATED_GPUS = 512
 """Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
 PROBE_MAX_GPUS = 1024
@@ -238,22 +238,22 @@ GB200_TRAYS_PER_RACK_IN_JOB = 16
 multi-rack GB200 runs are laid out (MLPerf Training v5.0: 2,496 GPUs = 39 racks x 64)."""
 
 
-def _gb200(gpus: int, folder: Path) -> str:
-    """GB200 NVL72 racks cut to ``gpus`` GPUs (gpus / 4 compute trays), as a file: up to 72 GPUs the
-    ``gb200-nvl72`` rack (one NVLink domain); beyond it ``gb200-nvl72-4rack``'s racks, each contributing
-    :data:`GB200_TRAYS_PER_RACK_IN_JOB` trays (tray n in rack n // 16), joined by its rail-optimized InfiniBand
-    fabric."""
+def _gb200(gpus: int, folder: Path, family: str = "gb200") -> str:
+    """GB200 (or, ``family="gb300"``, GB300) NVL72 racks cut to ``gpus`` GPUs (gpus / 4 compute trays), as a file:
+    up to 72 GPUs the ``<family>-nvl72`` rack (one NVLink domain); beyond it ``<family>-nvl72-4rack``'s racks, each
+    contributing :data:`GB200_TRAYS_PER_RACK_IN_JOB` trays (tray n in rack n // 16), joined by its rail-optimized
+    compute fabric."""
     import yaml
 
     from cosim.topology import find_topology
 
     if gpus % 4:
-        raise _NotRun(f"{gpus} GPUs is not a whole number of 4-GPU GB200 compute trays")
+        raise _NotRun(f"{gpus} GPUs is not a whole number of 4-GPU {family.upper()} compute trays")
     n = gpus // 4
     per = GB200_TRAYS_PER_RACK_IN_JOB
-    preset = "gb200-nvl72" if gpus <= 72 else "gb200-nvl72-4rack"
+    preset = f"{family}-nvl72" if gpus <= 72 else f"{family}-nvl72-4rack"
     doc = yaml.safe_load(find_topology(preset).read_text(encoding="utf-8"))
-    doc["name"] = f"gb200-nvl72-{gpus}gpu"
+    doc["name"] = f"{family}-nvl72-{gpus}gpu"
     doc["nodes"] = n
     for link in doc["links"]:
         if isinstance(link.get("repeat"), dict) and "n" in link["repeat"]:
@@ -263,7 +263,7 @@ def _gb200(gpus: int, folder: Path) -> str:
     for dev in doc["devices"]:
         if dev.get("kind") == "nvswitch" and "count" in dev:
             dev["count"] = -(-n // per)  # one NVLink domain per rack
-    out = folder / f"gb200-nvl72-{gpus}gpu.yaml"
+    out = folder / f"{family}-nvl72-{gpus}gpu.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return str(out)
 
@@ -273,8 +273,8 @@ class _NotRun(Exception):
 
 
 def _topology(case: Case, folder: Path) -> tuple[str, int | None]:
-    if case.system == "gb200-nvl72":
-        return _gb200(case.gpus, folder), None
+    if case.system in ("gb200-nvl72", "gb300-nvl72"):
+        return _gb200(case.gpus, folder, case.system.split("-")[0]), None
     per = GPUS_PER_NODE.get(case.system)
     if per is None:
         raise _NotRun(f"no rule to scale system {case.system!r} to {case.gpus} GPUs")
