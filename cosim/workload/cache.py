@@ -35,7 +35,7 @@ import numpy as np
 
 from cosim.workload.graph import SCHEMA_VERSION, ExecutionGraph
 
-__all__ = ["cache_dir", "cache_key", "load_cached", "read_entry", "store", "write_entry"]
+__all__ = ["cache_dir", "cache_key", "file_digest", "load_cached", "read_entry", "store", "write_entry"]
 
 #: Entries kept in the cache folder; older ones are removed when a new one is written.
 MAX_ENTRIES = 256
@@ -76,18 +76,43 @@ def _code_digest() -> bytes:
     return h.digest()
 
 
+_DIGESTS: dict[tuple[str, int, int, int, int, int], bytes] = {}
+"""SHA-256 of files hashed in this process, by (path, device, inode, size, modification and change times in ns)."""
+_DIGESTS_KEPT = 4096
+_RACY_NS = 2_000_000_000
+"""A file changed less than this long ago is hashed on every load (its times may not yet tell a second write
+within the file system's timestamp granularity, a few ms, from the first: git's "racily clean" rule)."""
+
+
+def file_digest(f: Path) -> bytes:
+    """SHA-256 of the bytes of ``f``, remembered for the process while the file's identity and times are those
+    it was hashed with: a write changes its change time (``st_ctime_ns``, which no program can set back), so a
+    file changed since is hashed again; repeated loads of one trace (a sweep, a calibration, the API in a loop)
+    hash it once. A file changed within the last :data:`_RACY_NS` is always hashed."""
+    path = str(f.resolve())
+    st = os.stat(path)
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    d = _DIGESTS.get(key)
+    if d is None:
+        with open(path, "rb") as fh:
+            d = (hashlib.file_digest(fh, "sha256").digest() if hasattr(hashlib, "file_digest")
+                 else hashlib.sha256(fh.read()).digest())
+        if time.time_ns() - st.st_ctime_ns < _RACY_NS or os.stat(path).st_ctime_ns != st.st_ctime_ns:
+            return d  # changed within the file system's timestamp granularity, or while hashed: not remembered
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            del _DIGESTS[next(iter(_DIGESTS))]
+        _DIGESTS[key] = d
+    return d
+
+
 def cache_key(files: list[Path], time_unit: str | None) -> str:
-    """Hex digest naming the cache entry of ``files`` loaded with ``time_unit`` (reads every file once)."""
+    """Hex digest naming the cache entry of ``files`` loaded with ``time_unit`` (each file's bytes hashed by
+    :func:`file_digest`)."""
     h = hashlib.sha256(_code_digest())
     h.update(repr(time_unit).encode())
     for f in files:
         h.update(str(f.resolve()).encode() + b"\0")
-        with open(f, "rb") as fh:
-            h.update(
-                hashlib.file_digest(fh, "sha256").digest()
-                if hasattr(hashlib, "file_digest")
-                else hashlib.sha256(fh.read()).digest()
-            )
+        h.update(file_digest(f))
     return h.hexdigest()[:40]
 
 
