@@ -793,8 +793,9 @@ def _head_anchors(rg: RankGraph, walk: _HostWalk, orphan: dict[int, float], stre
 
 PROGRAMS_KEPT = 64
 """Compiled programs :func:`compile_rank` remembers in a process (least recently used go first) ..."""
-PROGRAM_OPS_KEPT = 2_000_000
-"""... and the most host + GPU ops they may hold together (a program costs ~100-200 bytes an op)."""
+PROGRAM_OPS_KEPT = 250_000
+"""... and the most host + GPU ops they may hold together (a program holds ~250 bytes an op: the v100 HTA
+trace's 123 k ops ~30 MiB; this bound ~60 MiB)."""
 _PROGRAMS: OrderedDict[tuple[Any, ...], tuple[RankProgram, int]] = OrderedDict()
 _cfg_text: tuple[ReplayConfig | None, str] = (None, "")
 
