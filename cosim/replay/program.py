@@ -131,6 +131,11 @@ class RankProgram:
     predecessor if any, and its ``gpu_preds`` (the executor's starting countdown, copied per replay)."""
     gpu_succ: list[list[int]] | None = None
     """GPU op -> GPU ops that wait for it (``gpu_preds`` and ``gpu_stream_pred`` inverted; read-only)."""
+    measured: dict[str, Any] | None = None
+    """The summary's figures of the trace itself for this rank (its measured step times and breakdown), which
+    depend on the rank's graph alone: worked out by the first summary of a replay with this program and kept
+    here, so replays that share the program (:func:`compile_rank`'s memo) share them (the one field set after
+    compiling)."""
 
 
 THREADS_PER_SM = 2048
@@ -833,7 +838,8 @@ def compile_rank(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: float
     A pure function of its arguments, remembered for the process: a rank of identical content (
     :func:`rank_digest`), durations, config, launch latency, offset and SM count compiles once (a cached
     replay of a loaded graph, a sweep over knobs compile does not read the same way). The program returned is
-    shared: it is read, never changed, by the executor, the summary and the link report.
+    shared: it is read, never changed, by the executor, the summary and the link report (but for
+    :attr:`RankProgram.measured`, which the summary fills once).
     """
     dur = np.ascontiguousarray(gpu_dur, dtype=float)
     key = (rank_digest(rg), dur.tobytes(), _config_text(cfg), float(default_launch_latency), float(offset),
