@@ -267,9 +267,11 @@ def write_entry(path: Path, graph: ExecutionGraph) -> None:
         write(cd + tail)
 
 
-def _index(data: bytearray) -> dict[str, Any] | None:
+def _index(data: memoryview) -> dict[str, Any] | None:
     """The entry's index (module docstring), or None when the zip comment does not name one."""
-    eocd = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 64))
+    tail = max(0, len(data) - 22 - 64)
+    eocd = bytes(data[tail:]).rfind(b"PK\x05\x06")
+    eocd = eocd + tail if eocd >= 0 else -1
     if eocd < 0:
         return None
     (clen,) = struct.unpack_from("<H", data, eocd + 20)
@@ -287,17 +289,24 @@ def read_entry(path: Path) -> ExecutionGraph:
     """Read an entry written by :func:`write_entry` (one read; every array a writable view of it); an
     ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`. Raises on a damaged entry."""
     with open(path, "rb") as fh:
-        data = bytearray(os.fstat(fh.fileno()).st_size)
-        if fh.readinto(data) != len(data):
+        size = os.fstat(fh.fileno()).st_size
+        buf = np.empty(size, np.uint8)  # not zeroed first, as a bytearray is: the read fills it
+        if fh.readinto(buf.data) != size:
             raise ValueError("short read")
+    data = buf.data
     index = _index(data)
     if index is None or index.get("version") != 1:
         return ExecutionGraph.from_npz(path)
     arrays: dict[str, np.ndarray] = {}
+    dtypes: dict[str, np.dtype] = {}
+    frombuffer = np.frombuffer
     for name, (off, dtype, shape) in index["arrays"].items():
-        dt = np.dtype(dtype)
-        count = math.prod(shape)
-        if off < 0 or off + count * dt.itemsize > len(data):
+        dt = dtypes.get(dtype)
+        if dt is None:
+            dt = dtypes[dtype] = np.dtype(dtype)
+        count = shape[0] if len(shape) == 1 else math.prod(shape)
+        if off < 0 or count < 0 or off + count * dt.itemsize > size:
             raise ValueError(f"array {name} past the end of the entry")
-        arrays[name] = np.frombuffer(data, dt, count, off).reshape(shape)
+        a = frombuffer(data, dt, count, off)
+        arrays[name] = a if len(shape) == 1 else a.reshape(shape)
     return ExecutionGraph.from_arrays(arrays, set(arrays), path)
