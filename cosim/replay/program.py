@@ -920,11 +920,13 @@ def _successors(preds: list[list[int]], stream_pred: list[int]) -> list[list[int
     executor releases them in)."""
     succ: list[list[int]] = [[] for _ in range(len(preds))]
     for d, ps in enumerate(preds):
-        for p in ps:
-            succ[p].append(d)
-    for d, p in enumerate(stream_pred):
-        if p >= 0:
-            succ[p].append(d)
+        if ps:
+            for p in ps:
+                succ[p].append(d)
+    sp = np.asarray(stream_pred, dtype=np.int64)
+    ds = (sp >= 0).nonzero()[0]
+    for p, d in zip(sp[ds].tolist(), ds.tolist()):
+        succ[p].append(d)
     return succ
 
 
