@@ -84,12 +84,12 @@ _RACY_NS = 2_000_000_000
 within the file system's timestamp granularity, a few ms, from the first: git's "racily clean" rule)."""
 
 
-def file_digest(f: Path) -> bytes:
+def file_digest(f: Path | str) -> bytes:
     """SHA-256 of the bytes of ``f``, remembered for the process while the file's identity and times are those
     it was hashed with: a write changes its change time (``st_ctime_ns``, which no program can set back), so a
     file changed since is hashed again; repeated loads of one trace (a sweep, a calibration, the API in a loop)
     hash it once. A file changed within the last :data:`_RACY_NS` is always hashed."""
-    path = str(f.resolve())
+    path = os.path.realpath(f)
     st = os.stat(path)
     key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     d = _DIGESTS.get(key)
@@ -111,8 +111,9 @@ def cache_key(files: list[Path], time_unit: str | None) -> str:
     h = hashlib.sha256(_code_digest())
     h.update(repr(time_unit).encode())
     for f in files:
-        h.update(str(f.resolve()).encode() + b"\0")
-        h.update(file_digest(f))
+        path = os.path.realpath(f)  # Path.resolve's result, without its per-call objects
+        h.update(path.encode() + b"\0")
+        h.update(file_digest(path))
     return h.hexdigest()[:40]
 
 
