@@ -10,7 +10,9 @@ job, which is loaded as its Kineto folder, its ET folder and both together) with
 writes the graph's arrays (``ExecutionGraph.npz_arrays``) and the replay summaries (identity, and
 simulated collectives) less their wall-clock fields; a trace the importer refuses records its error
 line instead. It then loads each trace a second time through a fresh load cache (first load, then the
-cached load) and checks that both give the same arrays as the uncached import. ``compare`` reports
+cached load) and checks that both give the same arrays as the uncached import, and that replaying the cached
+graph again (its programs taken from compile's memo, the link attribution's from its own) gives the same
+summaries. ``compare`` reports
 every difference and exits 1 when there is one.
 """
 
@@ -97,10 +99,17 @@ def dump(out: Path) -> int:
         with tempfile.TemporaryDirectory() as tmp:  # first and cached load give the same graph
             os.environ["COSIM_CACHE_DIR"] = tmp
             for which in ("first", "cached"):
-                d = _same(arrays, load_trace(src).npz_arrays())
+                g2 = load_trace(src)
+                d = _same(arrays, g2.npz_arrays())
                 if d:
                     bad += 1
                     print(f"{name}: {which} load through the cache differs: {d[:5]}")
+            for mode in ("measured", "simulated"):  # the cached graph's programs come from compile's memo
+                if "error" not in summaries[mode]:
+                    again = _strip(replay(g2, config=ReplayConfig(collectives=mode)).summary())
+                    if again != summaries[mode]:
+                        bad += 1
+                        print(f"{name}: {mode} replay of the cached graph (compiled programs reused) differs")
     (out / "summaries.json").write_text(json.dumps(results, indent=1, sort_keys=True, default=str))
     print(f"{len(results)} traces dumped to {out}")
     return 1 if bad else 0

@@ -100,3 +100,34 @@ def test_entry_zip_structure(tmp_path: Path, graph: ExecutionGraph, monkeypatch:
             for k, a in arrays.items():
                 assert z[k].dtype == a.dtype and z[k].tobytes() == np.ascontiguousarray(a).tobytes(), k
         _same_graph(graph, cache.read_entry(p))
+
+
+def test_file_digests_remembered_until_the_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cache_key hashes a file's bytes once per process while its identity and times stay those it was hashed
+    with; a file changed since (same size, modification time set back) gets its new content's key; a file
+    changed within the racy window is hashed on every call."""
+    import hashlib
+    import os
+
+    monkeypatch.setattr(cache, "_DIGESTS", {})
+    f = tmp_path / "t.json"
+    f.write_bytes(b"[1, 2, 3]")
+    old = 1_600_000_000_000_000_000
+    os.utime(f, ns=(old, old))
+    monkeypatch.setattr(cache, "_RACY_NS", 0)  # ctime is now: let it be remembered
+    k1 = cache.cache_key([f], None)
+    assert cache.file_digest(f) == hashlib.sha256(b"[1, 2, 3]").digest() and len(cache._DIGESTS) == 1
+    reads: list[Path] = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: reads.append(Path(p)) or real_open(p, *a, **k))
+    assert cache.cache_key([f], None) == k1 and not reads  # remembered: not read again
+    monkeypatch.setattr("builtins.open", real_open)
+    f.write_bytes(b"[1, 2, 4]")  # same size
+    os.utime(f, ns=(old, old))  # modification time set back: the change time still moves
+    k2 = cache.cache_key([f], None)
+    if os.stat(f).st_ctime_ns == next(iter(cache._DIGESTS))[5]:
+        pytest.skip("the file system's change time did not move (granularity)")
+    assert k2 != k1 and cache.file_digest(f) == hashlib.sha256(b"[1, 2, 4]").digest()
+    monkeypatch.setattr(cache, "_DIGESTS", {})
+    monkeypatch.setattr(cache, "_RACY_NS", 10**18)  # every file "just changed": never remembered
+    assert cache.cache_key([f], None) == k2 and not cache._DIGESTS

@@ -3,6 +3,8 @@ op-by-op pre-order walk, worked by hand on a small thread and exactly (bit for b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -183,3 +185,50 @@ def test_depth_column_used_only_when_it_agrees() -> None:
     assert _preorder(np.array([-1, 0, -1, 1]), 0, 4, np.array([0, 1, 0, 2], np.int16)) is None
     sub = _preorder(parent, 1, 4, np.array([0, 1, 2, 1, 0, 1], np.int16))  # a block not starting at 0
     assert sub is None  # op 1's parent lies before the block
+
+
+def test_compiled_programs_remembered_by_content(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile_rank compiles a rank of identical content, durations and settings once per process (a cached
+    reload gets the program compiled for the first load); a graph changed in place, other durations or another
+    config compile anew; the executor's starting countdown and successor lists compiled with the program are
+    those it would build itself; and a replay with the remembered programs gives the same summary."""
+    shared = shared_dir()
+    rel = "param-dlrm-v100x8/kineto/worker0_step_12.1694128201545.pt.trace.json.gz"
+    if shared is None or not (shared / "traces" / rel).exists():
+        pytest.skip("../shared not found: real-trace test skipped (set COSIM_SHARED)")
+    from cosim.replay import ReplayConfig, replay
+    from cosim.replay import program as P
+    from cosim.workload import load_trace
+
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(P, "_PROGRAMS", type(P._PROGRAMS)())
+    calls: list[int] = []
+    orig = P.compile_program
+    monkeypatch.setattr(P, "compile_program", lambda *a, **k: calls.append(1) or orig(*a, **k))
+    cfg = ReplayConfig()
+    first = load_trace(shared / "traces" / rel)
+    again = load_trace(shared / "traces" / rel)  # from the load cache: new arrays, same content
+    rg, rg2 = first.ranks[0], again.ranks[0]
+    dur = rg.gpu_ops.dur.copy()
+    p1 = P.compile_rank(rg, cfg, 4e-6, dur)
+    assert P.compile_rank(rg2, cfg, 4e-6, dur.copy()) is p1 and len(calls) == 1
+    assert P.compile_rank(rg2, ReplayConfig(host_speed=2.0), 4e-6, dur) is not p1  # another config
+    assert P.compile_rank(rg2, cfg, 4e-6, dur * 2) is not p1  # other durations
+    assert P.compile_rank(rg2, cfg, 4e-6, dur, offset=1e-3) is not p1
+    rg2.host_ops.dur[3] += 1e-6  # changed in place after loading: another content
+    p2 = P.compile_rank(rg2, cfg, 4e-6, dur)
+    assert p2 is not p1 and len(calls) == 5
+    # the countdown and successors compiled with the program are those the executor derives
+    assert p1.gpu_waits == [len(p) + 1 + (s >= 0) for p, s in zip(p1.gpu_preds, p1.gpu_stream_pred)]
+    succ: list[list[int]] = [[] for _ in p1.gpu_preds]
+    for d, ps in enumerate(p1.gpu_preds):
+        for p in ps:
+            succ[p].append(d)
+    for d, p in enumerate(p1.gpu_stream_pred):
+        if p >= 0:
+            succ[p].append(d)
+    assert p1.gpu_succ == succ
+    a = replay(first, config=cfg).summary()
+    b = replay(load_trace(shared / "traces" / rel), config=cfg).summary()  # its programs from the memo
+    wall = {"sim_wall_s", "ops_per_wall_s"}
+    assert {k: v for k, v in a.items() if k not in wall} == {k: v for k, v in b.items() if k not in wall}

@@ -113,17 +113,20 @@ class _Rank:
         self.meet = [NAN] * n
         self.bound = [BOUND_LAUNCH] * n
         self.bound_src = [-1] * n
-        sp = prog.gpu_stream_pred
-        self.pending = [len(p) + 1 + (s >= 0) for p, s in zip(prog.gpu_preds, sp)]
-        succ: list[list[int]] = [[] for _ in range(n)]
-        for d, ps in enumerate(prog.gpu_preds):
-            for p in ps:
-                succ[p].append(d)
-        spa = np.asarray(sp, dtype=np.int64)
-        ds = np.flatnonzero(spa >= 0)
-        for p, d in zip(spa[ds].tolist(), ds.tolist()):
-            succ[p].append(d)
-        self.succ = succ
+        if prog.gpu_waits is not None and prog.gpu_succ is not None:  # compiled with the program
+            self.pending = prog.gpu_waits.copy()
+            self.succ = prog.gpu_succ
+        else:
+            sp = prog.gpu_stream_pred
+            self.pending = [len(p) + 1 + (s >= 0) for p, s in zip(prog.gpu_preds, sp)]
+            succ: list[list[int]] = [[] for _ in range(n)]
+            for d, ps in enumerate(prog.gpu_preds):
+                for p in ps:
+                    succ[p].append(d)
+            for d, p in enumerate(sp):
+                if p >= 0:
+                    succ[p].append(d)
+            self.succ = succ
         self.waiters: dict[int, list[list[Any]]] = {}
         self.coll_key: dict[int, Any] = {}
         self.coll_algo: dict[int, tuple[str, str]] = {}

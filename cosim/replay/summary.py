@@ -415,13 +415,27 @@ def nan_to_none(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def _measured(rg: RankGraph, prog: RankProgram, run: RankRun) -> tuple[dict[str, Any], dict[str, float]]:
+    """The trace's own step times and breakdown of rank ``rg`` (its measured GPU op times), kept on its program
+    (:attr:`RankProgram.measured`: compiled from ``rg``, shared by replays of the same content). ``run`` is not
+    read: :func:`breakdown` of given times reads no simulated bound."""
+    got = prog.measured
+    if got is None:
+        G = rg.gpu_ops
+        end = G.start + G.dur
+        meas = step_times(G.step, G.start, end, G.launch >= 0)
+        bd = breakdown(rg, run, meas["window"], meas["n_periods"], start=G.start, end=end)
+        got = prog.measured = {"steps": meas, "breakdown": bd}
+    return got["steps"], got["breakdown"]
+
+
 def summarize(res: Any) -> dict[str, Any]:
     """The documented ``summary.json`` of a finished replay (a :class:`cosim.replay.ReplayResult`), JSON-ready."""
     ranks = []
     windows = []
     for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
         G = rg.gpu_ops
-        meas = step_times(G.step, G.start, G.start + G.dur, G.launch >= 0)
+        meas, bd_meas = _measured(rg, prog, run)
         sim = step_times(G.step, run.gpu_start, run.gpu_end, G.launch >= 0)
         st_rows = rg.steps
         cpu_meas, cpu_sim = [], []
@@ -437,7 +451,6 @@ def summarize(res: Any) -> dict[str, Any]:
                 cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
         bd = breakdown(rg, run, sim["window"], sim["n_periods"])
         windows.append((*sim["window"], sim["n_periods"]))
-        bd_meas = breakdown(rg, run, meas["window"], meas["n_periods"], start=G.start, end=G.start + G.dur)
         cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
         per_step = []

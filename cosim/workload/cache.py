@@ -35,7 +35,7 @@ import numpy as np
 
 from cosim.workload.graph import SCHEMA_VERSION, ExecutionGraph
 
-__all__ = ["cache_dir", "cache_key", "load_cached", "read_entry", "store", "write_entry"]
+__all__ = ["cache_dir", "cache_key", "file_digest", "load_cached", "read_entry", "store", "write_entry"]
 
 #: Entries kept in the cache folder; older ones are removed when a new one is written.
 MAX_ENTRIES = 256
@@ -76,18 +76,44 @@ def _code_digest() -> bytes:
     return h.digest()
 
 
+_DIGESTS: dict[tuple[str, int, int, int, int, int], bytes] = {}
+"""SHA-256 of files hashed in this process, by (path, device, inode, size, modification and change times in ns)."""
+_DIGESTS_KEPT = 4096
+_RACY_NS = 2_000_000_000
+"""A file changed less than this long ago is hashed on every load (its times may not yet tell a second write
+within the file system's timestamp granularity, a few ms, from the first: git's "racily clean" rule)."""
+
+
+def file_digest(f: Path | str) -> bytes:
+    """SHA-256 of the bytes of ``f``, remembered for the process while the file's identity and times are those
+    it was hashed with: a write changes its change time (``st_ctime_ns``, which no program can set back), so a
+    file changed since is hashed again; repeated loads of one trace (a sweep, a calibration, the API in a loop)
+    hash it once. A file changed within the last :data:`_RACY_NS` is always hashed."""
+    path = os.path.realpath(f)
+    st = os.stat(path)
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    d = _DIGESTS.get(key)
+    if d is None:
+        with open(path, "rb") as fh:
+            d = (hashlib.file_digest(fh, "sha256").digest() if hasattr(hashlib, "file_digest")
+                 else hashlib.sha256(fh.read()).digest())
+        if time.time_ns() - st.st_ctime_ns < _RACY_NS or os.stat(path).st_ctime_ns != st.st_ctime_ns:
+            return d  # changed within the file system's timestamp granularity, or while hashed: not remembered
+        if len(_DIGESTS) >= _DIGESTS_KEPT:
+            del _DIGESTS[next(iter(_DIGESTS))]
+        _DIGESTS[key] = d
+    return d
+
+
 def cache_key(files: list[Path], time_unit: str | None) -> str:
-    """Hex digest naming the cache entry of ``files`` loaded with ``time_unit`` (reads every file once)."""
+    """Hex digest naming the cache entry of ``files`` loaded with ``time_unit`` (each file's bytes hashed by
+    :func:`file_digest`)."""
     h = hashlib.sha256(_code_digest())
     h.update(repr(time_unit).encode())
     for f in files:
-        h.update(str(f.resolve()).encode() + b"\0")
-        with open(f, "rb") as fh:
-            h.update(
-                hashlib.file_digest(fh, "sha256").digest()
-                if hasattr(hashlib, "file_digest")
-                else hashlib.sha256(fh.read()).digest()
-            )
+        path = os.path.realpath(f)  # Path.resolve's result, without its per-call objects
+        h.update(path.encode() + b"\0")
+        h.update(file_digest(path))
     return h.hexdigest()[:40]
 
 
@@ -242,9 +268,11 @@ def write_entry(path: Path, graph: ExecutionGraph) -> None:
         write(cd + tail)
 
 
-def _index(data: bytearray) -> dict[str, Any] | None:
+def _index(data: memoryview) -> dict[str, Any] | None:
     """The entry's index (module docstring), or None when the zip comment does not name one."""
-    eocd = data.rfind(b"PK\x05\x06", max(0, len(data) - 22 - 64))
+    tail = max(0, len(data) - 22 - 64)
+    eocd = bytes(data[tail:]).rfind(b"PK\x05\x06")
+    eocd = eocd + tail if eocd >= 0 else -1
     if eocd < 0:
         return None
     (clen,) = struct.unpack_from("<H", data, eocd + 20)
@@ -262,17 +290,24 @@ def read_entry(path: Path) -> ExecutionGraph:
     """Read an entry written by :func:`write_entry` (one read; every array a writable view of it); an
     ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`. Raises on a damaged entry."""
     with open(path, "rb") as fh:
-        data = bytearray(os.fstat(fh.fileno()).st_size)
-        if fh.readinto(data) != len(data):
+        size = os.fstat(fh.fileno()).st_size
+        buf = np.empty(size, np.uint8)  # not zeroed first, as a bytearray is: the read fills it
+        if fh.readinto(buf.data) != size:
             raise ValueError("short read")
+    data = buf.data
     index = _index(data)
     if index is None or index.get("version") != 1:
         return ExecutionGraph.from_npz(path)
     arrays: dict[str, np.ndarray] = {}
+    dtypes: dict[str, np.dtype] = {}
+    frombuffer = np.frombuffer
     for name, (off, dtype, shape) in index["arrays"].items():
-        dt = np.dtype(dtype)
-        count = math.prod(shape)
-        if off < 0 or off + count * dt.itemsize > len(data):
+        dt = dtypes.get(dtype)
+        if dt is None:
+            dt = dtypes[dtype] = np.dtype(dtype)
+        count = shape[0] if len(shape) == 1 else math.prod(shape)
+        if off < 0 or count < 0 or off + count * dt.itemsize > size:
             raise ValueError(f"array {name} past the end of the entry")
-        arrays[name] = np.frombuffer(data, dt, count, off).reshape(shape)
+        a = frombuffer(data, dt, count, off)
+        arrays[name] = a if len(shape) == 1 else a.reshape(shape)
     return ExecutionGraph.from_arrays(arrays, set(arrays), path)
