@@ -61,6 +61,10 @@ def test_moe_layer_host_bad_input(tmp_path: Path) -> None:
     bad.write_bytes(b"not gzip")
     with pytest.raises(CosimInputError, match="not a readable gzipped Kineto trace"):
         moe_layer_host(bad)
+    # an annotation without its duration: one input error, not a KeyError
+    nodur = [_layer(0.0, 10.0), {"ph": "X", "cat": "user_annotation", "name": "MoE[experts=4]", "ts": 100.0}]
+    with pytest.raises(CosimInputError, match="event 'MoE\\[experts=4\\]' has no numeric ts and dur"):
+        moe_layer_host(_trace(tmp_path / "nodur.json.gz", nodur))
 
 
 def test_b300_moe_host_per_kernel_is_not_above_cosims_eager_cost() -> None:

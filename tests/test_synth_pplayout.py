@@ -46,7 +46,11 @@ def test_parse_layout_strings_by_hand() -> None:
             ("Et|tt|L", 3, 2, 0, "has 3 decoder layers \\(t\\), the model 2"),
             ("Et|t|L", 3, 2, 1, "has 0 MTP layers \\(m\\), the run 1"),
             ("Em|tt|L", 3, 2, 1, "MTP layer \\(m\\) before a decoder layer"),
-            ("Et|tm|mL", 3, 2, 2, "must sit in one stage")]:
+            ("Et|tm|mL", 3, 2, 2, "must sit in one stage"),
+            # a repeat far past the run's layers is refused before it is unrolled (no MemoryError)
+            ("Et*99999999999|t|L", 3, 2, 0, "repeat 't\\*99999999999' unrolls past"),
+            ("E(t|)*99999999999L", 3, 2, 0, "repeat '\\(t\\|\\)\\*99999999999' unrolls past"),
+            ("E((t|)*9)*9L", 3, 2, 0, "unrolls past")]:
         with pytest.raises(CosimInputError, match=msg):
             parse_pipeline_layout(text, chunks, layers, mtp_n)
 
@@ -57,6 +61,10 @@ def test_layout_field_resolves_and_errors_name_it() -> None:
     assert rm.chunk_layers == [[], [0, 1], [], []] and rm.mtp_chunk == 3
     with pytest.raises(CosimInputError, match=r"^layout.pipeline_model_parallel_layout: 'Et\|t\|mL' has 3 stages"):
         ParallelLayout(pp=2, vpp=2, pipeline_model_parallel_layout="Et|t|mL").resolve(card, 8)
+    # Megatron-Core (validate_layer_layout) keeps the MTP layers in a rank's last virtual stage
+    with pytest.raises(CosimInputError, match=r"layout.pipeline_model_parallel_layout: the MTP layers \(m\) on chunk 1, "
+                                              "virtual stage 0 of 2"):
+        ParallelLayout(pp=2, vpp=2, pipeline_model_parallel_layout="Et|tm||L").resolve(card, 8)
     with pytest.raises(CosimInputError, match="pipeline_model_parallel_layout: excludes pipeline_layers"):
         ParallelLayout(pp=2, pipeline_layers=[1, 1], pipeline_model_parallel_layout="Et|tmL").resolve(card, 8)
 

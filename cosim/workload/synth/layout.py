@@ -43,10 +43,23 @@ def parse_pipeline_layout(text: str, chunks: int, num_layers: int, mtp_layers: i
     ``pipeline_model_parallel_layout`` string such as ``"Et*3|(tt|)*29m|L"`` (:data:`LAYOUT_SOURCE`) over ``chunks``
     = pp x vpp model chunks; a malformed or inconsistent string is a one-line error naming ``where``."""
     s = text.replace(",", "").replace(" ", "")
+    # a valid layout unrolls to one symbol per layer plus E, L and the '|' between chunks: a longer unrolling is
+    # refused before it is built (a repeat such as t*99999999999 would otherwise exhaust memory)
+    limit = len(text) + num_layers + mtp_layers + chunks + 1
+
+    def unroll(g: re.Match[str]) -> str:
+        if len(g.group(1)) * int(g.group(2)) > limit:
+            raise CosimInputError(f"{where}: {text!r}: the repeat {g.group(0)!r} unrolls past the {num_layers} decoder "
+                                  f"layers, {mtp_layers} MTP layers and {chunks} stages of the run")
+        return g.group(1) * int(g.group(2))
+
     group = re.compile(r"\(([^()]*)\)\*(\d+)")
     while group.search(s):
-        s = group.sub(lambda g: g.group(1) * int(g.group(2)), s)
-    s = re.sub(r"([^|()*\d])\*(\d+)", lambda g: g.group(1) * int(g.group(2)), s)
+        s = group.sub(unroll, s)
+        if len(s) > limit:
+            raise CosimInputError(f"{where}: {text!r} unrolls past the {num_layers} decoder layers, {mtp_layers} MTP "
+                                  f"layers and {chunks} stages of the run")
+    s = re.sub(r"([^|()*\d])\*(\d+)", unroll, s)
     bad = sorted(set(s) - set(_LAYOUT_SYMBOLS + "|"))
     if bad:
         raise CosimInputError(f"{where}: {text!r}: unexpected {''.join(bad)!r} (symbols E t m L, '|' between stages, "
@@ -243,6 +256,9 @@ class RankMap:
             if mc is not None:
                 if pp > 1 and mc % pp == 0:
                     raise bad(field, f"the MTP layers (m) on a chunk of the first stage (chunk {mc}) are not modelled")
+                if mc < (vpp - 1) * pp:  # Megatron-Core validate_layer_layout: MTP in its rank's last virtual stage
+                    raise bad(field, f"the MTP layers (m) on chunk {mc}, virtual stage {mc // pp} of {vpp}: "
+                                     "Megatron-Core puts them in a rank's last virtual stage")
                 self.mtp_chunk = mc
         elif lay.pipeline_layers is not None:
             pl = lay.pipeline_layers
