@@ -43,7 +43,7 @@ def test_deepep_published_rows_stay_where_results_reports_them() -> None:
 
 
 def test_published_alltoall_rows() -> None:
-    """Published nccl-tests alltoall_perf on GB200 NVL72 (OCI, validation/collectives/published `alltoall`),
+    """Published nccl-tests alltoall_perf on GB200 / GB300 NVL72 (OCI, validation/collectives/published `alltoall`),
     held out. Across racks the all-to-all is bound by each GPU's one NDR NIC, worked by hand for 2 racks x 16
     trays: half of each GPU's peers are in the other rack, so it sends S x 64/128 through a 400 Gb/s port at
     the port's RDMA efficiency (0.94) x the Simple protocol's (fitted 0.980878): 8 GiB x 1/2 / (50e9 x 0.94 x
@@ -51,7 +51,7 @@ def test_published_alltoall_rows() -> None:
     (RESULTS.md, *Published all-to-all*: NVLink 5's copy-engine efficiency vs NCCL's SM-driven p2p)."""
     pub = pytest.importorskip("validation.collectives.published")
     sweeps = {sw["id"]: sw for sw in pub.load(kind="alltoall")}
-    assert len(sweeps) == 5
+    assert len(sweeps) == 8
     two = sweeps["gb200-2rack-alltoall-oci"]
     from cosim.topology import load_topology
 

@@ -161,15 +161,18 @@ def render_alltoall() -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     nvl: list[float] = []
     net: list[float] = []
+    nvl_bus: list[float] = []
     for sw, rows in _a2a_rows():
         for r in rows:
             lines.append(f"| {sw['id']} | {r['ranks']} | {_size(r['size'])} | {r['time_us']:.0f} us | "
                          f"{r['sim_time_us']:.0f} us | {r['measured']:.1f} GB/s | {r['sim']:.1f} GB/s | "
                          f"{r['err'] * 100:+.1f}% |")
             (nvl if nvlink_domain(sw) else net).append(r["err"])
+            if nvlink_domain(sw):
+                nvl_bus.append(r["measured"])
     a = np.abs(np.array(nvl + net))
     lines += ["", "| rows | n | median abs error | max abs error | mean signed error |", "|---|---:|---:|---:|---:|"]
-    for name, e in (("one NVLink domain (4-64 GPUs)", nvl), ("across racks, NIC-bound (128-192 GPUs)", net),
+    for name, e in (("one NVLink domain (4-64 GPUs, GB200 and GB300)", nvl), ("across racks, NIC-bound (128-192 GPUs)", net),
                     ("all", nvl + net)):
         x = np.array(e)
         lines.append(f"| {name} | {x.size} | {np.median(np.abs(x)) * 100:.1f}% | {np.abs(x).max() * 100:.1f}% | "
@@ -184,7 +187,9 @@ def render_alltoall() -> str:
               f"{min(net[2:]) * 100:+.0f}% to {max(net[2:]) * 100:+.0f}% (cosim faster).", "",
               "**Inside one NVLink domain.** cosim's NVLink 5 port runs at 0.856 x 900 GB/s (nvbandwidth's "
               "copy-engine GPU-to-GPU copy, cosim/catalog/data/links.yaml), which puts every all-to-all from 4 to "
-              "64 GPUs at ~754 GB/s busbw; the published runs read 566-662 GB/s (0.63-0.74 of 900), so cosim is "
+              f"64 GPUs at ~754 GB/s busbw; the published runs read {min(nvl_bus):.0f}-{max(nvl_bus):.0f} GB/s "
+              f"({min(nvl_bus) / 900:.2f}-{max(nvl_bus) / 900:.2f} of 900; GB200 and GB300, two OCI clusters, "
+              "NCCL 2.28.7 where printed), so cosim is "
               f"{min(nvl) * 100:+.0f}% to {max(nvl) * 100:+.0f}% fast there. The 4-, 8- and 64-GPU rows read "
               "about the same rate, so what binds is per GPU, not per peer or per round of NCCL's p2p schedule. "
               "NCCL's all-to-all is SM-driven p2p (grouped send/recv; a peer on NVLink gets 2 x (path bandwidth / "
