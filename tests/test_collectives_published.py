@@ -47,8 +47,8 @@ def test_published_alltoall_rows() -> None:
     held out. Across racks the all-to-all is bound by each GPU's one NDR NIC, worked by hand for 2 racks x 16
     trays: half of each GPU's peers are in the other rack, so it sends S x 64/128 through a 400 Gb/s port at
     the port's RDMA efficiency (0.94) x the Simple protocol's (fitted 0.980878): 8 GiB x 1/2 / (50e9 x 0.94 x
-    0.980878) = 93.2 ms (published 95.0 ms). Inside one NVLink domain cosim is faster than published
-    (RESULTS.md, *Published all-to-all*: NVLink 5's copy-engine efficiency vs NCCL's SM-driven p2p)."""
+    0.980878) = 93.2 ms (published 95.0 ms). Inside one NVLink domain NCCL's p2p runs at NCCL's NVLink rate
+    (18 x 40.1 GB/s): +3% to +25% (RESULTS.md, *Published all-to-all*; +10% to +33% at the port's rate)."""
     pub = pytest.importorskip("validation.collectives.published")
     sweeps = {sw["id"]: sw for sw in pub.load(kind="alltoall")}
     assert len(sweeps) == 8
@@ -62,9 +62,12 @@ def test_published_alltoall_rows() -> None:
     hand = 2**33 / 2 / (50e9 * 0.94 * 0.980878)
     assert rows[2**33]["sim_time_us"] == pytest.approx(hand * 1e6, rel=0.01)
     assert abs(rows[2**33]["err"]) <= 0.05
+    nvl: list[float] = []
     for sw in sweeps.values():
         for r in pub.simulate(sw):
             if pub.nvlink_domain(sw):
-                assert 0.10 < r["err"] < 0.40, (sw["id"], r)  # NVLink-bound: cosim fast (documented)
+                nvl.append(r["err"])
+                assert 0.0 < r["err"] < 0.26, (sw["id"], r)  # NVLink-bound: cosim still fast (documented)
             else:
                 assert abs(r["err"]) <= 0.15, (sw["id"], r)
+    assert float(np.median(nvl)) <= 0.12
