@@ -1206,14 +1206,17 @@ class Collectives:
                     (segs[rest], nb[rest], self._xeff(plan, net_eff, si, di)[0], crc, 1)]
         xe, cross = self._xeff(plan, eff, si, di)
         if plan.algo == "p2p" and xe >= eff:
-            f = min((self._p2p_nvlink_factor(n) for n in names if n != _NVSW), default=1.0)
-            if f < 1.0:
+            fac = min((self._p2p_nvlink_factor(n) for n in names if n != _NVSW), default=1.0)
+            if fac < 1.0:
                 # NCCL p2p through NVLink: SM-driven copies at NCCL's own NVLink rate (p2p_nvlink_factor),
                 # the flows that cross a NIC at the protocol's efficiency and their NIC / channel caps
                 node = np.array([self._endpoint_nic(n)[0] for n in names], dtype=np.int64)
                 nvl = node[si] == node[di]
-                return [(segs[m], nb[m], e, cap if rc is None else np.minimum(cap, rc[m]), slot)
-                        for slot, (m, e) in enumerate(((nvl, eff * f), (~nvl, eff)), start=1) if m.any()]
+                parts: list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]] = []
+                for slot, (m, e) in enumerate(((nvl, eff * fac), (~nvl, eff)), start=1):
+                    if m.any():
+                        parts.append((segs[m], nb[m], e, cap if rc is None else np.minimum(cap, rc[m]), slot))
+                return parts
         if xe < eff:
             # a collective across nodes: the flows that cross run at the NIC's channel rate (their
             # efficiency), the others at the protocol's; two pipelined parts, side by side
