@@ -396,6 +396,7 @@ class Collectives:
         """Scratch fabric's segment id -> this fabric's (both append-only): materializing copies each once."""
         self._nic: dict[str, tuple[int, float, float, float, bool, float]] = {}
         self._netcap: dict[tuple[str, tuple[str, ...]], float] = {}
+        self._nvlf: dict[str, float] = {}
         self._a2av_plans: dict[Any, _Plan] = {}
         self._phases: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]] = {}
         """(plan, phase, size, efficiencies, cap) -> the phase's batches (segments, bytes, efficiency, rate cap,
@@ -880,6 +881,24 @@ class Collectives:
             self._nic[name] = hit
         return hit
 
+    def _p2p_nvlink_factor(self, gpu: str) -> float:
+        """Efficiency factor of NCCL point-to-point flows through ``gpu``'s NVLink port to its NVSwitch planes
+        (``NcclParams.p2p_nvlink_factor`` of the port's link type, link count and usable capacity on the
+        fabric); 1 for a rank without NVSwitch links."""
+        hit = self._nvlf.get(gpu)
+        if hit is None:
+            g, fab = self.sim.topo.graph, self.sim.fabric
+            hit = 1.0
+            if gpu in g:
+                sws = [v for v in g.successors(gpu) if g.nodes[v].get("kind") == "nvswitch"]
+                types = {str(g.edges[gpu, v].get("link", "")) for v in sws}
+                if sws and len(types) == 1:
+                    count = sum(int(g.edges[gpu, v].get("count", 1)) for v in sws)
+                    cap = sum(float(fab.capacity[fab.link_id[(gpu, v)]]) for v in sws)
+                    hit = self.params.p2p_nvlink_factor(types.pop(), count, cap)
+            self._nvlf[gpu] = hit
+        return hit
+
     def _bounce_segment(self, src: str, dst: str) -> int:
         """One segment over the host-staged route of a GPU pair whose NIC lacks GPUDirect RDMA:
         GPU -> its CPU (host memory), CPU -> remote CPU over the NICs, CPU -> GPU; a single flow over
@@ -1186,6 +1205,18 @@ class Collectives:
             return [(segs[isnv], nb[isnv], eff, cap, 0),
                     (segs[rest], nb[rest], self._xeff(plan, net_eff, si, di)[0], crc, 1)]
         xe, cross = self._xeff(plan, eff, si, di)
+        if plan.algo == "p2p" and xe >= eff:
+            fac = min((self._p2p_nvlink_factor(n) for n in names if n != _NVSW), default=1.0)
+            if fac < 1.0:
+                # NCCL p2p through NVLink: SM-driven copies at NCCL's own NVLink rate (p2p_nvlink_factor),
+                # the flows that cross a NIC at the protocol's efficiency and their NIC / channel caps
+                node = np.array([self._endpoint_nic(n)[0] for n in names], dtype=np.int64)
+                nvl = node[si] == node[di]
+                parts: list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]] = []
+                for slot, (m, e) in enumerate(((nvl, eff * fac), (~nvl, eff)), start=1):
+                    if m.any():
+                        parts.append((segs[m], nb[m], e, cap if rc is None else np.minimum(cap, rc[m]), slot))
+                return parts
         if xe < eff:
             # a collective across nodes: the flows that cross run at the NIC's channel rate (their
             # efficiency), the others at the protocol's; two pipelined parts, side by side

@@ -195,6 +195,14 @@ class NcclParams:
     NCCL 2.18-2.28, src/graph/paths.cc; NCCL 2.29 uses max(nNICs, ceil(NIC bw / 14 GB/s)))."""
     max_channels: int = 32
     """MAXCHANNELS (NCCL's largest channel count of a communicator)."""
+    p2p_nvlink_bw: dict[str, float] = field(default_factory=dict)
+    """NCCL's bandwidth of one NVLink per generation (bytes/s each way; keys: the link types of
+    cosim/catalog/data/links.yaml, ``nvlink2`` ... ``nvlink5``): the SMxx_NVLINK_BW constants of
+    src/graph/topo.h (ncclTopoNVLinkBw: 20.0 / 20.0 / 20.6 / 40.1 GB/s for SM70 / SM80 / SM90 / SM100), with
+    which NCCL rates a GPU's NVLink path (links x this) and gives a NVLink peer its p2p channels
+    (ncclTopoGetNchannels). Its point-to-point traffic (send/recv, all-to-all: SM-driven copies, one CTA per
+    channel) moves at most links x this through a GPU's NVLink port (:meth:`p2p_nvlink_factor`); empty: no
+    such limit."""
 
     # ------------------------------------------------------------ latency
     def latency(self, shape: Shape, algo: str, proto: str, use_fit: bool = True) -> float:
@@ -415,6 +423,19 @@ class NcclParams:
             return math.inf
         return self.net_channels(algo, nranks, nic_bw, nics) * self.net_channel_bw
 
+    def p2p_nvlink_factor(self, link: str, count: int, capacity: float) -> float:
+        """Efficiency factor of NCCL point-to-point flows through a GPU's NVLink port of ``count`` links of
+        type ``link`` whose usable capacity on the fabric is ``capacity`` bytes/s (links x line rate x the
+        link's efficiency): ``min(1, count x p2p_nvlink_bw[link] / capacity)``, 1 for a link type NCCL has
+        no constant for. Like :meth:`net_flow_cap`, a rate of the protocol's wire bytes: the flows'
+        efficiency becomes the protocol's x this factor. NVLink 4 (H100): 18 x 20.6 = 371 GB/s, above the
+        port's 0.77 x 450 (NCCL's own send/recv), factor 1; NVLink 5 (B200 / GB200): 18 x 40.1 = 722 GB/s
+        of the port's 0.856 x 900 = 770 (a copy-engine copy), factor 0.937."""
+        bw = self.p2p_nvlink_bw.get(link)
+        if bw is None or count <= 0 or not capacity > 0 or not math.isfinite(capacity):
+            return 1.0
+        return min(1.0, count * bw / capacity)
+
     def with_fitted(self, fitted: Fitted | None) -> NcclParams:
         """A copy with other fitted parameters (cross-validation folds)."""
         import dataclasses
@@ -465,6 +486,8 @@ def _parse(doc: dict[str, Any], path: str | None) -> NcclParams:
                         if d.get("net_channel_bw") is not None else math.inf),
         p2p_net_channels=int(d.get("p2p_net_channels", 2)),
         max_channels=int(d.get("max_channels", 32)),
+        p2p_nvlink_bw={str(k): units.parse_bandwidth(v, f"defaults.p2p_nvlink_bw.{k}")
+                       for k, v in (d.get("p2p_nvlink_bw") or {}).items()},
         path=path,
     )
 

@@ -809,8 +809,9 @@ def render(results: list[CaseResult]) -> str:
         lines += ["", "## Notes", ""] + [f"* {r.case.name}: {r.case.note}" for r in notes]
     lines.append("")
     from validation.collectives.published import render as published
+    from validation.collectives.published import render_alltoall
 
-    lines += ["", published()]
+    lines += ["", published(), "", render_alltoall()]
     return "\n".join(lines)
 
 
