@@ -1,0 +1,41 @@
+"""`--set` knobs that a scenario's workload cannot honour are refused, not silently ignored (the run would
+otherwise print the baseline's step as the what-if's answer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosim.cli import build_parser, main
+
+
+@pytest.mark.parametrize("cmd", ["run", "sensitivity"])
+def test_projection_knob_on_synthetic_scenario_is_one_line(cmd: str, capsys: pytest.CaptureFixture[str],
+                                                           tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # the default scenario is a synthesized Qwen3-30B step: projection.* only projects CPU captures
+    assert main([cmd, "--set", "projection.dtype=fp8", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "qwen3-30b-ep8-dgx-h100.yaml" in lines[0]
+    assert "--set projection.dtype" in lines[0] and "workload.synthetic.precision" in lines[0]
+    assert not (tmp_path / "cosim-out").exists()  # nothing half-written
+
+
+def test_projection_knob_still_applies_with_a_captured_workload(tmp_path, monkeypatch) -> None:
+    from cosim.cli.run import check_synthetic_sets
+    from cosim.scenario import load_scenario
+
+    check_synthetic_sets(load_scenario("moe-ep4-dgx-h100"), {"projection.dtype": "fp8"})  # a capture: fine
+    # replacing the synthetic workload in the same sets makes projection.* meaningful again
+    check_synthetic_sets(load_scenario(None), {"workload": "moe-ep4-cpu", "projection.dtype": "fp8"})
+
+
+def test_run_help_names_the_synthetic_knobs() -> None:
+    """The --set examples of `cosim run --help` are ones the default (synthetic) scenario honours."""
+    sub = build_parser(["run"], everything=False)._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    help_text = next(a.help for a in sub._actions if a.dest == "sets") or ""
+    for key in ("workload.synthetic.precision=fp8", "workload.synthetic.layout.ep=32", "nodes=64",
+                "workload.synthetic.routing=zipf:1.2", "docs/WHATIF.md"):
+        assert key in help_text, key
