@@ -39,3 +39,25 @@ def test_run_help_names_the_synthetic_knobs() -> None:
     for key in ("workload.synthetic.precision=fp8", "workload.synthetic.layout.ep=32", "nodes=64",
                 "workload.synthetic.routing=zipf:1.2", "docs/WHATIF.md"):
         assert key in help_text, key
+
+
+def test_what_if_run_says_what_changed_and_against_what(capsys: pytest.CaptureFixture[str], tmp_path,
+                                                         monkeypatch) -> None:
+    """A `--set` run names its knobs and the baseline it was compared with; without a baseline it says how to
+    get one (it used to print nothing, so a user could not tell a what-if from a baseline)."""
+    import json
+
+    name = "moe-ep2-decode-dgx-h100"
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", name, "--no-timeline", "--set", "host.speed=2"]) == 0  # no baseline yet
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == (f"what-if: host.speed=2; no baseline to compare with: run `cosim run {name}` without --set "
+                    "first, or pass --baseline RUN_DIR")
+    assert main(["run", name, "--no-timeline"]) == 0
+    assert not capsys.readouterr().out.splitlines()[-1].startswith("what-if")  # a baseline run says nothing
+    assert main(["run", name, "--no-timeline", "--set", "host.speed=2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"what-if: host.speed=2 vs cosim-out/{name}/baseline"
+    assert main(["run", name, "--no-timeline", "--json", "--set", "host.speed=2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sets"] == {"host.speed": "2"} and out["baseline_dir"] == f"cosim-out/{name}/baseline"
+    assert out["vs_baseline"]["text"]

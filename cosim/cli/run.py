@@ -8,7 +8,7 @@ from typing import Any
 
 from cosim.cli.replay import add_output_flags
 
-__all__ = ["check_synthetic_sets", "register"]
+__all__ = ["check_synthetic_sets", "register", "what_if_line"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,16 +71,36 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out or run_dir(resolved)
     write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
     sets_given = bool(args.sets)
+    base_dir: Path | None = args.baseline
     if baseline is None and sets_given and args.out is None:
-        baseline = _baseline(out.parent / BASELINE, missing_ok=True)
-    code = finish(result, args, out, baseline, extra={"out": str(out)})
+        base_dir = out.parent / BASELINE
+        baseline = _baseline(base_dir, missing_ok=True)
+    if baseline is None:
+        base_dir = None
+    code = finish(result, args, out, baseline,
+                  extra={"out": str(out), "sets": sets, "baseline_dir": None if base_dir is None else str(base_dir)})
     if args.out is None:
         latest = link_latest(out)
         if not sets_given:
             link_latest(out, BASELINE)
         if not args.json:
             print(f"run folder: {out} (also {latest})")
+    if not args.json and (line := what_if_line(sets, base_dir, args.scenario)):
+        print(line)
     return code
+
+
+def what_if_line(sets: dict[str, str], base_dir: Path | None, scenario: str | None) -> str | None:
+    """The line that says what this run changed and what it was compared with: ``what-if: k=v, ... vs DIR``;
+    with --set but no baseline, how to get one; None for a plain run."""
+    changed = ", ".join(f"{k}={v}" for k, v in sets.items())
+    if base_dir is not None:
+        return f"what-if: {changed or '(no --set)'} vs {base_dir}"
+    if changed:
+        name = f" {scenario}" if scenario else ""
+        return (f"what-if: {changed}; no baseline to compare with: run `cosim run{name}` without --set first, "
+                "or pass --baseline RUN_DIR")
+    return None
 
 
 def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
