@@ -8,18 +8,23 @@ import pytest
 from cosim.cli import build_parser, main
 
 
-@pytest.mark.parametrize("cmd", ["run", "sensitivity"])
-def test_projection_knob_on_synthetic_scenario_is_one_line(cmd: str, capsys: pytest.CaptureFixture[str],
-                                                           tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize(("cmd", "knob", "instead"), [
+    ("run", "projection.dtype=fp8", "workload.synthetic.precision"),
+    ("sensitivity", "projection.dtype=fp8", "workload.synthetic.precision"),
+    ("run", "cuda_graphs=true", "workload.synthetic.layout.cuda_graphs=true"),
+])
+def test_capture_knob_on_synthetic_scenario_is_one_line(cmd: str, knob: str, instead: str,
+                                                        capsys: pytest.CaptureFixture[str], tmp_path,
+                                                        monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    # the default scenario is a synthesized Qwen3-30B step: projection.* only projects CPU captures
-    assert main([cmd, "--set", "projection.dtype=fp8", "--json"]) == 2
+    # the default scenario is a synthesized Qwen3-30B step: these knobs only act on captured traces
+    assert main([cmd, "--set", knob, "--json"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "qwen3-30b-ep8-dgx-h100.yaml" in lines[0]
-    assert "--set projection.dtype" in lines[0] and "workload.synthetic.precision" in lines[0]
+    assert f"--set {knob.split('=')[0]}:" in lines[0] and instead in lines[0]
     assert not (tmp_path / "cosim-out").exists()  # nothing half-written
 
 

@@ -123,8 +123,9 @@ def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
 
 
 def check_synthetic_sets(scn: Any, sets: dict[str, str]) -> None:
-    """Refuse ``projection.*`` knobs on a synthetic workload: they set how a CPU capture is projected onto a
-    GPU, which a synthesized step never is, so the run would silently be the baseline. A ``workload=`` in the
+    """Refuse ``projection.*`` and ``cuda_graphs`` knobs on a synthetic workload: they set how a CPU capture is
+    projected onto a GPU and which of its regions replay as CUDA graphs, which a synthesized step never has, so the
+    run would silently be the baseline. A ``workload=`` in the
     same sets replaces the workload, and then they may apply."""
     from cosim.errors import CosimInputError
     from cosim.scenario import SyntheticWorkload
@@ -132,6 +133,10 @@ def check_synthetic_sets(scn: Any, sets: dict[str, str]) -> None:
     if "workload" in sets or not isinstance(scn.workload, SyntheticWorkload):
         return
     for key in sets:
+        if key in ("cuda_graphs", "host.cuda_graphs"):
+            raise CosimInputError(f"--set {key}: names regions of a captured trace to replay as CUDA graphs; this "
+                                  "scenario's workload is synthetic: set workload.synthetic.layout.cuda_graphs=true "
+                                  "(docs/SYNTHESIS.md)", file=scn.source_file)
         if key.startswith("projection."):
             raise CosimInputError(f"--set {key}: projection.* knobs project a captured CPU trace; this scenario's "
                                   "workload is synthetic: set workload.synthetic.precision (bf16, fp8, mxfp8) "
