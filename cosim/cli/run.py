@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from cosim.cli.replay import add_output_flags
 
-__all__ = ["register"]
+__all__ = ["check_synthetic_sets", "register", "what_if_line"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,9 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "overwrites its baseline.")
     p.add_argument("scenario", nargs="?", help="scenario name or scenario YAML file")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field or what-if knob: topology=hgx-b200, workload=PATH, "
-                        "projection.dtype=fp8, gpu.scale.gemm=0.5, host.launch_overhead='2 us', "
-                        "links.nvlink4.bandwidth='900 GB/s' (repeatable)")
+                   help="override a scenario field or what-if knob (repeatable): topology=hgx-b200, nodes=64, "
+                        "links.nvlink4.bandwidth='50 GB/s', host.speed=2, gpu.scale.gemm=0.5, "
+                        "topology.links.gpu-pcie.type=pcie6x16; synthetic workloads: "
+                        "workload.synthetic.precision=fp8, workload.synthetic.layout.ep=32, "
+                        "workload.synthetic.routing=zipf:1.2, workload.synthetic.layout.schedule=dualpipe "
+                        "(docs/SYNTHESIS.md); captures: projection.dtype=fp8, precision.experts=fp8 "
+                        "(docs/CAPTURE.md, docs/MODELS.md). Recipes: docs/WHATIF.md")
     p.add_argument("--list", action="store_true", help="list the bundled scenarios and exit")
     p.add_argument("--baseline", type=Path, metavar="RUN_DIR",
                    help="an earlier run's folder (its summary.json): say how this run's step differs from it, "
@@ -59,21 +64,43 @@ def run(args: argparse.Namespace) -> int:
         return 0
     baseline = _baseline(args.baseline) if args.baseline else None
     scn = load_scenario(args.scenario)
-    scn, result = run_scenario(scn, parse_sets(args.sets), cache=process_cache())
+    sets = parse_sets(args.sets)
+    check_synthetic_sets(scn, sets)
+    scn, result = run_scenario(scn, sets, cache=process_cache())
     resolved = resolved_settings(scn, result)
     out: Path = args.out or run_dir(resolved)
     write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
     sets_given = bool(args.sets)
+    base_dir: Path | None = args.baseline
     if baseline is None and sets_given and args.out is None:
-        baseline = _baseline(out.parent / BASELINE, missing_ok=True)
-    code = finish(result, args, out, baseline, extra={"out": str(out)})
+        base_dir = out.parent / BASELINE
+        baseline = _baseline(base_dir, missing_ok=True)
+    if baseline is None:
+        base_dir = None
+    code = finish(result, args, out, baseline,
+                  extra={"out": str(out), "sets": sets, "baseline_dir": None if base_dir is None else str(base_dir)})
     if args.out is None:
         latest = link_latest(out)
         if not sets_given:
             link_latest(out, BASELINE)
         if not args.json:
             print(f"run folder: {out} (also {latest})")
+    if not args.json and (line := what_if_line(sets, base_dir, args.scenario)):
+        print(line)
     return code
+
+
+def what_if_line(sets: dict[str, str], base_dir: Path | None, scenario: str | None) -> str | None:
+    """The line that says what this run changed and what it was compared with: ``what-if: k=v, ... vs DIR``;
+    with --set but no baseline, how to get one; None for a plain run."""
+    changed = ", ".join(f"{k}={v}" for k, v in sets.items())
+    if base_dir is not None:
+        return f"what-if: {changed or '(no --set)'} vs {base_dir}"
+    if changed:
+        name = f" {scenario}" if scenario else ""
+        return (f"what-if: {changed}; no baseline to compare with: run `cosim run{name}` without --set first, "
+                "or pass --baseline RUN_DIR")
+    return None
 
 
 def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
@@ -93,3 +120,25 @@ def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
         if missing_ok:
             return None
         raise CosimInputError(f"not JSON: {exc}", file=p) from None
+
+
+def check_synthetic_sets(scn: Any, sets: dict[str, str]) -> None:
+    """Refuse ``projection.*`` and ``cuda_graphs`` knobs on a synthetic workload: they set how a CPU capture is
+    projected onto a GPU and which of its regions replay as CUDA graphs, which a synthesized step never has, so the
+    run would silently be the baseline. A ``workload=`` in the
+    same sets replaces the workload, and then they may apply."""
+    from cosim.errors import CosimInputError
+    from cosim.scenario import SyntheticWorkload
+
+    if "workload" in sets or not isinstance(scn.workload, SyntheticWorkload):
+        return
+    for key in sets:
+        if key in ("cuda_graphs", "host.cuda_graphs"):
+            raise CosimInputError(f"--set {key}: names regions of a captured trace to replay as CUDA graphs; this "
+                                  "scenario's workload is synthetic: set workload.synthetic.layout.cuda_graphs=true "
+                                  "(docs/SYNTHESIS.md)", file=scn.source_file)
+        if key.startswith("projection."):
+            raise CosimInputError(f"--set {key}: projection.* knobs project a captured CPU trace; this scenario's "
+                                  "workload is synthetic: set workload.synthetic.precision (bf16, fp8, mxfp8) "
+                                  "or another workload.synthetic.* field (docs/SYNTHESIS.md)",
+                                  file=scn.source_file)
