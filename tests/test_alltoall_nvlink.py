@@ -61,3 +61,17 @@ def test_b200_send_recv_and_ring_collectives() -> None:
     r_ag, _ = _run("hgx-b200", "all_gather", 8, 2.0**33)
     assert r_ag.algo != "p2p"
     assert r_ag.busbw > 18 * 40.1e9 * eff * 1.02  # above NCCL's p2p NVLink rate: the port's rate
+
+
+def test_a_faster_nvlink_what_if_scales_nccls_per_link_rate() -> None:
+    """NCCL's per-link constants are for the real links: links built at twice the catalog's line rate (a 2x
+    NVLink what-if) get twice NCCL's rate, so the cap still gives 721.8 / 770.4 of the faster port."""
+    from cosim.engine.collectives import _line_scale
+
+    p = load_params()
+    assert _line_scale("nvlink5", 18, 18 * 100e9) == pytest.approx(2.0)
+    assert _line_scale("nvlink5", 18, 18 * 50e9) == pytest.approx(1.0)
+    assert _line_scale("no-such-link", 18, 1e12) == 1.0
+    assert p.p2p_nvlink_factor("nvlink5", 18, 1800e9 * 0.856, scale=2.0) == pytest.approx(721.8 / 770.4)
+    # without the scale, the 2x port would be capped at the real links' 721.8 GB/s: factor 0.47
+    assert p.p2p_nvlink_factor("nvlink5", 18, 1800e9 * 0.856) == pytest.approx(721.8 / 1540.8)

@@ -51,6 +51,7 @@ import numpy as np
 import simpy
 
 from cosim.engine.nccl import BUSBW_FACTOR, OPS, Shape
+from cosim.errors import CosimInputError
 
 if TYPE_CHECKING:
     from cosim.engine.simulator import Simulator
@@ -893,9 +894,11 @@ class Collectives:
                 sws = [v for v in g.successors(gpu) if g.nodes[v].get("kind") == "nvswitch"]
                 types = {str(g.edges[gpu, v].get("link", "")) for v in sws}
                 if sws and len(types) == 1:
+                    link = types.pop()
                     count = sum(int(g.edges[gpu, v].get("count", 1)) for v in sws)
                     cap = sum(float(fab.capacity[fab.link_id[(gpu, v)]]) for v in sws)
-                    hit = self.params.p2p_nvlink_factor(types.pop(), count, cap)
+                    line = sum(float(g.edges[gpu, v].get("bandwidth", 0.0)) for v in sws)
+                    hit = self.params.p2p_nvlink_factor(link, count, cap, _line_scale(link, count, line))
             self._nvlf[gpu] = hit
         return hit
 
@@ -1280,3 +1283,16 @@ def _merge(flows: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
     for a, b, f in flows:
         acc[(a, b)] = acc.get((a, b), 0.0) + f
     return [(a, b, f) for (a, b), f in acc.items()]
+
+
+def _line_scale(link: str, count: int, line: float) -> float:
+    """How much faster ``count`` links of type ``link`` run here (``line`` bytes/s in all, as the topology built
+    them) than the catalog's line rate of that type: NCCL's per-link constants are for the real links, and a
+    what-if that changes a link's bandwidth scales them with it. 1 for a link type the catalog lacks."""
+    from cosim.catalog import load_catalog
+
+    try:
+        nominal = float(load_catalog().link(link).bandwidth) * count
+    except CosimInputError:
+        return 1.0
+    return line / nominal if nominal > 0 and line > 0 else 1.0

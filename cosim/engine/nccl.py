@@ -423,18 +423,19 @@ class NcclParams:
             return math.inf
         return self.net_channels(algo, nranks, nic_bw, nics) * self.net_channel_bw
 
-    def p2p_nvlink_factor(self, link: str, count: int, capacity: float) -> float:
+    def p2p_nvlink_factor(self, link: str, count: int, capacity: float, scale: float = 1.0) -> float:
         """Efficiency factor of NCCL point-to-point flows through a GPU's NVLink port of ``count`` links of
         type ``link`` whose usable capacity on the fabric is ``capacity`` bytes/s (links x line rate x the
         link's efficiency): ``min(1, count x p2p_nvlink_bw[link] / capacity)``, 1 for a link type NCCL has
         no constant for. Like :meth:`net_flow_cap`, a rate of the protocol's wire bytes: the flows'
         efficiency becomes the protocol's x this factor. NVLink 4 (H100): 18 x 20.6 = 371 GB/s, above the
         port's 0.77 x 450 (NCCL's own send/recv), factor 1; NVLink 5 (B200 / GB200): 18 x 40.1 = 722 GB/s
-        of the port's 0.856 x 900 = 770 (a copy-engine copy), factor 0.937."""
+        of the port's 0.856 x 900 = 770 (a copy-engine copy), factor 0.937. ``scale``: the links' line rate over
+        the catalog's for that type (a what-if that doubles NVLink doubles NCCL's per-link rate too)."""
         bw = self.p2p_nvlink_bw.get(link)
         if bw is None or count <= 0 or not capacity > 0 or not math.isfinite(capacity):
             return 1.0
-        return min(1.0, count * bw / capacity)
+        return min(1.0, count * bw * scale / capacity)
 
     def with_fitted(self, fitted: Fitted | None) -> NcclParams:
         """A copy with other fitted parameters (cross-validation folds)."""
