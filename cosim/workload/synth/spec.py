@@ -147,6 +147,16 @@ class SyntheticSpec(Strict):
     Megatron-Core ``mtp_num_layers``, :func:`cosim.workload.synth.costs.mtp_ops`); None: the card's ``mtp_layers``
     (deepseek-v3: 1, as its config.json and Megatron-Bridge's DeepSeek-V3 recipe); 0: none (Megatron-Core's own
     default, NeMo AutoModel). Serving steps never run it."""
+    optimizer: Literal["adam", "muon"] = "adam"
+    """Training: the optimizer. ``adam``: Adam on every parameter (with ``layout.zero: 1`` Megatron-Core's
+    distributed optimizer: gradient reduce-scatter, Adam on this rank's shard, parameter all-gather). ``muon``:
+    Muon (Moonlight, arXiv:2502.16982; Megatron-Core ``optimizer: muon`` / ``dist_muon``) on every 2-D weight but
+    the embedding and LM head, Adam on those and the norms: the gradients are all-reduced over data parallelism,
+    each rank runs 5 Newton-Schulz iterations (3 GEMMs each) per weight matrix it owns and one fp32 momentum
+    per parameter (``zero: 0``: every matrix of its stage; ``zero: 1``: the LayerWiseDistributedOptimizer of
+    ``dist_muon``, whole matrices dealt over the dp group, then the updated parameters all-gathered at the step's
+    end, so ``layout.overlap_param_gather`` must be false, its default with muon). Not with ``zero: fsdp``
+    (:data:`cosim.workload.synth.costs.MUON_SOURCE`)."""
     optimizer_moments: Literal["fp32", "bf16"] = "fp32"
     """Memory only: dtype of Adam's two moments (Megatron-Core's precision-aware optimizer ``exp_avg_dtype`` /
     ``exp_avg_sq_dtype``; DeepSeek-V3 report section 3.3.3: bf16): 8 or 4 bytes per parameter over the DP group."""
@@ -337,9 +347,28 @@ def memory_options(spec: SyntheticSpec) -> Any:
     from cosim.workload.synth.memory import MemoryOptions
 
     return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
-                         moment_bytes=4.0 if spec.optimizer_moments == "bf16" else 8.0,
+                         moment_bytes=(4.0 if spec.optimizer == "muon" or spec.optimizer_moments == "bf16"
+                                       else 8.0),
                          moe_act_input_fp8=spec.moe_act_input_fp8,
                          offload_modules=tuple(spec.offload_modules))
+
+
+def _optimizer_layout(spec: SyntheticSpec) -> ParallelLayout:
+    """``spec.layout`` as its optimizer runs it: with Muon and ``zero: 1``, ``overlap_param_gather`` false unless set
+    (the LayerWiseDistributedOptimizer gathers after its step); one-line errors for what Muon does not run."""
+    lay = spec.layout
+    if spec.optimizer != "muon":
+        return lay
+    where = "workload.synthetic.optimizer"
+    if spec.mode != "train":
+        raise CosimInputError(f"{where}: muon is a training field (mode is {spec.mode})")
+    if lay.zero == "fsdp":
+        raise CosimInputError(f"{where}: muon needs layout.zero 0 (muon) or 1 (dist_muon, Megatron-Core's "
+                              f"LayerWiseDistributedOptimizer), not fsdp")
+    if lay.zero == 1 and lay.overlap_param_gather:
+        raise CosimInputError(f"{where}: dist_muon (layout.zero 1) gathers the updated parameters after its step: "
+                              f"layout.overlap_param_gather must be false (Megatron-Bridge's Muon recipes set it so)")
+    return lay.model_copy(update={"overlap_param_gather": False}) if lay.zero == 1 else lay
 
 
 def _check_offload(spec: SyntheticSpec) -> None:
@@ -386,7 +415,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
 
     card = spec_card(spec, _card(spec.model, base))
     gpus = len(topology.gpus)
-    rm = spec.layout.resolve(card, gpus, where="workload.synthetic.layout")
+    rm = _optimizer_layout(spec).resolve(card, gpus, where="workload.synthetic.layout")
     routing = parse_routing(spec.routing, str(base) if base else None)
     for kind, d in (("gpu", spec.stragglers.gpu), ("host", spec.stragglers.host)):
         for r, f in d.items():
@@ -453,7 +482,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
     opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope),
-                   hybridep_sms=spec.hybridep_sms)
+                   hybridep_sms=spec.hybridep_sms, optimizer=spec.optimizer)
     _check_offload(spec)
     if spec.offload_modules:
         opts = replace(opts, offload_modules=tuple(spec.offload_modules), host_link=_host_link(topology, gpu0))
