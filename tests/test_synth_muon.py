@@ -120,7 +120,7 @@ def test_plain_muon_without_distribution(tmp_path: Path, dgx: object) -> None:
 
 
 def test_muon_errors(tmp_path: Path, dgx: object) -> None:
-    with pytest.raises(CosimInputError, match="optimizer: muon needs layout.zero 0"):
+    with pytest.raises(CosimInputError, match=r"optimizer: muon needs layout\.zero 0"):
         _synth(tmp_path, dgx, optimizer="muon", layout=dict(pp=2, ep=4, zero="fsdp"))
     with pytest.raises(CosimInputError, match="overlap_param_gather must be false"):
         _synth(tmp_path, dgx, optimizer="muon", layout=dict(pp=2, ep=4, overlap_param_gather=True))
