@@ -91,6 +91,15 @@ _CLS = {"gemm": OpClass.GEMM, "grouped_gemm": OpClass.GROUPED_GEMM, "attention":
         "elementwise": OpClass.ELEMENTWISE, "norm": OpClass.NORM, "reduction": OpClass.REDUCTION,
         "moe_dispatch": OpClass.MOE_DISPATCH, "moe_combine": OpClass.MOE_COMBINE, "collective": OpClass.COLLECTIVE}
 _STREAMS = {"compute": 7, "tp": 20, "ep": 21, "dp": 22, "cp": 23, "etp": 21}
+FULL_ITERATION_SOURCE = ("NVIDIA/Megatron-LM megatron/core/full_cuda_graph.py (FullCudaGraphWrapper: after "
+                         "cuda_graph_warmup_steps the whole forward_backward_func, every micro-batch's forward and "
+                         "backward with finalize_model_grads, is captured as one torch.cuda.CUDAGraph and replayed; "
+                         "the optimizer step stays outside), transformer_config.py (cuda_graph_impl full_iteration "
+                         "needs an empty cuda_graph_scope), arguments (no overlap_p2p_comm); NVIDIA-NeMo/"
+                         "Megatron-Bridge r0.5.0 performance recipes (full_iteration with the sync-free MoE: "
+                         "moe_expert_rank_capacity_factor 1.5, moe_paged_stash, check_for_nan_in_loss False)")
+"""Where :attr:`BuildOptions.full_iteration_graph` comes from."""
+
 MUON_BYTES = 26.0
 """HBM bytes per local (owned) parameter of one Muon step besides the gradient (:func:`_adam_grad_bytes`): the fp32
 momentum read and written (8), the Newton-Schulz input written and its output read (4 + 4), the fp32 master read
@@ -160,6 +169,11 @@ class BuildOptions:
     :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`, :func:`cosim.engine.moe_comm.hybridep`)."""
     hybridep_sms: int = 16
     """SMs of each HybridEP dispatch/combine kernel (Megatron-Core ``moe_hybridep_num_sms``, default 16)."""
+    full_iteration_graph: bool = False
+    """Training: the whole forward-backward of every micro-batch (with the DP gradient reductions and
+    ``finalize_model_grads``) is one CUDA graph, one ``cudaGraphLaunch`` per step; the optimizer runs eagerly after
+    it (Megatron-Core ``cuda_graph_impl: full_iteration``, :data:`FULL_ITERATION_SOURCE`). No host sync inside: the
+    dropless token-count syncs are gone (Megatron-Bridge pairs it with its sync-free MoE: static expert capacity)."""
     graph_scopes: tuple[str, ...] = ()
     """Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine``,
     ``cuda_graph_scope``): ``attn``, ``moe_router``, ``moe_preprocess``; the ops of the scoped modules launch as
@@ -245,6 +259,7 @@ class _RankBuilder:
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
         self.optimizer = "adam"  # BuildOptions.optimizer
+        self.full_graph = False  # BuildOptions.full_iteration_graph: host syncs are not allowed (sync-free MoE)
         self.grad_ops: list[int] = []  # DP gradient reductions issued (GPU ops): the optimizer waits for them
         self.copies: dict[int, int] = {}  # GPU op -> CopyKind of a host copy (activation offloading, _Offload)
         self.h["name"].append(self.s("ProfilerStep#0"))
@@ -341,7 +356,10 @@ class _RankBuilder:
 
     def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
         """The host blocks until ``gpu_op`` (and its stream's earlier work) has run: a cudaStreamSynchronize
-        taking ``cost`` once it returns. An open CUDA graph ends there and a new one starts after it."""
+        taking ``cost`` once it returns. An open CUDA graph ends there and a new one starts after it. Not under a
+        full-iteration graph, which cannot hold one: its MoE runs sync-free (``BuildOptions.full_iteration_graph``)."""
+        if self.full_graph:
+            return
         graph = self.graph_host >= 0
         cost_graph = self.h["tail"][self.graph_host] if graph else 0.0
         self.close_graph()
@@ -826,6 +844,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.coll_ref = opts.collective_ref_ranks
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
+        full = rb.full_graph = opts.full_iteration_graph
         scopes = opts.graph_scopes
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
         rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
@@ -936,7 +955,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     emit(o, d, ly)
                     if o.cls == "collective":
                         yield
-                rb.close_graph()
+                if not full:
+                    rb.close_graph()
                 fsdp_reshard(ly, bwd)
                 if after is not None:
                     after(ly)
@@ -1148,6 +1168,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
             return bool(comp) and any(rb.g["stream"][j] >= 30 for j in range(first, comp[0]))
 
+        if full:  # forward_backward_func captured whole (FullCudaGraphWrapper)
+            rb.open_graph(graph_cost)
         if rm.schedule == "dualpipe":
             nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
 
@@ -1198,6 +1220,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
         _sp_grad_all_reduce(rb, rm, card, groups["tp"], launch, [ly for fw, _ in prepared.values() for ly, _, _ in fw])
         _mtp_embedding_grad(rb, rm, card, rank, launch)
+        if full:  # the optimizer step runs eagerly, outside the full-iteration graph
+            rb.close_graph()
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
         return rb.finish(), unit_span, unit_key
 

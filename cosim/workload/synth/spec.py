@@ -31,7 +31,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -128,6 +128,11 @@ all-reduce, all-gather and reduce-scatter calls keep :data:`C10D_CALL_HOST`. The
 ``SyntheticSpec.collective_host_per_peer``."""
 
 
+def _scope_list(v: Any) -> Any:
+    """``cuda_graph_scope: full_iteration`` (a bare string, as ``--set`` gives it) as a one-item list."""
+    return [v] if isinstance(v, str) else v
+
+
 class SyntheticSpec(Strict):
     """A synthesized training step: model card, parallel layout, batch, precision, routing."""
 
@@ -178,12 +183,16 @@ class SyntheticSpec(Strict):
     16; Megatron-Bridge's performance harness sets 32): picks the measured rate table
     (:data:`cosim.engine.moe_comm.HYBRIDEP_GB200`). The SMs the kernels take from overlapped compute are the
     replay's ``gpu.comm_sms``."""
-    cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] = Field(default_factory=list)
+    cuda_graph_scope: Annotated[list[Literal["attn", "moe_router", "moe_preprocess", "full_iteration"]],
+                                BeforeValidator(_scope_list)] = Field(default_factory=list)
     """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
     ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
     backward, each costing the host one graph launch (``graph_launch_overhead``) instead of an eager dispatch per
     kernel (:func:`cosim.workload.synth.costs.graph_scoped`); ``moe_preprocess`` needs ``moe_router`` (as
-    Megatron-Core asserts). Empty: eager (``layout.cuda_graphs`` graphs whole layers)."""
+    Megatron-Core asserts). Empty: eager (``layout.cuda_graphs`` graphs whole layers). ``full_iteration`` (alone;
+    a bare string is taken as a one-item list): Megatron-Core's ``cuda_graph_impl: full_iteration``, the whole
+    forward-backward of every micro-batch as one graph, one launch per step, the optimizer eager after it; it has
+    no host sync, so the MoE runs sync-free (:attr:`cosim.workload.synth.build.BuildOptions.full_iteration_graph`)."""
     comm_sms: int | None = Field(default=None, ge=0)
     """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
     README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
@@ -478,10 +487,15 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if spec.cuda_graph_scope and rm.layout.cuda_graphs:
         raise CosimInputError("workload.synthetic.cuda_graph_scope: partial CUDA graphs exclude layout.cuda_graphs "
                               "(whole-layer graphs)")
+    if "full_iteration" in spec.cuda_graph_scope and len(spec.cuda_graph_scope) > 1:
+        raise CosimInputError("workload.synthetic.cuda_graph_scope: full_iteration stands alone (Megatron-Core: "
+                              "'cuda_graph_modules must be empty when cuda_graph_impl=\"full_iteration\"')")
     if "moe_preprocess" in spec.cuda_graph_scope and "moe_router" not in spec.cuda_graph_scope:
         raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope),
+    opts = replace(opts, dispatch=spec.dispatch or "nccl",
+                   graph_scopes=tuple(x for x in spec.cuda_graph_scope if x != "full_iteration"),
+                   full_iteration_graph="full_iteration" in spec.cuda_graph_scope,
                    hybridep_sms=spec.hybridep_sms, optimizer=spec.optimizer)
     _check_offload(spec)
     if spec.offload_modules:
