@@ -73,7 +73,7 @@ def test_full_iteration_graph_launches_the_step_once(tmp_path: Path, dgx: object
 def test_full_iteration_errors(tmp_path: Path, dgx: object) -> None:
     with pytest.raises(CosimInputError, match="full_iteration stands alone"):
         _synth(tmp_path, dgx, cuda_graph_scope=["full_iteration", "attn"])
-    with pytest.raises(CosimInputError, match="exclude layout.cuda_graphs"):
+    with pytest.raises(CosimInputError, match=r"exclude layout\.cuda_graphs"):
         _synth(tmp_path, dgx, cuda_graph_scope="full_iteration", layout=dict(pp=2, ep=4, cuda_graphs=True))
     with pytest.raises(Exception, match="cuda_graph_scope"):
         SyntheticSpec.model_validate(dict(model="x", batch={"global": 8, "micro": 1, "seq": 64},
