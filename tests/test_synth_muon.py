@@ -63,19 +63,21 @@ def test_muon_takes_every_2d_weight_but_embedding_and_head() -> None:
             assert sum(r * k * n for r, k, n, x in mats if not x) == d - norms, (name, ly)
             assert sum(r * k * n for r, k, n, x in mats if x) == e, (name, ly)
     tiny = MoEModelConfig(**TINY)  # type: ignore[arg-type]
-    assert muon_matrices(tiny, 0) == [(128.0, 64.0, 1.0, False), (64.0, 64.0, 1.0, False), (8.0, 64.0, 1.0, False),
-                                      (64.0, 64.0, 8.0, True), (64.0, 32.0, 8.0, True)]
+    # q, k and v apart (muon_split_qkv), o, the router, each expert's fc1 and fc2
+    assert muon_matrices(tiny, 0) == [(64.0, 64.0, 1.0, False), (32.0, 64.0, 2.0, False), (64.0, 64.0, 1.0, False),
+                                      (8.0, 64.0, 1.0, False), (64.0, 64.0, 8.0, True), (64.0, 32.0, 8.0, True)]
     # TP 2 (blockwise): column-parallel weights halve their rows, row-parallel their columns; the router stays whole
-    assert muon_matrices(tiny, 0, tp=2, etp=2) == [(64.0, 64.0, 1.0, False), (64.0, 32.0, 1.0, False),
-                                                   (8.0, 64.0, 1.0, False), (32.0, 64.0, 8.0, True),
-                                                   (64.0, 16.0, 8.0, True)]
+    assert muon_matrices(tiny, 0, tp=2, etp=2) == [(32.0, 64.0, 1.0, False), (16.0, 64.0, 2.0, False),
+                                                   (64.0, 32.0, 1.0, False), (8.0, 64.0, 1.0, False),
+                                                   (32.0, 64.0, 8.0, True), (64.0, 16.0, 8.0, True)]
 
 
 def test_one_muon_step_by_hand(tmp_path: Path, dgx: object) -> None:
     # 8 GPUs: pp 2 x dp 4, ep 4 inside each stage (edp 1). Each rank's stage holds one MoE layer.
     adam = _synth(tmp_path, dgx)
     muon = _synth(tmp_path, dgx, optimizer="muon")
-    ns = (newton_schulz_flops(128, 64) + newton_schulz_flops(64, 64) + newton_schulz_flops(8, 64))  # qkv, o, router
+    ns = (newton_schulz_flops(64, 64) + 2 * newton_schulz_flops(32, 64) + newton_schulz_flops(64, 64)
+          + newton_schulz_flops(8, 64))  # q, k, v, o, router
     experts = 2 * (newton_schulz_flops(64, 64) + newton_schulz_flops(64, 32))  # 8 experts / ep 4, each fc1 and fc2
     layer = 64 * 16 * (4 * 2 + 2 * 2) + 2 * 64 + 64 * 8  # dense parameters: attention, 2 norms, router
     mats = 64 * 16 * (4 * 2 + 2 * 2) + 64 * 8
@@ -111,7 +113,7 @@ def test_one_muon_step_by_hand(tmp_path: Path, dgx: object) -> None:
 
 def test_plain_muon_without_distribution(tmp_path: Path, dgx: object) -> None:
     syn = _synth(tmp_path, dgx, optimizer="muon", layout=dict(pp=2, ep=4, zero=0))
-    ns = (newton_schulz_flops(128, 64) + newton_schulz_flops(64, 64) + newton_schulz_flops(8, 64)
+    ns = (2 * newton_schulz_flops(64, 64) + 2 * newton_schulz_flops(32, 64) + newton_schulz_flops(8, 64)
           + 2 * (newton_schulz_flops(64, 64) + newton_schulz_flops(64, 32)))
     for rg in syn.graph.ranks:  # every rank orthogonalizes all of its stage's matrices, gathers nothing
         ops = _ops(rg)

@@ -1353,7 +1353,7 @@ def mtp_params(card: MoEModelConfig, embedding_copy: bool = False) -> tuple[int,
 MUON_SOURCE = ("NVIDIA/Megatron-LM megatron/core/optimizer/muon.py (get_megatron_muon_optimizer: every parameter that "
                "is not 1-D and not is_embedding_or_output_parameter goes to TensorParallelMuon, the rest to Adam; "
                "num_ns_steps 5, quintic Newton-Schulz of emerging_optimizers newton_schulz_tp; muon_tp_mode "
-               "blockwise orthogonalizes each TP shard alone), layer_wise_optimizer.py (LayerWiseDistributedOptimizer, "
+               "blockwise orthogonalizes each TP shard alone; muon_split_qkv and muon_split_moe_experts default true), layer_wise_optimizer.py (LayerWiseDistributedOptimizer, "
                "Megatron-Bridge's dist_muon: DDP all-reduces the gradients, each DP rank steps the whole parameters "
                "it owns, then all-gathers the updated parameters; use_distributed_optimizer False); "
                "Moonlight, arXiv:2502.16982 section 2.3 (Distributed Muon) and Algorithm 1: momentum buffer only, "
@@ -1369,7 +1369,8 @@ def muon_matrices(card: MoEModelConfig, layer: int, tp: int = 1, etp: int = 1) -
     of one rank's TP (expert: ETP) shard (``muon_tp_mode: blockwise``: column-parallel weights split their
     output dim, row-parallel their input dim; MLA's down projections and the router are replicated). The norms
     (1-D) and the embedding / LM head stay on Adam (:data:`MUON_SOURCE`). Megatron-Core's fused weights are one
-    matrix each: ``linear_qkv``, ``linear_fc1`` (gate and up). Routed experts: one fc1 and one fc2 per expert."""
+    matrix: ``linear_fc1`` (gate and up); ``linear_qkv`` is split into q, k and v (``muon_split_qkv``, default
+    true). Routed experts: one fc1 and one fc2 per expert (``muon_split_moe_experts``, default true)."""
     c, h = card, float(card.hidden_size)
     nh = float(c.num_heads)
     out: list[tuple[float, float, float, bool]] = []
@@ -1383,7 +1384,7 @@ def muon_matrices(card: MoEModelConfig, layer: int, tp: int = 1, etp: int = 1) -
         out += [(kvr + rope, h, 1.0, False), (nh * (nope + vd) / tp, kvr, 1.0, False), (h, nh * vd / tp, 1.0, False)]
     else:
         d = float(c.attn_head_dim)
-        out += [((nh + 2.0 * c.num_kv_heads) * d / tp, h, 1.0, False), (h, nh * d / tp, 1.0, False)]
+        out += [(nh * d / tp, h, 1.0, False), (c.num_kv_heads * d / tp, h, 2.0, False), (h, nh * d / tp, 1.0, False)]
     if layer < c.dense_layers:
         f = float(c.dense_ffn_size or 0)
         return [*out, (2.0 * f / tp, h, 1.0, False), (h, f / tp, 1.0, False)]
