@@ -38,6 +38,10 @@ def _synth(tmp_path: Path, topo: object, **kw: Any) -> Any:
     return synthesize(SyntheticSpec.model_validate(base), topo, kernel_timer=synthetic_kernel_timer)
 
 
+def names_of(rg: Any) -> list[str]:
+    return [rg.strings[int(n)] for n in rg.gpu_ops.name]
+
+
 def _ops(rg: Any) -> list[tuple[str, float]]:
     return [(rg.strings[int(n)], float(f)) for n, f in zip(rg.gpu_ops.name, rg.gpu_ops.flops)]
 
@@ -90,6 +94,10 @@ def test_one_muon_step_by_hand(tmp_path: Path, dgx: object) -> None:
         assert sum(f for n, f in ops if n.startswith("optim.muon.ns_")) == pytest.approx(ns / 4 + experts)
         mom = [f for n, f in ops if n == "optim.muon.momentum"]
         assert mom == [pytest.approx(4.0 * (mats / 4 + local_exp))]
+        # its bytes: per owned parameter 26 (momentum, Newton-Schulz input and output, master, bf16 parameter) and
+        # 10 for the bf16 gradient (copied to fp32 and read), and the zeroing of the rank's whole bf16 gradient buffer
+        nbytes = [float(b) for n, b in zip(names_of(rm), rm.gpu_ops.bytes) if n == "optim.muon.momentum"]
+        assert nbytes == [pytest.approx((mats / 4 + local_exp) * (26 + 10) + (dense + local_exp) * 2)]
         # Adam on the rest of this rank's share: embedding / head and norms, 12 FLOPs per parameter
         rest = (dense - mats) / 4
         assert [f for n, f in ops if n == "optim.adam"] == [pytest.approx(12.0 * rest)]
