@@ -122,6 +122,9 @@ class Case(Strict):
     ``cuda_graph_scope``): the synthetic spec's ``cuda_graph_scope``; absent: eager."""
     mtp_layers: int | None = Field(default=None, ge=0)
     """Multi-token-prediction depths the run trains (the synthetic spec's ``mtp_layers``); None: the card's."""
+    optimizer: Literal["adam", "muon"] = "adam"
+    """The run's optimizer (the synthetic spec's ``optimizer``; Megatron-Bridge's ``dist_muon``: ``muon`` with the
+    distributed optimizer's ``zero: 1`` layout and ``overlap_param_gather: false``)."""
     optimizer_moments: Literal["fp32", "bf16"] = "fp32"
     """Memory only: the run's Adam moment dtype (the synthetic spec's ``optimizer_moments``)."""
     moe_act_input_fp8: bool = False
@@ -380,6 +383,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
         **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
         **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),
+        **({"optimizer": case.optimizer} if case.optimizer != "adam" else {}),
         **({"moe_act_input_fp8": True} if case.moe_act_input_fp8 else {}),
         **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
     sets: dict[str, Any] = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}

@@ -73,6 +73,8 @@ from cosim.workload.synth.costs import (
     mtp_ops,
     mtp_params,
     mtp_recomputed_full,
+    muon_matrices,
+    muon_ops,
     recomputed,
 )
 from cosim.workload.synth.layout import RankMap
@@ -89,6 +91,20 @@ _CLS = {"gemm": OpClass.GEMM, "grouped_gemm": OpClass.GROUPED_GEMM, "attention":
         "elementwise": OpClass.ELEMENTWISE, "norm": OpClass.NORM, "reduction": OpClass.REDUCTION,
         "moe_dispatch": OpClass.MOE_DISPATCH, "moe_combine": OpClass.MOE_COMBINE, "collective": OpClass.COLLECTIVE}
 _STREAMS = {"compute": 7, "tp": 20, "ep": 21, "dp": 22, "cp": 23, "etp": 21}
+FULL_ITERATION_SOURCE = ("NVIDIA/Megatron-LM megatron/core/full_cuda_graph.py (FullCudaGraphWrapper: after "
+                         "cuda_graph_warmup_steps the whole forward_backward_func, every micro-batch's forward and "
+                         "backward with finalize_model_grads, is captured as one torch.cuda.CUDAGraph and replayed; "
+                         "the optimizer step stays outside), transformer_config.py (cuda_graph_impl full_iteration "
+                         "needs an empty cuda_graph_scope), arguments (no overlap_p2p_comm); NVIDIA-NeMo/"
+                         "Megatron-Bridge r0.5.0 performance recipes (full_iteration with the sync-free MoE: "
+                         "moe_expert_rank_capacity_factor 1.5, moe_paged_stash, check_for_nan_in_loss False)")
+"""Where :attr:`BuildOptions.full_iteration_graph` comes from."""
+
+MUON_BYTES = 26.0
+"""HBM bytes per local (owned) parameter of one Muon step besides the gradient (:func:`_adam_grad_bytes`): the fp32
+momentum read and written (8), the Newton-Schulz input written and its output read (4 + 4), the fp32 master read
+and written (8) and the bf16 parameter written (2) (:data:`cosim.workload.synth.costs.MUON_SOURCE`)."""
+
 ADAM_BYTES = 30.0
 """HBM bytes per local (shard) parameter of one distributed-optimizer step besides the gradient: fp32 master weight,
 Adam m and v read and written (24), the updated master read and written back to the bf16 parameter (4 + 2). The
@@ -153,6 +169,11 @@ class BuildOptions:
     :func:`cosim.workload.synth.costs.hybridep_dispatch_ops`, :func:`cosim.engine.moe_comm.hybridep`)."""
     hybridep_sms: int = 16
     """SMs of each HybridEP dispatch/combine kernel (Megatron-Core ``moe_hybridep_num_sms``, default 16)."""
+    full_iteration_graph: bool = False
+    """Training: the whole forward-backward of every micro-batch (with the DP gradient reductions and
+    ``finalize_model_grads``) is one CUDA graph, one ``cudaGraphLaunch`` per step; the optimizer runs eagerly after
+    it (Megatron-Core ``cuda_graph_impl: full_iteration``, :data:`FULL_ITERATION_SOURCE`). No host sync inside: the
+    dropless token-count syncs are gone (Megatron-Bridge pairs it with its sync-free MoE: static expert capacity)."""
     graph_scopes: tuple[str, ...] = ()
     """Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine``,
     ``cuda_graph_scope``): ``attn``, ``moe_router``, ``moe_preprocess``; the ops of the scoped modules launch as
@@ -174,6 +195,8 @@ class BuildOptions:
     """Fine-grained activation offloading (:attr:`cosim.workload.synth.spec.SyntheticSpec.offload_modules`): each
     named module's saved tensors go to the host in a D2H copy after its forward and come back in an H2D copy
     before its backward (:class:`_Offload`)."""
+    optimizer: str = "adam"
+    """``adam`` or ``muon`` (:attr:`cosim.workload.synth.spec.SyntheticSpec.optimizer`, :func:`_optimizer`)."""
     grad_accum: int = 1
     """Pipeline schedules per optimizer step (gradient accumulation over repeated schedules:
     :attr:`cosim.workload.synth.spec.BatchSpec.gradient_accumulation_steps`,
@@ -235,6 +258,8 @@ class _RankBuilder:
         self.lane = 0
         self.lanes: dict[int, tuple[list[tuple[int, str]], int, int]] = {}
         self.grad_bytes = 2.0  # bytes per reduced gradient element (BuildOptions.grad_bytes)
+        self.optimizer = "adam"  # BuildOptions.optimizer
+        self.full_graph = False  # BuildOptions.full_iteration_graph: host syncs are not allowed (sync-free MoE)
         self.grad_ops: list[int] = []  # DP gradient reductions issued (GPU ops): the optimizer waits for them
         self.copies: dict[int, int] = {}  # GPU op -> CopyKind of a host copy (activation offloading, _Offload)
         self.h["name"].append(self.s("ProfilerStep#0"))
@@ -331,7 +356,10 @@ class _RankBuilder:
 
     def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
         """The host blocks until ``gpu_op`` (and its stream's earlier work) has run: a cudaStreamSynchronize
-        taking ``cost`` once it returns. An open CUDA graph ends there and a new one starts after it."""
+        taking ``cost`` once it returns. An open CUDA graph ends there and a new one starts after it. Not under a
+        full-iteration graph, which cannot hold one: its MoE runs sync-free (``BuildOptions.full_iteration_graph``)."""
+        if self.full_graph:
+            return
         graph = self.graph_host >= 0
         cost_graph = self.h["tail"][self.graph_host] if graph else 0.0
         self.close_graph()
@@ -809,12 +837,14 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
         rb.eager_step = opts.eager_step_host * opts.host_slowdown.get(rank, 1.0)
         rb.grad_bytes = opts.grad_bytes
+        rb.optimizer = opts.optimizer
         if opts.collective_host is not None:
             rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
             rb.coll_peer = opts.collective_peer_host * opts.host_slowdown.get(rank, 1.0)
             rb.coll_ref = opts.collective_ref_ranks
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
+        full = rb.full_graph = opts.full_iteration_graph
         scopes = opts.graph_scopes
         sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
         rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
@@ -925,7 +955,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     emit(o, d, ly)
                     if o.cls == "collective":
                         yield
-                rb.close_graph()
+                if not full:
+                    rb.close_graph()
                 fsdp_reshard(ly, bwd)
                 if after is not None:
                     after(ly)
@@ -1137,6 +1168,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
             return bool(comp) and any(rb.g["stream"][j] >= 30 for j in range(first, comp[0]))
 
+        if full:  # forward_backward_func captured whole (FullCudaGraphWrapper)
+            rb.open_graph(graph_cost)
         if rm.schedule == "dualpipe":
             nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
 
@@ -1187,6 +1220,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
         _sp_grad_all_reduce(rb, rm, card, groups["tp"], launch, [ly for fw, _ in prepared.values() for ly, _, _ in fw])
         _mtp_embedding_grad(rb, rm, card, rank, launch)
+        if full:  # the optimizer step runs eagerly, outside the full-iteration graph
+            rb.close_graph()
         _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
         return rb.finish(), unit_span, unit_key
 
@@ -1395,9 +1430,10 @@ def _bucket_plan(rm: RankMap, card: MoEModelConfig, layers: list[int], bucketed:
 def _grad_buckets(rb: _RankBuilder, rm: RankMap, buckets: list[Bucket], groups: dict[str, list[int]],
                   emit: Any) -> None:
     """Reduce ``buckets`` (:func:`_bucket_plan`) on the dp stream after the last compute op: a reduce-scatter with
-    ZeRO-1 and FSDP, an all-reduce with ``zero: 0``, of ``grad_bytes`` per element. The compute stream goes on (it
+    ZeRO-1 and FSDP, an all-reduce with ``zero: 0`` or Muon (Megatron-Core's LayerWiseDistributedOptimizer leaves
+    the full gradient on every rank, :data:`cosim.workload.synth.costs.MUON_SOURCE`), of ``grad_bytes`` per element. The compute stream goes on (it
     does not wait for them); the optimizer does (``_RankBuilder.grad_ops``)."""
-    kind = "all_reduce" if rm.layout.zero == 0 else "reduce_scatter"
+    kind = "all_reduce" if rm.layout.zero == 0 or rb.optimizer == "muon" else "reduce_scatter"
     for g, _, n in buckets:
         if len(groups[g]) < 2:
             continue
@@ -1459,21 +1495,56 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
 
 def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, groups: dict[str, list[int]],
                launch: float, emit: Any, predict: Any, buckets: list[Bucket]) -> None:
-    """Grad-norm all-reduce (after every gradient reduction), Adam on this rank's shard, and (ZeRO-1 without
-    ``overlap_param_gather``) the parameter all-gather of every bucket in ``buckets``, exposed at the step's end."""
+    """Grad-norm all-reduce (after every gradient reduction), the optimizer on this rank's shard, and (ZeRO-1
+    without ``overlap_param_gather``) the parameter all-gather of every bucket in ``buckets``, exposed at the step's
+    end. Adam: one elementwise kernel. Muon (``rb.optimizer``, :data:`cosim.workload.synth.costs.MUON_SOURCE`): the
+    Newton-Schulz GEMMs of the 2-D weights this rank owns (all of its stage's with ``zero: 0``; with ``zero: 1``
+    Megatron-Core's LayerWiseDistributedOptimizer, a 1/dp share, 1/edp of the experts'), the momentum update of
+    those weights, and Adam on the rest (embedding, LM head, norms)."""
     dense, expert = _stage_params(rm, card, stage)
-    local = dense + expert if rm.layout.zero == 0 else dense / len(groups["dp"]) + expert / len(groups["edp"])
+    ndp, nedp = (1, 1) if rm.layout.zero == 0 else (len(groups["dp"]), len(groups["edp"]))
+    local = dense / ndp + expert / nedp
     norm = Op("optim.grad_norm_all_reduce", "collective", 0.0, 8.0, comm=Comm("dp", "all_reduce", 8.0), stream="dp")
-    rb.pending += [(j, "grad") for j in rb.grad_ops]  # Adam reads the reduced gradients
+    rb.pending += [(j, "grad") for j in rb.grad_ops]  # the optimizer reads the reduced gradients
     if len(groups["dp"]) > 1:
         c = rb.collective(norm.name, "all_reduce", groups["dp"], 8.0)
         rb.pending.append((rb.op(norm, 0.0, _STREAMS["dp"], launch, coll=c,
                                  waits=[rb.last_main, *rb.grad_ops]), norm.name))
-    nbytes = local * (ADAM_BYTES + _adam_grad_bytes(rb.grad_bytes)) + (dense + expert) * rb.grad_bytes
-    adam = Op("optim.adam", "elementwise", local * 12.0, nbytes, "fp32")
+    zeroing = (dense + expert) * rb.grad_bytes
+    if rb.optimizer == "muon":
+        mats = _stage_muon_matrices(rm, card, stage)
+        md = sum(r * k * n for r, k, n, x in mats if not x) / ndp
+        me = sum(r * k * n for r, k, n, x in mats if x) / nedp
+        owned = [(r, k, n / (nedp if x else ndp)) for r, k, n, x in mats]
+        muon = Op("optim.muon.momentum", "elementwise", (md + me) * 4.0,
+                  (md + me) * (MUON_BYTES + _adam_grad_bytes(rb.grad_bytes)) + zeroing, "fp32")
+        ns = muon_ops(owned)
+        for o, t in zip([muon, *ns], predict([muon, *ns])):
+            emit(o, t)
+        rest = max(local - md - me, 0.0)
+        adam = Op("optim.adam", "elementwise", rest * 12.0, rest * (ADAM_BYTES + _adam_grad_bytes(rb.grad_bytes)),
+                  "fp32")
+    else:
+        adam = Op("optim.adam", "elementwise", local * 12.0,
+                  local * (ADAM_BYTES + _adam_grad_bytes(rb.grad_bytes)) + zeroing, "fp32")
     emit(adam, predict([adam])[0])
     if rm.layout.zero == 1 and not rm.overlap_param_gather:  # every rank gathers the updated parameters
         _param_gathers(rb, buckets, groups, launch, waits=[rb.last_main])
+
+
+def _stage_muon_matrices(rm: RankMap, card: MoEModelConfig, stage: int) -> list[tuple[float, float, float, bool]]:
+    """The 2-D weights Muon orthogonalizes on one rank of ``stage`` before any DP split
+    (:func:`cosim.workload.synth.costs.muon_matrices`; expert counts divided by ep; an MTP depth: its layer and its
+    ``2h -> h`` projection)."""
+    out: list[tuple[float, float, float, bool]] = []
+    for c in rm.stage_chunks(stage):
+        lys = list(rm.chunk_layers[c])
+        if c == rm.mtp_chunk:
+            lys += [mtp_body_layer(card)] * card.mtp_layers
+            out += [(float(card.hidden_size), 2.0 * card.hidden_size / rm.tp, float(card.mtp_layers), False)]
+        for ly in lys:
+            out += [(r, k, n / rm.ep if x else n, x) for r, k, n, x in muon_matrices(card, ly, rm.tp, rm.etp)]
+    return out
 
 
 def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:

@@ -32,6 +32,8 @@ from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 __all__ = [
     "EARLY_STOP_SOURCE",
     "MTP_SOURCE",
+    "MUON_NS_STEPS",
+    "MUON_SOURCE",
     "PARAM_HOOK_SOURCE",
     "PRECISIONS",
     "RECOMPUTE_MODULES",
@@ -60,6 +62,9 @@ __all__ = [
     "mtp_ops",
     "mtp_params",
     "mtp_recomputed_full",
+    "muon_matrices",
+    "muon_ops",
+    "newton_schulz_flops",
     "recomputed",
     "rope_ops",
     "sample_head_ops",
@@ -1342,3 +1347,78 @@ def mtp_params(card: MoEModelConfig, embedding_copy: bool = False) -> tuple[int,
     d, e = layer_params(card, mtp_body_layer(card))
     dense = card.mtp_layers * (3 * h + 2 * h * h + d) + (card.vocab_size * h if embedding_copy else 0)
     return dense, card.mtp_layers * e
+
+
+# ---------------------------------------------------------------- Muon (Moonlight, arXiv:2502.16982)
+MUON_SOURCE = ("NVIDIA/Megatron-LM megatron/core/optimizer/muon.py (get_megatron_muon_optimizer: every parameter that "
+               "is not 1-D and not is_embedding_or_output_parameter goes to TensorParallelMuon, the rest to Adam; "
+               "num_ns_steps 5, quintic Newton-Schulz of emerging_optimizers newton_schulz_tp; muon_tp_mode "
+               "blockwise orthogonalizes each TP shard alone; muon_split_qkv and muon_split_moe_experts default true), layer_wise_optimizer.py (LayerWiseDistributedOptimizer, "
+               "Megatron-Bridge's dist_muon: DDP all-reduces the gradients, each DP rank steps the whole parameters "
+               "it owns, then all-gathers the updated parameters; use_distributed_optimizer False); "
+               "Moonlight, arXiv:2502.16982 section 2.3 (Distributed Muon) and Algorithm 1: momentum buffer only, "
+               "X <- aX + (bA + cA^2)X with A = XX^T, 5 iterations on the matrix or its transpose (rows <= columns)")
+"""Where :func:`muon_matrices` and :func:`muon_ops` come from."""
+
+MUON_NS_STEPS = 5
+"""Newton-Schulz iterations per step (Megatron-Core ``muon_num_ns_steps`` default, Moonlight)."""
+
+
+def muon_matrices(card: MoEModelConfig, layer: int, tp: int = 1, etp: int = 1) -> list[tuple[float, float, float, bool]]:
+    """The 2-D weights of transformer layer ``layer`` that Muon orthogonalizes, as ``(rows, cols, count, expert)``
+    of one rank's TP (expert: ETP) shard (``muon_tp_mode: blockwise``: column-parallel weights split their
+    output dim, row-parallel their input dim; MLA's down projections and the router are replicated). The norms
+    (1-D) and the embedding / LM head stay on Adam (:data:`MUON_SOURCE`). Megatron-Core's fused weights are one
+    matrix: ``linear_fc1`` (gate and up); ``linear_qkv`` is split into q, k and v (``muon_split_qkv``, default
+    true). Routed experts: one fc1 and one fc2 per expert (``muon_split_moe_experts``, default true)."""
+    c, h = card, float(card.hidden_size)
+    nh = float(c.num_heads)
+    out: list[tuple[float, float, float, bool]] = []
+    if c.attention_kind == "mla":
+        nope, rope, vd = float(c.qk_nope_head_dim or 0), float(c.qk_rope_head_dim or 0), float(c.v_head_dim or 0)
+        kvr = float(c.kv_lora_rank or 0)
+        if c.q_lora_rank:
+            out += [(float(c.q_lora_rank), h, 1.0, False), (nh * (nope + rope) / tp, float(c.q_lora_rank), 1.0, False)]
+        else:
+            out.append((nh * (nope + rope) / tp, h, 1.0, False))
+        out += [(kvr + rope, h, 1.0, False), (nh * (nope + vd) / tp, kvr, 1.0, False), (h, nh * vd / tp, 1.0, False)]
+    else:
+        d = float(c.attn_head_dim)
+        out += [(nh * d / tp, h, 1.0, False), (c.num_kv_heads * d / tp, h, 2.0, False), (h, nh * d / tp, 1.0, False)]
+    if layer < c.dense_layers:
+        f = float(c.dense_ffn_size or 0)
+        return [*out, (2.0 * f / tp, h, 1.0, False), (h, f / tp, 1.0, False)]
+    fs = float(c.shared_expert_ffn_size or c.expert_ffn_size or 0) * c.num_shared_experts
+    if fs:
+        out += [(2.0 * fs / tp, h, 1.0, False), (h, fs / tp, 1.0, False)]
+    fe, E = float(c.expert_ffn_size or 0), float(c.num_experts)
+    return [*out, (float(c.num_experts), h, 1.0, False), (2.0 * fe / etp, h, E, True), (h, fe / etp, E, True)]
+
+
+def newton_schulz_flops(rows: float, cols: float, steps: int = MUON_NS_STEPS) -> float:
+    """FLOPs of ``steps`` quintic Newton-Schulz iterations on one ``rows x cols`` matrix: on ``X`` of ``m x n``
+    (the matrix or its transpose, ``m <= n``) each iteration runs ``A = X X^T`` (``2 m^2 n``), ``B = bA + cA A``
+    (``2 m^3``) and ``X = aX + B X`` (``2 m^2 n``)."""
+    m, n = min(rows, cols), max(rows, cols)
+    return steps * (4.0 * m * m * n + 2.0 * m ** 3)
+
+
+def muon_ops(mats: list[tuple[float, float, float]], steps: int = MUON_NS_STEPS) -> list[Op]:
+    """The Newton-Schulz GEMMs of the matrices ``(rows, cols, count)`` one rank orthogonalizes (``count`` may be
+    fractional: the rank's share of a DP-distributed set): per distinct shape three batched GEMMs
+    (``X X^T``, ``A A``, ``B X``) of ``count x steps`` groups, at bf16 (Megatron-Core ``muon_fp32_matmul_prec``
+    ``medium``: fp32 tensors, bf16 tensor-core math). FLOPs sum to :func:`newton_schulz_flops` per matrix."""
+    p = PRECISIONS["bf16"]
+    shapes: dict[tuple[float, float], float] = {}
+    for r, cl, n in mats:
+        m, k = min(r, cl), max(r, cl)
+        shapes[(m, k)] = shapes.get((m, k), 0.0) + n
+    ops: list[Op] = []
+    for (m, k), n in sorted(shapes.items()):
+        if n <= 0 or m <= 0:
+            continue
+        b = n * steps
+        ops += [_gemm("optim.muon.ns_gram", m, m, k, p, save_input=False, batch=b),
+                _gemm("optim.muon.ns_poly", m, m, m, p, save_input=False, batch=b),
+                _gemm("optim.muon.ns_update", m, k, m, p, save_input=False, batch=b)]
+    return ops

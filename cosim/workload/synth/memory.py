@@ -127,7 +127,8 @@ class MemoryOptions:
     parameters that are their own master, or PyTorch FSDP2 with bf16 parameters as NeMo AutoModel runs it,
     validation/memory/run.py ``_AUTOMODEL_FSDP2``)."""
     moment_bytes: float = 8.0
-    """Adam's m and v per parameter (fp32; 4 with bf16 moments)."""
+    """Adam's m and v per parameter (fp32; 4 with bf16 moments; 4 under Muon: one fp32 momentum, the embedding's
+    and norms' Adam moments, under 0.5% of a model's parameters, counted at the same rate)."""
     fp8_weight_cache: bool = True
     """Under FP8 / MXFP8 keep each linear weight's quantized copies between micro-batches
     (:data:`FP8_WEIGHT_CACHE_SOURCE`)."""

@@ -31,7 +31,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -128,6 +128,11 @@ all-reduce, all-gather and reduce-scatter calls keep :data:`C10D_CALL_HOST`. The
 ``SyntheticSpec.collective_host_per_peer``."""
 
 
+def _scope_list(v: Any) -> Any:
+    """``cuda_graph_scope: full_iteration`` (a bare string, as ``--set`` gives it) as a one-item list."""
+    return [v] if isinstance(v, str) else v
+
+
 class SyntheticSpec(Strict):
     """A synthesized training step: model card, parallel layout, batch, precision, routing."""
 
@@ -147,6 +152,16 @@ class SyntheticSpec(Strict):
     Megatron-Core ``mtp_num_layers``, :func:`cosim.workload.synth.costs.mtp_ops`); None: the card's ``mtp_layers``
     (deepseek-v3: 1, as its config.json and Megatron-Bridge's DeepSeek-V3 recipe); 0: none (Megatron-Core's own
     default, NeMo AutoModel). Serving steps never run it."""
+    optimizer: Literal["adam", "muon"] = "adam"
+    """Training: the optimizer. ``adam``: Adam on every parameter (with ``layout.zero: 1`` Megatron-Core's
+    distributed optimizer: gradient reduce-scatter, Adam on this rank's shard, parameter all-gather). ``muon``:
+    Muon (Moonlight, arXiv:2502.16982; Megatron-Core ``optimizer: muon`` / ``dist_muon``) on every 2-D weight but
+    the embedding and LM head, Adam on those and the norms: the gradients are all-reduced over data parallelism,
+    each rank runs 5 Newton-Schulz iterations (3 GEMMs each) per weight matrix it owns and one fp32 momentum
+    per parameter (``zero: 0``: every matrix of its stage; ``zero: 1``: the LayerWiseDistributedOptimizer of
+    ``dist_muon``, whole matrices dealt over the dp group, then the updated parameters all-gathered at the step's
+    end, so ``layout.overlap_param_gather`` must be false, its default with muon). Not with ``zero: fsdp``
+    (:data:`cosim.workload.synth.costs.MUON_SOURCE`)."""
     optimizer_moments: Literal["fp32", "bf16"] = "fp32"
     """Memory only: dtype of Adam's two moments (Megatron-Core's precision-aware optimizer ``exp_avg_dtype`` /
     ``exp_avg_sq_dtype``; DeepSeek-V3 report section 3.3.3: bf16): 8 or 4 bytes per parameter over the DP group."""
@@ -168,12 +183,16 @@ class SyntheticSpec(Strict):
     16; Megatron-Bridge's performance harness sets 32): picks the measured rate table
     (:data:`cosim.engine.moe_comm.HYBRIDEP_GB200`). The SMs the kernels take from overlapped compute are the
     replay's ``gpu.comm_sms``."""
-    cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] = Field(default_factory=list)
+    cuda_graph_scope: Annotated[list[Literal["attn", "moe_router", "moe_preprocess", "full_iteration"]],
+                                BeforeValidator(_scope_list)] = Field(default_factory=list)
     """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
     ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
     backward, each costing the host one graph launch (``graph_launch_overhead``) instead of an eager dispatch per
     kernel (:func:`cosim.workload.synth.costs.graph_scoped`); ``moe_preprocess`` needs ``moe_router`` (as
-    Megatron-Core asserts). Empty: eager (``layout.cuda_graphs`` graphs whole layers)."""
+    Megatron-Core asserts). Empty: eager (``layout.cuda_graphs`` graphs whole layers). ``full_iteration`` (alone;
+    a bare string is taken as a one-item list): Megatron-Core's ``cuda_graph_impl: full_iteration``, the whole
+    forward-backward of every micro-batch as one graph, one launch per step, the optimizer eager after it; it has
+    no host sync, so the MoE runs sync-free (:attr:`cosim.workload.synth.build.BuildOptions.full_iteration_graph`)."""
     comm_sms: int | None = Field(default=None, ge=0)
     """SMs a dispatch/combine kernel holds while compute overlaps it (default: 24 for deepep, the DeepEP
     README's ``Buffer.set_num_sms(24)``; the engine's 16 for nccl; 0 for deepep-ll, whose RDMA progress
@@ -337,9 +356,28 @@ def memory_options(spec: SyntheticSpec) -> Any:
     from cosim.workload.synth.memory import MemoryOptions
 
     return MemoryOptions(grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
-                         moment_bytes=4.0 if spec.optimizer_moments == "bf16" else 8.0,
+                         moment_bytes=(4.0 if spec.optimizer == "muon" or spec.optimizer_moments == "bf16"
+                                       else 8.0),
                          moe_act_input_fp8=spec.moe_act_input_fp8,
                          offload_modules=tuple(spec.offload_modules))
+
+
+def _optimizer_layout(spec: SyntheticSpec) -> ParallelLayout:
+    """``spec.layout`` as its optimizer runs it: with Muon and ``zero: 1``, ``overlap_param_gather`` false unless set
+    (the LayerWiseDistributedOptimizer gathers after its step); one-line errors for what Muon does not run."""
+    lay = spec.layout
+    if spec.optimizer != "muon":
+        return lay
+    where = "workload.synthetic.optimizer"
+    if spec.mode != "train":
+        raise CosimInputError(f"{where}: muon is a training field (mode is {spec.mode})")
+    if lay.zero == "fsdp":
+        raise CosimInputError(f"{where}: muon needs layout.zero 0 (muon) or 1 (dist_muon, Megatron-Core's "
+                              f"LayerWiseDistributedOptimizer), not fsdp")
+    if lay.zero == 1 and lay.overlap_param_gather:
+        raise CosimInputError(f"{where}: dist_muon (layout.zero 1) gathers the updated parameters after its step: "
+                              f"layout.overlap_param_gather must be false (Megatron-Bridge's Muon recipes set it so)")
+    return lay.model_copy(update={"overlap_param_gather": False}) if lay.zero == 1 else lay
 
 
 def _check_offload(spec: SyntheticSpec) -> None:
@@ -386,7 +424,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
 
     card = spec_card(spec, _card(spec.model, base))
     gpus = len(topology.gpus)
-    rm = spec.layout.resolve(card, gpus, where="workload.synthetic.layout")
+    rm = _optimizer_layout(spec).resolve(card, gpus, where="workload.synthetic.layout")
     routing = parse_routing(spec.routing, str(base) if base else None)
     for kind, d in (("gpu", spec.stragglers.gpu), ("host", spec.stragglers.host)):
         for r, f in d.items():
@@ -449,11 +487,16 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if spec.cuda_graph_scope and rm.layout.cuda_graphs:
         raise CosimInputError("workload.synthetic.cuda_graph_scope: partial CUDA graphs exclude layout.cuda_graphs "
                               "(whole-layer graphs)")
+    if "full_iteration" in spec.cuda_graph_scope and len(spec.cuda_graph_scope) > 1:
+        raise CosimInputError("workload.synthetic.cuda_graph_scope: full_iteration stands alone (Megatron-Core: "
+                              "'cuda_graph_modules must be empty when cuda_graph_impl=\"full_iteration\"')")
     if "moe_preprocess" in spec.cuda_graph_scope and "moe_router" not in spec.cuda_graph_scope:
         raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl", graph_scopes=tuple(spec.cuda_graph_scope),
-                   hybridep_sms=spec.hybridep_sms)
+    opts = replace(opts, dispatch=spec.dispatch or "nccl",
+                   graph_scopes=tuple(x for x in spec.cuda_graph_scope if x != "full_iteration"),
+                   full_iteration_graph="full_iteration" in spec.cuda_graph_scope,
+                   hybridep_sms=spec.hybridep_sms, optimizer=spec.optimizer)
     _check_offload(spec)
     if spec.offload_modules:
         opts = replace(opts, offload_modules=tuple(spec.offload_modules), host_link=_host_link(topology, gpu0))
