@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -32,7 +33,7 @@ def test_a_different_node_is_its_own_class():
     g = t.gpus_on(2)[0]
     cpu = t.cpu_of(g)
     path = t.route(g, cpu)
-    for a, b in zip(path, path[1:]):  # a slower host path on node 2 only
+    for a, b in itertools.pairwise(path):  # a slower host path on node 2 only
         t.graph.edges[a, b]["bandwidth"] /= 8
         t.graph.edges[b, a]["bandwidth"] /= 8
     t2 = type(t).__new__(type(t))
