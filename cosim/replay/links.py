@@ -140,7 +140,11 @@ class LinkUsage:
             cols = self._columns()
             if len(self._parts_sorted):
                 cols = [np.concatenate([a, b]) for a, b in zip(self._parts_sorted, cols)]
-            o = np.lexsort((cols[1], cols[0]))
+            # the link key as 16-bit ints where the links allow: numpy sorts those by radix (the same stable
+            # permutation as the int64 key's merge sort, ~0.3 s less on 20M intervals)
+            key = cols[0].astype(np.uint16) if len(self.links) <= 1 << 16 else cols[0]
+            o = np.lexsort((cols[1], key))
+            del key
             cnt = np.bincount(cols[0], minlength=len(self.links))
             if o.size and not (o[1:] > o[:-1]).all():
                 # the links from the counts (no gather); the other columns gathered in turn into the buffer the

@@ -320,12 +320,48 @@ class Topology:
         return sum(1 for x in comp if k[x] == "gpu")
 
     def link_counts(self) -> dict[str, int]:
-        """Physical links per catalog link type (each cable counted once, times its ``count``)."""
+        """Physical links per catalog link type (each cable counted once, times its ``count``): O(edges), one
+        :func:`natural_key` per device (not two per edge)."""
+        keys = {n: natural_key(n) for n in self.graph.nodes}
+        order = {k: i for i, k in enumerate(sorted(set(keys.values())))}  # equal keys, equal ranks: as ``<`` on the keys
+        rank = {n: order[k] for n, k in keys.items()}
         out: Counter[str] = Counter()
         for a, b, e in self.graph.edges(data=True):
-            if natural_key(a) < natural_key(b):
+            if rank[a] < rank[b]:
                 out[e["link"]] += e["count"]
         return dict(sorted(out.items()))
+
+    def node_classes(self) -> dict[int, int]:
+        """Host node -> the first host node identical to it for routing inside the node (the same devices
+        with the same kind, spec and index, the same edges between them with the same bandwidth, latency and
+        link type; names compared without the ``node<k>.`` prefix): figures that depend only on a node's
+        inside are computed once per class. O(devices + edges)."""
+        g = self.graph
+        loc: dict[str, str] = {}
+        for n, k in self._node.items():
+            pre = f"node{k}."
+            loc[n] = n[len(pre):] if k >= 0 and n.startswith(pre) else n
+        sig: dict[int, list[Any]] = {}
+        for n, a in g.nodes(data=True):
+            k = self._node[n]
+            if k >= 0:
+                sig.setdefault(k, []).append((loc[n], a.get("kind"), str(a.get("spec")), a.get("index")))
+        for u, v, e in g.edges(data=True):
+            k = self._node[u]
+            if k >= 0 and self._node[v] == k:
+                sig[k].append((loc[u], loc[v], e.get("bandwidth"), e.get("latency"), e.get("link")))
+        first: dict[tuple[Any, ...], int] = {}
+        out: dict[int, int] = {}
+        for k in sorted(sig):
+            out[k] = first.setdefault(tuple(sig[k]), k)  # (the graph lists every node's devices and edges in one order)
+        return out
+
+    def _min_host_bandwidth(self) -> float:
+        """``min(host_bandwidth(g))`` over the GPUs, over one node of each :meth:`node_classes` class (a GPU's
+        route to its CPU stays inside its node: PCIe switches and CPUs; the same figures on identical nodes)."""
+        classes = self.node_classes()
+        return min((self.host_bandwidth(g) for g in self._gpus if classes.get(self._node[g], self._node[g]) == self._node[g]),
+                   default=0.0)
 
     def device_counts(self) -> dict[str, int]:
         """Devices per kind."""
@@ -343,7 +379,7 @@ class Topology:
             "links": self.link_counts(),
             "per_gpu_scale_up_bw_Bps": min((self.scale_up_bandwidth(g) for g in gpus), default=0.0),
             "per_gpu_scale_out_bw_Bps": min((self.scale_out_bandwidth(g) for g in gpus), default=0.0),
-            "per_gpu_host_bw_Bps": min((self.host_bandwidth(g) for g in gpus), default=0.0),
+            "per_gpu_host_bw_Bps": self._min_host_bandwidth(),
             "bisection_bw_Bps": self.bisection_bandwidth(),
             "nvlink_domain_gpus": self.nvlink_domain_size(),
         }
