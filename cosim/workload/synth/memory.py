@@ -8,7 +8,8 @@
   stays gathered from its forward to its backward, and at the peak every layer has a micro-batch in flight:
   FSDP2 ``fully_shard(reshard_after_forward=False)``). Under FP8 / MXFP8,
   Transformer Engine also keeps each linear layer's quantized weight between micro-batches
-  (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``;
+  (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``; the routed
+  experts' follow :attr:`MemoryOptions.expert_precision` when it is set;
 * gradients: the DDP gradient buffer in the parameters' dtype (:data:`GRAD_SOURCE`: Megatron-Core's default
   and every Megatron-Bridge performance config reduce in bf16), sharded over data parallelism with FSDP;
 * optimizer: fp32 master weights and Adam's m and v (4 + 8 bytes per parameter), sharded over the
