@@ -14,7 +14,7 @@ from cosim.capture.config import MoEModelConfig
 from cosim.errors import CosimInputError
 from cosim.workload.synth.costs import PRECISIONS, QUANT_COPIES, Op, Shard, backward_ops, layer_ops
 from cosim.workload.synth.layout import ParallelLayout
-from cosim.workload.synth.memory import MemoryOptions, memory_per_stage
+from cosim.workload.synth.memory import MemoryOptions, layer_activation_bytes, memory_per_stage
 
 CARD = MoEModelConfig(name="small", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                       vocab_size=128, num_experts=8, top_k=2, expert_ffn_size=32, num_shared_experts=1,
@@ -66,6 +66,12 @@ def test_only_the_routed_experts_change_bytes_and_counts_by_hand() -> None:
     # the routed experts' ops are exactly those of an all-FP8 step; everything else is the BF16 step's
     for name, o in fx.items():
         assert o == (all8[name] if name.startswith(ROUTED) else base[name]), name
+    # fp8_recipe current (the spec's "fp8-cs" recipe): four kernels per local expert's cast, one tensor allocated each
+    cs = _ops(replace(BF16, experts=PRECISIONS["fp8-cs"]))["moe.experts_input.quantize"]
+    assert (cs.loop_launches, cs.outputs) == (4 * 4 - 1, 3)
+    from cosim.workload.synth.spec import _recipe
+    assert (_recipe("fp8", "current"), _recipe("fp8", "blockwise"), _recipe("mxfp8", "current")) == (
+        "fp8-cs", "fp8", "mxfp8")
     # a dense layer has no routed experts: unchanged
     assert _ops(FP8_EXPERTS, 0) == _ops(BF16, 0)
 
@@ -108,6 +114,12 @@ def test_memory_fp8_copies_of_the_experts_only() -> None:
     # activations (one micro-batch in flight at pp 1): fc1's input (32 rows x 64) and fc2's (32 x 32) are saved as
     # one FP8 copy with scales instead of BF16
     assert f.activations - b.activations == pytest.approx((32 * 64 + 32 * 32) * (CAST - 2.0))
+    # DeepSeek's FP8-cached SwiGLU input follows the experts' recipe: with moe_act recomputed, the checkpointed fc1
+    # output (32 rows x 2 x 32, BF16) is kept as FP8 + scales in a BF16 step with FP8 experts
+    ops = layer_ops(CARD, 1, 16.0, 16, SH, FP8_EXPERTS)
+    kept = [layer_activation_bytes(ops, "selective", ["moe_act"], CARD, FP8_EXPERTS, 0.0,
+                                   MemoryOptions(moe_act_input_fp8=on)) for on in (False, True)]
+    assert kept[0] - kept[1] == pytest.approx(32 * 2 * 32 * 2.0 * (1 - CAST / 2.0))
 
 
 def test_spec_field_and_errors() -> None:

@@ -140,7 +140,8 @@ class MemoryOptions:
     """Keep the routed experts' activation input (the ``moe_act`` checkpoint: fc1's output) in FP8 with its scales
     instead of bf16, as DeepSeek-V3's framework does ("the input of the SwiGLU operator in MoE ... cached in FP8
     ... its output recomputed in the backward pass": DeepSeek-V3 report, arXiv:2412.19437, section 3.3.3);
-    takes effect with ``moe_act`` recomputation and an FP8 precision."""
+    takes effect with ``moe_act`` recomputation and an FP8 precision of the routed experts (:attr:`expert_precision`
+    or the precision given)."""
     overhead: float = OVERHEAD_BYTES
     """Flat reserve per GPU, bytes."""
     offload_modules: tuple[str, ...] = ()
