@@ -81,7 +81,7 @@ def test_whatif_commands_give_their_figures(block_runs: list[tuple[list[str], st
 
 def test_whatif_directions_are_physical(block_runs: list[tuple[list[str], str, dict]]) -> None:
     """What the cookbook's table says on the default scenario, from the runs' own figures: more NVLink or a
-    faster host never slows the step; FP8 does not slow compute; skew slows the step and its hot rank computes
+    faster host never slows the step; FP8 does not slow compute (FP8 experts alone hold less memory than all-FP8); skew slows the step and its hot rank computes
     more than any rank does under uniform routing; EP64 decode holds more per GPU than EP128."""
     by = {" ".join(argv): s for argv, _, s in block_runs}
     base = by["run"]
@@ -89,11 +89,16 @@ def test_whatif_directions_are_physical(block_runs: list[tuple[list[str], str, d
     host = by["run --set host.speed=2"]
     fp8 = by["run --set workload.synthetic.precision=fp8"]
     zipf = by["run --set workload.synthetic.routing=zipf:1.2"]
+    experts = by["run --set workload.synthetic.expert_precision=fp8"]
     assert nvl["step_time_s"] < base["step_time_s"]
     assert nvl["breakdown"]["exposed_communication"] < base["breakdown"]["exposed_communication"]
     assert host["step_time_s"] < base["step_time_s"]
     assert fp8["breakdown"]["compute"] <= base["breakdown"]["compute"]
     assert zipf["step_time_s"] > base["step_time_s"]
+    # FP8 routed experts only: their FP8 weight copies, not the dense ones; the dispatch's exposure as in BF16
+    assert base["memory_per_gpu_bytes"] < experts["memory_per_gpu_bytes"] < fp8["memory_per_gpu_bytes"]
+    assert experts["breakdown"]["exposed_communication"] == pytest.approx(base["breakdown"]["exposed_communication"],
+                                                                          rel=1e-3)
     hot = max(r["breakdown"]["compute"] for r in zipf["ranks"])
     assert hot > max(r["breakdown"]["compute"] for r in base["ranks"])
     ep128 = by["run dsv3-decode-ep128"]

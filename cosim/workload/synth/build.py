@@ -125,6 +125,9 @@ class BuildOptions:
 
     precision: str = "bf16"
     """bf16, fp8 or mxfp8 (:data:`cosim.workload.synth.costs.PRECISIONS`)."""
+    expert_precision: str | None = None
+    """The routed experts' recipe when it differs from ``precision`` (a ``PRECISIONS`` key,
+    :attr:`cosim.workload.synth.costs.Precision.experts`); None: ``precision``."""
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
     fold: bool | None = None
@@ -754,6 +757,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     p = PRECISIONS[opts.precision]
     if opts.dispatch_bytes is not None:
         p = replace(p, dispatch_bytes=opts.dispatch_bytes)
+    if opts.expert_precision is not None and opts.expert_precision != opts.precision:
+        p = replace(p, experts=PRECISIONS[opts.expert_precision])
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}

@@ -134,6 +134,15 @@ class Precision:
     """Rows a Transformer Engine quantized grouped GEMM needs per expert, a multiple of: 32 under MXFP8, 16 under
     FP8 (``get_align_size_for_quantization``); 0: no alignment (bf16). Megatron-Core pads each local expert's
     rows to it in training (:data:`TE_PADDING_SOURCE`)."""
+    experts: Precision | None = None
+    """Recipe of the routed experts' grouped GEMMs, their input casts and row padding when it differs from this
+    one (``workload.synthetic.expert_precision``, :data:`EXPERT_PRECISION_SOURCE`); None: this recipe. The shared
+    experts, attention, dense MLPs and the dispatch payload keep this recipe's (:attr:`dispatch_bytes`)."""
+
+    @property
+    def routed(self) -> Precision:
+        """The recipe the routed experts run in (:attr:`experts`, else this one)."""
+        return self.experts if self.experts is not None else self
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -147,6 +156,18 @@ PRECISIONS: dict[str, Precision] = {
                         quant_kernels=4, cast_reads=2, split_alloc=True, row_align=16),
 }
 """The precision recipes ``precision:`` accepts."""
+
+EXPERT_PRECISION_SOURCE = (
+    "NVIDIA/TransformerEngine v2.12 transformer_engine.pytorch autocast (formerly fp8_autocast: a region in which "
+    "only the TE modules called quantize: te.Linear, te.LayerNormLinear, te.GroupedLinear); NVIDIA/Megatron-LM "
+    "core_v0.16.0 megatron/core/transformer/moe/moe_layer.py (MoELayer: routed experts self.experts, a "
+    "TEGroupedMLP over te.GroupedLinear; shared experts self.shared_experts, shared_experts.py SharedExpertMLP, an "
+    "MLP over TE column / row parallel linears like the dense MLP), experts.py (TEGroupedMLP: Fp8Padding / "
+    "Fp8Unpadding only around the grouped linears); PrimeIntellect-ai/prime-rl (convert_model_moe_to_fp8: each MoE "
+    "layer's mlp.experts, the routed GroupedExperts, replaced by TE GroupedLinear with Fp8Padding under a "
+    "Float8BlockScaling autocast; attention, shared experts and dense MLPs stay torch BF16 linears)")
+"""Why ``expert_precision`` takes the routed experts only (:attr:`Precision.experts`): the grouped GEMMs are the
+module an expert-only FP8 autocast region or module swap reaches; the shared experts are a dense MLP module."""
 
 
 @dataclass(frozen=True)
@@ -668,7 +689,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
         ops += _megatron_router_ops(c, tm, s) + ([] if hyb else _megatron_count_ops(c, s))
     if hyb:  # HybridEP: routing-map all-gather, preprocessing, dispatch kernel, permute kernel, shared expert
         pre, post = hybridep_dispatch_ops(c, tm, total, s)
-        return ops + pre + _shared_ops(c, T, s, p) + _experts_ops(c, rows, f, p, s, train) + post + [
+        return ops + pre + _shared_ops(c, T, s, p) + _experts_ops(c, rows, f, p.routed, s, train) + post + [
             _ew("moe.residual", tm * h, p, inputs=2 + (1 if c.num_shared_experts else 0))]
     late: list[Op] = []
     if train and s.dtoh_late:  # the host copies after the permutation, the host waiting for the last one
@@ -693,7 +714,7 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     if sort:
         ops.append(Op("moe.sort_chunks", "moe_dispatch", 0.0, 2 * total * h * p.dispatch_bytes, "bf16"))
     ops += [permute] if deepep else []
-    ops += _experts_ops(c, rows, f, p, s, train)
+    ops += _experts_ops(c, rows, f, p.routed, s, train)
     if sort:  # combine_preprocess: the inverse sort
         ops.append(Op("moe.unsort_chunks", "moe_combine", 0.0, 2 * total * h * p.act_bytes, "bf16"))
     if etp > 1:

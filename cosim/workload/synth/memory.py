@@ -8,7 +8,8 @@
   stays gathered from its forward to its backward, and at the peak every layer has a micro-batch in flight:
   FSDP2 ``fully_shard(reshard_after_forward=False)``). Under FP8 / MXFP8,
   Transformer Engine also keeps each linear layer's quantized weight between micro-batches
-  (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``;
+  (:data:`FP8_WEIGHT_CACHE_SOURCE`): ``QUANT_COPIES`` copies (row- and column-wise) of ``cast_bytes``; the routed
+  experts' follow :attr:`MemoryOptions.expert_precision` when it is set;
 * gradients: the DDP gradient buffer in the parameters' dtype (:data:`GRAD_SOURCE`: Megatron-Core's default
   and every Megatron-Bridge performance config reduce in bf16), sharded over data parallelism with FSDP;
 * optimizer: fp32 master weights and Adam's m and v (4 + 8 bytes per parameter), sharded over the
@@ -140,13 +141,18 @@ class MemoryOptions:
     """Keep the routed experts' activation input (the ``moe_act`` checkpoint: fc1's output) in FP8 with its scales
     instead of bf16, as DeepSeek-V3's framework does ("the input of the SwiGLU operator in MoE ... cached in FP8
     ... its output recomputed in the backward pass": DeepSeek-V3 report, arXiv:2412.19437, section 3.3.3);
-    takes effect with ``moe_act`` recomputation and an FP8 precision."""
+    takes effect with ``moe_act`` recomputation and an FP8 precision of the routed experts (:attr:`expert_precision`
+    or the precision given)."""
     overhead: float = OVERHEAD_BYTES
     """Flat reserve per GPU, bytes."""
     offload_modules: tuple[str, ...] = ()
     """Fine-grained activation offloading (Megatron-Core ``--fine-grained-activation-offloading --offload-modules``,
     :data:`OFFLOAD_MODULES`): what these modules save for the backward is copied to the host during the forward
     and reloaded before the backward (:func:`offload_group_bytes`); empty: off."""
+    expert_precision: str | None = None
+    """Recipe of the routed experts (a :data:`cosim.workload.synth.costs.PRECISIONS` key,
+    ``workload.synthetic.expert_precision``); None: the precision the memory model is given. Their saved inputs and
+    quantized weight copies follow it, every other linear's the given precision."""
 
 
 @dataclass(frozen=True)
@@ -263,10 +269,11 @@ def layer_activation_bytes(ops: Sequence[Op], recompute: str, modules: Sequence[
         return layer_input
     if recompute == "selective":
         kept = selective_saved(ops, modules) - _discarded(ops, modules, card, p)
-        if options is not None and options.moe_act_input_fp8 and "moe_act" in modules and p.gemm != "bf16":
+        pe = p.routed  # the routed experts' recipe (workload.synthetic.expert_precision)
+        if options is not None and options.moe_act_input_fp8 and "moe_act" in modules and pe.gemm != "bf16":
             first = next((o for o in ops if o.name in ("moe.experts_act_clamp_glu", "moe.experts_swiglu")), None)
             if first is not None:
-                kept -= first.saved * (1.0 - p.cast_bytes / p.act_bytes)
+                kept -= first.saved * (1.0 - pe.cast_bytes / pe.act_bytes)
         return kept
     return float(sum(o.saved for o in ops))
 
@@ -285,6 +292,8 @@ class _Stage:
     dense: float = 0.0
     expert: float = 0.0
     gemm: float = 0.0
+    gemm_expert: float = 0.0
+    """Of :attr:`gemm`, the routed experts' parameters (their quantized copies follow ``expert_precision``)."""
     act_chunk: list[float] = field(default_factory=list)
     work: float = 0.0
     """The largest transient at the peak: a recomputed layer's re-materialized bytes, or the loss's bf16 logits."""
@@ -309,6 +318,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             st.dense += d / rm.tp
             st.expert += e / (rm.ep * rm.etp)
             st.gemm += gd / rm.tp + ge / (rm.ep * rm.etp)
+            st.gemm_expert += ge / (rm.ep * rm.etp)
             st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
             ops = layer_ops(card, ly, T, seq, sh, p)
             kept = layer_activation_bytes(ops, lay.recompute, lay.recompute_modules, card, p, layer_input, o)
@@ -346,6 +356,7 @@ def _mtp_stage(card: MoEModelConfig, rm: RankMap, st: _Stage, T: float, seq: int
     gd, ge = _gemm_params(card, body)
     h = card.hidden_size
     st.gemm += card.mtp_layers * ((gd + 2 * h * h) / rm.tp + ge / (rm.ep * rm.etp))
+    st.gemm_expert += card.mtp_layers * ge / (rm.ep * rm.etp)
     d, e = layer_params(card, body)
     st.layer_max = max(st.layer_max, d / rm.tp + e / (rm.ep * rm.etp))
     layer = layer_ops(card, body, T, seq, sh, p)
@@ -395,6 +406,8 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
     """Memory of one GPU of every pipeline stage."""
     o = options or MemoryOptions()
     p = PRECISIONS[precision]
+    if o.expert_precision is not None and o.expert_precision != precision:
+        p = replace(p, experts=PRECISIONS[o.expert_precision])
     T = float(micro * seq // rm.cp)
     sh = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel)
     zero = rm.layout.zero
@@ -413,7 +426,11 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                 (st.dense if n_dp > 1 else 0.0) + (st.expert if n_edp > 1 else 0.0))
             peak += gathered * p.act_bytes
         weights = o.weight_bytes * held
-        if p.gemm != "bf16" and o.fp8_weight_cache and zero != "fsdp":
+        if p.experts is not None and o.fp8_weight_cache and zero != "fsdp":  # expert_precision: each part its own
+            weights += QUANT_COPIES * sum(q.cast_bytes * n for q, n in ((p, st.gemm - st.gemm_expert),
+                                                                        (p.experts, st.gemm_expert))
+                                          if q.gemm != "bf16")
+        elif p.gemm != "bf16" and o.fp8_weight_cache and zero != "fsdp":
             weights += QUANT_COPIES * p.cast_bytes * st.gemm
         grads = o.grad_bytes * held
         opt = (o.master_bytes + o.moment_bytes) * (params if zero == 0 else sharded)

@@ -214,6 +214,15 @@ class SyntheticSpec(Strict):
     one cast kernel per tensor) or current (Transformer Engine's per-tensor current scaling, Megatron-Bridge
     ``fp8_cs``: zero the amax, compute it, compute the scale, cast: four kernels per tensor, and per local
     expert in a grouped linear; :data:`cosim.workload.synth.costs.TE_QUANTIZE_SOURCE`)."""
+    expert_precision: Literal["bf16", "fp8", "mxfp8"] | None = None
+    """Training: GEMM recipe of the routed experts only (None: ``precision``), e.g. fp8 with ``precision: bf16`` for
+    "FP8 experts": their grouped GEMMs (forward, dgrad, wgrad), the casts of their inputs and gradients, the FP8 row
+    padding around them (``expert_padding``), their saved inputs and their quantized weight copies follow it;
+    attention, the dense MLPs and the shared experts keep ``precision``, the dispatch payload
+    ``dispatch_precision`` (:data:`cosim.workload.synth.costs.EXPERT_PRECISION_SOURCE`: an FP8 autocast region or
+    module swap around Megatron-Core's ``TEGroupedMLP`` / TE ``GroupedLinear``; the shared experts are a dense
+    MLP module). ``fp8_recipe`` sets the scaling of fp8 here too. The captures' counterpart is ``--set
+    precision.experts=fp8``."""
     routing: str | RoutingSpec = "uniform"
     """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
     profile: str | None = None
@@ -359,7 +368,12 @@ def memory_options(spec: SyntheticSpec) -> Any:
                          moment_bytes=(4.0 if spec.optimizer == "muon" or spec.optimizer_moments == "bf16"
                                        else 8.0),
                          moe_act_input_fp8=spec.moe_act_input_fp8,
-                         offload_modules=tuple(spec.offload_modules))
+                         offload_modules=tuple(spec.offload_modules), expert_precision=spec.expert_precision)
+
+
+def _recipe(precision: str, fp8_recipe: str) -> str:
+    """The :data:`cosim.workload.synth.costs.PRECISIONS` key of ``precision`` under ``fp8_recipe``."""
+    return "fp8-cs" if precision == "fp8" and fp8_recipe == "current" else precision
 
 
 def _optimizer_layout(spec: SyntheticSpec) -> ParallelLayout:
@@ -450,8 +464,9 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if spec.mode != "train":
         host_factor = 1.0
     launch *= host_factor
-    opts = BuildOptions(precision="fp8-cs" if spec.precision == "fp8" and spec.fp8_recipe == "current"
-                        else spec.precision, routing=routing,
+    opts = BuildOptions(precision=_recipe(spec.precision, spec.fp8_recipe), routing=routing,
+                        expert_precision=(None if spec.expert_precision is None
+                                          else _recipe(spec.expert_precision, spec.fp8_recipe)),
                         dispatch_bytes=(PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes
                                         if spec.mode == "train" else None), fold=spec.fold, launch_overhead=launch,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
@@ -476,6 +491,9 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if spec.mode != "train" and (spec.dispatch == "hybridep" or spec.cuda_graph_scope):
         raise CosimInputError("workload.synthetic: dispatch hybridep and cuda_graph_scope are training fields "
                               "(Megatron-Core); serving takes nccl, deepep or deepep-ll and layout.cuda_graphs")
+    if spec.mode != "train" and spec.expert_precision is not None:
+        raise CosimInputError("workload.synthetic.expert_precision: a training field (mode train); serving steps "
+                              "take precision for every GEMM")
     if spec.mode != "train":
         return _synthesize_serving(spec, card, rm, opts, acc, timer)
     if spec.overlap != "none" or spec.comm_sms is not None:
@@ -653,5 +671,6 @@ def synthetic_figures(syn: Synthesized, result: Any) -> dict[str, Any]:
             "microbatches": syn.built.microbatches, "schedule": syn.rm.schedule,
             "precision": syn.spec.precision, "folded": syn.built.folded, "simulated_ranks": len(syn.built.ranks),
             "model_flops_per_step": syn.built.model_flops, "tokens_per_step": tokens,
+            **({} if syn.spec.expert_precision is None else {"expert_precision": syn.spec.expert_precision}),
         },
     }
