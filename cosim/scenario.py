@@ -115,7 +115,8 @@ class Scenario(Strict):
     nodes: int | None = Field(default=None, gt=0, le=MAX_NODES)
     """Scale the topology to this many host nodes: a host-node preset (dgx-h100, hgx-h200, ...) becomes
     a rail-optimized non-blocking cluster of them; a cluster preset with a generated fabric gets this
-    node count. None: the topology as it is."""
+    node count; an NVL72 rack preset (gb200-nvl72, gb300-nvl72) this many 4-GPU compute trays, 18 per
+    NVLink rack (:func:`scaled_document`). None: the topology as it is."""
     projection: ProjectionSpec = Field(default_factory=ProjectionSpec)
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     set: dict[str, Any] = Field(default_factory=dict)
