@@ -412,9 +412,9 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
     presets: a node is one 4-GPU compute tray) is cut or grown to ``nodes`` trays, 18 per NVLink rack,
     racks joined by the preset's scale-out fabric (:func:`scaled_racks`). Other clusters with
     hand-written links cannot be scaled."""
-    from cosim.topology.loader import read_document
     import yaml
 
+    from cosim.topology.loader import read_document
     from cosim.yamlio import loads_yaml
 
     if not 0 < nodes <= MAX_NODES:
