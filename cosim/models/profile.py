@@ -381,8 +381,8 @@ def profile_for(accelerator_name: str) -> CalibrationProfile | None:
     for key, acc in cat.accelerators.items():
         if acc.name == accelerator_name:
             for parent in cat.lineage("accelerators", key)[1:]:
-                if (prof := by_name.get(cat.accelerator(parent).name)) is not None:
-                    return prof
+                if (inherited := by_name.get(cat.accelerator(parent).name)) is not None:
+                    return inherited
     return None
 
 
