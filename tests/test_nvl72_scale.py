@@ -73,3 +73,21 @@ def test_a_synthetic_step_runs_on_four_gb200_trays() -> None:
     _, result = run_scenario(scn)
     s = result.summary()
     assert s["synthetic"]["gpus"] == 16 and s["topology"] == "gb200-nvl72-x4" and s["tokens_per_s_per_gpu"] > 0
+
+
+def test_gb300_entry_extends_b300_and_takes_its_kernel_profile() -> None:
+    from cosim.catalog import load_catalog
+    from cosim.models.profile import profile_for
+    from cosim.topology import load_topology
+
+    cat = load_catalog()
+    gb300 = cat.accelerator("gb300")
+    assert cat.lineage("accelerators", "gb300") == ["gb300", "b300", "b200"]
+    assert (gb300.peak("bf16"), gb300.peak("fp8"), gb300.tdp, gb300.host_link) == (2.5e15, 5e15, 1400.0, "nvlink-c2c")
+    assert gb300.hbm_capacity == cat.accelerator("b300").hbm_capacity  # the rest is b300's
+    prof = profile_for(gb300.name)
+    assert prof is not None and prof.accelerator == "b300"  # no profile of its own: its parent's
+    assert profile_for(cat.accelerator("gb200").name) is None  # b200 has none either
+    for preset in ("gb300-nvl72", "gb300-nvl72-4rack"):
+        topo = load_topology(preset)
+        assert {topo.graph.nodes[g]["spec"] for g in topo.gpus} == {"gb300"}
