@@ -28,6 +28,20 @@ def test_two_gb200_racks_one_nvlink_domain_each_joined_by_the_fabric() -> None:
     assert topo.figures()["bisection_bw_Bps"] == 18 * 4 * 50 * GB
 
 
+def test_scaling_a_preset_to_its_own_size_changes_nothing() -> None:
+    """72 trays of the single rack = the 4-rack preset (its fabric is the one added); 18 trays = the rack."""
+    from cosim.scenario import build_topology
+    from cosim.topology import load_topology
+
+    def figs(topo: object) -> dict:
+        return {k: v for k, v in topo.figures().items() if k != "name"}  # type: ignore[attr-defined]
+
+    four = figs(load_topology("gb200-nvl72-4rack"))
+    assert figs(build_topology("gb200-nvl72-4rack", None, nodes=72)) == four
+    assert figs(build_topology("gb200-nvl72", None, nodes=72)) == four
+    assert figs(build_topology("gb200-nvl72", None, nodes=18)) == figs(load_topology("gb200-nvl72"))
+
+
 def test_gb300_racks_scale_and_a_single_rack_stays_one_domain() -> None:
     from cosim.scenario import build_topology
 
