@@ -115,7 +115,8 @@ class Scenario(Strict):
     nodes: int | None = Field(default=None, gt=0, le=MAX_NODES)
     """Scale the topology to this many host nodes: a host-node preset (dgx-h100, hgx-h200, ...) becomes
     a rail-optimized non-blocking cluster of them; a cluster preset with a generated fabric gets this
-    node count. None: the topology as it is."""
+    node count; an NVL72 rack preset (gb200-nvl72, gb300-nvl72) this many 4-GPU compute trays, 18 per
+    NVLink rack (:func:`scaled_document`). None: the topology as it is."""
     projection: ProjectionSpec = Field(default_factory=ProjectionSpec)
     replay: ReplaySpec = Field(default_factory=ReplaySpec)
     set: dict[str, Any] = Field(default_factory=dict)
@@ -341,28 +342,99 @@ def expand_port_bandwidth(sets: dict[str, str], catalog: Any = None) -> dict[str
     return out
 
 
+RAIL_FABRIC: dict[str, Any] = {"topology": "rail-optimized", "switch_radix": 64, "oversubscription": 1}
+"""The scale-out fabric ``nodes:`` gives a scaled host node or NVL72 rack that has none: the DGX SuperPOD
+compute fabric (rail-optimized, non-blocking, 64-port switches)."""
+
+
+def _plain(x: Any) -> Any:
+    """``x`` (a resolved YAML document: LocDict / LocList) as plain dicts and lists."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    return x
+
+
+def scaled_racks(data: dict[str, Any], nodes: int, trays_per_rack: int | None = None,
+                 where: str = "topology") -> dict[str, Any]:
+    """An NVLink-rack cluster document (``data``, plain dicts: gb200-nvl72, gb300-nvl72 and their -4rack
+    presets) scaled to ``nodes`` host nodes (compute trays).
+
+    The rack size R is the file's trays per NVLink switch (``nodes`` / the nvswitch device's ``count``:
+    18 for NVL72). Up to R trays stay one rack (one NVLink domain); beyond, trays fill racks of
+    ``trays_per_rack`` (default R; tray n in rack n // trays_per_rack), each rack its own NVLink switch, and
+    the racks are joined by the file's ``fabric:`` (or, when it has none, :data:`RAIL_FABRIC`). Every
+    cluster link must be a per-tray ``repeat: {n: ..}`` from ``node{n}.*`` to the switch; anything else
+    is a hand-written cluster and raises :class:`CosimInputError`. The e2e runner
+    (validation/e2e/run.py ``_gb200``) cuts its GB200/GB300 rows with this function."""
+    pre = f"nodes: {nodes}: {where}"
+    if not 0 < nodes <= MAX_NODES:
+        raise CosimInputError(f"{pre}: expected 1..{MAX_NODES} nodes (compute trays)")
+    sws = [d for d in data.get("devices") or [] if isinstance(d, dict) and d.get("kind") == "nvswitch"]
+    links = data.get("links") or []
+    m = re.fullmatch(r"(.*?)(\{i\}|0)", str(sws[0].get("id", ""))) if len(sws) == 1 else None
+    if m is None or not links or not all(
+            isinstance(li, dict) and isinstance(li.get("repeat"), dict) and "n" in li["repeat"]
+            and any(str(b).startswith(m.group(1)) for b in li.get("between", [])) for li in links):
+        raise CosimInputError(f"{pre} has hand-written cluster links and cannot be scaled; use a host-node preset "
+                              "(dgx-h100, hgx-h200, ...), an NVL72 rack preset, or a cluster with a fabric:")
+    prefix = m.group(1)
+    rack = int(data.get("nodes") or 1) // int(sws[0].get("count", 1))
+    per = trays_per_rack or rack
+    if not 0 < per <= rack:
+        raise CosimInputError(f"{pre}: trays per rack must be 1..{rack}, got {per}")
+    out = dict(data)
+    racks = 1 if nodes <= rack else -(-nodes // per)
+    per = rack if racks == 1 else per
+    sw = dict(sws[0])
+    if "count" in sw or racks > 1:
+        sw.update(id=f"{prefix}{{i}}", count=racks)
+        target = f"{prefix}{{n//{per}}}"
+    else:
+        target = f"{prefix}0"
+    out["devices"] = [sw if d is sws[0] else d for d in data["devices"]]
+    out["links"] = [{**li, "repeat": {**li["repeat"], "n": nodes},
+                     "between": [target if str(b).startswith(prefix) else b for b in li["between"]]} for li in links]
+    out["nodes"] = nodes
+    if racks > 1 and not out.get("fabric"):
+        out["fabric"] = dict(RAIL_FABRIC)
+    return out
+
+
 def scaled_document(fpath: Path, nodes: int) -> Any:
     """The topology document of ``fpath`` scaled to ``nodes`` host nodes.
 
     A host-node file (``devices:``/``links:``, e.g. dgx-h100) becomes a cluster of ``nodes`` of
     it on a rail-optimized, non-blocking fat tree of 64-port switches (the DGX SuperPOD compute
     fabric; the NIC of each GPU on its own rail); a cluster file with a generated ``fabric:`` gets
-    ``nodes`` as its node count. Clusters with hand-written rack links (gb200-nvl72) cannot be scaled."""
+    ``nodes`` as its node count; an NVLink-rack cluster (gb200-nvl72, gb300-nvl72 and their -4rack
+    presets: a node is one 4-GPU compute tray) is cut or grown to ``nodes`` trays, 18 per NVLink rack,
+    racks joined by the preset's scale-out fabric (:func:`scaled_racks`). Other clusters with
+    hand-written links cannot be scaled."""
+    import yaml
+
     from cosim.topology.loader import read_document
     from cosim.yamlio import loads_yaml
 
+    if not 0 < nodes <= MAX_NODES:
+        raise CosimInputError(f"nodes: {nodes}: expected 1..{MAX_NODES}")
     data = read_document(fpath)
+    name = data.get("name") or fpath.stem
     if data.get("node") is None:
-        name = data.get("name") or fpath.stem
         return loads_yaml(f"name: {name}-x{nodes}\ndescription: \"{nodes} x {name} on a rail-optimized non-blocking "
                           f"fabric (scaled by nodes:)\"\nnode: \"{fpath.resolve()}\"\nnodes: {nodes}\n"
                           "fabric: {topology: rail-optimized, switch_radix: 64, oversubscription: 1}\n", file=fpath)
-    if data.get("fabric") is None or data.get("links"):
+    if data.get("links"):
+        out = scaled_racks(_plain(data), nodes, where=f"topology {fpath.name}")
+        out["name"] = f"{name}-x{nodes}"
+        return loads_yaml(yaml.safe_dump(out, sort_keys=False), file=fpath)
+    if data.get("fabric") is None:
         raise CosimInputError(f"nodes: {nodes}: topology {fpath.name} has hand-written cluster links and cannot be "
                               "scaled; use a host-node preset (dgx-h100, hgx-h200, ...) or a cluster with a fabric:")
     out = dict(data)
     out["nodes"] = nodes
-    out["name"] = f"{data.get('name') or fpath.stem}-x{nodes}"
+    out["name"] = f"{name}-x{nodes}"
     doc = type(data)(out)
     for attr in ("mark", "key_marks", "file"):
         setattr(doc, attr, getattr(data, attr, None) if attr != "key_marks" else dict(data.key_marks))

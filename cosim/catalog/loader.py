@@ -401,6 +401,14 @@ class Catalog:
         """Accelerator ``key``, e.g. "h100-sxm5"."""
         return self.lookup("accelerators", key)
 
+    def lineage(self, section: str, key: str) -> list[str]:
+        """``key`` and the entries it ``extends``, nearest first (``["gb300", "b300", "b200"]``)."""
+        raws = self._raw.get(section, {})
+        out = [key]
+        while (parent := getattr(raws.get(out[-1]), "data", {}).get("extends")) and parent not in out:
+            out.append(str(parent))
+        return out
+
     def cpu(self, key: str) -> CPU:
         """Host CPU ``key``, e.g. "xeon-8480c"."""
         return self.lookup("cpus", key)

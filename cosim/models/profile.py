@@ -364,17 +364,25 @@ _CACHE: dict[tuple, CalibrationProfile] = {}
 
 
 def profile_for(accelerator_name: str) -> CalibrationProfile | None:
-    """The bundled profile fitted on the accelerator with display name ``accelerator_name``, if any."""
+    """The bundled profile fitted on the accelerator with display name ``accelerator_name``, if any; else,
+    for a catalog entry that ``extends`` another (gb300 -> b300 -> b200), the nearest ancestor's profile."""
     from cosim.catalog import load_catalog
 
     cat = load_catalog()
+    by_name: dict[str, CalibrationProfile] = {}
     for name in bundled_profiles():
         prof = load_profile(name)
         try:
-            if cat.accelerator(prof.accelerator).name == accelerator_name:
-                return prof
+            by_name.setdefault(cat.accelerator(prof.accelerator).name, prof)
         except CosimInputError:
             continue
+    if accelerator_name in by_name:
+        return by_name[accelerator_name]
+    for key, acc in cat.accelerators.items():
+        if acc.name == accelerator_name:
+            for parent in cat.lineage("accelerators", key)[1:]:
+                if (inherited := by_name.get(cat.accelerator(parent).name)) is not None:
+                    return inherited
     return None
 
 

@@ -245,27 +245,19 @@ def _gb200(gpus: int, folder: Path, family: str = "gb200") -> str:
     """GB200 (or, ``family="gb300"``, GB300) NVL72 racks cut to ``gpus`` GPUs (gpus / 4 compute trays), as a file:
     up to 72 GPUs the ``<family>-nvl72`` rack (one NVLink domain); beyond it ``<family>-nvl72-4rack``'s racks, each
     contributing :data:`GB200_TRAYS_PER_RACK_IN_JOB` trays (tray n in rack n // 16), joined by its rail-optimized
-    compute fabric."""
+    compute fabric: :func:`cosim.scenario.scaled_racks`, the rule ``nodes:`` scales the NVL72 presets by (18 trays
+    per rack there)."""
     import yaml
 
+    from cosim.scenario import scaled_racks
     from cosim.topology import find_topology
 
     if gpus % 4:
         raise _NotRun(f"{gpus} GPUs is not a whole number of 4-GPU {family.upper()} compute trays")
-    n = gpus // 4
-    per = GB200_TRAYS_PER_RACK_IN_JOB
     preset = f"{family}-nvl72" if gpus <= 72 else f"{family}-nvl72-4rack"
-    doc = yaml.safe_load(find_topology(preset).read_text(encoding="utf-8"))
+    doc = scaled_racks(yaml.safe_load(find_topology(preset).read_text(encoding="utf-8")), gpus // 4,
+                       GB200_TRAYS_PER_RACK_IN_JOB, where=preset)
     doc["name"] = f"{family}-nvl72-{gpus}gpu"
-    doc["nodes"] = n
-    for link in doc["links"]:
-        if isinstance(link.get("repeat"), dict) and "n" in link["repeat"]:
-            link["repeat"]["n"] = n
-        if gpus > 72:
-            link["between"] = [str(x).replace("{n//18}", f"{{n//{per}}}") for x in link["between"]]
-    for dev in doc["devices"]:
-        if dev.get("kind") == "nvswitch" and "count" in dev:
-            dev["count"] = -(-n // per)  # one NVLink domain per rack
     out = folder / f"{family}-nvl72-{gpus}gpu.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return str(out)
