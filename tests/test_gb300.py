@@ -8,7 +8,7 @@ GB = 1e9
 
 
 def test_gb300_rack_loads_with_b300_gpus_and_connectx8() -> None:
-    """One rack: 18 trays x 4 Blackwell Ultra GPUs (the catalog's b300), one 72-GPU NVLink5 domain (18 links x
+    """One rack: 18 trays x 4 Blackwell Ultra GPUs (the catalog's gb300 (extends b300)), one 72-GPU NVLink5 domain (18 links x
     50 GB/s per GPU), NVLink-C2C to Grace, one ConnectX-8 800 Gb/s (100 GB/s) per GPU behind its own PCIe switch."""
     from cosim.topology import load_topology
 
