@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Discriminator, Field, Tag, field_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, field_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -247,10 +247,10 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
     if synth is not None:
         try:
             upd["workload"] = SyntheticWorkload(synthetic=SyntheticSpec.model_validate(synth))
-        except ValueError as exc:  # pydantic: name the first bad field
-            errs: list[Any] = getattr(exc, "errors", lambda: [])()
-            where = ".".join(str(x) for x in errs[0]["loc"]) if errs else ""
-            msg = errs[0]["msg"] if errs else str(exc)
+        except ValidationError as exc:  # pydantic: name the first bad field (and the valid keys)
+            from cosim.yamlio import describe_validation_error
+
+            where, msg = describe_validation_error(SyntheticSpec, exc)
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
         rest["topology"] = upd["topology"]

@@ -254,7 +254,7 @@ def _knob_candidates() -> list[str]:
             for ident, entry in (getattr(cat, section, None) or {}).items():
                 fields_ = getattr(type(entry), "model_fields", None) or getattr(entry, "__dataclass_fields__", {})
                 keys += [f"{section}.{ident}.{f}" for f in fields_]
-    except Exception:  # noqa: BLE001 - a suggestion only: a catalog that does not load suggests nothing
+    except Exception:  # a suggestion only: a catalog that does not load suggests nothing
         pass
     return keys
 
