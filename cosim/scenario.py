@@ -697,7 +697,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     if worst.total > syn.hbm and not spec.allow_oom:
         raise CosimInputError(f"workload.synthetic.layout: out of memory: stage {worst.stage} needs "
                               f"{worst.total / 2**30:.1f} GiB per GPU > {syn.hbm / 2**30:.0f} GiB; shard more, "
-                              "recompute, or set allow_oom: true", file=scn.source_file)
+                              "recompute, or set allow_oom: true (--set workload.synthetic.allow_oom=true)", file=scn.source_file)
     built = _replace(syn.built, microbatches=m_full, tokens_per_step=syn.built.tokens_per_step * m_full // m,
                      model_flops=syn.built.model_flops * m_full / m)
     syn = Synthesized(spec, syn.card, rm, built, full_mem, syn.hbm, syn.peak_flops)

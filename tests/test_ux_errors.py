@@ -54,3 +54,15 @@ def test_scenario_file_unknown_key_valid_ones(tmp_path) -> None:
         load_scenario(str(p))
     msg = str(info.value)
     assert "s.yaml:5:" in msg and "workload.synthetic.batch.micr: unknown key 'micr' (did you mean 'micro'?)" in msg
+
+
+@pytest.mark.parametrize(("scenario", "sets"), [
+    (None, {"workload.synthetic.layout.ep": "1"}),
+    ("dsv3-decode-ep128", {"workload.synthetic.batch.requests_per_gpu": "4000"}),
+])
+def test_out_of_memory_names_the_set_key(scenario: str | None, sets: dict[str, str]) -> None:
+    from cosim.scenario import run_scenario
+
+    with pytest.raises(CosimInputError, match="out of memory") as info:
+        run_scenario(load_scenario(scenario), sets)
+    assert "--set workload.synthetic.allow_oom=true" in str(info.value)
