@@ -66,3 +66,15 @@ def test_out_of_memory_names_the_set_key(scenario: str | None, sets: dict[str, s
     with pytest.raises(CosimInputError, match="out of memory") as info:
         run_scenario(load_scenario(scenario), sets)
     assert "--set workload.synthetic.allow_oom=true" in str(info.value)
+
+
+def test_bare_zipf_is_documented_and_a_glued_exponent_refused() -> None:
+    from pathlib import Path
+
+    from cosim.scenario import run_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    assert "a bare `zipf` means `zipf:1.0`" in (root / "docs" / "SYNTHESIS.md").read_text()
+    assert "a bare ``zipf`` is ``zipf:1.0``" in (root / "cosim" / "workload" / "synth" / "spec.py").read_text()
+    with pytest.raises(CosimInputError, match=r"'zipf1\.2'.*zipf:1\.2"):
+        run_scenario(load_scenario(), {"workload.synthetic.routing": "zipf1.2"})

@@ -196,7 +196,8 @@ class SyntheticSpec(Strict):
     ``fp8_cs``: zero the amax, compute it, compute the scale, cast: four kernels per tensor, and per local
     expert in a grouped linear; :data:`cosim.workload.synth.costs.TE_QUANTIZE_SOURCE`)."""
     routing: str | RoutingSpec = "uniform"
-    """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
+    """Routing model: uniform, zipf:S (a bare ``zipf`` is ``zipf:1.0``), a file, or a mapping with placement and
+    redundant experts."""
     profile: str | None = None
     """Kernel-model calibration profile (bundled name or YAML); default: the accelerator's."""
     calibrate_from: str | list[str] | None = None
