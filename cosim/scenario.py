@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Discriminator, Field, Tag, field_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, field_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -248,10 +248,10 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
     if synth is not None:
         try:
             upd["workload"] = SyntheticWorkload(synthetic=SyntheticSpec.model_validate(synth))
-        except ValueError as exc:  # pydantic: name the first bad field
-            errs: list[Any] = getattr(exc, "errors", lambda: [])()
-            where = ".".join(str(x) for x in errs[0]["loc"]) if errs else ""
-            msg = errs[0]["msg"] if errs else str(exc)
+        except ValidationError as exc:  # pydantic: name the first bad field (and the valid keys)
+            from cosim.yamlio import describe_validation_error
+
+            where, msg = describe_validation_error(SyntheticSpec, exc)
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
         rest["topology"] = upd["topology"]
@@ -769,7 +769,7 @@ def _run_coalesced(scn: Scenario, topo: Any, run_cfg: Any, base: Path | None) ->
     if worst.total > syn.hbm and not spec.allow_oom:
         raise CosimInputError(f"workload.synthetic.layout: out of memory: stage {worst.stage} needs "
                               f"{worst.total / 2**30:.1f} GiB per GPU > {syn.hbm / 2**30:.0f} GiB; shard more, "
-                              "recompute, or set allow_oom: true", file=scn.source_file)
+                              "recompute, or set allow_oom: true (--set workload.synthetic.allow_oom=true)", file=scn.source_file)
     built = _replace(syn.built, microbatches=m_full, tokens_per_step=syn.built.tokens_per_step * m_full // m,
                      model_flops=syn.built.model_flops * m_full / m)
     syn = Synthesized(spec, syn.card, rm, built, full_mem, syn.hbm, syn.peak_flops)

@@ -27,11 +27,13 @@ from cosim.errors import CosimInputError
 __all__ = [
     "LocDict",
     "LocList",
+    "describe_validation_error",
     "format_path",
     "input_error_at",
     "load_yaml",
     "loads_yaml",
     "locate",
+    "model_fields_at",
     "validate",
 ]
 
@@ -251,13 +253,91 @@ def input_error_at(data: Any, loc: Sequence[str | int], message: str,
     )
 
 
-def _describe(err: Mapping[str, Any]) -> tuple[list[str | int], str]:
-    loc = [p for p in err.get("loc", ())
+def _models_in(tp: Any) -> list[tuple[str | None, type[BaseModel]]]:
+    """The pydantic models an annotation can hold (through Optional, unions, Annotated, lists and dicts), each with
+    its discriminator tag (``Tag``) when it has one."""
+    import typing
+
+    tag: str | None = None
+    if typing.get_origin(tp) is typing.Annotated:
+        args = typing.get_args(tp)
+        tag = next((getattr(m, "tag", None) for m in args[1:] if isinstance(getattr(m, "tag", None), str)), None)
+        return [(tag or t, m) for t, m in _models_in(args[0])]
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [(None, tp)]
+    out: list[tuple[str | None, type[BaseModel]]] = []
+    for arg in typing.get_args(tp):
+        out += _models_in(arg)
+    return out
+
+
+def _walk(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[list[str | int], list[str] | None]:
+    """Follow a pydantic error location from ``model``: (the location without the union noise, the keys the model
+    at its end accepts by their YAML spelling, alias first, or None when it does not lead to one model)."""
+    cands: list[tuple[str | None, type[BaseModel]]] = [(None, model)]
+    clean: list[str | int] = []
+    lost = False
+    for part in loc:
+        if isinstance(part, int) or part == "[key]" or "function-" in part:
+            if isinstance(part, int):
+                clean.append(part)
+            continue
+        if part.startswith("tagged-union"):
+            cands = [c for c in cands if c[0] == part] or cands
+            continue
+        if clean and not lost and part in {m.__name__ for _, m in cands} | {"str", "int", "float", "bool", "list"}:
+            cands = [c for c in cands if c[1].__name__ == part]  # a union's member, not a key
+            lost = not cands
+            continue
+        clean.append(part)
+        nxt: list[tuple[str | None, type[BaseModel]]] = []
+        for _, m in cands:
+            for name, f in m.model_fields.items():
+                if part in (name, f.alias):
+                    nxt += _models_in(f.annotation)
+        lost = lost or not nxt
+        cands = nxt
+    models = {m for _, m in cands}
+    if lost or len(models) != 1:
+        return clean, None
+    (m,) = models
+    return clean, [f.alias or name for name, f in m.model_fields.items()]
+
+
+def model_fields_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str] | None:
+    """The keys the model at ``loc`` (a pydantic error location, tags included) accepts, by their YAML spelling
+    (alias first); None when the path does not lead to one model."""
+    return _walk(model, loc)[1]
+
+
+def _unknown_key(key: str, valid: Sequence[str] | None) -> str:
+    """``unknown key 'epp' (did you mean 'ep'?); valid: ...``: one line."""
+    if not valid:
+        return f"unknown key {key!r}"
+    import difflib
+
+    close = difflib.get_close_matches(key, list(valid), n=3, cutoff=0.6)
+    close = [c for c in close if c[:1] == key[:1]] or close  # of equally close ones, the one that starts alike
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown key {key!r}{hint}; valid: {', '.join(valid)}"
+
+
+def _describe(err: Mapping[str, Any], model: type[BaseModel] | None = None) -> tuple[list[str | int], str]:
+    raw_loc = list(err.get("loc", ()))
+    loc = [p for p in raw_loc
            if not (isinstance(p, str) and ("function-" in p or p.startswith("tagged-union") or p == "[key]"))]
+    valid = None
     etype = err.get("type", "")
+    if model is not None and etype == "extra_forbidden" and raw_loc:
+        loc, valid = _walk(model, raw_loc[:-1])
+        loc = [*loc, raw_loc[-1]]
+    elif model is not None:
+        loc = _walk(model, raw_loc)[0]
     msg = err.get("msg", "invalid value")
     if etype == "extra_forbidden":
-        return loc, f"unknown key {loc[-1]!r}" if loc else "unknown key"
+        if not loc:
+            return loc, "unknown key"
+        return loc, _unknown_key(str(loc[-1]), valid)
     if etype == "missing":
         return loc, f"missing required field {loc[-1]!r}" if loc else "missing field"
     if msg.startswith("Value error, "):
@@ -277,6 +357,22 @@ def _describe(err: Mapping[str, Any]) -> tuple[list[str | int], str]:
     return loc, msg
 
 
+def describe_validation_error(model: type[BaseModel], exc: ValidationError) -> tuple[str, str]:
+    """``(field.path, problem)`` of a validation error's first error (the tagged-union noise left out; an unknown
+    key named with the valid ones), for a message of one line about data that has no file."""
+    errs = exc.errors(include_url=False)
+    if not errs:
+        return "", str(exc)
+    loc, msg = _describe(min(errs, key=_type_last), model)
+    return format_path(loc), msg
+
+
+def _type_last(err: Mapping[str, Any]) -> int:
+    """Sort key: of a union's errors, "expected a string" is the least telling (the value was meant for another
+    member)."""
+    return 1 if str(err.get("type", "")).endswith("_type") else 0
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -294,13 +390,13 @@ def validate(model: type[M], data: Any, file: str | Path | None = None,
         # one a person would fix first.
         located = []
         for e in errors:
-            loc, msg = _describe(e)
+            loc, msg = _describe(e, model)
             f, mark = locate(data, loc)
             if e.get("type") == "missing":
                 f, mark = locate(data, loc[:-1])
-            located.append((mark or (10**9, 0), loc, msg, f))
-        located.sort(key=lambda t: t[0])
-        mark, loc, msg, f = located[0]
+            located.append(((mark or (10**9, 0)), _type_last(e), loc, msg, f))
+        located.sort(key=lambda t: (t[0], t[1]))
+        mark, _, loc, msg, f = located[0]
         line, col = (mark if mark[0] != 10**9 else (None, None))
         raise CosimInputError(msg, file=f or file, line=line, column=col,
                               path=format_path([*prefix, *loc])) from None

@@ -367,7 +367,8 @@ class TestBadFiles:
                 extends: h100-sxm5
                 hbm_bandwith: "8 TB/s"
         """)
-        assert msg == "parts.yaml:4:19: accelerators.my-chip.hbm_bandwith: unknown key 'hbm_bandwith'"
+        assert msg.startswith("parts.yaml:4:19: accelerators.my-chip.hbm_bandwith: unknown key 'hbm_bandwith' "
+                              "(did you mean 'hbm_bandwidth'?); valid: "), msg
 
     def test_bare_number(self, tmp_path: Path) -> None:
         msg = load_error(tmp_path, """

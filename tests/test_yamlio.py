@@ -74,7 +74,7 @@ class Doc(BaseModel):
         ("links:\n  - name: a\n    bandwidth: 450 GHz\n",
          "d.yaml:3:16: links[0].bandwidth: 'GHz' is not a bandwidth unit; write it like '450 GB/s'"),
         ("links:\n  - {name: a, bandwidth: 1 GB/s, colour: red}\n",
-         "d.yaml:2:42: links[0].colour: unknown key 'colour'"),
+         "d.yaml:2:42: links[0].colour: unknown key 'colour'; valid: name, bandwidth"),
         ("links:\n  - name: a\n", "d.yaml:2:5: links[0].bandwidth: missing required field 'bandwidth'"),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cosim.cli import add_json_flag, emit_json
@@ -124,9 +125,10 @@ def config_from_args(args: argparse.Namespace, base=None):
 
 
 def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = None,
-           extra: dict | None = None) -> int:
+           extra: dict | None = None, before_print: Callable[[], None] | None = None) -> int:
     """Write outputs and print the summary (table, or JSON with --json, with the keys of ``extra`` added); with
-    ``baseline`` (an earlier run's summary) also how the step changed against it (``vs_baseline`` in the JSON)."""
+    ``baseline`` (an earlier run's summary) also how the step changed against it (``vs_baseline`` in the JSON).
+    ``before_print`` runs once the files are written, before anything is printed (it clears a progress bar)."""
     from cosim.output import write_result
     from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
@@ -134,6 +136,8 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
     paths = write_result(result, out, timeline=not args.no_timeline)
     paths["report"] = write_run_report(result, out / "report.html")
     summary = result.summary()
+    if before_print is not None:
+        before_print()
     if args.json:
         if baseline is not None:
             from cosim.replay.summary import explain_change

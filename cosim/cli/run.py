@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from cosim.cli.replay import add_output_flags
 
-__all__ = ["check_synthetic_sets", "register", "what_if_line"]
+__all__ = ["PhaseBar", "check_synthetic_sets", "phase_bar", "register", "what_if_line"]
+
+PROGRESS_DELAY_S = 2.0
+"""Seconds after which a run shows its phase bar on stderr (a short run shows none)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +42,69 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "or what bounds the step when it does not (default for a run with --set: the scenario's "
                         "last run without --set, cosim-out/<scenario>/baseline, when there is one)")
     add_output_flags(p)
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (it shows only where stderr is a terminal, for runs of more "
+                        f"than {PROGRESS_DELAY_S:g} s)")
     p.set_defaults(func=run)
+
+
+class PhaseBar:
+    """A one-line tqdm bar on ``stream`` (stderr) naming the run's phase and its elapsed time, refreshed twice a
+    second from ``delay`` seconds on (a long synthesis shows no other sign of life; the engine adds its own op
+    bar for runs of more than ``PROGRESS_MIN_OPS`` GPU ops). Nothing is written when not ``enabled``
+    (``--no-progress``, or stderr is not a terminal), and never to stdout: ``--json`` stays clean."""
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None, delay: float | None = None) -> None:
+        self._bar: Any = None
+        if not enabled:
+            return
+        from tqdm import tqdm
+
+        self._t0 = time.monotonic()
+        self._delay = PROGRESS_DELAY_S if delay is None else delay
+        self._bar = tqdm(total=None, desc="cosim run", bar_format="{desc} [{elapsed}]",
+                         file=stream if stream is not None else sys.stderr, leave=False, disable=False, delay=self._delay,
+                         mininterval=0.5)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="cosim-run-progress", daemon=True)
+        self._ticker.start()
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._t0 >= self._delay
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            if self._due():
+                with self._lock:
+                    self._bar.refresh()
+                    self._bar.last_print_t = self._bar._time()  # shown: close() clears it (tqdm's delay check)
+
+    def phase(self, text: str) -> None:
+        """Name the phase the run is in now."""
+        if self._bar is not None:
+            with self._lock:
+                self._bar.set_description_str(f"cosim run: {text}", refresh=self._due())
+
+    def close(self) -> None:
+        """Stop and clear the bar (before the results are printed); again is a no-op."""
+        if self._bar is None:
+            return
+        self._stop.set()
+        self._ticker.join()
+        with self._lock:
+            self._bar.close()
+        self._bar = None
+
+
+@contextmanager
+def phase_bar(enabled: bool, stream: TextIO | None = None, delay: float | None = None) -> Iterator[PhaseBar]:
+    """:class:`PhaseBar`, closed on the way out."""
+    bar = PhaseBar(enabled, stream, delay)
+    try:
+        yield bar
+    finally:
+        bar.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,19 +136,27 @@ def run(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario)
     sets = parse_sets(args.sets)
     check_synthetic_sets(scn, sets)
-    scn, result = run_scenario(scn, sets, cache=process_cache())
-    resolved = resolved_settings(scn, result)
-    out: Path = args.out or run_dir(resolved)
-    write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
-    sets_given = bool(args.sets)
-    base_dir: Path | None = args.baseline
-    if baseline is None and sets_given and args.out is None:
-        base_dir = out.parent / BASELINE
-        baseline = _baseline(base_dir, missing_ok=True)
-    if baseline is None:
-        base_dir = None
-    code = finish(result, args, out, baseline,
-                  extra={"out": str(out), "sets": sets, "baseline_dir": None if base_dir is None else str(base_dir)})
+    show = not getattr(args, "no_progress", False) and sys.stderr.isatty()
+    with phase_bar(show) as bar:
+        from cosim.scenario import SyntheticWorkload
+
+        bar.phase("synthesizing and simulating the step" if isinstance(scn.workload, SyntheticWorkload)
+                  else "loading and simulating the workload")
+        scn, result = run_scenario(scn, sets, cache=process_cache())
+        bar.phase("writing summary, timeline and report")
+        resolved = resolved_settings(scn, result)
+        out: Path = args.out or run_dir(resolved)
+        write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        sets_given = bool(args.sets)
+        base_dir: Path | None = args.baseline
+        if baseline is None and sets_given and args.out is None:
+            base_dir = out.parent / BASELINE
+            baseline = _baseline(base_dir, missing_ok=True)
+        if baseline is None:
+            base_dir = None
+        code = finish(result, args, out, baseline,
+                      extra={"out": str(out), "sets": sets, "baseline_dir": None if base_dir is None else str(base_dir)},
+                      before_print=bar.close)
     if args.out is None:
         latest = link_latest(out)
         if not sets_given:

@@ -30,6 +30,38 @@ def format_hardware(topology: Any) -> str:
             f"host {fmt_bandwidth(fig['per_gpu_host_bw_Bps'])}; bisection {fmt_bandwidth(fig['bisection_bw_Bps'])}")
 
 
+def _headline_rank(s: dict[str, Any]) -> tuple[Any, int]:
+    """The rank whose breakdown the summary shows (the first of those with the slowest step, as
+    :func:`cosim.replay.summary.summarize` picks it) and how many ranks tie for that step."""
+    ranks = [r for r in s.get("ranks", []) if r.get("step_time_s") is not None]
+    step = s.get("step_time_s")
+    tied = [r for r in ranks if r["step_time_s"] == step]
+    return (tied[0]["rank"] if tied else None), len(tied)
+
+
+def _breakdown_title(s: dict[str, Any]) -> str:
+    rank, tied = _headline_rank(s)
+    if rank is None:
+        return "breakdown per step:"
+    if tied > 1:
+        return f"breakdown per step of rank {rank} (the first of {tied} ranks tied for the slowest step):"
+    return f"breakdown per step of rank {rank} (the slowest):"
+
+
+def _busiest_other_rank(s: dict[str, Any]) -> dict[str, Any] | None:
+    """The rank with the most compute, when it is not the headline rank and computes noticeably (0.5%) more:
+    under skewed routing the hot rank, which the others wait for."""
+    head, _ = _headline_rank(s)
+    ranks = [r for r in s.get("ranks", []) if isinstance(r.get("breakdown"), dict)]
+    if head is None or len(ranks) < 2:
+        return None
+    busy = max(ranks, key=lambda r: r["breakdown"].get("compute") or 0.0)
+    shown = s["breakdown"].get("compute") or 0.0
+    if busy["rank"] == head or (busy["breakdown"].get("compute") or 0.0) <= shown * 1.005:
+        return None
+    return busy
+
+
 def format_summary(s: dict[str, Any], max_ranks: int = 16, baseline: dict[str, Any] | None = None) -> str:
     """The summary as text: per-rank step times, breakdown (exposed communication split into transfer and
     waiting for peers) and critical path; with ``baseline`` (the baseline run's summary) a last line says
@@ -38,18 +70,20 @@ def format_summary(s: dict[str, Any], max_ranks: int = 16, baseline: dict[str, A
     durations = "kernel models (synthesized step)" if s.get("synthetic") else s["config"]["durations"]
     lines.append(f"topology {s.get('topology')}   durations {durations}   collectives {s['config']['collectives']}")
     lines.append("")
-    lines.append(f"{'rank':>5}  {'measured step':>14}  {'simulated step':>14}  {'error':>8}  {'CPU step (sim)':>14}")
+    lines.append(f"{'rank':>5}  {'measured step':>14}  {'simulated step':>14}  {'error':>8}  {'host step (sim)':>15}")
     ranks = s["ranks"]
     for r in ranks[:max_ranks]:
         lines.append(f"{r['rank']:>5}  {_t(r['measured_step_time_s']):>14}  {_t(r['step_time_s']):>14}  "
-                     f"{_pct(r['error']):>8}  {_t(r['cpu_step_time_s']):>14}")
+                     f"{_pct(r['error']):>8}  {_t(r['cpu_step_time_s']):>15}")
     if len(ranks) > max_ranks:
         lines.append(f"  ... {len(ranks) - max_ranks} more ranks (see summary.json)")
+    lines.append("(host step: the simulated host CPU thread's time per step, its ProfilerStep span; the GPU's work "
+                 "may end later)")
     lines.append("")
     lines.append(f"step time {_t(s['step_time_s'])} (slowest rank)   measured {_t(s['measured_step_time_s'])}   "
                  f"error {_pct(s['error'])}")
     st = s["step_time_s"] or 0.0
-    lines.append("breakdown per step:")
+    lines.append(_breakdown_title(s))
     for k, v in s["breakdown"].items():
         share = f"{100 * v / st:5.1f}%" if st else ""
         lines.append(f"  {k:<24} {_t(v):>12} {share}")
@@ -58,6 +92,13 @@ def format_summary(s: dict[str, Any], max_ranks: int = 16, baseline: dict[str, A
             for sk, label in (("transfer_s", "transfer"), ("wait_for_peers_s", "waiting for peers")):
                 sv = split.get(sk) or 0.0
                 lines.append(f"    {label:<22} {_t(sv):>12} {100 * sv / st:5.1f}%" if st else f"    {label}")
+    busy = _busiest_other_rank(s)
+    if busy is not None:
+        bd = busy["breakdown"]
+        split = busy.get("exposed_communication_split") or {}
+        lines.append(f"busiest rank {busy['rank']} (most compute): compute {_t(bd.get('compute'))}, exposed communication "
+                     f"{_t(bd.get('exposed_communication'))} (waiting for peers {_t(split.get('wait_for_peers_s'))}); "
+                     "every rank's breakdown: ranks in summary.json (--json)")
     cp = s.get("critical_path") or {}
     if cp.get("by_resource"):
         lines.append(f"critical path: bound by {cp.get('bound')}")

@@ -222,6 +222,53 @@ def _scope_pair(part: str) -> tuple[str, str]:
     return "?", part.strip()
 
 
+_KNOWN_KNOBS = ("durations, collectives, topology, accelerator, profile, host.launch_overhead, host.launch_latency, "
+                "host.sync_overhead, host.speed, gpu.scale.<class>, gpu.copy_engines, gpu.comm_sms, gpu.comm_share, "
+                "cuda_graphs, ranks_per_node, precision.experts, precision.gemm, or a catalog path "
+                "<accelerators|cpus|nics|links>.<id>.<field> (e.g. links.nvlink4.bandwidth)")
+# The keys `cosim run` (and sweeps) take besides the replay knobs above: cosim.scenario handles them before the rest
+# reaches apply_sets, so a key that ends up here matched none of them either.
+_RUN_FAMILIES = ("workload.synthetic.<field> (synthetic scenarios, e.g. workload.synthetic.layout.ep), nodes, "
+                 "topology.<path> (e.g. topology.node.links.gpu-pcie.type), nics.<id>.port_bandwidth, "
+                 "projection.<field> and replay.<field> (captured traces)")
+
+
+def _knob_candidates() -> list[str]:
+    """Every concrete key a ``--set`` may name (for the "did you mean" of an unknown one)."""
+    keys = [*_TIME_KEYS, *_FLOAT_KEYS, *_STR_KEYS, *_INT_KEYS, "cuda_graphs", "gpu.comm_share", "ranks_per_node",
+            "nodes", *(f"gpu.scale.{c}" for c in OP_CLASSES), *(f"precision.{s}" for s in PRECISION_SCOPES)]
+    try:
+        from cosim.workload.synth.layout import ParallelLayout
+        from cosim.workload.synth.spec import BatchSpec, SyntheticSpec
+
+        for prefix, model in (("workload.synthetic.", SyntheticSpec), ("workload.synthetic.layout.", ParallelLayout),
+                              ("workload.synthetic.batch.", BatchSpec)):
+            keys += [prefix + (f.alias or n) for n, f in model.model_fields.items()]
+    except ImportError:  # pragma: no cover - the synthesis package is part of cosim
+        pass
+    try:
+        from cosim.catalog import load_catalog
+
+        cat = load_catalog()
+        for section in CATALOG_SECTIONS:
+            for ident, entry in (getattr(cat, section, None) or {}).items():
+                fields_ = getattr(type(entry), "model_fields", None) or getattr(entry, "__dataclass_fields__", {})
+                keys += [f"{section}.{ident}.{f}" for f in fields_]
+    except Exception:  # a suggestion only: a catalog that does not load suggests nothing
+        pass
+    return keys
+
+
+def unknown_knob_message(key: str) -> str:
+    """The one-line error for a ``--set`` key nothing knows: the nearest known key, the replay knobs and the other
+    key families a run takes."""
+    import difflib
+
+    close = difflib.get_close_matches(key, _knob_candidates(), n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"--set {key}: unknown knob{hint}; known: {_KNOWN_KNOBS}; cosim run also takes {_RUN_FAMILIES}"
+
+
 def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
     """Return ``cfg`` with ``--set`` style overrides applied.
 
@@ -281,11 +328,7 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
             elif key.split(".", 1)[0] in CATALOG_SECTIONS:
                 cat[key] = value
             else:
-                raise CosimInputError(
-                    f"--set {key}: unknown knob; known: durations, collectives, topology, accelerator, "
-                    "profile, host.launch_overhead, host.launch_latency, host.sync_overhead, host.speed, "
-                    "gpu.scale.<class>, gpu.copy_engines, gpu.comm_sms, gpu.comm_share, cuda_graphs, ranks_per_node, precision.experts, precision.gemm, "
-                    "or a catalog path like links.nvlink4.bandwidth")
+                raise CosimInputError(unknown_knob_message(key))
         except units.UnitError as exc:
             raise CosimInputError(f"--set {key}={value}: {exc}") from None
     try:

@@ -76,6 +76,9 @@ def _check_model(spec: RoutingSpec) -> None:
     if m == "uniform":
         return
     if m.startswith("zipf"):
+        if m != "zipf" and not m.startswith("zipf:"):
+            raise CosimInputError(f"routing: {m!r}: write the Zipf exponent after a colon (e.g. zipf:1.2; "
+                                  "a bare zipf is zipf:1.0)")
         try:
             s = float(m.split(":", 1)[1]) if ":" in m else 1.0
         except ValueError:

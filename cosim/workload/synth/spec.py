@@ -224,7 +224,8 @@ class SyntheticSpec(Strict):
     MLP module). ``fp8_recipe`` sets the scaling of fp8 here too. The captures' counterpart is ``--set
     precision.experts=fp8``."""
     routing: str | RoutingSpec = "uniform"
-    """Routing model: uniform, zipf:S, a file, or a mapping with placement and redundant experts."""
+    """Routing model: uniform, zipf:S (a bare ``zipf`` is ``zipf:1.0``), a file, or a mapping with placement and
+    redundant experts."""
     profile: str | None = None
     """Kernel-model calibration profile (bundled name or YAML); default: the accelerator's."""
     calibrate_from: str | list[str] | None = None
@@ -542,7 +543,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
             f"workload.synthetic.layout: out of memory: stage {worst.stage} needs {worst.total / 2**30:.1f} GiB per "
             f"GPU (weights {worst.weights / 2**30:.1f}, gradients {worst.gradients / 2**30:.1f}, optimizer "
             f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
-            f"{acc.name}; shard more, recompute, or set allow_oom: true")
+            f"{acc.name}; shard more, recompute, or set allow_oom: true (--set workload.synthetic.allow_oom=true)")
     built = build_step(card, rm, b.global_, b.micro, b.seq, replace(opts, grad_accum=ga), timer, device=acc.name)
     peak = float(acc.peak("bf16"))
     return Synthesized(spec, card, rm, built, mem, hbm, peak)
@@ -585,7 +586,7 @@ def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc:
             f"workload.synthetic.batch: out of memory: {mem.total / 2**30:.1f} GiB per GPU (weights "
             f"{mem.weights / 2**30:.1f}, KV cache {mem.kv_cache / 2**30:.1f}, activations "
             f"{mem.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of {acc.name}; at most {mem.max_batch} {unit} "
-            "per GPU fit; shard more or set allow_oom: true")
+            "per GPU fit; shard more or set allow_oom: true (--set workload.synthetic.allow_oom=true)")
     built, span = build_infer_step(card, rm, step, opts, timer, device=acc.name)
     return Synthesized(spec, card, rm, built, [], hbm, float(acc.peak("bf16")), (step, mem), span)
 
