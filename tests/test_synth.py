@@ -300,8 +300,12 @@ def test_scenario_synthetic_block_sets_and_json_fields(tmp_path: Path) -> None:
     topo = build_topology("dgx-h100", None, None, None, 4)
     assert len(topo.gpus) == 32 and topo.nodes == 4
     assert len(build_topology("dgx-h100-4node", None, None, None, 2).gpus) == 16
+    assert len(build_topology("gb200-nvl72", None, None, None, 2).gpus) == 8  # two 4-GPU compute trays
+    pair = tmp_path / "pair.yaml"
+    pair.write_text("name: pair\nnode: dgx-h100\nnodes: 2\nlinks:\n"
+                    "  - {between: [node0.nic0, node1.nic0], type: ndr400}\n", encoding="utf-8")
     with pytest.raises(CosimInputError, match="cannot be scaled"):
-        build_topology("gb200-nvl72", None, None, None, 2)
+        build_topology(str(pair), None, None, None, 4)
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({"name": "t", "topology": "dgx-h100", "workload": {"synthetic": {
         "model": "qwen3-moe-mini", "layout": {"ep": 8, "pp": 1}, "batch": {"global": 16, "micro": 2, "seq": 256}}}}))
