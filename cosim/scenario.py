@@ -347,15 +347,6 @@ RAIL_FABRIC: dict[str, Any] = {"topology": "rail-optimized", "switch_radix": 64,
 compute fabric (rail-optimized, non-blocking, 64-port switches)."""
 
 
-def _plain(x: Any) -> Any:
-    """``x`` (a resolved YAML document: LocDict / LocList) as plain dicts and lists."""
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_plain(v) for v in x]
-    return x
-
-
 def scaled_racks(data: dict[str, Any], nodes: int, trays_per_rack: int | None = None,
                  where: str = "topology") -> dict[str, Any]:
     """An NVLink-rack cluster document (``data``, plain dicts: gb200-nvl72, gb300-nvl72 and their -4rack
@@ -415,7 +406,7 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
     import yaml
 
     from cosim.topology.loader import read_document
-    from cosim.yamlio import loads_yaml
+    from cosim.yamlio import loads_yaml, plain
 
     if not 0 < nodes <= MAX_NODES:
         raise CosimInputError(f"nodes: {nodes}: expected 1..{MAX_NODES}")
@@ -426,7 +417,7 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
                           f"fabric (scaled by nodes:)\"\nnode: \"{fpath.resolve()}\"\nnodes: {nodes}\n"
                           "fabric: {topology: rail-optimized, switch_radix: 64, oversubscription: 1}\n", file=fpath)
     if data.get("links"):
-        out = scaled_racks(_plain(data), nodes, where=f"topology {fpath.name}")
+        out = scaled_racks(plain(data), nodes, where=f"topology {fpath.name}")
         out["name"] = f"{name}-x{nodes}"
         return loads_yaml(yaml.safe_dump(out, sort_keys=False), file=fpath)
     if data.get("fabric") is None:

@@ -34,6 +34,7 @@ __all__ = [
     "loads_yaml",
     "locate",
     "model_fields_at",
+    "plain",
     "validate",
 ]
 
@@ -371,6 +372,16 @@ def _type_last(err: Mapping[str, Any]) -> int:
     """Sort key: of a union's errors, "expected a string" is the least telling (the value was meant for another
     member)."""
     return 1 if str(err.get("type", "")).endswith("_type") else 0
+
+
+def plain(x: Any) -> Any:
+    """``x`` (a loaded YAML tree: :class:`LocDict` / :class:`LocList`, or plain) as plain dicts and lists, without
+    the location marks (for equality, or a document to rewrite)."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [plain(v) for v in x]
+    return x
 
 
 M = TypeVar("M", bound=BaseModel)
