@@ -26,6 +26,7 @@ A scenario's workload can also be synthesized from a model card and a parallel l
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -415,14 +416,11 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
     if data.get("node") is None:
         return loads_yaml(f"name: {name}-x{nodes}\ndescription: \"{nodes} x {name} on a rail-optimized non-blocking "
                           f"fabric (scaled by nodes:)\"\nnode: \"{fpath.resolve()}\"\nnodes: {nodes}\n"
-                          "fabric: {topology: rail-optimized, switch_radix: 64, oversubscription: 1}\n", file=fpath)
-    if data.get("links"):
+                          f"fabric: {json.dumps(RAIL_FABRIC)}\n", file=fpath)
+    if data.get("links") or data.get("fabric") is None:  # an NVLink-rack cluster, or one scaled_racks refuses
         out = scaled_racks(plain(data), nodes, where=f"topology {fpath.name}")
         out["name"] = f"{name}-x{nodes}"
         return loads_yaml(yaml.safe_dump(out, sort_keys=False), file=fpath)
-    if data.get("fabric") is None:
-        raise CosimInputError(f"nodes: {nodes}: topology {fpath.name} has hand-written cluster links and cannot be "
-                              "scaled; use a host-node preset (dgx-h100, hgx-h200, ...) or a cluster with a fabric:")
     out = dict(data)
     out["nodes"] = nodes
     out["name"] = f"{name}-x{nodes}"
