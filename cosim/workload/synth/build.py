@@ -53,7 +53,6 @@ from cosim.workload.graph import (
     ragged_arrays,
 )
 from cosim.workload.synth.costs import (
-    PRECISIONS,
     Comm,
     Op,
     Precision,
@@ -75,6 +74,7 @@ from cosim.workload.synth.costs import (
     mtp_recomputed_full,
     muon_matrices,
     muon_ops,
+    recipe_with_experts,
     recomputed,
 )
 from cosim.workload.synth.layout import RankMap
@@ -754,11 +754,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         raise CosimInputError(f"batch.seq: {seq} is not divisible by cp {rm.cp}")
     m = global_batch // (micro * rm.dp)
     T = float(micro * seq // rm.cp)
-    p = PRECISIONS[opts.precision]
+    p = recipe_with_experts(opts.precision, opts.expert_precision)
     if opts.dispatch_bytes is not None:
         p = replace(p, dispatch_bytes=opts.dispatch_bytes)
-    if opts.expert_precision is not None and opts.expert_precision != opts.precision:
-        p = replace(p, experts=PRECISIONS[opts.expert_precision])
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field, replace
 
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.synth.costs import (
-    PRECISIONS,
     QUANT_COPIES,
     Op,
     Precision,
@@ -50,6 +49,7 @@ from cosim.workload.synth.costs import (
     mtp_ops,
     mtp_params,
     mtp_recomputed_full,
+    recipe_with_experts,
     selective_saved,
 )
 from cosim.workload.synth.layout import RankMap
@@ -405,9 +405,7 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                      precision: str = "bf16", options: MemoryOptions | None = None) -> list[MemoryEstimate]:
     """Memory of one GPU of every pipeline stage."""
     o = options or MemoryOptions()
-    p = PRECISIONS[precision]
-    if o.expert_precision is not None and o.expert_precision != precision:
-        p = replace(p, experts=PRECISIONS[o.expert_precision])
+    p = recipe_with_experts(precision, o.expert_precision)
     T = float(micro * seq // rm.cp)
     sh = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel)
     zero = rm.layout.zero
