@@ -730,7 +730,6 @@ def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dic
                    a2a_send_tokens=tm * card.top_k)
 
 
-
 def _overlapped(memo: dict[int, tuple[list[Op], list[Op]]], ops: list[Op], tp: int, p: Precision,
                 sm_count: int) -> list[Op]:
     """``ops`` with their TP collectives overlapped (:func:`overlap_ops`), memoized per op list: the memo
@@ -741,6 +740,7 @@ def _overlapped(memo: dict[int, tuple[list[Op], list[Op]]], ops: list[Op], tp: i
     out = overlap_ops(ops, tp, p, sm_count)
     memo[id(ops)] = (ops, out)
     return out
+
 
 def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
                opts: BuildOptions, predict: Any, device: str = "GPU") -> Built:
@@ -1604,18 +1604,17 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
     after its layers (Megatron-Core GPTModel: the decoder, the MTP block, each depth's logits and loss, then the main
     logits and loss): per depth its pseudo-layer index and forward ops; on a chunk before the ``L`` chunk without
     their logits and loss (:func:`_head_with_mtp`)."""
-    out: list[tuple[int, list[Op], list[float]]] = []
-    body = mtp_body_layer(card)
-    for k in range(card.mtp_layers):
-        sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
-                    else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
-        apart = rm.mtp_chunk != rm.pp * rm.vpp - 1
-        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
-        if key not in cache:
-            ops = mtp_ops(card, T, seq, sh, p)
-            cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
-        out.append((mtp_layer_index(card, k), cache[key], []))
-    return out
+    if not card.mtp_layers:
+        return []
+    body = mtp_body_layer(card)  # every depth runs the same layer: one op list for all
+    sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
+                else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
+    apart = rm.mtp_chunk != rm.pp * rm.vpp - 1
+    key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
+    if key not in cache:
+        ops = mtp_ops(card, T, seq, sh, p)
+        cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
+    return [(mtp_layer_index(card, k), cache[key], []) for k in range(card.mtp_layers)]
 
 
 def _recompute_layer(rm: RankMap, card: MoEModelConfig, fwd: dict[int, tuple[list[Op], list[float]]], emit: Any,
