@@ -33,7 +33,6 @@ __all__ = [
     "load_yaml",
     "loads_yaml",
     "locate",
-    "model_fields_at",
     "plain",
     "validate",
 ]
@@ -303,12 +302,6 @@ def _walk(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[list[str | 
         return clean, None
     (m,) = models
     return clean, [f.alias or name for name, f in m.model_fields.items()]
-
-
-def model_fields_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str] | None:
-    """The keys the model at ``loc`` (a pydantic error location, tags included) accepts, by their YAML spelling
-    (alias first); None when the path does not lead to one model."""
-    return _walk(model, loc)[1]
 
 
 def _unknown_key(key: str, valid: Sequence[str] | None) -> str:
