@@ -1487,7 +1487,7 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             expert += e / (rm.ep * rm.etp)
         if c == 0:
             dense += card.vocab_size * card.hidden_size / rm.tp
-        if c == rm.pp * rm.vpp - 1:
+        if c == rm.last_chunk:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
         if c == rm.mtp_chunk:
             md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
@@ -1591,7 +1591,7 @@ def _head_with_mtp(card: MoEModelConfig, rm: RankMap, T: float, sh: Shard, p: Pr
     key = ("head", rm.mtp_chunk, sh)
     if key not in cache:
         ops = head_ops(card, T, sh, p)
-        if card.mtp_layers and rm.mtp_chunk != rm.pp * rm.vpp - 1:
+        if card.mtp_layers and rm.mtp_chunk != rm.last_chunk:
             ops = [o for o in mtp_ops(card, T, T, sh, p, body=[]) if _mtp_head(o)] * card.mtp_layers + ops
         cache[key] = ops
     return cache[key]
@@ -1609,7 +1609,7 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
     body = mtp_body_layer(card)  # every depth runs the same layer: one op list for all
     sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
                 else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
-    apart = rm.mtp_chunk != rm.pp * rm.vpp - 1
+    apart = rm.mtp_chunk != rm.last_chunk
     key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
     if key not in cache:
         ops = mtp_ops(card, T, seq, sh, p)

@@ -332,7 +332,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             a += sum(x.saved for x in embedding_ops(card, T, sh, p)) + mask
         if c == rm.mtp_chunk:  # the m of pipeline_model_parallel_layout (default: the last chunk)
             a += _mtp_stage(card, rm, st, T, seq, sh, p, o, layer_input, mask)
-        if c == rm.pp * rm.vpp - 1:
+        if c == rm.last_chunk:
             st.dense += card.vocab_size * card.hidden_size / rm.tp
             a += sum(x.saved for x in head_ops(card, T, sh, p))
             st.work = max(st.work, T * card.vocab_size / rm.tp * p.act_bytes)  # LOSS_SOURCE
