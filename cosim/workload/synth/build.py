@@ -1027,11 +1027,6 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             for _ in gen:
                 pass
 
-        def overlapped(a: Iterator[None], la: int, b: Iterator[None], lb: int) -> None:
-            """Alternate ``a`` and ``b`` at their collectives: each one's communication runs under the
-            other's compute (DualPipe's overlapped forward-backward)."""
-            rb.interleave([(a, la), (b, lb)])
-
         delay_wgrad = rm.layout.delay_wgrad
 
         def emit_all(seg: list[tuple[Op, float]], ly: int) -> None:
@@ -1194,8 +1189,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     _grad_buckets(rb, rm, held_buckets, groups, emit)  # the weight gradients exist now
                 else:
                     df, db = act[1], act[2]
-                    overlapped(forward(rm.chunk_stage(stage, df), take("F", df), df), df,
-                               backward(rm.chunk_stage(stage, db), take("B", db), db), db)
+                    # DualPipe's overlapped forward-backward: each one's communication under the other's compute
+                    rb.interleave([(forward(rm.chunk_stage(stage, df), take("F", df), df), df),
+                                   (backward(rm.chunk_stage(stage, db), take("B", db), db), db)])
                 unit(first, has_recv(first))
             rb.switch(0)
         else:
@@ -1207,7 +1203,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
                     (_, mf, vf), (_, mb_, vb) = step
                     if fsdp or graphs_on or rm.layout.recompute == "full":  # not Megatron's combinations
-                        overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
+                        rb.interleave([(forward(vf * rm.pp + stage, mf), 0), (backward(vb * rm.pp + stage, mb_), 1)])
                     else:
                         paired(vf * rm.pp + stage, mf, vb * rm.pp + stage, mb_)
                     rb.switch(0)
