@@ -37,7 +37,7 @@ from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
 from cosim.resources import data_dirs, find_data
 from cosim.workload.synth.spec import SyntheticSpec
-from cosim.yamlio import load_yaml, validate
+from cosim.yamlio import describe_validation_error, input_error_at, load_yaml, loads_yaml, plain, validate
 
 __all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
            "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
@@ -183,7 +183,6 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
     reported at its line in the file (not later, as if it had been a ``--set`` flag)."""
     from cosim.replay import ReplayConfig, apply_sets
     from cosim.topology import find_topology
-    from cosim.yamlio import input_error_at
 
     base = path.parent
     try:
@@ -250,8 +249,6 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
         try:
             upd["workload"] = SyntheticWorkload(synthetic=SyntheticSpec.model_validate(synth))
         except ValidationError as exc:  # pydantic: name the first bad field (and the valid keys)
-            from cosim.yamlio import describe_validation_error
-
             where, msg = describe_validation_error(SyntheticSpec, exc)
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
@@ -263,8 +260,6 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
 
 def _set_path(doc: dict[str, Any], path: list[str], value: str, key: str) -> None:
     """Set ``doc[path[0]][path[1]]... = value`` (a ``--set`` string read as a YAML scalar or flow value)."""
-    from cosim.yamlio import loads_yaml
-
     try:
         parsed = loads_yaml(value) if value.strip() else value
     except CosimInputError:
@@ -407,7 +402,6 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
     import yaml
 
     from cosim.topology.loader import read_document
-    from cosim.yamlio import loads_yaml, plain
 
     if not 0 < nodes <= MAX_NODES:
         raise CosimInputError(f"nodes: {nodes}: expected 1..{MAX_NODES}")
