@@ -26,6 +26,7 @@ A scenario's workload can also be synthesized from a model card and a parallel l
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +37,7 @@ from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
 from cosim.resources import data_dirs, find_data
 from cosim.workload.synth.spec import SyntheticSpec
-from cosim.yamlio import load_yaml, validate
+from cosim.yamlio import describe_validation_error, input_error_at, load_yaml, loads_yaml, plain, validate
 
 __all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
            "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
@@ -182,7 +183,6 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
     reported at its line in the file (not later, as if it had been a ``--set`` flag)."""
     from cosim.replay import ReplayConfig, apply_sets
     from cosim.topology import find_topology
-    from cosim.yamlio import input_error_at
 
     base = path.parent
     try:
@@ -249,8 +249,6 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
         try:
             upd["workload"] = SyntheticWorkload(synthetic=SyntheticSpec.model_validate(synth))
         except ValidationError as exc:  # pydantic: name the first bad field (and the valid keys)
-            from cosim.yamlio import describe_validation_error
-
             where, msg = describe_validation_error(SyntheticSpec, exc)
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
@@ -262,8 +260,6 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
 
 def _set_path(doc: dict[str, Any], path: list[str], value: str, key: str) -> None:
     """Set ``doc[path[0]][path[1]]... = value`` (a ``--set`` string read as a YAML scalar or flow value)."""
-    from cosim.yamlio import loads_yaml
-
     try:
         parsed = loads_yaml(value) if value.strip() else value
     except CosimInputError:
@@ -347,15 +343,6 @@ RAIL_FABRIC: dict[str, Any] = {"topology": "rail-optimized", "switch_radix": 64,
 compute fabric (rail-optimized, non-blocking, 64-port switches)."""
 
 
-def _plain(x: Any) -> Any:
-    """``x`` (a resolved YAML document: LocDict / LocList) as plain dicts and lists."""
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_plain(v) for v in x]
-    return x
-
-
 def scaled_racks(data: dict[str, Any], nodes: int, trays_per_rack: int | None = None,
                  where: str = "topology") -> dict[str, Any]:
     """An NVLink-rack cluster document (``data``, plain dicts: gb200-nvl72, gb300-nvl72 and their -4rack
@@ -415,7 +402,6 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
     import yaml
 
     from cosim.topology.loader import read_document
-    from cosim.yamlio import loads_yaml
 
     if not 0 < nodes <= MAX_NODES:
         raise CosimInputError(f"nodes: {nodes}: expected 1..{MAX_NODES}")
@@ -424,14 +410,11 @@ def scaled_document(fpath: Path, nodes: int) -> Any:
     if data.get("node") is None:
         return loads_yaml(f"name: {name}-x{nodes}\ndescription: \"{nodes} x {name} on a rail-optimized non-blocking "
                           f"fabric (scaled by nodes:)\"\nnode: \"{fpath.resolve()}\"\nnodes: {nodes}\n"
-                          "fabric: {topology: rail-optimized, switch_radix: 64, oversubscription: 1}\n", file=fpath)
-    if data.get("links"):
-        out = scaled_racks(_plain(data), nodes, where=f"topology {fpath.name}")
+                          f"fabric: {json.dumps(RAIL_FABRIC)}\n", file=fpath)
+    if data.get("links") or data.get("fabric") is None:  # an NVLink-rack cluster, or one scaled_racks refuses
+        out = scaled_racks(plain(data), nodes, where=f"topology {fpath.name}")
         out["name"] = f"{name}-x{nodes}"
         return loads_yaml(yaml.safe_dump(out, sort_keys=False), file=fpath)
-    if data.get("fabric") is None:
-        raise CosimInputError(f"nodes: {nodes}: topology {fpath.name} has hand-written cluster links and cannot be "
-                              "scaled; use a host-node preset (dgx-h100, hgx-h200, ...) or a cluster with a fabric:")
     out = dict(data)
     out["nodes"] = nodes
     out["name"] = f"{name}-x{nodes}"

@@ -33,7 +33,7 @@ __all__ = [
     "load_yaml",
     "loads_yaml",
     "locate",
-    "model_fields_at",
+    "plain",
     "validate",
 ]
 
@@ -304,12 +304,6 @@ def _walk(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[list[str | 
     return clean, [f.alias or name for name, f in m.model_fields.items()]
 
 
-def model_fields_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str] | None:
-    """The keys the model at ``loc`` (a pydantic error location, tags included) accepts, by their YAML spelling
-    (alias first); None when the path does not lead to one model."""
-    return _walk(model, loc)[1]
-
-
 def _unknown_key(key: str, valid: Sequence[str] | None) -> str:
     """``unknown key 'epp' (did you mean 'ep'?); valid: ...``: one line."""
     if not valid:
@@ -371,6 +365,16 @@ def _type_last(err: Mapping[str, Any]) -> int:
     """Sort key: of a union's errors, "expected a string" is the least telling (the value was meant for another
     member)."""
     return 1 if str(err.get("type", "")).endswith("_type") else 0
+
+
+def plain(x: Any) -> Any:
+    """``x`` (a loaded YAML tree: :class:`LocDict` / :class:`LocList`, or plain) as plain dicts and lists, without
+    the location marks (for equality, or a document to rewrite)."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [plain(v) for v in x]
+    return x
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from cosim.catalog.models import CPU, NIC, Accelerator, LinkType, Sourced
 from cosim.errors import CosimInputError
-from cosim.yamlio import LocDict, LocList, format_path, input_error_at, load_yaml, validate
+from cosim.yamlio import LocDict, LocList, format_path, input_error_at, load_yaml, plain, validate
 
 __all__ = ["DATA_DIR", "SECTIONS", "Catalog", "load_catalog"]
 
@@ -84,15 +84,6 @@ def _copy(node: Any) -> Any:
         return {k: _copy(v) for k, v in node.items()}
     if isinstance(node, list):
         return [_copy(v) for v in node]
-    return node
-
-
-def _plain(node: Any) -> Any:
-    """The tree as plain dicts and lists (for equality)."""
-    if isinstance(node, dict):
-        return {k: _plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
     return node
 
 
@@ -192,7 +183,7 @@ def _add(into: _RawSections, new: _RawSections) -> None:
         have = into.setdefault(section, {})
         for key, raw in entries.items():
             old = have.get(key)
-            if old is not None and _plain(old.data) != _plain(raw.data):
+            if old is not None and plain(old.data) != plain(raw.data):
                 where = old.file or "an earlier mapping"
                 mark = getattr(old.data, "mark", None)
                 if mark and old.file:

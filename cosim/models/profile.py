@@ -373,11 +373,12 @@ def profile_for(accelerator_name: str) -> CalibrationProfile | None:
     for name in bundled_profiles():
         prof = load_profile(name)
         try:
-            by_name.setdefault(cat.accelerator(prof.accelerator).name, prof)
+            fitted_on = cat.accelerator(prof.accelerator).name
         except CosimInputError:
             continue
-    if accelerator_name in by_name:
-        return by_name[accelerator_name]
+        if fitted_on == accelerator_name:  # its own: the other profiles are not loaded (each a deep copy)
+            return prof
+        by_name.setdefault(fitted_on, prof)
     for key, acc in cat.accelerators.items():
         if acc.name == accelerator_name:
             for parent in cat.lineage("accelerators", key)[1:]:

@@ -237,15 +237,12 @@ def _knob_candidates() -> list[str]:
     """Every concrete key a ``--set`` may name (for the "did you mean" of an unknown one)."""
     keys = [*_TIME_KEYS, *_FLOAT_KEYS, *_STR_KEYS, *_INT_KEYS, "cuda_graphs", "gpu.comm_share", "ranks_per_node",
             "nodes", *(f"gpu.scale.{c}" for c in OP_CLASSES), *(f"precision.{s}" for s in PRECISION_SCOPES)]
-    try:
-        from cosim.workload.synth.layout import ParallelLayout
-        from cosim.workload.synth.spec import BatchSpec, SyntheticSpec
+    from cosim.workload.synth.layout import ParallelLayout
+    from cosim.workload.synth.spec import BatchSpec, SyntheticSpec
 
-        for prefix, model in (("workload.synthetic.", SyntheticSpec), ("workload.synthetic.layout.", ParallelLayout),
-                              ("workload.synthetic.batch.", BatchSpec)):
-            keys += [prefix + (f.alias or n) for n, f in model.model_fields.items()]
-    except ImportError:  # pragma: no cover - the synthesis package is part of cosim
-        pass
+    for prefix, model in (("workload.synthetic.", SyntheticSpec), ("workload.synthetic.layout.", ParallelLayout),
+                          ("workload.synthetic.batch.", BatchSpec)):
+        keys += [prefix + (f.alias or n) for n, f in model.model_fields.items()]
     try:
         from cosim.catalog import load_catalog
 

@@ -35,7 +35,7 @@ import simpy
 
 from cosim.replay.copies import CopyModel
 from cosim.replay.interference import COMM, COMPUTE, GpuShare
-from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram
+from cosim.replay.program import LAUNCH, RankProgram, ThreadProgram, gpu_successors, gpu_waits
 from cosim.workload.graph import GpuKind, RankGraph
 
 __all__ = ["BOUND_COLL", "BOUND_LAUNCH", "BOUND_PRED", "Executor", "RankRun"]
@@ -113,20 +113,11 @@ class _Rank:
         self.meet = [NAN] * n
         self.bound = [BOUND_LAUNCH] * n
         self.bound_src = [-1] * n
-        if prog.gpu_waits is not None and prog.gpu_succ is not None:  # compiled with the program
-            self.pending = prog.gpu_waits.copy()
-            self.succ = prog.gpu_succ
-        else:
-            sp = prog.gpu_stream_pred
-            self.pending = [len(p) + 1 + (s >= 0) for p, s in zip(prog.gpu_preds, sp)]
-            succ: list[list[int]] = [[] for _ in range(n)]
-            for d, ps in enumerate(prog.gpu_preds):
-                for p in ps:
-                    succ[p].append(d)
-            for d, p in enumerate(sp):
-                if p >= 0:
-                    succ[p].append(d)
-            self.succ = succ
+        # compiled with the program; derived here for a program built without them
+        waits = prog.gpu_waits if prog.gpu_waits is not None else gpu_waits(prog.gpu_preds, prog.gpu_stream_pred)
+        self.pending = waits.copy()
+        self.succ = (prog.gpu_succ if prog.gpu_succ is not None
+                     else gpu_successors(prog.gpu_preds, prog.gpu_stream_pred))
         self.waiters: dict[int, list[list[Any]]] = {}
         self.coll_key: dict[int, Any] = {}
         self.coll_algo: dict[int, tuple[str, str]] = {}

@@ -37,7 +37,7 @@ from cosim.replay.config import ReplayConfig
 from cosim.workload.graph import CollType, CopyKind, EdgeKind, GpuKind, HostKind, OpClass, RankGraph
 
 __all__ = ["ENGINE_OPS", "LAUNCH", "SYNC", "THREADS_PER_SM", "RankProgram", "ThreadProgram", "compile_program", "compile_rank",
-           "last_wave", "rank_digest"]
+           "gpu_successors", "gpu_waits", "last_wave", "rank_digest"]
 
 LAUNCH, SYNC = 0, 1
 """Program event kinds."""
@@ -924,14 +924,20 @@ def compile_program(rg: RankGraph, cfg: ReplayConfig, default_launch_latency: fl
         gpu_device=G.device.tolist() if fills else None,
         gpu_launch_host=lhost,
         gpu_last_wave=waves.tolist() if fills and waves is not None else None,
-        gpu_waits=[len(p) + 1 + (s >= 0) for p, s in zip(preds, stream_pred)],
-        gpu_succ=_successors(preds, stream_pred),
+        gpu_waits=gpu_waits(preds, stream_pred),
+        gpu_succ=gpu_successors(preds, stream_pred),
     )
 
 
-def _successors(preds: list[list[int]], stream_pred: list[int]) -> list[list[int]]:
-    """GPU op -> ops that wait for it: event waits first, then the next op on its stream (the order the
-    executor releases them in)."""
+def gpu_waits(preds: list[list[int]], stream_pred: list[int]) -> list[int]:
+    """GPU op -> dependencies it waits for before it can start (:attr:`RankProgram.gpu_waits`): its launch (or
+    orphan ready time), its stream predecessor if any, and its event waits ``preds``."""
+    return [len(p) + 1 + (s >= 0) for p, s in zip(preds, stream_pred)]
+
+
+def gpu_successors(preds: list[list[int]], stream_pred: list[int]) -> list[list[int]]:
+    """GPU op -> ops that wait for it (:attr:`RankProgram.gpu_succ`): event waits first, then the next op on its
+    stream (the order the executor releases them in)."""
     succ: list[list[int]] = [[] for _ in range(len(preds))]
     for d, ps in enumerate(preds):
         if ps:

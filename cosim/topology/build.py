@@ -24,7 +24,7 @@ import networkx as nx
 
 from cosim.catalog import Catalog, load_catalog
 from cosim.errors import CosimInputError
-from cosim.yamlio import LocDict, format_path, input_error_at, loads_yaml, locate, validate
+from cosim.yamlio import LocDict, format_path, input_error_at, loads_yaml, locate, plain, validate
 
 from .loader import (
     apply_topology_set,
@@ -249,9 +249,9 @@ def _make_catalog(parts_docs: list[LocDict], cat_sets: list[tuple[str, Any, LocD
     for data in parts_docs:
         parts = data.get("parts")
         if parts:
-            plain = {sec: {k: _plain(v) for k, v in items.items()} for sec, items in parts.items()}
+            entries = {sec: {k: plain(v) for k, v in items.items()} for sec, items in parts.items()}
             try:
-                cat = cat.with_entries(plain)
+                cat = cat.with_entries(entries)
             except CosimInputError as exc:
                 inner = [p for p in (exc.location.path or "").split(".") if p]
                 raise input_error_at(data, ["parts", *inner], exc.message) from None
@@ -267,7 +267,7 @@ def _make_catalog(parts_docs: list[LocDict], cat_sets: list[tuple[str, Any, LocD
                                             f"{head}.bidirectional, not both")
     for key, value, data, loc in cat_sets:
         try:
-            cat = cat.with_overrides({key: _plain(value)})
+            cat = cat.with_overrides({key: plain(value)})
         except CosimInputError as exc:
             raise input_error_at(data, loc, exc.message) from None
         except (KeyError, ValueError) as exc:
@@ -278,14 +278,6 @@ def _make_catalog(parts_docs: list[LocDict], cat_sets: list[tuple[str, Any, LocD
         except (KeyError, ValueError) as exc:
             raise CosimInputError(f"bad catalog override: {exc}") from None
     return cat
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
 
 
 def _apply_sets(doc: LocDict, sets: dict[str, tuple[Any, list[str | int]]], data: LocDict,

@@ -35,6 +35,24 @@ C10D_FOLDER = "param-dlrm-v100x8/kineto"
 ``c10d::alltoall_base_`` calls the synthetic default ``collective_host`` comes from."""
 
 
+def _trace_events(path: Path) -> list[dict[str, Any]]:
+    """The complete (``ph: X``) events of the gzipped Kineto trace ``path``, each with a numeric ``ts`` and ``dur``;
+    an unreadable trace is a one-line error."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
+    ev = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    if not isinstance(ev, list):
+        raise CosimInputError(f"{path}: traceEvents is not a list")
+    xs = [e for e in ev if isinstance(e, dict) and e.get("ph") == "X"]
+    for x in xs:
+        if not all(isinstance(x.get(k), (int, float)) and not isinstance(x.get(k), bool) for k in ("ts", "dur")):
+            raise CosimInputError(f"{path}: event {str(x.get('name', ''))[:60]!r} has no numeric ts and dur")
+    return xs
+
+
 def _is_launch(e: dict[str, Any]) -> bool:
     n = str(e.get("name", ""))
     return e.get("cat") == "cuda_runtime" and ("Launch" in n or "Memcpy" in n or "Memset" in n)
@@ -43,13 +61,7 @@ def _is_launch(e: dict[str, Any]) -> bool:
 def launch_intervals(path: Path) -> dict[str, float]:
     """Median and mean host time between consecutive launch calls of ``path`` (intervals containing a
     host synchronization left out), the median launch call, and the launch count (seconds, count)."""
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
-    ev = doc["traceEvents"] if isinstance(doc, dict) else doc
-    xs = [e for e in ev if isinstance(e, dict) and e.get("ph") == "X"]
+    xs = _trace_events(path)
     launches = sorted((e for e in xs if _is_launch(e)), key=lambda e: float(e["ts"]))
     syncs = sorted(float(e["ts"]) for e in xs
                    if e.get("cat") == "cuda_runtime" and "Synchronize" in str(e.get("name", "")))
@@ -68,22 +80,6 @@ cost per kernel except its launch call: the eager ``dispatch_overhead`` (12 us) 
 but the hgx-b200 host's ``launch_overhead`` (xeon-8570, 4 us) sits between the TraceLens H100 and these traces'
 ``cudaLaunchKernel`` medians (cosim/catalog/data/cpus.yaml); the b300 kernel profile (GPU times, not host) is fitted
 on three of them (cosim/models/data/b300.yaml)."""
-
-
-def _trace_events(path: Path) -> list[dict[str, Any]]:
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
-    ev = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
-    if not isinstance(ev, list):
-        raise CosimInputError(f"{path}: traceEvents is not a list")
-    xs = [e for e in ev if isinstance(e, dict) and e.get("ph") == "X"]
-    for x in xs:
-        if not all(isinstance(x.get(k), (int, float)) and not isinstance(x.get(k), bool) for k in ("ts", "dur")):
-            raise CosimInputError(f"{path}: event {str(x.get('name', ''))[:60]!r} has no numeric ts and dur")
-    return xs
 
 
 def moe_layer_host(path: Path, prefix: str = "MoE[") -> list[dict[str, float]]:
@@ -126,15 +122,9 @@ def moe_layer_host(path: Path, prefix: str = "MoE[") -> list[dict[str, float]]:
 def c10d_calls(path: Path) -> dict[str, tuple[int, float]]:
     """Host time of each kind of ``torch.distributed`` collective call in a Kineto trace: the ``c10d::*`` CPU ops
     (Python binding, ProcessGroupNCCL work, the NCCL group call that launches the kernel), as (count, median s)."""
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CosimInputError(f"{path}: not a readable gzipped Kineto trace ({e})") from None
-    ev = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     durs: dict[str, list[float]] = {}
-    for e in ev:
-        if isinstance(e, dict) and e.get("ph") == "X" and str(e.get("name", "")).startswith("c10d::"):
+    for e in _trace_events(path):
+        if str(e.get("name", "")).startswith("c10d::"):
             durs.setdefault(str(e["name"]), []).append(float(e["dur"]) * 1e-6)
     return {k: (len(v), statistics.median(v)) for k, v in sorted(durs.items())}
 
@@ -143,10 +133,7 @@ def alltoall_call_s(folder: Path) -> tuple[int, float]:
     """(calls, median host time s) of ``c10d::alltoall_base_`` over every rank trace in ``folder``."""
     times: list[float] = []
     for p in sorted(folder.glob("*.json.gz")):
-        with gzip.open(p, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-        times += [float(e["dur"]) * 1e-6 for e in doc.get("traceEvents", [])
-                  if isinstance(e, dict) and e.get("ph") == "X" and e.get("name") == "c10d::alltoall_base_"]
+        times += [float(e["dur"]) * 1e-6 for e in _trace_events(p) if e.get("name") == "c10d::alltoall_base_"]
     if not times:
         raise CosimInputError(f"{folder}: no c10d::alltoall_base_ calls")
     return len(times), statistics.median(times)

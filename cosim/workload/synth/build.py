@@ -53,7 +53,6 @@ from cosim.workload.graph import (
     ragged_arrays,
 )
 from cosim.workload.synth.costs import (
-    PRECISIONS,
     Comm,
     Op,
     Precision,
@@ -75,6 +74,7 @@ from cosim.workload.synth.costs import (
     mtp_recomputed_full,
     muon_matrices,
     muon_ops,
+    recipe_with_experts,
     recomputed,
 )
 from cosim.workload.synth.layout import RankMap
@@ -730,7 +730,6 @@ def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dic
                    a2a_send_tokens=tm * card.top_k)
 
 
-
 def _overlapped(memo: dict[int, tuple[list[Op], list[Op]]], ops: list[Op], tp: int, p: Precision,
                 sm_count: int) -> list[Op]:
     """``ops`` with their TP collectives overlapped (:func:`overlap_ops`), memoized per op list: the memo
@@ -741,6 +740,7 @@ def _overlapped(memo: dict[int, tuple[list[Op], list[Op]]], ops: list[Op], tp: i
     out = overlap_ops(ops, tp, p, sm_count)
     memo[id(ops)] = (ops, out)
     return out
+
 
 def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
                opts: BuildOptions, predict: Any, device: str = "GPU") -> Built:
@@ -754,11 +754,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         raise CosimInputError(f"batch.seq: {seq} is not divisible by cp {rm.cp}")
     m = global_batch // (micro * rm.dp)
     T = float(micro * seq // rm.cp)
-    p = PRECISIONS[opts.precision]
+    p = recipe_with_experts(opts.precision, opts.expert_precision)
     if opts.dispatch_bytes is not None:
         p = replace(p, dispatch_bytes=opts.dispatch_bytes)
-    if opts.expert_precision is not None and opts.expert_precision != opts.precision:
-        p = replace(p, experts=PRECISIONS[opts.expert_precision])
     routes = {} if card.is_dense else {
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}
@@ -1029,11 +1027,6 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             for _ in gen:
                 pass
 
-        def overlapped(a: Iterator[None], la: int, b: Iterator[None], lb: int) -> None:
-            """Alternate ``a`` and ``b`` at their collectives: each one's communication runs under the
-            other's compute (DualPipe's overlapped forward-backward)."""
-            rb.interleave([(a, la), (b, lb)])
-
         delay_wgrad = rm.layout.delay_wgrad
 
         def emit_all(seg: list[tuple[Op, float]], ly: int) -> None:
@@ -1196,8 +1189,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     _grad_buckets(rb, rm, held_buckets, groups, emit)  # the weight gradients exist now
                 else:
                     df, db = act[1], act[2]
-                    overlapped(forward(rm.chunk_stage(stage, df), take("F", df), df), df,
-                               backward(rm.chunk_stage(stage, db), take("B", db), db), db)
+                    # DualPipe's overlapped forward-backward: each one's communication under the other's compute
+                    rb.interleave([(forward(rm.chunk_stage(stage, df), take("F", df), df), df),
+                                   (backward(rm.chunk_stage(stage, db), take("B", db), db), db)])
                 unit(first, has_recv(first))
             rb.switch(0)
         else:
@@ -1209,7 +1203,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
                     (_, mf, vf), (_, mb_, vb) = step
                     if fsdp or graphs_on or rm.layout.recompute == "full":  # not Megatron's combinations
-                        overlapped(forward(vf * rm.pp + stage, mf), 0, backward(vb * rm.pp + stage, mb_), 1)
+                        rb.interleave([(forward(vf * rm.pp + stage, mf), 0), (backward(vb * rm.pp + stage, mb_), 1)])
                     else:
                         paired(vf * rm.pp + stage, mf, vb * rm.pp + stage, mb_)
                     rb.switch(0)
@@ -1489,7 +1483,7 @@ def _stage_params(rm: RankMap, card: MoEModelConfig, stage: int) -> tuple[float,
             expert += e / (rm.ep * rm.etp)
         if c == 0:
             dense += card.vocab_size * card.hidden_size / rm.tp
-        if c == rm.pp * rm.vpp - 1:
+        if c == rm.last_chunk:
             dense += card.vocab_size * card.hidden_size / rm.tp + card.hidden_size
         if c == rm.mtp_chunk:
             md, me = mtp_params(card, mtp_embedding_copy(rm.pp, rm.schedule))
@@ -1593,7 +1587,7 @@ def _head_with_mtp(card: MoEModelConfig, rm: RankMap, T: float, sh: Shard, p: Pr
     key = ("head", rm.mtp_chunk, sh)
     if key not in cache:
         ops = head_ops(card, T, sh, p)
-        if card.mtp_layers and rm.mtp_chunk != rm.pp * rm.vpp - 1:
+        if card.mtp_layers and rm.mtp_chunk != rm.last_chunk:
             ops = [o for o in mtp_ops(card, T, T, sh, p, body=[]) if _mtp_head(o)] * card.mtp_layers + ops
         cache[key] = ops
     return cache[key]
@@ -1606,18 +1600,17 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
     after its layers (Megatron-Core GPTModel: the decoder, the MTP block, each depth's logits and loss, then the main
     logits and loss): per depth its pseudo-layer index and forward ops; on a chunk before the ``L`` chunk without
     their logits and loss (:func:`_head_with_mtp`)."""
-    out: list[tuple[int, list[Op], list[float]]] = []
-    body = mtp_body_layer(card)
-    for k in range(card.mtp_layers):
-        sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
-                    else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
-        apart = rm.mtp_chunk != rm.pp * rm.vpp - 1
-        key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
-        if key not in cache:
-            ops = mtp_ops(card, T, seq, sh, p)
-            cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
-        out.append((mtp_layer_index(card, k), cache[key], []))
-    return out
+    if not card.mtp_layers:
+        return []
+    body = mtp_body_layer(card)  # every depth runs the same layer: one op list for all
+    sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
+                else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
+    apart = rm.mtp_chunk != rm.last_chunk
+    key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
+    if key not in cache:
+        ops = mtp_ops(card, T, seq, sh, p)
+        cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
+    return [(mtp_layer_index(card, k), cache[key], []) for k in range(card.mtp_layers)]
 
 
 def _recompute_layer(rm: RankMap, card: MoEModelConfig, fwd: dict[int, tuple[list[Op], list[float]]], emit: Any,

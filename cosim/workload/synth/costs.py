@@ -65,6 +65,7 @@ __all__ = [
     "muon_matrices",
     "muon_ops",
     "newton_schulz_flops",
+    "recipe_with_experts",
     "recomputed",
     "rope_ops",
     "sample_head_ops",
@@ -168,6 +169,13 @@ EXPERT_PRECISION_SOURCE = (
     "Float8BlockScaling autocast; attention, shared experts and dense MLPs stay torch BF16 linears)")
 """Why ``expert_precision`` takes the routed experts only (:attr:`Precision.experts`): the grouped GEMMs are the
 module an expert-only FP8 autocast region or module swap reaches; the shared experts are a dense MLP module."""
+
+
+def recipe_with_experts(precision: str, experts: str | None = None) -> Precision:
+    """The recipe ``PRECISIONS[precision]`` with the routed experts' recipe ``experts`` (:attr:`Precision.experts`)
+    when it is given and differs (``workload.synthetic.expert_precision``)."""
+    p = PRECISIONS[precision]
+    return p if experts is None or experts == precision else replace(p, experts=PRECISIONS[experts])
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,9 @@ class RankMap:
         self.schedule = "dualpipe" if lay.schedule == "dualpipe" else "interleaved" if vpp > 1 else "1f1b"
         self.sequence_parallel = lay.sequence_parallel if lay.sequence_parallel is not None else tp > 1
         chunks = pp * vpp
-        self.mtp_chunk = chunks - 1
+        self.last_chunk = chunks - 1
+        """The last model chunk (``pp * vpp - 1``, on the last stage): the LM head and loss (the ``L``)."""
+        self.mtp_chunk = self.last_chunk
         """Model chunk running the MTP layers (the ``m`` of ``pipeline_model_parallel_layout``; default the last)."""
         if lay.pipeline_model_parallel_layout is not None:
             field = "pipeline_model_parallel_layout"

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field, replace
 
 from cosim.capture.config import MoEModelConfig
 from cosim.workload.synth.costs import (
-    PRECISIONS,
     QUANT_COPIES,
     Op,
     Precision,
@@ -50,6 +49,7 @@ from cosim.workload.synth.costs import (
     mtp_ops,
     mtp_params,
     mtp_recomputed_full,
+    recipe_with_experts,
     selective_saved,
 )
 from cosim.workload.synth.layout import RankMap
@@ -332,7 +332,7 @@ def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh
             a += sum(x.saved for x in embedding_ops(card, T, sh, p)) + mask
         if c == rm.mtp_chunk:  # the m of pipeline_model_parallel_layout (default: the last chunk)
             a += _mtp_stage(card, rm, st, T, seq, sh, p, o, layer_input, mask)
-        if c == rm.pp * rm.vpp - 1:
+        if c == rm.last_chunk:
             st.dense += card.vocab_size * card.hidden_size / rm.tp
             a += sum(x.saved for x in head_ops(card, T, sh, p))
             st.work = max(st.work, T * card.vocab_size / rm.tp * p.act_bytes)  # LOSS_SOURCE
@@ -405,9 +405,7 @@ def memory_per_stage(card: MoEModelConfig, rm: RankMap, micro: int, seq: int, mi
                      precision: str = "bf16", options: MemoryOptions | None = None) -> list[MemoryEstimate]:
     """Memory of one GPU of every pipeline stage."""
     o = options or MemoryOptions()
-    p = PRECISIONS[precision]
-    if o.expert_precision is not None and o.expert_precision != precision:
-        p = replace(p, experts=PRECISIONS[o.expert_precision])
+    p = recipe_with_experts(precision, o.expert_precision)
     T = float(micro * seq // rm.cp)
     sh = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel)
     zero = rm.layout.zero
