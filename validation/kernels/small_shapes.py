@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cosim, not an installed copy
 
 from cosim.catalog import load_catalog
+from cosim.models.calibrated import access_patterns
 from cosim.models.features import KernelFeatures
 from cosim.models.fit import KernelDB
 from cosim.models.predict import SOURCES, predict_features
@@ -43,6 +45,9 @@ from cosim.workload.synth.costs import Op
 HERE = Path(__file__).resolve().parent
 SMALL = 3072.0
 """A GEMM is small when N or K is at most this; a non-GEMM kernel when its layer's hidden size is."""
+MIN_ROWS = 256.0
+"""vidur and published GEMMs with fewer rows (M) are left out: an expert GEMM of these layers has hundreds to
+thousands (Qwen3-30B at EP8, 4096 tokens, top-8: 2048 rows per local expert; gpt-oss-120b top-4: 1024)."""
 B300_HELD_OUT = ("moe_02", "moe_04", "moe_06")
 """tracelens-b300-moe traces the bundled b300 profile was not fitted on."""
 H100_FOLDS = {"gaunernst": "h100-fold-gaunernst", "Falconsai": "h100-fold-falconsai", "Qwen": "h100-fold-qwen"}
@@ -65,6 +70,7 @@ def trace_rows(db: KernelDB, timer: KernelTimer, hidden: float, label: str) -> l
     # kernels the trace records too little of to be modeled (no shapes: a replay times them as a twin of a
     # modeled kernel with the same name and grid) are not what a synthesized op is: left out
     named = predict_features(db.feats, timer.accelerator, timer._model_profile, kernel_scale=False, database=False)
+    pattern = access_patterns(list(db.feats.kernel), db.feats)
     out = []
     for i, c in enumerate(f.cls):
         if c in ("collective", "memcpy_htod", "memcpy_dtoh", "other") or not np.isfinite(pred[i]) \
@@ -73,7 +79,8 @@ def trace_rows(db: KernelDB, timer: KernelTimer, hidden: float, label: str) -> l
         gemm = c in ("gemm", "grouped_gemm")
         small = bool(min(f.n[i], f.k[i]) <= SMALL) if gemm else hidden <= SMALL
         out.append({"set": label, "cls": c, "op": f.op_name[i], "m": float(f.m[i]), "n": float(f.n[i]),
-                    "k": float(f.k[i]), "small": small, "measured": float(f.dur[i]), "modeled": float(pred[i])})
+                    "k": float(f.k[i]), "small": small, "measured": float(f.dur[i]), "modeled": float(pred[i]),
+                    "named": float(named.dur[i]), "pattern": f"{c} {pattern[i] or '-'}"})
     return out
 
 
@@ -97,13 +104,15 @@ def h100_trace_rows() -> list[dict]:
 
 
 def vidur_rows() -> list[dict]:
-    """vidur's GEMMs (median of each op's times) as synthesized bf16 ``gemm`` ops."""
+    """vidur's GEMMs at M >= :data:`MIN_ROWS` (median of each op's times) as synthesized bf16 ``gemm`` ops."""
     timer = KernelTimer(load_catalog().accelerator("h100-sxm5"))
     ops, meas, names = [], [], []
     for model in ("llama2-7b", "llama2-70b"):
         with open(shared_dir() / "measured" / "vidur-h100-compute" / f"{model}-mlp.csv") as fh:
             for r in csv.DictReader(fh):
                 t, tp = float(r["num_tokens"]), float(r["num_tensor_parallel_workers"])
+                if t < MIN_ROWS:
+                    continue
                 h, hkv, e, ff = (float(r[x]) for x in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd"))
                 hd = e / h
                 shapes = {"attn_pre_proj": ((h + 2 * hkv) * hd / tp, e), "attn_post_proj": (e, h * hd / tp),
@@ -119,6 +128,34 @@ def vidur_rows() -> list[dict]:
             for o, t, p, nm in zip(ops, meas, pred, names) if t > 0]
 
 
+PUBLISHED_HELD_OUT = ("xla-h100", "cutlass36-h800-fp8", "fbgemm-h100-fp8", "vllm49363-h100-fp8", "cublas-blackwell",
+                      "vllm-b200-fp8", "vllm18778-b200-fp8")
+"""validation/kernels/published sources no rule was fitted on (deepgemm-h800-fp8 fits the narrow-GEMM rule,
+xla-b200 and torchao-b200-bf16 the Blackwell one; primus-turbo is an average over shapes)."""
+
+
+def published_rows() -> list[dict]:
+    """Held-out published GEMM throughputs (M >= :data:`MIN_ROWS`) as time measured vs modeled by the kernel timer
+    (the same ops as ``python -m validation.kernels.published.score``)."""
+    from validation.kernels.published.score import HERE as PUB
+    from validation.kernels.published.score import load, rows_of
+
+    cat = load_catalog()
+    timers: dict[str, KernelTimer] = {}
+    out = []
+    for name in PUBLISHED_HELD_OUT:
+        for r in rows_of(load(PUB / f"{name}.yaml")):
+            o = r["ops"][0]
+            if o.m < MIN_ROWS:
+                continue
+            t = timers.get(r["gpu"]) or timers.setdefault(r["gpu"], KernelTimer(cat.accelerator(r["gpu"])))
+            gemm = "grouped_gemm" if o.cls == "grouped_gemm" else "gemm"
+            out.append({"set": f"published {name} ({r['gpu']})", "cls": f"{gemm} {o.dtype}", "op": r["label"],
+                        "m": o.m, "n": o.n, "k": o.k, "small": min(o.n, o.k) <= SMALL,
+                        "measured": r["flops"] / (r["tflops"] * 1e12), "modeled": float(sum(t(r["ops"])))})
+    return out
+
+
 def summarise(rows: list[dict], key: str = "cls") -> list[dict]:
     """Per (set, key, small/large): kernels, measured total (s), total-time error, median signed error, MAPE."""
     groups: dict[tuple[str, str, bool], list[dict]] = {}
@@ -132,13 +169,104 @@ def summarise(rows: list[dict], key: str = "cls") -> list[dict]:
         out.append({"set": s, key: c, "shapes": "small" if small else "large", "n": len(g),
                     "measured_s": float(meas.sum()), "total_err": float(mod.sum() / meas.sum() - 1),
                     "median_err": float(np.median(err)), "mape": float(np.abs(err).mean())})
+        if all("named" in r for r in g):  # the same kernels timed with their recorded names (access pattern known)
+            out[-1]["named_total_err"] = float(sum(r["named"] for r in g) / meas.sum() - 1)
+    return out
+
+
+MEMORY_BOUND = ("elementwise", "reduction", "norm")
+"""Kernel classes of the access-pattern table (:func:`main`)."""
+STRIDED_OPS = re.compile(r"rope_[qk]\.(neg|mul_cos|mul_sin)|act_clamp_(glu|linear)")
+"""gpt-oss's eager ops on non-contiguous views: the unfused RoPE's ``torch.chunk`` halves (negated) and its
+broadcast ``cos`` / ``sin`` products, the clamps of the ``chunk`` halves of fc1's output (TE 2.12 / Megatron-Core
+0.16, validation/e2e/RESULTS.md "Round 9: gpt-oss"): PyTorch runs them with the generic ``elementwise_kernel``
+(TensorIterator's offset calculator; :data:`cosim.models.calibrated._ACCESS_PATTERNS` "strided")."""
+CAT_OPS = re.compile(r"rope_[qk]\.(rotate_cat|cat)|experts_act_cat|fc2_bias_cat")
+"""gpt-oss's eager ``torch.cat``s: ``CatArrayBatchedCopy`` ("batched_copy")."""
+
+
+def strided_whatif() -> list[dict]:
+    """gpt-oss-120b's kernel time per layer (forward + backward, EP8, 4096 tokens, layers 0 and 1 averaged) as the
+    kernel timer gives it (every synthesized element-wise op timed as a contiguous one) and with the ops of
+    :data:`STRIDED_OPS` / :data:`CAT_OPS` timed with their access pattern (the kernel name the trace would record)."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
+
+    card = load_model_config("gpt-oss-120b")
+    out = []
+    for gpu in ("h100-sxm5", "b200", "gb200"):
+        timer = KernelTimer(load_catalog().accelerator(gpu))
+        now = marked = 0.0
+        n = 0
+        for layer in (0, 1):
+            fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8), "bf16")
+            ops = [o for o in fwd + backward_ops(fwd) if o.cls != "collective"]
+            named = [replace(o, name=o.name + (" elementwise_kernel<" if STRIDED_OPS.search(o.name) else
+                                               " CatArrayBatchedCopy" if CAT_OPS.search(o.name) else ""))
+                     for o in ops]
+            n = sum(1 for a, b in zip(ops, named) if a.name != b.name)
+            now += sum(timer(ops)) / 2
+            marked += sum(timer(named)) / 2
+        out.append({"gpu": gpu, "ops": n, "now_ms": now * 1e3, "patterned_ms": marked * 1e3})
+    return out
+
+
+LAYERS = (("qwen3-30b-h100-16-fp8", "qwen3-30b-a3b", "fp8", "deepep", (3,), 8.2),
+          ("gpt-oss-120b-h100-64-bf16", "gpt-oss-120b", "bf16", "alltoall", (0, 1), 3.2))
+"""e2e rows checked by :func:`layer_bound`: (row, model card, precision, dispatcher, layers averaged, published minus
+cosim ms per layer and micro-batch: validation/e2e/RESULTS.md, "Round 9: micro-batch 1 on x86 hosts" table)."""
+
+
+def held_out_error(tab: list[dict], cls: str, dtype: str) -> tuple[float, str]:
+    """The small-shape held-out total-time error that stands for a synthesized op of ``cls`` / ``dtype`` on
+    Hopper, and where it comes from."""
+    def pick(s: str, c: str, key: str = "cls") -> float:
+        return next(t["total_err"] for t in tab if t["set"].startswith(s) and t.get(key) == c
+                    and t["shapes"] == "small")
+
+    if cls in ("gemm", "grouped_gemm") and dtype != "bf16":
+        return pick("published cutlass36", f"{cls} fp8"), "CUTLASS 3.6 FP8 (H800)"
+    if cls in ("gemm", "grouped_gemm"):
+        return pick("H100 vidur", "gemm"), "vidur cuBLAS BF16 (H100)"
+    cls = "elementwise" if cls in ("moe_dispatch", "moe_combine") else cls
+    return pick("H100 tracelens-h100", cls), f"tracelens-h100 {cls} (LOTO)"
+
+
+def pattern_table(rows: list[dict]) -> list[dict]:
+    """:func:`summarise` of the traces' memory-bound kernels by access pattern."""
+    return summarise([r for r in rows if "pattern" in r and r["cls"] in MEMORY_BOUND], key="pattern")
+
+
+def layer_bound(tab: list[dict]) -> list[dict]:
+    """Per e2e row of :data:`LAYERS`: each kernel class's time in one layer (forward + backward, H100 kernel timer),
+    the held-out small-shape error of that class and the time with that error taken out (``t / (1 + err)``):
+    how much of the row's missing time per layer and micro-batch the kernel models' held-out errors can explain."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
+
+    timer = KernelTimer(load_catalog().accelerator("h100-sxm5"))
+    out = []
+    for row, model, prec, disp, layers, missing in LAYERS:
+        card = load_model_config(model)
+        by: dict[tuple[str, str], float] = {}
+        for layer in layers:
+            fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8, dispatcher=disp), prec)
+            ops = fwd + backward_ops(fwd)
+            for o, t in zip(ops, timer(ops)):
+                if o.cls != "collective":
+                    key = (o.cls, o.dtype if o.cls in ("gemm", "grouped_gemm") else "")
+                    by[key] = by.get(key, 0.0) + t / len(layers)
+        for (c, dt), t in sorted(by.items(), key=lambda kv: -kv[1]):
+            err, src = held_out_error(tab, c, dt or "bf16")
+            out.append({"row": row, "cls": f"{c} {dt}".strip(), "cosim_ms": t * 1e3, "error": err, "from": src,
+                        "corrected_ms": t / (1 + err) * 1e3, "missing_ms": missing})
     return out
 
 
 def all_rows() -> list[dict]:
     if shared_dir() is None:
         raise FileNotFoundError("../shared is absent")
-    return b300_rows() + h100_trace_rows() + vidur_rows()
+    return b300_rows() + h100_trace_rows() + vidur_rows() + published_rows()
 
 
 def main() -> int:
@@ -146,10 +274,12 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = all_rows()
-    tab = summarise([r for r in rows if r["set"] != "H100 vidur cuBLAS GEMMs"]) + summarise(
-        [r for r in rows if r["set"] == "H100 vidur cuBLAS GEMMs"], key="op")
+    vidur = [r for r in rows if r["set"] == "H100 vidur cuBLAS GEMMs"]
+    tab = summarise([r for r in rows if r["set"] != "H100 vidur cuBLAS GEMMs"]) + summarise(vidur, key="op")
+    tab += summarise(vidur)
+    bound = layer_bound(tab)
     if args.json:
-        print(json.dumps(tab, indent=1))
+        print(json.dumps({"scores": tab, "layer_bound": bound}, indent=1))
         return 0
     print("| measured set (held out) | class / op | shapes | kernels | measured ms | total-time error | "
           "median error | MAPE |")
@@ -157,6 +287,33 @@ def main() -> int:
     for t in tab:
         print(f"| {t['set']} | {t.get('cls', t.get('op'))} | {t['shapes']} | {t['n']} | {t['measured_s'] * 1e3:.3f} | "
               f"{t['total_err']:+.1%} | {t['median_err']:+.1%} | {t['mape']:.1%} |")
+    print()
+    print("Memory-bound kernels of the traces by the access pattern their kernel name records (small hidden):")
+    print()
+    print("| measured set (held out) | class, pattern | kernels | measured ms | kernel timer (synthesized: no name) | "
+          "with the recorded name |")
+    print("|---|---|---:|---:|---:|---:|")
+    for t in pattern_table(rows):
+        print(f"| {t['set']} | {t['pattern']} | {t['n']} | {t['measured_s'] * 1e3:.3f} | {t['total_err']:+.1%} | "
+              f"{t['named_total_err']:+.1%} |")
+    print()
+    print("| gpt-oss-120b, one layer fwd + bwd | ops given their pattern | kernels now ms | with the patterns ms |")
+    print("|---|---:|---:|---:|")
+    for w in strided_whatif():
+        print(f"| {w['gpu']} | {w['ops']} | {w['now_ms']:.3f} | {w['patterned_ms']:.3f} "
+              f"({w['patterned_ms'] - w['now_ms']:+.3f}) |")
+    print()
+    print("| e2e row | kernel class | cosim ms / layer (fwd + bwd) | held-out error (small shapes) | from | "
+          "with the error taken out |")
+    print("|---|---|---:|---:|---|---:|")
+    for row in dict.fromkeys(b["row"] for b in bound):
+        sel = [b for b in bound if b["row"] == row]
+        for b in sel:
+            print(f"| {row} | {b['cls']} | {b['cosim_ms']:.3f} | {b['error']:+.1%} | {b['from']} | "
+                  f"{b['corrected_ms']:.3f} |")
+        now, fixed = sum(b["cosim_ms"] for b in sel), sum(b["corrected_ms"] for b in sel)
+        print(f"| {row} | **all kernels** | {now:.3f} | {fixed / now - 1:+.1%} (as a whole) | | {fixed:.3f} "
+              f"({fixed - now:+.3f}; missing {sel[0]['missing_ms']:.1f} ms per layer and micro-batch) |")
     return 0
 
 
