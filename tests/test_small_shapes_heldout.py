@@ -53,6 +53,43 @@ def test_memory_bound_kernels_by_access_pattern(rows: list[dict]) -> None:
 def test_held_out_kernel_errors_explain_little_of_qwen3_30b_missing_time(rows: list[dict]) -> None:
     tab = S.summarise([r for r in rows if not r["set"].startswith("H100 vidur")])
     tab += S.summarise([r for r in rows if r["set"].startswith("H100 vidur")])
-    bound = [b for b in S.layer_bound(tab) if b["row"] == "qwen3-30b-h100-16-fp8"]
+    bound = [b for b in S.layer_bound(tab, S.pattern_table(rows)) if b["row"] == "qwen3-30b-h100-16-fp8"]
     extra = sum(b["corrected_ms"] - b["cosim_ms"] for b in bound)
     assert 0.0 < extra < 0.5 * bound[0]["missing_ms"]
+
+
+def test_synthesized_ops_carry_their_access_pattern_to_the_kernel_model() -> None:
+    import numpy as np
+
+    from cosim.capture.config import load_model_config
+    from cosim.catalog import load_catalog
+    from cosim.errors import CosimInputError
+    from cosim.models.features import KernelFeatures
+    from cosim.models.predict import predict_features
+    from cosim.models.synth_timing import KernelTimer
+    from cosim.workload.synth.costs import Op, Shard, backward_ops, layer_ops
+
+    timer = KernelTimer(load_catalog().accelerator("h100-sxm5"))
+    o = Op("x", "elementwise", 64e6, 256e6, "bf16")
+    times = {p: timer([Op("x", "elementwise", 64e6, 256e6, "bf16", pattern=p)])[0]
+             for p in ("", "strided", "unrolled", "batched_copy")}
+    assert times[""] == timer([o])[0]
+    # the same time the model gives the kernel PyTorch launches, as a trace would name it
+    for pattern, kernel in (("strided", "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl>"),
+                            ("batched_copy", "void at::native::(anonymous namespace)::CatArrayBatchedCopy<>")):
+        f = KernelFeatures(
+            cls=["elementwise"], kernel=[kernel], op_name=["x"], dtype=["bf16"], m=np.array([np.nan]),
+            n=np.array([np.nan]), k=np.array([np.nan]), batch=np.ones(1), heads=np.ones(1), bwd=np.zeros(1, bool),
+            flops=np.array([64e6]), bytes=np.array([256e6]), dur=np.full(1, np.nan),
+            grid=np.full((1, 3), -1, dtype=np.int64), block=np.full((1, 3), -1, dtype=np.int64))
+        named = predict_features(f, timer.accelerator, timer._model_profile, kernel_scale=False, database=False)
+        assert times[pattern] == pytest.approx(float(named.dur[0]), rel=1e-9)
+        assert times[pattern] > 1.3 * times[""]
+    with pytest.raises(CosimInputError, match="unknown access pattern"):
+        timer([Op("x", "elementwise", 1.0, 1.0, pattern="diagonal")])
+    # gpt-oss's eager ops on views and its cats carry theirs (forward and backward)
+    fwd = layer_ops(load_model_config("gpt-oss-120b"), 1, 4096.0, 4096.0, Shard(ep=8), "bf16")
+    marked = {o.name: o.pattern for o in fwd + backward_ops(fwd) if o.pattern}
+    assert marked["attn.rope_q.neg"] == marked["moe.experts_act_clamp_glu.bwd"] == "strided"
+    assert marked["moe.experts_act_cat"] == marked["moe.experts_fc2_bias_cat"] == "batched_copy"
+    assert not any(o.pattern for o in layer_ops(load_model_config("qwen3-30b-a3b"), 3, 4096.0, 4096.0, Shard(ep=8)))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -176,19 +175,10 @@ def summarise(rows: list[dict], key: str = "cls") -> list[dict]:
 
 MEMORY_BOUND = ("elementwise", "reduction", "norm")
 """Kernel classes of the access-pattern table (:func:`main`)."""
-STRIDED_OPS = re.compile(r"rope_[qk]\.(neg|mul_cos|mul_sin)|act_clamp_(glu|linear)")
-"""gpt-oss's eager ops on non-contiguous views: the unfused RoPE's ``torch.chunk`` halves (negated) and its
-broadcast ``cos`` / ``sin`` products, the clamps of the ``chunk`` halves of fc1's output (TE 2.12 / Megatron-Core
-0.16, validation/e2e/RESULTS.md "Round 9: gpt-oss"): PyTorch runs them with the generic ``elementwise_kernel``
-(TensorIterator's offset calculator; :data:`cosim.models.calibrated._ACCESS_PATTERNS` "strided")."""
-CAT_OPS = re.compile(r"rope_[qk]\.(rotate_cat|cat)|experts_act_cat|fc2_bias_cat")
-"""gpt-oss's eager ``torch.cat``s: ``CatArrayBatchedCopy`` ("batched_copy")."""
-
-
-def strided_whatif() -> list[dict]:
-    """gpt-oss-120b's kernel time per layer (forward + backward, EP8, 4096 tokens, layers 0 and 1 averaged) as the
-    kernel timer gives it (every synthesized element-wise op timed as a contiguous one) and with the ops of
-    :data:`STRIDED_OPS` / :data:`CAT_OPS` timed with their access pattern (the kernel name the trace would record)."""
+def pattern_effect() -> list[dict]:
+    """gpt-oss-120b's kernel time per layer (forward + backward, EP8, 4096 tokens, layers 0 and 1 averaged) with
+    every synthesized element-wise op timed as a contiguous kernel (before this round) and with the access
+    patterns synthesis gives its eager ops on views and its cats (:attr:`cosim.workload.synth.costs.Op.pattern`)."""
     from cosim.capture.config import load_model_config
     from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
 
@@ -196,18 +186,15 @@ def strided_whatif() -> list[dict]:
     out = []
     for gpu in ("h100-sxm5", "b200", "gb200"):
         timer = KernelTimer(load_catalog().accelerator(gpu))
-        now = marked = 0.0
+        before = after = 0.0
         n = 0
         for layer in (0, 1):
             fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8), "bf16")
             ops = [o for o in fwd + backward_ops(fwd) if o.cls != "collective"]
-            named = [replace(o, name=o.name + (" elementwise_kernel<" if STRIDED_OPS.search(o.name) else
-                                               " CatArrayBatchedCopy" if CAT_OPS.search(o.name) else ""))
-                     for o in ops]
-            n = sum(1 for a, b in zip(ops, named) if a.name != b.name)
-            now += sum(timer(ops)) / 2
-            marked += sum(timer(named)) / 2
-        out.append({"gpu": gpu, "ops": n, "now_ms": now * 1e3, "patterned_ms": marked * 1e3})
+            n = sum(1 for o in ops if o.pattern)
+            before += sum(timer([replace(o, pattern="") for o in ops])) / 2
+            after += sum(timer(ops)) / 2
+        out.append({"gpu": gpu, "ops": n, "now_ms": before * 1e3, "patterned_ms": after * 1e3})
     return out
 
 
@@ -217,19 +204,22 @@ LAYERS = (("qwen3-30b-h100-16-fp8", "qwen3-30b-a3b", "fp8", "deepep", (3,), 8.2)
 cosim ms per layer and micro-batch: validation/e2e/RESULTS.md, "Round 9: micro-batch 1 on x86 hosts" table)."""
 
 
-def held_out_error(tab: list[dict], cls: str, dtype: str) -> tuple[float, str]:
-    """The small-shape held-out total-time error that stands for a synthesized op of ``cls`` / ``dtype`` on
-    Hopper, and where it comes from."""
-    def pick(s: str, c: str, key: str = "cls") -> float:
-        return next(t["total_err"] for t in tab if t["set"].startswith(s) and t.get(key) == c
-                    and t["shapes"] == "small")
+def held_out_error(tab: list[dict], pat: list[dict], cls: str, dtype: str, pattern: str) -> tuple[float, str]:
+    """The held-out total-time error (small shapes) that stands for a synthesized op of ``cls`` / ``dtype`` /
+    access ``pattern`` on Hopper, and where it comes from; ``pat``: :func:`pattern_table`."""
+    def pick(rows: list[dict], s: str, c: str, key: str = "cls", col: str = "total_err") -> float:
+        return next(t[col] for t in rows if t["set"].startswith(s) and t.get(key) == c and t["shapes"] == "small")
 
     if cls in ("gemm", "grouped_gemm") and dtype != "bf16":
-        return pick("published cutlass36", f"{cls} fp8"), "CUTLASS 3.6 FP8 (H800)"
+        return pick(tab, "published cutlass36", f"{cls} fp8"), "CUTLASS 3.6 FP8 (H800)"
     if cls in ("gemm", "grouped_gemm"):
-        return pick("H100 vidur", "gemm"), "vidur cuBLAS BF16 (H100)"
-    cls = "elementwise" if cls in ("moe_dispatch", "moe_combine") else cls
-    return pick("H100 tracelens-h100", cls), f"tracelens-h100 {cls} (LOTO)"
+        return pick(tab, "H100 vidur", "gemm"), "vidur cuBLAS BF16 (H100)"
+    if cls in ("elementwise", "moe_dispatch", "moe_combine"):
+        if pattern:  # timed with its pattern: the error of the trace kernels timed with their recorded names
+            return pick(pat, "H100", f"elementwise {pattern}", "pattern", "named_total_err"), \
+                f"tracelens-h100 {pattern} (LOTO)"
+        return pick(pat, "H100", "elementwise contiguous", "pattern"), "tracelens-h100 contiguous (LOTO)"
+    return pick(tab, "H100 tracelens-h100", cls), f"tracelens-h100 {cls} (LOTO)"
 
 
 def pattern_table(rows: list[dict]) -> list[dict]:
@@ -237,7 +227,7 @@ def pattern_table(rows: list[dict]) -> list[dict]:
     return summarise([r for r in rows if "pattern" in r and r["cls"] in MEMORY_BOUND], key="pattern")
 
 
-def layer_bound(tab: list[dict]) -> list[dict]:
+def layer_bound(tab: list[dict], pat: list[dict]) -> list[dict]:
     """Per e2e row of :data:`LAYERS`: each kernel class's time in one layer (forward + backward, H100 kernel timer),
     the held-out small-shape error of that class and the time with that error taken out (``t / (1 + err)``):
     how much of the row's missing time per layer and micro-batch the kernel models' held-out errors can explain."""
@@ -248,17 +238,17 @@ def layer_bound(tab: list[dict]) -> list[dict]:
     out = []
     for row, model, prec, disp, layers, missing in LAYERS:
         card = load_model_config(model)
-        by: dict[tuple[str, str], float] = {}
+        by: dict[tuple[str, str, str], float] = {}
         for layer in layers:
             fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8, dispatcher=disp), prec)
             ops = fwd + backward_ops(fwd)
             for o, t in zip(ops, timer(ops)):
                 if o.cls != "collective":
-                    key = (o.cls, o.dtype if o.cls in ("gemm", "grouped_gemm") else "")
+                    key = (o.cls, o.dtype if o.cls in ("gemm", "grouped_gemm") else "", o.pattern)
                     by[key] = by.get(key, 0.0) + t / len(layers)
-        for (c, dt), t in sorted(by.items(), key=lambda kv: -kv[1]):
-            err, src = held_out_error(tab, c, dt or "bf16")
-            out.append({"row": row, "cls": f"{c} {dt}".strip(), "cosim_ms": t * 1e3, "error": err, "from": src,
+        for (c, dt, pt), t in sorted(by.items(), key=lambda kv: -kv[1]):
+            err, src = held_out_error(tab, pat, c, dt or "bf16", pt)
+            out.append({"row": row, "cls": f"{c} {dt} {pt}".replace("  ", " ").strip(), "cosim_ms": t * 1e3, "error": err, "from": src,
                         "corrected_ms": t / (1 + err) * 1e3, "missing_ms": missing})
     return out
 
@@ -277,9 +267,11 @@ def main() -> int:
     vidur = [r for r in rows if r["set"] == "H100 vidur cuBLAS GEMMs"]
     tab = summarise([r for r in rows if r["set"] != "H100 vidur cuBLAS GEMMs"]) + summarise(vidur, key="op")
     tab += summarise(vidur)
-    bound = layer_bound(tab)
+    pat = pattern_table(rows)
+    bound = layer_bound(tab, pat)
     if args.json:
-        print(json.dumps({"scores": tab, "layer_bound": bound}, indent=1))
+        print(json.dumps({"scores": tab, "patterns": pat, "gpt_oss_patterns": pattern_effect(), "layer_bound": bound},
+                         indent=1))
         return 0
     print("| measured set (held out) | class / op | shapes | kernels | measured ms | total-time error | "
           "median error | MAPE |")
@@ -293,13 +285,13 @@ def main() -> int:
     print("| measured set (held out) | class, pattern | kernels | measured ms | kernel timer (synthesized: no name) | "
           "with the recorded name |")
     print("|---|---|---:|---:|---:|---:|")
-    for t in pattern_table(rows):
+    for t in pat:
         print(f"| {t['set']} | {t['pattern']} | {t['n']} | {t['measured_s'] * 1e3:.3f} | {t['total_err']:+.1%} | "
               f"{t['named_total_err']:+.1%} |")
     print()
-    print("| gpt-oss-120b, one layer fwd + bwd | ops given their pattern | kernels now ms | with the patterns ms |")
+    print("| gpt-oss-120b, one layer fwd + bwd | ops with a pattern | all contiguous ms | with the patterns ms |")
     print("|---|---:|---:|---:|")
-    for w in strided_whatif():
+    for w in pattern_effect():
         print(f"| {w['gpu']} | {w['ops']} | {w['now_ms']:.3f} | {w['patterned_ms']:.3f} "
               f"({w['patterned_ms'] - w['now_ms']:+.3f}) |")
     print()
