@@ -285,6 +285,11 @@ class Op:
     these bytes, the kernels beyond the first charged as C++ launches (:attr:`loop_launches`: autograd's engine
     runs them without Python); 0 with :attr:`bwd_launches` 0: a backward that only passes the gradient on
     (views, no kernel)."""
+    pattern: str = ""
+    """Memory-bound op: how the kernel PyTorch launches for it walks memory (a name of
+    :data:`cosim.models.synth_timing.PATTERN_KERNELS`): ``strided`` for an eager op on a non-contiguous or
+    broadcast view (TensorIterator's generic ``elementwise_kernel``), ``batched_copy`` for ``torch.cat``; "": a
+    contiguous, vectorized kernel. Its backward keeps it."""
 
 
 @dataclass(frozen=True)
@@ -540,10 +545,13 @@ def rope_ops(c: MoEModelConfig, T: float, sq: float, heads: float, kvh: float, d
         a = f"attn.rope_{x}"
         ops += [_tiny(f"{a}.{fn}", sq * d, no_grad=True) for fn in ("cos", "cos_scale", "cos_cast", "sin",
                                                                       "sin_scale", "sin_cast")]
-        ops += [_ew(f"{a}.mul_cos", n, p), _ew(f"{a}.neg", n / 2, p),
-                _ew(f"{a}.rotate_cat", n, p, flops_per=0.0), _ew(f"{a}.mul_sin", n, p),
+        # cos / sin broadcast over heads and the negated chunk half are strided operands; the cats batched copies
+        ops += [replace(_ew(f"{a}.mul_cos", n, p), pattern="strided"),
+                replace(_ew(f"{a}.neg", n / 2, p), pattern="strided"),
+                replace(_ew(f"{a}.rotate_cat", n, p, flops_per=0.0), pattern="batched_copy"),
+                replace(_ew(f"{a}.mul_sin", n, p), pattern="strided"),
                 replace(_ew(f"{a}.add", n, p, inputs=2), no_grad=True),
-                replace(_ew(f"{a}.cat", n, p, flops_per=0.0), no_grad=True)]
+                replace(_ew(f"{a}.cat", n, p, flops_per=0.0), no_grad=True, pattern="batched_copy")]
     return ops
 
 
@@ -897,10 +905,12 @@ def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision
     u = rows * f * p.act_bytes  # one half of fc1's output
     # backward (GPT_OSS_BACKWARD_SOURCE): each clamp's reads the gradient and its input and writes one (3u); the
     # cat's gradient is two views; chunk's backward concatenates the halves' gradients (4u), after clamp_glu's
+    # the clamps read torch.chunk halves of fc1's output (strided views); the cat is a batched copy
     return [replace(_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * u), bwd_bytes=3 * u + 4 * u,
-                    bwd_launches=2),
-            replace(_ew("moe.experts_act_clamp_linear", rows * f, p), bwd_bytes=3 * u),
-            replace(_ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0), bwd_bytes=0.0, bwd_launches=0),
+                    bwd_launches=2, pattern="strided"),
+            replace(_ew("moe.experts_act_clamp_linear", rows * f, p), bwd_bytes=3 * u, pattern="strided"),
+            replace(_ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0), bwd_bytes=0.0, bwd_launches=0,
+                    pattern="batched_copy"),
             # weighted_bias_quick_geglu_impl: torch.tensor(linear_offset, device=input.device), a blocking copy
             *([replace(_tiny("moe.experts_act_offset_h2d", 1, nbytes=2.0, no_grad=True), host_sync=True)]
               if train else []), act]
@@ -940,7 +950,7 @@ def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Preci
     # backward: the cat's gradients are views; the two torch.split's backwards concatenate the experts' output
     # and probability gradients (two kernels)
     ops.append(replace(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0),
-                       bwd_bytes=2 * (total * h + total) * p.act_bytes, bwd_launches=2))
+                       bwd_bytes=2 * (total * h + total) * p.act_bytes, bwd_launches=2, pattern="batched_copy"))
     return ops
 
 
