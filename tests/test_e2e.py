@@ -602,7 +602,7 @@ def test_round8_rows_are_every_moe_row_of_the_2511_tables() -> None:
     from validation.e2e.run import load_cases, microbatches
 
     sources, cases = load_cases()
-    assert len(cases) == 63 and {"MB2511", "MB2511CFG"} <= set(sources)
+    assert len(cases) == 75 and {"MB2511", "MB2511CFG"} <= set(sources)
     new = [c for c in cases if c.source.ref == "MB2511" and c.system != "gb300-nvl72"]  # GB300: round 9
     assert {c.id for c in new} == ROUND8_IDS
     for c in new:

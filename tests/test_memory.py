@@ -114,7 +114,7 @@ def test_every_published_e2e_layout_fits_its_gpu() -> None:
     from validation.memory.run import E2E_MEMORY_SETTINGS
 
     _, cases = load_cases()
-    assert len(cases) == 63
+    assert len(cases) == 75
     over = []
     for c in cases:
         m = microbatches(c)

@@ -205,7 +205,8 @@ def test_e2e_split_rule_counts_mtp_as_a_last_chunk_layer() -> None:
         "dsv3-h800-2048-fp8-run-average": 1, "mlm-dsv3-gb200-256-mxfp8": 0, "automodel-dsv3-h100-256-bf16": 0,
         "automodel-dsv3-h100-1024-bf16": 0, "mb2511-dsv3-gb200-256-bf16": 0, "mb2511-dsv3-gb200-256-mxfp8": 0,
         "mb2511-dsv3-b200-256-mxfp8": 1, "mb2511-dsv3-gb300-256-bf16": 0, "mb2511-dsv3-gb300-256-mxfp8": 0,
-        "mb2602-dsv3-gb300-256-mxfp8": 1, "mb2604-dsv3-gb300-256-mxfp8": 1}
+        "mb2602-dsv3-gb300-256-mxfp8": 1, "mb2604-dsv3-gb300-256-mxfp8": 1, "mb2602-dsv3-b300-256-mxfp8": 1,
+        "mb2604-dsv3-b300-256-mxfp8": 1, "mb260401-dsv3-b300-256-mxfp8": 1}
 
 
 def test_mtp_pairs_as_a_layer_under_the_a2a_overlap(tmp_path: Path, dgx: object) -> None:

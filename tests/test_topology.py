@@ -16,7 +16,7 @@ from cosim.topology import NoRouteError, check_topology, list_presets, load_topo
 GB = 1e9
 ROOT = Path(__file__).resolve().parents[1]
 
-PRESETS = ["dgx-h100", "dgx-a100", "dgx1-v100", "hgx-h200", "hgx-b200", "gb200-nvl72", "gb200-nvl72-4rack",
+PRESETS = ["dgx-h100", "dgx-a100", "dgx1-v100", "hgx-h200", "hgx-b200", "hgx-b300", "gb200-nvl72", "gb200-nvl72-4rack",
            "gb300-nvl72", "gb300-nvl72-4rack", "pcie-8x-l40s",
            "dgx-h100-4node", "dgx-h100-32node", "h800-8node", "proposal-example"]
 
@@ -142,6 +142,8 @@ FIGURES = {
     # hybrid cube mesh: halves {0..3}/{4..7} joined by 0-4 (2), 1-5 (2), 2-6 (1), 3-7 (1) = 6 NVLink2 links
     "dgx1-v100": (8, 1, 6 * 25 * GB, 100 / 8 * GB / 2, 16 * GB, 6 * 25 * GB),  # one EDR NIC per 2 GPUs, Gen3 x16
     "hgx-b200": (8, 1, 18 * 50 * GB, 400 / 8 * GB, 64 * GB, 4 * 18 * 50 * GB),  # NVLink5 x18
+    # one ConnectX-8 800G per GPU (its Gen6 switch); host is that switch's Gen5 x16 uplink to the Xeon
+    "hgx-b300": (8, 1, 18 * 50 * GB, 800 / 8 * GB, 64 * GB, 4 * 18 * 50 * GB),
     # 18 compute trays x 4 GPUs; host is NVLink-C2C (900 GB/s both ways); NVLink domain of 72
     "gb200-nvl72": (72, 18, 18 * 50 * GB, 400 / 8 * GB, 900 / 2 * GB, 36 * 18 * 50 * GB),
     # 4 such racks (72 trays) on a rail-optimized fabric: the bisection cuts between racks, half the GPUs x 50 GB/s
@@ -171,6 +173,21 @@ def test_every_preset_figures(name):
     got = (f["gpus"], f["nodes"], f["per_gpu_scale_up_bw_Bps"], f["per_gpu_scale_out_bw_Bps"],
            f["per_gpu_host_bw_Bps"], f["bisection_bw_Bps"])
     assert got == pytest.approx((gpus, nodes, up, out, host, bisection), rel=1e-12)
+
+
+def test_hgx_b300_preset():
+    """DGX/HGX B300: B300 GPUs, each behind its own ConnectX-8's Gen6 switch (GPUDirect RDMA without a root
+    port), Xeon 6776P hosts; nodes: scales it on an 800G fabric like hgx-b200."""
+    from cosim.scenario import build_topology
+    topo = load_topology("hgx-b300")
+    assert topo.accelerator("gpu7").name.startswith("NVIDIA B300")
+    assert topo.graph.edges["gpu3", "pcie3"]["link"] == "pcie6x16"
+    assert topo.graph.edges["pcie3", "cpu0"]["link"] == "pcie5x16"
+    assert topo.graph.edges["pcie4", "cpu1"]["link"] == "pcie5x16"
+    assert topo.catalog.cpu("xeon-6776p").cores == 64
+    big = build_topology("hgx-b300", None, nodes=4).figures()
+    assert (big["gpus"], big["nodes"], big["per_gpu_scale_out_bw_Bps"]) == (32, 4, 100 * GB)
+    assert big["bisection_bw_Bps"] == 32 / 2 * 100 * GB
 
 
 # --- proposals ---------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from cosim.errors import CosimInputError
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "training.yaml"
 TARGET_MEDIAN, TARGET_MAX = 0.10, 0.20
-GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "h800-8node": 8, "hgx-h200": 8}
+GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "hgx-b300": 8, "h800-8node": 8, "hgx-h200": 8}
 """GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72, gb300-nvl72: 4 per compute tray, see _gb200)."""
 MAX_SIMULATED_GPUS = 512
 """Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
