@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from cosim.cli.replay import add_output_flags
 
-__all__ = ["PhaseBar", "check_synthetic_sets", "phase_bar", "register", "what_if_line"]
+__all__ = ["PhaseBar", "phase_bar", "register", "what_if_line"]
 
 PROGRESS_DELAY_S = 2.0
 """Seconds after which a run shows its phase bar on stderr (a short run shows none)."""
@@ -135,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
     baseline = _baseline(args.baseline) if args.baseline else None
     scn = load_scenario(args.scenario)
     sets = parse_sets(args.sets)
-    check_synthetic_sets(scn, sets)
     show = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     with phase_bar(show) as bar:
         from cosim.scenario import SyntheticWorkload
@@ -198,25 +197,3 @@ def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
         if missing_ok:
             return None
         raise CosimInputError(f"not JSON: {exc}", file=p) from None
-
-
-def check_synthetic_sets(scn: Any, sets: dict[str, str]) -> None:
-    """Refuse ``projection.*`` and ``cuda_graphs`` knobs on a synthetic workload: they set how a CPU capture is
-    projected onto a GPU and which of its regions replay as CUDA graphs, which a synthesized step never has, so the
-    run would silently be the baseline. A ``workload=`` in the
-    same sets replaces the workload, and then they may apply."""
-    from cosim.errors import CosimInputError
-    from cosim.scenario import SyntheticWorkload
-
-    if "workload" in sets or not isinstance(scn.workload, SyntheticWorkload):
-        return
-    for key in sets:
-        if key in ("cuda_graphs", "host.cuda_graphs"):
-            raise CosimInputError(f"--set {key}: names regions of a captured trace to replay as CUDA graphs; this "
-                                  "scenario's workload is synthetic: set workload.synthetic.layout.cuda_graphs=true "
-                                  "(docs/SYNTHESIS.md)", file=scn.source_file)
-        if key.startswith("projection."):
-            raise CosimInputError(f"--set {key}: projection.* knobs project a captured CPU trace; this scenario's "
-                                  "workload is synthetic: set workload.synthetic.precision (bf16, fp8, mxfp8) "
-                                  "or another workload.synthetic.* field (docs/SYNTHESIS.md)",
-                                  file=scn.source_file)
