@@ -528,6 +528,24 @@ def test_bad_knobs_are_one_line_errors(sets: list[str], words: str) -> None:
     assert "\n" not in msg and words in msg, msg
 
 
+def test_every_knob_the_message_names_is_a_knob() -> None:
+    """The unknown-knob message and its "did you mean" candidates come from one table
+    (cosim.replay.config._KNOBS): every key it names is one apply_sets takes, and the message lists it."""
+    from cosim.replay.config import _KNOBS, _KNOWN_KNOBS, _knob_candidates
+
+    cands = set(_knob_candidates())
+    for name, keys in _KNOBS:
+        assert name in _KNOWN_KNOBS
+        for key in keys:
+            assert key in cands
+            try:
+                apply_sets(ReplayConfig(), {key: "1"})
+            except CosimInputError as exc:
+                assert "unknown knob" not in exc.message, key
+    with pytest.raises(CosimInputError, match=r"did you mean gpu\.scale\.gemm\?"):
+        apply_sets(ReplayConfig(), {"gpu.scael.gemm": "0.5"})
+
+
 def test_knobs_parse() -> None:
     cfg = apply_sets(ReplayConfig(), parse_sets([
         "host.launch_overhead=2 us", "gpu.kernel_gap=1.5us", "host.speed=2", "gpu.scale.gemm=0.5",
