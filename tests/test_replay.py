@@ -599,14 +599,17 @@ def test_deterministic(cache: _Cache, tmp_path: Path) -> None:
 
 SUMMARY_KEYS = {"schema", "cosim_version", "sources", "topology", "config", "step_time_s", "measured_step_time_s",
                 "error", "breakdown", "critical_path", "ranks", "sim_wall_s", "events", "ops_per_wall_s", "notes", "links",
-                "host", "exposed_communication_split", "busiest_links"}
+                "host", "exposed_communication_split", "busiest_links", "slowest_rank", "slowest_rank_ties"}
 RANK_KEYS = {"rank", "device", "gpu", "exposed_communication_split", "step_time_s", "measured_step_time_s", "error", "cpu_step_time_s",
              "measured_cpu_step_time_s", "steps", "breakdown", "measured_breakdown", "critical_path",
              "launch_latency_s", "launch_latency_source", "gpu_ops", "host_ops"}
 
 
 def _check_summary(s: dict[str, Any]) -> None:
-    assert set(s) == SUMMARY_KEYS and s["schema"] == SUMMARY_SCHEMA
+    assert set(s) == SUMMARY_KEYS and s["schema"] == SUMMARY_SCHEMA == "cosim.summary/2"
+    slow = [r for r in s["ranks"] if r["step_time_s"] == s["step_time_s"]]
+    assert s["slowest_rank"] == slow[0]["rank"] and s["slowest_rank_ties"] == len(slow)
+    assert s["breakdown"] == slow[0]["breakdown"]
     assert set(s["breakdown"]) == set(BREAKDOWN_KEYS)
     for r in s["ranks"]:
         assert set(r) == RANK_KEYS

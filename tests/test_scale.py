@@ -328,6 +328,10 @@ def test_coalesced_step_equals_plain_step(tmp_path: Path, layout: dict, routing:
     assert per["simulated_microbatches"] + per["repeats"] * per["period_microbatches"] == mb
     assert c["synthetic"]["microbatches"] == p["synthetic"]["microbatches"] == mb
     assert c["step_time_s"] == pytest.approx(p["step_time_s"], rel=5e-3)
+    for s in (c, p):  # the extended step's slowest rank is the one whose step the summary reports
+        steps = {r["rank"]: r["step_time_s"] for r in s["ranks"]}
+        assert steps[s["slowest_rank"]] == max(steps.values())
+        assert s["slowest_rank_ties"] == list(steps.values()).count(max(steps.values()))
     assert c["tokens_per_s_per_gpu"] == pytest.approx(p["tokens_per_s_per_gpu"], rel=5e-3)
     assert c["mfu"] == pytest.approx(p["mfu"], rel=5e-3)
     assert c["bubble_fraction"] == pytest.approx(p["bubble_fraction"], rel=2e-2, abs=2e-3)
