@@ -64,7 +64,7 @@ class PhaseBar:
         self._delay = PROGRESS_DELAY_S if delay is None else delay
         self._bar = tqdm(total=None, desc="cosim run", bar_format="{desc} [{elapsed}]",
                          file=stream if stream is not None else sys.stderr, leave=False, disable=False, delay=self._delay,
-                         mininterval=0.5)
+                         mininterval=0)  # the ticker paces the redraws
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="cosim-run-progress", daemon=True)
@@ -77,8 +77,7 @@ class PhaseBar:
         while not self._stop.wait(0.5):
             if self._due():
                 with self._lock:
-                    self._bar.refresh()
-                    self._bar.last_print_t = self._bar._time()  # shown: close() clears it (tqdm's delay check)
+                    self._bar.update(0)  # a redraw that tqdm records as shown, so that close() clears the line
 
     def phase(self, text: str) -> None:
         """Name the phase the run is in now."""
