@@ -12,6 +12,7 @@ import pytest
 
 from cosim.engine import SimConfig, Simulator
 from cosim.engine.flows import Fabric, FabricConfig
+from tests._cards import TINY as _TINY
 
 
 def _overlap(coalesce: bool, topo: object, at: float, algo: str = "auto") -> tuple[list[float], object]:
@@ -164,8 +165,7 @@ def _a2av_cost(col: object, mkey: object) -> tuple[float, float, float]:
     return lat, eff, cap
 
 
-TINY = dict(name="tiny2", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=16, top_k=2, expert_ffn_size=32)
+TINY = {**_TINY, "num_layers": 4, "num_experts": 16}  # tests/_cards.py's card, 4 layers of 16 experts
 
 
 @pytest.fixture(scope="module")
