@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,7 +41,7 @@ from cosim.workload.synth.spec import SyntheticSpec
 from cosim.yamlio import describe_validation_error, input_error_at, load_yaml, loads_yaml, plain, validate
 
 __all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
-           "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
+           "check_capture_knobs", "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
            "resolved_settings", "run_dir", "run_folder", "run_scenario", "settings_hash", "split_topology_sets"]
 
 DEFAULT_SCENARIO = "qwen3-30b-ep8-dgx-h100"
@@ -207,10 +208,31 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
             raise input_error_at(data, loc, message, file=path) from None
 
 
+def check_capture_knobs(scn: Scenario, keys: Iterable[str]) -> None:
+    """Refuse ``projection.*`` and ``cuda_graphs`` knobs on a synthetic workload: they set how a CPU capture is
+    projected onto a GPU and which of its regions replay as CUDA graphs, which a synthesized step never has, so the
+    run would silently be the baseline. A ``workload`` among ``keys`` replaces the workload, and then they apply."""
+    keys = list(keys)
+    if "workload" in keys or not isinstance(scn.workload, SyntheticWorkload):
+        return
+    for key in keys:
+        if key in ("cuda_graphs", "host.cuda_graphs", "replay.cuda_graphs"):
+            raise CosimInputError(f"--set {key}: names regions of a captured trace to replay as CUDA graphs; this "
+                                  "scenario's workload is synthetic: set workload.synthetic.layout.cuda_graphs=true "
+                                  "(docs/SYNTHESIS.md)", file=scn.source_file)
+        if key.startswith("projection."):
+            raise CosimInputError(f"--set {key}: projection.* knobs project a captured CPU trace; this scenario's "
+                                  "workload is synthetic: set workload.synthetic.precision (bf16, fp8, mxfp8) "
+                                  "or another workload.synthetic.* field (docs/SYNTHESIS.md)",
+                                  file=scn.source_file)
+
+
 def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, dict[str, str]]:
     """Apply scenario-level keys (workload, topology, projection.*); return the rest for the replay.
 
-    ``replay.<field>`` is the scenario file's own spelling of the replay knob ``<field>``."""
+    ``replay.<field>`` is the scenario file's own spelling of the replay knob ``<field>``. Knobs that only act on a
+    captured trace are refused on a synthetic workload (:func:`check_capture_knobs`)."""
+    check_capture_knobs(scn, sets)
     rest: dict[str, str] = {}
     upd: dict[str, Any] = {}
     proj = scn.projection.model_dump()

@@ -28,13 +28,53 @@ def test_capture_knob_on_synthetic_scenario_is_one_line(cmd: str, knob: str, ins
     assert not (tmp_path / "cosim-out").exists()  # nothing half-written
 
 
-def test_projection_knob_still_applies_with_a_captured_workload(tmp_path, monkeypatch) -> None:
-    from cosim.cli.run import check_synthetic_sets
-    from cosim.scenario import load_scenario
+def test_projection_knob_still_applies_with_a_captured_workload() -> None:
+    from cosim.scenario import apply_scenario_sets, load_scenario
 
-    check_synthetic_sets(load_scenario("moe-ep4-dgx-h100"), {"projection.dtype": "fp8"})  # a capture: fine
+    scn, _ = apply_scenario_sets(load_scenario("moe-ep4-dgx-h100"), {"projection.dtype": "fp8"})  # a capture: fine
+    assert scn.projection.dtype == "fp8"
     # replacing the synthetic workload in the same sets makes projection.* meaningful again
-    check_synthetic_sets(load_scenario(None), {"workload": "moe-ep4-cpu", "projection.dtype": "fp8"})
+    scn, _ = apply_scenario_sets(load_scenario(None), {"workload": "moe-ep4-cpu", "projection.dtype": "fp8"})
+    assert scn.workload == "moe-ep4-cpu" and scn.projection.dtype == "fp8"
+
+
+@pytest.mark.parametrize("knob", ["projection.dtype", "cuda_graphs", "host.cuda_graphs", "replay.cuda_graphs"])
+def test_python_api_refuses_capture_knobs_on_a_synthetic_workload(knob: str) -> None:
+    """The layer that knows the workload refuses them, so every caller (run, sensitivity, sweep, the Python API,
+    the Chakra export) does; they used to pass through the API and return the baseline's figures."""
+    from cosim.errors import CosimInputError
+    from cosim.scenario import apply_scenario_sets, load_scenario, run_scenario
+
+    for call in (apply_scenario_sets, run_scenario):
+        with pytest.raises(CosimInputError) as exc:
+            call(load_scenario(None), {knob: "fp8" if knob.startswith("projection") else "on"})  # type: ignore[operator]
+        assert exc.value.message.startswith(f"--set {knob}: ") and "workload is synthetic" in exc.value.message
+        assert str(exc.value).startswith(str(load_scenario(None).source_file))
+
+
+@pytest.mark.parametrize("where", ["parameters:\n  projection.dtype: [bf16, fp8]\n",
+                                   "parameters:\n  nodes: [1, 2]\nset:\n  projection.dtype: fp8\n"])
+def test_sweep_refuses_capture_knobs_on_a_synthetic_base(where: str, capsys: pytest.CaptureFixture[str], tmp_path,
+                                                         monkeypatch) -> None:
+    """A sweep over a projection knob of a synthetic base is refused before anything runs (exit 2, one line at the
+    key's line), not run as N copies of the baseline."""
+    monkeypatch.chdir(tmp_path)
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"base: qwen3-30b-ep8-dgx-h100\n{where}")
+    assert main(["sweep", str(spec), "--json"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1, err
+    line = 3 if where.startswith("parameters:\n  projection") else 5
+    assert f"sweep.yaml:{line}" in lines[0] and "--set projection.dtype:" in lines[0], lines[0]
+    assert "workload.synthetic.precision" in lines[0]
+    assert not (tmp_path / "cosim-out").exists()
+    # with a workload parameter (a capture per point) the same knob is a fine sweep
+    spec.write_text("base: qwen3-30b-ep8-dgx-h100\nparameters:\n  projection.dtype: [bf16]\n"
+                    "set:\n  workload: moe-ep4-cpu\n")
+    from cosim.sweep import load_sweep
+
+    assert load_sweep(spec).parameters == {"projection.dtype": ["bf16"]}
 
 
 def test_run_help_names_the_synthetic_knobs() -> None:

@@ -13,22 +13,12 @@ import simpy
 import yaml
 
 from cosim.engine.nccl import load_params
-from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.replay import ReplayConfig, apply_sets, replay
 from cosim.replay.interference import COMM, COMPUTE, DEEPEP_SMS, GpuShare, comm_kernel_sms, sm_rate, wave_slowdown
 from cosim.workload.graph import OpClass
-from cosim.workload.synth import SyntheticSpec, synthesize
+from tests._cards import synth_tiny
 
 US = 1e-6
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
 
 
 def test_wave_slowdown_worked_by_hand() -> None:
@@ -128,11 +118,7 @@ def test_the_law_takes_the_sum_of_the_active_kernels_sms() -> None:
 
 
 def _tiny(tmp_path: Path, topo: object, **layout: object) -> object:
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-    spec = SyntheticSpec.model_validate(dict(model=str(f), layout={"ep": 4, "grad_bucket_params": 20000, **layout},
-                                             batch={"global": 8, "micro": 1, "seq": 64}, precision="bf16"))
-    return synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
+    return synth_tiny(tmp_path, topo, layout={"ep": 4, "grad_bucket_params": 20000, **layout})
 
 
 def test_each_kernel_of_a_synthesized_step_reads_its_own_sms(tmp_path: Path, dgx: object) -> None:

@@ -13,13 +13,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
-
-
 def test_dropless_moe_forward_syncs_the_host_on_the_token_count_copies(dgx: object) -> None:
     from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay

@@ -528,6 +528,24 @@ def test_bad_knobs_are_one_line_errors(sets: list[str], words: str) -> None:
     assert "\n" not in msg and words in msg, msg
 
 
+def test_every_knob_the_message_names_is_a_knob() -> None:
+    """The unknown-knob message and its "did you mean" candidates come from one table
+    (cosim.replay.config._KNOBS): every key it names is one apply_sets takes, and the message lists it."""
+    from cosim.replay.config import _KNOBS, _KNOWN_KNOBS, _knob_candidates
+
+    cands = set(_knob_candidates())
+    for name, keys in _KNOBS:
+        assert name in _KNOWN_KNOBS
+        for key in keys:
+            assert key in cands
+            try:
+                apply_sets(ReplayConfig(), {key: "1"})
+            except CosimInputError as exc:
+                assert "unknown knob" not in exc.message, key
+    with pytest.raises(CosimInputError, match=r"did you mean gpu\.scale\.gemm\?"):
+        apply_sets(ReplayConfig(), {"gpu.scael.gemm": "0.5"})
+
+
 def test_knobs_parse() -> None:
     cfg = apply_sets(ReplayConfig(), parse_sets([
         "host.launch_overhead=2 us", "gpu.kernel_gap=1.5us", "host.speed=2", "gpu.scale.gemm=0.5",
@@ -581,14 +599,17 @@ def test_deterministic(cache: _Cache, tmp_path: Path) -> None:
 
 SUMMARY_KEYS = {"schema", "cosim_version", "sources", "topology", "config", "step_time_s", "measured_step_time_s",
                 "error", "breakdown", "critical_path", "ranks", "sim_wall_s", "events", "ops_per_wall_s", "notes", "links",
-                "host", "exposed_communication_split", "busiest_links"}
+                "host", "exposed_communication_split", "busiest_links", "slowest_rank", "slowest_rank_ties"}
 RANK_KEYS = {"rank", "device", "gpu", "exposed_communication_split", "step_time_s", "measured_step_time_s", "error", "cpu_step_time_s",
              "measured_cpu_step_time_s", "steps", "breakdown", "measured_breakdown", "critical_path",
              "launch_latency_s", "launch_latency_source", "gpu_ops", "host_ops"}
 
 
 def _check_summary(s: dict[str, Any]) -> None:
-    assert set(s) == SUMMARY_KEYS and s["schema"] == SUMMARY_SCHEMA
+    assert set(s) == SUMMARY_KEYS and s["schema"] == SUMMARY_SCHEMA == "cosim.summary/2"
+    slow = [r for r in s["ranks"] if r["step_time_s"] == s["step_time_s"]]
+    assert s["slowest_rank"] == slow[0]["rank"] and s["slowest_rank_ties"] == len(slow)
+    assert s["breakdown"] == slow[0]["breakdown"]
     assert set(s["breakdown"]) == set(BREAKDOWN_KEYS)
     for r in s["ranks"]:
         assert set(r) == RANK_KEYS

@@ -8,28 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.resources import shared_dir
-from cosim.workload.synth import SyntheticSpec, synthesize
-from tests.test_synth import TINY, launch_costs
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
-
-
-def _synth(tmp_path: Path, topo: object, **kw: object) -> object:
-    import yaml
-
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-    base: dict[str, object] = dict(model=str(f), layout=dict(pp=2, ep=4), batch={"global": 8, "micro": 1, "seq": 64},
-                                   precision="bf16")
-    base.update(kw)
-    return synthesize(SyntheticSpec.model_validate(base), topo, kernel_timer=synthetic_kernel_timer)
+from cosim.workload.synth import SyntheticSpec
+from tests._cards import synth_tiny as _synth
+from tests.test_synth import launch_costs
 
 
 def test_an_alltoall_call_costs_the_host_per_peer(tmp_path: Path, dgx: object) -> None:

@@ -163,7 +163,7 @@ def test_cli_run_json_and_outputs(tmp_path) -> None:
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)
-    assert s["schema"] == "cosim.summary/1" and s["step_time_s"] > 0
+    assert s["schema"] == "cosim.summary/2" and s["step_time_s"] > 0
     assert {"summary.json", "timeline.json.gz", "scenario.yaml"} <= {x.name for x in out.iterdir()}
     p = subprocess.run([sys.executable, "-m", "cosim", "run", "moe-ep2-decode-dgx-h100", "--out", str(out)],
                        capture_output=True, text=True, timeout=300)

@@ -34,6 +34,22 @@ def test_phase_bar_writes_to_its_stream_and_clears(capsys: pytest.CaptureFixture
     assert quiet.getvalue() == ""
 
 
+def test_phase_bar_shown_after_its_delay_is_cleared_on_close() -> None:
+    """A bar that appears only after its delay (tqdm's ``delay``) is still blanked on close: tqdm clears only a bar
+    it recorded as shown, and the ticker's redraws go through tqdm's public ``update``, which records them."""
+    err = _Tty()
+    with phase_bar(True, err, delay=0.3) as bar:
+        bar.phase("simulating")
+        time.sleep(1.2)
+    text = err.getvalue()
+    assert "cosim run: simulating [00:00]" in text or "cosim run: simulating [00:01]" in text
+    assert text.endswith("\r") and text.rsplit("\r", 2)[-2].strip() == ""
+    quick = _Tty()
+    with phase_bar(True, quick, delay=5.0) as bar:  # closed before its delay: nothing written at all
+        bar.phase("x")
+    assert quick.getvalue() == ""
+
+
 @pytest.mark.parametrize("no_progress", [False, True])
 def test_json_stays_clean_with_the_bar(tmp_path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str], no_progress: bool) -> None:

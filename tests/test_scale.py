@@ -12,6 +12,7 @@ import pytest
 
 from cosim.engine import SimConfig, Simulator
 from cosim.engine.flows import Fabric, FabricConfig
+from tests._cards import TINY as _TINY
 
 
 def _overlap(coalesce: bool, topo: object, at: float, algo: str = "auto") -> tuple[list[float], object]:
@@ -164,8 +165,7 @@ def _a2av_cost(col: object, mkey: object) -> tuple[float, float, float]:
     return lat, eff, cap
 
 
-TINY = dict(name="tiny2", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=16, top_k=2, expert_ffn_size=32)
+TINY = {**_TINY, "num_layers": 4, "num_experts": 16}  # tests/_cards.py's card, 4 layers of 16 experts
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +328,10 @@ def test_coalesced_step_equals_plain_step(tmp_path: Path, layout: dict, routing:
     assert per["simulated_microbatches"] + per["repeats"] * per["period_microbatches"] == mb
     assert c["synthetic"]["microbatches"] == p["synthetic"]["microbatches"] == mb
     assert c["step_time_s"] == pytest.approx(p["step_time_s"], rel=5e-3)
+    for s in (c, p):  # the extended step's slowest rank is the one whose step the summary reports
+        steps = {r["rank"]: r["step_time_s"] for r in s["ranks"]}
+        assert steps[s["slowest_rank"]] == max(steps.values())
+        assert s["slowest_rank_ties"] == list(steps.values()).count(max(steps.values()))
     assert c["tokens_per_s_per_gpu"] == pytest.approx(p["tokens_per_s_per_gpu"], rel=5e-3)
     assert c["mfu"] == pytest.approx(p["mfu"], rel=5e-3)
     assert c["bubble_fraction"] == pytest.approx(p["bubble_fraction"], rel=2e-2, abs=2e-3)

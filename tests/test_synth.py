@@ -19,12 +19,10 @@ from cosim.workload.synth import ParallelLayout, SyntheticSpec, layer_forward_fl
 from cosim.workload.synth.costs import layer_ops
 from cosim.workload.synth.routing import RoutingSpec, expert_shares, route
 from cosim.workload.synth.schedule import peak_in_flight, stage_order
+from tests._cards import TINY
+from tests._cards import synth_tiny as _synth
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
 
 
 def tiny(**kw: object) -> MoEModelConfig:
@@ -36,13 +34,6 @@ def launch_costs(rg: Any) -> dict[str, float]:
     names = [rg.strings[int(x)] for x in rg.gpu_ops.name]
     return {names[int(g)]: float(rg.host_ops.dur[int(h)])
             for h, g in zip(rg.launches.host_op, rg.launches.first_gpu_op) if g >= 0}
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
 
 
 def test_layer_flops_by_hand() -> None:
@@ -144,14 +135,6 @@ def _spec(**kw: object) -> SyntheticSpec:
     base = dict(model="x", layout=dict(pp=2, ep=4), batch={"global": 8, "micro": 1, "seq": 64}, precision="bf16")
     base.update(kw)
     return SyntheticSpec.model_validate(base)
-
-
-def _synth(tmp_path: Path, topo: object, card: dict | None = None, **kw: object) -> object:
-    import yaml
-
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(card or TINY))
-    return synthesize(_spec(model=str(f), **kw), topo, kernel_timer=synthetic_kernel_timer)
 
 
 def test_every_collective_of_a_2_layer_ep4_pp2_step_by_hand(tmp_path: Path, dgx: object) -> None:

@@ -9,30 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cosim.errors import CosimInputError
-from cosim.models.synth_timing import synthetic_kernel_timer
-from cosim.workload.synth import SyntheticSpec, synthesize
-
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
+from cosim.workload.synth import SyntheticSpec
+from tests._cards import synth_tiny
 
 
 def _synth(tmp_path: Path, topo: object, **kw: Any) -> Any:
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-    base: dict[str, Any] = dict(model=str(f), layout=dict(pp=2, ep=4), batch={"global": 8, "micro": 1, "seq": 64},
-                                precision="bf16", fold=False)
-    base.update(kw)
-    return synthesize(SyntheticSpec.model_validate(base), topo, kernel_timer=synthetic_kernel_timer)
+    return synth_tiny(tmp_path, topo, **{"fold": False, **kw})
 
 
 def _launched(rg: Any) -> dict[str, list[str]]:

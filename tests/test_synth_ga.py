@@ -21,13 +21,6 @@ WIDE = dict(name="wide2", hidden_size=2048, num_layers=2, num_heads=16, num_kv_h
             num_experts=8, top_k=2, expert_ffn_size=4096)
 
 
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
-
-
 def test_accumulated_order_repeats_the_schedule_by_hand() -> None:
     F, B = "F", "B"
     # pp 2, 4 micro-batches, GA 2: two schedules of 2, each with its own warm-up and drain

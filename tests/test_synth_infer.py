@@ -13,20 +13,11 @@ from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType
 from cosim.workload.synth import SyntheticSpec, synthesize, synthetic_figures
 from cosim.workload.synth.costs import Shard, kv_cache_bytes_per_token, layer_ops
+from tests._cards import TINY
 
-# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256 (as test_synth)
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
 # wide enough that the expert all-to-all over two nodes costs about as much as the compute
 WIDE = dict(name="wide4", hidden_size=4096, num_layers=4, num_heads=32, num_kv_heads=8, head_dim=128,
             vocab_size=1024, num_experts=16, top_k=4, expert_ffn_size=1024)
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
 
 
 @pytest.fixture(scope="module")

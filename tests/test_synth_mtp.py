@@ -19,27 +19,17 @@ from cosim.workload.synth import SyntheticSpec, synthesize
 from cosim.workload.synth.build import _model_flops_per_token
 from cosim.workload.synth.costs import Shard, layer_ops, mtp_ops, mtp_params
 from cosim.workload.synth.memory import memory_per_stage
+from tests._cards import TINY as _TINY
+from tests._cards import synth_tiny
 
 # 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256, one MTP depth
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32, mtp_layers=1)
+TINY = {**_TINY, "mtp_layers": 1}  # tests/_cards.py's card
 H, V, T = 64, 256, 64
 
 
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
-
-
 def _synth(tmp_path: Path, topo: object, mtp: int | None, **layout: Any) -> Any:
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-    spec = SyntheticSpec.model_validate(dict(model=str(f), layout={"pp": 2, "ep": 4, **layout}, precision="bf16",
-                                             batch={"global": 8, "micro": 1, "seq": T}, fold=False,
-                                             **({} if mtp is None else {"mtp_layers": mtp})))
-    return synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
+    return synth_tiny(tmp_path, topo, TINY, layout={"pp": 2, "ep": 4, **layout}, batch={"global": 8, "micro": 1, "seq": T},
+                      fold=False, **({} if mtp is None else {"mtp_layers": mtp}))
 
 
 def _colls(rg: Any) -> Counter:

@@ -13,33 +13,18 @@ import yaml
 
 from cosim.capture.config import MoEModelConfig
 from cosim.errors import CosimInputError
-from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CopyKind, EdgeKind, GpuKind, OpClass
-from cosim.workload.synth import SyntheticSpec, synthesize
 from cosim.workload.synth.layout import ParallelLayout
 from cosim.workload.synth.memory import MemoryOptions, memory_per_stage
+from tests._cards import TINY, synth_tiny
 
-# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256 (tests/test_synth.py)
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
+# TINY (tests/_cards.py): 2 MoE layers, d 64, 8 experts top-2 of width 32
 FC1 = 64 * 2 * 64 * 2          # expert_fc1: fc1's bf16 input, 64 tokens x top-2 rows of d 64 (EP4, uniform)
 ACT = 64 * 2 * 64 * 2 + 64 * 2 * 32 * 2  # moe_act: the SwiGLU's input (fc1's output, 2 x 32) and fc2's input
 
 
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
-
-
 def _synth(tmp_path: Path, topo: object, **kw: Any) -> Any:
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-    base: dict[str, Any] = dict(model=str(f), layout=dict(pp=2, ep=4), batch={"global": 8, "micro": 1, "seq": 64},
-                                precision="bf16", offload_modules=["expert_fc1", "moe_act"], coalesce=False)
-    base.update(kw)
-    return synthesize(SyntheticSpec.model_validate(base), topo, kernel_timer=synthetic_kernel_timer)
+    return synth_tiny(tmp_path, topo, **{"offload_modules": ["expert_fc1", "moe_act"], "coalesce": False, **kw})
 
 
 def _copies(rg: Any) -> list[tuple[int, str]]:

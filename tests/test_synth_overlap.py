@@ -21,17 +21,9 @@ from cosim.errors import CosimInputError
 from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType, EdgeKind
 from cosim.workload.synth import SyntheticSpec, synthesize
+from tests._cards import TINY
 
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
 A, B, C = 16448 + 12928, 12928 + 16384, 2 * 12288  # bucket parameters (module docstring)
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
 
 
 def _step(tmp_path: Path, topo: object, global_batch: int = 8, **layout: object) -> tuple[list[str], list[dict[str, Any]], Any]:

@@ -15,18 +15,11 @@ from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType
 from cosim.workload.synth import ParallelLayout, SyntheticSpec, synthesize
 from cosim.workload.synth.layout import parse_pipeline_layout
+from tests._cards import TINY as _TINY
 
 # 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256, one MTP depth
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32, mtp_layers=1)
+TINY = {**_TINY, "mtp_layers": 1}  # tests/_cards.py's card
 H, T = 64, 64
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
 
 
 def test_parse_layout_strings_by_hand() -> None:

@@ -14,35 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cosim.capture.config import MoEModelConfig
 from cosim.errors import CosimInputError
-from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType
-from cosim.workload.synth import SyntheticSpec, synthesize
 from cosim.workload.synth.costs import Shard, early_stop_end, layer_ops
-
-# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
-
-
-@pytest.fixture(scope="module")
-def dgx() -> Any:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
+from tests._cards import TINY, synth_tiny
 
 
 def _synth(tmp_path: Path, topo: Any, dispatch: str, **layout: Any) -> Any:
     """8 GPUs, pp 1, ep 4 (dp 8): both layers on every rank, 2 micro-batches of 64 tokens per rank."""
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-    spec = SyntheticSpec.model_validate(dict(
-        model=str(f), layout=dict(ep=4, **layout), batch={"global": 16, "micro": 1, "seq": 64}, precision="bf16",
-        dispatch=dispatch, fold=False))
-    return synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
+    return synth_tiny(tmp_path, topo, layout=dict(ep=4, **layout), batch={"global": 16, "micro": 1, "seq": 64},
+                      dispatch=dispatch, fold=False)
 
 
 def _ops(syn: Any, rank: int = 0) -> list[tuple[str, float]]:

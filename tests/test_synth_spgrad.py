@@ -5,25 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import pytest
-import yaml
-
 from cosim.capture.config import MoEModelConfig
-from cosim.models.synth_timing import synthetic_kernel_timer
 from cosim.workload.graph import CollType
-from cosim.workload.synth import SyntheticSpec, synthesize
 from cosim.workload.synth.build import sp_layer_params
-
-# 2 MoE layers, d 64, 4 heads of 16 (2 KV heads), 8 experts top-2 of width 32, vocabulary 256
-TINY = dict(name="tiny2", hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, vocab_size=256,
-            num_experts=8, top_k=2, expert_ffn_size=32)
-
-
-@pytest.fixture(scope="module")
-def dgx() -> object:
-    from cosim.topology import load_topology
-
-    return load_topology("dgx-h100")
+from tests._cards import synth_tiny
 
 
 def _coll(rg: object) -> Counter:
@@ -32,13 +17,8 @@ def _coll(rg: object) -> Counter:
 
 
 def test_sp_grads_all_reduced_over_tp_once_per_step(tmp_path: Path, dgx: object) -> None:
-    f = tmp_path / "tiny2.yaml"
-    f.write_text(yaml.safe_dump(TINY))
-
     def synth(**lay: object) -> object:
-        spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(pp=2, ep=4, **lay), precision="bf16",
-                                                 batch={"global": 8, "micro": 1, "seq": 64}))
-        return synthesize(spec, dgx, kernel_timer=synthetic_kernel_timer)
+        return synth_tiny(tmp_path, dgx, layout=dict(pp=2, ep=4, **lay))
 
     # 8 GPUs: tp 2 x pp 2 x dp 2, sequence parallel (default with tp > 1); per layer the tagged parameters are the
     # two norms (2 x 64) and the router (8 experts x 64): 640; stage 1 also the final norm (64). bf16 gradients.
@@ -54,9 +34,7 @@ def test_sp_grads_all_reduced_over_tp_once_per_step(tmp_path: Path, dgx: object)
         assert max(j for j, n in enumerate(names) if n.startswith("grad.dp_")) < i
         assert i < names.index("optim.grad_norm_all_reduce") < names.index("optim.adam")
     # fp32 gradient reduction doubles it; no sequence parallelism (or tp 1): none
-    f32 = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(pp=2, ep=4, tp=2), precision="bf16",
-                                            grad_reduce_in_fp32=True, batch={"global": 8, "micro": 1, "seq": 64}))
-    rg0 = synthesize(f32, dgx, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
+    rg0 = synth_tiny(tmp_path, dgx, layout=dict(pp=2, ep=4, tp=2), grad_reduce_in_fp32=True).graph.ranks[0]
     assert _coll(rg0)[("ALL_REDUCE", 2, 4.0 * 640)] == 1
     for rg in synth(tp=2, sequence_parallel=False).graph.ranks:
         assert "grad.tp_sp_all_reduce" not in [rg.strings[int(x)] for x in rg.gpu_ops.name]

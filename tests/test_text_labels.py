@@ -15,7 +15,8 @@ def _rank(i: int, step: float, compute: float) -> dict[str, Any]:
 
 def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     slow = max(ranks, key=lambda r: r["step_time_s"])
-    return {"topology": "t", "config": {"durations": "measured", "collectives": "simulated"}, "ranks": ranks,
+    ties = sum(r["step_time_s"] == slow["step_time_s"] for r in ranks)
+    return {"slowest_rank": slow["rank"], "slowest_rank_ties": ties,"topology": "t", "config": {"durations": "measured", "collectives": "simulated"}, "ranks": ranks,
             "step_time_s": slow["step_time_s"], "measured_step_time_s": None, "error": None,
             "breakdown": slow["breakdown"], "exposed_communication_split": slow["exposed_communication_split"],
             "events": 1, "sim_wall_s": 0.1}

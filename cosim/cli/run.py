@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from cosim.cli.replay import add_output_flags
 
-__all__ = ["PhaseBar", "check_synthetic_sets", "phase_bar", "register", "what_if_line"]
+__all__ = ["PhaseBar", "phase_bar", "register", "what_if_line"]
 
 PROGRESS_DELAY_S = 2.0
 """Seconds after which a run shows its phase bar on stderr (a short run shows none)."""
@@ -64,7 +64,7 @@ class PhaseBar:
         self._delay = PROGRESS_DELAY_S if delay is None else delay
         self._bar = tqdm(total=None, desc="cosim run", bar_format="{desc} [{elapsed}]",
                          file=stream if stream is not None else sys.stderr, leave=False, disable=False, delay=self._delay,
-                         mininterval=0.5)
+                         mininterval=0)  # the ticker paces the redraws
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="cosim-run-progress", daemon=True)
@@ -77,8 +77,7 @@ class PhaseBar:
         while not self._stop.wait(0.5):
             if self._due():
                 with self._lock:
-                    self._bar.refresh()
-                    self._bar.last_print_t = self._bar._time()  # shown: close() clears it (tqdm's delay check)
+                    self._bar.update(0)  # a redraw that tqdm records as shown, so that close() clears the line
 
     def phase(self, text: str) -> None:
         """Name the phase the run is in now."""
@@ -135,7 +134,6 @@ def run(args: argparse.Namespace) -> int:
     baseline = _baseline(args.baseline) if args.baseline else None
     scn = load_scenario(args.scenario)
     sets = parse_sets(args.sets)
-    check_synthetic_sets(scn, sets)
     show = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     with phase_bar(show) as bar:
         from cosim.scenario import SyntheticWorkload
@@ -198,25 +196,3 @@ def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
         if missing_ok:
             return None
         raise CosimInputError(f"not JSON: {exc}", file=p) from None
-
-
-def check_synthetic_sets(scn: Any, sets: dict[str, str]) -> None:
-    """Refuse ``projection.*`` and ``cuda_graphs`` knobs on a synthetic workload: they set how a CPU capture is
-    projected onto a GPU and which of its regions replay as CUDA graphs, which a synthesized step never has, so the
-    run would silently be the baseline. A ``workload=`` in the
-    same sets replaces the workload, and then they may apply."""
-    from cosim.errors import CosimInputError
-    from cosim.scenario import SyntheticWorkload
-
-    if "workload" in sets or not isinstance(scn.workload, SyntheticWorkload):
-        return
-    for key in sets:
-        if key in ("cuda_graphs", "host.cuda_graphs"):
-            raise CosimInputError(f"--set {key}: names regions of a captured trace to replay as CUDA graphs; this "
-                                  "scenario's workload is synthetic: set workload.synthetic.layout.cuda_graphs=true "
-                                  "(docs/SYNTHESIS.md)", file=scn.source_file)
-        if key.startswith("projection."):
-            raise CosimInputError(f"--set {key}: projection.* knobs project a captured CPU trace; this scenario's "
-                                  "workload is synthetic: set workload.synthetic.precision (bf16, fp8, mxfp8) "
-                                  "or another workload.synthetic.* field (docs/SYNTHESIS.md)",
-                                  file=scn.source_file)

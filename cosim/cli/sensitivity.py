@@ -34,7 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cosim.cli import emit_json
-    from cosim.cli.run import check_synthetic_sets
     from cosim.replay import parse_sets
     from cosim.report.html import fmt_time
     from cosim.scenario import load_scenario
@@ -44,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
     delta = parse_delta(args.delta)
     scn = load_scenario(args.scenario)
     sets = parse_sets(args.sets)
-    check_synthetic_sets(scn, sets)
     out = args.out or Path("cosim-out") / f"sensitivity-{scn.name}"
     with make_executor(args.executor, args.workers, args.scheduler) as ex:
         data = run_sensitivity(scn.source_file or args.scenario, out, params=args.params, delta=delta,

@@ -30,17 +30,9 @@ def format_hardware(topology: Any) -> str:
             f"host {fmt_bandwidth(fig['per_gpu_host_bw_Bps'])}; bisection {fmt_bandwidth(fig['bisection_bw_Bps'])}")
 
 
-def _headline_rank(s: dict[str, Any]) -> tuple[Any, int]:
-    """The rank whose breakdown the summary shows (the first of those with the slowest step, as
-    :func:`cosim.replay.summary.summarize` picks it) and how many ranks tie for that step."""
-    ranks = [r for r in s.get("ranks", []) if r.get("step_time_s") is not None]
-    step = s.get("step_time_s")
-    tied = [r for r in ranks if r["step_time_s"] == step]
-    return (tied[0]["rank"] if tied else None), len(tied)
-
-
 def _breakdown_title(s: dict[str, Any]) -> str:
-    rank, tied = _headline_rank(s)
+    """Which rank the breakdown is: the summary's ``slowest_rank`` (and ``slowest_rank_ties``, cosim.summary/2)."""
+    rank, tied = s.get("slowest_rank"), s.get("slowest_rank_ties", 1)
     if rank is None:
         return "breakdown per step:"
     if tied > 1:
@@ -51,7 +43,7 @@ def _breakdown_title(s: dict[str, Any]) -> str:
 def _busiest_other_rank(s: dict[str, Any]) -> dict[str, Any] | None:
     """The rank with the most compute, when it is not the headline rank and computes noticeably (0.5%) more:
     under skewed routing the hot rank, which the others wait for."""
-    head, _ = _headline_rank(s)
+    head = s.get("slowest_rank")
     ranks = [r for r in s.get("ranks", []) if isinstance(r.get("breakdown"), dict)]
     if head is None or len(ranks) < 2:
         return None

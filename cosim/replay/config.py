@@ -222,10 +222,18 @@ def _scope_pair(part: str) -> tuple[str, str]:
     return "?", part.strip()
 
 
-_KNOWN_KNOBS = ("durations, collectives, topology, accelerator, profile, host.launch_overhead, host.launch_latency, "
-                "host.sync_overhead, host.speed, gpu.scale.<class>, gpu.copy_engines, gpu.comm_sms, gpu.comm_share, "
-                "cuda_graphs, ranks_per_node, precision.experts, precision.gemm, or a catalog path "
-                "<accelerators|cpus|nics|links>.<id>.<field> (e.g. links.nvlink4.bandwidth)")
+# The replay knobs as the unknown-knob message names them, in that order, each with the concrete keys it stands for
+# (the "did you mean" candidates): the one table both are built from. Aliases (``launch_overhead`` for
+# ``host.launch_overhead``, ...) are the other keys of the parse tables above.
+_KNOBS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    *((k, (k,)) for k in ("durations", "collectives", "topology", "accelerator", "profile", "host.launch_overhead",
+                          "host.launch_latency", "host.sync_overhead", "host.speed")),
+    ("gpu.scale.<class>", tuple(f"gpu.scale.{c}" for c in OP_CLASSES)),
+    *((k, (k,)) for k in ("gpu.copy_engines", "gpu.comm_sms", "gpu.comm_share", "cuda_graphs", "ranks_per_node")),
+    *((f"precision.{s}", (f"precision.{s}",)) for s in PRECISION_SCOPES),
+)
+_KNOWN_KNOBS = (", ".join(name for name, _ in _KNOBS)
+                + ", or a catalog path <accelerators|cpus|nics|links>.<id>.<field> (e.g. links.nvlink4.bandwidth)")
 # The keys `cosim run` (and sweeps) take besides the replay knobs above: cosim.scenario handles them before the rest
 # reaches apply_sets, so a key that ends up here matched none of them either.
 _RUN_FAMILIES = ("workload.synthetic.<field> (synthetic scenarios, e.g. workload.synthetic.layout.ep), nodes, "
@@ -235,8 +243,7 @@ _RUN_FAMILIES = ("workload.synthetic.<field> (synthetic scenarios, e.g. workload
 
 def _knob_candidates() -> list[str]:
     """Every concrete key a ``--set`` may name (for the "did you mean" of an unknown one)."""
-    keys = [*_TIME_KEYS, *_FLOAT_KEYS, *_STR_KEYS, *_INT_KEYS, "cuda_graphs", "gpu.comm_share", "ranks_per_node",
-            "nodes", *(f"gpu.scale.{c}" for c in OP_CLASSES), *(f"precision.{s}" for s in PRECISION_SCOPES)]
+    keys = [*(k for _, ks in _KNOBS for k in ks), *_TIME_KEYS, *_FLOAT_KEYS, *_STR_KEYS, *_INT_KEYS, "nodes"]
     from cosim.workload.synth.layout import ParallelLayout
     from cosim.workload.synth.spec import BatchSpec, SyntheticSpec
 

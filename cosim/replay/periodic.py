@@ -242,7 +242,7 @@ def _add(base: dict[str, Any], per: dict[str, Any], k: int) -> dict[str, Any]:
 
 def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
     """The summary of the full step from the probe's ``result`` (a ReplayResult) and its period."""
-    from cosim.replay.summary import breakdown, comm_split, critical_path
+    from cosim.replay.summary import breakdown, comm_split, critical_path, slowest_rank
 
     summ = dict(_summarize(result))
     k = per.repeats
@@ -267,9 +267,9 @@ def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
             r["critical_path"] = merged
         ranks.append(r)
     summ["ranks"] = ranks
-    valid = [r for r in ranks if r.get("step_time_s") is not None]
-    if valid:
-        slow = max(valid, key=lambda r: r["step_time_s"])
+    slow, ties = slowest_rank(ranks)
+    if slow is not None:
+        summ["slowest_rank"], summ["slowest_rank_ties"] = slow["rank"], ties
         summ["step_time_s"] = slow["step_time_s"]
         summ["breakdown"] = slow["breakdown"]
         summ["exposed_communication_split"] = slow["exposed_communication_split"]

@@ -43,10 +43,10 @@ from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
 __all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "bound_label", "breakdown", "busiest_links", "comm_split",
-           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "step_times",
-           "summarize"]
+           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "slowest_rank",
+           "step_times", "summarize"]
 
-SUMMARY_SCHEMA = "cosim.summary/1"
+SUMMARY_SCHEMA = "cosim.summary/2"
 """Schema name of ``summary.json`` (docs/REPLAY.md)."""
 
 BREAKDOWN_KEYS = ("compute", "exposed_communication", "memcpy", "host_bound_gpu_idle", "other_idle")
@@ -493,8 +493,8 @@ def summarize(res: Any) -> dict[str, Any]:
             "gpu_ops": len(G),
             "host_ops": len(rg.host_ops),
         })
-    valid = [r for r in ranks if r["step_time_s"] is not None]
-    slow = max(valid, key=lambda r: r["step_time_s"]) if valid else (ranks[0] if ranks else None)
+    slowest, ties = slowest_rank(ranks)
+    slow = slowest or (ranks[0] if ranks else None)
     meas_vals = [r["measured_step_time_s"] for r in ranks if r["measured_step_time_s"] is not None]
     step = slow["step_time_s"] if slow else None
     mstep = max(meas_vals) if meas_vals else None
@@ -512,6 +512,8 @@ def summarize(res: Any) -> dict[str, Any]:
         "exposed_communication_split": slow["exposed_communication_split"] if slow else
         {"transfer_s": 0.0, "wait_for_peers_s": 0.0},
         "critical_path": slow["critical_path"] if slow else {},
+        "slowest_rank": slowest["rank"] if slowest else None,
+        "slowest_rank_ties": ties,
         "busiest_links": busiest_links(res.link_usage, topo, *job_window(windows)),
         "ranks": ranks,
         "sim_wall_s": res.sim_wall_s,
@@ -524,6 +526,16 @@ def summarize(res: Any) -> dict[str, Any]:
         **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
         **({"precision": res.precision} if res.precision else {}),
     }
+
+
+def slowest_rank(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, int]:
+    """The first of the per-rank summaries with the slowest simulated step (the job's step: the summary shows its
+    breakdown) and how many ranks tie for that step; ``(None, 0)`` when no rank has a simulated step."""
+    valid = [r for r in ranks if r.get("step_time_s") is not None]
+    if not valid:
+        return None, 0
+    slow = max(valid, key=lambda r: r["step_time_s"])
+    return slow, sum(r["step_time_s"] == slow["step_time_s"] for r in valid)
 
 
 def job_window(windows: list[tuple[float, float, int]]) -> tuple[tuple[float, float], int]:

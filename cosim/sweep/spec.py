@@ -169,6 +169,19 @@ def _check_topology_knobs(base: str, data: Any, params: dict[str, list[Any]], se
                     raise _err(ps, loc, f"with topology {ref}: {exc.message}", f) from None
 
 
+def _check_capture_knobs(base: str, data: Any, params: dict[str, list[Any]], sets: dict[str, str], f: str) -> None:
+    """Refuse a capture-only knob (projection.*, cuda_graphs) on a synthetic base before anything runs: every
+    point would refuse it (:func:`cosim.scenario.check_capture_knobs`)."""
+    from cosim.scenario import check_capture_knobs, load_scenario
+
+    try:
+        check_capture_knobs(load_scenario(base), [*sets, *params])
+    except CosimInputError as exc:
+        key = exc.message.split(":", 1)[0].removeprefix("--set ")
+        where = "parameters" if key in params else "set"
+        raise _err(data.get(where) or data, [key], exc.message, f) from None
+
+
 def _err(data: Any, loc: list[str | int], message: str, file: str | None) -> CosimInputError:
     return input_error_at(data, loc, message, file=file)
 
@@ -254,6 +267,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise _err(sets_raw, [k], exc.message, f) from None
         sets[str(k)] = _fmt_value(v)
     _check_topology_knobs(base, data, out, sets, f)
+    _check_capture_knobs(base, data, out, sets, f)
     name = str(data.get("name") or p.stem)
     return SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
                      seed=seed, sets=sets, description=str(data.get("description", "")), source_file=f)
