@@ -104,6 +104,11 @@ def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, s
         return op, list(hit), nb, None
     if len(arr) > 1:
         ranks = sorted({r.rg.rank for r, _, _ in arr})
+        if rg.source.get("fold") == "classes":  # the simulated members of a group folded into classes
+            g = int(rg.collectives.group[c])
+            members = sorted(int(x) for x in rg.groups.ragged("ranks", g)) if g >= 0 else []
+            if len(members) > len(ranks) and set(ranks) <= set(members):
+                ranks = members  # the others are their replicas: the collective spans every member
     else:
         gsize = int(rg.collectives.group_size[c])
         g = int(rg.collectives.group[c])
@@ -176,7 +181,8 @@ def fold_stage(graph: Any, topology: Any) -> int:
     fabric: :func:`fabric_blocks`)."""
     world = max((rg.world_size for rg in graph.ranks), default=0)
     folded = (graph.ranks and all(rg.source.get("format") == "cosim-synthetic" for rg in graph.ranks)
-              and len(graph.ranks) < world and world % len(graph.ranks) == 0)
+              and len(graph.ranks) < world and world % len(graph.ranks) == 0
+              and not any(rg.source.get("fold") == "classes" for rg in graph.ranks))  # those span all members
     nics = [topology.nic_of(g) for g in topology.gpus] if hasattr(topology, "nic_of") else []
     own_nic = not nics or None in nics or len(set(nics)) == len(nics)
     if folded and own_nic and not fabric_blocks(topology.graph):
