@@ -1235,7 +1235,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     per_tok = _model_flops_per_token(card, seq)
     notes = []
     for rg in graphs if classes else []:
-        rg.source["fold"] = "classes"  # the replay matches a collective among its simulated members
+        # the replay matches a collective among its simulated members, and adds the other replicas' EP/TP groups
+        rg.source.update(fold="classes", fold_block=classes, stage_ranks=rm.world // rm.pp)
     if classes:
         notes.append(f"folded {rm.world} ranks into {len(ranks)} classes (skewed routing: the {rm.edp} expert-data-"
                      "parallel replicas of each EP rank hold the same experts and see the same routed load; one "
