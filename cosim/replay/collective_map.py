@@ -236,9 +236,9 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
         r0, j0, _ = arr[0]
         c = int(r0.rg.gpu_ops.collective[j0])
         if r0.rg.source.get("fold") == "classes":
-            reps = class_replicas(r0.rg, c, len(arr))
-            if reps and blocks():
-                gr = [[gpu_of_rank(topo, r, cfg) for r in rep] for rep in reps]
+            creps = class_replicas(r0.rg, c, len(arr))
+            if creps and blocks():
+                gr = [[gpu_of_rank(topo, r, cfg) for r in rep] for rep in creps]
                 if matrix is not None:
                     return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv", replicas=gr)
                 if op != "send_recv" and not label_of(r0.rg, c).startswith(("deepep_", "hybridep_")):
