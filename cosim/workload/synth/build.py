@@ -131,7 +131,9 @@ class BuildOptions:
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
     fold: bool | None = None
-    """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers)."""
+    """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers; under
+    skewed routing without stragglers, None builds one rank per (stage, expert position): :func:`_skew_classes`;
+    False: every rank)."""
     launch_overhead: float = 5e-6
     """Host time of one kernel launch call (s): the CPU's launch overhead."""
     dispatch_overhead: float = 12e-6
