@@ -104,6 +104,11 @@ def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, s
         return op, list(hit), nb, None
     if len(arr) > 1:
         ranks = sorted({r.rg.rank for r, _, _ in arr})
+        if rg.source.get("fold") == "classes":  # the simulated members of a group folded into classes
+            g = int(rg.collectives.group[c])
+            members = sorted(int(x) for x in rg.groups.ragged("ranks", g)) if g >= 0 else []
+            if len(members) > len(ranks) and set(ranks) <= set(members):
+                ranks = members  # the others are their replicas: the collective spans every member
     else:
         gsize = int(rg.collectives.group_size[c])
         g = int(rg.collectives.group[c])
@@ -124,6 +129,26 @@ def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, s
         if matrix is not None:
             return "all_to_allv", gpus, nb, matrix
     return op, gpus, nb, None
+
+
+def label_of(rg: RankGraph, c: int) -> str:
+    return str(rg.strings[int(rg.collectives.name[c])])
+
+
+def class_replicas(rg: RankGraph, c: int, arrived: int) -> list[list[int]]:
+    """The groups that collective ``c`` of a graph folded into classes (skewed routing, ``source.fold ==
+    "classes"``) stands for: when all of its group's members are simulated (``arrived`` of them) and lie in the
+    simulated block of one stage (its first ``fold_block`` ranks), the group's translates by multiples of the
+    block within the stage (the same EP or TP group of the other expert-data-parallel replicas); else []."""
+    g = int(rg.collectives.group[c])
+    members = sorted(int(x) for x in rg.groups.ragged("ranks", g)) if g >= 0 else []
+    k, S = int(rg.source.get("fold_block", 0)), int(rg.source.get("stage_ranks", 0))
+    if len(members) < 2 or arrived != len(members) or k <= 0 or S <= k or S % k:
+        return []
+    base = (members[0] // S) * S
+    if members[-1] >= base + k:
+        return []
+    return [[m + j * k for m in members] for j in range(1, S // k)]
 
 
 def fold_replicas(members: list[int], stage: int) -> list[list[int]]:
@@ -176,7 +201,8 @@ def fold_stage(graph: Any, topology: Any) -> int:
     fabric: :func:`fabric_blocks`)."""
     world = max((rg.world_size for rg in graph.ranks), default=0)
     folded = (graph.ranks and all(rg.source.get("format") == "cosim-synthetic" for rg in graph.ranks)
-              and len(graph.ranks) < world and world % len(graph.ranks) == 0)
+              and len(graph.ranks) < world and world % len(graph.ranks) == 0
+              and not any(rg.source.get("fold") == "classes" for rg in graph.ranks))  # those span all members
     nics = [topology.nic_of(g) for g in topology.gpus] if hasattr(topology, "nic_of") else []
     own_nic = not nics or None in nics or len(set(nics)) == len(nics)
     if folded and own_nic and not fabric_blocks(topology.graph):
@@ -192,16 +218,33 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
 
     gpu_of: dict[int, str] = {}
     group_gpus: dict[tuple[int, int, int], list[str]] = {}  # (the rank graphs live as long as the runner)
+    blocking: list[bool] = []
+
+    def blocks() -> bool:
+        """Whether equivalent groups can slow each other here (as :func:`fold_stage` decides), once."""
+        if not blocking:
+            nics = [topo.nic_of(g) for g in topo.gpus] if hasattr(topo, "nic_of") else []
+            own_nic = not nics or None in nics or len(set(nics)) == len(nics)
+            blocking.append(not own_nic or fabric_blocks(topo.graph))
+        return blocking[0]
 
     def run(arr: list) -> simpy.Event | None:
         spec = collective_spec(arr, topo, cfg, gpu_of, group_gpus)
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
-        if matrix is not None:
-            return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
         r0, j0, _ = arr[0]
         c = int(r0.rg.gpu_ops.collective[j0])
+        if r0.rg.source.get("fold") == "classes":
+            creps = class_replicas(r0.rg, c, len(arr))
+            if creps and blocks():
+                gr = [[gpu_of_rank(topo, r, cfg) for r in rep] for rep in creps]
+                if matrix is not None:
+                    return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv", replicas=gr)
+                if op != "send_recv" and not label_of(r0.rg, c).startswith(("deepep_", "hybridep_")):
+                    return sim.collective(op, gpus, nb, name=f"{op}", replicas=gr)
+        if matrix is not None:
+            return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
         label = r0.rg.strings[int(r0.rg.collectives.name[c])]
         if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
             return deepep(sim, label, gpus)

@@ -185,6 +185,8 @@ class Executor:
     # ----------------------------------------------------------------- setup
     def _match_collectives(self) -> None:
         present = set(self.by_rank)
+        # a graph folded into classes (skewed synthetic routing): a group matches among its simulated members
+        classes = bool(self.ranks) and all(r.rg.source.get("fold") == "classes" for r in self.ranks)
         for r in self.ranks:
             G, C, grp = r.rg.gpu_ops, r.rg.collectives, r.rg.groups
             js = np.flatnonzero(G.collective >= 0)
@@ -197,12 +199,13 @@ class Executor:
                 m = of_group.get(g)
                 if m is None:
                     members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
-                    m = of_group[g] = (members, len(members) > 1 and set(members) <= present
+                    here = tuple(x for x in members if x in present) if classes else members
+                    m = of_group[g] = (members, len(here) > 1 and (classes or set(members) <= present)
                                        and r.rg.rank in members)
                 if m[1]:
                     key = (m[0], seq[c], typ[c])
                     r.coll_key[j] = key
-                    self.needed[key] = len(m[0])
+                    self.needed[key] = sum(1 for x in m[0] if x in present)
 
     # ----------------------------------------------------------------- GPU side
     def _set_ready(self, r: _Rank, j: int, t: float) -> None:

@@ -131,7 +131,9 @@ class BuildOptions:
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
     fold: bool | None = None
-    """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers)."""
+    """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers; under
+    skewed routing without stragglers, None builds one rank per (stage, expert position): :func:`_skew_classes`;
+    False: every rank)."""
     launch_overhead: float = 5e-6
     """Host time of one kernel launch call (s): the CPU's launch overhead."""
     dispatch_overhead: float = 12e-6
@@ -761,9 +763,12 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
         for ly in card.moe_layers}
     _mtp_routes(card, routes)
-    fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and not opts.gpu_slowdown
-                                                    and not opts.host_slowdown and not opts.launch_jitter)
-    ranks = [rm.rank(0, 0, 0, s) for s in range(rm.pp)] if fold else list(range(rm.world))
+    calm = not opts.gpu_slowdown and not opts.host_slowdown and not opts.launch_jitter
+    fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and calm)
+    classes = _skew_classes(rm) if opts.fold is None and not fold and calm and not card.is_dense else 0
+    ranks = ([rm.rank(0, 0, 0, s) for s in range(rm.pp)] if fold else
+             [s * (rm.world // rm.pp) + i for s in range(rm.pp) for i in range(classes)] if classes
+             else list(range(rm.world)))
     chunks = rm.pp * rm.vpp
     sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
@@ -1231,12 +1236,31 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     tokens = global_batch * seq
     per_tok = _model_flops_per_token(card, seq)
     notes = []
+    for rg in graphs if classes else []:
+        # the replay matches a collective among its simulated members, and adds the other replicas' EP/TP groups
+        rg.source.update(fold="classes", fold_block=classes, stage_ranks=rm.world // rm.pp)
+    if classes:
+        notes.append(f"folded {rm.world} ranks into {len(ranks)} classes (skewed routing: the {rm.edp} expert-data-"
+                     "parallel replicas of each EP rank hold the same experts and see the same routed load; one "
+                     "simulated per class, its collectives still span every member)")
     if fold:
         notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} (one rank per "
                      "pipeline stage; uniform "
                      "routing makes every rank of a stage run the same program)")
-    return Built(ExecutionGraph(graphs), ranks, fold, m, tokens, 3.0 * per_tok * tokens, spans, notes,
+    return Built(ExecutionGraph(graphs), ranks, fold or bool(classes), m, tokens, 3.0 * per_tok * tokens, spans, notes,
                  keys if rm.schedule != "dualpipe" else {})
+
+
+def _skew_classes(rm: RankMap) -> int:
+    """Ranks per pipeline stage simulated when routing is skewed (0: no partial folding): the first
+    ``etp * ep`` ranks of each stage, those of expert-data-parallel index 0. The ``edp`` replicas of an
+    (etp, ep) position hold the same experts and see the same routed load (:func:`route` depends on the
+    layer and the EP rank only), so they run the same program; TP and CP groups stay whole (``tp * cp``
+    divides ``etp * ep``). 0 when ``edp`` is 1, under DualPipe, or when TP/CP groups would be cut."""
+    k = rm.etp * rm.ep
+    if rm.edp <= 1 or rm.schedule == "dualpipe" or k % (rm.tp * rm.cp):
+        return 0
+    return k
 
 
 def _offloader(rb: _RankBuilder, opts: BuildOptions, rm: RankMap, card: MoEModelConfig, T: float, seq: int,
