@@ -306,7 +306,7 @@ def probe_counts(case: Case, cap: int) -> list[int]:
 BRIDGE_BUCKET = 128 * 1024 * 1024
 """Megatron-Bridge's ``CommOverlapConfig`` (and NeMo 2.0's ``MegatronCommOverlapCallback``) bucket size when dp > 1
 (``cosim.workload.synth.build.DDP_BUCKET_SOURCE``)."""
-BRIDGE_REFS = ("MB2509", "MB2511", "MB2602", "NEMO2502", "NEMO2504")
+BRIDGE_REFS = ("MB2509", "MB2511", "MB2602", "MB2604", "MB2606", "MB260401", "NEMO2502", "NEMO2504")
 """Source families run by Megatron-Bridge or NeMo 2.0 (their bucket size is :data:`BRIDGE_BUCKET`); the others
 (Megatron-LM's launcher ``--ddp-bucket-size`` unset, NeMo 1.0's ``ddp_bucket_size`` unset, DeepSeek's own framework)
 take Megatron-Core's default rule."""
