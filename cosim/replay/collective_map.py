@@ -229,6 +229,7 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
     gpu_of: dict[int, str] = {}
     group_gpus: dict[tuple[int, int, int], list[str]] = {}  # (the rank graphs live as long as the runner)
     blocking: list[bool] = []  # groups_contend(topo), decided once on a class-folded graph's first collective
+    class_gpus: dict[tuple[int, int, int], list[list[str]]] = {}  # (rank graph, group, arrived) -> replicas' GPUs
 
     def blocks() -> bool:
         if not blocking:
@@ -242,10 +243,13 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
         op, gpus, nb, matrix = spec
         r0, j0, _ = arr[0]
         c = int(r0.rg.gpu_ops.collective[j0])
-        if r0.rg.source.get("fold") == "classes":
-            creps = class_replicas(r0.rg, c, len(arr))
-            if creps and blocks():
-                gr = [[gpu_of_rank(topo, r, cfg) for r in rep] for rep in creps]
+        if r0.rg.source.get("fold") == "classes" and blocks():
+            ck = (id(r0.rg), int(r0.rg.collectives.group[c]), len(arr))
+            gr = class_gpus.get(ck)
+            if gr is None:
+                gr = class_gpus[ck] = [[gpu_of_rank(topo, r, cfg) for r in rep]
+                                       for rep in class_replicas(r0.rg, c, len(arr))]
+            if gr:
                 if matrix is not None:
                     return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv", replicas=gr)
                 if op != "send_recv" and not label_of(r0.rg, c).startswith(("deepep_", "hybridep_")):
