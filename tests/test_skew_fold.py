@@ -7,26 +7,22 @@ from pathlib import Path
 
 import pytest
 
+from tests._cards import synth_tiny
+
+CARD = dict(name="tiny", hidden_size=1024, num_layers=4, num_heads=8, num_kv_heads=2, head_dim=128, vocab_size=4096,
+            num_experts=32, top_k=2, expert_ffn_size=512)
+"""4 MoE layers, d 1024, 8 heads of 128 (2 KV heads), 32 experts top-2 of width 512, vocab 4096."""
+
 
 def _step(tmp_path: Path, fold: bool | None, routing: str = "zipf:1.2", nodes: int = 4, over: float = 0.0,
           **layout: int) -> tuple[float, int, list[str]]:
-    import yaml
-
-    from cosim.models.synth_timing import synthetic_kernel_timer
     from cosim.replay import ReplayConfig, replay
     from cosim.scenario import build_topology
-    from cosim.workload.synth import SyntheticSpec, synthesize
 
-    card = dict(name="tiny", hidden_size=1024, num_layers=4, num_heads=8, num_kv_heads=2, head_dim=128,
-                vocab_size=4096, num_experts=32, top_k=2, expert_ffn_size=512)
-    f = tmp_path / "tiny.yaml"
-    f.write_text(yaml.safe_dump(card))
     topo = build_topology("dgx-h100", None, nodes=nodes,
                           topology_sets={"topology.fabric.oversubscription": over} if over else None)
-    spec = SyntheticSpec.model_validate(dict(model=str(f), layout=dict(tp=2, pp=2, **layout), fold=fold,
-                                             routing=routing, batch={"global": 64, "micro": 1, "seq": 1024},
-                                             precision="bf16"))
-    syn = synthesize(spec, topo, kernel_timer=synthetic_kernel_timer)
+    syn = synth_tiny(tmp_path, topo, CARD, layout=dict(tp=2, pp=2, **layout), fold=fold, routing=routing,
+                     batch={"global": 64, "micro": 1, "seq": 1024})
     res = replay(syn.graph, topo, ReplayConfig(collectives="simulated"))
     return float(res.summary()["step_time_s"]), len(syn.built.ranks), syn.built.notes
 

@@ -105,14 +105,12 @@ def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, s
     if len(arr) > 1:
         ranks = sorted({r.rg.rank for r, _, _ in arr})
         if rg.source.get("fold") == "classes":  # the simulated members of a group folded into classes
-            g = int(rg.collectives.group[c])
-            members = sorted(int(x) for x in rg.groups.ragged("ranks", g)) if g >= 0 else []
+            members = sorted(group_members(rg, c))
             if len(members) > len(ranks) and set(ranks) <= set(members):
                 ranks = members  # the others are their replicas: the collective spans every member
     else:
         gsize = int(rg.collectives.group_size[c])
-        g = int(rg.collectives.group[c])
-        members = [int(x) for x in rg.groups.ragged("ranks", g)] if g >= 0 else []
+        members = group_members(rg, c)
         if len(members) < 2:
             members = list(range(max(gsize, 1)))
         ranks = members  # symmetric peers: the other members behave like this rank
@@ -131,7 +129,14 @@ def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, s
     return op, gpus, nb, None
 
 
+def group_members(rg: RankGraph, c: int) -> list[int]:
+    """The ranks of collective ``c``'s process group as ``rg`` records them ([] without a group)."""
+    g = int(rg.collectives.group[c])
+    return [int(x) for x in rg.groups.ragged("ranks", g)] if g >= 0 else []
+
+
 def label_of(rg: RankGraph, c: int) -> str:
+    """Name (label) of collective ``c`` of ``rg``."""
     return str(rg.strings[int(rg.collectives.name[c])])
 
 
@@ -140,8 +145,7 @@ def class_replicas(rg: RankGraph, c: int, arrived: int) -> list[list[int]]:
     "classes"``) stands for: when all of its group's members are simulated (``arrived`` of them) and lie in the
     simulated block of one stage (its first ``fold_block`` ranks), the group's translates by multiples of the
     block within the stage (the same EP or TP group of the other expert-data-parallel replicas); else []."""
-    g = int(rg.collectives.group[c])
-    members = sorted(int(x) for x in rg.groups.ragged("ranks", g)) if g >= 0 else []
+    members = sorted(group_members(rg, c))
     k, S = int(rg.source.get("fold_block", 0)), int(rg.source.get("stage_ranks", 0))
     if len(members) < 2 or arrived != len(members) or k <= 0 or S <= k or S % k:
         return []
@@ -203,11 +207,17 @@ def fold_stage(graph: Any, topology: Any) -> int:
     folded = (graph.ranks and all(rg.source.get("format") == "cosim-synthetic" for rg in graph.ranks)
               and len(graph.ranks) < world and world % len(graph.ranks) == 0
               and not any(rg.source.get("fold") == "classes" for rg in graph.ranks))  # those span all members
-    nics = [topology.nic_of(g) for g in topology.gpus] if hasattr(topology, "nic_of") else []
-    own_nic = not nics or None in nics or len(set(nics)) == len(nics)
-    if folded and own_nic and not fabric_blocks(topology.graph):
+    if folded and not groups_contend(topology):
         folded = False  # non-blocking: the equivalent groups cannot slow each other (fabric_blocks)
     return world // len(graph.ranks) if folded else 0
+
+
+def groups_contend(topology: Any) -> bool:
+    """Whether equivalent groups of a folded graph can slow each other on ``topology``: some GPUs share a NIC,
+    or the fabric blocks (:func:`fabric_blocks`)."""
+    nics = [topology.nic_of(g) for g in topology.gpus] if hasattr(topology, "nic_of") else []
+    own_nic = not nics or None in nics or len(set(nics)) == len(nics)
+    return not own_nic or fabric_blocks(topology.graph)
 
 
 def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], stage: int = 0
@@ -218,14 +228,12 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
 
     gpu_of: dict[int, str] = {}
     group_gpus: dict[tuple[int, int, int], list[str]] = {}  # (the rank graphs live as long as the runner)
-    blocking: list[bool] = []
+    blocking: list[bool] = []  # groups_contend(topo), decided once on a class-folded graph's first collective
+    class_gpus: dict[tuple[int, int, int], list[list[str]]] = {}  # (rank graph, group, arrived) -> replicas' GPUs
 
     def blocks() -> bool:
-        """Whether equivalent groups can slow each other here (as :func:`fold_stage` decides), once."""
         if not blocking:
-            nics = [topo.nic_of(g) for g in topo.gpus] if hasattr(topo, "nic_of") else []
-            own_nic = not nics or None in nics or len(set(nics)) == len(nics)
-            blocking.append(not own_nic or fabric_blocks(topo.graph))
+            blocking.append(groups_contend(topo))
         return blocking[0]
 
     def run(arr: list) -> simpy.Event | None:
@@ -235,28 +243,30 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
         op, gpus, nb, matrix = spec
         r0, j0, _ = arr[0]
         c = int(r0.rg.gpu_ops.collective[j0])
-        if r0.rg.source.get("fold") == "classes":
-            creps = class_replicas(r0.rg, c, len(arr))
-            if creps and blocks():
-                gr = [[gpu_of_rank(topo, r, cfg) for r in rep] for rep in creps]
+        if r0.rg.source.get("fold") == "classes" and blocks():
+            ck = (id(r0.rg), int(r0.rg.collectives.group[c]), len(arr))
+            gr = class_gpus.get(ck)
+            if gr is None:
+                gr = class_gpus[ck] = [[gpu_of_rank(topo, r, cfg) for r in rep]
+                                       for rep in class_replicas(r0.rg, c, len(arr))]
+            if gr:
                 if matrix is not None:
                     return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv", replicas=gr)
                 if op != "send_recv" and not label_of(r0.rg, c).startswith(("deepep_", "hybridep_")):
-                    return sim.collective(op, gpus, nb, name=f"{op}", replicas=gr)
+                    return sim.collective(op, gpus, nb, name=op, replicas=gr)
         if matrix is not None:
             return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
-        label = r0.rg.strings[int(r0.rg.collectives.name[c])]
+        label = label_of(r0.rg, c)
         if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
             return deepep(sim, label, gpus)
         if label.startswith("hybridep_"):  # a synthesized HybridEP dispatch/combine (cosim.workload.synth.build)
             return hybridep(sim, label, gpus)
         reps: list[list[str]] = []
         if stage and len(arr) == 1 and op != "send_recv":
-            g = int(r0.rg.collectives.group[c])
-            members = [int(x) for x in r0.rg.groups.ragged("ranks", g)] if g >= 0 else []
+            members = group_members(r0.rg, c)
             if len(members) == len(gpus):
                 reps = [[gpu_of_rank(topo, r, cfg) for r in rep] for rep in fold_replicas(sorted(members), stage)]
-        return sim.collective(op, gpus, nb, name=f"{op}", replicas=reps)
+        return sim.collective(op, gpus, nb, name=op, replicas=reps)
 
     return run
 

@@ -193,19 +193,20 @@ class Executor:
             if not js.size:
                 continue
             group, seq, typ = C.group.tolist(), C.seq.tolist(), C.type.tolist()
-            of_group: dict[int, tuple[tuple[int, ...], bool]] = {}  # group -> (members, matched here)
+            # group -> (members, matched here, members simulated: the participants a match waits for)
+            of_group: dict[int, tuple[tuple[int, ...], bool, int]] = {}
             for j, c in zip(js.tolist(), G.collective[js].tolist()):
                 g = group[c]
                 m = of_group.get(g)
                 if m is None:
                     members = tuple(int(x) for x in grp.ragged("ranks", g)) if g >= 0 else ()
-                    here = tuple(x for x in members if x in present) if classes else members
-                    m = of_group[g] = (members, len(here) > 1 and (classes or set(members) <= present)
-                                       and r.rg.rank in members)
+                    here = sum(1 for x in members if x in present)
+                    m = of_group[g] = (members, here > 1 and (classes or here == len(members))
+                                       and r.rg.rank in members, here)
                 if m[1]:
                     key = (m[0], seq[c], typ[c])
                     r.coll_key[j] = key
-                    self.needed[key] = sum(1 for x in m[0] if x in present)
+                    self.needed[key] = m[2]
 
     # ----------------------------------------------------------------- GPU side
     def _set_ready(self, r: _Rank, j: int, t: float) -> None:

@@ -34,10 +34,13 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cosim.errors import CosimInputError
 from cosim.yamlio import input_error_at, load_yaml
+
+if TYPE_CHECKING:
+    from cosim.scenario import Scenario
 
 __all__ = ["COMBINE_MODES", "SweepSpec", "check_key", "expand_points", "load_sweep"]
 
@@ -133,13 +136,12 @@ def check_key(key: str, value: str) -> None:
             load_catalog().with_overrides({k: v})
 
 
-def _check_topology_knobs(base: str, data: Any, params: dict[str, list[Any]], sets: dict[str, str],
+def _check_topology_knobs(scn: Scenario, data: Any, params: dict[str, list[Any]], sets: dict[str, str],
                           f: str) -> None:
     """Build the sweep's topology (each value of a ``topology`` parameter) with every value of every
     ``topology.<path>`` knob, so that a bad path or value is an error at its line before anything runs."""
-    from cosim.scenario import build_topology, load_scenario, split_topology_sets
+    from cosim.scenario import build_topology, split_topology_sets
 
-    scn = load_scenario(base)
     bdir = Path(scn.source_file).parent if scn.source_file else None
     fixed_all = {**scn.set, **sets}
     refs = [_fmt_value(v) for v in params["topology"]] if "topology" in params and isinstance(
@@ -169,13 +171,14 @@ def _check_topology_knobs(base: str, data: Any, params: dict[str, list[Any]], se
                     raise _err(ps, loc, f"with topology {ref}: {exc.message}", f) from None
 
 
-def _check_capture_knobs(base: str, data: Any, params: dict[str, list[Any]], sets: dict[str, str], f: str) -> None:
+def _check_capture_knobs(scn: Scenario, data: Any, params: dict[str, list[Any]], sets: dict[str, str], f: str
+                         ) -> None:
     """Refuse a capture-only knob (projection.*, cuda_graphs) on a synthetic base before anything runs: every
     point would refuse it (:func:`cosim.scenario.check_capture_knobs`)."""
-    from cosim.scenario import check_capture_knobs, load_scenario
+    from cosim.scenario import check_capture_knobs
 
     try:
-        check_capture_knobs(load_scenario(base), [*sets, *params])
+        check_capture_knobs(scn, [*sets, *params])
     except CosimInputError as exc:
         key = exc.message.split(":", 1)[0].removeprefix("--set ")
         where = "parameters" if key in params else "set"
@@ -198,15 +201,16 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise _err(data, [k], f"unknown key {k!r}; known: {', '.join(_TOP_KEYS)}", f)
     if "base" not in data:
         raise CosimInputError("missing required key 'base' (a scenario name or file)", file=p)
+    from cosim.scenario import load_scenario
+
     base = str(data["base"])
     cand = p.parent / base
+    scn: Scenario | None = None
     if cand.exists():
         base = str(cand.resolve())
     else:
-        from cosim.scenario import load_scenario
-
         try:
-            load_scenario(base)
+            scn = load_scenario(base)
         except CosimInputError as exc:
             raise _err(data, ["base"], exc.message, f) from None
     combine = str(data.get("combine", "grid"))
@@ -266,8 +270,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
         except CosimInputError as exc:
             raise _err(sets_raw, [k], exc.message, f) from None
         sets[str(k)] = _fmt_value(v)
-    _check_topology_knobs(base, data, out, sets, f)
-    _check_capture_knobs(base, data, out, sets, f)
+    scn = scn or load_scenario(base)  # the base scenario, read once for the checks below
+    _check_topology_knobs(scn, data, out, sets, f)
+    _check_capture_knobs(scn, data, out, sets, f)
     name = str(data.get("name") or p.stem)
     return SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
                      seed=seed, sets=sets, description=str(data.get("description", "")), source_file=f)

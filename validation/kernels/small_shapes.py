@@ -174,7 +174,9 @@ def summarise(rows: list[dict], key: str = "cls") -> list[dict]:
 
 
 MEMORY_BOUND = ("elementwise", "reduction", "norm")
-"""Kernel classes of the access-pattern table (:func:`main`)."""
+"""Kernel classes of the access-pattern table (:func:`pattern_table`)."""
+
+
 def pattern_effect() -> list[dict]:
     """gpt-oss-120b's kernel time per layer (forward + backward, EP8, 4096 tokens, layers 0 and 1 averaged) with
     every synthesized element-wise op timed as a contiguous kernel (before this round) and with the access
@@ -248,8 +250,8 @@ def layer_bound(tab: list[dict], pat: list[dict]) -> list[dict]:
                     by[key] = by.get(key, 0.0) + t / len(layers)
         for (c, dt, pt), t in sorted(by.items(), key=lambda kv: -kv[1]):
             err, src = held_out_error(tab, pat, c, dt or "bf16", pt)
-            out.append({"row": row, "cls": f"{c} {dt} {pt}".replace("  ", " ").strip(), "cosim_ms": t * 1e3, "error": err, "from": src,
-                        "corrected_ms": t / (1 + err) * 1e3, "missing_ms": missing})
+            out.append({"row": row, "cls": f"{c} {dt} {pt}".replace("  ", " ").strip(), "cosim_ms": t * 1e3,
+                        "error": err, "from": src, "corrected_ms": t / (1 + err) * 1e3, "missing_ms": missing})
     return out
 
 

@@ -766,9 +766,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     calm = not opts.gpu_slowdown and not opts.host_slowdown and not opts.launch_jitter
     fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and calm)
     classes = _skew_classes(rm) if opts.fold is None and not fold and calm and not card.is_dense else 0
-    ranks = ([rm.rank(0, 0, 0, s) for s in range(rm.pp)] if fold else
-             [s * (rm.world // rm.pp) + i for s in range(rm.pp) for i in range(classes)] if classes
-             else list(range(rm.world)))
+    stage_ranks = rm.world // rm.pp  # a stage's ranks are consecutive (RankMap.rank: pp is the outermost)
+    per_stage = 1 if fold else classes or stage_ranks  # simulated ranks per stage: its first ones
+    ranks = [s * stage_ranks + i for s in range(rm.pp) for i in range(per_stage)]
     chunks = rm.pp * rm.vpp
     sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
@@ -1238,7 +1238,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     notes = []
     for rg in graphs if classes else []:
         # the replay matches a collective among its simulated members, and adds the other replicas' EP/TP groups
-        rg.source.update(fold="classes", fold_block=classes, stage_ranks=rm.world // rm.pp)
+        rg.source.update(fold="classes", fold_block=classes, stage_ranks=stage_ranks)
     if classes:
         notes.append(f"folded {rm.world} ranks into {len(ranks)} classes (skewed routing: the {rm.edp} expert-data-"
                      "parallel replicas of each EP rank hold the same experts and see the same routed load; one "

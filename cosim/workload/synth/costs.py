@@ -383,8 +383,8 @@ dominate ``GroupedLinear``'s CPU time)."""
 
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
-        cls: str = "elementwise") -> Op:
-    return Op(name, cls, numel * flops_per, numel * p.act_bytes * (inputs + 1), "bf16", saved=saved)
+        cls: str = "elementwise", pattern: str = "") -> Op:
+    return Op(name, cls, numel * flops_per, numel * p.act_bytes * (inputs + 1), "bf16", saved=saved, pattern=pattern)
 
 
 def _norm(name: str, tokens: float, width: float, p: Precision) -> Op:
@@ -546,12 +546,11 @@ def rope_ops(c: MoEModelConfig, T: float, sq: float, heads: float, kvh: float, d
         ops += [_tiny(f"{a}.{fn}", sq * d, no_grad=True) for fn in ("cos", "cos_scale", "cos_cast", "sin",
                                                                       "sin_scale", "sin_cast")]
         # cos / sin broadcast over heads and the negated chunk half are strided operands; the cats batched copies
-        ops += [replace(_ew(f"{a}.mul_cos", n, p), pattern="strided"),
-                replace(_ew(f"{a}.neg", n / 2, p), pattern="strided"),
-                replace(_ew(f"{a}.rotate_cat", n, p, flops_per=0.0), pattern="batched_copy"),
-                replace(_ew(f"{a}.mul_sin", n, p), pattern="strided"),
+        ops += [_ew(f"{a}.mul_cos", n, p, pattern="strided"), _ew(f"{a}.neg", n / 2, p, pattern="strided"),
+                _ew(f"{a}.rotate_cat", n, p, flops_per=0.0, pattern="batched_copy"),
+                _ew(f"{a}.mul_sin", n, p, pattern="strided"),
                 replace(_ew(f"{a}.add", n, p, inputs=2), no_grad=True),
-                replace(_ew(f"{a}.cat", n, p, flops_per=0.0), no_grad=True, pattern="batched_copy")]
+                replace(_ew(f"{a}.cat", n, p, flops_per=0.0, pattern="batched_copy"), no_grad=True)]
     return ops
 
 
@@ -906,11 +905,11 @@ def expert_activation_ops(c: MoEModelConfig, rows: float, f: float, p: Precision
     # backward (GPT_OSS_BACKWARD_SOURCE): each clamp's reads the gradient and its input and writes one (3u); the
     # cat's gradient is two views; chunk's backward concatenates the halves' gradients (4u), after clamp_glu's
     # the clamps read torch.chunk halves of fc1's output (strided views); the cat is a batched copy
-    return [replace(_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * u), bwd_bytes=3 * u + 4 * u,
-                    bwd_launches=2, pattern="strided"),
-            replace(_ew("moe.experts_act_clamp_linear", rows * f, p), bwd_bytes=3 * u, pattern="strided"),
-            replace(_ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0), bwd_bytes=0.0, bwd_launches=0,
-                    pattern="batched_copy"),
+    return [replace(_ew("moe.experts_act_clamp_glu", rows * f, p, saved=2 * u, pattern="strided"),
+                    bwd_bytes=3 * u + 4 * u, bwd_launches=2),
+            replace(_ew("moe.experts_act_clamp_linear", rows * f, p, pattern="strided"), bwd_bytes=3 * u),
+            replace(_ew("moe.experts_act_cat", 2 * rows * f, p, flops_per=0.0, pattern="batched_copy"), bwd_bytes=0.0,
+                    bwd_launches=0),
             # weighted_bias_quick_geglu_impl: torch.tensor(linear_offset, device=input.device), a blocking copy
             *([replace(_tiny("moe.experts_act_offset_h2d", 1, nbytes=2.0, no_grad=True), host_sync=True)]
               if train else []), act]
@@ -949,8 +948,8 @@ def expert_bias_ops(c: MoEModelConfig, rows: Sequence[float], h: float, p: Preci
     total = float(sum(rows))
     # backward: the cat's gradients are views; the two torch.split's backwards concatenate the experts' output
     # and probability gradients (two kernels)
-    ops.append(replace(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0),
-                       bwd_bytes=2 * (total * h + total) * p.act_bytes, bwd_launches=2, pattern="batched_copy"))
+    ops.append(replace(_ew("moe.experts_fc2_bias_cat", total * h, p, flops_per=0.0, pattern="batched_copy"),
+                       bwd_bytes=2 * (total * h + total) * p.act_bytes, bwd_launches=2))
     return ops
 
 
