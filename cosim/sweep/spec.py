@@ -180,7 +180,7 @@ def _check_capture_knobs(scn: Scenario, data: Any, params: dict[str, list[Any]],
     try:
         check_capture_knobs(scn, [*sets, *params])
     except CosimInputError as exc:
-        key = exc.message.split(":", 1)[0].removeprefix("--set ")
+        key = next((k for k in [*sets, *params] if exc.message.startswith(f"--set {k}: ")), "")
         where = "parameters" if key in params else "set"
         raise _err(data.get(where) or data, [key], exc.message, f) from None
 
