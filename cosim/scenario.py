@@ -41,8 +41,8 @@ from cosim.workload.synth.spec import SyntheticSpec
 from cosim.yamlio import describe_validation_error, input_error_at, load_yaml, loads_yaml, plain, validate
 
 __all__ = ["DEFAULT_SCENARIO", "ProjectionSpec", "Scenario", "WorkloadCache", "apply_scenario_sets", "build_topology",
-           "check_capture_knobs", "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios", "load_scenario", "resolve_path",
-           "resolved_settings", "run_dir", "run_folder", "run_scenario", "settings_hash", "split_topology_sets"]
+           "check_capture_knobs", "expand_port_bandwidth", "find_workload", "link_latest", "list_scenarios",
+           "load_scenario", "resolve_path", "resolved_settings", "run_dir", "run_folder", "run_scenario", "settings_hash", "split_topology_sets"]
 
 DEFAULT_SCENARIO = "qwen3-30b-ep8-dgx-h100"
 MAX_NODES = 1024

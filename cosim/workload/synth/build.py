@@ -1239,14 +1239,12 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     for rg in graphs if classes else []:
         # the replay matches a collective among its simulated members, and adds the other replicas' EP/TP groups
         rg.source.update(fold="classes", fold_block=classes, stage_ranks=stage_ranks)
-    if classes:
-        notes.append(f"folded {rm.world} ranks into {len(ranks)} classes (skewed routing: the {rm.edp} expert-data-"
-                     "parallel replicas of each EP rank hold the same experts and see the same routed load; one "
-                     "simulated per class, its collectives still span every member)")
-    if fold:
-        notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} (one rank per "
-                     "pipeline stage; uniform "
-                     "routing makes every rank of a stage run the same program)")
+    why = (f"skewed routing: the {rm.edp} expert-data-parallel replicas of each EP rank hold the same experts and "
+           "see the same routed load; one simulated per class, its collectives still span every member" if classes
+           else "one rank per pipeline stage; uniform routing makes every rank of a stage run the same program"
+           if fold else "")
+    if why:
+        notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} ({why})")
     return Built(ExecutionGraph(graphs), ranks, fold or bool(classes), m, tokens, 3.0 * per_tok * tokens, spans, notes,
                  keys if rm.schedule != "dualpipe" else {})
 
