@@ -116,14 +116,16 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
     Blackwell library rules), not the uncalibrated :data:`cosim.models.calibrated.DEFAULTS`:
 
     * a model class the profile has no fit for (``b300``: attention, norms, memsets) takes the reference's;
-    * its GEMM classes take the reference's (the Blackwell library rule and sustained-clock ceiling,
-      :data:`cosim.models.precision.BLACKWELL_GEMM`) when no GEMM of its kernel database ran compute-bound
-      (:func:`cosim.models.profile.compute_bound_gemm_samples`): the ``b300`` fit's 9 GEMM shapes reach at most
-      ~1 FLOP/B against a ridge of ~280, so its 0.86 main-loop efficiency (no ceiling) is not a measurement of a
-      large GEMM and was timing the e2e rows' GEMMs at up to 0.83 of the dense peak.
+    * when no GEMM of its kernel database ran compute-bound (:func:`cosim.models.profile.compute_bound_gemm_samples`)
+      its BF16 GEMM fit keeps what small GEMMs identify (per-wave overhead, small-tile exponent, weight streaming,
+      floor) and takes the main-loop efficiency and sustained-clock ceiling of the Blackwell library rule
+      (:data:`cosim.models.precision.BLACKWELL_GEMM`), and its one-byte GEMMs (never sampled) take that rule
+      whole: the ``b300`` fit's 9 GEMM shapes reach at most ~1 FLOP/B against a ridge of ~280, so its 0.86
+      main-loop efficiency with no ceiling is not a measurement of a large GEMM, and it was timing the e2e rows'
+      GEMMs at up to 0.86 of the BF16 and 0.83 of the MXFP8 peak.
 
     Other profiles (another architecture, or another GPU than Blackwell) are returned unchanged."""
-    from cosim.models.calibrated import GEMM_CLASSES
+    from cosim.models.calibrated import GEMM_CLASSES, GemmParams
     from cosim.models.precision import architecture, library_profile
     from cosim.models.profile import compute_bound_gemm_samples, load_profile
 
@@ -143,10 +145,17 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
         fitted_on = accelerator
     if compute_bound_gemm_samples(profile, fitted_on) == 0:
         for cls in GEMM_CLASSES:
-            if cls in ref.models:
-                models[cls] = dict(ref.models[cls])
-            else:
+            if cls not in ref.models:
                 models.pop(cls, None)
+                continue
+            by = dict(ref.models[cls])
+            own = profile.params(cls, "bf16")
+            if isinstance(own, GemmParams):  # small BF16 samples identify all but the main loop and the ceiling
+                for key in ("bf16", "default"):
+                    lib = by.get(key)
+                    if isinstance(lib, GemmParams):
+                        by[key] = replace(own, efficiency=lib.efficiency, max_throughput=lib.max_throughput)
+            models[cls] = by
     return replace(profile, models=models)
 
 
