@@ -44,12 +44,14 @@ from typing import Any
 
 import yaml
 
+from cosim.catalog.models import Accelerator
 from cosim.errors import CosimInputError
 from cosim.models.calibrated import DEFAULTS, MemoryParams, ParamsT, params_from_dict, params_to_dict
 from cosim.yamlio import input_error_at, load_yaml
 
 __all__ = ["DB_KEY", "DTOD_HBM_PASSES", "PROFILE_SCHEMA", "PROFILE_SCHEMA_V1", "CalibrationProfile", "bundled_profiles",
-           "db_key", "dtod_from_elementwise", "inputs_hash", "kernel_family", "load_profile", "profile_for"]
+           "compute_bound_gemm_samples", "db_key", "dtod_from_elementwise", "inputs_hash", "kernel_family", "load_profile",
+           "profile_for"]
 
 PROFILE_SCHEMA = "cosim.profile/2"
 """Schema written by profiles with a ``launch`` section; others keep writing :data:`PROFILE_SCHEMA_V1`."""
@@ -385,6 +387,32 @@ def profile_for(accelerator_name: str) -> CalibrationProfile | None:
                 if (inherited := by_name.get(cat.accelerator(parent).name)) is not None:
                     return inherited
     return None
+
+
+def compute_bound_gemm_samples(profile: CalibrationProfile, accelerator: Accelerator) -> int | None:
+    """How many GEMM rows of ``profile``'s kernel database ran compute-bound on ``accelerator`` (the GPU they were
+    measured on): ``2·M·N·K·batch / peak(dtype) > bytes / HBM``. A fit
+    whose GEMM samples are all memory-bound does not identify its main-loop ``efficiency`` (any value above what
+    those samples need fits them), so it says nothing about large GEMMs. ``None`` when the profile carries no
+    kernel database (nothing to tell: the fit is taken as it is)."""
+    if not profile.kernel_db:
+        return None
+    hbm = float(accelerator.hbm_bandwidth)
+    n = 0
+    for key in profile.kernel_db:
+        row = dict(zip(DB_KEY, key))
+        if row["cls"] not in ("gemm", "grouped_gemm"):
+            continue
+        m, nn, k, b, nbytes = (row[f] for f in ("gemm_m", "gemm_n", "gemm_k", "batch", "bytes"))
+        if None in (m, nn, k, nbytes):
+            continue
+        try:
+            peak = float(accelerator.peak(row["dtype"] or "bf16"))
+        except KeyError:
+            peak = float(accelerator.peak("bf16"))
+        if 2.0 * m * nn * k * (b or 1.0) / peak > nbytes / hbm:
+            n += 1
+    return n
 
 
 def inputs_hash(parts: list[Any]) -> str:

@@ -42,6 +42,7 @@ __all__ = [
     "TE_GROUPED_STREAMS_SOURCE",
     "KernelTimer",
     "blackwell_memory_profile",
+    "blackwell_own_profile",
     "calibrated_profile",
     "grouped_gemm_time",
     "per_expert_gemm_time",
@@ -103,6 +104,61 @@ def blackwell_memory_profile(profile: Any, accelerator: Accelerator) -> Any:
     return replace(profile, models=models)
 
 
+BLACKWELL_REFERENCE_PROFILE = "h100-sxm5"
+"""The profile every Blackwell part without a fit of its own is timed with, cross-GPU, under the Blackwell library
+rules (:func:`cosim.models.precision.library_profile`, :func:`blackwell_memory_profile`): B200 and GB200."""
+
+
+def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
+    """The profile synthesized kernels are timed with on a Blackwell ``accelerator`` whose ``profile`` was fitted on
+    a Blackwell part itself (the bundled ``b300``, which GB300 inherits): its fits where its samples identify them,
+    and for the rest what every other Blackwell part gets (:data:`BLACKWELL_REFERENCE_PROFILE` cross-GPU with the
+    Blackwell library rules), not the uncalibrated :data:`cosim.models.calibrated.DEFAULTS`:
+
+    * a model class the profile has no fit for (``b300``: attention, norms, memsets) takes the reference's;
+    * when no GEMM of its kernel database ran compute-bound (:func:`cosim.models.profile.compute_bound_gemm_samples`)
+      its BF16 GEMM fit keeps what small GEMMs identify (per-wave overhead, small-tile exponent, weight streaming,
+      floor) and takes the main-loop efficiency and sustained-clock ceiling of the Blackwell library rule
+      (:data:`cosim.models.precision.BLACKWELL_GEMM`), and its one-byte GEMMs (never sampled) take that rule
+      whole: the ``b300`` fit's 9 GEMM shapes reach at most ~1 FLOP/B against a ridge of ~280, so its 0.86
+      main-loop efficiency with no ceiling is not a measurement of a large GEMM, and it was timing the e2e rows'
+      GEMMs at up to 0.86 of the BF16 and 0.83 of the MXFP8 peak.
+
+    Other profiles (another architecture, or another GPU than Blackwell) are returned unchanged."""
+    from cosim.models.calibrated import GEMM_CLASSES, GemmParams
+    from cosim.models.precision import architecture, library_profile
+    from cosim.models.profile import compute_bound_gemm_samples, load_profile
+
+    if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) != "blackwell":
+        return profile
+    from cosim.catalog import load_catalog
+
+    ref = blackwell_memory_profile(library_profile(load_profile(BLACKWELL_REFERENCE_PROFILE), accelerator),
+                                   accelerator)
+    models = {c: dict(by) for c, by in profile.models.items()}
+    for cls, by in ref.models.items():
+        if cls not in profile.models and not (cls == "grouped_gemm" and "gemm" in profile.models):
+            models[cls] = dict(by)
+    try:
+        fitted_on = load_catalog().accelerator(profile.accelerator)
+    except CosimInputError:
+        fitted_on = accelerator
+    if compute_bound_gemm_samples(profile, fitted_on) == 0:
+        for cls in GEMM_CLASSES:
+            if cls not in ref.models:
+                models.pop(cls, None)
+                continue
+            by = dict(ref.models[cls])
+            own = profile.params(cls, "bf16")
+            if isinstance(own, GemmParams):  # small BF16 samples identify all but the main loop and the ceiling
+                for key in ("bf16", "default"):
+                    lib = by.get(key)
+                    if isinstance(lib, GemmParams):
+                        by[key] = replace(own, efficiency=lib.efficiency, max_throughput=lib.max_throughput)
+            models[cls] = by
+    return replace(profile, models=models)
+
+
 PATTERN_KERNELS: dict[str, str] = {
     "": "",
     "strided": "elementwise_kernel<128, 4>",
@@ -137,11 +193,13 @@ class KernelTimer:
 
         self.accelerator = accelerator
         self.profile = profile if profile is not None else _default_profile(accelerator)
-        self._model_profile = blackwell_memory_profile(library_profile(self.profile, accelerator), accelerator)
+        self._model_profile = blackwell_memory_profile(
+            library_profile(blackwell_own_profile(self.profile, accelerator), accelerator), accelerator)
         """The profile the kernels are timed with: FP8/MXFP8 GEMMs the profile has no fit for follow the
         narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a Blackwell GPU with a profile of
         another architecture, BF16 and one-byte GEMMs follow :data:`cosim.models.precision.BLACKWELL_GEMM` and
-        memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE`."""
+        memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE`; with a Blackwell profile, what its samples do not
+        identify is timed that way too (:func:`blackwell_own_profile`)."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures
