@@ -123,6 +123,31 @@ def test_runner_rows_it_cannot_run_and_bad_input(tmp_path: Path) -> None:
     assert "layout" in p.stderr and "dp" in p.stderr
 
 
+def test_every_system_of_the_rows_resolves_its_gpus_per_node_from_the_preset(tmp_path: Path) -> None:
+    """``nodes`` = gpus / the preset's GPUs per host node, read from the topology (no table to keep): every system
+    training.yaml names resolves (8-GPU nodes; the NVL72 racks are cut into 4-GPU trays by _gb200), a row of
+    a whole number of nodes scales to them, an odd count or an unknown preset is a row not run with its reason."""
+    from cosim.topology import list_presets
+    from validation.e2e.run import _topology, gpus_per_node, load_cases, run_case
+
+    _, cases = load_cases()
+    systems = {c.system for c in cases}
+    assert systems <= set(list_presets()) and {"dgx-h100", "hgx-b200", "hgx-b300", "h800-8node"} <= systems
+    for c in cases:
+        if c.system.endswith("-nvl72"):
+            assert gpus_per_node(c.system) == 4  # a compute tray
+            continue
+        assert gpus_per_node(c.system) == 8, c.system
+        assert _topology(c, tmp_path) == (c.system, c.gpus // 8), c.id
+    assert gpus_per_node("dgx-h100-4node") == 8 and gpus_per_node("hgx-h200") == 8
+    _, [odd] = load_cases(_cases_file(tmp_path, gpus=12, system="hgx-b300"))
+    r = run_case(odd)
+    assert r["status"] == "not run" and r["reason"] == "12 GPUs is not a whole number of 8-GPU hgx-b300 nodes"
+    _, [unknown] = load_cases(_cases_file(tmp_path, system="hgx-z900"))
+    r = run_case(unknown)
+    assert r["status"] == "not run" and "unknown topology 'hgx-z900'" in r["reason"]
+
+
 def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     from cosim.errors import CosimInputError
     from cosim.models.synth_timing import synthetic_kernel_timer

@@ -16,6 +16,7 @@ micro-batches + cool-down + the optimizer, so ``T(m) = T(m_b) + (m - m_b) (T(m_b
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -34,8 +35,6 @@ from cosim.errors import CosimInputError
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "training.yaml"
 TARGET_MEDIAN, TARGET_MAX = 0.10, 0.20
-GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "hgx-b300": 8, "h800-8node": 8, "hgx-h200": 8}
-"""GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72, gb300-nvl72: 4 per compute tray, see _gb200)."""
 MAX_SIMULATED_GPUS = 512
 """Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
 PROBE_MAX_GPUS = 1024
@@ -267,12 +266,26 @@ class _NotRun(Exception):
     """A row cosim cannot run today (the reason is the message)."""
 
 
+@functools.cache
+def gpus_per_node(system: str) -> int:
+    """GPUs of one host node of topology preset ``system`` (its first GPU's node), the unit ``nodes:`` scales the
+    preset by (:func:`cosim.scenario.scaled_document`): read from the preset, so a new one needs no table here.
+
+    Raises:
+        CosimInputError: ``system`` is no preset, or has no GPU.
+    """
+    from cosim.topology import load_topology
+
+    topo = load_topology(system)
+    if not topo.gpus:
+        raise CosimInputError(f"topology preset {system!r} has no GPU")
+    return len(topo.gpus_on(topo.node_of(topo.gpus[0])))
+
+
 def _topology(case: Case, folder: Path) -> tuple[str, int | None]:
     if case.system in ("gb200-nvl72", "gb300-nvl72"):
         return _gb200(case.gpus, folder, case.system.split("-")[0]), None
-    per = GPUS_PER_NODE.get(case.system)
-    if per is None:
-        raise _NotRun(f"no rule to scale system {case.system!r} to {case.gpus} GPUs")
+    per = gpus_per_node(case.system)
     if case.gpus % per:
         raise _NotRun(f"{case.gpus} GPUs is not a whole number of {per}-GPU {case.system} nodes")
     return case.system, case.gpus // per
