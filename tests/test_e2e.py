@@ -380,6 +380,29 @@ def test_runner_passes_hybridep_its_sms_and_the_graph_scopes(tmp_path: Path) -> 
         assert by[cid].hybridep_sms == (32 if disp == "hybridep" else None) and by[cid].comm_sms is None, cid
 
 
+def test_runner_passes_a_full_iteration_graph_and_refuses_an_unknown_scope(tmp_path: Path) -> None:
+    """A row may name every CUDA graph scope the synthetic spec takes (its names, read from its type), among them
+    ``full_iteration`` (Megatron-Core ``cuda_graph_impl: full_iteration``): it reaches the spec and the build
+    graphs the whole iteration; a scope the spec does not know is a one-line input error (exit 2)."""
+    from cosim.workload.synth.spec import SyntheticSpec
+    from validation.e2e.run import _scenario, cuda_graph_scopes, load_cases, run_case
+
+    assert cuda_graph_scopes() == ("attn", "moe_router", "moe_preprocess", "full_iteration")
+    _, [case] = load_cases(_cases_file(tmp_path, cuda_graph_scope=["full_iteration"]))
+    syn = _scenario(case, 16, "dgx-h100", 1, "none").workload.synthetic
+    assert isinstance(syn, SyntheticSpec) and syn.cuda_graph_scope == ["full_iteration"]
+    _, [eager] = load_cases(_cases_file(tmp_path))
+    graphed, plain = run_case(case, cap=4), run_case(eager, cap=4)
+    assert graphed["status"] == plain["status"] == "run"
+    assert graphed["step_time_s"] < plain["step_time_s"]  # one graph launch per micro-batch, no eager dispatch
+    bad = _cases_file(tmp_path, cuda_graph_scope=["attn", "full_step"])
+    p = subprocess.run([sys.executable, "-m", "validation.e2e.run", "--cases", str(bad)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "cuda_graph_scope" in p.stderr and "unknown scope 'full_step'" in p.stderr
+    assert "attn, moe_router, moe_preprocess, full_iteration" in p.stderr
+
+
 def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:
     """gpt-oss's training-only kernels (Megatron-Core core_v0.16.0, costs.GPT_OSS_ACTIVATION_SOURCE), one MoE
     layer of a small card with ``activation_clamp`` and ``linear_bias`` at EP4 (8 local experts), 128 tokens:
