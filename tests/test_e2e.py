@@ -123,6 +123,31 @@ def test_runner_rows_it_cannot_run_and_bad_input(tmp_path: Path) -> None:
     assert "layout" in p.stderr and "dp" in p.stderr
 
 
+def test_every_system_of_the_rows_resolves_its_gpus_per_node_from_the_preset(tmp_path: Path) -> None:
+    """``nodes`` = gpus / the preset's GPUs per host node, read from the topology (no table to keep): every system
+    training.yaml names resolves (8-GPU nodes; the NVL72 racks are cut into 4-GPU trays by _gb200), a row of
+    a whole number of nodes scales to them, an odd count or an unknown preset is a row not run with its reason."""
+    from cosim.topology import list_presets
+    from validation.e2e.run import _topology, gpus_per_node, load_cases, run_case
+
+    _, cases = load_cases()
+    systems = {c.system for c in cases}
+    assert systems <= set(list_presets()) and {"dgx-h100", "hgx-b200", "hgx-b300", "h800-8node"} <= systems
+    for c in cases:
+        if c.system.endswith("-nvl72"):
+            assert gpus_per_node(c.system) == 4  # a compute tray
+            continue
+        assert gpus_per_node(c.system) == 8, c.system
+        assert _topology(c, tmp_path) == (c.system, c.gpus // 8), c.id
+    assert gpus_per_node("dgx-h100-4node") == 8 and gpus_per_node("hgx-h200") == 8
+    _, [odd] = load_cases(_cases_file(tmp_path, gpus=12, system="hgx-b300"))
+    r = run_case(odd)
+    assert r["status"] == "not run" and r["reason"] == "12 GPUs is not a whole number of 8-GPU hgx-b300 nodes"
+    _, [unknown] = load_cases(_cases_file(tmp_path, system="hgx-z900"))
+    r = run_case(unknown)
+    assert r["status"] == "not run" and "unknown topology 'hgx-z900'" in r["reason"]
+
+
 def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
     from cosim.errors import CosimInputError
     from cosim.models.synth_timing import synthetic_kernel_timer
@@ -353,6 +378,29 @@ def test_runner_passes_hybridep_its_sms_and_the_graph_scopes(tmp_path: Path) -> 
                              ("qwen3-30b-b200-8-mxfp8", "nccl", ["moe_router", "moe_preprocess"])):
         assert (by[cid].dispatch, by[cid].cuda_graph_scope) == (disp, scope), cid
         assert by[cid].hybridep_sms == (32 if disp == "hybridep" else None) and by[cid].comm_sms is None, cid
+
+
+def test_runner_passes_a_full_iteration_graph_and_refuses_an_unknown_scope(tmp_path: Path) -> None:
+    """A row may name every CUDA graph scope the synthetic spec takes (its names, read from its type), among them
+    ``full_iteration`` (Megatron-Core ``cuda_graph_impl: full_iteration``): it reaches the spec and the build
+    graphs the whole iteration; a scope the spec does not know is a one-line input error (exit 2)."""
+    from cosim.workload.synth.spec import SyntheticSpec
+    from validation.e2e.run import _scenario, cuda_graph_scopes, load_cases, run_case
+
+    assert cuda_graph_scopes() == ("attn", "moe_router", "moe_preprocess", "full_iteration")
+    _, [case] = load_cases(_cases_file(tmp_path, cuda_graph_scope=["full_iteration"]))
+    syn = _scenario(case, 16, "dgx-h100", 1, "none").workload.synthetic
+    assert isinstance(syn, SyntheticSpec) and syn.cuda_graph_scope == ["full_iteration"]
+    _, [eager] = load_cases(_cases_file(tmp_path))
+    graphed, plain = run_case(case, cap=4), run_case(eager, cap=4)
+    assert graphed["status"] == plain["status"] == "run"
+    assert graphed["step_time_s"] < plain["step_time_s"]  # one graph launch per micro-batch, no eager dispatch
+    bad = _cases_file(tmp_path, cuda_graph_scope=["attn", "full_step"])
+    p = subprocess.run([sys.executable, "-m", "validation.e2e.run", "--cases", str(bad)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "cuda_graph_scope" in p.stderr and "unknown scope 'full_step'" in p.stderr
+    assert "attn, moe_router, moe_preprocess, full_iteration" in p.stderr
 
 
 def test_gpt_oss_clamp_prologue_and_eager_biases_by_hand() -> None:

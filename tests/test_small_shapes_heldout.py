@@ -59,6 +59,8 @@ def test_held_out_kernel_errors_explain_little_of_qwen3_30b_missing_time(rows: l
 
 
 def test_synthesized_ops_carry_their_access_pattern_to_the_kernel_model() -> None:
+    from dataclasses import replace
+
     import numpy as np
 
     from cosim.capture.config import load_model_config
@@ -66,8 +68,8 @@ def test_synthesized_ops_carry_their_access_pattern_to_the_kernel_model() -> Non
     from cosim.errors import CosimInputError
     from cosim.models.features import KernelFeatures
     from cosim.models.predict import predict_features
-    from cosim.models.synth_timing import KernelTimer
-    from cosim.workload.synth.costs import Op, Shard, backward_ops, layer_ops
+    from cosim.models.synth_timing import PATTERN_KERNELS, KernelTimer
+    from cosim.workload.synth.costs import OP_PATTERNS, Op, Shard, backward_ops, layer_ops
 
     timer = KernelTimer(load_catalog().accelerator("h100-sxm5"))
     o = Op("x", "elementwise", 64e6, 256e6, "bf16")
@@ -85,8 +87,14 @@ def test_synthesized_ops_carry_their_access_pattern_to_the_kernel_model() -> Non
         named = predict_features(f, timer.accelerator, timer._model_profile, kernel_scale=False, database=False)
         assert times[pattern] == pytest.approx(float(named.dur[0]), rel=1e-9)
         assert times[pattern] > 1.3 * times[""]
-    with pytest.raises(CosimInputError, match="unknown access pattern"):
-        timer([Op("x", "elementwise", 1.0, 1.0, pattern="diagonal")])
+    # an unknown pattern is refused where the op is made (not first when it is timed), naming the known ones;
+    # each known one has its kernel
+    with pytest.raises(CosimInputError, match=r"op x: unknown access pattern 'diagonal' "
+                                              r"\(known: strided, unrolled, batched_copy\)"):
+        Op("x", "elementwise", 1.0, 1.0, pattern="diagonal")
+    with pytest.raises(CosimInputError, match="unknown access pattern 'strided2'"):
+        replace(o, pattern="strided2")
+    assert set(PATTERN_KERNELS) == set(OP_PATTERNS)
     # gpt-oss's eager ops on views and its cats carry theirs (forward and backward)
     fwd = layer_ops(load_model_config("gpt-oss-120b"), 1, 4096.0, 4096.0, Shard(ep=8), "bf16")
     marked = {o.name: o.pattern for o in fwd + backward_ops(fwd) if o.pattern}

@@ -409,8 +409,13 @@ def test_ctrl_c_stops_a_sweep_keeps_finished_points_and_exits_130(tmp_path: Path
     spec_path = _spec(tmp_path, f"name: c\nbase: {SCN}\nparameters:\n  host.speed: {speeds}\n")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # The sweep starts as a terminal's foreground command does, with SIGINT at its default: a process started
+    # with SIGINT ignored (a background job of a shell without job control, `pytest ... &` in a script) passes
+    # that on to its children, and Python then installs no KeyboardInterrupt handler: the sweep would (rightly,
+    # as a background job) ignore the Ctrl-C and run to the end with exit 0.
     proc = subprocess.Popen([sys.executable, "-m", "cosim", "sweep", str(spec_path), "--out", str(out),
                              "--workers", "2", "--no-progress"], env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None and len(list(out.glob("points/*/result.json"))) < 2:

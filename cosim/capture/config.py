@@ -118,6 +118,11 @@ class MoEModelConfig(Strict):
     """Linear layers carry additive biases (gpt-oss: ``attention_bias`` and biased experts; Megatron-Core
     ``add_bias_linear``). Training timing: the attention output's and the routed experts' fc2 biases are added
     by eager kernels (:func:`cosim.workload.synth.costs.bias_ops`); the other biases ride in GEMM epilogues."""
+    qk_layernorm: bool = False
+    """Each attention head's queries and keys are RMS-normalized before the product (Qwen3's ``q_norm`` /
+    ``k_norm``, ``head_dim`` weights each; Megatron-Core ``qk_layernorm``). Synthesis: their weight gradients join
+    the TP all-reduce of the non-tensor-parallel gradients (:func:`cosim.workload.synth.build.sp_layer_params`);
+    their kernels are not timed (small next to the attention they precede)."""
     activation_clamp: float | None = Field(default=None, gt=0)
     """Clamped gated activation of the routed experts (gpt-oss ``swiglu_limit`` 7.0: gate clamped above, linear
     half to +-limit): two clamps and a concatenation before the fused activation

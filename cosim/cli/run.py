@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,30 +59,26 @@ class PhaseBar:
             return
         from tqdm import tqdm
 
-        self._t0 = time.monotonic()
-        self._delay = PROGRESS_DELAY_S if delay is None else delay
         self._bar = tqdm(total=None, desc="cosim run", bar_format="{desc} [{elapsed}]",
-                         file=stream if stream is not None else sys.stderr, leave=False, disable=False, delay=self._delay,
-                         mininterval=0)  # the ticker paces the redraws
+                         file=stream if stream is not None else sys.stderr, leave=False, disable=False,
+                         delay=PROGRESS_DELAY_S if delay is None else delay,
+                         mininterval=0)  # the ticker paces the redraws; tqdm's update() holds them until the delay
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="cosim-run-progress", daemon=True)
         self._ticker.start()
 
-    def _due(self) -> bool:
-        return time.monotonic() - self._t0 >= self._delay
-
     def _tick(self) -> None:
         while not self._stop.wait(0.5):
-            if self._due():
-                with self._lock:
-                    self._bar.update(0)  # a redraw that tqdm records as shown, so that close() clears the line
+            with self._lock:
+                self._bar.update(0)  # a redraw that tqdm records as shown, so that close() clears the line
 
     def phase(self, text: str) -> None:
         """Name the phase the run is in now."""
         if self._bar is not None:
             with self._lock:
-                self._bar.set_description_str(f"cosim run: {text}", refresh=self._due())
+                self._bar.set_description_str(f"cosim run: {text}", refresh=False)
+                self._bar.update(0)  # redrawn now, unless still within the delay
 
     def close(self) -> None:
         """Stop and clear the bar (before the results are printed); again is a no-op."""

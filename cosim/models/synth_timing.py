@@ -177,9 +177,6 @@ too fast, with it +8 … +18 %."""
 def synthetic_kernel_name(o: Op) -> str:
     """Kernel name the timer gives a synthesized op: ``synthetic:<op>``, followed by the kernel of its access
     pattern (:data:`PATTERN_KERNELS`)."""
-    if o.pattern not in PATTERN_KERNELS:
-        raise CosimInputError(f"synthesized op {o.name}: unknown access pattern {o.pattern!r} "
-                              f"(known: {', '.join(p for p in PATTERN_KERNELS if p)})")
     k = PATTERN_KERNELS[o.pattern]
     return f"synthetic:{o.name} {k}" if k else f"synthetic:{o.name}"
 

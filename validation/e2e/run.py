@@ -16,6 +16,7 @@ micro-batches + cool-down + the optimizer, so ``T(m) = T(m_b) + (m - m_b) (T(m_b
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -23,10 +24,11 @@ import statistics
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from cosim.catalog.models import Strict
 from cosim.errors import CosimInputError
@@ -34,14 +36,21 @@ from cosim.errors import CosimInputError
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "training.yaml"
 TARGET_MEDIAN, TARGET_MAX = 0.10, 0.20
-GPUS_PER_NODE = {"dgx-h100": 8, "hgx-b200": 8, "hgx-b300": 8, "h800-8node": 8, "hgx-h200": 8}
-"""GPUs per host node of the presets that ``nodes:`` scales (gb200-nvl72, gb300-nvl72: 4 per compute tray, see _gb200)."""
 MAX_SIMULATED_GPUS = 512
 """Rows on more GPUs are not run today (see ``NOT_RUN_REASON``)."""
 PROBE_MAX_GPUS = 1024
 """``--probe-big`` probes rows up to this many GPUs (not DualPipe, which needs 2 pp micro-batches)."""
 NOT_RUN_REASON = ("more than 512 GPUs: even coalesced, the full step takes minutes of CPU on 2 cores (1024 GPUs at "
                   "global batch 8192: ~200 CPU s, benchmarks/README.md); run it with --max-gpus 1024 --full")
+
+
+def cuda_graph_scopes() -> tuple[str, ...]:
+    """The names :attr:`cosim.workload.synth.SyntheticSpec.cuda_graph_scope` takes (read from its type, so a row
+    may name every scope synthesis supports, and only those)."""
+    from cosim.workload.synth.spec import SyntheticSpec
+
+    (item,) = typing.get_args(SyntheticSpec.model_fields["cuda_graph_scope"].annotation)
+    return tuple(str(x) for x in typing.get_args(item))
 
 
 class Layout(Strict):
@@ -117,9 +126,10 @@ class Case(Strict):
     hybridep_sms: int | None = Field(default=None, gt=0)
     """SMs of the run's HybridEP kernels (Megatron-Core ``moe_hybridep_num_sms``; Megatron-Bridge's performance
     harness sets 32): the synthetic spec's ``hybridep_sms`` (which measured rate table times them); None: 16."""
-    cuda_graph_scope: list[Literal["attn", "moe_router", "moe_preprocess"]] | None = None
-    """Transformer Engine partial CUDA graphs of the run's config (``cuda_graph_impl: transformer_engine``,
-    ``cuda_graph_scope``): the synthetic spec's ``cuda_graph_scope``; absent: eager."""
+    cuda_graph_scope: list[str] | None = None
+    """CUDA graphs of the run's config: Transformer Engine partial graphs (``cuda_graph_impl: transformer_engine``,
+    ``cuda_graph_scope``) or ``[full_iteration]`` (``cuda_graph_impl: full_iteration``): the synthetic spec's
+    ``cuda_graph_scope``, whose names it takes (:func:`cuda_graph_scopes`); absent: eager."""
     mtp_layers: int | None = Field(default=None, ge=0)
     """Multi-token-prediction depths the run trains (the synthetic spec's ``mtp_layers``); None: the card's."""
     optimizer: Literal["adam", "muon"] = "adam"
@@ -181,6 +191,15 @@ class Case(Strict):
     """The published figure is a lower bound (a run average), not a steady-state step: not scored."""
     unscored: str | None = None
     """Why the row is run but not scored: the run used a feature cosim does not model (the reason names it)."""
+
+    @field_validator("cuda_graph_scope")
+    @classmethod
+    def _known_scopes(cls, v: list[str] | None) -> list[str] | None:
+        known = cuda_graph_scopes()
+        bad = [x for x in v or () if x not in known]
+        if bad:
+            raise ValueError(f"unknown scope {bad[0]!r} (the synthetic spec's: {', '.join(known)})")
+        return v
 
     @model_validator(mode="after")
     def _one_recompute(self) -> Case:
@@ -267,12 +286,26 @@ class _NotRun(Exception):
     """A row cosim cannot run today (the reason is the message)."""
 
 
+@functools.cache
+def gpus_per_node(system: str) -> int:
+    """GPUs of one host node of topology preset ``system`` (its first GPU's node), the unit ``nodes:`` scales the
+    preset by (:func:`cosim.scenario.scaled_document`): read from the preset, so a new one needs no table here.
+
+    Raises:
+        CosimInputError: ``system`` is no preset, or has no GPU.
+    """
+    from cosim.topology import load_topology
+
+    topo = load_topology(system)
+    if not topo.gpus:
+        raise CosimInputError(f"topology preset {system!r} has no GPU")
+    return len(topo.gpus_on(topo.node_of(topo.gpus[0])))
+
+
 def _topology(case: Case, folder: Path) -> tuple[str, int | None]:
     if case.system in ("gb200-nvl72", "gb300-nvl72"):
         return _gb200(case.gpus, folder, case.system.split("-")[0]), None
-    per = GPUS_PER_NODE.get(case.system)
-    if per is None:
-        raise _NotRun(f"no rule to scale system {case.system!r} to {case.gpus} GPUs")
+    per = gpus_per_node(case.system)
     if case.gpus % per:
         raise _NotRun(f"{case.gpus} GPUs is not a whole number of {per}-GPU {case.system} nodes")
     return case.system, case.gpus // per

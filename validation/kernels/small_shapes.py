@@ -177,26 +177,35 @@ MEMORY_BOUND = ("elementwise", "reduction", "norm")
 """Kernel classes of the access-pattern table (:func:`pattern_table`)."""
 
 
+def layer_kernels(model: str, layers: tuple[int, ...], precision: str = "bf16",
+                  dispatcher: str = "alltoall") -> list[list[Op]]:
+    """The synthesized kernels of each of ``layers`` of model card ``model`` (forward + backward, collectives left
+    out; EP8, 4096 tokens, ``dispatcher``): what :func:`pattern_effect` and :func:`layer_bound` time."""
+    from cosim.capture.config import load_model_config
+    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
+
+    card = load_model_config(model)
+    out = []
+    for layer in layers:
+        fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8, dispatcher=dispatcher), precision)
+        out.append([o for o in fwd + backward_ops(fwd) if o.cls != "collective"])
+    return out
+
+
 def pattern_effect() -> list[dict]:
     """gpt-oss-120b's kernel time per layer (forward + backward, EP8, 4096 tokens, layers 0 and 1 averaged) with
     every synthesized element-wise op timed as a contiguous kernel (before this round) and with the access
     patterns synthesis gives its eager ops on views and its cats (:attr:`cosim.workload.synth.costs.Op.pattern`)."""
-    from cosim.capture.config import load_model_config
-    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
-
-    card = load_model_config("gpt-oss-120b")
+    per_layer = layer_kernels("gpt-oss-120b", (0, 1))
     out = []
     for gpu in ("h100-sxm5", "b200", "gb200"):
         timer = KernelTimer(load_catalog().accelerator(gpu))
         before = after = 0.0
-        n = 0
-        for layer in (0, 1):
-            fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8), "bf16")
-            ops = [o for o in fwd + backward_ops(fwd) if o.cls != "collective"]
-            n = sum(1 for o in ops if o.pattern)
-            before += sum(timer([replace(o, pattern="") for o in ops])) / 2
-            after += sum(timer(ops)) / 2
-        out.append({"gpu": gpu, "ops": n, "now_ms": before * 1e3, "patterned_ms": after * 1e3})
+        for ops in per_layer:
+            before += sum(timer([replace(o, pattern="") for o in ops])) / len(per_layer)
+            after += sum(timer(ops)) / len(per_layer)
+        out.append({"gpu": gpu, "ops": sum(1 for o in per_layer[-1] if o.pattern), "now_ms": before * 1e3,
+                    "patterned_ms": after * 1e3})
     return out
 
 
@@ -233,21 +242,14 @@ def layer_bound(tab: list[dict], pat: list[dict]) -> list[dict]:
     """Per e2e row of :data:`LAYERS`: each kernel class's time in one layer (forward + backward, H100 kernel timer),
     the held-out small-shape error of that class and the time with that error taken out (``t / (1 + err)``):
     how much of the row's missing time per layer and micro-batch the kernel models' held-out errors can explain."""
-    from cosim.capture.config import load_model_config
-    from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
-
     timer = KernelTimer(load_catalog().accelerator("h100-sxm5"))
     out = []
     for row, model, prec, disp, layers, missing in LAYERS:
-        card = load_model_config(model)
         by: dict[tuple[str, str, str], float] = {}
-        for layer in layers:
-            fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8, dispatcher=disp), prec)
-            ops = fwd + backward_ops(fwd)
+        for ops in layer_kernels(model, layers, prec, disp):
             for o, t in zip(ops, timer(ops)):
-                if o.cls != "collective":
-                    key = (o.cls, o.dtype if o.cls in ("gemm", "grouped_gemm") else "", o.pattern)
-                    by[key] = by.get(key, 0.0) + t / len(layers)
+                key = (o.cls, o.dtype if o.cls in ("gemm", "grouped_gemm") else "", o.pattern)
+                by[key] = by.get(key, 0.0) + t / len(layers)
         for (c, dt, pt), t in sorted(by.items(), key=lambda kv: -kv[1]):
             err, src = held_out_error(tab, pat, c, dt or "bf16", pt)
             out.append({"row": row, "cls": f"{c} {dt} {pt}".replace("  ", " ").strip(), "cosim_ms": t * 1e3,

@@ -1701,13 +1701,29 @@ SP_GRAD_SOURCE = (
     "(SUM) once over the TP group. Tagged: Transformer Engine's norm weights (input, pre-MLP, final layernorm; MLA's "
     "q/kv layernorm; the MTP's enorm, hnorm and final layernorm), the router's weight (transformer/moe/router.py "
     "setattr(self.weight, 'sequence_parallel', ...)), the duplicated TELinear weights (MLA's q and kv down "
-    "projections: extensions/transformer_engine.py, parallel_mode 'duplicated'), row-parallel linear biases")
-"""Where the TP all-reduce of the sequence-parallel parameters' gradients comes from."""
+    "projections: extensions/transformer_engine.py, parallel_mode 'duplicated'), row-parallel linear biases. The same "
+    "call also sums, with or without sequence parallelism, the gradients of every parameter whose name holds "
+    "'q_layernorm' or 'k_layernorm' when config.qk_layernorm ('elif (config.sequence_parallel and getattr(param, "
+    "\"sequence_parallel\", False)) or (config.qk_layernorm and (\"q_layernorm\" in name or \"k_layernorm\" in "
+    "name))'): Qwen3's per-head q/k RMSNorm weights (gpt_layer_specs.py: q_layernorm / k_layernorm TENorm of "
+    "hidden_size head_dim); MLA's TE spec fuses its q/kv norms into linear_q_up_proj / linear_kv_up_proj "
+    "(q_layernorm=IdentityOp), whose names do not match")
+"""Where the TP all-reduce of the non-tensor-parallel parameters' gradients comes from."""
 
 
-def sp_layer_params(card: MoEModelConfig, layer: int) -> int:
-    """Parameters of transformer layer ``layer`` tagged ``sequence_parallel`` (:data:`SP_GRAD_SOURCE`): both
-    norms, MLA's down projections and latent norms, the router (MoE layers) and the row-parallel biases."""
+def qk_norm_params(card: MoEModelConfig) -> int:
+    """Parameters of one transformer layer's q and k norms (``qk_layernorm``, not MLA: :data:`SP_GRAD_SOURCE`),
+    ``head_dim`` each; 0 without them."""
+    return 2 * card.attn_head_dim if card.qk_layernorm and card.attention_kind != "mla" else 0
+
+
+def sp_layer_params(card: MoEModelConfig, layer: int, sequence_parallel: bool = True) -> int:
+    """Parameters of transformer layer ``layer`` whose gradients are all-reduced over TP (:data:`SP_GRAD_SOURCE`):
+    with sequence parallelism those tagged ``sequence_parallel`` (both norms, MLA's down projections and latent
+    norms, the router (MoE layers) and the row-parallel biases) and the q/k norms (:func:`qk_norm_params`);
+    without, the q/k norms only."""
+    if not sequence_parallel:
+        return qk_norm_params(card)
     h = card.hidden_size
     n = 2 * h  # input_layernorm, pre_mlp_layernorm
     if card.attention_kind == "mla":
@@ -1720,35 +1736,37 @@ def sp_layer_params(card: MoEModelConfig, layer: int) -> int:
         n += card.num_experts * h  # router weight
     if card.linear_bias:
         n += h * (1 if moe else 2)  # attention output bias (and a dense FFN's fc2 bias)
-    return n
+    return n + qk_norm_params(card)
 
 
-def sp_grad_params(card: MoEModelConfig, layers: list[int]) -> int:
-    """Parameters tagged ``sequence_parallel`` of the (pseudo-)layers ``layers`` of one rank's model chunks
-    (-1 embedding: none; ``num_layers`` the head: the final norm; an MTP depth: its enorm, hnorm, final norm and
-    its transformer layer)."""
+def sp_grad_params(card: MoEModelConfig, layers: list[int], sequence_parallel: bool = True) -> int:
+    """Parameters whose gradients are all-reduced over TP (:func:`sp_layer_params`) of the (pseudo-)layers
+    ``layers`` of one rank's model chunks (-1 embedding: none; ``num_layers`` the head: the final norm, with
+    sequence parallelism; an MTP depth: its enorm, hnorm and final norm, with sequence parallelism, and its
+    transformer layer)."""
+    sp_norms = card.hidden_size if sequence_parallel else 0
     n = 0
     for ly in layers:
         if ly == card.num_layers:
-            n += card.hidden_size
+            n += sp_norms
         elif mtp_depth(card, ly) is not None:
-            n += 3 * card.hidden_size + sp_layer_params(card, mtp_body_layer(card))
+            n += 3 * sp_norms + sp_layer_params(card, mtp_body_layer(card), sequence_parallel)
         elif 0 <= ly < card.num_layers:
-            n += sp_layer_params(card, ly)
+            n += sp_layer_params(card, ly, sequence_parallel)
     return n
 
 
 def _sp_grad_all_reduce(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, tp_group: list[int], launch: float,
                         layers: list[int]) -> None:
-    """With sequence parallelism (tp > 1): one all-reduce over TP of the gradients of the rank's
-    ``sequence_parallel`` parameters (:func:`sp_grad_params` x the gradient element size) after the DP
-    reduction, before the optimizer (:data:`SP_GRAD_SOURCE`)."""
-    if not rm.sequence_parallel or rm.tp < 2:
+    """With tp > 1: one all-reduce over TP of the gradients of the rank's non-tensor-parallel parameters
+    (:func:`sp_grad_params` x the gradient element size; without sequence parallelism only the q/k norms')
+    after the DP reduction, before the optimizer (:data:`SP_GRAD_SOURCE`); none when there are none."""
+    if rm.tp < 2:
         return
-    nbytes = sp_grad_params(card, layers) * rb.grad_bytes
+    nbytes = sp_grad_params(card, layers, rm.sequence_parallel) * rb.grad_bytes
     if nbytes <= 0:
         return
-    name = "grad.tp_sp_all_reduce"
+    name = "grad.tp_sp_all_reduce" if rm.sequence_parallel else "grad.tp_qk_norm_all_reduce"
     c = rb.collective(name, "all_reduce", tp_group, nbytes)
     o = Op(name, "collective", 0.0, nbytes, comm=Comm("tp", "all_reduce", nbytes), stream="dp")
     j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])

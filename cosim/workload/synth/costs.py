@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from cosim.capture.config import MoEModelConfig
+from cosim.errors import CosimInputError
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "MTP_SOURCE",
     "MUON_NS_STEPS",
     "MUON_SOURCE",
+    "OP_PATTERNS",
     "PARAM_HOOK_SOURCE",
     "PRECISIONS",
     "RECOMPUTE_MODULES",
@@ -192,6 +194,12 @@ class Comm:
     (its own share included). A transposed collective (backward) keeps it."""
 
 
+OP_PATTERNS = ("", "strided", "unrolled", "batched_copy")
+"""Access patterns a synthesized memory-bound op may name (:attr:`Op.pattern`; the keys of
+:data:`cosim.models.synth_timing.PATTERN_KERNELS`, which gives each its kernel): "" a contiguous, vectorized
+kernel."""
+
+
 @dataclass(frozen=True)
 class Op:
     """One kernel of one rank, forward or backward."""
@@ -286,10 +294,15 @@ class Op:
     runs them without Python); 0 with :attr:`bwd_launches` 0: a backward that only passes the gradient on
     (views, no kernel)."""
     pattern: str = ""
-    """Memory-bound op: how the kernel PyTorch launches for it walks memory (a name of
-    :data:`cosim.models.synth_timing.PATTERN_KERNELS`): ``strided`` for an eager op on a non-contiguous or
-    broadcast view (TensorIterator's generic ``elementwise_kernel``), ``batched_copy`` for ``torch.cat``; "": a
-    contiguous, vectorized kernel. Its backward keeps it."""
+    """Memory-bound op: how the kernel PyTorch launches for it walks memory (a name of :data:`OP_PATTERNS`,
+    checked at construction; :data:`cosim.models.synth_timing.PATTERN_KERNELS` gives its kernel): ``strided``
+    for an eager op on a non-contiguous or broadcast view (TensorIterator's generic ``elementwise_kernel``),
+    ``batched_copy`` for ``torch.cat``; "": a contiguous, vectorized kernel. Its backward keeps it."""
+
+    def __post_init__(self) -> None:
+        if self.pattern not in OP_PATTERNS:
+            raise CosimInputError(f"synthesized op {self.name}: unknown access pattern {self.pattern!r} "
+                                  f"(known: {', '.join(p for p in OP_PATTERNS if p)})")
 
 
 @dataclass(frozen=True)
