@@ -6,7 +6,8 @@ rail-optimized non-blocking fabric, dp = N / 16, ep = min(64, dp x tp), global b
 micro-batches per pipeline, for sizes the full batch cannot finish). Each size runs in its own
 process with a wall-clock ``--timeout``; printed per size: wall time of the whole ``cosim run`` in that
 process (start-up, synthesis, replay), CPU seconds, peak RSS, simpy events, fabric rate solves and
-coalesced collectives summed over the run's fabrics (scratch fabrics included), simulated step time;
+rows re-rated by those solves (``rows_solved``; per solve: the solver's work) and coalesced collectives summed over
+the run's fabrics (scratch fabrics included), simulated step time;
 and the growth exponent of wall time, RSS, events and solves between successive sizes
 (log(ratio) / log(GPU ratio)).
 
@@ -57,7 +58,8 @@ out = json.loads(buf.getvalue() or "{{}}")
 print(json.dumps(dict(rc=rc, wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
                       rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       events=out.get("events"), step_time_s=out.get("step_time_s"),
-                      solves=sum(f.n_solves for f in fabs), coalesced=sum(getattr(f, "n_coalesced", 0) for f in fabs),
+                      solves=sum(f.n_solves for f in fabs), rows_solved=sum(f.n_rows_solved for f in fabs),
+                      coalesced=sum(getattr(f, "n_coalesced", 0) for f in fabs),
                       materialized=sum(getattr(f, "n_materialized", 0) for f in fabs),
                       rate_hits=sum(getattr(f, "n_rate_hits", 0) for f in fabs),
                       simulated_ranks=(out.get("synthetic") or {{}}).get("simulated_ranks"),
@@ -198,7 +200,7 @@ def main() -> int:
         print(json.dumps(rows, indent=1))
         return 0
     cols = ["gpus", "dp", "ep", "global_batch", "microbatches", "probe_mb", "status", "wall_s", "cpu_s", "rss_mib",
-            "events", "solves", "coalesced", "materialized", "step_time_s", "mfu", "wall_s_exp", "cpu_s_exp", "rss_mib_exp", "events_exp", "solves_exp"]
+            "events", "solves", "rows_solved", "coalesced", "materialized", "step_time_s", "mfu", "wall_s_exp", "cpu_s_exp", "rss_mib_exp", "events_exp", "solves_exp"]
     print(" | ".join(cols))
     for r in rows:
         print(" | ".join(f"{r[c]:.4g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols))
