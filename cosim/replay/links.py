@@ -73,11 +73,6 @@ def _piece(x: Any, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(x, dtype=float), (n,))
 
 
-def _bits(x: np.ndarray) -> np.ndarray:
-    """A float column's bit patterns as int64 (equal bits: the same value in every sum, NaN and -0.0 included)."""
-    return np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
-
-
 class _LinkClasses:
     """The links partitioned into classes of identical interval streams, refined as intervals are added.
 
@@ -118,6 +113,8 @@ class _LinkClasses:
         """None when no link repeats in ``link``; else the positions of each link's first, second, ...
         occurrence (a link's intervals keep their order). Kept per array object for the last few (a coalesced
         collective's memo hands the same link array at every hit)."""
+        if link.size < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct
+            return None
         hit = self._subs.get(id(link))
         if hit is not None and hit[0] is link:
             return hit[1]
@@ -139,23 +136,25 @@ class _LinkClasses:
         self._subs[id(link)] = (link, subs)
         return subs
 
-    def refine(self, link: np.ndarray, cols: list[np.ndarray | float]) -> tuple[np.ndarray, np.ndarray]:
-        """Refine by one part of distinct ``link`` with value ``cols`` (arrays of ``link``'s length, or
-        scalars): (the class of each interval to record, the positions of those intervals in the part)."""
+    def refine(self, link: np.ndarray, vals: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Refine by one part of distinct ``link`` whose intervals' array-valued columns are the rows of ``vals``
+        (None when every column is one scalar): (the class of each interval to record, the positions of those
+        intervals in the part)."""
         n = link.size
         cl = self.cls[link]
-        ar = self._ar if self._ar.size >= n else np.arange(n, dtype=np.int64)
-        self._ar = ar
-        ar = ar[:n]
-        arrs = [_bits(c) for c in cols if isinstance(c, np.ndarray)]
-        # fast path: a representative interval per touched class (the last written); every interval equal to its
-        # representative's, and the touched classes' sizes summing to n (each link once: every member present)
+        if self._ar.size < n:
+            self._ar = np.arange(max(n, 2 * self._ar.size), dtype=np.int64)
+        ar = self._ar[:n]
+        bits = None if vals is None else vals.view(np.int64)
+        # fast path: a representative interval per touched class (the last written); the touched classes' sizes
+        # summing to n (each link once: every member present) and every interval equal to its representative's
         self._pos[cl] = ar
         rep = self._pos[cl]
         head = np.flatnonzero(rep == ar)
         rc = cl[head]
-        if int(self.size[rc].sum()) == n and all(bool((a[rep] == a).all()) for a in arrs):
+        if int(self.size[rc].sum()) == n and (bits is None or bool((bits[:, rep] == bits).all())):
             return rc, head  # every touched class whole and uniform: one interval each
+        arrs = [] if bits is None else list(bits)
         o = np.argsort(cl, kind="stable")
         cs = cl[o]
         head = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
@@ -210,7 +209,9 @@ class LinkUsage:
         """Bytes per link (wire bytes of collectives + memcpy bytes)."""
         self.memcpy_bytes = np.zeros(len(self.links))
         self.classes = _LinkClasses(len(self.links))
-        self._parts: list[tuple[Any, ...]] = []  # (class, start, end, count, bytes, source) as recorded
+        self._buf: list[np.ndarray] = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
+        """(class, start, end, count, bytes, source) of the recorded intervals (the first :attr:`_m`), in order."""
+        self._m = 0
         self._window_state: tuple[np.ndarray, tuple[bool, np.ndarray]] | None = None  # (data[0], state)
         self._compiled: tuple[np.ndarray, ...] | None = None  # per class: see :meth:`_cdata`
         self._fmap = np.zeros(len(self.links), dtype=np.int64)  # link -> row of :meth:`_cdata`'s classes
@@ -236,28 +237,38 @@ class LinkUsage:
             if source == MEMCPY:
                 np.add.at(self.memcpy_bytes, link, b)
             nbytes = b
-        cols: list[np.ndarray | float] = [float(x) if np.ndim(x) == 0 else _piece(x, n)
-                                          for x in (start, end, count, nbytes)]
+        arrs: list[np.ndarray] = []
+        which: list[int] = []  # per column: its row in ``vals``, or -1 for a scalar
+        scal: list[float] = []
+        for x in (start, end, count, nbytes):
+            if not isinstance(x, (float, int)) and np.ndim(x):
+                which.append(len(arrs))
+                arrs.append(_piece(x, n))
+            else:
+                which.append(-1)
+            scal.append(math.nan if which[-1] >= 0 else float(x))
+        vals = np.stack(arrs) if arrs else None
         subs = self.classes.occurrences(link)
         for sel in ([None] if subs is None else subs):
             lk = link if sel is None else link[sel]
-            cs = cols if sel is None else [c if isinstance(c, float) else c[sel] for c in cols]
-            cid, pos = self.classes.refine(lk, cs)
-            self._parts.append((cid, *(c if isinstance(c, float) else c[pos] for c in cs), source))
+            v = vals if sel is None or vals is None else vals[:, sel]
+            cid, pos = self.classes.refine(lk, v)
+            k = cid.size
+            m = self._m
+            if m + k > self._buf[0].size:
+                cap = max(m + k, 2 * self._buf[0].size)
+                self._buf = [np.concatenate([b, np.zeros(cap - b.size, dtype=b.dtype)]) for b in self._buf]
+            self._buf[0][m : m + k] = cid
+            for i, w in enumerate(which):
+                self._buf[i + 1][m : m + k] = scal[i] if w < 0 or v is None else v[w, pos]
+            self._buf[5][m : m + k] = source
+            self._m = m + k
         self._compiled = None
         self._full = None
 
     def _columns(self) -> list[np.ndarray]:
-        """Every recorded part as (class, start, end, count, bytes, source) columns, in the order recorded."""
-        parts = self._parts
-        if not parts:
-            return [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
-        ns = [len(p[0]) for p in parts]
-        src = np.asarray([int(p[5]) for p in parts], dtype=np.int8)
-        cols = [np.concatenate([p[0] for p in parts])]
-        cols += [np.concatenate([_piece(p[i], n) for p, n in zip(parts, ns)]) for i in range(1, 5)]
-        cols.append(np.repeat(src, ns))
-        return cols
+        """Every recorded interval as (class, start, end, count, bytes, source) columns, in the order recorded."""
+        return [b[: self._m] for b in self._buf]
 
     def _cdata(self) -> tuple[np.ndarray, ...]:
         """Per class of identical links (rows: ``self._fmap[link]``): (class row, start, end, count, bytes,
