@@ -50,8 +50,8 @@ def _same(x: np.ndarray, y: np.ndarray) -> bool:
 
 def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit() -> None:
     """Links in symmetric groups get equal intervals in most parts; some parts hold a group only in part, give
-    one link other bytes (or -0.0 for 0.0), repeat links within the part (a coalesced collective's memo) or pass
-    scalars. The classes end up exactly the links' distinct streams, and busy / windowed busy / windowed bytes /
+    one link other bytes (or -0.0 for 0.0), repeat links within the part, hand the same link array again (a
+    coalesced collective's memo, now and then with one interval different) or pass scalars. The classes end up exactly the links' distinct streams, and busy / windowed busy / windowed bytes /
     peak equal the plain per-link computation bit for bit."""
     rng = np.random.default_rng(5)
     nl = 24
@@ -59,22 +59,37 @@ def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit()
     u = LinkUsage([(f"a{i}", f"b{i}") for i in range(nl)], np.ones(nl))
     raw: list[tuple[np.ndarray, ...]] = []
     streams: list[list[Any]] = [[] for _ in range(nl)]
+    hits = 0
+    memo_lk = np.flatnonzero(group < 2)
+    memo_lk = np.concatenate([memo_lk, memo_lk, memo_lk[group[memo_lk] == 0]])
+    memo_a = np.where(np.arange(memo_lk.size) < memo_lk.size // 2, 0.0, 0.0625)
+    memo_b = memo_a + 0.125
+    memo_c = np.ones(memo_lk.size)
+    memo_nb = np.arange(memo_lk.size) // (memo_lk.size // 3 + 1) * 2.0 + 1.0
     for part in range(160):
         t = part * 0.25
         lk = np.flatnonzero(np.isin(group, rng.choice(6, size=int(rng.integers(1, 4)), replace=False)))
         r = rng.random()
-        if r < 0.08:
+        if r < 0.08 and part < 80:  # splits in the first half only: the second reuses the memo's pattern
             lk = lk[rng.random(lk.size) < 0.6]
         if not lk.size:
             continue
         s = np.full(lk.size, t - float(rng.integers(0, 3)) * 0.5)
         c = np.full(lk.size, float(rng.integers(1, 4)))
         nb = np.full(lk.size, float(rng.integers(0, 5)) * 1.5)
-        if r > 0.95:
+        if r > 0.95 and part < 80:
             nb[0] = -0.0 if nb[0] == 0.0 else nb[0] + 1.0
         if 0.9 < r <= 0.95:
             nb[:] = math.nan
         end: Any = t
+        if 0.7 < r <= 0.8:  # a coalesced collective's memo: the same link array (repeats) at every hit, shifted
+            lk = memo_lk
+            s = t + memo_a
+            c, nb = memo_c, memo_nb.copy()
+            hits += 1
+            if hits == 3:
+                nb[-1] += 0.5  # one link's interval differs at this hit
+            end = t + memo_b
         if 0.8 < r <= 0.9:  # every link twice in one part: first and second occurrences kept in order
             lk = np.concatenate([lk, lk])
             s = np.concatenate([s, s - 0.125])

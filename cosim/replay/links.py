@@ -73,6 +73,11 @@ def _piece(x: Any, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(x, dtype=float), (n,))
 
 
+_KEPT = 4096
+"""Link arrays whose occurrence groups and class pattern are kept (a coalesced collective's memo hands the same
+array at every hit)."""
+
+
 class _LinkClasses:
     """The links partitioned into classes of identical interval streams, refined as intervals are added.
 
@@ -92,9 +97,14 @@ class _LinkClasses:
         self.parent = np.array([-1], dtype=np.int64)
         """The class each class split from (-1 for the first)."""
         self.n = 1
+        self.version = 0
+        """Bumped at every split (while it holds, ``cls`` is unchanged)."""
         self._pos = np.full(max(n_links, 1), -1, dtype=np.int64)  # scratch: a position per link or class
         self._ar = np.arange(0, dtype=np.int64)  # scratch: 0, 1, ... (grown as needed)
         self._subs: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}  # id(link array) -> (it, occurrence groups)
+        self.memo: dict[int, tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]] = {}
+        """id(link array) -> (it, :attr:`version`, representative per interval, positions and classes recorded) of
+        a part with repeated links that met whole, uniform classes (:meth:`LinkUsage.add` reuses it)."""
 
     def _grow(self, k: int) -> np.ndarray:
         """``k`` new class ids (their size and parent are the caller's to set)."""
@@ -131,15 +141,15 @@ class _LinkClasses:
         by = np.argsort(rank, kind="stable")
         cuts = np.flatnonzero(np.diff(rank[by])) + 1
         subs = [o[g] for g in np.split(by, cuts)]
-        if len(self._subs) >= 64:
+        if len(self._subs) >= _KEPT:
             del self._subs[next(iter(self._subs))]
         self._subs[id(link)] = (link, subs)
         return subs
 
-    def refine(self, link: np.ndarray, vals: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def refine(self, link: np.ndarray, vals: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Refine by one part of distinct ``link`` whose intervals' array-valued columns are the rows of ``vals``
         (None when every column is one scalar): (the class of each interval to record, the positions of those
-        intervals in the part)."""
+        intervals in the part, and when no class split: each interval's representative among them)."""
         n = link.size
         cl = self.cls[link]
         if self._ar.size < n:
@@ -153,7 +163,7 @@ class _LinkClasses:
         head = np.flatnonzero(rep == ar)
         rc = cl[head]
         if int(self.size[rc].sum()) == n and (bits is None or bool((bits[:, rep] == bits).all())):
-            return rc, head  # every touched class whole and uniform: one interval each
+            return rc, head, rep  # every touched class whole and uniform: one interval each
         arrs = [] if bits is None else list(bits)
         o = np.argsort(cl, kind="stable")
         cs = cl[o]
@@ -172,6 +182,7 @@ class _LinkClasses:
         gsplit = split[np.searchsorted(rc, gcls)]
         gid = gcls.copy()
         if gsplit.any():
+            self.version += 1
             new = self._grow(int(gsplit.sum()))
             gid[gsplit] = new
             gsize = np.diff(np.r_[gstart, n])
@@ -190,7 +201,7 @@ class _LinkClasses:
             ent = np.repeat(gid, np.diff(np.r_[gstart, n]))  # the new class of each interval, in g's order
             pos = o[g]
             self.cls[link[pos]] = ent
-        return gid, o[g[gstart]]
+        return gid, o[g[gstart]], None
 
 
 class LinkUsage:
@@ -227,7 +238,8 @@ class LinkUsage:
         ``count_bytes=False`` records the interval only (its bytes are counted elsewhere). Recorded once per
         class of links whose streams are still identical (:class:`_LinkClasses`); callers hand over arrays they
         no longer change."""
-        link = np.asarray(link, dtype=np.int64).reshape(-1)
+        if not (isinstance(link, np.ndarray) and link.dtype == np.int64 and link.ndim == 1):
+            link = np.asarray(link, dtype=np.int64).reshape(-1)  # (else the caller's array itself: see _KEPT)
         n = link.size
         if not n:
             return
@@ -248,21 +260,47 @@ class LinkUsage:
                 which.append(-1)
             scal.append(math.nan if which[-1] >= 0 else float(x))
         vals = np.stack(arrs) if arrs else None
-        subs = self.classes.occurrences(link)
+        C = self.classes
+        hit = C.memo.get(id(link))
+        if hit is not None and hit[0] is link and hit[1] == C.version and \
+                (vals is None or bool((vals.view(np.int64)[:, hit[2]] == vals.view(np.int64)).all())):
+            # the same link array as a part that met whole, uniform classes, no split since, and every interval
+            # equal to its representative's then: the same classes, one interval each
+            self._record(hit[4], hit[3], vals, which, scal, source)
+            return
+        subs = C.occurrences(link)
+        v0 = C.version
+        reps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         for sel in ([None] if subs is None else subs):
             lk = link if sel is None else link[sel]
             v = vals if sel is None or vals is None else vals[:, sel]
-            cid, pos = self.classes.refine(lk, v)
-            k = cid.size
-            m = self._m
-            if m + k > self._buf[0].size:
-                cap = max(m + k, 2 * self._buf[0].size)
-                self._buf = [np.concatenate([b, np.zeros(cap - b.size, dtype=b.dtype)]) for b in self._buf]
-            self._buf[0][m : m + k] = cid
-            for i, w in enumerate(which):
-                self._buf[i + 1][m : m + k] = scal[i] if w < 0 or v is None else v[w, pos]
-            self._buf[5][m : m + k] = source
-            self._m = m + k
+            cid, pos, rp = C.refine(lk, v)
+            self._record(cid, pos, v, which, scal, source)
+            if sel is not None and rp is not None:
+                reps.append((sel, sel[rp], cid, sel[pos]))
+        if subs is not None and C.version == v0 and len(reps) == len(subs):
+            r = np.empty(n, dtype=np.int64)
+            for sel, rs, _c, _p in reps:
+                r[sel] = rs
+            if len(C.memo) >= _KEPT:
+                del C.memo[next(iter(C.memo))]
+            C.memo[id(link)] = (link, v0, r, np.concatenate([x[3] for x in reps]),
+                                np.concatenate([x[2] for x in reps]))
+
+    def _record(self, cid: np.ndarray, pos: np.ndarray, v: np.ndarray | None, which: list[int], scal: list[float],
+                source: int) -> None:
+        """Append intervals of classes ``cid``: rows ``pos`` of the part's array columns ``v`` (``which``: each
+        column's row, -1 for the scalar in ``scal``)."""
+        k = cid.size
+        m = self._m
+        if m + k > self._buf[0].size:
+            cap = max(m + k, 2 * self._buf[0].size)
+            self._buf = [np.concatenate([b, np.zeros(cap - b.size, dtype=b.dtype)]) for b in self._buf]
+        self._buf[0][m : m + k] = cid
+        for i, w in enumerate(which):
+            self._buf[i + 1][m : m + k] = scal[i] if w < 0 or v is None else v[w, pos]
+        self._buf[5][m : m + k] = source
+        self._m = m + k
         self._compiled = None
         self._full = None
 
