@@ -162,7 +162,7 @@ class _LinkClasses:
         rep = self._pos[cl]
         head = np.flatnonzero(rep == ar)
         rc = cl[head]
-        if int(self.size[rc].sum()) == n and (bits is None or bool((bits[:, rep] == bits).all())):
+        if int(self.size[rc].sum()) == n and (bits is None or bool((bits.take(rep, axis=1) == bits).all())):
             return rc, head, rep  # every touched class whole and uniform: one interval each
         arrs = [] if bits is None else list(bits)
         o = np.argsort(cl, kind="stable")
@@ -253,17 +253,20 @@ class LinkUsage:
         which: list[int] = []  # per column: its row in ``vals``, or -1 for a scalar
         scal: list[float] = []
         for x in (start, end, count, nbytes):
-            if not isinstance(x, (float, int)) and np.ndim(x):
+            if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (n,):
+                which.append(len(arrs))
+                arrs.append(x)
+            elif not isinstance(x, (float, int)) and np.ndim(x):
                 which.append(len(arrs))
                 arrs.append(_piece(x, n))
             else:
                 which.append(-1)
             scal.append(math.nan if which[-1] >= 0 else float(x))
-        vals = np.stack(arrs) if arrs else None
+        vals = np.vstack(arrs) if arrs else None
         C = self.classes
         hit = C.memo.get(id(link))
         if hit is not None and hit[0] is link and hit[1] == C.version and \
-                (vals is None or bool((vals.view(np.int64)[:, hit[2]] == vals.view(np.int64)).all())):
+                (vals is None or bool((vals.view(np.int64).take(hit[2], axis=1) == vals.view(np.int64)).all())):
             # the same link array as a part that met whole, uniform classes, no split since, and every interval
             # equal to its representative's then: the same classes, one interval each
             self._record(hit[4], hit[3], vals, which, scal, source)
