@@ -219,7 +219,9 @@ class LinkUsage:
         self.total_bytes = np.zeros(len(self.links))
         """Bytes per link (wire bytes of collectives + memcpy bytes)."""
         self.memcpy_bytes = np.zeros(len(self.links))
-        self.classes = _LinkClasses(len(self.links))
+        self._classes = _LinkClasses(len(self.links))
+        self._pend: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]] = []  # distinct links
+        self._pend_n = 0
         self._buf: list[np.ndarray] = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
         """(class, start, end, count, bytes, source) of the recorded intervals (the first :attr:`_m`), in order."""
         self._m = 0
@@ -262,12 +264,17 @@ class LinkUsage:
             else:
                 which.append(-1)
             scal.append(math.nan if which[-1] >= 0 else float(x))
-        vals = np.vstack(arrs) if arrs else None
-        C = self.classes
         if n < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct links
-            cid, pos, _rp = C.refine(link, vals)
-            self._record(cid, pos, vals, which, scal, source)
+            self._pend.append((link, arrs, which, scal, source))
+            self._pend_n += n
+            self._compiled = None
+            self._full = None
+            if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
+                self._flush()
             return
+        self._flush()
+        vals = np.vstack(arrs) if arrs else None
+        C = self._classes
         hit = C.memo.get(id(link))
         if hit is not None and hit[0] is link and hit[1] == C.version and \
                 (vals is None or bool((vals.view(np.int64).take(hit[2], axis=1) == vals.view(np.int64)).all())):
@@ -294,8 +301,81 @@ class LinkUsage:
             C.memo[id(link)] = (link, v0, r, np.concatenate([x[3] for x in reps]),
                                 np.concatenate([x[2] for x in reps]))
 
+    _BATCH_PARTS = 256
+    _BATCH_INTERVALS = 1 << 18
+    """Parts of distinct links refined together (:meth:`_flush`): at most this many, or this many intervals."""
+
+    @property
+    def classes(self) -> _LinkClasses:
+        """The links' classes, with every part added so far refined in."""
+        self._flush()
+        return self._classes
+
+    def _flush(self) -> None:
+        """Refine by the waiting parts of distinct links, in order, as :meth:`_LinkClasses.refine` of each would:
+        while no class splits, a part's touched classes are whole and its intervals equal their representatives'
+        for every part of the batch at once (O(intervals) numpy over the batch); from the first part that fails,
+        that part alone (it splits a class), then the rest again."""
+        pend, self._pend, self._pend_n = self._pend, [], 0
+        i = 0
+        size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs)
+        while i < len(pend):
+            batch = pend[i : i + size]
+            f = self._batch(batch)
+            i += f
+            failed = f < len(batch)
+            size = 1 if failed else min(2 * size, len(pend))
+            if failed:
+                link, arrs, which, scal, source = pend[i]
+                vals = np.vstack(arrs) if arrs else None
+                cid, pos, _rp = self._classes.refine(link, vals)
+                self._record(cid, pos, vals, which, scal, source)
+                i += 1
+
+    def _batch(self, parts: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]) -> int:
+        """Record the longest prefix of ``parts`` (distinct links each) that meets whole, uniform classes: one
+        interval per touched class and part, in order. Returns the prefix's length."""
+        C = self._classes
+        m = len(parts)
+        ns = np.fromiter((p[0].size for p in parts), dtype=np.int64, count=m)
+        link = np.concatenate([p[0] for p in parts])
+        E = link.size
+        cols = []
+        same = []  # columns scalar in every part: equal within a part, nothing to compare
+        for j in range(4):
+            ws = [p[2][j] for p in parts]
+            same.append(max(ws) < 0)
+            if same[-1]:
+                cols.append(np.repeat(np.asarray([p[3][j] for p in parts]), ns))
+            elif min(ws) >= 0:
+                cols.append(np.concatenate([p[1][w] for p, w in zip(parts, ws)]))
+            else:
+                cols.append(np.concatenate([p[1][w] if w >= 0 else np.full(n, p[3][j])
+                                            for p, w, n in zip(parts, ws, ns.tolist())]))
+        pid = np.repeat(np.arange(m, dtype=np.int64), ns)
+        cl = C.cls[link]
+        key = pid * C.n + cl
+        scratch = np.empty(m * C.n, dtype=np.int64)
+        ar = np.arange(E, dtype=np.int64)
+        scratch[key] = ar
+        rep = scratch[key]
+        head = np.flatnonzero(rep == ar)
+        whole = np.bincount(pid[head], weights=C.size[cl[head]], minlength=m) == ns
+        bad = np.zeros(E, dtype=bool)
+        for c, s in zip(cols, same):
+            if not s:
+                b = c.view(np.int64)
+                bad |= b.take(rep) != b
+        ok = whole & (np.bincount(pid, weights=bad, minlength=m) == 0)
+        f = int(np.argmin(ok)) if not ok.all() else m
+        h = head[pid[head] < f]
+        if h.size:
+            src = np.fromiter((p[4] for p in parts), dtype=np.int8, count=m)[pid[h]]
+            self._record(cl[h], np.arange(h.size), np.vstack([c[h] for c in cols]), [0, 1, 2, 3], [math.nan] * 4, src)
+        return f
+
     def _record(self, cid: np.ndarray, pos: np.ndarray, v: np.ndarray | None, which: list[int], scal: list[float],
-                source: int) -> None:
+                source: int | np.ndarray) -> None:
         """Append intervals of classes ``cid``: rows ``pos`` of the part's array columns ``v`` (``which``: each
         column's row, -1 for the scalar in ``scal``)."""
         k = cid.size
