@@ -73,11 +73,144 @@ def _piece(x: Any, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(x, dtype=float), (n,))
 
 
+_KEPT = 4096
+"""Link arrays whose occurrence groups and class pattern are kept (a coalesced collective's memo hands the same
+array at every hit)."""
+
+
+class _LinkClasses:
+    """The links partitioned into classes of identical interval streams, refined as intervals are added.
+
+    Two links are in one class while every part added so far either holds both with the same (start, end,
+    count, bytes, source), bit for bit, in the same order, or neither: then every figure of the link report
+    (busy time, peak, windowed bytes: the same terms in the same order) is the same for both, and the
+    intervals are recorded once per class. A class that a part splits is frozen: its members move to new
+    classes (one per distinct interval, one for the members the part does not hold) whose streams continue
+    its own (``parent``). Per part of k intervals: O(k log k) numpy (a stable sort by class); a split adds
+    O(links) (the relabelling)."""
+
+    def __init__(self, n_links: int) -> None:
+        self.cls = np.zeros(n_links, dtype=np.int64)
+        """Current class per link."""
+        self.size = np.array([n_links], dtype=np.int64)
+        """Links per class (0 once frozen)."""
+        self.parent = np.array([-1], dtype=np.int64)
+        """The class each class split from (-1 for the first)."""
+        self.n = 1
+        self.version = 0
+        """Bumped at every split (while it holds, ``cls`` is unchanged)."""
+        self._pos = np.full(max(n_links, 1), -1, dtype=np.int64)  # scratch: a position per link or class
+        self._ar = np.arange(0, dtype=np.int64)  # scratch: 0, 1, ... (grown as needed)
+        self._subs: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}  # id(link array) -> (it, occurrence groups)
+        self.memo: dict[int, tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]] = {}
+        """id(link array) -> (it, :attr:`version`, representative per interval, positions and classes recorded) of
+        a part with repeated links that met whole, uniform classes (:meth:`LinkUsage.add` reuses it)."""
+
+    def _grow(self, k: int) -> np.ndarray:
+        """``k`` new class ids (their size and parent are the caller's to set)."""
+        n = self.n + k
+        if n > self.size.size:
+            cap = max(n, 2 * self.size.size)
+            self.size = np.concatenate([self.size, np.zeros(cap - self.size.size, dtype=np.int64)])
+            self.parent = np.concatenate([self.parent, np.full(cap - self.parent.size, -1, dtype=np.int64)])
+        ids = np.arange(self.n, n, dtype=np.int64)
+        self.n = n
+        if n > self._pos.size:
+            self._pos = np.full(2 * n, -1, dtype=np.int64)
+        return ids
+
+    def occurrences(self, link: np.ndarray) -> list[np.ndarray] | None:
+        """None when no link repeats in ``link``; else the positions of each link's first, second, ...
+        occurrence (a link's intervals keep their order). Kept per array object for the last few (a coalesced
+        collective's memo hands the same link array at every hit)."""
+        if link.size < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct
+            return None
+        hit = self._subs.get(id(link))
+        if hit is not None and hit[0] is link:
+            return hit[1]
+        n = link.size
+        ar = np.arange(n, dtype=np.int64)
+        self._pos[link] = ar
+        if bool((self._pos[link] == ar).all()):
+            return None
+        o = np.argsort(link, kind="stable")
+        ls = link[o]
+        head = np.r_[True, ls[1:] != ls[:-1]]
+        first = np.maximum.accumulate(np.where(head, ar, 0))
+        rank = ar - first
+        by = np.argsort(rank, kind="stable")
+        cuts = np.flatnonzero(np.diff(rank[by])) + 1
+        subs = [o[g] for g in np.split(by, cuts)]
+        if len(self._subs) >= _KEPT:
+            del self._subs[next(iter(self._subs))]
+        self._subs[id(link)] = (link, subs)
+        return subs
+
+    def refine(self, link: np.ndarray, vals: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Refine by one part of distinct ``link`` whose intervals' array-valued columns are the rows of ``vals``
+        (None when every column is one scalar): (the class of each interval to record, the positions of those
+        intervals in the part, and when no class split: each interval's representative among them)."""
+        n = link.size
+        cl = self.cls[link]
+        if self._ar.size < n:
+            self._ar = np.arange(max(n, 2 * self._ar.size), dtype=np.int64)
+        ar = self._ar[:n]
+        bits = None if vals is None else vals.view(np.int64)
+        # fast path: a representative interval per touched class (the last written); the touched classes' sizes
+        # summing to n (each link once: every member present) and every interval equal to its representative's
+        self._pos[cl] = ar
+        rep = self._pos[cl]
+        head = np.flatnonzero(rep == ar)
+        rc = cl[head]
+        if int(self.size[rc].sum()) == n and (bits is None or bool((bits.take(rep, axis=1) == bits).all())):
+            return rc, head, rep  # every touched class whole and uniform: one interval each
+        arrs = [] if bits is None else list(bits)
+        o = np.argsort(cl, kind="stable")
+        cs = cl[o]
+        head = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+        runlen = np.diff(np.r_[head, n])
+        arrs = [a[o] for a in arrs]
+        rc = cs[head]
+        # groups of equal (class, values)
+        g = np.lexsort((*arrs[::-1], cs)) if arrs else np.arange(n)
+        key = [cs[g], *(a[g] for a in arrs)]
+        gh = np.r_[True, np.logical_or.reduce([k[1:] != k[:-1] for k in key])]
+        gstart = np.flatnonzero(gh)
+        gcls = key[0][gstart]
+        ng = np.bincount(np.searchsorted(rc, gcls), minlength=rc.size)  # groups per touched class
+        split = (ng > 1) | (runlen != self.size[rc])
+        gsplit = split[np.searchsorted(rc, gcls)]
+        gid = gcls.copy()
+        if gsplit.any():
+            self.version += 1
+            new = self._grow(int(gsplit.sum()))
+            gid[gsplit] = new
+            gsize = np.diff(np.r_[gstart, n])
+            self.size[new] = gsize[gsplit]
+            self.parent[new] = gcls[gsplit]
+            sc = rc[split]
+            rest = self.size[sc] - runlen[split]
+            if (rest > 0).any():
+                rid = self._grow(int((rest > 0).sum()))
+                m = np.arange(self.n, dtype=np.int64)
+                m[sc[rest > 0]] = rid
+                self.size[rid] = rest[rest > 0]
+                self.parent[rid] = sc[rest > 0]
+                self.cls = m[self.cls]
+            self.size[sc] = 0
+            ent = np.repeat(gid, np.diff(np.r_[gstart, n]))  # the new class of each interval, in g's order
+            pos = o[g]
+            self.cls[link[pos]] = ent
+        return gid, o[g[gstart]], None
+
+
 class LinkUsage:
     """Traffic intervals per directed link: (start, end, concurrent transfers, bytes, source).
 
     ``links`` and ``capacity`` are the fabric's (edge order, bytes/s). Bytes of an
-    interval are spread evenly over it (for windowed figures)."""
+    interval are spread evenly over it (for windowed figures). The intervals are recorded once per class of
+    links with identical streams (:class:`_LinkClasses`: the NIC links of equivalent GPUs, the rails of a
+    leaf); every figure is computed per class and read out per link."""
 
     def __init__(self, links: Sequence[tuple[str, str]], capacity: np.ndarray) -> None:
         self.links = list(links)
@@ -86,11 +219,17 @@ class LinkUsage:
         self.total_bytes = np.zeros(len(self.links))
         """Bytes per link (wire bytes of collectives + memcpy bytes)."""
         self.memcpy_bytes = np.zeros(len(self.links))
-        self._parts: list[tuple[Any, ...]] = []  # (link, start, end, count, bytes, source) as added
-        self._parts_sorted: tuple[np.ndarray, ...] = ()  # the columns of the last :meth:`_data`
-        self._window_state: tuple[bool, np.ndarray] | None = None  # (all ends finite, special intervals)
-        self._compiled: tuple[np.ndarray, ...] | None = None
-        self._prev: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, :meth:`_prev_ends`)
+        self._classes = _LinkClasses(len(self.links))
+        self._pend: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]] = []  # distinct links
+        self._pend_n = 0
+        self._buf: list[np.ndarray] = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
+        """(class, start, end, count, bytes, source) of the recorded intervals (the first :attr:`_m`), in order."""
+        self._m = 0
+        self._window_state: tuple[np.ndarray, tuple[bool, np.ndarray]] | None = None  # (data[0], state)
+        self._compiled: tuple[np.ndarray, ...] | None = None  # per class: see :meth:`_cdata`
+        self._fmap = np.zeros(len(self.links), dtype=np.int64)  # link -> row of :meth:`_cdata`'s classes
+        self._full: tuple[np.ndarray, ...] | None = None  # :meth:`_data`
+        self._prev: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, :meth:`_prev_of`)
         self._busy_all: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, unclipped busy)
         self._hull: tuple[tuple[np.ndarray, ...], float, float] | None = None  # (data, first start, last end)
 
@@ -98,11 +237,11 @@ class LinkUsage:
             count_bytes: bool = True) -> None:
         """Intervals on ``link[k]`` over [start[k], end[k]) with ``count[k]`` transfers moving ``nbytes[k]``.
 
-        ``count_bytes=False`` records the interval only (its bytes are counted elsewhere). The arrays are kept as
-        given until :meth:`_data` concatenates them (one call per column for all the parts, scalars broadcast
-        there): callers hand over arrays they no longer change (the fabric's observer makes fresh ones; a
-        coalesced collective's memo hands the same read-only arrays at every hit)."""
-        link = np.asarray(link, dtype=np.int64).reshape(-1)
+        ``count_bytes=False`` records the interval only (its bytes are counted elsewhere). Recorded once per
+        class of links whose streams are still identical (:class:`_LinkClasses`); callers hand over arrays they
+        no longer change."""
+        if not (isinstance(link, np.ndarray) and link.dtype == np.int64 and link.ndim == 1):
+            link = np.asarray(link, dtype=np.int64).reshape(-1)  # (else the caller's array itself: see _KEPT)
         n = link.size
         if not n:
             return
@@ -112,59 +251,213 @@ class LinkUsage:
             if source == MEMCPY:
                 np.add.at(self.memcpy_bytes, link, b)
             nbytes = b
-        self._parts.append((link, start, end, count, nbytes, source))
+        arrs: list[np.ndarray] = []
+        which: list[int] = []  # per column: its row in ``vals``, or -1 for a scalar
+        scal: list[float] = []
+        for x in (start, end, count, nbytes):
+            if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (n,):
+                which.append(len(arrs))
+                arrs.append(x)
+            elif not isinstance(x, (float, int)) and np.ndim(x):
+                which.append(len(arrs))
+                arrs.append(_piece(x, n))
+            else:
+                which.append(-1)
+            scal.append(math.nan if which[-1] >= 0 else float(x))
+        if n < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct links
+            self._pend.append((link, arrs, which, scal, source))
+            self._pend_n += n
+            self._compiled = None
+            self._full = None
+            if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
+                self._flush()
+            return
+        self._flush()
+        vals = np.vstack(arrs) if arrs else None
+        C = self._classes
+        hit = C.memo.get(id(link))
+        if hit is not None and hit[0] is link and hit[1] == C.version and \
+                (vals is None or bool((vals.view(np.int64).take(hit[2], axis=1) == vals.view(np.int64)).all())):
+            # the same link array as a part that met whole, uniform classes, no split since, and every interval
+            # equal to its representative's then: the same classes, one interval each
+            self._record(hit[4], hit[3], vals, which, scal, source)
+            return
+        subs = C.occurrences(link)
+        v0 = C.version
+        reps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        for sel in ([None] if subs is None else subs):
+            lk = link if sel is None else link[sel]
+            v = vals if sel is None or vals is None else vals[:, sel]
+            cid, pos, rp = C.refine(lk, v)
+            self._record(cid, pos, v, which, scal, source)
+            if sel is not None and rp is not None:
+                reps.append((sel, sel[rp], cid, sel[pos]))
+        if subs is not None and C.version == v0 and len(reps) == len(subs):
+            r = np.empty(n, dtype=np.int64)
+            for sel, rs, _c, _p in reps:
+                r[sel] = rs
+            if len(C.memo) >= _KEPT:
+                del C.memo[next(iter(C.memo))]
+            C.memo[id(link)] = (link, v0, r, np.concatenate([x[3] for x in reps]),
+                                np.concatenate([x[2] for x in reps]))
+
+    _BATCH_PARTS = 256
+    _BATCH_INTERVALS = 1 << 18
+    """Parts of distinct links refined together (:meth:`_flush`): at most this many, or this many intervals."""
+
+    @property
+    def classes(self) -> _LinkClasses:
+        """The links' classes, with every part added so far refined in."""
+        self._flush()
+        return self._classes
+
+    def _flush(self) -> None:
+        """Refine by the waiting parts of distinct links, in order, as :meth:`_LinkClasses.refine` of each would:
+        while no class splits, a part's touched classes are whole and its intervals equal their representatives'
+        for every part of the batch at once (O(intervals) numpy over the batch); from the first part that fails,
+        that part alone (it splits a class), then the rest again."""
+        pend, self._pend, self._pend_n = self._pend, [], 0
+        i = 0
+        size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs)
+        while i < len(pend):
+            batch = pend[i : i + size]
+            f = self._batch(batch)
+            i += f
+            failed = f < len(batch)
+            size = 1 if failed else min(2 * size, len(pend))
+            if failed:
+                link, arrs, which, scal, source = pend[i]
+                vals = np.vstack(arrs) if arrs else None
+                cid, pos, _rp = self._classes.refine(link, vals)
+                self._record(cid, pos, vals, which, scal, source)
+                i += 1
+
+    def _batch(self, parts: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]) -> int:
+        """Record the longest prefix of ``parts`` (distinct links each) that meets whole, uniform classes: one
+        interval per touched class and part, in order. Returns the prefix's length."""
+        C = self._classes
+        m = len(parts)
+        ns = np.fromiter((p[0].size for p in parts), dtype=np.int64, count=m)
+        link = np.concatenate([p[0] for p in parts])
+        E = link.size
+        cols = []
+        same = []  # columns scalar in every part: equal within a part, nothing to compare
+        for j in range(4):
+            ws = [p[2][j] for p in parts]
+            same.append(max(ws) < 0)
+            if same[-1]:
+                cols.append(np.repeat(np.asarray([p[3][j] for p in parts]), ns))
+            elif min(ws) >= 0:
+                cols.append(np.concatenate([p[1][w] for p, w in zip(parts, ws)]))
+            else:
+                cols.append(np.concatenate([p[1][w] if w >= 0 else np.full(n, p[3][j])
+                                            for p, w, n in zip(parts, ws, ns.tolist())]))
+        pid = np.repeat(np.arange(m, dtype=np.int64), ns)
+        cl = C.cls[link]
+        key = pid * C.n + cl
+        scratch = np.empty(m * C.n, dtype=np.int64)
+        ar = np.arange(E, dtype=np.int64)
+        scratch[key] = ar
+        rep = scratch[key]
+        head = np.flatnonzero(rep == ar)
+        whole = np.bincount(pid[head], weights=C.size[cl[head]], minlength=m) == ns
+        bad = np.zeros(E, dtype=bool)
+        for c, s in zip(cols, same):
+            if not s:
+                b = c.view(np.int64)
+                bad |= b.take(rep) != b
+        ok = whole & (np.bincount(pid, weights=bad, minlength=m) == 0)
+        f = int(np.argmin(ok)) if not ok.all() else m
+        h = head[pid[head] < f]
+        if h.size:
+            src = np.fromiter((p[4] for p in parts), dtype=np.int8, count=m)[pid[h]]
+            self._record(cl[h], np.arange(h.size), np.vstack([c[h] for c in cols]), [0, 1, 2, 3], [math.nan] * 4, src)
+        return f
+
+    def _record(self, cid: np.ndarray, pos: np.ndarray, v: np.ndarray | None, which: list[int], scal: list[float],
+                source: int | np.ndarray) -> None:
+        """Append intervals of classes ``cid``: rows ``pos`` of the part's array columns ``v`` (``which``: each
+        column's row, -1 for the scalar in ``scal``)."""
+        k = cid.size
+        m = self._m
+        if m + k > self._buf[0].size:
+            cap = max(m + k, 2 * self._buf[0].size)
+            self._buf = [np.concatenate([b, np.zeros(cap - b.size, dtype=b.dtype)]) for b in self._buf]
+        self._buf[0][m : m + k] = cid
+        vp = None if v is None else v.take(pos, axis=1)
+        for i, w in enumerate(which):
+            self._buf[i + 1][m : m + k] = scal[i] if w < 0 or vp is None else vp[w]
+        self._buf[5][m : m + k] = source
+        self._m = m + k
         self._compiled = None
+        self._full = None
 
     def _columns(self) -> list[np.ndarray]:
-        """The parts added since the last :meth:`_data` as (link, start, end, count, bytes, source) columns, in the
-        order added (the parts are released as they are read)."""
-        parts, self._parts = self._parts, []
-        if not parts:
-            return [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
-        ns = [len(p[0]) for p in parts]
-        src = np.asarray([int(p[5]) for p in parts], dtype=np.int8)
-        pieces = [[p[i] for p in parts] for i in range(5)]
-        del parts  # (each column's pieces are released once it is built: peak memory ~one column above the parts)
-        cols: list[np.ndarray] = []
-        for i in range(5):
-            col = pieces[i]
-            pieces[i] = []
-            cols.append(np.concatenate(col if i == 0 else [_piece(x, n) for x, n in zip(col, ns)]))
-            del col
-        cols.append(np.repeat(src, ns))
-        return cols
+        """Every recorded interval as (class, start, end, count, bytes, source) columns, in the order recorded."""
+        return [b[: self._m] for b in self._buf]
 
-    def _data(self) -> tuple[np.ndarray, ...]:
-        """(link, start, end, count, bytes, source, offsets) sorted by link then start (ties in the order added)."""
+    def _cdata(self) -> tuple[np.ndarray, ...]:
+        """Per class of identical links (rows: ``self._fmap[link]``): (class row, start, end, count, bytes,
+        source, offsets) sorted by class row then start, ties in the order added: each class's stream is its
+        ancestors' intervals then its own (:class:`_LinkClasses`), so a row's intervals are, in order, those of
+        every link of the class."""
         if self._compiled is None:
-            cols = self._columns()
-            if len(self._parts_sorted):
-                cols = [np.concatenate([a, b]) for a, b in zip(self._parts_sorted, cols)]
-            # the link key as 16-bit ints where the links allow: numpy sorts those by radix (the same stable
-            # permutation as the int64 key's merge sort, ~0.3 s less on 20M intervals)
-            key = cols[0].astype(np.uint16) if len(self.links) <= 1 << 16 else cols[0]
+            C = self.classes
+            cid, *vals = self._columns()
+            final, fmap = np.unique(C.cls, return_inverse=True)
+            self._fmap = fmap.astype(np.int64).reshape(-1)
+            by = np.argsort(cid, kind="stable")
+            coff = np.zeros(C.n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(cid, minlength=C.n), out=coff[1:])
+            par = C.parent[: C.n].tolist()
+            coffl = coff.tolist()
+            pieces: list[np.ndarray] = []
+            rows: list[int] = []
+            for f, c in enumerate(final.tolist()):
+                chain = []
+                while c >= 0:
+                    if coffl[c + 1] > coffl[c]:
+                        chain.append(by[coffl[c] : coffl[c + 1]])
+                    c = par[c]
+                for p in chain[::-1]:
+                    pieces.append(p)
+                    rows.append(f)
+            nf = final.size
+            if pieces:
+                idx = np.concatenate(pieces)
+                row = np.repeat(np.asarray(rows, dtype=np.int64), [p.size for p in pieces])
+            else:
+                idx, row = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            cols = [row, *(v[idx] for v in vals)]
+            # the row key as 16-bit ints where the rows allow: numpy sorts those by radix (the same stable
+            # permutation as the int64 key's merge sort)
+            key = row.astype(np.uint16) if nf <= 1 << 16 else row
             o = np.lexsort((cols[1], key))
-            del key
-            cnt = np.bincount(cols[0], minlength=len(self.links))
             if o.size and not (o[1:] > o[:-1]).all():
-                # the links from the counts (no gather); the other columns gathered in turn into the buffer the
-                # previous column freed (a fresh 8-byte column of ~25M intervals costs more in page faults than
-                # the gather itself)
-                cols[0] = np.repeat(np.arange(len(self.links), dtype=np.int64), cnt)
-                buf = np.empty(len(o))
-                for i in range(1, 5):
-                    x = cols[i]
-                    np.take(x, o, out=buf)
-                    cols[i], buf = buf, x
-                del buf, x
-                cols[5] = cols[5][o]
-            del o
-            off = np.zeros(len(self.links) + 1, dtype=np.int64)
+                cols = [c[o] for c in cols]
+            cnt = np.bincount(cols[0], minlength=nf)
+            off = np.zeros(nf + 1, dtype=np.int64)
             np.cumsum(cnt, out=off[1:])
-            self._parts_sorted = tuple(cols)
             self._compiled = (*cols, off)
             self._window_state = None
         return self._compiled
+
+    def _data(self) -> tuple[np.ndarray, ...]:
+        """(link, start, end, count, bytes, source, offsets) of every link, sorted by link then start (ties in the
+        order added): :meth:`_cdata` expanded per link (O(intervals of every link); the figures do not need it)."""
+        cd = self._cdata()
+        if self._full is None:
+            off = cd[-1]
+            fm = self._fmap
+            cnt = np.diff(off)[fm]
+            idx = np.concatenate([np.arange(off[f], off[f + 1]) for f in fm.tolist()]) if fm.size \
+                else np.zeros(0, dtype=np.int64)
+            idx = idx.astype(np.int64)
+            lk = np.repeat(np.arange(len(self.links), dtype=np.int64), cnt)
+            loff = np.zeros(len(self.links) + 1, dtype=np.int64)
+            np.cumsum(cnt, out=loff[1:])
+            self._full = (lk, *(c[idx] for c in cd[1:6]), loff)
+        return self._full
 
     def used(self) -> np.ndarray:
         """Indices of links that carried bytes."""
@@ -192,50 +485,51 @@ class LinkUsage:
 
         Vectorized over all links at once: intervals are sorted by link then start, so the union's length is
         the sum of ``max(0, e_i - max(s_i, M_{i-1}))`` with ``M`` the running maximum of the ends within the
-        link (:meth:`_prev_ends`, computed once). O(intervals) per window after :meth:`_data`'s sort, in chunks
-        of whole links."""
-        data = self._data()
+        link (:meth:`_prev_of`, computed once). O(intervals of the classes) per window after :meth:`_cdata`'s
+        sort, in chunks of whole classes; a link's figure is its class's (the same terms in the same order)."""
+        data = self._cdata()
         lk_all, s_all, e_all, *_rest, off = data
+        nf = len(off) - 1
         whole = self._covers(a, b)  # no clipping: clip to a window holding every interval is the identity
         if whole and self._busy_all is not None and self._busy_all[0] is data:
-            return self._busy_all[1].copy()
-        prev_all = self._prev_ends()
-        out = np.zeros(len(self.links))
+            return self._busy_all[1][self._fmap]
+        prev_all = self._prev_of(data)
+        out = np.zeros(nf)
         if not whole and self._windows()[0]:
             # only intervals crossing the window add a non-zero term (the others' is max(<= 0, 0) = 0.0): the same
             # terms in the same order, so the same sums bit for bit (x + 0.0 == x)
             k = np.flatnonzero((s_all < b) & (e_all > a))
             ss, ee, pm = np.clip(s_all[k], a, b), np.clip(e_all[k], a, b), np.clip(prev_all[k], a, b)
-            out += np.bincount(lk_all[k], weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
-            return out
+            out += np.bincount(lk_all[k], weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=nf)
+            return out[self._fmap]
         for i, j in self._chunks(off):
             lk, s, e, prev = lk_all[i:j], s_all[i:j], e_all[i:j], prev_all[i:j]
             ss, ee, pm = (s, e, prev) if whole else (np.clip(s, a, b), np.clip(e, a, b), np.clip(prev, a, b))
-            out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=len(self.links))
+            out += np.bincount(lk, weights=np.maximum(ee - np.maximum(ss, pm), 0.0), minlength=nf)
         if whole:
-            self._busy_all = (data, out.copy())
-        return out
+            self._busy_all = (data, out)
+        return out[self._fmap]
 
     def _windows(self) -> tuple[bool, np.ndarray]:
         """(whether every start and end is finite, the intervals that are empty or reversed or whose bytes are not
-        finite), once per :meth:`_data`: the windowed figures (:meth:`busy`, :meth:`bytes_in`) then look only at the
-        intervals that cross the window, plus these."""
-        data = self._data()
-        if self._window_state is None:
+        finite), once per :meth:`_cdata`: the windowed figures (:meth:`busy`, :meth:`bytes_in`) then look only at
+        the intervals that cross the window, plus these."""
+        data = self._cdata()
+        if self._window_state is None or self._window_state[0] is not data[0]:
             _lk, s, e, _c, nb, *_ = data
             finite = bool(np.isfinite(s).all() and np.isfinite(e).all())
             with np.errstate(invalid="ignore"):
                 sp = np.flatnonzero(~(e - s > 0) | ~np.isfinite(nb))
-            self._window_state = (finite, sp)
-        return self._window_state
+            self._window_state = (data[0], (finite, sp))
+        return self._window_state[1]
 
     def _covers(self, a: float, b: float) -> bool:
         """Whether [a, b] holds every interval (then clipping to it changes nothing: ``max(s, a) = s`` for every
         start, and a link's first interval's ``max(s, clip(-inf)) = max(s, a) = s``), from the extreme start and end
-        (computed once per :meth:`_data`)."""
+        (computed once per :meth:`_cdata`)."""
         if a == -math.inf and b == math.inf:
             return True
-        data = self._data()
+        data = self._cdata()
         if self._hull is None or self._hull[0] is not data:
             s, e = data[1], data[2]
             self._hull = (data, float(s.min()) if s.size else math.inf, float(e.max()) if e.size else -math.inf)
@@ -246,25 +540,36 @@ class LinkUsage:
         link's first): a running maximum per link (O(intervals), one Python iteration per link with two or more
         intervals), kept until intervals are added.
         Clipping to a window is monotone, so the window's running maximum is this one clipped (:meth:`busy`)."""
-        data = self._data()
+        return self._running_max(self._data())
+
+    def _prev_of(self, data: tuple[np.ndarray, ...]) -> np.ndarray:
+        """:meth:`_prev_ends` of :meth:`_cdata`'s ``data`` (per class), kept until intervals are added."""
         if self._prev is not None and self._prev[0] is data:
             return self._prev[1]
+        out = self._running_max(data)
+        self._prev = (data, out)
+        return out
+
+    @staticmethod
+    def _running_max(data: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Per interval of ``data`` (sorted by link or class then start), the latest end before it in its
+        link or class (-inf for the first)."""
         _lk, _s, e_all, *_rest, off = data
         out = np.full(len(e_all), -math.inf)
         offl = off.tolist()
         for k in np.flatnonzero(np.diff(off) > 1).tolist():
             i, j = offl[k], offl[k + 1]
             np.maximum.accumulate(e_all[i : j - 1], out=out[i + 1 : j])
-        self._prev = (data, out)
         return out
 
     def bytes_in(self, a: float, b: float) -> np.ndarray:
         """Bytes per link moved within [a, b] (each interval's bytes spread evenly over it): O(intervals), the
         fraction computed only for intervals that cross an end of the window (the rest count 0 or all their bytes)."""
-        lk, s, e, _c, nb, *_ = self._data()
+        lk, s, e, _c, nb, *_, off = self._cdata()
+        nf = len(off) - 1
         if self._covers(a, b) and self._hull is not None and math.isfinite(self._hull[1]) \
                 and math.isfinite(self._hull[2]):  # every fraction is 1: (e - s) / (e - s), or an empty interval in [a, b]
-            return np.bincount(lk, weights=nb, minlength=len(self.links))
+            return np.bincount(lk, weights=nb, minlength=nf)[self._fmap]
         finite, special = self._windows()
         if finite:
             # only intervals that cross the window, are empty or have non-finite bytes can weigh other than 0.0 (an
@@ -285,7 +590,7 @@ class LinkUsage:
         with np.errstate(divide="ignore", invalid="ignore"):
             frac = np.where(dk > 0, (np.minimum(ek, b) - np.maximum(sk, a)) / dk, ((sk >= a) & (sk <= b)).astype(float))
             w[k] = nb[k] * np.clip(np.nan_to_num(frac), 0.0, 1.0)  # a non-finite nb times 0 stays nan, as summed
-        return np.bincount(lk, weights=w, minlength=len(self.links))
+        return np.bincount(lk, weights=w, minlength=nf)[self._fmap]
 
     def peak(self) -> np.ndarray:
         """Most concurrent transfers per link (flows of a collective counted with multiplicity): per link, the
@@ -296,8 +601,8 @@ class LinkUsage:
         stable sort of a nearly sorted segment) and the starts are looked up in them: O(n log n) per link of n
         intervals, one Python iteration per link that carried intervals. Counts are integers held in floats
         (exact sums below 2**53)."""
-        _lk, s_all, e_all, c_all, *_rest, off = self._data()
-        out = np.zeros(len(self.links), dtype=np.int64)
+        _lk, s_all, e_all, c_all, *_rest, off = self._cdata()
+        out = np.zeros(len(off) - 1, dtype=np.int64)
         offl = off.tolist()
         for k in np.flatnonzero(np.diff(off)).tolist():
             i, j = offl[k], offl[k + 1]
@@ -308,7 +613,7 @@ class LinkUsage:
             idx = np.searchsorted(e[o], s, side="right")  # ends at or before each start
             val = np.cumsum(w) - np.where(idx > 0, ended[idx - 1], 0.0)
             out[k] = round(float(val.max()))
-        return out
+        return out[self._fmap]
 
     def report(self, elapsed: float) -> list[dict[str, Any]]:
         """``summary.json["links"]``: every link that carried bytes, in edge order."""
