@@ -120,8 +120,8 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
       its BF16 GEMM fit keeps what small GEMMs identify (per-wave overhead, small-tile exponent, weight streaming,
       floor) and takes the main-loop efficiency and sustained-clock ceiling of the Blackwell library rule
       (:data:`cosim.models.precision.BLACKWELL_GEMM`), and its one-byte GEMMs (never sampled) take that rule
-      whole: the ``b300`` fit's 9 GEMM shapes reach at most ~1 FLOP/B against a ridge of ~280, so its 0.86
-      main-loop efficiency with no ceiling is not a measurement of a large GEMM, and it was timing the e2e rows'
+      whole: the ``b300`` fit's 9 GEMM shapes reach at most ~14 FLOP/B (six of them 1) against a ridge of
+      ~280, so its 0.86 main-loop efficiency with no ceiling is not a measurement of a large GEMM, and it was timing the e2e rows'
       GEMMs at up to 0.86 of the BF16 and 0.83 of the MXFP8 peak.
 
     Other profiles (another architecture, or another GPU than Blackwell) are returned unchanged."""
