@@ -76,9 +76,13 @@ def test_a_profile_with_a_compute_bound_gemm_keeps_its_gemm_fit() -> None:
     db[db_key("nvjet_big", "gemm", "bf16", M, N, K, 1.0, 1.0, False, 3 * M * K * 2.0)] = (2.2e-3, 3)
     fitted = replace(own, kernel_db=db)
     assert compute_bound_gemm_samples(fitted, b300) == 1
+    assert compute_bound_gemm_samples(fitted, b300, ("fp8", "mxfp8")) == 0
     used = blackwell_own_profile(fitted, b300)
-    assert used.models["gemm"] == own.models["gemm"]  # its own fit, uncapped
+    assert used.models["gemm"]["default"] == own.models["gemm"]["default"]  # its own BF16 fit, uncapped
     assert KernelTimer(b300, fitted)([BIG_GEMM])[0] < KernelTimer(b300)([BIG_GEMM])[0]
+    # no one-byte GEMM sampled: MXFP8 GEMMs still take the Blackwell library rule whole, as on B200
+    assert KernelTimer(b300, fitted)([BIG_FP8])[0] == pytest.approx(
+        KernelTimer(cat.accelerator("b200"))([BIG_FP8])[0], rel=1e-9)
     # a profile of another architecture, or a GPU that is not Blackwell, is left alone
     h100 = load_profile("h100-sxm5")
     assert blackwell_own_profile(h100, b300) is h100
@@ -97,3 +101,27 @@ def test_gb300_inherits_the_rule_through_the_b300_profile() -> None:
     p = prof.params("gemm", "bf16")
     t = KernelTimer(gb300)([BIG_GEMM])[0]
     assert t == pytest.approx(p.floor_s + 2 * M * N * K / (0.576 * 2.5e15), rel=1e-9)  # type: ignore[union-attr]
+
+
+def test_identification_is_per_dtype() -> None:
+    """A compute-bound MXFP8 sample identifies the MXFP8 fit, not the BF16 one (a user's MXFP8 recipe trace whose
+    BF16 GEMMs are all router-sized): BF16 GEMMs keep the library main loop and ceiling."""
+    cat = load_catalog()
+    b300 = cat.accelerator("b300")
+    own = load_profile("b300")
+    db = dict(own.kernel_db)  # one 8192^3 MXFP8 GEMM measured: 0.35 ms, compute-bound on a B300
+    db[db_key("nvjet_mx", "gemm", "mxfp8", M, N, K, 1.0, 1.0, False, 3 * M * K * 1.0)] = (0.35e-3, 3)
+    mx = replace(own.params("gemm", "bf16"), efficiency=0.7)  # its own MXFP8 fit
+    fitted = replace(own, kernel_db=db, models={**own.models, "gemm": {**own.models["gemm"], "mxfp8": mx}})
+    assert compute_bound_gemm_samples(fitted, b300) == 1
+    assert compute_bound_gemm_samples(fitted, b300, ("bf16",)) == 0
+    used = blackwell_own_profile(fitted, b300)
+    assert used.models["gemm"]["mxfp8"] == mx
+    assert KernelTimer(b300, fitted)([BIG_GEMM])[0] == pytest.approx(KernelTimer(b300)([BIG_GEMM])[0], rel=1e-9)
+    from cosim.models.precision import library_profile
+    from cosim.models.synth_timing import blackwell_memory_profile
+
+    as_fitted = KernelTimer(b300, fitted)
+    as_fitted._model_profile = blackwell_memory_profile(library_profile(fitted, b300), b300)
+    assert KernelTimer(b300, fitted)([BIG_FP8])[0] == pytest.approx(as_fitted([BIG_FP8])[0], rel=1e-9)
+    assert KernelTimer(b300, fitted)([BIG_FP8])[0] < KernelTimer(b300)([BIG_FP8])[0]  # 0.7 of 4.5 PFLOP/s uncapped
