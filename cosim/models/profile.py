@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -389,8 +390,10 @@ def profile_for(accelerator_name: str) -> CalibrationProfile | None:
     return None
 
 
-def compute_bound_gemm_samples(profile: CalibrationProfile, accelerator: Accelerator) -> int | None:
-    """How many GEMM rows of ``profile``'s kernel database ran compute-bound on ``accelerator`` (the GPU they were
+def compute_bound_gemm_samples(profile: CalibrationProfile, accelerator: Accelerator,
+                               dtypes: Collection[str] | None = None) -> int | None:
+    """How many GEMM rows of ``profile``'s kernel database (of ``dtypes`` only, when given; a row without a dtype
+    counts as ``bf16``) ran compute-bound on ``accelerator`` (the GPU they were
     measured on): ``2·M·N·K·batch / peak(dtype) > bytes / HBM``. A fit
     whose GEMM samples are all memory-bound does not identify its main-loop ``efficiency`` (any value above what
     those samples need fits them), so it says nothing about large GEMMs. ``None`` when the profile carries no
@@ -401,7 +404,7 @@ def compute_bound_gemm_samples(profile: CalibrationProfile, accelerator: Acceler
     n = 0
     for key in profile.kernel_db:
         row = dict(zip(DB_KEY, key))
-        if row["cls"] not in ("gemm", "grouped_gemm"):
+        if row["cls"] not in ("gemm", "grouped_gemm") or (dtypes is not None and (row["dtype"] or "bf16") not in dtypes):
             continue
         m, nn, k, b, nbytes = (row[f] for f in ("gemm_m", "gemm_n", "gemm_k", "batch", "bytes"))
         if None in (m, nn, k, nbytes):

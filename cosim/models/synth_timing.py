@@ -116,17 +116,20 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
     Blackwell library rules), not the uncalibrated :data:`cosim.models.calibrated.DEFAULTS`:
 
     * a model class the profile has no fit for (``b300``: attention, norms, memsets) takes the reference's;
-    * when no GEMM of its kernel database ran compute-bound (:func:`cosim.models.profile.compute_bound_gemm_samples`)
-      its BF16 GEMM fit keeps what small GEMMs identify (per-wave overhead, small-tile exponent, weight streaming,
-      floor) and takes the main-loop efficiency and sustained-clock ceiling of the Blackwell library rule
-      (:data:`cosim.models.precision.BLACKWELL_GEMM`), and its one-byte GEMMs (never sampled) take that rule
-      whole: the ``b300`` fit's 9 GEMM shapes reach at most ~1 FLOP/B against a ridge of ~280, so its 0.86
-      main-loop efficiency with no ceiling is not a measurement of a large GEMM, and it was timing the e2e rows'
-      GEMMs at up to 0.86 of the BF16 and 0.83 of the MXFP8 peak.
+    * when no BF16 GEMM of its kernel database ran compute-bound
+      (:func:`cosim.models.profile.compute_bound_gemm_samples`), its BF16 GEMM fit keeps what small GEMMs identify
+      (per-wave overhead, small-tile exponent, weight streaming, floor) and takes the main-loop efficiency and
+      sustained-clock ceiling of the Blackwell library rule (:data:`cosim.models.precision.BLACKWELL_GEMM`);
+    * when no one-byte (FP8 / MXFP8) GEMM of it ran compute-bound, one-byte GEMMs take that rule whole. Each dtype
+      is judged by its own samples: a compute-bound MXFP8 GEMM identifies the MXFP8 fit, not the BF16 one.
+
+    The ``b300`` fit's 9 GEMM shapes (BF16) reach at most ~14 FLOP/B (six of them 1) against a ridge of ~280, so its
+    0.86 main-loop efficiency with no ceiling is not a measurement of a large GEMM, and it was timing the e2e rows'
+    GEMMs at up to 0.86 of the BF16 and 0.83 of the MXFP8 peak.
 
     Other profiles (another architecture, or another GPU than Blackwell) are returned unchanged."""
     from cosim.models.calibrated import GEMM_CLASSES, GemmParams
-    from cosim.models.precision import architecture, library_profile
+    from cosim.models.precision import _NARROW_DTYPES, architecture, library_profile
     from cosim.models.profile import compute_bound_gemm_samples, load_profile
 
     if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) != "blackwell":
@@ -143,19 +146,29 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
         fitted_on = load_catalog().accelerator(profile.accelerator)
     except CosimInputError:
         fitted_on = accelerator
-    if compute_bound_gemm_samples(profile, fitted_on) == 0:
-        for cls in GEMM_CLASSES:
+    bf16_open = compute_bound_gemm_samples(profile, fitted_on, ("bf16",)) == 0
+    narrow_open = compute_bound_gemm_samples(profile, fitted_on, _NARROW_DTYPES) == 0
+    if not (bf16_open or narrow_open):
+        return replace(profile, models=models)
+    for cls in GEMM_CLASSES:
+        if bf16_open and narrow_open:  # no GEMM identified: the reference's GEMM entries, BF16 ones amended below
             if cls not in ref.models:
                 models.pop(cls, None)
                 continue
-            by = dict(ref.models[cls])
-            own = profile.params(cls, "bf16")
-            if isinstance(own, GemmParams):  # small BF16 samples identify all but the main loop and the ceiling
-                for key in ("bf16", "default"):
-                    lib = by.get(key)
-                    if isinstance(lib, GemmParams):
-                        by[key] = replace(own, efficiency=lib.efficiency, max_throughput=lib.max_throughput)
-            models[cls] = by
+            models[cls] = dict(ref.models[cls])
+        elif cls not in models:  # (grouped GEMMs fall back to the GEMM entries amended here)
+            continue
+        by, lib_by = models[cls], ref.models.get(cls) or ref.models.get("gemm", {})
+        own = profile.params(cls, "bf16")
+        if bf16_open and isinstance(own, GemmParams):  # small samples identify all but the main loop and ceiling
+            for key in ("bf16", "default"):
+                lib = lib_by.get(key)
+                if isinstance(lib, GemmParams):
+                    by[key] = replace(own, efficiency=lib.efficiency, max_throughput=lib.max_throughput)
+        if narrow_open:  # one-byte GEMMs never measured compute-bound: the Blackwell library rule whole
+            for dt in _NARROW_DTYPES:
+                if isinstance(lib_by.get(dt), GemmParams):
+                    by[dt] = lib_by[dt]
     return replace(profile, models=models)
 
 
