@@ -129,6 +129,12 @@ class MoEModelConfig(Strict):
     Megatron-Core applies RoPE to q and k with its unfused element-wise chain (TE's fused RoPE has no mscale:
     :func:`cosim.workload.synth.costs.rope_ops`)."""
 
+    qk_norm: bool = False
+    """Per-head RMSNorm of the queries and keys after the QKV projection, before RoPE (Qwen3: Hugging Face
+    ``Qwen3MoeAttention`` q_norm / k_norm; Megatron-Core ``qk_layernorm``, which Megatron-Bridge's Qwen3 bridges
+    set). Training timing: two norm kernels on the rank's query and key heads
+    (:func:`cosim.workload.synth.costs.qk_norm_ops`); not applied to MLA (its latent norms are modelled)."""
+
     router: Literal["softmax", "sigmoid"] = "softmax"
     """Router score function: softmax over experts (Mixtral, Qwen) or per-expert sigmoid (DeepSeek-V3)."""
     normalize_top_k: bool = True

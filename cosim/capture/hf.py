@@ -10,7 +10,8 @@ transformers configuration classes):
   ``qk_rope_head_dim``, ``v_head_dim``;
 * ``qwen3_moe`` / ``qwen2_moe``: ``num_experts``, ``num_experts_per_tok``,
   ``moe_intermediate_size``, ``head_dim``, ``norm_topk_prob`` (``decoder_sparse_step``
-  must be 1 and ``mlp_only_layers`` empty);
+  must be 1 and ``mlp_only_layers`` empty); Qwen3 (``qwen3_moe``, ``qwen3``) has per-head QK RMSNorm
+  (``qk_norm``: the architecture's, no config field);
 * ``mixtral`` and ``gpt_oss``: ``num_local_experts``, ``num_experts_per_tok`` (gpt-oss:
   ``experts_per_token``), ``intermediate_size`` (the expert width); gpt-oss also ``sliding_window`` with
   ``layer_types``, ``attention_bias``, ``swiglu_limit`` and a YaRN ``rope_scaling``;
@@ -139,7 +140,7 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
                                   "are not supported (only leading dense layers)")
         card.update(num_experts=need("num_experts"), top_k=need("num_experts_per_tok"),
                     expert_ffn_size=need("moe_intermediate_size"), router="softmax",
-                    normalize_top_k=bool(cfg.get("norm_topk_prob", False)))
+                    normalize_top_k=bool(cfg.get("norm_topk_prob", False)), qk_norm=mt == "qwen3_moe")
         if mt == "qwen2_moe" and opt("shared_expert_intermediate_size"):
             card.update(num_shared_experts=1, shared_expert_ffn_size=opt("shared_expert_intermediate_size"))
     elif mt in _MOE_MIXTRAL:
@@ -148,7 +149,8 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
         if mt == "gpt_oss":
             card.update(_gpt_oss_fields(cfg, path, layers))
     else:
-        card.update(num_experts=0, top_k=0, dense_layers=layers, dense_ffn_size=need("intermediate_size"))
+        card.update(num_experts=0, top_k=0, dense_layers=layers, dense_ffn_size=need("intermediate_size"),
+                    qk_norm=mt == "qwen3")
     if cfg.get("router_aux_loss_coef") is not None:
         card["aux_loss_coef"] = float(cfg["router_aux_loss_coef"])
     if opt("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction depths

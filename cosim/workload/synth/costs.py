@@ -448,6 +448,7 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         kvh = max(c.num_kv_heads / tp, 1.0)
         ops += [replace(_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), bias=c.linear_bias,
                         saved=(T / tp if sp else T) * h * _saved_bytes(p)),  # SP: the local ln_out (SAVED_SOURCE)
+                *qk_norm_ops(c, T, heads, kvh, d, p),
                 *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
         d_qk, d_v, kv_heads = float(d), float(d), kvh
@@ -513,6 +514,29 @@ def _mla_sp_projections(c: MoEModelConfig, T: float, tp: int, heads: float, p: P
             replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
             _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
     return ops
+
+
+QK_NORM_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/attention.py "
+                  "(SelfAttention.get_query_key_value_tensors: after the QKV split, query reshaped to [sq, b, np, hn], "
+                  "'if self.q_layernorm is not None: query = self.q_layernorm(query)', the same for key; RoPE after, "
+                  "in forward), megatron/core/models/gpt/gpt_layer_specs.py (q_layernorm / k_layernorm: TENorm when "
+                  "qk_layernorm, else IdentityOp); NVIDIA-NeMo/Megatron-Bridge v0.3.0 "
+                  "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py (provider: qk_layernorm=True) and "
+                  "qwen_provider.py (Qwen3MoEModelProvider qk_layernorm True); Hugging Face transformers "
+                  "Qwen3MoeAttention (q_norm, k_norm: Qwen3MoeRMSNorm(head_dim))")
+"""Where :func:`qk_norm_ops` comes from."""
+
+
+def qk_norm_ops(c: MoEModelConfig, T: float, heads: float, kvh: float, d: float, p: Precision) -> list[Op]:
+    """Per-head RMSNorm of the queries and keys (card ``qk_norm``, :data:`QK_NORM_SOURCE`): one Transformer Engine
+    RMSNorm kernel on the rank's ``T x heads`` query rows of width ``d`` and one on its ``T x kvh`` key rows, in
+    the activation dtype (the QKV GEMM's output); each saves its input for the backward (RMSNorm's gradient needs
+    it; its output is what attention saves). Backward: :func:`backward_ops` (a norm's dgrad + dgamma). Empty
+    without ``qk_norm``."""
+    if not c.qk_norm:
+        return []
+    return [replace(_norm("attn.q_layernorm", T * heads, d, p), saved=T * heads * d * p.act_bytes),
+            replace(_norm("attn.k_layernorm", T * kvh, d, p), saved=T * kvh * d * p.act_bytes)]
 
 
 ROPE_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0: megatron/core/models/common/embeddings/rope_utils.py "
