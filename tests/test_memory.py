@@ -138,7 +138,11 @@ def test_every_published_e2e_layout_fits_its_gpu() -> None:
     # Known miss (round 8, a finding): Megatron-Bridge 25.11's H100 gpt-oss-120b row as its table prints it (MBS 4,
     # PP4 EP8, GBS 512) needs 99 GiB in cosim's estimate; the table's GA 2 does not match MBS 4 at dp 16 (GA 8), and
     # the release's preset runs MBS 1 (55 GiB in cosim's estimate)
-    assert over == [("mb2511-gpt-oss-120b-h100-64-bf16", 99.2, 80)], over
+    # Known miss (round 10, a finding): 25.11's H100 Qwen3-30B row as its table prints it (MBS 2, PP2 VP24) was at
+    # 79.8 GiB and is at 83.2 with the QK norms' saved inputs (Transformer Engine's RMSNorm keeps its input for the
+    # backward: cosim.workload.synth.costs.qk_norm_ops); the run fit 80 GiB, so cosim's activation estimate of this
+    # interleaved layout is high by at least that much
+    assert over == [("mb2511-gpt-oss-120b-h100-64-bf16", 99.2, 80), ("mb2511-qwen3-30b-h100-16-fp8", 83.2, 80)], over
 
 
 def test_fsdp_shards_state_and_holds_two_gathered_layers() -> None:
