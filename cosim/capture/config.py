@@ -119,10 +119,12 @@ class MoEModelConfig(Strict):
     ``add_bias_linear``). Training timing: the attention output's and the routed experts' fc2 biases are added
     by eager kernels (:func:`cosim.workload.synth.costs.bias_ops`); the other biases ride in GEMM epilogues."""
     qk_layernorm: bool = False
-    """Each attention head's queries and keys are RMS-normalized before the product (Qwen3's ``q_norm`` /
-    ``k_norm``, ``head_dim`` weights each; Megatron-Core ``qk_layernorm``). Synthesis: their weight gradients join
-    the TP all-reduce of the non-tensor-parallel gradients (:func:`cosim.workload.synth.build.sp_layer_params`);
-    their kernels are not timed (small next to the attention they precede)."""
+    """Each attention head's queries and keys are RMS-normalized after the QKV projection, before RoPE (Qwen3:
+    Hugging Face ``Qwen3MoeAttention`` ``q_norm`` / ``k_norm``, ``head_dim`` weights each; Megatron-Core
+    ``qk_layernorm``, which Megatron-Bridge's Qwen3 bridges set). Training timing: two norm kernels on the rank's
+    query and key heads (:func:`cosim.workload.synth.costs.qk_norm_ops`); their weight gradients join the TP
+    all-reduce of the non-tensor-parallel gradients (:func:`cosim.workload.synth.build.sp_layer_params`); not
+    applied to MLA (its latent norms are modelled)."""
     activation_clamp: float | None = Field(default=None, gt=0)
     """Clamped gated activation of the routed experts (gpt-oss ``swiglu_limit`` 7.0: gate clamped above, linear
     half to +-limit): two clamps and a concatenation before the fused activation

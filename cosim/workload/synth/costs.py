@@ -461,6 +461,7 @@ def _attention_ops(c: MoEModelConfig, T: float, seq: float, s: Shard, p: Precisi
         kvh = max(c.num_kv_heads / tp, 1.0)
         ops += [replace(_gemm("attn.qkv", T, (heads + 2 * kvh) * d, h, p), bias=c.linear_bias,
                         saved=(T / tp if sp else T) * h * _saved_bytes(p)),  # SP: the local ln_out (SAVED_SOURCE)
+                *qk_norm_ops(c, T, heads, kvh, d, p),
                 *rope_ops(c, T, sq, heads, kvh, d, p, s.q_len is None and not s.decode)]
         d_core, d_out = float(d), float(d)
         d_qk, d_v, kv_heads = float(d), float(d), kvh
@@ -526,6 +527,29 @@ def _mla_sp_projections(c: MoEModelConfig, T: float, tp: int, heads: float, p: P
             replace(_gemm("attn.kv_up", T, heads * (nope + vd), kvr, p), saved=loc * kvr * _saved_bytes(p)),
             _ew("attn.rope", T * (heads + 1) * rope, p, flops_per=3.0)]
     return ops
+
+
+QK_NORM_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/attention.py "
+                  "(SelfAttention.get_query_key_value_tensors: after the QKV split, query reshaped to [sq, b, np, hn], "
+                  "'if self.q_layernorm is not None: query = self.q_layernorm(query)', the same for key; RoPE after, "
+                  "in forward), megatron/core/models/gpt/gpt_layer_specs.py (q_layernorm / k_layernorm: TENorm when "
+                  "qk_layernorm, else IdentityOp); NVIDIA-NeMo/Megatron-Bridge v0.3.0 "
+                  "src/megatron/bridge/models/qwen/qwen3_moe_bridge.py (provider: qk_layernorm=True) and "
+                  "qwen_provider.py (Qwen3MoEModelProvider qk_layernorm True); Hugging Face transformers "
+                  "Qwen3MoeAttention (q_norm, k_norm: Qwen3MoeRMSNorm(head_dim))")
+"""Where :func:`qk_norm_ops` comes from."""
+
+
+def qk_norm_ops(c: MoEModelConfig, T: float, heads: float, kvh: float, d: float, p: Precision) -> list[Op]:
+    """Per-head RMSNorm of the queries and keys (card ``qk_layernorm``, :data:`QK_NORM_SOURCE`): one Transformer Engine
+    RMSNorm kernel on the rank's ``T x heads`` query rows of width ``d`` and one on its ``T x kvh`` key rows, in
+    the activation dtype (the QKV GEMM's output); each saves its input for the backward (RMSNorm's gradient needs
+    it; its output is what attention saves). Backward: :func:`backward_ops` (a norm's dgrad + dgamma). Empty
+    without ``qk_layernorm``."""
+    if not c.qk_layernorm:
+        return []
+    return [replace(_norm("attn.q_layernorm", T * heads, d, p), saved=T * heads * d * p.act_bytes),
+            replace(_norm("attn.k_layernorm", T * kvh, d, p), saved=T * kvh * d * p.act_bytes)]
 
 
 ROPE_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0: megatron/core/models/common/embeddings/rope_utils.py "
@@ -1228,13 +1252,40 @@ def selective_saved(ops: Sequence[Op], modules: Sequence[str]) -> float:
     return total
 
 
-def backward_ops(fwd: list[Op]) -> list[Op]:
+MAIN_GRAD_SOURCE = (
+    "NVIDIA/TransformerEngine v2.12 transformer_engine/pytorch/module/linear.py and grouped_linear.py (backward "
+    "with fuse_wgrad_accumulation: the wgrad GEMM / general_grouped_gemm writes into weight.main_grad with "
+    "out_dtype main_grad.dtype and accumulate=accumulate_wgrad_into_param_main_grad, i.e. cuBLAS beta = 1: the "
+    "gradient is read and written by every micro-batch's wgrad), megatron/core/extensions/transformer_engine.py "
+    "(fuse_wgrad_accumulation=config.gradient_accumulation_fusion), megatron/core/tensor_parallel/layers.py "
+    "(non-TE linears: fused_weight_gradient_mlp_cuda wgrad_gemm_accum_fp32 / _fp16 into main_grad), "
+    "megatron/core/distributed/param_and_grad_buffer.py (main_grad: a view of the gradient buffer, fp32 with "
+    "grad_reduce_in_fp32, else the parameters' bf16); "
+    "NVIDIA-NeMo/Megatron-Bridge v0.3.0 src/megatron/bridge/models/gpt_provider.py (gradient_accumulation_fusion "
+    "default can_enable_gradient_accumulation_fusion(): on where the fused kernels are installed, as in the NeMo "
+    "containers), Megatron-LM arguments.py (--no-gradient-accumulation-fusion: on by default)")
+"""Why a Megatron-Core wgrad GEMM reads and writes its weight's gradient (:func:`backward_ops` ``main_grad``)."""
+
+
+def _wgrad_bytes(o: Op, grad_bytes: float) -> float:
+    """HBM bytes of the weight-gradient GEMM of forward linear ``o`` accumulating into ``main_grad``
+    (:data:`MAIN_GRAD_SOURCE`) of ``grad_bytes`` per element (4 with ``grad_reduce_in_fp32``, else 2): its two
+    operands (the saved input ``m x k`` and the output gradient ``m x n``, in the GEMM's input bytes) and a read and
+    a write of the ``k x n`` gradient, per group of a grouped GEMM."""
+    inb = min(q.gemm_in_bytes for q in PRECISIONS.values() if q.gemm == o.dtype)
+    return (o.m * o.k + o.m * o.n) * o.batch * inb + 2.0 * grad_bytes * o.k * o.n * o.batch
+
+
+def backward_ops(fwd: list[Op], main_grad: float = 0.0) -> list[Op]:
     """The backward ops of a forward op list, in backward order.
 
     A linear layer gives a data-gradient and a weight-gradient GEMM (each the forward's
     FLOPs), attention its flash backward (2.5x), element-wise ops and norms twice their
     traffic, each collective its transpose (all-gather <-> reduce-scatter, dispatch <->
-    combine) with the same bytes, a quantize its own cast of the gradient."""
+    combine) with the same bytes, a quantize its own cast of the gradient. ``main_grad`` > 0
+    (Megatron-Core's gradient accumulation fusion, :data:`MAIN_GRAD_SOURCE`): the bytes per element of
+    the gradient every weight-gradient GEMM reads and writes (:func:`_wgrad_bytes`); 0: its bytes
+    are the forward's (the gradient written in the input dtype, as the weight is read)."""
     out: list[Op] = []
     for o in reversed(fwd):
         if o.no_grad:
@@ -1248,7 +1299,8 @@ def backward_ops(fwd: list[Op]) -> list[Op]:
             out.append(replace(o, name=f"{o.name}.dgrad", m=o.m, n=o.k, k=o.n, bwd=True, saved=0.0))
             # a grouped GEMM's groups: dgrad keeps M per group, wgrad (dW_e = X_e^T dY_e) reduces over them
             out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,
-                               params=param_tensors(o), group_k=bool(o.group_rows) and not o.group_k))
+                               params=param_tensors(o), group_k=bool(o.group_rows) and not o.group_k,
+                               bytes=_wgrad_bytes(o, main_grad) if main_grad else o.bytes))
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))

@@ -282,6 +282,11 @@ class SyntheticSpec(Strict):
     config keeps it false (:data:`cosim.workload.synth.memory.GRAD_SOURCE`); Megatron-LM's own ``pretrain_gpt.py``
     launcher turns it on for bf16 training unless ``--grad-reduce-in-bf16`` (``arguments.py``: fp32 gradient
     accumulation and all-reduce). Sets the data-parallel reduction's bytes and the gradient buffer's memory."""
+    grad_accumulation_fusion: bool = True
+    """Training: Megatron-Core's ``gradient_accumulation_fusion`` (on in Megatron-LM and the Megatron-Bridge
+    providers): every weight-gradient GEMM accumulates into the gradient buffer's ``main_grad``, reading and writing
+    it each micro-batch (bytes: ``grad_reduce_in_fp32``'s; :data:`cosim.workload.synth.costs.MAIN_GRAD_SOURCE`).
+    False: PyTorch autograd's ``.grad`` written in the weight's dtype (FSDP2 / torchtitan-style frameworks)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -473,6 +478,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
                         expert_padding=spec.expert_padding, grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
+                        main_grad=spec.grad_accumulation_fusion,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
