@@ -31,6 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from cosim.workload.graph import SCHEMA_VERSION, ExecutionGraph
@@ -282,7 +283,7 @@ def _index(data: memoryview) -> dict[str, Any] | None:
     at, size = (int(x) for x in comment[len(_COMMENT) :].split())
     if at < 0 or at + size > len(data):
         raise ValueError("index past the end of the entry")
-    index: dict[str, Any] = json.loads(bytes(data[at : at + size]))
+    index: dict[str, Any] = msgspec.json.decode(data[at : at + size])
     return index
 
 

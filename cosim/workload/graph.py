@@ -303,6 +303,34 @@ TABLE_SCHEMAS: dict[str, tuple[Column, ...]] = {
 }
 
 
+_STORED: dict[str, tuple[tuple[str, np.dtype, int, int], ...]] = {
+    t: tuple((f"{c.name}{sfx}", np.dtype(np.int64 if c.ragged else c.dtype), -1 if c.ragged else c.width, off)
+             for c in cols for sfx, off in ((("_offsets", 1), ("_values", -1)) if c.ragged else (("", 0),)))
+    for t, cols in TABLE_SCHEMAS.items()
+}
+"""Per table, its stored arrays (:meth:`Table.columns`' names) in schema order: (name, dtype, width (0: one
+value a row, -1: a ragged column's array), ``_offsets``: 1 (n + 1 rows), ``_values``: -1 (any length), else 0)."""
+
+
+def _stored_as_is(table: str, n: int, cols: dict[str, np.ndarray]) -> bool:
+    """Whether ``cols`` holds exactly ``table``'s stored arrays, each a numpy array of its column's dtype and
+    shape (what :class:`Table` would otherwise convert them to: a graph read back from the load cache), so that
+    :class:`Table` can keep them as they are; their order is the schema's (:meth:`Table.columns` keeps it)."""
+    spec = _STORED[table]
+    if len(cols) != len(spec):
+        return False
+    for (name, dt, width, off), (have, arr) in zip(spec, cols.items()):
+        if have != name or type(arr) is not np.ndarray or arr.dtype != dt:
+            return False
+        shape = arr.shape
+        if width == -1:
+            if len(shape) != 1 or (off == 1 and shape[0] != n + 1):
+                return False
+        elif shape != ((n, width) if width else (n,)):
+            return False
+    return True
+
+
 class Table:
     """A struct-of-arrays table: one numpy array per column, all of one length.
 
@@ -316,6 +344,9 @@ class Table:
         self.table = table
         self._n = n
         self._cols: dict[str, np.ndarray] = {}
+        if _stored_as_is(table, n, cols):  # every column present, of its dtype and shape: kept as given
+            self._cols.update(cols)
+            return
         for c in TABLE_SCHEMAS[table]:
             if c.ragged:
                 off = cols.pop(f"{c.name}_offsets", None)
@@ -649,15 +680,15 @@ class ExecutionGraph:
             else:
                 strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
             tabs = {}
-            for tname, schema in TABLE_SCHEMAS.items():
-                n = int(rm["rows"].get(tname, 0))
+            rows = rm["rows"]
+            for tname, stored in _STORED.items():
+                n = int(rows.get(tname, 0))
+                head = f"{p}/{tname}/"
                 cols = {}
-                for c in schema:
-                    cnames = [f"{c.name}_offsets", f"{c.name}_values"] if c.ragged else [c.name]
-                    for cn in cnames:
-                        key = f"{p}/{tname}/{cn}"
-                        if key in names:
-                            cols[cn] = z[key]
+                for cn, *_ in stored:
+                    key = head + cn
+                    if key in names:
+                        cols[cn] = z[key]
                 tabs[tname] = Table(tname, n, **cols)
             ranks.append(
                 RankGraph(
