@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from cosim.workload.graph import SCHEMA_VERSION, ExecutionGraph
+from cosim.workload.graph import SCHEMA_VERSION, ExecutionGraph, gc_paused
 
 __all__ = ["cache_dir", "cache_key", "file_digest", "load_cached", "read_entry", "store", "write_entry"]
 
@@ -129,7 +129,8 @@ def load_cached(key: str) -> ExecutionGraph | None:
     if p is None or not p.is_file():
         return None
     try:
-        return read_entry(p)
+        with gc_paused():  # the index and the tables are ~2,000 containers a job: no collection walks the process
+            return read_entry(p)
     except Exception:  # a corrupt or foreign entry: forget it, the caller rebuilds
         try:
             p.unlink()
