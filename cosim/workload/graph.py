@@ -672,13 +672,7 @@ class ExecutionGraph:
         ranks = []
         for k, rm in enumerate(meta["ranks"]):
             p = f"r{k}"
-            off = z[f"{p}/strings_offsets"].tolist()
-            blob = z[f"{p}/strings_blob"].tobytes()
-            text = blob.decode("utf-8", "surrogatepass")
-            if len(text) == len(blob):  # ASCII: byte offsets are character offsets; slice in C
-                strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
-            else:
-                strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
+            strings = _decode_strings(z[f"{p}/strings_offsets"], z[f"{p}/strings_blob"])
             tabs = {}
             rows = rm["rows"]
             for tname, stored in _STORED.items():
@@ -710,6 +704,39 @@ class ExecutionGraph:
                 fill_gpu_costs(rg)
             ver = "1.1"
         return cls(ranks, schema_version=ver)
+
+
+_STRINGS: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
+"""String tables decoded in this process (:func:`_decode_strings`), by their stored bytes (offsets, UTF-8)."""
+_STRINGS_KEPT = 64
+_STRINGS_BYTES = 1 << 24  # stored bytes of the tables kept, at most (a table of more is decoded every time)
+
+
+def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
+    """A rank's string table from its stored form (``strings_offsets``: n + 1 byte offsets into ``strings_blob``,
+    UTF-8), a new list each call. Tables read before in this process (the ranks of a cached job read back again)
+    come from :data:`_STRINGS`, by the bytes of both arrays: Python strings are immutable, so only the list is
+    new. The last :data:`_STRINGS_KEPT` tables of :data:`_STRINGS_BYTES` stored bytes at most are kept."""
+    data = blob.tobytes()
+    key = (offsets.tobytes(), data)
+    hit = _STRINGS.get(key)
+    if hit is not None:
+        return list(hit)
+    off = offsets.tolist()
+    text = data.decode("utf-8", "surrogatepass")
+    if len(text) == len(data):  # ASCII: byte offsets are character offsets; slice in C
+        strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
+    else:
+        strings = [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
+    size = len(key[0]) + len(data)
+    if size <= _STRINGS_BYTES:
+        held = size + sum(len(a) + len(b) for a, b in _STRINGS)
+        while _STRINGS and (len(_STRINGS) >= _STRINGS_KEPT or held > _STRINGS_BYTES):
+            a, b = next(iter(_STRINGS))
+            held -= len(a) + len(b)
+            del _STRINGS[(a, b)]
+        _STRINGS[key] = tuple(strings)
+    return strings
 
 
 @contextlib.contextmanager
