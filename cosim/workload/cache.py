@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import math
+import mmap
 import os
 import struct
 import time
@@ -289,13 +290,26 @@ def _index(data: memoryview) -> dict[str, Any] | None:
 
 
 def read_entry(path: Path) -> ExecutionGraph:
-    """Read an entry written by :func:`write_entry` (one read; every array a writable view of it); an
-    ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`. Raises on a damaged entry."""
+    """Read an entry written by :func:`write_entry`: the file mapped copy-on-write (``mmap.ACCESS_COPY``), every
+    array a writable view of the map (a write copies its page, the file is never changed); where the file cannot
+    be mapped, one read into memory. An ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`.
+    Raises on a damaged entry.
+
+    The map, and the file descriptor Python's :mod:`mmap` keeps with it, live as long as any of the graph's
+    arrays: entries are replaced by a rename and removed by unlinking (:func:`store`, :func:`_prune`), which
+    leave a mapped file's pages in place. Mapping instead of reading spares a fresh process-memory buffer (its
+    pages zeroed by the kernel as they are first written: ~1.7 ms of the 8-rank DLRM job's 3.3 MB entry when
+    the previous graph is still alive) and the copy."""
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        buf = np.empty(size, np.uint8)  # not zeroed first, as a bytearray is: the read fills it
-        if fh.readinto(buf.data) != size:
-            raise ValueError("short read")
+        try:  # copy-on-write map of the file: its pages come from the page cache as they are read
+            buf = np.frombuffer(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY), np.uint8)
+        except (OSError, ValueError):  # no map (out of descriptors, an empty file): read into memory
+            buf = np.empty(size, np.uint8)  # not zeroed first, as a bytearray is: the read fills it
+            if fh.readinto(buf.data) != size:
+                raise ValueError("short read") from None
+    if buf.size != size:
+        raise ValueError("short read")
     data = buf.data
     index = _index(data)
     if index is None or index.get("version") != 1:
