@@ -77,3 +77,25 @@ def test_cached_dlrm_job_replays_as_uncached(tmp_path: Path, monkeypatch: pytest
         s = replay(g, config=cfg).summary()
         assert json.dumps(_strip(s), sort_keys=True) == want
         assert sum(lk["memcpy_bytes"] > 0 for lk in s["links"]) >= 8  # every rank's copies on its PCIe links
+
+
+def test_cache_entry_mapped_copy_on_write(tmp_path: Path) -> None:
+    """An entry's arrays are writable views of a copy-on-write map: a write changes the graph, not the file, and
+    the next read gives the stored values (and a string table of its own, equal to the first)."""
+    from cosim.workload import cache
+
+    files = sorted((Path(__file__).parent / "data" / "workload").glob("*.json"))
+    g = load_trace(files[0], cache=False)
+    p = tmp_path / "e.npz"
+    cache.write_entry(p, g)
+    before = p.read_bytes()
+    a = cache.read_entry(p)
+    dur = a.ranks[0].gpu_ops.dur
+    assert dur.flags.writeable
+    want = dur.copy()
+    dur[:] = -1.0
+    a.ranks[0].strings.append("added here")
+    assert p.read_bytes() == before
+    b = cache.read_entry(p)
+    np.testing.assert_array_equal(b.ranks[0].gpu_ops.dur, want)
+    assert b.ranks[0].strings == g.ranks[0].strings and b.ranks[0].strings is not a.ranks[0].strings
