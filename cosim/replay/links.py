@@ -869,6 +869,7 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
             usage.add(np.concatenate([g[0][0] for g in got]), np.repeat([g[1] for g in got], ks),
                       np.repeat([g[2] for g in got], ks), np.concatenate([g[0][2] for g in got]),
                       np.concatenate([g[0][1] for g in got]), COLLECTIVE)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (links, start, end, bytes) of copies
     for r in ex.ranks:
         G = r.rg.gpu_ops
         mem = G.kind == GpuKind.MEMCPY
@@ -899,10 +900,17 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
             usage, rt = routes()
             idx, w = rt.transfer(pair[0] or gpu, pair[1] or cpu)  # both known here
             k = idx.size
-            usage.add(np.tile(idx, sel.size), np.repeat(start[sel], k), np.repeat(end[sel], k), 1.0,
-                      np.outer(nb, w).reshape(-1), MEMCPY)
+            lk, b = np.tile(idx, sel.size), np.outer(nb, w).reshape(-1)
+            # bytes counted here, in the order one add per rank and kind counted them (then the fabric's share
+            # taken off again); the intervals recorded below in one add
+            np.add.at(usage.total_bytes, lk, b)
+            np.add.at(usage.memcpy_bytes, lk, b)
             if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
                 on_fab = copies.bytes_on_fabric.get(r.rg.rank)
                 if on_fab is not None:
-                    np.add.at(usage.total_bytes, np.tile(idx, sel.size), -np.outer(on_fab[sel], w).reshape(-1))
+                    np.add.at(usage.total_bytes, lk, -np.outer(on_fab[sel], w).reshape(-1))
+            parts.append((lk, np.repeat(start[sel], k), np.repeat(end[sel], k), b))
+    if parts:  # every rank's copies as one part: a link's intervals in the order of the adds per rank and kind
+        state["usage"].add(*(np.concatenate([p[i] for p in parts]) for i in range(3)), 1.0,
+                           np.concatenate([p[3] for p in parts]), MEMCPY, count_bytes=False)
     return state["usage"], skipped

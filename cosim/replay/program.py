@@ -148,8 +148,12 @@ class RankProgram:
     measured: dict[str, Any] | None = None
     """The summary's figures of the trace itself for this rank (its measured step times and breakdown), which
     depend on the rank's graph alone: worked out by the first summary of a replay with this program and kept
-    here, so replays that share the program (:func:`compile_rank`'s memo) share them (the one field set after
-    compiling)."""
+    here, so replays that share the program (:func:`compile_rank`'s memo) share them (set after compiling, as
+    is :attr:`summary_static`)."""
+    summary_static: dict[str, Any] | None = None
+    """Columns of the rank's graph that the summary reads at every replay (op class masks, its critical path's
+    Python lists, each thread's synchronize host ops), worked out by the first summary with this program and
+    kept here (:func:`cosim.replay.summary.critical_path`)."""
 
 
 THREADS_PER_SM = 2048

@@ -43,7 +43,7 @@ from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
 __all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "bound_label", "breakdown", "busiest_links", "comm_split",
-           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "slowest_rank",
+           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
            "step_times", "summarize"]
 
 SUMMARY_SCHEMA = "cosim.summary/2"
@@ -113,27 +113,24 @@ def _covered(s: np.ndarray, e: np.ndarray) -> float:
 
 def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int,
               start: np.ndarray | None = None, end: np.ndarray | None = None,
-              bound: np.ndarray | None = None) -> dict[str, float]:
+              bound: np.ndarray | None = None, masks: dict[str, Any] | None = None) -> dict[str, float]:
     """Split ``window`` into :data:`BREAKDOWN_KEYS` (seconds per step).
 
     ``start``/``end``/``bound`` default to the simulated times of ``run``; pass
     the measured ones to break down the trace itself (``bound`` None: idle time
-    counts as other_idle).
+    counts as other_idle). ``masks``: the rank's :func:`op_masks`, when known.
     """
     a, b = window
     out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
         return out
-    G = rg.gpu_ops
     s = run.gpu_start if start is None else start
     e = run.gpu_end if end is None else end
     bnd = run.gpu_bound if (bound is None and start is None) else bound
     ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
     s, e = s[ok].clip(a, b), e[ok].clip(a, b)
-    cls = G.cls[ok]
-    comm = is_comm(cls)
-    copy = (G.kind[ok] != GpuKind.KERNEL) | (cls == OpClass.MEMCPY) | (cls == OpClass.MEMSET)
-    comp = ~comm & ~copy
+    mk = masks or op_masks(rg)
+    comm, comp = mk["comm"][ok], mk["compute"][ok]
     c1 = _covered(s[comp], e[comp])
     c2 = _covered(s[comp | comm], e[comp | comm])
     ms, me = merge_intervals(s, e)
@@ -163,26 +160,35 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
     return out
 
 
-def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int) -> dict[str, float]:
+def op_masks(rg: RankGraph) -> dict[str, np.ndarray]:
+    """Per GPU op of ``rg``: ``comm`` (communication: :func:`is_comm`) and ``compute`` (a kernel that is neither
+    communication nor a memcpy or memset), what :func:`breakdown` and :func:`comm_split` split time by."""
+    G = rg.gpu_ops
+    cls = G.cls
+    comm = is_comm(cls)
+    return {"comm": comm, "compute": ~comm & (G.kind == GpuKind.KERNEL) & (cls != OpClass.MEMCPY)
+            & (cls != OpClass.MEMSET)}
+
+
+def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int,
+               masks: dict[str, Any] | None = None) -> dict[str, float]:
     """Split the exposed communication of ``window`` into transfer and wait-for-peers (seconds per step).
 
     A collective's interval on a rank is waiting from its start until its last peer arrives
     (``run.gpu_meet``), then transfer until its end. Exposed transfer is the time some transfer runs and no
     compute kernel does (``|compute U transfer| - |compute|``); the rest of the exposed communication is
-    waiting. O(n log n) in the number of GPU ops.
+    waiting. O(n log n) in the number of GPU ops. ``masks``: the rank's :func:`op_masks`, when known.
     """
     out = {"transfer_s": 0.0, "wait_for_peers_s": 0.0}
     a, b = window
     if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
         return out
-    G = rg.gpu_ops
     s, e = run.gpu_start, run.gpu_end
     meet = getattr(run, "gpu_meet", None)
     m = s if meet is None else np.where(np.isfinite(meet), np.maximum(meet, s), s)
     ok = np.isfinite(s) & np.isfinite(e) & (e > a) & (s < b)
-    cls = G.cls[ok]
-    comm = is_comm(cls)
-    comp = ~comm & (G.kind[ok] == GpuKind.KERNEL) & (cls != OpClass.MEMCPY) & (cls != OpClass.MEMSET)
+    mk = masks or op_masks(rg)
+    comm, comp = mk["comm"][ok], mk["compute"][ok]
     s_, e_, m_ = s[ok].clip(a, b), e[ok].clip(a, b), m[ok].clip(a, b)
     c1 = _covered(s_[comp], e_[comp])
     exposed = _covered(np.concatenate([s_[comp], s_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
@@ -219,14 +225,12 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     if cand.size == 0:
         return empty
     j = int(cand[np.argmax(np.minimum(e[cand], b))])
-    comm = is_comm(G.cls)
-    copy = G.kind != GpuKind.KERNEL
     cls_names = _CLS_NAMES
+    st_ = _static(rg, prog)
 
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
     thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for tp in prog.threads:
-        hosts = np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC]
+    for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
         stalls = np.asarray(run.sync_stall.get(tp.thread, np.zeros(0)), dtype=float)
         bnd = np.asarray(run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64)), dtype=np.int64)
         m = min(len(hosts), len(stalls))
@@ -235,19 +239,10 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         ops = bnd[sel]
         o = np.argsort(ends, kind="stable")
         thread_syncs[tp.thread] = (ends[o], ops[o])
-    launch_host = prog.gpu_launch_host  # GPU op -> the host op that launched it (-1: none)
-    if launch_host is None:
-        launch_host = np.full(len(G), -1, dtype=np.int64)
-        if prog.launch_gpu:
-            lists = list(prog.launch_gpu.values())
-            launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
-                np.fromiter(prog.launch_gpu, np.int64, len(lists)), np.fromiter(map(len, lists), np.int64, len(lists)))
-
     # the walk reads single elements: Python lists of the columns it reads (O(ops) once, then O(1) a step)
     sl, el = s.tolist(), e.tolist()
     bound, bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
-    comml, copyl, clsl, namel = comm.tolist(), copy.tolist(), G.cls.tolist(), G.name.tolist()
-    lhl = np.asarray(launch_host).tolist()
+    comml, copyl, clsl, namel, lhl = st_["comm"], st_["copy"], st_["cls"], st_["name"], st_["launch_host"]
     strings = rg.strings
     t = min(el[j], b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
@@ -293,6 +288,30 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         "top_ops": [{"name": k[:160], "time_s": v / n} for k, v in top],
         "bound": max(res, key=lambda k: res[k]),
     }
+
+
+def _static(rg: RankGraph, prog: RankProgram) -> dict[str, Any]:
+    """What :func:`critical_path` reads of rank ``rg``'s graph and program alone, kept on the program
+    (:attr:`RankProgram.summary_static`: compiled from ``rg``, shared by replays of the same content): per GPU op
+    as Python lists its communication and copy flags, class, name and launching host op (-1: none); per thread
+    of ``prog`` the host ops of its SYNC events; ``masks``: :func:`op_masks`."""
+    got = prog.summary_static
+    if got is None:
+        G = rg.gpu_ops
+        launch_host = prog.gpu_launch_host  # GPU op -> the host op that launched it (-1: none)
+        if launch_host is None:
+            launch_host = np.full(len(G), -1, dtype=np.int64)
+            if prog.launch_gpu:
+                lists = list(prog.launch_gpu.values())
+                launch_host[np.fromiter(itertools.chain.from_iterable(lists), np.int64)] = np.repeat(
+                    np.fromiter(prog.launch_gpu, np.int64, len(lists)),
+                    np.fromiter(map(len, lists), np.int64, len(lists)))
+        got = prog.summary_static = {
+            "comm": is_comm(G.cls).tolist(), "copy": (G.kind != GpuKind.KERNEL).tolist(), "cls": G.cls.tolist(),
+            "name": G.name.tolist(), "launch_host": np.asarray(launch_host).tolist(), "masks": op_masks(rg),
+            "sync_hosts": [np.asarray(tp.ev_host, dtype=np.int64)[np.asarray(tp.ev_kind) == SYNC]
+                           for tp in prog.threads]}
+    return got
 
 
 NOISE_FLOOR = 1e-3
@@ -449,7 +468,8 @@ def summarize(res: Any) -> dict[str, Any]:
                 cpu_meas.append(float(st_rows.cpu_dur[s]))
                 mine = rg.host_ops.step == s
                 cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
-        bd = breakdown(rg, run, sim["window"], sim["n_periods"])
+        masks = _static(rg, prog)["masks"]
+        bd = breakdown(rg, run, sim["window"], sim["n_periods"], masks=masks)
         windows.append((*sim["window"], sim["n_periods"]))
         cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
@@ -485,7 +505,7 @@ def summarize(res: Any) -> dict[str, Any]:
             "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
             "steps": per_step,
             "breakdown": bd,
-            "exposed_communication_split": comm_split(rg, run, sim["window"], sim["n_periods"]),
+            "exposed_communication_split": comm_split(rg, run, sim["window"], sim["n_periods"], masks),
             "measured_breakdown": {k: bd_meas[k] for k in ("compute", "exposed_communication", "memcpy")},
             "critical_path": cp,
             "launch_latency_s": run.launch_latency,

@@ -303,6 +303,34 @@ TABLE_SCHEMAS: dict[str, tuple[Column, ...]] = {
 }
 
 
+_STORED: dict[str, tuple[tuple[str, np.dtype, int, int], ...]] = {
+    t: tuple((f"{c.name}{sfx}", np.dtype(np.int64 if c.ragged else c.dtype), -1 if c.ragged else c.width, off)
+             for c in cols for sfx, off in ((("_offsets", 1), ("_values", -1)) if c.ragged else (("", 0),)))
+    for t, cols in TABLE_SCHEMAS.items()
+}
+"""Per table, its stored arrays (:meth:`Table.columns`' names) in schema order: (name, dtype, width (0: one
+value a row, -1: a ragged column's array), ``_offsets``: 1 (n + 1 rows), ``_values``: -1 (any length), else 0)."""
+
+
+def _stored_as_is(table: str, n: int, cols: dict[str, np.ndarray]) -> bool:
+    """Whether ``cols`` holds exactly ``table``'s stored arrays, each a numpy array of its column's dtype and
+    shape (what :class:`Table` would otherwise convert them to: a graph read back from the load cache), so that
+    :class:`Table` can keep them as they are; their order is the schema's (:meth:`Table.columns` keeps it)."""
+    spec = _STORED[table]
+    if len(cols) != len(spec):
+        return False
+    for (name, dt, width, off), (have, arr) in zip(spec, cols.items()):
+        if have != name or type(arr) is not np.ndarray or arr.dtype != dt:
+            return False
+        shape = arr.shape
+        if width == -1:
+            if len(shape) != 1 or (off == 1 and shape[0] != n + 1):
+                return False
+        elif shape != ((n, width) if width else (n,)):
+            return False
+    return True
+
+
 class Table:
     """A struct-of-arrays table: one numpy array per column, all of one length.
 
@@ -316,6 +344,9 @@ class Table:
         self.table = table
         self._n = n
         self._cols: dict[str, np.ndarray] = {}
+        if _stored_as_is(table, n, cols):  # every column present, of its dtype and shape: kept as given
+            self._cols.update(cols)
+            return
         for c in TABLE_SCHEMAS[table]:
             if c.ragged:
                 off = cols.pop(f"{c.name}_offsets", None)
@@ -641,23 +672,17 @@ class ExecutionGraph:
         ranks = []
         for k, rm in enumerate(meta["ranks"]):
             p = f"r{k}"
-            off = z[f"{p}/strings_offsets"].tolist()
-            blob = z[f"{p}/strings_blob"].tobytes()
-            text = blob.decode("utf-8", "surrogatepass")
-            if len(text) == len(blob):  # ASCII: byte offsets are character offsets; slice in C
-                strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
-            else:
-                strings = [blob[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
+            strings = _decode_strings(z[f"{p}/strings_offsets"], z[f"{p}/strings_blob"])
             tabs = {}
-            for tname, schema in TABLE_SCHEMAS.items():
-                n = int(rm["rows"].get(tname, 0))
+            rows = rm["rows"]
+            for tname, stored in _STORED.items():
+                n = int(rows.get(tname, 0))
+                head = f"{p}/{tname}/"
                 cols = {}
-                for c in schema:
-                    cnames = [f"{c.name}_offsets", f"{c.name}_values"] if c.ragged else [c.name]
-                    for cn in cnames:
-                        key = f"{p}/{tname}/{cn}"
-                        if key in names:
-                            cols[cn] = z[key]
+                for cn, *_ in stored:
+                    key = head + cn
+                    if key in names:
+                        cols[cn] = z[key]
                 tabs[tname] = Table(tname, n, **cols)
             ranks.append(
                 RankGraph(
@@ -679,6 +704,39 @@ class ExecutionGraph:
                 fill_gpu_costs(rg)
             ver = "1.1"
         return cls(ranks, schema_version=ver)
+
+
+_STRINGS: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
+"""String tables decoded in this process (:func:`_decode_strings`), by their stored bytes (offsets, UTF-8)."""
+_STRINGS_KEPT = 64
+_STRINGS_BYTES = 1 << 24  # stored bytes of the tables kept, at most (a table of more is decoded every time)
+
+
+def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
+    """A rank's string table from its stored form (``strings_offsets``: n + 1 byte offsets into ``strings_blob``,
+    UTF-8), a new list each call. Tables read before in this process (the ranks of a cached job read back again)
+    come from :data:`_STRINGS`, by the bytes of both arrays: Python strings are immutable, so only the list is
+    new. The last :data:`_STRINGS_KEPT` tables of :data:`_STRINGS_BYTES` stored bytes at most are kept."""
+    data = blob.tobytes()
+    key = (offsets.tobytes(), data)
+    hit = _STRINGS.get(key)
+    if hit is not None:
+        return list(hit)
+    off = offsets.tolist()
+    text = data.decode("utf-8", "surrogatepass")
+    if len(text) == len(data):  # ASCII: byte offsets are character offsets; slice in C
+        strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
+    else:
+        strings = [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
+    size = len(key[0]) + len(data)
+    if size <= _STRINGS_BYTES:
+        held = size + sum(len(a) + len(b) for a, b in _STRINGS)
+        while _STRINGS and (len(_STRINGS) >= _STRINGS_KEPT or held > _STRINGS_BYTES):
+            a, b = next(iter(_STRINGS))
+            held -= len(a) + len(b)
+            del _STRINGS[(a, b)]
+        _STRINGS[key] = tuple(strings)
+    return strings
 
 
 @contextlib.contextmanager
