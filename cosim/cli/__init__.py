@@ -100,12 +100,16 @@ def run() -> NoReturn:
     interpreter's normal exit is tearing down every module and object of the process (numpy, networkx,
     pydantic, and a large run's graph, fabric and results): about 0.05 CPU s for a small collective, more
     for a large run. So stdout and stderr are flushed, the exit handlers run (``atexit``: logging,
-    ``weakref.finalize``, executors, temporary folders), and the process ends with ``os._exit``. If
-    flushing fails (a closed pipe) the normal exit takes over."""
+    ``weakref.finalize``, multiprocessing, temporary folders), and the process ends with ``os._exit``. If
+    another thread is still alive (its join is part of the normal exit) or flushing fails (a closed pipe), the
+    normal exit takes over."""
     import atexit
     import os
+    import threading
 
     rc = main()
+    if threading.active_count() > 1:
+        raise SystemExit(rc)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
