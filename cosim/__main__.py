@@ -1,3 +1,3 @@
-from cosim.cli import main
+from cosim.cli import run
 
-raise SystemExit(main())
+run()

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -82,6 +83,30 @@ class SegmentRouter(Protocol):
     def mid_paths(self, la: str, lb: str) -> list[list[str]]: ...
 
     def node(self, dev: str) -> int: ...
+
+
+_SMALL_LINK_MATRIX = 65536
+_SMALL_LINK_WORK = 20_000_000
+""":meth:`Fabric._link_matrix` is a :class:`_SmallLinkMatrix` (numpy only) while it has fewer than
+``_SMALL_LINK_MATRIX`` segment entries, the products so far have multiplied fewer than ``_SMALL_LINK_WORK`` entries
+and ``scipy.sparse`` is not imported yet: a small run then never imports it (about 0.08 CPU s, most of a small
+collective's own cost). Its product costs about 1.2-1.5 ns per entry more than scipy's (5k-50k entries), so the
+budget's extra, about 30 ms, stays below the import; past it, scipy's CSR (the same floats)."""
+
+
+class _SmallLinkMatrix:
+    """The links x segments matrix of :meth:`Fabric._link_matrix` as its CSR entries (rows ascending, each row's
+    entries in CSR order), multiplied by one ``np.bincount``: per row, ``0.0 + w0 * v[s0] + w1 * v[s1] + ...`` in
+    entry order, the operations and order of scipy's ``csr_matvec``, so the same floats."""
+
+    __slots__ = ("cols", "data", "n_rows", "rows")
+
+    def __init__(self, rows: np.ndarray, cols: np.ndarray, data: np.ndarray | None, n_rows: int) -> None:
+        self.rows, self.cols, self.data, self.n_rows = rows, cols, data, n_rows
+
+    def __matmul__(self, v: np.ndarray) -> np.ndarray:
+        x = v[self.cols]
+        return np.bincount(self.rows, weights=x if self.data is None else self.data * x, minlength=self.n_rows)
 
 
 @dataclass
@@ -395,7 +420,8 @@ class Fabric:
         self._seg_m = np.zeros(0)  # active multiplicity per segment
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._next_comp = 0
-        self._lm: tuple[tuple[int, int], Any, Any] | None = None  # (entries, weighted, ones): :meth:`_link_matrix`
+        self._lm: tuple[tuple[int, int, bool], Any, Any] | None = None  # (key, weighted, ones): :meth:`_link_matrix`
+        self._lm_small_work = 0  # entries multiplied by the numpy link matrix (:data:`_SMALL_LINK_WORK`)
         self.n_link_matrix = 0
         """Times :meth:`_link_matrix` was built (a cost counter)."""
         self._comp_n = np.zeros(2, dtype=np.int64)  # active rows per component label (last slot: label -1, kept 0)
@@ -875,17 +901,27 @@ class Fabric:
         in ascending segment order from 0.0, as ``np.bincount`` over the entries does: the same floats (one
         compiled pass, no gather). Rebuilt when segments were added: O(entries log entries)."""
         n = len(self._se_link)
-        if self._lm is None or self._lm[0] != (n, len(self._seg_lat)):
-            from scipy.sparse import csr_array
-
+        small = (n < _SMALL_LINK_MATRIX and self._lm_small_work < _SMALL_LINK_WORK
+                 and "scipy.sparse" not in sys.modules)
+        key = (n, len(self._seg_lat), small)
+        if small:
+            self._lm_small_work += n
+        if self._lm is None or self._lm[0] != key:
             nl, nseg = len(self.links), len(self._seg_lat)
             order = np.argsort(self._se_link, kind="stable")
-            indptr = np.zeros(nl + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self._se_link, minlength=nl), out=indptr[1:])
             idx = self._se_seg[order].astype(np.int64)
-            w = csr_array((self._se_w[order], idx, indptr), shape=(nl, nseg))
-            one = csr_array((np.ones(n), idx, indptr), shape=(nl, nseg))
-            self._lm = ((n, nseg), w, one)
+            if small:
+                rows = self._se_link[order]
+                w: Any = _SmallLinkMatrix(rows, idx, self._se_w[order], nl)
+                one: Any = _SmallLinkMatrix(rows, idx, None, nl)
+            else:
+                from scipy.sparse import csr_array
+
+                indptr = np.zeros(nl + 1, dtype=np.int64)
+                np.cumsum(np.bincount(self._se_link, minlength=nl), out=indptr[1:])
+                w = csr_array((self._se_w[order], idx, indptr), shape=(nl, nseg))
+                one = csr_array((np.ones(n), idx, indptr), shape=(nl, nseg))
+            self._lm = (key, w, one)
             self.n_link_matrix += 1
         return self._lm[1] if weighted else self._lm[2]
 
