@@ -522,7 +522,6 @@ class Catalog:
 
 
 _CACHE_OFF = {"", "0", "off", "none", "false", "no"}
-_CACHE_KEEP = 8
 _CODE = ("catalog/loader.py", "catalog/models.py", "units.py", "yamlio.py", "errors.py")
 """Source files (under ``cosim/``) whose code shapes a validated catalog: part of the cache key."""
 
@@ -561,12 +560,10 @@ def _cached_bundled(folder: Path, key: str) -> Catalog | None:
 
 
 def _store_bundled(folder: Path, key: str, raw: _RawSections, models: dict[str, dict[str, Any]]) -> None:
-    """Write the entry atomically (a temporary file renamed), keeping the newest :data:`_CACHE_KEEP` catalog
-    entries (several cosim versions may share the folder). Best effort."""
+    """Write the entry atomically (a temporary file renamed); old catalog entries are removed. Best effort."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        entries = sorted(folder.glob("catalog-*.pickle"), key=lambda q: q.stat().st_mtime_ns, reverse=True)
-        for old in entries[_CACHE_KEEP - 1:]:
+        for old in folder.glob("catalog-*.pickle"):
             old.unlink(missing_ok=True)
         tmp = folder / f".catalog-{key}.{os.getpid()}.tmp"
         tmp.write_bytes(pickle.dumps((raw, models), protocol=pickle.HIGHEST_PROTOCOL))
