@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
-import os
-import pickle
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -368,10 +364,7 @@ class Catalog:
 
     @classmethod
     def _from_raw(cls, raw: _RawSections) -> Catalog:
-        return cls._from_models(raw, _build(raw))
-
-    @classmethod
-    def _from_models(cls, raw: _RawSections, models: dict[str, dict[str, Any]]) -> Catalog:
+        models = _build(raw)
         frozen_raw = MappingProxyType({s: MappingProxyType(dict(raw.get(s, {}))) for s in SECTIONS})
         return cls(**{s: MappingProxyType(models[s]) for s in SECTIONS}, _raw=frozen_raw)
 
@@ -521,77 +514,14 @@ class Catalog:
 # --------------------------------------------------------------------------- loading
 
 
-_CACHE_OFF = {"", "0", "off", "none", "false", "no"}
-_CODE = ("catalog/loader.py", "catalog/models.py", "units.py", "yamlio.py", "errors.py")
-"""Source files (under ``cosim/``) whose code shapes a validated catalog: part of the cache key."""
-
-
-def _cache_dir() -> Path | None:
-    """The folder of cosim's caches (as :func:`cosim.workload.cache.cache_dir`): ``$COSIM_CACHE_DIR`` if set
-    (``off``, ``none``, ``0`` or empty: no cache), else ``$XDG_CACHE_HOME/cosim``, else ``~/.cache/cosim``."""
-    env = os.environ.get("COSIM_CACHE_DIR")
-    if env is not None:
-        return None if env.strip().lower() in _CACHE_OFF else Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "cosim"
-
-
-def _bundled_key() -> str:
-    """SHA-256 of everything a validated bundled catalog depends on: the data files (bytes and paths: messages
-    and :meth:`Catalog.origin` name them), the code of :data:`_CODE`, pydantic's and Python's versions."""
-    import pydantic
-
-    h = hashlib.sha256(f"cosim-catalog 1|{sys.version}|{pydantic.VERSION}|{DATA_DIR}".encode())
-    root = Path(__file__).resolve().parent.parent
-    for name in (*(str(DATA_DIR / f"{s}.yaml") for s in SECTIONS), *(str(root / c) for c in _CODE)):
-        h.update(name.encode() + b"\0")
-        h.update(Path(name).read_bytes())
-    return h.hexdigest()[:32]
-
-
-def _cached_bundled(folder: Path, key: str) -> Catalog | None:
-    """The bundled catalog stored under ``key`` in ``folder``, or None (absent, unreadable: it is then rebuilt)."""
-    try:
-        data = (folder / f"catalog-{key}.pickle").read_bytes()
-        raw, models = pickle.loads(data)
-        return Catalog._from_models(raw, models)
-    except Exception:  # a cache entry that cannot be read (corrupt, another layout) is only a miss
-        return None
-
-
-def _store_bundled(folder: Path, key: str, raw: _RawSections, models: dict[str, dict[str, Any]]) -> None:
-    """Write the entry atomically (a temporary file renamed); old catalog entries are removed. Best effort."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("catalog-*.pickle"):
-            old.unlink(missing_ok=True)
-        tmp = folder / f".catalog-{key}.{os.getpid()}.tmp"
-        tmp.write_bytes(pickle.dumps((raw, models), protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(tmp, folder / f"catalog-{key}.pickle")
-    except OSError:
-        pass
-
-
 @functools.lru_cache(maxsize=1)
 def _bundled() -> Catalog:
-    """The bundled catalog, validated once per content: a process finds it in the cache folder
-    (``catalog-<key>.pickle``, keyed by :func:`_bundled_key`) when an earlier one stored it, so it neither
-    parses the YAML nor builds the models' validators (``defer_build``: built on first validation)."""
-    folder = _cache_dir()
-    key = _bundled_key() if folder is not None else ""
-    if folder is not None:
-        cat = _cached_bundled(folder, key)
-        if cat is not None:
-            return cat
     raw: _RawSections = {}
     for section in SECTIONS:
         path = DATA_DIR / f"{section}.yaml"
         doc = load_yaml(path)
         raw[section] = _read_section(section, doc if doc is not None else {}, doc, [], str(path))
-    models = _build(raw)
-    if folder is not None:
-        _store_bundled(folder, key, raw, models)
-    return Catalog._from_models(raw, models)
+    return Catalog._from_raw(raw)
 
 
 def load_catalog(extra: Iterable[str | Path] | None = None) -> Catalog:
