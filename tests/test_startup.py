@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import cosim.engine.flows as flows
-from cosim.catalog import loader
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,55 +60,6 @@ def test_small_collective_imports_no_scipy(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COSIM_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
-
-
-@pytest.fixture
-def fresh_bundled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path))
-    loader._bundled.cache_clear()
-    yield tmp_path
-    loader._bundled.cache_clear()
-
-
-def _same(a: loader.Catalog, b: loader.Catalog) -> None:
-    from cosim.yamlio import plain
-
-    for s in loader.SECTIONS:
-        assert dict(a.section(s)) == dict(b.section(s))
-        for key in a.section(s):
-            assert a.origin(s, key) == b.origin(s, key)
-            assert a.lineage(s, key) == b.lineage(s, key)
-            assert plain(a._raw[s][key].data) == plain(b._raw[s][key].data)
-
-
-def test_bundled_catalog_cached(fresh_bundled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    built = loader._bundled()
-    [entry] = fresh_bundled.glob("catalog-*.pickle")
-    loader._bundled.cache_clear()
-
-    def no_build(raw: object) -> None:
-        raise AssertionError("the cached catalog was validated again")
-
-    with monkeypatch.context() as m:
-        m.setattr(loader, "_build", no_build)
-        cached = loader._bundled()
-    _same(built, cached)
-    # a cached catalog still validates overrides and user entries (the models build their validators then)
-    over = cached.with_overrides({"links.nvlink4.bandwidth": "10 GB/s"})
-    assert over.link("nvlink4").bandwidth == 10e9
-    with pytest.raises(loader.CosimInputError, match="bandwidth"):
-        cached.with_overrides({"links.nvlink4.bandwidth": "fast"})
-    # a corrupt entry is a miss: rebuilt and rewritten
-    entry.write_bytes(b"not a pickle")
-    loader._bundled.cache_clear()
-    _same(built, loader._bundled())
-    assert entry.read_bytes() != b"not a pickle"
-
-
-def test_bundled_catalog_cache_off(fresh_bundled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COSIM_CACHE_DIR", "off")
-    loader._bundled()
-    assert not list(fresh_bundled.iterdir())
 
 
 def test_cli_fast_exit_output(tmp_path: Path) -> None:
