@@ -636,9 +636,20 @@ def _nums(values: list[Any]) -> np.ndarray:
 
 
 def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of ``keys`` (an (n, k) int matrix) numbered by distinct row, and the first row of each number: each
-    column factorized and the codes combined into one int64 key (1-D ``np.unique``s, not a sort of rows)."""
+    """The rows of ``keys`` (an (n, k) int matrix) numbered by distinct row, and the first row of each number: the
+    columns' offsets from their minima combined into one mixed-radix int64 key and sorted once (when the product of
+    their spans fits), else each column factorized and the codes combined (1-D ``np.unique``s, not a sort of
+    rows)."""
     n = len(keys)
+    if n and keys.shape[1]:
+        lo = keys.min(axis=0)
+        span = (keys.max(axis=0) - lo + 1).tolist()
+        if math.prod(span) < 1 << 62:  # the columns' offsets as one mixed-radix int64 key: a single sort
+            code = np.zeros(n, dtype=np.int64)
+            for k, sp in enumerate(span):
+                code = code * sp + (keys[:, k] - lo[k])
+            _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+            return inv.reshape(-1), first
     code = np.zeros(n, dtype=np.int64)
     for k in range(keys.shape[1]):
         u, inv = np.unique(keys[:, k], return_inverse=True)
@@ -884,12 +895,12 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     cfirst_l = cfirst.tolist()
     algo_id = np.full(ng, -1, dtype=np.int64)
     algos: dict[tuple[str, str], int] = {}
-    if coll_algo:
-        pos = {int(j): i for i, j in enumerate(gsel.tolist())}
-        for j, ap in coll_algo.items():
-            i = pos.get(j)
-            if i is not None:
-                algo_id[i] = algos.setdefault(tuple(ap), len(algos))  # type: ignore[arg-type]
+    if coll_algo and ng:  # each op's position in gsel (ascending) by one searchsorted, not a dict of every op
+        ops = np.fromiter(coll_algo, dtype=np.int64, count=len(coll_algo))
+        at = np.minimum(np.searchsorted(gsel, ops), ng - 1)
+        found = gsel[at] == ops
+        for i, ap in zip(at[found].tolist(), [coll_algo[j] for j in ops[found].tolist()]):
+            algo_id[i] = algos.setdefault(tuple(ap), len(algos))  # type: ignore[arg-type]
     algo_of = list(algos)
     kr = np.flatnonzero(kern & ((grid[:, 0] >= 0) | (coll >= 0) | (algo_id >= 0)))
 
