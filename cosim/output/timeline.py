@@ -699,28 +699,41 @@ class _Block:
     def _fill(m: np.ndarray, ts: list[float], ts_slots: list[tuple[int, np.ndarray | None]],
               id_slots: list[tuple[int, np.ndarray, np.ndarray | None]], off: int) -> None:
         """Put the numbers into their slots of ``m`` (rows outside a slot's mask keep their ``b""``): ``ts``, and
-        each id slot's ids (those of its masked rows only) plus ``off``."""
+        each id slot's ids (those of its masked rows) plus ``off``. Slots drawing on one id column (the same array:
+        a GPU op's correlation and its flow arrow's id) share one serialization of the whole column."""
         tsb = _nums(ts)
         for k, mask in ts_slots:
             if mask is None:
                 m[:, k] = tsb
             else:
                 m[mask, k] = tsb[mask]
+        users: dict[int, int] = {}
+        for _, ids, _ in id_slots:
+            users[id(ids)] = users.get(id(ids), 0) + 1
+        done: dict[int, np.ndarray] = {}
         for k, ids, mask in id_slots:
-            col = _nums((ids + off).tolist())
+            if mask is not None and users[id(ids)] == 1:
+                m[mask, k] = _nums((ids[mask] + off).tolist())  # a column of its own: its masked rows only
+                continue
+            col = done.get(id(ids))
+            if col is None:
+                col = done[id(ids)] = _nums((ids + off).tolist())
             if mask is None:
                 m[:, k] = col
             else:
-                m[mask, k] = col
+                m[mask, k] = col[mask]
 
     def _ids(self, rows: np.ndarray | None) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
-        """The id slots of ``rows`` (every row when None): (slot, the masked rows' ids, mask)."""
+        """The id slots of ``rows`` (every row when None): (slot, the rows' ids, the rows' mask)."""
+        if rows is None:
+            return self.id_slots
         out = []
+        cut: dict[int, np.ndarray] = {}
         for k, ids, mask in self.id_slots:
-            if rows is not None:
-                ids = ids[rows]
-                mask = None if mask is None else mask[rows]
-            out.append((k, ids if mask is None else ids[mask], mask))
+            sub = cut.get(id(ids))
+            if sub is None:
+                sub = cut[id(ids)] = ids[rows]  # (one array per source column: slots sharing it still share)
+            out.append((k, sub, None if mask is None else mask[rows]))
         return out
 
     @staticmethod
@@ -936,6 +949,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         f, d, s = key
         return b',"pid":%d,"tid":%d,"ts":' % (d, s) if f else b""
 
+    gid = base + gcorr  # one array for the correlation and the flow id: serialized once (_Block._fill)
     gpu = _Block(
         _matrix([_table(np.stack([nid, cid, dev, stm], axis=1), g_prefix), b"", b',"dur":', b"",
                  np.array([b',"args":{', b',"args":{"External id":'], dtype=object)[ghx.astype(np.int64)], b"",
@@ -943,7 +957,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
                                  axis=1), g_mid), b"",
                  rest + ends[fli], b"", _table(np.stack([fli, dev, stm], axis=1), f_mid), b"", tail[fli]], ng),
         gts[gsel], [(1, None), (11, gfl)], gd, 3,
-        [(5, base + gx, ghx), (7, base + gcorr, ghc), (9, base + gcorr, gfl)], dev, stm, gfl)
+        [(5, base + gx, ghx), (7, gid, ghc), (9, gid, gfl)], dev, stm, gfl)
     return [host_x, host_s], [gpu]
 
 
