@@ -169,8 +169,35 @@ def _pick(values: list[Any], idx: np.ndarray) -> list[Any]:
     return [values[i] for i in idx.tolist()]
 
 
-def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
-    """Name and category of every GPU op, as the libraries and Kineto write them."""
+_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+_CAT_CODE = {c: i for i, c in enumerate(_CATS)}
+
+
+class _Names:
+    """A rank's strings (not copied), then the names cosim adds, by code: ``S[c]`` below ``len(S)``."""
+
+    def __init__(self, strings: Sequence[str]) -> None:
+        self.S, self.n = strings, len(strings)
+        self.extra: list[str] = []
+        self.codes: dict[str, int] = {}
+
+    def code(self, name: str) -> int:
+        """The code of an added name (each distinct name added once)."""
+        c = self.codes.get(name)
+        if c is None:
+            c = self.codes[name] = self.n + len(self.extra)
+            self.extra.append(name)
+        return c
+
+    def __getitem__(self, c: int) -> str:
+        return self.S[c] if c < self.n else self.extra[c - self.n]
+
+
+def _gpu_name_codes(rg: Any, run: Any) -> tuple[np.ndarray, _Names, np.ndarray]:
+    """Name and category of every GPU op, as the libraries and Kineto write them, as codes: its name as an index
+    into a table (the rank's strings, then
+    ``?`` and the names cosim makes up) and its category as an index into :data:`_CATS`. Python work only for the
+    ops whose names are made up or checked (collectives, copies, memsets), O(ops) numpy for the rest."""
     G, C, S = rg.gpu_ops, rg.collectives, rg.strings
     projected = bool(rg.source.get("projected"))
     proj_dtype = None
@@ -179,40 +206,49 @@ def _gpu_names(rg: Any, run: Any) -> tuple[list[str], list[str]]:
             proj_dtype = json.loads(rg.source.get("projection", "{}")).get("dtype")
         except (TypeError, ValueError):
             proj_dtype = None
-    names = [S[n] if n >= 0 else "?" for n in G.name.tolist()]
-    kinds = G.kind.tolist()
-    kcat = {k: _GPU_CAT.get(GpuKind(k), "kernel") for k in set(kinds)}  # one enum lookup per distinct kind
-    cats = [kcat[k] for k in kinds]
+    table = _Names(S)
+    code = table.code
+
+    codes = np.asarray(G.name, dtype=np.int64).copy()
+    if len(codes) and int(codes.min()) < 0:
+        codes[codes < 0] = code("?")
+    kind_arr = np.asarray(G.kind, dtype=np.int64)
+    cats = np.zeros(len(codes), dtype=np.int64)
+    for k in np.unique(kind_arr).tolist():  # one enum lookup per distinct kind
+        cats[kind_arr == k] = _CAT_CODE[_GPU_CAT.get(GpuKind(k), "kernel")]
+    kinds = kind_arr.tolist()
     cls, coll, ck = G.cls.tolist(), G.collective.tolist(), G.copy_kind.tolist()
     coll_algo = getattr(run, "coll_algo", {}) or {}
-    coll_name: dict[tuple[int, int, int, str | None], str] = {}  # (collective type, dtype, algorithm) -> kernel name
+    coll_name: dict[tuple[int, int, int, str | None], int] = {}  # (collective type, dtype, algorithm) -> name code
     ctypes, cdtypes, celem, calgo = C.type.tolist(), C.dtype.tolist(), C.elem_bytes.tolist(), C.algo.tolist()
+    memcpy, memset = _CAT_CODE["gpu_memcpy"], _CAT_CODE["gpu_memset"]
+    cl, catl = codes.tolist(), cats.tolist()  # (element access and assignment on lists, not numpy scalars)
     for j in np.flatnonzero((G.collective >= 0) | (G.kind != GpuKind.KERNEL) |
                             (projected & ((G.cls == OpClass.MEMCPY) | (G.cls == OpClass.MEMSET)))).tolist():
-        nm, kind = names[j], kinds[j]
+        nm, kind = table[cl[j]], kinds[j]
         if coll[j] >= 0 and kind == GpuKind.KERNEL:
             if NCCL_KERNEL_RE.match(nm):
                 continue  # the trace's own NCCL kernel
             c = coll[j]
             algo = coll_algo[j][0] if j in coll_algo else (S[calgo[c]] if calgo[c] >= 0 else "ring")
             key = (ctypes[c], cdtypes[c], celem[c], algo)
-            kname = coll_name.get(key)
-            if kname is None:
+            kc = coll_name.get(key)
+            if kc is None:
                 dt = S[cdtypes[c]] if cdtypes[c] >= 0 else None
                 t = nccl_type(dt, celem[c])
                 if proj_dtype and proj_dtype != "captured" and t in ("f32", "f16", "bf16"):
                     t = nccl_type(proj_dtype)
-                kname = coll_name[key] = nccl_kernel_name(CollType(ctypes[c]), t, algo)
-            names[j] = kname
+                kc = coll_name[key] = code(nccl_kernel_name(CollType(ctypes[c]), t, algo))
+            cl[j] = kc
         elif kind == GpuKind.MEMCPY or (kind == GpuKind.KERNEL and cls[j] == OpClass.MEMCPY):
             if not nm.startswith("Memcpy"):
-                names[j] = _MEMCPY_NAME.get(CopyKind(ck[j]), _MEMCPY_NAME[CopyKind.DTOD])
-            cats[j] = "gpu_memcpy"
+                cl[j] = code(_MEMCPY_NAME.get(CopyKind(ck[j]), _MEMCPY_NAME[CopyKind.DTOD]))
+            catl[j] = memcpy
         elif kind == GpuKind.MEMSET or (kind == GpuKind.KERNEL and cls[j] == OpClass.MEMSET):
             if not nm.startswith("Memset"):
-                names[j] = _MEMSET_NAME
-            cats[j] = "gpu_memset"
-    return names, cats
+                cl[j] = code(_MEMSET_NAME)
+            catl[j] = memset
+    return np.asarray(cl, dtype=np.int64), table, np.asarray(catl, dtype=np.int64)
 
 
 class _CollArgs:
@@ -293,7 +329,7 @@ def _gpu_prep(rg: Any, run: Any, hok: np.ndarray) -> tuple[Any, ...]:
     gok = np.isfinite(gs) & np.isfinite(ge)
     gts = np.round(np.where(gok, gs, 0.0) * 1e6, 3)
     gdur = np.round(np.where(gok, np.maximum(ge - gs, 0.0), 0.0) * 1e6, 3)
-    gnames, gcats = _gpu_names(rg, run)
+    gcodes, gtable, gcats = _gpu_name_codes(rg, run)
     n_g = len(G)
     h_of = np.full(n_g, -1, dtype=np.int64)  # the host op that launched each GPU op
     has = G.launch >= 0
@@ -306,7 +342,7 @@ def _gpu_prep(rg: Any, run: Any, hok: np.ndarray) -> tuple[Any, ...]:
     flow = (h_of >= 0) & (G.correlation >= 0) & hok[np.maximum(h_of, 0)] if n_g and len(H) else np.zeros(n_g, bool)
     fthr = H.thread[np.maximum(h_of, 0)] if len(H) else np.zeros(n_g, np.int64)
     coll_algo = getattr(run, "coll_algo", {}) or {}
-    return gts, gdur, gnames, gcats, h_of, x_of, flow, fthr, coll_algo, _CollArgs(rg), np.flatnonzero(gok)
+    return gts, gdur, (gcodes, gtable), gcats, h_of, x_of, flow, fthr, coll_algo, _CollArgs(rg), np.flatnonzero(gok)
 
 
 def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -341,7 +377,10 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
         host.append({"ph": "X", "cat": cats[n, k], "name": S[n] if n >= 0 else "?", "pid": p, "tid": t, "ts": ts,
                      "dur": d, "args": args})
 
-    gts_a, gdur_a, gnames, gcats, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = _gpu_prep(rg, run, hok)
+    gts_a, gdur_a, (gcodes, gtable), gcat_codes, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = \
+        _gpu_prep(rg, run, hok)
+    gnames = [gtable[c] for c in gcodes.tolist()]
+    gcats = [_CATS[c] for c in gcat_codes.tolist()]
     gts, gdur = gts_a.tolist(), gdur_a.tolist()
     grid, block = G.grid.tolist(), G.block.tolist()
     cols = zip(gsel.tolist(), _pick(gcats, gsel), _pick(gnames, gsel), G.device[gsel].tolist(),
@@ -636,9 +675,20 @@ def _nums(values: list[Any]) -> np.ndarray:
 
 
 def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of ``keys`` (an (n, k) int matrix) numbered by distinct row, and the first row of each number: each
-    column factorized and the codes combined into one int64 key (1-D ``np.unique``s, not a sort of rows)."""
+    """The rows of ``keys`` (an (n, k) int matrix) numbered by distinct row, and the first row of each number: the
+    columns' offsets from their minima combined into one mixed-radix int64 key and sorted once (when the product of
+    their spans fits), else each column factorized and the codes combined (1-D ``np.unique``s, not a sort of
+    rows)."""
     n = len(keys)
+    if n and keys.shape[1]:
+        lo = keys.min(axis=0)
+        span = (keys.max(axis=0) - lo + 1).tolist()
+        if math.prod(span) < 1 << 62:  # the columns' offsets as one mixed-radix int64 key: a single sort
+            code = np.zeros(n, dtype=np.int64)
+            for k, sp in enumerate(span):
+                code = code * sp + (keys[:, k] - lo[k])
+            _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+            return inv.reshape(-1), first
     code = np.zeros(n, dtype=np.int64)
     for k in range(keys.shape[1]):
         u, inv = np.unique(keys[:, k], return_inverse=True)
@@ -688,28 +738,41 @@ class _Block:
     def _fill(m: np.ndarray, ts: list[float], ts_slots: list[tuple[int, np.ndarray | None]],
               id_slots: list[tuple[int, np.ndarray, np.ndarray | None]], off: int) -> None:
         """Put the numbers into their slots of ``m`` (rows outside a slot's mask keep their ``b""``): ``ts``, and
-        each id slot's ids (those of its masked rows only) plus ``off``."""
+        each id slot's ids (those of its masked rows) plus ``off``. Slots drawing on one id column (the same array:
+        a GPU op's correlation and its flow arrow's id) share one serialization of the whole column."""
         tsb = _nums(ts)
         for k, mask in ts_slots:
             if mask is None:
                 m[:, k] = tsb
             else:
                 m[mask, k] = tsb[mask]
+        users: dict[int, int] = {}
+        for _, ids, _ in id_slots:
+            users[id(ids)] = users.get(id(ids), 0) + 1
+        done: dict[int, np.ndarray] = {}
         for k, ids, mask in id_slots:
-            col = _nums((ids + off).tolist())
+            if mask is not None and users[id(ids)] == 1:
+                m[mask, k] = _nums((ids[mask] + off).tolist())  # a column of its own: its masked rows only
+                continue
+            col = done.get(id(ids))
+            if col is None:
+                col = done[id(ids)] = _nums((ids + off).tolist())
             if mask is None:
                 m[:, k] = col
             else:
-                m[mask, k] = col
+                m[mask, k] = col[mask]
 
     def _ids(self, rows: np.ndarray | None) -> list[tuple[int, np.ndarray, np.ndarray | None]]:
-        """The id slots of ``rows`` (every row when None): (slot, the masked rows' ids, mask)."""
+        """The id slots of ``rows`` (every row when None): (slot, the rows' ids, the rows' mask)."""
+        if rows is None:
+            return self.id_slots
         out = []
+        cut: dict[int, np.ndarray] = {}
         for k, ids, mask in self.id_slots:
-            if rows is not None:
-                ids = ids[rows]
-                mask = None if mask is None else mask[rows]
-            out.append((k, ids if mask is None else ids[mask], mask))
+            sub = cut.get(id(ids))
+            if sub is None:
+                sub = cut[id(ids)] = ids[rows]  # (one array per source column: slots sharing it still share)
+            out.append((k, sub, None if mask is None else mask[rows]))
         return out
 
     @staticmethod
@@ -819,7 +882,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         [(5, base + np.where(hx, x, c), hx | hc), (7, base + c, both)],
         np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]])
 
-    gts, gdur, gnames, gcats, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = _gpu_prep(rg, run, hok)
+    gts, gdur, (gcodes, gtable), gcats, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = _gpu_prep(rg, run, hok)
     ng = len(gsel)
 
     # the launches' flow starts (host side, after the host ops): one per GPU op with a flow arrow
@@ -843,12 +906,10 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         pid=np.asarray(T.pid)[ftk] if len(T) else ftk, tid=np.asarray(T.tid)[ftk] if len(T) else ftk)
 
     # GPU ops
-    name_id: dict[str, int] = {}
-    nid = np.asarray([name_id.setdefault(v, len(name_id)) for v in _pick(gnames, gsel)], dtype=np.int64)
-    name_of = list(name_id)
-    cat_id = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
-    cat_of = list(cat_id)
-    cid = np.asarray([cat_id[v] for v in _pick(gcats, gsel)], dtype=np.int64)
+    nid = gcodes[gsel]  # names and categories as codes (_gpu_name_codes): no string per op
+    name_of = gtable
+    cat_of = _CATS
+    cid = gcats[gsel]
     dev = G.device[gsel].astype(np.int64)
     stm = G.stream[gsel].astype(np.int64)
     kern = cid == 0
@@ -884,12 +945,12 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     cfirst_l = cfirst.tolist()
     algo_id = np.full(ng, -1, dtype=np.int64)
     algos: dict[tuple[str, str], int] = {}
-    if coll_algo:
-        pos = {int(j): i for i, j in enumerate(gsel.tolist())}
-        for j, ap in coll_algo.items():
-            i = pos.get(j)
-            if i is not None:
-                algo_id[i] = algos.setdefault(tuple(ap), len(algos))  # type: ignore[arg-type]
+    if coll_algo and ng:  # each op's position in gsel (ascending) by one searchsorted, not a dict of every op
+        ops = np.fromiter(coll_algo, dtype=np.int64, count=len(coll_algo))
+        at = np.minimum(np.searchsorted(gsel, ops), ng - 1)
+        found = gsel[at] == ops
+        for i, ap in zip(at[found].tolist(), [coll_algo[j] for j in ops[found].tolist()]):
+            algo_id[i] = algos.setdefault(tuple(ap), len(algos))  # type: ignore[arg-type]
     algo_of = list(algos)
     kr = np.flatnonzero(kern & ((grid[:, 0] >= 0) | (coll >= 0) | (algo_id >= 0)))
 
@@ -925,6 +986,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
         f, d, s = key
         return b',"pid":%d,"tid":%d,"ts":' % (d, s) if f else b""
 
+    gid = base + gcorr  # one array for the correlation and the flow id: serialized once (_Block._fill)
     gpu = _Block(
         _matrix([_table(np.stack([nid, cid, dev, stm], axis=1), g_prefix), b"", b',"dur":', b"",
                  np.array([b',"args":{', b',"args":{"External id":'], dtype=object)[ghx.astype(np.int64)], b"",
@@ -932,7 +994,7 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
                                  axis=1), g_mid), b"",
                  rest + ends[fli], b"", _table(np.stack([fli, dev, stm], axis=1), f_mid), b"", tail[fli]], ng),
         gts[gsel], [(1, None), (11, gfl)], gd, 3,
-        [(5, base + gx, ghx), (7, base + gcorr, ghc), (9, base + gcorr, gfl)], dev, stm, gfl)
+        [(5, base + gx, ghx), (7, gid, ghc), (9, gid, gfl)], dev, stm, gfl)
     return [host_x, host_s], [gpu]
 
 
