@@ -141,6 +141,15 @@ class FabricConfig:
     reuses the duration and link counters of its first run on an idle scratch fabric instead of
     solving rates; if another flow arrives on its links while it runs, it is materialized as real
     flows with the bytes left at that instant (docs/ENGINE.md, *Coalescing*). False: always solve."""
+    flow_classes: bool = False
+    """One row per class of equivalent flows: the rows of a batch (no coupled group) with equal bytes, latency
+    and rate cap that cross the same number of segments (e.g. the inter-node pairs of an equal-split
+    all-to-all) start as one row of their summed multiplicity on a *class segment* (their links, weighted by
+    their summed weights over that multiplicity). After every solve that re-rates it the class is checked
+    against the per-flow max-min conditions (every member crosses a saturated link on which no row is faster,
+    or all run at their cap); one that fails is split, exactly, into its member rows with the bytes it has left
+    and the solve is redone. Results agree with per-flow rows within round-off (the per-link sums add other
+    terms), not bit for bit (docs/ENGINE.md, *Performance*)."""
     trajectory: bool = True
     """Materialize a coalesced collective from its memo's recorded trajectory (the last state before the hit
     advanced linearly) instead of re-running its scratch copy up to the hit: equal to the re-run within
@@ -216,13 +225,15 @@ class _Rows:
     """A lower bound on the time the row can first be due (its end less the slack of the bytes test,
     :meth:`Fabric._due_from`); ``inf`` for inactive rows and rows not yet rated that still have bytes:
     the completion test looks only at rows whose bound has passed."""
+    cls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Flow class of the row (:attr:`FabricConfig.flow_classes`; -1: a plain row)."""
     bott: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Link that froze the row in its last solve (-1: its rate cap; -2: unknown): the solve structure
     :meth:`Fabric._reuse_structure` tries first."""
 
     _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
              "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1,
-             "tcand": _INF, "bott": -2}
+             "tcand": _INF, "bott": -2, "cls": -1}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -387,7 +398,17 @@ class Fabric:
         self._seg_lat: list[float] = []
         self._seg_cap: list[float] = []
         self._seg_nlinks: list[int] = []
-        self._se_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._se_parts: list[tuple[np.ndarray, ...]] = []
+        self._se_n = np.zeros(0)  # flows per unit of multiplicity on each entry (1; a class segment: its share)
+        self._has_cls = False  # a class segment is registered (unweighted sums then take ``_se_n``)
+        self.flow_classes = self.config.flow_classes
+        """Form flow classes (:attr:`FabricConfig.flow_classes`); off on scratch fabrics."""
+        self._cls: dict[int, tuple[np.ndarray, ...]] = {}  # class id -> its members' rows and check tables
+        self._next_cls = 0
+        self.n_class_rows = 0
+        """Flow-class rows started (a cost counter)."""
+        self.n_class_splits = 0
+        """Flow classes split back into their member rows."""
         self._se_seg = np.zeros(0, dtype=np.int64)
         self._se_link = np.zeros(0, dtype=np.int64)
         self._se_w = np.zeros(0)
@@ -791,6 +812,9 @@ class Fabric:
             return ev
         if self._holders:
             self._wake_holders(segs)
+        cls_of: np.ndarray | None = None
+        if self.flow_classes and group < 0 and len(wire) >= self._CLASS_MIN:
+            segs, wire, lat, mult, wcap, cls_of = self._form_classes(segs, wire, lat, mult, wcap)
         k = len(wire)
         self._b_left[b] = k
         self._advance()
@@ -814,6 +838,7 @@ class Fabric:
         self._A = None
         p.set_seg(sl, segs)
         p.bott[sl] = -2
+        p.cls[sl] = -1 if cls_of is None else cls_of
         p.size = s0 + k
         self._n_active += k
         self.n_rows += k
@@ -822,6 +847,164 @@ class Fabric:
         np.maximum(self.peak_flows, np.rint(self._nflows).astype(np.int64), out=self.peak_flows)
         self._request_solve()
         return ev
+
+    # ------------------------------------------------------------ flow classes
+    _CLASS_MIN = 16
+    """Rows of a batch that form a flow class: at least this many with equal bytes, latency, cap and segment
+    count (smaller sets stay plain rows: a class saves less than its check costs)."""
+
+    def _form_classes(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
+                      wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                 np.ndarray | None]:
+        """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
+        become one class row each (their summed multiplicity on a class segment); the others stay. Returns the
+        new rows and their class ids (-1: plain), or ``None`` for the ids when no class formed. O(k log k)
+        for the k rows; a new class segment O(their entries + links) once (cached by its members)."""
+        nseg = np.count_nonzero(segs >= 0, axis=1).astype(float)
+        key = np.column_stack([wire, lat, wcap, nseg])
+        _, inv, cnt = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        big = np.flatnonzero(cnt >= self._CLASS_MIN)
+        if not big.size:
+            return segs, wire, lat, mult, wcap, None
+        isbig = np.zeros(len(cnt), dtype=bool)
+        isbig[big] = True
+        keep = np.flatnonzero(~isbig[inv])
+        o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
+        o_id = [np.full(len(keep), -1, dtype=np.int64)]
+        order = np.argsort(inv, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(cnt)])
+        for g in big.tolist():
+            idx = order[bounds[g]:bounds[g + 1]]
+            ms, mm = segs[idx], mult[idx]
+            sid = self._class_segment(ms, mm)
+            cid = self._next_cls
+            self._next_cls += 1
+            self._cls[cid] = (ms, mm, lat[idx], wcap[idx])
+            i0 = idx[:1]
+            o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
+            o_w.append(wire[i0])
+            o_l.append(lat[i0])
+            o_m.append(np.array([float(mm.sum())]))
+            o_c.append(wcap[i0])
+            o_id.append(np.array([cid], dtype=np.int64))
+            self.n_class_rows += 1
+        cat = np.concatenate
+        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), cat(o_id)
+
+    def _class_segment(self, ms: np.ndarray, mm: np.ndarray) -> int:
+        """The class segment of member rows ``ms`` (segments) x ``mm`` (multiplicity): their links, each
+        weighted by the members' summed weight on it over the summed multiplicity M (so a rate r on the class
+        row loads each link as its members would), with a flow count of (members on it) / M."""
+        h = hashlib.sha256(np.ascontiguousarray(ms, dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(mm, dtype=float).tobytes())
+        key = ("class", h.digest())
+        sid = self._seg_ids.get(key)
+        if sid is not None:
+            return sid
+        self._flush_segments()
+        mk = np.repeat(mm, _K)
+        W, C = self._to_links_many(ms.reshape(-1), [mk, mk], [True, False])
+        lk = np.flatnonzero(C > 0)
+        M = float(mm.sum())
+        sid = len(self._seg_lat)
+        self._se_parts.append((np.full(len(lk), sid, dtype=np.int64), lk, W[lk] / M, C[lk] / M))
+        self._seg_lat.append(0.0)
+        self._seg_cap.append(_INF)
+        self._seg_nlinks.append(len(lk))
+        self._seg_ids[key] = sid
+        self._has_cls = True
+        return sid
+
+    def _class_ok(self, c: int) -> bool:
+        """Whether class row ``c``'s rate is every member's per-flow max-min rate: all at their cap, or every
+        member crosses a saturated (binding) link on which no active row runs faster (its bottleneck). With
+        the per-link loads those of the members (the class segment's weights), that is the per-flow max-min
+        certificate, and the max-min allocation is unique. O(n + entries of the members' segments + links)."""
+        p = self._rows
+        r = float(p.rate[c])
+        if r >= p.cap[c] * (1.0 - 1e-12):
+            return True
+        cid = int(p.cls[c])
+        info = self._cls[cid]
+        if len(info) == 4:  # tables of the members' segments, built at the first check
+            ms = info[0]
+            flat = ms.reshape(-1)
+            ok = flat >= 0
+            us = np.unique(flat[ok])
+            invf = np.full(flat.size, len(us), dtype=np.int64)
+            invf[ok] = np.searchsorted(us, flat[ok])
+            st = self._se_off[us]
+            ln = self._se_off[us + 1] - st
+            e = _ranges(st, ln)
+            eu = np.repeat(np.arange(len(us)), ln)
+            info = self._cls[cid] = (*info, invf.reshape(ms.shape), e, eu)
+        inv, e, eu = info[4], info[5], info[6]
+        sid = int(p.seg[c, 0])
+        lk = self._se_link[self._se_off[sid]:self._se_off[sid + 1]]
+        sat = self._load[lk] >= self.capacity[lk] * (1.0 - 1e-9)
+        if self._free_on:
+            sat &= ~self._free[lk]
+        if not np.count_nonzero(sat):
+            return False
+        good = np.zeros(len(self.links), dtype=bool)
+        good[lk[sat]] = True
+        ai = self._active_idx()
+        fast = ai[p.rate[ai] > r * (1.0 + 1e-9)]
+        if fast.size:
+            good &= ~(self._to_links(p.seg[fast].reshape(-1), np.ones(fast.size * _K), weighted=False) > 0)
+        cnt = np.bincount(eu, weights=good[self._se_link[e]], minlength=int(inv.max()) + 1)
+        return bool(np.count_nonzero(cnt[inv], axis=1).all())
+
+    def _split_class(self, c: int) -> None:
+        """Class row ``c`` back into its member rows, each with the class's bytes left (unrated: they arrive
+        now, so the next solve re-rates their component)."""
+        p = self._rows
+        now = self.env.now
+        ms, mm, ml, mc = self._cls.pop(int(p.cls[c]))[:4]
+        rem = float(p.rem[c] - p.rate[c] * (now - p.t0[c]))
+        b = int(p.batch[c])
+        tbeg = float(p.tbeg[c])
+        seg1, m1 = p.seg[c:c + 1].copy(), p.mult[c:c + 1].copy()
+        self._seg_flows(seg1, m1, -1.0)
+        self._load -= self._to_links(seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K))
+        self._unlabel(p.comp[c:c + 1])
+        p.active[c] = False
+        p.rate[c] = 0.0
+        p.rem[c] = 0.0
+        p.tend[c] = _INF
+        p.tcand[c] = _INF
+        p.cls[c] = -1
+        p.comp[c] = -1
+        self._n_active -= 1
+        k = len(mm)
+        self._b_left[b] += k - 1
+        s0 = p.size
+        p.grow(s0 + k)
+        sl = slice(s0, s0 + k)
+        p.rem[sl] = rem
+        p.t0[sl] = now
+        p.tbeg[sl] = tbeg
+        p.tend[sl] = _INF
+        p.tcand[sl] = -_INF if rem <= _REM_EPS else _INF
+        p.comp[sl] = -1
+        p.rate[sl] = 0.0
+        p.cap[sl] = mc
+        p.mult[sl] = mm
+        p.lat[sl] = ml
+        p.group[sl] = -1
+        p.batch[sl] = b
+        p.active[sl] = True
+        p.set_seg(sl, ms)
+        p.bott[sl] = -2
+        p.cls[sl] = -1
+        p.size = s0 + k
+        self._n_active += k
+        self.n_rows += k
+        self._A = None
+        self._arrived.append(np.arange(s0, s0 + k))
+        self._seg_flows(ms, mm, +1.0)
+        self.n_class_splits += 1
 
     def _fire(self, b: int) -> None:
         """Batch ``b`` has no bytes left: succeed its event at its deadline."""
@@ -855,6 +1038,8 @@ class Fabric:
             self._se_seg = np.concatenate([self._se_seg, *(x[0] for x in self._se_parts)])
             self._se_link = np.concatenate([self._se_link, *(x[1] for x in self._se_parts)])
             self._se_w = np.concatenate([self._se_w, *(x[2] for x in self._se_parts)])
+            self._se_n = np.concatenate([self._se_n, *(x[3] if len(x) > 3 else np.ones(len(x[1]))
+                                                       for x in self._se_parts)])
             self._se_parts.clear()
             nseg = len(self._seg_lat)
             self._se_off = np.searchsorted(self._se_seg, np.arange(nseg + 1)).astype(np.int64)
@@ -884,7 +1069,7 @@ class Fabric:
             np.cumsum(np.bincount(self._se_link, minlength=nl), out=indptr[1:])
             idx = self._se_seg[order].astype(np.int64)
             w = csr_array((self._se_w[order], idx, indptr), shape=(nl, nseg))
-            one = csr_array((np.ones(n), idx, indptr), shape=(nl, nseg))
+            one = csr_array((self._se_n[order], idx, indptr), shape=(nl, nseg))
             self._lm = ((n, nseg), w, one)
             self.n_link_matrix += 1
         return self._lm[1] if weighted else self._lm[2]
@@ -909,6 +1094,8 @@ class Fabric:
         w = np.repeat(v, ln)
         if weighted:
             w = w * self._se_w[e]
+        elif self._has_cls:
+            w = w * self._se_n[e]
         return np.bincount(self._se_link[e], weights=w, minlength=nl)
 
     def _to_links_many(self, segs: np.ndarray, vals: Sequence[np.ndarray], weighted: Sequence[bool]
@@ -935,6 +1122,8 @@ class Fabric:
             w = np.repeat(np.bincount(inv, weights=val, minlength=len(us)), ln)
             if wt:
                 w = w * we
+            elif self._has_cls:
+                w = w * self._se_n[e]
             out.append(np.bincount(le, weights=w, minlength=nl))
         return out
 
@@ -1020,6 +1209,11 @@ class Fabric:
         self._load -= sums[0]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
+        if self._cls:
+            ci = p.cls[idx]
+            for cid in ci[ci >= 0].tolist():
+                self._cls.pop(cid, None)
+            p.cls[idx] = -1
         p.active[idx] = False
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
@@ -1283,6 +1477,15 @@ class Fabric:
         p.rate[R] = new
         p.tend[R] = now + p.rem[R] / new
         p.tcand[R] = self._due_from(p.tend[R], p.rem[R], new)
+        if self._cls:  # flow classes re-rated: check each against the per-flow max-min conditions
+            C = R[p.cls[R] >= 0]
+            if C.size:
+                bad = [c for c in C.tolist() if not self._class_ok(c)]
+                if bad:  # split (exactly: the members have the class's bytes left) and solve again
+                    for c in bad:
+                        self._split_class(c)
+                    self._solve()
+                    return
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
             p.keep(np.flatnonzero(p.active[:n]))
@@ -1391,7 +1594,8 @@ class Fabric:
         a, b = other._se_off[sid], other._se_off[sid + 1]
         new = len(self._seg_lat)
         self._se_parts.append((np.full(b - a, new, dtype=np.int64), other._se_link[a:b].copy(),
-                               other._se_w[a:b].copy()))
+                               other._se_w[a:b].copy(), other._se_n[a:b].copy()))
+        self._has_cls |= other._has_cls
         self._seg_lat.append(other._seg_lat[sid])
         self._seg_cap.append(other._seg_cap[sid])
         self._seg_nlinks.append(other._seg_nlinks[sid])
@@ -1431,6 +1635,8 @@ class Fabric:
         self._arrived.clear()
         self._departed.clear()
         self._obs = None
+        self._cls.clear()
+        p.cls[:] = -1
 
     def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group, batch)."""
