@@ -403,7 +403,10 @@ class Fabric:
         self._has_cls = False  # a class segment is registered (unweighted sums then take ``_se_n``)
         self.flow_classes = self.config.flow_classes
         """Form flow classes (:attr:`FabricConfig.flow_classes`); off on scratch fabrics."""
-        self._cls: dict[int, tuple[np.ndarray, ...]] = {}  # class id -> its members' rows and check tables
+        self._cls: dict[int, list[Any]] = {}  # class id -> its members' rows and check tables
+        self._cls_ok: set[bytes] = set()  # rate-memo keys whose flow classes passed the check
+        self._cls_bad: dict[bytes, list[tuple[int, np.ndarray]]] = {}  # ... that failed: (row in R, split key)
+        self._cls_plans: dict[int, tuple[Any, ...]] = {}  # id(prepared segs) -> (segs, class rows, members)
         self._next_cls = 0
         self.n_class_rows = 0
         """Flow-class rows started (a cost counter)."""
@@ -740,7 +743,7 @@ class Fabric:
         """
         hit = self._batch_cache.get(cache) if cache is not None else None
         if hit is not None:
-            return self._start_prepared(*hit, name=name, track=track, group=group)
+            return self._start_prepared(*hit, name=name, track=track, group=group, cached=True)
         if not (0 < efficiency <= 1.0):
             raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
         segs = np.asarray(segs, dtype=np.int64).reshape(-1, _K)
@@ -783,14 +786,14 @@ class Fabric:
             if len(self._batch_cache) >= self._BATCH_CACHE:
                 self._batch_cache.clear()
             self._batch_cache[cache] = prep
-        return self._start_prepared(*prep, name=name, track=track, group=group)
+        return self._start_prepared(*prep, name=name, track=track, group=group, cached=cache is not None)
 
     _BATCH_CACHE = 4096
     """Prepared batches kept by :meth:`start_rows`' ``cache`` key (cleared when full)."""
 
     def _start_prepared(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
                         wcap: np.ndarray, nflows: float, still: float, *, name: str, track: str,
-                        group: int) -> simpy.Event:
+                        group: int, cached: bool = False) -> simpy.Event:
         """Start checked, merged rows (moving ones only) as one batch; ``still``: the latest end of the
         batch's flows that move no bytes (their latency)."""
         env = self.env
@@ -814,7 +817,23 @@ class Fabric:
             self._wake_holders(segs)
         cls_of: np.ndarray | None = None
         if self.flow_classes and group < 0 and len(wire) >= self._CLASS_MIN:
-            segs, wire, lat, mult, wcap, cls_of = self._form_classes(segs, wire, lat, mult, wcap)
+            plan = self._cls_plans.get(id(segs))
+            if plan is None or plan[0] is not segs:  # (the plan holds ``segs``: its id stays unique)
+                plan = (segs, *self._form_classes(segs, wire, lat, mult, wcap))
+                if cached:  # a prepared batch that repeats (start_rows' ``cache``)
+                    if len(self._cls_plans) >= self._BATCH_CACHE:
+                        self._cls_plans.clear()
+                    self._cls_plans[id(segs)] = plan
+            if plan[6]:
+                segs, wire, lat, mult, wcap = plan[1:6]
+                mem = plan[6]
+                cls_of = np.full(len(wire), -1, dtype=np.int64)
+                pos = len(wire) - len(mem)  # the class rows come last
+                for j, info in enumerate(mem):
+                    self._cls[self._next_cls] = info
+                    cls_of[pos + j] = self._next_cls
+                    self._next_cls += 1
+                self.n_class_rows += len(mem)
         k = len(wire)
         self._b_left[b] = k
         self._advance()
@@ -855,42 +874,42 @@ class Fabric:
 
     def _form_classes(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
                       wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                 np.ndarray | None]:
+                                                 list[list[Any]]]:
         """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
-        become one class row each (their summed multiplicity on a class segment); the others stay. Returns the
-        new rows and their class ids (-1: plain), or ``None`` for the ids when no class formed. O(k log k)
-        for the k rows; a new class segment O(their entries + links) once (cached by its members)."""
-        nseg = np.count_nonzero(segs >= 0, axis=1).astype(float)
-        key = np.column_stack([wire, lat, wcap, nseg])
-        _, inv, cnt = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-        inv = inv.reshape(-1)
+        become one class row each (their summed multiplicity on a class segment), after the rows that stay.
+        Returns the new rows and each class's members ([segments, multiplicity, latency, cap, check tables]);
+        no members: no class. O(k log k) for the k rows, once per prepared batch (kept by its ``segs``); a
+        new class segment O(their entries + links) once (cached by its members)."""
+        nseg = np.count_nonzero(segs >= 0, axis=1)
+        order = np.lexsort((nseg, wcap, lat, wire))
+        cols = (wire[order], lat[order], wcap[order], nseg[order])
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (cols[0][1:] != cols[0][:-1]) | (cols[1][1:] != cols[1][:-1]) | \
+            (cols[2][1:] != cols[2][:-1]) | (cols[3][1:] != cols[3][:-1])
+        st = np.flatnonzero(new)
+        cnt = np.diff(np.append(st, len(order)))
         big = np.flatnonzero(cnt >= self._CLASS_MIN)
+        mem: list[list[Any]] = []
         if not big.size:
-            return segs, wire, lat, mult, wcap, None
-        isbig = np.zeros(len(cnt), dtype=bool)
-        isbig[big] = True
-        keep = np.flatnonzero(~isbig[inv])
+            return segs, wire, lat, mult, wcap, mem
+        gid = np.cumsum(new) - 1
+        inbig = np.zeros(len(order), dtype=bool)
+        inbig[order] = np.isin(gid, big)
+        keep = np.flatnonzero(~inbig)
         o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
-        o_id = [np.full(len(keep), -1, dtype=np.int64)]
-        order = np.argsort(inv, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(cnt)])
         for g in big.tolist():
-            idx = order[bounds[g]:bounds[g + 1]]
+            idx = np.sort(order[st[g]:st[g] + cnt[g]])
             ms, mm = segs[idx], mult[idx]
             sid = self._class_segment(ms, mm)
-            cid = self._next_cls
-            self._next_cls += 1
-            self._cls[cid] = (ms, mm, lat[idx], wcap[idx])
+            mem.append([ms, mm, lat[idx], wcap[idx], None])
             i0 = idx[:1]
             o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
             o_w.append(wire[i0])
             o_l.append(lat[i0])
             o_m.append(np.array([float(mm.sum())]))
             o_c.append(wcap[i0])
-            o_id.append(np.array([cid], dtype=np.int64))
-            self.n_class_rows += 1
         cat = np.concatenate
-        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), cat(o_id)
+        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), mem
 
     def _class_segment(self, ms: np.ndarray, mm: np.ndarray) -> int:
         """The class segment of member rows ``ms`` (segments) x ``mm`` (multiplicity): their links, each
@@ -916,18 +935,19 @@ class Fabric:
         self._has_cls = True
         return sid
 
-    def _class_ok(self, c: int) -> bool:
-        """Whether class row ``c``'s rate is every member's per-flow max-min rate: all at their cap, or every
-        member crosses a saturated (binding) link on which no active row runs faster (its bottleneck). With
-        the per-link loads those of the members (the class segment's weights), that is the per-flow max-min
-        certificate, and the max-min allocation is unique. O(n + entries of the members' segments + links)."""
+    def _class_ok(self, c: int) -> np.ndarray | None:
+        """``None`` when class row ``c``'s rate is every member's per-flow max-min rate: all at their cap, or
+        every member crosses a saturated (binding) link on which no active row runs faster (its bottleneck).
+        With the per-link loads those of the members (the class segment's weights), that is the per-flow
+        max-min certificate, and the max-min allocation is unique. Otherwise a key per member for the split:
+        members with equal counts of such links, of saturated links and of links with a faster row among
+        their own stay together. O(n + entries of the members' segments + links)."""
         p = self._rows
         r = float(p.rate[c])
         if r >= p.cap[c] * (1.0 - 1e-12):
-            return True
-        cid = int(p.cls[c])
-        info = self._cls[cid]
-        if len(info) == 4:  # tables of the members' segments, built at the first check
+            return None
+        info = self._cls[int(p.cls[c])]
+        if info[4] is None:  # tables of the members' segments, built at the first check (shared by the starts)
             ms = info[0]
             flat = ms.reshape(-1)
             ok = flat >= 0
@@ -938,27 +958,36 @@ class Fabric:
             ln = self._se_off[us + 1] - st
             e = _ranges(st, ln)
             eu = np.repeat(np.arange(len(us)), ln)
-            info = self._cls[cid] = (*info, invf.reshape(ms.shape), e, eu)
-        inv, e, eu = info[4], info[5], info[6]
+            info[4] = (invf.reshape(ms.shape), self._se_link[e], eu, len(us) + 1)
+        inv, el, eu, nu = info[4]  # (entries of registered segments never move: new ones are appended)
         sid = int(p.seg[c, 0])
         lk = self._se_link[self._se_off[sid]:self._se_off[sid + 1]]
         sat = self._load[lk] >= self.capacity[lk] * (1.0 - 1e-9)
         if self._free_on:
             sat &= ~self._free[lk]
-        if not np.count_nonzero(sat):
-            return False
-        good = np.zeros(len(self.links), dtype=bool)
-        good[lk[sat]] = True
+        nl = len(self.links)
+        satm = np.zeros(nl, dtype=bool)
+        satm[lk[sat]] = True
         ai = self._active_idx()
         fast = ai[p.rate[ai] > r * (1.0 + 1e-9)]
+        es = satm[el]
         if fast.size:
-            good &= ~(self._to_links(p.seg[fast].reshape(-1), np.ones(fast.size * _K), weighted=False) > 0)
-        cnt = np.bincount(eu, weights=good[self._se_link[e]], minlength=int(inv.max()) + 1)
-        return bool(np.count_nonzero(cnt[inv], axis=1).all())
+            ef = (self._to_links(p.seg[fast].reshape(-1), np.ones(fast.size * _K), weighted=False) > 0)[el]
+            good = np.bincount(eu, weights=es & ~ef, minlength=nu)[inv].sum(axis=1)
+        else:
+            ef = np.zeros(len(el), dtype=bool)
+            good = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
+        if np.count_nonzero(good) == len(good):
+            return None
+        ns = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
+        nf = np.bincount(eu, weights=ef, minlength=nu)[inv].sum(axis=1)
+        return ((good * 64 + ns) * 64 + nf).astype(np.int64)
 
-    def _split_class(self, c: int) -> None:
-        """Class row ``c`` back into its member rows, each with the class's bytes left (unrated: they arrive
-        now, so the next solve re-rates their component)."""
+    def _split_class(self, c: int, key: np.ndarray) -> None:
+        """Class row ``c`` split by the members' ``key``: each set of at least :data:`_CLASS_MIN` members with
+        one key becomes a class of its own, the rest member rows; all with the class's bytes left (unrated:
+        they arrive now, so the solve that follows re-rates their component). A class whose members all have
+        one key is split into member rows (the split always refines)."""
         p = self._rows
         now = self.env.now
         ms, mm, ml, mc = self._cls.pop(int(p.cls[c]))[:4]
@@ -977,7 +1006,29 @@ class Fabric:
         p.cls[c] = -1
         p.comp[c] = -1
         self._n_active -= 1
-        k = len(mm)
+        uk, inv, cnt = np.unique(key, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        if len(uk) > 1:
+            big = cnt >= self._CLASS_MIN
+        else:
+            big = np.zeros(1, dtype=bool)
+        plain = np.flatnonzero(~big[inv])
+        o_s, o_m, o_l, o_c = [ms[plain]], [mm[plain]], [ml[plain]], [mc[plain]]
+        o_id = [np.full(len(plain), -1, dtype=np.int64)]
+        for g in np.flatnonzero(big).tolist():
+            idx = np.flatnonzero(inv == g)
+            sid = self._class_segment(ms[idx], mm[idx])
+            self._cls[self._next_cls] = [ms[idx], mm[idx], ml[idx], mc[idx], None]
+            o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
+            o_m.append(np.array([float(mm[idx].sum())]))
+            o_l.append(ml[idx[:1]])
+            o_c.append(mc[idx[:1]])
+            o_id.append(np.array([self._next_cls], dtype=np.int64))
+            self._next_cls += 1
+            self.n_class_rows += 1
+        cat = np.concatenate
+        segs, mult, lat, wcap, cid = cat(o_s), cat(o_m), cat(o_l), cat(o_c), cat(o_id)
+        k = len(mult)
         self._b_left[b] += k - 1
         s0 = p.size
         p.grow(s0 + k)
@@ -989,21 +1040,21 @@ class Fabric:
         p.tcand[sl] = -_INF if rem <= _REM_EPS else _INF
         p.comp[sl] = -1
         p.rate[sl] = 0.0
-        p.cap[sl] = mc
-        p.mult[sl] = mm
-        p.lat[sl] = ml
+        p.cap[sl] = wcap
+        p.mult[sl] = mult
+        p.lat[sl] = lat
         p.group[sl] = -1
         p.batch[sl] = b
         p.active[sl] = True
-        p.set_seg(sl, ms)
+        p.set_seg(sl, segs)
         p.bott[sl] = -2
-        p.cls[sl] = -1
+        p.cls[sl] = cid
         p.size = s0 + k
         self._n_active += k
         self.n_rows += k
         self._A = None
         self._arrived.append(np.arange(s0, s0 + k))
-        self._seg_flows(ms, mm, +1.0)
+        self._seg_flows(segs, mult, +1.0)
         self.n_class_splits += 1
 
     def _fire(self, b: int) -> None:
@@ -1477,15 +1528,30 @@ class Fabric:
         p.rate[R] = new
         p.tend[R] = now + p.rem[R] / new
         p.tcand[R] = self._due_from(p.tend[R], p.rem[R], new)
-        if self._cls:  # flow classes re-rated: check each against the per-flow max-min conditions
-            C = R[p.cls[R] >= 0]
+        if self._cls and (key is None or key not in self._cls_ok):
+            # flow classes re-rated: check each against the per-flow max-min conditions (a closed set's check
+            # is a function of its rate-memo key, like its rates: a key that passed once passes again)
+            C = np.flatnonzero(p.cls[R] >= 0)
             if C.size:
-                bad = [c for c in C.tolist() if not self._class_ok(c)]
+                known = self._cls_bad.get(key) if key is not None else None
+                if known is not None:  # this closed set failed before: the same rates, the same split
+                    bad = [(int(R[j]), mk) for j, mk in known]
+                else:
+                    badj = [(j, mk) for j in C.tolist() if (mk := self._class_ok(int(R[j]))) is not None]
+                    if badj and key is not None:
+                        if len(self._cls_bad) >= self._BATCH_CACHE:
+                            self._cls_bad.clear()
+                        self._cls_bad[key] = badj
+                    bad = [(int(R[j]), mk) for j, mk in badj]
                 if bad:  # split (exactly: the members have the class's bytes left) and solve again
-                    for c in bad:
-                        self._split_class(c)
+                    for c, mk in bad:
+                        self._split_class(c, mk)
                     self._solve()
                     return
+                if key is not None:
+                    if len(self._cls_ok) >= self._RATE_MEMO_ROWS:
+                        self._cls_ok.clear()
+                    self._cls_ok.add(key)
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
             p.keep(np.flatnonzero(p.active[:n]))
