@@ -827,6 +827,8 @@ class Fabric:
             if plan[6]:
                 segs, wire, lat, mult, wcap = plan[1:6]
                 mem = plan[6]
+                if any(info[5] is not None for info in mem):  # start as the sub-classes it split into last time
+                    segs, wire, lat, mult, wcap, mem = self._learned(segs, wire, lat, mult, wcap, mem)
                 cls_of = np.full(len(wire), -1, dtype=np.int64)
                 pos = len(wire) - len(mem)  # the class rows come last
                 for j, info in enumerate(mem):
@@ -901,7 +903,7 @@ class Fabric:
             idx = np.sort(order[st[g]:st[g] + cnt[g]])
             ms, mm = segs[idx], mult[idx]
             sid = self._class_segment(ms, mm)
-            mem.append([ms, mm, lat[idx], wcap[idx], None])
+            mem.append([ms, mm, lat[idx], wcap[idx], None, None, sid])
             i0 = idx[:1]
             o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
             o_w.append(wire[i0])
@@ -910,6 +912,41 @@ class Fabric:
             o_c.append(wcap[i0])
         cat = np.concatenate
         return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), mem
+
+    def _learned(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray, wcap: np.ndarray,
+                 mem: list[list[Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                 list[list[Any]]]:
+        """A prepared batch's rows (the class rows last, one per ``mem``) with each class that was split at an
+        earlier start replaced by what it split into (recursively): its plain member rows, then its
+        sub-classes. Still exact: the sub-classes are checked at every solve like any class."""
+        nc = len(mem)
+        base = len(wire) - nc
+        o_s, o_w, o_l, o_m, o_c = [segs[:base]], [wire[:base]], [lat[:base]], [mult[:base]], [wcap[:base]]
+        out: list[tuple[list[Any], float]] = []
+
+        def expand(info: list[Any], w: float) -> None:
+            if info[5] is None:
+                out.append((info, w))
+                return
+            plain, subs = info[5]
+            o_s.append(info[0][plain])
+            o_w.append(np.full(len(plain), w))
+            o_l.append(info[2][plain])
+            o_m.append(info[1][plain])
+            o_c.append(info[3][plain])
+            for sub in subs:
+                expand(sub, w)
+
+        for j, info in enumerate(mem):
+            expand(info, float(wire[base + j]))
+        for info, w in out:
+            o_s.append(np.array([[info[6]] + [-1] * (_K - 1)], dtype=np.int64))
+            o_w.append(np.full(1, w))
+            o_l.append(info[2][:1])
+            o_m.append(np.array([float(info[1].sum())]))
+            o_c.append(info[3][:1])
+        cat = np.concatenate
+        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), [info for info, _ in out]
 
     def _class_segment(self, ms: np.ndarray, mm: np.ndarray) -> int:
         """The class segment of member rows ``ms`` (segments) x ``mm`` (multiplicity): their links, each
@@ -990,7 +1027,8 @@ class Fabric:
         one key is split into member rows (the split always refines)."""
         p = self._rows
         now = self.env.now
-        ms, mm, ml, mc = self._cls.pop(int(p.cls[c]))[:4]
+        info = self._cls.pop(int(p.cls[c]))
+        ms, mm, ml, mc = info[:4]
         rem = float(p.rem[c] - p.rate[c] * (now - p.t0[c]))
         b = int(p.batch[c])
         tbeg = float(p.tbeg[c])
@@ -1006,6 +1044,7 @@ class Fabric:
         p.cls[c] = -1
         p.comp[c] = -1
         self._n_active -= 1
+        subs: list[list[Any]] = []
         uk, inv, cnt = np.unique(key, return_inverse=True, return_counts=True)
         inv = inv.reshape(-1)
         if len(uk) > 1:
@@ -1015,10 +1054,13 @@ class Fabric:
         plain = np.flatnonzero(~big[inv])
         o_s, o_m, o_l, o_c = [ms[plain]], [mm[plain]], [ml[plain]], [mc[plain]]
         o_id = [np.full(len(plain), -1, dtype=np.int64)]
+        info[5] = (plain, subs)  # learned: a later start of the same prepared batch begins split like this
         for g in np.flatnonzero(big).tolist():
             idx = np.flatnonzero(inv == g)
             sid = self._class_segment(ms[idx], mm[idx])
-            self._cls[self._next_cls] = [ms[idx], mm[idx], ml[idx], mc[idx], None]
+            sub = [ms[idx], mm[idx], ml[idx], mc[idx], None, None, sid]
+            subs.append(sub)
+            self._cls[self._next_cls] = sub
             o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
             o_m.append(np.array([float(mm[idx].sum())]))
             o_l.append(ml[idx[:1]])
