@@ -141,7 +141,7 @@ class FabricConfig:
     reuses the duration and link counters of its first run on an idle scratch fabric instead of
     solving rates; if another flow arrives on its links while it runs, it is materialized as real
     flows with the bytes left at that instant (docs/ENGINE.md, *Coalescing*). False: always solve."""
-    flow_classes: bool = False
+    flow_classes: bool = True
     """One row per class of equivalent flows: the rows of a batch (no coupled group) with equal bytes, latency
     and rate cap that cross the same number of segments (e.g. the inter-node pairs of an equal-split
     all-to-all) start as one row of their summed multiplicity on a *class segment* (their links, weighted by
