@@ -1031,7 +1031,8 @@ class Collectives:
             from cosim.engine.simulator import Simulator
 
             cfg = self.sim.config_for_scratch()
-            cfg = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, coalesce=False))
+            cfg = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, coalesce=False,
+                                                                     flow_classes=False))
             self._scratch = Simulator(self.sim.topo, cfg)
             self._scratch.collectives._plans = self._plans
         return self._scratch

@@ -166,6 +166,15 @@ class FabricConfig:
     reuses the duration and link counters of its first run on an idle scratch fabric instead of
     solving rates; if another flow arrives on its links while it runs, it is materialized as real
     flows with the bytes left at that instant (docs/ENGINE.md, *Coalescing*). False: always solve."""
+    flow_classes: bool = True
+    """One row per class of equivalent flows: the rows of a batch (no coupled group) with equal bytes, latency
+    and rate cap that cross the same number of segments (e.g. the inter-node pairs of an equal-split
+    all-to-all) start as one row of their summed multiplicity on a *class segment* (their links, weighted by
+    their summed weights over that multiplicity). After every solve that re-rates it the class is checked
+    against the per-flow max-min conditions (every member crosses a saturated link on which no row is faster,
+    or all run at their cap); one that fails is split, exactly, into its member rows with the bytes it has left
+    and the solve is redone. Results agree with per-flow rows within round-off (the per-link sums add other
+    terms), not bit for bit (docs/ENGINE.md, *Performance*)."""
     trajectory: bool = True
     """Materialize a coalesced collective from its memo's recorded trajectory (the last state before the hit
     advanced linearly) instead of re-running its scratch copy up to the hit: equal to the re-run within
@@ -241,13 +250,15 @@ class _Rows:
     """A lower bound on the time the row can first be due (its end less the slack of the bytes test,
     :meth:`Fabric._due_from`); ``inf`` for inactive rows and rows not yet rated that still have bytes:
     the completion test looks only at rows whose bound has passed."""
+    cls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Flow class of the row (:attr:`FabricConfig.flow_classes`; -1: a plain row)."""
     bott: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Link that froze the row in its last solve (-1: its rate cap; -2: unknown): the solve structure
     :meth:`Fabric._reuse_structure` tries first."""
 
     _FILL = {"rem": 0.0, "t0": 0.0, "tend": _INF, "tbeg": 0.0, "rate": 0.0, "cap": _INF, "mult": 1.0, "lat": 0.0,
              "group": -1, "batch": -1, "comp": -1, "active": False, "seg": -1,
-             "tcand": _INF, "bott": -2}
+             "tcand": _INF, "bott": -2, "cls": -1}
 
     def grow(self, need: int) -> None:
         cur = len(self.rem)
@@ -412,7 +423,20 @@ class Fabric:
         self._seg_lat: list[float] = []
         self._seg_cap: list[float] = []
         self._seg_nlinks: list[int] = []
-        self._se_parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._se_parts: list[tuple[np.ndarray, ...]] = []
+        self._se_n = np.zeros(0)  # flows per unit of multiplicity on each entry (1; a class segment: its share)
+        self._has_cls = False  # a class segment is registered (unweighted sums then take ``_se_n``)
+        self.flow_classes = self.config.flow_classes
+        """Form flow classes (:attr:`FabricConfig.flow_classes`); off on scratch fabrics."""
+        self._cls: dict[int, list[Any]] = {}  # class id -> its members' rows and check tables
+        self._cls_ok: set[bytes] = set()  # rate-memo keys whose flow classes passed the check
+        self._cls_bad: dict[bytes, list[tuple[int, np.ndarray]]] = {}  # ... that failed: (row in R, split key)
+        self._cls_plans: dict[int, tuple[Any, ...]] = {}  # id(prepared segs) -> (segs, class rows, members)
+        self._next_cls = 0
+        self.n_class_rows = 0
+        """Flow-class rows started (a cost counter)."""
+        self.n_class_splits = 0
+        """Flow classes split back into their member rows."""
         self._se_seg = np.zeros(0, dtype=np.int64)
         self._se_link = np.zeros(0, dtype=np.int64)
         self._se_w = np.zeros(0)
@@ -745,7 +769,7 @@ class Fabric:
         """
         hit = self._batch_cache.get(cache) if cache is not None else None
         if hit is not None:
-            return self._start_prepared(*hit, name=name, track=track, group=group)
+            return self._start_prepared(*hit, name=name, track=track, group=group, cached=True)
         if not (0 < efficiency <= 1.0):
             raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
         segs = np.asarray(segs, dtype=np.int64).reshape(-1, _K)
@@ -788,14 +812,14 @@ class Fabric:
             if len(self._batch_cache) >= self._BATCH_CACHE:
                 self._batch_cache.clear()
             self._batch_cache[cache] = prep
-        return self._start_prepared(*prep, name=name, track=track, group=group)
+        return self._start_prepared(*prep, name=name, track=track, group=group, cached=cache is not None)
 
     _BATCH_CACHE = 4096
     """Prepared batches kept by :meth:`start_rows`' ``cache`` key (cleared when full)."""
 
     def _start_prepared(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
                         wcap: np.ndarray, nflows: float, still: float, *, name: str, track: str,
-                        group: int) -> simpy.Event:
+                        group: int, cached: bool = False) -> simpy.Event:
         """Start checked, merged rows (moving ones only) as one batch; ``still``: the latest end of the
         batch's flows that move no bytes (their latency)."""
         env = self.env
@@ -817,6 +841,27 @@ class Fabric:
             return ev
         if self._holders:
             self._wake_holders(segs)
+        cls_of: np.ndarray | None = None
+        if self.flow_classes and group < 0 and len(wire) >= self._CLASS_MIN:
+            plan = self._cls_plans.get(id(segs))
+            if plan is None or plan[0] is not segs:  # (the plan holds ``segs``: its id stays unique)
+                plan = (segs, *self._form_classes(segs, wire, lat, mult, wcap))
+                if cached:  # a prepared batch that repeats (start_rows' ``cache``)
+                    if len(self._cls_plans) >= self._BATCH_CACHE:
+                        self._cls_plans.clear()
+                    self._cls_plans[id(segs)] = plan
+            if plan[6]:
+                segs, wire, lat, mult, wcap = plan[1:6]
+                mem = plan[6]
+                if any(info[5] is not None for info in mem):  # start as the sub-classes it split into last time
+                    segs, wire, lat, mult, wcap, mem = self._learned(segs, wire, lat, mult, wcap, mem)
+                cls_of = np.full(len(wire), -1, dtype=np.int64)
+                pos = len(wire) - len(mem)  # the class rows come last
+                for j, info in enumerate(mem):
+                    self._cls[self._next_cls] = info
+                    cls_of[pos + j] = self._next_cls
+                    self._next_cls += 1
+                self.n_class_rows += len(mem)
         k = len(wire)
         self._b_left[b] = k
         self._advance()
@@ -840,6 +885,7 @@ class Fabric:
         self._A = None
         p.set_seg(sl, segs)
         p.bott[sl] = -2
+        p.cls[sl] = -1 if cls_of is None else cls_of
         p.size = s0 + k
         self._n_active += k
         self.n_rows += k
@@ -848,6 +894,236 @@ class Fabric:
         np.maximum(self.peak_flows, np.rint(self._nflows).astype(np.int64), out=self.peak_flows)
         self._request_solve()
         return ev
+
+    # ------------------------------------------------------------ flow classes
+    _CLASS_MIN = 16
+    """Rows of a batch that form a flow class: at least this many with equal bytes, latency, cap and segment
+    count (smaller sets stay plain rows: a class saves less than its check costs)."""
+
+    def _form_classes(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
+                      wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                 list[list[Any]]]:
+        """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
+        become one class row each (their summed multiplicity on a class segment), after the rows that stay.
+        Returns the new rows and each class's members ([segments, multiplicity, latency, cap, check tables]);
+        no members: no class. O(k log k) for the k rows, once per prepared batch (kept by its ``segs``); a
+        new class segment O(their entries + links) once (cached by its members)."""
+        nseg = np.count_nonzero(segs >= 0, axis=1)
+        order = np.lexsort((nseg, wcap, lat, wire))
+        cols = (wire[order], lat[order], wcap[order], nseg[order])
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (cols[0][1:] != cols[0][:-1]) | (cols[1][1:] != cols[1][:-1]) | \
+            (cols[2][1:] != cols[2][:-1]) | (cols[3][1:] != cols[3][:-1])
+        st = np.flatnonzero(new)
+        cnt = np.diff(np.append(st, len(order)))
+        big = np.flatnonzero(cnt >= self._CLASS_MIN)
+        mem: list[list[Any]] = []
+        if not big.size:
+            return segs, wire, lat, mult, wcap, mem
+        gid = np.cumsum(new) - 1
+        inbig = np.zeros(len(order), dtype=bool)
+        inbig[order] = np.isin(gid, big)
+        keep = np.flatnonzero(~inbig)
+        o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
+        for g in big.tolist():
+            idx = np.sort(order[st[g]:st[g] + cnt[g]])
+            ms, mm = segs[idx], mult[idx]
+            sid = self._class_segment(ms, mm)
+            mem.append([ms, mm, lat[idx], wcap[idx], None, None, sid])
+            i0 = idx[:1]
+            o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
+            o_w.append(wire[i0])
+            o_l.append(lat[i0])
+            o_m.append(np.array([float(mm.sum())]))
+            o_c.append(wcap[i0])
+        cat = np.concatenate
+        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), mem
+
+    def _learned(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray, wcap: np.ndarray,
+                 mem: list[list[Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                 list[list[Any]]]:
+        """A prepared batch's rows (the class rows last, one per ``mem``) with each class that was split at an
+        earlier start replaced by what it split into (recursively): its plain member rows, then its
+        sub-classes. Still exact: the sub-classes are checked at every solve like any class."""
+        nc = len(mem)
+        base = len(wire) - nc
+        o_s, o_w, o_l, o_m, o_c = [segs[:base]], [wire[:base]], [lat[:base]], [mult[:base]], [wcap[:base]]
+        out: list[tuple[list[Any], float]] = []
+
+        def expand(info: list[Any], w: float) -> None:
+            if info[5] is None:
+                out.append((info, w))
+                return
+            plain, subs = info[5]
+            o_s.append(info[0][plain])
+            o_w.append(np.full(len(plain), w))
+            o_l.append(info[2][plain])
+            o_m.append(info[1][plain])
+            o_c.append(info[3][plain])
+            for sub in subs:
+                expand(sub, w)
+
+        for j, info in enumerate(mem):
+            expand(info, float(wire[base + j]))
+        for info, w in out:
+            o_s.append(np.array([[info[6]] + [-1] * (_K - 1)], dtype=np.int64))
+            o_w.append(np.full(1, w))
+            o_l.append(info[2][:1])
+            o_m.append(np.array([float(info[1].sum())]))
+            o_c.append(info[3][:1])
+        cat = np.concatenate
+        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), [info for info, _ in out]
+
+    def _class_segment(self, ms: np.ndarray, mm: np.ndarray) -> int:
+        """The class segment of member rows ``ms`` (segments) x ``mm`` (multiplicity): their links, each
+        weighted by the members' summed weight on it over the summed multiplicity M (so a rate r on the class
+        row loads each link as its members would), with a flow count of (members on it) / M."""
+        h = hashlib.sha256(np.ascontiguousarray(ms, dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(mm, dtype=float).tobytes())
+        key = ("class", h.digest())
+        sid = self._seg_ids.get(key)
+        if sid is not None:
+            return sid
+        self._flush_segments()
+        mk = np.repeat(mm, _K)
+        W, C = self._to_links_many(ms.reshape(-1), [mk, mk], [True, False])
+        lk = np.flatnonzero(C > 0)
+        M = float(mm.sum())
+        sid = len(self._seg_lat)
+        self._se_parts.append((np.full(len(lk), sid, dtype=np.int64), lk, W[lk] / M, C[lk] / M))
+        self._seg_lat.append(0.0)
+        self._seg_cap.append(_INF)
+        self._seg_nlinks.append(len(lk))
+        self._seg_ids[key] = sid
+        self._has_cls = True
+        return sid
+
+    def _class_ok(self, c: int) -> np.ndarray | None:
+        """``None`` when class row ``c``'s rate is every member's per-flow max-min rate: all at their cap, or
+        every member crosses a saturated (binding) link on which no active row runs faster (its bottleneck).
+        With the per-link loads those of the members (the class segment's weights), that is the per-flow
+        max-min certificate, and the max-min allocation is unique. Otherwise a key per member for the split:
+        members with equal counts of such links, of saturated links and of links with a faster row among
+        their own stay together. O(n + entries of the members' segments + links)."""
+        p = self._rows
+        r = float(p.rate[c])
+        if r >= p.cap[c] * (1.0 - 1e-12):
+            return None
+        info = self._cls[int(p.cls[c])]
+        if info[4] is None:  # tables of the members' segments, built at the first check (shared by the starts)
+            ms = info[0]
+            flat = ms.reshape(-1)
+            ok = flat >= 0
+            us = np.unique(flat[ok])
+            invf = np.full(flat.size, len(us), dtype=np.int64)
+            invf[ok] = np.searchsorted(us, flat[ok])
+            st = self._se_off[us]
+            ln = self._se_off[us + 1] - st
+            e = _ranges(st, ln)
+            eu = np.repeat(np.arange(len(us)), ln)
+            info[4] = (invf.reshape(ms.shape), self._se_link[e], eu, len(us) + 1)
+        inv, el, eu, nu = info[4]  # (entries of registered segments never move: new ones are appended)
+        sid = int(p.seg[c, 0])
+        lk = self._se_link[self._se_off[sid]:self._se_off[sid + 1]]
+        sat = self._load[lk] >= self.capacity[lk] * (1.0 - 1e-9)
+        if self._free_on:
+            sat &= ~self._free[lk]
+        nl = len(self.links)
+        satm = np.zeros(nl, dtype=bool)
+        satm[lk[sat]] = True
+        ai = self._active_idx()
+        fast = ai[p.rate[ai] > r * (1.0 + 1e-9)]
+        es = satm[el]
+        if fast.size:
+            ef = (self._to_links(p.seg[fast].reshape(-1), np.ones(fast.size * _K), weighted=False) > 0)[el]
+            good = np.bincount(eu, weights=es & ~ef, minlength=nu)[inv].sum(axis=1)
+        else:
+            ef = np.zeros(len(el), dtype=bool)
+            good = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
+        if np.count_nonzero(good) == len(good):
+            return None
+        ns = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
+        nf = np.bincount(eu, weights=ef, minlength=nu)[inv].sum(axis=1)
+        return ((good * 64 + ns) * 64 + nf).astype(np.int64)
+
+    def _split_class(self, c: int, key: np.ndarray) -> None:
+        """Class row ``c`` split by the members' ``key``: each set of at least :data:`_CLASS_MIN` members with
+        one key becomes a class of its own, the rest member rows; all with the class's bytes left (unrated:
+        they arrive now, so the solve that follows re-rates their component). A class whose members all have
+        one key is split into member rows (the split always refines)."""
+        p = self._rows
+        now = self.env.now
+        info = self._cls.pop(int(p.cls[c]))
+        ms, mm, ml, mc = info[:4]
+        rem = float(p.rem[c] - p.rate[c] * (now - p.t0[c]))
+        b = int(p.batch[c])
+        tbeg = float(p.tbeg[c])
+        seg1, m1 = p.seg[c:c + 1].copy(), p.mult[c:c + 1].copy()
+        self._seg_flows(seg1, m1, -1.0)
+        self._load -= self._to_links(seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K))
+        self._unlabel(p.comp[c:c + 1])
+        p.active[c] = False
+        p.rate[c] = 0.0
+        p.rem[c] = 0.0
+        p.tend[c] = _INF
+        p.tcand[c] = _INF
+        p.cls[c] = -1
+        p.comp[c] = -1
+        self._n_active -= 1
+        subs: list[list[Any]] = []
+        uk, inv, cnt = np.unique(key, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        if len(uk) > 1:
+            big = cnt >= self._CLASS_MIN
+        else:
+            big = np.zeros(1, dtype=bool)
+        plain = np.flatnonzero(~big[inv])
+        o_s, o_m, o_l, o_c = [ms[plain]], [mm[plain]], [ml[plain]], [mc[plain]]
+        o_id = [np.full(len(plain), -1, dtype=np.int64)]
+        info[5] = (plain, subs)  # learned: a later start of the same prepared batch begins split like this
+        for g in np.flatnonzero(big).tolist():
+            idx = np.flatnonzero(inv == g)
+            sid = self._class_segment(ms[idx], mm[idx])
+            sub = [ms[idx], mm[idx], ml[idx], mc[idx], None, None, sid]
+            subs.append(sub)
+            self._cls[self._next_cls] = sub
+            o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
+            o_m.append(np.array([float(mm[idx].sum())]))
+            o_l.append(ml[idx[:1]])
+            o_c.append(mc[idx[:1]])
+            o_id.append(np.array([self._next_cls], dtype=np.int64))
+            self._next_cls += 1
+            self.n_class_rows += 1
+        cat = np.concatenate
+        segs, mult, lat, wcap, cid = cat(o_s), cat(o_m), cat(o_l), cat(o_c), cat(o_id)
+        k = len(mult)
+        self._b_left[b] += k - 1
+        s0 = p.size
+        p.grow(s0 + k)
+        sl = slice(s0, s0 + k)
+        p.rem[sl] = rem
+        p.t0[sl] = now
+        p.tbeg[sl] = tbeg
+        p.tend[sl] = _INF
+        p.tcand[sl] = -_INF if rem <= _REM_EPS else _INF
+        p.comp[sl] = -1
+        p.rate[sl] = 0.0
+        p.cap[sl] = wcap
+        p.mult[sl] = mult
+        p.lat[sl] = lat
+        p.group[sl] = -1
+        p.batch[sl] = b
+        p.active[sl] = True
+        p.set_seg(sl, segs)
+        p.bott[sl] = -2
+        p.cls[sl] = cid
+        p.size = s0 + k
+        self._n_active += k
+        self.n_rows += k
+        self._A = None
+        self._arrived.append(np.arange(s0, s0 + k))
+        self._seg_flows(segs, mult, +1.0)
+        self.n_class_splits += 1
 
     def _fire(self, b: int) -> None:
         """Batch ``b`` has no bytes left: succeed its event at its deadline."""
@@ -881,6 +1157,8 @@ class Fabric:
             self._se_seg = np.concatenate([self._se_seg, *(x[0] for x in self._se_parts)])
             self._se_link = np.concatenate([self._se_link, *(x[1] for x in self._se_parts)])
             self._se_w = np.concatenate([self._se_w, *(x[2] for x in self._se_parts)])
+            self._se_n = np.concatenate([self._se_n, *(x[3] if len(x) > 3 else np.ones(len(x[1]))
+                                                       for x in self._se_parts)])
             self._se_parts.clear()
             nseg = len(self._seg_lat)
             self._se_off = np.searchsorted(self._se_seg, np.arange(nseg + 1)).astype(np.int64)
@@ -913,14 +1191,14 @@ class Fabric:
             if small:
                 rows = self._se_link[order]
                 w: Any = _SmallLinkMatrix(rows, idx, self._se_w[order], nl)
-                one: Any = _SmallLinkMatrix(rows, idx, None, nl)
+                one: Any = _SmallLinkMatrix(rows, idx, self._se_n[order], nl)
             else:
                 from scipy.sparse import csr_array
 
                 indptr = np.zeros(nl + 1, dtype=np.int64)
                 np.cumsum(np.bincount(self._se_link, minlength=nl), out=indptr[1:])
                 w = csr_array((self._se_w[order], idx, indptr), shape=(nl, nseg))
-                one = csr_array((np.ones(n), idx, indptr), shape=(nl, nseg))
+                one = csr_array((self._se_n[order], idx, indptr), shape=(nl, nseg))
             self._lm = (key, w, one)
             self.n_link_matrix += 1
         return self._lm[1] if weighted else self._lm[2]
@@ -945,6 +1223,8 @@ class Fabric:
         w = np.repeat(v, ln)
         if weighted:
             w = w * self._se_w[e]
+        elif self._has_cls:
+            w = w * self._se_n[e]
         return np.bincount(self._se_link[e], weights=w, minlength=nl)
 
     def _to_links_many(self, segs: np.ndarray, vals: Sequence[np.ndarray], weighted: Sequence[bool]
@@ -971,6 +1251,8 @@ class Fabric:
             w = np.repeat(np.bincount(inv, weights=val, minlength=len(us)), ln)
             if wt:
                 w = w * we
+            elif self._has_cls:
+                w = w * self._se_n[e]
             out.append(np.bincount(le, weights=w, minlength=nl))
         return out
 
@@ -1056,6 +1338,11 @@ class Fabric:
         self._load -= sums[0]
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
+        if self._cls:
+            ci = p.cls[idx]
+            for cid in ci[ci >= 0].tolist():
+                self._cls.pop(cid, None)
+            p.cls[idx] = -1
         p.active[idx] = False
         p.rate[idx] = 0.0
         p.rem[idx] = 0.0
@@ -1319,6 +1606,30 @@ class Fabric:
         p.rate[R] = new
         p.tend[R] = now + p.rem[R] / new
         p.tcand[R] = self._due_from(p.tend[R], p.rem[R], new)
+        if self._cls and (key is None or key not in self._cls_ok):
+            # flow classes re-rated: check each against the per-flow max-min conditions (a closed set's check
+            # is a function of its rate-memo key, like its rates: a key that passed once passes again)
+            C = np.flatnonzero(p.cls[R] >= 0)
+            if C.size:
+                known = self._cls_bad.get(key) if key is not None else None
+                if known is not None:  # this closed set failed before: the same rates, the same split
+                    bad = [(int(R[j]), mk) for j, mk in known]
+                else:
+                    badj = [(j, mk) for j in C.tolist() if (mk := self._class_ok(int(R[j]))) is not None]
+                    if badj and key is not None:
+                        if len(self._cls_bad) >= self._BATCH_CACHE:
+                            self._cls_bad.clear()
+                        self._cls_bad[key] = badj
+                    bad = [(int(R[j]), mk) for j, mk in badj]
+                if bad:  # split (exactly: the members have the class's bytes left) and solve again
+                    for c, mk in bad:
+                        self._split_class(c, mk)
+                    self._solve()
+                    return
+                if key is not None:
+                    if len(self._cls_ok) >= self._RATE_MEMO_ROWS:
+                        self._cls_ok.clear()
+                    self._cls_ok.add(key)
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
             p.keep(np.flatnonzero(p.active[:n]))
@@ -1427,7 +1738,8 @@ class Fabric:
         a, b = other._se_off[sid], other._se_off[sid + 1]
         new = len(self._seg_lat)
         self._se_parts.append((np.full(b - a, new, dtype=np.int64), other._se_link[a:b].copy(),
-                               other._se_w[a:b].copy()))
+                               other._se_w[a:b].copy(), other._se_n[a:b].copy()))
+        self._has_cls |= other._has_cls
         self._seg_lat.append(other._seg_lat[sid])
         self._seg_cap.append(other._seg_cap[sid])
         self._seg_nlinks.append(other._seg_nlinks[sid])
@@ -1467,6 +1779,8 @@ class Fabric:
         self._arrived.clear()
         self._departed.clear()
         self._obs = None
+        self._cls.clear()
+        p.cls[:] = -1
 
     def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group, batch)."""

@@ -1,0 +1,80 @@
+"""Flow classes (`FabricConfig.flow_classes`): one row per class of equivalent flows agrees with per-flow rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosim.engine import FabricConfig, NcclConfig, SimConfig, Simulator
+from cosim.topology import load_topology
+
+N = 64
+PER_RANK = 64 * 2**20
+
+
+def _run(kind: str, classes: bool) -> tuple[float, np.ndarray, np.ndarray, Simulator]:
+    """``kind`` among the first 64 GPUs of dgx-h100-32node: "equal" (nccl-tests' all-to-all), "uneven" (an
+    all-to-allv with seeded random splits), "mixed" (the all-to-all, and 0.2 ms later an all-reduce on 16 of
+    its ranks, whose ring crosses part of the all-to-all's links) or "repeated" (mixed twice in a row). Returns the end time, every link's bytes and
+    busy time, and the simulator."""
+    topo = load_topology("dgx-h100-32node")
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False,
+                                    fabric=FabricConfig(coalesce=False, flow_classes=classes)))
+    g = topo.gpus[:N]
+    if kind == "uneven":
+        w = np.random.default_rng(0).random((N, N))
+        np.fill_diagonal(w, 0.0)
+        sim.collective("all_to_allv", g, matrix=w / w.sum(axis=1, keepdims=True) * PER_RANK, proto="simple")
+    elif kind != "repeated":
+        sim.collective("all_to_all", g, PER_RANK, proto="simple")
+    if kind == "mixed":
+        def later():  # type: ignore[no-untyped-def]
+            yield sim.env.timeout(2e-4)
+            yield sim.collective("all_reduce", g[:16], 256 * 2**20, proto="simple")
+
+        sim.env.process(later())
+    if kind == "repeated":  # "mixed" twice more, one after the other: later starts begin as the learned split
+        def again():  # type: ignore[no-untyped-def]
+            yield sim.env.timeout(2e-4)
+            yield sim.collective("all_reduce", g[:16], 256 * 2**20, proto="simple")
+
+        def rep():  # type: ignore[no-untyped-def]
+            for _ in range(2):
+                sim.env.process(again())
+                yield sim.collective("all_to_all", g, PER_RANK, proto="simple")
+
+        sim.env.process(rep())
+    sim.run()
+    st = sim.fabric.link_stats()
+    return sim.env.now, np.array([s.bytes for s in st]), np.array([s.busy_time for s in st]), sim
+
+
+@pytest.mark.parametrize("kind", ["equal", "uneven", "mixed", "repeated"])
+def test_flow_classes_agree_with_per_flow_rows(kind: str) -> None:
+    t_ref, b_ref, busy_ref, ref = _run(kind, False)
+    t, b, busy, sim = _run(kind, True)
+    assert t == pytest.approx(t_ref, rel=1e-9, abs=0.0)
+    assert np.allclose(b, b_ref, rtol=1e-9, atol=1e-6)
+    assert np.allclose(busy, busy_ref, rtol=1e-9, atol=1e-15)
+    f, fr = sim.fabric, ref.fabric
+    assert fr.n_class_rows == 0
+    if kind == "equal":  # the intra- and inter-node pairs: a few class rows, never split
+        assert 0 < f.n_class_rows <= 4 and f.n_class_splits == 0
+        assert f.n_rows_solved <= 8 < fr.n_rows_solved
+    elif kind == "uneven":  # every flow has its own size: no class, the same rows as per-flow
+        assert f.n_class_rows == 0 and f.n_rows_solved == fr.n_rows_solved
+    elif kind == "mixed":  # the all-reduce loads part of the classes' links: they split (sub-classes and rows)
+        assert f.n_class_splits > 0
+        assert f.n_rows_solved < fr.n_rows_solved
+    else:  # the second all-to-all (a prepared batch) starts as the first one split: no split again
+        assert 0 < f.n_class_splits <= 3
+        assert f.n_rows_solved < fr.n_rows_solved / 10
+
+
+def test_flow_classes_off_on_scratch_fabric() -> None:
+    """Coalesced collectives' memo runs (a scratch fabric whose rows may be materialized on the main one) keep
+    per-flow rows."""
+    topo = load_topology("dgx-h100-32node")
+    sim = Simulator(topo, SimConfig(record_trace=False, fabric=FabricConfig(flow_classes=True)))
+    assert sim.fabric.flow_classes
+    assert not sim.collectives._scratch_sim().fabric.flow_classes
