@@ -122,9 +122,8 @@ class _LinkClasses:
     def occurrences(self, link: np.ndarray) -> list[np.ndarray] | None:
         """None when no link repeats in ``link``; else the positions of each link's first, second, ...
         occurrence (a link's intervals keep their order). Kept per array object for the last few (a coalesced
-        collective's memo hands the same link array at every hit)."""
-        if link.size < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct
-            return None
+        collective's memo hands the same link array at every hit). :meth:`LinkUsage.add` asks only of arrays
+        that are not increasing (those it batches)."""
         hit = self._subs.get(id(link))
         if hit is not None and hit[0] is link:
             return hit[1]
