@@ -289,15 +289,15 @@ class _NotRun(Exception):
 @functools.cache
 def gpus_per_node(system: str) -> int:
     """GPUs of one host node of topology preset ``system`` (its first GPU's node), the unit ``nodes:`` scales the
-    preset by (:func:`cosim.scenario.scaled_document`): the preset's own figure
-    (:meth:`cosim.topology.Topology.figures`), so a new one needs no table here.
+    preset by (:func:`cosim.scenario.scaled_document`): the preset's own
+    (:attr:`cosim.topology.Topology.gpus_per_node`), so a new one needs no table here.
 
     Raises:
         CosimInputError: ``system`` is no preset, or has no GPU.
     """
     from cosim.topology import load_topology
 
-    per: int = load_topology(system).figures()["gpus_per_node"]  # 0: no GPU
+    per = load_topology(system).gpus_per_node
     if not per:
         raise CosimInputError(f"topology preset {system!r} has no GPU")
     return per
