@@ -76,3 +76,18 @@ def test_wgrad_main_grad_bytes_by_hand(precision: str, grad_bytes: float) -> Non
     assert plain["attn.o_proj.wgrad"].bytes == fwd["attn.o_proj"].bytes
     assert fused["attn.o_proj.wgrad"].flops == plain["attn.o_proj.wgrad"].flops
     assert [o.name for o in fused.values()] == [o.name for o in plain.values()]
+
+
+def test_spec_grad_accumulation_fusion_reaches_every_wgrad(tmp_path: Path, dgx: object) -> None:
+    """The spec's ``grad_accumulation_fusion`` (default on) and ``grad_reduce_in_fp32`` reach the synthesized graph's
+    weight-gradient GEMMs. TINY's output projection, [64 tokens, 64] x [64, 64] in bf16 on every rank: fused, X and
+    dY (2 x 4096 x 2 B) plus main_grad read and written (2 x 4096 x 2 B; fp32: x 4 B) = 32768 B (fp32: 49152 B);
+    off, the forward's X, W and Y (3 x 4096 x 2 B) = 24576 B."""
+    from tests._cards import synth_tiny
+
+    for spec, want in (({}, 32768.0), ({"grad_reduce_in_fp32": True}, 49152.0),
+                       ({"grad_accumulation_fusion": False}, 24576.0)):
+        for rg in synth_tiny(tmp_path, dgx, **spec).graph.ranks:
+            G = rg.gpu_ops
+            got = [float(G.bytes[i]) for i in range(len(G)) if rg.strings[int(G.name[i])] == "attn.o_proj.wgrad"]
+            assert got and set(got) == {want}, (spec, rg.rank, got)

@@ -141,8 +141,6 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
         card.update(num_experts=need("num_experts"), top_k=need("num_experts_per_tok"),
                     expert_ffn_size=need("moe_intermediate_size"), router="softmax",
                     normalize_top_k=bool(cfg.get("norm_topk_prob", False)))
-        if mt == "qwen3_moe":  # Qwen3MoeAttention: q_norm, k_norm (RMSNorm over head_dim) in every layer
-            card["qk_layernorm"] = True
         if mt == "qwen2_moe" and opt("shared_expert_intermediate_size"):
             card.update(num_shared_experts=1, shared_expert_ffn_size=opt("shared_expert_intermediate_size"))
     elif mt in _MOE_MIXTRAL:
@@ -152,8 +150,8 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
             card.update(_gpt_oss_fields(cfg, path, layers))
     else:
         card.update(num_experts=0, top_k=0, dense_layers=layers, dense_ffn_size=need("intermediate_size"))
-        if mt == "qwen3":  # Qwen3Attention: q_norm, k_norm
-            card["qk_layernorm"] = True
+    if mt in ("qwen3", "qwen3_moe"):  # Qwen3(Moe)Attention: q_norm, k_norm (RMSNorm over head_dim) in every layer
+        card["qk_layernorm"] = True
     if cfg.get("router_aux_loss_coef") is not None:
         card["aux_loss_coef"] = float(cfg["router_aux_loss_coef"])
     if opt("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction depths

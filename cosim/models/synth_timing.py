@@ -48,6 +48,7 @@ __all__ = [
     "per_expert_gemm_time",
     "synthetic_kernel_name",
     "synthetic_kernel_timer",
+    "timed_profile",
 ]
 
 DECODE_ATTENTION_EFFICIENCY = 580.0 / 989.0
@@ -129,15 +130,14 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
 
     Other profiles (another architecture, or another GPU than Blackwell) are returned unchanged."""
     from cosim.models.calibrated import GEMM_CLASSES, GemmParams
-    from cosim.models.precision import _NARROW_DTYPES, architecture, library_profile
+    from cosim.models.precision import _NARROW_DTYPES, architecture
     from cosim.models.profile import compute_bound_gemm_samples, load_profile
 
     if architecture(accelerator.name) != "blackwell" or architecture(profile.accelerator) != "blackwell":
         return profile
     from cosim.catalog import load_catalog
 
-    ref = blackwell_memory_profile(library_profile(load_profile(BLACKWELL_REFERENCE_PROFILE), accelerator),
-                                   accelerator)
+    ref = timed_profile(load_profile(BLACKWELL_REFERENCE_PROFILE), accelerator)  # (another architecture's)
     models = {c: dict(by) for c, by in profile.models.items()}
     for cls, by in ref.models.items():
         if cls not in profile.models and not (cls == "grouped_gemm" and "gemm" in profile.models):
@@ -172,6 +172,19 @@ def blackwell_own_profile(profile: Any, accelerator: Accelerator) -> Any:
     return replace(profile, models=models)
 
 
+def timed_profile(profile: Any, accelerator: Accelerator) -> Any:
+    """The profile synthesized kernels are timed with on ``accelerator`` (:class:`KernelTimer`): FP8/MXFP8 GEMMs
+    ``profile`` has no fit for follow the narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a
+    Blackwell GPU with a profile of another architecture, BF16 and one-byte GEMMs follow
+    :data:`cosim.models.precision.BLACKWELL_GEMM` (:func:`cosim.models.precision.library_profile`) and
+    memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE` (:func:`blackwell_memory_profile`); with a Blackwell
+    profile, what its samples do not identify is timed that way too (:func:`blackwell_own_profile`)."""
+    from cosim.models.precision import library_profile
+
+    own = blackwell_own_profile(profile, accelerator)
+    return blackwell_memory_profile(library_profile(own, accelerator), accelerator)
+
+
 PATTERN_KERNELS: dict[str, str] = {
     "": "",
     "strided": "elementwise_kernel<128, 4>",
@@ -198,18 +211,12 @@ class KernelTimer:
     """``timer(ops) -> [seconds]`` for one accelerator and calibration profile."""
 
     def __init__(self, accelerator: Accelerator, profile: Any = None) -> None:
-        from cosim.models.precision import library_profile
         from cosim.models.predict import _default_profile
 
         self.accelerator = accelerator
         self.profile = profile if profile is not None else _default_profile(accelerator)
-        self._model_profile = blackwell_memory_profile(
-            library_profile(blackwell_own_profile(self.profile, accelerator), accelerator), accelerator)
-        """The profile the kernels are timed with: FP8/MXFP8 GEMMs the profile has no fit for follow the
-        narrow-GEMM rule (:data:`cosim.models.precision.NARROW_GEMM`); on a Blackwell GPU with a profile of
-        another architecture, BF16 and one-byte GEMMs follow :data:`cosim.models.precision.BLACKWELL_GEMM` and
-        memory-bound kernels :data:`BLACKWELL_MEMORY_SHARE`; with a Blackwell profile, what its samples do not
-        identify is timed that way too (:func:`blackwell_own_profile`)."""
+        self._model_profile = timed_profile(self.profile, accelerator)
+        """The profile the kernels are timed with (:func:`timed_profile`)."""
 
     def __call__(self, ops: Sequence[Op]) -> list[float]:
         from cosim.models.features import KernelFeatures

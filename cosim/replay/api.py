@@ -241,7 +241,7 @@ def _gpu_share(env: simpy.Environment, graph: ExecutionGraph, topology: Any, cfg
         rg.source.get("comm_share") for rg in graph.ranks)
     if cfg.comm_sms is None and ratio == 1.0 and not per_kernel:
         return None
-    gpn = len(topology.gpus_on(topology.node_of(topology.gpus[0]))) if per_kernel and topology.gpus else None
+    gpn = topology.gpus_per_node if per_kernel and topology.gpus else None
     share = build_share(env, list(graph.ranks), sms, cfg.comm_sms, GpuConfig().comm_hbm_fraction, ratio,
                         cfg.durations != "modeled" and not per_kernel, nccl=sim.nccl_params if per_kernel else None,
                         channels=sim.config.nccl.channels, gpus_per_node=gpn)

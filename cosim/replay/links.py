@@ -122,9 +122,8 @@ class _LinkClasses:
     def occurrences(self, link: np.ndarray) -> list[np.ndarray] | None:
         """None when no link repeats in ``link``; else the positions of each link's first, second, ...
         occurrence (a link's intervals keep their order). Kept per array object for the last few (a coalesced
-        collective's memo hands the same link array at every hit)."""
-        if link.size < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct
-            return None
+        collective's memo hands the same link array at every hit). :meth:`LinkUsage.add` asks only of arrays
+        that are not increasing (those it batches)."""
         hit = self._subs.get(id(link))
         if hit is not None and hit[0] is link:
             return hit[1]
@@ -146,24 +145,28 @@ class _LinkClasses:
         self._subs[id(link)] = (link, subs)
         return subs
 
-    def refine(self, link: np.ndarray, vals: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def refine(self, link: np.ndarray, vals: np.ndarray | None,
+               fast: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Refine by one part of distinct ``link`` whose intervals' array-valued columns are the rows of ``vals``
         (None when every column is one scalar): (the class of each interval to record, the positions of those
-        intervals in the part, and when no class split: each interval's representative among them)."""
+        intervals in the part, and when no class split: each interval's representative among them). ``fast``
+        False: the part is known not to meet whole, uniform classes (:meth:`LinkUsage._batch` found so), the
+        fast path's test is skipped."""
         n = link.size
         cl = self.cls[link]
-        if self._ar.size < n:
-            self._ar = np.arange(max(n, 2 * self._ar.size), dtype=np.int64)
-        ar = self._ar[:n]
         bits = None if vals is None else vals.view(np.int64)
-        # fast path: a representative interval per touched class (the last written); the touched classes' sizes
-        # summing to n (each link once: every member present) and every interval equal to its representative's
-        self._pos[cl] = ar
-        rep = self._pos[cl]
-        head = np.flatnonzero(rep == ar)
-        rc = cl[head]
-        if int(self.size[rc].sum()) == n and (bits is None or bool((bits.take(rep, axis=1) == bits).all())):
-            return rc, head, rep  # every touched class whole and uniform: one interval each
+        if fast:
+            # a representative interval per touched class (the last written); the touched classes' sizes summing
+            # to n (each link once: every member present) and every interval equal to its representative's
+            if self._ar.size < n:
+                self._ar = np.arange(max(n, 2 * self._ar.size), dtype=np.int64)
+            ar = self._ar[:n]
+            self._pos[cl] = ar
+            rep = self._pos[cl]
+            head = np.flatnonzero(rep == ar)
+            rc = cl[head]
+            if int(self.size[rc].sum()) == n and (bits is None or bool((bits.take(rep, axis=1) == bits).all())):
+                return rc, head, rep  # every touched class whole and uniform: one interval each
         arrs = [] if bits is None else list(bits)
         o = np.argsort(cl, kind="stable")
         cs = cl[o]
@@ -328,7 +331,7 @@ class LinkUsage:
             if failed:
                 link, arrs, which, scal, source = pend[i]
                 vals = np.vstack(arrs) if arrs else None
-                cid, pos, _rp = self._classes.refine(link, vals)
+                cid, pos, _rp = self._classes.refine(link, vals, fast=False)  # (_batch has tested it)
                 self._record(cid, pos, vals, which, scal, source)
                 i += 1
 

@@ -83,6 +83,11 @@ class Topology:
         """Device kind: gpu, cpu, pcie_switch, nvswitch, nic, fabric_switch or nvme."""
         return self._kind[self._check(dev)]
 
+    @cached_property
+    def gpus_per_node(self) -> int:
+        """GPUs of the first GPU's host node (0 without GPUs): the node size ``nodes:`` scales a preset by."""
+        return len(self.gpus_on(self._node[self._gpus[0]])) if self._gpus else 0
+
     def gpus_on(self, node: int) -> list[str]:
         """GPUs of host node ``node`` in local index order (O(GPUs on it): per-GPU figures call it per GPU)."""
         return list(self._gpus_by_node.get(node, ()))
@@ -374,7 +379,7 @@ class Topology:
             "name": self.name,
             "nodes": self.nodes,
             "gpus": len(gpus),
-            "gpus_per_node": len(self.gpus_on(self._node[gpus[0]])) if gpus else 0,
+            "gpus_per_node": self.gpus_per_node,
             "devices": self.device_counts(),
             "links": self.link_counts(),
             "per_gpu_scale_up_bw_Bps": min((self.scale_up_bandwidth(g) for g in gpus), default=0.0),

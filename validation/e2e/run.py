@@ -289,17 +289,18 @@ class _NotRun(Exception):
 @functools.cache
 def gpus_per_node(system: str) -> int:
     """GPUs of one host node of topology preset ``system`` (its first GPU's node), the unit ``nodes:`` scales the
-    preset by (:func:`cosim.scenario.scaled_document`): read from the preset, so a new one needs no table here.
+    preset by (:func:`cosim.scenario.scaled_document`): the preset's own
+    (:attr:`cosim.topology.Topology.gpus_per_node`), so a new one needs no table here.
 
     Raises:
         CosimInputError: ``system`` is no preset, or has no GPU.
     """
     from cosim.topology import load_topology
 
-    topo = load_topology(system)
-    if not topo.gpus:
+    per = load_topology(system).gpus_per_node
+    if not per:
         raise CosimInputError(f"topology preset {system!r} has no GPU")
-    return len(topo.gpus_on(topo.node_of(topo.gpus[0])))
+    return per
 
 
 def _topology(case: Case, folder: Path) -> tuple[str, int | None]:

@@ -130,7 +130,7 @@ class BuildOptions:
     :attr:`cosim.workload.synth.costs.Precision.experts`); None: ``precision``."""
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
-    main_grad: bool = True
+    grad_accumulation_fusion: bool = True
     """Megatron-Core's gradient accumulation fusion: every weight-gradient GEMM reads and writes its weight's
     ``main_grad`` (``grad_bytes`` per element: :data:`cosim.workload.synth.costs.MAIN_GRAD_SOURCE`); False:
     PyTorch autograd's gradient in the weight's dtype."""
@@ -813,7 +813,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
         if c == chunks - 1:
             fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache), []))
-        bw0 = [(ly, backward_ops(ops, opts.grad_bytes if opts.main_grad else 0.0)) for ly, ops, _ in reversed(fw)]
+        main_grad = opts.grad_bytes if opts.grad_accumulation_fusion else 0.0
+        bw0 = [(ly, backward_ops(ops, main_grad)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
             bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]

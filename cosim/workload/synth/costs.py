@@ -544,12 +544,11 @@ def qk_norm_ops(c: MoEModelConfig, T: float, heads: float, kvh: float, d: float,
     """Per-head RMSNorm of the queries and keys (card ``qk_layernorm``, :data:`QK_NORM_SOURCE`): one Transformer Engine
     RMSNorm kernel on the rank's ``T x heads`` query rows of width ``d`` and one on its ``T x kvh`` key rows, in
     the activation dtype (the QKV GEMM's output); each saves its input for the backward (RMSNorm's gradient needs
-    it; its output is what attention saves). Backward: :func:`backward_ops` (a norm's dgrad + dgamma). Empty
-    without ``qk_layernorm``."""
+    it, as :func:`_norm` counts; its output is what attention saves). Backward: :func:`backward_ops` (a norm's
+    dgrad + dgamma). Empty without ``qk_layernorm``."""
     if not c.qk_layernorm:
         return []
-    return [replace(_norm("attn.q_layernorm", T * heads, d, p), saved=T * heads * d * p.act_bytes),
-            replace(_norm("attn.k_layernorm", T * kvh, d, p), saved=T * kvh * d * p.act_bytes)]
+    return [_norm("attn.q_layernorm", T * heads, d, p), _norm("attn.k_layernorm", T * kvh, d, p)]
 
 
 ROPE_SOURCE = ("NVIDIA/Megatron-LM core_v0.16.0: megatron/core/models/common/embeddings/rope_utils.py "

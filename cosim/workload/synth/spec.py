@@ -478,7 +478,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                         dispatch_overhead=float(spec.dispatch_overhead) * host_factor, moe_host_sync=spec.moe_host_sync,
                         tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
                         expert_padding=spec.expert_padding, grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
-                        main_grad=spec.grad_accumulation_fusion,
+                        grad_accumulation_fusion=spec.grad_accumulation_fusion,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
