@@ -682,7 +682,7 @@ def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = len(keys)
     if n and keys.shape[1]:
         lo = keys.min(axis=0)
-        span = (keys.max(axis=0) - lo + 1).tolist()
+        span = [h - m + 1 for h, m in zip(keys.max(axis=0).tolist(), lo.tolist())]  # Python ints: no overflow
         if math.prod(span) < 1 << 62:  # the columns' offsets as one mixed-radix int64 key: a single sort
             code = np.zeros(n, dtype=np.int64)
             for k, sp in enumerate(span):
