@@ -44,3 +44,10 @@ def test_names_table() -> None:
     c = t.code("ncclDevKernel_SendRecv(x)")
     assert c == 2 and t.code("ncclDevKernel_SendRecv(x)") == 2 and t[c] == "ncclDevKernel_SendRecv(x)"
     assert t.code("?") == 3 and t[3] == "?"
+
+
+def test_codes_span_past_int64() -> None:
+    """A column spanning more than int64 holds (-1 and the largest int64): per-column factorization, not a radix key
+    whose span wrapped around and numbered distinct rows alike."""
+    big = np.iinfo(np.int64).max
+    _check(np.array([[-1, 0], [big, 0], [0, 1], [-1, 0], [big, 1]], dtype=np.int64))

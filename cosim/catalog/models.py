@@ -68,8 +68,8 @@ DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "f
 class Strict(BaseModel):
     """Base for every YAML-facing model: unknown keys are errors, and models
     are immutable once validated. Each model's validator is built when it first validates
-    (``defer_build``): a run whose catalog comes from the cache (:func:`cosim.catalog.load_catalog`)
-    and that validates no entry never builds the catalog's validators (about 0.05 CPU s)."""
+    (``defer_build``), not when its class is defined: a run builds only those of the models it
+    validates (benchmarks/README.md, "Round 10 start-up")."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 

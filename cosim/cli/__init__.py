@@ -101,16 +101,14 @@ def run() -> NoReturn:
     pydantic, and a large run's graph, fabric and results): about 0.05 CPU s for a small collective, more
     for a large run. So stdout and stderr are flushed, the exit handlers run (``atexit``: logging,
     ``weakref.finalize``, multiprocessing, temporary folders), and the process ends with ``os._exit``. If
-    another thread or a worker process is still alive (joining them is part of the normal exit) or flushing fails (a closed pipe), the
+    another thread or a worker process is still alive (joining them is part of the normal exit; a process
+    pool not shut down still has its manager thread and workers) or flushing fails (a closed pipe), the
     normal exit takes over."""
     import atexit
     import os
     import threading
 
     rc = main()
-    pool = sys.modules.get("concurrent.futures.process")
-    if getattr(pool, "_threads_wakeups", None):  # a process pool was made (cosim sweep): the normal exit
-        raise SystemExit(rc)
     mp = sys.modules.get("multiprocessing")
     if threading.active_count() > 1 or (mp is not None and mp.active_children()):
         raise SystemExit(rc)  # threads to join or worker processes to wait for: the normal exit

@@ -379,11 +379,10 @@ def rank_events(rg: Any, run: Any, ids: _Ids | None = None) -> tuple[list[dict[s
 
     gts_a, gdur_a, (gcodes, gtable), gcat_codes, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = \
         _gpu_prep(rg, run, hok)
-    gnames = [gtable[c] for c in gcodes.tolist()]
-    gcats = [_CATS[c] for c in gcat_codes.tolist()]
     gts, gdur = gts_a.tolist(), gdur_a.tolist()
     grid, block = G.grid.tolist(), G.block.tolist()
-    cols = zip(gsel.tolist(), _pick(gcats, gsel), _pick(gnames, gsel), G.device[gsel].tolist(),
+    cols = zip(gsel.tolist(), [_CATS[c] for c in gcat_codes[gsel].tolist()],
+               [gtable[c] for c in gcodes[gsel].tolist()], G.device[gsel].tolist(),
                G.stream[gsel].tolist(), _pick(gts, gsel), _pick(gdur, gsel), x_of[gsel].tolist(),
                G.correlation[gsel].tolist(), G.collective[gsel].tolist(), G.bytes[gsel].tolist(), flow[gsel].tolist(),
                h_of[gsel].tolist(), *((tpid[fthr[gsel]].tolist(), ttid[fthr[gsel]].tolist()) if len(T) else
@@ -682,7 +681,7 @@ def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = len(keys)
     if n and keys.shape[1]:
         lo = keys.min(axis=0)
-        span = (keys.max(axis=0) - lo + 1).tolist()
+        span = [h - m + 1 for h, m in zip(keys.max(axis=0).tolist(), lo.tolist())]  # Python ints: no overflow
         if math.prod(span) < 1 << 62:  # the columns' offsets as one mixed-radix int64 key: a single sort
             code = np.zeros(n, dtype=np.int64)
             for k, sp in enumerate(span):
