@@ -513,6 +513,7 @@ class Fabric:
         load (and those of coalesced collectives; ``end`` one time or one per interval); set by link-usage
         reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._obs_buf: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
@@ -1682,9 +1683,12 @@ class Fabric:
         nl = len(self.links)
         if self._obs is None:
             self._obs = (np.full(nl, np.nan), np.zeros(nl), np.zeros(nl))
+            self._obs_buf = (np.zeros(nl), np.zeros(nl, dtype=bool), np.zeros(nl, dtype=bool))
         t0, c0, l0 = self._obs
-        cnt = np.rint(self._nflows)
-        changed = (cnt != c0) | (self._load != l0)
+        cnt, changed, ch2 = self._obs_buf  # kept scratch: the O(links) passes write in place
+        np.rint(self._nflows, out=cnt)
+        np.not_equal(cnt, c0, out=changed)
+        np.logical_or(changed, np.not_equal(self._load, l0, out=ch2), out=changed)
         if not np.count_nonzero(changed):
             return
         idx = _nzf(changed)
