@@ -299,10 +299,13 @@ def _nzf(a: np.ndarray) -> np.ndarray:
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(starts[i], starts[i] + lens[i])`` over i."""
-    tot = int(lens.sum())
+    if not lens.size:
+        return np.zeros(0, dtype=np.int64)
+    cs = lens.cumsum()
+    tot = int(cs[-1])  # (integer sums: the same as lens.sum())
     if not tot:
         return np.zeros(0, dtype=np.int64)
-    return (starts - (lens.cumsum() - lens)).repeat(lens) + np.arange(tot)
+    return (starts - (cs - lens)).repeat(lens) + np.arange(tot)
 
 
 def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
