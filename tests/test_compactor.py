@@ -2,7 +2,7 @@
 after call, with its scratch reused across sizes (round 10, s10i-cut)."""
 import numpy as np
 
-from cosim.engine.flows import _Compactor, _compact, _ranges
+from cosim.engine.flows import _compact, _Compactor, _ranges
 
 
 def test_compactor_matches_unique_across_calls() -> None:
