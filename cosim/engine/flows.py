@@ -292,12 +292,20 @@ class _Rows:
         self.size = n
 
 
+def _nzf(a: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(a)`` of an array, without numpy's Python-level wrappers (called ~10^5 times a step)."""
+    return a.ravel().nonzero()[0]
+
+
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(starts[i], starts[i] + lens[i])`` over i."""
-    tot = int(lens.sum())
+    if not lens.size:
+        return np.zeros(0, dtype=np.int64)
+    cs = lens.cumsum()
+    tot = int(cs[-1])  # (integer sums: the same as lens.sum())
     if not tot:
         return np.zeros(0, dtype=np.int64)
-    return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(tot)
+    return (starts - (cs - lens)).repeat(lens) + np.arange(tot)
 
 
 def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -309,10 +317,39 @@ def _compact(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         return u, inv.reshape(-1)
     mark = np.zeros(n, dtype=bool)
     mark[ids] = True
-    u = np.flatnonzero(mark)
+    u = mark.nonzero()[0]
     lut = np.zeros(n, dtype=np.int64)
     lut[u] = np.arange(len(u))
     return u, lut[ids]
+
+
+class _Compactor:
+    """:func:`_compact` with its mark and lookup table kept between calls (grown to the largest ``n``): the same
+    ``(u, inverse)``, without allocating and zeroing two length-``n`` arrays per call. The mark is cleared
+    after use at the marked ids only; the table is read only where this call wrote it."""
+
+    __slots__ = ("lut", "mark")
+
+    def __init__(self) -> None:
+        self.mark = np.zeros(0, dtype=bool)
+        self.lut = np.zeros(0, dtype=np.int64)
+
+    def __call__(self, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = ids.reshape(-1)
+        if ids.size * 4 < n and n > 8192:
+            u, inv = np.unique(ids, return_inverse=True)
+            return u, inv.reshape(-1)
+        if self.mark.size < n:
+            cap = max(n, 2 * self.mark.size)
+            self.mark = np.zeros(cap, dtype=bool)
+            self.lut = np.zeros(cap, dtype=np.int64)
+        mark = self.mark
+        mark[ids] = True
+        u = mark[:n].nonzero()[0]
+        mark[u] = False
+        lut = self.lut
+        lut[u] = np.arange(len(u))
+        return u, lut[ids]
 
 
 def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -322,7 +359,7 @@ def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         d = np.diff(keys)
         if d.min() < 0:
             return np.unique(keys, return_counts=True)
-        cut = np.flatnonzero(d) + 1
+        cut = _nzf(d) + 1
         first = np.concatenate(([0], cut))
         return keys[first], np.diff(np.concatenate((first, [len(keys)])))
     return keys.copy(), np.ones(len(keys), dtype=np.int64)
@@ -345,8 +382,8 @@ def _first_seen(g: np.ndarray) -> np.ndarray:
         return np.where(pos, rank[inv.reshape(-1)], -1)
     n = len(g)
     first_at = np.full(span, n, dtype=np.int64)
-    np.minimum.at(first_at, gv - lo, np.flatnonzero(pos))
-    seen = np.flatnonzero(first_at < n)  # distinct ids (less lo), ascending
+    np.minimum.at(first_at, gv - lo, _nzf(pos))
+    seen = _nzf(first_at < n)  # distinct ids (less lo), ascending
     order = seen[np.argsort(first_at[seen], kind="stable")]
     r = np.arange(len(seen))
     if len(gv) < n:  # -1 takes a rank of its own at its first appearance (as it does in the sort's labels)
@@ -421,6 +458,7 @@ class Fabric:
         # segments
         self._seg_ids: dict[Any, int] = {}
         self._seg_lat: list[float] = []
+        self._cpx = _Compactor()  # :func:`_compact` with kept scratch arrays
         self._seg_cap: list[float] = []
         self._seg_nlinks: list[int] = []
         self._se_parts: list[tuple[np.ndarray, ...]] = []
@@ -478,6 +516,7 @@ class Fabric:
         load (and those of coalesced collectives; ``end`` one time or one per interval); set by link-usage
         reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._obs_buf: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
@@ -648,7 +687,7 @@ class Fabric:
         si = np.asarray(si, dtype=np.int64)
         di = np.asarray(di, dtype=np.int64)
         out = np.full((len(si), _K), -1, dtype=np.int64)
-        rest = np.flatnonzero(si != di)
+        rest = _nzf(si != di)
         r = self._router
         if isinstance(r, SegmentRouter) and self.config.multipath == "split" and rest.size:
             info = np.array([self._endpoint(n) for n in names], dtype=np.int64).reshape(len(names), 4)
@@ -793,7 +832,7 @@ class Fabric:
         moving = has_links & (wire > 0)
         nflows = float(mult.sum())
         still = float(lat[~moving].max()) if (~moving).any() else 0.0
-        idx = np.flatnonzero(moving)
+        idx = _nzf(moving)
         segs, wire, lat, mult, wcap = segs[idx], wire[idx], lat[idx], mult[idx], wcap[idx]
         if merge and len(idx) > 1:
             # flows with the same route and size become one row; only when some share a route (a cheap 1-D test)
@@ -914,16 +953,16 @@ class Fabric:
         new = np.ones(len(order), dtype=bool)
         new[1:] = (cols[0][1:] != cols[0][:-1]) | (cols[1][1:] != cols[1][:-1]) | \
             (cols[2][1:] != cols[2][:-1]) | (cols[3][1:] != cols[3][:-1])
-        st = np.flatnonzero(new)
+        st = _nzf(new)
         cnt = np.diff(np.append(st, len(order)))
-        big = np.flatnonzero(cnt >= self._CLASS_MIN)
+        big = _nzf(cnt >= self._CLASS_MIN)
         mem: list[list[Any]] = []
         if not big.size:
             return segs, wire, lat, mult, wcap, mem
         gid = np.cumsum(new) - 1
         inbig = np.zeros(len(order), dtype=bool)
         inbig[order] = np.isin(gid, big)
-        keep = np.flatnonzero(~inbig)
+        keep = _nzf(~inbig)
         o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
         for g in big.tolist():
             idx = np.sort(order[st[g]:st[g] + cnt[g]])
@@ -987,7 +1026,7 @@ class Fabric:
         self._flush_segments()
         mk = np.repeat(mm, _K)
         W, C = self._to_links_many(ms.reshape(-1), [mk, mk], [True, False])
-        lk = np.flatnonzero(C > 0)
+        lk = _nzf(C > 0)
         M = float(mm.sum())
         sid = len(self._seg_lat)
         self._se_parts.append((np.full(len(lk), sid, dtype=np.int64), lk, W[lk] / M, C[lk] / M))
@@ -1077,12 +1116,12 @@ class Fabric:
             big = cnt >= self._CLASS_MIN
         else:
             big = np.zeros(1, dtype=bool)
-        plain = np.flatnonzero(~big[inv])
+        plain = _nzf(~big[inv])
         o_s, o_m, o_l, o_c = [ms[plain]], [mm[plain]], [ml[plain]], [mc[plain]]
         o_id = [np.full(len(plain), -1, dtype=np.int64)]
         info[5] = (plain, subs)  # learned: a later start of the same prepared batch begins split like this
-        for g in np.flatnonzero(big).tolist():
-            idx = np.flatnonzero(inv == g)
+        for g in _nzf(big).tolist():
+            idx = _nzf(inv == g)
             sid = self._class_segment(ms[idx], mm[idx])
             sub = [ms[idx], mm[idx], ml[idx], mc[idx], None, None, sid]
             subs.append(sub)
@@ -1215,12 +1254,12 @@ class Fabric:
             segs, vals = segs[ok], vals[ok]
         if not segs.size:
             return np.zeros(nl)
-        us, inv = _compact(segs, len(self._seg_lat))
+        us, inv = self._cpx(segs, len(self._seg_lat))
         v = np.bincount(inv, weights=vals, minlength=len(us))
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e = _ranges(st, ln)
-        w = np.repeat(v, ln)
+        w = v.repeat(ln)
         if weighted:
             w = w * self._se_w[e]
         elif self._has_cls:
@@ -1241,14 +1280,14 @@ class Fabric:
             segs, vals = segs[ok], [v[ok] for v in vals]
         if not segs.size:
             return [np.zeros(nl) for _ in vals]
-        us, inv = _compact(segs, len(self._seg_lat))
+        us, inv = self._cpx(segs, len(self._seg_lat))
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e = _ranges(st, ln)
         le, we = self._se_link[e], self._se_w[e]
         out = []
         for val, wt in zip(vals, weighted):
-            w = np.repeat(np.bincount(inv, weights=val, minlength=len(us)), ln)
+            w = np.bincount(inv, weights=val, minlength=len(us)).repeat(ln)
             if wt:
                 w = w * we
             elif self._has_cls:
@@ -1259,7 +1298,7 @@ class Fabric:
     def _seg_flows(self, segs: np.ndarray, mult: np.ndarray, sign: float) -> None:
         """Add (sign +1) or remove (-1) rows' multiplicity on their segments and links' flow counts."""
         s = segs.reshape(-1)
-        m = np.repeat(mult, _K)
+        m = mult.repeat(_K)
         self._flush_segments()
         if self._dense_entries(s.size):  # the per-segment sums once, for both counters (same floats)
             v = np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
@@ -1306,7 +1345,7 @@ class Fabric:
         windowed = wb >= 0 and half > 0
         # candidates: rows whose lower bound on their due time has passed (a superset of the rows due; the
         # exact test below runs on them alone, as it ran on every active row)
-        A = np.flatnonzero(p.tcand[: p.size] <= now + max(self.config.time_tolerance, half if windowed else 0.0))
+        A = _nzf(p.tcand[: p.size] <= now + max(self.config.time_tolerance, half if windowed else 0.0))
         if not A.size:
             return
         tend, rate = p.tend[A], p.rate[A]
@@ -1317,7 +1356,7 @@ class Fabric:
             fin = (rem <= _REM_EPS) | (due_in <= self.config.time_tolerance)
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
             fin |= (p.batch[A] == wb) & (due_in <= half)
-        j = np.flatnonzero(fin)
+        j = _nzf(fin)
         if not j.size:
             return
         idx = A[j]
@@ -1331,7 +1370,7 @@ class Fabric:
         sf = segs.reshape(-1)
         early = bool(np.count_nonzero(left != 0))
         self._seg_flows(segs, m, -1.0)
-        vals = [np.repeat(r * m, _K)] + ([np.repeat(left * m, _K)] if early else [])
+        vals = [(r * m).repeat(_K)] + ([(left * m).repeat(_K)] if early else [])
         sums = self._to_links_many(sf, vals, [True, True][: len(vals)])
         if early:
             self.bytes_moved += sums[1]
@@ -1376,7 +1415,7 @@ class Fabric:
     def _active_idx(self) -> np.ndarray:
         """Ids of the active rows, ascending (cached until a row starts or ends, or the rows are compacted)."""
         if self._A is None:
-            self._A = np.flatnonzero(self._rows.active[: self._rows.size])
+            self._A = _nzf(self._rows.active[: self._rows.size])
         return self._A
 
     def _solve_and_schedule(self) -> None:
@@ -1448,7 +1487,7 @@ class Fabric:
         else:  # the distinct segments of the active rows
             S = p.seg[act]
             valid = S >= 0
-            us, inv = _compact(S[valid], len(self._seg_lat))
+            us, inv = self._cpx(S[valid], len(self._seg_lat))
             nu = len(us)
             Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
             Lp[valid] = inv
@@ -1594,7 +1633,7 @@ class Fabric:
                     self._rate_memo_size = len(new)
                 self._rate_memo[key] = new
         if not full and np.count_nonzero(new <= 0):  # numerical safety: re-solve everything
-            R = np.flatnonzero(p.active[: p.size])
+            R = _nzf(p.active[: p.size])
             old = p.rate[R].copy()
             new = self._fill(R, True)
             full = True
@@ -1609,7 +1648,7 @@ class Fabric:
         if self._cls and (key is None or key not in self._cls_ok):
             # flow classes re-rated: check each against the per-flow max-min conditions (a closed set's check
             # is a function of its rate-memo key, like its rates: a key that passed once passes again)
-            C = np.flatnonzero(p.cls[R] >= 0)
+            C = _nzf(p.cls[R] >= 0)
             if C.size:
                 known = self._cls_bad.get(key) if key is not None else None
                 if known is not None:  # this closed set failed before: the same rates, the same split
@@ -1632,7 +1671,7 @@ class Fabric:
                     self._cls_ok.add(key)
         n = p.size
         if n > 1024 and n > 4 * max(self._n_active, 1) and self.compact_rows:
-            p.keep(np.flatnonzero(p.active[:n]))
+            p.keep(_nzf(p.active[:n]))
             self._A = None
         self._observe()
 
@@ -1647,12 +1686,15 @@ class Fabric:
         nl = len(self.links)
         if self._obs is None:
             self._obs = (np.full(nl, np.nan), np.zeros(nl), np.zeros(nl))
+            self._obs_buf = (np.zeros(nl), np.zeros(nl, dtype=bool), np.zeros(nl, dtype=bool))
         t0, c0, l0 = self._obs
-        cnt = np.rint(self._nflows)
-        changed = (cnt != c0) | (self._load != l0)
+        cnt, changed, ch2 = self._obs_buf  # kept scratch: the O(links) passes write in place
+        np.rint(self._nflows, out=cnt)
+        np.not_equal(cnt, c0, out=changed)
+        np.logical_or(changed, np.not_equal(self._load, l0, out=ch2), out=changed)
         if not np.count_nonzero(changed):
             return
-        idx = np.flatnonzero(changed)
+        idx = _nzf(changed)
         st = t0[idx]
         ok = st < now
         if np.count_nonzero(ok):
@@ -1669,7 +1711,7 @@ class Fabric:
         if o is None or self.observer is None:
             return
         t0, c0, l0 = o
-        k = np.flatnonzero(t0 < now)
+        k = _nzf(t0 < now)
         if k.size:
             self.observer(k, t0[k], now, c0[k], l0[k] * (now - t0[k]))
 
@@ -1785,7 +1827,7 @@ class Fabric:
     def snapshot_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group, batch)."""
         p = self._rows
-        idx = np.flatnonzero(p.active[: p.size])
+        idx = _nzf(p.active[: p.size])
         rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
         return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy(), p.batch[idx].copy()
 
@@ -1824,7 +1866,7 @@ class Fabric:
         old = p.rate[R]
         valid = S >= 0
         ent_row = np.nonzero(valid)[0]
-        useg, lseg = _compact(S[valid], len(self._seg_lat))
+        useg, lseg = self._cpx(S[valid], len(self._seg_lat))
         ns = len(useg)
         LS = np.full(S.shape, -1, dtype=np.int64)
         LS[valid] = lseg
@@ -1834,7 +1876,7 @@ class Fabric:
         e_seg = np.repeat(np.arange(ns), ln)
         e_off = np.zeros(ns + 1, dtype=np.int64)
         np.cumsum(ln, out=e_off[1:])
-        ulinks, e_link = _compact(self._se_link[e], len(self.links))
+        ulinks, e_link = self._cpx(self._se_link[e], len(self.links))
         e_w = self._se_w[e]
         nlk = len(ulinks)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
@@ -1916,7 +1958,7 @@ class Fabric:
             share[used] = rem_cap[used] / cnt[used]
             j = int(np.argmin(share))
             delta = float(share[j])
-            unf = np.flatnonzero(~frozen)
+            unf = _nzf(~frozen)
             if any_capped:
                 head = cap[unf] - rate[unf]
                 delta = min(delta, float(head.min()))
@@ -1999,7 +2041,7 @@ class Fabric:
             nc = pos >= 0
             mark = np.zeros(nlk, dtype=bool)
             mark[pos[nc]] = True
-            cl = np.flatnonzero(mark)  # = np.unique(pos[nc]), O(rows + links) without a sort
+            cl = _nzf(mark)  # = np.unique(pos[nc]), O(rows + links) without a sort
             B = len(cl)
             if B > Fabric._REUSE_MAX_CLASSES:
                 return None
@@ -2057,7 +2099,7 @@ class Fabric:
                 best = fast & (level[pl] <= lo_lvl[pr])
                 pos[pr[best]] = pl[best]
             if np.count_nonzero(over):  # water level of each overloaded link, the rows' other rates fixed
-                ov = np.flatnonzero(over)
+                ov = _nzf(over)
                 if not cand[ov].all():
                     cand[ov] = True
                     pr, pl, pw = Fabric._pairs(cand, ent_row, lseg, e_seg, e_link, e_w, m, ns)
@@ -2075,7 +2117,7 @@ class Fabric:
                e_w: np.ndarray, m: np.ndarray, ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The (row, link) pairs through the rows' segments on the links ``cand``: row, local link, and
         the link's weight x the row's multiplicity."""
-        ce = np.flatnonzero(cand[e_link])
+        ce = _nzf(cand[e_link])
         c_cnt = np.bincount(e_seg[ce], minlength=ns)
         c_off = np.zeros(ns + 1, dtype=np.int64)
         np.cumsum(c_cnt, out=c_off[1:])
@@ -2095,7 +2137,7 @@ class Fabric:
         done = np.zeros(len(M), dtype=bool)
         out: list[np.ndarray] = []
         while not done.all():
-            ready = np.flatnonzero((indeg == 0) & ~done)
+            ready = _nzf((indeg == 0) & ~done)
             if not ready.size:
                 return None
             done[ready] = True
@@ -2229,7 +2271,7 @@ class Fabric:
             by_link = seg_fin[LU]
             by_cap = cap[U] <= bound * (1.0 + tol)
             new = by_link.any(axis=1) | by_cap
-            fe = np.flatnonzero(final[e_link])
+            fe = _nzf(final[e_link])
             seg_fl[e_seg[fe]] = e_link[fe]
             who = np.where(by_cap, -1, seg_fl[LU[np.arange(len(U)), np.argmax(by_link, axis=1)]])
             if ng and np.count_nonzero(gU) and np.count_nonzero(new):
@@ -2269,7 +2311,7 @@ class Fabric:
         """Current wire rate per member of the first active row of each batch, by batch name."""
         p = self._rows
         out: dict[str, float] = {}
-        for i in np.flatnonzero(p.active[: p.size]).tolist():
+        for i in _nzf(p.active[: p.size]).tolist():
             out.setdefault(self._b_meta[int(p.batch[i])][0], float(p.rate[i]))
         return out
 

@@ -225,6 +225,7 @@ class LinkUsage:
         self._classes = _LinkClasses(len(self.links))
         self._pend: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]] = []  # distinct links
         self._pend_n = 0
+        self._scratch = np.empty(0, dtype=np.int64)  # :meth:`_batch`'s (part, class) -> interval table
         self._buf: list[np.ndarray] = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
         """(class, start, end, count, bytes, source) of the recorded intervals (the first :attr:`_m`), in order."""
         self._m = 0
@@ -248,11 +249,17 @@ class LinkUsage:
         n = link.size
         if not n:
             return
+        distinct = n < 2 or bool((link[1:] > link[:-1]).all())  # increasing (the fabric's observer)
         if count_bytes:
             b = _column(nbytes, n)
-            np.add.at(self.total_bytes, link, b)
-            if source == MEMCPY:
-                np.add.at(self.memcpy_bytes, link, b)
+            if distinct:  # one addition per link: the same sums as np.add.at, without its per-element loop
+                self.total_bytes[link] += b
+                if source == MEMCPY:
+                    self.memcpy_bytes[link] += b
+            else:
+                np.add.at(self.total_bytes, link, b)
+                if source == MEMCPY:
+                    np.add.at(self.memcpy_bytes, link, b)
             nbytes = b
         arrs: list[np.ndarray] = []
         which: list[int] = []  # per column: its row in ``vals``, or -1 for a scalar
@@ -267,7 +274,7 @@ class LinkUsage:
             else:
                 which.append(-1)
             scal.append(math.nan if which[-1] >= 0 else float(x))
-        if n < 2 or bool((link[1:] > link[:-1]).all()):  # increasing (the fabric's observer): distinct links
+        if distinct:  # distinct links: refined in batches
             self._pend.append((link, arrs, which, scal, source))
             self._pend_n += n
             self._compiled = None
@@ -358,7 +365,9 @@ class LinkUsage:
         pid = np.repeat(np.arange(m, dtype=np.int64), ns)
         cl = C.cls[link]
         key = pid * C.n + cl
-        scratch = np.empty(m * C.n, dtype=np.int64)
+        if self._scratch.size < m * C.n:  # kept between calls: only the entries written below are read
+            self._scratch = np.empty(max(m * C.n, 2 * self._scratch.size), dtype=np.int64)
+        scratch = self._scratch
         ar = np.arange(E, dtype=np.int64)
         scratch[key] = ar
         rep = scratch[key]
