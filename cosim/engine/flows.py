@@ -1230,7 +1230,7 @@ class Fabric:
             if small:
                 rows = self._se_link[order]
                 w: Any = _SmallLinkMatrix(rows, idx, self._se_w[order], nl)
-                one: Any = _SmallLinkMatrix(rows, idx, self._se_n[order], nl)
+                one: Any = _SmallLinkMatrix(rows, idx, self._se_n[order] if self._has_cls else None, nl)
             else:
                 from scipy.sparse import csr_array
 
@@ -1828,6 +1828,9 @@ class Fabric:
         """Active rows now: (segments, wire bytes left per member, multiplicity, wire rate cap, group, batch)."""
         p = self._rows
         idx = _nzf(p.active[: p.size])
+        if (p.cls[idx] >= 0).any():
+            raise RuntimeError("snapshot_rows of a fabric with flow-class rows (their members are not rows); "
+                               "scratch fabrics run with FabricConfig.flow_classes off")
         rem = np.maximum(p.rem[idx] - p.rate[idx] * (self.env.now - p.t0[idx]), 0.0)
         return p.seg[idx].copy(), rem, p.mult[idx].copy(), p.cap[idx].copy(), p.group[idx].copy(), p.batch[idx].copy()
 
