@@ -27,8 +27,6 @@ from typing import Any
 
 import numpy as np
 
-WALL = {"sim_wall_s", "ops_per_wall_s"}  # wall-clock fields of a summary
-
 
 def _sources(traces: Path) -> list[tuple[str, Any]]:
     dlrm = traces / "param-dlrm-v100x8"
@@ -42,14 +40,6 @@ def _sources(traces: Path) -> list[tuple[str, Any]]:
         out.append(("param-dlrm-v100x8/et", dlrm / "et"))
         out.append(("param-dlrm-v100x8/kineto+et", sorted((dlrm / "kineto").iterdir()) + sorted((dlrm / "et").iterdir())))
     return out
-
-
-def _strip(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _strip(v) for k, v in x.items() if k not in WALL}
-    if isinstance(x, list):
-        return [_strip(v) for v in x]
-    return x
 
 
 def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
@@ -69,6 +59,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> list[str]:
 def dump(out: Path) -> int:
     from cosim.errors import CosimError
     from cosim.replay import ReplayConfig, replay
+    from cosim.replay.summary import without_wall_clock
     from cosim.resources import shared_dir
     from cosim.workload import load_trace
 
@@ -92,7 +83,7 @@ def dump(out: Path) -> int:
         summaries = {}
         for mode in ("measured", "simulated"):
             try:
-                summaries[mode] = _strip(replay(g, config=ReplayConfig(collectives=mode)).summary())
+                summaries[mode] = without_wall_clock(replay(g, config=ReplayConfig(collectives=mode)).summary())
             except CosimError as exc:
                 summaries[mode] = {"error": str(exc)}
         results[name] = {"summaries": summaries}
@@ -106,7 +97,7 @@ def dump(out: Path) -> int:
                     print(f"{name}: {which} load through the cache differs: {d[:5]}")
             for mode in ("measured", "simulated"):  # the cached graph's programs come from compile's memo
                 if "error" not in summaries[mode]:
-                    again = _strip(replay(g2, config=ReplayConfig(collectives=mode)).summary())
+                    again = without_wall_clock(replay(g2, config=ReplayConfig(collectives=mode)).summary())
                     if again != summaries[mode]:
                         bad += 1
                         print(f"{name}: {mode} replay of the cached graph (compiled programs reused) differs")

@@ -42,14 +42,28 @@ from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED, RankRun
 from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
-__all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "bound_label", "breakdown", "busiest_links", "comm_split",
+__all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "WALL_CLOCK_FIELDS", "bound_label", "breakdown", "busiest_links", "comm_split",
            "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
-           "step_times", "summarize"]
+           "step_times", "summarize", "without_wall_clock"]
 
 SUMMARY_SCHEMA = "cosim.summary/2"
 """Schema name of ``summary.json`` (docs/REPLAY.md)."""
 
 BREAKDOWN_KEYS = ("compute", "exposed_communication", "memcpy", "host_bound_gpu_idle", "other_idle")
+
+
+WALL_CLOCK_FIELDS = frozenset({"sim_wall_s", "ops_per_wall_s"})
+"""Summary fields that time the simulator's own run (wall seconds), not the simulated system: the only fields
+that differ between two runs of the same inputs."""
+
+
+def without_wall_clock(x: Any) -> Any:
+    """``x`` (a summary, or any JSON value holding summaries) without :data:`WALL_CLOCK_FIELDS`, at any depth."""
+    if isinstance(x, dict):
+        return {k: without_wall_clock(v) for k, v in x.items() if k not in WALL_CLOCK_FIELDS}
+    if isinstance(x, list):
+        return [without_wall_clock(v) for v in x]
+    return x
 
 
 def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray,
