@@ -1064,14 +1064,14 @@ class Fabric:
         inv, el, eu, nu = info[4]  # (entries of registered segments never move: new ones are appended)
         sid = int(p.seg[c, 0])
         lk = self._se_link[self._se_off[sid]:self._se_off[sid + 1]]
-        sat = self._load[lk] >= self.capacity[lk] * (1.0 - 1e-9)
+        sat = self._load[lk] >= self.capacity[lk] * (1.0 - self._SAT_TOL)  # the fill's saturation test
         if self._free_on:
             sat &= ~self._free[lk]
         nl = len(self.links)
         satm = np.zeros(nl, dtype=bool)
         satm[lk[sat]] = True
         ai = self._active_idx()
-        fast = ai[p.rate[ai] > r * (1.0 + 1e-9)]
+        fast = ai[p.rate[ai] > r * (1.0 + self._SAT_TOL)]
         es = satm[el]
         if fast.size:
             ef = (self._to_links(p.seg[fast].reshape(-1), np.ones(fast.size * _K), weighted=False) > 0)[el]
@@ -2204,7 +2204,8 @@ class Fabric:
         return t
 
     _SAT_TOL = 1e-9
-    """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same)."""
+    """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same), also used
+    by the flow-class check (:meth:`_class_ok`) for "saturated" and "faster"."""
 
     @staticmethod
     def _fill_parallel(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, e_off: np.ndarray,
