@@ -341,6 +341,25 @@ def test_runner_passes_the_rows_dispatcher_and_comm_sms(tmp_path: Path) -> None:
     assert (h100.dispatch, h100.a2a_overlap, h100.comm_sms) == ("deepep", True, None)
 
 
+def test_runner_set_what_if_reaches_every_rows_scenario(tmp_path: Path) -> None:
+    """``--set KEY=VALUE`` (a `cosim run --set` key) lands in each row's scenario beside the row's own settings, and
+    a NIC rate set there slows a two-node row whose data-parallel gradients cross the NICs; an argument without
+    ``=`` is one line and exit status 2."""
+    from validation.e2e.run import _scenario, load_cases, run_case
+
+    _, [case] = load_cases(_cases_file(tmp_path, comm_sms=20))
+    half = {"nics.cx7-ndr400.port_bandwidth": "200 Gb/s"}
+    scn = _scenario(case, 16, "dgx-h100", 1, "none", set_over=half)
+    assert scn.set == {"gpu.comm_sms": "20", **half}
+    _, [two] = load_cases(_cases_file(tmp_path, gpus=16, layout={"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 4},
+                                      overlap_grad_reduce=False))
+    base, slow = run_case(two, cap=2), run_case(two, cap=2, set_over=half)
+    assert base["status"] == slow["status"] == "run" and slow["step_time_s"] > base["step_time_s"]
+    p = subprocess.run([sys.executable, "-m", "validation.e2e.run", "--cases", str(_cases_file(tmp_path)), "--set",
+                        "nics.cx7-ndr400.port_bandwidth"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1 and "--set" in p.stderr
+
+
 def test_runner_passes_expert_padding(tmp_path: Path) -> None:
     """A row's ``expert_padding: false`` reaches the synthetic spec (absent: the spec's default, the copies on);
     no row sets it: the HybridEP rows (whose dispatcher pads rows in its dispatch) need not, the synthesis drops

@@ -356,7 +356,7 @@ def ddp_bucket_size(case: Case) -> float | None:
 
 
 def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: str,
-              spec_over: dict[str, Any] | None = None) -> Any:
+              spec_over: dict[str, Any] | None = None, set_over: dict[str, str] | None = None) -> Any:
     from cosim.scenario import Scenario, SyntheticWorkload
     from cosim.workload.synth import SyntheticSpec
 
@@ -415,17 +415,20 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
     sets: dict[str, Any] = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     if os.environ.get("COSIM_E2E_COMM_SHARE"):  # what-if: the per-kernel SM law on/off (docs/ENGINE.md)
         sets["gpu.comm_share"] = os.environ["COSIM_E2E_COMM_SHARE"]
+    sets.update(set_over or {})
     return Scenario(name=f"e2e-{case.id}", workload=SyntheticWorkload(synthetic=spec), topology=topology, nodes=nodes,
                     set=sets)
 
 
 def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool = False,
-             max_gpus: int = MAX_SIMULATED_GPUS, spec_over: dict[str, Any] | None = None) -> dict[str, Any]:
+             max_gpus: int = MAX_SIMULATED_GPUS, spec_over: dict[str, Any] | None = None,
+             set_over: dict[str, str] | None = None) -> dict[str, Any]:
     """Simulate ``case`` (see the module docstring) and return its row: cosim's figures, the published
     ones, the error, the step breakdown and the wall time. A row on more than ``MAX_SIMULATED_GPUS`` is
     not run; with ``probe_big`` (up to ``PROBE_MAX_GPUS``, not DualPipe) a step of pp micro-batches is simulated
     alone and reported with its wall time (its throughput is a lower bound on cosim's full-step figure: fewer micro-batches amortize
-    less of the pipeline fill and the optimizer)."""
+    less of the pipeline fill and the optimizer). What-ifs on the row: ``spec_over`` sets ``workload.synthetic``
+    fields, ``set_over`` `cosim run --set` keys of its scenario (``--spec`` / ``--set``)."""
     from cosim.capture.config import load_model_config
     from cosim.scenario import run_scenario
 
@@ -447,7 +450,7 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
                     raise _NotRun(NOT_RUN_REASON)
                 m = case.layout.pp  # the fewest micro-batches a pipelined step takes
                 t1 = time.perf_counter()
-                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute, spec_over))
+                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute, spec_over, set_over))
                 s = result.summary()
                 return {**row, "status": "not run", "reason": NOT_RUN_REASON,
                         "probe": {"microbatches": m, "wall_s": time.perf_counter() - t1,
@@ -457,7 +460,7 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
             probes = []
             for m in probe_counts(case, cap):
                 t1 = time.perf_counter()
-                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute, spec_over))
+                _, result = run_scenario(_scenario(case, m, topology, nodes, recompute, spec_over, set_over))
                 probes.append((m, result.summary(), time.perf_counter() - t1))
     except _NotRun as exc:
         return {**row, "status": "not run", "reason": str(exc)}
@@ -596,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"for rows on more than {MAX_SIMULATED_GPUS} GPUs, simulate their smallest probe alone")
     ap.add_argument("--spec", action="append", default=[], metavar="KEY=VALUE",
                     help="what-if: set a workload.synthetic field on every row (e.g. expert_gemm_host='0 us')")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                    help="what-if: a `cosim run --set` key on every row's scenario (hardware, replay knobs; e.g. "
+                         "nics.cx8-xdr800.port_bandwidth='400 Gb/s')")
     ap.add_argument("--from-json", nargs="+", metavar="FILE",
                     help="print the tables of earlier --json outputs (rows in cases-file order) instead of running")
     args = ap.parse_args(argv)
@@ -614,20 +620,28 @@ def main(argv: list[str] | None = None) -> int:
             if unknown:
                 raise CosimInputError(f"--only: unknown case id(s) {', '.join(sorted(unknown))}")
             cases = [c for c in cases if c.id in args.only]
-        spec_over: dict[str, Any] = {}
-        for kv in args.spec:
-            key, sep, val = kv.partition("=")
-            if not sep:
-                raise CosimInputError(f"--spec: {kv!r} is not KEY=VALUE")
-            spec_over[key.strip()] = val.strip()
+        spec_over = _key_values("--spec", args.spec)
+        set_over = _key_values("--set", args.sets)
         rows = []
         for c in tqdm(cases, desc="e2e rows", unit="row", file=sys.stderr):
             rows.append(run_case(c, cap=10**9 if args.full else args.max_microbatches, recompute=args.recompute,
-                                 probe_big=args.probe_big, max_gpus=args.max_gpus, spec_over=spec_over))
+                                 probe_big=args.probe_big, max_gpus=args.max_gpus, spec_over=spec_over,
+                                 set_over=set_over))
     except CosimInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return _print(rows, sources, args.json)
+
+
+def _key_values(flag: str, items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` arguments of ``flag`` as a dict (stripped); one that has no ``=`` is an input error."""
+    out: dict[str, Any] = {}
+    for kv in items:
+        key, sep, val = kv.partition("=")
+        if not sep:
+            raise CosimInputError(f"{flag}: {kv!r} is not KEY=VALUE")
+        out[key.strip()] = val.strip()
+    return out
 
 
 def _print(rows: list[dict[str, Any]], sources: dict[str, str], as_json: bool) -> int:
