@@ -1192,10 +1192,6 @@ def recomputed(name: str, modules: Sequence[str]) -> bool:
     return False
 
 
-GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
-"""Megatron-Core's ``cuda_graph_scope`` values under ``cuda_graph_impl: transformer_engine`` that a synthesized
-step models (:func:`graph_scoped`)."""
-
 CUDA_GRAPH_SOURCE = (
     "NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/transformer_layer.py (_get_submodules_under_cudagraphs: "
     "attn -> input_layernorm, self_attention; moe_router -> pre_mlp_layernorm, router, and the shared experts "

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
@@ -128,6 +128,17 @@ all-reduce, all-gather and reduce-scatter calls keep :data:`C10D_CALL_HOST`. The
 ``SyntheticSpec.collective_host_per_peer``."""
 
 
+CudaGraphScope = Literal["attn", "moe_router", "moe_preprocess", "full_iteration"]
+"""A ``cuda_graph_scope`` value a synthesized training step models: Megatron-Core's Transformer Engine partial-graph
+scopes (``cuda_graph_impl: transformer_engine``; :func:`cosim.workload.synth.costs.graph_scoped`,
+:data:`cosim.workload.synth.costs.CUDA_GRAPH_SOURCE`) and ``full_iteration`` (``cuda_graph_impl: full_iteration``,
+:data:`cosim.workload.synth.build.FULL_ITERATION_SOURCE`). The one list of names: ``SyntheticSpec.cuda_graph_scope``
+and validation/e2e/run.py's rows take it."""
+
+CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
+""":data:`CudaGraphScope`'s names, in order."""
+
+
 def _scope_list(v: Any) -> Any:
     """``cuda_graph_scope: full_iteration`` (a bare string, as ``--set`` gives it) as a one-item list."""
     return [v] if isinstance(v, str) else v
@@ -183,8 +194,7 @@ class SyntheticSpec(Strict):
     16; Megatron-Bridge's performance harness sets 32): picks the measured rate table
     (:data:`cosim.engine.moe_comm.HYBRIDEP_GB200`). The SMs the kernels take from overlapped compute are the
     replay's ``gpu.comm_sms``."""
-    cuda_graph_scope: Annotated[list[Literal["attn", "moe_router", "moe_preprocess", "full_iteration"]],
-                                BeforeValidator(_scope_list)] = Field(default_factory=list)
+    cuda_graph_scope: Annotated[list[CudaGraphScope], BeforeValidator(_scope_list)] = Field(default_factory=list)
     """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
     ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
     backward, each costing the host one graph launch (``graph_launch_overhead``) instead of an eager dispatch per
