@@ -215,6 +215,13 @@ class BuildOptions:
     the link's efficiency: the duration of an offload copy alone on it (the replay moves it as a flow on that
     route, :mod:`cosim.replay.copies`)."""
 
+    @property
+    def main_grad_bytes(self) -> float:
+        """Bytes per element of ``main_grad`` each weight-gradient GEMM reads and writes (``grad_bytes`` with
+        ``grad_accumulation_fusion``, else 0: no accumulation in the GEMM): ``main_grad`` of
+        :func:`cosim.workload.synth.costs.backward_ops`."""
+        return self.grad_bytes if self.grad_accumulation_fusion else 0.0
+
 
 @dataclass
 class Built:
@@ -813,8 +820,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
         if c == chunks - 1:
             fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache), []))
-        main_grad = opts.grad_bytes if opts.grad_accumulation_fusion else 0.0
-        bw0 = [(ly, backward_ops(ops, main_grad)) for ly, ops, _ in reversed(fw)]
+        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
             bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
