@@ -107,6 +107,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     mode = "low_latency" if step.dispatch == "deepep-ll" else "normal"
 
     def layer(rank: int, ly: int) -> tuple[list[Op], list[float]]:
+        """Layer ``ly``'s ops on ``rank`` and their durations (s), once per kind of layer and shard."""
         sh = _shard(rm, card, rank, ly, routes, T)
         sh = replace(sh, q_len=base.q_len, decode=base.decode, kv_bytes=base.kv_bytes)
         key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
@@ -119,6 +120,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     end_durs = tuple(predict(o) for o in ends)
 
     def one_rank(rank: int) -> Any:
+        """Rank ``rank``'s step: its graph and the (first, last) GPU op of its MoE layers."""
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
@@ -144,7 +146,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
                     splits = None
                     if (o.comm is not None and o.comm.kind.startswith("all_to_all") and ly in routes
                             and not opts.routing.is_uniform):  # skew: per-peer bytes (as training)
-                        splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+                        splits = _splits(o, routes[ly].send_fraction)
                     rb.emit(o, d * scale, groups, launch, splits, label(o))
                     if o.cls == "collective":
                         yield
@@ -202,6 +204,7 @@ class InferMemory:
 
     @property
     def total(self) -> float:
+        """Everything, bytes."""
         return self.weights + self.kv_cache + self.activations + self.overhead
 
     @property
@@ -212,6 +215,7 @@ class InferMemory:
         return max(int(free // per), 0) if per > 0 else 0
 
     def as_dict(self) -> dict[str, float]:
+        """The fields and the total, bytes, by name."""
         return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
                 "overhead": self.overhead, "total": self.total}
 
