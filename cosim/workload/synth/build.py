@@ -742,6 +742,44 @@ def hybridep_label(o: Op, tokens: float, card: MoEModelConfig, sms: int = 16) ->
     return f"hybridep_{kind}:{tokens:.6g}:{card.hidden_size}:{probs}:{card.top_k}:{card.num_experts}:{sms}"
 
 
+def _rank_builder(rank: int, world: int, device: str, opts: BuildOptions, sync_point: str) -> _RankBuilder:
+    """A training rank's builder with its host costs (s; scaled by the rank's host slowdown), gradient bytes,
+    optimizer, full-iteration graph, MoE sync point (``_RankBuilder.sync_point``) and launch jitter."""
+    slow = opts.host_slowdown.get(rank, 1.0)
+    rb = _RankBuilder(rank, world, device)
+    rb.per_launch = opts.expert_gemm_host * slow
+    rb.loop_launch = opts.launch_overhead * slow
+    rb.eager_step = opts.eager_step_host * slow
+    rb.grad_bytes = opts.grad_bytes
+    rb.optimizer = opts.optimizer
+    if opts.collective_host is not None:
+        rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * slow
+        rb.coll_peer = opts.collective_peer_host * slow
+        rb.coll_ref = opts.collective_ref_ranks
+    rb.full_graph = opts.full_iteration_graph
+    rb.sync_point = sync_point
+    if opts.launch_jitter.get(rank):
+        rb.jitter = opts.launch_jitter[rank]
+        rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
+    return rb
+
+
+def _bucket_plans(rm: RankMap, card: MoEModelConfig, prepared: dict[tuple[int, int], tuple[Any, Any]]
+                  ) -> tuple[dict[tuple[int, int], list[Bucket]], dict[int, list[Bucket]]]:
+    """The gradient buckets of each prepared (chunk, direction) (:func:`_bucket_plan`, in backward order) and, by
+    the layer whose backward closes them, the buckets reduced there. Megatron-Core buckets only the first model
+    chunk of the first pipeline stage (DistributedDataParallel: bucket_size None when pp_rank > 0; get_model:
+    disable_bucketing for model_chunk_idx > 0); DualPipe (not Megatron) buckets every chunk."""
+    plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw], bucketed=key[0] == 0 or rm.schedule == "dualpipe")
+             for key, (_, bw) in prepared.items()}
+    closing: dict[int, list[Bucket]] = {}
+    for key, (_, bw) in prepared.items():
+        at = {ly: i for i, (ly, _, _) in enumerate(bw)}
+        for b in plans[key]:
+            closing.setdefault(bw[max(at[x] for x in b[1])][0], []).append(b)
+    return plans, closing
+
+
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
            dispatcher: str = "alltoall", expert_padding: bool = True, dtoh_late: bool = False) -> Shard:
     """How layer ``layer`` is split on ``rank``: the layout's parallel sizes and, for an MoE layer, the rows each of
@@ -869,25 +907,13 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         _, _, _, stage = rm.coords(rank)
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
-        rb = _RankBuilder(rank, rm.world, device)
-        rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
-        rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
-        rb.eager_step = opts.eager_step_host * opts.host_slowdown.get(rank, 1.0)
-        rb.grad_bytes = opts.grad_bytes
-        rb.optimizer = opts.optimizer
-        if opts.collective_host is not None:
-            rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
-            rb.coll_peer = opts.collective_peer_host * opts.host_slowdown.get(rank, 1.0)
-            rb.coll_ref = opts.collective_ref_ranks
+        sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
+        rb = _rank_builder(rank, rm.world, device, opts, "copy" if late_dtoh else "dispatch"
+                           if sh_dispatcher == "deepep" and rm.ep > 1 else "permute")
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
-        full = rb.full_graph = opts.full_iteration_graph
+        full = rb.full_graph
         scopes = opts.graph_scopes
-        sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
-        rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
-        if opts.launch_jitter.get(rank):
-            rb.jitter = opts.launch_jitter[rank]
-            rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         order = (accumulated_order(stage, rm.pp, rm.vpp, m, opts.grad_accum, extra_warmup=int(rm.layout.a2a_overlap))
                  if rm.schedule != "dualpipe" else [])
@@ -897,17 +923,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
         unit_span: list[tuple[int, int, bool]] = []
         unit_key: list[tuple[tuple[Unit, ...], bool]] = []
-        # DP buckets per model chunk (backward order) and, by the layer that closes them, the ones reduced there
-        # Megatron-Core buckets only the first model chunk of the first pipeline stage (DistributedDataParallel:
-        # bucket_size None when pp_rank > 0; get_model: disable_bucketing for model_chunk_idx > 0); DualPipe (not
-        # Megatron) buckets every chunk
-        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw], bucketed=key[0] == 0 or rm.schedule == "dualpipe")
-                 for key, (_, bw) in prepared.items()}
-        closing: dict[int, list[Bucket]] = {}
-        for key, (_, bw) in prepared.items():
-            at = {ly: i for i, (ly, _, _) in enumerate(bw)}
-            for b in plans[key]:
-                closing.setdefault(bw[max(at[x] for x in b[1])][0], []).append(b)
+        plans, closing = _bucket_plans(rm, card, prepared)
         overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
         param_wait: dict[int, list[int]] = {}
         if rm.overlap_param_gather:  # steady state: the last step's gathers run under this step's forward
