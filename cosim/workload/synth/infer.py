@@ -74,26 +74,34 @@ def deepep_label(kind: str, mode: str, tokens: float, token_bytes: float, topk: 
     return f"deepep_{kind}:{mode}:{tokens:.6g}:{token_bytes:.6g}:{topk}:{experts}"
 
 
-def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: BuildOptions, predict: Any,
-                     device: str = "GPU") -> tuple[Built, dict[int, tuple[int, int]]]:
-    """Synthesize one serving step. Returns the build and, per simulated rank, the (first, last) GPU
-    op of its MoE layers (for the per-layer time)."""
+def _serving_micro_batches(step: InferStep, rm: RankMap) -> tuple[InferStep, int, float]:
+    """``step`` (its chunk shortened to a micro-batch's tokens when a micro-batch holds part of one chunk, as
+    SGLang splits), its micro-batches (2 under two-batch overlap) and the tokens of each per TP group; refuses
+    pipeline parallelism and micro-batches that are not whole chunks or requests."""
     from cosim.errors import CosimInputError
 
     if rm.pp != 1:
         raise CosimInputError("workload.synthetic.layout.pp: inference with pipeline parallelism is not "
                               f"modelled yet (pp {rm.pp}); use tp / ep / dp")
-    p = replace(PRECISIONS[opts.precision], cast_copies=1)  # serving: a cast feeds the forward GEMM only
-    if step.dispatch_bytes is not None:
-        p = replace(p, dispatch_bytes=step.dispatch_bytes)
     n_mb = 2 if step.overlap == "two-microbatch" else 1
     T = step.tokens / n_mb
-    if 1 <= T < step.q_len and step.q_len % T == 0:  # a micro-batch holds a part of one chunk (SGLang splits so)
+    if 1 <= T < step.q_len and step.q_len % T == 0:
         step = replace(step, q_len=T)
     if T < 1 or T % step.q_len:
         raise CosimInputError(f"workload.synthetic.batch: {step.tokens:g} tokens per TP group in {n_mb} "
                               f"micro-batch(es) are not whole {'chunks' if step.mode == 'prefill' else 'requests'} "
                               f"of {step.q_len:g} tokens")
+    return step, n_mb, T
+
+
+def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: BuildOptions, predict: Any,
+                     device: str = "GPU") -> tuple[Built, dict[int, tuple[int, int]]]:
+    """Synthesize one serving step. Returns the build and, per simulated rank, the (first, last) GPU
+    op of its MoE layers (for the per-layer time)."""
+    step, n_mb, T = _serving_micro_batches(step, rm)
+    p = replace(PRECISIONS[opts.precision], cast_copies=1)  # serving: a cast feeds the forward GEMM only
+    if step.dispatch_bytes is not None:
+        p = replace(p, dispatch_bytes=step.dispatch_bytes)
     tm = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     routes = {} if card.is_dense else {ly: route(opts.routing, card, ly, rm.ep, tm) for ly in card.moe_layers}
     fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and not opts.gpu_slowdown
