@@ -403,10 +403,10 @@ def test_runner_passes_a_full_iteration_graph_and_refuses_an_unknown_scope(tmp_p
     """A row may name every CUDA graph scope the synthetic spec takes (its names, read from its type), among them
     ``full_iteration`` (Megatron-Core ``cuda_graph_impl: full_iteration``): it reaches the spec and the build
     graphs the whole iteration; a scope the spec does not know is a one-line input error (exit 2)."""
-    from cosim.workload.synth.spec import SyntheticSpec
-    from validation.e2e.run import _scenario, cuda_graph_scopes, load_cases, run_case
+    from cosim.workload.synth.spec import CUDA_GRAPH_SCOPES, SyntheticSpec
+    from validation.e2e.run import _scenario, load_cases, run_case
 
-    assert cuda_graph_scopes() == ("attn", "moe_router", "moe_preprocess", "full_iteration")
+    assert CUDA_GRAPH_SCOPES == ("attn", "moe_router", "moe_preprocess", "full_iteration")
     _, [case] = load_cases(_cases_file(tmp_path, cuda_graph_scope=["full_iteration"]))
     syn = _scenario(case, 16, "dgx-h100", 1, "none").workload.synthetic
     assert isinstance(syn, SyntheticSpec) and syn.cuda_graph_scope == ["full_iteration"]

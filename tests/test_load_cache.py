@@ -81,6 +81,38 @@ def test_entry_strings_ascii_and_not(tmp_path: Path, graph: ExecutionGraph) -> N
     assert cache.read_entry(p).ranks[0].strings == graph.ranks[0].strings
 
 
+def test_string_tables_remembered_by_value_least_recent_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph._decode_strings' memo: keyed by the offsets' values (int32 [0, 0, 0, 0] and int64 [0, 0] have the same
+    16 bytes but are three empty strings and one), a new list at every read, at most _STRINGS_KEPT tables of
+    _STRINGS_BYTES stored bytes, the least recently read forgotten first, a table larger than the bound not kept.
+    Each table below is 16 offset bytes + 3 UTF-8 bytes = 19 stored bytes."""
+    from cosim.workload import graph as g
+
+    monkeypatch.setattr(g, "_STRINGS", {})
+    monkeypatch.setattr(g, "_STRINGS_KEPT", 2)
+    monkeypatch.setattr(g, "_STRINGS_BYTES", 40)
+    empty = np.zeros(0, np.uint8)
+    assert g._decode_strings(np.zeros(2, np.int64), empty) == [""]
+    assert g._decode_strings(np.zeros(4, np.int32), empty) == ["", "", ""]
+    g._STRINGS.clear()
+
+    def table(text: str) -> list[str]:
+        return g._decode_strings(np.array([0, len(text)], np.int64), np.frombuffer(text.encode(), np.uint8))
+
+    def kept() -> list[bytes]:
+        return [blob for _, blob in g._STRINGS]
+
+    assert table("abc") == ["abc"] and table("def") == ["def"] and kept() == [b"abc", b"def"]  # 38 bytes
+    first = table("abc")
+    first.append("x")  # a new list: the memo is untouched
+    assert table("abc") == ["abc"] and kept() == [b"def", b"abc"]  # read again: the most recent
+    assert table("ghi") == ["ghi"] and kept() == [b"abc", b"ghi"]  # two tables at most: def forgotten
+    monkeypatch.setattr(g, "_STRINGS_KEPT", 64)
+    assert table("0123456789012345678901234") == ["0123456789012345678901234"]  # 41 bytes: not kept
+    assert kept() == [b"abc", b"ghi"]
+    assert table("jk") == ["jk"] and kept() == [b"ghi", b"jk"]  # 19 + 18 + 19 > 40: abc forgotten
+
+
 def test_entry_zip_structure(tmp_path: Path, graph: ExecutionGraph, monkeypatch: pytest.MonkeyPatch) -> None:
     # the hand-written zip: numpy's own .npy headers byte for byte, CRCs zipfile accepts, zip64 records
     # (forced here by a lower threshold) that zipfile and numpy.load read

@@ -707,20 +707,25 @@ class ExecutionGraph:
 
 
 _STRINGS: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
-"""String tables decoded in this process (:func:`_decode_strings`), by their stored bytes (offsets, UTF-8)."""
+"""String tables decoded in this process (:func:`_decode_strings`), by their stored bytes (offsets as int64, UTF-8),
+least recently read first."""
 _STRINGS_KEPT = 64
-_STRINGS_BYTES = 1 << 24  # stored bytes of the tables kept, at most (a table of more is decoded every time)
+"""Tables :data:`_STRINGS` keeps, at most."""
+_STRINGS_BYTES = 1 << 24
+"""Stored bytes (offsets and UTF-8) of the tables :data:`_STRINGS` keeps, at most; a larger table is decoded at
+every read."""
 
 
 def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
     """A rank's string table from its stored form (``strings_offsets``: n + 1 byte offsets into ``strings_blob``,
     UTF-8), a new list each call. Tables read before in this process (the ranks of a cached job read back again)
-    come from :data:`_STRINGS`, by the bytes of both arrays: Python strings are immutable, so only the list is
-    new. The last :data:`_STRINGS_KEPT` tables of :data:`_STRINGS_BYTES` stored bytes at most are kept."""
+    come from :data:`_STRINGS`, by the offsets' values and the blob's bytes: Python strings are immutable, so only
+    the list is new."""
     data = blob.tobytes()
-    key = (offsets.tobytes(), data)
-    hit = _STRINGS.get(key)
+    key = (offsets.astype(np.int64, copy=False).tobytes(), data)  # by value: int32 [0, 0] is not int64 [0]
+    hit = _STRINGS.pop(key, None)
     if hit is not None:
+        _STRINGS[key] = hit  # now the most recently read
         return list(hit)
     off = offsets.tolist()
     text = data.decode("utf-8", "surrogatepass")
@@ -728,15 +733,25 @@ def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
         strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
     else:
         strings = [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
-    size = len(key[0]) + len(data)
-    if size <= _STRINGS_BYTES:
-        held = size + sum(len(a) + len(b) for a, b in _STRINGS)
-        while _STRINGS and (len(_STRINGS) >= _STRINGS_KEPT or held > _STRINGS_BYTES):
-            a, b = next(iter(_STRINGS))
-            held -= len(a) + len(b)
-            del _STRINGS[(a, b)]
-        _STRINGS[key] = tuple(strings)
+    _remember_strings(key, tuple(strings))
     return strings
+
+
+def _remember_strings(key: tuple[bytes, bytes], strings: tuple[str, ...]) -> None:
+    """Keep ``strings`` in :data:`_STRINGS` under ``key``, forgetting the least recently read tables until at most
+    :data:`_STRINGS_KEPT` tables of :data:`_STRINGS_BYTES` stored bytes remain with it; a table of more bytes than
+    that alone is not kept. The bytes held are counted from the memo itself (at most 64 entries), so a memo
+    cleared from outside (benchmarks' ``forget_memos``) stays consistent."""
+    size = len(key[0]) + len(key[1])
+    if size > _STRINGS_BYTES:
+        return
+    held = size + sum(len(a) + len(b) for a, b in _STRINGS)
+    for old in list(_STRINGS):
+        if len(_STRINGS) < _STRINGS_KEPT and held <= _STRINGS_BYTES:
+            break
+        held -= len(old[0]) + len(old[1])
+        del _STRINGS[old]
+    _STRINGS[key] = strings
 
 
 @contextlib.contextmanager

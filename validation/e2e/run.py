@@ -24,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,15 +41,6 @@ PROBE_MAX_GPUS = 1024
 """``--probe-big`` probes rows up to this many GPUs (not DualPipe, which needs 2 pp micro-batches)."""
 NOT_RUN_REASON = ("more than 512 GPUs: even coalesced, the full step takes minutes of CPU on 2 cores (1024 GPUs at "
                   "global batch 8192: ~200 CPU s, benchmarks/README.md); run it with --max-gpus 1024 --full")
-
-
-def cuda_graph_scopes() -> tuple[str, ...]:
-    """The names :attr:`cosim.workload.synth.SyntheticSpec.cuda_graph_scope` takes (read from its type, so a row
-    may name every scope synthesis supports, and only those)."""
-    from cosim.workload.synth.spec import SyntheticSpec
-
-    (item,) = typing.get_args(SyntheticSpec.model_fields["cuda_graph_scope"].annotation)
-    return tuple(str(x) for x in typing.get_args(item))
 
 
 class Layout(Strict):
@@ -129,7 +119,7 @@ class Case(Strict):
     cuda_graph_scope: list[str] | None = None
     """CUDA graphs of the run's config: Transformer Engine partial graphs (``cuda_graph_impl: transformer_engine``,
     ``cuda_graph_scope``) or ``[full_iteration]`` (``cuda_graph_impl: full_iteration``): the synthetic spec's
-    ``cuda_graph_scope``, whose names it takes (:func:`cuda_graph_scopes`); absent: eager."""
+    ``cuda_graph_scope``, whose names it takes (:data:`cosim.workload.synth.spec.CUDA_GRAPH_SCOPES`); absent: eager."""
     mtp_layers: int | None = Field(default=None, ge=0)
     """Multi-token-prediction depths the run trains (the synthetic spec's ``mtp_layers``); None: the card's."""
     optimizer: Literal["adam", "muon"] = "adam"
@@ -195,7 +185,8 @@ class Case(Strict):
     @field_validator("cuda_graph_scope")
     @classmethod
     def _known_scopes(cls, v: list[str] | None) -> list[str] | None:
-        known = cuda_graph_scopes()
+        from cosim.workload.synth.spec import CUDA_GRAPH_SCOPES as known  # lazy: --help without loading synthesis
+
         bad = [x for x in v or () if x not in known]
         if bad:
             raise ValueError(f"unknown scope {bad[0]!r} (the synthetic spec's: {', '.join(known)})")

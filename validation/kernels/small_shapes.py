@@ -180,15 +180,20 @@ MEMORY_BOUND = ("elementwise", "reduction", "norm")
 def layer_kernels(model: str, layers: tuple[int, ...], precision: str = "bf16",
                   dispatcher: str = "alltoall") -> list[list[Op]]:
     """The synthesized kernels of each of ``layers`` of model card ``model`` (forward + backward, collectives left
-    out; EP8, 4096 tokens, ``dispatcher``): what :func:`pattern_effect` and :func:`layer_bound` time."""
+    out; EP8, 4096 tokens, ``dispatcher``): what :func:`pattern_effect` and :func:`layer_bound` time. The backward
+    is synthesis's own: its weight-gradient GEMMs read and write ``main_grad`` as a build with the default
+    :class:`cosim.workload.synth.build.BuildOptions` does (gradient accumulation fusion, bf16 gradients: the
+    synthetic spec's defaults, which the :data:`LAYERS` rows keep)."""
     from cosim.capture.config import load_model_config
+    from cosim.workload.synth.build import BuildOptions
     from cosim.workload.synth.costs import Shard, backward_ops, layer_ops
 
     card = load_model_config(model)
+    main_grad = BuildOptions(precision=precision).main_grad_bytes
     out = []
     for layer in layers:
         fwd = layer_ops(card, layer, 4096.0, 4096.0, Shard(ep=8, dispatcher=dispatcher), precision)
-        out.append([o for o in fwd + backward_ops(fwd) if o.cls != "collective"])
+        out.append([o for o in fwd + backward_ops(fwd, main_grad) if o.cls != "collective"])
     return out
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -215,6 +215,13 @@ class BuildOptions:
     the link's efficiency: the duration of an offload copy alone on it (the replay moves it as a flow on that
     route, :mod:`cosim.replay.copies`)."""
 
+    @property
+    def main_grad_bytes(self) -> float:
+        """Bytes per element of ``main_grad`` each weight-gradient GEMM reads and writes (``grad_bytes`` with
+        ``grad_accumulation_fusion``, else 0: no accumulation in the GEMM): ``main_grad`` of
+        :func:`cosim.workload.synth.costs.backward_ops`."""
+        return self.grad_bytes if self.grad_accumulation_fusion else 0.0
+
 
 @dataclass
 class Built:
@@ -305,6 +312,7 @@ class _RankBuilder:
                     live.remove(item)
 
     def group(self, members: list[int]) -> int:
+        """Index of the process group of ranks ``members`` in this rank's group table (added at first use)."""
         key = tuple(members)
         g = self.groups.get(key)
         if g is None:
@@ -345,10 +353,13 @@ class _RankBuilder:
         self.graph_host = self._host("cudaGraphLaunch", HostKind.LAUNCH, cost)
 
     def close_graph(self) -> None:
+        """End the open CUDA graph (:meth:`open_graph`): the next launch is eager again."""
         self.graph_host = -1
     rng: np.random.Generator | None = None
 
     def _host(self, name: str, kind: int, cost: float) -> int:
+        """Append a host op ``name`` of ``kind`` (a ``HostKind``) taking ``cost`` seconds (a launch plus this rank's
+        seeded jitter); returns its row."""
         if self.jitter > 0 and self.rng is not None and kind == _LAUNCH:
             cost += float(self.rng.exponential(self.jitter))
         h = self.h
@@ -421,8 +432,12 @@ class _RankBuilder:
         self.launch_of.append(self.launch_host)
         return j
 
-    def collective(self, name: str, kind: str, members: list[int], nbytes: float, seq: int | None = None,
-                   splits: list[float] | None = None, label: str | None = None, host_sync: bool = False) -> int:
+    def collective(self, kind: str, members: list[int], nbytes: float, seq: int | None = None,
+                   splits: list[float] | None = None, label: str | None = None) -> int:
+        """Record a collective of ``kind`` (a ``_COLL_TYPE`` key) over ranks ``members`` moving ``nbytes`` bytes (the
+        full buffer: an all-gather's input and a reduce-scatter's output are its ``1 / n``), named ``label`` (else
+        ``kind``); ``seq``: its sequence number in its group (None: the next of this kind and group); ``splits``:
+        an all-to-all's bytes per peer. Returns its row; :meth:`op` launches the kernel that runs it."""
         c = len(self.c["type"])
         g = self.group(members)
         if seq is None:
@@ -472,7 +487,7 @@ class _RankBuilder:
                     and self.d2h >= 0:
                 self.host_sync(self.d2h)
                 self.d2h = -1
-            c = self.collective(o.name, o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
+            c = self.collective(o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
             shared_stream = self.comm_lane is not None and o.comm.kind.startswith("all_to_all")
             lane = self.comm_lane if shared_stream and self.comm_lane is not None else self.lane
             j = self.op(o, 0.0, _STREAMS[o.stream] + 100 * lane, launch, coll=c,
@@ -623,8 +638,8 @@ class _Offload:
     recomputed op of a group waits for its reload (a group not reloaded yet, the chunk's first, is reloaded there).
     Micro-batches of a layer are matched first in, first out (1F1B runs a chunk's backwards in forward order)."""
 
-    def __init__(self, rb: _RankBuilder, bytes_of: Any, prev_layer: dict[int, int], host_link: tuple[float, float],
-                 launch: float) -> None:
+    def __init__(self, rb: _RankBuilder, bytes_of: Callable[[list[Op]], dict[str, float]], prev_layer: dict[int, int],
+                 host_link: tuple[float, float], launch: float) -> None:
         self.rb, self.bytes_of, self.prev_layer, self.launch = rb, bytes_of, prev_layer, launch
         self.bw, self.lat = host_link
         self.out: dict[tuple[int, str], deque[int]] = {}  # (layer, group) -> D2H copies not yet reloaded, FIFO
@@ -639,7 +654,7 @@ class _Offload:
         if got is None and ops is not None:
             from cosim.workload.synth.memory import offload_group_of
 
-            gbytes: dict[str, float] = self.bytes_of(ly, ops)
+            gbytes: dict[str, float] = self.bytes_of(ops)
             member = {o.name: g for o in ops if (g := offload_group_of(o.name, list(gbytes))) is not None}
             last = {member[o.name]: o.name for o in ops if o.name in member}
             first: dict[str, str] = {}
@@ -650,6 +665,8 @@ class _Offload:
         return got if got is not None else _NO_GROUPS
 
     def _copy(self, name: str, nbytes: float, stream: int, kind: int, waits: list[int]) -> int:
+        """Emit an offload copy of ``nbytes`` bytes on ``stream`` (``kind``: a ``CopyKind``) after ``waits``, timed
+        alone on the host link (latency + bytes / bandwidth, s); returns its GPU op."""
         o = Op(name, "elementwise", 0.0, nbytes)
         j = self.rb.op(o, self.lat + nbytes / self.bw, stream, self.launch, waits=waits)
         self.rb.copies[j] = kind
@@ -665,6 +682,8 @@ class _Offload:
         self.out.setdefault((ly, g), deque()).append(d)
 
     def _reload(self, ly: int, g: str) -> None:
+        """Emit the H2D reload of layer ``ly``'s group ``g`` (its oldest D2H copy not reloaded yet), after the
+        compute so far and that copy; nothing when it is already reloaded or was never offloaded."""
         fifo = self.out.get((ly, g))
         if (ly, g) in self.back or not fifo:
             return
@@ -723,8 +742,49 @@ def hybridep_label(o: Op, tokens: float, card: MoEModelConfig, sms: int = 16) ->
     return f"hybridep_{kind}:{tokens:.6g}:{card.hidden_size}:{probs}:{card.top_k}:{card.num_experts}:{sms}"
 
 
+def _rank_builder(rank: int, world: int, device: str, opts: BuildOptions, sync_point: str) -> _RankBuilder:
+    """A training rank's builder with its host costs (s; scaled by the rank's host slowdown), gradient bytes,
+    optimizer, full-iteration graph, MoE sync point (``_RankBuilder.sync_point``) and launch jitter."""
+    slow = opts.host_slowdown.get(rank, 1.0)
+    rb = _RankBuilder(rank, world, device)
+    rb.per_launch = opts.expert_gemm_host * slow
+    rb.loop_launch = opts.launch_overhead * slow
+    rb.eager_step = opts.eager_step_host * slow
+    rb.grad_bytes = opts.grad_bytes
+    rb.optimizer = opts.optimizer
+    if opts.collective_host is not None:
+        rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * slow
+        rb.coll_peer = opts.collective_peer_host * slow
+        rb.coll_ref = opts.collective_ref_ranks
+    rb.full_graph = opts.full_iteration_graph
+    rb.sync_point = sync_point
+    if opts.launch_jitter.get(rank):
+        rb.jitter = opts.launch_jitter[rank]
+        rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
+    return rb
+
+
+def _bucket_plans(rm: RankMap, card: MoEModelConfig, prepared: dict[tuple[int, int], tuple[Any, Any]]
+                  ) -> tuple[dict[tuple[int, int], list[Bucket]], dict[int, list[Bucket]]]:
+    """The gradient buckets of each prepared (chunk, direction) (:func:`_bucket_plan`, in backward order) and, by
+    the layer whose backward closes them, the buckets reduced there. Megatron-Core buckets only the first model
+    chunk of the first pipeline stage (DistributedDataParallel: bucket_size None when pp_rank > 0; get_model:
+    disable_bucketing for model_chunk_idx > 0); DualPipe (not Megatron) buckets every chunk."""
+    plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw], bucketed=key[0] == 0 or rm.schedule == "dualpipe")
+             for key, (_, bw) in prepared.items()}
+    closing: dict[int, list[Bucket]] = {}
+    for key, (_, bw) in prepared.items():
+        at = {ly: i for i, (ly, _, _) in enumerate(bw)}
+        for b in plans[key]:
+            closing.setdefault(bw[max(at[x] for x in b[1])][0], []).append(b)
+    return plans, closing
+
+
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
            dispatcher: str = "alltoall", expert_padding: bool = True, dtoh_late: bool = False) -> Shard:
+    """How layer ``layer`` is split on ``rank``: the layout's parallel sizes and, for an MoE layer, the rows each of
+    the rank's local experts receives (``routes``; times etp, whose group all-gathers its rows) and the tokens it
+    sends to the all-to-all (``T`` tokens per micro-batch, over tp under sequence parallelism, times top-k)."""
     base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel,
                  dispatcher=dispatcher, expert_padding=expert_padding, dtoh_late=dtoh_late)
     if card.is_dense or layer < card.dense_layers:
@@ -813,8 +873,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
         if c == chunks - 1:
             fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache), []))
-        main_grad = opts.grad_bytes if opts.grad_accumulation_fusion else 0.0
-        bw0 = [(ly, backward_ops(ops, main_grad)) for ly, ops, _ in reversed(fw)]
+        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
             bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
@@ -825,6 +884,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
     times: dict[int, list[float]] = {}
 
     def timed(ops: list[Op]) -> list[float]:
+        """Kernel durations of op list ``ops`` (s), predicted once per list."""
         key = id(ops)
         if key not in times:
             times[key] = predict(ops)
@@ -842,28 +902,18 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         return hit[1]
 
     def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]], list[tuple[tuple[Unit, ...], bool]]]:
+        """Rank ``rank``'s step: its graph, its schedule units' spans (:attr:`Built.unit_spans`) and their units
+        (:attr:`Built.unit_keys`)."""
         _, _, _, stage = rm.coords(rank)
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
-        rb = _RankBuilder(rank, rm.world, device)
-        rb.per_launch = opts.expert_gemm_host * opts.host_slowdown.get(rank, 1.0)
-        rb.loop_launch = opts.launch_overhead * opts.host_slowdown.get(rank, 1.0)
-        rb.eager_step = opts.eager_step_host * opts.host_slowdown.get(rank, 1.0)
-        rb.grad_bytes = opts.grad_bytes
-        rb.optimizer = opts.optimizer
-        if opts.collective_host is not None:
-            rb.coll_extra = (opts.collective_host - opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
-            rb.coll_peer = opts.collective_peer_host * opts.host_slowdown.get(rank, 1.0)
-            rb.coll_ref = opts.collective_ref_ranks
+        sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
+        rb = _rank_builder(rank, rm.world, device, opts, "copy" if late_dtoh else "dispatch"
+                           if sh_dispatcher == "deepep" and rm.ep > 1 else "permute")
         graphs_on = rm.layout.cuda_graphs
         graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
-        full = rb.full_graph = opts.full_iteration_graph
+        full = rb.full_graph
         scopes = opts.graph_scopes
-        sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
-        rb.sync_point = "copy" if late_dtoh else "dispatch" if sh_dispatcher == "deepep" and rm.ep > 1 else "permute"
-        if opts.launch_jitter.get(rank):
-            rb.jitter = opts.launch_jitter[rank]
-            rb.rng = np.random.Generator(np.random.PCG64([opts.routing.seed, rank]))
         groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
         order = (accumulated_order(stage, rm.pp, rm.vpp, m, opts.grad_accum, extra_warmup=int(rm.layout.a2a_overlap))
                  if rm.schedule != "dualpipe" else [])
@@ -873,17 +923,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
         unit_span: list[tuple[int, int, bool]] = []
         unit_key: list[tuple[tuple[Unit, ...], bool]] = []
-        # DP buckets per model chunk (backward order) and, by the layer that closes them, the ones reduced there
-        # Megatron-Core buckets only the first model chunk of the first pipeline stage (DistributedDataParallel:
-        # bucket_size None when pp_rank > 0; get_model: disable_bucketing for model_chunk_idx > 0); DualPipe (not
-        # Megatron) buckets every chunk
-        plans = {key: _bucket_plan(rm, card, [ly for ly, _, _ in bw], bucketed=key[0] == 0 or rm.schedule == "dualpipe")
-                 for key, (_, bw) in prepared.items()}
-        closing: dict[int, list[Bucket]] = {}
-        for key, (_, bw) in prepared.items():
-            at = {ly: i for i, (ly, _, _) in enumerate(bw)}
-            for b in plans[key]:
-                closing.setdefault(bw[max(at[x] for x in b[1])][0], []).append(b)
+        plans, closing = _bucket_plans(rm, card, prepared)
         overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
         param_wait: dict[int, list[int]] = {}
         if rm.overlap_param_gather:  # steady state: the last step's gathers run under this step's forward
@@ -898,12 +938,15 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             rb.pending += [(j, "param_gather") for j in param_wait.pop(ly, [])]
 
         def emit(o: Op, d: float, ly: int = -1) -> int:
+            """Emit op ``o`` of layer ``ly`` lasting ``d`` (s, before this rank's slowdown): its all-to-all's
+            per-peer bytes or DeepEP / HybridEP label, its partial CUDA graph, its offload copies. Returns its
+            GPU op."""
             splits = None
             label = None
             if (o.cls == "collective" and ly in routes and o.comm is not None
                     and o.comm.kind.startswith("all_to_all")):
                 if not opts.routing.is_uniform:
-                    splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+                    splits = _splits(o, routes[ly].send_fraction)
                 elif opts.dispatch == "deepep":
                     label = deepep_label_of(o)
                 elif opts.dispatch == "hybridep":
@@ -922,7 +965,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         fsdp = rm.layout.zero == "fsdp"
         gathered: dict[int, list[int]] = {}
         unsharded: set[int] = set()  # FSDP: layers whose parameters are gathered and not yet freed
-        off = _offloader(rb, opts, rm, card, T, seq, p, launch)
+        off = _offloader(rb, opts, rm, card, T, p, launch)
 
         def fsdp_gather(ly: int) -> None:
             """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
@@ -936,7 +979,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if n > 0 and len(groups[g]) > 1:
                     o = Op(f"fsdp.{g}_param_all_gather", "collective", 0.0, n * 2.0,
                            comm=Comm(g, "all_gather", n * 2.0), stream="dp")
-                    c = rb.collective(o.name, "all_gather", groups[g], n * 2.0)
+                    c = rb.collective("all_gather", groups[g], n * 2.0)
                     ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
             gathered[ly] = ids
 
@@ -975,6 +1018,9 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                     after(ly)
 
         def p2p(kind: str, send: bool, mb: int, c_from: int, c_to: int, dirn: int = 0) -> int:
+            """Send or receive (``send``) micro-batch ``mb``'s activation (``kind`` F) or gradient (B) between chunks
+            ``c_from`` and ``c_to`` (``dirn``: DualPipe's direction) with the peer stage; -1 when the peer is this
+            rank, else the GPU op."""
             peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
             tp_i, cp_i, dp_i, _ = rm.coords(rank)
             peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
@@ -983,7 +1029,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             members = sorted([rank, peer])
             seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
             nbytes = pp_bytes * (1 + card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
-            c = rb.collective(f"pp.{kind}", "send_recv", members, nbytes, seq=seq)
+            c = rb.collective("send_recv", members, nbytes, seq=seq)
             stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
             o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
                    0.0, nbytes)
@@ -996,6 +1042,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         last_mb = m - 1 if rm.schedule != "dualpipe" else m // 2 - 1
 
         def forward(c: int, mb: int, dirn: int = 0) -> Iterator[None]:
+            """Chunk ``c``'s forward of micro-batch ``mb``: receive, layers, send (yields at its collectives)."""
             fw, _ = prepared[(c, dirn)]
             if c > 0:
                 p2p("F", False, mb, c - 1, c, dirn)
@@ -1004,6 +1051,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 p2p("F", True, mb, c, c + 1, dirn)
 
         def backward(c: int, mb: int, dirn: int = 0, zb: bool = False) -> Iterator[None]:
+            """Chunk ``c``'s backward of micro-batch ``mb`` (``zb``: zero-bubble, the weight gradients apart), with
+            recomputation, offload reloads and the gradient buckets it closes (yields at its collectives)."""
             fw, bw = prepared[(c, dirn)]
             if c < chunks - 1:
                 p2p("B", False, mb, c + 1, c, dirn)
@@ -1266,7 +1315,7 @@ def _skew_classes(rm: RankMap) -> int:
     return k
 
 
-def _offloader(rb: _RankBuilder, opts: BuildOptions, rm: RankMap, card: MoEModelConfig, T: float, seq: int,
+def _offloader(rb: _RankBuilder, opts: BuildOptions, rm: RankMap, card: MoEModelConfig, T: float,
                p: Precision, launch: float) -> _Offload | None:
     """The rank's activation offloading (None: ``offload_modules`` empty)."""
     if not opts.offload_modules:
@@ -1278,7 +1327,8 @@ def _offloader(rb: _RankBuilder, opts: BuildOptions, rm: RankMap, card: MoEModel
     mo = MemoryOptions(offload_modules=opts.offload_modules)
     memo: dict[int, dict[str, float]] = {}
 
-    def bytes_of(ly: int, ops: list[Op]) -> dict[str, float]:
+    def bytes_of(ops: list[Op]) -> dict[str, float]:
+        """Bytes each offload group of a layer of forward ``ops`` keeps, once per op list."""
         key = id(ops)
         if key not in memo:
             memo[key] = offload_group_bytes(ops, lay.recompute, lay.recompute_modules, card, p, local * p.act_bytes,
@@ -1318,6 +1368,7 @@ def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, in
 
 
 def _is_a2a(o: Op) -> bool:
+    """``o`` is an EP all-to-all (dispatch or combine)."""
     return o.cls == "collective" and o.comm is not None and o.comm.kind.startswith("all_to_all")
 
 
@@ -1379,7 +1430,7 @@ def _bwd_parts(ops: list[Op], durs: list[float], delay_wgrad: bool) -> list[Seg]
     return [od[:a0], od[a0:a1], mlp, mlp_w, od[b0:b1], pre, pre_w]
 
 
-def _splits(o: Op, send_fraction: np.ndarray, me: int) -> list[float]:
+def _splits(o: Op, send_fraction: np.ndarray) -> list[float]:
     """Per-peer bytes of a routed all-to-all (``elem_bytes`` is 1): towards the experts (the dispatch,
     and the combine's backward) by each peer's share of the routed rows; back from the experts (the
     combine, and the dispatch's backward) an equal part to every peer, since every peer sent this
@@ -1479,7 +1530,7 @@ def _param_gathers(rb: _RankBuilder, buckets: list[Bucket], groups: dict[str, li
         if len(groups[g]) < 2:
             continue
         name = f"optim.{g}_param_all_gather"
-        c = rb.collective(name, "all_gather", groups[g], n * 2.0)
+        c = rb.collective("all_gather", groups[g], n * 2.0)
         j = rb.op(Op(name, "collective", 0.0, n * 2.0, comm=Comm(g, "all_gather", n * 2.0), stream="dp"), 0.0,
                   _STREAMS["dp"], launch, coll=c, waits=waits)
         for ly in lys:
@@ -1533,7 +1584,7 @@ def _optimizer(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, stage: int, 
     norm = Op("optim.grad_norm_all_reduce", "collective", 0.0, 8.0, comm=Comm("dp", "all_reduce", 8.0), stream="dp")
     rb.pending += [(j, "grad") for j in rb.grad_ops]  # the optimizer reads the reduced gradients
     if len(groups["dp"]) > 1:
-        c = rb.collective(norm.name, "all_reduce", groups["dp"], 8.0)
+        c = rb.collective("all_reduce", groups["dp"], 8.0)
         rb.pending.append((rb.op(norm, 0.0, _STREAMS["dp"], launch, coll=c,
                                  waits=[rb.last_main, *rb.grad_ops]), norm.name))
     zeroing = (dense + expert) * rb.grad_bytes
@@ -1583,7 +1634,8 @@ def _model_flops_per_token(card: MoEModelConfig, seq: int) -> float:
 
 
 def _distinct_layers(card: MoEModelConfig) -> list[int]:
-    # layers of one kind (dense or MoE, window) cost the same under uniform routing: one representative each
+    """Per layer, the first layer of its kind (dense or MoE, attention window): layers of one kind cost the same
+    under uniform routing, so one representative stands for each."""
     first: dict[tuple[bool, int | None], int] = {}
     out: list[int] = []
     for ly in range(card.num_layers):
@@ -1692,7 +1744,7 @@ def _mtp_embedding_grad(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, ran
     members = [rm.rank(tp_i, cp_i, dp_i, 0), rm.rank(tp_i, cp_i, dp_i, mtp_stage)]
     nbytes = card.vocab_size * card.hidden_size / rm.tp * rb.grad_bytes
     name = "mtp.embed_grad_all_reduce"
-    c = rb.collective(name, "all_reduce", members, nbytes)
+    c = rb.collective("all_reduce", members, nbytes)
     o = Op(name, "collective", 0.0, nbytes, comm=Comm("pp", "all_reduce", nbytes), stream="dp")
     j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
     rb.grad_ops.append(j)
@@ -1772,7 +1824,7 @@ def _sp_grad_all_reduce(rb: _RankBuilder, rm: RankMap, card: MoEModelConfig, tp_
     if nbytes <= 0:
         return
     name = "grad.tp_sp_all_reduce" if rm.sequence_parallel else "grad.tp_qk_norm_all_reduce"
-    c = rb.collective(name, "all_reduce", tp_group, nbytes)
+    c = rb.collective("all_reduce", tp_group, nbytes)
     o = Op(name, "collective", 0.0, nbytes, comm=Comm("tp", "all_reduce", nbytes), stream="dp")
     j = rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main, *rb.grad_ops])
     rb.grad_ops.append(j)

@@ -397,15 +397,20 @@ dominate ``GroupedLinear``'s CPU time)."""
 
 def _ew(name: str, numel: float, p: Precision, *, inputs: int = 1, flops_per: float = 1.0, saved: float = 0.0,
         cls: str = "elementwise", pattern: str = "") -> Op:
+    """An element-wise op over ``numel`` elements: ``flops_per`` FLOPs each, ``inputs`` tensors read and one
+    written in the activation dtype (bytes), ``saved`` bytes kept for the backward."""
     return Op(name, cls, numel * flops_per, numel * p.act_bytes * (inputs + 1), "bf16", saved=saved, pattern=pattern)
 
 
 def _norm(name: str, tokens: float, width: float, p: Precision) -> Op:
+    """A norm over ``tokens`` x ``width``: read and write once in the activation dtype, its input kept."""
     return Op(name, "norm", tokens * width * NORM_FLOPS, 2 * tokens * width * p.act_bytes, "bf16",
               saved=tokens * width * p.act_bytes)
 
 
 def _coll(name: str, group: str, kind: str, nbytes: float, stream: str = "", waits: tuple[str, ...] = ()) -> Op:
+    """A collective of ``kind`` moving ``nbytes`` over process group ``group``, on stream ``stream`` (default: the
+    group's), after ops ``waits``."""
     return Op(name, "collective", 0.0, nbytes, comm=Comm(group, kind, nbytes), stream=stream or group, waits=waits)
 
 
@@ -1057,6 +1062,7 @@ def _megatron_count_ops(c: MoEModelConfig, s: Shard) -> list[Op]:
 
 
 def _shared_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
+    """The shared experts' ops (``moe.shared.*``: one dense FFN of all of them side by side); none without any."""
     if not c.num_shared_experts:
         return []
     width = (c.shared_expert_ffn_size or c.expert_ffn_size or 0) * c.num_shared_experts
@@ -1191,10 +1197,6 @@ def recomputed(name: str, modules: Sequence[str]) -> bool:
             return True
     return False
 
-
-GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
-"""Megatron-Core's ``cuda_graph_scope`` values under ``cuda_graph_impl: transformer_engine`` that a synthesized
-step models (:func:`graph_scoped`)."""
 
 CUDA_GRAPH_SOURCE = (
     "NVIDIA/Megatron-LM core_v0.16.0 megatron/core/transformer/transformer_layer.py (_get_submodules_under_cudagraphs: "

@@ -74,26 +74,34 @@ def deepep_label(kind: str, mode: str, tokens: float, token_bytes: float, topk: 
     return f"deepep_{kind}:{mode}:{tokens:.6g}:{token_bytes:.6g}:{topk}:{experts}"
 
 
-def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: BuildOptions, predict: Any,
-                     device: str = "GPU") -> tuple[Built, dict[int, tuple[int, int]]]:
-    """Synthesize one serving step. Returns the build and, per simulated rank, the (first, last) GPU
-    op of its MoE layers (for the per-layer time)."""
+def _serving_micro_batches(step: InferStep, rm: RankMap) -> tuple[InferStep, int, float]:
+    """``step`` (its chunk shortened to a micro-batch's tokens when a micro-batch holds part of one chunk, as
+    SGLang splits), its micro-batches (2 under two-batch overlap) and the tokens of each per TP group; refuses
+    pipeline parallelism and micro-batches that are not whole chunks or requests."""
     from cosim.errors import CosimInputError
 
     if rm.pp != 1:
         raise CosimInputError("workload.synthetic.layout.pp: inference with pipeline parallelism is not "
                               f"modelled yet (pp {rm.pp}); use tp / ep / dp")
-    p = replace(PRECISIONS[opts.precision], cast_copies=1)  # serving: a cast feeds the forward GEMM only
-    if step.dispatch_bytes is not None:
-        p = replace(p, dispatch_bytes=step.dispatch_bytes)
     n_mb = 2 if step.overlap == "two-microbatch" else 1
     T = step.tokens / n_mb
-    if 1 <= T < step.q_len and step.q_len % T == 0:  # a micro-batch holds a part of one chunk (SGLang splits so)
+    if 1 <= T < step.q_len and step.q_len % T == 0:
         step = replace(step, q_len=T)
     if T < 1 or T % step.q_len:
         raise CosimInputError(f"workload.synthetic.batch: {step.tokens:g} tokens per TP group in {n_mb} "
                               f"micro-batch(es) are not whole {'chunks' if step.mode == 'prefill' else 'requests'} "
                               f"of {step.q_len:g} tokens")
+    return step, n_mb, T
+
+
+def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: BuildOptions, predict: Any,
+                     device: str = "GPU") -> tuple[Built, dict[int, tuple[int, int]]]:
+    """Synthesize one serving step. Returns the build and, per simulated rank, the (first, last) GPU
+    op of its MoE layers (for the per-layer time)."""
+    step, n_mb, T = _serving_micro_batches(step, rm)
+    p = replace(PRECISIONS[opts.precision], cast_copies=1)  # serving: a cast feeds the forward GEMM only
+    if step.dispatch_bytes is not None:
+        p = replace(p, dispatch_bytes=step.dispatch_bytes)
     tm = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
     routes = {} if card.is_dense else {ly: route(opts.routing, card, ly, rm.ep, tm) for ly in card.moe_layers}
     fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and not opts.gpu_slowdown
@@ -107,6 +115,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     mode = "low_latency" if step.dispatch == "deepep-ll" else "normal"
 
     def layer(rank: int, ly: int) -> tuple[list[Op], list[float]]:
+        """Layer ``ly``'s ops on ``rank`` and their durations (s), once per kind of layer and shard."""
         sh = _shard(rm, card, rank, ly, routes, T)
         sh = replace(sh, q_len=base.q_len, decode=base.decode, kv_bytes=base.kv_bytes)
         key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
@@ -119,6 +128,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
     end_durs = tuple(predict(o) for o in ends)
 
     def one_rank(rank: int) -> Any:
+        """Rank ``rank``'s step: its graph and the (first, last) GPU op of its MoE layers."""
         gslow = opts.gpu_slowdown.get(rank, 1.0)
         launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         rb = _RankBuilder(rank, rm.world, device)
@@ -144,7 +154,7 @@ def build_infer_step(card: MoEModelConfig, rm: RankMap, step: InferStep, opts: B
                     splits = None
                     if (o.comm is not None and o.comm.kind.startswith("all_to_all") and ly in routes
                             and not opts.routing.is_uniform):  # skew: per-peer bytes (as training)
-                        splits = _splits(o, routes[ly].send_fraction, rm.ep_index(rank))
+                        splits = _splits(o, routes[ly].send_fraction)
                     rb.emit(o, d * scale, groups, launch, splits, label(o))
                     if o.cls == "collective":
                         yield
@@ -202,6 +212,7 @@ class InferMemory:
 
     @property
     def total(self) -> float:
+        """Everything, bytes."""
         return self.weights + self.kv_cache + self.activations + self.overhead
 
     @property
@@ -212,6 +223,7 @@ class InferMemory:
         return max(int(free // per), 0) if per > 0 else 0
 
     def as_dict(self) -> dict[str, float]:
+        """The fields and the total, bytes, by name."""
         return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
                 "overhead": self.overhead, "total": self.total}
 

@@ -191,6 +191,38 @@ class ParallelLayout(Strict):
         return RankMap(self, card, gpus, where)
 
 
+def _chunk_layer_counts(lay: ParallelLayout, card: MoEModelConfig, where: str) -> tuple[list[int], int | None]:
+    """Decoder layers per model chunk (``pp * vpp`` chunks) and the chunk holding the MTP layers (None: not placed
+    by the layout, the last) from ``pipeline_model_parallel_layout``, ``pipeline_layers`` or an even split."""
+    pp, vpp = lay.pp, lay.vpp
+    chunks = pp * vpp
+    if lay.pipeline_model_parallel_layout is not None:
+        field = "pipeline_model_parallel_layout"
+        if lay.pipeline_layers is not None or lay.schedule == "dualpipe":
+            raise CosimInputError(f"{where}.{field}: excludes pipeline_layers and schedule dualpipe")
+        counts, mc = parse_pipeline_layout(lay.pipeline_model_parallel_layout, chunks, card.num_layers,
+                                           card.mtp_layers, f"{where}.{field}")
+        if mc is not None and pp > 1 and mc % pp == 0:
+            raise CosimInputError(f"{where}.{field}: the MTP layers (m) on a chunk of the first stage (chunk {mc}) "
+                                  "are not modelled")
+        if mc is not None and mc < (vpp - 1) * pp:  # Megatron-Core validate_layer_layout
+            raise CosimInputError(f"{where}.{field}: the MTP layers (m) on chunk {mc}, virtual stage {mc // pp} of "
+                                  f"{vpp}: Megatron-Core puts them in a rank's last virtual stage")
+        return counts, mc
+    if lay.pipeline_layers is not None:
+        pl = lay.pipeline_layers
+        if len(pl) != chunks:
+            raise CosimInputError(f"{where}.pipeline_layers: has {len(pl)} entries, needs pp*vpp = {chunks}")
+        if any(x < 0 for x in pl) or sum(pl) != card.num_layers:
+            raise CosimInputError(f"{where}.pipeline_layers: entries must be >= 0 and sum to {card.num_layers} "
+                                  f"layers of {card.name} (they sum to {sum(pl)})")
+        return list(pl), None
+    if card.num_layers % chunks:
+        raise CosimInputError(f"{where}.pp: {card.num_layers} layers of {card.name} are not divisible by pp*vpp = "
+                              f"{chunks}; give pipeline_layers (layers per model chunk) for an uneven split")
+    return [card.num_layers // chunks] * chunks, None
+
+
 class RankMap:
     """A resolved layout: degrees, pipeline chunks, and every rank's coordinates and groups."""
 
@@ -247,34 +279,9 @@ class RankMap:
         chunks = pp * vpp
         self.last_chunk = chunks - 1
         """The last model chunk (``pp * vpp - 1``, on the last stage): the LM head and loss (the ``L``)."""
-        self.mtp_chunk = self.last_chunk
+        counts, mc = _chunk_layer_counts(lay, card, where)
+        self.mtp_chunk = self.last_chunk if mc is None else mc
         """Model chunk running the MTP layers (the ``m`` of ``pipeline_model_parallel_layout``; default the last)."""
-        if lay.pipeline_model_parallel_layout is not None:
-            field = "pipeline_model_parallel_layout"
-            if lay.pipeline_layers is not None or lay.schedule == "dualpipe":
-                raise bad(field, "excludes pipeline_layers and schedule dualpipe")
-            counts, mc = parse_pipeline_layout(lay.pipeline_model_parallel_layout, chunks, card.num_layers,
-                                               card.mtp_layers, f"{where}.{field}")
-            if mc is not None:
-                if pp > 1 and mc % pp == 0:
-                    raise bad(field, f"the MTP layers (m) on a chunk of the first stage (chunk {mc}) are not modelled")
-                if mc < (vpp - 1) * pp:  # Megatron-Core validate_layer_layout: MTP in its rank's last virtual stage
-                    raise bad(field, f"the MTP layers (m) on chunk {mc}, virtual stage {mc // pp} of {vpp}: "
-                                     "Megatron-Core puts them in a rank's last virtual stage")
-                self.mtp_chunk = mc
-        elif lay.pipeline_layers is not None:
-            pl = lay.pipeline_layers
-            if len(pl) != chunks:
-                raise bad("pipeline_layers", f"has {len(pl)} entries, needs pp*vpp = {chunks}")
-            if any(x < 0 for x in pl) or sum(pl) != card.num_layers:
-                raise bad("pipeline_layers", f"entries must be >= 0 and sum to {card.num_layers} layers "
-                                             f"of {card.name} (they sum to {sum(pl)})")
-            counts = list(pl)
-        else:
-            if card.num_layers % chunks:
-                raise bad("pp", f"{card.num_layers} layers of {card.name} are not divisible by pp*vpp = {chunks}; "
-                                "give pipeline_layers (layers per model chunk) for an uneven split")
-            counts = [card.num_layers // chunks] * chunks
         starts = [sum(counts[:c]) for c in range(chunks)]
         self.chunk_layers: list[list[int]] = [list(range(starts[c], starts[c] + counts[c])) for c in range(chunks)]
 

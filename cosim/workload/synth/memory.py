@@ -172,6 +172,7 @@ class MemoryEstimate:
         return self.weights + self.gradients + self.optimizer + self.activations + self.overhead
 
     def as_dict(self) -> dict[str, float]:
+        """The fields and the total (bytes; ``stage`` its index), by name."""
         return {"stage": self.stage, "weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "activations": self.activations, "overhead": self.overhead,
                 "total": self.total}
@@ -289,12 +290,19 @@ def _gemm_params(card: MoEModelConfig, layer: int) -> tuple[float, float]:
 
 @dataclass
 class _Stage:
+    """What one rank of a pipeline stage holds (:func:`_stage`): parameter counts and activation bytes."""
+
     dense: float = 0.0
+    """Parameters besides the routed experts' on this rank."""
     expert: float = 0.0
+    """Routed experts' parameters on this rank."""
     gemm: float = 0.0
+    """Of :attr:`dense` and :attr:`expert`, the linear layers' weights (no norms, no router: those an FP8 recipe
+    keeps quantized copies of)."""
     gemm_expert: float = 0.0
     """Of :attr:`gemm`, the routed experts' parameters (their quantized copies follow ``expert_precision``)."""
     act_chunk: list[float] = field(default_factory=list)
+    """Per model chunk of the stage, the activation bytes one micro-batch keeps for its backward."""
     work: float = 0.0
     """The largest transient at the peak: a recomputed layer's re-materialized bytes, or the loss's bf16 logits."""
     layer_max: float = 0.0
@@ -305,6 +313,8 @@ class _Stage:
 
 def _stage(card: MoEModelConfig, rm: RankMap, stage: int, T: float, seq: int, sh: Shard, p: Precision,
            o: MemoryOptions) -> _Stage:
+    """Parameters and per-micro-batch activations of one rank of pipeline stage ``stage`` (``T`` tokens per
+    micro-batch on the rank, sequences of ``seq``)."""
     lay = rm.layout
     st = _Stage()
     local = T / (rm.tp if rm.sequence_parallel and rm.tp > 1 else 1) * card.hidden_size  # residual-stream elements

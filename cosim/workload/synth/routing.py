@@ -72,6 +72,8 @@ def parse_routing(value: str | dict[str, Any] | RoutingSpec, base: str | None = 
 
 
 def _check_model(spec: RoutingSpec) -> None:
+    """Refuse a routing model that is neither ``uniform``, ``zipf[:s]`` (s > 0) nor an existing weights file, and
+    ``placement: map`` without its map: one line naming the problem."""
     m = spec.model
     if m == "uniform":
         return
@@ -93,6 +95,7 @@ def _check_model(spec: RoutingSpec) -> None:
 
 
 def _file(spec: RoutingSpec) -> Path | None:
+    """The routing weights file ``spec.model`` names (relative to ``spec.base`` first); None when it is none."""
     p = Path(spec.model)
     if spec.base and not p.is_absolute() and (Path(spec.base) / p).is_file():
         return Path(spec.base) / p
@@ -114,6 +117,9 @@ def _cap(p: np.ndarray, cap: float) -> np.ndarray:
 
 
 def _file_shares(spec: RoutingSpec, card: MoEModelConfig, layer: int) -> np.ndarray:
+    """Layer ``layer``'s per-expert routing weights (finite, >= 0, not all 0; not normalized) from the weights
+    file: a capture.yaml's ``routing.layers`` (its tokens per expert, summed over ranks), ``layers: [{layer,
+    experts}]`` with a default ``experts``, or one ``experts`` list for every layer."""
     from cosim.yamlio import load_yaml
 
     path = _file(spec)
@@ -145,6 +151,7 @@ def _file_shares(spec: RoutingSpec, card: MoEModelConfig, layer: int) -> np.ndar
 
 
 def _json(path: Path) -> Any:
+    """The JSON document at ``path``; one-line input error when it cannot be read."""
     import json
 
     try:

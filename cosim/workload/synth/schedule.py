@@ -45,11 +45,14 @@ Unit = tuple[str, int, int]
 
 
 def _fwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
+    """(micro-batch, virtual chunk) of a stage's ``k``-th forward under interleaved 1F1B: micro-batches go in
+    groups of ``pp``, each group through every chunk in turn."""
     group, within = divmod(k, pp * vpp)
     return group * pp + within % pp, within // pp
 
 
 def _bwd_unit(k: int, pp: int, vpp: int) -> tuple[int, int]:
+    """(micro-batch, virtual chunk) of a stage's ``k``-th backward: as :func:`_fwd_unit`, the chunks in reverse."""
     mb, v = _fwd_unit(k, pp, vpp)
     return mb, vpp - 1 - v
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
@@ -37,8 +37,11 @@ from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
 from cosim.topology.model import NoRouteError
 from cosim.workload.synth.costs import PRECISIONS, Op
-from cosim.workload.synth.layout import ParallelLayout
+from cosim.workload.synth.layout import ParallelLayout, RankMap
 from cosim.workload.synth.routing import RoutingSpec
+
+if TYPE_CHECKING:
+    from cosim.workload.synth.build import BuildOptions
 
 __all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "spec_card", "synthesize", "synthetic_figures"]
 
@@ -128,6 +131,17 @@ all-reduce, all-gather and reduce-scatter calls keep :data:`C10D_CALL_HOST`. The
 ``SyntheticSpec.collective_host_per_peer``."""
 
 
+CudaGraphScope = Literal["attn", "moe_router", "moe_preprocess", "full_iteration"]
+"""A ``cuda_graph_scope`` value a synthesized training step models: Megatron-Core's Transformer Engine partial-graph
+scopes (``cuda_graph_impl: transformer_engine``; :func:`cosim.workload.synth.costs.graph_scoped`,
+:data:`cosim.workload.synth.costs.CUDA_GRAPH_SOURCE`) and ``full_iteration`` (``cuda_graph_impl: full_iteration``,
+:data:`cosim.workload.synth.build.FULL_ITERATION_SOURCE`). The one list of names: ``SyntheticSpec.cuda_graph_scope``
+and validation/e2e/run.py's rows take it."""
+
+CUDA_GRAPH_SCOPES: tuple[str, ...] = get_args(CudaGraphScope)
+""":data:`CudaGraphScope`'s names, in order."""
+
+
 def _scope_list(v: Any) -> Any:
     """``cuda_graph_scope: full_iteration`` (a bare string, as ``--set`` gives it) as a one-item list."""
     return [v] if isinstance(v, str) else v
@@ -183,8 +197,7 @@ class SyntheticSpec(Strict):
     16; Megatron-Bridge's performance harness sets 32): picks the measured rate table
     (:data:`cosim.engine.moe_comm.HYBRIDEP_GB200`). The SMs the kernels take from overlapped compute are the
     replay's ``gpu.comm_sms``."""
-    cuda_graph_scope: Annotated[list[Literal["attn", "moe_router", "moe_preprocess", "full_iteration"]],
-                                BeforeValidator(_scope_list)] = Field(default_factory=list)
+    cuda_graph_scope: Annotated[list[CudaGraphScope], BeforeValidator(_scope_list)] = Field(default_factory=list)
     """Training: Transformer Engine partial CUDA graphs (Megatron-Core ``cuda_graph_impl: transformer_engine`` with
     ``cuda_graph_scope``): the ops of the scoped modules run as one CUDA graph per contiguous run, forward and
     backward, each costing the host one graph launch (``graph_launch_overhead``) instead of an eager dispatch per
@@ -326,16 +339,19 @@ class Synthesized:
 
     @property
     def graph(self) -> Any:
+        """The step's execution graph."""
         return self.built.graph
 
     @property
     def oom(self) -> bool:
+        """A GPU needs more bytes than its memory (serving: the step's; training: the fullest stage's)."""
         if self.infer is not None:
             return self.infer[1].total > self.hbm
         return max(m.total for m in self.memory) > self.hbm
 
 
 def _card(model: str, base: Path | None) -> Any:
+    """The model card ``model`` names: a file (relative to ``base`` first) or a bundled card's name."""
     from cosim.capture.config import load_model_config
 
     p = Path(model)
@@ -438,7 +454,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     """Build the step of ``spec`` for every GPU of ``topology``, kernel durations from
     ``kernel_timer(spec, accelerator, base)`` (the scenario layer passes
     :func:`cosim.models.synth_timing.synthetic_kernel_timer`)."""
-    from cosim.workload.synth.build import BuildOptions, build_step
+    from cosim.workload.synth.build import build_step
     from cosim.workload.synth.memory import memory_per_stage
     from cosim.workload.synth.routing import parse_routing
 
@@ -446,6 +462,41 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     gpus = len(topology.gpus)
     rm = _optimizer_layout(spec).resolve(card, gpus, where="workload.synthetic.layout")
     routing = parse_routing(spec.routing, str(base) if base else None)
+    _check_stragglers(spec, gpus)
+    gpu0 = topology.gpus[0]
+    acc = topology.accelerator(gpu0)
+    timer = kernel_timer(spec, acc, base)
+    opts = _build_options(spec, topology, gpu0, acc, routing)
+    _check_mode_fields(spec)
+    if spec.mode != "train":
+        return _synthesize_serving(spec, card, rm, opts, acc, timer)
+    _check_training_fields(spec, rm)
+    opts = replace(opts, dispatch=spec.dispatch or "nccl",
+                   graph_scopes=tuple(x for x in spec.cuda_graph_scope if x != "full_iteration"),
+                   full_iteration_graph="full_iteration" in spec.cuda_graph_scope,
+                   hybridep_sms=spec.hybridep_sms, optimizer=spec.optimizer)
+    _check_offload(spec)
+    if spec.offload_modules:
+        opts = replace(opts, offload_modules=tuple(spec.offload_modules), host_link=_host_link(topology, gpu0))
+    b = spec.batch
+    assert isinstance(b, BatchSpec)
+    mbs, ga = _training_microbatches(b, rm)
+    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs // ga, spec.precision, memory_options(spec))
+    hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
+    worst = max(mem, key=lambda m: m.total)
+    if worst.total > hbm and not spec.allow_oom:
+        raise CosimInputError(
+            f"workload.synthetic.layout: out of memory: stage {worst.stage} needs {worst.total / 2**30:.1f} GiB per "
+            f"GPU (weights {worst.weights / 2**30:.1f}, gradients {worst.gradients / 2**30:.1f}, optimizer "
+            f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
+            f"{acc.name}; shard more, recompute, or set allow_oom: true (--set workload.synthetic.allow_oom=true)")
+    built = build_step(card, rm, b.global_, b.micro, b.seq, replace(opts, grad_accum=ga), timer, device=acc.name)
+    peak = float(acc.peak("bf16"))
+    return Synthesized(spec, card, rm, built, mem, hbm, peak)
+
+
+def _check_stragglers(spec: SyntheticSpec, gpus: int) -> None:
+    """Refuse a straggler on a rank outside ``[0, gpus)``, a slowdown factor below 1 or a negative launch jitter."""
     for kind, d in (("gpu", spec.stragglers.gpu), ("host", spec.stragglers.host)):
         for r, f in d.items():
             if not 0 <= r < gpus or not (f >= 1 and math.isfinite(f)):
@@ -455,9 +506,13 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
         if not 0 <= r < gpus or not (float(v) >= 0 and math.isfinite(float(v))):
             raise CosimInputError(f"workload.synthetic.stragglers.launch_jitter.{r}: needs a rank in [0, {gpus}) "
                                   "and a time >= 0")
-    gpu0 = topology.gpus[0]
-    acc = topology.accelerator(gpu0)
-    timer = kernel_timer(spec, acc, base)
+
+
+def _build_options(spec: SyntheticSpec, topology: Any, gpu0: Any, acc: Any, routing: RoutingSpec) -> BuildOptions:
+    """The build options of ``spec`` common to training and serving: precision, routing, the host's launch costs
+    (s) from the CPU of ``gpu0`` (scaled by its ``host_time_factor`` for training), gradient bytes, stragglers."""
+    from cosim.workload.synth.build import BuildOptions
+
     try:
         cpu = topology.cpu_spec(topology.cpu_of(gpu0))
         launch = float(cpu.launch_overhead)
@@ -470,7 +525,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if spec.mode != "train":
         host_factor = 1.0
     launch *= host_factor
-    opts = BuildOptions(precision=_recipe(spec.precision, spec.fp8_recipe), routing=routing,
+    return BuildOptions(precision=_recipe(spec.precision, spec.fp8_recipe), routing=routing,
                         expert_precision=(None if spec.expert_precision is None
                                           else _recipe(spec.expert_precision, spec.fp8_recipe)),
                         dispatch_bytes=(PRECISIONS[spec.dispatch_precision or "bf16"].dispatch_bytes
@@ -489,9 +544,12 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
                         gpu_slowdown=dict(spec.stragglers.gpu),
                         host_slowdown=dict(spec.stragglers.host),
                         launch_jitter={r: float(v) for r, v in spec.stragglers.launch_jitter.items()})
-    b = spec.batch
+
+
+def _check_mode_fields(spec: SyntheticSpec) -> None:
+    """Refuse a batch of another mode's shape, and training-only fields on a serving step."""
     want = {"train": BatchSpec, "prefill": PrefillBatch, "decode": DecodeBatch}[spec.mode]
-    if not isinstance(b, want):
+    if not isinstance(spec.batch, want):
         fields = {"train": "{global, micro, seq}", "prefill": "{tokens_per_gpu, prompt, chunk}",
                   "decode": "{requests_per_gpu, context}"}[spec.mode]
         raise CosimInputError(f"workload.synthetic.batch: mode {spec.mode} takes batch {fields}")
@@ -501,8 +559,10 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if spec.mode != "train" and spec.expert_precision is not None:
         raise CosimInputError("workload.synthetic.expert_precision: a training field (mode train); serving steps "
                               "take precision for every GEMM")
-    if spec.mode != "train":
-        return _synthesize_serving(spec, card, rm, opts, acc, timer)
+
+
+def _check_training_fields(spec: SyntheticSpec, rm: RankMap) -> None:
+    """Refuse serving-only fields on a training step, and CUDA graph scopes Megatron-Core does not combine."""
     if spec.overlap != "none" or spec.comm_sms is not None:
         raise CosimInputError("workload.synthetic: overlap and comm_sms are serving fields (mode prefill or decode); "
                               "training overlaps through layout.a2a_overlap or layout.schedule dualpipe")
@@ -518,14 +578,11 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if "moe_preprocess" in spec.cuda_graph_scope and "moe_router" not in spec.cuda_graph_scope:
         raise CosimInputError("workload.synthetic.cuda_graph_scope: moe_preprocess needs moe_router "
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
-    opts = replace(opts, dispatch=spec.dispatch or "nccl",
-                   graph_scopes=tuple(x for x in spec.cuda_graph_scope if x != "full_iteration"),
-                   full_iteration_graph="full_iteration" in spec.cuda_graph_scope,
-                   hybridep_sms=spec.hybridep_sms, optimizer=spec.optimizer)
-    _check_offload(spec)
-    if spec.offload_modules:
-        opts = replace(opts, offload_modules=tuple(spec.offload_modules), host_link=_host_link(topology, gpu0))
-    assert isinstance(b, BatchSpec)
+
+
+def _training_microbatches(b: BatchSpec, rm: RankMap) -> tuple[int, int]:
+    """(micro-batches per pipeline and step, gradient-accumulation schedules) of training batch ``b`` on ``rm``;
+    refuses a batch the layout's schedule cannot run."""
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
                               f"micro {b.micro} x dp {rm.dp} = {b.micro * rm.dp}")
@@ -541,18 +598,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     if rm.layout.a2a_overlap and rm.pp > 1 and mbs < 2 * rm.pp:
         raise CosimInputError(f"workload.synthetic.layout.a2a_overlap: the EP all-to-all overlap with a pipeline needs "
                               f"at least 2 x pp = {2 * rm.pp} micro-batches per pipeline (got {mbs})")
-    mem = memory_per_stage(card, rm, b.micro, b.seq, mbs // ga, spec.precision, memory_options(spec))
-    hbm = float(acc.hbm_capacity) if hasattr(acc, "hbm_capacity") else math.inf
-    worst = max(mem, key=lambda m: m.total)
-    if worst.total > hbm and not spec.allow_oom:
-        raise CosimInputError(
-            f"workload.synthetic.layout: out of memory: stage {worst.stage} needs {worst.total / 2**30:.1f} GiB per "
-            f"GPU (weights {worst.weights / 2**30:.1f}, gradients {worst.gradients / 2**30:.1f}, optimizer "
-            f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
-            f"{acc.name}; shard more, recompute, or set allow_oom: true (--set workload.synthetic.allow_oom=true)")
-    built = build_step(card, rm, b.global_, b.micro, b.seq, replace(opts, grad_accum=ga), timer, device=acc.name)
-    peak = float(acc.peak("bf16"))
-    return Synthesized(spec, card, rm, built, mem, hbm, peak)
+    return mbs, ga
 
 
 def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc: Any,
