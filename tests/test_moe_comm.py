@@ -325,3 +325,37 @@ def test_hybridep_across_two_nodes_crosses_the_network_once_per_node() -> None:
     # DeepEP's RDMA metric: tokens x destination nodes (own included); a token has one of its 8 experts on a
     # given node with probability 1 - C(64, 8) / C(128, 8); a row carries the domain's 64 probabilities
     assert r.rdma_bytes == pytest.approx(1024 * 2 * (1 - comb(64, 8) / comb(128, 8)) * (4096 + 4 * 64))
+
+
+def test_hybridep_across_two_h100_nodes_runs_at_the_published_ib_rate() -> None:
+    """HybridEP's RDMA part at the rate HybridEP's README measured on H100 (deepseek-ai/DeepEP docs/README_Hybrid-EP.md
+    @41cad94, "H100 Platform", kernel only, BF16, 16 SMs, 16 ranks: dispatch 71.71 GB/s, combine 62.95 GB/s of its
+    IB metric). By hand, the README's own shape on two DGX H100 (4096 tokens per rank, hidden 7168, top-8 of 128
+    experts): a token routes to a given node with p = 1 - C(64, 8) / C(128, 8) = 0.99690; the IB metric counts
+    (token, node) pairs with the own node, 4096 x 2p x 14336 bytes = 117.1 MB per rank, of which half crosses the
+    400 Gb/s NIC: fraction 71.71 / 2 / 50 = 0.7171 (dispatch, x (1 + 4 x 64 / 14336) for the 64 probabilities a
+    row carries: 0.7299), 62.95 / 2 / 50 = 0.6295 (combine). The RDMA write of 4096 p x (14336 + 256) bytes =
+    59.58 MB then takes 1.633 ms (dispatch) and 4096 p x 14336 / (0.6295 x 50e9) = 1.860 ms (combine), longer
+    than each rank's NVLink part, so the kernel time is the p2p latency plus that, and the IB metric over it
+    gives back the published figures (a round trip: it checks the flows and the row taken, not the rate).
+    32 and 64 ranks take their rows (0.88 / 0.86, 0.89 / 0.87); the former flat 0.94 (an NVSHMEM put benchmark)
+    was 29 % / 49 % above what HybridEP's own kernels reach at two nodes."""
+    from cosim.engine.moe_comm import HYBRIDEP_RATES, hybridep
+    from cosim.scenario import build_topology
+
+    topo = build_topology("dgx-h100", None, None, None, 2)
+    gpus = list(topo.gpus)
+    p = 1 - comb(64, 8) / comb(128, 8)
+    assert p == pytest.approx(0.99690, abs=1e-5)
+    assert HYBRIDEP_RATES.rdma_fraction("dispatch", 16) == pytest.approx(0.7171 * (1 + 256 / 14336), rel=1e-4)
+    assert HYBRIDEP_RATES.rdma_fraction("combine", 16) == pytest.approx(0.6295, rel=1e-4)
+    assert HYBRIDEP_RATES.rdma_fraction("dispatch", 48) == HYBRIDEP_RATES.rdma_fraction("dispatch", 32)
+    assert HYBRIDEP_RATES.rdma_fraction("combine", 8) == HYBRIDEP_RATES.rdma_fraction("combine", 16)
+    for kind, probs, metric, ms in (("dispatch", True, 71.71e9, 1.633), ("combine", False, 62.95e9, 1.860)):
+        sim = Simulator(topo, SimConfig(record_trace=False))
+        ev = hybridep(sim, kind, gpus, num_tokens=4096, hidden=7168, num_topk=8, num_experts=128, probs=probs)
+        sim.run()
+        r = ev.value
+        lat = sim.nccl_params.fitted.p2p_latency
+        assert (r.time - lat) * 1e3 == pytest.approx(ms, rel=2e-3)
+        assert 4096 * 2 * p * 14336 / (r.time - lat) == pytest.approx(metric, rel=2e-3)

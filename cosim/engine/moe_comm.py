@@ -406,6 +406,47 @@ def _hybridep_fraction(ranks: int, metric: float, prob_row: int, hidden: int = 7
     return metric * (ranks - 1) / ranks * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / NVLINK5_GPU_BANDWIDTH
 
 
+HYBRIDEP_H100_IB: dict[int, tuple[tuple[int, float, float], ...]] = {
+    4: ((16, 44.40e9, 52.00e9), (32, 52.60e9, 51.00e9), (64, 48.00e9, 46.00e9)),
+    8: ((16, 76.80e9, 68.00e9), (32, 54.50e9, 56.40e9), (64, 50.55e9, 51.03e9)),
+    16: ((16, 71.71e9, 62.95e9), (32, 57.69e9, 57.46e9), (64, 49.97e9, 49.77e9))}
+"""HybridEP's published kernel-only IB bandwidth on H100 by SMs per kernel, BF16 dispatch and combine, per rank
+count (16, 32, 64: 2, 4, 8 nodes of 8): deepseek-ai/DeepEP docs/README_Hybrid-EP.md at 41cad94, "H100 Platform"
+(4096 tokens per rank, hidden 7168, top-8, 8 local experts, uniform random routing). The metric is
+tests/test_hybrid_ep.py's ``rdma_send_bytes / t``: ``count_rdma_send_from_routing_map`` (every (token, node) pair
+the token routes to, its own node included, "to align with DeepEP") x hidden x 2 bytes, over the kernel time."""
+
+H100_NIC_BANDWIDTH = 50e9
+"""Bytes/s per direction of one H100's compute NIC on a DGX H100 (ConnectX-7, 400 Gb/s; the ``cx7-ndr400`` of the
+dgx-h100 preset), the link under the HybridEP H100 table (:data:`HYBRIDEP_H100_IB`)."""
+
+
+def _hybridep_rdma_fraction(ranks: int, metric: float, prob_row: int, hidden: int = 7168,
+                            per_node: int = 8) -> float:
+    """Fraction of :data:`H100_NIC_BANDWIDTH` a GPU's RDMA writes reach in a HybridEP H100 benchmark row: the IB
+    metric counts a token once per node it routes to, own node included, and under uniform routing every node
+    is hit alike, so (nodes - 1) / nodes of it crosses the NIC; the forward dispatch also carries the ``prob_row``
+    fp32 probabilities with each token."""
+    nodes = ranks // per_node
+    return metric * (nodes - 1) / nodes * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / H100_NIC_BANDWIDTH
+
+
+def _rdma_rows(sms: int) -> tuple[tuple[int, float, float], ...]:
+    """(ranks, dispatch fraction, combine fraction) of the H100 IB table of the most SMs not above ``sms``."""
+    key = max([k for k in HYBRIDEP_H100_IB if k <= sms] or [min(HYBRIDEP_H100_IB)])
+    return tuple((r, _hybridep_rdma_fraction(r, d, 64), _hybridep_rdma_fraction(r, c, 0))
+                 for r, d, c in HYBRIDEP_H100_IB[key])
+
+
+def _row(rows: tuple[tuple[int, float, float], ...], kind: str, ranks: int) -> float:
+    """The dispatch or combine fraction of the row of the largest size not above ``ranks`` (the smallest below)."""
+    row = rows[0]
+    for r in rows:
+        if r[0] <= ranks:
+            row = r
+    return row[1] if kind == "dispatch" else row[2]
+
+
 @dataclass(frozen=True)
 class HybridEPRates:
     """Fractions of raw link bandwidth (per direction) that HybridEP's kernels reach, from HybridEP's own
@@ -416,27 +457,28 @@ class HybridEPRates:
     """(ranks per NVLink domain, dispatch fraction, combine fraction) of the GB200 16-SM table
     (:data:`HYBRIDEP_GB200`; 8 ranks: 0.74 / 0.67, 36 ranks: 0.72 / 0.59). A domain takes the row of the
     largest size not above its own (the smallest row below 8; 36 beyond)."""
-    rdma: float = 0.94
-    """Across NVLink domains: the RDMA write rate of :attr:`DeepEPRates.rdma` (HybridEP, like DeepEP, sends
-    once per destination domain to the rail peer, which forwards over NVLink)."""
+    rdma: tuple[tuple[int, float, float], ...] = _rdma_rows(16)
+    """Across NVLink domains (HybridEP sends once per destination domain to the rail peer, which forwards over
+    NVLink): (ranks of the group, dispatch fraction, combine fraction) of the NIC's raw rate, from the H100 16-SM
+    IB table (:data:`HYBRIDEP_H100_IB`; 16 ranks: 0.73 / 0.63, 32: 0.88 / 0.86, 64: 0.89 / 0.87), the only
+    published HybridEP RDMA measurement. A group takes the row of the largest rank count not above its own."""
 
     def nvlink_fraction(self, kind: str, ranks: int) -> float:
-        row = self.nvlink[0]
-        for r in self.nvlink:
-            if r[0] <= ranks:
-                row = r
-        return row[1] if kind == "dispatch" else row[2]
+        return _row(self.nvlink, kind, ranks)
+
+    def rdma_fraction(self, kind: str, ranks: int) -> float:
+        return _row(self.rdma, kind, ranks)
 
 
 HYBRIDEP_RATES = HybridEPRates()
 
 
 def hybridep_rates(sms: int) -> HybridEPRates:
-    """The rates of HybridEP's kernels at ``sms`` SMs: the published table of the most SMs not above ``sms``
-    (16 below 16)."""
+    """The rates of HybridEP's kernels at ``sms`` SMs: each published table's row of the most SMs not above
+    ``sms`` (its fewest below)."""
     key = max([k for k in HYBRIDEP_GB200 if k <= sms] or [min(HYBRIDEP_GB200)])
     return HybridEPRates(nvlink=tuple((r, _hybridep_fraction(r, d, 8 * r), _hybridep_fraction(r, c, 0))
-                                      for r, d, c in HYBRIDEP_GB200[key]))
+                                      for r, d, c in HYBRIDEP_GB200[key]), rdma=_rdma_rows(sms))
 
 
 def hybridep_token_bytes(hidden: int, prob_row: int = 0) -> float:
@@ -517,7 +559,8 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
     Uniform routing, no domain limit: rank ``s`` sends each destination rank ``d`` of its NVLink domain the
     tokens with an expert on ``d`` (once per rank, however many of its experts are there); across domains once
     per domain to the rail peer, which forwards over NVLink (:func:`_flows`). NVLink flows run at the measured
-    fraction of the domain's size (:class:`HybridEPRates`), RDMA ones at ``rates.rdma``. Flows are kept per
+    fraction of the domain's size (:class:`HybridEPRates`), RDMA ones at the measured H100 fraction of the
+    group's size (``rates.rdma_fraction``). Flows are kept per
     simulator, as :func:`deepep`'s. Cost: O(ranks^2) on the first call of a shape, O(1) after."""
     from cosim.engine.collectives import CollectiveResult
 
@@ -552,7 +595,8 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
             parts.append((intra, _link_efficiency(sim, {a for a, _, _ in intra}, False,
                                                   rates.nvlink_fraction(kind, per))))
         if inter:
-            parts.append((inter, _link_efficiency(sim, {a for a, _, _ in inter}, True, rates.rdma)))
+            parts.append((inter, _link_efficiency(sim, {a for a, _, _ in inter}, True,
+                                                  rates.rdma_fraction(kind, len(ranks)))))
         hit = (tr, float(sum(v for _, _, v in flows)), parts)
         cache[key] = hit
     tr, total, parts = hit
