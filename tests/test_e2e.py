@@ -86,10 +86,10 @@ def _cases_file(tmp_path: Path, **over: object) -> Path:
             "layout": {"tp": 1, "pp": 2, "vpp": 1, "cp": 1, "ep": 4}, "fsdp": False,
             "batch": {"global": 64, "micro": 1, "seq": 256}, "precision": "bf16",
             "measured": {"tokens_per_s_per_gpu": 100000.0},
-            "source": {"ref": "X", "table": "a hand-made case"}}
+            "source": {"ref": "MZQWEN3", "table": "a hand-made case"}}  # a framework with Megatron-Core's bucket rule
     case.update(over)
     f = tmp_path / "cases.yaml"
-    f.write_text(yaml.safe_dump({"sources": {"X": "test"}, "cases": [case]}))
+    f.write_text(yaml.safe_dump({"sources": {"MZQWEN3": "test"}, "cases": [case]}))
     return f
 
 
@@ -720,7 +720,23 @@ def test_an_unscored_row_runs_but_leaves_the_statistics(tmp_path: Path) -> None:
     assert case.unscored == "needs X"
     row = {"id": "x", "gpus": 8, "precision": "bf16", "published": {"tokens_per_s_per_gpu": 1.0}, "status": "run",
            "bound": False, "unscored": "needs X", "tokens_per_s_per_gpu": 2.0, "error": 1.0, "model_tflops_per_gpu": 1.0,
-           "mfu": 0.1, "source": {"ref": "X", "table": "t"}}
+           "mfu": 0.1, "source": {"ref": "MZQWEN3", "table": "t"}}
     assert "(not scored)" in table([row], sources)
     _, cases = load_cases()
     assert [c.id for c in cases if c.unscored] == []  # offloading (round 8), GA schedules (round 9) are modelled
+
+
+def test_a_case_citing_a_source_of_no_known_framework_is_a_one_line_error(tmp_path: Path) -> None:
+    """The framework decides the gradient bucket size (Megatron-Bridge's 128 Mi parameters or Megatron-Core's rule),
+    so a source in neither list must be named: round 11's MB260201 rows silently took the wrong rule."""
+    from cosim.errors import CosimInputError
+    from validation.e2e.run import BRIDGE_BUCKET, ddp_bucket_size, load_cases
+
+    f = _cases_file(tmp_path, source={"ref": "ZZ", "table": "t"})
+    f.write_text(f.read_text().replace("MZQWEN3: test", "ZZ: test"))
+    with pytest.raises(CosimInputError, match=r"cases\[0\]\.source\.ref: 'ZZ' names no framework"):
+        load_cases(f)
+    _, cases = load_cases(Path(__file__).parent.parent / "validation/e2e/heldout_qwen3_30b.yaml")
+    h100 = [c for c in cases if c.id.endswith("qwen3-30b-h100-16-fp8")]
+    assert {c.source.ref for c in h100} == {"MB260201", "MB2604", "MB260401", "MB2606"}
+    assert {ddp_bucket_size(c) for c in h100} == {float(BRIDGE_BUCKET)}

@@ -218,6 +218,9 @@ def load_cases(path: Path = CASES) -> tuple[dict[str, str], list[Case]]:
     for i, c in enumerate(doc.cases):
         if c.source.ref not in doc.sources:
             raise CosimInputError(f"{path}: cases[{i}].source.ref: {c.source.ref!r} is not a key of sources")
+        if c.source.ref not in BRIDGE_REFS + OTHER_REFS:
+            raise CosimInputError(f"{path}: cases[{i}].source.ref: {c.source.ref!r} names no framework (add it to "
+                                  "run.py's BRIDGE_REFS or OTHER_REFS: it decides the gradient bucket size)")
     return dict(doc.sources), list(doc.cases)
 
 
@@ -331,10 +334,12 @@ def probe_counts(case: Case, cap: int) -> list[int]:
 BRIDGE_BUCKET = 128 * 1024 * 1024
 """Megatron-Bridge's ``CommOverlapConfig`` (and NeMo 2.0's ``MegatronCommOverlapCallback``) bucket size when dp > 1
 (``cosim.workload.synth.build.DDP_BUCKET_SOURCE``)."""
-BRIDGE_REFS = ("MB2509", "MB2511", "MB2602", "MB2604", "MB2606", "MB260401", "NEMO2502", "NEMO2504")
-"""Source families run by Megatron-Bridge or NeMo 2.0 (their bucket size is :data:`BRIDGE_BUCKET`); the others
-(Megatron-LM's launcher ``--ddp-bucket-size`` unset, NeMo 1.0's ``ddp_bucket_size`` unset, DeepSeek's own framework)
-take Megatron-Core's default rule."""
+BRIDGE_REFS = ("MB2509", "MB2511", "MB2602", "MB260201", "MB2604", "MB2606", "MB260401", "NEMO2502", "NEMO2504")
+"""Source families run by Megatron-Bridge or NeMo 2.0 (their bucket size is :data:`BRIDGE_BUCKET`)."""
+OTHER_REFS = ("AUTOMODEL", "DSV3", "MLMGB200", "MLMQ30", "MZQWEN3", "MZQWEN3B", "NEMO2407")
+"""Source families that take Megatron-Core's default bucket rule (Megatron-LM's launcher ``--ddp-bucket-size``
+unset, NeMo 1.0's ``ddp_bucket_size`` unset, DeepSeek's and AutoModel's own frameworks). A case citing a source in
+neither tuple is an error: its framework decides its bucket size, so it must be said."""
 
 
 def ddp_bucket_size(case: Case) -> float | None:
