@@ -156,6 +156,10 @@ class Case(Strict):
     """The run reduces gradients in fp32 (the synthetic spec's ``grad_reduce_in_fp32``): Megatron-LM's own
     launcher (``pretrain_gpt.py``) in bf16 training without ``--grad-reduce-in-bf16``; false for the Megatron-Bridge
     and NeMo configs (``grad_reduce_in_fp32 = False``)."""
+    cross_entropy_fusion: bool = True
+    """The run fuses its cross-entropy loss (Megatron-Core ``cross_entropy_loss_fusion``, the Megatron-Bridge configs'
+    setting): the synthetic spec's ``cross_entropy_fusion``; false for a Megatron-LM launch without
+    ``--cross-entropy-loss-fusion`` (Megatron-Core's unfused loss)."""
     overlap_grad_reduce: bool | None = None
     """The run's Megatron-Core ``overlap_grad_reduce`` (the layout field): gradient buckets reduced under the
     backward; false: after it, one bucket per chunk and buffer. None: the layout's default (training.yaml: the FSDP
@@ -398,6 +402,7 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
         **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),
+        **({} if case.cross_entropy_fusion else {"cross_entropy_fusion": False}),
         **({} if case.expert_padding else {"expert_padding": False}),
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
         **({"offload_modules": list(case.offload_modules)}

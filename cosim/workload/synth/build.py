@@ -130,6 +130,9 @@ class BuildOptions:
     :attr:`cosim.workload.synth.costs.Precision.experts`); None: ``precision``."""
     routing: RoutingSpec = field(default_factory=RoutingSpec)
     """Routing model."""
+    cross_entropy_fusion: bool = True
+    """Megatron-Core's ``cross_entropy_loss_fusion``: the loss as one fused op; False: its unfused kernels
+    (:func:`cosim.workload.synth.costs.unfused_cross_entropy_ops`)."""
     grad_accumulation_fusion: bool = True
     """Megatron-Core's gradient accumulation fusion: every weight-gradient GEMM reads and writes its weight's
     ``main_grad`` (``grad_bytes`` per element: :data:`cosim.workload.synth.costs.MAIN_GRAD_SOURCE`); False:
@@ -872,7 +875,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
         if c == rm.mtp_chunk:
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
         if c == chunks - 1:
-            fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache), []))
+            fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache, opts.cross_entropy_fusion), []))
         bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes)) for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
@@ -1660,14 +1663,15 @@ def _mtp_head(o: Op) -> bool:
 
 
 def _head_with_mtp(card: MoEModelConfig, rm: RankMap, T: float, sh: Shard, p: Precision,
-                   cache: dict[Any, list[Op]]) -> list[Op]:
+                   cache: dict[Any, list[Op]], ce_fusion: bool = True) -> list[Op]:
     """The ``L`` chunk's ops: with the MTP layers on an earlier chunk (``pipeline_model_parallel_layout``), each
     depth's logits and loss (:func:`_mtp_head`) before the main final norm, LM head and loss; else the head alone."""
-    key = ("head", rm.mtp_chunk, sh)
+    key = ("head", rm.mtp_chunk, sh, ce_fusion)
     if key not in cache:
-        ops = head_ops(card, T, sh, p)
+        ops = head_ops(card, T, sh, p, ce_fusion)
         if card.mtp_layers and rm.mtp_chunk != rm.last_chunk:
-            ops = [o for o in mtp_ops(card, T, T, sh, p, body=[]) if _mtp_head(o)] * card.mtp_layers + ops
+            ops = [o for o in mtp_ops(card, T, T, sh, p, body=[], cross_entropy_fusion=ce_fusion)
+                   if _mtp_head(o)] * card.mtp_layers + ops
         cache[key] = ops
     return cache[key]
 
@@ -1687,7 +1691,7 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
     apart = rm.mtp_chunk != rm.last_chunk
     key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
     if key not in cache:
-        ops = mtp_ops(card, T, seq, sh, p)
+        ops = mtp_ops(card, T, seq, sh, p, cross_entropy_fusion=opts.cross_entropy_fusion)
         cache[key] = [o for o in ops if not _mtp_head(o)] if apart else ops
     return [(mtp_layer_index(card, k), cache[key], []) for k in range(card.mtp_layers)]
 

@@ -41,6 +41,7 @@ __all__ = [
     "RECOMPUTE_MODULES",
     "SAVED_SOURCE",
     "TE_QUANTIZE_SOURCE",
+    "CE_UNFUSED_SOURCE",
     "Comm",
     "Op",
     "Precision",
@@ -72,6 +73,7 @@ __all__ = [
     "rope_ops",
     "sample_head_ops",
     "selective_saved",
+    "unfused_cross_entropy_ops",
 ]
 
 
@@ -1101,9 +1103,39 @@ def embedding_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = Non
     return ops
 
 
+CE_UNFUSED_SOURCE = ("NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py (VocabParallelCrossEntropy: "
+                     "calculate_logits_max casts the bf16 logits to fp32 and takes their max; "
+                     "calculate_predicted_logits subtracts the max in place, exponentiates in place "
+                     "(torch.exp(out=)) and sums; calculate_cross_entropy_loss divides in place (exp_logits.div_), "
+                     "the fp32 softmax saved; backward calculate_gradients multiplies it in place by the output "
+                     "gradient, returned in fp32 for the bf16 logits, which autograd casts back to bf16) and "
+                     "megatron/core/models/common/language_module/language_module.py (compute_language_model_loss: "
+                     "that path unless TransformerConfig.cross_entropy_loss_fusion, whose default is False)")
+"""Why Megatron-Core's unfused loss is six forward kernels over the logits (52 bytes per logit element, forward and
+backward, against the fused op's 24): :func:`unfused_cross_entropy_ops`."""
+
+
+def unfused_cross_entropy_ops(tokens: float, vocab: float) -> list[Op]:
+    """Megatron-Core's unfused vocabulary-parallel cross-entropy (:data:`CE_UNFUSED_SOURCE`) over ``tokens`` x
+    ``vocab`` logits of this rank, kernel by kernel (bytes per logit element): the fp32 cast (read 2, write 4), the
+    max (read 4), the in-place subtraction, exponential and division (read and write 4 each) and the sum (read 4);
+    backward the in-place scaling of the saved fp32 softmax (read and write 4, on the division's backward) and the
+    cast of that fp32 gradient to bf16 (read 4, write 2, on the cast's). The target gathers and the per-token loss
+    are per token, not per logit: left out. The TP all-reduces follow in :func:`head_ops`."""
+    n = tokens * vocab
+    return [Op("head.cross_entropy.float", "elementwise", 0.0, 6.0 * n, "fp32", bwd_bytes=6.0 * n),
+            Op("head.cross_entropy.max", "reduction", n, 4.0 * n, "fp32", no_grad=True),
+            Op("head.cross_entropy.sub_max", "elementwise", n, 8.0 * n, "fp32", no_grad=True),
+            Op("head.cross_entropy.exp", "elementwise", n, 8.0 * n, "fp32", no_grad=True),
+            Op("head.cross_entropy.sum_exp", "reduction", n, 4.0 * n, "fp32", no_grad=True),
+            Op("head.cross_entropy.softmax", "elementwise", n, 8.0 * n, "fp32", saved=4.0 * n, bwd_bytes=8.0 * n)]
+
+
 def head_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = None,
-             precision: Precision | str = "bf16") -> list[Op]:
-    """Final norm, LM head (vocabulary-parallel) and cross-entropy loss of the last stage."""
+             precision: Precision | str = "bf16", cross_entropy_fusion: bool = True) -> list[Op]:
+    """Final norm, LM head (vocabulary-parallel) and cross-entropy loss of the last stage. ``cross_entropy_fusion``
+    (Megatron-Core's ``cross_entropy_loss_fusion``): the loss as one fused op (reads and writes the fp32 logits once
+    forward, twice backward); False: Megatron-Core's unfused kernels (:func:`unfused_cross_entropy_ops`)."""
     s = shard or Shard()
     p = PRECISIONS[precision] if isinstance(precision, str) else precision
     h, V = card.hidden_size, card.vocab_size / s.tp
@@ -1111,10 +1143,13 @@ def head_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = None,
     ops = [_norm("head.norm", tokens / s.tp if sp else tokens, h, p)]
     if sp:
         ops.append(_coll("head.sp_all_gather", "tp", "all_gather", tokens * h * p.act_bytes))
-    ops += [replace(_gemm("head.lm_head", tokens, V, h, Precision("bf16", "bf16", 2.0)),
-                    saved=(tokens / s.tp if sp else tokens) * h * 2.0),  # SP: the local input, re-gathered
-            Op("head.cross_entropy", "reduction", tokens * V * SOFTMAX_FLOPS, tokens * V * 4.0 * 2, "bf16",
-               saved=tokens * V * 4.0)]
+    ops.append(replace(_gemm("head.lm_head", tokens, V, h, Precision("bf16", "bf16", 2.0)),
+                       saved=(tokens / s.tp if sp else tokens) * h * 2.0))  # SP: the local input, re-gathered
+    if cross_entropy_fusion:
+        ops.append(Op("head.cross_entropy", "reduction", tokens * V * SOFTMAX_FLOPS, tokens * V * 4.0 * 2, "bf16",
+                      saved=tokens * V * 4.0))
+    else:
+        ops += unfused_cross_entropy_ops(tokens, V)
     if s.tp > 1:
         ops.append(_coll("head.tp_loss_all_reduce", "tp", "all_reduce", tokens * 4.0 * 3))
     return ops
@@ -1399,7 +1434,8 @@ def mtp_body_layer(card: MoEModelConfig) -> int:
 
 
 def mtp_ops(card: MoEModelConfig, tokens: float, seq: float, shard: Shard | None = None,
-            precision: Precision | str = "bf16", body: list[Op] | None = None) -> list[Op]:
+            precision: Precision | str = "bf16", body: list[Op] | None = None,
+            cross_entropy_fusion: bool = True) -> list[Op]:
     """Forward ops of one MTP depth on the last pipeline stage (:data:`MTP_SOURCE`): the embedding of the shifted
     tokens (vocabulary-parallel lookup and its TP reduction), RMSNorm of it and of the hidden state, their
     concatenation, the 2h -> h projection (column-parallel: under SP its input all-gathered, its output gathered
@@ -1423,7 +1459,7 @@ def mtp_ops(card: MoEModelConfig, tokens: float, seq: float, shard: Shard | None
         ops.append(replace(_coll("mtp.eh_proj.tp_all_gather", "tp", "all_gather", tokens * h * p.act_bytes),
                            no_grad=not sp))
     ops += body if body is not None else layer_ops(card, mtp_body_layer(card), tokens, seq, s, p)
-    ops += [replace(o, name=f"mtp.{o.name}") for o in head_ops(card, tokens, s, p)]
+    ops += [replace(o, name=f"mtp.{o.name}") for o in head_ops(card, tokens, s, p, cross_entropy_fusion)]
     return ops
 
 

@@ -295,6 +295,12 @@ class SyntheticSpec(Strict):
     config keeps it false (:data:`cosim.workload.synth.memory.GRAD_SOURCE`); Megatron-LM's own ``pretrain_gpt.py``
     launcher turns it on for bf16 training unless ``--grad-reduce-in-bf16`` (``arguments.py``: fp32 gradient
     accumulation and all-reduce). Sets the data-parallel reduction's bytes and the gradient buffer's memory."""
+    cross_entropy_fusion: bool = True
+    """Training: Megatron-Core's ``cross_entropy_loss_fusion`` (``--cross-entropy-loss-fusion``; set by the
+    Megatron-Bridge performance configs): the loss as one fused op over the logits. False (Megatron-Core's own
+    default, a Megatron-LM launch without the flag): its unfused vocabulary-parallel cross-entropy, six kernels
+    over the fp32 logits forward and two backward
+    (:data:`cosim.workload.synth.costs.CE_UNFUSED_SOURCE`)."""
     grad_accumulation_fusion: bool = True
     """Training: Megatron-Core's ``gradient_accumulation_fusion`` (on in Megatron-LM and the Megatron-Bridge
     providers): every weight-gradient GEMM accumulates into the gradient buffer's ``main_grad``, reading and writing
@@ -534,6 +540,7 @@ def _build_options(spec: SyntheticSpec, topology: Any, gpu0: Any, acc: Any, rout
                         tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
                         expert_padding=spec.expert_padding, grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
                         grad_accumulation_fusion=spec.grad_accumulation_fusion,
+                        cross_entropy_fusion=spec.cross_entropy_fusion,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
