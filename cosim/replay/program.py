@@ -154,6 +154,10 @@ class RankProgram:
     """Columns of the rank's graph that the summary reads at every replay (op class masks, its critical path's
     Python lists, each thread's synchronize host ops), worked out by the first summary with this program and
     kept here (:func:`cosim.replay.summary.critical_path`)."""
+    thread_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+    """Per thread of :attr:`threads`: its host ops and, at them, ``host_syncs_before_start`` and
+    ``host_syncs_before_end``; worked out by the first replay with this program and kept here (the executor's
+    host times, ``Executor._result``)."""
 
 
 THREADS_PER_SM = 2048
