@@ -26,7 +26,7 @@ import bisect
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from heapq import heappush
 from dataclasses import dataclass, field
 from typing import Any
@@ -562,7 +562,7 @@ class _HostThread(simpy.events.Event):
         self.env.schedule(self)
         return self
 
-    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Iterator[None]:
+    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[None, Any, None]:
         yield  # started by the engine's step
         env = ex.env
         prog = r.prog
