@@ -194,17 +194,14 @@ class Executor:
         n = len(r.rg.gpu_ops)
         if r.share is not None:
             return [True] * n
-        special = [False] * n
-        for j in r.coll_key:
-            special[j] = True
+        special = np.zeros(n, dtype=bool)
+        if r.coll_key:
+            special[list(r.coll_key)] = True
         if self.collective_runner is not None:
-            for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
-                special[j] = True
+            special |= r.rg.gpu_ops.collective >= 0
         if r.copy_route is not None:
-            for j, route in enumerate(r.copy_route):
-                if route >= 0:
-                    special[j] = True
-        return special if any(special) else None
+            special |= np.asarray(r.copy_route) >= 0
+        return special.tolist() if special.any() else None
 
     # ----------------------------------------------------------------- setup
     def _match_collectives(self) -> None:
