@@ -194,14 +194,13 @@ class Executor:
         n = len(r.rg.gpu_ops)
         if r.share is not None:
             return [True] * n
-        special = np.zeros(n, dtype=bool)
-        if r.coll_key:
-            special[list(r.coll_key)] = True
+        special = [x >= 0 for x in r.copy_route] if r.copy_route is not None else [False] * n
+        for j in r.coll_key:
+            special[j] = True
         if self.collective_runner is not None:
-            special |= r.rg.gpu_ops.collective >= 0
-        if r.copy_route is not None:
-            special |= np.asarray(r.copy_route) >= 0
-        return special.tolist() if special.any() else None
+            for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
+                special[j] = True
+        return special if True in special else None
 
     # ----------------------------------------------------------------- setup
     def _match_collectives(self) -> None:
