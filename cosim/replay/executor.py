@@ -629,7 +629,8 @@ class _HostThread(simpy.events.Event):
                 for sw in [sw for sw in ws if sw[0] <= n]:
                     ws.remove(sw)
                     sw[1].succeed()
-        yield  # never resumed: nothing waits for a thread's end
+        self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
+        yield  # never reached again
 
 
 def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
