@@ -1,7 +1,8 @@
 """Run compiled rank programs on the simulation engine.
 
-The executor is event-driven on the engine's simpy environment, and lean: one
-simpy event per host launch or synchronize call, none per GPU op that shares
+The executor is event-driven on the engine's simpy environment, and lean: at
+most one simpy queue entry per host launch or synchronize call (each host thread
+is a simpy event of its own, :class:`_HostThread`), none per GPU op that shares
 nothing. A GPU op's start is ``max(ready, ends of its predecessors, the block
 dispatcher)``; once every input is known its end is computed at once
 (``start + duration``), even if it lies in the simulated future, and its
@@ -27,8 +28,8 @@ import math
 import sys
 import time
 from collections.abc import Callable, Generator, Sequence
-from heapq import heappush
 from dataclasses import dataclass, field
+from heapq import heappush
 from typing import Any
 
 import numpy as np
@@ -559,6 +560,8 @@ class _HostThread(simpy.events.Event):
         return self
 
     def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[None, Any, None]:
+        """The thread's calls in order; each wait is a ``yield`` here (hence one function: a helper could not
+        yield for it without a generator of its own per call)."""
         yield  # started by the engine's step
         env = ex.env
         prog = r.prog
@@ -623,12 +626,8 @@ class _HostThread(simpy.events.Event):
             stalls.append(m - end_min)
             bounds.append(by)
             stall += m - end_min
-            ws = watch.get(tp.thread)
-            if ws:
-                n = len(stalls)
-                for sw in [sw for sw in ws if sw[0] <= n]:
-                    ws.remove(sw)
-                    sw[1].succeed()
+            if tp.thread in watch:
+                _release(watch[tp.thread], len(stalls))
         self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
         yield  # never reached again
 
@@ -644,3 +643,11 @@ def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.
             got.append((rows, prog.host_syncs_before_start[rows], prog.host_syncs_before_end[rows]))
         prog.thread_rows = got
     return got
+
+
+def _release(watching: list[tuple[int, Any]], syncs: int) -> None:
+    """A thread's ``syncs``-th synchronize call returned: succeed the events of ``watching`` (``(number of
+    syncs, event)``: threads and GPU ops anchored to its first syncs) whose syncs have all returned."""
+    for sw in [sw for sw in watching if sw[0] <= syncs]:
+        watching.remove(sw)
+        sw[1].succeed()
