@@ -1,7 +1,8 @@
 """Run compiled rank programs on the simulation engine.
 
-The executor is event-driven on the engine's simpy environment, and lean: one
-simpy event per host launch or synchronize call, none per GPU op that shares
+The executor is event-driven on the engine's simpy environment, and lean: at
+most one simpy queue entry per host launch or synchronize call (each host thread
+is a simpy event of its own, :class:`_HostThread`), none per GPU op that shares
 nothing. A GPU op's start is ``max(ready, ends of its predecessors, the block
 dispatcher)``; once every input is known its end is computed at once
 (``start + duration``), even if it lies in the simulated future, and its
@@ -26,12 +27,14 @@ import bisect
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from heapq import heappush
 from typing import Any
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from cosim.replay.copies import CopyModel
 from cosim.replay.interference import COMM, COMPUTE, GpuShare
@@ -94,6 +97,7 @@ class _Rank:
         "rg",
         "share",
         "sm_free",
+        "special",
         "start",
         "stream",
         "succ",
@@ -134,6 +138,8 @@ class _Rank:
         """Per GPU op: its last wave's duration when it fills the GPU, else 0 (None: no op does)."""
         self.stream: list[int] = []
         self.sm_free: list[bool] = []
+        self.special: list[bool] | None = None
+        """Per GPU op: whether it shares a resource (set by the executor; None: no op does)."""
         self.horizon = -math.inf
         """Latest end of all but the last wave of any filler: an op ready after it is never held back."""
         self.fillers: dict[int, dict[int, tuple[list[float], list[float], list[int]]]] = {}
@@ -181,6 +187,21 @@ class Executor:
         self.needed: dict[Any, int] = {}
         self.events = 0
         self._match_collectives()
+        for r in self.ranks:
+            r.special = self._special(r)
+
+    def _special(self, r: _Rank) -> list[bool] | None:
+        """Per GPU op of ``r``: whether it shares a resource (``_start_shared``), else None when none does."""
+        n = len(r.rg.gpu_ops)
+        if r.share is not None:
+            return [True] * n
+        special = [x >= 0 for x in r.copy_route] if r.copy_route is not None else [False] * n
+        for j in r.coll_key:
+            special[j] = True
+        if self.collective_runner is not None:
+            for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
+                special[j] = True
+        return special if True in special else None
 
     # ----------------------------------------------------------------- setup
     def _match_collectives(self) -> None:
@@ -239,20 +260,9 @@ class Executor:
                     start, bound, src = t, BOUND_PRED, by
             r.bound[j] = bound
             r.bound_src[j] = src
-            if r.share is not None and r.share[j]:
-                if r.share[j] == COMPUTE:
-                    self._shared(r, j, start)
-                    continue
-                self.share.start_comm(r.rg.rank, j, start)  # type: ignore[union-attr]
-            key = r.coll_key.get(j)
-            if key is not None:
-                self._arrive(key, r, j, start)
-            elif self.collective_runner is not None and r.rg.gpu_ops.collective[j] >= 0:
-                self._start_collective([(r, j, start)], start)
-            elif r.copy_route is not None and r.copy_route[j] >= 0:
-                self._copy(r, j, start)
-            elif r.share is not None:
-                self._finish(r, j, start, start + prog.gpu_dur[j])
+            special = r.special
+            if special is not None and special[j]:
+                self._start_shared(r, j, start)
             else:  # _finish of an op that shares nothing, inlined (the per-op path of a plain replay)
                 end = start + prog.gpu_dur[j]
                 r.start[j] = start
@@ -268,6 +278,24 @@ class Executor:
                     ws = r.waiters.pop(j, None)
                     if ws:
                         self._wake(ws, end, j)
+
+    def _start_shared(self, r: _Rank, j: int, start: float) -> None:
+        """Op ``j`` may start at ``start`` and shares a resource (SMs / HBM, a collective's peers or the
+        fabric, a copy engine): hand it to what models that resource, which finishes it."""
+        if r.share is not None and r.share[j]:
+            if r.share[j] == COMPUTE:
+                self._shared(r, j, start)
+                return
+            self.share.start_comm(r.rg.rank, j, start)  # type: ignore[union-attr]
+        key = r.coll_key.get(j)
+        if key is not None:
+            self._arrive(key, r, j, start)
+        elif self.collective_runner is not None and r.rg.gpu_ops.collective[j] >= 0:
+            self._start_collective([(r, j, start)], start)
+        elif r.copy_route is not None and r.copy_route[j] >= 0:
+            self._copy(r, j, start)
+        else:
+            self._finish(r, j, start, start + r.prog.gpu_dur[j])
 
     def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
         r.start[j] = start
@@ -401,76 +429,6 @@ class Executor:
         else:
             go()
 
-    # ----------------------------------------------------------------- host side
-    def _thread(self, r: _Rank, tp: ThreadProgram):
-        env = self.env
-        prog = r.prog
-        lat = prog.launch_latency
-        launch_gpu, sync_deps, delay = prog.launch_gpu, prog.sync_deps, prog.launch_delay
-        hidden = prog.gpu_hidden_delay
-        kinds, hosts, statics, costs = tp.ev_kind, tp.ev_host, tp.ev_static, tp.ev_cost
-        stalls: list[float] = []
-        bounds: list[int] = []
-        r.sync_stall[tp.thread] = stalls
-        r.sync_bound[tp.thread] = bounds
-        stall = 0.0
-        if tp.anchor_syncs > 0:  # start after the anchor thread's first syncs; inherit their stall
-            done = r.sync_stall.get(tp.anchor_thread)
-            if done is None or len(done) < tp.anchor_syncs:
-                ev = env.event()
-                r.sync_watch.setdefault(tp.anchor_thread, []).append((tp.anchor_syncs, ev))
-                yield ev
-                done = r.sync_stall[tp.anchor_thread]
-            stall = sum(done[:tp.anchor_syncs])
-        watch = r.sync_watch
-        end_ = r.end
-        ready, pending, work = r.ready, r.pending, self.work
-        queue = env._queue  # simpy's event heap: (time, priority, id, event)
-        for k in range(len(kinds)):
-            t = statics[k] + stall
-            if t > env.now:
-                if queue and queue[0][0] <= t:
-                    yield env.timeout(t - env.now)
-                else:  # nothing else is due by t: the timeout would be the next event, step over it
-                    env._now += t - env._now  # the same float the timeout would reach
-            self.events += 1
-            h = hosts[k]
-            if kinds[k] == LAUNCH:  # _set_ready per op, inlined
-                rdy = t + lat + delay.get(h, 0.0)
-                for j in launch_gpu[h]:
-                    ready[j] = rdy + hidden.get(j, 0.0) if hidden else rdy
-                    pending[j] -= 1
-                    if pending[j] == 0:
-                        work.append((r, j))
-                if work:
-                    self._drain()
-                continue
-            cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work
-            end_min = t + cost
-            m, by, missing = end_min, -1, 0
-            deps = sync_deps.get(h, ())
-            for d in deps:
-                e = end_[d]
-                if e != e:  # NaN: not resolved yet
-                    missing += 1
-                elif e + cost > m:
-                    m, by = e + cost, d
-            if missing:
-                w = [missing, m, env.event(), by, cost]
-                for d in deps:
-                    if end_[d] != end_[d]:
-                        r.waiters.setdefault(d, []).append(w)
-                m, by = yield w[2]
-            stalls.append(m - end_min)
-            bounds.append(by)
-            stall += m - end_min
-            ws = watch.get(tp.thread)
-            if ws:
-                n = len(stalls)
-                for sw in [sw for sw in ws if sw[0] <= n]:
-                    ws.remove(sw)
-                    sw[1].succeed()
-
     # ----------------------------------------------------------------- run
     def run(self) -> tuple[list[RankRun], float]:
         """Run to completion; returns per-rank results and the wall time (s)."""
@@ -495,7 +453,7 @@ class Executor:
         for r in self.ranks:
             for tp in r.prog.threads:
                 if tp.ev_kind:
-                    self.env.process(self._thread(r, tp))
+                    _HostThread(self, r, tp).start()
         self._run_env()
         self._drain()
         wall = time.perf_counter() - t0
@@ -537,20 +495,17 @@ class Executor:
 
     def _result(self, r: _Rank) -> RankRun:
         prog = r.prog
-        H = r.rg.host_ops
         hs = prog.host_static_start.copy()
         he = prog.host_static_end.copy()
-        thread = H.thread
-        for tp in prog.threads:
+        for tp, (rows, before_start, before_end) in zip(prog.threads, _thread_rows(r.rg, prog)):
             st = np.asarray(r.sync_stall.get(tp.thread, []), dtype=float)
             base = 0.0
             if tp.anchor_syncs > 0:  # stall inherited from the anchor thread
                 base = float(sum(r.sync_stall.get(tp.anchor_thread, [])[:tp.anchor_syncs]))
             prefix = np.concatenate([[base], base + np.cumsum(st)])
-            sel = thread == tp.thread
             nb = len(prefix) - 1
-            hs[sel] += prefix[np.minimum(prog.host_syncs_before_start[sel], nb)]
-            he[sel] += prefix[np.minimum(prog.host_syncs_before_end[sel], nb)]
+            hs[rows] += prefix[np.minimum(before_start, nb)]
+            he[rows] += prefix[np.minimum(before_end, nb)]
         return RankRun(
             rank=r.rg.rank,
             gpu_start=np.asarray(r.start, dtype=float),
@@ -567,3 +522,132 @@ class Executor:
             launch_latency_source=prog.launch_latency_source,
             coll_algo=dict(r.coll_algo),
         )
+
+
+
+class _HostThread(simpy.events.Event):
+    """One host thread of a rank: its program's launch and synchronize calls, each at its static time plus the
+    stall its synchronize calls accumulated so far (s).
+
+    The thread is itself the one simpy event it waits on, and its step on the engine resumes its body (a
+    generator) directly. Where a simpy process would wait (a later call's time while other events are due
+    first, a synchronize call's GPU ops, the anchor thread's first syncs), it puts itself on the engine's queue
+    where simpy would have put the timeout, the event or the process's start (same time, same priority, the
+    next place in the sequence): the same events in the same order as one simpy process per thread, without a
+    ``Process``, its ``Initialize`` and end events or an event object per wait (a wait costs one heap push and
+    pop). A call due before any other event runs at once (the clock moved to it, the same float a timeout
+    reaches), so consecutive calls run in one step until a real wait. O(1) a call besides the GPU work it
+    releases."""
+
+    def __init__(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> None:
+        self.env = ex.env
+        self._ok = True
+        self._value: Any = None
+        body = self._body(ex, r, tp)
+        next(body)  # to its first yield: from now on the engine's step resumes it with ``send``
+        self._cbs: list[Callable[[Any], Any]] = [body.send]
+        self.callbacks = self._cbs
+
+    def start(self) -> None:
+        """Schedule the thread's start now, urgent, as ``env.process`` schedules a process's first step."""
+        self.env.schedule(self, simpy.events.URGENT)
+
+    def succeed(self, value: Any = None) -> _HostThread:
+        """The wait is over (``value``: a synchronize call's ``(return time, op that set it)``): step again now."""
+        self._value = value
+        self.callbacks = self._cbs
+        self.env.schedule(self)
+        return self
+
+    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[None, Any, None]:
+        """The thread's calls in order; each wait is a ``yield`` here (hence one function: a helper could not
+        yield for it without a generator of its own per call)."""
+        yield  # started by the engine's step
+        env = ex.env
+        prog = r.prog
+        lat, hidden = prog.launch_latency, prog.gpu_hidden_delay
+        launch_gpu, sync_deps, delay = prog.launch_gpu, prog.sync_deps, prog.launch_delay
+        kinds, hosts, statics, costs = tp.ev_kind, tp.ev_host, tp.ev_static, tp.ev_cost
+        stalls: list[float] = []
+        bounds: list[int] = []
+        r.sync_stall[tp.thread] = stalls
+        r.sync_bound[tp.thread] = bounds
+        stall = 0.0
+        if tp.anchor_syncs > 0:  # start after the anchor thread's first syncs; inherit their stall
+            done = r.sync_stall.get(tp.anchor_thread)
+            if done is None or len(done) < tp.anchor_syncs:
+                r.sync_watch.setdefault(tp.anchor_thread, []).append((tp.anchor_syncs, self))
+                yield
+                done = r.sync_stall[tp.anchor_thread]
+            stall = sum(done[:tp.anchor_syncs])
+        watch = r.sync_watch
+        end_, ready, pending, work = r.end, r.ready, r.pending, ex.work
+        queue = env._queue  # simpy's event heap: (time, priority, id, event)
+        eid = env._eid
+        cbs = self._cbs
+        for k in range(len(kinds)):
+            t = statics[k] + stall
+            if t > env._now:
+                if queue and queue[0][0] <= t:  # something else is due first: wait where a timeout would go
+                    self.callbacks = cbs
+                    heappush(queue, (env._now + (t - env._now), NORMAL, next(eid), self))
+                    yield
+                else:  # nothing else is due by t: the timeout would be the next event, step over it
+                    env._now += t - env._now  # the same float the timeout would reach
+            ex.events += 1
+            h = hosts[k]
+            if kinds[k] == LAUNCH:  # _set_ready per op, inlined
+                rdy = t + lat + delay.get(h, 0.0)
+                for j in launch_gpu[h]:
+                    ready[j] = rdy + hidden.get(j, 0.0) if hidden else rdy
+                    pending[j] -= 1
+                    if pending[j] == 0:
+                        work.append((r, j))
+                if work:
+                    ex._drain()
+                continue
+            cost = costs[k]  # a sync returns ``cost`` after its start and after its GPU work
+            end_min = t + cost
+            m, by, missing = end_min, -1, 0
+            deps = sync_deps.get(h, ())
+            for d in deps:
+                e = end_[d]
+                if e != e:  # NaN: not resolved yet
+                    missing += 1
+                elif e + cost > m:
+                    m, by = e + cost, d
+            if missing:  # wait for them: _wake succeeds this thread with (return time, op that set it)
+                w = [missing, m, self, by, cost]
+                for d in deps:
+                    if end_[d] != end_[d]:
+                        r.waiters.setdefault(d, []).append(w)
+                yield
+                m, by = self._value
+            stalls.append(m - end_min)
+            bounds.append(by)
+            stall += m - end_min
+            if tp.thread in watch:
+                _release(watch[tp.thread], len(stalls))
+        self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
+        yield  # never reached again
+
+
+def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:attr:`RankProgram.thread_rows`, worked out once per program (O(host ops x threads))."""
+    got = prog.thread_rows
+    if got is None:
+        thread = rg.host_ops.thread
+        got = []
+        for tp in prog.threads:
+            rows = np.flatnonzero(thread == tp.thread)
+            got.append((rows, prog.host_syncs_before_start[rows], prog.host_syncs_before_end[rows]))
+        prog.thread_rows = got
+    return got
+
+
+def _release(watching: list[tuple[int, Any]], syncs: int) -> None:
+    """A thread's ``syncs``-th synchronize call returned: succeed the events of ``watching`` (``(number of
+    syncs, event)``: threads and GPU ops anchored to its first syncs) whose syncs have all returned."""
+    for sw in [sw for sw in watching if sw[0] <= syncs]:
+        watching.remove(sw)
+        sw[1].succeed()
