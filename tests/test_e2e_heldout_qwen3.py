@@ -36,3 +36,13 @@ def test_heldout_layouts_are_the_published_ones() -> None:
     for c in cases:
         if c.id.startswith("mlmr-"):
             assert c.measured.tokens_per_s_per_gpu is None and c.measured.model_tflops_per_gpu
+
+
+def test_launcher_flags_of_each_framework() -> None:
+    """The Megatron-LM recipes run through Megatron-LM's launcher with ``bf16: true`` and no ``grad_reduce_in_bf16``
+    (so ``arguments.py`` reduces gradients in fp32) and ``cross_entropy_loss_fusion: true``; the Megatron-Bridge rows
+    reduce in bf16 (``grad_reduce_in_fp32 = False``) with the fused loss."""
+    _, cases = load_cases(HELDOUT)
+    for c in cases:
+        assert c.grad_reduce_in_fp32 is c.id.startswith("mlmr-"), c.id
+        assert c.cross_entropy_fusion, c.id

@@ -338,7 +338,7 @@ def test_hybridep_across_two_h100_nodes_runs_at_the_published_ib_rate() -> None:
     59.58 MB then takes 1.633 ms (dispatch) and 4096 p x 14336 / (0.6295 x 50e9) = 1.860 ms (combine), longer
     than each rank's NVLink part, so the kernel time is the p2p latency plus that, and the IB metric over it
     gives back the published figures (a round trip: it checks the flows and the row taken, not the rate).
-    32 and 64 ranks take their rows (0.88 / 0.86, 0.89 / 0.87); the former flat 0.94 (an NVSHMEM put benchmark)
+    32 and 64 ranks (4 and 8 domains) take their rows (0.88 / 0.86, 0.89 / 0.87); the former flat 0.94 (an NVSHMEM put benchmark)
     was 29 % / 49 % above what HybridEP's own kernels reach at two nodes."""
     from cosim.engine.moe_comm import HYBRIDEP_RATES, hybridep
     from cosim.scenario import build_topology
@@ -347,10 +347,10 @@ def test_hybridep_across_two_h100_nodes_runs_at_the_published_ib_rate() -> None:
     gpus = list(topo.gpus)
     p = 1 - comb(64, 8) / comb(128, 8)
     assert p == pytest.approx(0.99690, abs=1e-5)
-    assert HYBRIDEP_RATES.rdma_fraction("dispatch", 16) == pytest.approx(0.7171 * (1 + 256 / 14336), rel=1e-4)
-    assert HYBRIDEP_RATES.rdma_fraction("combine", 16) == pytest.approx(0.6295, rel=1e-4)
-    assert HYBRIDEP_RATES.rdma_fraction("dispatch", 48) == HYBRIDEP_RATES.rdma_fraction("dispatch", 32)
-    assert HYBRIDEP_RATES.rdma_fraction("combine", 8) == HYBRIDEP_RATES.rdma_fraction("combine", 16)
+    assert HYBRIDEP_RATES.rdma_fraction("dispatch", 2) == pytest.approx(0.7171 * (1 + 256 / 14336), rel=1e-4)
+    assert HYBRIDEP_RATES.rdma_fraction("combine", 2) == pytest.approx(0.6295, rel=1e-4)
+    assert HYBRIDEP_RATES.rdma_fraction("dispatch", 6) == HYBRIDEP_RATES.rdma_fraction("dispatch", 4)
+    assert HYBRIDEP_RATES.rdma_fraction("combine", 16) == HYBRIDEP_RATES.rdma_fraction("combine", 8)
     for kind, probs, metric, ms in (("dispatch", True, 71.71e9, 1.633), ("combine", False, 62.95e9, 1.860)):
         sim = Simulator(topo, SimConfig(record_trace=False))
         ev = hybridep(sim, kind, gpus, num_tokens=4096, hidden=7168, num_topk=8, num_experts=128, probs=probs)
@@ -359,3 +359,28 @@ def test_hybridep_across_two_h100_nodes_runs_at_the_published_ib_rate() -> None:
         lat = sim.nccl_params.fitted.p2p_latency
         assert (r.time - lat) * 1e3 == pytest.approx(ms, rel=2e-3)
         assert 4096 * 2 * p * 14336 / (r.time - lat) == pytest.approx(metric, rel=2e-3)
+
+
+def test_hybridep_rdma_row_is_keyed_by_domains_not_ranks() -> None:
+    """The H100 IB table's 16 / 32 / 64 ranks are 2 / 4 / 8 nodes of 8, and a rank's RDMA sends go once per remote
+    NVLink domain, so a group's row is its domain count's. EP32 over two GB200 NVL72 racks (16 ranks in each, the
+    racks' 400 Gb/s ConnectX-7) is the table's two-node case: combine fraction 0.6295, not the 32-rank row's 0.86.
+    By hand: 4 experts per rank, 64 per rack; a token routes to the other rack with p = 1 - C(64, 8) / C(128, 8),
+    so each rank writes 4096 p x 14336 B = 58.54 MB over its NIC: 58.54e6 / (0.6295 x 50e9) = 1.860 ms (the
+    NVLink part, 15 peers at NVLink 5, is shorter)."""
+    from cosim.engine.moe_comm import HYBRIDEP_RATES, hybridep, nvlink_domains
+    from cosim.scenario import build_topology
+
+    assert HYBRIDEP_RATES.rdma_fraction("combine", 2) == pytest.approx(0.6295, rel=1e-4)
+    assert HYBRIDEP_RATES.rdma_fraction("combine", 4) > 0.85
+    topo = build_topology("gb200-nvl72", None, None, None, 36)
+    gpus = list(topo.gpus)
+    ranks = gpus[:16] + gpus[72:88]
+    sim = Simulator(topo, SimConfig(record_trace=False))
+    assert [len(d) for d in nvlink_domains(sim, ranks)] == [16, 16]
+    ev = hybridep(sim, "combine", ranks, num_tokens=4096, hidden=7168, num_topk=8, num_experts=128, probs=False)
+    sim.run()
+    p = 1 - comb(64, 8) / comb(128, 8)
+    lat = sim.nccl_params.fitted.p2p_latency
+    assert (ev.value.time - lat) * 1e3 == pytest.approx(4096 * p * 14336 / (0.6295 * 50e9) * 1e3, rel=2e-3)
+    assert (ev.value.time - lat) * 1e3 == pytest.approx(1.860, rel=2e-3)

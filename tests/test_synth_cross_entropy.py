@@ -85,3 +85,18 @@ def test_run_case_field_reaches_the_spec(fusion: bool) -> None:
     case = mz[0].model_copy(update={"cross_entropy_fusion": fusion})
     scn = R._scenario(case, 16, "dgx-h100", 32, "none")
     assert scn.workload.synthetic.cross_entropy_fusion is fusion
+
+
+def test_set_key_reaches_the_step_and_serving_refuses_it() -> None:
+    """``--set workload.synthetic.cross_entropy_fusion=false`` (a string, as the command line gives it) reaches the
+    spec of a training scenario and puts the unfused kernels in its graph; a serving step (no loss) refuses it with
+    a one-line error naming the field."""
+    from cosim.errors import CosimInputError
+    from cosim.scenario import apply_scenario_sets, load_scenario, run_scenario
+
+    scn, _ = apply_scenario_sets(load_scenario("qwen3-30b-ep8-dgx-h100"),
+                                 {"workload.synthetic.cross_entropy_fusion": "false"})
+    assert scn.workload.synthetic.cross_entropy_fusion is False
+    dec, _ = apply_scenario_sets(load_scenario("dsv3-decode-ep128"), {"workload.synthetic.cross_entropy_fusion": "false"})
+    with pytest.raises(CosimInputError, match=r"^workload\.synthetic\.cross_entropy_fusion: a training field"):
+        run_scenario(dec)

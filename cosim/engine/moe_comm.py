@@ -431,10 +431,11 @@ def _hybridep_rdma_fraction(ranks: int, metric: float, prob_row: int, hidden: in
     return metric * (nodes - 1) / nodes * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / H100_NIC_BANDWIDTH
 
 
-def _rdma_rows(sms: int) -> tuple[tuple[int, float, float], ...]:
-    """(ranks, dispatch fraction, combine fraction) of the H100 IB table of the most SMs not above ``sms``."""
+def _rdma_rows(sms: int, per_node: int = 8) -> tuple[tuple[int, float, float], ...]:
+    """(NVLink domains, dispatch fraction, combine fraction) of the H100 IB table of the most SMs not above ``sms``
+    (its 16 / 32 / 64 ranks are 2 / 4 / 8 DGX H100 nodes of ``per_node`` GPUs)."""
     key = max([k for k in HYBRIDEP_H100_IB if k <= sms] or [min(HYBRIDEP_H100_IB)])
-    return tuple((r, _hybridep_rdma_fraction(r, d, 64), _hybridep_rdma_fraction(r, c, 0))
+    return tuple((r // per_node, _hybridep_rdma_fraction(r, d, 64), _hybridep_rdma_fraction(r, c, 0))
                  for r, d, c in HYBRIDEP_H100_IB[key])
 
 
@@ -459,15 +460,18 @@ class HybridEPRates:
     largest size not above its own (the smallest row below 8; 36 beyond)."""
     rdma: tuple[tuple[int, float, float], ...] = _rdma_rows(16)
     """Across NVLink domains (HybridEP sends once per destination domain to the rail peer, which forwards over
-    NVLink): (ranks of the group, dispatch fraction, combine fraction) of the NIC's raw rate, from the H100 16-SM
-    IB table (:data:`HYBRIDEP_H100_IB`; 16 ranks: 0.73 / 0.63, 32: 0.88 / 0.86, 64: 0.89 / 0.87), the only
-    published HybridEP RDMA measurement. A group takes the row of the largest rank count not above its own."""
+    NVLink): (NVLink domains the group spans, dispatch fraction, combine fraction) of the NIC's raw rate, from the
+    H100 16-SM IB table (:data:`HYBRIDEP_H100_IB`, whose 16 / 32 / 64 ranks are 2 / 4 / 8 nodes: 2 domains 0.73 /
+    0.63, 4: 0.88 / 0.86, 8: 0.89 / 0.87), the only published HybridEP RDMA measurement. A group takes the row of
+    the largest domain count not above its own: keyed by domains, not ranks, since a rank's RDMA sends go one per
+    remote domain (an EP128 group over two NVL72 racks is the table's two-node case, not its 64-rank one)."""
 
     def nvlink_fraction(self, kind: str, ranks: int) -> float:
         return _row(self.nvlink, kind, ranks)
 
-    def rdma_fraction(self, kind: str, ranks: int) -> float:
-        return _row(self.rdma, kind, ranks)
+    def rdma_fraction(self, kind: str, domains: int) -> float:
+        """The NIC fraction of a ``kind`` call over a group spanning ``domains`` NVLink domains (:attr:`rdma`)."""
+        return _row(self.rdma, kind, domains)
 
 
 HYBRIDEP_RATES = HybridEPRates()
@@ -560,7 +564,7 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
     tokens with an expert on ``d`` (once per rank, however many of its experts are there); across domains once
     per domain to the rail peer, which forwards over NVLink (:func:`_flows`). NVLink flows run at the measured
     fraction of the domain's size (:class:`HybridEPRates`), RDMA ones at the measured H100 fraction of the
-    group's size (``rates.rdma_fraction``). Flows are kept per
+    number of domains the group spans (``rates.rdma_fraction``). Flows are kept per
     simulator, as :func:`deepep`'s. Cost: O(ranks^2) on the first call of a shape, O(1) after."""
     from cosim.engine.collectives import CollectiveResult
 
@@ -596,7 +600,7 @@ def hybridep(sim: Simulator, kind: str, ranks: Sequence[str], *, num_tokens: flo
                                                   rates.nvlink_fraction(kind, per))))
         if inter:
             parts.append((inter, _link_efficiency(sim, {a for a, _, _ in inter}, True,
-                                                  rates.rdma_fraction(kind, len(ranks)))))
+                                                  rates.rdma_fraction(kind, len(doms)))))
         hit = (tr, float(sum(v for _, _, v in flows)), parts)
         cache[key] = hit
     tr, total, parts = hit

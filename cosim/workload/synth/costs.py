@@ -1103,14 +1103,17 @@ def embedding_ops(card: MoEModelConfig, tokens: float, shard: Shard | None = Non
     return ops
 
 
-CE_UNFUSED_SOURCE = ("NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py (VocabParallelCrossEntropy: "
+CE_UNFUSED_SOURCE = ("NVIDIA/Megatron-LM at 1e057005 (the commit the ModelZoo Qwen3-235B table names for its rows, "
+                     "'main(1e057005)'; the same kernels at d98e8a6) "
+                     "megatron/core/tensor_parallel/cross_entropy.py (VocabParallelCrossEntropy: "
                      "calculate_logits_max casts the bf16 logits to fp32 and takes their max; "
                      "calculate_predicted_logits subtracts the max in place, exponentiates in place "
                      "(torch.exp(out=)) and sums; calculate_cross_entropy_loss divides in place (exp_logits.div_), "
                      "the fp32 softmax saved; backward calculate_gradients multiplies it in place by the output "
                      "gradient, returned in fp32 for the bf16 logits, which autograd casts back to bf16) and "
                      "megatron/core/models/common/language_module/language_module.py (compute_language_model_loss: "
-                     "that path unless TransformerConfig.cross_entropy_loss_fusion, whose default is False)")
+                     "that path unless TransformerConfig.cross_entropy_loss_fusion, whose default is False in "
+                     "megatron/core/model_parallel_config.py, TransformerConfig's base class)")
 """Why Megatron-Core's unfused loss is six forward kernels over the logits (52 bytes per logit element, forward and
 backward, against the fused op's 24): :func:`unfused_cross_entropy_ops`."""
 

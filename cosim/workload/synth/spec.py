@@ -300,7 +300,8 @@ class SyntheticSpec(Strict):
     Megatron-Bridge performance configs): the loss as one fused op over the logits. False (Megatron-Core's own
     default, a Megatron-LM launch without the flag): its unfused vocabulary-parallel cross-entropy, six kernels
     over the fp32 logits forward and two backward
-    (:data:`cosim.workload.synth.costs.CE_UNFUSED_SOURCE`)."""
+    (:data:`cosim.workload.synth.costs.CE_UNFUSED_SOURCE`). False on a serving step (mode prefill or decode,
+    which computes no loss) is an error."""
     grad_accumulation_fusion: bool = True
     """Training: Megatron-Core's ``gradient_accumulation_fusion`` (on in Megatron-LM and the Megatron-Bridge
     providers): every weight-gradient GEMM accumulates into the gradient buffer's ``main_grad``, reading and writing
@@ -554,7 +555,8 @@ def _build_options(spec: SyntheticSpec, topology: Any, gpu0: Any, acc: Any, rout
 
 
 def _check_mode_fields(spec: SyntheticSpec) -> None:
-    """Refuse a batch of another mode's shape, and training-only fields on a serving step."""
+    """Refuse a batch of another mode's shape, and training-only fields (expert precision, the unfused loss) on a
+    serving step."""
     want = {"train": BatchSpec, "prefill": PrefillBatch, "decode": DecodeBatch}[spec.mode]
     if not isinstance(spec.batch, want):
         fields = {"train": "{global, micro, seq}", "prefill": "{tokens_per_gpu, prompt, chunk}",
@@ -566,6 +568,9 @@ def _check_mode_fields(spec: SyntheticSpec) -> None:
     if spec.mode != "train" and spec.expert_precision is not None:
         raise CosimInputError("workload.synthetic.expert_precision: a training field (mode train); serving steps "
                               "take precision for every GEMM")
+    if spec.mode != "train" and not spec.cross_entropy_fusion:
+        raise CosimInputError("workload.synthetic.cross_entropy_fusion: a training field (mode train); a serving step "
+                              "computes no loss (its head samples the next token)")
 
 
 def _check_training_fields(spec: SyntheticSpec, rm: RankMap) -> None:
