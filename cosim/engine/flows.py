@@ -1072,7 +1072,7 @@ class Fabric:
         bad = []
         for j in C.tolist():
             c = int(R[j])
-            if p.rate[c] >= p.cap[c] * (1.0 - 1e-12):
+            if p.cap[c] <= p.rate[c] * (1.0 + self._SAT_TOL):  # at its cap: the parallel fill's cap test
                 continue
             if tabs is None:
                 tabs = self._link_tables()
@@ -2249,7 +2249,7 @@ class Fabric:
 
     _SAT_TOL = 1e-9
     """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same), also used
-    by the flow-class check (:meth:`_class_ok`) for "saturated" and "faster"."""
+    by the flow-class checks (:meth:`_class_checks`, :meth:`_class_ok`) for "at its cap", "saturated" and "faster"."""
 
     @staticmethod
     def _fill_parallel(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, e_off: np.ndarray,
