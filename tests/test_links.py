@@ -15,9 +15,9 @@ import cosim.replay.api as api
 from cosim.replay import ReplayConfig, replay
 from cosim.replay.links import EngineRoutes
 from cosim.resources import shared_dir
-from tests._link_rows import link_data, prev_ends
 from cosim.topology import load_topology
 from cosim.workload import load_trace
+from tests._link_rows import link_data, prev_ends
 
 US = 1e-6
 T0 = 1000.0

@@ -972,8 +972,8 @@ class Fabric:
                                                  list[_FlowClass]]:
         """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
         become one class row each (their summed multiplicity on a class segment), after the rows that stay.
-        Returns the new rows and the classes (none: no class). O(k log k) for the k rows, once per prepared batch (kept by its ``segs``); a
-        new class segment O(their entries + links) once (cached by its members)."""
+        Returns the new rows and the classes (none: no class). O(k log k) for the k rows, once per prepared batch
+        (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members)."""
         nseg = np.count_nonzero(segs >= 0, axis=1)
         order = np.lexsort((nseg, wcap, lat, wire))
         cols = (wire[order], lat[order], wcap[order], nseg[order])
