@@ -236,7 +236,7 @@ class _FlowClass:
     """The members' wire rate cap (bytes/s; inf: none)."""
     sid: int
     """Its class segment."""
-    tables: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray, int, list[np.ndarray]] | None = None
     """The members' segment tables of :meth:`Fabric._class_ok` (built at the first check)."""
     split: tuple[np.ndarray, list[_FlowClass]] | None = None
     """What a split made of it (its members left as plain rows, its sub-classes): a later start of the same
@@ -1121,11 +1121,15 @@ class Fabric:
             ln = self._se_off[us + 1] - st
             e = _ranges(st, ln)
             eu = np.repeat(np.arange(len(us)), ln)
-            fc.tables = (invf.reshape(fc.segs.shape), self._se_link[e], eu, len(us) + 1)
-        inv, el, eu, nu = fc.tables  # (entries of registered segments never move: new ones are appended)
+            inv2 = invf.reshape(fc.segs.shape)
+            fc.tables = (inv2, self._se_link[e], eu, len(us) + 1, [np.unique(inv2[:, k]) for k in range(_K)])
+        inv, el, eu, nu, cols = fc.tables  # (entries of registered segments never move: new ones are appended)
         es = sat[el]  # (the members' links are the class segment's)
         ef = fastest[el] > r * (1.0 + self._SAT_TOL)
-        good = np.bincount(eu, weights=es & ~ef, minlength=nu)[inv].sum(axis=1)
+        gs = np.bincount(eu, weights=es & ~ef, minlength=nu)  # per distinct segment (last: the padding, 0)
+        if any(np.count_nonzero(gs[u]) == len(u) for u in cols):
+            return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
+        good = gs[inv].sum(axis=1)
         if np.count_nonzero(good) == len(good):
             return None
         ns = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
