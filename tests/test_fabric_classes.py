@@ -78,3 +78,31 @@ def test_flow_classes_off_on_scratch_fabric() -> None:
     sim = Simulator(topo, SimConfig(record_trace=False, fabric=FabricConfig(flow_classes=True)))
     assert sim.fabric.flow_classes
     assert not sim.collectives._scratch_sim().fabric.flow_classes
+
+
+@pytest.mark.parametrize("cap_gbps", [1.0, 40.0])
+def test_a_class_at_its_rate_cap_passes_the_check(cap_gbps: float) -> None:
+    """Every GPU pair of two DGX H100 nodes, 64 MiB each, capped at ``cap_gbps`` GB/s: the intra- and inter-node
+    pairs form classes. At 1 GB/s every flow runs at its cap (no link saturates: the check passes by the cap
+    test alone, no split) and ends at its route's latency + bytes / cap; at 40 GB/s the inter-node pairs share
+    their NICs (8 pairs x 40 GB/s > 50 GB/s) and the intra-node ones stay capped. Either way the end time is
+    the per-flow one within the documented 1e-9."""
+    from cosim.scenario import build_topology
+
+    topo = build_topology("dgx-h100", None, nodes=2)
+    cap = cap_gbps * 1e9
+    out = []
+    for classes in (False, True):
+        sim = Simulator(topo, SimConfig(record_trace=False, fabric=FabricConfig(coalesce=False, flow_classes=classes)))
+        fab = sim.fabric
+        g = topo.gpus
+        segs = np.array([[fab.pair_segment(a, b), -1, -1] for a in g for b in g if a != b], dtype=np.int64)
+        lat = max(fab._seg_lat[s] for s in segs[:, 0].tolist())  # (each route: one segment)
+        fab.start_rows(segs, np.full(len(segs), float(PER_RANK)), max_rate=cap)
+        sim.run()
+        out.append((sim.env.now, fab.n_class_rows, fab.n_class_splits, lat))
+    (t_ref, rows_ref, _, lat), (t, rows, splits, _) = out
+    assert rows_ref == 0 and rows >= 2
+    assert t == pytest.approx(t_ref, rel=1e-9, abs=0.0)
+    if cap_gbps == 1.0:
+        assert splits == 0 and t == pytest.approx(lat + PER_RANK / cap, rel=1e-12)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from cosim.replay.links import COLLECTIVE, LinkUsage, record_fabric
+from tests._link_rows import link_data
 
 
 def _plain(raw: list[tuple[np.ndarray, ...]], nl: int) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit()
     distinct = {tuple(x) for x in streams}
     assert 6 < len(np.unique(u.classes.cls)) == len(distinct) < nl
     ref = _plain(raw, nl)
-    lk, s, e, c, nb, _src, off = u._data()
+    lk, s, e, c, nb, _src, off = link_data(u)
     for x, y in zip((lk, s, e, c, nb), ref["data"]):
         assert _same(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
     assert np.array_equal(np.diff(off), np.bincount(ref["data"][0], minlength=nl))

@@ -17,6 +17,7 @@ from cosim.replay.links import EngineRoutes
 from cosim.resources import shared_dir
 from cosim.topology import load_topology
 from cosim.workload import load_trace
+from tests._link_rows import link_data, prev_ends
 
 US = 1e-6
 T0 = 1000.0
@@ -257,7 +258,7 @@ def test_windowed_bytes_equal_the_per_interval_fractions() -> None:
     nb = rng.integers(1, 1000, n).astype(float) * 1.37
     u = LinkUsage([(f"a{i}", f"b{i}") for i in range(6)], np.ones(6))
     u.add(lk, s, e, np.ones(n), nb, COLLECTIVE)
-    lks, ss, es, _c, nbs, *_ = u._data()
+    lks, ss, es, _c, nbs, *_ = link_data(u)
     for a, b in ((3.0, 17.5), (0.5, 0.5), (10.25, 60.0), (-5.0, 12.0)):
         d = es - ss
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -295,10 +296,10 @@ def test_windowed_figures_from_the_crossing_intervals_are_bit_for_bit() -> None:
     add(30, True, COLLECTIVE)
     allr = np.concatenate(rows, axis=1)
     o = np.lexsort((allr[1], allr[0]))
-    lk, s, e, _c, nb, _src, _off = u._data()
+    lk, s, e, _c, nb, _src, _off = link_data(u)
     assert np.array_equal(lk, allr[0][o].astype(np.int64)) and np.array_equal(s, allr[1][o])
     assert np.array_equal(e, allr[2][o]) and np.array_equal(nb, allr[3][o])
-    prev = u._prev_ends()
+    prev = prev_ends(u)
     for a, b in ((3.0, 17.5), (0.5, 0.5), (10.25, 60.0), (-5.0, 12.0), (29.0, 29.5)):
         want_busy = np.bincount(lk, weights=np.maximum(np.clip(e, a, b) - np.maximum(np.clip(s, a, b),
                                                                                      np.clip(prev, a, b)), 0.0),

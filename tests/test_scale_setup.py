@@ -10,6 +10,7 @@ import numpy as np
 from cosim.replay.links import LinkUsage
 from cosim.scenario import build_topology
 from cosim.topology.routing import natural_key
+from tests._link_rows import link_data
 
 
 def _brute(t):
@@ -54,7 +55,7 @@ def test_link_report_sort_key_keeps_the_order():
     s = np.round(rng.random(n), 2)  # many equal starts on a link
     e = s + 0.5
     u.add(lk, s, e, np.ones(n), rng.random(n), 0)
-    data = u._data()
+    data = link_data(u)
     o = np.lexsort((s, lk))
-    assert np.array_equal(data[0], lk[o]) and np.array_equal(data[1], s[o]) and np.array_equal(data[4], u._data()[4])
+    assert np.array_equal(data[0], lk[o]) and np.array_equal(data[1], s[o]) and np.array_equal(data[4], link_data(u)[4])
     assert np.array_equal(data[2], e[o])

@@ -221,6 +221,34 @@ _K = 3
 """Segments per row (cluster route: up-segment, fabric bundle, down-segment)."""
 
 
+@dataclass(slots=True, eq=False)
+class _FlowClass:
+    """A flow class: member rows of one batch with equal wire bytes, latency, cap and segment count, run as one
+    row on the class segment ``sid`` (their summed multiplicity; see :meth:`Fabric._form_classes`)."""
+
+    segs: np.ndarray
+    """The members' segments (rows x :data:`_K`, -1 padded)."""
+    mult: np.ndarray
+    """The members' multiplicity."""
+    lat: np.ndarray
+    """The members' latency (s)."""
+    cap: np.ndarray
+    """The members' wire rate cap (bytes/s; inf: none)."""
+    sid: int
+    """Its class segment."""
+    tables: tuple[np.ndarray, np.ndarray, np.ndarray, int, list[np.ndarray]] | None = None
+    """The members' segment tables of :meth:`Fabric._class_ok` (built at the first check)."""
+    split: tuple[np.ndarray, list[_FlowClass]] | None = None
+    """What a split made of it (its members left as plain rows, its sub-classes): a later start of the same
+    prepared batch begins split like this."""
+
+    def row(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Its row but the bytes: (segments 1 x :data:`_K`, multiplicity, latency, cap), one value each."""
+        seg = np.full((1, _K), -1, dtype=np.int64)
+        seg[0, 0] = self.sid
+        return seg, np.array([float(self.mult.sum())]), self.lat[:1], self.cap[:1]
+
+
 @dataclass
 class _Rows:
     """Growable struct-of-arrays of flow classes (rows).
@@ -466,7 +494,7 @@ class Fabric:
         self._has_cls = False  # a class segment is registered (unweighted sums then take ``_se_n``)
         self.flow_classes = self.config.flow_classes
         """Form flow classes (:attr:`FabricConfig.flow_classes`); off on scratch fabrics."""
-        self._cls: dict[int, list[Any]] = {}  # class id -> its members' rows and check tables
+        self._cls: dict[int, _FlowClass] = {}  # class id -> the class
         self._cls_ok: set[bytes] = set()  # rate-memo keys whose flow classes passed the check
         self._cls_bad: dict[bytes, list[tuple[int, np.ndarray]]] = {}  # ... that failed: (row in R, split key)
         self._cls_plans: dict[int, tuple[Any, ...]] = {}  # id(prepared segs) -> (segs, class rows, members)
@@ -892,12 +920,12 @@ class Fabric:
             if plan[6]:
                 segs, wire, lat, mult, wcap = plan[1:6]
                 mem = plan[6]
-                if any(info[5] is not None for info in mem):  # start as the sub-classes it split into last time
+                if any(fc.split is not None for fc in mem):  # start as the sub-classes it split into last time
                     segs, wire, lat, mult, wcap, mem = self._learned(segs, wire, lat, mult, wcap, mem)
                 cls_of = np.full(len(wire), -1, dtype=np.int64)
                 pos = len(wire) - len(mem)  # the class rows come last
-                for j, info in enumerate(mem):
-                    self._cls[self._next_cls] = info
+                for j, fc in enumerate(mem):
+                    self._cls[self._next_cls] = fc
                     cls_of[pos + j] = self._next_cls
                     self._next_cls += 1
                 self.n_class_rows += len(mem)
@@ -941,12 +969,11 @@ class Fabric:
 
     def _form_classes(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
                       wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                 list[list[Any]]]:
+                                                 list[_FlowClass]]:
         """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
         become one class row each (their summed multiplicity on a class segment), after the rows that stay.
-        Returns the new rows and each class's members ([segments, multiplicity, latency, cap, check tables]);
-        no members: no class. O(k log k) for the k rows, once per prepared batch (kept by its ``segs``); a
-        new class segment O(their entries + links) once (cached by its members)."""
+        Returns the new rows and the classes (none: no class). O(k log k) for the k rows, once per prepared batch
+        (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members)."""
         nseg = np.count_nonzero(segs >= 0, axis=1)
         order = np.lexsort((nseg, wcap, lat, wire))
         cols = (wire[order], lat[order], wcap[order], nseg[order])
@@ -956,7 +983,7 @@ class Fabric:
         st = _nzf(new)
         cnt = np.diff(np.append(st, len(order)))
         big = _nzf(cnt >= self._CLASS_MIN)
-        mem: list[list[Any]] = []
+        mem: list[_FlowClass] = []
         if not big.size:
             return segs, wire, lat, mult, wcap, mem
         gid = np.cumsum(new) - 1
@@ -966,52 +993,51 @@ class Fabric:
         o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
         for g in big.tolist():
             idx = np.sort(order[st[g]:st[g] + cnt[g]])
-            ms, mm = segs[idx], mult[idx]
-            sid = self._class_segment(ms, mm)
-            mem.append([ms, mm, lat[idx], wcap[idx], None, None, sid])
-            i0 = idx[:1]
-            o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
-            o_w.append(wire[i0])
-            o_l.append(lat[i0])
-            o_m.append(np.array([float(mm.sum())]))
-            o_c.append(wcap[i0])
+            fc = self._new_class(segs[idx], mult[idx], lat[idx], wcap[idx])
+            mem.append(fc)
+            for o, x in zip((o_s, o_m, o_l, o_c), fc.row()):
+                o.append(x)
+            o_w.append(wire[idx[:1]])
         cat = np.concatenate
         return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), mem
 
     def _learned(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray, wcap: np.ndarray,
-                 mem: list[list[Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                 list[list[Any]]]:
+                 mem: list[_FlowClass]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                 list[_FlowClass]]:
         """A prepared batch's rows (the class rows last, one per ``mem``) with each class that was split at an
         earlier start replaced by what it split into (recursively): its plain member rows, then its
         sub-classes. Still exact: the sub-classes are checked at every solve like any class."""
         nc = len(mem)
         base = len(wire) - nc
         o_s, o_w, o_l, o_m, o_c = [segs[:base]], [wire[:base]], [lat[:base]], [mult[:base]], [wcap[:base]]
-        out: list[tuple[list[Any], float]] = []
+        out: list[tuple[_FlowClass, float]] = []
 
-        def expand(info: list[Any], w: float) -> None:
-            if info[5] is None:
-                out.append((info, w))
+        def expand(fc: _FlowClass, w: float) -> None:
+            if fc.split is None:
+                out.append((fc, w))
                 return
-            plain, subs = info[5]
-            o_s.append(info[0][plain])
+            plain, subs = fc.split
+            o_s.append(fc.segs[plain])
             o_w.append(np.full(len(plain), w))
-            o_l.append(info[2][plain])
-            o_m.append(info[1][plain])
-            o_c.append(info[3][plain])
+            o_l.append(fc.lat[plain])
+            o_m.append(fc.mult[plain])
+            o_c.append(fc.cap[plain])
             for sub in subs:
                 expand(sub, w)
 
-        for j, info in enumerate(mem):
-            expand(info, float(wire[base + j]))
-        for info, w in out:
-            o_s.append(np.array([[info[6]] + [-1] * (_K - 1)], dtype=np.int64))
+        for j, fc in enumerate(mem):
+            expand(fc, float(wire[base + j]))
+        for fc, w in out:
+            for o, x in zip((o_s, o_m, o_l, o_c), fc.row()):
+                o.append(x)
             o_w.append(np.full(1, w))
-            o_l.append(info[2][:1])
-            o_m.append(np.array([float(info[1].sum())]))
-            o_c.append(info[3][:1])
         cat = np.concatenate
-        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), [info for info, _ in out]
+        return cat(o_s), cat(o_w), cat(o_l), cat(o_m), cat(o_c), [fc for fc, _ in out]
+
+    def _new_class(self, ms: np.ndarray, mm: np.ndarray, ml: np.ndarray, mc: np.ndarray) -> _FlowClass:
+        """The flow class of member rows with segments ``ms``, multiplicity ``mm``, latency ``ml`` (s) and cap
+        ``mc`` (bytes/s), on its class segment."""
+        return _FlowClass(ms, mm, ml, mc, self._class_segment(ms, mm))
 
     def _class_segment(self, ms: np.ndarray, mm: np.ndarray) -> int:
         """The class segment of member rows ``ms`` (segments) x ``mm`` (multiplicity): their links, each
@@ -1037,21 +1063,56 @@ class Fabric:
         self._has_cls = True
         return sid
 
-    def _class_ok(self, c: int) -> np.ndarray | None:
-        """``None`` when class row ``c``'s rate is every member's per-flow max-min rate: all at their cap, or
-        every member crosses a saturated (binding) link on which no active row runs faster (its bottleneck).
-        With the per-link loads those of the members (the class segment's weights), that is the per-flow
-        max-min certificate, and the max-min allocation is unique. Otherwise a key per member for the split:
-        members with equal counts of such links, of saturated links and of links with a faster row among
-        their own stay together. O(n + entries of the members' segments + links)."""
+    def _class_checks(self, R: np.ndarray, C: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """The flow-class rows ``R[C]`` that fail the per-flow max-min check (:meth:`_class_ok`), as (position
+        in ``R``, split key). A class row at its cap passes (every member is at its cap); the per-link tables
+        the other checks share (:meth:`_link_tables`) are built once, at the first of them."""
+        p = self._rows
+        tabs: tuple[np.ndarray, np.ndarray] | None = None
+        bad = []
+        for j in C.tolist():
+            c = int(R[j])
+            if p.cap[c] <= p.rate[c] * (1.0 + self._SAT_TOL):  # at its cap: the parallel fill's cap test
+                continue
+            if tabs is None:
+                tabs = self._link_tables()
+            mk = self._class_ok(c, *tabs)
+            if mk is not None:
+                bad.append((j, mk))
+        return bad
+
+    def _link_tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per link, for the flow-class checks after a solve: whether the fill's saturation test holds (never
+        on a never-binding link), and the rate of the fastest active row crossing it (bytes/s; -inf: none).
+        O(links + the active rows' distinct segments' entries), once per solve instead of per check."""
+        p = self._rows
+        sat = self._load >= self.capacity * (1.0 - self._SAT_TOL)
+        if self._free_on:
+            sat &= ~self._free
+        ai = self._active_idx()
+        segs = p.seg[ai].reshape(-1)
+        ok = segs >= 0
+        us, inv = self._cpx(segs[ok], len(self._seg_lat))
+        smax = np.full(len(us), -_INF)
+        np.maximum.at(smax, inv, p.rate[ai].repeat(_K)[ok])
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        fastest = np.full(len(self.links), -_INF)
+        np.maximum.at(fastest, self._se_link[_ranges(st, ln)], smax.repeat(ln))
+        return sat, fastest
+
+    def _class_ok(self, c: int, sat: np.ndarray, fastest: np.ndarray) -> np.ndarray | None:
+        """``None`` when class row ``c``'s rate (below its cap) is every member's per-flow max-min rate: every
+        member crosses a saturated (binding) link on which no active row runs faster (its bottleneck); ``sat``
+        and ``fastest``: :meth:`_link_tables`. With the per-link loads those of the members (the class
+        segment's weights), that is the per-flow max-min certificate, and the max-min allocation is unique.
+        Otherwise a key per member for the split: members with equal counts of such links, of saturated links
+        and of links with a faster row among their own stay together. O(n + entries of the members' segments)."""
         p = self._rows
         r = float(p.rate[c])
-        if r >= p.cap[c] * (1.0 - 1e-12):
-            return None
-        info = self._cls[int(p.cls[c])]
-        if info[4] is None:  # tables of the members' segments, built at the first check (shared by the starts)
-            ms = info[0]
-            flat = ms.reshape(-1)
+        fc = self._cls[int(p.cls[c])]
+        if fc.tables is None:  # tables of the members' segments, built at the first check (shared by the starts)
+            flat = fc.segs.reshape(-1)
             ok = flat >= 0
             us = np.unique(flat[ok])
             invf = np.full(flat.size, len(us), dtype=np.int64)
@@ -1060,25 +1121,15 @@ class Fabric:
             ln = self._se_off[us + 1] - st
             e = _ranges(st, ln)
             eu = np.repeat(np.arange(len(us)), ln)
-            info[4] = (invf.reshape(ms.shape), self._se_link[e], eu, len(us) + 1)
-        inv, el, eu, nu = info[4]  # (entries of registered segments never move: new ones are appended)
-        sid = int(p.seg[c, 0])
-        lk = self._se_link[self._se_off[sid]:self._se_off[sid + 1]]
-        sat = self._load[lk] >= self.capacity[lk] * (1.0 - self._SAT_TOL)  # the fill's saturation test
-        if self._free_on:
-            sat &= ~self._free[lk]
-        nl = len(self.links)
-        satm = np.zeros(nl, dtype=bool)
-        satm[lk[sat]] = True
-        ai = self._active_idx()
-        fast = ai[p.rate[ai] > r * (1.0 + self._SAT_TOL)]
-        es = satm[el]
-        if fast.size:
-            ef = (self._to_links(p.seg[fast].reshape(-1), np.ones(fast.size * _K), weighted=False) > 0)[el]
-            good = np.bincount(eu, weights=es & ~ef, minlength=nu)[inv].sum(axis=1)
-        else:
-            ef = np.zeros(len(el), dtype=bool)
-            good = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
+            inv2 = invf.reshape(fc.segs.shape)
+            fc.tables = (inv2, self._se_link[e], eu, len(us) + 1, [np.unique(inv2[:, k]) for k in range(_K)])
+        inv, el, eu, nu, cols = fc.tables  # (entries of registered segments never move: new ones are appended)
+        es = sat[el]  # (the members' links are the class segment's)
+        ef = fastest[el] > r * (1.0 + self._SAT_TOL)
+        gs = np.bincount(eu, weights=es & ~ef, minlength=nu)  # per distinct segment (last: the padding, 0)
+        if any(np.count_nonzero(gs[u]) == len(u) for u in cols):
+            return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
+        good = gs[inv].sum(axis=1)
         if np.count_nonzero(good) == len(good):
             return None
         ns = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
@@ -1092,8 +1143,8 @@ class Fabric:
         one key is split into member rows (the split always refines)."""
         p = self._rows
         now = self.env.now
-        info = self._cls.pop(int(p.cls[c]))
-        ms, mm, ml, mc = info[:4]
+        fc = self._cls.pop(int(p.cls[c]))
+        ms, mm, ml, mc = fc.segs, fc.mult, fc.lat, fc.cap
         rem = float(p.rem[c] - p.rate[c] * (now - p.t0[c]))
         b = int(p.batch[c])
         tbeg = float(p.tbeg[c])
@@ -1109,7 +1160,7 @@ class Fabric:
         p.cls[c] = -1
         p.comp[c] = -1
         self._n_active -= 1
-        subs: list[list[Any]] = []
+        subs: list[_FlowClass] = []
         uk, inv, cnt = np.unique(key, return_inverse=True, return_counts=True)
         inv = inv.reshape(-1)
         if len(uk) > 1:
@@ -1119,17 +1170,14 @@ class Fabric:
         plain = _nzf(~big[inv])
         o_s, o_m, o_l, o_c = [ms[plain]], [mm[plain]], [ml[plain]], [mc[plain]]
         o_id = [np.full(len(plain), -1, dtype=np.int64)]
-        info[5] = (plain, subs)  # learned: a later start of the same prepared batch begins split like this
+        fc.split = (plain, subs)  # learned: a later start of the same prepared batch begins split like this
         for g in _nzf(big).tolist():
             idx = _nzf(inv == g)
-            sid = self._class_segment(ms[idx], mm[idx])
-            sub = [ms[idx], mm[idx], ml[idx], mc[idx], None, None, sid]
+            sub = self._new_class(ms[idx], mm[idx], ml[idx], mc[idx])
             subs.append(sub)
             self._cls[self._next_cls] = sub
-            o_s.append(np.array([[sid] + [-1] * (_K - 1)], dtype=np.int64))
-            o_m.append(np.array([float(mm[idx].sum())]))
-            o_l.append(ml[idx[:1]])
-            o_c.append(mc[idx[:1]])
+            for o, x in zip((o_s, o_m, o_l, o_c), sub.row()):
+                o.append(x)
             o_id.append(np.array([self._next_cls], dtype=np.int64))
             self._next_cls += 1
             self.n_class_rows += 1
@@ -1654,7 +1702,7 @@ class Fabric:
                 if known is not None:  # this closed set failed before: the same rates, the same split
                     bad = [(int(R[j]), mk) for j, mk in known]
                 else:
-                    badj = [(j, mk) for j in C.tolist() if (mk := self._class_ok(int(R[j]))) is not None]
+                    badj = self._class_checks(R, C)
                     if badj and key is not None:
                         if len(self._cls_bad) >= self._BATCH_CACHE:
                             self._cls_bad.clear()
@@ -2205,7 +2253,7 @@ class Fabric:
 
     _SAT_TOL = 1e-9
     """Relative tolerance of the parallel filling's saturation test (the sequential one's is the same), also used
-    by the flow-class check (:meth:`_class_ok`) for "saturated" and "faster"."""
+    by the flow-class checks (:meth:`_class_checks`, :meth:`_class_ok`) for "at its cap", "saturated" and "faster"."""
 
     @staticmethod
     def _fill_parallel(m: np.ndarray, cap: np.ndarray, grp: np.ndarray, LS: np.ndarray, ns: int, e_off: np.ndarray,

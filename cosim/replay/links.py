@@ -74,7 +74,7 @@ def _piece(x: Any, n: int) -> np.ndarray:
 
 
 _KEPT = 4096
-"""Link arrays whose occurrence groups and class pattern are kept (a coalesced collective's memo hands the same
+"""Link arrays whose occurrence groups are kept (a coalesced collective's memo hands the same
 array at every hit)."""
 
 
@@ -97,14 +97,8 @@ class _LinkClasses:
         self.parent = np.array([-1], dtype=np.int64)
         """The class each class split from (-1 for the first)."""
         self.n = 1
-        self.version = 0
-        """Bumped at every split (while it holds, ``cls`` is unchanged)."""
-        self._pos = np.full(max(n_links, 1), -1, dtype=np.int64)  # scratch: a position per link or class
-        self._ar = np.arange(0, dtype=np.int64)  # scratch: 0, 1, ... (grown as needed)
+        self._pos = np.full(max(n_links, 1), -1, dtype=np.int64)  # scratch: a position per link
         self._subs: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}  # id(link array) -> (it, occurrence groups)
-        self.memo: dict[int, tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]] = {}
-        """id(link array) -> (it, :attr:`version`, representative per interval, positions and classes recorded) of
-        a part with repeated links that met whole, uniform classes (:meth:`LinkUsage.add` reuses it)."""
 
     def _grow(self, k: int) -> np.ndarray:
         """``k`` new class ids (their size and parent are the caller's to set)."""
@@ -115,15 +109,13 @@ class _LinkClasses:
             self.parent = np.concatenate([self.parent, np.full(cap - self.parent.size, -1, dtype=np.int64)])
         ids = np.arange(self.n, n, dtype=np.int64)
         self.n = n
-        if n > self._pos.size:
-            self._pos = np.full(2 * n, -1, dtype=np.int64)
         return ids
 
     def occurrences(self, link: np.ndarray) -> list[np.ndarray] | None:
         """None when no link repeats in ``link``; else the positions of each link's first, second, ...
         occurrence (a link's intervals keep their order). Kept per array object for the last few (a coalesced
         collective's memo hands the same link array at every hit). :meth:`LinkUsage.add` asks only of arrays
-        that are not increasing (those it batches)."""
+        that are not increasing (an increasing one is distinct)."""
         hit = self._subs.get(id(link))
         if hit is not None and hit[0] is link:
             return hit[1]
@@ -145,28 +137,14 @@ class _LinkClasses:
         self._subs[id(link)] = (link, subs)
         return subs
 
-    def refine(self, link: np.ndarray, vals: np.ndarray | None,
-               fast: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def refine(self, link: np.ndarray, vals: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Refine by one part of distinct ``link`` whose intervals' array-valued columns are the rows of ``vals``
-        (None when every column is one scalar): (the class of each interval to record, the positions of those
-        intervals in the part, and when no class split: each interval's representative among them). ``fast``
-        False: the part is known not to meet whole, uniform classes (:meth:`LinkUsage._batch` found so), the
-        fast path's test is skipped."""
+        (None when every column is one scalar), a part that does not meet whole, uniform classes
+        (:meth:`LinkUsage._batch` records those): (the class of each interval to record, the positions of those
+        intervals in the part)."""
         n = link.size
         cl = self.cls[link]
         bits = None if vals is None else vals.view(np.int64)
-        if fast:
-            # a representative interval per touched class (the last written); the touched classes' sizes summing
-            # to n (each link once: every member present) and every interval equal to its representative's
-            if self._ar.size < n:
-                self._ar = np.arange(max(n, 2 * self._ar.size), dtype=np.int64)
-            ar = self._ar[:n]
-            self._pos[cl] = ar
-            rep = self._pos[cl]
-            head = np.flatnonzero(rep == ar)
-            rc = cl[head]
-            if int(self.size[rc].sum()) == n and (bits is None or bool((bits.take(rep, axis=1) == bits).all())):
-                return rc, head, rep  # every touched class whole and uniform: one interval each
         arrs = [] if bits is None else list(bits)
         o = np.argsort(cl, kind="stable")
         cs = cl[o]
@@ -185,7 +163,6 @@ class _LinkClasses:
         gsplit = split[np.searchsorted(rc, gcls)]
         gid = gcls.copy()
         if gsplit.any():
-            self.version += 1
             new = self._grow(int(gsplit.sum()))
             gid[gsplit] = new
             gsize = np.diff(np.r_[gstart, n])
@@ -204,7 +181,7 @@ class _LinkClasses:
             ent = np.repeat(gid, np.diff(np.r_[gstart, n]))  # the new class of each interval, in g's order
             pos = o[g]
             self.cls[link[pos]] = ent
-        return gid, o[g[gstart]], None
+        return gid, o[g[gstart]]
 
 
 class LinkUsage:
@@ -232,7 +209,6 @@ class LinkUsage:
         self._window_state: tuple[np.ndarray, tuple[bool, np.ndarray]] | None = None  # (data[0], state)
         self._compiled: tuple[np.ndarray, ...] | None = None  # per class: see :meth:`_cdata`
         self._fmap = np.zeros(len(self.links), dtype=np.int64)  # link -> row of :meth:`_cdata`'s classes
-        self._full: tuple[np.ndarray, ...] | None = None  # :meth:`_data`
         self._prev: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, :meth:`_prev_of`)
         self._busy_all: tuple[tuple[np.ndarray, ...], np.ndarray] | None = None  # (data it is of, unclipped busy)
         self._hull: tuple[tuple[np.ndarray, ...], float, float] | None = None  # (data, first start, last end)
@@ -274,42 +250,18 @@ class LinkUsage:
             else:
                 which.append(-1)
             scal.append(math.nan if which[-1] >= 0 else float(x))
-        if distinct:  # distinct links: refined in batches
+        if distinct:  # distinct links (increasing): refined in batches
             self._pend.append((link, arrs, which, scal, source))
-            self._pend_n += n
-            self._compiled = None
-            self._full = None
-            if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
-                self._flush()
-            return
-        self._flush()
-        vals = np.vstack(arrs) if arrs else None
-        C = self._classes
-        hit = C.memo.get(id(link))
-        if hit is not None and hit[0] is link and hit[1] == C.version and \
-                (vals is None or bool((vals.view(np.int64).take(hit[2], axis=1) == vals.view(np.int64)).all())):
-            # the same link array as a part that met whole, uniform classes, no split since, and every interval
-            # equal to its representative's then: the same classes, one interval each
-            self._record(hit[4], hit[3], vals, which, scal, source)
-            return
-        subs = C.occurrences(link)
-        v0 = C.version
-        reps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        for sel in ([None] if subs is None else subs):
-            lk = link if sel is None else link[sel]
-            v = vals if sel is None or vals is None else vals[:, sel]
-            cid, pos, rp = C.refine(lk, v)
-            self._record(cid, pos, v, which, scal, source)
-            if sel is not None and rp is not None:
-                reps.append((sel, sel[rp], cid, sel[pos]))
-        if subs is not None and C.version == v0 and len(reps) == len(subs):
-            r = np.empty(n, dtype=np.int64)
-            for sel, rs, _c, _p in reps:
-                r[sel] = rs
-            if len(C.memo) >= _KEPT:
-                del C.memo[next(iter(C.memo))]
-            C.memo[id(link)] = (link, v0, r, np.concatenate([x[3] for x in reps]),
-                                np.concatenate([x[2] for x in reps]))
+        else:  # its links' first occurrences, then their second ones, ...: parts of distinct links, in order
+            subs = self._classes.occurrences(link)
+            if subs is None:
+                self._pend.append((link, arrs, which, scal, source))
+            else:
+                self._pend.extend((link[sel], [a[sel] for a in arrs], which, scal, source) for sel in subs)
+        self._pend_n += n
+        self._compiled = None
+        if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
+            self._flush()
 
     _BATCH_PARTS = 256
     _BATCH_INTERVALS = 1 << 18
@@ -338,7 +290,7 @@ class LinkUsage:
             if failed:
                 link, arrs, which, scal, source = pend[i]
                 vals = np.vstack(arrs) if arrs else None
-                cid, pos, _rp = self._classes.refine(link, vals, fast=False)  # (_batch has tested it)
+                cid, pos = self._classes.refine(link, vals)
                 self._record(cid, pos, vals, which, scal, source)
                 i += 1
 
@@ -402,7 +354,6 @@ class LinkUsage:
         self._buf[5][m : m + k] = source
         self._m = m + k
         self._compiled = None
-        self._full = None
 
     def _columns(self) -> list[np.ndarray]:
         """Every recorded interval as (class, start, end, count, bytes, source) columns, in the order recorded."""
@@ -453,23 +404,6 @@ class LinkUsage:
             self._compiled = (*cols, off)
             self._window_state = None
         return self._compiled
-
-    def _data(self) -> tuple[np.ndarray, ...]:
-        """(link, start, end, count, bytes, source, offsets) of every link, sorted by link then start (ties in the
-        order added): :meth:`_cdata` expanded per link (O(intervals of every link); the figures do not need it)."""
-        cd = self._cdata()
-        if self._full is None:
-            off = cd[-1]
-            fm = self._fmap
-            cnt = np.diff(off)[fm]
-            idx = np.concatenate([np.arange(off[f], off[f + 1]) for f in fm.tolist()]) if fm.size \
-                else np.zeros(0, dtype=np.int64)
-            idx = idx.astype(np.int64)
-            lk = np.repeat(np.arange(len(self.links), dtype=np.int64), cnt)
-            loff = np.zeros(len(self.links) + 1, dtype=np.int64)
-            np.cumsum(cnt, out=loff[1:])
-            self._full = (lk, *(c[idx] for c in cd[1:6]), loff)
-        return self._full
 
     def used(self) -> np.ndarray:
         """Indices of links that carried bytes."""
@@ -547,15 +481,10 @@ class LinkUsage:
             self._hull = (data, float(s.min()) if s.size else math.inf, float(e.max()) if e.size else -math.inf)
         return a <= self._hull[1] and b >= self._hull[2]
 
-    def _prev_ends(self) -> np.ndarray:
-        """Per interval (in :meth:`_data`'s order), the latest end of the intervals before it on its link (-inf for a
-        link's first): a running maximum per link (O(intervals), one Python iteration per link with two or more
-        intervals), kept until intervals are added.
-        Clipping to a window is monotone, so the window's running maximum is this one clipped (:meth:`busy`)."""
-        return self._running_max(self._data())
-
     def _prev_of(self, data: tuple[np.ndarray, ...]) -> np.ndarray:
-        """:meth:`_prev_ends` of :meth:`_cdata`'s ``data`` (per class), kept until intervals are added."""
+        """Per interval of :meth:`_cdata`'s ``data``, the latest end of the intervals before it in its class (-inf for
+        a class's first): a running maximum per class (:meth:`_running_max`), kept until intervals are added.
+        Clipping to a window is monotone, so the window's running maximum is this one clipped (:meth:`busy`)."""
         if self._prev is not None and self._prev[0] is data:
             return self._prev[1]
         out = self._running_max(data)
