@@ -63,6 +63,7 @@ def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
     pending calls cancelled (a Dask executor cancels its futures; threads cannot be stopped). Safe to call twice.
     """
     procs = list((getattr(ex, "_processes", None) or {}).values()) if isinstance(ex, ProcessPoolExecutor) else []
+    manager = getattr(ex, "_executor_manager_thread", None)  # shutdown() forgets it
     try:
         ex.shutdown(wait=False, cancel_futures=True)
     except TypeError:  # an Executor whose shutdown() predates cancel_futures (Dask's ClientExecutor)
@@ -76,6 +77,10 @@ def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join()
+    # The pool's manager thread closes its wake-up pipe as it ends; CPython 3.11's exit handler writes to that pipe
+    # unlocked, so an exit while the thread is still closing it prints "OSError: Bad file descriptor" after Ctrl-C.
+    if manager is not None:
+        manager.join(grace)
 
 
 def fresh_executor(ex: Executor, workers: int | None = None) -> Executor | None:
