@@ -190,6 +190,15 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
         find_topology(resolve_path(scn.topology, base) or scn.topology)
     except CosimInputError as exc:
         raise input_error_at(data, ["topology"], exc.message, file=path) from None
+    if isinstance(scn.workload, SyntheticWorkload):
+        from cosim.workload.synth.spec import _card
+
+        try:
+            _card(scn.workload.synthetic.model, base)
+        except CosimInputError as exc:
+            if exc.location.file:  # a card file of its own, with its own line
+                raise
+            raise input_error_at(data, ["workload", "synthetic", "model"], exc.message, file=path) from None
     sets = data.get("set") or {}
     for key in scn.set:
         value = scn.set[key]
@@ -508,6 +517,26 @@ class WorkloadCache:
         return value
 
 
+_SYNTH_FIELD = re.compile(r"(workload\.synthetic(?:\.[A-Za-z_]\w*)+): (.+)", re.S)
+
+
+def at_scenario_line(exc: CosimInputError, source: str | None, sets: dict[str, str]) -> CosimInputError:
+    """``exc``, a synthesis error that names a ``workload.synthetic.<field>`` but no file (a layout that does not
+    divide the GPUs, experts that ep does not divide), pointed at that field's line in the scenario file ``source``;
+    unchanged when it names a file already, has no field, or when a ``--set`` gave that field (or a part of it)."""
+    m = _SYNTH_FIELD.fullmatch(exc.message)
+    if m is None or exc.location.file or not source:
+        return exc
+    key = m.group(1)
+    if any(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in sets):
+        return exc
+    try:
+        data = load_yaml(source)
+    except CosimInputError:
+        return exc
+    return input_error_at(data, key.split("."), m.group(2), file=source)
+
+
 def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: WorkloadCache | None = None):
     """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult).
 
@@ -536,7 +565,10 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     if tsets:  # recorded in the resolved scenario (scenario.yaml), so that the run's hardware can be rebuilt
         scn = scn.model_copy(update={"set": {**scn.set, **tsets}})
     if isinstance(scn.workload, SyntheticWorkload):
-        return scn, _run_synthetic(scn, topo, cfg, base)
+        try:
+            return scn, _run_synthetic(scn, topo, cfg, base)
+        except CosimInputError as exc:
+            raise at_scenario_line(exc, scn.source_file, sets or {}) from None
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
         wpath = find_workload(scn.workload)

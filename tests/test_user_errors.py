@@ -1,0 +1,60 @@
+"""A new user's bad input, through the CLI: one line on stderr naming the file, the place and the problem, exit
+status 2, nothing on stdout and nothing written (README.md: "Bad input ... gets one line naming the file, the place
+and the problem")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cosim.cli import main
+
+_SCENARIO = """name: bad
+workload:
+  synthetic:
+    model: {model}
+    layout: {layout}
+    batch: {{global: {glob}, micro: 1, seq: 4096}}
+topology: dgx-h100
+"""
+
+
+def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str], out_root: Path) -> str:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert not out_root.exists() or not any(out_root.rglob("*")), "half-written output"
+    return lines[0]
+
+
+@pytest.mark.parametrize(("model", "layout", "glob", "where", "problem"), [
+    # 128 experts over ep 3: the layout line, at the value of ep
+    ("qwen3-30b-a3b", "{ep: 3, recompute: full}", 64, ":5:18: workload.synthetic.layout.ep:",
+     "not divisible by ep 3"),
+    # tp 2 x dp 8 on 8 GPUs: the field the product is checked on (dp), written on line 5
+    ("qwen3-30b-a3b", "{tp: 2, ep: 8, dp: 8}", 64, ":5:32: workload.synthetic.layout.dp:", "16 != 8 GPUs"),
+    # 63 sequences over dp 8: the global batch's value on line 6
+    ("qwen3-30b-a3b", "{ep: 8, recompute: full}", 63, ":6:21: workload.synthetic.batch.global:",
+     "63 sequences are not divisible"),
+    ("no-such-card", "{ep: 8}", 64, ":4:12: workload.synthetic.model:", "unknown model preset 'no-such-card'"),
+])
+def test_scenario_file_layout_errors_name_file_and_line(model: str, layout: str, glob: int, where: str,
+                                                        problem: str, tmp_path: Path, monkeypatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "bad.yaml"
+    f.write_text(_SCENARIO.format(model=model, layout=layout, glob=glob))
+    line = _one_line(["run", str(f), "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith(f"cosim: error: {f}{where}"), line
+    assert problem in line
+
+
+def test_set_layout_error_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The bad value came from ``--set``: the file's own line (ep: 8) is not where the problem is."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["run", "--set", "workload.synthetic.layout.ep=3", "--out", "o"], capsys, tmp_path / "o")
+    assert line == "cosim: error: workload.synthetic.layout.ep: 128 experts of qwen3-30b-a3b are not divisible by ep 3"
