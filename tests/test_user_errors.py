@@ -58,3 +58,23 @@ def test_set_layout_error_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     line = _one_line(["run", "--set", "workload.synthetic.layout.ep=3", "--out", "o"], capsys, tmp_path / "o")
     assert line == "cosim: error: workload.synthetic.layout.ep: 128 experts of qwen3-30b-a3b are not divisible by ep 3"
+
+
+@pytest.mark.parametrize(("param", "values", "where", "problem"), [
+    ("workload.synthetic.routng", "[uniform]", ":5:31: workload.synthetic.routng[0]:",
+     "unknown key 'routng' (did you mean 'routing'?)"),
+    ("workload.synthetic.layout.ep", "[8, x]", ":5:37: workload.synthetic.layout.ep[1]:",
+     "unable to parse string as an integer (got 'x')"),
+    ("nodes", "[2, 0]", ":5:14: nodes[1]:", "expected 1..1024"),
+])
+def test_sweep_scenario_knob_refused_before_any_point(param: str, values: str, where: str, problem: str,
+                                                      tmp_path: Path, monkeypatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/STUDIES.md: every key and value of a sweep is checked before anything runs; a misspelled synthetic
+    field used to run every point, each failing, and exit 1 with a results folder of failures."""
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "sw.yaml"
+    f.write_text(f"name: sw\nbase: qwen3-30b-ep8-dgx-h100\ncombine: grid\nparameters:\n  {param}: {values}\n")
+    line = _one_line(["sweep", str(f), "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith(f"cosim: error: {f}{where}"), line
+    assert problem in line
