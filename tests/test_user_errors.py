@@ -78,3 +78,16 @@ def test_sweep_scenario_knob_refused_before_any_point(param: str, values: str, w
     line = _one_line(["sweep", str(f), "--out", "o"], capsys, tmp_path / "o")
     assert line.startswith(f"cosim: error: {f}{where}"), line
     assert problem in line
+
+
+@pytest.mark.parametrize(("knob", "expected"), [
+    ("ranks_per_node=abc", "--set ranks_per_node=abc: expected a whole number"),  # was a ValueError traceback
+    ("host.speed=-2", "--set host.speed=-2: must be > 0, got -2.0"),  # was '--set: host_speed must ...'
+    ("gpu.scale.gemm=nan", "--set gpu.scale.gemm=nan: must be a factor >= 0, got nan"),
+    ("durations=foo", "--set durations=foo: must be 'measured' or 'modeled', got 'foo'"),
+])
+def test_replay_knob_errors_name_the_knob(knob: str, expected: str, tmp_path: Path, monkeypatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["run", "moe-ep4-dgx-h100", "--set", knob, "--out", "o"], capsys, tmp_path / "o")
+    assert line == f"cosim: error: {expected}"
