@@ -91,3 +91,19 @@ def test_replay_knob_errors_name_the_knob(knob: str, expected: str, tmp_path: Pa
     monkeypatch.chdir(tmp_path)
     line = _one_line(["run", "moe-ep4-dgx-h100", "--set", knob, "--out", "o"], capsys, tmp_path / "o")
     assert line == f"cosim: error: {expected}"
+
+
+def test_model_level_check_points_at_the_field_it_names(tmp_path: Path, monkeypatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A card's cross-field check (top_k <= num_experts) is at top_k's line, not at the document's first key."""
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    card = (root / "cosim" / "capture" / "presets" / "qwen3-30b-a3b.yaml").read_text()
+    lines = card.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("top_k:"))
+    lines[at] = "top_k: 200"
+    (tmp_path / "card.yaml").write_text("\n".join(lines) + "\n")
+    f = tmp_path / "s.yaml"
+    f.write_text(_SCENARIO.format(model="card.yaml", layout="{ep: 8}", glob=64))
+    line = _one_line(["run", str(f), "--out", "o"], capsys, tmp_path / "o")
+    assert line == f"cosim: error: {tmp_path / 'card.yaml'}:{at + 1}:8: top_k (200) must be <= num_experts (128)"
