@@ -523,12 +523,15 @@ _SYNTH_FIELD = re.compile(r"(workload\.synthetic(?:\.[A-Za-z_]\w*)+): (.+)", re.
 def at_scenario_line(exc: CosimInputError, source: str | None, sets: dict[str, str]) -> CosimInputError:
     """``exc``, a synthesis error that names a ``workload.synthetic.<field>`` but no file (a layout that does not
     divide the GPUs, experts that ep does not divide), pointed at that field's line in the scenario file ``source``;
-    unchanged when it names a file already, has no field, or when a ``--set`` gave that field (or a part of it)."""
+    unchanged when it names a file already, has no field, or when a ``--set`` gave a field of the same section
+    (``--set workload.synthetic.layout.pp=7`` makes ``tp*cp*pp`` fail on ``layout.tp``: the file's tp is not the
+    problem) or a section that holds it."""
     m = _SYNTH_FIELD.fullmatch(exc.message)
     if m is None or exc.location.file or not source:
         return exc
     key = m.group(1)
-    if any(k == key or k.startswith(key + ".") or key.startswith(k + ".") for k in sets):
+    section = key.rsplit(".", 1)[0]
+    if any(k.startswith(section + ".") or section.startswith(k + ".") or k == section for k in sets):
         return exc
     try:
         data = load_yaml(source)

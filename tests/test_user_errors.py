@@ -107,3 +107,12 @@ def test_model_level_check_points_at_the_field_it_names(tmp_path: Path, monkeypa
     f.write_text(_SCENARIO.format(model="card.yaml", layout="{ep: 8}", glob=64))
     line = _one_line(["run", str(f), "--out", "o"], capsys, tmp_path / "o")
     assert line == f"cosim: error: {tmp_path / 'card.yaml'}:{at + 1}:8: top_k (200) must be <= num_experts (128)"
+
+
+def test_set_in_the_same_section_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``--set layout.pp=7`` fails the tp*cp*pp check, which names layout.tp: the file's tp line is not the cause."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["run", "--set", "workload.synthetic.layout.pp=7", "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith("cosim: error: workload.synthetic.layout."), line
+    assert ".yaml:" not in line
