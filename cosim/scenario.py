@@ -293,7 +293,9 @@ def _set_path(doc: dict[str, Any], path: list[str], value: str, key: str) -> Non
     """Set ``doc[path[0]][path[1]]... = value`` (a ``--set`` string read as a YAML scalar or flow value)."""
     try:
         parsed = loads_yaml(value) if value.strip() else value
-    except CosimInputError:
+    except CosimInputError as exc:
+        if value.lstrip()[:1] in ("{", "["):  # meant as a YAML mapping or list, not a string
+            raise CosimInputError(f"--set {key}: {exc.message}") from None
         parsed = value
     if isinstance(parsed, dict):
         parsed = dict(parsed)

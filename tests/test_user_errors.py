@@ -116,3 +116,17 @@ def test_set_in_the_same_section_is_not_pinned_on_the_file(tmp_path: Path, monke
     line = _one_line(["run", "--set", "workload.synthetic.layout.pp=7", "--out", "o"], capsys, tmp_path / "o")
     assert line.startswith("cosim: error: workload.synthetic.layout."), line
     assert ".yaml:" not in line
+
+
+@pytest.mark.parametrize(("knob", "expected"), [
+    ("workload.synthetic.layout={ep: 8", "--set workload.synthetic.layout: malformed YAML: did not find expected ',' "
+                                          "or '}'"),
+    ("workload.synthetic.layout.pipeline_layers=[7, 8", "--set workload.synthetic.layout.pipeline_layers: malformed "
+                                                         "YAML: did not find expected ',' or ']'"),
+])
+def test_malformed_flow_value_in_set_says_so(knob: str, expected: str, tmp_path: Path, monkeypatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """An unclosed ``{``/``[`` was taken as a string ('Input should be a valid dictionary or instance of
+    ParallelLayout (got '{ep: 8')')."""
+    monkeypatch.chdir(tmp_path)
+    assert _one_line(["run", "--set", knob, "--out", "o"], capsys, tmp_path / "o") == f"cosim: error: {expected}"
