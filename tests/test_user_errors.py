@@ -130,3 +130,29 @@ def test_malformed_flow_value_in_set_says_so(knob: str, expected: str, tmp_path:
     ParallelLayout (got '{ep: 8')')."""
     monkeypatch.chdir(tmp_path)
     assert _one_line(["run", "--set", knob, "--out", "o"], capsys, tmp_path / "o") == f"cosim: error: {expected}"
+
+
+def test_baseline_of_another_file_with_the_same_name_is_not_used(tmp_path: Path, monkeypatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A user's edited copy of a bundled scenario keeps its ``name:``, so its runs share cosim-out/<name>/ with the
+    bundled one's; a what-if of the copy was compared with the bundled baseline (the default scenario copied at
+    twice the global batch, --set host.speed=2: '0.54x slower (+85.7%)'). The baseline that ran other settings is
+    passed over, and the what-if line says why; the copy's own baseline is then used."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    src = (root / "workloads" / "scenarios" / "moe-ep4-dgx-h100.yaml").read_text()
+    (tmp_path / "my.yaml").write_text(src.replace("aten_overhead: 4 us", "aten_overhead: 8 us"))
+    assert main(["run", "moe-ep4-dgx-h100", "--json"]) == 0  # the bundled baseline
+    capsys.readouterr()
+    assert main(["run", "my.yaml", "--set", "host.speed=4"]) == 0
+    out = capsys.readouterr().out
+    assert "vs baseline" not in out
+    assert "cosim-out/moe-ep4-dgx-h100/baseline ran other settings" in out and "run `cosim run my.yaml`" in out
+    assert main(["run", "./my.yaml", "--json"]) == 0  # the copy's own baseline (the path spelled differently)
+    base = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(["run", "my.yaml", "--set", "host.speed=4", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["baseline_dir"] == "cosim-out/moe-ep4-dgx-h100/baseline"
+    assert got["vs_baseline"]["delta_s"] == pytest.approx(got["step_time_s"] - base)
