@@ -63,6 +63,7 @@ def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
     pending calls cancelled (a Dask executor cancels its futures; threads cannot be stopped). Safe to call twice.
     """
     procs = list((getattr(ex, "_processes", None) or {}).values()) if isinstance(ex, ProcessPoolExecutor) else []
+    manager = getattr(ex, "_executor_manager_thread", None)  # shutdown() forgets it
     try:
         ex.shutdown(wait=False, cancel_futures=True)
     except TypeError:  # an Executor whose shutdown() predates cancel_futures (Dask's ClientExecutor)
@@ -76,6 +77,12 @@ def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join()
+    # The pool's manager thread closes its wake-up pipe when it sees the workers gone; left running, it can do so
+    # while the interpreter's exit hook (concurrent.futures.process._python_exit) writes to that pipe, which
+    # prints "Exception ignored ... OSError: [Errno 9] Bad file descriptor" (a race in CPython 3.11's _ThreadWakeup,
+    # which has no lock). Its end, once its workers are reaped, is prompt.
+    if procs and manager is not None:
+        manager.join(max(grace, 1.0))
 
 
 def fresh_executor(ex: Executor, workers: int | None = None) -> Executor | None:
