@@ -190,6 +190,15 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
         find_topology(resolve_path(scn.topology, base) or scn.topology)
     except CosimInputError as exc:
         raise input_error_at(data, ["topology"], exc.message, file=path) from None
+    if isinstance(scn.workload, SyntheticWorkload):
+        from cosim.workload.synth.spec import _card
+
+        try:
+            _card(scn.workload.synthetic.model, base)
+        except CosimInputError as exc:
+            if exc.location.file:  # a card file of its own, with its own line
+                raise
+            raise input_error_at(data, ["workload", "synthetic", "model"], exc.message, file=path) from None
     sets = data.get("set") or {}
     for key in scn.set:
         value = scn.set[key]
@@ -284,7 +293,9 @@ def _set_path(doc: dict[str, Any], path: list[str], value: str, key: str) -> Non
     """Set ``doc[path[0]][path[1]]... = value`` (a ``--set`` string read as a YAML scalar or flow value)."""
     try:
         parsed = loads_yaml(value) if value.strip() else value
-    except CosimInputError:
+    except CosimInputError as exc:
+        if value.lstrip()[:1] in ("{", "["):  # meant as a YAML mapping or list, not a string
+            raise CosimInputError(f"--set {key}: {exc.message}") from None
         parsed = value
     if isinstance(parsed, dict):
         parsed = dict(parsed)
@@ -508,6 +519,29 @@ class WorkloadCache:
         return value
 
 
+_SYNTH_FIELD = re.compile(r"(workload\.synthetic(?:\.[A-Za-z_]\w*)+): (.+)", re.S)
+
+
+def at_scenario_line(exc: CosimInputError, source: str | None, sets: dict[str, str]) -> CosimInputError:
+    """``exc``, a synthesis error that names a ``workload.synthetic.<field>`` but no file (a layout that does not
+    divide the GPUs, experts that ep does not divide), pointed at that field's line in the scenario file ``source``;
+    unchanged when it names a file already, has no field, or when a ``--set`` gave a field of the same section
+    (``--set workload.synthetic.layout.pp=7`` makes ``tp*cp*pp`` fail on ``layout.tp``: the file's tp is not the
+    problem) or a section that holds it."""
+    m = _SYNTH_FIELD.fullmatch(exc.message)
+    if m is None or exc.location.file or not source:
+        return exc
+    key = m.group(1)
+    section = key.rsplit(".", 1)[0]
+    if any(k.startswith(section + ".") or section.startswith(k + ".") or k == section for k in sets):
+        return exc
+    try:
+        data = load_yaml(source)
+    except CosimInputError:
+        return exc
+    return input_error_at(data, key.split("."), m.group(2), file=source)
+
+
 def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: WorkloadCache | None = None):
     """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult).
 
@@ -536,7 +570,10 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     if tsets:  # recorded in the resolved scenario (scenario.yaml), so that the run's hardware can be rebuilt
         scn = scn.model_copy(update={"set": {**scn.set, **tsets}})
     if isinstance(scn.workload, SyntheticWorkload):
-        return scn, _run_synthetic(scn, topo, cfg, base)
+        try:
+            return scn, _run_synthetic(scn, topo, cfg, base)
+        except CosimInputError as exc:
+            raise at_scenario_line(exc, scn.source_file, sets or {}) from None
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
         wpath = find_workload(scn.workload)

@@ -380,6 +380,13 @@ def plain(x: Any) -> Any:
 M = TypeVar("M", bound=BaseModel)
 
 
+def _leading_field(data: Any, message: str) -> list[str | int]:
+    """``[key]`` when ``message`` (a model-level check's, e.g. ``top_k (200) must be <= num_experts (128)``)
+    starts with a key of the mapping ``data``; else ``[]`` (the document itself)."""
+    m = re.match(r"[A-Za-z_]\w*", message)
+    return [m.group(0)] if m and isinstance(data, dict) and m.group(0) in data else []
+
+
 def validate(model: type[M], data: Any, file: str | Path | None = None,
              prefix: Sequence[str | int] = ()) -> M:
     """Validate ``data`` against ``model``; on failure raise one located error.
@@ -398,6 +405,8 @@ def validate(model: type[M], data: Any, file: str | Path | None = None,
             f, mark = locate(data, loc)
             if e.get("type") == "missing":
                 f, mark = locate(data, loc[:-1])
+            elif not loc:  # a check of the whole model: at the field its message starts with, when it has one
+                f, mark = locate(data, _leading_field(data, msg))
             located.append(((mark or (10**9, 0)), _type_last(e), loc, msg, f))
         located.sort(key=lambda t: (t[0], t[1]))
         mark, _, loc, msg, f = located[0]

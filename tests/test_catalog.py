@@ -446,7 +446,8 @@ class TestBadFiles:
                 source: test
                 sources: {hbm_bw: "a paper"}
         """)
-        assert msg.startswith("parts.yaml:3:5: accelerators.a: sources: 'hbm_bw' is not a field of this entry")
+        # at the sources: line the check names (was the entry's first line, 3:5)
+        assert msg.startswith("parts.yaml:5:14: accelerators.a: sources: 'hbm_bw' is not a field of this entry")
 
     def test_missing_file(self, tmp_path: Path) -> None:
         with pytest.raises(CosimInputError, match="file not found"):

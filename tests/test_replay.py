@@ -517,7 +517,7 @@ def test_gpu_scale_on_gpu_bound_trace_nearly_halves(cache: _Cache) -> None:
     (["gpu.scale.gemm=fast"], "expected a number"),
     (["host.launch_overhead=5 parsecs"], "host.launch_overhead"),
     (["host.launch_overhead=-2 us"], "launch_overhead"),
-    (["host.speed=0"], "host_speed"),
+    (["host.speed=0"], "--set host.speed=0: must be > 0"),
     (["durations=guessed"], "durations"),
     (["novalue"], "KEY=VALUE"),
 ])

@@ -445,3 +445,33 @@ def test_ctrl_c_stops_a_sweep_keeps_finished_points_and_exits_130(tmp_path: Path
     assert (res.skipped, res.computed, res.failed) == (len(finished), 24 - len(finished), 0)
     for key, mtime in finished.items():
         assert (out / "points" / key / "result.json").stat().st_mtime_ns == mtime
+
+
+def test_cancel_executor_waits_for_the_pool_manager_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C of a sweep: the pool's manager thread must be gone when cancel_executor returns. Left running (it is
+    slow to notice its killed workers on a loaded machine: made slow here), it closes its wake-up pipe while the
+    interpreter's exit hook writes to it, and the user sees 'Exception ignored ... OSError: [Errno 9] Bad file
+    descriptor' after 'cosim: interrupted' (seen in test_ctrl_c_stops_a_sweep_keeps_finished_points_and_exits_130
+    under load)."""
+    import concurrent.futures.process as cfp
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from typing import Any
+
+    from cosim.sweep.executors import cancel_executor
+
+    slow = cfp._ExecutorManagerThread.join_executor_internals
+
+    def late(self: object) -> None:
+        time.sleep(0.5)
+        slow(self)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cfp._ExecutorManagerThread, "join_executor_internals", late)
+    ex = ProcessPoolExecutor(2)
+    for _ in range(4):
+        ex.submit(time.sleep, 30)
+    time.sleep(0.3)  # the workers have started
+    manager: Any = getattr(ex, "_executor_manager_thread")
+    assert manager is not None and manager.is_alive()
+    cancel_executor(ex)
+    assert not manager.is_alive()

@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     baseline = _baseline(args.baseline) if args.baseline else None
     scn = load_scenario(args.scenario)
+    plain = scn.model_dump(mode="json")  # the scenario without this run's --set: what its baseline ran
     sets = parse_sets(args.sets)
     show = not getattr(args, "no_progress", False) and sys.stderr.isatty()
     with phase_bar(show) as bar:
@@ -142,9 +143,12 @@ def run(args: argparse.Namespace) -> int:
         write_text(out / "scenario.yaml", yaml.safe_dump(resolved, sort_keys=False))
         sets_given = bool(args.sets)
         base_dir: Path | None = args.baseline
+        other: Path | None = None
         if baseline is None and sets_given and args.out is None:
             base_dir = out.parent / BASELINE
             baseline = _baseline(base_dir, missing_ok=True)
+            if baseline is not None and not same_scenario(base_dir, plain):
+                baseline, other = None, base_dir
         if baseline is None:
             base_dir = None
         code = finish(result, args, out, baseline,
@@ -156,22 +160,47 @@ def run(args: argparse.Namespace) -> int:
             link_latest(out, BASELINE)
         if not args.json:
             print(f"run folder: {out} (also {latest})")
-    if not args.json and (line := what_if_line(sets, base_dir, args.scenario)):
+    if not args.json and (line := what_if_line(sets, base_dir, args.scenario, other)):
         print(line)
     return code
 
 
-def what_if_line(sets: dict[str, str], base_dir: Path | None, scenario: str | None) -> str | None:
+def what_if_line(sets: dict[str, str], base_dir: Path | None, scenario: str | None,
+                 other: Path | None = None) -> str | None:
     """The line that says what this run changed and what it was compared with: ``what-if: k=v, ... vs DIR``;
-    with --set but no baseline, how to get one; None for a plain run."""
+    with --set but no baseline, how to get one (``other``: a baseline folder that was passed over because it ran
+    other settings); None for a plain run."""
     changed = ", ".join(f"{k}={v}" for k, v in sets.items())
     if base_dir is not None:
         return f"what-if: {changed or '(no --set)'} vs {base_dir}"
     if changed:
         name = f" {scenario}" if scenario else ""
-        return (f"what-if: {changed}; no baseline to compare with: run `cosim run{name}` without --set first, "
+        why = (f" ({other} ran other settings: another scenario file of the same name, or this one before an edit)"
+               if other is not None else "")
+        return (f"what-if: {changed}; no baseline to compare with{why}: run `cosim run{name}` without --set first, "
                 "or pass --baseline RUN_DIR")
     return None
+
+
+def same_scenario(run: Path, plain: dict) -> bool:
+    """Whether the run folder ``run`` ran the scenario ``plain`` (a :class:`~cosim.scenario.Scenario` dumped as
+    JSON, no --set applied): its ``scenario.yaml`` less the replay config, the scenario file compared by resolved
+    path. A folder without a readable ``scenario.yaml`` counts as the same (nothing to tell it by)."""
+    import yaml
+
+    try:
+        ran = yaml.safe_load((run / "scenario.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return True
+    if not isinstance(ran, dict):
+        return True
+    ran = {k: v for k, v in ran.items() if k != "replay_config"}
+
+    def norm(d: dict) -> dict:
+        src = d.get("source_file")
+        return {**d, "source_file": str(Path(src).resolve()) if src else src}
+
+    return norm(ran) == norm(plain)
 
 
 def _baseline(d: Path, missing_ok: bool = False) -> dict | None:

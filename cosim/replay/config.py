@@ -308,7 +308,7 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
                     raise CosimInputError(f"--set {key}={value}: expected on or off")
                 changes["comm_share"] = value.lower() in ("on", "true", "1", "yes")
             elif key == "ranks_per_node":
-                changes["ranks_per_node"] = int(value)
+                changes["ranks_per_node"] = _integer(key, value)
             elif key in _INT_KEYS:
                 changes[_INT_KEYS[key]] = None if value in ("auto", "traced", "catalog") else _integer(key, value)
             elif key.startswith("precision.") or key == "precision":
@@ -338,4 +338,16 @@ def apply_sets(cfg: ReplayConfig, sets: Mapping[str, Any]) -> ReplayConfig:
     try:
         return replace(cfg, gpu_scale=gpu_scale, catalog_overrides=cat, precision=precision, **changes)
     except ValueError as exc:
-        raise CosimInputError(f"--set: {exc}") from None
+        raise CosimInputError(_checked_field_message(str(exc), sets)) from None
+
+
+def _checked_field_message(message: str, sets: Mapping[str, Any]) -> str:
+    """A :class:`ReplayConfig` check's ``message`` (``host_speed must be > 0, got -2.0``) as the ``--set`` that
+    gave the field: ``--set host.speed=-2: must be > 0, got -2.0``."""
+    fields = {**_TIME_KEYS, **_FLOAT_KEYS, **_STR_KEYS, **_INT_KEYS}
+    for key, raw in sets.items():
+        fld = fields.get(key) or (key.replace("gpu.scale.", "gpu_scale.", 1) if key.startswith("gpu.scale.") else key)
+        if message.startswith(fld + " "):
+            return f"--set {key}={raw}: {message[len(fld) + 1:]}"
+    return f"--set: {message}"
+

@@ -77,10 +77,12 @@ def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join()
-    # The pool's manager thread closes its wake-up pipe as it ends; CPython 3.11's exit handler writes to that pipe
-    # unlocked, so an exit while the thread is still closing it prints "OSError: Bad file descriptor" after Ctrl-C.
-    if manager is not None:
-        manager.join(grace)
+    # The pool's manager thread closes its wake-up pipe when it sees the workers gone; left running, it can do so
+    # while the interpreter's exit hook (concurrent.futures.process._python_exit) writes to that pipe, which
+    # prints "Exception ignored ... OSError: [Errno 9] Bad file descriptor" (a race in CPython 3.11's _ThreadWakeup,
+    # which has no lock). Its end, once its workers are reaped, is prompt.
+    if procs and manager is not None:
+        manager.join(max(grace, 1.0))
 
 
 def fresh_executor(ex: Executor, workers: int | None = None) -> Executor | None:

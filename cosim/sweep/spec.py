@@ -22,7 +22,8 @@ Every key is checked before anything runs: scenario keys (``topology``,
 ``nics.<id>.port_bandwidth``, which moves a NIC and its port link type
 together) and topology fields (``topology.fabric.oversubscription``,
 ``topology.node.links.nic-pcie.type``: applied like a topology file's
-``set:``, and built with the sweep's topology) with each of their values. A bad key or value is one :class:`CosimInputError` naming the
+``set:``, and built with the sweep's topology) with each of their values; ``workload.synthetic.*`` and ``nodes``
+values are each applied to the base scenario. A bad key or value is one :class:`CosimInputError` naming the
 file and line.
 """
 
@@ -185,6 +186,33 @@ def _check_capture_knobs(scn: Scenario, data: Any, params: dict[str, list[Any]],
         raise _err(data.get(where) or data, [key], exc.message, f) from None
 
 
+def _check_scenario_knobs(scn: Scenario, data: Any, params: dict[str, list[Any]], sets: dict[str, str], f: str
+                          ) -> None:
+    """Apply each value of every ``workload.synthetic.*`` and ``nodes`` knob to the base scenario on its own, so
+    that a misspelled field or a value of the wrong type is an error at its line before anything runs (every point
+    would fail on it). Skipped when the sweep replaces the workload itself."""
+    from cosim.scenario import apply_scenario_sets
+
+    if "workload" in params or "workload" in sets:
+        return
+    ps = data.get("parameters") or {}
+    sr = data.get("set") or {}
+    items: list[tuple[Any, list[str | int], str, str]] = [
+        (sr, [k], k, v) for k, v in sets.items() if k == "nodes" or k.startswith("workload.synthetic.")]
+    for k, vals in params.items():
+        if k == "nodes" or k.startswith("workload.synthetic."):
+            if isinstance(vals, list):
+                pos = isinstance(ps.get(k), list)
+                items += [(ps, [k, i] if pos else [k], k, _fmt_value(v)) for i, v in enumerate(vals)]
+            else:  # a {low, high} range
+                items += [(ps, [k], k, _fmt_value(vals[end])) for end in ("low", "high")]  # type: ignore[call-overload]
+    for where, loc, key, value in items:
+        try:
+            apply_scenario_sets(scn, {key: value})
+        except CosimInputError as exc:
+            raise _err(where, loc, re.sub(r"^--set [^:]*: ", "", exc.message), f) from None
+
+
 def _err(data: Any, loc: list[str | int], message: str, file: str | None) -> CosimInputError:
     return input_error_at(data, loc, message, file=file)
 
@@ -273,6 +301,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     scn = scn or load_scenario(base)  # the base scenario, read once for the checks below
     _check_topology_knobs(scn, data, out, sets, f)
     _check_capture_knobs(scn, data, out, sets, f)
+    _check_scenario_knobs(scn, data, out, sets, f)
     name = str(data.get("name") or p.stem)
     return SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
                      seed=seed, sets=sets, description=str(data.get("description", "")), source_file=f)
