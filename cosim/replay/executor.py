@@ -154,7 +154,8 @@ class Executor:
     """Replays ranks on one simpy environment.
 
     Args:
-        env: the environment (shared with the engine's fabric).
+        env: the environment (shared with the engine's fabric); host threads push their waits on its queue
+            and read its clock and id sequence directly (:class:`_HostThread`).
         ranks: (graph, program) per rank.
         collective_runner: for simulated collectives, a callable
             ``(op, participants: list[(rank, gpu_op)], nbytes, matrix) -> simpy.Event | None``
