@@ -14,8 +14,8 @@ import pytest
 import simpy
 from simpy.events import NORMAL, URGENT
 
-from cosim.replay import replay
 from cosim.replay import executor as ex_mod
+from cosim.replay import replay
 from tests.test_replay import EXACT, basic_events, write_trace
 
 
@@ -69,7 +69,7 @@ def test_error_in_a_host_thread_surfaces_as_raised(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(ex_mod.Executor, "_drain", drain)
     path = write_trace(tmp_path / "t.json", basic_events())
-    with pytest.raises(Odd, match="^op 3 of rank 0$") as got:
+    with pytest.raises(Odd, match=r"^op 3 of rank 0$") as got:
         replay(path, config=EXACT)
     assert got.value is raised[0]
 
