@@ -163,3 +163,40 @@ def test_file_digests_remembered_until_the_file_changes(tmp_path: Path, monkeypa
     monkeypatch.setattr(cache, "_DIGESTS", {})
     monkeypatch.setattr(cache, "_RACY_NS", 10**18)  # every file "just changed": never remembered
     assert cache.cache_key([f], None) == k2 and not cache._DIGESTS
+
+
+def test_string_tables_read_from_several_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph._decode_strings from four threads at once (ranks loaded by a threaded caller, a Dask worker's
+    threads), the memo full and forgetting: every table decoded right and no error (the memo's bytes summed and
+    its oldest tables deleted while another thread changed it: 'dictionary changed size during iteration',
+    KeyError). The interpreter switches threads every microsecond here so that the interleaving happens."""
+    import sys
+    import threading
+
+    from cosim.workload import graph as g
+
+    monkeypatch.setattr(g, "_STRINGS", {})
+    monkeypatch.setattr(g, "_STRINGS_KEPT", 8)
+    errors: list[BaseException] = []
+
+    def load(worker: int) -> None:
+        try:
+            for i in range(2000):
+                text = f"w{worker}-{i}"
+                got = g._decode_strings(np.array([0, len(text)], np.int64), np.frombuffer(text.encode(), np.uint8))
+                assert got == [text]
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=load, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(was)
+    assert not errors, errors[:3]
+    assert len(g._STRINGS) <= 8

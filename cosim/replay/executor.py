@@ -127,8 +127,9 @@ class _Rank:
         self.coll_algo: dict[int, tuple[str, str]] = {}
         self.sync_stall: dict[int, list[float]] = {}
         self.sync_bound: dict[int, list[int]] = {}
-        self.sync_watch: dict[int, list[tuple[int, Any]]] = {}
-        """Thread -> (number of SYNC events, event) that threads anchored to it wait for."""
+        self.sync_watch: dict[int, list[tuple[int, simpy.Event]]] = {}
+        """Thread -> ``(number of its synchronize calls, event)``: the threads (a :class:`_HostThread` is its own
+        event) and GPU ops anchored to its first syncs, each succeeded once that many returned (:func:`_release`)."""
         self.comm_fallback = 0
         self.copy_route: list[int] | None = None
         self.share: list[int] | None = None
@@ -154,7 +155,8 @@ class Executor:
     """Replays ranks on one simpy environment.
 
     Args:
-        env: the environment (shared with the engine's fabric).
+        env: the environment (shared with the engine's fabric); host threads push their waits on its queue
+            and read its clock and id sequence directly (:class:`_HostThread`).
         ranks: (graph, program) per rank.
         collective_runner: for simulated collectives, a callable
             ``(op, participants: list[(rank, gpu_op)], nbytes, matrix) -> simpy.Event | None``
@@ -524,7 +526,6 @@ class Executor:
         )
 
 
-
 class _HostThread(simpy.events.Event):
     """One host thread of a rank: its program's launch and synchronize calls, each at its static time plus the
     stall its synchronize calls accumulated so far (s).
@@ -629,7 +630,7 @@ class _HostThread(simpy.events.Event):
             if tp.thread in watch:
                 _release(watch[tp.thread], len(stalls))
         self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
-        yield  # never reached again
+        yield  # never resumed
 
 
 def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -645,7 +646,7 @@ def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.
     return got
 
 
-def _release(watching: list[tuple[int, Any]], syncs: int) -> None:
+def _release(watching: list[tuple[int, simpy.Event]], syncs: int) -> None:
     """A thread's ``syncs``-th synchronize call returned: succeed the events of ``watching`` (``(number of
     syncs, event)``: threads and GPU ops anchored to its first syncs) whose syncs have all returned."""
     for sw in [sw for sw in watching if sw[0] <= syncs]:

@@ -20,6 +20,7 @@ import contextlib
 import gc
 import itertools
 import json
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -714,6 +715,8 @@ _STRINGS_KEPT = 64
 _STRINGS_BYTES = 1 << 24
 """Stored bytes (offsets and UTF-8) of the tables :data:`_STRINGS` keeps, at most; a larger table is decoded at
 every read."""
+_STRINGS_LOCK = threading.Lock()
+"""Held while :data:`_STRINGS` is read or changed: ranks may be loaded by several threads at once."""
 
 
 def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
@@ -723,9 +726,11 @@ def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
     the list is new."""
     data = blob.tobytes()
     key = (offsets.astype(np.int64, copy=False).tobytes(), data)  # by value: int32 [0, 0] is not int64 [0]
-    hit = _STRINGS.pop(key, None)
+    with _STRINGS_LOCK:
+        hit = _STRINGS.pop(key, None)
+        if hit is not None:
+            _STRINGS[key] = hit  # now the most recently read
     if hit is not None:
-        _STRINGS[key] = hit  # now the most recently read
         return list(hit)
     off = offsets.tolist()
     text = data.decode("utf-8", "surrogatepass")
@@ -733,15 +738,16 @@ def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
         strings = list(map(text.__getitem__, map(slice, off[:-1], off[1:])))
     else:
         strings = [data[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(off)]
-    _remember_strings(key, tuple(strings))
+    with _STRINGS_LOCK:
+        _remember_strings(key, tuple(strings))
     return strings
 
 
 def _remember_strings(key: tuple[bytes, bytes], strings: tuple[str, ...]) -> None:
     """Keep ``strings`` in :data:`_STRINGS` under ``key``, forgetting the least recently read tables until at most
     :data:`_STRINGS_KEPT` tables of :data:`_STRINGS_BYTES` stored bytes remain with it; a table of more bytes than
-    that alone is not kept. The bytes held are counted from the memo itself (at most 64 entries), so a memo
-    cleared from outside (benchmarks' ``forget_memos``) stays consistent."""
+    that alone is not kept. The caller holds :data:`_STRINGS_LOCK`. The bytes held are counted from the memo itself
+    (at most 64 entries), so a memo cleared from outside (benchmarks' ``forget_memos``) stays consistent."""
     size = len(key[0]) + len(key[1])
     if size > _STRINGS_BYTES:
         return
