@@ -106,3 +106,53 @@ def test_a_class_at_its_rate_cap_passes_the_check(cap_gbps: float) -> None:
     assert t == pytest.approx(t_ref, rel=1e-9, abs=0.0)
     if cap_gbps == 1.0:
         assert splits == 0 and t == pytest.approx(lat + PER_RANK / cap, rel=1e-12)
+
+
+def _crossing_twice(seed: int, classes: bool) -> tuple[float, np.ndarray, np.ndarray, int, int]:
+    """1-3 batches of 20-200 GPU-pair flows of two DGX H100, seeded: a third route over their pair segment twice
+    (they cross each of its links twice), a fifth add another pair's segment, most 16 MiB (else 32 MiB), half
+    the batches capped (5, 20 or 1000 GB/s), a fifth of the rows of multiplicity 2; the batches start within
+    0.1 ms. Returns the end time, every link's bytes and busy time, and the class rows and splits."""
+    from cosim.scenario import build_topology
+
+    topo = build_topology("dgx-h100", None, nodes=2)
+    g = list(topo.gpus)
+    rng = np.random.default_rng(seed)
+    sim = Simulator(topo, SimConfig(record_trace=False, fabric=FabricConfig(coalesce=False, flow_classes=classes)))
+    fab = sim.fabric
+    pairs = [(a, b) for a in g for b in g if a != b]
+
+    def batch(delay: float, k: int):  # type: ignore[no-untyped-def]
+        yield sim.env.timeout(delay)
+        segs = np.full((k, 3), -1, dtype=np.int64)
+        for i, j in enumerate(rng.choice(len(pairs), size=k, replace=False).tolist()):
+            segs[i, 0] = fab.pair_segment(*pairs[j])
+            r = rng.random()
+            if r < 0.3:
+                segs[i, 1] = segs[i, 0]
+            elif r < 0.5:
+                segs[i, 1] = fab.pair_segment(*pairs[int(rng.integers(len(pairs)))])
+        nb = np.where(rng.random(k) < 0.8, 2.0**24, 2.0**25)
+        cap = np.where(rng.random(k) < 0.5, float(rng.choice([5e9, 20e9, 1e12])), np.inf)
+        yield fab.start_rows(segs, nb, max_rate=cap, multiplicity=np.where(rng.random(k) < 0.2, 2.0, 1.0))
+
+    for _ in range(int(rng.integers(1, 4))):
+        sim.env.process(batch(float(rng.random()) * 1e-4, int(rng.integers(20, 200))))
+    sim.run()
+    st = fab.link_stats()
+    return (sim.env.now, np.array([s.bytes for s in st]), np.array([s.busy_time for s in st]), fab.n_class_rows,
+            fab.n_class_splits)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 9])
+def test_classes_of_flows_that_cross_a_link_twice_agree_with_per_flow_rows(seed: int) -> None:
+    """Flow classes whose members cross their links twice (a route of one segment given twice: its links
+    weighted 2 in the class segment), share NIC links with each other and with other classes, run at caps
+    near or far from their share and are split after later batches load their links: the end time and every
+    link's bytes and busy time are the per-flow rows' within the documented 1e-9."""
+    t_ref, b_ref, busy_ref, rows_ref, _ = _crossing_twice(seed, False)
+    t, b, busy, rows, splits = _crossing_twice(seed, True)
+    assert rows_ref == 0 and rows > 0 and splits > 0
+    assert t == pytest.approx(t_ref, rel=1e-9, abs=0.0)
+    assert np.allclose(b, b_ref, rtol=1e-9, atol=1e-6)
+    assert np.allclose(busy, busy_ref, rtol=1e-9, atol=1e-15)

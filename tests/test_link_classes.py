@@ -71,7 +71,7 @@ def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit()
         t = part * 0.25
         lk = np.flatnonzero(np.isin(group, rng.choice(6, size=int(rng.integers(1, 4)), replace=False)))
         r = rng.random()
-        if r < 0.08 and part < 80:  # splits in the first half only: the second reuses the memo's pattern
+        if r < 0.08 and part < 80:  # splits in the first half only: the second meets whole, uniform classes
             lk = lk[rng.random(lk.size) < 0.6]
         if not lk.size:
             continue

@@ -410,11 +410,12 @@ HYBRIDEP_H100_IB: dict[int, tuple[tuple[int, float, float], ...]] = {
     4: ((16, 44.40e9, 52.00e9), (32, 52.60e9, 51.00e9), (64, 48.00e9, 46.00e9)),
     8: ((16, 76.80e9, 68.00e9), (32, 54.50e9, 56.40e9), (64, 50.55e9, 51.03e9)),
     16: ((16, 71.71e9, 62.95e9), (32, 57.69e9, 57.46e9), (64, 49.97e9, 49.77e9))}
-"""HybridEP's published kernel-only IB bandwidth on H100 by SMs per kernel, BF16 dispatch and combine, per rank
-count (16, 32, 64: 2, 4, 8 nodes of 8): deepseek-ai/DeepEP docs/README_Hybrid-EP.md at 41cad94, "H100 Platform"
-(4096 tokens per rank, hidden 7168, top-8, 8 local experts, uniform random routing). The metric is
-tests/test_hybrid_ep.py's ``rdma_send_bytes / t``: ``count_rdma_send_from_routing_map`` (every (token, node) pair
-the token routes to, its own node included, "to align with DeepEP") x hidden x 2 bytes, over the kernel time."""
+"""HybridEP's published kernel-only IB bandwidth on H100 (bytes/s; the README's GB/s x 1e9) by SMs per kernel,
+BF16 dispatch and combine, per rank count (16, 32, 64: 2, 4, 8 nodes of 8): deepseek-ai/DeepEP
+docs/README_Hybrid-EP.md at 41cad94, "H100 Platform" (4096 tokens per rank, hidden 7168, top-8, 8 local experts,
+uniform random routing). The metric is tests/test_hybrid_ep.py's ``rdma_send_bytes / t``:
+``count_rdma_send_from_routing_map`` (every (token, node) pair the token routes to, its own node included, "to
+align with DeepEP") x hidden x 2 bytes, over the kernel time."""
 
 H100_NIC_BANDWIDTH = 50e9
 """Bytes/s per direction of one H100's compute NIC on a DGX H100 (ConnectX-7, 400 Gb/s; the ``cx7-ndr400`` of the
@@ -467,6 +468,8 @@ class HybridEPRates:
     remote domain (an EP128 group over two NVL72 racks is the table's two-node case, not its 64-rank one)."""
 
     def nvlink_fraction(self, kind: str, ranks: int) -> float:
+        """The NVLink fraction of a ``kind`` call in an NVLink domain of ``ranks`` ranks of the group
+        (:attr:`nvlink`)."""
         return _row(self.nvlink, kind, ranks)
 
     def rdma_fraction(self, kind: str, domains: int) -> float:

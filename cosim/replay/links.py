@@ -97,6 +97,7 @@ class _LinkClasses:
         self.parent = np.array([-1], dtype=np.int64)
         """The class each class split from (-1 for the first)."""
         self.n = 1
+        """Class ids handed out so far (those of :attr:`size` and :attr:`parent` in use)."""
         self._pos = np.full(max(n_links, 1), -1, dtype=np.int64)  # scratch: a position per link
         self._subs: dict[int, tuple[np.ndarray, list[np.ndarray]]] = {}  # id(link array) -> (it, occurrence groups)
 

@@ -189,6 +189,7 @@ class Case(Strict):
     @field_validator("cuda_graph_scope")
     @classmethod
     def _known_scopes(cls, v: list[str] | None) -> list[str] | None:
+        """Refuse a scope the synthetic spec does not model (:data:`cosim.workload.synth.spec.CUDA_GRAPH_SCOPES`)."""
         from cosim.workload.synth.spec import CUDA_GRAPH_SCOPES as known  # lazy: --help without loading synthesis
 
         bad = [x for x in v or () if x not in known]
@@ -357,6 +358,8 @@ def ddp_bucket_size(case: Case) -> float | None:
 
 def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: str,
               spec_over: dict[str, Any] | None = None, set_over: dict[str, str] | None = None) -> Any:
+    """The scenario of ``case`` with ``m`` micro-batches per pipeline on ``topology`` (``nodes``: its scale, None:
+    as named) and activation recomputation ``recompute``; ``spec_over`` / ``set_over``: :func:`run_case`'s what-ifs."""
     from cosim.scenario import Scenario, SyntheticWorkload
     from cosim.workload.synth import SyntheticSpec
 
@@ -584,6 +587,7 @@ def _saved_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The e2e runner's command line: run (or, ``--from-json``, print) the rows and their tables; 2 on bad input."""
     from tqdm import tqdm
 
     ap = argparse.ArgumentParser(prog="python -m validation.e2e.run", description=__doc__.split("\n\n")[0])
