@@ -1064,7 +1064,8 @@ def unfused_router_ops(c: MoEModelConfig, tm: float) -> list[Op]:
     ``type_as`` casts launch nothing). With ``k`` = top-k and 8 B int64 indices, bytes forward / backward:
     softmax router: the top-k (read ``tm*E*4``, write ``tm*k*12``; backward: zeros ``tm*E*4`` and a scatter of the
     gradient ``tm*k*16``) and the softmax of the k scores (``tm*k*8``; backward ``tm*k*12``); sigmoid router: the
-    sigmoid (``tm*E*8``, backward ``tm*E*12``), the expert bias added (``tm*E*8``), the top-k (no gradient), the
+    sigmoid (``tm*E*8``, backward ``tm*E*12``), the expert bias added (``tm*E*8``; taken as set, as DeepSeek-V3's
+    ``moe_router_enable_expert_bias`` runs set it: without it the top-k takes the gradient), the top-k (no gradient), the
     gather of the chosen scores (``tm*k*16``; backward zeros and a scatter), their sum and the division
     (``tm*k*4 + tm*4`` and ``tm*k*12``). Then the probabilities' dense map (an out-of-place scatter: a clone,
     launched from the scatter call's C++, ``launches`` 0, and the ``scatter_``): zeros, clone and scatter (``tm*E*12 +
