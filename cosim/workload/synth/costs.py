@@ -42,6 +42,8 @@ __all__ = [
     "SAVED_SOURCE",
     "TE_QUANTIZE_SOURCE",
     "CE_UNFUSED_SOURCE",
+    "MAIN_GRAD_HOOK_SOURCE",
+    "ROUTER_UNFUSED_SOURCE",
     "Comm",
     "Op",
     "Precision",
@@ -74,6 +76,7 @@ __all__ = [
     "sample_head_ops",
     "selective_saved",
     "unfused_cross_entropy_ops",
+    "unfused_router_ops",
 ]
 
 
@@ -1088,7 +1091,8 @@ def unfused_router_ops(c: MoEModelConfig, tm: float) -> list[Op]:
                     bwd_bytes=grad_into_zeros, bwd_launches=2),
                  Op("moe.router_topk.softmax", "reduction", nk * SOFTMAX_FLOPS, 8.0 * nk, "fp32", saved=4.0 * nk,
                     bwd_bytes=12.0 * nk)]
-    return score + [
+    return [
+        *score,
         Op("moe.router_topk.probs_zeros", "elementwise", 0.0, 4.0 * nE, "fp32", no_grad=True),
         Op("moe.router_topk.probs_clone", "elementwise", 0.0, 8.0 * nE, "fp32", launches=0, no_grad=True),
         Op("moe.router_topk.probs_scatter", "elementwise", 0.0, 16.0 * nk, "fp32", bwd_bytes=16.0 * nk),
