@@ -160,6 +160,14 @@ class Case(Strict):
     """The run fuses its cross-entropy loss (Megatron-Core ``cross_entropy_loss_fusion``, the Megatron-Bridge configs'
     setting): the synthetic spec's ``cross_entropy_fusion``; false for a Megatron-LM launch without
     ``--cross-entropy-loss-fusion`` (Megatron-Core's unfused loss)."""
+    moe_router_fusion: bool = True
+    """The run fuses its router's score function and top-k (Megatron-Core ``moe_router_fusion``): the synthetic
+    spec's ``moe_router_fusion``; false for a Megatron-LM launch without ``--moe-router-fusion`` (or of a commit
+    before the flag, c08d89be: Megatron-Core's unfused routing kernels)."""
+    grad_accumulation_fusion: bool = True
+    """The run fuses the weight-gradient accumulation into the wgrad GEMM (Megatron-Core
+    ``gradient_accumulation_fusion``, on by default): the synthetic spec's ``grad_accumulation_fusion``; false for a
+    launch with ``--no-gradient-accumulation-fusion``."""
     overlap_grad_reduce: bool | None = None
     """The run's Megatron-Core ``overlap_grad_reduce`` (the layout field): gradient buckets reduced under the
     backward; false: after it, one bucket per chunk and buffer. None: the layout's default (training.yaml: the FSDP
@@ -406,6 +414,8 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
         **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
         **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),
         **({} if case.cross_entropy_fusion else {"cross_entropy_fusion": False}),
+        **({} if case.moe_router_fusion else {"moe_router_fusion": False}),
+        **({} if case.grad_accumulation_fusion else {"grad_accumulation_fusion": False}),
         **({} if case.expert_padding else {"expert_padding": False}),
         **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
         **({"offload_modules": list(case.offload_modules)}

@@ -133,10 +133,14 @@ class BuildOptions:
     cross_entropy_fusion: bool = True
     """Megatron-Core's ``cross_entropy_loss_fusion``: the loss as one fused op; False: its unfused kernels
     (:func:`cosim.workload.synth.costs.unfused_cross_entropy_ops`)."""
+    moe_router_fusion: bool = True
+    """Training: Megatron-Core's ``moe_router_fusion``: the router's score function and top-k as one fused op; False:
+    the eager kernels of the unfused path (:func:`cosim.workload.synth.costs.unfused_router_ops`)."""
     grad_accumulation_fusion: bool = True
     """Megatron-Core's gradient accumulation fusion: every weight-gradient GEMM reads and writes its weight's
     ``main_grad`` (``grad_bytes`` per element: :data:`cosim.workload.synth.costs.MAIN_GRAD_SOURCE`); False:
-    PyTorch autograd's gradient in the weight's dtype."""
+    the wgrad GEMM writes the gradient in the weight's dtype and Megatron-Core's backward hook adds it into
+    ``main_grad`` with a kernel of its own (:meth:`main_grad_hook_bytes`)."""
     fold: bool | None = None
     """Build one rank per pipeline stage (None: whenever routing is uniform and there are no stragglers; under
     skewed routing without stragglers, None builds one rank per (stage, expert position): :func:`_skew_classes`;
@@ -224,6 +228,15 @@ class BuildOptions:
         ``grad_accumulation_fusion``, else 0: no accumulation in the GEMM): ``main_grad`` of
         :func:`cosim.workload.synth.costs.backward_ops`."""
         return self.grad_bytes if self.grad_accumulation_fusion else 0.0
+
+    def main_grad_hook_bytes(self, fsdp: bool) -> float:
+        """Bytes per element of ``main_grad`` Megatron-Core's backward hook reads and writes after each unfused
+        weight-gradient GEMM (:data:`cosim.workload.synth.costs.MAIN_GRAD_HOOK_SOURCE`): 0 with
+        ``grad_accumulation_fusion``; else ``main_grad.add_`` reads and writes it (``2 * grad_bytes``), Megatron-FSDP
+        (``fsdp``, sharding optim_grads / optim_grads_params) overwrites it with ``copy_`` (``grad_bytes``)."""
+        if self.grad_accumulation_fusion:
+            return 0.0
+        return self.grad_bytes * (1.0 if fsdp else 2.0)
 
 
 @dataclass
@@ -784,12 +797,14 @@ def _bucket_plans(rm: RankMap, card: MoEModelConfig, prepared: dict[tuple[int, i
 
 
 def _shard(rm: RankMap, card: MoEModelConfig, rank: int, layer: int, routes: dict[int, Any], T: float,
-           dispatcher: str = "alltoall", expert_padding: bool = True, dtoh_late: bool = False) -> Shard:
+           dispatcher: str = "alltoall", expert_padding: bool = True, dtoh_late: bool = False,
+           moe_router_fusion: bool = True) -> Shard:
     """How layer ``layer`` is split on ``rank``: the layout's parallel sizes and, for an MoE layer, the rows each of
     the rank's local experts receives (``routes``; times etp, whose group all-gathers its rows) and the tokens it
     sends to the all-to-all (``T`` tokens per micro-batch, over tp under sequence parallelism, times top-k)."""
     base = Shard(tp=rm.tp, cp=rm.cp, ep=rm.ep, etp=rm.etp, sequence_parallel=rm.sequence_parallel,
-                 dispatcher=dispatcher, expert_padding=expert_padding, dtoh_late=dtoh_late)
+                 dispatcher=dispatcher, expert_padding=expert_padding, dtoh_late=dtoh_late,
+                 moe_router_fusion=moe_router_fusion)
     if card.is_dense or layer < card.dense_layers:
         return base
     r = routes[layer]
@@ -867,7 +882,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw.append((-1, embedding_ops(card, T, sh0, p), []))
         for ly in rm.chunk_layers[c]:
             sh = _shard(rm, card, rank, ly, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
-                        else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
+                        else "alltoall", opts.expert_padding, dtoh_late=late_dtoh,
+                        moe_router_fusion=opts.moe_router_fusion)
             key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
             if key not in cache:
                 cache[key] = layer_ops(card, ly, T, seq, sh, p)
@@ -876,7 +892,8 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
         if c == chunks - 1:
             fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache, opts.cross_entropy_fusion), []))
-        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes)) for ly, ops, _ in reversed(fw)]
+        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes, opts.main_grad_hook_bytes(rm.layout.zero == "fsdp")))
+               for ly, ops, _ in reversed(fw)]
         if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
             fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
             bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
@@ -1008,7 +1025,7 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                 if before is not None:
                     before(ly)
                 for o, d in zip(ops, durs):
-                    if skip_wgrad is not None and o.name.endswith(".wgrad"):
+                    if skip_wgrad is not None and o.name.endswith((".wgrad", ".main_grad_add")):
                         skip_wgrad.append((o, d))
                         continue
                     emit(o, d, ly)
@@ -1420,7 +1437,8 @@ def _bwd_parts(ops: list[Op], durs: list[float], delay_wgrad: bool) -> list[Seg]
     def split(seg: Seg) -> tuple[Seg, Seg]:
         if not delay_wgrad:
             return seg, []
-        return [x for x in seg if not x[0].name.endswith(".wgrad")], [x for x in seg if x[0].name.endswith(".wgrad")]
+        wg = (".wgrad", ".main_grad_add")  # the hook's add follows its weight gradient
+        return [x for x in seg if not x[0].name.endswith(wg)], [x for x in seg if x[0].name.endswith(wg)]
 
     if len(runs) != 2:
         pre, pre_w = split(od)
@@ -1687,7 +1705,8 @@ def _mtp_chunk_ops(card: MoEModelConfig, rm: RankMap, rank: int, routes: dict[in
         return []
     body = mtp_body_layer(card)  # every depth runs the same layer: one op list for all
     sh = _shard(rm, card, rank, body, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
-                else "alltoall", opts.expert_padding, dtoh_late=late_dtoh)
+                else "alltoall", opts.expert_padding, dtoh_late=late_dtoh,
+                        moe_router_fusion=opts.moe_router_fusion)
     apart = rm.mtp_chunk != rm.last_chunk
     key = ("mtp", body if body in routes and not opts.routing.is_uniform else None, sh, apart)
     if key not in cache:

@@ -42,6 +42,8 @@ __all__ = [
     "SAVED_SOURCE",
     "TE_QUANTIZE_SOURCE",
     "CE_UNFUSED_SOURCE",
+    "MAIN_GRAD_HOOK_SOURCE",
+    "ROUTER_UNFUSED_SOURCE",
     "Comm",
     "Op",
     "Precision",
@@ -74,6 +76,7 @@ __all__ = [
     "sample_head_ops",
     "selective_saved",
     "unfused_cross_entropy_ops",
+    "unfused_router_ops",
 ]
 
 
@@ -346,6 +349,10 @@ class Shard:
     captured) and the host waits for the last of them (:attr:`Op.host_sync`); False: they precede it
     (``before_permutation_1``) and the host waits at the permutation (:class:`cosim.workload.synth.build.BuildOptions`
     ``moe_host_sync``)."""
+    moe_router_fusion: bool = True
+    """Training: the router's score function and top-k as one fused op (``moe.router_topk``: Megatron-Core's
+    ``moe_router_fusion``, TE's fused top-k); False: the eager kernels of Megatron-Core's unfused
+    ``topk_softmax_with_capacity`` (:func:`unfused_router_ops`)."""
     expert_padding: bool = True
     """Training, FP8/MXFP8: Megatron-Core's grouped MLP copies the local experts' rows into and out of a buffer
     aligned for the quantized GEMM (:func:`expert_padding_ops`); False: the rows arrive aligned
@@ -740,8 +747,9 @@ def _moe_ops(c: MoEModelConfig, T: float, s: Shard, p: Precision) -> list[Op]:
     ops: list[Op] = [_norm("moe.norm", tm, h, p),
                      Op("moe.router", "gemm", 2.0 * tm * E * h, (tm * h + h * E) * p.act_bytes + tm * E * 4.0, "bf16",
                         tm, E, h, saved=tm * h * p.act_bytes),
-                     _ew("moe.router_topk", tm * E, p, flops_per=SOFTMAX_FLOPS, cls="reduction",
-                         saved=tm * E * 4.0)]
+                     *([_ew("moe.router_topk", tm * E, p, flops_per=SOFTMAX_FLOPS, cls="reduction",
+                            saved=tm * E * 4.0)] if s.moe_router_fusion or not train else
+                       unfused_router_ops(c, tm))]
     hyb = train and s.dispatcher == "hybridep" and ep > 1
     if train:
         ops += _megatron_router_ops(c, tm, s) + ([] if hyb else _megatron_count_ops(c, s))
@@ -1024,9 +1032,10 @@ def _megatron_router_ops(c: MoEModelConfig, tm: float, s: Shard) -> list[Op]:
     if c.aux_loss_coef <= 0:
         return []
     E = c.num_experts
-    ops = [_tiny("moe.aux_scores", tm * E, flops_per=SOFTMAX_FLOPS, cls="reduction"),
-           _tiny("moe.aux_topk_mask", tm * E, no_grad=True, cls="reduction"),
-           _tiny("moe.aux_tokens_per_expert", tm * E, no_grad=True, cls="reduction")]
+    ops = [_tiny("moe.aux_scores", tm * E, flops_per=SOFTMAX_FLOPS, cls="reduction")]
+    if s.moe_router_fusion:  # unfused: the loss takes the routing map's counts (unfused_router_ops)
+        ops += [_tiny("moe.aux_topk_mask", tm * E, no_grad=True, cls="reduction"),
+                _tiny("moe.aux_tokens_per_expert", tm * E, no_grad=True, cls="reduction")]
     if s.tp * s.cp > 1:
         ops.append(Op("moe.aux_counts_all_reduce", "collective", 0.0, E * 8.0, comm=Comm("tp", "all_reduce", E * 8.0),
                       stream="tp", no_grad=True))
@@ -1034,6 +1043,65 @@ def _megatron_router_ops(c: MoEModelConfig, tm: float, s: Shard) -> list[Op]:
             _tiny("moe.aux_loss_sum", E, cls="reduction"), _tiny("moe.aux_loss_scale", 1),
             _tiny("moe.aux_loss_log_div", 1, no_grad=True), _tiny("moe.aux_loss_log_add", 1, no_grad=True)]
     return ops
+
+
+ROUTER_UNFUSED_SOURCE = (
+    "NVIDIA/Megatron-LM at 1e057005 (the commit the ModelZoo Qwen3-235B table names; moe_router_fusion arrived in "
+    "c08d89be, 2025-08-17, so every run of that commit routes unfused) megatron/core/transformer/moe/router.py "
+    "(TopKRouter.aux_loss_load_balancing: topk_softmax_with_capacity, then compute_routing_scores_for_aux_loss: "
+    "the softmax over all experts, no top-k mask of its own; the loss takes topk_softmax_with_capacity's "
+    "tokens_per_expert) and moe_utils.py (topk_softmax_with_capacity, capacity_factor None, use_pre_softmax False: "
+    "torch.topk of the logits, torch.softmax of the k scores in fp32 and type_as(logits); sigmoid: "
+    "torch.sigmoid, the expert bias added for the choice, torch.topk, torch.gather, the sum and division; then "
+    "torch.zeros_like(logits).scatter(1, top_indices, probs), torch.zeros_like(logits).int().scatter(1, "
+    "top_indices, 1).bool() and topk_map.sum(dim=0)); PyTorch aten: out-of-place scatter is a clone and an "
+    "in-place scatter_, topk's backward scatters the gradient into zeros (value_selecting_reduction_backward), "
+    "scatter's backward to its source gathers the gradient, gather's scatters it into zeros")
+"""Which eager kernels Megatron-Core runs for the router's score function and top-k without ``moe_router_fusion``
+(:func:`unfused_router_ops`)."""
+
+
+def unfused_router_ops(c: MoEModelConfig, tm: float) -> list[Op]:
+    """Megatron-Core's unfused dropless top-k routing over this rank's ``tm`` tokens x ``E`` experts
+    (:data:`ROUTER_UNFUSED_SOURCE`), kernel by kernel, on the router GEMM's fp32 logits (``moe.router``: 4 B, so the
+    ``type_as`` casts launch nothing). With ``k`` = top-k and 8 B int64 indices, bytes forward / backward:
+    softmax router: the top-k (read ``tm*E*4``, write ``tm*k*12``; backward: zeros ``tm*E*4`` and a scatter of the
+    gradient ``tm*k*16``) and the softmax of the k scores (``tm*k*8``; backward ``tm*k*12``); sigmoid router: the
+    sigmoid (``tm*E*8``, backward ``tm*E*12``), the expert bias added (``tm*E*8``; taken as set, as DeepSeek-V3's
+    ``moe_router_enable_expert_bias`` runs set it: without it the top-k takes the gradient), the top-k (no gradient), the
+    gather of the chosen scores (``tm*k*16``; backward zeros and a scatter), their sum and the division
+    (``tm*k*4 + tm*4`` and ``tm*k*12``). Then the probabilities' dense map (an out-of-place scatter: a clone,
+    launched from the scatter call's C++, ``launches`` 0, and the ``scatter_``): zeros, clone and scatter (``tm*E*12 +
+    tm*k*16``; backward a gather ``tm*k*16``); the routing map: zeros, the int cast, clone and scatter, the bool
+    cast (``tm*E*25 + tm*k*12``, no gradient), and its sum over tokens (``tm*E`` read, ``E*8`` written)."""
+    E, k = float(c.num_experts), float(min(c.top_k, c.num_experts))
+    nE, nk = tm * E, tm * k
+    grad_into_zeros = nE * 4.0 + nk * 16.0  # zeros + scatter of a gathered gradient back to the dense shape
+    if c.router == "sigmoid":
+        score = [Op("moe.router_topk.sigmoid", "elementwise", nE, 8.0 * nE, "fp32", saved=4.0 * nE,
+                    bwd_bytes=12.0 * nE),
+                 Op("moe.router_topk.bias_add", "elementwise", nE, 8.0 * nE + 4.0 * E, "fp32", no_grad=True),
+                 Op("moe.router_topk.topk", "reduction", nE, 4.0 * nE + 12.0 * nk, "fp32", no_grad=True),
+                 Op("moe.router_topk.gather", "elementwise", 0.0, 16.0 * nk, "fp32", bwd_bytes=grad_into_zeros,
+                    bwd_launches=2),
+                 Op("moe.router_topk.sum", "reduction", nk, 4.0 * nk + 4.0 * tm, "fp32"),
+                 Op("moe.router_topk.div", "elementwise", nk, 12.0 * nk, "fp32", saved=4.0 * nk)]
+    else:
+        score = [Op("moe.router_topk.topk", "reduction", nE, 4.0 * nE + 12.0 * nk, "fp32", saved=8.0 * nk,
+                    bwd_bytes=grad_into_zeros, bwd_launches=2),
+                 Op("moe.router_topk.softmax", "reduction", nk * SOFTMAX_FLOPS, 8.0 * nk, "fp32", saved=4.0 * nk,
+                    bwd_bytes=12.0 * nk)]
+    return [
+        *score,
+        Op("moe.router_topk.probs_zeros", "elementwise", 0.0, 4.0 * nE, "fp32", no_grad=True),
+        Op("moe.router_topk.probs_clone", "elementwise", 0.0, 8.0 * nE, "fp32", launches=0, no_grad=True),
+        Op("moe.router_topk.probs_scatter", "elementwise", 0.0, 16.0 * nk, "fp32", bwd_bytes=16.0 * nk),
+        Op("moe.router_topk.map_zeros", "elementwise", 0.0, 4.0 * nE, "fp32", no_grad=True),
+        Op("moe.router_topk.map_int", "elementwise", 0.0, 8.0 * nE, "fp32", no_grad=True),
+        Op("moe.router_topk.map_clone", "elementwise", 0.0, 8.0 * nE, "fp32", launches=0, no_grad=True),
+        Op("moe.router_topk.map_scatter", "elementwise", 0.0, 12.0 * nk, "fp32", no_grad=True),
+        Op("moe.router_topk.map_bool", "elementwise", 0.0, 5.0 * nE, "fp32", no_grad=True),
+        Op("moe.router_topk.tokens_per_expert", "reduction", nE, nE + 8.0 * E, "fp32", no_grad=True)]
 
 
 def _megatron_count_ops(c: MoEModelConfig, s: Shard) -> list[Op]:
@@ -1261,7 +1329,7 @@ def graph_scoped(name: str, scopes: Sequence[str], dispatcher: str = "alltoall")
     base = forward_name(name)
     return (("attn" in scopes and base.startswith("attn."))
             or ("moe_router" in scopes and (base in ("moe.norm", "moe.router", "moe.router_topk")
-                                            or base.startswith(("moe.aux_", "moe.shared."))))
+                                            or base.startswith(("moe.aux_", "moe.shared.", "moe.router_topk."))))
             or ("moe_preprocess" in scopes and dispatcher == "alltoall" and base in _PREPROCESS_ALLTOALL))
 
 
@@ -1315,7 +1383,31 @@ def _wgrad_bytes(o: Op, grad_bytes: float) -> float:
     return (o.m * o.k + o.m * o.n) * o.batch * inb + 2.0 * grad_bytes * o.k * o.n * o.batch
 
 
-def backward_ops(fwd: list[Op], main_grad: float = 0.0) -> list[Op]:
+MAIN_GRAD_HOOK_SOURCE = (
+    "NVIDIA/Megatron-LM at 1e057005 megatron/core/distributed/distributed_data_parallel.py "
+    "(_make_backward_post_hook: 'if param.grad is not None and (not param.grad_added_to_main_grad or "
+    "getattr(param, \'zero_out_wgrad\', False)): param.main_grad.add_(param.grad.data)', then param.grad = None) and "
+    "megatron/core/distributed/custom_fsdp/fully_sharded_data_parallel.py (Megatron-FSDP's post-backward hook: "
+    "sharding strategy optim_grads or optim_grads_params overwrites, 'param.main_grad.copy_(param.grad)'; otherwise "
+    "'param.main_grad.add_(param.grad)'); without gradient_accumulation_fusion TE's wgrad GEMM writes param.grad "
+    "in the activation dtype (transformer_engine/pytorch/module/linear.py, grouped_linear.py: "
+    "fuse_wgrad_accumulation False), so grad_added_to_main_grad stays False and the hook runs the kernel")
+"""Why a Megatron-Core weight gradient computed without gradient accumulation fusion costs one more memory-bound
+kernel per parameter tensor (:func:`backward_ops` ``main_grad_hook``)."""
+
+
+def _main_grad_hook_op(o: Op, hook_bytes: float) -> Op:
+    """The backward hook's ``main_grad.add_(grad)`` (or Megatron-FSDP's ``copy_``) after the weight gradient of
+    forward linear ``o`` (:data:`MAIN_GRAD_HOOK_SOURCE`): per weight element it reads the gradient in
+    the GEMM's input bytes and reads / writes ``main_grad``, ``hook_bytes`` in all; one kernel per parameter tensor
+    (each local expert's weight of a grouped GEMM)."""
+    inb = min(q.gemm_in_bytes for q in PRECISIONS.values() if q.gemm == o.dtype)
+    n = o.k * o.n * o.batch
+    return Op(f"{o.name}.main_grad_add", "elementwise", n, n * (inb + hook_bytes), "fp32", bwd=True,
+              launches=max(round(o.batch), 1) if o.cls == "grouped_gemm" else 1)
+
+
+def backward_ops(fwd: list[Op], main_grad: float = 0.0, main_grad_hook: float = 0.0) -> list[Op]:
     """The backward ops of a forward op list, in backward order.
 
     A linear layer gives a data-gradient and a weight-gradient GEMM (each the forward's
@@ -1324,7 +1416,10 @@ def backward_ops(fwd: list[Op], main_grad: float = 0.0) -> list[Op]:
     combine) with the same bytes, a quantize its own cast of the gradient. ``main_grad`` > 0
     (Megatron-Core's gradient accumulation fusion, :data:`MAIN_GRAD_SOURCE`): the bytes per element of
     the gradient every weight-gradient GEMM reads and writes (:func:`_wgrad_bytes`); 0: its bytes
-    are the forward's (the gradient written in the input dtype, as the weight is read)."""
+    are the forward's (the gradient written in the input dtype, as the weight is read). ``main_grad_hook`` > 0 (no
+    fusion, Megatron-Core's backward hook, :data:`MAIN_GRAD_HOOK_SOURCE`): after each weight-gradient GEMM, the
+    hook's kernel that adds (or copies) that gradient into ``main_grad``, reading and writing ``main_grad_hook``
+    bytes of it per element (:func:`_main_grad_hook_op`)."""
     out: list[Op] = []
     for o in reversed(fwd):
         if o.no_grad:
@@ -1340,6 +1435,8 @@ def backward_ops(fwd: list[Op], main_grad: float = 0.0) -> list[Op]:
             out.append(replace(o, name=f"{o.name}.wgrad", m=o.k, n=o.n, k=o.m, bwd=True, saved=0.0,
                                params=param_tensors(o), group_k=bool(o.group_rows) and not o.group_k,
                                bytes=_wgrad_bytes(o, main_grad) if main_grad else o.bytes))
+            if main_grad_hook:
+                out.append(_main_grad_hook_op(o, main_grad_hook))
         elif o.cls == "attention":
             out.append(replace(o, name=f"{o.name}.bwd", flops=o.flops * 2.5, bytes=o.bytes * 2.0, bwd=True,
                                saved=0.0))

@@ -302,11 +302,21 @@ class SyntheticSpec(Strict):
     over the fp32 logits forward and two backward
     (:data:`cosim.workload.synth.costs.CE_UNFUSED_SOURCE`). False on a serving step (mode prefill or decode,
     which computes no loss) is an error."""
+    moe_router_fusion: bool = True
+    """Training: Megatron-Core's ``moe_router_fusion`` (``--moe-router-fusion``, TE's fused top-k; what cosim
+    modelled before the field): the router's score function and top-k as one fused op over the logits. False
+    (Megatron-Core's own default, and the only path before the flag existed, Megatron-LM c08d89be): the eager
+    kernels of ``topk_softmax_with_capacity``, top-k, softmax, the dense probabilities and the routing map built by
+    zeros and scatters, its counts, with their backward
+    (:data:`cosim.workload.synth.costs.ROUTER_UNFUSED_SOURCE`). False on a serving step is an error."""
     grad_accumulation_fusion: bool = True
     """Training: Megatron-Core's ``gradient_accumulation_fusion`` (on in Megatron-LM and the Megatron-Bridge
     providers): every weight-gradient GEMM accumulates into the gradient buffer's ``main_grad``, reading and writing
     it each micro-batch (bytes: ``grad_reduce_in_fp32``'s; :data:`cosim.workload.synth.costs.MAIN_GRAD_SOURCE`).
-    False: PyTorch autograd's ``.grad`` written in the weight's dtype (FSDP2 / torchtitan-style frameworks)."""
+    False (``--no-gradient-accumulation-fusion``): the wgrad GEMM writes ``.grad`` in the weight's dtype and
+    Megatron-Core's backward hook adds it into ``main_grad`` (``main_grad.add_``; Megatron-FSDP with sharded
+    gradients: ``copy_``), one more memory-bound kernel per weight
+    (:data:`cosim.workload.synth.costs.MAIN_GRAD_HOOK_SOURCE`)."""
     moe_host_sync: bool = True
     """Dropless MoE: the host waits for each forward token permutation to read the per-expert token counts
     (Megatron-Core's all-to-all dispatcher); false models a sync-free dispatcher (padded capacity, device-side splits)."""
@@ -541,7 +551,7 @@ def _build_options(spec: SyntheticSpec, topology: Any, gpu0: Any, acc: Any, rout
                         tp_comm_overlap=spec.tp_comm_overlap, sm_count=int(acc.sm_count),
                         expert_padding=spec.expert_padding, grad_bytes=4.0 if spec.grad_reduce_in_fp32 else 2.0,
                         grad_accumulation_fusion=spec.grad_accumulation_fusion,
-                        cross_entropy_fusion=spec.cross_entropy_fusion,
+                        cross_entropy_fusion=spec.cross_entropy_fusion, moe_router_fusion=spec.moe_router_fusion,
                         expert_gemm_host=float(spec.expert_gemm_host),
                         collective_host=(None if spec.collective_host is None or spec.mode != "train"
                                          else float(spec.collective_host) * host_factor),
@@ -571,6 +581,9 @@ def _check_mode_fields(spec: SyntheticSpec) -> None:
     if spec.mode != "train" and not spec.cross_entropy_fusion:
         raise CosimInputError("workload.synthetic.cross_entropy_fusion: a training field (mode train); a serving step "
                               "computes no loss (its head samples the next token)")
+    if spec.mode != "train" and not spec.moe_router_fusion:
+        raise CosimInputError("workload.synthetic.moe_router_fusion: a training field (mode train); serving steps "
+                              "route with the fused op")
 
 
 def _check_training_fields(spec: SyntheticSpec, rm: RankMap) -> None:
