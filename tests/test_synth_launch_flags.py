@@ -107,8 +107,8 @@ def test_modelzoo_rows_carry_the_flags(field: str) -> None:
 def test_serving_refuses_unfused_router() -> None:
     """``moe_router_fusion: false`` on a decode step is a one-line error naming the field."""
     from cosim.errors import CosimInputError
-    from cosim.scenario import apply_scenario_sets, load_scenario, run_scenario
+    from cosim.scenario import load_scenario, run_scenario
 
-    dec, _ = apply_scenario_sets(load_scenario("dsv3-decode-ep128"), {"workload.synthetic.moe_router_fusion": "false"})
+    dec = load_scenario("dsv3-decode-ep128")
     with pytest.raises(CosimInputError, match=r"^workload\.synthetic\.moe_router_fusion: a training field"):
-        run_scenario(dec)
+        run_scenario(dec, {"workload.synthetic.moe_router_fusion": "false"})  # as `cosim run ... --set` does
