@@ -98,3 +98,15 @@ def test_unlike_group_and_deepep_per_node_by_hand() -> None:
     even = ParallelLayout(ep=8, pp=3).resolve(card, 24)
     assert unlike_group(even, topo) is None
     check_dispatch(even, topo, "deepep")
+
+
+def test_serving_step_placed_unlike_is_not_folded(tmp_path: Path) -> None:
+    """The serving build folds too (infer.build_infer_step): a decode step, EP16 over 80 GB200 GPUs, builds all 80
+    ranks for the same reason as training; on one rack (72 GPUs are not divisible by 16: 64 GPUs) it folds."""
+    syn = {"model": "qwen3-moe-mini", "mode": "decode", "layout": {"ep": 16},
+           "batch": {"requests_per_gpu": 8, "context": 1024}}
+    d = json.loads(_run(_scenario(tmp_path, "dec80", 20, syn), tmp_path).stdout)
+    assert not d["synthetic"]["folded"] and d["synthetic"]["simulated_ranks"] == 80
+    assert any(n.startswith("not folded: the ep group of ranks 64..79") for n in d["notes"])
+    d = json.loads(_run(_scenario(tmp_path, "dec64", 16, syn), tmp_path).stdout)
+    assert d["synthetic"]["folded"] and d["synthetic"]["simulated_ranks"] == 1
