@@ -499,20 +499,25 @@ def hybridep_token_bytes(hidden: int, prob_row: int = 0) -> float:
 _DOMAINS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
-def nvlink_domains(sim: Simulator, ranks: Sequence[str]) -> list[list[str]]:
-    """``ranks`` grouped by NVLink domain (GPUs joined by scale-up links, NVSwitch trays of a rack included),
-    in order of first appearance; HybridEP's ``num_of_nodes`` is the number of these groups."""
+def nvlink_domain_map(topo: Any) -> dict[str, int]:
+    """Index of the NVLink domain of each GPU of ``topo`` (GPUs joined by scale-up links, NVSwitch trays of a rack
+    included; a GPU with no scale-up link is a domain of its own). O(links)."""
     import networkx as nx
 
-    topo = sim.topo
+    g = topo.graph
+    up = {x for x in g.nodes if topo.kind_of(x) in ("gpu", "nvswitch")}
+    view = nx.Graph((a, b) for a, b, d in g.edges(data=True)
+                    if a in up and b in up and d.get("kind") in ("nvlink", "xgmi", "nvlink_c2c"))
+    view.add_nodes_from(x for x in up if topo.kind_of(x) == "gpu")
+    return {x: i for i, cc in enumerate(nx.connected_components(view)) for x in cc}
+
+
+def nvlink_domains(sim: Simulator, ranks: Sequence[str]) -> list[list[str]]:
+    """``ranks`` grouped by NVLink domain (:func:`nvlink_domain_map`), in order of first appearance; HybridEP's
+    ``num_of_nodes`` is the number of these groups."""
     comp = _DOMAINS.get(sim)
     if comp is None:
-        g = topo.graph
-        up = {x for x in g.nodes if topo.kind_of(x) in ("gpu", "nvswitch")}
-        view = nx.Graph((a, b) for a, b, d in g.edges(data=True)
-                        if a in up and b in up and d.get("kind") in ("nvlink", "xgmi", "nvlink_c2c"))
-        view.add_nodes_from(x for x in up if topo.kind_of(x) == "gpu")
-        comp = {x: i for i, cc in enumerate(nx.connected_components(view)) for x in cc}
+        comp = nvlink_domain_map(sim.topo)
         _DOMAINS[sim] = comp
     out: dict[int, list[str]] = {}
     for r in ranks:

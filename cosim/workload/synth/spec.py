@@ -486,13 +486,14 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
     opts = _build_options(spec, topology, gpu0, acc, routing)
     _check_mode_fields(spec)
     if spec.mode != "train":
-        return _synthesize_serving(spec, card, rm, opts, acc, timer)
+        return _synthesize_serving(spec, card, rm, opts, acc, timer, topology)
     _check_training_fields(spec, rm)
     opts = replace(opts, dispatch=spec.dispatch or "nccl",
                    graph_scopes=tuple(x for x in spec.cuda_graph_scope if x != "full_iteration"),
                    full_iteration_graph="full_iteration" in spec.cuda_graph_scope,
                    hybridep_sms=spec.hybridep_sms, optimizer=spec.optimizer)
     _check_offload(spec)
+    opts, unlike = _placed(spec, rm, topology, opts, opts.dispatch)
     if spec.offload_modules:
         opts = replace(opts, offload_modules=tuple(spec.offload_modules), host_link=_host_link(topology, gpu0))
     b = spec.batch
@@ -508,6 +509,7 @@ def synthesize(spec: SyntheticSpec, topology: Any, base: Path | None = None, *,
             f"{worst.optimizer / 2**30:.1f}, activations {worst.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of "
             f"{acc.name}; shard more, recompute, or set allow_oom: true (--set workload.synthetic.allow_oom=true)")
     built = build_step(card, rm, b.global_, b.micro, b.seq, replace(opts, grad_accum=ga), timer, device=acc.name)
+    built.notes += unlike
     peak = float(acc.peak("bf16"))
     return Synthesized(spec, card, rm, built, mem, hbm, peak)
 
@@ -626,14 +628,28 @@ def _training_microbatches(b: BatchSpec, rm: RankMap) -> tuple[int, int]:
     return mbs, ga
 
 
+def _placed(spec: SyntheticSpec, rm: Any, topology: Any, opts: Any, dispatch: str) -> tuple[Any, list[str]]:
+    """(``opts``, notes) after the placement checks (:mod:`cosim.workload.synth.placement`): an EP group that
+    ``dispatch`` cannot run is an input error; a rank group placed unlike the one folding would simulate in its
+    stead turns folding off (unless the scenario sets ``fold:``), with a note saying which."""
+    from cosim.workload.synth.placement import check_dispatch, unlike_group
+
+    check_dispatch(rm, topology, "deepep" if dispatch.startswith("deepep") else dispatch)
+    unlike = unlike_group(rm, topology) if spec.fold is None else None
+    if unlike is None:
+        return opts, []
+    return replace(opts, fold=False), [f"not folded: the {unlike} (docs/SYNTHESIS.md, Scale: folding)"]
+
+
 def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc: Any,
-                        timer: KernelTimeFn) -> Synthesized:
+                        timer: KernelTimeFn, topology: Any) -> Synthesized:
     """The prefill or decode step of ``spec`` (:mod:`cosim.workload.synth.infer`)."""
     from cosim.workload.synth.costs import PRECISIONS
     from cosim.workload.synth.infer import InferStep, build_infer_step, infer_memory
 
     b = spec.batch
     dispatch = spec.dispatch or ("deepep" if spec.mode == "prefill" else "deepep-ll")
+    opts, unlike = _placed(spec, rm, topology, opts, dispatch)
     sms = spec.comm_sms if spec.comm_sms is not None else {"deepep": 24, "nccl": 16, "deepep-ll": 0}[dispatch]
     n_sm = int(getattr(acc, "sm_count", 132))
     if sms >= n_sm:
@@ -665,6 +681,7 @@ def _synthesize_serving(spec: SyntheticSpec, card: Any, rm: Any, opts: Any, acc:
             f"{mem.activations / 2**30:.1f}) > {hbm / 2**30:.0f} GiB of {acc.name}; at most {mem.max_batch} {unit} "
             "per GPU fit; shard more or set allow_oom: true (--set workload.synthetic.allow_oom=true)")
     built, span = build_infer_step(card, rm, step, opts, timer, device=acc.name)
+    built.notes += unlike
     return Synthesized(spec, card, rm, built, [], hbm, float(acc.peak("bf16")), (step, mem), span)
 
 
