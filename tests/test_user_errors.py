@@ -156,3 +156,13 @@ def test_baseline_of_another_file_with_the_same_name_is_not_used(tmp_path: Path,
     got = json.loads(capsys.readouterr().out)
     assert got["baseline_dir"] == "cosim-out/moe-ep4-dgx-h100/baseline"
     assert got["vs_baseline"]["delta_s"] == pytest.approx(got["step_time_s"] - base)
+
+
+def test_set_of_the_gpus_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``dsv3-1024`` (tp 2, pp 8) with ``--set nodes=129``: 1032 GPUs, which tp*cp*pp = 16 does not divide; the
+    file's ``tp: 2`` is fine (it divides the file's 1024 GPUs), so the error is not put at its line (s11-read3)."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["run", "dsv3-1024", "--set", "nodes=129", "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith("cosim: error: workload.synthetic.layout.tp: tp*cp*pp = 2*1*8 = 16 does not divide"), line
+    assert ".yaml:" not in line
