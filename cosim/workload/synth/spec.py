@@ -308,7 +308,12 @@ class SyntheticSpec(Strict):
     (Megatron-Core's own default, and the only path before the flag existed, Megatron-LM c08d89be): the eager
     kernels of ``topk_softmax_with_capacity``, top-k, softmax, the dense probabilities and the routing map built by
     zeros and scatters, its counts, with their backward
-    (:data:`cosim.workload.synth.costs.ROUTER_UNFUSED_SOURCE`). False on a serving step is an error."""
+    (:data:`cosim.workload.synth.costs.ROUTER_UNFUSED_SOURCE`), as Megatron-LM ran them before the flag (1e057005,
+    the ModelZoo rows' commit). Not modelled: a later Megatron-Core without the flag also gives the load-balancing
+    loss a top-k mask and counts of its own (``compute_routing_scores_for_aux_loss(fused=False)``: top-k of the
+    scores, the map's zeros, int cast, scatter and bool cast, its sum), a sigmoid router's ``+ 1e-20`` before the
+    division, group-limited top-k and the top-k scaling factor (the cards carry neither). False on a serving step is
+    an error."""
     grad_accumulation_fusion: bool = True
     """Training: Megatron-Core's ``gradient_accumulation_fusion`` (on in Megatron-LM and the Megatron-Bridge
     providers): every weight-gradient GEMM accumulates into the gradient buffer's ``main_grad``, reading and writing
