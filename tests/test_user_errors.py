@@ -166,3 +166,15 @@ def test_set_of_the_gpus_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
     line = _one_line(["run", "dsv3-1024", "--set", "nodes=129", "--out", "o"], capsys, tmp_path / "o")
     assert line.startswith("cosim: error: workload.synthetic.layout.tp: tp*cp*pp = 2*1*8 = 16 does not divide"), line
     assert ".yaml:" not in line
+
+
+def test_set_of_another_section_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """8 GPUs, tp 2, global batch 12: dp 4 divides it. ``--set workload.synthetic.layout.tp=1`` makes dp 8, and the
+    check of ``batch.global`` (12 not divisible by 8) fails: the file's ``global: 12`` is not the problem (s11-read3)."""
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "s.yaml"
+    f.write_text(_SCENARIO.format(model="qwen3-30b-a3b", layout="{tp: 2, ep: 4, recompute: full}", glob=12))
+    line = _one_line(["run", str(f), "--set", "workload.synthetic.layout.tp=1", "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith("cosim: error: workload.synthetic.batch.global: 12 sequences are not divisible"), line
+    assert ".yaml:" not in line
