@@ -636,13 +636,19 @@ def _training_microbatches(b: BatchSpec, rm: RankMap) -> tuple[int, int]:
 def _placed(spec: SyntheticSpec, rm: Any, topology: Any, opts: Any, dispatch: str) -> tuple[Any, list[str]]:
     """(``opts``, notes) after the placement checks (:mod:`cosim.workload.synth.placement`): an EP group that
     ``dispatch`` cannot run is an input error; a rank group placed unlike the one folding would simulate in its
-    stead turns folding off (unless the scenario sets ``fold:``), with a note saying which."""
+    stead turns folding off, with a note saying which. A ``fold: true`` given in the scenario is kept, with a note
+    that the folded step stands for that group too; with stragglers (every rank built anyway) nothing is noted."""
     from cosim.workload.synth.placement import check_dispatch, unlike_group
 
     check_dispatch(rm, topology, "deepep" if dispatch.startswith("deepep") else dispatch)
-    unlike = unlike_group(rm, topology) if spec.fold is None else None
+    built_whole = spec.fold is False or (spec.fold is None and bool(opts.gpu_slowdown or opts.host_slowdown
+                                                                    or opts.launch_jitter))
+    unlike = None if built_whole else unlike_group(rm, topology)
     if unlike is None:
         return opts, []
+    if spec.fold:
+        return opts, [f"folded (fold: true) though the {unlike}: the simulated group's collectives stand for it "
+                      "(docs/SYNTHESIS.md, Scale: folding)"]
     return replace(opts, fold=False), [f"not folded: the {unlike} (docs/SYNTHESIS.md, Scale: folding)"]
 
 
