@@ -522,19 +522,24 @@ class WorkloadCache:
 _SYNTH_FIELD = re.compile(r"(workload\.synthetic(?:\.[A-Za-z_]\w*)+): (.+)", re.S)
 
 
+def _synthesis_set(key: str) -> bool:
+    """Whether ``--set key`` changes an input of the synthetic step's checks: a workload field, the nodes or the
+    topology (the GPUs). Checks cross fields (``batch.global`` against dp, ``layout.tp`` against the GPUs, ep against
+    the experts and nodes), so after such a set a field's check can fail where the file's value is fine."""
+    return key in ("nodes", "topology", "workload") or key.startswith(("workload.", "topology."))
+
+
 def at_scenario_line(exc: CosimInputError, source: str | None, sets: dict[str, str]) -> CosimInputError:
     """``exc``, a synthesis error that names a ``workload.synthetic.<field>`` but no file (a layout that does not
     divide the GPUs, experts that ep does not divide), pointed at that field's line in the scenario file ``source``;
-    unchanged when it names a file already, has no field, or when a ``--set`` gave a field of the same section
-    (``--set workload.synthetic.layout.pp=7`` makes ``tp*cp*pp`` fail on ``layout.tp``: the file's tp is not the
-    problem) or a section that holds it."""
+    unchanged when it names a file already, has no field, or when a ``--set`` changed an input of the checks
+    (:func:`_synthesis_set`: ``--set workload.synthetic.layout.pp=7`` makes ``tp*cp*pp`` fail on ``layout.tp``,
+    ``--set nodes=129`` makes the file's ``tp: 2`` fail on 1032 GPUs, ``--set workload.synthetic.layout.tp=1``
+    the file's ``batch.global`` on twice the dp: the file's line is not the problem)."""
     m = _SYNTH_FIELD.fullmatch(exc.message)
-    if m is None or exc.location.file or not source:
+    if m is None or exc.location.file or not source or any(_synthesis_set(k) for k in sets):
         return exc
     key = m.group(1)
-    section = key.rsplit(".", 1)[0]
-    if any(k.startswith(section + ".") or section.startswith(k + ".") or k == section for k in sets):
-        return exc
     try:
         data = load_yaml(source)
     except CosimInputError:

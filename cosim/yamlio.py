@@ -128,6 +128,9 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> LocDict
         if not isinstance(key_node, yaml.ScalarNode):
             raise _err(loader, key_node, "mapping keys must be scalars")
         key = key_node.value  # keys are names: always strings, never 1.1 booleans
+        if key == "<<" and not key_node.style:  # plain (the C parser gives "", the Python one None)
+            raise _err(loader, key_node, "'<<' is a merge key in YAML 1.1 and a plain key in YAML 1.2; write the "
+                       "merged fields out (an alias, *name, repeats a whole value)", key)
         if key in out:
             first = out.key_marks[key]
             raise _err(loader, key_node, f"duplicate key {key!r} (first defined at line {first[0]})", key)

@@ -110,3 +110,24 @@ def test_serving_step_placed_unlike_is_not_folded(tmp_path: Path) -> None:
     assert any(n.startswith("not folded: the ep group of ranks 64..79") for n in d["notes"])
     d = json.loads(_run(_scenario(tmp_path, "dec64", 16, syn), tmp_path).stdout)
     assert d["synthetic"]["folded"] and d["synthetic"]["simulated_ranks"] == 1
+
+
+def test_forced_fold_is_noted_and_stragglers_skip_the_check() -> None:
+    """80 GB200 GPUs, EP16 (the EP group 64..79 over two racks): ``fold: true`` keeps the fold and now says which
+    group it stands for; with a straggler (every rank built anyway, build.py ``calm``) no 'not folded' note blames
+    the placement (s11-read3)."""
+    from cosim.scenario import build_topology
+    from cosim.workload.synth.build import BuildOptions
+    from cosim.workload.synth.layout import ParallelLayout
+    from cosim.workload.synth.spec import SyntheticSpec, _card, _placed
+
+    topo = build_topology("gb200-nvl72", None, None, None, 20)
+    rm = ParallelLayout(ep=16).resolve(_card("qwen3-moe-mini", None), 80)
+    syn = {"model": "qwen3-moe-mini", "layout": {"ep": 16}, "batch": {"global": 80, "micro": 1, "seq": 256}}
+    unlike = "the ep group of ranks 64..79 spans NVLink domains of 8+8 GPUs"
+    opts, notes = _placed(SyntheticSpec(**syn), rm, topo, BuildOptions(), "nccl")
+    assert opts.fold is False and len(notes) == 1 and notes[0].startswith(f"not folded: {unlike}")
+    opts, notes = _placed(SyntheticSpec(**syn, fold=True), rm, topo, BuildOptions(), "nccl")
+    assert opts.fold is None and len(notes) == 1 and notes[0].startswith(f"folded (fold: true) though {unlike}")
+    opts, notes = _placed(SyntheticSpec(**syn), rm, topo, BuildOptions(gpu_slowdown={3: 1.5}), "nccl")
+    assert opts.fold is None and notes == []

@@ -66,6 +66,15 @@ def test_main_grad_hook_bytes_by_hand() -> None:
     assert [o.name for o in backward_ops([lin], 4.0)] == ["x.fc.dgrad", "x.fc.wgrad"]
 
 
+def test_main_grad_hook_reads_a_bf16_gradient_under_fp8() -> None:
+    """FP8 and MXFP8 quantize the wgrad GEMM's inputs, not its output: TE writes ``param.grad`` in the activation
+    dtype (bf16, MAIN_GRAD_HOOK_SOURCE), so the hook over a [64, 64] weight reads 2 B and reads / writes fp32
+    main_grad: (2 + 4 + 4) x 4096 = 40960 B, as under BF16 (s11-read3: it read 1 B, the fp8 input's size)."""
+    for dt in ("fp8", "mxfp8"):
+        lin = Op("x.fc", "gemm", 2.0 * 8 * 64 * 64, 0.0, dt, 8.0, 64.0, 64.0)
+        assert backward_ops([lin], 0.0, 8.0)[-1].bytes == 40960.0
+
+
 def test_spec_fields_reach_the_graph(tmp_path: Path, dgx: object) -> None:
     """TINY on PP2 EP4: ``grad_accumulation_fusion: false`` adds one hook kernel per wgrad (as many as wgrads, the
     wgrads' bytes the forward's); ``moe_router_fusion: false`` puts the eager router kernels where the fused op was,

@@ -156,3 +156,25 @@ def test_baseline_of_another_file_with_the_same_name_is_not_used(tmp_path: Path,
     got = json.loads(capsys.readouterr().out)
     assert got["baseline_dir"] == "cosim-out/moe-ep4-dgx-h100/baseline"
     assert got["vs_baseline"]["delta_s"] == pytest.approx(got["step_time_s"] - base)
+
+
+def test_set_of_the_gpus_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``dsv3-1024`` (tp 2, pp 8) with ``--set nodes=129``: 1032 GPUs, which tp*cp*pp = 16 does not divide; the
+    file's ``tp: 2`` is fine (it divides the file's 1024 GPUs), so the error is not put at its line (s11-read3)."""
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(["run", "dsv3-1024", "--set", "nodes=129", "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith("cosim: error: workload.synthetic.layout.tp: tp*cp*pp = 2*1*8 = 16 does not divide"), line
+    assert ".yaml:" not in line
+
+
+def test_set_of_another_section_is_not_pinned_on_the_file(tmp_path: Path, monkeypatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """8 GPUs, tp 2, global batch 12: dp 4 divides it. ``--set workload.synthetic.layout.tp=1`` makes dp 8, and the
+    check of ``batch.global`` (12 not divisible by 8) fails: the file's ``global: 12`` is not the problem (s11-read3)."""
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "s.yaml"
+    f.write_text(_SCENARIO.format(model="qwen3-30b-a3b", layout="{tp: 2, ep: 4, recompute: full}", glob=12))
+    line = _one_line(["run", str(f), "--set", "workload.synthetic.layout.tp=1", "--out", "o"], capsys, tmp_path / "o")
+    assert line.startswith("cosim: error: workload.synthetic.batch.global: 12 sequences are not divisible"), line
+    assert ".yaml:" not in line

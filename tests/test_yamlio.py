@@ -36,6 +36,14 @@ def test_yaml11_octal_is_rejected() -> None:
     assert err("n: 010\n").startswith("f.yaml:1:4: n: '010' is octal in YAML 1.1")
 
 
+def test_yaml11_merge_key_is_rejected_at_its_line() -> None:
+    """The loader resolves no YAML 1.1 tags, so ``<<`` was a plain key: a scenario's ``layout: {<<: *base}`` failed
+    later as ``unknown key '<<'`` located at the anchor's line, not the ``<<`` (s11-read3). An alias still works."""
+    text = "base: &b {tp: 2}\nlayout:\n  <<: *b\n  pp: 2\n"
+    assert err(text).startswith("f.yaml:3:3: layout.<<: '<<' is a merge key in YAML 1.1")
+    assert loads_yaml("a: &x {t: 1}\nb: *x\nc: {'<<': 1}\n") == {"a": {"t": 1}, "b": {"t": 1}, "c": {"<<": 1}}
+
+
 def test_yaml12_scalars() -> None:
     data = loads_yaml("a: 64e9\nb: 1_000\nc: '010'\nd: [true, False, null, 0x10, 0o10, 2.5, -3]\ne: on-call\n")
     assert data == {"a": 64e9, "b": 1000, "c": "010", "d": [True, False, None, 16, 8, 2.5, -3], "e": "on-call"}

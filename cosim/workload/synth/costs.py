@@ -1398,10 +1398,11 @@ kernel per parameter tensor (:func:`backward_ops` ``main_grad_hook``)."""
 
 def _main_grad_hook_op(o: Op, hook_bytes: float) -> Op:
     """The backward hook's ``main_grad.add_(grad)`` (or Megatron-FSDP's ``copy_``) after the weight gradient of
-    forward linear ``o`` (:data:`MAIN_GRAD_HOOK_SOURCE`): per weight element it reads the gradient in
-    the GEMM's input bytes and reads / writes ``main_grad``, ``hook_bytes`` in all; one kernel per parameter tensor
-    (each local expert's weight of a grouped GEMM)."""
-    inb = min(q.gemm_in_bytes for q in PRECISIONS.values() if q.gemm == o.dtype)
+    forward linear ``o`` (:data:`MAIN_GRAD_HOOK_SOURCE`): per weight element it reads the gradient in the
+    activation dtype TE's wgrad writes it in (bf16 under FP8 and MXFP8 too: only the GEMM's inputs are quantized) and
+    reads / writes ``main_grad``, ``hook_bytes`` in all; one kernel per parameter tensor (each local expert's weight
+    of a grouped GEMM)."""
+    inb = min(q.act_bytes for q in PRECISIONS.values() if q.gemm == o.dtype)
     n = o.k * o.n * o.batch
     return Op(f"{o.name}.main_grad_add", "elementwise", n, n * (inb + hook_bytes), "fp32", bwd=True,
               launches=max(round(o.batch), 1) if o.cls == "grouped_gemm" else 1)

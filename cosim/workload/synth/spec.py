@@ -308,7 +308,12 @@ class SyntheticSpec(Strict):
     (Megatron-Core's own default, and the only path before the flag existed, Megatron-LM c08d89be): the eager
     kernels of ``topk_softmax_with_capacity``, top-k, softmax, the dense probabilities and the routing map built by
     zeros and scatters, its counts, with their backward
-    (:data:`cosim.workload.synth.costs.ROUTER_UNFUSED_SOURCE`). False on a serving step is an error."""
+    (:data:`cosim.workload.synth.costs.ROUTER_UNFUSED_SOURCE`), as Megatron-LM ran them before the flag (1e057005,
+    the ModelZoo rows' commit). Not modelled: a later Megatron-Core without the flag also gives the load-balancing
+    loss a top-k mask and counts of its own (``compute_routing_scores_for_aux_loss(fused=False)``: top-k of the
+    scores, the map's zeros, int cast, scatter and bool cast, its sum), a sigmoid router's ``+ 1e-20`` before the
+    division, group-limited top-k and the top-k scaling factor (the cards carry neither). False on a serving step is
+    an error."""
     grad_accumulation_fusion: bool = True
     """Training: Megatron-Core's ``gradient_accumulation_fusion`` (on in Megatron-LM and the Megatron-Bridge
     providers): every weight-gradient GEMM accumulates into the gradient buffer's ``main_grad``, reading and writing
@@ -631,13 +636,19 @@ def _training_microbatches(b: BatchSpec, rm: RankMap) -> tuple[int, int]:
 def _placed(spec: SyntheticSpec, rm: Any, topology: Any, opts: Any, dispatch: str) -> tuple[Any, list[str]]:
     """(``opts``, notes) after the placement checks (:mod:`cosim.workload.synth.placement`): an EP group that
     ``dispatch`` cannot run is an input error; a rank group placed unlike the one folding would simulate in its
-    stead turns folding off (unless the scenario sets ``fold:``), with a note saying which."""
+    stead turns folding off, with a note saying which. A ``fold: true`` given in the scenario is kept, with a note
+    that the folded step stands for that group too; with stragglers (every rank built anyway) nothing is noted."""
     from cosim.workload.synth.placement import check_dispatch, unlike_group
 
     check_dispatch(rm, topology, "deepep" if dispatch.startswith("deepep") else dispatch)
-    unlike = unlike_group(rm, topology) if spec.fold is None else None
+    built_whole = spec.fold is False or (spec.fold is None and bool(opts.gpu_slowdown or opts.host_slowdown
+                                                                    or opts.launch_jitter))
+    unlike = None if built_whole else unlike_group(rm, topology)
     if unlike is None:
         return opts, []
+    if spec.fold:
+        return opts, [f"folded (fold: true) though the {unlike}: the simulated group's collectives stand for it "
+                      "(docs/SYNTHESIS.md, Scale: folding)"]
     return replace(opts, fold=False), [f"not folded: the {unlike} (docs/SYNTHESIS.md, Scale: folding)"]
 
 
