@@ -77,7 +77,7 @@ def stages(trace: Path, jobs: int) -> str:
     acc.clear()
     tot = [_job(trace, acc) for _ in range(jobs)]
     other = sum(tot) - sum(acc.values())
-    parts = sorted(acc.items(), key=lambda kv: -kv[1]) + [("other", other)]
+    parts = [*sorted(acc.items(), key=lambda kv: -kv[1]), ("other", other)]
     return (f"total mean {sum(tot) / jobs * 1e3:.2f} ms, best {min(tot) * 1e3:.2f}; "
             + ", ".join(f"{k} {v / jobs * 1e3:.2f}" for k, v in parts))
 
@@ -128,13 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(args.tree.resolve()))
     trace = args.trace
     if trace is None:
-        from cosim.resources import shared_dir
+        from cosim.resources import shared_traces
 
-        sd = shared_dir()
-        if sd is None:
-            print("../shared/traces not found; pass --trace", file=sys.stderr)
+        traces = shared_traces("pass --trace")
+        if traces is None:
             return 2
-        trace = sd / "traces" / "param-dlrm-v100x8" / "kineto"
+        trace = traces / "param-dlrm-v100x8" / "kineto"
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["COSIM_CACHE_DIR"] = tmp
         if args.executor_against:

@@ -403,13 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     traces = args.traces
     if traces is None:
-        from cosim.resources import shared_dir
+        from cosim.resources import shared_traces
 
-        sd = shared_dir()
-        if sd is None:
-            print("../shared/traces not found; pass --traces DIR", file=sys.stderr)
+        traces = shared_traces("pass --traces DIR")
+        if traces is None:
             return 2
-        traces = sd / "traces"
     if args.engine:
         return engine_main(traces, args.repeat, args.json)
     if args.against:

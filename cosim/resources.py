@@ -68,3 +68,15 @@ def shared_dir() -> Path | None:
         if (c / "traces").is_dir():
             return c.resolve()
     return None
+
+
+def shared_traces(hint: str) -> Path | None:
+    """``../shared/traces`` (:func:`shared_dir`), or None after one line on stderr saying it was not found and
+    ``hint`` (what to pass instead): the default input of the benchmark and validation scripts."""
+    import sys
+
+    sd = shared_dir()
+    if sd is None:
+        print(f"../shared/traces not found; {hint}", file=sys.stderr)
+        return None
+    return sd / "traces"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.replay import ReplayConfig, apply_sets, replay
-from cosim.resources import shared_dir
+from cosim.resources import shared_traces
 from cosim.workload import ExecutionGraph, detect_format, load_trace
 
 __all__ = ["Row", "main", "manifest_sources", "trace_list"]
@@ -315,11 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     traces = args.traces
     if traces is None:
-        sd = shared_dir()
-        if sd is None:
-            print("../shared/traces not found; pass --traces DIR or set COSIM_SHARED", file=sys.stderr)
+        traces = shared_traces("pass --traces DIR or set COSIM_SHARED")
+        if traces is None:
             return 2
-        traces = sd / "traces"
     graphs: dict[str, ExecutionGraph] = {}
     rows = run_identity(traces, graphs)
     what_if = run_what_if(traces, graphs)
