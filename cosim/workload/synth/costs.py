@@ -31,7 +31,9 @@ from cosim.errors import CosimInputError
 from cosim.workload.cost import NORM_FLOPS, SOFTMAX_FLOPS
 
 __all__ = [
+    "CE_UNFUSED_SOURCE",
     "EARLY_STOP_SOURCE",
+    "MAIN_GRAD_HOOK_SOURCE",
     "MTP_SOURCE",
     "MUON_NS_STEPS",
     "MUON_SOURCE",
@@ -39,11 +41,9 @@ __all__ = [
     "PARAM_HOOK_SOURCE",
     "PRECISIONS",
     "RECOMPUTE_MODULES",
+    "ROUTER_UNFUSED_SOURCE",
     "SAVED_SOURCE",
     "TE_QUANTIZE_SOURCE",
-    "CE_UNFUSED_SOURCE",
-    "MAIN_GRAD_HOOK_SOURCE",
-    "ROUTER_UNFUSED_SOURCE",
     "Comm",
     "Op",
     "Precision",
