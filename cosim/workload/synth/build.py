@@ -970,15 +970,16 @@ class _StepRank:
     plans, the parameter all-gathers it waits for (overlapped gathers, FSDP), its offloader, and the phases that
     emit its program into a :class:`_RankBuilder` (:meth:`build`)."""
 
-    __slots__ = ("closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow", "last_mb",
-                 "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait", "plan", "plans",
-                 "prepared", "prepared_fwd", "rank", "rb", "routes", "scopes", "sh_dispatcher", "stage", "unit_key",
-                 "unit_span", "unsharded", "wfifo")
+    __slots__ = ("closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow", "host_sync",
+                 "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait", "plan",
+                 "plans", "prepared", "prepared_fwd", "rank", "rb", "routes", "scopes", "sh_dispatcher", "stage",
+                 "unit_key", "unit_span", "unsharded", "wfifo")
 
     def __init__(self, plan: _StepPlan, rank: int, device: str) -> None:
         rm, opts, card = plan.rm, plan.opts, plan.card
         self.plan, self.rank = plan, rank
-        self.opts, self.routes, self.num_layers = opts, plan.routes, card.num_layers  # read per op by emit
+        self.opts, self.routes, self.num_layers = opts, plan.routes, card.num_layers
+        self.host_sync = opts.moe_host_sync
         self.stage = stage = rm.coords(rank)[3]
         self.gslow = opts.gpu_slowdown.get(rank, 1.0)
         self.launch = launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
@@ -1048,19 +1049,13 @@ class _StepRank:
 
     def emit(self, o: Op, d: float, ly: int = -1) -> int:
         """Emit op ``o`` of layer ``ly`` lasting ``d`` (s, before this rank's slowdown): its all-to-all's
-        per-peer bytes or DeepEP / HybridEP label, its partial CUDA graph, its offload copies. Returns its
-        GPU op."""
-        rb, opts = self.rb, self.opts
-        splits = None
-        label = None
+        per-peer bytes or DeepEP / HybridEP label (:meth:`_a2a_tags`), its partial CUDA graph, its offload copies.
+        Returns its GPU op."""
+        rb = self.rb
+        splits = label = None
         if (o.cls == "collective" and ly in self.routes and o.comm is not None
                 and o.comm.kind.startswith("all_to_all")):
-            if not opts.routing.is_uniform:
-                splits = _splits(o, self.routes[ly].send_fraction)
-            elif opts.dispatch == "deepep":
-                label = self.plan.deepep_label_of(o)
-            elif opts.dispatch == "hybridep":
-                label = hybridep_label(o, self.plan.sp_tokens, self.plan.card, opts.hybridep_sms)
+            splits, label = self._a2a_tags(o, ly)
         if self.scopes:  # partial CUDA graphs: a run of scoped ops is one graph launch
             if graph_scoped(o.name, self.scopes, self.sh_dispatcher):
                 if rb.graph_host < 0:
@@ -1069,10 +1064,21 @@ class _StepRank:
                 rb.close_graph()
         off = self.off
         if off is None or not 0 <= ly < self.num_layers:
-            return rb.emit(o, d * self.gslow, self.groups, self.launch, splits, label=label,
-                           host_sync=opts.moe_host_sync)
+            return rb.emit(o, d * self.gslow, self.groups, self.launch, splits, label=label, host_sync=self.host_sync)
         return _offload_emit(off, o, ly, self.prepared_fwd, lambda: rb.emit(
-            o, d * self.gslow, self.groups, self.launch, splits, label=label, host_sync=opts.moe_host_sync))
+            o, d * self.gslow, self.groups, self.launch, splits, label=label, host_sync=self.host_sync))
+
+    def _a2a_tags(self, o: Op, ly: int) -> tuple[list[float] | None, str | None]:
+        """An EP all-to-all of MoE layer ``ly``: its per-peer bytes under skewed routing, else its DeepEP or
+        HybridEP label (None where neither applies)."""
+        opts = self.opts
+        if not opts.routing.is_uniform:
+            return _splits(o, self.routes[ly].send_fraction), None
+        if opts.dispatch == "deepep":
+            return None, self.plan.deepep_label_of(o)
+        if opts.dispatch == "hybridep":
+            return None, hybridep_label(o, self.plan.sp_tokens, self.plan.card, opts.hybridep_sms)
+        return None, None
 
     def emit_all(self, seg: Seg, ly: int) -> None:
         """Emit a segment of layer ``ly``'s ops (:meth:`emit`)."""
