@@ -546,18 +546,41 @@ class _RankBuilder:
         kernel durations); False: the synthesis already charged them (a serving step, cosim.workload.synth.infer)."""
         n_gpu = len(self.g["name"])
         hs = self._host("cudaDeviceSynchronize", HostKind.SYNC, sync_cost)
+        host_ops = self._host_table()
+        launch_host = np.asarray(self.launch_of, dtype=np.int64)
+        gpu_ops, launches = self._gpu_tables(launch_host)
+        collectives = self._collective_table(launch_host)
+        groups = self._group_table()
+        edges = self._edge_table(hs, launch_host)
+        threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
+                        name=np.asarray([self.s("python main thread")]))
+        steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
+                      cpu_dur=np.asarray([host_ops.dur[0]]), gpu_start=np.asarray([np.nan]),
+                      gpu_end=np.asarray([np.nan]), n_gpu_ops=np.asarray([n_gpu]))
+        return RankGraph(rank=self.rank, world_size=self.world, device_name=self.device, strings=self.s.strings,
+                         threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
+                         collectives=collectives, groups=groups, steps=steps, edges=edges,
+                         source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
+                                 "projected_onto": self.device, "comm_share": comm_share})
+
+    def _host_table(self) -> Table:
+        """The host thread's ops back to back from t = 0 (s): op 0, the step, spans the others' tails."""
         n_host = len(self.h["name"])
         tails = np.asarray(self.h["tail"], dtype=float)
         dur = tails.copy()
         dur[0] = tails[1:].sum()
         start = np.concatenate([[0.0], np.cumsum(tails[1:]) - tails[1:]])
-        host_ops = Table("host_ops", n_host, thread=np.zeros(n_host), start=start, dur=dur,
-                         name=np.asarray(self.h["name"]), kind=np.asarray(self.h["kind"]),
-                         parent=np.asarray(self.h["parent"]), depth=np.asarray(self.h["depth"]),
-                         pre_gap=np.zeros(n_host), tail=np.where(np.arange(n_host) == 0, 0.0, tails),
-                         self_time=np.where(np.arange(n_host) == 0, 0.0, tails), step=np.zeros(n_host))
-        launch_host = np.asarray(self.launch_of, dtype=np.int64)
+        return Table("host_ops", n_host, thread=np.zeros(n_host), start=start, dur=dur,
+                     name=np.asarray(self.h["name"]), kind=np.asarray(self.h["kind"]),
+                     parent=np.asarray(self.h["parent"]), depth=np.asarray(self.h["depth"]),
+                     pre_gap=np.zeros(n_host), tail=np.where(np.arange(n_host) == 0, 0.0, tails),
+                     self_time=np.where(np.arange(n_host) == 0, 0.0, tails), step=np.zeros(n_host))
+
+    def _gpu_tables(self, launch_host: np.ndarray) -> tuple[Table, Table]:
+        """The GPU ops (unscheduled: start NaN; durations in s; offload copies as memcpys) and their launches, one
+        per op from host op ``launch_host[i]``."""
         G = self.g
+        n_gpu = len(G["name"])
         gpu_ops = Table("gpu_ops", n_gpu, device=np.zeros(n_gpu), stream=np.asarray(G["stream"]),
                         start=np.full(n_gpu, np.nan), dur=np.asarray(G["dur"], dtype=float),
                         name=np.asarray(G["name"]), kind=np.asarray(G["kind"]), cls=np.asarray(G["cls"]),
@@ -569,28 +592,38 @@ class _RankBuilder:
         launches = Table("launches", n_gpu, host_op=launch_host, correlation=np.arange(1, n_gpu + 1),
                          first_gpu_op=np.arange(n_gpu), n_gpu_ops=np.ones(n_gpu), device=np.zeros(n_gpu),
                          stream=np.asarray(G["stream"]))
-        C = self.c
+        return gpu_ops, launches
+
+    def _collective_table(self, launch_host: np.ndarray) -> Table:
+        """The collectives (bytes; element size 1), each with its GPU op and that op's launching host op."""
+        C, G = self.c, self.g
         nc = len(C["type"])
         coll_gpu = np.full(nc, -1)
         cidx = np.asarray(G["collective"], dtype=np.int64)
         sel = np.flatnonzero(cidx >= 0)
         coll_gpu[cidx[sel]] = sel
         off, val = ragged_arrays(C["in_splits"])
-        collectives = Table("collectives", nc, host_op=launch_host[coll_gpu] if nc else np.zeros(0),
-                            gpu_op=coll_gpu, type=np.asarray(C["type"]), name=np.asarray(C["name"]),
-                            elem_bytes=np.full(nc, 1), in_nelems=np.asarray(C["in_bytes"], dtype=np.int64),
-                            out_nelems=np.asarray(C["out_bytes"], dtype=np.int64),
-                            in_bytes=np.asarray(C["in_bytes"], dtype=float),
-                            out_bytes=np.asarray(C["out_bytes"], dtype=float), group=np.asarray(C["group"]),
-                            group_size=np.asarray(C["group_size"]), seq=np.asarray(C["seq"]),
-                            seq_source=np.full(nc, SeqSource.COUNTER), in_splits_offsets=off,
-                            in_splits_values=val)
+        return Table("collectives", nc, host_op=launch_host[coll_gpu] if nc else np.zeros(0),
+                     gpu_op=coll_gpu, type=np.asarray(C["type"]), name=np.asarray(C["name"]),
+                     elem_bytes=np.full(nc, 1), in_nelems=np.asarray(C["in_bytes"], dtype=np.int64),
+                     out_nelems=np.asarray(C["out_bytes"], dtype=np.int64),
+                     in_bytes=np.asarray(C["in_bytes"], dtype=float),
+                     out_bytes=np.asarray(C["out_bytes"], dtype=float), group=np.asarray(C["group"]),
+                     group_size=np.asarray(C["group_size"]), seq=np.asarray(C["seq"]),
+                     seq_source=np.full(nc, SeqSource.COUNTER), in_splits_offsets=off,
+                     in_splits_values=val)
+
+    def _group_table(self) -> Table:
+        """The process groups by their member ranks (named by them, or ``first..lastxN`` past eight)."""
         goff, gval = ragged_arrays(list(self.groups))
         gnames = [self.s(",".join(map(str, k)) if len(k) <= 8 else f"{k[0]}..{k[-1]}x{len(k)}") for k in self.groups]
-        groups = Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
-                       ranks_offsets=goff, ranks_values=gval)
-        # edges as columns, in this order: stream / event waits, launches, the final sync's waits, host syncs,
-        # the host thread's order
+        return Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
+                     ranks_offsets=goff, ranks_values=gval)
+
+    def _edge_table(self, hs: int, launch_host: np.ndarray) -> Table:
+        """The edges (host ops numbered first, then GPU ops), as columns in this order: stream / event waits,
+        launches, the final sync ``hs``'s waits on each stream's last op, host syncs, the host thread's order."""
+        n_host, n_gpu = len(self.h["name"]), len(self.g["name"])
         ee = np.fromiter(self.edges, dtype=np.int64, count=len(self.edges)).reshape(-1, 3)
         last = np.fromiter(self.last_on.values(), dtype=np.int64, count=len(self.last_on))
         hw = np.asarray(self.host_waits, dtype=np.int64).reshape(-1, 2)
@@ -602,17 +635,7 @@ class _RankBuilder:
                                  np.full(len(last) + len(hw), int(EdgeKind.SYNC), dtype=np.int64),
                                  np.full(len(hh), int(EdgeKind.HOST), dtype=np.int64)])
         ne = len(e_src)
-        edges = Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
-        threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
-                        name=np.asarray([self.s("python main thread")]))
-        steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
-                      cpu_dur=np.asarray([dur[0]]), gpu_start=np.asarray([np.nan]), gpu_end=np.asarray([np.nan]),
-                      n_gpu_ops=np.asarray([n_gpu]))
-        return RankGraph(rank=self.rank, world_size=self.world, device_name=self.device, strings=self.s.strings,
-                         threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
-                         collectives=collectives, groups=groups, steps=steps, edges=edges,
-                         source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
-                                 "projected_onto": self.device, "comm_share": comm_share})
+        return Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
 
 
 _D2H_STREAM, _H2D_STREAM = 26, 27
