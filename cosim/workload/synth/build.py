@@ -24,6 +24,12 @@ Folding: under uniform routing every rank of a pipeline stage runs the same prog
 so only one rank per stage is built (tp, cp and dp index 0); its TP/EP/DP collectives
 name their whole group, and replay runs each on all the group's GPUs (the other
 members' traffic on the links; see docs/SYNTHESIS.md for what that leaves out).
+
+Code: :func:`build_step` holds the step's shared plans in a :class:`_StepPlan` (batch shape, recipe, routing,
+memoized layer ops and durations) and builds each simulated rank with a :class:`_StepRank` (one method per
+phase: forward and backward chunks, pipeline sends, FSDP gathers, the DualPipe and 1F1B schedules, the
+gradient reductions and optimizer; :class:`_Paired` for the combined 1F1B of ``a2a_overlap``), which records
+the rank's host thread and GPU ops in a :class:`_RankBuilder`.
 """
 
 from __future__ import annotations
@@ -540,18 +546,41 @@ class _RankBuilder:
         kernel durations); False: the synthesis already charged them (a serving step, cosim.workload.synth.infer)."""
         n_gpu = len(self.g["name"])
         hs = self._host("cudaDeviceSynchronize", HostKind.SYNC, sync_cost)
+        host_ops = self._host_table()
+        launch_host = np.asarray(self.launch_of, dtype=np.int64)
+        gpu_ops, launches = self._gpu_tables(launch_host)
+        collectives = self._collective_table(launch_host)
+        groups = self._group_table()
+        edges = self._edge_table(hs, launch_host)
+        threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
+                        name=np.asarray([self.s("python main thread")]))
+        steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
+                      cpu_dur=np.asarray([host_ops.dur[0]]), gpu_start=np.asarray([np.nan]),
+                      gpu_end=np.asarray([np.nan]), n_gpu_ops=np.asarray([n_gpu]))
+        return RankGraph(rank=self.rank, world_size=self.world, device_name=self.device, strings=self.s.strings,
+                         threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
+                         collectives=collectives, groups=groups, steps=steps, edges=edges,
+                         source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
+                                 "projected_onto": self.device, "comm_share": comm_share})
+
+    def _host_table(self) -> Table:
+        """The host thread's ops back to back from t = 0 (s): op 0, the step, spans the others' tails."""
         n_host = len(self.h["name"])
         tails = np.asarray(self.h["tail"], dtype=float)
         dur = tails.copy()
         dur[0] = tails[1:].sum()
         start = np.concatenate([[0.0], np.cumsum(tails[1:]) - tails[1:]])
-        host_ops = Table("host_ops", n_host, thread=np.zeros(n_host), start=start, dur=dur,
-                         name=np.asarray(self.h["name"]), kind=np.asarray(self.h["kind"]),
-                         parent=np.asarray(self.h["parent"]), depth=np.asarray(self.h["depth"]),
-                         pre_gap=np.zeros(n_host), tail=np.where(np.arange(n_host) == 0, 0.0, tails),
-                         self_time=np.where(np.arange(n_host) == 0, 0.0, tails), step=np.zeros(n_host))
-        launch_host = np.asarray(self.launch_of, dtype=np.int64)
+        return Table("host_ops", n_host, thread=np.zeros(n_host), start=start, dur=dur,
+                     name=np.asarray(self.h["name"]), kind=np.asarray(self.h["kind"]),
+                     parent=np.asarray(self.h["parent"]), depth=np.asarray(self.h["depth"]),
+                     pre_gap=np.zeros(n_host), tail=np.where(np.arange(n_host) == 0, 0.0, tails),
+                     self_time=np.where(np.arange(n_host) == 0, 0.0, tails), step=np.zeros(n_host))
+
+    def _gpu_tables(self, launch_host: np.ndarray) -> tuple[Table, Table]:
+        """The GPU ops (unscheduled: start NaN; durations in s; offload copies as memcpys) and their launches, one
+        per op from host op ``launch_host[i]``."""
         G = self.g
+        n_gpu = len(G["name"])
         gpu_ops = Table("gpu_ops", n_gpu, device=np.zeros(n_gpu), stream=np.asarray(G["stream"]),
                         start=np.full(n_gpu, np.nan), dur=np.asarray(G["dur"], dtype=float),
                         name=np.asarray(G["name"]), kind=np.asarray(G["kind"]), cls=np.asarray(G["cls"]),
@@ -563,28 +592,38 @@ class _RankBuilder:
         launches = Table("launches", n_gpu, host_op=launch_host, correlation=np.arange(1, n_gpu + 1),
                          first_gpu_op=np.arange(n_gpu), n_gpu_ops=np.ones(n_gpu), device=np.zeros(n_gpu),
                          stream=np.asarray(G["stream"]))
-        C = self.c
+        return gpu_ops, launches
+
+    def _collective_table(self, launch_host: np.ndarray) -> Table:
+        """The collectives (bytes; element size 1), each with its GPU op and that op's launching host op."""
+        C, G = self.c, self.g
         nc = len(C["type"])
         coll_gpu = np.full(nc, -1)
         cidx = np.asarray(G["collective"], dtype=np.int64)
         sel = np.flatnonzero(cidx >= 0)
         coll_gpu[cidx[sel]] = sel
         off, val = ragged_arrays(C["in_splits"])
-        collectives = Table("collectives", nc, host_op=launch_host[coll_gpu] if nc else np.zeros(0),
-                            gpu_op=coll_gpu, type=np.asarray(C["type"]), name=np.asarray(C["name"]),
-                            elem_bytes=np.full(nc, 1), in_nelems=np.asarray(C["in_bytes"], dtype=np.int64),
-                            out_nelems=np.asarray(C["out_bytes"], dtype=np.int64),
-                            in_bytes=np.asarray(C["in_bytes"], dtype=float),
-                            out_bytes=np.asarray(C["out_bytes"], dtype=float), group=np.asarray(C["group"]),
-                            group_size=np.asarray(C["group_size"]), seq=np.asarray(C["seq"]),
-                            seq_source=np.full(nc, SeqSource.COUNTER), in_splits_offsets=off,
-                            in_splits_values=val)
+        return Table("collectives", nc, host_op=launch_host[coll_gpu] if nc else np.zeros(0),
+                     gpu_op=coll_gpu, type=np.asarray(C["type"]), name=np.asarray(C["name"]),
+                     elem_bytes=np.full(nc, 1), in_nelems=np.asarray(C["in_bytes"], dtype=np.int64),
+                     out_nelems=np.asarray(C["out_bytes"], dtype=np.int64),
+                     in_bytes=np.asarray(C["in_bytes"], dtype=float),
+                     out_bytes=np.asarray(C["out_bytes"], dtype=float), group=np.asarray(C["group"]),
+                     group_size=np.asarray(C["group_size"]), seq=np.asarray(C["seq"]),
+                     seq_source=np.full(nc, SeqSource.COUNTER), in_splits_offsets=off,
+                     in_splits_values=val)
+
+    def _group_table(self) -> Table:
+        """The process groups by their member ranks (named by them, or ``first..lastxN`` past eight)."""
         goff, gval = ragged_arrays(list(self.groups))
         gnames = [self.s(",".join(map(str, k)) if len(k) <= 8 else f"{k[0]}..{k[-1]}x{len(k)}") for k in self.groups]
-        groups = Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
-                       ranks_offsets=goff, ranks_values=gval)
-        # edges as columns, in this order: stream / event waits, launches, the final sync's waits, host syncs,
-        # the host thread's order
+        return Table("groups", len(self.groups), name=np.asarray(gnames), desc=np.full(len(self.groups), -1),
+                     ranks_offsets=goff, ranks_values=gval)
+
+    def _edge_table(self, hs: int, launch_host: np.ndarray) -> Table:
+        """The edges (host ops numbered first, then GPU ops), as columns in this order: stream / event waits,
+        launches, the final sync ``hs``'s waits on each stream's last op, host syncs, the host thread's order."""
+        n_host, n_gpu = len(self.h["name"]), len(self.g["name"])
         ee = np.fromiter(self.edges, dtype=np.int64, count=len(self.edges)).reshape(-1, 3)
         last = np.fromiter(self.last_on.values(), dtype=np.int64, count=len(self.last_on))
         hw = np.asarray(self.host_waits, dtype=np.int64).reshape(-1, 2)
@@ -596,17 +635,7 @@ class _RankBuilder:
                                  np.full(len(last) + len(hw), int(EdgeKind.SYNC), dtype=np.int64),
                                  np.full(len(hh), int(EdgeKind.HOST), dtype=np.int64)])
         ne = len(e_src)
-        edges = Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
-        threads = Table("threads", 1, pid=np.asarray([self.rank]), tid=np.asarray([1]),
-                        name=np.asarray([self.s("python main thread")]))
-        steps = Table("steps", 1, number=np.asarray([0]), host_op=np.asarray([0]), cpu_start=np.asarray([0.0]),
-                      cpu_dur=np.asarray([dur[0]]), gpu_start=np.asarray([np.nan]), gpu_end=np.asarray([np.nan]),
-                      n_gpu_ops=np.asarray([n_gpu]))
-        return RankGraph(rank=self.rank, world_size=self.world, device_name=self.device, strings=self.s.strings,
-                         threads=threads, host_ops=host_ops, gpu_ops=gpu_ops, launches=launches,
-                         collectives=collectives, groups=groups, steps=steps, edges=edges,
-                         source={"format": "cosim-synthetic", "synthetic": True, "projected": True,
-                                 "projected_onto": self.device, "comm_share": comm_share})
+        return Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
 
 
 _D2H_STREAM, _H2D_STREAM = 26, 27
@@ -826,6 +855,12 @@ def _overlapped(memo: dict[int, tuple[list[Op], list[Op]]], ops: list[Op], tp: i
     return out
 
 
+Layers = list[tuple[int, list[Op], list[float]]]
+"""Per layer (embedding -1, head ``num_layers``, MTP depths after it): its op list and their durations (s)."""
+Prepared = dict[tuple[int, int], tuple[Layers, Layers]]
+"""(chunk, DualPipe direction) -> its forward layers and its backward layers (in backward order)."""
+
+
 def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
                opts: BuildOptions, predict: Any, device: str = "GPU") -> Built:
     """Synthesize one training step (see module docs). ``predict(ops) -> durations`` times kernels."""
@@ -836,476 +871,19 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
                               f"{rm.dp} = {micro * rm.dp}")
     if seq % rm.cp:
         raise CosimInputError(f"batch.seq: {seq} is not divisible by cp {rm.cp}")
-    m = global_batch // (micro * rm.dp)
-    T = float(micro * seq // rm.cp)
-    p = recipe_with_experts(opts.precision, opts.expert_precision)
-    if opts.dispatch_bytes is not None:
-        p = replace(p, dispatch_bytes=opts.dispatch_bytes)
-    routes = {} if card.is_dense else {
-        ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
-        for ly in card.moe_layers}
-    _mtp_routes(card, routes)
+    plan = _StepPlan(card, rm, global_batch, micro, seq, opts, predict)
     calm = not opts.gpu_slowdown and not opts.host_slowdown and not opts.launch_jitter
     fold = opts.fold if opts.fold is not None else (opts.routing.is_uniform and calm)
     classes = _skew_classes(rm) if opts.fold is None and not fold and calm and not card.is_dense else 0
     stage_ranks = rm.world // rm.pp  # a stage's ranks are consecutive (RankMap.rank: pp is the outermost)
     per_stage = 1 if fold else classes or stage_ranks  # simulated ranks per stage: its first ones
     ranks = [s * stage_ranks + i for s in range(rm.pp) for i in range(per_stage)]
-    chunks = rm.pp * rm.vpp
-    sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
-    pp_bytes = sp_tokens * card.hidden_size * p.act_bytes
-    graphs, spans = [], {}
+    graphs = []
+    spans: dict[int, list[tuple[int, int, bool]]] = {}
     keys: dict[int, list[tuple[tuple[Unit, ...], bool]]] = {}
-    cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
-    tpo: dict[int, tuple[list[Op], list[Op]]] = {}  # id(layer op list) -> (that list, its TP-overlapped forward)
-
-    late_dtoh = "moe_preprocess" in opts.graph_scopes and opts.dispatch not in ("deepep", "hybridep") \
-        and opts.moe_host_sync
-
-    def deepep_label_of(o: Op) -> str:
-        """DeepEP label of an EP all-to-all (forward dispatch: its payload per token; the combine and every
-        backward transfer carry BF16 tokens or gradients)."""
-        from cosim.workload.synth.infer import deepep_label
-
-        assert o.comm is not None
-        kind = "dispatch" if o.comm.kind == "all_to_all_dispatch" else "combine"
-        bpt = o.comm.nbytes / (sp_tokens * card.top_k) if kind == "dispatch" else 2.0 * card.hidden_size
-        return deepep_label(kind, "normal", sp_tokens, bpt, card.top_k, card.num_experts)
-
-    def chunk_ops(rank: int, c: int) -> tuple[list[tuple[int, list[Op], list[float]]],
-                                              list[tuple[int, list[Op], list[float]]]]:
-        """Chunk ``c`` of ``rank``: per layer (embedding -1, head num_layers) its forward ops and
-        durations, and the backward ones in backward order."""
-        fw: list[tuple[int, list[Op], list[float]]] = []
-        sh0 = Shard(tp=rm.tp, cp=rm.cp, sequence_parallel=rm.sequence_parallel)
-        if c == 0:
-            fw.append((-1, embedding_ops(card, T, sh0, p), []))
-        for ly in rm.chunk_layers[c]:
-            sh = _shard(rm, card, rank, ly, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
-                        else "alltoall", opts.expert_padding, dtoh_late=late_dtoh,
-                        moe_router_fusion=opts.moe_router_fusion)
-            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
-            if key not in cache:
-                cache[key] = layer_ops(card, ly, T, seq, sh, p)
-            fw.append((ly, cache[key], []))
-        if c == rm.mtp_chunk:
-            fw += _mtp_chunk_ops(card, rm, rank, routes, T, seq, p, cache, opts, late_dtoh)
-        if c == chunks - 1:
-            fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache, opts.cross_entropy_fusion), []))
-        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes, opts.main_grad_hook_bytes(rm.layout.zero == "fsdp")))
-               for ly, ops, _ in reversed(fw)]
-        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
-            fw = [(ly, _overlapped(tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
-            bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
-        fw = [(ly, ops, timed(ops)) for ly, ops, _ in fw]
-        bw = [(ly, bops, timed(bops)) for ly, bops in bw0]
-        return fw, bw
-
-    times: dict[int, list[float]] = {}
-
-    def timed(ops: list[Op]) -> list[float]:
-        """Kernel durations of op list ``ops`` (s), predicted once per list."""
-        key = id(ops)
-        if key not in times:
-            times[key] = predict(ops)
-            keep.append(ops)
-        return times[key]
-
-    keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
-    recomputes: dict[int, tuple[Op, Op]] = {}  # id(forward op) -> (that op, its recomputation)
-
-    def recomputed_op(fo: Op) -> Op:
-        """``fo`` re-run in the backward pass (``<name>.recompute``), built once per forward op."""
-        hit = recomputes.get(id(fo))
-        if hit is None or hit[0] is not fo:
-            hit = recomputes[id(fo)] = (fo, replace(fo, name=f"{fo.name}.recompute"))
-        return hit[1]
-
-    def one_rank(rank: int) -> tuple[RankGraph, list[tuple[int, int, bool]], list[tuple[tuple[Unit, ...], bool]]]:
-        """Rank ``rank``'s step: its graph, its schedule units' spans (:attr:`Built.unit_spans`) and their units
-        (:attr:`Built.unit_keys`)."""
-        _, _, _, stage = rm.coords(rank)
-        gslow = opts.gpu_slowdown.get(rank, 1.0)
-        launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
-        sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
-        rb = _rank_builder(rank, rm.world, device, opts, "copy" if late_dtoh else "dispatch"
-                           if sh_dispatcher == "deepep" and rm.ep > 1 else "permute")
-        graphs_on = rm.layout.cuda_graphs
-        graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
-        full = rb.full_graph
-        scopes = opts.graph_scopes
-        groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
-        order = (accumulated_order(stage, rm.pp, rm.vpp, m, opts.grad_accum, extra_warmup=int(rm.layout.a2a_overlap))
-                 if rm.schedule != "dualpipe" else [])
-        if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
-            prepared = {(rm.chunk_stage(stage, d), d): chunk_ops(rank, rm.chunk_stage(stage, d)) for d in (0, 1)}
-        else:
-            prepared = {(c, 0): chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
-        unit_span: list[tuple[int, int, bool]] = []
-        unit_key: list[tuple[tuple[Unit, ...], bool]] = []
-        plans, closing = _bucket_plans(rm, card, prepared)
-        overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
-        param_wait: dict[int, list[int]] = {}
-        if rm.overlap_param_gather:  # steady state: the last step's gathers run under this step's forward
-            first_use = {ly: (i, k) for i, (key, (fw, _)) in enumerate(prepared.items())
-                         for k, (ly, _, _) in enumerate(fw)}
-            ahead = sorted((b for bs in plans.values() for b in bs),
-                           key=lambda b: (min(first_use[x] for x in b[1]), b[0] != "dp"))
-            param_wait = _param_gathers(rb, ahead, groups, launch)
-
-        def param_ready(ly: int) -> None:
-            """The first forward use of layer ``ly`` waits for the all-gathers of its parameters' buckets."""
-            rb.pending += [(j, "param_gather") for j in param_wait.pop(ly, [])]
-
-        def emit(o: Op, d: float, ly: int = -1) -> int:
-            """Emit op ``o`` of layer ``ly`` lasting ``d`` (s, before this rank's slowdown): its all-to-all's
-            per-peer bytes or DeepEP / HybridEP label, its partial CUDA graph, its offload copies. Returns its
-            GPU op."""
-            splits = None
-            label = None
-            if (o.cls == "collective" and ly in routes and o.comm is not None
-                    and o.comm.kind.startswith("all_to_all")):
-                if not opts.routing.is_uniform:
-                    splits = _splits(o, routes[ly].send_fraction)
-                elif opts.dispatch == "deepep":
-                    label = deepep_label_of(o)
-                elif opts.dispatch == "hybridep":
-                    label = hybridep_label(o, sp_tokens, card, opts.hybridep_sms)
-            if scopes:  # partial CUDA graphs: a run of scoped ops is one graph launch
-                if graph_scoped(o.name, scopes, sh_dispatcher):
-                    if rb.graph_host < 0:
-                        rb.open_graph(graph_cost)
-                elif rb.graph_host >= 0:
-                    rb.close_graph()
-            if off is None or not 0 <= ly < card.num_layers:
-                return rb.emit(o, d * gslow, groups, launch, splits, label=label, host_sync=opts.moe_host_sync)
-            return _offload_emit(off, o, ly, prepared_fwd, lambda: rb.emit(o, d * gslow, groups, launch, splits,
-                                                                            label=label, host_sync=opts.moe_host_sync))
-
-        fsdp = rm.layout.zero == "fsdp"
-        gathered: dict[int, list[int]] = {}
-        unsharded: set[int] = set()  # FSDP: layers whose parameters are gathered and not yet freed
-        off = _offloader(rb, opts, rm, card, T, p, launch)
-
-        def fsdp_gather(ly: int) -> None:
-            """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
-            they are still gathered (:func:`fsdp_reshard`)."""
-            if not fsdp or ly in gathered or ly in unsharded:
-                return
-            unsharded.add(ly)
-            dense, expert = _unit_params(card, ly, mtp_embedding_copy(rm.pp, rm.schedule))
-            ids = []
-            for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
-                if n > 0 and len(groups[g]) > 1:
-                    o = Op(f"fsdp.{g}_param_all_gather", "collective", 0.0, n * 2.0,
-                           comm=Comm(g, "all_gather", n * 2.0), stream="dp")
-                    c = rb.collective("all_gather", groups[g], n * 2.0)
-                    ids.append(rb.op(o, 0.0, _STREAMS["dp"], launch, coll=c, waits=[rb.last_main]))
-            gathered[ly] = ids
-
-        def fsdp_reshard(ly: int, bwd: bool) -> None:
-            """FSDP: free layer ``ly``'s gathered parameters after its forward / backward as the layout's
-            ``fsdp_reshard_after_forward`` / ``fsdp_reshard_after_backward`` say (:data:`FSDP_RESHARD_SOURCE`)."""
-            if fsdp and (rm.layout.fsdp_reshard_after_backward if bwd else rm.layout.fsdp_reshard_after_forward):
-                unsharded.discard(ly)
-
-        def run_layers(layers: list[tuple[int, list[Op], list[float]]], before: Any = None, after: Any = None,
-                       skip_wgrad: list[tuple[Op, float]] | None = None, bwd: bool = False) -> Iterator[None]:
-            """Emit ``layers`` in order, yielding after every collective (DualPipe interleaves two units
-            there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
-            weight-gradient GEMMs collected there instead (zero-bubble)."""
-            for i, (ly, ops, durs) in enumerate(layers):
-                param_ready(ly)
-                fsdp_gather(ly)
-                rb.pending += [(j, "fsdp") for j in gathered.pop(ly, [])]
-                if i + 1 < len(layers):
-                    fsdp_gather(layers[i + 1][0])  # prefetch: overlaps this layer's compute
-                if graphs_on:
-                    rb.open_graph(graph_cost)
-                if before is not None:
-                    before(ly)
-                for o, d in zip(ops, durs):
-                    if skip_wgrad is not None and o.name.endswith((".wgrad", ".main_grad_add")):
-                        skip_wgrad.append((o, d))
-                        continue
-                    emit(o, d, ly)
-                    if o.cls == "collective":
-                        yield
-                if not full:
-                    rb.close_graph()
-                fsdp_reshard(ly, bwd)
-                if after is not None:
-                    after(ly)
-
-        def p2p(kind: str, send: bool, mb: int, c_from: int, c_to: int, dirn: int = 0) -> int:
-            """Send or receive (``send``) micro-batch ``mb``'s activation (``kind`` F) or gradient (B) between chunks
-            ``c_from`` and ``c_to`` (``dirn``: DualPipe's direction) with the peer stage; -1 when the peer is this
-            rank, else the GPU op."""
-            peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
-            tp_i, cp_i, dp_i, _ = rm.coords(rank)
-            peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
-            if peer == rank:
-                return -1
-            members = sorted([rank, peer])
-            seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
-            nbytes = pp_bytes * (1 + card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
-            c = rb.collective("send_recv", members, nbytes, seq=seq)
-            stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
-            o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
-                   0.0, nbytes)
-            j = rb.op(o, 0.0, stream, launch, coll=c, waits=[rb.last_compute] if send else None)
-            if not send:
-                rb.pending.append((j, o.name))
-            return j
-
-        wfifo: list[tuple[int, list[tuple[Op, float]], list[Bucket]]] = []
-        last_mb = m - 1 if rm.schedule != "dualpipe" else m // 2 - 1
-
-        def forward(c: int, mb: int, dirn: int = 0) -> Iterator[None]:
-            """Chunk ``c``'s forward of micro-batch ``mb``: receive, layers, send (yields at its collectives)."""
-            fw, _ = prepared[(c, dirn)]
-            if c > 0:
-                p2p("F", False, mb, c - 1, c, dirn)
-            yield from run_layers(fw)
-            if c < chunks - 1:
-                p2p("F", True, mb, c, c + 1, dirn)
-
-        def backward(c: int, mb: int, dirn: int = 0, zb: bool = False) -> Iterator[None]:
-            """Chunk ``c``'s backward of micro-batch ``mb`` (``zb``: zero-bubble, the weight gradients apart), with
-            recomputation, offload reloads and the gradient buckets it closes (yields at its collectives)."""
-            fw, bw = prepared[(c, dirn)]
-            if c < chunks - 1:
-                p2p("B", False, mb, c + 1, c, dirn)
-            if off is not None:
-                off.chunk_backward([ly for ly, _, _ in fw])
-            fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
-
-            def recompute(ly: int) -> None:
-                _recompute_layer(rm, card, fwd_of, emit, recomputed_op, ly)
-
-            held: list[Bucket] = []  # zero-bubble: buckets closed by this B pass, reduced after its W pass
-
-            def grads(ly: int) -> None:
-                if mb == last_mb and overlap_grads:
-                    if zb:
-                        held.extend(closing.get(ly, []))
-                    else:
-                        _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
-
-            deferred: list[tuple[Op, float]] | None = [] if zb else None
-            yield from run_layers(bw, recompute, grads, deferred, bwd=True)
-            if deferred:
-                wfifo.append((dirn, deferred, held))
-            elif held:
-                _grad_buckets(rb, rm, held, groups, emit)
-            if c > 0:
-                p2p("B", True, mb, c, c - 1, dirn)
-
-        def run(gen: Iterator[None], lane: int = 0) -> None:
-            rb.switch(lane)
-            for _ in gen:
-                pass
-
-        delay_wgrad = rm.layout.delay_wgrad
-
-        def emit_all(seg: list[tuple[Op, float]], ly: int) -> None:
-            for o, d in seg:
-                emit(o, d, ly)
-
-        def b_layer_start(ly: int) -> None:
-            """A backward layer's recomputation (as ``backward``'s ``recompute``)."""
-            _recompute_layer(rm, card, prepared_fwd, emit, recomputed_op, ly)
-
-        prepared_fwd = {ly: (ops, durs) for fw_, _ in prepared.values() for ly, ops, durs in fw_}
-
-        def paired(cf: int, mf: int, cb: int, mb: int) -> None:
-            """Megatron-Core's combined 1F1B (``overlap_moe_expert_parallel_comm``,
-            ``TransformerModelChunkSchedulePlan.run`` / ``TransformerLayerSchedulePlan.run``): the forward of
-            chunk ``cf`` micro-batch ``mf`` (lane 0) and the backward of chunk ``cb`` micro-batch ``mb`` (lane 1)
-            layer by layer (forward layer i with backward layer n-1-i), on one compute and one communication
-            stream, in the order docs/SYNTHESIS.md "EP all-to-all overlap" gives (segments: :func:`_fwd_parts`,
-            :func:`_bwd_parts`)."""
-            fw, _ = prepared[(cf, 0)]
-            _, bw = prepared[(cb, 0)]
-            rb.comm_lane = 0
-            rb.switch(0)
-            if cf > 0:
-                p2p("F", False, mf, cf - 1, cf)
-            rb.switch(1)
-            if cb < chunks - 1:
-                p2p("B", False, mb, cb + 1, cb)
-            if off is not None:
-                off.chunk_backward([ly for ly, _, _ in bw])
-            nl = card.num_layers
-            # MTP depths pair as layers (Megatron-Core's model_chunk_schedule_plan: an MTP layer runs the
-            # transformer layer's nodes, its norms, projection and embedding in the attn node, its head and loss
-            # in mtp_post_process); the embedding and the main head stay unpaired
-            f_layers = [x for x in fw if 0 <= x[0] < nl or mtp_depth(card, x[0]) is not None]
-            b_layers = [x for x in bw if 0 <= x[0] < nl or mtp_depth(card, x[0]) is not None]
-            last = mb == last_mb
-
-            def grads(ly: int) -> None:
-                if last and overlap_grads:
-                    _grad_buckets(rb, rm, closing.get(ly, []), groups, emit)
-
-            rb.switch(0)  # phase 0: the embedding forward, the head's backward
-            for ly, ops, durs in fw:
-                if ly < 0:
-                    param_ready(ly)
-                    emit_all(list(zip(ops, durs)), ly)
-            rb.switch(1)
-            for ly, ops, durs in bw:
-                if ly == nl:
-                    emit_all(list(zip(ops, durs)), ly)
-                    grads(ly)
-            post: Seg = []  # the forward's ops after its combine: they run before its next layer
-            post_ly = -1
-            dw: tuple[int, Seg] | None = None  # a backward layer's deferred attention wgrad
-
-            def flush_dw() -> None:
-                nonlocal dw
-                if dw is not None:
-                    rb.switch(1)
-                    emit_all(dw[1], dw[0])
-                    grads(dw[0])
-                    dw = None
-
-            def f_seg(ly: int, seg: Seg) -> None:
-                rb.switch(0)
-                param_ready(ly)
-                emit_all(seg, ly)
-
-            def b_seg(ly: int, seg: Seg, keep_main: bool = False) -> None:
-                rb.switch(1)
-                keep = rb.last_main
-                emit_all(seg, ly)
-                if keep_main:  # the wgrad: the next collective waits for the dgrad only (Megatron's events)
-                    rb.last_main = keep
-
-            n = min(len(f_layers), len(b_layers))
-            for i in range(max(len(f_layers), len(b_layers))):
-                fp = _fwd_parts(f_layers[i][1], f_layers[i][2]) if i < len(f_layers) else None
-                bp = _bwd_parts(b_layers[i][1], b_layers[i][2], delay_wgrad) if i < len(b_layers) else None
-                if bp is not None:
-                    lyb = b_layers[i][0]
-                    rb.switch(1)
-                    b_layer_start(lyb)
-                    b_seg(lyb, bp[0])
-                    b_seg(lyb, bp[1])       # B: combine backward (comm)
-                    flush_dw()              # the previous backward layer's wgrad
-                if fp is not None:
-                    lyf = f_layers[i][0]
-                    f_seg(post_ly, post)
-                    f_seg(lyf, fp[0])       # F: attention, router, permute
-                    if i >= n:
-                        for seg in fp[1:4]:
-                            f_seg(lyf, seg)
-                if bp is not None:
-                    b_seg(lyb, bp[2])       # B: experts backward
-                if fp is not None and i < n:
-                    f_seg(lyf, fp[1])       # F: dispatch (comm)
-                if bp is not None:
-                    b_seg(lyb, bp[3], keep_main=True)  # B: experts wgrad (delay_wgrad_compute)
-                    b_seg(lyb, bp[4])       # B: dispatch backward (comm)
-                if fp is not None and i < n:
-                    f_seg(lyf, fp[2])       # F: experts
-                    f_seg(lyf, fp[3])       # F: combine (comm)
-                if fp is not None:
-                    post, post_ly = fp[4], lyf
-                if bp is not None:
-                    b_seg(lyb, bp[5])       # B: attention backward
-                    dw = (lyb, bp[6])
-                    if not delay_wgrad:
-                        flush_dw()
-            rb.switch(1)
-            if cb > 0:  # Megatron runs the first layer's wgrad after the p2p send
-                p2p("B", True, mb, cb, cb - 1)
-            flush_dw()
-            f_seg(post_ly, post)  # the forward's last combine, the head; the send
-            for ly, ops, durs in fw:
-                if ly == nl:
-                    param_ready(ly)
-                    emit_all(list(zip(ops, durs)), ly)
-            if cf < chunks - 1:
-                p2p("F", True, mf, cf, cf + 1)
-            rb.switch(1)
-            for ly, ops, durs in bw:
-                if ly < 0:
-                    emit_all(list(zip(ops, durs)), ly)
-                    grads(ly)
-            rb.switch(0)
-            rb.comm_lane = None
-
-        def unit(first: int, recv: bool) -> None:
-            comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
-            if comp:
-                unit_span.append((comp[0], comp[-1], recv))
-
-        def has_recv(first: int) -> bool:
-            comp = [j for j in range(first, len(rb.g["name"])) if rb.g["stream"][j] == _STREAMS["compute"]]
-            return bool(comp) and any(rb.g["stream"][j] >= 30 for j in range(first, comp[0]))
-
-        if full:  # forward_backward_func captured whole (FullCudaGraphWrapper)
-            rb.open_graph(graph_cost)
-        if rm.schedule == "dualpipe":
-            nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
-
-            def take(kind: str, dirn: int) -> int:
-                nxt[(kind, dirn)] += 1
-                return nxt[(kind, dirn)] - 1
-
-            for act in dualpipe_order(stage, rm.pp, m):
-                first = len(rb.g["name"])
-                if act[0] == "F":
-                    run(forward(rm.chunk_stage(stage, act[1]), take("F", act[1]), act[1]), act[1])
-                elif act[0] == "B":
-                    run(backward(rm.chunk_stage(stage, act[1]), take("B", act[1]), act[1], act[2]), act[1])
-                elif act[0] == "W":
-                    dirn, ops, held_buckets = wfifo.pop(0)
-                    rb.switch(dirn)
-                    for o, d in ops:
-                        emit(o, d)
-                    _grad_buckets(rb, rm, held_buckets, groups, emit)  # the weight gradients exist now
-                else:
-                    df, db = act[1], act[2]
-                    # DualPipe's overlapped forward-backward: each one's communication under the other's compute
-                    rb.interleave([(forward(rm.chunk_stage(stage, df), take("F", df), df), df),
-                                   (backward(rm.chunk_stage(stage, db), take("B", db), db), db)])
-                unit(first, has_recv(first))
-            rb.switch(0)
-        else:
-            lo, hi = steady_bounds(order)
-            pos = 0
-            for step in (_overlap_pairs(order) if rm.layout.a2a_overlap else [[u] for u in order]):
-                first = len(rb.g["name"])
-                n_span = len(unit_span)
-                if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
-                    (_, mf, vf), (_, mb_, vb) = step
-                    if fsdp or graphs_on or rm.layout.recompute == "full":  # not Megatron's combinations
-                        rb.interleave([(forward(vf * rm.pp + stage, mf), 0), (backward(vb * rm.pp + stage, mb_), 1)])
-                    else:
-                        paired(vf * rm.pp + stage, mf, vb * rm.pp + stage, mb_)
-                    rb.switch(0)
-                else:
-                    kind, mb, v = step[0]
-                    run(forward(v * rm.pp + stage, mb) if kind == "F" else backward(v * rm.pp + stage, mb))
-                unit(first, has_recv(first))
-                if len(unit_span) > n_span:
-                    unit_key.append((tuple(step), lo <= pos < hi))
-                pos += len(step)
-        if not overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
-            rb.switch(0)
-            _grad_buckets(rb, rm, [b for bs in plans.values() for b in bs], groups, emit)
-        _sp_grad_all_reduce(rb, rm, card, groups["tp"], launch, [ly for fw, _ in prepared.values() for ly, _, _ in fw])
-        _mtp_embedding_grad(rb, rm, card, rank, launch)
-        if full:  # the optimizer step runs eagerly, outside the full-iteration graph
-            rb.close_graph()
-        _optimizer(rb, rm, card, stage, groups, launch, emit, predict, [b for bs in plans.values() for b in bs])
-        return rb.finish(), unit_span, unit_key
-
     with gc_paused():  # ~50k acyclic op rows per rank and micro-batch (graph.gc_paused)
         for rank in ranks:
-            rg, spans[rank], keys[rank] = one_rank(rank)
+            rg, spans[rank], keys[rank] = _StepRank(plan, rank, device).build()
             graphs.append(rg)
     tokens = global_batch * seq
     per_tok = _model_flops_per_token(card, seq)
@@ -1319,8 +897,563 @@ def build_step(card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int,
            if fold else "")
     if why:
         notes.append(f"folded {rm.world} ranks into {len(ranks)} class{'es' if len(ranks) > 1 else ''} ({why})")
-    return Built(ExecutionGraph(graphs), ranks, fold or bool(classes), m, tokens, 3.0 * per_tok * tokens, spans, notes,
-                 keys if rm.schedule != "dualpipe" else {})
+    return Built(ExecutionGraph(graphs), ranks, fold or bool(classes), plan.m, tokens, 3.0 * per_tok * tokens, spans,
+                 notes, keys if rm.schedule != "dualpipe" else {})
+
+
+class _StepPlan:
+    """What every simulated rank of one training step shares: the batch's shape (``m`` micro-batches per pipeline,
+    ``T`` tokens per micro-batch and CP rank, ``sp_tokens`` per TP rank under sequence parallelism), the precision
+    recipe ``p``, the routed load per MoE layer, the pipeline's activation bytes per send, and the memos that let
+    ranks share layer op lists, their predicted kernel durations (s) and their recomputed ops."""
+
+    __slots__ = ("T", "cache", "card", "chunks", "keep", "late_dtoh", "m", "opts", "p", "pp_bytes", "predict",
+                 "recomputes", "rm", "routes", "seq", "sp_tokens", "times", "tpo")
+
+    def __init__(self, card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
+                 opts: BuildOptions, predict: Any) -> None:
+        self.card, self.rm, self.opts, self.predict, self.seq = card, rm, opts, predict, seq
+        self.m = global_batch // (micro * rm.dp)
+        self.T = T = float(micro * seq // rm.cp)
+        p = recipe_with_experts(opts.precision, opts.expert_precision)
+        self.p = replace(p, dispatch_bytes=opts.dispatch_bytes) if opts.dispatch_bytes is not None else p
+        self.routes: dict[int, Any] = {} if card.is_dense else {
+            ly: route(opts.routing, card, ly, rm.ep, T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T)
+            for ly in card.moe_layers}
+        _mtp_routes(card, self.routes)
+        self.chunks = rm.pp * rm.vpp
+        self.sp_tokens = T / rm.tp if rm.sequence_parallel and rm.tp > 1 else T
+        self.pp_bytes = self.sp_tokens * card.hidden_size * self.p.act_bytes
+        self.late_dtoh = "moe_preprocess" in opts.graph_scopes and opts.dispatch not in ("deepep", "hybridep") \
+            and opts.moe_host_sync
+        self.cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
+        self.tpo: dict[int, tuple[list[Op], list[Op]]] = {}  # id(layer op list) -> (that list, its TP-overlapped fwd)
+        self.times: dict[int, list[float]] = {}  # id(op list) -> its kernel durations (s)
+        self.keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
+        self.recomputes: dict[int, tuple[Op, Op]] = {}  # id(forward op) -> (that op, its recomputation)
+
+    def deepep_label_of(self, o: Op) -> str:
+        """DeepEP label of an EP all-to-all (forward dispatch: its payload per token; the combine and every
+        backward transfer carry BF16 tokens or gradients)."""
+        from cosim.workload.synth.infer import deepep_label
+
+        assert o.comm is not None
+        card, sp_tokens = self.card, self.sp_tokens
+        kind = "dispatch" if o.comm.kind == "all_to_all_dispatch" else "combine"
+        bpt = o.comm.nbytes / (sp_tokens * card.top_k) if kind == "dispatch" else 2.0 * card.hidden_size
+        return deepep_label(kind, "normal", sp_tokens, bpt, card.top_k, card.num_experts)
+
+    def chunk_ops(self, rank: int, c: int) -> tuple[Layers, Layers]:
+        """Chunk ``c`` of ``rank``: per layer (embedding -1, head num_layers) its forward ops and
+        durations, and the backward ones in backward order."""
+        card, rm, opts, T, p, routes, cache = self.card, self.rm, self.opts, self.T, self.p, self.routes, self.cache
+        fw: Layers = []
+        sh0 = Shard(tp=rm.tp, cp=rm.cp, sequence_parallel=rm.sequence_parallel)
+        if c == 0:
+            fw.append((-1, embedding_ops(card, T, sh0, p), []))
+        for ly in rm.chunk_layers[c]:
+            sh = _shard(rm, card, rank, ly, routes, T, opts.dispatch if opts.dispatch in ("deepep", "hybridep")
+                        else "alltoall", opts.expert_padding, dtoh_late=self.late_dtoh,
+                        moe_router_fusion=opts.moe_router_fusion)
+            key = (ly if ly in routes and not opts.routing.is_uniform else ly < card.dense_layers, card.window(ly), sh)
+            if key not in cache:
+                cache[key] = layer_ops(card, ly, T, self.seq, sh, p)
+            fw.append((ly, cache[key], []))
+        if c == rm.mtp_chunk:
+            fw += _mtp_chunk_ops(card, rm, rank, routes, T, self.seq, p, cache, opts, self.late_dtoh)
+        if c == self.chunks - 1:
+            fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache, opts.cross_entropy_fusion), []))
+        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes, opts.main_grad_hook_bytes(rm.layout.zero == "fsdp")))
+               for ly, ops, _ in reversed(fw)]
+        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
+            fw = [(ly, _overlapped(self.tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
+            bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
+        fw = [(ly, ops, self.timed(ops)) for ly, ops, _ in fw]
+        bw = [(ly, bops, self.timed(bops)) for ly, bops in bw0]
+        return fw, bw
+
+    def timed(self, ops: list[Op]) -> list[float]:
+        """Kernel durations of op list ``ops`` (s), predicted once per list."""
+        key = id(ops)
+        if key not in self.times:
+            self.times[key] = self.predict(ops)
+            self.keep.append(ops)
+        return self.times[key]
+
+    def recomputed_op(self, fo: Op) -> Op:
+        """``fo`` re-run in the backward pass (``<name>.recompute``), built once per forward op."""
+        hit = self.recomputes.get(id(fo))
+        if hit is None or hit[0] is not fo:
+            hit = self.recomputes[id(fo)] = (fo, replace(fo, name=f"{fo.name}.recompute"))
+        return hit[1]
+
+
+class _StepRank:
+    """One simulated rank's training step under construction: its chunks' prepared layers, its gradient bucket
+    plans, the parameter all-gathers it waits for (overlapped gathers, FSDP), its offloader, and the phases that
+    emit its program into a :class:`_RankBuilder` (:meth:`build`)."""
+
+    __slots__ = ("closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow", "host_sync",
+                 "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait", "plan",
+                 "plans", "prepared", "prepared_fwd", "rank", "rb", "routes", "scopes", "sh_dispatcher", "stage",
+                 "unit_key", "unit_span", "unsharded", "wfifo")
+
+    def __init__(self, plan: _StepPlan, rank: int, device: str) -> None:
+        rm, opts, card = plan.rm, plan.opts, plan.card
+        self.plan, self.rank = plan, rank
+        self.opts, self.routes, self.num_layers = opts, plan.routes, card.num_layers
+        self.host_sync = opts.moe_host_sync
+        self.stage = stage = rm.coords(rank)[3]
+        self.gslow = opts.gpu_slowdown.get(rank, 1.0)
+        self.launch = launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
+        self.sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
+        self.rb = rb = _rank_builder(rank, rm.world, device, opts, "copy" if plan.late_dtoh else "dispatch"
+                                     if self.sh_dispatcher == "deepep" and rm.ep > 1 else "permute")
+        self.graphs_on = rm.layout.cuda_graphs
+        self.graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
+        self.full = rb.full_graph
+        self.scopes = opts.graph_scopes
+        self.groups = {k: rm.group(k, rank) for k in ("tp", "cp", "ep", "etp", "dp", "edp")}
+        self.order = (accumulated_order(stage, rm.pp, rm.vpp, plan.m, opts.grad_accum,
+                                        extra_warmup=int(rm.layout.a2a_overlap)) if rm.schedule != "dualpipe" else [])
+        if rm.schedule == "dualpipe":  # rank `stage` holds stage `stage` of direction 0 and pp-1-stage of direction 1
+            self.prepared = {(rm.chunk_stage(stage, d), d): plan.chunk_ops(rank, rm.chunk_stage(stage, d))
+                             for d in (0, 1)}
+        else:
+            self.prepared = {(c, 0): plan.chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
+        self.unit_span: list[tuple[int, int, bool]] = []
+        self.unit_key: list[tuple[tuple[Unit, ...], bool]] = []
+        self.plans, self.closing = _bucket_plans(rm, card, self.prepared)
+        self.overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
+        self.param_wait = self._gathers_ahead() if rm.overlap_param_gather else {}
+        self.fsdp = rm.layout.zero == "fsdp"
+        self.gathered: dict[int, list[int]] = {}
+        self.unsharded: set[int] = set()  # FSDP: layers whose parameters are gathered and not yet freed
+        self.off = _offloader(rb, opts, rm, card, plan.T, plan.p, launch)
+        self.wfifo: list[tuple[int, list[tuple[Op, float]], list[Bucket]]] = []  # DualPipe: W passes to come
+        self.last_mb = plan.m - 1 if rm.schedule != "dualpipe" else plan.m // 2 - 1
+        self.prepared_fwd = {ly: (ops, durs) for fw_, _ in self.prepared.values() for ly, ops, durs in fw_}
+
+    def _gathers_ahead(self) -> dict[int, list[int]]:
+        """Overlapped parameter all-gathers (steady state: the last step's gathers run under this step's forward),
+        bucket by bucket in the order of their layers' first forward use; layer -> the gathers it waits for."""
+        first_use = {ly: (i, k) for i, (key, (fw, _)) in enumerate(self.prepared.items())
+                     for k, (ly, _, _) in enumerate(fw)}
+        ahead = sorted((b for bs in self.plans.values() for b in bs),
+                       key=lambda b: (min(first_use[x] for x in b[1]), b[0] != "dp"))
+        return _param_gathers(self.rb, ahead, self.groups, self.launch)
+
+    def build(self) -> tuple[RankGraph, list[tuple[int, int, bool]], list[tuple[tuple[Unit, ...], bool]]]:
+        """The rank's step: its graph, its schedule units' spans (:attr:`Built.unit_spans`) and their units
+        (:attr:`Built.unit_keys`). The pipeline schedule, then the gradient reductions not overlapped, the
+        sequence-parallel and MTP-embedding gradient all-reduces, and the optimizer step."""
+        plan, rb, rm = self.plan, self.rb, self.plan.rm
+        if self.full:  # forward_backward_func captured whole (FullCudaGraphWrapper)
+            rb.open_graph(self.graph_cost)
+        if rm.schedule == "dualpipe":
+            self._dualpipe()
+        else:
+            self._one_f_one_b()
+        buckets = [b for bs in self.plans.values() for b in bs]
+        if not self.overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
+            rb.switch(0)
+            _grad_buckets(rb, rm, buckets, self.groups, self.emit)
+        _sp_grad_all_reduce(rb, rm, plan.card, self.groups["tp"], self.launch,
+                            [ly for fw, _ in self.prepared.values() for ly, _, _ in fw])
+        _mtp_embedding_grad(rb, rm, plan.card, self.rank, self.launch)
+        if self.full:  # the optimizer step runs eagerly, outside the full-iteration graph
+            rb.close_graph()
+        _optimizer(rb, rm, plan.card, self.stage, self.groups, self.launch, self.emit, plan.predict, buckets)
+        return rb.finish(), self.unit_span, self.unit_key
+
+    def param_ready(self, ly: int) -> None:
+        """The first forward use of layer ``ly`` waits for the all-gathers of its parameters' buckets."""
+        self.rb.pending += [(j, "param_gather") for j in self.param_wait.pop(ly, [])]
+
+    def emit(self, o: Op, d: float, ly: int = -1) -> int:
+        """Emit op ``o`` of layer ``ly`` lasting ``d`` (s, before this rank's slowdown): its all-to-all's
+        per-peer bytes or DeepEP / HybridEP label (:meth:`_a2a_tags`), its partial CUDA graph, its offload copies.
+        Returns its GPU op."""
+        rb = self.rb
+        splits = label = None
+        if (o.cls == "collective" and ly in self.routes and o.comm is not None
+                and o.comm.kind.startswith("all_to_all")):
+            splits, label = self._a2a_tags(o, ly)
+        if self.scopes:  # partial CUDA graphs: a run of scoped ops is one graph launch
+            if graph_scoped(o.name, self.scopes, self.sh_dispatcher):
+                if rb.graph_host < 0:
+                    rb.open_graph(self.graph_cost)
+            elif rb.graph_host >= 0:
+                rb.close_graph()
+        off = self.off
+        if off is None or not 0 <= ly < self.num_layers:
+            return rb.emit(o, d * self.gslow, self.groups, self.launch, splits, label=label, host_sync=self.host_sync)
+        return _offload_emit(off, o, ly, self.prepared_fwd, lambda: rb.emit(
+            o, d * self.gslow, self.groups, self.launch, splits, label=label, host_sync=self.host_sync))
+
+    def _a2a_tags(self, o: Op, ly: int) -> tuple[list[float] | None, str | None]:
+        """An EP all-to-all of MoE layer ``ly``: its per-peer bytes under skewed routing, else its DeepEP or
+        HybridEP label (None where neither applies)."""
+        opts = self.opts
+        if not opts.routing.is_uniform:
+            return _splits(o, self.routes[ly].send_fraction), None
+        if opts.dispatch == "deepep":
+            return None, self.plan.deepep_label_of(o)
+        if opts.dispatch == "hybridep":
+            return None, hybridep_label(o, self.plan.sp_tokens, self.plan.card, opts.hybridep_sms)
+        return None, None
+
+    def emit_all(self, seg: Seg, ly: int) -> None:
+        """Emit a segment of layer ``ly``'s ops (:meth:`emit`)."""
+        emit = self.emit
+        for o, d in seg:
+            emit(o, d, ly)
+
+    def recompute(self, ly: int, fwd: dict[int, tuple[list[Op], list[float]]] | None = None) -> None:
+        """Backward layer ``ly``'s recomputation of its forward (``fwd``: by layer, the chunk's; default every
+        prepared chunk's) as the layout's recompute says (:func:`_recompute_layer`)."""
+        plan = self.plan
+        _recompute_layer(plan.rm, plan.card, self.prepared_fwd if fwd is None else fwd, self.emit,
+                         plan.recomputed_op, ly)
+
+    def fsdp_gather(self, ly: int) -> None:
+        """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
+        they are still gathered (:meth:`fsdp_reshard`)."""
+        if not self.fsdp or ly in self.gathered or ly in self.unsharded:
+            return
+        rm, rb, groups = self.plan.rm, self.rb, self.groups
+        self.unsharded.add(ly)
+        dense, expert = _unit_params(self.plan.card, ly, mtp_embedding_copy(rm.pp, rm.schedule))
+        ids = []
+        for g, n in (("dp", dense / rm.tp), ("edp", expert / (rm.ep * rm.etp))):
+            if n > 0 and len(groups[g]) > 1:
+                o = Op(f"fsdp.{g}_param_all_gather", "collective", 0.0, n * 2.0,
+                       comm=Comm(g, "all_gather", n * 2.0), stream="dp")
+                c = rb.collective("all_gather", groups[g], n * 2.0)
+                ids.append(rb.op(o, 0.0, _STREAMS["dp"], self.launch, coll=c, waits=[rb.last_main]))
+        self.gathered[ly] = ids
+
+    def fsdp_reshard(self, ly: int, bwd: bool) -> None:
+        """FSDP: free layer ``ly``'s gathered parameters after its forward / backward as the layout's
+        ``fsdp_reshard_after_forward`` / ``fsdp_reshard_after_backward`` say (:data:`FSDP_RESHARD_SOURCE`)."""
+        layout = self.plan.rm.layout
+        if self.fsdp and (layout.fsdp_reshard_after_backward if bwd else layout.fsdp_reshard_after_forward):
+            self.unsharded.discard(ly)
+
+    def run_layers(self, layers: Layers, before: Callable[[int], None] | None = None,
+                   after: Callable[[int], None] | None = None, skip_wgrad: list[tuple[Op, float]] | None = None,
+                   bwd: bool = False) -> Iterator[None]:
+        """Emit ``layers`` in order, yielding after every collective (DualPipe interleaves two units
+        there). FSDP: gather each layer one ahead; CUDA graphs: one per layer; ``skip_wgrad``:
+        weight-gradient GEMMs collected there instead (zero-bubble)."""
+        rb, emit = self.rb, self.emit
+        for i, (ly, ops, durs) in enumerate(layers):
+            self.param_ready(ly)
+            self.fsdp_gather(ly)
+            rb.pending += [(j, "fsdp") for j in self.gathered.pop(ly, [])]
+            if i + 1 < len(layers):
+                self.fsdp_gather(layers[i + 1][0])  # prefetch: overlaps this layer's compute
+            if self.graphs_on:
+                rb.open_graph(self.graph_cost)
+            if before is not None:
+                before(ly)
+            for o, d in zip(ops, durs):
+                if skip_wgrad is not None and o.name.endswith((".wgrad", ".main_grad_add")):
+                    skip_wgrad.append((o, d))
+                    continue
+                emit(o, d, ly)
+                if o.cls == "collective":
+                    yield
+            if not self.full:
+                rb.close_graph()
+            self.fsdp_reshard(ly, bwd)
+            if after is not None:
+                after(ly)
+
+    def p2p(self, kind: str, send: bool, mb: int, c_from: int, c_to: int, dirn: int = 0) -> int:
+        """Send or receive (``send``) micro-batch ``mb``'s activation (``kind`` F) or gradient (B) between chunks
+        ``c_from`` and ``c_to`` (``dirn``: DualPipe's direction) with the peer stage; -1 when the peer is this
+        rank, else the GPU op."""
+        plan, rb, rank = self.plan, self.rb, self.rank
+        rm, m, chunks = plan.rm, plan.m, plan.chunks
+        peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
+        tp_i, cp_i, dp_i, _ = rm.coords(rank)
+        peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
+        if peer == rank:
+            return -1
+        members = sorted([rank, peer])
+        seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
+        nbytes = plan.pp_bytes * (1 + plan.card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
+        c = rb.collective("send_recv", members, nbytes, seq=seq)
+        stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
+        o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
+               0.0, nbytes)
+        j = rb.op(o, 0.0, stream, self.launch, coll=c, waits=[rb.last_compute] if send else None)
+        if not send:
+            rb.pending.append((j, o.name))
+        return j
+
+    def forward(self, c: int, mb: int, dirn: int = 0) -> Iterator[None]:
+        """Chunk ``c``'s forward of micro-batch ``mb``: receive, layers, send (yields at its collectives)."""
+        fw, _ = self.prepared[(c, dirn)]
+        if c > 0:
+            self.p2p("F", False, mb, c - 1, c, dirn)
+        yield from self.run_layers(fw)
+        if c < self.plan.chunks - 1:
+            self.p2p("F", True, mb, c, c + 1, dirn)
+
+    def backward(self, c: int, mb: int, dirn: int = 0, zb: bool = False) -> Iterator[None]:
+        """Chunk ``c``'s backward of micro-batch ``mb`` (``zb``: zero-bubble, the weight gradients apart), with
+        recomputation, offload reloads and the gradient buckets it closes (yields at its collectives)."""
+        fw, bw = self.prepared[(c, dirn)]
+        if c < self.plan.chunks - 1:
+            self.p2p("B", False, mb, c + 1, c, dirn)
+        if self.off is not None:
+            self.off.chunk_backward([ly for ly, _, _ in fw])
+        fwd_of = {ly: (ops, durs) for ly, ops, durs in fw}
+        held: list[Bucket] = []  # zero-bubble: buckets closed by this B pass, reduced after its W pass
+
+        def grads(ly: int) -> None:
+            if mb == self.last_mb and self.overlap_grads:
+                if zb:
+                    held.extend(self.closing.get(ly, []))
+                else:
+                    _grad_buckets(self.rb, self.plan.rm, self.closing.get(ly, []), self.groups, self.emit)
+
+        deferred: list[tuple[Op, float]] | None = [] if zb else None
+        yield from self.run_layers(bw, lambda ly: self.recompute(ly, fwd_of), grads, deferred, bwd=True)
+        if deferred:
+            self.wfifo.append((dirn, deferred, held))
+        elif held:
+            _grad_buckets(self.rb, self.plan.rm, held, self.groups, self.emit)
+        if c > 0:
+            self.p2p("B", True, mb, c, c - 1, dirn)
+
+    def run(self, gen: Iterator[None], lane: int = 0) -> None:
+        """Run a forward or backward unit (its generator) to its end on lane ``lane``."""
+        self.rb.switch(lane)
+        for _ in gen:
+            pass
+
+    def _compute_since(self, first: int) -> list[int]:
+        """The rank's compute-stream GPU ops from GPU op ``first`` on."""
+        g = self.rb.g
+        return [j for j in range(first, len(g["name"])) if g["stream"][j] == _STREAMS["compute"]]
+
+    def _unit(self, first: int) -> None:
+        """Record the span of the schedule unit whose ops start at GPU op ``first`` (none without compute), and
+        whether it starts with a pipeline receive (:attr:`Built.unit_spans`)."""
+        comp = self._compute_since(first)
+        recv = bool(comp) and any(self.rb.g["stream"][j] >= 30 for j in range(first, comp[0]))
+        if comp:
+            self.unit_span.append((comp[0], comp[-1], recv))
+
+    def _dualpipe(self) -> None:
+        """DualPipe's schedule (:func:`dualpipe_order`): forward, backward (zero-bubble B), W and overlapped
+        forward-backward units of both directions; micro-batches numbered per kind and direction."""
+        rm, rb, stage = self.plan.rm, self.rb, self.stage
+        nxt = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
+
+        def take(kind: str, dirn: int) -> int:
+            nxt[(kind, dirn)] += 1
+            return nxt[(kind, dirn)] - 1
+
+        for act in dualpipe_order(stage, rm.pp, self.plan.m):
+            first = len(rb.g["name"])
+            if act[0] == "F":
+                self.run(self.forward(rm.chunk_stage(stage, act[1]), take("F", act[1]), act[1]), act[1])
+            elif act[0] == "B":
+                self.run(self.backward(rm.chunk_stage(stage, act[1]), take("B", act[1]), act[1], act[2]), act[1])
+            elif act[0] == "W":
+                dirn, ops, held_buckets = self.wfifo.pop(0)
+                rb.switch(dirn)
+                for o, d in ops:
+                    self.emit(o, d)
+                _grad_buckets(rb, rm, held_buckets, self.groups, self.emit)  # the weight gradients exist now
+            else:
+                df, db = act[1], act[2]
+                # DualPipe's overlapped forward-backward: each one's communication under the other's compute
+                rb.interleave([(self.forward(rm.chunk_stage(stage, df), take("F", df), df), df),
+                               (self.backward(rm.chunk_stage(stage, db), take("B", db), db), db)])
+            self._unit(first)
+        rb.switch(0)
+
+    def _one_f_one_b(self) -> None:
+        """The (interleaved) 1F1B schedule (:func:`accumulated_order`); with ``a2a_overlap`` a forward and another
+        micro-batch's backward paired (:class:`_Paired`, or interleaved at collectives where Megatron has no
+        combined schedule); each unit's span and key recorded."""
+        rm, rb, stage = self.plan.rm, self.rb, self.stage
+        lo, hi = steady_bounds(self.order)
+        pos = 0
+        for step in (_overlap_pairs(self.order) if rm.layout.a2a_overlap else [[u] for u in self.order]):
+            first = len(rb.g["name"])
+            n_span = len(self.unit_span)
+            if len(step) == 2:  # EP all-to-all overlap: a forward and another micro-batch's backward
+                (_, mf, vf), (_, mb_, vb) = step
+                if self.fsdp or self.graphs_on or rm.layout.recompute == "full":  # not Megatron's combinations
+                    rb.interleave([(self.forward(vf * rm.pp + stage, mf), 0),
+                                   (self.backward(vb * rm.pp + stage, mb_), 1)])
+                else:
+                    _Paired(self, vf * rm.pp + stage, mf, vb * rm.pp + stage, mb_).run()
+                rb.switch(0)
+            else:
+                kind, mb, v = step[0]
+                self.run(self.forward(v * rm.pp + stage, mb) if kind == "F" else self.backward(v * rm.pp + stage, mb))
+            self._unit(first)
+            if len(self.unit_span) > n_span:
+                self.unit_key.append((tuple(step), lo <= pos < hi))
+            pos += len(step)
+
+
+class _Paired:
+    """Megatron-Core's combined 1F1B (``overlap_moe_expert_parallel_comm``, ``TransformerModelChunkSchedulePlan.run``
+    / ``TransformerLayerSchedulePlan.run``) on rank ``r``: the forward of chunk ``cf`` micro-batch ``mf`` (lane 0)
+    and the backward of chunk ``cb`` micro-batch ``mb`` (lane 1) layer by layer (forward layer i with backward layer
+    n-1-i), on one compute and one communication stream, in the order docs/SYNTHESIS.md "EP all-to-all overlap"
+    gives (segments: :func:`_fwd_parts`, :func:`_bwd_parts`)."""
+
+    __slots__ = ("bw", "cb", "cf", "dw", "fw", "last", "mb", "mf", "post", "post_ly", "r")
+
+    def __init__(self, r: _StepRank, cf: int, mf: int, cb: int, mb: int) -> None:
+        self.r, self.cf, self.mf, self.cb, self.mb = r, cf, mf, cb, mb
+        self.fw = r.prepared[(cf, 0)][0]
+        self.bw = r.prepared[(cb, 0)][1]
+        self.last = mb == r.last_mb
+        self.post: Seg = []  # the forward's ops after its combine: they run before its next layer
+        self.post_ly = -1
+        self.dw: tuple[int, Seg] | None = None  # a backward layer's deferred attention wgrad
+
+    def run(self) -> None:
+        """The pair: receives and the unpaired ends (:meth:`_open`), the layers paired (:meth:`_layer`), the sends
+        and the other unpaired ends (:meth:`_close`)."""
+        r, nl = self.r, self.r.plan.card.num_layers
+        self._open()
+        # MTP depths pair as layers (Megatron-Core's model_chunk_schedule_plan: an MTP layer runs the
+        # transformer layer's nodes, its norms, projection and embedding in the attn node, its head and loss
+        # in mtp_post_process); the embedding and the main head stay unpaired
+        f_layers = [x for x in self.fw if 0 <= x[0] < nl or mtp_depth(r.plan.card, x[0]) is not None]
+        b_layers = [x for x in self.bw if 0 <= x[0] < nl or mtp_depth(r.plan.card, x[0]) is not None]
+        n = min(len(f_layers), len(b_layers))
+        for i in range(max(len(f_layers), len(b_layers))):
+            self._layer(f_layers[i] if i < len(f_layers) else None, b_layers[i] if i < len(b_layers) else None,
+                        i < n)
+        self._close()
+
+    def _open(self) -> None:
+        """Receives of both units, the offload reload plan, then phase 0: the embedding forward (lane 0) and the
+        head's backward (lane 1)."""
+        r, rb, nl = self.r, self.r.rb, self.r.plan.card.num_layers
+        rb.comm_lane = 0
+        rb.switch(0)
+        if self.cf > 0:
+            r.p2p("F", False, self.mf, self.cf - 1, self.cf)
+        rb.switch(1)
+        if self.cb < r.plan.chunks - 1:
+            r.p2p("B", False, self.mb, self.cb + 1, self.cb)
+        if r.off is not None:
+            r.off.chunk_backward([ly for ly, _, _ in self.bw])
+        rb.switch(0)
+        for ly, ops, durs in self.fw:
+            if ly < 0:
+                r.param_ready(ly)
+                r.emit_all(list(zip(ops, durs)), ly)
+        rb.switch(1)
+        for ly, ops, durs in self.bw:
+            if ly == nl:
+                r.emit_all(list(zip(ops, durs)), ly)
+                self.grads(ly)
+
+    def _layer(self, f: tuple[int, list[Op], list[float]] | None, b: tuple[int, list[Op], list[float]] | None,
+               both: bool) -> None:
+        """Forward layer ``f`` with backward layer ``b`` (either None past the shorter side; ``both``: neither
+        is), their segments interleaved so each all-to-all runs under the other's compute."""
+        r = self.r
+        fp = _fwd_parts(f[1], f[2]) if f is not None else None
+        bp = _bwd_parts(b[1], b[2], r.plan.rm.layout.delay_wgrad) if b is not None else None
+        lyf = f[0] if f is not None else -1
+        lyb = b[0] if b is not None else -1
+        if bp is not None:
+            r.rb.switch(1)
+            r.recompute(lyb)
+            self.b_seg(lyb, bp[0])
+            self.b_seg(lyb, bp[1])       # B: combine backward (comm)
+            self.flush_dw()              # the previous backward layer's wgrad
+        if fp is not None:
+            self.f_seg(self.post_ly, self.post)
+            self.f_seg(lyf, fp[0])       # F: attention, router, permute
+            if not both:
+                for seg in fp[1:4]:
+                    self.f_seg(lyf, seg)
+        if bp is not None:
+            self.b_seg(lyb, bp[2])       # B: experts backward
+        if fp is not None and both:
+            self.f_seg(lyf, fp[1])       # F: dispatch (comm)
+        if bp is not None:
+            self.b_seg(lyb, bp[3], keep_main=True)  # B: experts wgrad (delay_wgrad_compute)
+            self.b_seg(lyb, bp[4])       # B: dispatch backward (comm)
+        if fp is not None and both:
+            self.f_seg(lyf, fp[2])       # F: experts
+            self.f_seg(lyf, fp[3])       # F: combine (comm)
+        if fp is not None:
+            self.post, self.post_ly = fp[4], lyf
+        if bp is not None:
+            self.b_seg(lyb, bp[5])       # B: attention backward
+            self.dw = (lyb, bp[6])
+            if not r.plan.rm.layout.delay_wgrad:
+                self.flush_dw()
+
+    def _close(self) -> None:
+        """The backward's send (Megatron runs the first layer's wgrad after it), the forward's last combine, head
+        and send, then the embedding's backward."""
+        r, rb, nl = self.r, self.r.rb, self.r.plan.card.num_layers
+        rb.switch(1)
+        if self.cb > 0:
+            r.p2p("B", True, self.mb, self.cb, self.cb - 1)
+        self.flush_dw()
+        self.f_seg(self.post_ly, self.post)
+        for ly, ops, durs in self.fw:
+            if ly == nl:
+                r.param_ready(ly)
+                r.emit_all(list(zip(ops, durs)), ly)
+        if self.cf < r.plan.chunks - 1:
+            r.p2p("F", True, self.mf, self.cf, self.cf + 1)
+        rb.switch(1)
+        for ly, ops, durs in self.bw:
+            if ly < 0:
+                r.emit_all(list(zip(ops, durs)), ly)
+                self.grads(ly)
+        rb.switch(0)
+        rb.comm_lane = None
+
+    def grads(self, ly: int) -> None:
+        """The gradient buckets backward layer ``ly`` closes, on the last micro-batch when reductions overlap."""
+        r = self.r
+        if self.last and r.overlap_grads:
+            _grad_buckets(r.rb, r.plan.rm, r.closing.get(ly, []), r.groups, r.emit)
+
+    def flush_dw(self) -> None:
+        """The deferred attention wgrad of the previous backward layer, if any, then its gradient buckets."""
+        if self.dw is not None:
+            self.r.rb.switch(1)
+            self.r.emit_all(self.dw[1], self.dw[0])
+            self.grads(self.dw[0])
+            self.dw = None
+
+    def f_seg(self, ly: int, seg: Seg) -> None:
+        """A forward segment of layer ``ly`` on lane 0 (after its parameters' gathers)."""
+        self.r.rb.switch(0)
+        self.r.param_ready(ly)
+        self.r.emit_all(seg, ly)
+
+    def b_seg(self, ly: int, seg: Seg, keep_main: bool = False) -> None:
+        """A backward segment of layer ``ly`` on lane 1; ``keep_main``: a wgrad, so the next collective waits for
+        the dgrad only (Megatron's events)."""
+        rb = self.r.rb
+        rb.switch(1)
+        keep = rb.last_main
+        self.r.emit_all(seg, ly)
+        if keep_main:
+            rb.last_main = keep
 
 
 def _skew_classes(rm: RankMap) -> int:
