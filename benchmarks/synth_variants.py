@@ -102,19 +102,28 @@ def dump(out: Path, names: list[str]) -> int:
 
 
 def compare(a: Path, b: Path) -> int:
-    """Compare every array of the variants dumped in both folders; 1 when any differs."""
+    """Compare every array of the variants dumped in both folders; 1 when any differs, when a variant is in one
+    folder only, or when there is none (a mistyped folder must not read as "identical")."""
+    names = sorted({f.name for f in a.glob("*.npz")} | {f.name for f in b.glob("*.npz")})
+    if not names:
+        print(f"no variants dumped in {a} or {b}", file=sys.stderr)
+        return 1
     bad = 0
-    for f in sorted(a.glob("*.npz")):
-        x, y = np.load(f), np.load(b / f.name)
+    for name in names:
+        missing = [str(d) for d in (a, b) if not (d / name).is_file()]
+        if missing:
+            bad += 1
+            print(Path(name).stem, f"MISSING in {', '.join(missing)}")
+            continue
+        x, y = np.load(a / name), np.load(b / name)
         diff = sorted(set(x.files) ^ set(y.files))
         for k in sorted(set(x.files) & set(y.files)):
             p, q = x[k], y[k]
             if p.dtype != q.dtype or p.shape != q.shape or not np.array_equal(p, q, equal_nan=p.dtype.kind == "f"):
                 diff.append(k)
         bad += bool(diff)
-        print(f.stem, "identical" if not diff else f"DIFFER {diff[:10]}", f"({len(x.files)} arrays)")
+        print(Path(name).stem, "identical" if not diff else f"DIFFER {diff[:10]}", f"({len(x.files)} arrays)")
     return 1 if bad else 0
-
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "dump":

@@ -740,3 +740,20 @@ def test_a_case_citing_a_source_of_no_known_framework_is_a_one_line_error(tmp_pa
     h100 = [c for c in cases if c.id.endswith("qwen3-30b-h100-16-fp8")]
     assert {c.source.ref for c in h100} == {"MB260201", "MB2604", "MB260401", "MB2606"}
     assert {ddp_bucket_size(c) for c in h100} == {float(BRIDGE_BUCKET)}
+
+
+def test_a_case_source_error_names_the_line_of_its_ref(tmp_path: Path) -> None:
+    """Both source checks point at the case's ``ref`` line (training.yaml has 75 cases over 1375 lines: a
+    ``cases[13]`` index alone leaves the user counting)."""
+    from cosim.errors import CosimInputError
+    from validation.e2e.run import load_cases
+
+    f = _cases_file(tmp_path, source={"ref": "ZZ", "table": "t"})
+    line = next(i for i, t in enumerate(f.read_text().splitlines(), 1) if "ref: ZZ" in t)
+    with pytest.raises(CosimInputError) as err:  # ZZ is not a key of sources
+        load_cases(f)
+    assert f"{f}:{line}:" in str(err.value) and "is not a key of sources" in str(err.value)
+    f.write_text(f.read_text().replace("MZQWEN3: test", "ZZ: test"))
+    with pytest.raises(CosimInputError) as err:  # ZZ names no framework
+        load_cases(f)
+    assert f"{f}:{line}:" in str(err.value) and "names no framework" in str(err.value)

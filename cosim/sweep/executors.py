@@ -59,8 +59,8 @@ def cancel_executor(ex: Executor, grace: float = 1.0) -> None:
     """Stop ``ex`` now: cancel the calls not started and stop the running ones, without waiting for them.
 
     A ``ProcessPoolExecutor``'s worker processes are terminated (SIGTERM, then SIGKILL after ``grace`` seconds)
-    and reaped, so that none writes anything after this returns, and its manager thread is joined (up to ``grace``
-    seconds more); other executors are shut down with their pending calls cancelled (a Dask executor cancels its
+    and reaped, so that none writes anything after this returns, and its manager thread is joined (up to
+    ``max(grace, 1)`` seconds more); other executors are shut down with their pending calls cancelled (a Dask executor cancels its
     futures; threads cannot be stopped). Safe to call twice.
     """
     procs = list((getattr(ex, "_processes", None) or {}).values()) if isinstance(ex, ProcessPoolExecutor) else []

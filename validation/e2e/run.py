@@ -225,15 +225,17 @@ class CaseFile(Strict):
 
 def load_cases(path: Path = CASES) -> tuple[dict[str, str], list[Case]]:
     """The sources and cases of ``path``; a case citing an unknown source is a one-line error."""
-    from cosim.yamlio import load_yaml, validate
+    from cosim.yamlio import input_error_at, load_yaml, validate
 
-    doc = validate(CaseFile, load_yaml(path), file=path)
+    data = load_yaml(path)
+    doc = validate(CaseFile, data, file=path)
     for i, c in enumerate(doc.cases):
+        at = ("cases", i, "source", "ref")  # the error names the file's line of that ref
         if c.source.ref not in doc.sources:
-            raise CosimInputError(f"{path}: cases[{i}].source.ref: {c.source.ref!r} is not a key of sources")
+            raise input_error_at(data, at, f"{c.source.ref!r} is not a key of sources", file=path)
         if c.source.ref not in BRIDGE_REFS + OTHER_REFS:
-            raise CosimInputError(f"{path}: cases[{i}].source.ref: {c.source.ref!r} names no framework (add it to "
-                                  "run.py's BRIDGE_REFS or OTHER_REFS: it decides the gradient bucket size)")
+            raise input_error_at(data, at, f"{c.source.ref!r} names no framework (add it to run.py's BRIDGE_REFS "
+                                 "or OTHER_REFS: it decides the gradient bucket size)", file=path)
     return dict(doc.sources), list(doc.cases)
 
 

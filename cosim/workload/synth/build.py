@@ -990,12 +990,13 @@ class _StepPlan:
 
 class _StepRank:
     """One simulated rank's training step under construction: its chunks' prepared layers, its gradient bucket
-    plans, the parameter all-gathers it waits for (overlapped gathers, FSDP), its offloader, and the phases that
+    plans (``bucket_plans``, per prepared chunk; ``closing``: by the layer whose backward closes them), the
+    parameter all-gathers it waits for (overlapped gathers, FSDP), its offloader, and the phases that
     emit its program into a :class:`_RankBuilder` (:meth:`build`)."""
 
-    __slots__ = ("closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow", "host_sync",
-                 "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait", "plan",
-                 "plans", "prepared", "prepared_fwd", "rank", "rb", "routes", "scopes", "sh_dispatcher", "stage",
+    __slots__ = ("bucket_plans", "closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow",
+                 "host_sync", "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait",
+                 "plan", "prepared", "prepared_fwd", "rank", "rb", "routes", "scopes", "sh_dispatcher", "stage",
                  "unit_key", "unit_span", "unsharded", "wfifo")
 
     def __init__(self, plan: _StepPlan, rank: int, device: str) -> None:
@@ -1023,7 +1024,7 @@ class _StepRank:
             self.prepared = {(c, 0): plan.chunk_ops(rank, c) for c in rm.stage_chunks(stage)}
         self.unit_span: list[tuple[int, int, bool]] = []
         self.unit_key: list[tuple[tuple[Unit, ...], bool]] = []
-        self.plans, self.closing = _bucket_plans(rm, card, self.prepared)
+        self.bucket_plans, self.closing = _bucket_plans(rm, card, self.prepared)
         self.overlap_grads = rm.layout.overlap_grad_reduce or rm.layout.zero == "fsdp"
         self.param_wait = self._gathers_ahead() if rm.overlap_param_gather else {}
         self.fsdp = rm.layout.zero == "fsdp"
@@ -1039,7 +1040,7 @@ class _StepRank:
         bucket by bucket in the order of their layers' first forward use; layer -> the gathers it waits for."""
         first_use = {ly: (i, k) for i, (key, (fw, _)) in enumerate(self.prepared.items())
                      for k, (ly, _, _) in enumerate(fw)}
-        ahead = sorted((b for bs in self.plans.values() for b in bs),
+        ahead = sorted((b for bs in self.bucket_plans.values() for b in bs),
                        key=lambda b: (min(first_use[x] for x in b[1]), b[0] != "dp"))
         return _param_gathers(self.rb, ahead, self.groups, self.launch)
 
@@ -1054,7 +1055,7 @@ class _StepRank:
             self._dualpipe()
         else:
             self._one_f_one_b()
-        buckets = [b for bs in self.plans.values() for b in bs]
+        buckets = [b for bs in self.bucket_plans.values() for b in bs]
         if not self.overlap_grads:  # finalize_model_grads: every chunk's buckets after the last backward
             rb.switch(0)
             _grad_buckets(rb, rm, buckets, self.groups, self.emit)
