@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Discriminator, Field, Tag, ValidationError, field_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag, ValidationError, field_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -124,6 +124,9 @@ class Scenario(Strict):
     set: dict[str, Any] = Field(default_factory=dict)
     """What-if knobs as with --set (e.g. gpu.scale.gemm: 0.5, links.nvlink4.bandwidth: 900 GB/s)."""
     source_file: str | None = None
+    _applied: frozenset[str] = PrivateAttr(default=frozenset())
+    """The ``--set`` keys :func:`apply_scenario_sets` applied since the scenario was read from ``source_file``: the
+    file no longer says what these fields hold (:func:`at_scenario_line` does not blame its lines for them)."""
 
     @field_validator("set", mode="before")
     @classmethod
@@ -286,7 +289,9 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
         rest["topology"] = upd["topology"]
     proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
                                             for k, v in proj.items()})
-    return scn.model_copy(update={**upd, "projection": proj_model}), rest
+    out = scn.model_copy(update={**upd, "projection": proj_model})
+    out._applied = scn._applied | frozenset(sets)
+    return out, rest
 
 
 def _set_path(doc: dict[str, Any], path: list[str], value: str, key: str) -> None:
@@ -578,7 +583,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
         try:
             return scn, _run_synthetic(scn, topo, cfg, base)
         except CosimInputError as exc:
-            raise at_scenario_line(exc, scn.source_file, sets or {}) from None
+            raise at_scenario_line(exc, scn.source_file, dict.fromkeys(scn._applied, "")) from None
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
         wpath = find_workload(scn.workload)

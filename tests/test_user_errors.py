@@ -178,3 +178,16 @@ def test_set_of_another_section_is_not_pinned_on_the_file(tmp_path: Path, monkey
     line = _one_line(["run", str(f), "--set", "workload.synthetic.layout.tp=1", "--out", "o"], capsys, tmp_path / "o")
     assert line.startswith("cosim: error: workload.synthetic.batch.global: 12 sequences are not divisible"), line
     assert ".yaml:" not in line
+
+
+def test_a_value_applied_through_the_api_is_not_blamed_on_the_file() -> None:
+    """``apply_scenario_sets`` then ``run_scenario`` (the Python API's two steps) is ``cosim run --set``: the value
+    is not in the scenario file, so the error names the field without a file line (it pointed at the file's
+    ``model:`` line before the scenario remembered the keys applied to it)."""
+    from cosim.errors import CosimInputError
+    from cosim.scenario import apply_scenario_sets, load_scenario, run_scenario
+
+    dec, _ = apply_scenario_sets(load_scenario("dsv3-decode-ep128"), {"workload.synthetic.moe_router_fusion": "false"})
+    with pytest.raises(CosimInputError, match=r"^workload\.synthetic\.moe_router_fusion: a training field") as ei:
+        run_scenario(dec)
+    assert not ei.value.location.file
