@@ -83,21 +83,21 @@ def test_unlike_group_and_deepep_per_node_by_hand() -> None:
     from cosim.errors import CosimInputError
     from cosim.scenario import build_topology
     from cosim.workload.synth.layout import ParallelLayout
-    from cosim.workload.synth.placement import check_dispatch, unlike_group
+    from cosim.workload.synth.placement import Placement, check_dispatch, unlike_group
     from cosim.workload.synth.spec import _card
 
     card = _card("qwen3-30b-a3b", None)
-    topo = build_topology("dgx-h100", None, None, None, 3)
+    where = Placement(build_topology("dgx-h100", None, None, None, 3))
     rm = ParallelLayout(ep=6).resolve(card.model_copy(update={"num_experts": 96}), 24)
-    assert unlike_group(rm, topo) == ("ep group of ranks 6..11 spans host nodes of 2+4 GPUs where the "
-                                      "simulated group of ranks 0..5 spans 6")
+    assert unlike_group(rm, where) == ("ep group of ranks 6..11 spans host nodes of 2+4 GPUs where the "
+                                       "simulated group of ranks 0..5 spans 6")
     with pytest.raises(CosimInputError, match=r"DeepEP needs the same number of ranks in every host node: the EP "
                                               r"group of ranks 6\.\.11 spans 2 host nodes of 2\+4"):
-        check_dispatch(rm, topo, "deepep")
-    check_dispatch(rm, topo, "nccl")
+        check_dispatch(rm, where, "deepep")
+    check_dispatch(rm, where, "nccl")
     even = ParallelLayout(ep=8, pp=3).resolve(card, 24)
-    assert unlike_group(even, topo) is None
-    check_dispatch(even, topo, "deepep")
+    assert unlike_group(even, where) is None
+    check_dispatch(even, where, "deepep")
 
 
 def test_serving_step_placed_unlike_is_not_folded(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from cosim.errors import CosimInputError
 from cosim.workload.synth.layout import RankMap
 
-__all__ = ["GROUP_KINDS", "check_dispatch", "unlike_group"]
+__all__ = ["GROUP_KINDS", "Placement", "check_dispatch", "unlike_group"]
 
 GROUP_KINDS = ("tp", "cp", "dp", "ep", "etp", "edp", "pp")
 """Rank groups whose collectives or transfers a folded step simulates for one member group only."""
@@ -32,8 +32,9 @@ def _counts(keys: list[int]) -> tuple[int, ...]:
     return tuple(out.values())
 
 
-class _Placement:
-    """Host node and NVLink domain of every rank of a synthetic step on ``topology``."""
+class Placement:
+    """Host node and NVLink domain of every rank of a synthetic step on ``topology``; built once per synthesis
+    (O(links) for the NVLink domains, O(GPUs) for the nodes) and shared by both checks."""
 
     def __init__(self, topology: Any) -> None:
         from cosim.engine.moe_comm import nvlink_domain_map
@@ -67,10 +68,9 @@ def _span(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:4])) + (", ..." if len(ranks) > 4 else "")
 
 
-def unlike_group(rm: RankMap, topology: Any) -> str | None:
+def unlike_group(rm: RankMap, where: Placement) -> str | None:
     """The first rank group placed unlike the group it would be folded onto (the same kind's group of its stage's
     first rank; for ``pp``, rank 0's), as a phrase; None when every group of every kind is shaped alike. O(world)."""
-    where = _Placement(topology)
     stage = rm.world // rm.pp
     for kind in GROUP_KINDS:
         for g in _groups(rm, kind):
@@ -84,14 +84,13 @@ def unlike_group(rm: RankMap, topology: Any) -> str | None:
     return None
 
 
-def check_dispatch(rm: RankMap, topology: Any, dispatch: str) -> None:
+def check_dispatch(rm: RankMap, where: Placement, dispatch: str) -> None:
     """Refuse (one-line :class:`CosimInputError` naming ``workload.synthetic.dispatch``) an EP group that
     ``dispatch`` cannot run: HybridEP needs the same number of ranks in every NVLink domain of the group
     (``cosim.engine.moe_comm.hybridep``), DeepEP the same number on every host node (``deepep``). Checked on every
     EP group, so a folded step (which simulates only the first of a stage) fails as the unfolded one does."""
     if dispatch not in ("hybridep", "deepep"):
         return
-    where = _Placement(topology)
     i, unit = (1, "NVLink domain") if dispatch == "hybridep" else (0, "host node")
     for g in _groups(rm, "ep"):
         sizes = where.shape(g)[i]

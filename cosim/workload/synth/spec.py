@@ -638,12 +638,13 @@ def _placed(spec: SyntheticSpec, rm: Any, topology: Any, opts: Any, dispatch: st
     ``dispatch`` cannot run is an input error; a rank group placed unlike the one folding would simulate in its
     stead turns folding off, with a note saying which. A ``fold: true`` given in the scenario is kept, with a note
     that the folded step stands for that group too; with stragglers (every rank built anyway) nothing is noted."""
-    from cosim.workload.synth.placement import check_dispatch, unlike_group
+    from cosim.workload.synth.placement import Placement, check_dispatch, unlike_group
 
-    check_dispatch(rm, topology, "deepep" if dispatch.startswith("deepep") else dispatch)
+    where = Placement(topology)
+    check_dispatch(rm, where, "deepep" if dispatch.startswith("deepep") else dispatch)
     built_whole = spec.fold is False or (spec.fold is None and bool(opts.gpu_slowdown or opts.host_slowdown
                                                                     or opts.launch_jitter))
-    unlike = None if built_whole else unlike_group(rm, topology)
+    unlike = None if built_whole else unlike_group(rm, where)
     if unlike is None:
         return opts, []
     if spec.fold:
