@@ -534,15 +534,16 @@ def _synthesis_set(key: str) -> bool:
     return key in ("nodes", "topology", "workload") or key.startswith(("workload.", "topology."))
 
 
-def at_scenario_line(exc: CosimInputError, source: str | None, sets: dict[str, str]) -> CosimInputError:
+def at_scenario_line(exc: CosimInputError, source: str | None, set_keys: Iterable[str]) -> CosimInputError:
     """``exc``, a synthesis error that names a ``workload.synthetic.<field>`` but no file (a layout that does not
     divide the GPUs, experts that ep does not divide), pointed at that field's line in the scenario file ``source``;
-    unchanged when it names a file already, has no field, or when a ``--set`` changed an input of the checks
+    unchanged when it names a file already, has no field, or when one of ``set_keys`` (the ``--set`` keys applied)
+    changed an input of the checks
     (:func:`_synthesis_set`: ``--set workload.synthetic.layout.pp=7`` makes ``tp*cp*pp`` fail on ``layout.tp``,
     ``--set nodes=129`` makes the file's ``tp: 2`` fail on 1032 GPUs, ``--set workload.synthetic.layout.tp=1``
     the file's ``batch.global`` on twice the dp: the file's line is not the problem)."""
     m = _SYNTH_FIELD.fullmatch(exc.message)
-    if m is None or exc.location.file or not source or any(_synthesis_set(k) for k in sets):
+    if m is None or exc.location.file or not source or any(_synthesis_set(k) for k in set_keys):
         return exc
     key = m.group(1)
     try:
@@ -583,7 +584,7 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
         try:
             return scn, _run_synthetic(scn, topo, cfg, base)
         except CosimInputError as exc:
-            raise at_scenario_line(exc, scn.source_file, dict.fromkeys(scn._applied, "")) from None
+            raise at_scenario_line(exc, scn.source_file, scn._applied) from None
     wpath = resolve_path(scn.workload, base)
     if wpath is None:
         wpath = find_workload(scn.workload)
