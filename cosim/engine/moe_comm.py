@@ -399,11 +399,13 @@ kernel time."""
 HYBRIDEP_GB200_16SM = HYBRIDEP_GB200[16]
 
 
-def _hybridep_fraction(ranks: int, metric: float, prob_row: int, hidden: int = 7168) -> float:
-    """Fraction of :data:`NVLINK5_GPU_BANDWIDTH` a GPU's NVLink writes reach in a HybridEP benchmark row: the
-    NVL metric counts received BF16 token bytes with the rank's own share ((ranks-1)/ranks cross NVLink) and
-    without the ``prob_row`` fp32 probabilities a forward dispatch carries with each token."""
-    return metric * (ranks - 1) / ranks * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / NVLINK5_GPU_BANDWIDTH
+def _hybridep_fraction(parts: int, metric: float, prob_row: int, bandwidth: float = NVLINK5_GPU_BANDWIDTH,
+                       hidden: int = 7168) -> float:
+    """Fraction of ``bandwidth`` a GPU's writes reach in a HybridEP benchmark row whose metric counts each token
+    once per one of ``parts`` equal destinations (NVLink: the domain's ranks; RDMA: the group's nodes), the sender's
+    own included, so (parts-1)/parts of it crosses the link, and without the ``prob_row`` fp32 probabilities a
+    forward dispatch carries with each token. Defaults: the NVL metric over :data:`NVLINK5_GPU_BANDWIDTH`."""
+    return metric * (parts - 1) / parts * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / bandwidth
 
 
 HYBRIDEP_H100_IB: dict[int, tuple[tuple[int, float, float], ...]] = {
@@ -422,22 +424,13 @@ H100_NIC_BANDWIDTH = 50e9
 dgx-h100 preset), the link under the HybridEP H100 table (:data:`HYBRIDEP_H100_IB`)."""
 
 
-def _hybridep_rdma_fraction(ranks: int, metric: float, prob_row: int, hidden: int = 7168,
-                            per_node: int = 8) -> float:
-    """Fraction of :data:`H100_NIC_BANDWIDTH` a GPU's RDMA writes reach in a HybridEP H100 benchmark row: the IB
-    metric counts a token once per node it routes to, own node included, and under uniform routing every node
-    is hit alike, so (nodes - 1) / nodes of it crosses the NIC; the forward dispatch also carries the ``prob_row``
-    fp32 probabilities with each token."""
-    nodes = ranks // per_node
-    return metric * (nodes - 1) / nodes * (1.0 + 4.0 * prob_row / (2.0 * hidden)) / H100_NIC_BANDWIDTH
-
-
 def _rdma_rows(sms: int, per_node: int = 8) -> tuple[tuple[int, float, float], ...]:
     """(NVLink domains, dispatch fraction, combine fraction) of the H100 IB table of the most SMs not above ``sms``
     (its 16 / 32 / 64 ranks are 2 / 4 / 8 DGX H100 nodes of ``per_node`` GPUs)."""
     key = max([k for k in HYBRIDEP_H100_IB if k <= sms] or [min(HYBRIDEP_H100_IB)])
-    return tuple((r // per_node, _hybridep_rdma_fraction(r, d, 64), _hybridep_rdma_fraction(r, c, 0))
-                 for r, d, c in HYBRIDEP_H100_IB[key])
+    # the IB metric counts a token once per node it routes to, own node included (uniform routing hits all alike)
+    return tuple((r // per_node, _hybridep_fraction(r // per_node, d, 64, H100_NIC_BANDWIDTH),
+                  _hybridep_fraction(r // per_node, c, 0, H100_NIC_BANDWIDTH)) for r, d, c in HYBRIDEP_H100_IB[key])
 
 
 def _row(rows: tuple[tuple[int, float, float], ...], kind: str, ranks: int) -> float:
