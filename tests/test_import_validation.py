@@ -233,3 +233,13 @@ def test_int_list_reads_lists_and_json_text_alike() -> None:
     assert int_list([1, "x", 3.0, None]) == [1, -1, 3, -1]
     assert int_list([1, "x", 3.0, None, float("nan")], drop=True) == [1, 3]
     assert int_list("[5, 6]", drop=True) == [5, 6]
+
+
+def test_scatters_are_the_accumulating_and_the_overwriting_ones() -> None:
+    """cost.SCATTERS is the accumulating indexed updates (a FLOP per source element) and the overwriting ones
+    (data movement, 0 FLOPs), each listed once."""
+    from cosim.workload.cost import SCATTERS, op_flops
+
+    assert len(set(SCATTERS)) == 14
+    assert op_flops("aten::index_add_", [[8, 4], [2], [2, 4]], "elementwise") == 8  # one FLOP per source element
+    assert op_flops("aten::index_put_", [[8, 4], [2], [2, 4]], "elementwise") == 0.0  # an overwrite moves data
