@@ -471,7 +471,7 @@ def test_cancel_executor_waits_for_the_pool_manager_thread(monkeypatch: pytest.M
     for _ in range(4):
         ex.submit(time.sleep, 30)
     time.sleep(0.3)  # the workers have started
-    manager: Any = getattr(ex, "_executor_manager_thread")
+    manager: Any = ex._executor_manager_thread
     assert manager is not None and manager.is_alive()
     cancel_executor(ex)
     assert not manager.is_alive()
