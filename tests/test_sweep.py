@@ -529,3 +529,20 @@ def test_base_that_a_point_can_synthesize_runs_every_point(tmp_path: Path,
     assert main(["sweep", str(q), "--out", str(tmp_path / "q"), "--no-progress", "--workers", "1"]) == 1
     out = capsys.readouterr().out
     assert out.count("out of memory") == 2 and "2 failed" in out
+
+
+def test_base_check_leaves_a_bug_to_the_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # only input errors refuse the sweep up front; any other exception of the checks is each point's error.json
+    import cosim.workload.synth
+    from cosim.scenario import load_scenario
+    from cosim.sweep.spec import run_error
+
+    _spec(tmp_path, _OOM_DECODE, "dec.yaml")
+    scn = load_scenario(str(tmp_path / "dec.yaml"))
+    assert run_error(scn, {}) is not None and run_error(scn, {"workload.synthetic.batch.requests_per_gpu": "64"}) is None
+
+    def broken(*a: object, **k: object) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(cosim.workload.synth, "synthesize", broken)
+    assert run_error(scn, {}) is None

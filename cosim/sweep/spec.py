@@ -230,8 +230,9 @@ def _untimed(spec: Any, accelerator: Any, base: Path | None) -> Any:
 def run_error(scn: Scenario, sets: dict[str, str]) -> CosimInputError | None:
     """The input error scenario ``scn`` with ``sets`` stops at before its first kernel is timed (a topology knob,
     a synthetic layout that does not divide the GPUs, a step out of memory without ``allow_oom``: every check of
-    :func:`cosim.scenario.scenario_hardware` and :func:`cosim.workload.synth.synthesize`), as raised (no file);
-    None when there is none."""
+    :func:`cosim.scenario.scenario_hardware` and :func:`cosim.workload.synth.synthesize`), as raised (not yet
+    pointed at the scenario file's line); None when there is none, or when they fail otherwise (a bug: each
+    point records it as it runs)."""
     from cosim.scenario import SyntheticWorkload, scenario_hardware
     from cosim.workload.synth import synthesize
 
@@ -243,6 +244,8 @@ def run_error(scn: Scenario, sets: dict[str, str]) -> CosimInputError | None:
         return None
     except CosimInputError as exc:
         return exc
+    except Exception:
+        return None
     return None
 
 
