@@ -553,15 +553,12 @@ def at_scenario_line(exc: CosimInputError, source: str | None, set_keys: Iterabl
     return input_error_at(data, key.split("."), m.group(2), file=source)
 
 
-def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: WorkloadCache | None = None):
-    """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult).
-
-    ``cache`` reuses workloads loaded (and projected) by earlier runs in this process.
-    """
-    from cosim.models.roofline import RooflineModel
-    from cosim.replay import ReplayConfig, apply_sets, replay
-    from cosim.workload import load_trace
-    from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
+def scenario_hardware(scn: Scenario, sets: dict[str, str] | None = None) -> tuple[Scenario, Any, Any, Path | None,
+                                                                                dict[str, str]]:
+    """What scenario ``scn`` runs on with ``--set`` overrides ``sets``: (the scenario with them applied and its
+    topology knobs recorded in its ``set``, its replay config, its topology with the catalog overrides and topology
+    knobs applied, its folder, the topology knobs)."""
+    from cosim.replay import ReplayConfig, apply_sets
 
     scn, rest = apply_scenario_sets(scn, dict(sets or {}))
     base = Path(scn.source_file).parent if scn.source_file else None
@@ -580,6 +577,20 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     topo = build_topology(cfg.topology or scn.topology, base, dict(cfg.catalog_overrides), tsets, scn.nodes)
     if tsets:  # recorded in the resolved scenario (scenario.yaml), so that the run's hardware can be rebuilt
         scn = scn.model_copy(update={"set": {**scn.set, **tsets}})
+    return scn, cfg, topo, base, tsets
+
+
+def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: WorkloadCache | None = None):
+    """Replay scenario ``scn`` (with ``--set`` overrides); returns (resolved scenario, ReplayResult).
+
+    ``cache`` reuses workloads loaded (and projected) by earlier runs in this process.
+    """
+    from cosim.models.roofline import RooflineModel
+    from cosim.replay import replay
+    from cosim.workload import load_trace
+    from cosim.workload.project import ProjectionConfig, needs_projection, project_onto
+
+    scn, cfg, topo, base, tsets = scenario_hardware(scn, sets)
     if isinstance(scn.workload, SyntheticWorkload):
         try:
             return scn, _run_synthetic(scn, topo, cfg, base)

@@ -131,3 +131,48 @@ def test_forced_fold_is_noted_and_stragglers_skip_the_check() -> None:
     assert opts.fold is None and len(notes) == 1 and notes[0].startswith(f"folded (fold: true) though {unlike}")
     opts, notes = _placed(SyntheticSpec(**syn), rm, topo, BuildOptions(gpu_slowdown={3: 1.5}), "nccl")
     assert opts.fold is None and notes == []
+
+
+RAIL8 = """name: rail8
+description: 8 DGX H100 on a rail-optimized fabric whose leaves take 6 nodes per rail (scalable units of 6), 6:1
+node: dgx-h100
+nodes: 8
+fabric: {topology: rail-optimized, switch_radix: 64, leaf_down_ports: 6, oversubscription: 6}
+"""
+
+
+def test_group_over_two_leaves_is_not_folded_onto_one_on_a_leaf(tmp_path: Path) -> None:
+    """By hand: 8 DGX H100 nodes on a rail-optimized fabric whose leaves take 6 nodes per rail (nodes 0-5 on one leaf
+    of each rail, 6-7 on another). EP32 groups are nodes 0-3 and 4-7: the same GPUs per node (8+8+8+8) and per
+    NVLink domain, but the first lies on one leaf per rail (4 GPUs each) and the second over two (2 + 2): its
+    all-to-all crosses the spine, which the first's never loads. Folding used to let the first stand for both
+    (node and domain shapes equal); now the step builds all 64 ranks and says why, and its figure is the unfolded
+    one. ``fold: true`` still folds, and is faster by the second group's extra switch hops."""
+    from cosim.scenario import build_topology
+    from cosim.workload.synth.layout import ParallelLayout
+    from cosim.workload.synth.placement import Placement, unlike_group
+    from cosim.workload.synth.spec import _card
+
+    (tmp_path / "rail8.yaml").write_text(RAIL8)
+    where = Placement(build_topology(str(tmp_path / "rail8.yaml"), None, None, None, None))
+    rm = ParallelLayout(ep=32, pp=1).resolve(_card("qwen3-moe-mini", None), 64)
+    assert where.shape(rm.group("ep", 32)) == where.shape(rm.group("ep", 0))  # node / domain shapes alike
+    assert unlike_group(rm, where) == ("ep group of ranks 32..63 reaches the fabric through leaf switches of "
+                                       + "+".join(["2"] * 16) + " GPUs where the simulated group of ranks 0..31 "
+                                       "reaches " + "+".join(["4"] * 8))
+    one_unit = Placement(build_topology("dgx-h100", None, None, None, 8))  # one switch: every group alike
+    assert unlike_group(rm, one_unit) is None
+    f = tmp_path / "mini64.yaml"
+    f.write_text(yaml.safe_dump({"name": "mini64", "topology": "rail8.yaml", "workload": {"synthetic": {
+        "model": "qwen3-moe-mini", "layout": {"ep": 32, "pp": 1}, "batch": {"global": 64, "micro": 1, "seq": 2048}}}}))
+    runs = {}
+    for fold in ("", "workload.synthetic.fold=false", "workload.synthetic.fold=true"):
+        out = _run(f, tmp_path, *([fold] if fold else []))
+        assert out.returncode == 0, out.stderr
+        runs[fold] = json.loads(out.stdout)
+    d = runs[""]
+    assert not d["synthetic"]["folded"] and d["synthetic"]["simulated_ranks"] == 64
+    assert any(n.startswith("not folded: the ep group of ranks 32..63 reaches the fabric through leaf switches")
+               for n in d["notes"])
+    assert d["step_time_s"] == runs["workload.synthetic.fold=false"]["step_time_s"]
+    assert runs["workload.synthetic.fold=true"]["step_time_s"] < d["step_time_s"]

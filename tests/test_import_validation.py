@@ -221,3 +221,25 @@ def test_clean_trace_has_no_warnings(tmp_path: Path, caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.WARNING, logger="cosim"):
         g = load_trace(p)
     assert not caplog.records and g.warnings() == []
+
+
+def test_int_list_reads_lists_and_json_text_alike() -> None:
+    """Rank lists and split sizes come as lists (Chakra ET attributes) or as JSON text (Kineto's args): one reader
+    (kineto_common.int_list) for both importers; a non-integer item is -1 (Kineto's rank lists) or dropped (ET)."""
+    from cosim.workload.kineto_common import int_list
+
+    assert int_list([0, 2, 4]) == int_list("[0, 2, 4]") == [0, 2, 4]
+    assert int_list("") == int_list("not json") == int_list('{"a": 1}') == int_list(None) == int_list(7) == []
+    assert int_list([1, "x", 3.0, None]) == [1, -1, 3, -1]
+    assert int_list([1, "x", 3.0, None, float("nan")], drop=True) == [1, 3]
+    assert int_list("[5, 6]", drop=True) == [5, 6]
+
+
+def test_scatters_are_the_accumulating_and_the_overwriting_ones() -> None:
+    """cost.SCATTERS is the accumulating indexed updates (a FLOP per source element) and the overwriting ones
+    (data movement, 0 FLOPs), each listed once."""
+    from cosim.workload.cost import SCATTERS, op_flops
+
+    assert len(set(SCATTERS)) == 14
+    assert op_flops("aten::index_add_", [[8, 4], [2], [2, 4]], "elementwise") == 8  # one FLOP per source element
+    assert op_flops("aten::index_put_", [[8, 4], [2], [2, 4]], "elementwise") == 0.0  # an overwrite moves data

@@ -471,7 +471,78 @@ def test_cancel_executor_waits_for_the_pool_manager_thread(monkeypatch: pytest.M
     for _ in range(4):
         ex.submit(time.sleep, 30)
     time.sleep(0.3)  # the workers have started
-    manager: Any = getattr(ex, "_executor_manager_thread")
+    manager: Any = ex._executor_manager_thread
     assert manager is not None and manager.is_alive()
     cancel_executor(ex)
     assert not manager.is_alive()
+
+
+_OOM_DECODE = """name: dec
+workload:
+  synthetic:
+    model: qwen3-30b-a3b
+    mode: decode
+    layout: {ep: 8}
+    batch: {requests_per_gpu: 100000, context: 4096}   # 37.5 TB of KV cache per GPU
+    precision: bf16
+topology: dgx-h100
+"""
+
+
+def test_base_every_point_cannot_synthesize_is_one_error_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # no parameter changes what the synthesis checks read: every point would fail on the base's own error
+    from cosim.cli import main
+
+    _spec(tmp_path, _OOM_DECODE, "dec.yaml")
+    p = _spec(tmp_path, "base: dec.yaml\nparameters:\n  links.nvlink4.bandwidth: ['25 GB/s', '50 GB/s']\n")
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dec.yaml:7:" in err[0] and "out of memory" in err[0], err
+    assert not (tmp_path / "o").exists()
+    # a layout that does not divide the GPUs, the same way
+    _spec(tmp_path, _OOM_DECODE.replace("{ep: 8}", "{ep: 8, tp: 3}"), "dec.yaml")
+    with pytest.raises(CosimInputError, match=r"dec\.yaml:6:\d+: .*tp") as ei:
+        load_sweep(p)
+    assert "\n" not in str(ei.value)
+    # the sweep's own set: is the problem: its line in the sweep file
+    _spec(tmp_path, _OOM_DECODE.replace("100000", "64"), "dec.yaml")
+    q = _spec(tmp_path, "base: dec.yaml\nset:\n  workload.synthetic.batch.requests_per_gpu: 100000\n"
+                        "parameters:\n  host.speed: [1, 2]\n", "s.yaml")
+    with pytest.raises(CosimInputError, match=r"s\.yaml:3:\d+: set: .*every point: .*out of memory"):
+        load_sweep(q)
+
+
+def test_base_that_a_point_can_synthesize_runs_every_point(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # a parameter changes the checked step: each point is checked as it runs, a failing one records its error
+    from cosim.cli import main
+
+    _spec(tmp_path, _OOM_DECODE, "dec.yaml")
+    p = _spec(tmp_path, "base: dec.yaml\nparameters:\n  workload.synthetic.batch.requests_per_gpu: [100000, 64]\n")
+    res = run_sweep(load_sweep(p), tmp_path / "o", None, progress=False)
+    assert [r["status"] for r in res.rows] == ["error", "ok"]
+    assert "out of memory" in res.rows[0]["error"]
+    # every point fails, each on an error of its own (memory differs): per-point errors, exit status 1
+    q = _spec(tmp_path, "base: dec.yaml\nparameters:\n  workload.synthetic.batch.requests_per_gpu: [100000, 50000]\n",
+              "q.yaml")
+    assert main(["sweep", str(q), "--out", str(tmp_path / "q"), "--no-progress", "--workers", "1"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("out of memory") == 2 and "2 failed" in out
+
+
+def test_base_check_leaves_a_bug_to_the_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # only input errors refuse the sweep up front; any other exception of the checks is each point's error.json
+    import cosim.workload.synth
+    from cosim.scenario import load_scenario
+    from cosim.sweep.spec import run_error
+
+    _spec(tmp_path, _OOM_DECODE, "dec.yaml")
+    scn = load_scenario(str(tmp_path / "dec.yaml"))
+    assert run_error(scn, {}) is not None and run_error(scn, {"workload.synthetic.batch.requests_per_gpu": "64"}) is None
+
+    def broken(*a: object, **k: object) -> None:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(cosim.workload.synth, "synthesize", broken)
+    assert run_error(scn, {}) is None

@@ -10,7 +10,7 @@ public measured table); a single number from elsewhere is cited in
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -137,7 +137,22 @@ class Sourced(Strict):
         return self
 
 
-class ScaleUp(Strict):
+class _PerDirection(Strict):
+    """A model with a ``bandwidth`` per direction, which YAML may give as ``bidirectional`` (halved,
+    :func:`_bidirectional_to_per_direction`); zero is refused (:func:`_require_positive`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bidir(cls, data: Any) -> Any:
+        return _bidirectional_to_per_direction(data)
+
+    @model_validator(mode="after")
+    def _positive_bandwidth(self) -> Self:
+        _require_positive(self, "bandwidth")
+        return self
+
+
+class ScaleUp(_PerDirection):
     """An accelerator's scale-up ports (NVLink, Infinity Fabric, ...)."""
 
     link: str
@@ -146,16 +161,6 @@ class ScaleUp(Strict):
     """Number of links per accelerator."""
     bandwidth: Bandwidth
     """Bandwidth per link, per direction (bytes/s)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bidir(cls, data: Any) -> Any:
-        return _bidirectional_to_per_direction(data)
-
-    @model_validator(mode="after")
-    def _positive(self) -> ScaleUp:
-        _require_positive(self, "bandwidth")
-        return self
 
     @property
     def total_bandwidth(self) -> float:
@@ -311,7 +316,7 @@ class NIC(Sourced):
         return self
 
 
-class LinkType(Sourced):
+class LinkType(Sourced, _PerDirection):
     """A kind of point-to-point link.
 
     ``bandwidth`` is the raw rate per direction; ``efficiency`` the fraction a
@@ -326,16 +331,6 @@ class LinkType(Sourced):
     """One-hop latency (seconds)."""
     efficiency: float = Field(gt=0.0, le=1.0)
     """Achievable fraction of ``bandwidth`` for large transfers."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bidir(cls, data: Any) -> Any:
-        return _bidirectional_to_per_direction(data)
-
-    @model_validator(mode="after")
-    def _positive(self) -> LinkType:
-        _require_positive(self, "bandwidth")
-        return self
 
     @property
     def effective_bandwidth(self) -> float:

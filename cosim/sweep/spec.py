@@ -24,7 +24,8 @@ together) and topology fields (``topology.fabric.oversubscription``,
 ``topology.node.links.nic-pcie.type``: applied like a topology file's
 ``set:``, and built with the sweep's topology) with each of their values; ``workload.synthetic.*`` and ``nodes``
 values are each applied to the base scenario. A bad key or value is one :class:`CosimInputError` naming the
-file and line.
+file and line. So is a base scenario whose synthetic step fails its checks for every point alike
+(:func:`run_error`, :func:`_check_base_runs`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from cosim.yamlio import input_error_at, load_yaml
 if TYPE_CHECKING:
     from cosim.scenario import Scenario
 
-__all__ = ["COMBINE_MODES", "SweepSpec", "check_key", "expand_points", "load_sweep"]
+__all__ = ["COMBINE_MODES", "SweepSpec", "check_key", "expand_points", "load_sweep", "run_error"]
 
 COMBINE_MODES = ("grid", "zip", "random")
 _TOP_KEYS = ("name", "description", "base", "combine", "samples", "seed", "set", "parameters")
@@ -213,6 +214,64 @@ def _check_scenario_knobs(scn: Scenario, data: Any, params: dict[str, list[Any]]
             raise _err(where, loc, re.sub(r"^--set [^:]*: ", "", exc.message), f) from None
 
 
+class _ChecksPassed(Exception):
+    """Raised by :func:`_untimed` when synthesis times its first kernel: every check of the step has passed."""
+
+
+def _untimed(spec: Any, accelerator: Any, base: Path | None) -> Any:
+    """A kernel timer factory for :func:`cosim.workload.synth.synthesize` whose timer stops the synthesis
+    (:class:`_ChecksPassed`) at the first kernel it is asked to time, so that only the checks run."""
+    def timer(ops: Any) -> list[float]:
+        raise _ChecksPassed
+
+    return timer
+
+
+def run_error(scn: Scenario, sets: dict[str, str]) -> CosimInputError | None:
+    """The input error scenario ``scn`` with ``sets`` stops at before its first kernel is timed (a topology knob,
+    a synthetic layout that does not divide the GPUs, a step out of memory without ``allow_oom``: every check of
+    :func:`cosim.scenario.scenario_hardware` and :func:`cosim.workload.synth.synthesize`), as raised (not yet
+    pointed at the scenario file's line); None when there is none, or when they fail otherwise (a bug: each
+    point records it as it runs)."""
+    from cosim.scenario import SyntheticWorkload, scenario_hardware
+    from cosim.workload.synth import synthesize
+
+    try:
+        scn, _, topo, base, _ = scenario_hardware(scn, sets)
+        if isinstance(scn.workload, SyntheticWorkload):
+            synthesize(scn.workload.synthetic, topo, base, kernel_timer=_untimed)
+    except _ChecksPassed:
+        return None
+    except CosimInputError as exc:
+        return exc
+    except Exception:
+        return None
+    return None
+
+
+def _check_base_runs(scn: Scenario, data: Any, points: list[dict[str, str]], sets: dict[str, str], f: str) -> None:
+    """Refuse, before anything runs, a base scenario (with the fixed ``set:``) that stops at an input error before
+    its first kernel is timed (:func:`run_error`) when every point stops at that same error: no parameter value
+    changes it, so every point would fail on it. When a point passes the checks, or fails them otherwise, its
+    parameters change what the base stops at: the sweep runs, and each failing point records its own error."""
+    from cosim.scenario import at_scenario_line
+
+    exc = run_error(scn, sets)
+    if exc is None:
+        return
+    for p in points:
+        e = run_error(scn, {**sets, **p})
+        if e is None or str(e) != str(exc):
+            return
+    exc = at_scenario_line(exc, scn.source_file, [*scn._applied, *sets])
+    if exc.location.file:
+        raise CosimInputError(f"{exc.message} (for every point of the sweep {f})", file=exc.location.file,
+                              line=exc.location.line, column=exc.location.column, path=exc.location.path)
+    where: list[str | int] = ["set"] if sets else ["base"]
+    raise _err(data, where, f"the base scenario{' with these sets' if sets else ''} fails for every point: "
+               f"{exc.message}", f)
+
+
 def _err(data: Any, loc: list[str | int], message: str, file: str | None) -> CosimInputError:
     return input_error_at(data, loc, message, file=file)
 
@@ -303,8 +362,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
     _check_capture_knobs(scn, data, out, sets, f)
     _check_scenario_knobs(scn, data, out, sets, f)
     name = str(data.get("name") or p.stem)
-    return SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
+    spec = SweepSpec(name=name, base=base, parameters=out, combine=combine, samples=int(samples or 0),
                      seed=seed, sets=sets, description=str(data.get("description", "")), source_file=f)
+    _check_base_runs(scn, data, spec.points(), sets, f)
+    return spec
 
 
 def _draw(rng: random.Random, vals: Any) -> str:

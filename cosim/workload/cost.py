@@ -141,22 +141,27 @@ def is_tensor_shape(s: object) -> bool:
 
 GATHERS = ("aten::index", "aten::index_select", "aten::gather", "aten::embedding", "aten::take")
 """Ops that read rows of a table selected by an index (traffic: the rows they gather)."""
-SCATTERS = (
-    "aten::index_add_",
-    "aten::index_add",
-    "aten::scatter_add_",
-    "aten::scatter_add",
+_OVERWRITES = (
     "aten::scatter_",
     "aten::scatter",
     "aten::index_put_",
     "aten::index_put",
     "aten::_index_put_impl_",
     "aten::index_copy_",
-    "aten::scatter_reduce_",
-    "aten::scatter_reduce",
     "aten::index_fill_",
     "aten::masked_scatter_",
 )
+"""Indexed updates that overwrite the rows they select (no arithmetic: data movement)."""
+_ACCUMULATES = (
+    "aten::index_add_",
+    "aten::index_add",
+    "aten::scatter_add_",
+    "aten::scatter_add",
+    "aten::scatter_reduce_",
+    "aten::scatter_reduce",
+)
+"""Indexed updates that add (or reduce) into the rows they select: one FLOP per source element."""
+SCATTERS = (*_ACCUMULATES, *_OVERWRITES)
 """Ops that update rows of a target selected by an index (traffic: the rows they update)."""
 _COPIES = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cat", "aten::clone", "aten::contiguous")
 FUSED_OPTIMIZERS: dict[str, tuple[int, ...]] = {
@@ -257,14 +262,7 @@ _SOFTMAX = re.compile(r"softmax", re.I)
 _NORM = re.compile(r"norm", re.I)
 _MOVES = (
     *_COPIES,
-    "aten::scatter_",
-    "aten::scatter",
-    "aten::index_put_",
-    "aten::index_put",
-    "aten::_index_put_impl_",
-    "aten::index_copy_",
-    "aten::index_fill_",
-    "aten::masked_scatter_",
+    *_OVERWRITES,
     "aten::stack",
     "aten::flip",
     "aten::roll",
@@ -274,14 +272,6 @@ _MOVES = (
     "aten::zero_",
 )
 """Pure data movement: no arithmetic (0 FLOPs)."""
-_ACCUMULATES = (
-    "aten::index_add_",
-    "aten::index_add",
-    "aten::scatter_add_",
-    "aten::scatter_add",
-    "aten::scatter_reduce_",
-    "aten::scatter_reduce",
-)
 
 
 def op_flops(op: str, shapes: list, fcls: str) -> float:

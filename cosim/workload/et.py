@@ -31,6 +31,7 @@ from cosim.workload.classify import collective_type, dtype_bytes, op_flops_bytes
 from cosim.workload.cost import fill_gpu_costs
 from cosim.workload.deps import host_edges
 from cosim.workload.graph import CollType, HostKind, RankGraph, SeqSource, StringTable, Table, ragged_arrays
+from cosim.workload.kineto_common import int_list
 
 try:
     import orjson as _orjson
@@ -277,8 +278,8 @@ def _comm_info(node: EtNode) -> dict[str, Any] | None:
         info["dtype"] = a.get("dtype")
         info["in_nelems"] = a.get("in_msg_nelems")
         info["out_nelems"] = a.get("out_msg_nelems")
-        info["in_split"] = _lst(a.get("in_split_size"))
-        info["out_split"] = _lst(a.get("out_split_size"))
+        info["in_split"] = int_list(a.get("in_split_size"), drop=True)
+        info["out_split"] = int_list(a.get("out_split_size"), drop=True)
         info["pg_name"] = a.get("pg_name")
         info["pg_desc"] = a.get("pg_desc")
         info["group_size"] = a.get("pg_size")
@@ -295,8 +296,8 @@ def _comm_info(node: EtNode) -> dict[str, Any] | None:
         if isinstance(pg, list) and len(pg) == 2 and info.get("pg_name") is None:
             info["pg_name"], info["pg_desc"] = str(pg[0]), str(pg[1])
         if "in_split" not in info and len(vals) > si + 2:
-            info["in_split"] = _lst(vals[si + 1])
-            info["out_split"] = _lst(vals[si + 2])
+            info["in_split"] = int_list(vals[si + 1], drop=True)
+            info["out_split"] = int_list(vals[si + 2], drop=True)
     if not info.get("name") or info["name"] == "wait":
         return None
     if info.get("in_nelems") is None or info.get("dtype") is None:
@@ -313,18 +314,6 @@ def _comm_info(node: EtNode) -> dict[str, Any] | None:
         if info.get("dtype") is None:
             info["dtype"] = typ
     return info
-
-
-def _lst(x: Any) -> list[int]:
-    if isinstance(x, list):
-        return [int(v) for v in x if isinstance(v, (int, float))]
-    if isinstance(x, str) and x.strip():
-        try:
-            v = json.loads(x)
-        except ValueError:
-            return []
-        return [int(y) for y in v] if isinstance(v, list) else []
-    return []
 
 
 def read_et(path: str | Path, rank: int = 0, world_size: int | None = None) -> RankGraph:

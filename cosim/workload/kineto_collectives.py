@@ -15,21 +15,9 @@ import orjson
 
 from cosim.workload.classify import collective_type, dtype_bytes, parse_nccl_kernel
 from cosim.workload.graph import CollType, GpuKind, OpClass, SeqSource, StringTable, Table, ragged_arrays
-from cosim.workload.kineto_common import as_int, nearest_ancestor
+from cosim.workload.kineto_common import as_int, int_list, nearest_ancestor
 
-__all__ = ["collectives_tables", "parse_list"]
-
-
-def parse_list(x: Any) -> list[int]:
-    if isinstance(x, list):
-        return [as_int(v) for v in x]
-    if isinstance(x, str) and x.strip():
-        try:
-            v = json.loads(x)
-        except ValueError:
-            return []
-        return [as_int(y) for y in v] if isinstance(v, list) else []
-    return []
+__all__ = ["collectives_tables"]
 
 
 def collectives_tables(
@@ -66,10 +54,10 @@ def collectives_tables(
         if name is None and not ranks:
             name = "0"
             cfg = pg_cfg.get("0")
-            ranks = parse_list(cfg.get("ranks")) if cfg else list(range(world))
+            ranks = int_list(cfg.get("ranks")) if cfg else list(range(world))
             desc = desc or (cfg.get("pg_desc") if cfg else "default_pg")
         elif not ranks and name in pg_cfg:
-            ranks = parse_list(pg_cfg[name].get("ranks"))
+            ranks = int_list(pg_cfg[name].get("ranks"))
             desc = desc or pg_cfg[name].get("pg_desc")
         key = (name, tuple(ranks))
         k = groups.get(key)
@@ -155,7 +143,7 @@ def collectives_tables(
         esz = dtype_bytes(str(dtype)) if dtype is not None else -1
         if esz < 0 and kinfo is not None and kinfo["dtype"]:
             esz = _NCCL_DT.get(kinfo["dtype"], -1)
-        ranks = parse_list(comm.get("Process Group Ranks"))
+        ranks = int_list(comm.get("Process Group Ranks"))
         gid = group_id(
             str(comm["Process Group Name"]) if "Process Group Name" in comm else None,
             comm.get("Process Group Description"),
@@ -191,8 +179,8 @@ def collectives_tables(
             int(SeqSource.TRACE if seq >= 0 else SeqSource.COUNTER),
             st(kinfo["algo"]) if kinfo and kinfo["algo"] else -1,
             st(kinfo["protocol"]) if kinfo and kinfo["protocol"] else -1,
-            parse_list(comm.get("In split size")),
-            parse_list(comm.get("Out split size")),
+            int_list(comm.get("In split size")),
+            int_list(comm.get("Out split size")),
         )
 
     cols_of_row: list[tuple] = []

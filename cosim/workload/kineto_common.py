@@ -4,6 +4,8 @@ calls that launch, block or wait, and small helpers."""
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +26,7 @@ __all__ = [
     "col",
     "col3",
     "detect_scale",
+    "int_list",
     "nearest_ancestor",
 ]
 
@@ -112,6 +115,22 @@ def as_int(x: Any, default: int = -1, bits: int = 64) -> int:
         return default
     lim = 1 << (bits - 1)
     return v if -lim <= v < lim else default
+
+
+def int_list(x: Any, drop: bool = False) -> list[int]:
+    """The integers of ``x``: a list, or a list in JSON text (how Kineto's and Chakra ET's records hold rank lists and
+    split sizes); [] for anything else. An item that is no integer becomes -1 (:func:`as_int`), or, with ``drop``,
+    is left out."""
+    if isinstance(x, str):
+        try:
+            x = json.loads(x) if x.strip() else None
+        except ValueError:
+            return []
+    if not isinstance(x, list):
+        return []
+    if drop:
+        return [as_int(v) for v in x if isinstance(v, (int, float)) and math.isfinite(v)]
+    return [as_int(v) for v in x]
 
 
 def col(values: Sequence[Any], dtype: Any) -> np.ndarray:
