@@ -788,10 +788,9 @@ def test_a2a_overlap_runs_megatrons_combined_1f1b_layer_order(tmp_path: Path, dg
     got = [n for n in names if n in keep]
     one = ["moe.combine.bwd", "attn.core", "moe.experts_fc1.dgrad", "moe.dispatch", "moe.experts_fc1.wgrad",
            "moe.dispatch.bwd", "moe.experts_fc1", "moe.combine", "attn.core.bwd"]
-    # delay_wgrad_compute: the attention wgrad of backward layer 1 ends its layer's run (model_chunk_schedule_plan.py
-    # TransformerLayerSchedulePlan.run: attn.backward_dw() unless is_last_layer_in_bwd); the last one (backward
-    # layer 0) after the pair's pipeline send (here none: no pipeline), at the end of the pair
-    assert got == one + ["attn.qkv.wgrad"] + one + ["attn.qkv.wgrad"]
+    # delay_wgrad_compute: the attention wgrad of backward layer 1 runs after layer 0's combine backward is
+    # issued; the last one (backward layer 0) at the end of the pair
+    assert got == one + one[:1] + ["attn.qkv.wgrad"] + one[1:] + ["attn.qkv.wgrad"]
     # one communication stream for both micro-batches; the dispatch backward waits for the experts' data
     # gradients (their last op, sort_chunks.bwd), not for their wgrad, which runs beside it
     G, E = rg.gpu_ops, rg.edges

@@ -1352,7 +1352,7 @@ class _Paired:
         n = min(len(f_layers), len(b_layers))
         for i in range(max(len(f_layers), len(b_layers))):
             self._layer(f_layers[i] if i < len(f_layers) else None, b_layers[i] if i < len(b_layers) else None,
-                        i < n, i == len(b_layers) - 1)
+                        i < n)
         self._close()
 
     def _open(self) -> None:
@@ -1380,10 +1380,9 @@ class _Paired:
                 self.grads(ly)
 
     def _layer(self, f: tuple[int, list[Op], list[float]] | None, b: tuple[int, list[Op], list[float]] | None,
-               both: bool, last_b: bool = False) -> None:
+               both: bool) -> None:
         """Forward layer ``f`` with backward layer ``b`` (either None past the shorter side; ``both``: neither
-        is), their segments interleaved so each all-to-all runs under the other's compute; ``last_b``: ``b`` is
-        the chunk's last backward layer, whose attention wgrad waits for the pipeline send (:meth:`_close`)."""
+        is), their segments interleaved so each all-to-all runs under the other's compute."""
         r = self.r
         fp = _fwd_parts(f[1], f[2]) if f is not None else None
         bp = _bwd_parts(b[1], b[2], r.plan.rm.layout.delay_wgrad) if b is not None else None
@@ -1394,6 +1393,7 @@ class _Paired:
             r.recompute(lyb)
             self.b_seg(lyb, bp[0])
             self.b_seg(lyb, bp[1])       # B: combine backward (comm)
+            self.flush_dw()              # the previous backward layer's wgrad
         if fp is not None:
             self.f_seg(self.post_ly, self.post)
             self.f_seg(lyf, fp[0])       # F: attention, router, permute
@@ -1415,7 +1415,7 @@ class _Paired:
         if bp is not None:
             self.b_seg(lyb, bp[5])       # B: attention backward
             self.dw = (lyb, bp[6])
-            if not (r.plan.rm.layout.delay_wgrad and last_b):
+            if not r.plan.rm.layout.delay_wgrad:
                 self.flush_dw()
 
     def _close(self) -> None:
