@@ -365,7 +365,15 @@ class _RankBuilder:
     token permutation, for the counts' copies launched before it), ``copy`` (the last count copy itself,
     ``Op.host_sync``: moe_preprocess CUDA-graphed, ``Shard.dtoh_late``) or ``dispatch`` (DeepEP's normal-mode dispatch
     returns the received counts as a host list: the CPU waits inside the dispatch call, before its kernel, not at
-    the flex dispatcher's later permute)."""
+    the flex dispatcher's later permute; also Megatron's alltoall dispatcher under ``a2a_overlap``, whose
+    ``before_ep_alltoall`` wait sits in the combined 1F1B's dispatch node,
+    :data:`~cosim.workload.synth.schedule.OVERLAP_SYNC_SOURCE`)."""
+    sync_behind_stream: bool = False
+    """With ``sync_point == "dispatch"`` and :attr:`comm_lane` set (the combined 1F1B): the host also waits for the
+    work queued before the dispatch on the shared all-to-all stream (DeepEP: its notify kernel, whose receive counts
+    the CPU spins on, runs after an event recorded on the caller's stream, there the communication stream holding
+    the paired backward's combine backward, :data:`~cosim.workload.synth.schedule.OVERLAP_SYNC_SOURCE`; without the
+    overlap the caller's stream is the compute stream, whose work before the dispatch ends with the count copies)."""
     eager_step: float = 0.0
     """Host time of one eager step without a kernel (``Op.params``: a gradient hook; ``Op.outputs``: a created
     tensor, s)."""
@@ -396,10 +404,11 @@ class _RankBuilder:
         self._h_dur(cost)
         return n
 
-    def host_sync(self, gpu_op: int, cost: float = 3e-6) -> None:
-        """The host blocks until ``gpu_op`` (and its stream's earlier work) has run: a cudaStreamSynchronize
-        taking ``cost`` once it returns. An open CUDA graph ends there and a new one starts after it. Not under a
-        full-iteration graph, which cannot hold one: its MoE runs sync-free (``BuildOptions.full_iteration_graph``)."""
+    def host_sync(self, gpu_op: int, cost: float = 3e-6, also: int = -1) -> None:
+        """The host blocks until ``gpu_op`` (and its stream's earlier work) has run, and ``also`` when given (a GPU
+        op of another stream, -1: none): a cudaStreamSynchronize taking ``cost`` once it returns. An open CUDA graph
+        ends there and a new one starts after it. Not under a full-iteration graph, which cannot hold one: its MoE
+        runs sync-free (``BuildOptions.full_iteration_graph``)."""
         if self.full_graph:
             return
         graph = self.graph_host >= 0
@@ -407,6 +416,8 @@ class _RankBuilder:
         self.close_graph()
         h = self._host("cudaStreamSynchronize", HostKind.SYNC, cost)
         self.host_waits.append((gpu_op, h))
+        if also >= 0 and also != gpu_op:
+            self.host_waits.append((also, h))
         if graph:
             self.open_graph(cost_graph)
 
@@ -505,15 +516,16 @@ class _RankBuilder:
             members = groups[o.comm.group]
             if len(members) < 2:
                 return -1
-            if host_sync and self.sync_point == "dispatch" and o.name in ("moe.dispatch", "moe.dispatch.recompute") \
-                    and self.d2h >= 0:
-                self.host_sync(self.d2h)
-                self.d2h = -1
-            c = self.collective(o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
             shared_stream = self.comm_lane is not None and o.comm.kind.startswith("all_to_all")
             lane = self.comm_lane if shared_stream and self.comm_lane is not None else self.lane
-            j = self.op(o, 0.0, _STREAMS[o.stream] + 100 * lane, launch, coll=c,
-                        waits=[self.last_compute if shared else self.last_main])
+            stream = _STREAMS[o.stream] + 100 * lane
+            if host_sync and self.sync_point == "dispatch" and o.name in ("moe.dispatch", "moe.dispatch.recompute") \
+                    and self.d2h >= 0:
+                self.host_sync(self.d2h, also=self.last_on.get(stream, -1)
+                               if self.sync_behind_stream and shared_stream else -1)
+                self.d2h = -1
+            c = self.collective(o.comm.kind, members, o.comm.nbytes, splits=splits, label=label)
+            j = self.op(o, 0.0, stream, launch, coll=c, waits=[self.last_compute if shared else self.last_main])
             self.pending.append((j, o.name))
             return j
         if o.waits:  # tpoverlap: a GEMM chunk waits only for the collectives it names
@@ -1008,8 +1020,11 @@ class _StepRank:
         self.gslow = opts.gpu_slowdown.get(rank, 1.0)
         self.launch = launch = (opts.launch_overhead + opts.dispatch_overhead) * opts.host_slowdown.get(rank, 1.0)
         self.sh_dispatcher = opts.dispatch if opts.dispatch in ("deepep", "hybridep") else "alltoall"
+        deepep = self.sh_dispatcher == "deepep" and rm.ep > 1
+        at_dispatch = deepep or (rm.layout.a2a_overlap and rm.ep > 1 and self.sh_dispatcher == "alltoall")
         self.rb = rb = _rank_builder(rank, rm.world, device, opts, "copy" if plan.late_dtoh else "dispatch"
-                                     if self.sh_dispatcher == "deepep" and rm.ep > 1 else "permute")
+                                     if at_dispatch else "permute")
+        rb.sync_behind_stream = deepep
         self.graphs_on = rm.layout.cuda_graphs
         self.graph_cost = opts.graph_launch_overhead * opts.host_slowdown.get(rank, 1.0)
         self.full = rb.full_graph

@@ -27,8 +27,8 @@ from typing import Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["GA_SOURCE", "Unit", "accumulated_order", "dualpipe_order", "peak_in_flight", "stage_order",
-           "steady_bounds"]
+__all__ = ["GA_SOURCE", "OVERLAP_SYNC_SOURCE", "Unit", "accumulated_order", "dualpipe_order", "peak_in_flight",
+           "stage_order", "steady_bounds"]
 
 GA_SOURCE = (
     "NeMo AutoModel nemo_automodel/recipes/llm/train_ft.py _run_train_optim_step: one pipeline schedule.step per "
@@ -40,6 +40,25 @@ GA_SOURCE = (
     "schedule's last backward of the optimizer step (last_backward and get_is_optim_step()); the schedules run one "
     "after another (schedule.step returns after its last backward), so each has its own fill and drain")
 """Where gradient accumulation over repeated pipeline schedules and its single DP reduction come from."""
+
+OVERLAP_SYNC_SOURCE = (
+    "NVIDIA/Megatron-LM core_v0.16.0 (the same lines at core_v0.14.0-core_v0.17.0): "
+    "megatron/core/models/common/model_chunk_schedule_plan.py:215-252 (TransformerLayerSchedulePlan.run issues the "
+    "backward's combine backward, the forward's attn node, the backward's mlp node, then the forward's moe_dispatch "
+    "node), models/gpt/fine_grained_callables.py:477-481 (the attn node runs MoELayer.preprocess: the "
+    "dispatcher's dispatch_preprocess) and :516 (the moe_dispatch node runs MoELayer.dispatch: token_dispatch), "
+    "pipeline_parallel/utils.py:119-126 and :210-213 (a node waits for its micro-batch's event, runs under its own "
+    "stream, the dispatch and combine nodes on the one communication stream, and records the event after); "
+    "transformer/moe/token_dispatcher.py:562-564, :663 and :897-899 (MoEAlltoAllTokenDispatcher: with EP the "
+    "host's d2h_event.synchronize() is at before_ep_alltoall, in token_dispatch), :1167-1196 and :1430-1456 and "
+    "fused_a2a.py:84-135 (the flex dispatcher with DeepEP: Buffer.dispatch with async_finish, previous_event an "
+    "EventHandle recorded on the caller's stream, returns num_recv_tokens_per_expert_list, 'the CPU will wait "
+    "for GPU's signal to arrive'); deepseek-ai/DeepEP v1.2.1 csrc/deep_ep.cpp Buffer::intranode_dispatch:396-399 "
+    "(stream_wait(comm_stream, previous_event)), :433 (notify_dispatch on comm_stream) and :451-465 (the CPU "
+    "spins on moe_recv_counter)")
+"""Where the host's wait for the MoE token counts sits in Megatron-Core's combined 1F1B (``a2a_overlap``): in the
+forward's dispatch call, after the paired backward's expert data-gradient work is launched, and (DeepEP) behind the
+communication stream's earlier all-to-alls."""
 
 Unit = tuple[str, int, int]
 
