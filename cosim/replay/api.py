@@ -135,6 +135,8 @@ def _replay(graph: ExecutionGraph, sources: list[str], topology: Any, cfg: Repla
     share = _gpu_share(env, graph, topology, cfg, cfg.accelerator or traced, durs.sm_count, notes, sim)
     ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies, share)
     runs, wall = ex.run()
+    if copies is not None:
+        copies.close()
     _check_scheduled(ex, graph, sources)
     fallback = sum(getattr(r, "comm_fallback", 0) for r in ex.ranks)
     if fallback:

@@ -213,6 +213,70 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     return out
 
 
+def _sim_breakdown_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int,
+                         masks: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`breakdown` and :func:`comm_split` of ``run``'s simulated times, the same figures bit for bit, with
+    one sort of the window's ops by start shared by their unions: a subset of a stably sorted array, taken in
+    sorted order, is the subset's stable sort, so compute, compute + communication and every op are merged from
+    the one order (breakdown's launch-gap search uses it too), and comm_split's exposed communication is
+    ``|compute U communication| - |compute|``, breakdown's own two unions. That last equality needs the union
+    of ties in any order to be the same, which holds when no op ends before it starts (a tie never opens a new
+    interval); a run where one does is split by the two functions themselves."""
+    a, b = window
+    if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
+        return dict.fromkeys(BREAKDOWN_KEYS, 0.0), {"transfer_s": 0.0, "wait_for_peers_s": 0.0}
+    s0, e0 = run.gpu_start, run.gpu_end
+    ok = np.isfinite(s0) & np.isfinite(e0) & (e0 > a) & (s0 < b)
+    s, e = s0[ok].clip(a, b), e0[ok].clip(a, b)
+    if not (e >= s).all():
+        return (breakdown(rg, run, window, n_periods, masks=masks),
+                comm_split(rg, run, window, n_periods, masks))
+    comm, comp = masks["comm"][ok], masks["compute"][ok]
+    order = np.argsort(s, kind="stable")
+    ss, es = s[order], e[order]
+    comp_o, both_o = comp[order], (comp | comm)[order]
+    c1 = _covered_sorted(ss[comp_o], es[comp_o])
+    c2 = _covered_sorted(ss[both_o], es[both_o])
+    ms, me = _merge_sorted(ss, es)
+    c3 = float((me - ms).sum())
+    host_idle = 0.0
+    bnd = run.gpu_bound
+    if bnd is not None and ms.size:
+        gap_ends = ms
+        gap = gap_ends - np.concatenate([[a], me[:-1]])
+        pos = np.minimum(np.searchsorted(ss, gap_ends, side="left"), s.size - 1)
+        launch_gap = (gap > 0) & (ss[pos] == gap_ends) & (bnd[ok][order[pos]] == BOUND_LAUNCH)
+        if launch_gap.any():
+            host_idle = float(np.cumsum(gap[launch_gap])[-1])
+    n = max(n_periods, 1)
+    idle = (b - a) - c3
+    bd = {"compute": c1 / n, "exposed_communication": (c2 - c1) / n, "memcpy": (c3 - c2) / n,
+          "host_bound_gpu_idle": host_idle / n, "other_idle": max(idle - host_idle, 0.0) / n}
+    meet = getattr(run, "gpu_meet", None)
+    m = s0 if meet is None else np.where(np.isfinite(meet), np.maximum(meet, s0), s0)
+    m_ = m[ok].clip(a, b)
+    transfer = _covered(np.concatenate([s[comp], m_[comm]]), np.concatenate([e[comp], e[comm]])) - c1
+    exposed = c2 - c1
+    split = {"transfer_s": max(transfer, 0.0) / n, "wait_for_peers_s": max(exposed - transfer, 0.0) / n}
+    return bd, split
+
+
+def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge_intervals` of intervals already in stable start order."""
+    if s.size == 0:
+        return s, e
+    run_max = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run_max[:-1]
+    idx = np.nonzero(new)[0]
+    return s[idx], np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
+
+
+def _covered_sorted(s: np.ndarray, e: np.ndarray) -> float:
+    ms, me = _merge_sorted(s, e)
+    return float((me - ms).sum())
+
+
 _CLS_NAMES = [c.name.lower() for c in OpClass]
 """Op class names as the summary writes them, by :class:`OpClass` value (iterating an enum is slow)."""
 
@@ -483,7 +547,7 @@ def summarize(res: Any) -> dict[str, Any]:
                 mine = rg.host_ops.step == s
                 cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
         masks = _static(rg, prog)["masks"]
-        bd = breakdown(rg, run, sim["window"], sim["n_periods"], masks=masks)
+        bd, split = _sim_breakdown_split(rg, run, sim["window"], sim["n_periods"], masks)
         windows.append((*sim["window"], sim["n_periods"]))
         cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
@@ -519,7 +583,7 @@ def summarize(res: Any) -> dict[str, Any]:
             "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
             "steps": per_step,
             "breakdown": bd,
-            "exposed_communication_split": comm_split(rg, run, sim["window"], sim["n_periods"], masks),
+            "exposed_communication_split": split,
             "measured_breakdown": {k: bd_meas[k] for k in ("compute", "exposed_communication", "memcpy")},
             "critical_path": cp,
             "launch_latency_s": run.launch_latency,
