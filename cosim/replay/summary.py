@@ -29,6 +29,7 @@ fabric cost). The two add up to ``exposed_communication``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import platform
@@ -266,9 +267,10 @@ def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     if s.size == 0:
         return s, e
     run_max = np.maximum.accumulate(e)
-    new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > run_max[:-1]
-    idx = np.nonzero(new)[0]
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    np.greater(s[1:], run_max[:-1], out=new[1:])
+    idx = new.nonzero()[0]
     return s[idx], np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
 
 
@@ -307,21 +309,28 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     st_ = _static(rg, prog)
 
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
-    thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    # (ends as an array, as a list or None where one is NaN, releasing ops as a list): the walk searches the
+    # list with bisect (np.searchsorted's answer for a sorted list without NaN: NaN sorts last, where bisect's
+    # comparisons would go wrong)
+    thread_syncs: dict[int, tuple[np.ndarray, list[float] | None, list[int]]] = {}
+    host_end = np.asarray(run.host_end, dtype=float)
     for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
-        stalls = np.asarray(run.sync_stall.get(tp.thread, np.zeros(0)), dtype=float)
-        bnd = np.asarray(run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64)), dtype=np.int64)
+        stalls = np.asarray(run.sync_stall.get(tp.thread, _NO_FLOATS), dtype=float)
+        bnd = np.asarray(run.sync_bound.get(tp.thread, _NO_INTS), dtype=np.int64)
         m = min(len(hosts), len(stalls))
         sel = ((stalls[:m] > 0) & (bnd[:m] >= 0)).nonzero()[0]
-        ends = np.asarray(run.host_end, dtype=float)[hosts[sel]]
+        ends = host_end[hosts[sel]]
         ops = bnd[sel]
         o = np.argsort(ends, kind="stable")
-        thread_syncs[tp.thread] = (ends[o], ops[o])
+        ends = ends[o]
+        el_ = ends.tolist()
+        thread_syncs[tp.thread] = (ends, None if (el_ and el_[-1] != el_[-1]) else el_, ops[o].tolist())
     # the walk reads single elements: Python lists of the columns it reads (O(ops) once, then O(1) a step)
     sl, el = s.tolist(), e.tolist()
     bound, bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
     comml, copyl, clsl, namel, lhl = st_["comm"], st_["copy"], st_["cls"], st_["name"], st_["launch_host"]
     strings = rg.strings
+    hstart, hthread = run.host_start, H.thread
     t = min(el[j], b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
     while guard > 0 and t > a:
@@ -345,18 +354,19 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         lh = lhl[j]
         if lh < 0:
             break
-        t_launch = float(run.host_start[lh])
+        t_launch = float(hstart[lh])
         lat = max(t - t_launch, 0.0)
         res["launch_latency"] += min(lat, max(t - a, 0.0))
         t = t_launch
-        ends, ops = thread_syncs.get(int(H.thread[lh]), (np.zeros(0), np.zeros(0, dtype=np.int64)))
-        k = int(np.searchsorted(ends, t, side="right")) - 1
+        ends, endl, opl = thread_syncs.get(int(hthread[lh]), _NO_SYNCS)
+        k = (bisect.bisect_right(endl, t) if endl is not None else int(np.searchsorted(ends, t, side="right"))) - 1
         if k < 0:
             res["host"] += max(t - a, 0.0)
             break
-        res["host"] += max(t - max(float(ends[k]), a), 0.0)
-        t = float(ends[k])
-        j = int(ops[k])
+        te = float(ends[k]) if endl is None else endl[k]
+        res["host"] += max(t - max(te, a), 0.0)
+        t = te
+        j = opl[k]
     n = max(n_periods, 1)
     top = sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
     return {
@@ -366,6 +376,11 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         "top_ops": [{"name": k[:160], "time_s": v / n} for k, v in top],
         "bound": max(res, key=lambda k: res[k]),
     }
+
+
+_NO_FLOATS = np.zeros(0)
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_SYNCS: tuple[np.ndarray, list[float] | None, list[int]] = (_NO_FLOATS, [], [])
 
 
 def _static(rg: RankGraph, prog: RankProgram) -> dict[str, Any]:
@@ -579,8 +594,9 @@ def summarize(res: Any) -> dict[str, Any]:
             "step_time_s": nan_to_none(sim_t),
             "measured_step_time_s": nan_to_none(meas_t),
             "error": nan_to_none(err),
-            "cpu_step_time_s": nan_to_none(float(np.nanmean(cpu_sim)) if cpu_sim and np.isfinite(cpu_sim).any() else math.nan),
-            "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
+            "cpu_step_time_s": nan_to_none(_nanmean(cpu_sim)),
+            "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if len(cpu_meas) > 1
+                                                    else (cpu_meas[0] if cpu_meas else math.nan)),
             "steps": per_step,
             "breakdown": bd,
             "exposed_communication_split": split,
@@ -624,6 +640,14 @@ def summarize(res: Any) -> dict[str, Any]:
         **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
         **({"precision": res.precision} if res.precision else {}),
     }
+
+
+def _nanmean(x: list[float]) -> float:
+    """``np.nanmean(x)``, NaN when ``x`` has no finite value; one value is its own mean (no numpy call: a
+    job's ranks have one step each, mostly)."""
+    if len(x) == 1:
+        return x[0] if math.isfinite(x[0]) else math.nan
+    return float(np.nanmean(x)) if x and np.isfinite(x).any() else math.nan
 
 
 def slowest_rank(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, int]:
