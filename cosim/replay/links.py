@@ -265,6 +265,8 @@ class LinkUsage:
         if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
             self._flush()
 
+    _SMALL_REST = 4096
+    """After a split, the parts left are batched all together when they hold at most this many intervals."""
     _BATCH_PARTS = 256
     _BATCH_INTERVALS = 1 << 18
     """Parts of distinct links refined together (:meth:`_flush`): at most this many, or this many intervals."""
@@ -282,14 +284,21 @@ class LinkUsage:
         that part alone (it splits a class), then the rest again."""
         pend, self._pend, self._pend_n = self._pend, [], 0
         i = 0
-        size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs)
+        size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs) ...
+        left = np.cumsum([p[0].size for p in pend][::-1])[::-1].tolist()  # intervals from each part on
+        C = self._classes
         while i < len(pend):
-            batch = pend[i : i + size]
-            f = self._batch(batch)
+            if C.n == 1 and pend[i][0].size < C.cls.size:  # one class, not every link: the part splits it
+                f, failed = 0, True
+            else:
+                batch = pend[i : i + size]
+                f = self._batch(batch)
+                failed = f < len(batch)
             i += f
-            failed = f < len(batch)
-            size = 1 if failed else min(2 * size, len(pend))
+            size = min(2 * size, len(pend))
             if failed:
+                # ... unless the rest is small: then all of it again (a batch's fixed cost exceeds its O(intervals))
+                size = len(pend) if i + 1 < len(pend) and left[i + 1] <= self._SMALL_REST else 1
                 link, arrs, which, scal, source = pend[i]
                 vals = np.vstack(arrs) if arrs else None
                 cid, pos = self._classes.refine(link, vals)
