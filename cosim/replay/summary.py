@@ -83,11 +83,13 @@ def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray,
     ``step_time`` (mean period if several steps, else the span; NaN if no GPU op).
     """
     ok = (gstep >= 0) & np.isfinite(start) & np.isfinite(end)
-    steps = np.unique(gstep[ok])
+    g = gstep[ok]
+    one = bool(g.size) and g.min() == g.max()  # one step (a job's rank, mostly): every ok op is that step's
+    steps = g[:1].copy() if one else np.unique(g)
     anchor = ok if launched is None else ok & np.asarray(launched, dtype=bool)
     first_any, first, last = (np.zeros(steps.size) for _ in range(3))
     for i, s in enumerate(steps):
-        mine = ok & (gstep == s)
+        mine = ok if one else ok & (gstep == s)
         first_any[i] = start[mine].min()
         last[i] = end[mine].max()
         a = mine & anchor
