@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from cosim.replay.copies import CopyModel
     from cosim.replay.executor import Executor, RankRun
 
-__all__ = ["EngineRoutes", "LinkUsage", "record_fabric", "replay_end", "replay_link_usage"]
+__all__ = ["EngineRoutes", "LinkUsage", "rank_static", "record_fabric", "replay_end", "replay_link_usage"]
 
 COLLECTIVE, MEMCPY = 0, 1
 """Source tags of an interval."""
@@ -788,21 +788,20 @@ def _spec(arr: list, topology: Any, cfg: ReplayConfig,
 _STATIC_KEPT = 256
 _STATIC: dict[int, tuple[Callable[[], Any], tuple[list[int], list[tuple[int, float, int, int]],
                                                    list[tuple[int, np.ndarray, np.ndarray]]]]] = {}
-"""id(program) -> (weak reference to it, :func:`_rank_static`'s answer), for the last :data:`_STATIC_KEPT`
+"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the last :data:`_STATIC_KEPT`
 programs."""
 
 
-def _rank_static(r: Any) -> tuple[list[int], list[tuple[int, float, int, int]], list[tuple[int, np.ndarray, np.ndarray]]]:
-    """What the attribution reads of executor rank ``r``'s graph alone: its collective GPU ops and their
-    :func:`_single_keys`, and per copy kind (H2D, D2H, PtoP, in that order, those it has) the kind, its memcpy
-    ops and their bytes. Kept per compiled program (a weak reference: never keeps one alive), which
+def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, int, int]],
+                                             list[tuple[int, np.ndarray, np.ndarray]]]:
+    """What the attribution reads of rank graph ``rg`` alone (``prog``: its compiled program): its collective GPU
+    ops and their :func:`_single_keys`, and per copy kind (H2D, D2H, PtoP, in that order, those it has) the kind,
+    its memcpy ops and their bytes. Kept per compiled program (a weak reference: never keeps one alive), which
     :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a cached replay
     reads them once."""
-    prog = r.prog
     hit = _STATIC.get(id(prog))
     if hit is not None and hit[0]() is prog:
         return hit[1]
-    rg = r.rg
     G = rg.gpu_ops
     js = np.flatnonzero(G.collective >= 0)
     mem = G.kind == GpuKind.MEMCPY
@@ -863,7 +862,7 @@ def _measured_collectives(ex: Executor, topology: Any, cfg: ReplayConfig,
     instances: dict[Any, list] = {}
     singles: list[tuple[Any, int, tuple[int, int, float, int, int]]] = []
     for r in ex.ranks:
-        js, keys, _ = _rank_static(r)
+        js, keys, _ = rank_static(r.prog, r.rg)
         ck_of = r.coll_key
         for j, (ct, size, grp, gsize) in zip(js, keys):
             ck = ck_of.get(j)
@@ -911,7 +910,7 @@ def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUs
     groups: list[tuple[Any, np.ndarray, np.ndarray, tuple[str, str]]] = []  # (rank, ops, bytes, (src, dst))
     why: list[list[Any]] = []  # skip reasons in the order met: [reason, count], or [None, group] (unknown size)
     for r in ex.ranks:
-        kinds = _rank_static(r)[2]
+        kinds = rank_static(r.prog, r.rg)[2]
         if not kinds:
             continue
         gpu: str | None
@@ -935,8 +934,12 @@ def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUs
         return
     ns = [g[1].size for g in groups]
     gid = np.repeat(np.arange(len(groups), dtype=np.int64), ns)
-    start = np.concatenate([np.asarray(r.start, dtype=float)[sel] for r, sel, _, _ in groups])
-    end = np.concatenate([np.asarray(r.end, dtype=float)[sel] for r, sel, _, _ in groups])
+    times: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(rank) -> its (start, end) as arrays, once a rank
+    for r, _, _, _ in groups:
+        if id(r) not in times:
+            times[id(r)] = (np.asarray(r.start, dtype=float), np.asarray(r.end, dtype=float))
+    start = np.concatenate([times[id(r)][0][sel] for r, sel, _, _ in groups])
+    end = np.concatenate([times[id(r)][1][sel] for r, sel, _, _ in groups])
     nb = np.concatenate([g[2] for g in groups])
     ok = np.isfinite(nb) & (nb > 0) & np.isfinite(start) & np.isfinite(end)
     bad = np.bincount(gid[~ok], minlength=len(groups)).tolist()
