@@ -900,13 +900,11 @@ def _measured_collectives(ex: Executor, topology: Any, cfg: ReplayConfig,
                   np.concatenate([g[0][1] for g in got]), COLLECTIVE)
 
 
-def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
-            copies: CopyModel | None, routes: Callable[[], tuple[LinkUsage, EngineRoutes]],
-            skip: Callable[[str, int], None], gpu_of: dict[int, str]) -> None:
-    """Every rank's host <-> device copies: bytes on their route over their replayed interval, as one part (a
-    link's intervals in the order of the ranks and kinds), the bytes counted in the order one addition per rank
-    and kind would count them (then the fabric's share taken off again). Every rank's copies at once: O(copies
-    x route links) numpy over the job, a few calls per rank and kind."""
+def _copy_groups(ex: Executor, topology: Any, cfg: ReplayConfig, gpu_of: dict[int, str]
+                 ) -> tuple[list[tuple[Any, np.ndarray, np.ndarray, tuple[str, str]]], list[list[Any]]]:
+    """The ranks' H2D and D2H copies by rank and kind, in order: (rank, its copy ops, their bytes, (source,
+    destination) of the route); and the reasons copies are left out, in the order met: [reason, count], or [None,
+    group index] for that group's copies of unknown size or times (counted by the caller)."""
     groups: list[tuple[Any, np.ndarray, np.ndarray, tuple[str, str]]] = []  # (rank, ops, bytes, (src, dst))
     why: list[list[Any]] = []  # skip reasons in the order met: [reason, count], or [None, group] (unknown size)
     for r in ex.ranks:
@@ -928,6 +926,17 @@ def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUs
                 continue
             why.append([None, len(groups)])
             groups.append((r, sel, nb, (cpu, gpu) if kind == CopyKind.HTOD else (gpu, cpu)))
+    return groups, why
+
+
+def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
+            copies: CopyModel | None, routes: Callable[[], tuple[LinkUsage, EngineRoutes]],
+            skip: Callable[[str, int], None], gpu_of: dict[int, str]) -> None:
+    """Every rank's host <-> device copies: bytes on their route over their replayed interval, as one part (a
+    link's intervals in the order of the ranks and kinds), the bytes counted in the order one addition per rank
+    and kind would count them (then the fabric's share taken off again). Every rank's copies at once: O(copies
+    x route links) numpy over the job, a few calls per rank and kind."""
+    groups, why = _copy_groups(ex, topology, cfg, gpu_of)
     if not groups:
         for reason, n in why:
             skip(reason, n)
