@@ -242,6 +242,32 @@ def test_peak_and_busy_equal_a_brute_force_sweep() -> None:
         assert busy[k] == covered
 
 
+@pytest.mark.parametrize("chunk, step", [(16, 1.0), (1 << 21, 0.25)])
+def test_peak_over_classes_and_chunks_equals_a_brute_force_sweep(chunk: int, step: float,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """LinkUsage.peak of integer counts (every class at once, here in chunks of a few classes) and of fractional
+    counts (class by class) against a direct evaluation at every instant."""
+    from cosim.replay.links import COLLECTIVE, LinkUsage
+
+    monkeypatch.setattr(LinkUsage, "_CHUNK", chunk)
+    rng = np.random.default_rng(11)
+    n_links = 9
+    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(n_links)], np.ones(n_links))
+    rows = []
+    for _ in range(5):
+        n = 40
+        lk = rng.integers(0, n_links, n)
+        s = rng.integers(0, 20, n).astype(float)
+        e = s + rng.integers(0, 5, n)
+        c = rng.integers(1, 8, n) * step
+        u.add(lk, s, e, c, np.ones(n), COLLECTIVE)
+        rows += list(zip(lk.tolist(), s.tolist(), e.tolist(), c.tolist()))
+    peak = u.peak()
+    for k in range(n_links):
+        mine = [(s, e, c) for lk, s, e, c in rows if lk == k and e > s]
+        assert peak[k] == round(max((sum(c for s, e, c in mine if s <= t < e) for t in range(25)), default=0))
+
+
 def test_windowed_bytes_equal_the_per_interval_fractions() -> None:
     """bytes_in computes the fraction only for intervals crossing a window end; bit for bit the sum of every
     interval's bytes times its clipped fraction (empty intervals: all or nothing; NaN ends: nothing)."""

@@ -28,11 +28,11 @@ from cosim.replay.config import ReplayConfig
 from cosim.replay.copies import CopyModel, copy_engines_of
 from cosim.replay.durations import gpu_durations, hbm_parts
 from cosim.replay.executor import Executor, RankRun
-from cosim.replay.links import LinkUsage, record_fabric, replay_end, replay_link_usage
+from cosim.replay.links import LinkUsage, rank_static, record_fabric, replay_end, replay_link_usage
 from cosim.replay.program import RankProgram, compile_rank
 from cosim.replay.summary import SUMMARY_SCHEMA, summarize
 from cosim.workload import ExecutionGraph, load_trace
-from cosim.workload.graph import CopyKind, GpuKind, RankGraph
+from cosim.workload.graph import CopyKind, RankGraph
 from cosim.workload.project import needs_projection, project_onto
 
 __all__ = ["SUMMARY_SCHEMA", "ReplayResult", "replay"]
@@ -135,6 +135,8 @@ def _replay(graph: ExecutionGraph, sources: list[str], topology: Any, cfg: Repla
     share = _gpu_share(env, graph, topology, cfg, cfg.accelerator or traced, durs.sm_count, notes, sim)
     ex = Executor(env, list(zip(graph.ranks, programs)), runner, copies, share)
     runs, wall = ex.run()
+    if copies is not None:
+        copies.close()
     _check_scheduled(ex, graph, sources)
     fallback = sum(getattr(r, "comm_fallback", 0) for r in ex.ranks)
     if fallback:
@@ -298,9 +300,8 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
     ``as_written``: the topology is its file as written (loaded here with no what-if), so it is its own ``C0``."""
     from cosim.engine import GpuConfig
 
-    if not any(((rg.gpu_ops.kind == GpuKind.MEMCPY) & ((rg.gpu_ops.copy_kind == CopyKind.HTOD)
-                                                      | (rg.gpu_ops.copy_kind == CopyKind.DTOH))).any()
-               for rg in graph.ranks):
+    if not any(k in (CopyKind.HTOD, CopyKind.DTOH) for rg, prog in zip(graph.ranks, programs)
+               for k, _, _ in rank_static(prog, rg)[2]):  # the ranks' memcpy kinds, kept per program
         return None
     base_capacity = sim.fabric.path_capacity if as_written else _as_written_capacity(topology, sim)
     ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]] = []

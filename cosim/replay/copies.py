@@ -97,6 +97,7 @@ class CopyModel:
         """Copies running alone as one timeout each (``solo_ok``), not yet on the fabric."""
         for rg, dur, gpu, cpu, engines in ranks:
             self._add_rank(rg, np.asarray(dur, dtype=float), gpu, cpu, engines, baseline_capacity)
+        self._joined: Callable[..., simpy.Event] | None = None
         if solo_ok:  # any flow that starts (a collective's, another copy's) first moves lone copies onto the fabric
             start_rows = fabric.start_rows
 
@@ -106,6 +107,21 @@ class CopyModel:
                 return start_rows(*args, **kw)
 
             fabric.start_rows = joined
+            self._joined = joined
+
+    def close(self) -> None:
+        """After the run: unhook ``fabric.start_rows`` and drop the finished copies' records and queues. Each
+        held closures over the executor's ``done`` and over this model (fabric -> ``joined`` -> model ->
+        fabric, model -> record -> ``fin`` -> ``done`` -> executor -> model): reference cycles that kept the
+        executor and every rank's run state alive until a collection of the oldest generation.
+        :attr:`bytes_on_fabric`, :attr:`count` and the routes stay readable."""
+        joined = self._joined
+        if joined is not None and self.fabric.__dict__.get("start_rows") is joined:
+            del self.fabric.start_rows  # the class's method again
+        self._joined = None
+        self.solo = []
+        for eng in self.engines.values():
+            eng[1].clear()
 
     def _add_rank(self, rg: RankGraph, dur: np.ndarray, gpu: str | None, cpu: str | None, engines: int,
                   baseline_capacity: Callable[[str, str], float]) -> None:

@@ -31,6 +31,7 @@ the links; measured collectives keep their measured durations.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from cosim.replay.copies import CopyModel
     from cosim.replay.executor import Executor, RankRun
 
-__all__ = ["EngineRoutes", "LinkUsage", "record_fabric", "replay_end", "replay_link_usage"]
+__all__ = ["EngineRoutes", "LinkUsage", "rank_static", "record_fabric", "replay_end", "replay_link_usage"]
 
 COLLECTIVE, MEMCPY = 0, 1
 """Source tags of an interval."""
@@ -264,6 +265,8 @@ class LinkUsage:
         if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
             self._flush()
 
+    _SMALL_REST = 4096
+    """After a split, the parts left are batched all together when they hold at most this many intervals."""
     _BATCH_PARTS = 256
     _BATCH_INTERVALS = 1 << 18
     """Parts of distinct links refined together (:meth:`_flush`): at most this many, or this many intervals."""
@@ -281,14 +284,21 @@ class LinkUsage:
         that part alone (it splits a class), then the rest again."""
         pend, self._pend, self._pend_n = self._pend, [], 0
         i = 0
-        size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs)
+        size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs) ...
+        left = np.cumsum([p[0].size for p in pend][::-1])[::-1].tolist()  # intervals from each part on
+        C = self._classes
         while i < len(pend):
-            batch = pend[i : i + size]
-            f = self._batch(batch)
+            if C.n == 1 and pend[i][0].size < C.cls.size:  # one class, not every link: the part splits it
+                f, failed = 0, True
+            else:
+                batch = pend[i : i + size]
+                f = self._batch(batch)
+                failed = f < len(batch)
             i += f
-            failed = f < len(batch)
-            size = 1 if failed else min(2 * size, len(pend))
+            size = min(2 * size, len(pend))
             if failed:
+                # ... unless the rest is small: then all of it again (a batch's fixed cost exceeds its O(intervals))
+                size = len(pend) if i + 1 < len(pend) and left[i + 1] <= self._SMALL_REST else 1
                 link, arrs, which, scal, source = pend[i]
                 vals = np.vstack(arrs) if arrs else None
                 cid, pos = self._classes.refine(link, vals)
@@ -543,8 +553,13 @@ class LinkUsage:
         stable sort of a nearly sorted segment) and the starts are looked up in them: O(n log n) per link of n
         intervals, one Python iteration per link that carried intervals. Counts are integers held in floats
         (exact sums below 2**53)."""
-        _lk, s_all, e_all, c_all, *_rest, off = self._cdata()
+        row_all, s_all, e_all, c_all, *_rest, off = self._cdata()
         out = np.zeros(len(off) - 1, dtype=np.int64)
+        if c_all.size and bool(np.isfinite(c_all).all()) and bool((c_all == np.round(c_all)).all()) \
+                and float(np.abs(c_all).sum()) < 2.0**53:
+            for i, j in self._chunks(off):
+                self._peak_rows(row_all[i:j], s_all[i:j], e_all[i:j], c_all[i:j], out)
+            return out[self._fmap]
         offl = off.tolist()
         for k in np.flatnonzero(np.diff(off)).tolist():
             i, j = offl[k], offl[k + 1]
@@ -556,6 +571,27 @@ class LinkUsage:
             val = np.cumsum(w) - np.where(idx > 0, ended[idx - 1], 0.0)
             out[k] = round(float(val.max()))
         return out[self._fmap]
+
+    @staticmethod
+    def _peak_rows(row: np.ndarray, s: np.ndarray, e: np.ndarray, c: np.ndarray, out: np.ndarray) -> None:
+        """:meth:`peak` of the whole classes ``row`` (sorted by class row then start), integer counts: every
+        class at once. A class's running sums are the whole range's minus the classes' before it, and the
+        counts ended at or before each start come from one sort of the starts and ends together (by row, time,
+        ends before starts): integers below 2**53 in floats, so every difference is exact and each class's
+        maximum is the per-class loop's."""
+        n = row.size
+        w = np.where(e > s, c, 0.0)
+        tot = np.bincount(row, weights=w, minlength=out.size)
+        base = np.cumsum(tot) - tot  # the weight of the classes before each
+        kind = np.r_[np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)]  # ends, then starts
+        order = np.lexsort((kind, np.r_[e, s], np.r_[row, row]))
+        ended = np.cumsum(np.r_[w, np.zeros(n)][order])
+        at = np.empty(2 * n, dtype=np.int64)
+        at[order] = np.arange(2 * n, dtype=np.int64)
+        base_of = base[row]
+        val = (np.cumsum(w) - base_of) - (ended[at[n:]] - base_of)
+        heads = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+        out[row[heads]] = np.rint(np.maximum.reduceat(val, heads)).astype(np.int64)
 
     def report(self, elapsed: float) -> list[dict[str, Any]]:
         """``summary.json["links"]``: every link that carried bytes, in edge order."""
@@ -739,12 +775,51 @@ def _single_keys(rg: Any, js: np.ndarray) -> list[tuple[int, float, int, int]]:
                     C.group_size[c].astype(np.int64).tolist()))
 
 
-def _spec(arr: list, topology: Any, cfg: ReplayConfig) -> tuple[str, list[str], float, Any] | None:
-    """:func:`collective_spec`, None when its group does not fit the topology."""
+def _spec(arr: list, topology: Any, cfg: ReplayConfig,
+          gpu_of: dict[int, str] | None = None) -> tuple[str, list[str], float, Any] | None:
+    """:func:`collective_spec` (``gpu_of``: its cache of rank -> GPU), None when its group does not fit the
+    topology."""
     try:
-        return collective_spec(arr, topology, cfg)
+        return collective_spec(arr, topology, cfg, gpu_of)
     except CosimInputError:
         return None
+
+
+_STATIC_KEPT = 256
+_STATIC: dict[int, tuple[Callable[[], Any], tuple[list[int], list[tuple[int, float, int, int]],
+                                                   list[tuple[int, np.ndarray, np.ndarray]]]]] = {}
+"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the last :data:`_STATIC_KEPT`
+programs."""
+
+
+def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, int, int]],
+                                             list[tuple[int, np.ndarray, np.ndarray]]]:
+    """What the attribution reads of rank graph ``rg`` alone (``prog``: its compiled program): its collective GPU
+    ops and their :func:`_single_keys`, and per copy kind (H2D, D2H, PtoP, in that order, those it has) the kind,
+    its memcpy ops and their bytes. Kept per compiled program (a weak reference: never keeps one alive), which
+    :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a cached replay
+    reads them once."""
+    hit = _STATIC.get(id(prog))
+    if hit is not None and hit[0]() is prog:
+        return hit[1]
+    G = rg.gpu_ops
+    js = np.flatnonzero(G.collective >= 0)
+    mem = G.kind == GpuKind.MEMCPY
+    kinds: list[tuple[int, np.ndarray, np.ndarray]] = []
+    if mem.any():
+        for kind in (CopyKind.HTOD, CopyKind.DTOH, CopyKind.PTOP):
+            sel = np.flatnonzero(mem & (G.copy_kind == kind))
+            if sel.size:
+                kinds.append((int(kind), sel, G.bytes[sel]))
+    got = (js.tolist(), _single_keys(rg, js), kinds)
+    try:
+        ref: Callable[[], Any] = weakref.ref(prog)
+    except TypeError:  # not weakly referable: not kept
+        return got
+    if len(_STATIC) >= _STATIC_KEPT:
+        del _STATIC[next(iter(_STATIC))]
+    _STATIC[id(prog)] = (ref, got)
+    return got
 
 
 def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
@@ -757,6 +832,7 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
     collectives the fabric's counters hold the copies' flows too, so their wire bytes are not counted twice."""
     skipped: dict[str, int] = {}
     state: dict[str, Any] = {"usage": fabric_usage, "routes": None}
+    gpu_of: dict[int, str] = {}  # rank -> GPU, for this call (topology.gpus builds a list each time)
     if fabric_usage is not None:
         finish_fabric()
 
@@ -773,86 +849,144 @@ def replay_link_usage(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usa
         return state["usage"], state["routes"]
 
     if fabric_usage is None:  # measured collectives: the instances the simulated mode would run, over their kernels
-        instances: dict[Any, list] = {}
-        singles: list[tuple[Any, int, tuple[int, int, float, int, int]]] = []
-        for r in ex.ranks:
-            js = np.flatnonzero(r.rg.gpu_ops.collective >= 0)
-            for j, (ct, size, grp, gsize) in zip(js.tolist(), _single_keys(r.rg, js)):
-                ck = r.coll_key.get(j)
-                if ck is None:
-                    singles.append((r, j, (id(r), ct, size, grp, gsize)))
-                else:
-                    instances.setdefault(ck, []).append((r, j, r.start[j]))
-        specs: dict[tuple[int, int, float, int, int], Any] = {}  # a rank's repeated collectives
-        got: list[tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float, float]] = []
-        for arr in instances.values():
-            t0 = max(float(r.start[j]) for r, j, _ in arr)  # the last participant's start
-            t1 = max(float(r.end[j]) for r, j, _ in arr)
-            spec = _spec(arr, topology, cfg) if math.isfinite(t0 + t1) else None
-            if spec is None:
-                skip("collectives (type, size or GPUs unknown)")
-                continue
-            got.append((routes()[1].collective(*spec), t0, t1))
-        for r, j, key in singles:  # its spec depends on its rank, type, size and group only
-            t0, t1 = float(r.start[j]), float(r.end[j])
-            if not math.isfinite(t0 + t1 + key[2]):  # collective_spec: None for an unknown size
-                skip("collectives (type, size or GPUs unknown)")
-                continue
-            if key not in specs:
-                specs[key] = _spec([(r, j, r.start[j])], topology, cfg)
-            spec = specs[key]
-            if spec is None:
-                skip("collectives (type, size or GPUs unknown)")
-                continue
-            got.append((routes()[1].collective(*spec), t0, t1))
-        if got:  # one add, in the order of the instances (the same sums as one add each)
-            usage, _ = routes()
-            ks = [g[0][0].size for g in got]
-            usage.add(np.concatenate([g[0][0] for g in got]), np.repeat([g[1] for g in got], ks),
-                      np.repeat([g[2] for g in got], ks), np.concatenate([g[0][2] for g in got]),
-                      np.concatenate([g[0][1] for g in got]), COLLECTIVE)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # (links, start, end, bytes) of copies
+        _measured_collectives(ex, topology, cfg, routes, skip, gpu_of)
+    _copies(ex, topology, cfg, fabric_usage, copies, routes, skip, gpu_of)
+    return state["usage"], skipped
+
+
+def _measured_collectives(ex: Executor, topology: Any, cfg: ReplayConfig,
+                          routes: Callable[[], tuple[LinkUsage, EngineRoutes]], skip: Callable[[str, int], None],
+                          gpu_of: dict[int, str]) -> None:
+    """Measured collectives' traffic: the engine's decomposition of each instance the simulated mode would run
+    (the ranks' matched collectives, and each lone one), spread over its kernels' replayed interval."""
+    instances: dict[Any, list] = {}
+    singles: list[tuple[Any, int, tuple[int, int, float, int, int]]] = []
     for r in ex.ranks:
-        G = r.rg.gpu_ops
-        mem = G.kind == GpuKind.MEMCPY
-        if not mem.any():
+        js, keys, _ = rank_static(r.prog, r.rg)
+        ck_of = r.coll_key
+        for j, (ct, size, grp, gsize) in zip(js, keys):
+            ck = ck_of.get(j)
+            if ck is None:
+                singles.append((r, j, (id(r), ct, size, grp, gsize)))
+            else:
+                instances.setdefault(ck, []).append((r, j, r.start[j]))
+    specs: dict[tuple[int, int, float, int, int], Any] = {}  # a rank's repeated collectives
+    got: list[tuple[tuple[np.ndarray, np.ndarray, np.ndarray], float, float]] = []
+    for arr in instances.values():
+        t0 = max(float(r.start[j]) for r, j, _ in arr)  # the last participant's start
+        t1 = max(float(r.end[j]) for r, j, _ in arr)
+        spec = _spec(arr, topology, cfg, gpu_of) if math.isfinite(t0 + t1) else None
+        if spec is None:
+            skip("collectives (type, size or GPUs unknown)", 1)
             continue
-        start, end = np.asarray(r.start, dtype=float), np.asarray(r.end, dtype=float)
+        got.append((routes()[1].collective(*spec), t0, t1))
+    for r, j, key in singles:  # its spec depends on its rank, type, size and group only
+        t0, t1 = float(r.start[j]), float(r.end[j])
+        if not math.isfinite(t0 + t1 + key[2]):  # collective_spec: None for an unknown size
+            skip("collectives (type, size or GPUs unknown)", 1)
+            continue
+        if key not in specs:
+            specs[key] = _spec([(r, j, r.start[j])], topology, cfg, gpu_of)
+        spec = specs[key]
+        if spec is None:
+            skip("collectives (type, size or GPUs unknown)", 1)
+            continue
+        got.append((routes()[1].collective(*spec), t0, t1))
+    if got:  # one add, in the order of the instances (the same sums as one add each)
+        usage, _ = routes()
+        ks = [g[0][0].size for g in got]
+        usage.add(np.concatenate([g[0][0] for g in got]), np.repeat([g[1] for g in got], ks),
+                  np.repeat([g[2] for g in got], ks), np.concatenate([g[0][2] for g in got]),
+                  np.concatenate([g[0][1] for g in got]), COLLECTIVE)
+
+
+def _copy_groups(ex: Executor, topology: Any, cfg: ReplayConfig, gpu_of: dict[int, str]
+                 ) -> tuple[list[tuple[Any, np.ndarray, np.ndarray, tuple[str, str]]], list[list[Any]]]:
+    """The ranks' H2D and D2H copies by rank and kind, in order: (rank, its copy ops, their bytes, (source,
+    destination) of the route); and the reasons copies are left out, in the order met: [reason, count], or [None,
+    group index] for that group's copies of unknown size or times (counted by the caller)."""
+    groups: list[tuple[Any, np.ndarray, np.ndarray, tuple[str, str]]] = []  # (rank, ops, bytes, (src, dst))
+    why: list[list[Any]] = []  # skip reasons in the order met: [reason, count], or [None, group] (unknown size)
+    for r in ex.ranks:
+        kinds = rank_static(r.prog, r.rg)[2]
+        if not kinds:
+            continue
         gpu: str | None
         cpu: str | None
         try:
-            gpu = gpu_of_rank(topology, r.rg.rank, cfg)
+            rank = r.rg.rank
+            gpu = gpu_of[rank] if rank in gpu_of else gpu_of.setdefault(rank, gpu_of_rank(topology, rank, cfg))
             cpu = topology.cpu_of(gpu)
         except Exception:  # a rank beyond the topology, or a GPU without a CPU
             gpu = cpu = None
-        for kind, pair in ((CopyKind.HTOD, (cpu, gpu)), (CopyKind.DTOH, (gpu, cpu)), (CopyKind.PTOP, None)):
-            sel = np.flatnonzero(mem & (G.copy_kind == kind))
-            if not sel.size:
+        for kind, sel, nb in kinds:
+            if kind == CopyKind.PTOP or gpu is None or cpu is None:
+                why.append(["peer copies (the trace names no peer GPU)" if kind == CopyKind.PTOP
+                            else "memcpys of ranks with no GPU and CPU on the topology", int(sel.size)])
                 continue
-            if pair is None or gpu is None or cpu is None:
-                skip("peer copies (the trace names no peer GPU)" if pair is None
-                     else "memcpys of ranks with no GPU and CPU on the topology", int(sel.size))
-                continue
-            nb = G.bytes[sel]
-            ok = np.isfinite(nb) & (nb > 0) & np.isfinite(start[sel]) & np.isfinite(end[sel])
-            skip("memcpys of unknown size", int((~ok).sum()))
-            sel, nb = sel[ok], nb[ok]
-            if not sel.size:
-                continue
-            usage, rt = routes()
-            idx, w = rt.transfer(pair[0] or gpu, pair[1] or cpu)  # both known here
-            k = idx.size
-            lk, b = np.tile(idx, sel.size), np.outer(nb, w).reshape(-1)
-            # bytes counted here, in the order one add per rank and kind counted them (then the fabric's share
-            # taken off again); the intervals recorded below in one add
-            np.add.at(usage.total_bytes, lk, b)
-            np.add.at(usage.memcpy_bytes, lk, b)
-            if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
-                on_fab = copies.bytes_on_fabric.get(r.rg.rank)
-                if on_fab is not None:
-                    np.add.at(usage.total_bytes, lk, -np.outer(on_fab[sel], w).reshape(-1))
-            parts.append((lk, np.repeat(start[sel], k), np.repeat(end[sel], k), b))
-    if parts:  # every rank's copies as one part: a link's intervals in the order of the adds per rank and kind
-        state["usage"].add(*(np.concatenate([p[i] for p in parts]) for i in range(3)), 1.0,
-                           np.concatenate([p[3] for p in parts]), MEMCPY, count_bytes=False)
-    return state["usage"], skipped
+            why.append([None, len(groups)])
+            groups.append((r, sel, nb, (cpu, gpu) if kind == CopyKind.HTOD else (gpu, cpu)))
+    return groups, why
+
+
+def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUsage | None,
+            copies: CopyModel | None, routes: Callable[[], tuple[LinkUsage, EngineRoutes]],
+            skip: Callable[[str, int], None], gpu_of: dict[int, str]) -> None:
+    """Every rank's host <-> device copies: bytes on their route over their replayed interval, as one part (a
+    link's intervals in the order of the ranks and kinds), the bytes counted in the order one addition per rank
+    and kind would count them (then the fabric's share taken off again). Every rank's copies at once: O(copies
+    x route links) numpy over the job, a few calls per rank and kind."""
+    groups, why = _copy_groups(ex, topology, cfg, gpu_of)
+    if not groups:
+        for reason, n in why:
+            skip(reason, n)
+        return
+    ns = [g[1].size for g in groups]
+    gid = np.repeat(np.arange(len(groups), dtype=np.int64), ns)
+    times: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(rank) -> its (start, end) as arrays, once a rank
+    for r, _, _, _ in groups:
+        if id(r) not in times:
+            times[id(r)] = (np.asarray(r.start, dtype=float), np.asarray(r.end, dtype=float))
+    start = np.concatenate([times[id(r)][0][sel] for r, sel, _, _ in groups])
+    end = np.concatenate([times[id(r)][1][sel] for r, sel, _, _ in groups])
+    nb = np.concatenate([g[2] for g in groups])
+    ok = np.isfinite(nb) & (nb > 0) & np.isfinite(start) & np.isfinite(end)
+    bad = np.bincount(gid[~ok], minlength=len(groups)).tolist()
+    for reason, n in why:
+        skip("memcpys of unknown size", bad[n]) if reason is None else skip(reason, n)
+    good = np.bincount(gid[ok], minlength=len(groups)).tolist()
+    if not any(good):
+        return
+    usage, rt = routes()
+    route_idx: list[np.ndarray] = []
+    route_w: list[np.ndarray] = []
+    for (_, _, _, pair), n in zip(groups, good):
+        idx, w = rt.transfer(*pair) if n else (np.zeros(0, dtype=np.int64), np.zeros(0))
+        route_idx.append(idx)
+        route_w.append(w)
+    k = np.fromiter((i.size for i in route_idx), dtype=np.int64, count=len(groups))
+    roff = np.zeros(len(groups), dtype=np.int64)
+    np.cumsum(k[:-1], out=roff[1:])
+    g_ok, nb_ok = gid[ok], nb[ok]
+    kc = k[g_ok]  # route links of each copy
+    rep = np.repeat(np.arange(g_ok.size, dtype=np.int64), kc)  # copy of each (copy, link) element
+    first = np.cumsum(kc) - kc
+    at = roff[g_ok][rep] + (np.arange(rep.size, dtype=np.int64) - first[rep])  # its link's place in the routes
+    R, W = np.concatenate(route_idx), np.concatenate(route_w)
+    lk, w_el = R[at], W[at]
+    b = nb_ok[rep] * w_el  # np.outer(bytes, w) of each rank and kind, row by row
+    np.add.at(usage.memcpy_bytes, lk, b)
+    on_fab: list[np.ndarray | None] = [None] * len(groups)
+    if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
+        on_fab = [None if (f := copies.bytes_on_fabric.get(r.rg.rank)) is None else f[sel]
+                  for r, sel, _, _ in groups]
+    if any(f is not None for f in on_fab):  # per rank and kind: its bytes, then its fabric share taken off
+        f_all = np.concatenate([np.full(n, math.nan) if f is None else f for f, n in zip(on_fab, ns)])[ok]
+        has = np.fromiter((f is not None for f in on_fab), dtype=bool, count=len(groups))[g_ok][rep]
+        minus = -(f_all[rep][has] * w_el[has])
+        key = np.concatenate([2 * g_ok[rep], 2 * g_ok[rep][has] + 1])
+        o = np.argsort(key, kind="stable")
+        np.add.at(usage.total_bytes, np.concatenate([lk, lk[has]])[o], np.concatenate([b, minus])[o])
+    else:
+        np.add.at(usage.total_bytes, lk, b)
+    usage.add(lk, start[ok][rep], end[ok][rep], 1.0, b, MEMCPY, count_bytes=False)

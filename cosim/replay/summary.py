@@ -29,6 +29,7 @@ fabric cost). The two add up to ``exposed_communication``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import platform
@@ -82,11 +83,13 @@ def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray,
     ``step_time`` (mean period if several steps, else the span; NaN if no GPU op).
     """
     ok = (gstep >= 0) & np.isfinite(start) & np.isfinite(end)
-    steps = np.unique(gstep[ok])
+    g = gstep[ok]
+    one = bool(g.size) and g.min() == g.max()  # one step (a job's rank, mostly): every ok op is that step's
+    steps = g[:1].copy() if one else np.unique(g)
     anchor = ok if launched is None else ok & np.asarray(launched, dtype=bool)
     first_any, first, last = (np.zeros(steps.size) for _ in range(3))
     for i, s in enumerate(steps):
-        mine = ok & (gstep == s)
+        mine = ok if one else ok & (gstep == s)
         first_any[i] = start[mine].min()
         last[i] = end[mine].max()
         a = mine & anchor
@@ -213,6 +216,71 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     return out
 
 
+def _sim_breakdown_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int,
+                         masks: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`breakdown` and :func:`comm_split` of ``run``'s simulated times, the same figures bit for bit, with
+    one sort of the window's ops by start shared by their unions: a subset of a stably sorted array, taken in
+    sorted order, is the subset's stable sort, so compute, compute + communication and every op are merged from
+    the one order (breakdown's launch-gap search uses it too), and comm_split's exposed communication is
+    ``|compute U communication| - |compute|``, breakdown's own two unions. That last equality needs the union
+    of ties in any order to be the same, which holds when no op ends before it starts (a tie never opens a new
+    interval); a run where one does is split by the two functions themselves."""
+    a, b = window
+    if not (math.isfinite(a) and math.isfinite(b)) or b <= a:
+        return dict.fromkeys(BREAKDOWN_KEYS, 0.0), {"transfer_s": 0.0, "wait_for_peers_s": 0.0}
+    s0, e0 = run.gpu_start, run.gpu_end
+    ok = np.isfinite(s0) & np.isfinite(e0) & (e0 > a) & (s0 < b)
+    s, e = s0[ok].clip(a, b), e0[ok].clip(a, b)
+    if not (e >= s).all():
+        return (breakdown(rg, run, window, n_periods, masks=masks),
+                comm_split(rg, run, window, n_periods, masks))
+    comm, comp = masks["comm"][ok], masks["compute"][ok]
+    order = np.argsort(s, kind="stable")
+    ss, es = s[order], e[order]
+    comp_o, both_o = comp[order], (comp | comm)[order]
+    c1 = _covered_sorted(ss[comp_o], es[comp_o])
+    c2 = _covered_sorted(ss[both_o], es[both_o])
+    ms, me = _merge_sorted(ss, es)
+    c3 = float((me - ms).sum())
+    host_idle = 0.0
+    bnd = run.gpu_bound
+    if bnd is not None and ms.size:
+        gap_ends = ms
+        gap = gap_ends - np.concatenate([[a], me[:-1]])
+        pos = np.minimum(np.searchsorted(ss, gap_ends, side="left"), s.size - 1)
+        launch_gap = (gap > 0) & (ss[pos] == gap_ends) & (bnd[ok][order[pos]] == BOUND_LAUNCH)
+        if launch_gap.any():
+            host_idle = float(np.cumsum(gap[launch_gap])[-1])
+    n = max(n_periods, 1)
+    idle = (b - a) - c3
+    bd = {"compute": c1 / n, "exposed_communication": (c2 - c1) / n, "memcpy": (c3 - c2) / n,
+          "host_bound_gpu_idle": host_idle / n, "other_idle": max(idle - host_idle, 0.0) / n}
+    meet = getattr(run, "gpu_meet", None)
+    m = s0 if meet is None else np.where(np.isfinite(meet), np.maximum(meet, s0), s0)
+    m_ = m[ok].clip(a, b)
+    transfer = _covered(np.concatenate([s[comp], m_[comm]]), np.concatenate([e[comp], e[comm]])) - c1
+    exposed = c2 - c1
+    split = {"transfer_s": max(transfer, 0.0) / n, "wait_for_peers_s": max(exposed - transfer, 0.0) / n}
+    return bd, split
+
+
+def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`merge_intervals` of intervals already in stable start order."""
+    if s.size == 0:
+        return s, e
+    run_max = np.maximum.accumulate(e)
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    np.greater(s[1:], run_max[:-1], out=new[1:])
+    idx = new.nonzero()[0]
+    return s[idx], np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
+
+
+def _covered_sorted(s: np.ndarray, e: np.ndarray) -> float:
+    ms, me = _merge_sorted(s, e)
+    return float((me - ms).sum())
+
+
 _CLS_NAMES = [c.name.lower() for c in OpClass]
 """Op class names as the summary writes them, by :class:`OpClass` value (iterating an enum is slow)."""
 
@@ -243,21 +311,28 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     st_ = _static(rg, prog)
 
     # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
-    thread_syncs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    # (ends as an array, as a list or None where one is NaN, releasing ops as a list): the walk searches the
+    # list with bisect (np.searchsorted's answer for a sorted list without NaN: NaN sorts last, where bisect's
+    # comparisons would go wrong)
+    thread_syncs: dict[int, tuple[np.ndarray, list[float] | None, list[int]]] = {}
+    host_end = np.asarray(run.host_end, dtype=float)
     for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
-        stalls = np.asarray(run.sync_stall.get(tp.thread, np.zeros(0)), dtype=float)
-        bnd = np.asarray(run.sync_bound.get(tp.thread, np.zeros(0, dtype=np.int64)), dtype=np.int64)
+        stalls = np.asarray(run.sync_stall.get(tp.thread, _NO_FLOATS), dtype=float)
+        bnd = np.asarray(run.sync_bound.get(tp.thread, _NO_INTS), dtype=np.int64)
         m = min(len(hosts), len(stalls))
         sel = ((stalls[:m] > 0) & (bnd[:m] >= 0)).nonzero()[0]
-        ends = np.asarray(run.host_end, dtype=float)[hosts[sel]]
+        ends = host_end[hosts[sel]]
         ops = bnd[sel]
         o = np.argsort(ends, kind="stable")
-        thread_syncs[tp.thread] = (ends[o], ops[o])
+        ends = ends[o]
+        el_ = ends.tolist()
+        thread_syncs[tp.thread] = (ends, None if (el_ and el_[-1] != el_[-1]) else el_, ops[o].tolist())
     # the walk reads single elements: Python lists of the columns it reads (O(ops) once, then O(1) a step)
     sl, el = s.tolist(), e.tolist()
     bound, bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
     comml, copyl, clsl, namel, lhl = st_["comm"], st_["copy"], st_["cls"], st_["name"], st_["launch_host"]
     strings = rg.strings
+    hstart, hthread = run.host_start, H.thread
     t = min(el[j], b)
     guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
     while guard > 0 and t > a:
@@ -281,18 +356,19 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         lh = lhl[j]
         if lh < 0:
             break
-        t_launch = float(run.host_start[lh])
+        t_launch = float(hstart[lh])
         lat = max(t - t_launch, 0.0)
         res["launch_latency"] += min(lat, max(t - a, 0.0))
         t = t_launch
-        ends, ops = thread_syncs.get(int(H.thread[lh]), (np.zeros(0), np.zeros(0, dtype=np.int64)))
-        k = int(np.searchsorted(ends, t, side="right")) - 1
+        ends, endl, opl = thread_syncs.get(int(hthread[lh]), _NO_SYNCS)
+        k = (bisect.bisect_right(endl, t) if endl is not None else int(np.searchsorted(ends, t, side="right"))) - 1
         if k < 0:
             res["host"] += max(t - a, 0.0)
             break
-        res["host"] += max(t - max(float(ends[k]), a), 0.0)
-        t = float(ends[k])
-        j = int(ops[k])
+        te = float(ends[k]) if endl is None else endl[k]
+        res["host"] += max(t - max(te, a), 0.0)
+        t = te
+        j = opl[k]
     n = max(n_periods, 1)
     top = sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
     return {
@@ -302,6 +378,11 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         "top_ops": [{"name": k[:160], "time_s": v / n} for k, v in top],
         "bound": max(res, key=lambda k: res[k]),
     }
+
+
+_NO_FLOATS = np.zeros(0)
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_SYNCS: tuple[np.ndarray, list[float] | None, list[int]] = (_NO_FLOATS, [], [])
 
 
 def _static(rg: RankGraph, prog: RankProgram) -> dict[str, Any]:
@@ -483,7 +564,7 @@ def summarize(res: Any) -> dict[str, Any]:
                 mine = rg.host_ops.step == s
                 cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
         masks = _static(rg, prog)["masks"]
-        bd = breakdown(rg, run, sim["window"], sim["n_periods"], masks=masks)
+        bd, split = _sim_breakdown_split(rg, run, sim["window"], sim["n_periods"], masks)
         windows.append((*sim["window"], sim["n_periods"]))
         cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
@@ -515,11 +596,12 @@ def summarize(res: Any) -> dict[str, Any]:
             "step_time_s": nan_to_none(sim_t),
             "measured_step_time_s": nan_to_none(meas_t),
             "error": nan_to_none(err),
-            "cpu_step_time_s": nan_to_none(float(np.nanmean(cpu_sim)) if cpu_sim and np.isfinite(cpu_sim).any() else math.nan),
-            "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if cpu_meas else math.nan),
+            "cpu_step_time_s": nan_to_none(_nanmean(cpu_sim)),
+            "measured_cpu_step_time_s": nan_to_none(float(np.mean(cpu_meas)) if len(cpu_meas) > 1
+                                                    else (cpu_meas[0] if cpu_meas else math.nan)),
             "steps": per_step,
             "breakdown": bd,
-            "exposed_communication_split": comm_split(rg, run, sim["window"], sim["n_periods"], masks),
+            "exposed_communication_split": split,
             "measured_breakdown": {k: bd_meas[k] for k in ("compute", "exposed_communication", "memcpy")},
             "critical_path": cp,
             "launch_latency_s": run.launch_latency,
@@ -560,6 +642,14 @@ def summarize(res: Any) -> dict[str, Any]:
         **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
         **({"precision": res.precision} if res.precision else {}),
     }
+
+
+def _nanmean(x: list[float]) -> float:
+    """``np.nanmean(x)``, NaN when ``x`` has no finite value; one value is its own mean (no numpy call: a
+    job's ranks have one step each, mostly)."""
+    if len(x) == 1:
+        return x[0] if math.isfinite(x[0]) else math.nan
+    return float(np.nanmean(x)) if x and np.isfinite(x).any() else math.nan
 
 
 def slowest_rank(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, int]:

@@ -91,7 +91,12 @@ def file_digest(f: Path | str) -> bytes:
     it was hashed with: a write changes its change time (``st_ctime_ns``, which no program can set back), so a
     file changed since is hashed again; repeated loads of one trace (a sweep, a calibration, the API in a loop)
     hash it once. A file changed within the last :data:`_RACY_NS` is always hashed."""
-    path = os.path.realpath(f)
+    return _real_digest(os.path.realpath(f))
+
+
+def _real_digest(path: str) -> bytes:
+    """:func:`file_digest` of ``path``, a real path (no symbolic link in it, as :func:`os.path.realpath`
+    gives)."""
     st = os.stat(path)
     key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     d = _DIGESTS.get(key)
@@ -112,11 +117,29 @@ def cache_key(files: list[Path], time_unit: str | None) -> str:
     :func:`file_digest`)."""
     h = hashlib.sha256(_code_digest())
     h.update(repr(time_unit).encode())
+    real_dirs: dict[str, str] = {}
     for f in files:
-        path = os.path.realpath(f)  # Path.resolve's result, without its per-call objects
+        path = _realpath(f, real_dirs)
         h.update(path.encode() + b"\0")
-        h.update(file_digest(path))
+        h.update(_real_digest(path))
     return h.hexdigest()[:40]
+
+
+def _realpath(f: Path | str, real_dirs: dict[str, str]) -> str:
+    """:func:`os.path.realpath` of ``f`` (Path.resolve's result, without its per-call objects), its folder's
+    resolved once per folder in ``real_dirs``: a file that is not a symbolic link is its real folder's entry of
+    the same name (one ``lstat`` instead of one per path component; the files of a multi-rank trace share a
+    folder)."""
+    p = os.fspath(f)
+    if not os.path.isabs(p):
+        p = os.path.join(os.getcwd(), p)
+    head, name = os.path.split(p)
+    if not name or name in (".", "..") or ".." in p.split(os.sep) or os.path.islink(p):
+        return os.path.realpath(f)  # ".." after a link is resolved from the link's target
+    real = real_dirs.get(head)
+    if real is None:
+        real = real_dirs[head] = os.path.realpath(head)
+    return os.path.join(real, name)
 
 
 def _entry(key: str) -> Path | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from zlib_ng import zlib_ng
 
 from cosim.errors import CosimInputError
 
@@ -313,6 +314,10 @@ _STORED: dict[str, tuple[tuple[str, np.dtype, int, int], ...]] = {
 value a row, -1: a ragged column's array), ``_offsets``: 1 (n + 1 rows), ``_values``: -1 (any length), else 0)."""
 
 
+_STORED_KEYS: dict[str, tuple[str, ...]] = {t: tuple(c[0] for c in spec) for t, spec in _STORED.items()}
+"""Per table, the names of its stored arrays (:data:`_STORED`'s first fields)."""
+
+
 def _stored_as_is(table: str, n: int, cols: dict[str, np.ndarray]) -> bool:
     """Whether ``cols`` holds exactly ``table``'s stored arrays, each a numpy array of its column's dtype and
     shape (what :class:`Table` would otherwise convert them to: a graph read back from the load cache), so that
@@ -321,7 +326,7 @@ def _stored_as_is(table: str, n: int, cols: dict[str, np.ndarray]) -> bool:
     if len(cols) != len(spec):
         return False
     for (name, dt, width, off), (have, arr) in zip(spec, cols.items()):
-        if have != name or type(arr) is not np.ndarray or arr.dtype != dt:
+        if have != name or type(arr) is not np.ndarray or (arr.dtype is not dt and arr.dtype != dt):
             return False
         shape = arr.shape
         if width == -1:
@@ -676,14 +681,10 @@ class ExecutionGraph:
             strings = _decode_strings(z[f"{p}/strings_offsets"], z[f"{p}/strings_blob"])
             tabs = {}
             rows = rm["rows"]
-            for tname, stored in _STORED.items():
+            for tname, stored in _STORED_KEYS.items():
                 n = int(rows.get(tname, 0))
                 head = f"{p}/{tname}/"
-                cols = {}
-                for cn, *_ in stored:
-                    key = head + cn
-                    if key in names:
-                        cols[cn] = z[key]
+                cols = {cn: z[head + cn] for cn in stored if head + cn in names}
                 tabs[tname] = Table(tname, n, **cols)
             ranks.append(
                 RankGraph(
@@ -707,7 +708,24 @@ class ExecutionGraph:
         return cls(ranks, schema_version=ver)
 
 
-_STRINGS: dict[tuple[bytes, bytes], tuple[str, ...]] = {}
+class _TableKey(tuple[bytes, bytes]):
+    """A stored string table, (offsets as int64 bytes, UTF-8 bytes), as a key of :data:`_STRINGS`: equal as the
+    tuple, hashed by zlib-ng's CRC-32 of both (a few us for the ~50 kB of a DLRM rank, where hashing the bytes
+    themselves, new objects at each read, took ~35 us)."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:
+        return zlib_ng.crc32(self[1], zlib_ng.crc32(self[0])) | (len(self[0]) << 32)
+
+    def __eq__(self, other: object) -> bool:
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return tuple.__ne__(self, other)
+
+
+_STRINGS: dict[_TableKey, tuple[str, ...]] = {}
 """String tables decoded in this process (:func:`_decode_strings`), by their stored bytes (offsets as int64, UTF-8),
 least recently read first."""
 _STRINGS_KEPT = 64
@@ -725,7 +743,7 @@ def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
     come from :data:`_STRINGS`, by the offsets' values and the blob's bytes: Python strings are immutable, so only
     the list is new."""
     data = blob.tobytes()
-    key = (offsets.astype(np.int64, copy=False).tobytes(), data)  # by value: int32 [0, 0] is not int64 [0]
+    key = _TableKey((offsets.astype(np.int64, copy=False).tobytes(), data))  # by value: int32 [0, 0] is not int64 [0]
     with _STRINGS_LOCK:
         hit = _STRINGS.pop(key, None)
         if hit is not None:
@@ -743,7 +761,7 @@ def _decode_strings(offsets: np.ndarray, blob: np.ndarray) -> list[str]:
     return strings
 
 
-def _remember_strings(key: tuple[bytes, bytes], strings: tuple[str, ...]) -> None:
+def _remember_strings(key: _TableKey, strings: tuple[str, ...]) -> None:
     """Keep ``strings`` in :data:`_STRINGS` under ``key``, forgetting the least recently read tables until at most
     :data:`_STRINGS_KEPT` tables of :data:`_STRINGS_BYTES` stored bytes remain with it; a table of more bytes than
     that alone is not kept. The caller holds :data:`_STRINGS_LOCK`. The bytes held are counted from the memo itself
