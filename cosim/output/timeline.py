@@ -748,13 +748,6 @@ class _Block:
         self.pid, self.tid = pid, tid
         self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
 
-    def events(self, rows: np.ndarray | None = None) -> int:
-        """How many events ``rows`` (every row when None) hold."""
-        n = len(self.ts) if rows is None else len(rows)
-        if self.two is not None:
-            n += int(np.count_nonzero(self.two if rows is None else self.two[rows]))
-        return n
-
     def __len__(self) -> int:
         return len(self.ts)
 
@@ -1087,7 +1080,7 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
         return _write_timeline(Path(path), result)
 
 
-Pairs = Iterable[tuple[bytes, bytes]]
+_Pairs = Iterable[tuple[bytes, bytes]]
 """Serialized events as the rank file has them and as the combined file has them (its pids)."""
 
 
@@ -1101,13 +1094,15 @@ class _Moves:
         self.devices = devices
 
     def host(self, b: bytes, events: int | None = None) -> bytes:
+        """Host events ``b`` (``events`` of them, when known) on the combined file's host pid."""
         return _repid(b, self.hpids, lambda _p: self.off, events)
 
     def gpu(self, b: bytes, events: int | None = None) -> bytes:
+        """GPU events ``b`` (``events`` of them, when known) on the combined file's GPU pids."""
         return _repid(b, self.devices, lambda p: self.off + 1 + p, events)
 
 
-def _moved(chunks: Iterable[tuple[bytes, int]], move: Callable[[bytes, int], bytes] | None) -> Pairs:
+def _moved(chunks: Iterable[tuple[bytes, int]], move: Callable[[bytes, int], bytes] | None) -> _Pairs:
     """Chunks with their event counts (:func:`_side`) as (rank file, combined file) pairs, lazily."""
     for c, k in chunks:
         yield c, (c if move is None else move(c, k))
@@ -1175,7 +1170,7 @@ def _extend(split: Callable[..., Any] | None, rank: int, evs: list[dict[str, Any
 
 
 def _dict_parts(rg: Any, run: Any, ids: _Ids, split: Callable[..., Any] | None, mv: _Moves | None
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Pairs, Pairs]:
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], _Pairs, _Pairs]:
     """A rank's events through event dicts (a result with ``split_events`` but no ``event_shift``): the host and
     GPU metadata events, and each side's serialized events (each event serialized once, for both files; a repeated
     period's template moved once, :meth:`_Copies.chunks`)."""
