@@ -194,6 +194,43 @@ def test_ep_a2a_overlap_pairs_and_hides_all_to_all() -> None:
                    kernel_timer=synthetic_kernel_timer)
 
 
+def test_ep_a2a_overlap_never_pairs_the_last_microbatch_backward() -> None:
+    """``_overlap_pairs`` pairs a forward with another unit's backward only, so the last micro-batch's backwards
+    (which close the gradient buckets) are never in a pair: ``_Paired`` has no gradient-bucket path. Every layout the
+    overlap allows (spec: vpp > 1 with a pipeline, at least 2 x pp micro-batches, no gradient accumulation), every
+    stage; and one micro-batch without a pipeline, which paired F0 with its own B0 before."""
+    from cosim.models.synth_timing import synthetic_kernel_timer
+    from cosim.scenario import build_topology
+    from cosim.workload.synth import SyntheticSpec, synthesize
+    from cosim.workload.synth.build import _overlap_pairs
+    from cosim.workload.synth.schedule import stage_order
+
+    assert _overlap_pairs(stage_order(0, 1, 1, 1, extra_warmup=1)) == [[("F", 0, 0)], [("B", 0, 0)]]
+    layouts = [(1, 1, m) for m in range(1, 7)]
+    layouts += [(pp, vpp, m) for pp in (2, 4, 8) for vpp in (2, 3, 4) for m in range(2 * pp, 5 * pp, pp)]
+    paired = 0
+    for pp, vpp, m in layouts:
+        for stage in range(pp):
+            for step in _overlap_pairs(stage_order(stage, pp, vpp, m, extra_warmup=1)):
+                if len(step) == 2:
+                    (_, mf, vf), (_, mb, vb) = step
+                    assert mb != m - 1 and (mf, vf) != (mb, vb), (pp, vpp, m, stage, step)
+                    paired += 1
+    assert paired > 1000
+    # end to end, one micro-batch per pipeline (dp 8 on 8 GPUs, global batch 8): nothing to overlap, so the same
+    # GPU ops in the same order as without the overlap, the DP gradient reduction included
+    topo = build_topology("dgx-h100", None, None, None, 1)
+
+    def ops(overlap: bool) -> list[str]:
+        spec = SyntheticSpec.model_validate({"model": "qwen3-moe-mini", "layout": {"ep": 8, "a2a_overlap": overlap},
+                                             "batch": {"global": 8, "micro": 1, "seq": 1024}})
+        g = synthesize(spec, topo, kernel_timer=synthetic_kernel_timer).graph.ranks[0]
+        return [g.strings[n] for n in g.gpu_ops.name.tolist()]
+
+    over = ops(True)
+    assert over == ops(False) and "grad.dp_reduce_scatter" in over
+
+
 def test_training_deepep_dispatch_labels_the_ep_transfers_and_drops_the_alltoall_bookkeeping() -> None:
     """Megatron-Core's flex dispatcher with DeepEP (``dispatch: deepep``): each MoE layer's dispatch and combine,
     forward and backward, run as DeepEP normal kernels (the engine's ``deepep`` flows: RDMA once per

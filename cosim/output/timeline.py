@@ -48,9 +48,9 @@ import json
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -486,7 +486,7 @@ def rank_trace(rg: Any, run: Any) -> dict[str, Any]:
 class _TraceWriter:
     """Streams one chrome-trace JSON document: a header, then events one per line."""
 
-    def __init__(self, fh: IO[bytes] | gzip.GzipFile, header: dict[str, Any]) -> None:
+    def __init__(self, fh: IO[bytes] | gzip.GzipFile | _GzipOut, header: dict[str, Any]) -> None:
         self.fh = fh
         self.first = True
         # ", " / ": " as Kineto writes them: HTA finds a file's rank with the regex '"rank":\s+(\d+)'
@@ -640,21 +640,46 @@ string holding it escapes the quotes), and no event has a nested ``pid``."""
 
 class _GzipOut:
     """An atomically replaced gzip file (deterministic: no name, mtime 0), fast compression: Intel ISA-L's
-    deflate (``isal``, about 4x zlib's level 1 and smaller) when installed, else zlib's level 1."""
+    deflate (``isal``, about 4x zlib's level 1 and smaller) when installed, else zlib's level 1. The compressor is
+    fed blocks of exactly :attr:`BLOCK` bytes (the last one shorter) whatever the sizes of the writes, so the file's
+    bytes depend on its content only (ISA-L's output depends on how its input is cut), and a block is compressed
+    while it is still in the cache."""
 
     LEVEL = 1
+    BLOCK = 1 << 17
 
     def __init__(self, path: Path) -> None:
         self._cm = atomic_open(path, "wb", gz=False)
         raw = self._cm.__enter__()
         self.gz = _GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=self.LEVEL, mtime=0)
+        self._buf = bytearray()
 
-    def __enter__(self) -> gzip.GzipFile:
-        return self.gz
+    def write(self, b: bytes) -> None:
+        """Append ``b`` to the file (compressed a :attr:`BLOCK` at a time)."""
+        buf, block, gz = self._buf, self.BLOCK, self.gz
+        with memoryview(b) as view:
+            k = 0
+            if buf:
+                k = min(block - len(buf), len(view))
+                buf += view[:k]
+                if len(buf) < block:
+                    return
+                gz.write(buf)
+                buf.clear()
+            n = len(view)
+            while n - k >= block:
+                gz.write(view[k:k + block])
+                k += block
+            buf += view[k:]
+
+    def __enter__(self) -> _GzipOut:
+        return self
 
     def __exit__(self, *exc: Any) -> None:
         try:
             if exc[0] is None:
+                if self._buf:
+                    self.gz.write(bytes(self._buf))
                 self.gz.close()
         finally:
             self._cm.__exit__(*exc)
@@ -723,13 +748,6 @@ class _Block:
         self.pid, self.tid = pid, tid
         self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
 
-    def events(self, rows: np.ndarray | None = None) -> int:
-        """How many events ``rows`` (every row when None) hold."""
-        n = len(self.ts) if rows is None else len(rows)
-        if self.two is not None:
-            n += int(np.count_nonzero(self.two if rows is None else self.two[rows]))
-        return n
-
     def __len__(self) -> int:
         return len(self.ts)
 
@@ -776,22 +794,30 @@ class _Block:
 
     @staticmethod
     def _join(m: np.ndarray) -> bytes:
+        """The rows of ``m`` as one piece of bytes, without the separator after the last event."""
         if not len(m):
             return b""
         last = m[-1, -1]
-        m[-1, -1] = last[:-2]  # no separator after the last event
+        m[-1, -1] = last[:-2]
         out = b"".join(m.ravel().tolist())
         m[-1, -1] = last
         return out
+
+    def _chunks(self, m: np.ndarray, two: np.ndarray | None) -> Iterator[tuple[bytes, int]]:
+        """``m``'s rows joined :data:`_ROWS` at a time (:meth:`_join`), each with the events it holds (``two``: the
+        rows holding two); lazily, so that each chunk is written before the next is made."""
+        for a in range(0, len(m), _ROWS):
+            b = min(a + _ROWS, len(m))
+            yield self._join(m[a:b]), b - a + (int(np.count_nonzero(two[a:b])) if two is not None else 0)
 
     def thread_of(self, i: int) -> tuple[int, int]:
         """Row ``i``'s pid and tid."""
         assert self.pid is not None and self.tid is not None
         return int(self.pid[i]), int(self.tid[i])
 
-    def body(self, sh: Any | None) -> tuple[bytes, np.ndarray]:
-        """Every event (moved by ``sh``, a :class:`cosim.replay.periodic.EventShift`, when given) serialized, and
-        the rows of the repeated window."""
+    def body(self, sh: Any | None) -> tuple[Iterator[tuple[bytes, int]], np.ndarray]:
+        """Every event (moved by ``sh``, a :class:`cosim.replay.periodic.EventShift`, when given) serialized, in
+        chunks with their event counts (:meth:`_chunks`), and the rows of the repeated window."""
         m = self.m
         ts = self.ts
         win = np.zeros(len(ts), dtype=bool)
@@ -799,7 +825,7 @@ class _Block:
             self._fill(m, ts.tolist(), self.ts_slots, self._ids(None), 0)
             if self.dur is not None:
                 m[:, self.dur_slot] = _nums(self.dur.tolist())
-            return self._join(m), win
+            return self._chunks(m, self.two), win
         after = ts >= sh.cut_us
         win = (ts >= sh.lo) & ~after
         tsl = ts.tolist()
@@ -812,22 +838,37 @@ class _Block:
             for i in np.flatnonzero(~after & ~win & (ts + self.dur > sh.cut_us)).tolist():
                 dl[i] = round(dl[i] + sh.extra, 3)
             m[:, self.dur_slot] = _nums(dl)
-        return self._join(m), win
+        return self._chunks(m, self.two), win
 
-    def copies(self, rows: np.ndarray, sh: Any) -> list[bytes]:
-        """The ``sh.copies`` copies of the window's events (``rows``), each serialized (the window's rows taken
-        once; each copy fills its numbers into them and joins)."""
+    def window(self, rows: np.ndarray) -> _Window | None:
+        """The repeated window's rows (``rows``; None when there are none), taken once for all its copies."""
         if not len(rows):
-            return [b""] * sh.copies
-        m = self.m[rows]
-        ts = self.ts[rows]
-        ts_slots = [(k, None if mask is None else mask[rows]) for k, mask in self.ts_slots]
-        id_slots = self._ids(rows)
-        out = []
-        for j in range(1, sh.copies + 1):
-            self._fill(m, round3(ts + j * sh.period_us), ts_slots, id_slots, j * sh.id_step)
-            out.append(self._join(m))  # (durations: the window's are not stretched)
-        return out
+            return None
+        return _Window(self.m[rows], self.ts[rows], [(k, None if mask is None else mask[rows])
+                                                     for k, mask in self.ts_slots],
+                       self._ids(rows), None if self.two is None else self.two[rows])
+
+    def copy(self, w: _Window, j: int, sh: Any) -> Iterator[tuple[bytes, int]]:
+        """Copy ``j`` (1, 2, ...) of the window ``w`` serialized in chunks (:meth:`_chunks`): its numbers filled into
+        the window's rows now, the chunks joined as they are taken (before the next copy is filled). The
+        durations of the window's events are not stretched."""
+        self._fill(w.m, round3(w.ts + j * sh.period_us), w.ts_slots, w.id_slots, j * sh.id_step)
+        return self._chunks(w.m, w.two)
+
+
+class _Window(NamedTuple):
+    """The rows of a block's repeated window (:meth:`_Block.window`): pieces, times, slots, two-event rows."""
+
+    m: np.ndarray
+    ts: np.ndarray
+    ts_slots: list[tuple[int, np.ndarray | None]]
+    id_slots: list[tuple[int, np.ndarray, np.ndarray | None]]
+    two: np.ndarray | None
+
+
+_ROWS = 1024
+"""Rows of a block joined into one chunk (~150 kB of events): the two compressors and the combined file's pid moves
+read it while it is in the cache (over a whole side's body at once, each such pass is bound by memory bandwidth)."""
 
 
 def _matrix(cols: list[np.ndarray | bytes], n: int) -> np.ndarray:
@@ -997,35 +1038,31 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     return [host_x, host_s], [gpu]
 
 
-def _side(blocks: list[_Block], sh: Any | None) -> tuple[bytes, int, list[bytes], list[int]]:
-    """One side's events past its metadata, as :func:`_write_timeline` writes them: the body (moved by ``sh``) and
-    how many events it holds, the chunks of the repeated period's copies (then the ``coalesced`` tail) and how many
-    events each holds."""
+def _side(blocks: list[_Block], sh: Any | None) -> Iterator[tuple[bytes, int]]:
+    """One side's events past its metadata, as :func:`_write_timeline` writes them, in chunks with the events each
+    holds: the body (moved by ``sh``), then the repeated period's copies (each block's part of a copy in turn), then
+    the ``coalesced`` tail. Lazy: a chunk is made when it is taken."""
     bodies, wins = [], []
     for b in blocks:
         body, win = b.body(sh)
         bodies.append(body)
         wins.append(np.flatnonzero(win))
-    body = _SEP.join([b for b in bodies if b])
-    events = sum(b.events() for b in blocks)
+    for body in bodies:
+        yield from body
     if sh is None:
-        return body, events, [], []
-    chunks: list[bytes] = []
-    per_copy = sum(b.events(w) for b, w in zip(blocks, wins))
-    for parts in zip(*[b.copies(w, sh) for b, w in zip(blocks, wins)]):
-        chunk = _SEP.join([p for p in parts if p])
-        if chunk:
-            chunks.append(chunk)
-    counts = [per_copy] * len(chunks)
+        return
+    views = [b.window(w) for b, w in zip(blocks, wins)]
+    for j in range(1, sh.copies + 1):
+        for b, v in zip(blocks, views):
+            if v is not None:
+                yield from b.copy(v, j, sh)
     if sh.copies < sh.repeats and any(len(w) for w in wins):
         first = next((b for b in blocks if b.dur is not None and len(b)), None)
         if first is not None:
             pid, tid = first.thread_of(0)
         else:
             pid, tid = next(b.thread_of(int(w[0])) for b, w in zip(blocks, wins) if len(w))
-        chunks.append(_lines([sh.tail_event(pid, tid)]))
-        counts.append(1)
-    return body, events, chunks, counts
+        yield _lines([sh.tail_event(pid, tid)]), 1
 
 
 def write_timeline(path: str | Path, result: Any) -> list[Path]:
@@ -1043,16 +1080,38 @@ def write_timeline(path: str | Path, result: Any) -> list[Path]:
         return _write_timeline(Path(path), result)
 
 
+_Pairs = Iterable[tuple[bytes, bytes]]
+"""Serialized events as the rank file has them and as the combined file has them (its pids)."""
+
+
+class _Moves:
+    """How a rank's serialized events move onto its pids of the combined file (:func:`_repid`): host pid ``p`` to
+    ``(rank + 1) * 1000``, GPU ``d`` to ``(rank + 1) * 1000 + 1 + d`` (:func:`_renumber` for the dicts)."""
+
+    def __init__(self, rg: Any, devices: list[int]) -> None:
+        self.off = (rg.rank + 1) * 1000
+        self.hpids = sorted(set(rg.threads.pid.tolist()))
+        self.devices = devices
+
+    def host(self, b: bytes, events: int | None = None) -> bytes:
+        """Host events ``b`` (``events`` of them, when known) on the combined file's host pid."""
+        return _repid(b, self.hpids, lambda _p: self.off, events)
+
+    def gpu(self, b: bytes, events: int | None = None) -> bytes:
+        """GPU events ``b`` (``events`` of them, when known) on the combined file's GPU pids."""
+        return _repid(b, self.devices, lambda p: self.off + 1 + p, events)
+
+
+def _moved(chunks: Iterable[tuple[bytes, int]], move: Callable[[bytes, int], bytes] | None) -> _Pairs:
+    """Chunks with their event counts (:func:`_side`) as (rank file, combined file) pairs, lazily."""
+    for c, k in chunks:
+        yield c, (c if move is None else move(c, k))
+
+
 def _write_timeline(path: Path, result: Any) -> list[Path]:
     split = getattr(result, "split_events", None)
-
-    def extend(rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], _Copies]:
-        """A rank's events for the full step, and the serialized copies of its repeated period (when any)."""
-        if split is None:
-            return evs, _Copies()
-        out, rw = split(rank, evs)
-        return out, (_window_lines(rw) if rw is not None else _Copies())
-
+    shift = getattr(result, "event_shift", None)
+    columns = split is None or shift is not None  # a split_events hook without its columnar twin: event dicts
     ranks = list(zip(result.graph.ranks, result.runs))
     ids = _Ids(rg for rg, _ in ranks)
     folder = path.parent / "timeline"
@@ -1062,77 +1121,36 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
     if single:
         rg0 = ranks[0][0]
         combined = _header(rg0, sorted(set(rg0.gpu_ops.device.tolist())))
-    shift = getattr(result, "event_shift", None)
-    columns = split is None or shift is not None  # a split_events hook without its columnar twin: event dicts
     with _GzipOut(path) as cfh:
         cw = _TraceWriter(cfh, combined)
         for rg, run in ranks:
             devices = sorted(set(rg.gpu_ops.device.tolist()))
-            host_rep: _Copies | list[bytes]
-            gpu_rep: _Copies | list[bytes]
-            host_counts: list[int] = []
-            gpu_counts: list[int] = []
+            mv = None if single else _Moves(rg, devices)
             if columns:
                 meta_h, meta_g = _meta_events(rg)
                 hb, gb = _rank_blocks(rg, run, ids)
                 sh = shift(rg.rank) if shift is not None else None
-                b0, n_host, host_rep, host_counts = _side(hb, sh)
-                b1, n_gpu, gpu_rep, gpu_counts = _side(gb, sh)
-                del hb, gb
-                body = [b0, b1]
-                del b0, b1
+                host = _moved(_side(hb, sh), None if mv is None else mv.host)
+                gpu = _moved(_side(gb, sh), None if mv is None else mv.gpu)
             else:
-                host, gpu = rank_events(rg, run, ids)
-                (host, host_rep), (gpu, gpu_rep) = extend(rg.rank, host), extend(rg.rank, gpu)
-                nh, ng = _meta_count(host), _meta_count(gpu)
-                body = [_lines(host[nh:]), _lines(gpu[ng:])]  # each event serialized once, for both files
-                meta_h, meta_g = host[:nh], gpu[:ng]
-                n_host, n_gpu = len(host) - nh, len(gpu) - ng  # events of each body
-                del host, gpu
+                meta_h, meta_g, host, gpu = _dict_parts(rg, run, ids, split, mv)
+            cmeta_h, cmeta_g = meta_h, meta_g
+            if not single:
+                cmeta_h, cmeta_g = [dict(e) for e in meta_h], [dict(e) for e in meta_g]
+                _renumber(rg.rank, cmeta_h, cmeta_g)
             p = folder / f"rank{rg.rank}.json.gz"
             with _GzipOut(p) as fh:
                 w = _TraceWriter(fh, _header(rg, devices))
-                w.events(meta_h)
-                w.lines(body[0], *_chunks(host_rep))
-                w.events(meta_g)
-                w.lines(body[1], *_chunks(gpu_rep))
+                for meta, cmeta, pairs in ((meta_h, cmeta_h, host), (meta_g, cmeta_g, gpu)):
+                    w.events(meta)
+                    cw.events(cmeta)
+                    for a, b in pairs:  # each chunk into both files while it is in the cache
+                        w.lines(a)
+                        cw.lines(b)
                 w.close()
             written.append(p)
-            ann_evs, ann_rep = extend(rg.rank, gpu_annotation_events(rg, run, ids))
-            ann = [_lines(ann_evs), *ann_rep.chunks()]
-            if not single:
-                meta_h, meta_g = [dict(e) for e in meta_h], [dict(e) for e in meta_g]
-                _renumber(rg.rank, meta_h, meta_g)
-                off = (rg.rank + 1) * 1000
-                hpids = sorted(set(rg.threads.pid.tolist()))
-
-                def host_pid(_p: int, off: int = off) -> int:
-                    return off
-
-                def gpu_pid(p: int, off: int = off) -> int:
-                    return off + 1 + p
-
-                def host_move(b: bytes, hpids: list[int] = hpids, f: Callable[[int], int] = host_pid) -> bytes:
-                    return _repid(b, hpids, f)
-
-                def gpu_move(b: bytes, devices: list[int] = devices, f: Callable[[int], int] = gpu_pid) -> bytes:
-                    return _repid(b, devices, f)
-
-                body = [_repid(body[0], hpids, host_pid, n_host), _repid(body[1], devices, gpu_pid, n_gpu)]
-                ann = [_repid(ann[0], devices, gpu_pid, len(ann_evs)), *(gpu_move(b) for b in ann[1:])]
-                if isinstance(host_rep, list) and isinstance(gpu_rep, list):  # chunks of known event counts
-                    reps = [[_repid(c, hpids, host_pid, k) for c, k in zip(host_rep, host_counts)],
-                            [_repid(c, devices, gpu_pid, k) for c, k in zip(gpu_rep, gpu_counts)]]
-                else:
-                    reps = [_chunks(host_rep, host_move), _chunks(gpu_rep, gpu_move)]
-            else:
-                reps = [_chunks(host_rep), _chunks(gpu_rep)]
-            cw.events(meta_h)
-            cw.lines(body[0], *reps[0])
-            cw.events(meta_g)
-            cw.lines(body[1], *reps[1])
-            cw.lines(*ann)
-            del body, ann
+            del host, gpu
+            cw.lines(*_annotations(rg, run, ids, split, mv))
         cw.close()
     keep = {p.name for p in written}
     for old in folder.glob("rank*.json.gz"):
@@ -1141,12 +1159,40 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
     return [path, *written]
 
 
-def _chunks(rep: _Copies | list[bytes], move: Callable[[bytes], bytes] | None = None) -> list[bytes]:
-    """The serialized copies of a repeated period (and its tail): a :class:`_Copies`' chunks, or chunks already
-    made by :func:`_side` (``move`` applied to each)."""
-    if isinstance(rep, _Copies):
-        return rep.chunks(move)
-    return rep if move is None else [move(c) for c in rep]
+def _extend(split: Callable[..., Any] | None, rank: int, evs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                                                            _Copies]:
+    """A rank's events for the full step (``split``: the result's ``split_events``, when any), and the serialized
+    copies of its repeated period (when any)."""
+    if split is None:
+        return evs, _Copies()
+    out, rw = split(rank, evs)
+    return out, (_window_lines(rw) if rw is not None else _Copies())
+
+
+def _dict_parts(rg: Any, run: Any, ids: _Ids, split: Callable[..., Any] | None, mv: _Moves | None
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], _Pairs, _Pairs]:
+    """A rank's events through event dicts (a result with ``split_events`` but no ``event_shift``): the host and
+    GPU metadata events, and each side's serialized events (each event serialized once, for both files; a repeated
+    period's template moved once, :meth:`_Copies.chunks`)."""
+    host, gpu = rank_events(rg, run, ids)
+    (host, host_rep), (gpu, gpu_rep) = _extend(split, rg.rank, host), _extend(split, rg.rank, gpu)
+    nh, ng = _meta_count(host), _meta_count(gpu)
+    sides: list[list[tuple[bytes, bytes]]] = []
+    for evs, n, rep, move in ((host, nh, host_rep, None if mv is None else mv.host),
+                                    (gpu, ng, gpu_rep, None if mv is None else mv.gpu)):
+        body = _lines(evs[n:])
+        pairs = [(body, body if move is None else move(body, len(evs) - n))]
+        pairs += zip(rep.chunks(), rep.chunks(move))
+        sides.append(pairs)
+    return host[:nh], gpu[:ng], sides[0], sides[1]
+
+
+def _annotations(rg: Any, run: Any, ids: _Ids, split: Callable[..., Any] | None, mv: _Moves | None) -> list[bytes]:
+    """The rank's ``gpu_user_annotation`` events serialized for the combined file (its pids unless ``mv`` is None)."""
+    evs, rep = _extend(split, rg.rank, gpu_annotation_events(rg, run, ids))
+    if mv is None:
+        return [_lines(evs), *rep.chunks()]
+    return [mv.gpu(_lines(evs), len(evs)), *rep.chunks(mv.gpu)]
 
 
 def _meta_count(evs: list[dict[str, Any]]) -> int:

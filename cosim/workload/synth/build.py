@@ -1328,13 +1328,14 @@ class _Paired:
     n-1-i), on one compute and one communication stream, in the order docs/SYNTHESIS.md "EP all-to-all overlap"
     gives (segments: :func:`_fwd_parts`, :func:`_bwd_parts`)."""
 
-    __slots__ = ("bw", "cb", "cf", "dw", "fw", "last", "mb", "mf", "post", "post_ly", "r")
+    __slots__ = ("bw", "cb", "cf", "dw", "fw", "mb", "mf", "post", "post_ly", "r")
 
     def __init__(self, r: _StepRank, cf: int, mf: int, cb: int, mb: int) -> None:
         self.r, self.cf, self.mf, self.cb, self.mb = r, cf, mf, cb, mb
         self.fw = r.prepared[(cf, 0)][0]
         self.bw = r.prepared[(cb, 0)][1]
-        self.last = mb == r.last_mb
+        # the last micro-batch's backward closes gradient buckets (_StepRank.backward); it is never paired
+        assert mb != r.last_mb, "the last micro-batch's backward is in the cool-down (_overlap_pairs)"
         self.post: Seg = []  # the forward's ops after its combine: they run before its next layer
         self.post_ly = -1
         self.dw: tuple[int, Seg] | None = None  # a backward layer's deferred attention wgrad
@@ -1377,7 +1378,6 @@ class _Paired:
         for ly, ops, durs in self.bw:
             if ly == nl:
                 r.emit_all(list(zip(ops, durs)), ly)
-                self.grads(ly)
 
     def _layer(self, f: tuple[int, list[Op], list[float]] | None, b: tuple[int, list[Op], list[float]] | None,
                both: bool) -> None:
@@ -1437,22 +1437,14 @@ class _Paired:
         for ly, ops, durs in self.bw:
             if ly < 0:
                 r.emit_all(list(zip(ops, durs)), ly)
-                self.grads(ly)
         rb.switch(0)
         rb.comm_lane = None
 
-    def grads(self, ly: int) -> None:
-        """The gradient buckets backward layer ``ly`` closes, on the last micro-batch when reductions overlap."""
-        r = self.r
-        if self.last and r.overlap_grads:
-            _grad_buckets(r.rb, r.plan.rm, r.closing.get(ly, []), r.groups, r.emit)
-
     def flush_dw(self) -> None:
-        """The deferred attention wgrad of the previous backward layer, if any, then its gradient buckets."""
+        """The deferred attention wgrad of the previous backward layer, if any."""
         if self.dw is not None:
             self.r.rb.switch(1)
             self.r.emit_all(self.dw[1], self.dw[0])
-            self.grads(self.dw[0])
             self.dw = None
 
     def f_seg(self, ly: int, seg: Seg) -> None:
@@ -1523,11 +1515,14 @@ def _offload_emit(off: _Offload, o: Op, ly: int, fwd: dict[int, tuple[list[Op], 
 def _overlap_pairs(order: list[tuple[str, int, int]]) -> list[list[tuple[str, int, int]]]:
     """Steps of Megatron's EP all-to-all overlap: every steady-state forward with the backward issued
     after it (the order has one more warm-up forward, so the two are independent: without a pipeline
-    F0, F1+B0, ..., B last); each pair runs layer by layer in Megatron's combined-1F1B order (``paired``)."""
+    F0, F1+B0, ..., B last); each pair runs layer by layer in Megatron's combined-1F1B order (``paired``).
+    A forward is never paired with its own backward (one micro-batch without a pipeline: F0, then B0, as
+    Megatron-Core's ``combined_1f1b_schedule_for_no_pipelining`` runs it). So the last micro-batch's backwards are
+    never paired: they follow the last forward (the cool-down), which :class:`_Paired` relies on."""
     steps: list[list[tuple[str, int, int]]] = []
     i = 0
     while i < len(order):
-        if order[i][0] == "F" and i + 1 < len(order) and order[i + 1][0] == "B":
+        if order[i][0] == "F" and i + 1 < len(order) and order[i + 1][0] == "B" and order[i + 1][1:] != order[i][1:]:
             steps.append([order[i], order[i + 1]])
             i += 2
         else:
