@@ -491,6 +491,8 @@ class Executor:
                     _HostThread(self, r, tp).start()
         self._run_env()
         self._drain()
+        if self.share is not None:
+            self.share.close()
         wall = time.perf_counter() - t0
         return [self._result(r) for r in self.ranks], wall
 

@@ -549,6 +549,15 @@ class GpuShare:
         self.sink: Callable[[_Kernel, float], None] | None = None
         """Where :meth:`start_op`'s kernels end: ``sink(kernel, end)`` (its ``rank``, ``op``, ``start``)."""
 
+    def close(self) -> None:
+        """The replay ended: drop :attr:`sink` and each device's wake-up callback (references back to the executor
+        and to the device itself), so that what the replay built is freed by reference counting when it returns
+        rather than at the collector's next full collection."""
+        self.sink = None
+        for d in self.devices.values():
+            d.sink = None
+            d._cbs = ()  # type: ignore[assignment]
+
     def _device(self, rank: int, j: int) -> _Device:
         key = (rank, self._dev[rank][j])
         d = self.devices.get(key)
