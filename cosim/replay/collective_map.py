@@ -79,22 +79,59 @@ def nbytes_of(rg: RankGraph, c: int, ctype: int) -> float:
     return b
 
 
+class _Colls:
+    """A rank graph's collectives as Python lists, read once per runner (not per call): per GPU op its
+    collective row (-1: none); per row its type, engine op (None: not on the fabric), bytes as :func:`nbytes_of`
+    reads them, process group, group size and name. O(GPU ops + collectives) numpy to build."""
+
+    __slots__ = ("coll", "group", "gsize", "name", "nb", "op", "strings", "type")
+
+    def __init__(self, rg: RankGraph) -> None:
+        C = rg.collectives
+        self.strings = rg.strings
+        self.coll: list[int] = rg.gpu_ops.collective.astype(np.int64).tolist()
+        ct = C.type.astype(np.int64)
+        self.type: list[int] = ct.tolist()
+        self.op: list[str | None] = [ENGINE_OPS.get(t) for t in self.type]
+        ag = ct == int(CollType.ALL_GATHER)
+        b = np.where(ag, C.out_bytes, C.in_bytes).astype(float)
+        eb = C.elem_bytes.astype(np.int64)
+        n = np.where(ag, C.out_nelems, C.in_nelems).astype(np.int64)
+        alt = np.where((eb > 0) & (n > 0), (eb * n).astype(float), math.nan)
+        self.nb: list[float] = np.where(np.isfinite(b) & (b > 0), b, alt).tolist()
+        self.group: list[int] = C.group.astype(np.int64).tolist()
+        self.gsize: list[int] = C.group_size.astype(np.int64).tolist()
+        self.name: list[int] = C.name.astype(np.int64).tolist()
+
+    def label(self, c: int) -> str:
+        """:func:`label_of` row ``c``."""
+        return str(self.strings[self.name[c]])
+
+
 def collective_spec(arr: list, topo: Any, cfg: ReplayConfig, gpu_of: dict[int, str] | None = None,
-                    group_gpus: dict[tuple[int, int, int], list[str]] | None = None
-                    ) -> tuple[str, list[str], float, Any] | None:
+                    group_gpus: dict[tuple[int, int, int], list[str]] | None = None,
+                    colls: _Colls | None = None) -> tuple[str, list[str], float, Any] | None:
     """What the engine runs for matched participants ``arr`` [(rank, gpu op, start)]:
     (op, GPUs, nbytes, all-to-allv matrix or None), or None when it cannot (type or size unknown).
-    ``group_gpus``: the runner's cache of a lone participant's GPUs by (rank graph, group, group size)."""
+    ``group_gpus``: the runner's cache of a lone participant's GPUs by (rank graph, group, group size);
+    ``colls``: the runner's :class:`_Colls` of the first participant's rank graph."""
     r0, j0, _ = arr[0]
     rg = r0.rg
-    c = int(rg.gpu_ops.collective[j0])
-    ctype = int(rg.collectives.type[c])
-    op = ENGINE_OPS.get(CollType(ctype))
-    nb = nbytes_of(rg, c, ctype)
+    if colls is not None:
+        c = colls.coll[j0]
+        ctype = colls.type[c]
+        op = colls.op[c]
+        nb = colls.nb[c]
+    else:
+        c = int(rg.gpu_ops.collective[j0])
+        ctype = int(rg.collectives.type[c])
+        op = ENGINE_OPS.get(CollType(ctype))
+        nb = nbytes_of(rg, c, ctype)
     if op is None or not math.isfinite(nb):
         return None
     if len(arr) == 1 and group_gpus is not None and op != "send_recv":  # what the lone branch below gives
-        gk = (id(rg), int(rg.collectives.group[c]), int(rg.collectives.group_size[c]))
+        gk = ((id(rg), colls.group[c], colls.gsize[c]) if colls is not None
+              else (id(rg), int(rg.collectives.group[c]), int(rg.collectives.group_size[c])))
         hit = group_gpus.get(gk)
         if hit is None:
             spec = collective_spec(arr, topo, cfg, gpu_of)
@@ -236,13 +273,18 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
             blocking.append(groups_contend(topo))
         return blocking[0]
 
+    tables: dict[int, _Colls] = {}  # id(rank graph) -> its collectives as lists
+
     def run(arr: list) -> simpy.Event | None:
-        spec = collective_spec(arr, topo, cfg, gpu_of, group_gpus)
+        r0, j0, _ = arr[0]
+        colls = tables.get(id(r0.rg))
+        if colls is None:
+            colls = tables[id(r0.rg)] = _Colls(r0.rg)
+        spec = collective_spec(arr, topo, cfg, gpu_of, group_gpus, colls)
         if spec is None:
             return None
         op, gpus, nb, matrix = spec
-        r0, j0, _ = arr[0]
-        c = int(r0.rg.gpu_ops.collective[j0])
+        c = colls.coll[j0]
         if r0.rg.source.get("fold") == "classes" and blocks():
             ck = (id(r0.rg), int(r0.rg.collectives.group[c]), len(arr))
             gr = class_gpus.get(ck)
@@ -252,11 +294,11 @@ def collective_runner(sim: Any, topo: Any, cfg: ReplayConfig, notes: list[str], 
             if gr:
                 if matrix is not None:
                     return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv", replicas=gr)
-                if op != "send_recv" and not label_of(r0.rg, c).startswith(("deepep_", "hybridep_")):
+                if op != "send_recv" and not colls.label(c).startswith(("deepep_", "hybridep_")):
                     return sim.collective(op, gpus, nb, name=op, replicas=gr)
         if matrix is not None:
             return sim.collective("all_to_allv", gpus, matrix=matrix, name="all_to_allv")
-        label = label_of(r0.rg, c)
+        label = colls.label(c)
         if label.startswith("deepep_"):  # a synthesized DeepEP dispatch/combine (cosim.workload.synth.infer)
             return deepep(sim, label, gpus)
         if label.startswith("hybridep_"):  # a synthesized HybridEP dispatch/combine (cosim.workload.synth.build)

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from heapq import heappush
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,7 @@ class _Rank:
         "ready",
         "rg",
         "share",
+        "share_ops",
         "sm_free",
         "special",
         "start",
@@ -133,6 +134,8 @@ class _Rank:
         self.comm_fallback = 0
         self.copy_route: list[int] | None = None
         self.share: list[int] | None = None
+        self.share_ops: Any = None
+        """:meth:`GpuShare.ops_of` this rank (None: not shared)."""
         """Per GPU op: its role in the executor's :class:`GpuShare` (COMM, COMPUTE, 0; None: not shared)."""
         """Per GPU op: its route in the executor's :class:`CopyModel`, or -1 (None: no fabric copies)."""
         self.fill = prog.gpu_last_wave
@@ -182,8 +185,11 @@ class Executor:
                     r.copy_route = route
         self.share = share
         if share is not None:
+            share.sink = self._shared_end
             for r in self.ranks:
                 r.share = share.roles.get(r.rg.rank)
+                if r.share is not None:
+                    r.share_ops = share.ops_of(r.rg.rank)
         self.work: list[tuple[_Rank, int]] = []
         self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
         self.needed: dict[Any, int] = {}
@@ -264,7 +270,11 @@ class Executor:
             r.bound_src[j] = src
             special = r.special
             if special is not None and special[j]:
-                self._start_shared(r, j, start)
+                sh = r.share
+                if sh is not None and sh[j] == COMPUTE:  # _shared, without a closure per op
+                    self.share.start_op(r.share_ops, r, j, start, prog.gpu_dur[j])  # type: ignore[union-attr]
+                else:
+                    self._start_shared(r, j, start)
             else:  # _finish of an op that shares nothing, inlined (the per-op path of a plain replay)
                 end = start + prog.gpu_dur[j]
                 r.start[j] = start
@@ -288,7 +298,7 @@ class Executor:
             if r.share[j] == COMPUTE:
                 self._shared(r, j, start)
                 return
-            self.share.start_comm(r.rg.rank, j, start)  # type: ignore[union-attr]
+            self.share.comm_op(r.share_ops, j, start, 1)  # type: ignore[union-attr]
         key = r.coll_key.get(j)
         if key is not None:
             self._arrive(key, r, j, start)
@@ -305,7 +315,7 @@ class Executor:
         r.meet[j] = start if meet is None else max(meet, start)
         self.events += 1
         if r.share is not None and r.share[j] == COMM:
-            self.share.end_comm(r.rg.rank, j, end)  # type: ignore[union-attr]
+            self.share.comm_op(r.share_ops, j, end, -1)  # type: ignore[union-attr]
         pending = r.pending
         for s in r.succ[j]:
             pending[s] -= 1
@@ -384,6 +394,29 @@ class Executor:
         assert self.share is not None
         self.share.start(r.rg.rank, j, start, r.prog.gpu_dur[j], done)
 
+    def _shared_end(self, k: Any, end: float) -> None:
+        """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` (a compute op holds no
+        SMs of the law) and the work it releases, inlined (the per-op path of a shared replay)."""
+        r: _Rank = k.rank
+        j: int = k.op
+        start = k.start
+        r.start[j] = start
+        r.end[j] = end
+        r.meet[j] = start
+        self.events += 1
+        pending = r.pending
+        work = self.work
+        for s in r.succ[j]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                work.append((r, s))
+        if r.waiters:
+            ws = r.waiters.pop(j, None)
+            if ws:
+                self._wake(ws, end, j)
+        if work:
+            self._drain()
+
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:
         arr = self.arrivals.setdefault(key, [])
         arr.append((r, j, start))
@@ -458,6 +491,8 @@ class Executor:
                     _HostThread(self, r, tp).start()
         self._run_env()
         self._drain()
+        if self.share is not None:
+            self.share.close()
         wall = time.perf_counter() - t0
         return [self._result(r) for r in self.ranks], wall
 
@@ -465,10 +500,10 @@ class Executor:
         """``env.run()`` to the end; a run of more than :data:`PROGRESS_MIN_OPS` GPU ops shows a tqdm bar on
         stderr of the ops done (GPU ops finished and host events passed) out of their total (only where stderr
         is a terminal, so logs and ``--json`` stay clean). Same events in the same order as ``env.run()``: one
-        ``step()`` per event either way."""
+        ``step()`` per event either way (:func:`_run_all` without the bar)."""
         gpu_ops = sum(len(r.rg.gpu_ops) for r in self.ranks)
-        if gpu_ops < PROGRESS_MIN_OPS:
-            self.env.run()
+        if gpu_ops < PROGRESS_MIN_OPS or not sys.stderr.isatty():
+            _run_all(self.env)
             return
         from tqdm import tqdm
 
@@ -631,6 +666,22 @@ class _HostThread(simpy.events.Event):
                 _release(watch[tp.thread], len(stalls))
         self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
         yield  # never resumed
+
+
+def _run_all(env: simpy.Environment) -> None:
+    """``env.run()`` to the end: simpy's ``Environment.step`` inlined in its loop (the same pop, callbacks and
+    failure check per event, one Python call less: the replay's hottest loop)."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks: Any = event.callbacks
+        event.callbacks = None  # type: ignore[assignment]
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled: crash, as step does
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
 
 
 def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from cosim.replay.binding import _COMPUTE, _MEMORY
 from cosim.replay.program import ENGINE_OPS, is_comm
@@ -319,36 +320,55 @@ def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_
 
 
 class _Kernel:
-    __slots__ = ("done", "due", "h", "rate", "remaining", "sms", "start", "touched", "work")
+    __slots__ = ("done", "due", "h", "op", "rank", "rate", "remaining", "sms", "start", "touched", "work")
 
-    def __init__(self, work: float, h: float, sms: bool, start: float, done: Callable[[float, float], None]) -> None:
+    def __init__(self, work: float, h: float, sms: bool, start: float,
+                 done: Callable[[float, float], None] | None) -> None:
         self.work = work
         self.remaining = work
         self.h = h
         self.sms = sms
         self.start = start
         self.done = done
+        """``done(start, end)`` at its end; None: the device's ``sink(kernel, end)`` (the executor's path)."""
+        self.rank: Any = None
+        self.op = -1
         self.rate = 1.0
         self.touched = False
         self.due = math.inf
+
+
+class _Wake:
+    """A device's wake-up on the engine's queue: what a ``simpy.Timeout`` would be there (the same place in the
+    queue), without a Timeout's checks and value; ``gen`` and ``target`` as :meth:`_Device._tick` reads them."""
+
+    __slots__ = ("_ok", "callbacks", "gen", "target")
+
+    def __init__(self, callbacks: tuple[Callable[[Any], None]], gen: int, target: float) -> None:
+        self.callbacks: Any = callbacks
+        self._ok = True
+        self.gen = gen
+        self.target = target
 
 
 class _Device:
     """One GPU: its compute kernels (remaining standalone seconds; a kernel registered before its start waits in
     the set and progresses from its start), the communication kernels active, and the changes of that count to
     come, in time order. Compute kernels do not slow each other (their measured durations hold that), so each
-    one's rate depends only on the count: one simpy timeout is pending per device, at the earlier of the next
-    change of the count and the next projected completion, and rates are re-solved only when the count changes
-    or a kernel joins or leaves (O(kernels in flight) each)."""
+    one's rate depends only on the count: one wake-up is pending per device on the engine's queue, at the earlier
+    of the next change of the count and the next projected completion, and rates are re-solved only when the
+    count changes or a kernel joins or leaves (O(kernels in flight) each)."""
 
     __slots__ = ("c_comm", "comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "rates", "running", "seq",
-                 "sm_count", "t_last", "wake")
+                 "sink", "sm_count", "t_last", "wake", "_cbs", "_eid", "_queue")
 
-    def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float) -> None:
+    def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float,
+                 sink: Callable[[_Kernel, float], None] | None = None) -> None:
         self.env = env
         self.sm_count = sm_count
         self.comm_sms = comm_sms
         self.h_comm = h_comm
+        self.sink = sink
         self.n_comm = 0
         self.c_comm = 0.0
         """SMs the active communication kernels hold together (the sum of their own counts)."""
@@ -360,9 +380,11 @@ class _Device:
         self.gen = 0
         self.wake = math.inf
         self.rates: dict[tuple[int, float, float, bool], float] = {}
+        self._cbs = (self._on_wake,)
+        self._queue: list[Any] = env._queue  # simpy's event heap: (time, priority, id, event)
+        self._eid = env._eid
 
-    def _advance(self) -> None:
-        now = self.env.now
+    def _advance(self, now: float) -> None:
         t0 = self.t_last
         if now > t0:
             for k in self.running:
@@ -377,13 +399,13 @@ class _Device:
         """From ``t`` (>= now), ``delta`` more communication kernels holding ``sms`` SMs each (None: the
         device's ``comm_sms``)."""
         dc = delta * (self.comm_sms if sms is None else sms)
-        if t > self.env.now:
+        if t > self.env._now:
             self.seq += 1
             heapq.heappush(self.pending, (t, self.seq, delta, dc))
             if t < self.wake:
                 self._wake_at(t)
             return
-        self._advance()
+        self._advance(self.env._now)
         self._change(delta, dc)
         self._reschedule()
 
@@ -396,13 +418,14 @@ class _Device:
     def add(self, k: _Kernel) -> None:
         """Compute kernel ``k`` runs from ``k.start`` (>= now). The others' rates do not change: O(1)."""
         n = self.n_comm
-        now = self.env.now
+        now = self.env._now
+        b = k.start if k.start > now else now
         if n:
             r = self._rate(n, k)
             k.rate = r
-            d = (k.start if k.start > now else now) + k.remaining / r
+            d = b + k.remaining / r
         else:
-            d = (k.start if k.start > now else now) + k.remaining
+            d = b + k.remaining
         k.due = d
         self.running.append(k)
         if d < self.wake or d <= now:
@@ -422,16 +445,20 @@ class _Device:
         return r
 
     def _wake_at(self, t: float) -> None:
+        """Wake up at ``t`` (>= now): pushed where ``env.timeout(t - now)`` would be (the same float time, the
+        next id); an earlier wake-up still queued is stale (its generation is no longer current)."""
         self.gen += 1
         self.wake = t
-        self.env.timeout(t - self.env.now, (self.gen, t)).callbacks.append(self._on_wake)
+        now = self.env._now
+        heapq.heappush(self._queue, (now + (t - now), NORMAL, next(self._eid), _Wake(self._cbs, self.gen, t)))
 
-    def _on_wake(self, ev: Any) -> None:
-        self._tick(*ev._value)  # the (generation, time) the timeout was made with
+    def _on_wake(self, ev: _Wake) -> None:
+        if ev.gen == self.gen:
+            self._tick(ev.target)
 
     def _reschedule(self) -> None:
         n = self.n_comm
-        now = self.env.now
+        now = self.env._now
         t = math.inf
         if n:
             for k in self.running:
@@ -456,28 +483,44 @@ class _Device:
         elif t != self.wake or t <= now:
             self._wake_at(t)
 
-    def _tick(self, gen: int, target: float) -> None:
-        if gen != self.gen:
-            return
+    def _tick(self, target: float) -> None:
         self.wake = math.inf
-        self._advance()
-        now = self.env.now
+        now = self.env._now
+        run = self.running
+        t0 = self.t_last
+        if now > t0:  # _advance, inlined
+            for k in run:
+                b = k.start
+                if b < now:
+                    k.remaining -= k.rate * (now - (b if b > t0 else t0))
+                    if k.rate != 1.0:
+                        k.touched = True
+        self.t_last = now
         due = now if now > target else target  # the clock may land an ulp short of the time it woke for
         pend = self.pending
         while pend and pend[0][0] <= due:
             _, _, dn, dc = heapq.heappop(pend)
             self._change(dn, dc)
-        fin = []
-        keep = []
-        for k in self.running:
+        fin: list[_Kernel] = []
+        keep: list[_Kernel] = []
+        for k in run:
             if k.start <= due and (k.due <= due or k.remaining <= 1e-12 * k.work + 1e-15):
                 fin.append(k)
             else:
                 keep.append(k)
         self.running = keep
         self._reschedule()
+        sink = self.sink
         for k in fin:
-            k.done(k.start, now if k.touched else k.start + k.work)  # never slowed: exactly start + work
+            end = now if k.touched else k.start + k.work  # never slowed: exactly start + work
+            if k.done is None:
+                sink(k, end)  # type: ignore[misc]
+            else:
+                k.done(k.start, end)
+
+
+_Ops = tuple[list[float], list[float], list[bool], list[_Device | None], int, list[float] | None]
+"""A rank's ops as :meth:`GpuShare.ops_of` gives them."""
 
 
 class GpuShare:
@@ -503,13 +546,24 @@ class GpuShare:
         self.devices: dict[tuple[int, int], _Device] = {}
         self.count = 0
         """Compute kernels that ran under the law."""
+        self.sink: Callable[[_Kernel, float], None] | None = None
+        """Where :meth:`start_op`'s kernels end: ``sink(kernel, end)`` (its ``rank``, ``op``, ``start``)."""
+
+    def close(self) -> None:
+        """The replay ended: drop :attr:`sink` and each device's wake-up callback (references back to the executor
+        and to the device itself), so that what the replay built is freed by reference counting when it returns
+        rather than at the collector's next full collection."""
+        self.sink = None
+        for d in self.devices.values():
+            d.sink = None
+            d._cbs = ()  # type: ignore[assignment]
 
     def _device(self, rank: int, j: int) -> _Device:
         key = (rank, self._dev[rank][j])
         d = self.devices.get(key)
         if d is None:
             p = self.plans[rank]
-            d = self.devices[key] = _Device(self.env, p["sm_count"], p["comm_sms"], p["h_comm"])
+            d = self.devices[key] = _Device(self.env, p["sm_count"], p["comm_sms"], p["h_comm"], self.sink)
         return d
 
     def start_comm(self, rank: int, j: int, t: float) -> None:
@@ -528,6 +582,34 @@ class GpuShare:
         k = _Kernel(duration * self._work[rank][j], self._h[rank][j], self._sms[rank][j], t, done)
         self.count += 1
         self._device(rank, j).add(k)
+
+    def ops_of(self, rank: int) -> _Ops:
+        """What :meth:`start_op` and :meth:`comm_op` read of ``rank``'s ops: work factors, HBM demands, SM use,
+        devices (made on first use), the rank, communication SMs."""
+        n = len(self._work[rank])
+        return self._work[rank], self._h[rank], self._sms[rank], [None] * n, rank, self._csms[rank]
+
+    def comm_op(self, ops: _Ops, j: int, t: float, delta: int) -> None:
+        """:meth:`start_comm` (``delta`` 1) or :meth:`end_comm` (-1) of op ``j`` of :meth:`ops_of`'s rank."""
+        devs, c = ops[3], ops[5]
+        d = devs[j]
+        if d is None:
+            d = devs[j] = self._device(ops[4], j)
+        d.comm(t, delta, None if c is None else c[j])
+
+    def start_op(self, ops: _Ops, tag: Any, j: int, t: float, duration: float) -> None:
+        """:meth:`start` of op ``j`` of :meth:`ops_of`'s rank, whose end goes to :attr:`sink` (set before the first
+        device is made) as ``sink(kernel, end)``, the kernel carrying ``tag`` as its ``rank`` and ``j`` as its
+        ``op``: no closure and no look-up by rank per op."""
+        work, h, sms, devs, rank, _ = ops
+        k = _Kernel(duration * work[j], h[j], sms[j], t, None)
+        k.rank = tag
+        k.op = j
+        self.count += 1
+        d = devs[j]
+        if d is None:
+            d = devs[j] = self._device(rank, j)
+        d.add(k)
 
 
 def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,

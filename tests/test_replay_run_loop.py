@@ -1,0 +1,106 @@
+"""The executor's own event loop (:func:`cosim.replay.executor._run_all`) and the SM-sharing devices' bare wake-ups
+(:class:`cosim.replay.interference._Wake`): the same events in the same order as simpy's own ``run`` and
+``Timeout``, an unhandled failure raised as simpy raises it, and a finished share that holds no reference back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+
+from cosim.replay.executor import _run_all
+from cosim.replay.interference import COMM, COMPUTE, GpuShare
+
+US = 1e-6
+
+
+def _scenario(env: simpy.Environment, log: list[tuple[str, float]]) -> None:
+    """Processes, timeouts at equal times and an event succeeded from a callback: same-time order matters."""
+
+    def worker(name: str, gaps: list[float]) -> Generator[simpy.Event, Any, None]:
+        for g in gaps:
+            yield env.timeout(g)
+            log.append((name, env.now))
+
+    gate = env.event()
+    gate.callbacks.append(lambda e: log.append(("gate", env.now)))
+    env.timeout(0.5).callbacks.append(lambda e: None if gate.succeed() else None)
+    for i, gaps in enumerate(([0.25, 0.25, 0.5], [0.5, 0.0, 0.125], [0.125, 0.375, 0.5])):
+        env.process(worker(f"w{i}", gaps))
+
+
+def test_run_all_steps_the_events_of_env_run_in_order() -> None:
+    """The log of a scenario with ties at 0.5 s is the same, entry for entry, under ``env.run()`` and ``_run_all``."""
+    logs = []
+    for run in (lambda env: env.run(), _run_all):
+        env = simpy.Environment()
+        log: list[tuple[str, float]] = []
+        _scenario(env, log)
+        run(env)
+        logs.append(log)
+    assert logs[0] == logs[1] and len(logs[0]) == 10
+    assert [n for n, t in logs[0] if t == 0.5] == ["w1", "w2", "w0", "gate", "w1"]  # by the order of making
+
+
+def test_run_all_raises_an_unhandled_failure_as_simpy_does() -> None:
+    """A failed event nobody defused: a copy of its exception, the original as its cause (``Environment.step``)."""
+    runs: tuple[Callable[[simpy.Environment], None], ...] = (lambda env: env.run(), _run_all)
+    for run in runs:
+        env = simpy.Environment()
+        ev = env.event()
+        def fail(_: Any, ev: simpy.Event = ev) -> None:
+            ev.fail(ValueError("boom", 7))
+
+        env.timeout(1.0).callbacks.append(fail)
+        with pytest.raises(ValueError) as got:
+            run(env)
+        assert got.value.args == ("boom", 7) and isinstance(got.value.__cause__, ValueError)
+
+
+def _plan(n: int, roles: list[int]) -> dict[str, Any]:
+    return {"roles": np.array(roles, dtype=np.int8), "h": np.zeros(n), "sms": np.ones(n, dtype=bool),
+            "work": np.ones(n), "device": np.zeros(n, dtype=np.int64), "sm_count": 132.0, "comm_sms": 16.0,
+            "h_comm": 0.0, "traced_comm_sms": 16.0, "op_sms": None}
+
+
+def test_a_device_wake_up_takes_the_place_a_timeout_would() -> None:
+    """A GEMM of 100 us from 0 beside a 16-SM communication kernel over [20, 60] us ends at
+    60 + (100 - 20 - 40 x 116 / 132) us, its end reported from the device's wake-up (never synchronously), and a
+    timeout made at that end runs after it."""
+    env = simpy.Environment()
+    share = GpuShare(env, {0: _plan(2, [COMM, COMPUTE])})
+    order: list[str] = []
+    ends: dict[int, float] = {}
+    end = (60 + (100 - 20 - 40 * 116 / 132)) * US
+    share.start_comm(0, 0, 20 * US)
+    share.end_comm(0, 0, 60 * US)
+
+    def mark(name: str) -> Callable[[Any], None]:
+        return lambda e: order.append(name)
+
+    def done(s: float, e: float) -> None:
+        ends[1] = e
+        order.append("gemm")
+        env.timeout(0.0).callbacks.append(mark("after-end"))
+
+    share.start(0, 1, 0.0, 100 * US, done)
+    _run_all(env)
+    assert ends[1] == pytest.approx(end, rel=1e-12) and order == ["gemm", "after-end"]
+
+
+def test_a_closed_share_holds_no_reference_back() -> None:
+    """``start_op``'s kernels end in ``sink(kernel, end)`` with their tag and op; ``close`` drops the sink and
+    each device's wake-up callback (what would keep the executor and the device alive in a cycle)."""
+    env = simpy.Environment()
+    share = GpuShare(env, {3: _plan(2, [COMM, COMPUTE])})
+    got: list[tuple[Any, int, float, float]] = []
+    share.sink = lambda k, end: got.append((k.rank, k.op, k.start, end))
+    ops = share.ops_of(3)
+    share.start_op(ops, "tag", 1, 10 * US, 5 * US)
+    _run_all(env)
+    assert got == [("tag", 1, 10 * US, 10 * US + 5 * US)]
+    share.close()
+    assert share.sink is None and all(d.sink is None and d._cbs == () for d in share.devices.values())
