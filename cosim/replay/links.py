@@ -980,13 +980,21 @@ def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUs
     if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
         on_fab = [None if (f := copies.bytes_on_fabric.get(r.rg.rank)) is None else f[sel]
                   for r, sel, _, _ in groups]
-    if any(f is not None for f in on_fab):  # per rank and kind: its bytes, then its fabric share taken off
-        f_all = np.concatenate([np.full(n, math.nan) if f is None else f for f, n in zip(on_fab, ns)])[ok]
-        has = np.fromiter((f is not None for f in on_fab), dtype=bool, count=len(groups))[g_ok][rep]
-        minus = -(f_all[rep][has] * w_el[has])
-        key = np.concatenate([2 * g_ok[rep], 2 * g_ok[rep][has] + 1])
-        o = np.argsort(key, kind="stable")
-        np.add.at(usage.total_bytes, np.concatenate([lk, lk[has]])[o], np.concatenate([b, minus])[o])
-    else:
-        np.add.at(usage.total_bytes, lk, b)
+    _count_copy_bytes(usage, lk, b, w_el, on_fab, ns, ok, g_ok[rep], rep)
     usage.add(lk, start[ok][rep], end[ok][rep], 1.0, b, MEMCPY, count_bytes=False)
+
+
+def _count_copy_bytes(usage: LinkUsage, lk: np.ndarray, b: np.ndarray, w: np.ndarray, on_fab: list[np.ndarray | None],
+                      ns: list[int], ok: np.ndarray, group: np.ndarray, rep: np.ndarray) -> None:
+    """Add the copies' bytes ``b`` (per copy and route link ``lk``: its bytes times the link's weight ``w``;
+    ``group``: its rank-and-kind group, ``rep``: its copy among those kept, ``ok``) to ``usage.total_bytes``, less
+    what the fabric already counted of them (``on_fab``: per group, its copies' bytes on the fabric, None where
+    none; ``ns``: its copies), in the order one addition per group, then its fabric share taken off, adds them."""
+    if not any(f is not None for f in on_fab):
+        np.add.at(usage.total_bytes, lk, b)
+        return
+    f_all = np.concatenate([np.full(n, math.nan) if f is None else f for f, n in zip(on_fab, ns)])[ok]
+    has = np.fromiter((f is not None for f in on_fab), dtype=bool, count=len(on_fab))[group]
+    minus = -(f_all[rep][has] * w[has])
+    o = np.argsort(np.concatenate([2 * group, 2 * group[has] + 1]), kind="stable")
+    np.add.at(usage.total_bytes, np.concatenate([lk, lk[has]])[o], np.concatenate([b, minus])[o])
