@@ -785,20 +785,30 @@ def _spec(arr: list, topology: Any, cfg: ReplayConfig,
         return None
 
 
-_STATIC_KEPT = 256
 _STATIC: dict[int, tuple[Callable[[], Any], tuple[list[int], list[tuple[int, float, int, int]],
                                                    list[tuple[int, np.ndarray, np.ndarray]]]]] = {}
-"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the last :data:`_STATIC_KEPT`
-programs."""
+"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the live programs (an entry goes with
+its program: :func:`_forget`)."""
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    """The callback of the weak reference stored under ``key`` in :data:`_STATIC`: drops that entry when its
+    program is freed (unless another program's entry has taken the key since)."""
+    def drop(ref: Any) -> None:
+        hit = _STATIC.get(key)
+        if hit is not None and hit[0] is ref:
+            del _STATIC[key]
+
+    return drop
 
 
 def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, int, int]],
                                              list[tuple[int, np.ndarray, np.ndarray]]]:
     """What the attribution reads of rank graph ``rg`` alone (``prog``: its compiled program): its collective GPU
     ops and their :func:`_single_keys`, and per copy kind (H2D, D2H, PtoP, in that order, those it has) the kind,
-    its memcpy ops and their bytes. Kept per compiled program (a weak reference: never keeps one alive), which
-    :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a cached replay
-    reads them once."""
+    its memcpy ops and their bytes. Kept while the compiled program lives (a weak reference: never keeps one
+    alive), which :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a
+    cached replay reads them once."""
     hit = _STATIC.get(id(prog))
     if hit is not None and hit[0]() is prog:
         return hit[1]
@@ -813,11 +823,9 @@ def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, i
                 kinds.append((int(kind), sel, G.bytes[sel]))
     got = (js.tolist(), _single_keys(rg, js), kinds)
     try:
-        ref: Callable[[], Any] = weakref.ref(prog)
+        ref: Callable[[], Any] = weakref.ref(prog, _forget(id(prog)))
     except TypeError:  # not weakly referable: not kept
         return got
-    if len(_STATIC) >= _STATIC_KEPT:
-        del _STATIC[next(iter(_STATIC))]
     _STATIC[id(prog)] = (ref, got)
     return got
 
