@@ -339,3 +339,22 @@ def test_windowed_figures_from_the_crossing_intervals_are_bit_for_bit() -> None:
         got = u.bytes_in(a, b)
         assert np.array_equal(np.isnan(got), np.isnan(want))
         assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+def test_rank_static_keeps_live_programs_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """links.rank_static's memo (id -> weak reference, answer): a freed program's entry goes with it (its
+    collective keys and copy lists are not held for programs no replay can ask about again), and every live
+    program stays remembered however many there are (a job of more ranks than any fixed bound reads each once)."""
+    from cosim.replay import links
+
+    monkeypatch.setattr(links, "_STATIC", {})
+    rg = load_trace(Path(__file__).parent / "data" / "workload" / "ns_epoch.json", cache=False).ranks[0]
+
+    class Program:  # weakly referable, as RankProgram is
+        pass
+
+    progs = [Program() for _ in range(300)]
+    first = [links.rank_static(p, rg) for p in progs]
+    assert all(links.rank_static(p, rg) is got for p, got in zip(progs, first))
+    del progs[150:]
+    assert len(links._STATIC) == 150 and all(ref() is not None for ref, _ in links._STATIC.values())

@@ -200,3 +200,49 @@ def test_string_tables_read_from_several_threads_at_once(monkeypatch: pytest.Mon
         sys.setswitchinterval(was)
     assert not errors, errors[:3]
     assert len(g._STRINGS) <= 8
+
+
+def test_string_tables_told_apart_by_value_when_their_hashes_collide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph._decode_strings' memo keys hash by a CRC-32 (_TableKey) but compare by their bytes: with every CRC
+    forced to 0, tables of one offsets length (one hash) still each read back their own strings."""
+    import types
+
+    from cosim.workload import graph as g
+
+    monkeypatch.setattr(g, "_STRINGS", {})
+    monkeypatch.setattr(g, "zlib_ng", types.SimpleNamespace(crc32=lambda data, start=0: 0))
+
+    def read(text: str) -> list[str]:
+        return g._decode_strings(np.array([0, len(text)], np.int64), np.frombuffer(text.encode(), np.uint8))
+
+    keys = [g._TableKey((np.array([0, 2], np.int64).tobytes(), t.encode())) for t in ("ab", "cd")]
+    assert hash(keys[0]) == hash(keys[1]) and keys[0] != keys[1]
+    for _ in range(2):  # decoded, then from the memo
+        assert read("ab") == ["ab"] and read("cd") == ["cd"] and read("ef") == ["ef"]
+    assert len(g._STRINGS) == 3
+
+
+def test_cache_key_resolves_a_trace_folder_given_through_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """cache_key resolves each folder once (cache._realpath) and gives what os.path.realpath gives: a trace read
+    through a linked folder, relative or absolute, has its real folder's key; a rank file that is itself a link
+    is its target's entry; '..' after a linked folder is resolved from the link's target."""
+    import os
+
+    monkeypatch.setattr(cache, "_DIGESTS", {})
+    real, other = tmp_path / "real", tmp_path / "other"
+    (real / "sub").mkdir(parents=True)
+    other.mkdir()
+    for i, d in enumerate((real, real, other)):
+        (d / f"r{i}.json").write_text(f"[{i}]")
+    (tmp_path / "lnk").symlink_to("real")
+    (real / "sublink").symlink_to("sub")
+    (real / "r3.json").symlink_to(other / "r2.json")
+    names = ["r0.json", "r1.json", "r3.json"]
+    want = cache.cache_key([real / n for n in names[:2]] + [other / "r2.json"], None)
+    monkeypatch.chdir(tmp_path)
+    for folder in (tmp_path / "lnk", Path("lnk"), Path("./lnk/"), Path("lnk/sublink/..")):
+        assert cache.cache_key([folder / n for n in names], None) == want, folder
+    paths = [Path("lnk/sublink/../r0.json"), Path("lnk//sub/./../r1.json"), Path("lnk/r3.json"), Path("lnk/nope")]
+    real_dirs: dict[str, str] = {}
+    assert [cache._realpath(p, real_dirs) for p in paths] == [os.path.realpath(p) for p in paths]

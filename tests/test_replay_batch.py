@@ -123,3 +123,32 @@ def test_replay_frees_its_executor_by_reference_counting(monkeypatch: pytest.Mon
     finally:
         if was:
             gc.enable()
+
+
+def test_shared_sort_breakdown_and_split_equal_the_two_functions_bit_for_bit() -> None:
+    """summary._sim_breakdown_split (one sort of the window's ops shared by the unions) against breakdown and
+    comm_split themselves: random runs with ties, ops ending before they start, NaN starts, infinite ends, ops
+    across the window's ends, with and without bound columns, empty and NaN windows."""
+    import math
+    import types
+
+    from cosim.replay.summary import _sim_breakdown_split
+
+    rng = np.random.default_rng(5)
+    for it in range(1500):
+        n = int(rng.integers(0, 25))
+        s = np.round(rng.uniform(0, 10, n), int(rng.integers(0, 3)))  # rounded: ties
+        e = s + np.round(rng.uniform(-0.5 if it % 7 == 0 else 0.0, 3, n), int(rng.integers(0, 3)))
+        if n and it % 5 == 0:
+            s[rng.integers(0, n)] = np.nan
+        if n and it % 11 == 0:
+            e[rng.integers(0, n)] = np.inf
+        meet = np.where(rng.random(n) < 0.3, np.nan, s + rng.uniform(0, 1, n))
+        run = types.SimpleNamespace(gpu_start=s, gpu_end=e, gpu_meet=meet,
+                                    gpu_bound=rng.integers(0, 4, n) if it % 3 else None)
+        comm = rng.random(n) < 0.4
+        masks = {"comm": comm, "compute": ~comm & (rng.random(n) < 0.7)}
+        w = (math.nan, 1.0) if it % 13 == 0 else (float(rng.uniform(-1, 3)), float(rng.uniform(2, 12)))
+        k = int(rng.integers(0, 3))
+        want = (breakdown(None, run, w, k, masks=masks), comm_split(None, run, w, k, masks))  # type: ignore[arg-type]
+        assert _sim_breakdown_split(None, run, w, k, masks) == want, it  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ public measured table); a single number from elsewhere is cited in
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
@@ -147,7 +147,7 @@ class _PerDirection(Strict):
         return _bidirectional_to_per_direction(data)
 
     @model_validator(mode="after")
-    def _positive_bandwidth(self) -> Self:
+    def _positive_bandwidth(self) -> _PerDirection:  # not typing.Self: Python 3.11+
         _require_positive(self, "bandwidth")
         return self
 

@@ -785,20 +785,30 @@ def _spec(arr: list, topology: Any, cfg: ReplayConfig,
         return None
 
 
-_STATIC_KEPT = 256
 _STATIC: dict[int, tuple[Callable[[], Any], tuple[list[int], list[tuple[int, float, int, int]],
                                                    list[tuple[int, np.ndarray, np.ndarray]]]]] = {}
-"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the last :data:`_STATIC_KEPT`
-programs."""
+"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the live programs (an entry goes with
+its program: :func:`_forget`)."""
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    """The callback of the weak reference stored under ``key`` in :data:`_STATIC`: drops that entry when its
+    program is freed (unless another program's entry has taken the key since)."""
+    def drop(ref: Any) -> None:
+        hit = _STATIC.get(key)
+        if hit is not None and hit[0] is ref:
+            del _STATIC[key]
+
+    return drop
 
 
 def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, int, int]],
                                              list[tuple[int, np.ndarray, np.ndarray]]]:
     """What the attribution reads of rank graph ``rg`` alone (``prog``: its compiled program): its collective GPU
     ops and their :func:`_single_keys`, and per copy kind (H2D, D2H, PtoP, in that order, those it has) the kind,
-    its memcpy ops and their bytes. Kept per compiled program (a weak reference: never keeps one alive), which
-    :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a cached replay
-    reads them once."""
+    its memcpy ops and their bytes. Kept while the compiled program lives (a weak reference: never keeps one
+    alive), which :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a
+    cached replay reads them once."""
     hit = _STATIC.get(id(prog))
     if hit is not None and hit[0]() is prog:
         return hit[1]
@@ -813,11 +823,9 @@ def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, i
                 kinds.append((int(kind), sel, G.bytes[sel]))
     got = (js.tolist(), _single_keys(rg, js), kinds)
     try:
-        ref: Callable[[], Any] = weakref.ref(prog)
+        ref: Callable[[], Any] = weakref.ref(prog, _forget(id(prog)))
     except TypeError:  # not weakly referable: not kept
         return got
-    if len(_STATIC) >= _STATIC_KEPT:
-        del _STATIC[next(iter(_STATIC))]
     _STATIC[id(prog)] = (ref, got)
     return got
 
@@ -980,13 +988,21 @@ def _copies(ex: Executor, topology: Any, cfg: ReplayConfig, fabric_usage: LinkUs
     if fabric_usage is not None and copies is not None:  # already in the fabric's byte counters
         on_fab = [None if (f := copies.bytes_on_fabric.get(r.rg.rank)) is None else f[sel]
                   for r, sel, _, _ in groups]
-    if any(f is not None for f in on_fab):  # per rank and kind: its bytes, then its fabric share taken off
-        f_all = np.concatenate([np.full(n, math.nan) if f is None else f for f, n in zip(on_fab, ns)])[ok]
-        has = np.fromiter((f is not None for f in on_fab), dtype=bool, count=len(groups))[g_ok][rep]
-        minus = -(f_all[rep][has] * w_el[has])
-        key = np.concatenate([2 * g_ok[rep], 2 * g_ok[rep][has] + 1])
-        o = np.argsort(key, kind="stable")
-        np.add.at(usage.total_bytes, np.concatenate([lk, lk[has]])[o], np.concatenate([b, minus])[o])
-    else:
-        np.add.at(usage.total_bytes, lk, b)
+    _count_copy_bytes(usage, lk, b, w_el, on_fab, ns, ok, g_ok[rep], rep)
     usage.add(lk, start[ok][rep], end[ok][rep], 1.0, b, MEMCPY, count_bytes=False)
+
+
+def _count_copy_bytes(usage: LinkUsage, lk: np.ndarray, b: np.ndarray, w: np.ndarray, on_fab: list[np.ndarray | None],
+                      ns: list[int], ok: np.ndarray, group: np.ndarray, rep: np.ndarray) -> None:
+    """Add the copies' bytes ``b`` (per copy and route link ``lk``: its bytes times the link's weight ``w``;
+    ``group``: its rank-and-kind group, ``rep``: its copy among those kept, ``ok``) to ``usage.total_bytes``, less
+    what the fabric already counted of them (``on_fab``: per group, its copies' bytes on the fabric, None where
+    none; ``ns``: its copies), in the order one addition per group, then its fabric share taken off, adds them."""
+    if not any(f is not None for f in on_fab):
+        np.add.at(usage.total_bytes, lk, b)
+        return
+    f_all = np.concatenate([np.full(n, math.nan) if f is None else f for f, n in zip(on_fab, ns)])[ok]
+    has = np.fromiter((f is not None for f in on_fab), dtype=bool, count=len(on_fab))[group]
+    minus = -(f_all[rep][has] * w[has])
+    o = np.argsort(np.concatenate([2 * group, 2 * group[has] + 1]), kind="stable")
+    np.add.at(usage.total_bytes, np.concatenate([lk, lk[has]])[o], np.concatenate([b, minus])[o])

@@ -155,26 +155,30 @@ def breakdown(rg: RankGraph, run: RankRun, window: tuple[float, float], n_period
     idle = (b - a) - c3
     host_idle = 0.0
     if bnd is not None and ms.size:
-        bsel = bnd[ok]
-        # idle gaps: before the first interval, between intervals; the op starting at a gap's end tells why
-        gap_ends = ms
-        gap_starts = np.concatenate([[a], me[:-1]])
-        gap = gap_ends - gap_starts
-        # the op starting at a gap's end: the first in start order (stable) of those starting then
         order = np.argsort(s, kind="stable")
-        s_sorted = s[order]
-        pos = np.minimum(np.searchsorted(s_sorted, gap_ends, side="left"), s.size - 1)
-        k = order[pos]
-        launch_gap = (gap > 0) & (s_sorted[pos] == gap_ends) & (bsel[k] == BOUND_LAUNCH)
-        if launch_gap.any():  # added in gap order, one after the other (a cumulative sum is sequential)
-            host_idle = float(np.cumsum(gap[launch_gap])[-1])
+        host_idle = _launch_idle(a, ms, me, s[order], order, bnd[ok])
+    return _breakdown_of(c1, c2, c3, idle, host_idle, n_periods)
+
+
+def _launch_idle(a: float, ms: np.ndarray, me: np.ndarray, s_sorted: np.ndarray, order: np.ndarray,
+                 bound: np.ndarray) -> float:
+    """Seconds of the idle gaps (before the first merged interval ``ms``/``me``, from ``a``, and between them)
+    whose op starting at the gap's end (the first in stable start order ``order``, ``s_sorted`` its starts) is
+    launch-bound (``bound``: per op, :data:`BOUND_LAUNCH` when so), added in gap order (a cumulative sum is
+    sequential)."""
+    gap = ms - np.concatenate([[a], me[:-1]])
+    pos = np.minimum(np.searchsorted(s_sorted, ms, side="left"), s_sorted.size - 1)
+    launch_gap = (gap > 0) & (s_sorted[pos] == ms) & (bound[order[pos]] == BOUND_LAUNCH)
+    return float(np.cumsum(gap[launch_gap])[-1]) if launch_gap.any() else 0.0
+
+
+def _breakdown_of(c1: float, c2: float, c3: float, idle: float, host_idle: float, n_periods: int
+                  ) -> dict[str, float]:
+    """:data:`BREAKDOWN_KEYS` per step from the seconds covered by compute (``c1``), compute or communication
+    (``c2``), any op (``c3``), the window's idle seconds and those of them behind a launch (``host_idle``)."""
     n = max(n_periods, 1)
-    out["compute"] = c1 / n
-    out["exposed_communication"] = (c2 - c1) / n
-    out["memcpy"] = (c3 - c2) / n
-    out["host_bound_gpu_idle"] = host_idle / n
-    out["other_idle"] = max(idle - host_idle, 0.0) / n
-    return out
+    return {"compute": c1 / n, "exposed_communication": (c2 - c1) / n, "memcpy": (c3 - c2) / n,
+            "host_bound_gpu_idle": host_idle / n, "other_idle": max(idle - host_idle, 0.0) / n}
 
 
 def op_masks(rg: RankGraph) -> dict[str, np.ndarray]:
@@ -210,10 +214,13 @@ def comm_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_perio
     c1 = _covered(s_[comp], e_[comp])
     exposed = _covered(np.concatenate([s_[comp], s_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
     transfer = _covered(np.concatenate([s_[comp], m_[comm]]), np.concatenate([e_[comp], e_[comm]])) - c1
+    return _split_of(transfer, exposed, n_periods)
+
+
+def _split_of(transfer: float, exposed: float, n_periods: int) -> dict[str, float]:
+    """:func:`comm_split`'s figures per step from the window's exposed transfer and exposed communication (s)."""
     n = max(n_periods, 1)
-    out["transfer_s"] = max(transfer, 0.0) / n
-    out["wait_for_peers_s"] = max(exposed - transfer, 0.0) / n
-    return out
+    return {"transfer_s": max(transfer, 0.0) / n, "wait_for_peers_s": max(exposed - transfer, 0.0) / n}
 
 
 def _sim_breakdown_split(rg: RankGraph, run: RankRun, window: tuple[float, float], n_periods: int,
@@ -242,26 +249,14 @@ def _sim_breakdown_split(rg: RankGraph, run: RankRun, window: tuple[float, float
     c2 = _covered_sorted(ss[both_o], es[both_o])
     ms, me = _merge_sorted(ss, es)
     c3 = float((me - ms).sum())
-    host_idle = 0.0
     bnd = run.gpu_bound
-    if bnd is not None and ms.size:
-        gap_ends = ms
-        gap = gap_ends - np.concatenate([[a], me[:-1]])
-        pos = np.minimum(np.searchsorted(ss, gap_ends, side="left"), s.size - 1)
-        launch_gap = (gap > 0) & (ss[pos] == gap_ends) & (bnd[ok][order[pos]] == BOUND_LAUNCH)
-        if launch_gap.any():
-            host_idle = float(np.cumsum(gap[launch_gap])[-1])
-    n = max(n_periods, 1)
-    idle = (b - a) - c3
-    bd = {"compute": c1 / n, "exposed_communication": (c2 - c1) / n, "memcpy": (c3 - c2) / n,
-          "host_bound_gpu_idle": host_idle / n, "other_idle": max(idle - host_idle, 0.0) / n}
+    host_idle = _launch_idle(a, ms, me, ss, order, bnd[ok]) if bnd is not None and ms.size else 0.0
+    bd = _breakdown_of(c1, c2, c3, (b - a) - c3, host_idle, n_periods)
     meet = getattr(run, "gpu_meet", None)
     m = s0 if meet is None else np.where(np.isfinite(meet), np.maximum(meet, s0), s0)
     m_ = m[ok].clip(a, b)
     transfer = _covered(np.concatenate([s[comp], m_[comm]]), np.concatenate([e[comp], e[comm]])) - c1
-    exposed = c2 - c1
-    split = {"transfer_s": max(transfer, 0.0) / n, "wait_for_peers_s": max(exposed - transfer, 0.0) / n}
-    return bd, split
+    return bd, _split_of(transfer, c2 - c1, n_periods)
 
 
 def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,8 @@ GA_SOURCE = (
 """Where gradient accumulation over repeated pipeline schedules and its single DP reduction come from."""
 
 OVERLAP_SYNC_SOURCE = (
-    "NVIDIA/Megatron-LM core_v0.16.0 (the same lines at core_v0.14.0-core_v0.17.0): "
+    "NVIDIA/Megatron-LM core_v0.16.0 (the same lines at core_v0.16.1; at core_v0.14.0, core_v0.15.0 and "
+    "core_v0.17.0 the same issue order and waits, at other lines): "
     "megatron/core/models/common/model_chunk_schedule_plan.py:215-252 (TransformerLayerSchedulePlan.run issues the "
     "backward's combine backward, the forward's attn node, the backward's mlp node, then the forward's moe_dispatch "
     "node), models/gpt/fine_grained_callables.py:477-481 (the attn node runs MoELayer.preprocess: the "
