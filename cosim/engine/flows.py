@@ -325,6 +325,15 @@ def _nzf(a: np.ndarray) -> np.ndarray:
     return a.ravel().nonzero()[0]
 
 
+def _nseg(segs: np.ndarray) -> np.ndarray:
+    """Segments per row of ``segs`` (rows x :data:`_K`, -1 padded): ``np.count_nonzero(segs >= 0, axis=1)`` by
+    column, without its slow axis reduction on a narrow array."""
+    n = (segs[:, 0] >= 0).astype(np.int64)
+    for k in range(1, segs.shape[1]):
+        n += segs[:, k] >= 0
+    return n
+
+
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(starts[i], starts[i] + lens[i])`` over i."""
     if not lens.size:
@@ -498,6 +507,7 @@ class Fabric:
         self._cls_ok: set[bytes] = set()  # rate-memo keys whose flow classes passed the check
         self._cls_bad: dict[bytes, list[tuple[int, np.ndarray]]] = {}  # ... that failed: (row in R, split key)
         self._cls_plans: dict[int, tuple[Any, ...]] = {}  # id(prepared segs) -> (segs, class rows, members)
+        self._cls_tables: dict[int, Any] = {}  # class segment -> its members' tables (:meth:`_class_ok`)
         self._next_cls = 0
         self.n_class_rows = 0
         """Flow-class rows started (a cost counter)."""
@@ -528,6 +538,7 @@ class Fabric:
         self._b_start = np.zeros(0)
         self._win: tuple[int, float] = (-1, 0.0)  # (batch, half window h) of the pending completion tick
         self._t_last = env.now
+        self._adv_buf = (np.empty(nl), np.empty(nl, dtype=bool))  # scratch of :meth:`_advance`
         self._gen = 0
         self._solve_pending = False
         self._next_group = 0
@@ -974,7 +985,7 @@ class Fabric:
         become one class row each (their summed multiplicity on a class segment), after the rows that stay.
         Returns the new rows and the classes (none: no class). O(k log k) for the k rows, once per prepared batch
         (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members)."""
-        nseg = np.count_nonzero(segs >= 0, axis=1)
+        nseg = _nseg(segs)
         order = np.lexsort((nseg, wcap, lat, wire))
         cols = (wire[order], lat[order], wcap[order], nseg[order])
         new = np.ones(len(order), dtype=bool)
@@ -986,9 +997,10 @@ class Fabric:
         mem: list[_FlowClass] = []
         if not big.size:
             return segs, wire, lat, mult, wcap, mem
-        gid = np.cumsum(new) - 1
+        isbig = np.zeros(len(st), dtype=bool)  # per group (a table: ``np.isin`` sorts)
+        isbig[big] = True
         inbig = np.zeros(len(order), dtype=bool)
-        inbig[order] = np.isin(gid, big)
+        inbig[order] = isbig[np.cumsum(new) - 1]
         keep = _nzf(~inbig)
         o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
         for g in big.tolist():
@@ -1112,6 +1124,8 @@ class Fabric:
         r = float(p.rate[c])
         fc = self._cls[int(p.cls[c])]
         if fc.tables is None:  # tables of the members' segments, built at the first check (shared by the starts)
+            fc.tables = self._cls_tables.get(fc.sid)
+        if fc.tables is None:  # (a class segment stands for its members' segments: a materialized class reuses them)
             flat = fc.segs.reshape(-1)
             ok = flat >= 0
             us = np.unique(flat[ok])
@@ -1123,6 +1137,9 @@ class Fabric:
             eu = np.repeat(np.arange(len(us)), ln)
             inv2 = invf.reshape(fc.segs.shape)
             fc.tables = (inv2, self._se_link[e], eu, len(us) + 1, [np.unique(inv2[:, k]) for k in range(_K)])
+            if len(self._cls_tables) >= self._BATCH_CACHE:
+                self._cls_tables.clear()
+            self._cls_tables[fc.sid] = fc.tables
         inv, el, eu, nu, cols = fc.tables  # (entries of registered segments never move: new ones are appended)
         es = sat[el]  # (the members' links are the class segment's)
         ef = fastest[el] > r * (1.0 + self._SAT_TOL)
@@ -1378,9 +1395,12 @@ class Fabric:
         """Move the link counters forward to ``env.now`` (rows' bytes are lazy: see :class:`_Rows`)."""
         now = self.env.now
         dt = now - self._t_last
-        if dt > 0 and self._n_active:
-            self.bytes_moved += self._load * dt
-            self.busy_time += (self._nflows > 0.5) * dt
+        if dt > 0 and self._n_active:  # in place, on kept scratch (the same floats: x + 0.0 is x, x + 1.0 * dt is x + dt)
+            buf, on = self._adv_buf
+            if len(buf) != len(self._load):
+                buf, on = self._adv_buf = (np.empty(len(self._load)), np.empty(len(self._load), dtype=bool))
+            np.add(self.bytes_moved, np.multiply(self._load, dt, out=buf), out=self.bytes_moved)
+            np.add(self.busy_time, dt, out=self.busy_time, where=np.greater(self._nflows, 0.5, out=on))
         self._t_last = now
 
     def _complete_finished(self) -> None:
@@ -1810,13 +1830,21 @@ class Fabric:
             self._wake_all = False
             hs = np.array(sorted(self._holders), dtype=np.int64)
         else:
-            lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
-            hs = np.unique(self._held[lk])
+            hs = np.unique(self._held[self._seg_links(segs)])
         for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
             wake = self._holders.get(h)
             if wake is not None:
                 self.n_materialized += 1
                 wake()
+
+    def _seg_links(self, segs: np.ndarray) -> np.ndarray:
+        """The links of the segments ``segs`` (-1 padding ignored), with repeats: the entries of their distinct
+        segments, O(those entries), not O(links) (every entry's flow count is > 0, so these are the links a
+        per-link count of ``segs`` marks)."""
+        s = segs.reshape(-1)
+        us = np.unique(s[s >= 0])
+        st = self._se_off[us]
+        return self._se_link[_ranges(st, self._se_off[us + 1] - st)]
 
     def copy_segment(self, other: Fabric, sid: int) -> int:
         """This fabric's id of segment ``sid`` of ``other`` (a fabric over the same graph)."""
