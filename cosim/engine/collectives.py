@@ -1116,8 +1116,13 @@ class Collectives:
         if tau < lat or tau <= 0:  # still in its fixed latency: nothing on the links yet
             return [], -1, lat - tau, 0.0
         sc = self._scratch_sim()
+        cls_key: Any = None
         if memo.traj is not None:  # the state at tau from the recorded trajectory
             k, (segs, rem, mult, wcap, grp, bat), counters, usage = _at(memo, tau)
+            # its rows (but their bytes) are those of its checkpoint: a key for the fabric's flow-class partition
+            # (memos are kept for the whole run, so the trajectory's id stays unique)
+            tr = memo.traj
+            cls_key = ("traj", id(tr), int(np.searchsorted(tr.times, tr.start + tau, side="left")))
             sc.drop_all(sc.env.now + tau)  # the scratch clock where a run up to tau would have left it
         else:  # a scratch re-run up to tau
             part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
@@ -1150,7 +1155,8 @@ class Collectives:
             g = int(grp[sel[0]])
             ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
             evs.append(fab.start_rows(real[sel], rem[sel], max_rate=wcap[sel], link_latency=False, group=ng,
-                                      name=label, multiplicity=mult[sel], merge=False))
+                                      name=label, multiplicity=mult[sel], merge=False,
+                                      classes=None if cls_key is None else (*cls_key, b)))
         if k >= 0:
             moved += float((plan.phases[k][2] * scale).sum())
         return evs, k, 0.0, moved

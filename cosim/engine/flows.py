@@ -334,6 +334,15 @@ def _nseg(segs: np.ndarray) -> np.ndarray:
     return n
 
 
+def _row_sum(counts: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """``counts[inv].sum(axis=1)`` for whole-number ``counts`` (exact in any order), column by column: a sum
+    along the narrow axis of ``inv`` (rows x :data:`_K`) is slow."""
+    out = counts[inv[:, 0]]
+    for k in range(1, inv.shape[1]):
+        out = out + counts[inv[:, k]]
+    return out
+
+
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(starts[i], starts[i] + lens[i])`` over i."""
     if not lens.size:
@@ -371,15 +380,27 @@ class _Compactor:
         self.mark = np.zeros(0, dtype=bool)
         self.lut = np.zeros(0, dtype=np.int64)
 
+    def _grow(self, n: int) -> None:
+        if self.mark.size < n:
+            cap = max(n, 2 * self.mark.size)
+            self.mark = np.zeros(cap, dtype=bool)
+            self.lut = np.zeros(cap, dtype=np.int64)
+
+    def unique(self, ids: np.ndarray, n: int) -> np.ndarray:
+        """``np.unique(ids)`` for ids in 0..n-1, by the mark: O(len + n), no sort."""
+        self._grow(n)
+        mark = self.mark
+        mark[ids] = True
+        u = mark[:n].nonzero()[0]
+        mark[u] = False
+        return u
+
     def __call__(self, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         ids = ids.reshape(-1)
         if ids.size * 4 < n and n > 8192:
             u, inv = np.unique(ids, return_inverse=True)
             return u, inv.reshape(-1)
-        if self.mark.size < n:
-            cap = max(n, 2 * self.mark.size)
-            self.mark = np.zeros(cap, dtype=bool)
-            self.lut = np.zeros(cap, dtype=np.int64)
+        self._grow(n)
         mark = self.mark
         mark[ids] = True
         u = mark[:n].nonzero()[0]
@@ -508,6 +529,7 @@ class Fabric:
         self._cls_bad: dict[bytes, list[tuple[int, np.ndarray]]] = {}  # ... that failed: (row in R, split key)
         self._cls_plans: dict[int, tuple[Any, ...]] = {}  # id(prepared segs) -> (segs, class rows, members)
         self._cls_tables: dict[int, Any] = {}  # class segment -> its members' tables (:meth:`_class_ok`)
+        self._cls_parts: dict[Any, tuple[Any, ...]] = {}  # start_rows' ``classes`` key -> partition (_form_classes)
         self._next_cls = 0
         self.n_class_rows = 0
         """Flow-class rows started (a cost counter)."""
@@ -832,6 +854,7 @@ class Fabric:
         max_rate: float | np.ndarray = _INF,
         extra_latency: float = 0.0, link_latency: bool = True, name: str = "flows", track: str = "fabric",
         group: int = -1, multiplicity: np.ndarray | None = None, merge: bool = True, cache: Any = None,
+        classes: Any = None,
     ) -> simpy.Event:
         """Start a batch of flows; the event succeeds when the last one has arrived.
 
@@ -844,6 +867,10 @@ class Fabric:
         ``cache``: a hashable key the caller guarantees stands for these exact arguments (but ``group`` and
         ``name``): the checked, merged rows are kept under it and a later call with the same key skips the
         checks and the merge (a repeated collective phase: O(rows) copies instead of a sort).
+        ``classes``: a hashable key the caller guarantees stands for these exact arguments but ``nbytes``,
+        ``group`` and ``name`` (a materialized collective's rows at one checkpoint of its trajectory): the
+        partition of its flow classes is kept under it and reused when the bytes order the rows alike
+        (:meth:`_form_classes`).
         """
         hit = self._batch_cache.get(cache) if cache is not None else None
         if hit is not None:
@@ -865,7 +892,9 @@ class Fabric:
             raise ValueError("multiplicity must be >= 1")
         self._flush_segments()
         nlk, slat = self._seg_arrays()
-        has_links = nlk[segs].sum(axis=1) > 0
+        has_links = nlk[segs[:, 0]] > 0  # (by column: a sum along the narrow axis is slow)
+        for k in range(1, _K):
+            has_links |= nlk[segs[:, k]] > 0
         wire = nb / efficiency
         lat = (slat[segs].sum(axis=1) if link_latency else np.zeros(len(nb))) + extra_latency
         moving = has_links & (wire > 0)
@@ -890,14 +919,17 @@ class Fabric:
             if len(self._batch_cache) >= self._BATCH_CACHE:
                 self._batch_cache.clear()
             self._batch_cache[cache] = prep
-        return self._start_prepared(*prep, name=name, track=track, group=group, cached=cache is not None)
+        if classes is not None and len(idx) < len(nb):  # (the key stands for every row: all must move)
+            classes = None
+        return self._start_prepared(*prep, name=name, track=track, group=group, cached=cache is not None,
+                                    classes=classes)
 
     _BATCH_CACHE = 4096
     """Prepared batches kept by :meth:`start_rows`' ``cache`` key (cleared when full)."""
 
     def _start_prepared(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
                         wcap: np.ndarray, nflows: float, still: float, *, name: str, track: str,
-                        group: int, cached: bool = False) -> simpy.Event:
+                        group: int, cached: bool = False, classes: Any = None) -> simpy.Event:
         """Start checked, merged rows (moving ones only) as one batch; ``still``: the latest end of the
         batch's flows that move no bytes (their latency)."""
         env = self.env
@@ -923,7 +955,7 @@ class Fabric:
         if self.flow_classes and group < 0 and len(wire) >= self._CLASS_MIN:
             plan = self._cls_plans.get(id(segs))
             if plan is None or plan[0] is not segs:  # (the plan holds ``segs``: its id stays unique)
-                plan = (segs, *self._form_classes(segs, wire, lat, mult, wcap))
+                plan = (segs, *self._form_classes(segs, wire, lat, mult, wcap, classes))
                 if cached:  # a prepared batch that repeats (start_rows' ``cache``)
                     if len(self._cls_plans) >= self._BATCH_CACHE:
                         self._cls_plans.clear()
@@ -979,18 +1011,28 @@ class Fabric:
     count (smaller sets stay plain rows: a class saves less than its check costs)."""
 
     def _form_classes(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
-                      wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                 list[_FlowClass]]:
+                      wcap: np.ndarray, key: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                  np.ndarray, list[_FlowClass]]:
         """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
         become one class row each (their summed multiplicity on a class segment), after the rows that stay.
         Returns the new rows and the classes (none: no class). O(k log k) for the k rows, once per prepared batch
-        (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members)."""
+        (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members).
+        ``key`` (:meth:`start_rows`' ``classes``): the partition is kept under it; a later batch with that key
+        reuses it when its bytes, in the kept order, still ascend with equal neighbours exactly where they were
+        equal (then that order is the sort's, and every group the same): O(k), no sort and no hashing."""
+        if key is not None:
+            part = self._cls_parts.get(key)
+            if part is not None:
+                got = self._reuse_partition(part, segs, wire, lat, mult, wcap)
+                if got is not None:
+                    return got
         nseg = _nseg(segs)
         order = np.lexsort((nseg, wcap, lat, wire))
         cols = (wire[order], lat[order], wcap[order], nseg[order])
         new = np.ones(len(order), dtype=bool)
-        new[1:] = (cols[0][1:] != cols[0][:-1]) | (cols[1][1:] != cols[1][:-1]) | \
-            (cols[2][1:] != cols[2][:-1]) | (cols[3][1:] != cols[3][:-1])
+        same_w = cols[0][1:] == cols[0][:-1]
+        new[1:] = ~same_w | (cols[1][1:] != cols[1][:-1]) | (cols[2][1:] != cols[2][:-1]) | \
+            (cols[3][1:] != cols[3][:-1])
         st = _nzf(new)
         cnt = np.diff(np.append(st, len(order)))
         big = _nzf(cnt >= self._CLASS_MIN)
@@ -1002,11 +1044,37 @@ class Fabric:
         inbig = np.zeros(len(order), dtype=bool)
         inbig[order] = isbig[np.cumsum(new) - 1]
         keep = _nzf(~inbig)
+        groups = [np.sort(order[st[g]:st[g] + cnt[g]]) for g in big.tolist()]
+        for idx in groups:
+            mem.append(self._new_class(segs[idx], mult[idx], lat[idx], wcap[idx]))
+        if key is not None:
+            if len(self._cls_parts) >= self._BATCH_CACHE:
+                self._cls_parts.clear()
+            self._cls_parts[key] = (order, same_w, keep, groups, mem)
+        return self._class_rows(segs, wire, lat, mult, wcap, keep, groups, mem)
+
+    def _reuse_partition(self, part: tuple[Any, ...], segs: np.ndarray, wire: np.ndarray, lat: np.ndarray,
+                         mult: np.ndarray, wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                       np.ndarray, list[_FlowClass]] | None:
+        """:meth:`_form_classes` from a kept partition (order, equal neighbours' bytes, rows left, groups, their
+        classes), or None when ``wire`` orders the rows otherwise. Fresh classes (nothing learned) on the kept
+        class segments and members."""
+        order, same_w, keep, groups, proto = part
+        if len(order) != len(wire):
+            return None
+        w = wire[order]
+        if not ((w[1:] >= w[:-1]).all() and np.array_equal(w[1:] == w[:-1], same_w)):
+            return None
+        mem = [_FlowClass(fc.segs, fc.mult, fc.lat, fc.cap, fc.sid) for fc in proto]
+        return self._class_rows(segs, wire, lat, mult, wcap, keep, groups, mem)
+
+    @staticmethod
+    def _class_rows(segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray, wcap: np.ndarray,
+                    keep: np.ndarray, groups: list[np.ndarray], mem: list[_FlowClass]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[_FlowClass]]:
+        """The rows ``keep`` then one class row per class of ``mem`` (members ``groups``, their first's bytes)."""
         o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
-        for g in big.tolist():
-            idx = np.sort(order[st[g]:st[g] + cnt[g]])
-            fc = self._new_class(segs[idx], mult[idx], lat[idx], wcap[idx])
-            mem.append(fc)
+        for idx, fc in zip(groups, mem):
             for o, x in zip((o_s, o_m, o_l, o_c), fc.row()):
                 o.append(x)
             o_w.append(wire[idx[:1]])
@@ -1146,11 +1214,11 @@ class Fabric:
         gs = np.bincount(eu, weights=es & ~ef, minlength=nu)  # per distinct segment (last: the padding, 0)
         if any(np.count_nonzero(gs[u]) == len(u) for u in cols):
             return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
-        good = gs[inv].sum(axis=1)
+        good = _row_sum(gs, inv)
         if np.count_nonzero(good) == len(good):
             return None
-        ns = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
-        nf = np.bincount(eu, weights=ef, minlength=nu)[inv].sum(axis=1)
+        ns = _row_sum(np.bincount(eu, weights=es, minlength=nu), inv)
+        nf = _row_sum(np.bincount(eu, weights=ef, minlength=nu), inv)
         return ((good * 64 + ns) * 64 + nf).astype(np.int64)
 
     def _split_class(self, c: int, key: np.ndarray) -> None:
@@ -1830,7 +1898,8 @@ class Fabric:
             self._wake_all = False
             hs = np.array(sorted(self._holders), dtype=np.int64)
         else:
-            hs = np.unique(self._held[self._seg_links(segs)])
+            hs = self._held[self._seg_links(segs)]
+            hs = np.unique(hs[hs >= 0]) if np.count_nonzero(hs >= 0) else hs[:0]
         for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
             wake = self._holders.get(h)
             if wake is not None:
@@ -1842,7 +1911,7 @@ class Fabric:
         segments, O(those entries), not O(links) (every entry's flow count is > 0, so these are the links a
         per-link count of ``segs`` marks)."""
         s = segs.reshape(-1)
-        us = np.unique(s[s >= 0])
+        us = self._cpx.unique(s[s >= 0], len(self._seg_lat))
         st = self._se_off[us]
         return self._se_link[_ranges(st, self._se_off[us + 1] - st)]
 
