@@ -577,6 +577,7 @@ class Fabric:
         load (and those of coalesced collectives; ``end`` one time or one per interval); set by link-usage
         reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._obs_dirty = True  # load or flow counts changed since the last :meth:`_observe` (else it has nothing to do)
         self._obs_buf: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
@@ -1236,6 +1237,7 @@ class Fabric:
         seg1, m1 = p.seg[c:c + 1].copy(), p.mult[c:c + 1].copy()
         self._seg_flows(seg1, m1, -1.0)
         self._load -= self._to_links(seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K))
+        self._obs_dirty = True
         self._unlabel(p.comp[c:c + 1])
         p.active[c] = False
         p.rate[c] = 0.0
@@ -1433,6 +1435,7 @@ class Fabric:
         s = segs.reshape(-1)
         m = mult.repeat(_K)
         self._flush_segments()
+        self._obs_dirty = True
         if self._dense_entries(s.size):  # the per-segment sums once, for both counters (same floats)
             v = np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
             self._seg_m += sign * v
@@ -1442,6 +1445,15 @@ class Fabric:
         s, m = s[ok], m[ok]
         self._seg_m += sign * np.bincount(s, weights=m, minlength=len(self._seg_m))
         self._nflows += sign * self._to_links(s, m, weighted=False)
+
+    def _seg_counts(self, s: np.ndarray, m: np.ndarray, sign: float) -> None:
+        """The segments' half of :meth:`_seg_flows` (``s``: segment per entry, -1 padded; ``m``: multiplicity per
+        entry), for a caller that has the links' flow counts from its own expansion."""
+        if self._dense_entries(s.size):
+            self._seg_m += sign * np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
+            return
+        ok = s >= 0
+        self._seg_m += sign * np.bincount(s[ok], weights=m[ok], minlength=len(self._seg_m))
 
     # ----------------------------------------------------------------- solver
     def _request_solve(self) -> None:
@@ -1505,12 +1517,18 @@ class Fabric:
         # flow counts leave (the flow counts by the per-segment sums shared with the segments' counts)
         sf = segs.reshape(-1)
         early = bool(np.count_nonzero(left != 0))
-        self._seg_flows(segs, m, -1.0)
-        vals = [(r * m).repeat(_K)] + ([(left * m).repeat(_K)] if early else [])
-        sums = self._to_links_many(sf, vals, [True, True][: len(vals)])
+        mk = m.repeat(_K)
+        self._flush_segments()
+        # the flow counts, loads and early bytes from one expansion of the segments (what :meth:`_seg_flows` and
+        # a second :meth:`_to_links_many` computed apart: the same sums)
+        vals = [mk, (r * m).repeat(_K)] + ([(left * m).repeat(_K)] if early else [])
+        sums = self._to_links_many(sf, vals, [False, True, True][: len(vals)])
+        self._seg_counts(sf, mk, -1.0)
+        self._nflows += -1.0 * sums[0]
         if early:
-            self.bytes_moved += sums[1]
-        self._load -= sums[0]
+            self.bytes_moved += sums[2]
+        self._load -= sums[1]
+        self._obs_dirty = True
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
         if self._cls:
@@ -1745,6 +1763,7 @@ class Fabric:
         if not R.size:
             self._observe()
             return
+        self._obs_dirty = True  # (the rates, hence the loads, change)
         self.n_solves += 1
         self.n_rows_solved += len(R)
         p = self._rows
@@ -1816,8 +1835,9 @@ class Fabric:
         """After a solve: hand the observer each link's interval whose flow count or load just changed
         (closed at ``now``) and open new ones; links left unchanged keep their open interval, so the
         intervals are per-link changes, not solves x links. O(links) numpy per solve."""
-        if self.observer is None:
+        if self.observer is None or (self._obs is not None and not self._obs_dirty):
             return
+        self._obs_dirty = False
         now = self.env.now
         nl = len(self.links)
         if self._obs is None:
@@ -1956,6 +1976,7 @@ class Fabric:
         self._load[:] = 0.0
         self._nflows[:] = 0.0
         self._seg_m[:] = 0.0
+        self._obs_dirty = True
         self._b_event.clear()
         self._b_meta.clear()
         self._b_left[:] = 0
