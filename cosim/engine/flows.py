@@ -582,6 +582,7 @@ class Fabric:
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
+        self._binding: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(links) -> (links, binding ones)
         self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
         self._holders: dict[int, Callable[[], object]] = {}  # hold id -> materialize callback
@@ -1876,12 +1877,21 @@ class Fabric:
         now on (coalesced collectives still running are materialized by the next :meth:`start_rows`)."""
         self._free = np.zeros(len(self.links), dtype=bool)
         self._free_on = False
+        self._binding.clear()
         self._wake_all = bool(self._holders)
 
     # ------------------------------------------------------------ coalescing
     def binding(self, links: np.ndarray) -> np.ndarray:
-        """The links of ``links`` that can bind (see :meth:`_never_binding`)."""
-        return links[~self._free[links]] if self._free_on else links
+        """The links of ``links`` that can bind (see :meth:`_never_binding`); kept per ``links`` array (a coalesced
+        collective's memo asks with the same one at every start) until the never-binding links are gone."""
+        if not self._free_on:
+            return links
+        hit = self._binding.get(id(links))
+        if hit is None or hit[0] is not links:  # (the entry holds ``links``: its id stays unique)
+            if len(self._binding) >= self._BATCH_CACHE:
+                self._binding.clear()
+            hit = self._binding[id(links)] = (links, links[~self._free[links]])
+        return hit[1]
 
     def links_idle(self, links: np.ndarray) -> bool:
         """No flow and no coalesced collective on any of ``links`` that can bind (a never-binding link shared
