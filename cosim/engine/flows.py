@@ -561,6 +561,8 @@ class Fabric:
         self._win: tuple[int, float] = (-1, 0.0)  # (batch, half window h) of the pending completion tick
         self._t_last = env.now
         self._adv_buf = (np.empty(nl), np.empty(nl, dtype=bool))  # scratch of :meth:`_advance`
+        self._live = np.zeros(nl, dtype=bool)  # links of the rows started since the fabric was last idle
+        self._live_idx: np.ndarray | None = None  # their ids (cache of :meth:`_advance`)
         self._gen = 0
         self._solve_pending = False
         self._next_group = 0
@@ -1003,6 +1005,7 @@ class Fabric:
         self.n_rows += k
         self._arrived.append(np.arange(s0, s0 + k))
         self._seg_flows(segs, mult, +1.0)
+        self._mark_live(segs)
         np.maximum(self.peak_flows, np.rint(self._nflows).astype(np.int64), out=self.peak_flows)
         self._request_solve()
         return ev
@@ -1476,12 +1479,17 @@ class Fabric:
         """Move the link counters forward to ``env.now`` (rows' bytes are lazy: see :class:`_Rows`)."""
         now = self.env.now
         dt = now - self._t_last
-        if dt > 0 and self._n_active:  # in place, on kept scratch (the same floats: x + 0.0 is x, x + 1.0 * dt is x + dt)
-            buf, on = self._adv_buf
-            if len(buf) != len(self._load):
-                buf, on = self._adv_buf = (np.empty(len(self._load)), np.empty(len(self._load), dtype=bool))
-            np.add(self.bytes_moved, np.multiply(self._load, dt, out=buf), out=self.bytes_moved)
-            np.add(self.busy_time, dt, out=self.busy_time, where=np.greater(self._nflows, 0.5, out=on))
+        if dt > 0 and self._n_active:
+            live = self._live_idx
+            if live is None:
+                live = self._live_idx = _nzf(self._live)
+            if 4 * len(live) < len(self._load):  # the live links only: elsewhere the load and flow counts are 0
+                self.bytes_moved[live] += self._load[live] * dt
+                self.busy_time[live] += (self._nflows[live] > 0.5) * dt
+            else:  # in place, on kept scratch (the same floats: x + 0.0 is x, x + 1.0 * dt is x + dt)
+                buf, on = self._adv_buf
+                np.add(self.bytes_moved, np.multiply(self._load, dt, out=buf), out=self.bytes_moved)
+                np.add(self.busy_time, dt, out=self.busy_time, where=np.greater(self._nflows, 0.5, out=on))
         self._t_last = now
 
     def _complete_finished(self) -> None:
@@ -1558,6 +1566,7 @@ class Fabric:
             self._load[:] = 0.0
             self._nflows[:] = 0.0
             self._seg_m[:] = 0.0
+            self._clear_live()
 
     @staticmethod
     def _due_from(tend: np.ndarray, rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
@@ -1936,6 +1945,21 @@ class Fabric:
                 self.n_materialized += 1
                 wake()
 
+    def _mark_live(self, segs: np.ndarray) -> None:
+        """The links of a starting batch's segments become live: until the fabric is next idle only live links
+        can carry load or flows (rows split from a class cross its links; solves load their rows' links), so
+        :meth:`_advance` moves their counters alone, O(live links) instead of O(L)."""
+        lk = self._seg_links(segs)
+        if not self._live[lk].all():
+            self._live[lk] = True
+            self._live_idx = None
+
+    def _clear_live(self) -> None:
+        """The fabric is idle (every load and flow count 0): no link is live."""
+        live = self._live_idx if self._live_idx is not None else _nzf(self._live)
+        self._live[live] = False
+        self._live_idx = np.zeros(0, dtype=np.int64)
+
     def _seg_links(self, segs: np.ndarray) -> np.ndarray:
         """The links of the segments ``segs`` (-1 padding ignored), with repeats: the entries of their distinct
         segments, O(those entries), not O(links) (every entry's flow count is > 0, so these are the links a
@@ -1986,6 +2010,7 @@ class Fabric:
         self._load[:] = 0.0
         self._nflows[:] = 0.0
         self._seg_m[:] = 0.0
+        self._clear_live()
         self._obs_dirty = True
         self._b_event.clear()
         self._b_meta.clear()
