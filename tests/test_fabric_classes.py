@@ -156,3 +156,44 @@ def test_classes_of_flows_that_cross_a_link_twice_agree_with_per_flow_rows(seed:
     assert t == pytest.approx(t_ref, rel=1e-9, abs=0.0)
     assert np.allclose(b, b_ref, rtol=1e-9, atol=1e-6)
     assert np.allclose(busy, busy_ref, rtol=1e-9, atol=1e-15)
+
+
+def _a2a_rows(n: int) -> tuple[Simulator, np.ndarray]:
+    """A simulator on dgx-h100-32node and the route segments of an all-to-all among its first ``n`` GPUs."""
+    topo = load_topology("dgx-h100-32node")
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False))
+    ii, jj = np.divmod(np.arange(n * n), n)
+    off = ii != jj
+    return sim, sim.fabric.route_segments(topo.gpus[:n], ii[off], jj[off])
+
+
+def test_a_kept_class_partition_gives_the_rows_of_a_fresh_one() -> None:
+    """``start_rows(classes=key)``: a partition kept under a key is reused when the bytes order the rows alike,
+    with the rows and class segments a fresh formation gives and fresh classes; bytes that order them otherwise
+    (two rows that were equal now differ) form anew, as without a key."""
+    sim, segs = _a2a_rows(32)
+    f = sim.fabric
+    k = len(segs)
+    lat, mult, cap = np.zeros(k), np.ones(k), np.full(k, np.inf)
+    wire = np.full(k, 1e6)
+    wire[:40] = 2e6  # two byte sizes: the groups are (bytes, segment count)
+
+    def same(a: tuple, b: tuple) -> None:  # type: ignore[type-arg]
+        for x, y in zip(a[:5], b[:5]):
+            assert np.array_equal(x, y)
+        assert [c.sid for c in a[5]] == [c.sid for c in b[5]]
+        assert all(np.array_equal(c.segs, d.segs) and np.array_equal(c.mult, d.mult) for c, d in zip(a[5], b[5]))
+
+    fresh = f._form_classes(segs, wire, lat, mult, cap)
+    assert len(fresh[5]) >= 2
+    first = f._form_classes(segs, wire, lat, mult, cap, ("key",))
+    same(first, fresh)
+    first[5][0].split = (np.zeros(0, dtype=np.int64), [])  # learned by the first start: not carried over
+    w2 = wire * 0.5  # the same order: reused
+    again = f._form_classes(segs, w2, lat, mult, cap, ("key",))
+    same(again, f._form_classes(segs, w2, lat, mult, cap))
+    assert all(c.split is None and c is not d for c, d in zip(again[5], first[5]))
+    w3 = wire.copy()
+    w3[100] = 3e6  # one row of a group leaves it: not the kept partition
+    assert f._reuse_partition(f._cls_parts[("key",)], segs, w3, lat, mult, cap) is None
+    same(f._form_classes(segs, w3, lat, mult, cap, ("key",)), f._form_classes(segs, w3, lat, mult, cap))

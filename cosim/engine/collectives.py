@@ -400,6 +400,7 @@ class Collectives:
         self._nvlf: dict[str, float] = {}
         self._a2av_plans: dict[Any, _Plan] = {}
         self._phases: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]] = {}
+        self._moved: dict[tuple[int, float, int], float] = {}  # (plan, scale, k) -> payload of phases 0..k-1
         """(plan, phase, size, efficiencies, cap) -> the phase's batches (segments, bytes, efficiency, rate cap,
         group slot): routes and NIC caps computed once per repeated phase."""
 
@@ -1116,8 +1117,13 @@ class Collectives:
         if tau < lat or tau <= 0:  # still in its fixed latency: nothing on the links yet
             return [], -1, lat - tau, 0.0
         sc = self._scratch_sim()
+        cls_key: Any = None
         if memo.traj is not None:  # the state at tau from the recorded trajectory
             k, (segs, rem, mult, wcap, grp, bat), counters, usage = _at(memo, tau)
+            # its rows (but their bytes) are those of its checkpoint: a key for the fabric's flow-class partition
+            # (memos are kept for the whole run, so the trajectory's id stays unique)
+            tr = memo.traj
+            cls_key = ("traj", id(tr), int(np.searchsorted(tr.times, tr.start + tau, side="left")))
             sc.drop_all(sc.env.now + tau)  # the scratch clock where a run up to tau would have left it
         else:  # a scratch re-run up to tau
             part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
@@ -1131,7 +1137,13 @@ class Collectives:
             if usage:
                 lk, a, b, c, nb = _flat_usage(usage)
                 fab.observer(lk, t0 + a, t0 + b, c, nb)
-        moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
+        mk = (plan.uid, scale, k)
+        moved = self._moved.get(mk)
+        if moved is None:  # (a pure function of the plan: materializations repeat it)
+            moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
+            if len(self._moved) >= 65536:
+                self._moved.clear()
+            self._moved[mk] = moved
         real = np.full(segs.shape, -1, dtype=np.int64)
         ok = segs >= 0
         ids = segs[ok]
@@ -1150,7 +1162,8 @@ class Collectives:
             g = int(grp[sel[0]])
             ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
             evs.append(fab.start_rows(real[sel], rem[sel], max_rate=wcap[sel], link_latency=False, group=ng,
-                                      name=label, multiplicity=mult[sel], merge=False))
+                                      name=label, multiplicity=mult[sel], merge=False,
+                                      classes=None if cls_key is None else (*cls_key, b)))
         if k >= 0:
             moved += float((plan.phases[k][2] * scale).sum())
         return evs, k, 0.0, moved

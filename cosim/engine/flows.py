@@ -325,6 +325,24 @@ def _nzf(a: np.ndarray) -> np.ndarray:
     return a.ravel().nonzero()[0]
 
 
+def _nseg(segs: np.ndarray) -> np.ndarray:
+    """Segments per row of ``segs`` (rows x :data:`_K`, -1 padded): ``np.count_nonzero(segs >= 0, axis=1)`` by
+    column, without its slow axis reduction on a narrow array."""
+    n = (segs[:, 0] >= 0).astype(np.int64)
+    for k in range(1, segs.shape[1]):
+        n += segs[:, k] >= 0
+    return n
+
+
+def _row_sum(counts: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """``counts[inv].sum(axis=1)`` for whole-number ``counts`` (exact in any order), column by column: a sum
+    along the narrow axis of ``inv`` (rows x :data:`_K`) is slow."""
+    out = counts[inv[:, 0]]
+    for k in range(1, inv.shape[1]):
+        out = out + counts[inv[:, k]]
+    return out
+
+
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(starts[i], starts[i] + lens[i])`` over i."""
     if not lens.size:
@@ -362,15 +380,27 @@ class _Compactor:
         self.mark = np.zeros(0, dtype=bool)
         self.lut = np.zeros(0, dtype=np.int64)
 
+    def _grow(self, n: int) -> None:
+        if self.mark.size < n:
+            cap = max(n, 2 * self.mark.size)
+            self.mark = np.zeros(cap, dtype=bool)
+            self.lut = np.zeros(cap, dtype=np.int64)
+
+    def unique(self, ids: np.ndarray, n: int) -> np.ndarray:
+        """``np.unique(ids)`` for ids in 0..n-1, by the mark: O(len + n), no sort."""
+        self._grow(n)
+        mark = self.mark
+        mark[ids] = True
+        u = mark[:n].nonzero()[0]
+        mark[u] = False
+        return u
+
     def __call__(self, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         ids = ids.reshape(-1)
         if ids.size * 4 < n and n > 8192:
             u, inv = np.unique(ids, return_inverse=True)
             return u, inv.reshape(-1)
-        if self.mark.size < n:
-            cap = max(n, 2 * self.mark.size)
-            self.mark = np.zeros(cap, dtype=bool)
-            self.lut = np.zeros(cap, dtype=np.int64)
+        self._grow(n)
         mark = self.mark
         mark[ids] = True
         u = mark[:n].nonzero()[0]
@@ -498,6 +528,8 @@ class Fabric:
         self._cls_ok: set[bytes] = set()  # rate-memo keys whose flow classes passed the check
         self._cls_bad: dict[bytes, list[tuple[int, np.ndarray]]] = {}  # ... that failed: (row in R, split key)
         self._cls_plans: dict[int, tuple[Any, ...]] = {}  # id(prepared segs) -> (segs, class rows, members)
+        self._cls_tables: dict[int, Any] = {}  # class segment -> its members' tables (:meth:`_class_ok`)
+        self._cls_parts: dict[Any, tuple[Any, ...]] = {}  # start_rows' ``classes`` key -> partition (_form_classes)
         self._next_cls = 0
         self.n_class_rows = 0
         """Flow-class rows started (a cost counter)."""
@@ -528,6 +560,9 @@ class Fabric:
         self._b_start = np.zeros(0)
         self._win: tuple[int, float] = (-1, 0.0)  # (batch, half window h) of the pending completion tick
         self._t_last = env.now
+        self._adv_buf = (np.empty(nl), np.empty(nl, dtype=bool))  # scratch of :meth:`_advance`
+        self._live = np.zeros(nl, dtype=bool)  # links of the rows started since the fabric was last idle
+        self._live_idx: np.ndarray | None = None  # their ids (cache of :meth:`_advance`)
         self._gen = 0
         self._solve_pending = False
         self._next_group = 0
@@ -544,10 +579,12 @@ class Fabric:
         load (and those of coalesced collectives; ``end`` one time or one per interval); set by link-usage
         reports."""
         self._obs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # per link: open since, flows, load
+        self._obs_dirty = True  # load or flow counts changed since the last :meth:`_observe` (else it has nothing to do)
         self._obs_buf: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
+        self._binding: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(links) -> (links, binding ones)
         self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
         self._holders: dict[int, Callable[[], object]] = {}  # hold id -> materialize callback
@@ -821,6 +858,7 @@ class Fabric:
         max_rate: float | np.ndarray = _INF,
         extra_latency: float = 0.0, link_latency: bool = True, name: str = "flows", track: str = "fabric",
         group: int = -1, multiplicity: np.ndarray | None = None, merge: bool = True, cache: Any = None,
+        classes: Any = None,
     ) -> simpy.Event:
         """Start a batch of flows; the event succeeds when the last one has arrived.
 
@@ -833,6 +871,10 @@ class Fabric:
         ``cache``: a hashable key the caller guarantees stands for these exact arguments (but ``group`` and
         ``name``): the checked, merged rows are kept under it and a later call with the same key skips the
         checks and the merge (a repeated collective phase: O(rows) copies instead of a sort).
+        ``classes``: a hashable key the caller guarantees stands for these exact arguments but ``nbytes``,
+        ``group`` and ``name`` (a materialized collective's rows at one checkpoint of its trajectory): the
+        partition of its flow classes is kept under it and reused when the bytes order the rows alike
+        (:meth:`_form_classes`).
         """
         hit = self._batch_cache.get(cache) if cache is not None else None
         if hit is not None:
@@ -854,7 +896,9 @@ class Fabric:
             raise ValueError("multiplicity must be >= 1")
         self._flush_segments()
         nlk, slat = self._seg_arrays()
-        has_links = nlk[segs].sum(axis=1) > 0
+        has_links = nlk[segs[:, 0]] > 0  # (by column: a sum along the narrow axis is slow)
+        for k in range(1, _K):
+            has_links |= nlk[segs[:, k]] > 0
         wire = nb / efficiency
         lat = (slat[segs].sum(axis=1) if link_latency else np.zeros(len(nb))) + extra_latency
         moving = has_links & (wire > 0)
@@ -879,14 +923,17 @@ class Fabric:
             if len(self._batch_cache) >= self._BATCH_CACHE:
                 self._batch_cache.clear()
             self._batch_cache[cache] = prep
-        return self._start_prepared(*prep, name=name, track=track, group=group, cached=cache is not None)
+        if classes is not None and len(idx) < len(nb):  # (the key stands for every row: all must move)
+            classes = None
+        return self._start_prepared(*prep, name=name, track=track, group=group, cached=cache is not None,
+                                    classes=classes)
 
     _BATCH_CACHE = 4096
     """Prepared batches kept by :meth:`start_rows`' ``cache`` key (cleared when full)."""
 
     def _start_prepared(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
                         wcap: np.ndarray, nflows: float, still: float, *, name: str, track: str,
-                        group: int, cached: bool = False) -> simpy.Event:
+                        group: int, cached: bool = False, classes: Any = None) -> simpy.Event:
         """Start checked, merged rows (moving ones only) as one batch; ``still``: the latest end of the
         batch's flows that move no bytes (their latency)."""
         env = self.env
@@ -912,7 +959,7 @@ class Fabric:
         if self.flow_classes and group < 0 and len(wire) >= self._CLASS_MIN:
             plan = self._cls_plans.get(id(segs))
             if plan is None or plan[0] is not segs:  # (the plan holds ``segs``: its id stays unique)
-                plan = (segs, *self._form_classes(segs, wire, lat, mult, wcap))
+                plan = (segs, *self._form_classes(segs, wire, lat, mult, wcap, classes))
                 if cached:  # a prepared batch that repeats (start_rows' ``cache``)
                     if len(self._cls_plans) >= self._BATCH_CACHE:
                         self._cls_plans.clear()
@@ -958,6 +1005,7 @@ class Fabric:
         self.n_rows += k
         self._arrived.append(np.arange(s0, s0 + k))
         self._seg_flows(segs, mult, +1.0)
+        self._mark_live(segs)
         np.maximum(self.peak_flows, np.rint(self._nflows).astype(np.int64), out=self.peak_flows)
         self._request_solve()
         return ev
@@ -968,33 +1016,70 @@ class Fabric:
     count (smaller sets stay plain rows: a class saves less than its check costs)."""
 
     def _form_classes(self, segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray,
-                      wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                 list[_FlowClass]]:
+                      wcap: np.ndarray, key: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                  np.ndarray, list[_FlowClass]]:
         """A batch's rows with equal (bytes, latency, cap, segment count), when at least :data:`_CLASS_MIN`,
         become one class row each (their summed multiplicity on a class segment), after the rows that stay.
         Returns the new rows and the classes (none: no class). O(k log k) for the k rows, once per prepared batch
-        (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members)."""
-        nseg = np.count_nonzero(segs >= 0, axis=1)
+        (kept by its ``segs``); a new class segment O(their entries + links) once (cached by its members).
+        ``key`` (:meth:`start_rows`' ``classes``): the partition is kept under it; a later batch with that key
+        reuses it when its bytes, in the kept order, still ascend with equal neighbours exactly where they were
+        equal (then that order is the sort's, and every group the same): O(k), no sort and no hashing."""
+        if key is not None:
+            part = self._cls_parts.get(key)
+            if part is not None:
+                got = self._reuse_partition(part, segs, wire, lat, mult, wcap)
+                if got is not None:
+                    return got
+        nseg = _nseg(segs)
         order = np.lexsort((nseg, wcap, lat, wire))
         cols = (wire[order], lat[order], wcap[order], nseg[order])
         new = np.ones(len(order), dtype=bool)
-        new[1:] = (cols[0][1:] != cols[0][:-1]) | (cols[1][1:] != cols[1][:-1]) | \
-            (cols[2][1:] != cols[2][:-1]) | (cols[3][1:] != cols[3][:-1])
+        same_w = cols[0][1:] == cols[0][:-1]
+        new[1:] = ~same_w | (cols[1][1:] != cols[1][:-1]) | (cols[2][1:] != cols[2][:-1]) | \
+            (cols[3][1:] != cols[3][:-1])
         st = _nzf(new)
         cnt = np.diff(np.append(st, len(order)))
         big = _nzf(cnt >= self._CLASS_MIN)
         mem: list[_FlowClass] = []
         if not big.size:
             return segs, wire, lat, mult, wcap, mem
-        gid = np.cumsum(new) - 1
+        isbig = np.zeros(len(st), dtype=bool)  # per group (a table: ``np.isin`` sorts)
+        isbig[big] = True
         inbig = np.zeros(len(order), dtype=bool)
-        inbig[order] = np.isin(gid, big)
+        inbig[order] = isbig[np.cumsum(new) - 1]
         keep = _nzf(~inbig)
+        groups = [np.sort(order[st[g]:st[g] + cnt[g]]) for g in big.tolist()]
+        for idx in groups:
+            mem.append(self._new_class(segs[idx], mult[idx], lat[idx], wcap[idx]))
+        if key is not None:
+            if len(self._cls_parts) >= self._BATCH_CACHE:
+                self._cls_parts.clear()
+            self._cls_parts[key] = (order, same_w, keep, groups, mem)
+        return self._class_rows(segs, wire, lat, mult, wcap, keep, groups, mem)
+
+    def _reuse_partition(self, part: tuple[Any, ...], segs: np.ndarray, wire: np.ndarray, lat: np.ndarray,
+                         mult: np.ndarray, wcap: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                       np.ndarray, list[_FlowClass]] | None:
+        """:meth:`_form_classes` from a kept partition (order, equal neighbours' bytes, rows left, groups, their
+        classes), or None when ``wire`` orders the rows otherwise. Fresh classes (nothing learned) on the kept
+        class segments and members."""
+        order, same_w, keep, groups, proto = part
+        if len(order) != len(wire):
+            return None
+        w = wire[order]
+        if not ((w[1:] >= w[:-1]).all() and np.array_equal(w[1:] == w[:-1], same_w)):
+            return None
+        mem = [_FlowClass(fc.segs, fc.mult, fc.lat, fc.cap, fc.sid) for fc in proto]
+        return self._class_rows(segs, wire, lat, mult, wcap, keep, groups, mem)
+
+    @staticmethod
+    def _class_rows(segs: np.ndarray, wire: np.ndarray, lat: np.ndarray, mult: np.ndarray, wcap: np.ndarray,
+                    keep: np.ndarray, groups: list[np.ndarray], mem: list[_FlowClass]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[_FlowClass]]:
+        """The rows ``keep`` then one class row per class of ``mem`` (members ``groups``, their first's bytes)."""
         o_s, o_w, o_l, o_m, o_c = [segs[keep]], [wire[keep]], [lat[keep]], [mult[keep]], [wcap[keep]]
-        for g in big.tolist():
-            idx = np.sort(order[st[g]:st[g] + cnt[g]])
-            fc = self._new_class(segs[idx], mult[idx], lat[idx], wcap[idx])
-            mem.append(fc)
+        for idx, fc in zip(groups, mem):
             for o, x in zip((o_s, o_m, o_l, o_c), fc.row()):
                 o.append(x)
             o_w.append(wire[idx[:1]])
@@ -1112,6 +1197,8 @@ class Fabric:
         r = float(p.rate[c])
         fc = self._cls[int(p.cls[c])]
         if fc.tables is None:  # tables of the members' segments, built at the first check (shared by the starts)
+            fc.tables = self._cls_tables.get(fc.sid)
+        if fc.tables is None:  # (a class segment stands for its members' segments: a materialized class reuses them)
             flat = fc.segs.reshape(-1)
             ok = flat >= 0
             us = np.unique(flat[ok])
@@ -1123,17 +1210,20 @@ class Fabric:
             eu = np.repeat(np.arange(len(us)), ln)
             inv2 = invf.reshape(fc.segs.shape)
             fc.tables = (inv2, self._se_link[e], eu, len(us) + 1, [np.unique(inv2[:, k]) for k in range(_K)])
+            if len(self._cls_tables) >= self._BATCH_CACHE:
+                self._cls_tables.clear()
+            self._cls_tables[fc.sid] = fc.tables
         inv, el, eu, nu, cols = fc.tables  # (entries of registered segments never move: new ones are appended)
         es = sat[el]  # (the members' links are the class segment's)
         ef = fastest[el] > r * (1.0 + self._SAT_TOL)
         gs = np.bincount(eu, weights=es & ~ef, minlength=nu)  # per distinct segment (last: the padding, 0)
         if any(np.count_nonzero(gs[u]) == len(u) for u in cols):
             return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
-        good = gs[inv].sum(axis=1)
+        good = _row_sum(gs, inv)
         if np.count_nonzero(good) == len(good):
             return None
-        ns = np.bincount(eu, weights=es, minlength=nu)[inv].sum(axis=1)
-        nf = np.bincount(eu, weights=ef, minlength=nu)[inv].sum(axis=1)
+        ns = _row_sum(np.bincount(eu, weights=es, minlength=nu), inv)
+        nf = _row_sum(np.bincount(eu, weights=ef, minlength=nu), inv)
         return ((good * 64 + ns) * 64 + nf).astype(np.int64)
 
     def _split_class(self, c: int, key: np.ndarray) -> None:
@@ -1151,6 +1241,7 @@ class Fabric:
         seg1, m1 = p.seg[c:c + 1].copy(), p.mult[c:c + 1].copy()
         self._seg_flows(seg1, m1, -1.0)
         self._load -= self._to_links(seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K))
+        self._obs_dirty = True
         self._unlabel(p.comp[c:c + 1])
         p.active[c] = False
         p.rate[c] = 0.0
@@ -1348,6 +1439,7 @@ class Fabric:
         s = segs.reshape(-1)
         m = mult.repeat(_K)
         self._flush_segments()
+        self._obs_dirty = True
         if self._dense_entries(s.size):  # the per-segment sums once, for both counters (same floats)
             v = np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
             self._seg_m += sign * v
@@ -1357,6 +1449,15 @@ class Fabric:
         s, m = s[ok], m[ok]
         self._seg_m += sign * np.bincount(s, weights=m, minlength=len(self._seg_m))
         self._nflows += sign * self._to_links(s, m, weighted=False)
+
+    def _seg_counts(self, s: np.ndarray, m: np.ndarray, sign: float) -> None:
+        """The segments' half of :meth:`_seg_flows` (``s``: segment per entry, -1 padded; ``m``: multiplicity per
+        entry), for a caller that has the links' flow counts from its own expansion."""
+        if self._dense_entries(s.size):
+            self._seg_m += sign * np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
+            return
+        ok = s >= 0
+        self._seg_m += sign * np.bincount(s[ok], weights=m[ok], minlength=len(self._seg_m))
 
     # ----------------------------------------------------------------- solver
     def _request_solve(self) -> None:
@@ -1379,8 +1480,16 @@ class Fabric:
         now = self.env.now
         dt = now - self._t_last
         if dt > 0 and self._n_active:
-            self.bytes_moved += self._load * dt
-            self.busy_time += (self._nflows > 0.5) * dt
+            live = self._live_idx
+            if live is None:
+                live = self._live_idx = _nzf(self._live)
+            if 4 * len(live) < len(self._load):  # the live links only: elsewhere the load and flow counts are 0
+                self.bytes_moved[live] += self._load[live] * dt
+                self.busy_time[live] += (self._nflows[live] > 0.5) * dt
+            else:  # in place, on kept scratch (the same floats: x + 0.0 is x, x + 1.0 * dt is x + dt)
+                buf, on = self._adv_buf
+                np.add(self.bytes_moved, np.multiply(self._load, dt, out=buf), out=self.bytes_moved)
+                np.add(self.busy_time, dt, out=self.busy_time, where=np.greater(self._nflows, 0.5, out=on))
         self._t_last = now
 
     def _complete_finished(self) -> None:
@@ -1417,12 +1526,18 @@ class Fabric:
         # flow counts leave (the flow counts by the per-segment sums shared with the segments' counts)
         sf = segs.reshape(-1)
         early = bool(np.count_nonzero(left != 0))
-        self._seg_flows(segs, m, -1.0)
-        vals = [(r * m).repeat(_K)] + ([(left * m).repeat(_K)] if early else [])
-        sums = self._to_links_many(sf, vals, [True, True][: len(vals)])
+        mk = m.repeat(_K)
+        self._flush_segments()
+        # the flow counts, loads and early bytes from one expansion of the segments (what :meth:`_seg_flows` and
+        # a second :meth:`_to_links_many` computed apart: the same sums)
+        vals = [mk, (r * m).repeat(_K)] + ([(left * m).repeat(_K)] if early else [])
+        sums = self._to_links_many(sf, vals, [False, True, True][: len(vals)])
+        self._seg_counts(sf, mk, -1.0)
+        self._nflows += -1.0 * sums[0]
         if early:
-            self.bytes_moved += sums[1]
-        self._load -= sums[0]
+            self.bytes_moved += sums[2]
+        self._load -= sums[1]
+        self._obs_dirty = True
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
         if self._cls:
@@ -1451,6 +1566,7 @@ class Fabric:
             self._load[:] = 0.0
             self._nflows[:] = 0.0
             self._seg_m[:] = 0.0
+            self._clear_live()
 
     @staticmethod
     def _due_from(tend: np.ndarray, rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
@@ -1657,6 +1773,7 @@ class Fabric:
         if not R.size:
             self._observe()
             return
+        self._obs_dirty = True  # (the rates, hence the loads, change)
         self.n_solves += 1
         self.n_rows_solved += len(R)
         p = self._rows
@@ -1728,8 +1845,9 @@ class Fabric:
         """After a solve: hand the observer each link's interval whose flow count or load just changed
         (closed at ``now``) and open new ones; links left unchanged keep their open interval, so the
         intervals are per-link changes, not solves x links. O(links) numpy per solve."""
-        if self.observer is None:
+        if self.observer is None or (self._obs is not None and not self._obs_dirty):
             return
+        self._obs_dirty = False
         now = self.env.now
         nl = len(self.links)
         if self._obs is None:
@@ -1768,12 +1886,21 @@ class Fabric:
         now on (coalesced collectives still running are materialized by the next :meth:`start_rows`)."""
         self._free = np.zeros(len(self.links), dtype=bool)
         self._free_on = False
+        self._binding.clear()
         self._wake_all = bool(self._holders)
 
     # ------------------------------------------------------------ coalescing
     def binding(self, links: np.ndarray) -> np.ndarray:
-        """The links of ``links`` that can bind (see :meth:`_never_binding`)."""
-        return links[~self._free[links]] if self._free_on else links
+        """The links of ``links`` that can bind (see :meth:`_never_binding`); kept per ``links`` array (a coalesced
+        collective's memo asks with the same one at every start) until the never-binding links are gone."""
+        if not self._free_on:
+            return links
+        hit = self._binding.get(id(links))
+        if hit is None or hit[0] is not links:  # (the entry holds ``links``: its id stays unique)
+            if len(self._binding) >= self._BATCH_CACHE:
+                self._binding.clear()
+            hit = self._binding[id(links)] = (links, links[~self._free[links]])
+        return hit[1]
 
     def links_idle(self, links: np.ndarray) -> bool:
         """No flow and no coalesced collective on any of ``links`` that can bind (a never-binding link shared
@@ -1810,13 +1937,37 @@ class Fabric:
             self._wake_all = False
             hs = np.array(sorted(self._holders), dtype=np.int64)
         else:
-            lk = self._to_links(segs.reshape(-1), np.ones(segs.size), weighted=False) > 0
-            hs = np.unique(self._held[lk])
+            hs = self._held[self._seg_links(segs)]
+            hs = np.unique(hs[hs >= 0]) if np.count_nonzero(hs >= 0) else hs[:0]
         for h in hs[hs >= 0].tolist():  # hold order = start order: deterministic
             wake = self._holders.get(h)
             if wake is not None:
                 self.n_materialized += 1
                 wake()
+
+    def _mark_live(self, segs: np.ndarray) -> None:
+        """The links of a starting batch's segments become live: until the fabric is next idle only live links
+        can carry load or flows (rows split from a class cross its links; solves load their rows' links), so
+        :meth:`_advance` moves their counters alone, O(live links) instead of O(L)."""
+        lk = self._seg_links(segs)
+        if not self._live[lk].all():
+            self._live[lk] = True
+            self._live_idx = None
+
+    def _clear_live(self) -> None:
+        """The fabric is idle (every load and flow count 0): no link is live."""
+        live = self._live_idx if self._live_idx is not None else _nzf(self._live)
+        self._live[live] = False
+        self._live_idx = np.zeros(0, dtype=np.int64)
+
+    def _seg_links(self, segs: np.ndarray) -> np.ndarray:
+        """The links of the segments ``segs`` (-1 padding ignored), with repeats: the entries of their distinct
+        segments, O(those entries), not O(links) (every entry's flow count is > 0, so these are the links a
+        per-link count of ``segs`` marks)."""
+        s = segs.reshape(-1)
+        us = self._cpx.unique(s[s >= 0], len(self._seg_lat))
+        st = self._se_off[us]
+        return self._se_link[_ranges(st, self._se_off[us + 1] - st)]
 
     def copy_segment(self, other: Fabric, sid: int) -> int:
         """This fabric's id of segment ``sid`` of ``other`` (a fabric over the same graph)."""
@@ -1859,6 +2010,8 @@ class Fabric:
         self._load[:] = 0.0
         self._nflows[:] = 0.0
         self._seg_m[:] = 0.0
+        self._clear_live()
+        self._obs_dirty = True
         self._b_event.clear()
         self._b_meta.clear()
         self._b_left[:] = 0
