@@ -465,7 +465,7 @@ class RankGraph:
     source: dict[str, Any] = field(default_factory=dict)
     origin: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
     """Where the rank's arrays came from, set by :meth:`ExecutionGraph.set_origin` for a rank read from the load
-    cache: ((entry key, rank index), the tables, their arrays, each array's (shape, dtype)); read through
+    cache: ((entry key, rank index), the tables, their arrays, the arrays' shapes, their dtypes); read through
     :meth:`cache_identity`. None: built in memory (import, synthesis, edits)."""
 
     # -- helpers -----------------------------------------------------------------------
@@ -581,7 +581,7 @@ class RankGraph:
         tabs, arrays = self._arrays()
         if not (all(map(operator.is_, tabs, o[1])) and len(arrays) == len(o[2])
                 and all(map(operator.is_, arrays, o[2]))
-                and list(zip(map(_SHAPE, arrays), map(_DTYPE, arrays))) == o[3]):
+                and list(map(_SHAPE, arrays)) == o[3] and list(map(_DTYPE, arrays)) == o[4]):
             return None
         return o[0]
 
@@ -640,7 +640,7 @@ class ExecutionGraph:
             if any(a.flags.writeable for a in arrays):
                 rg.origin = None
                 continue
-            rg.origin = ((key, k), tabs, arrays, list(zip(map(_SHAPE, arrays), map(_DTYPE, arrays))))
+            rg.origin = ((key, k), tabs, arrays, list(map(_SHAPE, arrays)), list(map(_DTYPE, arrays)))
 
     @property
     def world_size(self) -> int:
