@@ -339,3 +339,18 @@ def test_windowed_figures_from_the_crossing_intervals_are_bit_for_bit() -> None:
         got = u.bytes_in(a, b)
         assert np.array_equal(np.isnan(got), np.isnan(want))
         assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+def test_rank_static_is_kept_on_its_program() -> None:
+    """links.rank_static's answer lives on the compiled program (RankProgram.link_static): worked out once, the
+    same object at the next call, and freed with the program (no process-wide memo)."""
+    from cosim.replay import links
+    from cosim.replay.program import compile_program
+
+    rg = load_trace(Path(__file__).parent / "data" / "workload" / "ns_epoch.json", cache=False).ranks[0]
+    prog = compile_program(rg, ReplayConfig(), 4e-6, rg.gpu_ops.dur)
+    assert prog.link_static is None
+    got = links.rank_static(prog, rg)
+    assert prog.link_static is got and links.rank_static(prog, rg) is got
+    assert got[0] == np.flatnonzero(rg.gpu_ops.collective >= 0).tolist()
+    assert not hasattr(links, "_STATIC")
