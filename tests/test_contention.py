@@ -423,3 +423,27 @@ def test_copy_engines_from_the_catalog_and_one_vs_two_on_h2d_plus_d2h(tmp_path: 
     assert gpu_times(replay(p, "dgx-h100", one))[2:] == [(40, 440), (440, 840)]
     assert gpu_times(replay(p, "dgx-h100", apply_sets(EXACT, {"gpu.copy_engines": "1"})))[2:] == [(40, 440),
                                                                                                    (440, 840)]
+
+
+def test_idle_route_capacity_kept_per_topology_equals_the_replay_fabrics() -> None:
+    """The copies' idle route capacity comes from a scratch fabric kept per topology and fabric configuration
+    (its segments built once, not by each replay's fabric): the same answers as a fresh fabric's, per config."""
+    import dataclasses
+
+    import simpy
+
+    from cosim.engine import SimConfig, Simulator
+    from cosim.replay import api
+    from cosim.topology import load_topology
+
+    topo = load_topology("dgx-h100")
+    pairs = [(topo.cpu_of(g), g) for g in topo.gpus[:3]] + [(g, topo.cpu_of(g)) for g in topo.gpus[5:]]
+    for scale in (1.0, 0.5):
+        cfg = SimConfig(record_trace=False)
+        cfg = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, bandwidth_scale=scale))
+        sim = Simulator(topo, cfg, env=simpy.Environment())
+        cap = api._idle_capacity(topo, sim)
+        assert [cap(a, b) for a, b in pairs] == [sim.fabric.path_capacity(a, b) for a, b in pairs]
+        assert cap(*pairs[0]) == pytest.approx(C0 * scale)
+        assert api._idle_capacity(topo, Simulator(topo, cfg, env=simpy.Environment())) is cap  # kept
+    assert len(api._IDLE[topo]) == 2

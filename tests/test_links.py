@@ -341,20 +341,16 @@ def test_windowed_figures_from_the_crossing_intervals_are_bit_for_bit() -> None:
         assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
 
 
-def test_rank_static_keeps_live_programs_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """links.rank_static's memo (id -> weak reference, answer): a freed program's entry goes with it (its
-    collective keys and copy lists are not held for programs no replay can ask about again), and every live
-    program stays remembered however many there are (a job of more ranks than any fixed bound reads each once)."""
+def test_rank_static_is_kept_on_its_program() -> None:
+    """links.rank_static's answer lives on the compiled program (RankProgram.link_static): worked out once, the
+    same object at the next call, and freed with the program (no process-wide memo)."""
     from cosim.replay import links
+    from cosim.replay.program import compile_program
 
-    monkeypatch.setattr(links, "_STATIC", {})
     rg = load_trace(Path(__file__).parent / "data" / "workload" / "ns_epoch.json", cache=False).ranks[0]
-
-    class Program:  # weakly referable, as RankProgram is
-        pass
-
-    progs = [Program() for _ in range(300)]
-    first = [links.rank_static(p, rg) for p in progs]
-    assert all(links.rank_static(p, rg) is got for p, got in zip(progs, first))
-    del progs[150:]
-    assert len(links._STATIC) == 150 and all(ref() is not None for ref, _ in links._STATIC.values())
+    prog = compile_program(rg, ReplayConfig(), 4e-6, rg.gpu_ops.dur)
+    assert prog.link_static is None
+    got = links.rank_static(prog, rg)
+    assert prog.link_static is got and links.rank_static(prog, rg) is got
+    assert got[0] == np.flatnonzero(rg.gpu_ops.collective >= 0).tolist()
+    assert not hasattr(links, "_STATIC")

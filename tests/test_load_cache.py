@@ -1,4 +1,4 @@
-"""The load cache's indexed .npz entries (cosim.workload.cache): read back equal, writable, still a plain .npz."""
+"""The load cache's indexed .npz entries (cosim.workload.cache): read back equal, read-only, still a plain .npz."""
 
 from __future__ import annotations
 
@@ -39,10 +39,22 @@ def test_indexed_entry_roundtrip(tmp_path: Path, graph: ExecutionGraph) -> None:
     cache.write_entry(p, graph)
     back = cache.read_entry(p)
     _same_graph(graph, back)
-    # every array is a writable view (the replay may edit a loaded graph's columns in place)
+    # every array is a read-only view of the map that cannot be made writeable; assigning a column edits a copy
     g = back.ranks[0].gpu_ops
-    assert g.start.flags.writeable
-    g.start[0] = g.start[0]
+    assert not any(a.flags.writeable for t in back.ranks[0].tables().values() for a in t.columns().values())
+    with pytest.raises(ValueError):
+        g.start[0] = 1.0
+    with pytest.raises(ValueError):
+        g.start.flags.writeable = True
+    old = g.start
+    g.start = old + 1.0
+    assert g.start is not old and g.start.flags.writeable and (g.start == old + 1.0).all()
+    assert back.ranks[0].origin is None and back.ranks[0].cache_identity() is None  # no key given
+    keyed = cache.read_entry(p, "k").ranks[0]
+    assert keyed.cache_identity() == ("k", 0)
+    keyed.make_writable()  # an in-place editor's first step: copies, no origin any more
+    keyed.gpu_ops.start[0] = 1.0
+    assert keyed.cache_identity() is None
     # still a plain .npz: numpy.load and ExecutionGraph.from_npz read it (the index is one more member)
     with np.load(p) as z:
         assert "cosim_index" in z.files and "meta" in z.files
@@ -68,7 +80,15 @@ def test_load_cache_reads_indexed_entries(tmp_path: Path, monkeypatch: pytest.Mo
     load_trace(src)
     (entry,) = (tmp_path / "c").glob("graph-*.npz")
     assert cache._index(bytearray(entry.read_bytes())) is not None
-    _same_graph(fresh, load_trace(src))
+    cached = load_trace(src)
+    _same_graph(fresh, cached)
+    # the first (parsed) load and the cached one share the entry's key as their origin; cache=False gives none
+    first = load_trace(src, cache=False)
+    assert first.ranks[0].cache_identity() is None and not first.ranks[0].gpu_ops.dur.flags.writeable
+    key = cache.cache_key([src], None)
+    assert cached.ranks[0].cache_identity() == (key, 0)
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path / "d"))
+    assert load_trace(src).ranks[0].cache_identity() == (key, 0)
 
 
 def test_entry_strings_ascii_and_not(tmp_path: Path, graph: ExecutionGraph) -> None:

@@ -70,8 +70,9 @@ def test_cached_dlrm_job_replays_as_uncached(tmp_path: Path, monkeypatch: pytest
 
 
 def test_cache_entry_mapped_copy_on_write(tmp_path: Path) -> None:
-    """An entry's arrays are writable views of a copy-on-write map: a write changes the graph, not the file, and
-    the next read gives the stored values (and a string table of its own, equal to the first)."""
+    """An entry's arrays are read-only views of a copy-on-write map; a column assigned (an edited copy) changes
+    the graph, not the file, and the next read gives the stored values (and a string table of its own, equal to
+    the first)."""
     from cosim.workload import cache
 
     files = sorted((Path(__file__).parent / "data" / "workload").glob("*.json"))
@@ -81,9 +82,10 @@ def test_cache_entry_mapped_copy_on_write(tmp_path: Path) -> None:
     before = p.read_bytes()
     a = cache.read_entry(p)
     dur = a.ranks[0].gpu_ops.dur
-    assert dur.flags.writeable
+    assert not dur.flags.writeable
     want = dur.copy()
-    dur[:] = -1.0
+    a.ranks[0].gpu_ops.dur = -1.0
+    assert (a.ranks[0].gpu_ops.dur == -1.0).all() and (dur == want).all()
     a.ranks[0].strings.append("added here")
     assert p.read_bytes() == before
     b = cache.read_entry(p)

@@ -3,6 +3,7 @@ op-by-op pre-order walk, worked by hand on a small thread and exactly (bit for b
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from cosim.replay.program import _HostCosts, _HostWalk, _preorder_ends, _walk_block, _walk_block_loop
 from cosim.replay.summary import without_wall_clock
 from cosim.resources import shared_dir
+from cosim.workload.graph import Table
 
 
 def _walk(costs: _HostCosts, parent: np.ndarray, base: float, vectorized: bool, graph_cost: float = 0.0) -> _HostWalk:
@@ -216,9 +218,29 @@ def test_compiled_programs_remembered_by_content(tmp_path: Any, monkeypatch: pyt
     assert P.compile_rank(rg2, ReplayConfig(host_speed=2.0), 4e-6, dur) is not p1  # another config
     assert P.compile_rank(rg2, cfg, 4e-6, dur * 2) is not p1  # other durations
     assert P.compile_rank(rg2, cfg, 4e-6, dur, offset=1e-3) is not p1
-    rg2.host_ops.dur[3] += 1e-6  # changed in place after loading: another content
+    assert P.rank_digest(rg2)[0] == "cache"  # keyed on its load-cache entry, no byte read
+    with pytest.raises(ValueError):
+        rg2.host_ops.dur[3] += 1e-6  # a loaded graph's arrays are read-only ...
+    with pytest.raises(ValueError):
+        rg2.host_ops.dur.flags.writeable = True  # ... and cannot be made writeable
+    edited = rg2.host_ops.dur.copy()
+    edited[3] += 1e-6
+    rg2.host_ops.dur = edited  # assigning a column replaces it by an edited copy: same origin, another content
+    assert P.rank_digest(rg2)[0] == "bytes"
     p2 = P.compile_rank(rg2, cfg, 4e-6, dur)
     assert p2 is not p1 and len(calls) == 5
+    rg3 = load_trace(shared / "traces" / rel).ranks[0]
+    assert P.compile_rank(rg3, cfg, 4e-6, dur) is p1  # the same entry again
+    ops = rg3.gpu_ops.columns()
+    ops["dur"] = ops["dur"] * 2
+    rg4 = dataclasses.replace(rg3, gpu_ops=Table("gpu_ops", len(rg3.gpu_ops), **ops))  # origin copied, table new
+    assert rg4.origin is rg3.origin and rg4.cache_identity() is None
+    assert P.compile_rank(rg4, cfg, 4e-6, dur) is not p1 and len(calls) == 6
+    rg3.strings.append("edited")  # strings are a list: hashed whatever the origin
+    assert P.compile_rank(rg3, cfg, 4e-6, dur) is not p1 and len(calls) == 7
+    rg3.strings.pop()
+    rg3.gpu_ops.dur.shape = (1, -1)  # an array's view changed in place
+    assert rg3.cache_identity() is None
     # the countdown and successors compiled with the program are those the executor derives
     assert p1.gpu_waits == [len(p) + 1 + (s >= 0) for p, s in zip(p1.gpu_preds, p1.gpu_stream_pred)]
     succ: list[list[int]] = [[] for _ in p1.gpu_preds]

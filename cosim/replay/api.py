@@ -9,8 +9,10 @@ runs them on the engine (:mod:`cosim.replay.executor`, collectives mapped by
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -273,7 +275,7 @@ _AS_WRITTEN: dict[tuple[str, int], Any] = {}
 """(topology file, its mtime) -> idle route capacity of the file as written (the copies' ``C0``)."""
 
 
-def _as_written_capacity(topology: Any, sim: Any) -> Callable[[str, str], float]:
+def _as_written_capacity(topology: Any, idle: Callable[[str, str], float]) -> Callable[[str, str], float]:
     """Idle route capacity on the topology file as written, without catalog overrides or ``topology.<path>``
     knobs (the traced hardware); the topology's own when it has no file (a generated or in-memory one)."""
     from cosim.engine import SimConfig, Simulator
@@ -281,7 +283,7 @@ def _as_written_capacity(topology: Any, sim: Any) -> Callable[[str, str], float]
 
     source = getattr(topology, "source_file", None) or getattr(topology, "name", None)
     if not source:
-        return cast(Callable[[str, str], float], sim.fabric.path_capacity)
+        return idle
     try:
         key = (str(source), os.stat(source).st_mtime_ns if os.path.exists(source) else 0)
         cap = _AS_WRITTEN.get(key)
@@ -291,7 +293,34 @@ def _as_written_capacity(topology: Any, sim: Any) -> Callable[[str, str], float]
             cap = _AS_WRITTEN[key] = Simulator(load_topology(source), SimConfig(record_trace=False)).fabric.path_capacity
         return cast(Callable[[str, str], float], cap)
     except (CosimInputError, OSError):  # a generated topology (scaled to N nodes): its own links are C0
+        return idle
+
+
+_IDLE: weakref.WeakKeyDictionary[Any, list[tuple[Any, Callable[[str, str], float]]]] = weakref.WeakKeyDictionary()
+"""Topology -> (fabric configuration, ``path_capacity`` of a scratch simulator's fabric built with both)."""
+
+
+def _idle_capacity(topology: Any, sim: Any) -> Callable[[str, str], float]:
+    """``sim.fabric.path_capacity`` (the idle capacity of a route, bytes/s: a function of the topology's links
+    and routes and of the fabric's configuration alone) answered by a scratch simulator of the same topology
+    and fabric configuration, kept per topology for the process: the replay's own fabric then builds a copy
+    route's segment only when a copy runs on it as a flow. ``sim``'s own where the topology cannot be
+    weakly referenced."""
+    from cosim.engine import SimConfig, Simulator
+
+    fab_cfg = sim.config.fabric
+    try:
+        kept = _IDLE.setdefault(topology, [])
+    except TypeError:
         return cast(Callable[[str, str], float], sim.fabric.path_capacity)
+    for cfg, cap in kept:
+        if cfg == fab_cfg:
+            return cap
+    if len(kept) >= 4:
+        kept.clear()
+    cap = Simulator(topology, SimConfig(record_trace=False, fabric=dataclasses.replace(fab_cfg))).fabric.path_capacity
+    kept.append((dataclasses.replace(fab_cfg), cap))
+    return cast(Callable[[str, str], float], cap)
 
 
 def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], topology: Any,
@@ -303,7 +332,8 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
     if not any(k in (CopyKind.HTOD, CopyKind.DTOH) for rg, prog in zip(graph.ranks, programs)
                for k, _, _ in rank_static(prog, rg)[2]):  # the ranks' memcpy kinds, kept per program
         return None
-    base_capacity = sim.fabric.path_capacity if as_written else _as_written_capacity(topology, sim)
+    idle = _idle_capacity(topology, sim)
+    base_capacity = idle if as_written else _as_written_capacity(topology, idle)
     ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]] = []
     for rg, prog in zip(graph.ranks, programs):
         gpu: str | None
@@ -315,7 +345,7 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
             gpu = cpu = None
         ranks.append((rg, prog.gpu_dur, gpu, cpu,
                       copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
-    return CopyModel(sim.env, sim.fabric, base_capacity, ranks)
+    return CopyModel(sim.env, sim.fabric, base_capacity, ranks, capacity=idle)
 
 
 def _as_graph(src: ExecutionGraph | str | Path | Sequence[str | Path]) -> tuple[ExecutionGraph, list[str]]:

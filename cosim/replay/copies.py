@@ -70,13 +70,18 @@ class CopyModel:
         ranks: per rank, ``(graph, durations, gpu or None, cpu or None, copy engines)``.
         solo_ok: a copy that starts while no flow is in flight runs as one timeout (no rate solve) and joins the
             fabric, with the bytes it has left, when any other flow starts (wraps ``fabric.start_rows``).
+        capacity: ``(src, dst) -> C``, ``fabric.path_capacity``'s answers (the idle route capacity, bytes/s)
+            from another source (a fabric of the same topology and configuration kept between replays, whose
+            route segments are built once); default: ``fabric.path_capacity``.
     """
 
     def __init__(self, env: simpy.Environment, fabric: Any, baseline_capacity: Callable[[str, str], float],
                  ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]],
-                 solo_ok: bool = True) -> None:
+                 solo_ok: bool = True, capacity: Callable[[str, str], float] | None = None) -> None:
         self.env = env
         self.fabric = fabric
+        self.capacity: Callable[[str, str], float] = capacity or fabric.path_capacity
+        """Idle route capacity ``C`` (bytes/s) by (src, dst)."""
         self.route: dict[int, list[int]] = {}
         """Rank -> per GPU op: index into ``specs`` of its copy route, or -1 (not a fabric copy)."""
         self.specs: list[tuple[str, str, str, float]] = []
@@ -136,7 +141,7 @@ class CopyModel:
                 if not sel.size:
                     continue
                 src, dst = (cpu, gpu) if name == "h2d" else (gpu, cpu)
-                cap = self.fabric.path_capacity(src, dst)
+                cap = self.capacity(src, dst)
                 cap0 = baseline_capacity(src, dst)
                 if not (math.isfinite(cap) and cap > 0 and math.isfinite(cap0) and cap0 > 0):
                     continue
@@ -200,7 +205,7 @@ class CopyModel:
         if wire <= 0:
             self.env.timeout(o).callbacks.append(fin)
             return
-        cap = self.fabric.path_capacity(src, dst)
+        cap = self.capacity(src, dst)
         w = min(nbytes, wire * cap * ratio)  # wire bytes: at most what C0 moves in the measured wire time
         rate = w / (wire * ratio)
         if self.solo_ok and self.running == 1 and self.fabric.active_flows == 0:

@@ -31,9 +31,8 @@ the links; measured collectives keep their measured durations.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -785,33 +784,17 @@ def _spec(arr: list, topology: Any, cfg: ReplayConfig,
         return None
 
 
-_STATIC: dict[int, tuple[Callable[[], Any], tuple[list[int], list[tuple[int, float, int, int]],
-                                                   list[tuple[int, np.ndarray, np.ndarray]]]]] = {}
-"""id(program) -> (weak reference to it, :func:`rank_static`'s answer), for the live programs (an entry goes with
-its program: :func:`_forget`)."""
-
-
-def _forget(key: int) -> Callable[[Any], None]:
-    """The callback of the weak reference stored under ``key`` in :data:`_STATIC`: drops that entry when its
-    program is freed (unless another program's entry has taken the key since)."""
-    def drop(ref: Any) -> None:
-        hit = _STATIC.get(key)
-        if hit is not None and hit[0] is ref:
-            del _STATIC[key]
-
-    return drop
-
-
 def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, int, int]],
                                              list[tuple[int, np.ndarray, np.ndarray]]]:
     """What the attribution reads of rank graph ``rg`` alone (``prog``: its compiled program): its collective GPU
     ops and their :func:`_single_keys`, and per copy kind (H2D, D2H, PtoP, in that order, those it has) the kind,
-    its memcpy ops and their bytes. Kept while the compiled program lives (a weak reference: never keeps one
-    alive), which :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a
-    cached replay reads them once."""
-    hit = _STATIC.get(id(prog))
-    if hit is not None and hit[0]() is prog:
-        return hit[1]
+    its memcpy ops and their bytes. Kept on the program (:attr:`~cosim.replay.program.RankProgram.link_static`),
+    which :func:`cosim.replay.program.compile_rank` shares between replays of the same content, so a cached
+    replay reads them once."""
+    got = prog.link_static
+    if got is not None:
+        return cast(tuple[list[int], list[tuple[int, float, int, int]], list[tuple[int, np.ndarray, np.ndarray]]],
+                    got)
     G = rg.gpu_ops
     js = np.flatnonzero(G.collective >= 0)
     mem = G.kind == GpuKind.MEMCPY
@@ -821,12 +804,7 @@ def rank_static(prog: Any, rg: Any) -> tuple[list[int], list[tuple[int, float, i
             sel = np.flatnonzero(mem & (G.copy_kind == kind))
             if sel.size:
                 kinds.append((int(kind), sel, G.bytes[sel]))
-    got = (js.tolist(), _single_keys(rg, js), kinds)
-    try:
-        ref: Callable[[], Any] = weakref.ref(prog, _forget(id(prog)))
-    except TypeError:  # not weakly referable: not kept
-        return got
-    _STATIC[id(prog)] = (ref, got)
+    got = prog.link_static = (js.tolist(), _single_keys(rg, js), kinds)
     return got
 
 

@@ -158,6 +158,10 @@ class RankProgram:
     """Per thread of :attr:`threads`: its host ops and, at them, ``host_syncs_before_start`` and
     ``host_syncs_before_end``; worked out by the first replay with this program and kept here (the executor's
     host times, ``Executor._result``)."""
+    link_static: tuple[Any, ...] | None = None
+    """What the link attribution reads of the rank's graph (its collective ops and their keys, its copy ops by
+    kind: :func:`cosim.replay.links.rank_static`), worked out by the first replay with this program and kept
+    here."""
 
 
 THREADS_PER_SM = 2048
@@ -828,10 +832,16 @@ _cfg_text: tuple[ReplayConfig | None, str] = (None, "")
 
 
 def rank_digest(rg: RankGraph) -> tuple[Any, ...]:
-    """What identifies rank ``rg``'s content: its identity fields, its strings' hash, and per table the row
-    count and a CRC-32 of every column's bytes (zlib-ng's, read from the array's own buffer: ~0.09 ms for a
-    DLRM rank, 83 columns, 334 kB). Computed from the arrays each time, so a graph changed in place after
-    loading gets a new digest."""
+    """What identifies rank ``rg``'s content: its identity fields, its strings' hash, and either its load-cache
+    origin (:meth:`RankGraph.cache_identity`: the entry's key and rank index, while the rank holds the read-only
+    arrays it was read with; ~15 us a DLRM rank, no byte read) or per table the row count and a CRC-32 of every
+    column's bytes (zlib-ng's, read from the array's own buffer: ~0.09 ms for a DLRM rank, 83 columns, 334 kB,
+    warm; its first read of freshly mapped pages costs several times that). Computed each time, so a graph
+    edited after loading (a new table or column; a column assigned, which copies it) gets a new digest."""
+    ident = (rg.rank, rg.world_size, rg.device_name, float(rg.time_origin), len(rg.strings), hash(tuple(rg.strings)))
+    origin = rg.cache_identity()
+    if origin is not None:
+        return ("cache", origin, *ident)
     crc = 0
     shape: list[Any] = []
     crc32 = zlib_ng.crc32
@@ -844,8 +854,7 @@ def rank_digest(rg: RankGraph) -> tuple[Any, ...]:
                     crc = crc32(a, crc)
                 except ValueError:
                     crc = crc32(np.ascontiguousarray(a), crc)
-    return (rg.rank, rg.world_size, rg.device_name, float(rg.time_origin), len(rg.strings),
-            hash(tuple(rg.strings)), hash(tuple(shape)), crc)
+    return ("bytes", *ident, hash(tuple(shape)), crc)
 
 
 def _config_text(cfg: ReplayConfig) -> str:

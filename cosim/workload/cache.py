@@ -154,7 +154,7 @@ def load_cached(key: str) -> ExecutionGraph | None:
         return None
     try:
         with gc_paused():  # the index and the tables are ~2,000 containers a job: no collection walks the process
-            return read_entry(p)
+            return read_entry(p, key)
     except Exception:  # a corrupt or foreign entry: forget it, the caller rebuilds
         try:
             p.unlink()
@@ -312,10 +312,13 @@ def _index(data: memoryview) -> dict[str, Any] | None:
     return index
 
 
-def read_entry(path: Path) -> ExecutionGraph:
+def read_entry(path: Path, key: str | None = None) -> ExecutionGraph:
     """Read an entry written by :func:`write_entry`: the file mapped copy-on-write (``mmap.ACCESS_COPY``), every
-    array a writable view of the map (a write copies its page, the file is never changed); where the file cannot
-    be mapped, one read into memory. An ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz`.
+    array a read-only view of the map that cannot be made writeable (a column is edited by assigning it, which
+    replaces it by an edited copy: :class:`cosim.workload.graph.Table`); where the file cannot be mapped, one read
+    into memory, read-only the same way. With ``key`` (the entry's :func:`cache_key`), each rank records it as its
+    origin (:meth:`ExecutionGraph.set_origin`: the replay's program memo keys on it instead of the bytes). An
+    ``.npz`` without an index is read by :meth:`ExecutionGraph.from_npz` (its arrays made read-only, no origin).
     Raises on a damaged entry.
 
     The map, and the file descriptor Python's :mod:`mmap` keeps with it, live as long as any of the graph's
@@ -333,10 +336,13 @@ def read_entry(path: Path) -> ExecutionGraph:
                 raise ValueError("short read") from None
     if buf.size != size:
         raise ValueError("short read")
+    buf.flags.writeable = False  # every array a view that cannot be made writeable: the key names its bytes
     data = buf.data
     index = _index(data)
     if index is None or index.get("version") != 1:
-        return ExecutionGraph.from_npz(path)
+        g = ExecutionGraph.from_npz(path)
+        g.set_read_only()
+        return g
     arrays: dict[str, np.ndarray] = {}
     dtypes: dict[str, np.dtype] = {}
     frombuffer = np.frombuffer
@@ -349,4 +355,7 @@ def read_entry(path: Path) -> ExecutionGraph:
             raise ValueError(f"array {name} past the end of the entry")
         a = frombuffer(data, dt, count, off)
         arrays[name] = a if len(shape) == 1 else a.reshape(shape)
-    return ExecutionGraph.from_arrays(arrays, set(arrays), path)
+    g = ExecutionGraph.from_arrays(arrays, set(arrays), path)
+    if key is not None:
+        g.set_origin(key)
+    return g

@@ -550,6 +550,7 @@ def link_et(rg: RankGraph, et_path: str | Path, nodes: list[EtNode] | None = Non
     """
     if nodes is None:
         _, nodes = load_et_nodes(et_path)
+    rg.make_writable()  # a loaded graph's arrays are read-only
     by_rf = {n["rf_id"]: n for n in nodes if n["rf_id"] >= 0 and not _ROOT.match(n["name"])}
     h = rg.host_ops
     st = StringTable(rg.strings)

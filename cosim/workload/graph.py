@@ -20,6 +20,7 @@ import contextlib
 import gc
 import itertools
 import json
+import operator
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -337,6 +338,10 @@ def _stored_as_is(table: str, n: int, cols: dict[str, np.ndarray]) -> bool:
     return True
 
 
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+
+
 class Table:
     """A struct-of-arrays table: one numpy array per column, all of one length.
 
@@ -386,7 +391,10 @@ class Table:
         if name in Table.__slots__:
             object.__setattr__(self, name, value)
         elif name in self._cols:
-            self._cols[name][...] = value
+            a = self._cols[name]
+            if not a.flags.writeable:  # a loaded graph's column: replaced by an edited copy
+                a = self._cols[name] = a.copy()
+            a[...] = value
         else:
             raise AttributeError(f"{self.table} has no column {name!r}")
 
@@ -455,6 +463,10 @@ class RankGraph:
     edges: Table
     time_origin: float = 0.0
     source: dict[str, Any] = field(default_factory=dict)
+    origin: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    """Where the rank's arrays came from, set by :meth:`ExecutionGraph.set_origin` for a rank read from the load
+    cache: ((entry key, rank index), the tables, their arrays, the arrays' shapes, their dtypes); read through
+    :meth:`cache_identity`. None: built in memory (import, synthesis, edits)."""
 
     # -- helpers -----------------------------------------------------------------------
     def name(self, idx: int) -> str:
@@ -543,6 +555,36 @@ class RankGraph:
     def tables(self) -> dict[str, Table]:
         return {k: getattr(self, k) for k in TABLE_SCHEMAS}
 
+    def _arrays(self) -> tuple[list[Table], list[np.ndarray]]:
+        """The rank's tables (schema order) and every stored array of them, in that order."""
+        tabs = [getattr(self, k) for k in TABLE_SCHEMAS]
+        return tabs, [a for t in tabs for a in t._cols.values()]
+
+    def make_writable(self) -> None:
+        """Replace every read-only array (a loaded graph's) by a writable copy: the first step of an editor
+        that writes into the tables in place (:func:`cosim.workload.et.link_et`). The rank then no longer
+        holds the arrays it was loaded with (:meth:`cache_identity` is None)."""
+        for t in self._arrays()[0]:
+            cols = t._cols
+            for name, a in cols.items():
+                if not a.flags.writeable:
+                    cols[name] = a.copy()
+
+    def cache_identity(self) -> tuple[str, int] | None:
+        """(load-cache entry key, rank index) when this rank still holds exactly the tables and read-only arrays
+        it was read with (same objects, shapes and dtypes: their bytes cannot have changed, as no array of
+        them can be made writeable), else None. Identity fields and strings are not covered (callers hash
+        them)."""
+        o = self.origin
+        if o is None:
+            return None
+        tabs, arrays = self._arrays()
+        if not (all(map(operator.is_, tabs, o[1])) and len(arrays) == len(o[2])
+                and all(map(operator.is_, arrays, o[2]))
+                and list(map(_SHAPE, arrays)) == o[3] and list(map(_DTYPE, arrays)) == o[4]):
+            return None
+        return o[0]
+
     def validate(self) -> None:
         """Check internal consistency (index ranges, edge node ids); raises ValueError."""
         nh, ng = len(self.host_ops), len(self.gpu_ops)
@@ -574,6 +616,31 @@ class ExecutionGraph:
 
     ranks: list[RankGraph]
     schema_version: str = SCHEMA_VERSION
+
+    def set_read_only(self) -> None:
+        """Make every stored array a read-only view of a read-only array, which numpy will not make writeable
+        again (a loaded graph's: a column is edited by assigning it, ``table.col = values``, which replaces it by
+        an edited copy, or by a new table)."""
+        for rg in self.ranks:
+            for t in rg._arrays()[0]:
+                cols = t._cols
+                for name, a in cols.items():
+                    a.flags.writeable = False
+                    cols[name] = a.view()
+
+    def set_origin(self, key: str) -> None:
+        """Record each rank as the content of load-cache key ``key`` (:attr:`RankGraph.origin`; the key is a
+        function of the trace files' bytes and the importer's code, :func:`cosim.workload.cache.cache_key`).
+        Called only where every array was made a view of a read-only buffer or array
+        (:func:`cosim.workload.cache.read_entry`, :meth:`set_read_only`): a read-only one then cannot be made
+        writeable, and the key identifies its bytes as long as :meth:`RankGraph.cache_identity` finds it in
+        place; a rank with a writeable array (a column the table converted) gets none."""
+        for k, rg in enumerate(self.ranks):
+            tabs, arrays = rg._arrays()
+            if any(a.flags.writeable for a in arrays):
+                rg.origin = None
+                continue
+            rg.origin = ((key, k), tabs, arrays, list(map(_SHAPE, arrays)), list(map(_DTYPE, arrays)))
 
     @property
     def world_size(self) -> int:
@@ -679,7 +746,7 @@ class ExecutionGraph:
         for k, rm in enumerate(meta["ranks"]):
             p = f"r{k}"
             strings = _decode_strings(z[f"{p}/strings_offsets"], z[f"{p}/strings_blob"])
-            tabs = {}
+            tabs: dict[str, Any] = {}
             rows = rm["rows"]
             for tname, stored in _STORED_KEYS.items():
                 n = int(rows.get(tname, 0))

@@ -88,6 +88,9 @@ def load_trace(
     (:mod:`cosim.workload.cache`: ``.npz`` keyed by the files' content, in
     ``$COSIM_CACHE_DIR`` or ``~/.cache/cosim``) instead of being parsed again. Warnings about a
     suspicious trace are logged on every load (``cosim: warning: ...``).
+
+    The graph's arrays are read-only, whether parsed or cached: edit a column by assigning it
+    (``rg.gpu_ops.dur = new``: the table replaces it by an edited copy) or build new tables.
     """
     if isinstance(source, (str, Path)):
         p = Path(source)
@@ -116,7 +119,9 @@ def load_trace(
             return graph
     with gc_paused():
         graph = _import(files, time_unit)
+    graph.set_read_only()  # as a cached load's: a column is edited by assigning it (an edited copy)
     if key:
+        graph.set_origin(key)  # the replay's program memo: the same key as the cached loads of these files
         _cache.store(key, graph)
     for w in graph.warnings():
         warn_input(w)
