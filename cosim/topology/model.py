@@ -258,6 +258,23 @@ class Topology:
         sharers = sum(1 for g in self.gpus_on(self._node[gpu]) if self.nic_of(g) == nic)
         return min(net, host if host > 0 else net) / max(1, sharers)
 
+    def _min_scale_out_bandwidth(self) -> float:
+        """``min(scale_out_bandwidth(g))`` over the GPUs, each NIC's figure computed once (its sharers counted once
+        per node, not once per GPU: O(GPUs), where per GPU it is O(GPUs x GPUs per node))."""
+        sharers = Counter((self._node[g], self.nic_of(g)) for g in self._gpus)
+        per_nic: dict[tuple[int, str | None], float] = {}
+        for (node, nic), n in sharers.items():
+            if nic is None:
+                per_nic[node, nic] = 0.0
+                continue
+            net = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] in _NET)
+            if net == 0.0:
+                spec = self.nic_spec(nic)
+                net = spec.bandwidth * spec.ports
+            host = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] not in _NET)
+            per_nic[node, nic] = min(net, host if host > 0 else net) / max(1, n)
+        return min(per_nic.values(), default=0.0)
+
     def host_bandwidth(self, gpu: str) -> float:
         """Raw bottleneck bytes/s per direction from the GPU to its CPU socket (one GPU alone)."""
         return self.path_bandwidth(self.route(gpu, self.cpu_of(gpu)))
@@ -383,7 +400,7 @@ class Topology:
             "devices": self.device_counts(),
             "links": self.link_counts(),
             "per_gpu_scale_up_bw_Bps": min((self.scale_up_bandwidth(g) for g in gpus), default=0.0),
-            "per_gpu_scale_out_bw_Bps": min((self.scale_out_bandwidth(g) for g in gpus), default=0.0),
+            "per_gpu_scale_out_bw_Bps": self._min_scale_out_bandwidth(),
             "per_gpu_host_bw_Bps": self._min_host_bandwidth(),
             "bisection_bw_Bps": self.bisection_bandwidth(),
             "nvlink_domain_gpus": self.nvlink_domain_size(),
