@@ -479,11 +479,11 @@ def run_report_html(result: Any, title: str | None = None, data: dict[str, Any] 
                        f"Busiest directed links (top {len(lk)} of {len(d['links'])} with traffic)",
                        "busy share of step window (%)"))
         n = len(d["links"])
-        rows = _busiest(d["links"], None)
-        if len(rows) < n:
-            page.p(_rest_note(len(rows), n, "directed links with traffic", _rest_share(d["links"], rows, "busy_share")),
-                   "note")
-            what = f"The {len(rows)} busiest of the {n} directed links with traffic"
+        shown_links = _busiest(d["links"], None)
+        if len(shown_links) < n:
+            page.p(_rest_note(len(shown_links), n, "directed links with traffic",
+                              _rest_share(d["links"], shown_links, "busy_share")), "note")
+            what = f"The {len(shown_links)} busiest of the {n} directed links with traffic"
         else:
             what = f"Every link with traffic: {n} directed links"
         page.details_start(f"{what} (click a column header to sort)", open_=n <= 24)
@@ -497,7 +497,7 @@ def run_report_html(result: Any, title: str | None = None, data: dict[str, Any] 
                      (fmt_pct(x["busy_share"], 2), x["busy_share"]),
                      (fmt_pct(x["step_load"], 3), x["step_load"]),
                      (fmt_pct(x.get("utilization"), 3), x.get("utilization") or 0.0),
-                     x.get("peak_flows")] for x in rows], left=3, sortable=True, table_id="all-links")
+                     x.get("peak_flows")] for x in shown_links], left=3, sortable=True, table_id="all-links")
         page.details_end()
     else:
         page.p("No link traffic: no collective or host<->device copy of this replay put bytes on a link.", "note")

@@ -280,16 +280,17 @@ class Topology:
         return self.path_bandwidth(self.route(gpu, self.cpu_of(gpu)))
 
     _SPARSE_FLOW_EDGES = 4096
-    """From this many edges on, :meth:`_max_flow` uses scipy's compiled max-flow (importing ``scipy.sparse`` costs
+    """From this many edges on, :meth:`_max_flows` uses scipy's compiled max-flow (importing ``scipy.sparse`` costs
     ~0.2 s, more than networkx's flow on smaller graphs); below, networkx's."""
 
-    def _max_flow(self, g: nx.DiGraph, a: list[str], b: list[str]) -> float:
-        """Max-flow value (bytes/s) from GPUs ``a`` to GPUs ``b`` over ``g``'s ``bandwidth`` capacities."""
+    def _max_flows(self, g: nx.DiGraph, splits: list[tuple[list[str], list[str]]]) -> list[float]:
+        """Max-flow values (bytes/s) from GPUs ``a`` to GPUs ``b`` over ``g``'s ``bandwidth`` capacities, per
+        ``(a, b)`` of ``splits`` (``g``'s edges read once for all)."""
         if g.number_of_edges() >= self._SPARSE_FLOW_EDGES:
-            v = _sparse_max_flow(g, a, b)
-            if v is not None:
-                return v
-        return self._nx_max_flow(g, a, b)
+            net = _flow_net(g)
+            got = [_sparse_max_flow(g, a, b, net) for a, b in splits]
+            return [v if v is not None else self._nx_max_flow(g, a, b) for v, (a, b) in zip(got, splits)]
+        return [self._nx_max_flow(g, a, b) for a, b in splits]
 
     @staticmethod
     def _nx_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float:
@@ -316,12 +317,12 @@ class Topology:
             order = list(range(n))
             node_splits = [(order[:half], order[n - half:]), (order[0::2][:half], order[1::2][:half])]
             graph = self.graph
-            cuts = []
+            splits = []
             for a_nodes, b_nodes in node_splits:
                 a = [g for g in gpus if self._node[g] in set(a_nodes)]
                 b = [g for g in gpus if self._node[g] in set(b_nodes)]
-                cuts.append(self._max_flow(graph, a, b))
-            return min(cuts)
+                splits.append((a, b))
+            return min(self._max_flows(graph, splits))
         k = self._kind
         if any(self.scale_up_bandwidth(g) > 0 for g in gpus):
             graph = nx.subgraph_view(self.graph, filter_node=lambda x: k[x] in _SCALE_UP)
@@ -329,7 +330,7 @@ class Topology:
             graph = self.graph
         half = len(gpus) // 2
         splits = [(gpus[:half], gpus[len(gpus) - half:]), (gpus[0::2][:half], gpus[1::2][:half])]
-        return min(self._max_flow(graph, a, b) for a, b in splits)
+        return min(self._max_flows(graph, splits))
 
     def nvlink_domain_size(self) -> int:
         """GPUs reachable from the first GPU over scale-up links (multi-hop allowed)."""
@@ -419,15 +420,10 @@ class Topology:
         return copy.deepcopy(self._figures)
 
 
-def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
-    """The max-flow value from ``a`` to ``b`` by scipy's Dinic (``scipy.sparse.csgraph.maximum_flow``, compiled):
-    exact, on integer capacities: every ``bandwidth`` divided by their greatest common divisor. None (use networkx)
-    when a capacity is not a whole number of bytes/s or the scaled ones could overflow 32-bit integers. The two agree
-    exactly: every partial sum of whole-number capacities is exact in floating point below 2**53
-    (tests/test_topology_flow.py checks them against each other)."""
+def _flow_net(g: nx.DiGraph) -> tuple[dict[Any, int], list[int], list[int], list[int], int] | None:
+    """``g``'s edges for :func:`_sparse_max_flow`: (node index, sources, destinations, capacities divided by their
+    greatest common divisor, that divisor); None when a capacity is not a whole number of bytes/s."""
     import math
-
-    import numpy as np
 
     idx = {x: i for i, x in enumerate(g.nodes)}
     src, dst, cap = [], [], []
@@ -440,10 +436,26 @@ def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
     div = 0
     for c in cap:
         div = math.gcd(div, c)
+    return idx, src, dst, [c // div for c in cap] if div else cap, div
+
+
+def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str],
+                     net: tuple[dict[Any, int], list[int], list[int], list[int], int] | None = None) -> float | None:
+    """The max-flow value from ``a`` to ``b`` by scipy's Dinic (``scipy.sparse.csgraph.maximum_flow``, compiled):
+    exact, on integer capacities: every ``bandwidth`` divided by their greatest common divisor. None (use networkx)
+    when a capacity is not a whole number of bytes/s or the scaled ones could overflow 32-bit integers. The two agree
+    exactly: every partial sum of whole-number capacities is exact in floating point below 2**53
+    (tests/test_topology_flow.py checks them against each other). ``net`` is :func:`_flow_net` of ``g`` where the
+    caller flows over the same graph more than once."""
+    import numpy as np
+
+    got = net if net is not None else _flow_net(g)
+    if got is None:
+        return None
+    idx, src0, dst0, scaled0, div = got
     if div == 0:
         return 0.0
-    scaled = [c // div for c in cap]
-    big = sum(scaled) + 1  # stands for the unbounded source and sink edges
+    big = sum(scaled0) + 1  # stands for the unbounded source and sink edges
     if big >= 2**31 - 1:
         return None
     from scipy.sparse import csr_matrix
@@ -451,8 +463,8 @@ def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
 
     n = len(idx)
     s, t = n, n + 1
-    src += [s] * len(a) + [idx[x] for x in b]
-    dst += [idx[x] for x in a] + [t] * len(b)
-    scaled += [big] * (len(a) + len(b))
+    src = src0 + [s] * len(a) + [idx[x] for x in b]
+    dst = dst0 + [idx[x] for x in a] + [t] * len(b)
+    scaled = scaled0 + [big] * (len(a) + len(b))
     m = csr_matrix((np.asarray(scaled, dtype=np.int32), (np.asarray(src), np.asarray(dst))), shape=(n + 2, n + 2))
     return float(int(maximum_flow(m, s, t).flow_value) * div)
