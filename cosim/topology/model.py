@@ -427,12 +427,15 @@ def _flow_net(g: nx.DiGraph) -> tuple[dict[Any, int], list[int], list[int], list
 
     idx = {x: i for i, x in enumerate(g.nodes)}
     src, dst, cap = [], [], []
-    for u, v, bw in g.edges(data="bandwidth"):
-        if bw is None or not math.isfinite(bw) or bw < 0 or bw != int(bw):
-            return None
-        src.append(idx[u])
-        dst.append(idx[v])
-        cap.append(int(bw))
+    for u, nbrs in g.adj.items():  # the edges in ``g.edges`` order, without its per-edge generator
+        iu = idx[u]
+        for v, e in nbrs.items():
+            bw = e.get("bandwidth")
+            if bw is None or not math.isfinite(bw) or bw < 0 or bw != int(bw):
+                return None
+            src.append(iu)
+            dst.append(idx[v])
+            cap.append(int(bw))
     div = 0
     for c in cap:
         div = math.gcd(div, c)
