@@ -363,3 +363,55 @@ def test_coalesced_run_report_measures_the_full_step() -> None:
         y = links[(x["src"], x["dst"])]
         assert x["busy_s_per_step"] == pytest.approx(y["busy_s_per_step"], abs=0.02 * step)
         assert x["step_load"] == pytest.approx(y["step_load"], abs=0.02)
+
+
+def test_run_report_tables_show_the_busiest_rows_and_report_json_every_row(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``TABLE_ROWS`` rows the page lists the busiest (busy share, descending), says how busy the rest are at
+    most, and report.json beside it holds every resource and link (what run_report_data gives)."""
+    import cosim.report.run as rr
+    from cosim.report.html import fmt_pct
+    from cosim.scenario import load_scenario, run_scenario
+
+    _, res = run_scenario(load_scenario(SCN), {"topology": "dgx-h100-4node", "replay.ranks_per_node": "1"})
+    d = rr.run_report_data(res)
+    keep = 5
+    assert len(d["links"]) > keep and len(d["resources"]) > keep
+    monkeypatch.setattr(rr, "TABLE_ROWS", keep)
+    p = rr.write_run_report(res, tmp_path / "report.html")
+    links = _table_rows(p, "all-links")
+    assert [r[0] for r in links] == [f"{x['src']} -> {x['dst']}" for x in d["links"][:keep]]
+    shares = sorted((r["share"] for r in d["resources"]), reverse=True)
+    got = _table_rows(p, "resources")
+    assert len(got) == keep
+    by_name = {r["resource"]: r["share"] for r in d["resources"]}
+    assert sorted((by_name[r[0]] for r in got), reverse=True) == shares[:keep]
+    text = p.read_text()
+    n = len(d["links"])
+    assert f"The {keep} busiest of {n:,} directed links with traffic; each of the other {n - keep:,} is busy at most " \
+           f"{fmt_pct(d['links'][keep]['busy_share'], 2)} of the step window" in text
+    assert f"busiest of {len(d['resources']):,} resources" in text
+    full = json.loads((tmp_path / "report.json").read_text())
+    assert full["schema"] == "cosim.run-report/1"
+    assert [(x["src"], x["dst"], x["busy_share"]) for x in full["links"]] == \
+        [(x["src"], x["dst"], x["busy_share"]) for x in d["links"]]
+    assert [r["resource"] for r in full["resources"]] == [r["resource"] for r in d["resources"]]
+
+
+def test_timeline_busy_prefix_sums_match_the_clipped_sum() -> None:
+    """The heatmap's busy time before each bin edge (prefix sums over the merged intervals) is the sum over every
+    interval of its part before the edge: by hand on three intervals, and on 2,000 random ones."""
+    import numpy as np
+
+    from cosim.replay.summary import merge_intervals
+    from cosim.report.run import _busy_before
+
+    ms, me = np.array([1.0, 3.0, 6.0]), np.array([2.0, 5.0, 6.5])
+    x = np.array([0.0, 1.0, 1.5, 2.5, 4.0, 6.25, 9.0])
+    assert _busy_before(ms, me, x).tolist() == [0.0, 0.0, 0.5, 1.0, 2.0, 3.25, 3.5]
+    rng = np.random.default_rng(3)
+    s = np.sort(rng.uniform(0, 1, 2000))
+    ms, me = merge_intervals(s, s + rng.uniform(0, 2e-3, 2000))
+    x = np.linspace(-0.1, 1.1, 301)
+    want = np.clip(x[:, None] - ms[None, :], 0, (me - ms)[None, :]).sum(axis=1)
+    assert np.abs(_busy_before(ms, me, x) - want).max() <= 1e-12

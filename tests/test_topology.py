@@ -422,3 +422,11 @@ def test_preset_names_are_looked_up_in_the_working_directory_first(tmp_path, mon
     # elsewhere, the installed preset
     monkeypatch.chdir(tmp_path.parent)
     assert load_topology("dgx-h100").figures()["per_gpu_scale_up_bw_Bps"] == 18 * 25 * GB
+
+
+@pytest.mark.parametrize("name", sorted(list_presets()))
+def test_figures_scale_out_is_the_least_over_the_gpus(name: str) -> None:
+    """The figure counts each NIC's sharers once per NIC; it is the least of the per-GPU figures."""
+    topo = load_topology(name)
+    want = min((topo.scale_out_bandwidth(g) for g in topo.gpus), default=0.0)
+    assert topo.figures()["per_gpu_scale_out_bw_Bps"] == want

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -52,9 +54,9 @@ def test_bisection_uses_the_sparse_flow_on_large_fabrics(monkeypatch: pytest.Mon
     calls = []
     real = model._sparse_max_flow
 
-    def spy(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
+    def spy(g: nx.DiGraph, a: list[str], b: list[str], net: Any = None) -> float | None:
         calls.append(g.number_of_edges())
-        return real(g, a, b)
+        return real(g, a, b, net)
 
     monkeypatch.setattr(model, "_sparse_max_flow", spy)
     monkeypatch.setattr(Topology, "_SPARSE_FLOW_EDGES", 100)

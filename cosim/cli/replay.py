@@ -135,6 +135,7 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
 
     paths = write_result(result, out, timeline=not args.no_timeline)
     paths["report"] = write_run_report(result, out / "report.html")
+    paths["report_data"] = paths["report"].with_suffix(".json")  # every row of the page's tables
     summary = result.summary()
     if before_print is not None:
         before_print()

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from cosim.replay.api import ReplayResult
-from cosim.replay.summary import summarize as _summarize
 from cosim.workload.synth.schedule import Unit, stage_order, steady_bounds
 
 __all__ = ["Periodic", "PeriodicResult", "RepeatedWindow", "detect_period", "extend_figures", "probe_microbatches"]
@@ -242,12 +241,13 @@ def _add(base: dict[str, Any], per: dict[str, Any], k: int) -> dict[str, Any]:
 
 def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
     """The summary of the full step from the probe's ``result`` (a ReplayResult) and its period."""
-    from cosim.replay.summary import breakdown, comm_split, critical_path, slowest_rank
+    from cosim.replay.summary import breakdown, comm_split, slowest_rank, summarize_with
 
-    summ = dict(_summarize(result))
+    base, period_cps = summarize_with(result, {r: (c - per.period_s, c) for r, c in per.cut.items()})
+    summ = dict(base)
     k = per.repeats
     ranks = []
-    for rs, rg, prog, run in zip(summ["ranks"], result.graph.ranks, result.programs, result.runs):
+    for rs, rg, run in zip(summ["ranks"], result.graph.ranks, result.runs):
         r = dict(rs)
         cut = per.cut.get(rg.rank)
         if r.get("step_time_s") is not None:
@@ -258,7 +258,7 @@ def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
             w = (cut - per.period_s, cut)
             r["breakdown"] = _add(r["breakdown"], breakdown(rg, run, w, 1), k)
             r["exposed_communication_split"] = _add(r["exposed_communication_split"], comm_split(rg, run, w, 1), k)
-            cp = critical_path(rg, prog, run, w, 1)
+            cp = period_cps[rg.rank]  # critical_path(rg, prog, run, w, 1), from the probe's walk
             base_cp = r.get("critical_path") or {}
             merged = _add(base_cp, {x: cp[x] for x in ("total_s", "by_resource", "by_class")}, k)
             merged["top_ops"] = base_cp.get("top_ops", [])

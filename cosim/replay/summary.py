@@ -44,8 +44,8 @@ from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
 __all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "WALL_CLOCK_FIELDS", "bound_label", "breakdown", "busiest_links", "comm_split",
-           "critical_path", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
-           "step_times", "summarize", "without_wall_clock"]
+           "critical_path", "critical_paths", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
+           "step_times", "summarize", "summarize_with", "without_wall_clock"]
 
 SUMMARY_SCHEMA = "cosim.summary/2"
 """Schema name of ``summary.json`` (docs/REPLAY.md)."""
@@ -289,81 +289,63 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
     Returns seconds per step by resource (``gpu``, ``communication``, ``memcpy``,
     ``host``, ``launch_latency``) and by GPU op class, and the top ops.
     """
+    return critical_paths(rg, prog, run, window, n_periods, None)[0]
+
+
+def _cp_start(run: RankRun, window: tuple[float, float]) -> int | None:
+    """The GPU op a walk over ``window`` starts from (the last to end, its end clipped to the window; the first
+    of equals), None when the window is not finite or holds no GPU op."""
     a, b = window
-    G, H = rg.gpu_ops, rg.host_ops
-    res = {"gpu": 0.0, "communication": 0.0, "memcpy": 0.0, "host": 0.0, "launch_latency": 0.0}
-    by_class: dict[str, float] = {}
-    by_op: dict[str, float] = {}
-    empty = {"total_s": 0.0, "by_resource": res, "by_class": by_class, "top_ops": []}
     if not (math.isfinite(a) and math.isfinite(b)):
-        return empty
+        return None
     s, e = run.gpu_start, run.gpu_end
     cand = np.nonzero(np.isfinite(e) & (s < b) & (e > a))[0]
     if cand.size == 0:
-        return empty
-    j = int(cand[np.argmax(np.minimum(e[cand], b))])
-    cls_names = _CLS_NAMES
-    st_ = _static(rg, prog)
+        return None
+    return int(cand[np.argmax(np.minimum(e[cand], b))])
 
-    # per thread: stalled syncs (sim end, releasing GPU op), sorted by end
-    # (ends as an array, as a list or None where one is NaN, releasing ops as a list): the walk searches the
-    # list with bisect (np.searchsorted's answer for a sorted list without NaN: NaN sorts last, where bisect's
-    # comparisons would go wrong)
-    thread_syncs: dict[int, tuple[np.ndarray, list[float] | None, list[int]]] = {}
-    host_end = np.asarray(run.host_end, dtype=float)
-    for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
-        stalls = np.asarray(run.sync_stall.get(tp.thread, _NO_FLOATS), dtype=float)
-        bnd = np.asarray(run.sync_bound.get(tp.thread, _NO_INTS), dtype=np.int64)
-        m = min(len(hosts), len(stalls))
-        sel = ((stalls[:m] > 0) & (bnd[:m] >= 0)).nonzero()[0]
-        ends = host_end[hosts[sel]]
-        ops = bnd[sel]
-        o = np.argsort(ends, kind="stable")
-        ends = ends[o]
-        el_ = ends.tolist()
-        thread_syncs[tp.thread] = (ends, None if (el_ and el_[-1] != el_[-1]) else el_, ops[o].tolist())
-    # the walk reads single elements: Python lists of the columns it reads (O(ops) once, then O(1) a step)
-    sl, el = s.tolist(), e.tolist()
-    bound, bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
-    comml, copyl, clsl, namel, lhl = st_["comm"], st_["copy"], st_["cls"], st_["name"], st_["launch_host"]
-    strings = rg.strings
-    hstart, hthread = run.host_start, H.thread
-    t = min(el[j], b)
-    guard = len(G) + sum(len(v[0]) for v in thread_syncs.values()) + 8
-    while guard > 0 and t > a:
-        guard -= 1
-        st = max(sl[j], a)
-        seg = max(t - st, 0.0)
-        key = "communication" if comml[j] else ("memcpy" if copyl[j] else "gpu")
-        res[key] += seg
-        cn = cls_names[clsl[j]]
-        by_class[cn] = by_class.get(cn, 0.0) + seg
-        nm = strings[namel[j]] if namel[j] >= 0 else "?"
-        by_op[nm] = by_op.get(nm, 0.0) + seg
-        t = st
-        if t <= a:
-            break
-        bd = bound[j]
-        if bd in (BOUND_PRED, BOUND_COLL) and bsrc[j] >= 0:
-            j = bsrc[j]
-            t = min(t, el[j])
-            continue
-        lh = lhl[j]
-        if lh < 0:
-            break
-        t_launch = float(hstart[lh])
-        lat = max(t - t_launch, 0.0)
-        res["launch_latency"] += min(lat, max(t - a, 0.0))
-        t = t_launch
-        ends, endl, opl = thread_syncs.get(int(hthread[lh]), _NO_SYNCS)
-        k = (bisect.bisect_right(endl, t) if endl is not None else int(np.searchsorted(ends, t, side="right"))) - 1
-        if k < 0:
-            res["host"] += max(t - a, 0.0)
-            break
-        te = float(ends[k]) if endl is None else endl[k]
-        res["host"] += max(t - max(te, a), 0.0)
-        t = te
-        j = opl[k]
+
+def critical_paths(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[float, float], n_periods: int,
+                   sub: tuple[float, float] | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``critical_path(rg, prog, run, window, n_periods)`` and, with ``sub`` (a window inside ``window``, such as a
+    coalesced step's repeated period), ``critical_path(rg, prog, run, sub, 1)``, identical to the last bit, in one
+    walk where it can, else from the same Python lists of the rank's columns (built once: O(ops)).
+
+    The walk's next op depends only on the op it is at (the GPU predecessor or collective that released it, its
+    launch and the synchronize before it), never on the time: once the walk over ``window`` reaches the op the
+    walk over ``sub`` starts from, at or after the time that walk starts at, the two visit the same ops and only
+    clip their segments to different windows; both sums are kept, each in its own walk's order. Where the walk
+    over ``window`` never meets that start (it reaches the period through another op), or stops on its step guard
+    while the other would go on, ``sub`` is walked on its own.
+    """
+    j = _cp_start(run, window)
+    j2 = _cp_start(run, sub) if sub is not None else None
+    if j is None and j2 is None:
+        return _cp_empty(), (_cp_empty() if sub is not None else None)
+    data = _WalkData(rg, prog, run)
+    if j is None:
+        out = _cp_empty()
+        joint = None
+    else:
+        both = (sub, j2) if sub is not None and j2 is not None and sub[0] >= window[0] else None
+        main, joint = _walk(data, window, j, both)
+        out = _cp_result(*main, n_periods)
+    if sub is None:
+        return out, None
+    if j2 is None:
+        return out, _cp_empty()
+    if joint is None:
+        joint = _walk(data, sub, j2, None)[0]
+    return out, _cp_result(*joint, 1)
+
+
+def _cp_empty() -> dict[str, Any]:
+    return {"total_s": 0.0, "by_resource": {"gpu": 0.0, "communication": 0.0, "memcpy": 0.0, "host": 0.0,
+                                            "launch_latency": 0.0}, "by_class": {}, "top_ops": []}
+
+
+def _cp_result(res: dict[str, float], by_class: dict[str, float], by_op: dict[str, float],
+               n_periods: int) -> dict[str, Any]:
     n = max(n_periods, 1)
     top = sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))[:8]
     return {
@@ -373,6 +355,141 @@ def critical_path(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[
         "top_ops": [{"name": k[:160], "time_s": v / n} for k, v in top],
         "bound": max(res, key=lambda k: res[k]),
     }
+
+
+_Sums = tuple[dict[str, float], dict[str, float], dict[str, float]]
+
+
+class _WalkData:
+    """What the critical-path walks of one rank read, as Python lists (the walk reads single elements: O(ops) once,
+    then O(1) a step), and per thread its stalled syncs (sim end, releasing GPU op) sorted by end (ends as an
+    array, as a list or None where one is NaN, releasing ops as a list): the walk searches the list with bisect
+    (np.searchsorted's answer for a sorted list without NaN: NaN sorts last, where bisect's comparisons would go
+    wrong)."""
+
+    def __init__(self, rg: RankGraph, prog: RankProgram, run: RankRun) -> None:
+        st_ = _static(rg, prog)
+        thread_syncs: dict[int, tuple[np.ndarray, list[float] | None, list[int]]] = {}
+        host_end = np.asarray(run.host_end, dtype=float)
+        for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
+            stalls = np.asarray(run.sync_stall.get(tp.thread, _NO_FLOATS), dtype=float)
+            bnd = np.asarray(run.sync_bound.get(tp.thread, _NO_INTS), dtype=np.int64)
+            m = min(len(hosts), len(stalls))
+            sel = ((stalls[:m] > 0) & (bnd[:m] >= 0)).nonzero()[0]
+            ends = host_end[hosts[sel]]
+            ops = bnd[sel]
+            o = np.argsort(ends, kind="stable")
+            ends = ends[o]
+            el_ = ends.tolist()
+            thread_syncs[tp.thread] = (ends, None if (el_ and el_[-1] != el_[-1]) else el_, ops[o].tolist())
+        self.thread_syncs = thread_syncs
+        self.sl, self.el = run.gpu_start.tolist(), run.gpu_end.tolist()
+        self.bound, self.bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
+        self.st = st_
+        self.strings = rg.strings
+        self.hstart, self.hthread = run.host_start, rg.host_ops.thread
+        self.guard = len(rg.gpu_ops) + sum(len(v[0]) for v in thread_syncs.values()) + 8
+
+
+def _walk(data: _WalkData, window: tuple[float, float], j: int,
+          sub: tuple[tuple[float, float], int] | None) -> tuple[_Sums, _Sums | None]:
+    """The critical-path walk over ``window`` from GPU op ``j``: seconds (not per step) by resource, GPU op class
+    and op name; with ``sub`` (a window and its walk's start op), that walk's sums as well (None where it did not
+    end within this walk: see :func:`critical_paths`)."""
+    a, b = window
+    res = {"gpu": 0.0, "communication": 0.0, "memcpy": 0.0, "host": 0.0, "launch_latency": 0.0}
+    by_class: dict[str, float] = {}
+    by_op: dict[str, float] = {}
+    cls_names = _CLS_NAMES
+    st_ = data.st
+    thread_syncs = data.thread_syncs
+    sl, el, bound, bsrc = data.sl, data.el, data.bound, data.bsrc
+    comml, copyl, clsl, namel, lhl = st_["comm"], st_["copy"], st_["cls"], st_["name"], st_["launch_host"]
+    strings = data.strings
+    hstart, hthread = data.hstart, data.hthread
+    t = min(el[j], b)
+    guard = data.guard
+    # the walk over ``sub``: waiting for its start op (wait2), on it (on2) or ended (ended2)
+    res2 = dict.fromkeys(res, 0.0)
+    by_class2: dict[str, float] = {}
+    by_op2: dict[str, float] = {}
+    wait2 = on2 = ended2 = False
+    a2 = t2 = 0.0
+    j2 = -1
+    guard2 = guard
+    if sub is not None:
+        (a2, b2), j2 = sub
+        t2 = min(el[j2], b2)
+        wait2 = True
+        if not t2 > a2:  # its loop never runs
+            wait2, ended2 = False, True
+    while guard > 0 and t > a:
+        guard -= 1
+        if wait2 and j == j2 and t >= t2:
+            wait2, on2 = False, True
+        if on2:
+            if guard2 > 0 and t2 > a2:
+                guard2 -= 1
+            else:
+                on2, ended2 = False, True
+        st = max(sl[j], a)
+        seg = max(t - st, 0.0)
+        key = "communication" if comml[j] else ("memcpy" if copyl[j] else "gpu")
+        res[key] += seg
+        cn = cls_names[clsl[j]]
+        by_class[cn] = by_class.get(cn, 0.0) + seg
+        nm = strings[namel[j]] if namel[j] >= 0 else "?"
+        by_op[nm] = by_op.get(nm, 0.0) + seg
+        if on2:
+            st2 = max(sl[j], a2)
+            seg2 = max(t2 - st2, 0.0)
+            res2[key] += seg2
+            by_class2[cn] = by_class2.get(cn, 0.0) + seg2
+            by_op2[nm] = by_op2.get(nm, 0.0) + seg2
+            t2 = st2
+            if t2 <= a2:
+                on2, ended2 = False, True
+        t = st
+        if t <= a:
+            break
+        bd = bound[j]
+        if bd in (BOUND_PRED, BOUND_COLL) and bsrc[j] >= 0:
+            j = bsrc[j]
+            t = min(t, el[j])
+            if on2:
+                t2 = min(t2, el[j])
+            continue
+        lh = lhl[j]
+        if lh < 0:
+            if on2:
+                on2, ended2 = False, True
+            break
+        t_launch = float(hstart[lh])
+        lat = max(t - t_launch, 0.0)
+        res["launch_latency"] += min(lat, max(t - a, 0.0))
+        t = t_launch
+        if on2:
+            lat2 = max(t2 - t_launch, 0.0)
+            res2["launch_latency"] += min(lat2, max(t2 - a2, 0.0))
+            t2 = t_launch
+        ends, endl, opl = thread_syncs.get(int(hthread[lh]), _NO_SYNCS)
+        k = (bisect.bisect_right(endl, t) if endl is not None else int(np.searchsorted(ends, t, side="right"))) - 1
+        if k < 0:
+            res["host"] += max(t - a, 0.0)
+            if on2:
+                res2["host"] += max(t2 - a2, 0.0)
+                on2, ended2 = False, True
+            break
+        te = float(ends[k]) if endl is None else endl[k]
+        res["host"] += max(t - max(te, a), 0.0)
+        t = te
+        if on2:
+            res2["host"] += max(t2 - max(te, a2), 0.0)
+            t2 = te
+        j = opl[k]
+    if on2 and not (guard2 > 0 and t2 > a2):  # its loop ends at this walk's end too
+        on2, ended2 = False, True
+    return (res, by_class, by_op), ((res2, by_class2, by_op2) if ended2 and sub is not None else None)
 
 
 _NO_FLOATS = np.zeros(0)
@@ -540,6 +657,13 @@ def _measured(rg: RankGraph, prog: RankProgram, run: RankRun) -> tuple[dict[str,
 
 def summarize(res: Any) -> dict[str, Any]:
     """The documented ``summary.json`` of a finished replay (a :class:`cosim.replay.ReplayResult`), JSON-ready."""
+    return summarize_with(res, {})[0]
+
+
+def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tuple[dict[str, Any], dict[int, Any]]:
+    """:func:`summarize` and, for each rank of ``sub_windows``, ``critical_path`` over its window (one period:
+    ``n_periods`` 1), from the same walk as the rank's step (:func:`critical_paths`)."""
+    subs: dict[int, Any] = {}
     ranks = []
     windows = []
     for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
@@ -561,7 +685,9 @@ def summarize(res: Any) -> dict[str, Any]:
         masks = _static(rg, prog)["masks"]
         bd, split = _sim_breakdown_split(rg, run, sim["window"], sim["n_periods"], masks)
         windows.append((*sim["window"], sim["n_periods"]))
-        cp = critical_path(rg, prog, run, sim["window"], sim["n_periods"])
+        cp, sub_cp = critical_paths(rg, prog, run, sim["window"], sim["n_periods"], sub_windows.get(rg.rank))
+        if sub_cp is not None:
+            subs[rg.rank] = sub_cp
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
         per_step = []
         sp, mp = sim["periods"], meas["periods"]
@@ -636,7 +762,7 @@ def summarize(res: Any) -> dict[str, Any]:
         "host": platform.node(),
         **({"kernel_error_by_class": res.kernel_errors} if res.kernel_errors else {}),
         **({"precision": res.precision} if res.precision else {}),
-    }
+    }, subs
 
 
 def _nanmean(x: list[float]) -> float:

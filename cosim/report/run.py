@@ -309,6 +309,18 @@ _LINK_NOTE = ("Link traffic: collectives (simulated: the fabric's flows; measure
               "the other resources; 'load (whole replay)' is bytes / (capacity x simulated time).")
 
 
+def _busy_before(ms: np.ndarray, me: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Busy time before each ``x`` of the sorted disjoint intervals ``[ms, me)``: the lengths of those ending before
+    it (a prefix sum) plus the part of the one it falls in. O((intervals + len(x)) log); the same sums as
+    ``clip(x - ms, 0, me - ms).sum()`` per ``x`` to rounding (an order of ~1e-16 of the step)."""
+    length = me - ms
+    done = np.concatenate([[0.0], np.cumsum(length)])
+    k = np.searchsorted(ms, x, side="right")  # intervals starting at or before x: all but the last end by x
+    last = np.maximum(k - 1, 0)
+    part = np.clip(x - ms[last], 0.0, length[last])
+    return np.where(k > 0, done[last] + part, 0.0)
+
+
 def _timeline(result: Any, bins: int = 300) -> Any | None:
     """Heatmap of busy fraction per track (host threads, GPU streams) over one step of rank 0."""
     import plotly.graph_objects as go
@@ -338,8 +350,7 @@ def _timeline(result: Any, bins: int = 300) -> Any | None:
         if ms.size == 0:
             z.append(np.zeros(bins))
         else:
-            cum = np.clip(edges[:, None] - ms[None, :], 0, (me - ms)[None, :]).sum(axis=1)
-            z.append(np.diff(cum) / width)
+            z.append(np.diff(_busy_before(ms, me, edges)) / width)
         names.append(name)
     x = (edges[:-1] + edges[1:]) / 2
     fig = go.Figure(go.Heatmap(z=np.array(z), x=(x - a) * 1e3, y=names, colorscale="Blues", zmin=0, zmax=1,
@@ -359,12 +370,39 @@ def _gbps(x: float | None) -> str:
     return "n/a" if x is None else fmt_bandwidth(x)
 
 
-def run_report_html(result: Any, title: str | None = None) -> str:
-    """The run report page for ``result`` (a :class:`cosim.replay.ReplayResult`)."""
+TABLE_ROWS = 256
+"""Rows a report table shows at most: beyond, the busiest this many (the rest summed up in a note; every row is in
+``report.json`` beside the page). 1024 GPUs put ~7,000 directed links with traffic on the fabric (3 MB of HTML)."""
+
+
+def _busiest(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any] | None) -> list[dict[str, Any]]:
+    """``rows`` when they are at most :data:`TABLE_ROWS`, else the first :data:`TABLE_ROWS` in ``key`` order (a
+    stable sort; None: ``rows`` are in that order already)."""
+    if len(rows) <= TABLE_ROWS:
+        return rows
+    return (sorted(rows, key=key) if key is not None else rows)[:TABLE_ROWS]
+
+
+def _rest_share(rows: list[dict[str, Any]], shown: list[dict[str, Any]], field: str) -> float:
+    """The largest ``field`` of the rows not in ``shown``."""
+    ids = {id(r) for r in shown}
+    return max((r[field] for r in rows if id(r) not in ids), default=0.0)
+
+
+def _rest_note(shown: int, total: int, what: str, top: float) -> str:
+    return (f"The {shown:,} busiest of {total:,} {what}; each of the other {total - shown:,} is busy at most "
+            f"{fmt_pct(top, 2)} of the step window. Every row is in report.json beside this page (run_report_data: "
+            "'resources', 'links').")
+
+
+
+def run_report_html(result: Any, title: str | None = None, data: dict[str, Any] | None = None) -> str:
+    """The run report page for ``result`` (a :class:`cosim.replay.ReplayResult`); ``data`` is its
+    :func:`run_report_data` where the caller has it already."""
     from cosim import units
 
     s = result.summary()
-    d = run_report_data(result)
+    d = data if data is not None else run_report_data(result)
     name = title or f"cosim run report: {s.get('topology') or ''}"
     page = Page(name)
     page.h1(name, sub=" ".join(s.get("sources") or []))
@@ -416,8 +454,12 @@ def run_report_html(result: Any, title: str | None = None) -> str:
     # --- utilization
     page.h2("Utilization of every resource")
     res = d["resources"]
+    shown = _busiest(res, lambda r: -r["share"])
+    if len(shown) < len(res):
+        page.p(_rest_note(len(shown), len(res), "resources", _rest_share(res, shown, "share")), "note")
     page.table(["resource", "kind", "busy per step", "busy share of step"],
-               [[r["resource"], r["kind"], fmt_time(r["busy_s_per_step"]), fmt_pct(r["share"], 1)] for r in res])
+               [[r["resource"], r["kind"], fmt_time(r["busy_s_per_step"]), fmt_pct(r["share"], 1)] for r in shown],
+               table_id="resources")
     if res:
         top = sorted(res, key=lambda r: -r["share"])[:30]
         page.fig(_hbar([r["resource"] for r in top], [r["share"] * 100 for r in top],
@@ -437,8 +479,14 @@ def run_report_html(result: Any, title: str | None = None) -> str:
                        f"Busiest directed links (top {len(lk)} of {len(d['links'])} with traffic)",
                        "busy share of step window (%)"))
         n = len(d["links"])
-        page.details_start(f"Every link with traffic: {n} directed links (click a column header to sort)",
-                           open_=n <= 24)
+        shown_links = _busiest(d["links"], None)
+        if len(shown_links) < n:
+            page.p(_rest_note(len(shown_links), n, "directed links with traffic",
+                              _rest_share(d["links"], shown_links, "busy_share")), "note")
+            what = f"The {len(shown_links)} busiest of the {n} directed links with traffic"
+        else:
+            what = f"Every link with traffic: {n} directed links"
+        page.details_start(f"{what} (click a column header to sort)", open_=n <= 24)
         page.table(["link", "type", "kind", "capacity", "bytes", "memcpy bytes", "busy per step",
                     "busy share of step", "load (step window)", "load (whole replay)", "peak transfers"],
                    [[f"{x['src']} -> {x['dst']}", x["link"], x["kind"],
@@ -449,7 +497,7 @@ def run_report_html(result: Any, title: str | None = None) -> str:
                      (fmt_pct(x["busy_share"], 2), x["busy_share"]),
                      (fmt_pct(x["step_load"], 3), x["step_load"]),
                      (fmt_pct(x.get("utilization"), 3), x.get("utilization") or 0.0),
-                     x.get("peak_flows")] for x in d["links"]], left=3, sortable=True, table_id="all-links")
+                     x.get("peak_flows")] for x in shown_links], left=3, sortable=True, table_id="all-links")
         page.details_end()
     else:
         page.p("No link traffic: no collective or host<->device copy of this replay put bytes on a link.", "note")
@@ -506,12 +554,20 @@ def run_report_html(result: Any, title: str | None = None) -> str:
 
 
 def write_run_report(result: Any, path: str | Path, title: str | None = None) -> Path:
-    """Write the run report of ``result`` to ``path`` (atomically); returns the path."""
-    from cosim.fileio import write_text
+    """Write the run report of ``result`` to ``path`` (atomically) and its data (:func:`run_report_data`: every
+    resource and link, where the page lists at most :data:`TABLE_ROWS` of each) to ``report.json`` beside it
+    (compact JSON; a value that is not finite as null); returns the page's path."""
+    import orjson
+
+    from cosim.fileio import atomic_open, write_text
     from cosim.workload.graph import gc_paused
 
     p = Path(path)
     with gc_paused():  # per-link and per-resource rows, plotly's figure objects
-        html = run_report_html(result, title)
+        data = run_report_data(result)
+        html = run_report_html(result, title, data)
+        raw = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
     write_text(p, html)
+    with atomic_open(p.with_suffix(".json"), "wb") as fh:
+        fh.write(raw + b"\n")
     return p

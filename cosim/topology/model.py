@@ -258,21 +258,39 @@ class Topology:
         sharers = sum(1 for g in self.gpus_on(self._node[gpu]) if self.nic_of(g) == nic)
         return min(net, host if host > 0 else net) / max(1, sharers)
 
+    def _min_scale_out_bandwidth(self) -> float:
+        """``min(scale_out_bandwidth(g))`` over the GPUs, each NIC's figure computed once (its sharers counted once
+        per node, not once per GPU: O(GPUs), where per GPU it is O(GPUs x GPUs per node))."""
+        sharers = Counter((self._node[g], self.nic_of(g)) for g in self._gpus)
+        per_nic: dict[tuple[int, str | None], float] = {}
+        for (node, nic), n in sharers.items():
+            if nic is None:
+                per_nic[node, nic] = 0.0
+                continue
+            net = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] in _NET)
+            if net == 0.0:
+                spec = self.nic_spec(nic)
+                net = spec.bandwidth * spec.ports
+            host = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] not in _NET)
+            per_nic[node, nic] = min(net, host if host > 0 else net) / max(1, n)
+        return min(per_nic.values(), default=0.0)
+
     def host_bandwidth(self, gpu: str) -> float:
         """Raw bottleneck bytes/s per direction from the GPU to its CPU socket (one GPU alone)."""
         return self.path_bandwidth(self.route(gpu, self.cpu_of(gpu)))
 
     _SPARSE_FLOW_EDGES = 4096
-    """From this many edges on, :meth:`_max_flow` uses scipy's compiled max-flow (importing ``scipy.sparse`` costs
+    """From this many edges on, :meth:`_max_flows` uses scipy's compiled max-flow (importing ``scipy.sparse`` costs
     ~0.2 s, more than networkx's flow on smaller graphs); below, networkx's."""
 
-    def _max_flow(self, g: nx.DiGraph, a: list[str], b: list[str]) -> float:
-        """Max-flow value (bytes/s) from GPUs ``a`` to GPUs ``b`` over ``g``'s ``bandwidth`` capacities."""
+    def _max_flows(self, g: nx.DiGraph, splits: list[tuple[list[str], list[str]]]) -> list[float]:
+        """Max-flow values (bytes/s) from GPUs ``a`` to GPUs ``b`` over ``g``'s ``bandwidth`` capacities, per
+        ``(a, b)`` of ``splits`` (``g``'s edges read once for all)."""
         if g.number_of_edges() >= self._SPARSE_FLOW_EDGES:
-            v = _sparse_max_flow(g, a, b)
-            if v is not None:
-                return v
-        return self._nx_max_flow(g, a, b)
+            net = _flow_net(g)
+            got = [_sparse_max_flow(g, a, b, net) for a, b in splits]
+            return [v if v is not None else self._nx_max_flow(g, a, b) for v, (a, b) in zip(got, splits)]
+        return [self._nx_max_flow(g, a, b) for a, b in splits]
 
     @staticmethod
     def _nx_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float:
@@ -299,12 +317,12 @@ class Topology:
             order = list(range(n))
             node_splits = [(order[:half], order[n - half:]), (order[0::2][:half], order[1::2][:half])]
             graph = self.graph
-            cuts = []
+            splits = []
             for a_nodes, b_nodes in node_splits:
                 a = [g for g in gpus if self._node[g] in set(a_nodes)]
                 b = [g for g in gpus if self._node[g] in set(b_nodes)]
-                cuts.append(self._max_flow(graph, a, b))
-            return min(cuts)
+                splits.append((a, b))
+            return min(self._max_flows(graph, splits))
         k = self._kind
         if any(self.scale_up_bandwidth(g) > 0 for g in gpus):
             graph = nx.subgraph_view(self.graph, filter_node=lambda x: k[x] in _SCALE_UP)
@@ -312,7 +330,7 @@ class Topology:
             graph = self.graph
         half = len(gpus) // 2
         splits = [(gpus[:half], gpus[len(gpus) - half:]), (gpus[0::2][:half], gpus[1::2][:half])]
-        return min(self._max_flow(graph, a, b) for a, b in splits)
+        return min(self._max_flows(graph, splits))
 
     def nvlink_domain_size(self) -> int:
         """GPUs reachable from the first GPU over scale-up links (multi-hop allowed)."""
@@ -383,7 +401,7 @@ class Topology:
             "devices": self.device_counts(),
             "links": self.link_counts(),
             "per_gpu_scale_up_bw_Bps": min((self.scale_up_bandwidth(g) for g in gpus), default=0.0),
-            "per_gpu_scale_out_bw_Bps": min((self.scale_out_bandwidth(g) for g in gpus), default=0.0),
+            "per_gpu_scale_out_bw_Bps": self._min_scale_out_bandwidth(),
             "per_gpu_host_bw_Bps": self._min_host_bandwidth(),
             "bisection_bw_Bps": self.bisection_bandwidth(),
             "nvlink_domain_gpus": self.nvlink_domain_size(),
@@ -402,31 +420,45 @@ class Topology:
         return copy.deepcopy(self._figures)
 
 
-def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
+def _flow_net(g: nx.DiGraph) -> tuple[dict[Any, int], list[int], list[int], list[int], int] | None:
+    """``g``'s edges for :func:`_sparse_max_flow`: (node index, sources, destinations, capacities divided by their
+    greatest common divisor, that divisor); None when a capacity is not a whole number of bytes/s."""
+    import math
+
+    idx = {x: i for i, x in enumerate(g.nodes)}
+    src, dst, cap = [], [], []
+    for u, nbrs in g.adj.items():  # the edges in ``g.edges`` order, without its per-edge generator
+        iu = idx[u]
+        for v, e in nbrs.items():
+            bw = e.get("bandwidth")
+            if bw is None or not math.isfinite(bw) or bw < 0 or bw != int(bw):
+                return None
+            src.append(iu)
+            dst.append(idx[v])
+            cap.append(int(bw))
+    div = 0
+    for c in cap:
+        div = math.gcd(div, c)
+    return idx, src, dst, [c // div for c in cap] if div else cap, div
+
+
+def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str],
+                     net: tuple[dict[Any, int], list[int], list[int], list[int], int] | None = None) -> float | None:
     """The max-flow value from ``a`` to ``b`` by scipy's Dinic (``scipy.sparse.csgraph.maximum_flow``, compiled):
     exact, on integer capacities: every ``bandwidth`` divided by their greatest common divisor. None (use networkx)
     when a capacity is not a whole number of bytes/s or the scaled ones could overflow 32-bit integers. The two agree
     exactly: every partial sum of whole-number capacities is exact in floating point below 2**53
-    (tests/test_topology_flow.py checks them against each other)."""
-    import math
-
+    (tests/test_topology_flow.py checks them against each other). ``net`` is :func:`_flow_net` of ``g`` where the
+    caller flows over the same graph more than once."""
     import numpy as np
 
-    idx = {x: i for i, x in enumerate(g.nodes)}
-    src, dst, cap = [], [], []
-    for u, v, bw in g.edges(data="bandwidth"):
-        if bw is None or not math.isfinite(bw) or bw < 0 or bw != int(bw):
-            return None
-        src.append(idx[u])
-        dst.append(idx[v])
-        cap.append(int(bw))
-    div = 0
-    for c in cap:
-        div = math.gcd(div, c)
+    got = net if net is not None else _flow_net(g)
+    if got is None:
+        return None
+    idx, src0, dst0, scaled0, div = got
     if div == 0:
         return 0.0
-    scaled = [c // div for c in cap]
-    big = sum(scaled) + 1  # stands for the unbounded source and sink edges
+    big = sum(scaled0) + 1  # stands for the unbounded source and sink edges
     if big >= 2**31 - 1:
         return None
     from scipy.sparse import csr_matrix
@@ -434,8 +466,8 @@ def _sparse_max_flow(g: nx.DiGraph, a: list[str], b: list[str]) -> float | None:
 
     n = len(idx)
     s, t = n, n + 1
-    src += [s] * len(a) + [idx[x] for x in b]
-    dst += [idx[x] for x in a] + [t] * len(b)
-    scaled += [big] * (len(a) + len(b))
+    src = src0 + [s] * len(a) + [idx[x] for x in b]
+    dst = dst0 + [idx[x] for x in a] + [t] * len(b)
+    scaled = scaled0 + [big] * (len(a) + len(b))
     m = csr_matrix((np.asarray(scaled, dtype=np.int32), (np.asarray(src), np.asarray(dst))), shape=(n + 2, n + 2))
     return float(int(maximum_flow(m, s, t).flow_value) * div)
