@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 
 from cosim.replay.links import COLLECTIVE, LinkUsage, record_fabric
 from tests._link_rows import link_data
@@ -49,11 +50,14 @@ def _same(x: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.array_equal(np.isnan(x), np.isnan(y)) and np.array_equal(x[~np.isnan(x)], y[~np.isnan(y)]))
 
 
-def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit() -> None:
-    """Links in symmetric groups get equal intervals in most parts; some parts hold a group only in part, give
+@pytest.mark.parametrize("batch", [256, 7, 1])
+def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit(batch: int,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Queued parts refined in batches of ``batch``: the repeats test runs over each batch.) Links in symmetric groups get equal intervals in most parts; some parts hold a group only in part, give
     one link other bytes (or -0.0 for 0.0), repeat links within the part, hand the same link array again (a
     coalesced collective's memo, now and then with one interval different) or pass scalars. The classes end up exactly the links' distinct streams, and busy / windowed busy / windowed bytes /
     peak equal the plain per-link computation bit for bit."""
+    monkeypatch.setattr(LinkUsage, "_BATCH_PARTS", batch)
     rng = np.random.default_rng(5)
     nl = 24
     group = np.arange(nl) % 6

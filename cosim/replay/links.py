@@ -73,6 +73,8 @@ def _piece(x: Any, n: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(x, dtype=float), (n,))
 
 
+_F8 = np.dtype(np.float64)
+
 _KEPT = 4096
 """Link arrays whose occurrence groups are kept (a coalesced collective's memo hands the same
 array at every hit)."""
@@ -226,23 +228,18 @@ class LinkUsage:
         n = link.size
         if not n:
             return
-        distinct = n < 2 or bool((link[1:] > link[:-1]).all())  # increasing (the fabric's observer)
         if count_bytes:
-            b = _column(nbytes, n)
-            if distinct:  # one addition per link: the same sums as np.add.at, without its per-element loop
-                self.total_bytes[link] += b
-                if source == MEMCPY:
-                    self.memcpy_bytes[link] += b
-            else:
-                np.add.at(self.total_bytes, link, b)
-                if source == MEMCPY:
-                    np.add.at(self.memcpy_bytes, link, b)
-            nbytes = b
+            nbytes = self._count(link, n, nbytes, source)
         arrs: list[np.ndarray] = []
         which: list[int] = []  # per column: its row in ``vals``, or -1 for a scalar
         scal: list[float] = []
         for x in (start, end, count, nbytes):
-            if isinstance(x, np.ndarray) and x.dtype == np.float64 and x.shape == (n,):
+            t = type(x)
+            if t is float or t is int:
+                which.append(-1)
+                scal.append(float(x))
+                continue
+            if t is np.ndarray and x.dtype == _F8 and x.shape == (n,):
                 which.append(len(arrs))
                 arrs.append(x)
             elif not isinstance(x, (float, int)) and np.ndim(x):
@@ -250,19 +247,54 @@ class LinkUsage:
                 arrs.append(_piece(x, n))
             else:
                 which.append(-1)
-            scal.append(math.nan if which[-1] >= 0 else float(x))
-        if distinct:  # distinct links (increasing): refined in batches
-            self._pend.append((link, arrs, which, scal, source))
-        else:  # its links' first occurrences, then their second ones, ...: parts of distinct links, in order
-            subs = self._classes.occurrences(link)
-            if subs is None:
-                self._pend.append((link, arrs, which, scal, source))
-            else:
-                self._pend.extend((link[sel], [a[sel] for a in arrs], which, scal, source) for sel in subs)
+                scal.append(float(x))
+                continue
+            scal.append(math.nan)
+        self._pend.append((link, arrs, which, scal, source))  # its links' repeats are split off in :meth:`_flush`
         self._pend_n += n
         self._compiled = None
         if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
             self._flush()
+
+    def _count(self, link: np.ndarray, n: int, nbytes: Any, source: int) -> np.ndarray:
+        """Add the ``n`` intervals' bytes to the links' counters (one addition per interval, in order); returns
+        the bytes as a column."""
+        b = _column(nbytes, n)
+        if n < 2 or bool((link[1:] > link[:-1]).all()):  # one addition per link: np.add.at's sums, without its loop
+            self.total_bytes[link] += b
+            if source == MEMCPY:
+                self.memcpy_bytes[link] += b
+        else:
+            np.add.at(self.total_bytes, link, b)
+            if source == MEMCPY:
+                np.add.at(self.memcpy_bytes, link, b)
+        return b
+
+    def _split_repeats(self, pend: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]
+                       ) -> list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]:
+        """``pend`` with each part whose links repeat replaced by its links' first occurrences, then their second
+        ones, ... (parts of distinct links, in order). Which parts are increasing (distinct; the fabric's observer
+        hands those) is one numpy pass over the parts' links together."""
+        ns = np.fromiter((p[0].size for p in pend), dtype=np.int64, count=len(pend))
+        L = np.concatenate([p[0] for p in pend])
+        down = np.r_[False, L[1:] <= L[:-1]]
+        down[np.cumsum(ns[:-1])] = False  # a part's first link follows nothing of its own
+        rep = np.flatnonzero(np.logical_or.reduceat(down, np.r_[0, np.cumsum(ns[:-1])])).tolist()
+        if not rep:
+            return pend
+        out: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]] = []
+        i = 0
+        for k in rep:
+            out.extend(pend[i:k])
+            link, arrs, which, scal, source = pend[k]
+            subs = self._classes.occurrences(link)
+            if subs is None:
+                out.append(pend[k])
+            else:
+                out.extend((link[sel], [a[sel] for a in arrs], which, scal, source) for sel in subs)
+            i = k + 1
+        out.extend(pend[i:])
+        return out
 
     _SMALL_REST = 4096
     """After a split, the parts left are batched all together when they hold at most this many intervals."""
@@ -282,6 +314,9 @@ class LinkUsage:
         for every part of the batch at once (O(intervals) numpy over the batch); from the first part that fails,
         that part alone (it splits a class), then the rest again."""
         pend, self._pend, self._pend_n = self._pend, [], 0
+        if not pend:
+            return
+        pend = self._split_repeats(pend)
         i = 0
         size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs) ...
         left = np.cumsum([p[0].size for p in pend][::-1])[::-1].tolist()  # intervals from each part on
