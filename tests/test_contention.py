@@ -446,4 +446,27 @@ def test_idle_route_capacity_kept_per_topology_equals_the_replay_fabrics() -> No
         assert [cap(a, b) for a, b in pairs] == [sim.fabric.path_capacity(a, b) for a, b in pairs]
         assert cap(*pairs[0]) == pytest.approx(C0 * scale)
         assert api._idle_capacity(topo, Simulator(topo, cfg, env=simpy.Environment())) is cap  # kept
-    assert len(api._IDLE[topo]) == 2
+    assert len(api._IDLE[id(topo)][1]) == 2
+
+
+def test_idle_route_capacity_keeps_few_topologies() -> None:
+    """The idle-capacity scratch fabrics are kept for a few topologies only, and a topology dropped from them is
+    freed (the scratch fabric refers to its topology: a weakly keyed table would hold every one for good)."""
+    import gc
+    import weakref
+
+    import simpy
+
+    from cosim.engine import SimConfig, Simulator
+    from cosim.replay import api
+    from cosim.topology import load_topology
+
+    refs = []
+    for _ in range(api._IDLE_KEPT + 2):
+        t = load_topology("dgx-h100")
+        api._idle_capacity(t, Simulator(t, SimConfig(record_trace=False), env=simpy.Environment()))
+        refs.append(weakref.ref(t))
+        del t
+    gc.collect()
+    assert len(api._IDLE) <= api._IDLE_KEPT
+    assert refs[0]() is None and refs[-1]() is not None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -296,23 +295,27 @@ def _as_written_capacity(topology: Any, idle: Callable[[str, str], float]) -> Ca
         return idle
 
 
-_IDLE: weakref.WeakKeyDictionary[Any, list[tuple[Any, Callable[[str, str], float]]]] = weakref.WeakKeyDictionary()
-"""Topology -> (fabric configuration, ``path_capacity`` of a scratch simulator's fabric built with both)."""
+_IDLE: dict[int, tuple[Any, list[tuple[Any, Callable[[str, str], float]]]]] = {}
+"""id(topology) -> (the topology, [(fabric configuration, ``path_capacity`` of a scratch simulator's fabric built
+with both)]): a few topologies (:data:`_IDLE_KEPT`), held here (the scratch fabric refers to its topology, so a
+weak key would never be freed), the oldest dropped first."""
+_IDLE_KEPT = 8
 
 
 def _idle_capacity(topology: Any, sim: Any) -> Callable[[str, str], float]:
     """``sim.fabric.path_capacity`` (the idle capacity of a route, bytes/s: a function of the topology's links
     and routes and of the fabric's configuration alone) answered by a scratch simulator of the same topology
-    and fabric configuration, kept per topology for the process: the replay's own fabric then builds a copy
-    route's segment only when a copy runs on it as a flow. ``sim``'s own where the topology cannot be
-    weakly referenced."""
+    and fabric configuration, kept for the last :data:`_IDLE_KEPT` topologies of the process: the replay's own
+    fabric then builds a copy route's segment only when a copy runs on it as a flow."""
     from cosim.engine import SimConfig, Simulator
 
     fab_cfg = sim.config.fabric
-    try:
-        kept = _IDLE.setdefault(topology, [])
-    except TypeError:
-        return cast(Callable[[str, str], float], sim.fabric.path_capacity)
+    entry = _IDLE.get(id(topology))
+    if entry is None or entry[0] is not topology:  # (the entry holds the topology: its id stays unique)
+        if len(_IDLE) >= _IDLE_KEPT:
+            del _IDLE[next(iter(_IDLE))]
+        entry = _IDLE[id(topology)] = (topology, [])
+    kept = entry[1]
     for cfg, cap in kept:
         if cfg == fab_cfg:
             return cap
