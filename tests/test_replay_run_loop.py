@@ -27,7 +27,7 @@ def _scenario(env: simpy.Environment, log: list[tuple[str, float]]) -> None:
 
     gate = env.event()
     gate.callbacks.append(lambda e: log.append(("gate", env.now)))
-    env.timeout(0.5).callbacks.append(lambda e: None if gate.succeed() else None)
+    env.timeout(0.5).callbacks.append(lambda e: gate.succeed())
     for i, gaps in enumerate(([0.25, 0.25, 0.5], [0.5, 0.0, 0.125], [0.125, 0.375, 0.5])):
         env.process(worker(f"w{i}", gaps))
 

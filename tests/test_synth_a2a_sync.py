@@ -76,7 +76,6 @@ def test_combine_backward_does_not_wait_for_the_previous_layers_attention_wgrad(
     from cosim.replay import ReplayConfig, replay
 
     syn, ops, _ = _first_pair(tmp_path, dgx, "nccl")
-    rg = syn.graph.ranks[0]
     run = replay(syn.graph, dgx, ReplayConfig(collectives="simulated")).runs[0]
     wgrad, combine_bwd = ops["attn.qkv.wgrad"][0], ops["moe.combine.bwd"][1]  # backward layers 1 and 0
     assert run.gpu_end[ops["attn.core.bwd"][0]] <= run.gpu_start[combine_bwd] < run.gpu_end[wgrad]

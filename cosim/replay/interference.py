@@ -359,8 +359,25 @@ class _Device:
     of the next change of the count and the next projected completion, and rates are re-solved only when the
     count changes or a kernel joins or leaves (O(kernels in flight) each)."""
 
-    __slots__ = ("c_comm", "comm_sms", "env", "gen", "h_comm", "n_comm", "pending", "rates", "running", "seq",
-                 "sink", "sm_count", "t_last", "wake", "_cbs", "_eid", "_queue")
+    __slots__ = (
+        "_cbs",
+        "_eid",
+        "_queue",
+        "c_comm",
+        "comm_sms",
+        "env",
+        "gen",
+        "h_comm",
+        "n_comm",
+        "pending",
+        "rates",
+        "running",
+        "seq",
+        "sink",
+        "sm_count",
+        "t_last",
+        "wake",
+    )
 
     def __init__(self, env: simpy.Environment, sm_count: float, comm_sms: float, h_comm: float,
                  sink: Callable[[_Kernel, float], None] | None = None) -> None:
