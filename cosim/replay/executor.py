@@ -275,21 +275,13 @@ class Executor:
                     self.share.start_op(r.share_ops, r, j, start, prog.gpu_dur[j])  # type: ignore[union-attr]
                 else:
                     self._start_shared(r, j, start)
-            else:  # _finish of an op that shares nothing, inlined (the per-op path of a plain replay)
+            else:  # _finish of an op that shares nothing (the per-op path of a plain replay)
                 end = start + prog.gpu_dur[j]
                 r.start[j] = start
                 end_[j] = end
                 r.meet[j] = start
                 self.events += 1
-                pending = r.pending
-                for s in r.succ[j]:
-                    pending[s] -= 1
-                    if pending[s] == 0:
-                        work.append((r, s))
-                if r.waiters:
-                    ws = r.waiters.pop(j, None)
-                    if ws:
-                        self._wake(ws, end, j)
+                self._release(r, j, end)
 
     def _start_shared(self, r: _Rank, j: int, start: float) -> None:
         """Op ``j`` may start at ``start`` and shares a resource (SMs / HBM, a collective's peers or the
@@ -316,14 +308,21 @@ class Executor:
         self.events += 1
         if r.share is not None and r.share[j] == COMM:
             self.share.comm_op(r.share_ops, j, end, -1)  # type: ignore[union-attr]
+        self._release(r, j, end)
+
+    def _release(self, r: _Rank, j: int, end: float) -> None:
+        """Op ``j`` of rank ``r`` ended at ``end``: its successors whose last predecessor it was join the work
+        list, and the host waiters on it are counted off (:meth:`_wake`)."""
         pending = r.pending
+        work = self.work
         for s in r.succ[j]:
             pending[s] -= 1
             if pending[s] == 0:
-                self.work.append((r, s))
-        ws = r.waiters.pop(j, None)
-        if ws:
-            self._wake(ws, end, j)
+                work.append((r, s))
+        if r.waiters:
+            ws = r.waiters.pop(j, None)
+            if ws:
+                self._wake(ws, end, j)
 
     @staticmethod
     def _wake(ws: list[Any], end: float, j: int) -> None:
@@ -396,7 +395,7 @@ class Executor:
 
     def _shared_end(self, k: Any, end: float) -> None:
         """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` (a compute op holds no
-        SMs of the law) and the work it releases, inlined (the per-op path of a shared replay)."""
+        SMs of the law) and the work it releases (the per-op path of a shared replay)."""
         r: _Rank = k.rank
         j: int = k.op
         start = k.start
@@ -404,17 +403,8 @@ class Executor:
         r.end[j] = end
         r.meet[j] = start
         self.events += 1
-        pending = r.pending
-        work = self.work
-        for s in r.succ[j]:
-            pending[s] -= 1
-            if pending[s] == 0:
-                work.append((r, s))
-        if r.waiters:
-            ws = r.waiters.pop(j, None)
-            if ws:
-                self._wake(ws, end, j)
-        if work:
+        self._release(r, j, end)
+        if self.work:
             self._drain()
 
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:

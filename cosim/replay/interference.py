@@ -504,15 +504,7 @@ class _Device:
         self.wake = math.inf
         now = self.env._now
         run = self.running
-        t0 = self.t_last
-        if now > t0:  # _advance, inlined
-            for k in run:
-                b = k.start
-                if b < now:
-                    k.remaining -= k.rate * (now - (b if b > t0 else t0))
-                    if k.rate != 1.0:
-                        k.touched = True
-        self.t_last = now
+        self._advance(now)
         due = now if now > target else target  # the clock may land an ulp short of the time it woke for
         pend = self.pending
         while pend and pend[0][0] <= due:
