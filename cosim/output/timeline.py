@@ -1182,7 +1182,8 @@ def _dict_parts(rg: Any, run: Any, ids: _Ids, split: Callable[..., Any] | None, 
                                     (gpu, ng, gpu_rep, None if mv is None else mv.gpu)):
         body = _lines(evs[n:])
         pairs = [(body, body if move is None else move(body, len(evs) - n))]
-        pairs += zip(rep.chunks(), rep.chunks(move))
+        chunks = rep.chunks()
+        pairs += zip(chunks, chunks if move is None else rep.chunks(move))
         sides.append(pairs)
     return host[:nh], gpu[:ng], sides[0], sides[1]
 

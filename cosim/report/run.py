@@ -375,25 +375,17 @@ TABLE_ROWS = 256
 ``report.json`` beside the page). 1024 GPUs put ~7,000 directed links with traffic on the fabric (3 MB of HTML)."""
 
 
-def _busiest(rows: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any] | None) -> list[dict[str, Any]]:
-    """``rows`` when they are at most :data:`TABLE_ROWS`, else the first :data:`TABLE_ROWS` in ``key`` order (a
-    stable sort; None: ``rows`` are in that order already)."""
+def _capped(rows: list[dict[str, Any]], ranked: list[dict[str, Any]], field: str, what: str
+            ) -> tuple[list[dict[str, Any]], str | None]:
+    """The rows a table shows: ``rows`` when they are at most :data:`TABLE_ROWS`; else the first :data:`TABLE_ROWS`
+    of ``ranked`` (``rows`` by decreasing ``field``) and a note on the others (the busiest of them: the next one of
+    ``ranked``)."""
     if len(rows) <= TABLE_ROWS:
-        return rows
-    return (sorted(rows, key=key) if key is not None else rows)[:TABLE_ROWS]
-
-
-def _rest_share(rows: list[dict[str, Any]], shown: list[dict[str, Any]], field: str) -> float:
-    """The largest ``field`` of the rows not in ``shown``."""
-    ids = {id(r) for r in shown}
-    return max((r[field] for r in rows if id(r) not in ids), default=0.0)
-
-
-def _rest_note(shown: int, total: int, what: str, top: float) -> str:
-    return (f"The {shown:,} busiest of {total:,} {what}; each of the other {total - shown:,} is busy at most "
-            f"{fmt_pct(top, 2)} of the step window. Every row is in report.json beside this page (run_report_data: "
-            "'resources', 'links').")
-
+        return rows, None
+    return ranked[:TABLE_ROWS], (
+        f"The {TABLE_ROWS:,} busiest of {len(rows):,} {what}; each of the other {len(rows) - TABLE_ROWS:,} is busy at "
+        f"most {fmt_pct(ranked[TABLE_ROWS][field], 2)} of the step window. Every row is in report.json beside this "
+        "page (run_report_data: 'resources', 'links').")
 
 
 def run_report_html(result: Any, title: str | None = None, data: dict[str, Any] | None = None) -> str:
@@ -454,14 +446,15 @@ def run_report_html(result: Any, title: str | None = None, data: dict[str, Any] 
     # --- utilization
     page.h2("Utilization of every resource")
     res = d["resources"]
-    shown = _busiest(res, lambda r: -r["share"])
-    if len(shown) < len(res):
-        page.p(_rest_note(len(shown), len(res), "resources", _rest_share(res, shown, "share")), "note")
+    ranked = sorted(res, key=lambda r: -r["share"])
+    shown, note = _capped(res, ranked, "share", "resources")
+    if note is not None:
+        page.p(note, "note")
     page.table(["resource", "kind", "busy per step", "busy share of step"],
                [[r["resource"], r["kind"], fmt_time(r["busy_s_per_step"]), fmt_pct(r["share"], 1)] for r in shown],
                table_id="resources")
     if res:
-        top = sorted(res, key=lambda r: -r["share"])[:30]
+        top = ranked[:30]
         page.fig(_hbar([r["resource"] for r in top], [r["share"] * 100 for r in top],
                        "GPU streams, SM, copy engines and host threads", "busy share of step window (%)",
                        [_KIND_COLORS.get(r["kind"], "#1f77b4") for r in top]))
@@ -479,10 +472,9 @@ def run_report_html(result: Any, title: str | None = None, data: dict[str, Any] 
                        f"Busiest directed links (top {len(lk)} of {len(d['links'])} with traffic)",
                        "busy share of step window (%)"))
         n = len(d["links"])
-        shown_links = _busiest(d["links"], None)
-        if len(shown_links) < n:
-            page.p(_rest_note(len(shown_links), n, "directed links with traffic",
-                              _rest_share(d["links"], shown_links, "busy_share")), "note")
+        shown_links, note = _capped(d["links"], d["links"], "busy_share", "directed links with traffic")
+        if note is not None:  # (run_report_data lists the links busiest first)
+            page.p(note, "note")
             what = f"The {len(shown_links)} busiest of the {n} directed links with traffic"
         else:
             what = f"Every link with traffic: {n} directed links"

@@ -250,30 +250,24 @@ class Topology:
         nic = self.nic_of(gpu)
         if nic is None:
             return 0.0
+        sharers = sum(1 for g in self.gpus_on(self._node[gpu]) if self.nic_of(g) == nic)
+        return self._nic_rate(nic) / max(1, sharers)
+
+    def _nic_rate(self, nic: str) -> float:
+        """Raw bytes/s per direction of ``nic``: its line rate (its network links, else its catalog ports),
+        capped by its host link."""
         net = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] in _NET)
         if net == 0.0:
             spec = self.nic_spec(nic)
             net = spec.bandwidth * spec.ports
         host = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] not in _NET)
-        sharers = sum(1 for g in self.gpus_on(self._node[gpu]) if self.nic_of(g) == nic)
-        return min(net, host if host > 0 else net) / max(1, sharers)
+        return min(net, host if host > 0 else net)
 
     def _min_scale_out_bandwidth(self) -> float:
         """``min(scale_out_bandwidth(g))`` over the GPUs, each NIC's figure computed once (its sharers counted once
         per node, not once per GPU: O(GPUs), where per GPU it is O(GPUs x GPUs per node))."""
         sharers = Counter((self._node[g], self.nic_of(g)) for g in self._gpus)
-        per_nic: dict[tuple[int, str | None], float] = {}
-        for (node, nic), n in sharers.items():
-            if nic is None:
-                per_nic[node, nic] = 0.0
-                continue
-            net = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] in _NET)
-            if net == 0.0:
-                spec = self.nic_spec(nic)
-                net = spec.bandwidth * spec.ports
-            host = sum(e["bandwidth"] for _, v, e in self.graph.out_edges(nic, data=True) if self._kind[v] not in _NET)
-            per_nic[node, nic] = min(net, host if host > 0 else net) / max(1, n)
-        return min(per_nic.values(), default=0.0)
+        return min((0.0 if nic is None else self._nic_rate(nic) / n for (_, nic), n in sharers.items()), default=0.0)
 
     def host_bandwidth(self, gpu: str) -> float:
         """Raw bottleneck bytes/s per direction from the GPU to its CPU socket (one GPU alone)."""
