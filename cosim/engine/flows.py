@@ -400,11 +400,7 @@ class _Compactor:
         if ids.size * 4 < n and n > 8192:
             u, inv = np.unique(ids, return_inverse=True)
             return u, inv.reshape(-1)
-        self._grow(n)
-        mark = self.mark
-        mark[ids] = True
-        u = mark[:n].nonzero()[0]
-        mark[u] = False
+        u = self.unique(ids, n)
         lut = self.lut
         lut[u] = np.arange(len(u))
         return u, lut[ids]
