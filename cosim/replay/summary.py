@@ -113,14 +113,7 @@ def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if s.size == 0:
         return s, e
     o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run_max = np.maximum.accumulate(e)
-    new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > run_max[:-1]
-    idx = np.nonzero(new)[0]
-    ms = s[idx]
-    me = np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
-    return ms, me
+    return _merge_sorted(s[o], e[o])
 
 
 def _covered(s: np.ndarray, e: np.ndarray) -> float:
