@@ -654,8 +654,10 @@ def summarize(res: Any) -> dict[str, Any]:
 
 
 def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tuple[dict[str, Any], dict[int, Any]]:
-    """:func:`summarize` and, for each rank of ``sub_windows``, ``critical_path`` over its window (one period:
-    ``n_periods`` 1), from the same walk as the rank's step (:func:`critical_paths`)."""
+    """:func:`summarize` and, for each rank of ``sub_windows``, its ``breakdown``, ``exposed_communication_split``
+    and ``critical_path`` over its window (one period: ``n_periods`` 1), the first two from one sort of the
+    window's ops (:func:`_sim_breakdown_split`), the last from the same walk as the rank's step
+    (:func:`critical_paths`)."""
     subs: dict[int, Any] = {}
     ranks = []
     windows = []
@@ -680,7 +682,8 @@ def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tup
         windows.append((*sim["window"], sim["n_periods"]))
         cp, sub_cp = critical_paths(rg, prog, run, sim["window"], sim["n_periods"], sub_windows.get(rg.rank))
         if sub_cp is not None:
-            subs[rg.rank] = sub_cp
+            sub_bd, sub_split = _sim_breakdown_split(rg, run, sub_windows[rg.rank], 1, masks)
+            subs[rg.rank] = {"breakdown": sub_bd, "exposed_communication_split": sub_split, "critical_path": sub_cp}
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
         per_step = []
         sp, mp = sim["periods"], meas["periods"]
