@@ -400,11 +400,7 @@ class _Compactor:
         if ids.size * 4 < n and n > 8192:
             u, inv = np.unique(ids, return_inverse=True)
             return u, inv.reshape(-1)
-        self._grow(n)
-        mark = self.mark
-        mark[ids] = True
-        u = mark[:n].nonzero()[0]
-        mark[u] = False
+        u = self.unique(ids, n)
         lut = self.lut
         lut[u] = np.arange(len(u))
         return u, lut[ids]
@@ -1563,10 +1559,7 @@ class Fabric:
         for b in ub[self._b_left[ub] == 0].tolist():  # batch order = start order: deterministic
             self._fire(b)
         if not self._n_active:
-            self._load[:] = 0.0
-            self._nflows[:] = 0.0
-            self._seg_m[:] = 0.0
-            self._clear_live()
+            self._go_idle()
 
     @staticmethod
     def _due_from(tend: np.ndarray, rem: np.ndarray, rate: np.ndarray) -> np.ndarray:
@@ -1954,8 +1947,12 @@ class Fabric:
             self._live[lk] = True
             self._live_idx = None
 
-    def _clear_live(self) -> None:
-        """The fabric is idle (every load and flow count 0): no link is live."""
+    def _go_idle(self) -> None:
+        """The fabric is idle: every link's load and flow count and every segment's multiplicity are 0 (set
+        exactly, dropping rounding residue), and no link is live."""
+        self._load[:] = 0.0
+        self._nflows[:] = 0.0
+        self._seg_m[:] = 0.0
         live = self._live_idx if self._live_idx is not None else _nzf(self._live)
         self._live[live] = False
         self._live_idx = np.zeros(0, dtype=np.int64)
@@ -2007,10 +2004,7 @@ class Fabric:
         self._A = None
         self._n_active = 0
         self._comp_n[:] = 0
-        self._load[:] = 0.0
-        self._nflows[:] = 0.0
-        self._seg_m[:] = 0.0
-        self._clear_live()
+        self._go_idle()
         self._obs_dirty = True
         self._b_event.clear()
         self._b_meta.clear()

@@ -271,7 +271,7 @@ class Executor:
             special = r.special
             if special is not None and special[j]:
                 sh = r.share
-                if sh is not None and sh[j] == COMPUTE:  # _shared, without a closure per op
+                if sh is not None and sh[j] == COMPUTE:  # _start_shared's first branch, inlined (the hot path)
                     self.share.start_op(r.share_ops, r, j, start, prog.gpu_dur[j])  # type: ignore[union-attr]
                 else:
                     self._start_shared(r, j, start)
@@ -287,8 +287,8 @@ class Executor:
         """Op ``j`` may start at ``start`` and shares a resource (SMs / HBM, a collective's peers or the
         fabric, a copy engine): hand it to what models that resource, which finishes it."""
         if r.share is not None and r.share[j]:
-            if r.share[j] == COMPUTE:
-                self._shared(r, j, start)
+            if r.share[j] == COMPUTE:  # a compute kernel on a GPU whose communication kernels take SMs / HBM
+                self.share.start_op(r.share_ops, r, j, start, r.prog.gpu_dur[j])  # type: ignore[union-attr]
                 return
             self.share.comm_op(r.share_ops, j, start, 1)  # type: ignore[union-attr]
         key = r.coll_key.get(j)
@@ -383,27 +383,10 @@ class Executor:
         assert self.copies is not None
         self.copies.start(r.rg.rank, j, float(r.rg.gpu_ops.bytes[j]), r.prog.gpu_dur[j], start, done)
 
-    def _shared(self, r: _Rank, j: int, start: float) -> None:
-        """A compute kernel on a GPU whose communication kernels take SMs / HBM from it: ends in simulated time."""
-
-        def done(t0: float, end: float) -> None:
-            self._finish(r, j, t0, end)
-            self._drain()
-
-        assert self.share is not None
-        self.share.start(r.rg.rank, j, start, r.prog.gpu_dur[j], done)
-
     def _shared_end(self, k: Any, end: float) -> None:
-        """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` (a compute op holds no
-        SMs of the law) and the work it releases (the per-op path of a shared replay)."""
-        r: _Rank = k.rank
-        j: int = k.op
-        start = k.start
-        r.start[j] = start
-        r.end[j] = end
-        r.meet[j] = start
-        self.events += 1
-        self._release(r, j, end)
+        """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` it and drain the work it
+        releases (the per-op path of a shared replay)."""
+        self._finish(k.rank, k.op, k.start, end)
         if self.work:
             self._drain()
 

@@ -241,13 +241,13 @@ def _add(base: dict[str, Any], per: dict[str, Any], k: int) -> dict[str, Any]:
 
 def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
     """The summary of the full step from the probe's ``result`` (a ReplayResult) and its period."""
-    from cosim.replay.summary import breakdown, comm_split, slowest_rank, summarize_with
+    from cosim.replay.summary import slowest_rank, summarize_with
 
-    base, period_cps = summarize_with(result, {r: (c - per.period_s, c) for r, c in per.cut.items()})
+    base, period = summarize_with(result, {r: (c - per.period_s, c) for r, c in per.cut.items()})
     summ = dict(base)
     k = per.repeats
     ranks = []
-    for rs, rg, run in zip(summ["ranks"], result.graph.ranks, result.runs):
+    for rs, rg in zip(summ["ranks"], result.graph.ranks):
         r = dict(rs)
         cut = per.cut.get(rg.rank)
         if r.get("step_time_s") is not None:
@@ -255,10 +255,11 @@ def extend_figures(result: Any, per: Periodic) -> dict[str, Any]:
             r["steps"] = [{**st, "step_time_s": st["step_time_s"] + per.extra_s
                            if st.get("step_time_s") is not None else None} for st in r.get("steps", [])]
         if cut is not None:
-            w = (cut - per.period_s, cut)
-            r["breakdown"] = _add(r["breakdown"], breakdown(rg, run, w, 1), k)
-            r["exposed_communication_split"] = _add(r["exposed_communication_split"], comm_split(rg, run, w, 1), k)
-            cp = period_cps[rg.rank]  # critical_path(rg, prog, run, w, 1), from the probe's walk
+            one = period[rg.rank]  # breakdown, comm_split and critical_path over (cut - period_s, cut), n_periods 1
+            r["breakdown"] = _add(r["breakdown"], one["breakdown"], k)
+            r["exposed_communication_split"] = _add(r["exposed_communication_split"],
+                                                    one["exposed_communication_split"], k)
+            cp = one["critical_path"]
             base_cp = r.get("critical_path") or {}
             merged = _add(base_cp, {x: cp[x] for x in ("total_s", "by_resource", "by_class")}, k)
             merged["top_ops"] = base_cp.get("top_ops", [])

@@ -113,14 +113,7 @@ def merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if s.size == 0:
         return s, e
     o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run_max = np.maximum.accumulate(e)
-    new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > run_max[:-1]
-    idx = np.nonzero(new)[0]
-    ms = s[idx]
-    me = np.concatenate((run_max[idx[1:] - 1], run_max[-1:]))
-    return ms, me
+    return _merge_sorted(s[o], e[o])
 
 
 def _covered(s: np.ndarray, e: np.ndarray) -> float:
@@ -661,8 +654,10 @@ def summarize(res: Any) -> dict[str, Any]:
 
 
 def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tuple[dict[str, Any], dict[int, Any]]:
-    """:func:`summarize` and, for each rank of ``sub_windows``, ``critical_path`` over its window (one period:
-    ``n_periods`` 1), from the same walk as the rank's step (:func:`critical_paths`)."""
+    """:func:`summarize` and, for each rank of ``sub_windows``, its ``breakdown``, ``exposed_communication_split``
+    and ``critical_path`` over its window (one period: ``n_periods`` 1), the first two from one sort of the
+    window's ops (:func:`_sim_breakdown_split`), the last from the same walk as the rank's step
+    (:func:`critical_paths`)."""
     subs: dict[int, Any] = {}
     ranks = []
     windows = []
@@ -687,7 +682,8 @@ def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tup
         windows.append((*sim["window"], sim["n_periods"]))
         cp, sub_cp = critical_paths(rg, prog, run, sim["window"], sim["n_periods"], sub_windows.get(rg.rank))
         if sub_cp is not None:
-            subs[rg.rank] = sub_cp
+            sub_bd, sub_split = _sim_breakdown_split(rg, run, sub_windows[rg.rank], 1, masks)
+            subs[rg.rank] = {"breakdown": sub_bd, "exposed_communication_split": sub_split, "critical_path": sub_cp}
         numbers = [int(st_rows.number[s]) for s in step_rows if 0 <= s < len(st_rows)]
         per_step = []
         sp, mp = sim["periods"], meas["periods"]
