@@ -93,6 +93,44 @@ def test_multi_phase_collective_materialized_mid_phase() -> None:
             assert c[2] == 1
 
 
+def test_collective_materialized_at_its_latencys_end_counts_its_bytes_once() -> None:
+    """A transfer that lands on a coalesced hierarchical all-reduce exactly when its fixed latency ends (the
+    trajectory's phase -1: nothing moved yet): the collective's bytes on the fabric are its payload, as when
+    every collective is solved (they counted all phases but the last twice)."""
+    from cosim.scenario import build_topology
+
+    topo = build_topology("dgx-h100", None, nodes=2)
+    gpus = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
+    probe = Simulator(topo, SimConfig(fabric=FabricConfig(trajectory=True), record_trace=False))
+    probe.collective("all_reduce", gpus, 256 * 2**20, algo="hier", proto="simple")
+    probe.run()
+    ((*_, lat, _eff, _cap, _net),) = probe.collectives._runs.values()
+
+    def go(coalesce: bool, traj: bool) -> tuple[list[tuple[float, float]], int]:
+        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce, trajectory=traj), record_trace=False))
+        res: list[tuple[float, float]] = []
+
+        def coll():  # type: ignore[no-untyped-def]
+            for _ in range(2):
+                r = yield sim.collective("all_reduce", gpus, 256 * 2**20, algo="hier", proto="simple")
+                res.append((r.time, r.bytes_on_fabric))
+
+        def hit():  # type: ignore[no-untyped-def]
+            yield sim.env.timeout(lat)
+            yield sim.transfer(gpus[0], gpus[8], 64 * 2**20)
+
+        sim.env.process(coll())
+        sim.env.process(hit())
+        sim.run()
+        return res, sim.fabric.n_materialized
+
+    plain, _ = go(False, False)
+    for traj in (False, True):
+        co, n = go(True, traj)
+        assert n == 1
+        assert co == pytest.approx(plain, rel=1e-9)
+
+
 def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
     """The state a coalesced collective is materialized in, read from its memo's recorded trajectory, equals a
     scratch run stopped at the same time: phase, rows (bytes left, segments, caps, groups, batches), link

@@ -1140,7 +1140,7 @@ class Collectives:
         mk = (plan.uid, scale, k)
         moved = self._moved.get(mk)
         if moved is None:  # (a pure function of the plan: materializations repeat it)
-            moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:k]))
+            moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:max(k, 0)]))  # k -1: none yet
             if len(self._moved) >= 65536:
                 self._moved.clear()
             self._moved[mk] = moved
