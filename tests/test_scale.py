@@ -58,6 +58,28 @@ def test_coalesced_collectives_equal_solved_ones(at: float) -> None:
         assert cs.fabric.n_materialized > 0
 
 
+def _hier_hit(topo: object, gpus: list, coalesce: bool, traj: bool,
+              at: float) -> tuple[list[tuple[float, float]], Simulator]:
+    """Two 256 MiB hierarchical all-reduces (3 phases) over ``gpus``, hit at ``at`` by a 64 MiB transfer from
+    the first node to the second: each all-reduce's (time, bytes on the fabric), and the simulator."""
+    sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce, trajectory=traj), record_trace=False))
+    res: list[tuple[float, float]] = []
+
+    def coll():  # type: ignore[no-untyped-def]
+        for _ in range(2):
+            r = yield sim.collective("all_reduce", gpus, 256 * 2**20, algo="hier", proto="simple")
+            res.append((r.time, r.bytes_on_fabric))
+
+    def hit():  # type: ignore[no-untyped-def]
+        yield sim.env.timeout(at)
+        yield sim.transfer(gpus[0], gpus[8], 64 * 2**20)
+
+    sim.env.process(coll())
+    sim.env.process(hit())
+    sim.run()
+    return res, sim
+
+
 def test_multi_phase_collective_materialized_mid_phase() -> None:
     """A hierarchical all-reduce (3 phases) over 2 nodes, hit by a transfer during its second phase."""
     from cosim.scenario import build_topology
@@ -66,22 +88,8 @@ def test_multi_phase_collective_materialized_mid_phase() -> None:
     gpus = [g for g in topo.gpus if topo.node_of(g) in (0, 1)]
 
     def go(coalesce: bool, at: float, traj: bool = False) -> tuple[float, float, int]:
-        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce, trajectory=traj), record_trace=False))
-        times: list[float] = []
-
-        def coll():  # type: ignore[no-untyped-def]
-            for _ in range(2):
-                r = yield sim.collective("all_reduce", gpus, 256 * 2**20, algo="hier", proto="simple")
-                times.append(r.time)
-
-        def hit():  # type: ignore[no-untyped-def]
-            yield sim.env.timeout(at)
-            yield sim.transfer(gpus[0], gpus[8], 64 * 2**20)
-
-        sim.env.process(coll())
-        sim.env.process(hit())
-        sim.run()
-        return times[0] + times[1], float(sum(x.bytes for x in sim.fabric.link_stats())), sim.fabric.n_materialized
+        res, sim = _hier_hit(topo, gpus, coalesce, traj, at)
+        return res[0][0] + res[1][0], float(sum(x.bytes for x in sim.fabric.link_stats())), sim.fabric.n_materialized
 
     t_alone = go(False, 1.0)[0] / 2
     for frac in (0.2, 0.5, 0.8, 1.3):
@@ -106,28 +114,10 @@ def test_collective_materialized_at_its_latencys_end_counts_its_bytes_once() -> 
     probe.run()
     ((*_, lat, _eff, _cap, _net),) = probe.collectives._runs.values()
 
-    def go(coalesce: bool, traj: bool) -> tuple[list[tuple[float, float]], int]:
-        sim = Simulator(topo, SimConfig(fabric=FabricConfig(coalesce=coalesce, trajectory=traj), record_trace=False))
-        res: list[tuple[float, float]] = []
-
-        def coll():  # type: ignore[no-untyped-def]
-            for _ in range(2):
-                r = yield sim.collective("all_reduce", gpus, 256 * 2**20, algo="hier", proto="simple")
-                res.append((r.time, r.bytes_on_fabric))
-
-        def hit():  # type: ignore[no-untyped-def]
-            yield sim.env.timeout(lat)
-            yield sim.transfer(gpus[0], gpus[8], 64 * 2**20)
-
-        sim.env.process(coll())
-        sim.env.process(hit())
-        sim.run()
-        return res, sim.fabric.n_materialized
-
-    plain, _ = go(False, False)
+    plain, _ = _hier_hit(topo, gpus, False, False, lat)
     for traj in (False, True):
-        co, n = go(True, traj)
-        assert n == 1
+        co, sim = _hier_hit(topo, gpus, True, traj, lat)
+        assert sim.fabric.n_materialized == 1
         assert co == pytest.approx(plain, rel=1e-9)
 
 
