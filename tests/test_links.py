@@ -5,6 +5,7 @@ replayed time."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -216,28 +217,39 @@ def _fabric_stats(g: Any) -> list[Any]:
     return sim.fabric.link_stats()
 
 
+def _random_usage(rng: np.random.Generator, n_links: int, parts: int, n: int, used: int,
+                  counts: Callable[[np.random.Generator, int], np.ndarray]) -> tuple[Any, list[tuple[int, float, float, float]]]:
+    """A LinkUsage of ``n_links`` links fed ``parts`` parts of ``n`` random integer intervals on the first
+    ``used`` links (zero-length ones too; flow counts from ``counts``), and the (link, start, end, count) rows."""
+    from cosim.replay.links import COLLECTIVE, LinkUsage
+
+    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(n_links)], np.ones(n_links))
+    rows: list[tuple[int, float, float, float]] = []
+    for _ in range(parts):
+        lk = rng.integers(0, used, n)
+        s = rng.integers(0, 20, n).astype(float)
+        e = s + rng.integers(0, 5, n)
+        c = counts(rng, n)
+        u.add(lk, s, e, c, np.ones(n), COLLECTIVE)
+        rows += list(zip(lk.tolist(), s.tolist(), e.tolist(), c.tolist()))
+    return u, rows
+
+
+def _swept_peak(mine: list[tuple[float, float, float]]) -> float:
+    """The largest summed count over the integer instants 0..24 of intervals ``[s, e)`` (0 when none)."""
+    return max((sum(c for s, e, c in mine if s <= t < e) for t in range(25)), default=0)
+
+
 def test_peak_and_busy_equal_a_brute_force_sweep() -> None:
     """LinkUsage.peak (per-link sorted ends) and busy against a direct evaluation at every instant: ties of
     starts and ends (ends first), empty and zero-length intervals, several parts out of order."""
-    from cosim.replay.links import COLLECTIVE, LinkUsage
-
-    rng = np.random.default_rng(7)
     n_links = 6
-    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(n_links)], np.ones(n_links))
-    rows = []
-    for _ in range(4):
-        n = 60
-        lk = rng.integers(0, n_links - 1, n)  # the last link stays empty
-        s = rng.integers(0, 20, n).astype(float)
-        e = s + rng.integers(0, 5, n)  # zero-length intervals too
-        c = rng.integers(1, 4, n).astype(float)
-        u.add(lk, s, e, c, np.ones(n), COLLECTIVE)
-        rows += list(zip(lk.tolist(), s.tolist(), e.tolist(), c.tolist()))
+    u, rows = _random_usage(np.random.default_rng(7), n_links, parts=4, n=60, used=n_links - 1,
+                            counts=lambda r, n: r.integers(1, 4, n).astype(float))  # the last link stays empty
     peak, busy = u.peak(), u.busy()
     for k in range(n_links):
         mine = [(s, e, c) for lk, s, e, c in rows if lk == k and e > s]
-        want = max((sum(c for s, e, c in mine if s <= t < e) for t in range(25)), default=0)
-        assert peak[k] == want
+        assert peak[k] == _swept_peak(mine)
         covered = sum(1 for t in range(25) if any(s <= t < e for s, e, _c in mine))
         assert busy[k] == covered
 
@@ -247,25 +259,16 @@ def test_peak_over_classes_and_chunks_equals_a_brute_force_sweep(chunk: int, ste
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """LinkUsage.peak of integer counts (every class at once, here in chunks of a few classes) and of fractional
     counts (class by class) against a direct evaluation at every instant."""
-    from cosim.replay.links import COLLECTIVE, LinkUsage
+    from cosim.replay.links import LinkUsage
 
     monkeypatch.setattr(LinkUsage, "_CHUNK", chunk)
-    rng = np.random.default_rng(11)
     n_links = 9
-    u = LinkUsage([(f"a{i}", f"b{i}") for i in range(n_links)], np.ones(n_links))
-    rows = []
-    for _ in range(5):
-        n = 40
-        lk = rng.integers(0, n_links, n)
-        s = rng.integers(0, 20, n).astype(float)
-        e = s + rng.integers(0, 5, n)
-        c = rng.integers(1, 8, n) * step
-        u.add(lk, s, e, c, np.ones(n), COLLECTIVE)
-        rows += list(zip(lk.tolist(), s.tolist(), e.tolist(), c.tolist()))
+    u, rows = _random_usage(np.random.default_rng(11), n_links, parts=5, n=40, used=n_links,
+                            counts=lambda r, n: r.integers(1, 8, n) * step)
     peak = u.peak()
     for k in range(n_links):
         mine = [(s, e, c) for lk, s, e, c in rows if lk == k and e > s]
-        assert peak[k] == round(max((sum(c for s, e, c in mine if s <= t < e) for t in range(25)), default=0))
+        assert peak[k] == round(_swept_peak(mine))
 
 
 def test_windowed_bytes_equal_the_per_interval_fractions() -> None:
