@@ -351,7 +351,7 @@ BRIDGE_BUCKET = 128 * 1024 * 1024
 (``cosim.workload.synth.build.DDP_BUCKET_SOURCE``)."""
 BRIDGE_REFS = ("MB2509", "MB2511", "MB2602", "MB260201", "MB2604", "MB2606", "MB260401", "NEMO2502", "NEMO2504")
 """Source families run by Megatron-Bridge or NeMo 2.0 (their bucket size is :data:`BRIDGE_BUCKET`)."""
-OTHER_REFS = ("AUTOMODEL", "DSV3", "MLMGB200", "MLMQ30", "MZQWEN3", "MZQWEN3B", "NEMO2407")
+OTHER_REFS = ("AUTOMODEL", "DSV3", "MCMOE", "MLMGB200", "MLMQ30", "MZQWEN3", "MZQWEN3B", "NEMO2407")
 """Source families that take Megatron-Core's default bucket rule (Megatron-LM's launcher ``--ddp-bucket-size``
 unset, NeMo 1.0's ``ddp_bucket_size`` unset, DeepSeek's and AutoModel's own frameworks). A case citing a source in
 neither tuple is an error: its framework decides its bucket size, so it must be said."""
