@@ -100,3 +100,24 @@ def test_dlrm_ranks_loaded_together_equal_each_alone() -> None:
             x, y = getattr(rg, name), getattr(alone, name)
             for c in x.columns():
                 assert np.array_equal(getattr(x, c), getattr(y, c), equal_nan=True), (f.name, name, c)
+
+
+def test_memcpy_kind_that_is_a_number(tmp_path: Path) -> None:
+    """A gpu_memcpy event whose ROCm 'kind' arg is a number, not text: the direction comes from the name
+    (it raised TypeError before: text + number)."""
+    from cosim.workload.classify import copy_kind
+    from cosim.workload.graph import CopyKind
+
+    assert copy_kind("Memcpy DtoH (Device -> Pinned)", 1) == CopyKind.DTOH
+    assert copy_kind("Memcpy", "hipMemcpyHtoD") == CopyKind.HTOD
+    assert copy_kind("Memcpy", None) == CopyKind.OTHER
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "ts": 1, "dur": 2, "pid": 1, "tid": 1,
+         "args": {"correlation": 5}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "ts": 2, "dur": 3,
+         "pid": 0, "tid": 7, "args": {"correlation": 5, "device": 0, "stream": 7, "kind": 1, "bytes": 64}},
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    rg = read_kineto(f)
+    assert rg.gpu_ops.copy_kind.tolist() == [int(CopyKind.HTOD)]
