@@ -121,3 +121,19 @@ def test_memcpy_kind_that_is_a_number(tmp_path: Path) -> None:
     f.write_text(json.dumps({"traceEvents": events}))
     rg = read_kineto(f)
     assert rg.gpu_ops.copy_kind.tolist() == [int(CopyKind.HTOD)]
+
+
+def test_thread_ids_worked_by_hand() -> None:
+    """Rows on threads (1, 7), (1, 7), (2, 3), (1, 7), (2, 3): numbered 0, 0, 1, 0, 1 in order of first
+    appearance, by numpy (integer ids) and by the any-type walk alike; a string pid takes the walk."""
+    from cosim.workload.kineto_tables import _thread_ids, _thread_ids_any
+
+    pids, tids = (1, 1, 2, 1, 2), (7, 7, 3, 7, 3)
+    for f in (_thread_ids, _thread_ids_any):
+        ids, pairs = f(pids, tids)
+        assert ids.tolist() == [0, 0, 1, 0, 1] and ids.dtype == np.int32
+        assert pairs == [(1, 7), (2, 3)]
+    ids, pairs = _thread_ids(("a", "a", 2), (1, 1, 1))
+    assert ids.tolist() == [0, 0, 1] and pairs == [("a", 1), (2, 1)]
+    ids, pairs = _thread_ids((), ())
+    assert ids.tolist() == [] and pairs == []
