@@ -516,23 +516,31 @@ def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray
 
 
 def _latest_open(tb: np.ndarray, st: np.ndarray, en: np.ndarray) -> np.ndarray:
-    """Per op ``i``, the latest ``j`` in ``[tb[i], i)`` with ``en[j] > st[i]``, or -1: a greedy descent over
-    a sparse table of window maxima of ``en`` (window ``[x - 2^k + 1, x]`` at level ``k``)."""
+    """Per op ``i``, the latest ``j`` in ``[tb[i], i)`` with ``en[j] > st[i]``, or -1. The op just before ``i``
+    when it qualifies (a first child: ~47% of the v100 trace's ops); the others by a greedy descent over a
+    sparse table of window maxima of ``en`` (window ``[x - 2^k + 1, x]`` at level ``k``), O(n log n)."""
     n = st.size
+    prev = np.arange(n) - 1
+    quick = (prev >= tb) & (en[np.maximum(prev, 0)] > st)
+    out = np.where(quick, prev, -1)
+    rest = np.flatnonzero(~quick)
+    if not rest.size:
+        return out
     levels = [en]
     k = 1
     while (1 << k) <= n:
-        prev, h = levels[-1], 1 << (k - 1)
-        cur = prev.copy()
-        cur[h:] = np.maximum(prev[h:], prev[:-h])
+        lower, h = levels[-1], 1 << (k - 1)
+        cur = lower.copy()
+        cur[h:] = np.maximum(lower[h:], lower[:-h])
         levels.append(cur)
         k += 1
-    pos = np.arange(n) - 1
+    pos, tb_r, st_r = rest - 1, tb[rest], st[rest]
     for k in range(len(levels) - 1, -1, -1):
         w = 1 << k
-        ok = (pos - w + 1 >= tb) & (levels[k][np.maximum(pos, 0)] <= st)
+        ok = (pos - w + 1 >= tb_r) & (levels[k][np.maximum(pos, 0)] <= st_r)
         pos = np.where(ok, pos - w, pos)
-    return np.where(pos >= tb, pos, -1)
+    out[rest] = np.where(pos >= tb_r, pos, -1)
+    return out
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:
