@@ -113,8 +113,14 @@ def classify_kernel(kernel_name: str, parent_op: str = "") -> OpClass:
     return C.OTHER
 
 
-def copy_kind(name: str, kind_arg: str | None = None) -> CopyKind:
-    """Direction of a memcpy from its event name ('Memcpy HtoD (...)') or ROCm 'kind' arg."""
+def copy_kind(name: str, kind_arg: Any = None) -> CopyKind:
+    """Direction of a memcpy from its event name ('Memcpy HtoD (...)') or ROCm 'kind' arg (a 'kind' that is
+    not text, e.g. a number, is read as its text). Memoized: a trace's copies have a few distinct names."""
+    return _copy_kind(name, kind_arg if kind_arg is None or isinstance(kind_arg, str) else str(kind_arg))
+
+
+@lru_cache(maxsize=4096)
+def _copy_kind(name: str, kind_arg: str | None) -> CopyKind:
     s = (kind_arg or "") + " " + name
     for tag, k in (
         ("HtoD", CopyKind.HTOD),

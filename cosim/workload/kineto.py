@@ -32,7 +32,7 @@ import itertools
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
@@ -58,7 +58,7 @@ from cosim.workload.kineto_common import (
     col,
     detect_scale,
 )
-from cosim.workload.kineto_tables import build_rank
+from cosim.workload.kineto_tables import build_rank, text_memos
 
 __all__ = [
     "EVENT_RECORD_APIS",
@@ -111,13 +111,14 @@ class _ArgsLite(msgspec.Struct, omit_defaults=True, gc=False):
     wait_on_stream: int | None = None
     wait_on_cuda_event_record_corr_id: int | None = None
     coll_name: Any = msgspec.field(default=None, name="Collective name")
-    """Tells a collective's event: its full args (:class:`_Args`) are decoded on their own."""
+    """Tells a collective's event: its collective's members (:class:`_CommArgs`) are decoded on their own."""
 
 
 class _Args(_ArgsLite, omit_defaults=True, gc=False):
-    """:class:`_ArgsLite` and the ``record_param_comms`` members (sizes, process group, sequence number):
-    decoded only for the few events that carry a collective (:func:`decode_trace_chunks`), so that every
-    other event's record stays small (the v100 trace: ~30 ms less CPU per first load)."""
+    """:class:`_ArgsLite` and the ``record_param_comms`` members (sizes, process group, sequence number), for
+    the fully typed decode of a chunk that failed (:class:`_ArgsStrict`). The events that carry a collective
+    have those members decoded on their own (:class:`_CommArgs`), so that every other event's record stays
+    small (the v100 trace: ~30 ms less CPU per first load)."""
 
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -137,26 +138,34 @@ class _Args(_ArgsLite, omit_defaults=True, gc=False):
     rank_stride: Any = msgspec.field(default=None, name="Global rank stride")
 
 
-# args attribute -> the Kineto key, for the record_param_comms fields (kineto_collectives reads these keys)
-_COMM_ATTRS = {
-    "coll_name": "Collective name",
-    "in_nelems": "In msg nelems",
-    "out_nelems": "Out msg nelems",
-    "in_size": "In msg size",
-    "out_size": "Out msg size",
-    "dtype": "dtype",
-    "group_size": "Group size",
-    "pg_name": "Process Group Name",
-    "pg_desc": "Process Group Description",
-    "pg_ranks": "Process Group Ranks",
-    "in_split": "In split size",
-    "out_split": "Out split size",
-    "seq_cap": "Seq",
-    "seq": "seq",
-    "rank": "Rank",
-    "rank_start": "Global rank start",
-    "rank_stride": "Global rank stride",
-}
+class _CommArgs(msgspec.Struct, omit_defaults=True, gc=False):
+    """The ``record_param_comms`` members of an event's ``args``, in a fixed order: a collective's
+    args as a dict of the members present (not null) come from ``msgspec.to_builtins`` in C (omitted defaults),
+    not from a lookup per member."""
+
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    in_size: Any = msgspec.field(default=None, name="In msg size")
+    out_size: Any = msgspec.field(default=None, name="Out msg size")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    in_split: Any = msgspec.field(default=None, name="In split size")
+    out_split: Any = msgspec.field(default=None, name="Out split size")
+    seq_cap: Any = msgspec.field(default=None, name="Seq")
+    seq: Any = None
+    rank: Any = msgspec.field(default=None, name="Rank")
+    rank_start: Any = msgspec.field(default=None, name="Global rank start")
+    rank_stride: Any = msgspec.field(default=None, name="Global rank stride")
+
+
+class _CommEvent(msgspec.Struct, gc=False):
+    """An event with only its collective's args (see :class:`_CommArgs`)."""
+
+    args: _CommArgs | None = None
 
 
 class _EventLite(msgspec.Struct, gc=False):
@@ -204,7 +213,7 @@ class _RawDoc(msgspec.Struct, gc=False):
 CHUNK_EVENTS = 8192
 _RAW_DECODER = msgspec.json.Decoder(_RawDoc | list[msgspec.Raw])
 _CHUNK_DECODER = msgspec.json.Decoder(list[_EventLite])
-_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_COMM_DECODER = msgspec.json.Decoder(_CommEvent)
 _STRICT_DECODER = msgspec.json.Decoder(list[_EventStrict])
 _LIST_DECODER = msgspec.json.Decoder(list[Any] | None)
 _ANY_DECODER = msgspec.json.Decoder()
@@ -317,13 +326,13 @@ def decode_trace(path: str | Path) -> tuple[dict[str, Any], Iterator[_EventLite]
 
 def decode_trace_chunks(
     path: str | Path,
-) -> tuple[dict[str, Any], Iterator[list[_EventLite]], Callable[[int], NoReturn], Callable[[int], _Args]]:
+) -> tuple[dict[str, Any], Iterator[list[_EventLite]], Callable[[int], NoReturn], Callable[[int], dict[str, Any]]]:
     """Decode a Chrome-trace file: (top-level members other than the events, the typed events in order,
     in lists of :data:`CHUNK_EVENTS`, with :class:`_ArgsLite`).
 
     The third member raises the error of the chunk holding event ``k`` as a fully typed decode
-    reports it (for a raw member found bad later); the fourth decodes event ``k``'s full
-    :class:`_Args` (a collective's members) from its raw text. The whole file is parsed once into raw event slices (syntax and top-level types checked), then
+    reports it (for a raw member found bad later); the fourth decodes event ``k``'s collective
+    members (:class:`_CommArgs`, as a dict of those present) from its raw text. The whole file is parsed once into raw event slices (syntax and top-level types checked), then
     the events are decoded into typed records :data:`CHUNK_EVENTS` at a time as the iterator is
     consumed. Malformed JSON is located (line:column, ``traceEvents[i]``) by
     :class:`ChromeTraceReader`; a field of the wrong type names the event.
@@ -341,17 +350,18 @@ def decode_trace_chunks(
     def fail(k: int) -> NoReturn:
         _strict_failure(path, data, raws, k - k % CHUNK_EVENTS)
 
-    def full_args(k: int) -> _Args:  # the chunk holding k decoded: so does k, with the same values
-        return _EVENT_DECODER.decode(raws[k]).args or _NO_ARGS
+    def comm_args(k: int) -> dict[str, Any]:  # the chunk holding k decoded: so does k, with the same values
+        a = _COMM_DECODER.decode(raws[k]).args
+        return {} if a is None else cast(dict[str, Any], msgspec.to_builtins(a))
 
     if isinstance(doc, list):
-        return {}, _chunks(path, data, doc), fail, full_args
+        return {}, _chunks(path, data, doc), fail, comm_args
     meta = {
         k: getattr(doc, k)
         for k in ("distributedInfo", "deviceProperties", "schemaVersion", "displayTimeUnit")
         if getattr(doc, k) is not None
     }
-    return meta, _chunks(path, data, doc.traceEvents), fail, full_args
+    return meta, _chunks(path, data, doc.traceEvents), fail, comm_args
 
 
 def _syntax_error(path: Path, data: bytes, exc: Exception) -> CosimInputError:
@@ -456,6 +466,21 @@ def _json_list(raw: bytes, fail: Callable[[int], NoReturn], k: int) -> list[Any]
     return v
 
 
+def _dims_text(
+    raw: bytes, memo: dict[bytes, tuple[str, str] | None], fail: Callable[[int], NoReturn], k: int
+) -> tuple[str, str] | None:
+    """An ``Input Dims`` text (event ``k``'s) as (its value's key, the text to intern), None for null; kept in
+    ``memo``. The key is Python's repr of the lists (valid JSON for lists of ints), the text that repr unless
+    it holds a quote (then JSON)."""
+    dims = _json_list(raw, fail, k)
+    kt = None
+    if dims is not None:
+        key = str(dims)
+        kt = (key, key if "'" not in key else _dumps(dims))
+    memo[raw] = kt
+    return kt
+
+
 def _dim3(x: Any) -> tuple[int, int, int]:
     if x is None:
         return _NO_DIM3
@@ -487,14 +512,10 @@ def _concrete_id(raw: msgspec.Raw, ids: dict[bytes, int], st: StringTable) -> in
     return i
 
 
-def _comm(a: _Args) -> dict[str, Any]:
-    return {key: v for attr, key in _COMM_ATTRS.items() if (v := getattr(a, attr)) is not None}
-
-
 _NO_ARGS = _Args()
-#: Fields of a host row and of a GPU row (see :func:`read_kineto`).
-_HOST_FIELDS = 13
-_GPU_FIELDS = 14
+#: Fields of a host row and of a GPU row (see :func:`read_kineto`; the last: the event's index in ``traceEvents``).
+_HOST_FIELDS = 14
+_GPU_FIELDS = 15
 
 
 def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
@@ -508,20 +529,20 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
     cannot be trusted; see :func:`check_events`.
     """
     path = Path(path)
-    meta, chunks, fail, full_args = decode_trace_chunks(path)
+    meta, chunks, fail, comm_args = decode_trace_chunks(path)
     st = StringTable()
     host: list[tuple] = []
     gpu: list[tuple] = []
-    h_idx: list[int] = []
-    g_idx: list[int] = []
     syncs: dict[int, tuple] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
     dims_ids: dict[str, int] = {}
     dims_raw: dict[bytes, int] = {}  # raw Input Dims text -> string id (-1: null)
-    types_raw: dict[bytes, list[Any] | None] = {}  # raw Input type text -> its value (checked once)
+    texts = text_memos()  # raw texts -> values, shared by the ranks of a load
+    types_raw = texts.types  # raw Input type text -> its value (checked once)
+    dims_text = texts.dims
     types_ids: dict[bytes, int] = {}
     concrete_ids: dict[bytes, int] = {}  # raw Concrete Inputs text -> string id (see _concrete_id)
-    dim3_of: dict[bytes, tuple[int, int, int]] = {}  # raw grid / block text -> its triple (decoded once)
+    dim3_of = texts.dim3  # raw grid / block text -> its triple (decoded once)
     host_cats: dict[str | None, int] = {c: int(k) for c, k in HOST_CATS.items()}
     gpu_cats: dict[str | None, int] = {c: int(k) for c, k in GPU_CATS.items()}
     no_args, memcpy, sid_of, intern = _NO_ARGS, int(GpuKind.MEMCPY), st.ids.get, st
@@ -547,13 +568,12 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                         dk = bytes(dr)
                         d_id = dims_raw.get(dk)
                         if d_id is None:
-                            dims = _json_list(dk, fail, k)
+                            kt = dims_text[dk] if dk in dims_text else _dims_text(dk, dims_text, fail, k)
                             d_id = -1
-                            if dims is not None:
-                                key = str(dims)  # lists of ints: Python's repr is valid JSON
-                                d_id = dims_ids.get(key)
+                            if kt is not None:
+                                d_id = dims_ids.get(kt[0])
                                 if d_id is None:
-                                    d_id = dims_ids[key] = st(key if "'" not in key else _dumps(dims))
+                                    d_id = dims_ids[kt[0]] = st(kt[1])
                             dims_raw[dk] = d_id
                         did = d_id
                         if did >= 0 and tr and types_raw[tk] is not None:
@@ -562,7 +582,7 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                                 tid_ = types_ids[tk] = st(_dumps(types_raw[tk]))
                     comm = None
                     if name == "record_param_comms" or a.coll_name is not None:
-                        comm = _comm(full_args(k))
+                        comm = comm_args(k)
                     host.append(
                         (
                             e.pid,
@@ -580,9 +600,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             -1 if not (cr := a.concrete) else (
                                 ci if (ci := concrete_ids.get(bytes(cr))) is not None
                                 else _concrete_id(cr, concrete_ids, st)),
+                            k,
                         )
                     )
-                    h_idx.append(k)
                     continue
                 gk = gpu_cats.get(cat)
                 if gk is not None:
@@ -611,9 +631,9 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
                             int(copy_kind(name or "", a.kind)) if gk == memcpy else 0,
                             e.pid,
                             e.tid,
+                            k,
                         )
                     )
-                    g_idx.append(k)
                     continue
                 if cat == "cuda_sync":
                     a = e.args or no_args
@@ -632,11 +652,12 @@ def read_kineto(path: str | Path, *, time_unit: str | None = None) -> RankGraph:
         base += len(chunk)
 
     # the file's bytes and raw events go with the decoder and its error path: error messages re-read them
-    del chunks, fail, full_args
+    del chunks, fail, comm_args
     chunk = []
     # rows -> columns once, in C (zip): the checks and the table building read columns
     hcols: list[tuple] = list(zip(*host)) if host else [()] * _HOST_FIELDS
     gcols: list[tuple] = list(zip(*gpu)) if gpu else [()] * _GPU_FIELDS
+    h_idx, g_idx = hcols[-1], gcols[-1]  # each row's event index (the rows' last field)
     arrays: dict[tuple[str, int], np.ndarray] = {}  # columns the checks convert, reused by the tables
     warnings = check_events(path, host, gpu, h_idx, g_idx, time_unit, hcols, gcols, arrays)
     rg = build_rank(
@@ -667,8 +688,8 @@ def check_events(
     path: Path,
     host: list[tuple],
     gpu: list[tuple],
-    h_idx: list[int],
-    g_idx: list[int],
+    h_idx: Sequence[int],
+    g_idx: Sequence[int],
     time_unit: str | None,
     hcols: list[tuple] | None = None,
     gcols: list[tuple] | None = None,
@@ -756,8 +777,8 @@ def _check_int_ranges(
     path: Path,
     hcols: list[tuple],
     gcols: list[tuple],
-    h_idx: list[int],
-    g_idx: list[int],
+    h_idx: Sequence[int],
+    g_idx: Sequence[int],
     arrays: dict[tuple[str, int], np.ndarray] | None = None,
 ) -> None:
     """Integer ids that do not fit their column (a device beyond 32767, an id beyond 64 bits) are refused.

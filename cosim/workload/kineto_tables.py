@@ -34,7 +34,7 @@ from cosim.workload.kineto_common import (
     nearest_ancestor,
 )
 
-__all__ = ["build_rank", "nest"]
+__all__ = ["TextMemos", "build_rank", "nest", "shared_cost_memos", "text_memos"]
 
 _LAUNCH_NAME = re.compile(r"Launch(?!HostFunc)|Memcpy|Memset|GraphLaunch")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -165,12 +165,7 @@ def build_rank(
 
     # link GPU ops to the runtime call that enqueued them: correlation, else flow events
     runtime_idx = np.nonzero(h_kind == HostKind.RUNTIME)[0]
-    corr2host: dict[int, int] = {}
-    for i, c in zip(runtime_idx.tolist(), h_corr[runtime_idx].tolist()):
-        if c >= 0 and c not in corr2host:
-            corr2host[c] = i
-    get = corr2host.get
-    g_launch_host = np.array([get(c, -1) for c in g_corr.tolist()], np.int64).reshape(ng)
+    corr2host, g_launch_host = _launch_links(runtime_idx, h_corr[runtime_idx], g_corr)
     missing = np.nonzero(g_launch_host < 0)[0]
     n_flow_links = 0
     flow_s, flow_f = flows() if len(missing) else ({}, {})
@@ -393,26 +388,82 @@ _job_memos: tuple[dict[tuple[str, str, str | None], tuple[float, float]],
 each rank its own)."""
 
 
+class TextMemos:
+    """What the reader makes of an event's raw ``args`` texts, pure functions of their bytes, shared by the
+    ranks of one load inside :func:`shared_cost_memos` (the DLRM job's 8 ranks: ~2,900 ``Input Dims`` texts
+    new to their rank, ~360 distinct): ``types``: an ``Input type`` text's value (a list or None, checked);
+    ``dims``: an ``Input Dims`` text's (dict key, interned text), None for a JSON null; ``dim3``: a grid or
+    block text's int triple. String ids stay per rank (each rank its own string table)."""
+
+    __slots__ = ("types", "dims", "dim3")
+
+    def __init__(self) -> None:
+        self.types: dict[bytes, list[Any] | None] = {}
+        self.dims: dict[bytes, tuple[str, str] | None] = {}
+        self.dim3: dict[bytes, tuple[int, int, int]] = {}
+
+
+_job_texts: TextMemos | None = None
+"""The load's :class:`TextMemos` inside :func:`shared_cost_memos` (None outside: each rank its own)."""
+
+
+def text_memos() -> TextMemos:
+    """The raw-text memos for the rank being read: the load's inside :func:`shared_cost_memos`, else new ones."""
+    return _job_texts if _job_texts is not None else TextMemos()
+
+
 @contextlib.contextmanager
 def shared_cost_memos() -> Iterator[None]:
     """Let the ranks read inside share the per-op FLOPs/bytes figures, pure functions of the ops' name,
     shapes and dtypes texts: the ranks of a data-parallel job run the same ops (the DLRM job's 8 ranks:
-    1,070 kernel-cost evaluations, 155 distinct). Scoped to one load, so that the figures of a load
+    1,070 kernel-cost evaluations, 155 distinct); and the reader's decoded ``args`` texts (:class:`TextMemos`).
+    Scoped to one load, so that the figures of a load
     never depend on what the process loaded before."""
-    global _job_memos
-    prev = _job_memos
-    _job_memos = ({}, {}, {})
+    global _job_memos, _job_texts
+    prev, prev_texts = _job_memos, _job_texts
+    _job_memos, _job_texts = ({}, {}, {}), TextMemos()
     try:
         yield
     finally:
-        _job_memos = prev
+        _job_memos, _job_texts = prev, prev_texts
+
+
+def _launch_links(runtime_idx: np.ndarray, rt_corr: np.ndarray, g_corr: np.ndarray) -> tuple[dict[int, int], np.ndarray]:
+    """The runtime call of each correlation id (the first in table order of the runtime calls carrying it:
+    ``runtime_idx`` ascending, ``rt_corr`` their ids, -1 none) and each GPU op's launching call by its
+    correlation id ``g_corr`` (-1: none). Vectorized: the ids sorted once (O(n log n)), the GPU ops' ids found
+    by binary search, instead of a dict insertion per runtime call and a lookup per GPU op."""
+    ok = rt_corr >= 0
+    ids, first = np.unique(rt_corr[ok], return_index=True)  # first: earliest position among the kept calls
+    host_of = runtime_idx[ok][first].astype(np.int64)
+    corr2host = dict(zip(ids.tolist(), host_of.tolist()))
+    g_launch_host = np.full(len(g_corr), -1, np.int64)
+    if len(ids) and len(g_corr):
+        pos = np.minimum(np.searchsorted(ids, g_corr), len(ids) - 1)
+        hit = ids[pos] == g_corr
+        g_launch_host[hit] = host_of[pos[hit]]
+    return corr2host, g_launch_host
 
 
 def _thread_ids(pids: tuple, tids: tuple) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
     """Each host row's thread number, the (pid, tid) pairs numbered in order of first appearance, and those
     pairs. A trace's rows come in long runs of one thread (the v100 trace: 14 runs in 101 k rows), so the
-    pairs are numbered per run (``itertools.groupby``, in C) and the numbers repeated over each run's
-    rows: ~8 ms instead of ~25 ms for a dict lookup per row."""
+    pairs are numbered per run and the numbers repeated over each run's rows. Integer ids (every shared
+    trace): the runs found by numpy, ~3 ms for the v100 trace; otherwise (a string or a missing id) by
+    ``itertools.groupby``, ~8 ms; a dict lookup per row took ~25 ms."""
+    n = len(pids)
+    try:
+        p, t = np.fromiter(pids, np.int64, n), np.fromiter(tids, np.int64, n)
+    except (TypeError, ValueError, OverflowError):
+        return _thread_ids_any(pids, tids)
+    starts = np.flatnonzero(np.concatenate(([True], (p[1:] != p[:-1]) | (t[1:] != t[:-1])))) if n else p
+    tkeys: dict[tuple[Any, Any], int] = {}
+    ids = [tkeys.setdefault(k, len(tkeys)) for k in zip(p[starts].tolist(), t[starts].tolist())]
+    return np.repeat(np.array(ids, np.int32), np.diff(np.append(starts, n))), list(tkeys)
+
+
+def _thread_ids_any(pids: tuple, tids: tuple) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+    """:func:`_thread_ids` for ids of any JSON type, per run of equal (pid, tid) pairs."""
     tkeys: dict[tuple[Any, Any], int] = {}
     ids: list[int] = []
     lens: list[int] = []
@@ -465,23 +516,31 @@ def nest(thread: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray
 
 
 def _latest_open(tb: np.ndarray, st: np.ndarray, en: np.ndarray) -> np.ndarray:
-    """Per op ``i``, the latest ``j`` in ``[tb[i], i)`` with ``en[j] > st[i]``, or -1: a greedy descent over
-    a sparse table of window maxima of ``en`` (window ``[x - 2^k + 1, x]`` at level ``k``)."""
+    """Per op ``i``, the latest ``j`` in ``[tb[i], i)`` with ``en[j] > st[i]``, or -1. The op just before ``i``
+    when it qualifies (a first child: ~47% of the v100 trace's ops); the others by a greedy descent over a
+    sparse table of window maxima of ``en`` (window ``[x - 2^k + 1, x]`` at level ``k``), O(n log n)."""
     n = st.size
+    prev = np.arange(n) - 1
+    quick = (prev >= tb) & (en[np.maximum(prev, 0)] > st)
+    out = np.where(quick, prev, -1)
+    rest = np.flatnonzero(~quick)
+    if not rest.size:
+        return out
     levels = [en]
     k = 1
     while (1 << k) <= n:
-        prev, h = levels[-1], 1 << (k - 1)
-        cur = prev.copy()
-        cur[h:] = np.maximum(prev[h:], prev[:-h])
+        lower, h = levels[-1], 1 << (k - 1)
+        cur = lower.copy()
+        cur[h:] = np.maximum(lower[h:], lower[:-h])
         levels.append(cur)
         k += 1
-    pos = np.arange(n) - 1
+    pos, tb_r, st_r = rest - 1, tb[rest], st[rest]
     for k in range(len(levels) - 1, -1, -1):
         w = 1 << k
-        ok = (pos - w + 1 >= tb) & (levels[k][np.maximum(pos, 0)] <= st)
+        ok = (pos - w + 1 >= tb_r) & (levels[k][np.maximum(pos, 0)] <= st_r)
         pos = np.where(ok, pos - w, pos)
-    return np.where(pos >= tb, pos, -1)
+    out[rest] = np.where(pos >= tb_r, pos, -1)
+    return out
 
 
 def _depth(parent: np.ndarray) -> np.ndarray:
