@@ -26,7 +26,7 @@ from cosim.models.roofline import RooflineModel
 from cosim.replay.binding import default_topology, guess_accelerator
 from cosim.replay.collective_map import collective_runner, fold_stage, gpu_of_rank
 from cosim.replay.config import ReplayConfig
-from cosim.replay.copies import CopyModel, copy_engines_of
+from cosim.replay.copies import CopyModel, copy_engines_of, copy_static
 from cosim.replay.durations import gpu_durations, hbm_parts
 from cosim.replay.executor import Executor, RankRun
 from cosim.replay.links import LinkUsage, rank_static, record_fabric, replay_end, replay_link_usage
@@ -354,7 +354,8 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
             gpu = cpu = None
         ranks.append((rg, prog.gpu_dur, gpu, cpu,
                       copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
-    return CopyModel(sim.env, sim.fabric, base_capacity, ranks, capacity=idle)
+    return CopyModel(sim.env, sim.fabric, base_capacity, ranks, capacity=idle,
+                     static=[copy_static(prog, rg) for rg, prog in zip(graph.ranks, programs)])
 
 
 def _as_graph(src: ExecutionGraph | str | Path | Sequence[str | Path]) -> tuple[ExecutionGraph, list[str]]:

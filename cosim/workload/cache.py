@@ -9,7 +9,7 @@ atomically, with an index: a ``cosim_index`` member (JSON: each array's byte off
 dtype and shape) named by the zip comment. Reading an entry is then one copy-on-write map of the file (one
 read where it cannot be mapped) and a ``numpy.frombuffer`` view per array, instead of ``numpy.load``'s member-by-member reading (about
 60 us per array: 40 ms for the ~700 arrays of an 8-rank graph); an entry without an index is read
-by ``numpy.load``. One that cannot be read (corrupt, truncated, another schema) is ignored,
+by ``numpy.load``. An entry read before in the process, still the same file, is not read again (:data:`_ENTRIES`). One that cannot be read (corrupt, truncated, another schema) is ignored,
 removed and rebuilt. The newest :data:`MAX_ENTRIES` entries are kept.
 
 Where: ``$COSIM_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/cosim``, else ``~/.cache/cosim``;
