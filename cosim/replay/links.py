@@ -810,14 +810,12 @@ def _routes_of(topology: Any) -> EngineRoutes:
 
 
 def replay_end(now: float, runs: list[RankRun]) -> float:
-    """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
-    end = now
-    for run in runs:
-        for arr in (run.gpu_end, run.host_end):
-            v = arr[np.isfinite(arr)]
-            if v.size:
-                end = max(end, float(v.max()))
-    return end
+    """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock. Every
+    rank's ends at once (one maximum over the finite ones: the maximum of the ranks' maxima)."""
+    ends = np.concatenate([np.asarray(a, dtype=float) for run in runs for a in (run.gpu_end, run.host_end)]) \
+        if runs else np.zeros(0)
+    v = ends[np.isfinite(ends)]
+    return max(now, float(v.max())) if v.size else now
 
 
 def _single_keys(rg: Any, js: np.ndarray) -> list[tuple[int, float, int, int]]:
