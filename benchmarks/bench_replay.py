@@ -53,7 +53,7 @@ TRACES = ("hta/v100-rank1of2-df.json.gz", "hta/a100-rank3of8-control.json.gz",
 
 def forget_memos() -> None:
     """Forget what this process remembers from earlier loads and replays (compiled programs, trace files'
-    digests, decoded string tables), so that a timed run costs what it costs in a fresh process such as
+    digests, decoded string tables, load-cache entries read), so that a timed run costs what it costs in a fresh process such as
     ``cosim replay``'s: every first load, and the "cached, memos cleared" runs (the load cache's entry read back,
     programs compiled)."""
     import cosim.replay.program as program
@@ -61,7 +61,7 @@ def forget_memos() -> None:
     import cosim.workload.graph as graph
 
     for memo in (getattr(program, "_PROGRAMS", None), getattr(cache, "_DIGESTS", None),
-                 getattr(graph, "_STRINGS", None)):
+                 getattr(graph, "_STRINGS", None), getattr(cache, "_ENTRIES", None)):
         if memo is not None:
             memo.clear()
 

@@ -470,3 +470,32 @@ def test_idle_route_capacity_keeps_few_topologies() -> None:
     gc.collect()
     assert len(api._IDLE) <= api._IDLE_KEPT
     assert refs[0]() is None and refs[-1]() is not None
+
+
+def test_copy_ops_kept_on_the_program_give_the_same_routes_and_fixed_parts(tmp_path: Path) -> None:
+    """copies.copy_static keeps copy_ops' answer on the compiled program (RankProgram.copy_static): the same object
+    at the next call, and a CopyModel built from it has the routes, route specs and fixed parts of one that works
+    them out itself (the shortest copy of each direction, by hand here)."""
+    from cosim.engine import SimConfig, Simulator
+    from cosim.replay.copies import CopyModel, copy_static
+    from cosim.replay.program import compile_program
+    from cosim.topology import load_topology
+
+    p = write(tmp_path / "copies.json", [launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096),
+                                         launch(30, 2, "cudaMemcpyAsync"), copy(35, 205, 2, MIB8),
+                                         launch(260, 3, "cudaMemcpyAsync"), copy(265, 9, 3, 4096, kind="DtoH")])
+    rg = load_trace(p, cache=False).ranks[0]
+    sim = Simulator(load_topology("dgx-h100"), SimConfig(record_trace=False))
+    prog = compile_program(rg, ReplayConfig(), 4e-6, rg.gpu_ops.dur.astype(float))
+    assert prog.copy_static is None
+    got = copy_static(prog, rg)
+    assert prog.copy_static is got and copy_static(prog, rg) is got
+    G = rg.gpu_ops
+    assert [(k, sel.size, fix) for k, sel, fix in got[1]] == [(CopyKind.HTOD, 2, 5 * US), (CopyKind.DTOH, 1, 9 * US)]
+    for kind, sel, _ in got[1]:
+        assert (G.kind[sel] == GpuKind.MEMCPY).all() and (G.copy_kind[sel] == kind).all()
+    cap = sim.fabric.path_capacity
+    a = CopyModel(sim.env, sim.fabric, cap, [(rg, prog.gpu_dur, "gpu0", "cpu0", 2)])
+    b = CopyModel(sim.env, sim.fabric, cap, [(rg, prog.gpu_dur, "gpu0", "cpu0", 2)], static=[got])
+    assert a.route == b.route and a.specs == b.specs and a.engines.keys() == b.engines.keys()
+    assert np.array_equal(a.fixed[rg.rank], b.fixed[rg.rank]) and any(r >= 0 for r in a.route[rg.rank])

@@ -50,10 +50,25 @@ def _same(x: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.array_equal(np.isnan(x), np.isnan(y)) and np.array_equal(x[~np.isnan(x)], y[~np.isnan(y)]))
 
 
+def _check_figures(u: LinkUsage, ref: dict[str, Any], nl: int) -> None:
+    """``u``'s interval data, peak, busy time and windowed busy time and bytes equal ``ref``'s (:func:`_plain`)."""
+    lk, s, e, c, nb, _src, off = link_data(u)
+    for x, y in zip((lk, s, e, c, nb), ref["data"]):
+        assert _same(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    assert np.array_equal(np.diff(off), np.bincount(ref["data"][0], minlength=nl))
+    assert np.array_equal(u.peak(), ref["peak"])
+    assert np.array_equal(u.busy(), ref["busy"](-math.inf, math.inf))
+    for a, b in ((3.0, 17.5), (0.5, 0.5), (10.25, 60.0), (-5.0, 12.0), (-1.0, 50.0)):
+        assert np.array_equal(u.busy(a, b), ref["busy"](a, b))
+        assert _same(u.bytes_in(a, b), ref["bytes_in"](a, b))
+
+
 @pytest.mark.parametrize("batch", [256, 7, 1])
 def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit(batch: int,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """(Queued parts refined in batches of ``batch``: the repeats test runs over each batch.) Links in symmetric groups get equal intervals in most parts; some parts hold a group only in part, give
+    """(Queued parts refined in batches of ``batch``: the repeats test runs over each batch; with 256, every part
+    is still queued when the figures are first asked for, and they are first computed from one row per link
+    (``LinkUsage._per_link``, the few-intervals path), then from the classes.) Links in symmetric groups get equal intervals in most parts; some parts hold a group only in part, give
     one link other bytes (or -0.0 for 0.0), repeat links within the part, hand the same link array again (a
     coalesced collective's memo, now and then with one interval different) or pass scalars. The classes end up exactly the links' distinct streams, and busy / windowed busy / windowed bytes /
     peak equal the plain per-link computation bit for bit."""
@@ -108,17 +123,13 @@ def test_classes_are_the_distinct_streams_and_figures_are_per_link_bit_for_bit(b
         for i, k in enumerate(lk.tolist()):
             streams[k].append((part, s[i].tobytes(), ee[i].tobytes(), cc[i].tobytes(), nb[i].tobytes()))
     distinct = {tuple(x) for x in streams}
-    assert 6 < len(np.unique(u.classes.cls)) == len(distinct) < nl
     ref = _plain(raw, nl)
-    lk, s, e, c, nb, _src, off = link_data(u)
-    for x, y in zip((lk, s, e, c, nb), ref["data"]):
-        assert _same(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
-    assert np.array_equal(np.diff(off), np.bincount(ref["data"][0], minlength=nl))
-    assert np.array_equal(u.peak(), ref["peak"])
-    assert np.array_equal(u.busy(), ref["busy"](-math.inf, math.inf))
-    for a, b in ((3.0, 17.5), (0.5, 0.5), (10.25, 60.0), (-5.0, 12.0), (-1.0, 50.0)):
-        assert np.array_equal(u.busy(a, b), ref["busy"](a, b))
-        assert _same(u.bytes_in(a, b), ref["bytes_in"](a, b))
+    if batch == 256:
+        assert u._classes.n == 1 and 0 < u._pend_n <= u._DIRECT  # nothing refined: one row per link
+        _check_figures(u, ref, nl)
+        assert u._fmap.size == nl and u._classes.n == 1
+    assert 6 < len(np.unique(u.classes.cls)) == len(distinct) < nl
+    _check_figures(u, ref, nl)
 
 
 def test_a_symmetric_collective_records_a_class_per_distinct_link_stream() -> None:

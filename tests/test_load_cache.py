@@ -91,6 +91,41 @@ def test_load_cache_reads_indexed_entries(tmp_path: Path, monkeypatch: pytest.Mo
     assert load_trace(src).ranks[0].cache_identity() == (key, 0)
 
 
+def test_entries_read_once_per_process_until_the_file_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second cached load of one entry builds new tables over the arrays the first read (no second map); an edit
+    to one graph's column leaves the other's as loaded; a rewritten entry (a new file) is read again, a removed one
+    is not loaded at all, and the least recently read entries are forgotten past _ENTRIES_KEPT."""
+    monkeypatch.setattr(cache, "_ENTRIES", {})
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path / "c"))
+    src = sorted(DATA.glob("*.json"))[0]
+    fresh = load_trace(src)  # parsed, the entry written
+    a, b = load_trace(src), load_trace(src)
+    _same_graph(fresh, b)
+    assert len(cache._ENTRIES) == 1
+    ga, gb = a.ranks[0].gpu_ops, b.ranks[0].gpu_ops
+    assert ga is not gb and ga.start is gb.start and not ga.start.flags.writeable
+    key = cache.cache_key([src], None)
+    assert a.ranks[0].cache_identity() == b.ranks[0].cache_identity() == (key, 0)
+    old = gb.start
+    ga.start = ga.start + 1.0  # an edited copy in a's table only
+    assert gb.start is old and (ga.start == old + 1.0).all() and b.ranks[0].cache_identity() == (key, 0)
+    (entry,) = (tmp_path / "c").glob("graph-*.npz")
+    cache.write_entry(entry, fresh)  # the same graph written again: a new file, read again
+    c = load_trace(src)
+    assert c.ranks[0].gpu_ops.start is not old and len(cache._ENTRIES) == 2
+    _same_graph(fresh, c)
+    entry.unlink()
+    assert cache.load_cached(key) is None
+    monkeypatch.setattr(cache, "_ENTRIES_KEPT", 2)
+    for k in range(3):
+        cache.write_entry(tmp_path / f"e{k}.npz", fresh)
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path))
+    for k in range(3):
+        (tmp_path / f"e{k}.npz").rename(tmp_path / f"graph-k{k}.npz")
+        assert cache.load_cached(f"k{k}") is not None
+    assert [i[0] for i in cache._ENTRIES] == [str(tmp_path / "graph-k1.npz"), str(tmp_path / "graph-k2.npz")]
+
+
 def test_entry_strings_ascii_and_not(tmp_path: Path, graph: ExecutionGraph) -> None:
     # byte offsets are character offsets only for ASCII tables: both reads give the strings back
     p = tmp_path / "e.npz"

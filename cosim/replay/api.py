@@ -26,7 +26,7 @@ from cosim.models.roofline import RooflineModel
 from cosim.replay.binding import default_topology, guess_accelerator
 from cosim.replay.collective_map import collective_runner, fold_stage, gpu_of_rank
 from cosim.replay.config import ReplayConfig
-from cosim.replay.copies import CopyModel, copy_engines_of
+from cosim.replay.copies import CopyModel, copy_engines_of, copy_static
 from cosim.replay.durations import gpu_durations, hbm_parts
 from cosim.replay.executor import Executor, RankRun
 from cosim.replay.links import LinkUsage, rank_static, record_fabric, replay_end, replay_link_usage
@@ -91,7 +91,11 @@ def _gc_frozen() -> Iterator[None]:
     collections their allocation triggers would walk every live object of the process (10-30% of a
     replay's CPU time on the largest shared traces). Those objects are frozen (:func:`gc.freeze`) for
     the replay, so cycles made during it are still collected; a caller that froze objects itself is
-    left alone."""
+    left alone. On the way out the young generation (what the replay allocated since the last collection,
+    ~700 objects at most while the collector runs) is collected before the objects are unfrozen: freezing
+    restarts the young generation's count, and a cached job allocates too little to reach it, so without
+    this the cycles a replay leaves (simpy's environment, the engine's simulator: ~180 objects a DLRM job)
+    would be unfrozen into the oldest generation at the next replay and never collected."""
     if gc.get_freeze_count():
         yield
         return
@@ -99,6 +103,8 @@ def _gc_frozen() -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.isenabled():
+            gc.collect(0)
         gc.unfreeze()
 
 
@@ -348,7 +354,8 @@ def _copy_model(sim: Any, graph: ExecutionGraph, programs: list[RankProgram], to
             gpu = cpu = None
         ranks.append((rg, prog.gpu_dur, gpu, cpu,
                       copy_engines_of(topology, gpu, cfg.copy_engines, GpuConfig().copy_engines) if gpu else 1))
-    return CopyModel(sim.env, sim.fabric, base_capacity, ranks, capacity=idle)
+    return CopyModel(sim.env, sim.fabric, base_capacity, ranks, capacity=idle,
+                     static=[copy_static(prog, rg) for rg, prog in zip(graph.ranks, programs)])
 
 
 def _as_graph(src: ExecutionGraph | str | Path | Sequence[str | Path]) -> tuple[ExecutionGraph, list[str]]:

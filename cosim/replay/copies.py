@@ -35,16 +35,44 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import simpy
 
 from cosim.workload.graph import CopyKind, GpuKind, RankGraph
 
-__all__ = ["CopyModel", "copy_engines_of"]
+__all__ = ["CopyModel", "copy_engines_of", "copy_ops", "copy_static"]
 
 _DIRS = {int(CopyKind.HTOD): "h2d", int(CopyKind.DTOH): "d2h"}
+
+
+def copy_ops(rg: RankGraph, dur: np.ndarray) -> tuple[int, list[tuple[int, np.ndarray, float]]]:
+    """What the copy model reads of rank ``rg`` with GPU op durations ``dur`` (s): its GPU op count and, per
+    direction (H2D, then D2H, those it has), the direction, its memcpy ops of known size and positive duration,
+    and their fixed part (s: the shortest of them; 0 for a synthesized copy, whose duration is its bytes over
+    the route)."""
+    G = rg.gpu_ops
+    n = len(G)
+    kinds: list[tuple[int, np.ndarray, float]] = []
+    if not n:
+        return n, kinds
+    mem = (G.kind == GpuKind.MEMCPY) & np.isfinite(G.bytes) & (G.bytes > 0) & (dur > 0)
+    for kind in _DIRS:
+        sel = np.flatnonzero(mem & (G.copy_kind == kind))
+        if sel.size:
+            kinds.append((kind, sel, 0.0 if rg.source.get("synthetic") else float(dur[sel].min())))
+    return n, kinds
+
+
+def copy_static(prog: Any, rg: RankGraph) -> tuple[int, list[tuple[int, np.ndarray, float]]]:
+    """:func:`copy_ops` of rank ``rg`` and its program ``prog``'s durations, kept on the program
+    (:attr:`~cosim.replay.program.RankProgram.copy_static`: :func:`cosim.replay.program.compile_rank` shares it
+    between replays of the same content and durations)."""
+    got = prog.copy_static
+    if got is None:
+        got = prog.copy_static = copy_ops(rg, np.asarray(prog.gpu_dur, dtype=float))
+    return cast(tuple[int, list[tuple[int, np.ndarray, float]]], got)
 
 
 def copy_engines_of(topology: Any, gpu: str, configured: int | None, default: int) -> int:
@@ -70,6 +98,8 @@ class CopyModel:
         ranks: per rank, ``(graph, durations, gpu or None, cpu or None, copy engines)``.
         solo_ok: a copy that starts while no flow is in flight runs as one timeout (no rate solve) and joins the
             fabric, with the bytes it has left, when any other flow starts (wraps ``fabric.start_rows``).
+        static: per rank, :func:`copy_ops` of its graph and durations where the caller keeps it
+            (:func:`copy_static`); default: worked out here.
         capacity: ``(src, dst) -> C``, ``fabric.path_capacity``'s answers (the idle route capacity, bytes/s)
             from another source (a fabric of the same topology and configuration kept between replays, whose
             route segments are built once); default: ``fabric.path_capacity``.
@@ -77,7 +107,8 @@ class CopyModel:
 
     def __init__(self, env: simpy.Environment, fabric: Any, baseline_capacity: Callable[[str, str], float],
                  ranks: list[tuple[RankGraph, list[float], str | None, str | None, int]],
-                 solo_ok: bool = True, capacity: Callable[[str, str], float] | None = None) -> None:
+                 solo_ok: bool = True, capacity: Callable[[str, str], float] | None = None,
+                 static: list[tuple[int, list[tuple[int, np.ndarray, float]]]] | None = None) -> None:
         self.env = env
         self.fabric = fabric
         self.capacity: Callable[[str, str], float] = capacity or fabric.path_capacity
@@ -100,8 +131,9 @@ class CopyModel:
         """Copies in flight."""
         self.solo: list[dict[str, Any]] = []
         """Copies running alone as one timeout each (``solo_ok``), not yet on the fabric."""
-        for rg, dur, gpu, cpu, engines in ranks:
-            self._add_rank(rg, np.asarray(dur, dtype=float), gpu, cpu, engines, baseline_capacity)
+        for k, (rg, dur, gpu, cpu, engines) in enumerate(ranks):
+            ops = static[k] if static is not None else copy_ops(rg, np.asarray(dur, dtype=float))
+            self._add_rank(rg.rank, ops, gpu, cpu, engines, baseline_capacity)
         self._joined: Callable[..., simpy.Event] | None = None
         if solo_ok:  # any flow that starts (a collective's, another copy's) first moves lone copies onto the fabric
             start_rows = fabric.start_rows
@@ -128,19 +160,15 @@ class CopyModel:
         for eng in self.engines.values():
             eng[1].clear()
 
-    def _add_rank(self, rg: RankGraph, dur: np.ndarray, gpu: str | None, cpu: str | None, engines: int,
-                  baseline_capacity: Callable[[str, str], float]) -> None:
-        G = rg.gpu_ops
-        n = len(G)
+    def _add_rank(self, rank: int, ops: tuple[int, list[tuple[int, np.ndarray, float]]], gpu: str | None,
+                  cpu: str | None, engines: int, baseline_capacity: Callable[[str, str], float]) -> None:
+        """Routes and fixed parts of rank ``rank``'s copies (``ops``: :func:`copy_ops`) on its GPU and CPU."""
+        n, kinds = ops
         route = np.full(n, -1, dtype=np.int64)
         fixed = np.zeros(n)
         if gpu is not None and cpu is not None and n:
-            mem = (G.kind == GpuKind.MEMCPY) & np.isfinite(G.bytes) & (G.bytes > 0) & (dur > 0)
-            for kind, name in _DIRS.items():
-                sel = np.flatnonzero(mem & (G.copy_kind == kind))
-                if not sel.size:
-                    continue
-                src, dst = (cpu, gpu) if name == "h2d" else (gpu, cpu)
+            for kind, sel, fix in kinds:
+                src, dst = (cpu, gpu) if _DIRS[kind] == "h2d" else (gpu, cpu)
                 cap = self.capacity(src, dst)
                 cap0 = baseline_capacity(src, dst)
                 if not (math.isfinite(cap) and cap > 0 and math.isfinite(cap0) and cap0 > 0):
@@ -149,11 +177,10 @@ class CopyModel:
                 self.engines.setdefault(key, [engines, deque()])
                 self.specs.append((src, dst, key, cap0 / cap))
                 route[sel] = len(self.specs) - 1
-                # a synthesized copy's duration is its bytes over the route (no measured fixed part)
-                fixed[sel] = 0.0 if rg.source.get("synthetic") else float(dur[sel].min())
-        self.route[rg.rank] = route.tolist()
-        self.fixed[rg.rank] = fixed
-        self.bytes_on_fabric[rg.rank] = np.zeros(n)
+                fixed[sel] = fix
+        self.route[rank] = route.tolist()
+        self.fixed[rank] = fixed
+        self.bytes_on_fabric[rank] = np.zeros(n)
 
     # ------------------------------------------------------------------ run
     def start(self, rank: int, j: int, nbytes: float, dur: float, at: float,

@@ -409,6 +409,9 @@ class LinkUsage:
         source, offsets) sorted by class row then start, ties in the order added: each class's stream is its
         ancestors' intervals then its own (:class:`_LinkClasses`), so a row's intervals are, in order, those of
         every link of the class."""
+        if self._compiled is None and self._classes.n == 1 and self._m == 0 and 0 < self._pend_n <= self._DIRECT:
+            self._compiled = self._per_link()
+            self._window_state = None
         if self._compiled is None:
             C = self.classes
             cid, *vals = self._columns()
@@ -449,6 +452,30 @@ class LinkUsage:
             self._compiled = (*cols, off)
             self._window_state = None
         return self._compiled
+
+    _DIRECT = 1 << 12
+    """At most this many intervals added, none refined yet (every part still queued): :meth:`_cdata` lays them out
+    one row per link (:meth:`_per_link`) instead of refining the classes first, whose fixed cost (~1 ms: a sort
+    per part, the repeats' split, the batches) exceeds the O(intervals) of so few."""
+
+    def _per_link(self) -> tuple[np.ndarray, ...]:
+        """:meth:`_cdata` of the queued parts with one row per link (rows: the links themselves): each link's
+        intervals in the order added, then sorted by start (ties in that order), the stream its class would
+        record, so every figure is the same bit for bit. The queue is left as it is (:attr:`classes` refines
+        it when asked)."""
+        pend = self._pend
+        ns = np.fromiter((p[0].size for p in pend), dtype=np.int64, count=len(pend))
+        link = np.concatenate([p[0] for p in pend])
+        cols = [np.concatenate([p[1][p[2][j]] if p[2][j] >= 0 else np.full(n, p[3][j])
+                                for p, n in zip(pend, ns.tolist())]) for j in range(4)]
+        src = np.repeat(np.fromiter((p[4] for p in pend), dtype=np.int8, count=len(pend)), ns)
+        o = np.lexsort((cols[0], link))
+        out = [link[o], *(c[o] for c in cols), src[o]]
+        nl = len(self.links)
+        off = np.zeros(nl + 1, dtype=np.int64)
+        np.cumsum(np.bincount(link, minlength=nl), out=off[1:])
+        self._fmap = np.arange(nl, dtype=np.int64)
+        return (*out, off)
 
     def used(self) -> np.ndarray:
         """Indices of links that carried bytes."""
@@ -783,14 +810,12 @@ def _routes_of(topology: Any) -> EngineRoutes:
 
 
 def replay_end(now: float, runs: list[RankRun]) -> float:
-    """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock."""
-    end = now
-    for run in runs:
-        for arr in (run.gpu_end, run.host_end):
-            v = arr[np.isfinite(arr)]
-            if v.size:
-                end = max(end, float(v.max()))
-    return end
+    """End of the replay (s from the trace origin): the last host or GPU op end, or the engine's clock. Every
+    rank's ends at once (one maximum over the finite ones: the maximum of the ranks' maxima)."""
+    ends = np.concatenate([np.asarray(a, dtype=float) for run in runs for a in (run.gpu_end, run.host_end)]) \
+        if runs else np.zeros(0)
+    v = ends[np.isfinite(ends)]
+    return max(now, float(v.max())) if v.size else now
 
 
 def _single_keys(rg: Any, js: np.ndarray) -> list[tuple[int, float, int, int]]:

@@ -162,6 +162,10 @@ class RankProgram:
     """What the link attribution reads of the rank's graph (its collective ops and their keys, its copy ops by
     kind: :func:`cosim.replay.links.rank_static`), worked out by the first replay with this program and kept
     here."""
+    copy_static: tuple[Any, ...] | None = None
+    """The rank's host <-> device copies that can run on the fabric, by direction, and their fixed part
+    (:func:`cosim.replay.copies.copy_ops` of the graph and :attr:`gpu_dur`), worked out by the first replay with
+    this program and kept here."""
 
 
 THREADS_PER_SM = 2048

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,8 +45,11 @@ def _trailing_int(p: Path) -> int | None:
 
 def trace_files_in(directory: Path) -> list[Path]:
     """The trace files :func:`load_trace` reads from a directory: its ``.json`` / ``.json.gz`` files,
-    sorted by name (not recursive)."""
-    return sorted(f for f in directory.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+    sorted by name (not recursive). The folder is listed with :func:`os.scandir`, whose entries answer
+    ``is_file`` from the listing where the file system tells the type (no ``stat`` per file), and only files
+    named like traces are asked."""
+    with os.scandir(directory) as it:
+        return sorted(directory / e.name for e in it if e.name.endswith(_TRACE_SUFFIXES) and e.is_file())
 
 
 def attach_ets(ranks: Sequence[RankGraph], ets: Sequence[Path]) -> None:
