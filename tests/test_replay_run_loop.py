@@ -104,3 +104,72 @@ def test_a_closed_share_holds_no_reference_back() -> None:
     assert got == [("tag", 1, 10 * US, 10 * US + 5 * US)]
     share.close()
     assert share.sink is None and all(d.sink is None and d._cbs == () for d in share.devices.values())
+
+
+def _chains(monkeypatch: pytest.MonkeyPatch, seed: int, general: bool) -> tuple[list[tuple[int, float, float, float, int]],
+                                                                               int]:
+    """A chain of compute kernels on one GPU (each next kernel starts at its predecessor's end plus a gap of 0
+    or 3 us; now and then a second kernel of its own beside it) and communication kernels registered ahead of time
+    and from the kernels' ends; ``general``: every wake-up through :meth:`_Device._tick` (the fast path of one
+    lone kernel off). The log (op, start, end, clock, next queue id at each end) and the number of general ticks."""
+    from cosim.replay import interference
+
+    rng = np.random.default_rng(seed)
+    if general:
+        monkeypatch.setattr(interference._Device, "_on_wake",
+                            lambda self, ev: self._tick(ev.target) if ev.gen == self.gen else None)
+    ticks = [0]
+    tick = interference._Device._tick
+
+    def counted(self: Any, target: float) -> None:
+        ticks[0] += 1
+        tick(self, target)
+
+    monkeypatch.setattr(interference._Device, "_tick", counted)
+    n_comm, n_comp = 12, 40
+    plan = _plan(n_comm + n_comp, [COMM] * n_comm + [COMPUTE] * n_comp)
+    plan["h"] = rng.integers(0, 2, n_comm + n_comp).astype(float)
+    plan["h_comm"] = 0.25
+    env = simpy.Environment()
+    share = GpuShare(env, {0: plan})
+    log: list[tuple[int, float, float, float, int]] = []
+    nxt = iter(range(n_comm + 1, n_comm + n_comp))
+    late = iter(range(n_comm // 2, n_comm))
+
+    def start(t: float, tag: int) -> bool:
+        j = next(nxt, None)
+        if j is not None:
+            share.start_op(ops, tag, j, t, float(rng.integers(5, 40)) * US)
+        return j is not None
+
+    def sink(k: Any, end: float) -> None:
+        log.append((k.op, k.start, end, env.now, next(env._eid)))
+        c = next(late, None)
+        if c is not None and rng.random() < 0.5:
+            share.comm_op(ops, c, end, 1)
+            share.comm_op(ops, c, end + float(rng.integers(1, 30)) * US, -1)
+        if k.rank == 0 and start(end + float(rng.integers(0, 2)) * 3 * US, 0) and rng.random() < 0.2:
+            start(end + float(rng.integers(0, 20)) * US, 1)  # a kernel beside the chain (tag 1: none follows it)
+
+    share.sink = sink
+    ops = share.ops_of(0)
+    for c in range(n_comm // 2):
+        t = float(rng.integers(0, 400)) * US
+        share.comm_op(ops, c, t, 1)
+        share.comm_op(ops, c, t + float(rng.integers(1, 60)) * US, -1)
+    share.start_op(ops, 0, n_comm, 0.0, float(rng.integers(5, 40)) * US)
+    _run_all(env)
+    return log, ticks[0]
+
+
+def test_the_lone_kernel_wake_up_is_the_general_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random chains of kernels beside communication kernels (slowed, slowed until their end, alone with a change
+    to come): the same ends, clock and queue ids at every end with the lone-kernel fast path as with every
+    wake-up through the general tick, which the fast path spared most of."""
+    for seed in range(20):
+        with monkeypatch.context() as m:
+            fast, fast_ticks = _chains(m, seed, False)
+        with monkeypatch.context() as m:
+            slow, slow_ticks = _chains(m, seed, True)
+        assert fast == slow and len(fast) > 5
+        assert 0 < fast_ticks < slow_ticks

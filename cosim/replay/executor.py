@@ -74,6 +74,9 @@ class RankRun:
     """Simulated collectives: GPU op -> (algorithm, protocol) the engine chose (names the timeline's NCCL kernels)."""
 
 
+_SHARED_COMPUTE = 1
+"""A GPU op's path in :meth:`Executor._drain` (:meth:`Executor._paths`): a compute kernel of the SM/HBM sharing."""
+
 PROGRESS_MIN_OPS = 200_000
 """GPU ops (all ranks) from which a replay shows its progress on stderr."""
 
@@ -91,6 +94,7 @@ class _Rank:
         "fillers",
         "horizon",
         "meet",
+        "path",
         "pending",
         "prog",
         "ready",
@@ -144,6 +148,8 @@ class _Rank:
         self.sm_free: list[bool] = []
         self.special: list[bool] | None = None
         """Per GPU op: whether it shares a resource (set by the executor; None: no op does)."""
+        self.path: list[int] = []
+        """Per GPU op: how the executor starts it (:meth:`Executor._paths`)."""
         self.horizon = -math.inf
         """Latest end of all but the last wave of any filler: an op ready after it is never held back."""
         self.fillers: dict[int, dict[int, tuple[list[float], list[float], list[int]]]] = {}
@@ -197,6 +203,7 @@ class Executor:
         self._match_collectives()
         for r in self.ranks:
             r.special = self._special(r)
+            r.path = self._paths(r)
 
     def _special(self, r: _Rank) -> list[bool] | None:
         """Per GPU op of ``r``: whether it shares a resource (``_start_shared``), else None when none does."""
@@ -210,6 +217,17 @@ class Executor:
             for j in np.flatnonzero(r.rg.gpu_ops.collective >= 0).tolist():
                 special[j] = True
         return special if True in special else None
+
+    @staticmethod
+    def _paths(r: _Rank) -> list[int]:
+        """Per GPU op of ``r``, how :meth:`_drain` starts it: 0 (it shares nothing: it ends at once),
+        :data:`_SHARED_COMPUTE` (a compute kernel of :meth:`GpuShare.start_op`), 2 (:meth:`_start_shared`)."""
+        n = len(r.rg.gpu_ops)
+        if r.special is None:
+            return [0] * n
+        if r.share is None:
+            return [2 if x else 0 for x in r.special]
+        return [_SHARED_COMPUTE if x == COMPUTE else 2 for x in r.share]
 
     # ----------------------------------------------------------------- setup
     def _match_collectives(self) -> None:
@@ -268,20 +286,26 @@ class Executor:
                     start, bound, src = t, BOUND_PRED, by
             r.bound[j] = bound
             r.bound_src[j] = src
-            special = r.special
-            if special is not None and special[j]:
-                sh = r.share
-                if sh is not None and sh[j] == COMPUTE:  # _start_shared's first branch, inlined (the hot path)
-                    self.share.start_op(r.share_ops, r, j, start, prog.gpu_dur[j])  # type: ignore[union-attr]
-                else:
-                    self._start_shared(r, j, start)
-            else:  # _finish of an op that shares nothing (the per-op path of a plain replay)
+            path = r.path[j]
+            if path == _SHARED_COMPUTE:  # _start_shared's first branch, inlined (the hot path)
+                self.share.start_op(r.share_ops, r, j, start, prog.gpu_dur[j])  # type: ignore[union-attr]
+            elif path:
+                self._start_shared(r, j, start)
+            else:  # _finish and _release of an op that shares nothing (the per-op path of a plain replay)
                 end = start + prog.gpu_dur[j]
                 r.start[j] = start
                 end_[j] = end
                 r.meet[j] = start
                 self.events += 1
-                self._release(r, j, end)
+                pending = r.pending
+                for s in r.succ[j]:
+                    pending[s] -= 1
+                    if pending[s] == 0:
+                        work.append((r, s))
+                if r.waiters:
+                    ws = r.waiters.pop(j, None)
+                    if ws:
+                        self._wake(ws, end, j)
 
     def _start_shared(self, r: _Rank, j: int, start: float) -> None:
         """Op ``j`` may start at ``start`` and shares a resource (SMs / HBM, a collective's peers or the
@@ -385,9 +409,24 @@ class Executor:
 
     def _shared_end(self, k: Any, end: float) -> None:
         """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` it and drain the work it
-        releases (the per-op path of a shared replay)."""
-        self._finish(k.rank, k.op, k.start, end)
-        if self.work:
+        releases (the per-op path of a shared replay). :meth:`_finish` and :meth:`_release` inlined for a compute
+        kernel (no communication kernel to end)."""
+        r, j, start = k.rank, k.op, k.start
+        r.start[j] = start
+        r.end[j] = end
+        r.meet[j] = start
+        self.events += 1
+        pending = r.pending
+        work = self.work
+        for s in r.succ[j]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                work.append((r, s))
+        if r.waiters:
+            ws = r.waiters.pop(j, None)
+            if ws:
+                self._wake(ws, end, j)
+        if work:
             self._drain()
 
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:

@@ -323,7 +323,7 @@ class _Kernel:
     __slots__ = ("done", "due", "h", "op", "rank", "rate", "remaining", "sms", "start", "touched", "work")
 
     def __init__(self, work: float, h: float, sms: bool, start: float,
-                 done: Callable[[float, float], None] | None) -> None:
+                 done: Callable[[float, float], None] | None, rank: Any = None, op: int = -1) -> None:
         self.work = work
         self.remaining = work
         self.h = h
@@ -331,8 +331,8 @@ class _Kernel:
         self.start = start
         self.done = done
         """``done(start, end)`` at its end; None: the device's ``sink(kernel, end)`` (the executor's path)."""
-        self.rank: Any = None
-        self.op = -1
+        self.rank: Any = rank
+        self.op = op
         self.rate = 1.0
         self.touched = False
         self.due = math.inf
@@ -470,8 +470,37 @@ class _Device:
         heapq.heappush(self._queue, (now + (t - now), NORMAL, next(self._eid), _Wake(self._cbs, self.gen, t)))
 
     def _on_wake(self, ev: _Wake) -> None:
-        if ev.gen == self.gen:
+        """The current wake-up (a stale one does nothing). The common case, one kernel in flight that ends now
+        with no change of the communication kernels due by then, is :meth:`_tick` worked out for it (the same
+        state and the same queue pushes in the same order, without the general loops): O(1)."""
+        if ev.gen != self.gen:
+            return
+        run = self.running
+        if len(run) != 1:
             self._tick(ev.target)
+            return
+        k = run[0]
+        now = self.env._now
+        target = ev.target
+        due = now if now > target else target
+        pend = self.pending
+        if k.start > due or k.due > due or (pend and pend[0][0] <= due):
+            self._tick(target)
+            return
+        if k.rate != 1.0 and k.start < now and now > self.t_last:  # _advance's mark of a slowed kernel
+            k.touched = True
+        self.t_last = now
+        self.running = []
+        if pend and pend[0][0] < math.inf:  # _reschedule with nothing in flight: wake for the next change
+            self._wake_at(pend[0][0])
+        else:
+            self.gen += 1
+            self.wake = math.inf
+        end = now if k.touched else k.start + k.work
+        if k.done is None:
+            self.sink(k, end)  # type: ignore[misc]
+        else:
+            k.done(k.start, end)
 
     def _reschedule(self) -> None:
         n = self.n_comm
@@ -528,7 +557,7 @@ class _Device:
                 k.done(k.start, end)
 
 
-_Ops = tuple[list[float], list[float], list[bool], list[_Device | None], int, list[float] | None]
+_Ops = tuple[list[float], list[float], list[bool], list[_Device], int, list[float] | None]
 """A rank's ops as :meth:`GpuShare.ops_of` gives them."""
 
 
@@ -594,31 +623,38 @@ class GpuShare:
 
     def ops_of(self, rank: int) -> _Ops:
         """What :meth:`start_op` and :meth:`comm_op` read of ``rank``'s ops: work factors, HBM demands, SM use,
-        devices (made on first use), the rank, communication SMs."""
-        n = len(self._work[rank])
-        return self._work[rank], self._h[rank], self._sms[rank], [None] * n, rank, self._csms[rank]
+        the device of each op (made now, one per distinct device: set :attr:`sink` first), the rank, communication
+        SMs."""
+        dev = self._dev[rank]
+        made = {x: self._device(rank, j) for x, j in {x: j for j, x in enumerate(dev)}.items()}
+        return self._work[rank], self._h[rank], self._sms[rank], [made[x] for x in dev], rank, self._csms[rank]
 
     def comm_op(self, ops: _Ops, j: int, t: float, delta: int) -> None:
         """:meth:`start_comm` (``delta`` 1) or :meth:`end_comm` (-1) of op ``j`` of :meth:`ops_of`'s rank."""
-        devs, c = ops[3], ops[5]
-        d = devs[j]
-        if d is None:
-            d = devs[j] = self._device(ops[4], j)
-        d.comm(t, delta, None if c is None else c[j])
+        c = ops[5]
+        ops[3][j].comm(t, delta, None if c is None else c[j])
 
     def start_op(self, ops: _Ops, tag: Any, j: int, t: float, duration: float) -> None:
         """:meth:`start` of op ``j`` of :meth:`ops_of`'s rank, whose end goes to :attr:`sink` (set before the first
         device is made) as ``sink(kernel, end)``, the kernel carrying ``tag`` as its ``rank`` and ``j`` as its
-        ``op``: no closure and no look-up by rank per op."""
-        work, h, sms, devs, rank, _ = ops
-        k = _Kernel(duration * work[j], h[j], sms[j], t, None)
-        k.rank = tag
-        k.op = j
+        ``op``: no closure and no look-up by rank per op; the device's :meth:`_Device.add` inlined (the hot path)."""
+        work, h, sms, devs, _, _ = ops
         self.count += 1
         d = devs[j]
-        if d is None:
-            d = devs[j] = self._device(rank, j)
-        d.add(k)
+        k = _Kernel(duration * work[j], h[j], sms[j], t, None, tag, j)
+        n = d.n_comm
+        now = d.env._now
+        b = t if t > now else now
+        if n:
+            r = d._rate(n, k)
+            k.rate = r
+            e = b + k.remaining / r
+        else:
+            e = b + k.remaining
+        k.due = e
+        d.running.append(k)
+        if e < d.wake or e <= now:
+            d._wake_at(e)
 
 
 def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,
