@@ -789,6 +789,7 @@ class _Block:
         self.id_slots = id_slots or []
         self.pid, self.tid = pid, tid
         self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
+        assert alt is None or all(k < m.shape[1] - 1 for k, _ in alt)  # (the last slot ends the row: _chunks)
         self.alt = alt
 
     def __len__(self) -> int:
@@ -836,34 +837,27 @@ class _Block:
         return out
 
     @staticmethod
-    def _join(m: np.ndarray) -> bytes:
-        """The rows of ``m`` as one piece of bytes, without the separator after the last event."""
-        if not len(m):
-            return b""
-        last = m[-1, -1]
-        m[-1, -1] = last[:-2]
-        out = b"".join(m.ravel().tolist())
-        m[-1, -1] = last
-        return out
+    def _join(pieces: list[bytes]) -> bytes:
+        """The pieces as one (a phase of its own for benchmarks/bench_timeline.py)."""
+        return b"".join(pieces)
 
     @classmethod
     def _chunks(cls, m: np.ndarray, two: np.ndarray | None, alt: _Alt | None) -> Iterator[_Chunk]:
-        """``m``'s rows joined :data:`_ROWS` at a time (:meth:`_join`) for the rank file and, with ``alt``'s pieces
-        put in their slots, for the combined file (the same bytes when ``alt`` is None), with the events each
-        holds (``two``: the rows holding two); lazily, so that each chunk is written before the next is made.
-        Two joins of the rows' pieces (memcpy), no pass over the joined bytes."""
+        """``m``'s rows joined :data:`_ROWS` at a time into one piece of bytes (without the separator after the
+        last event) for the rank file and, with ``alt``'s pieces put in their slots of the same list, for the
+        combined file (the same bytes when ``alt`` is None), with the events each holds (``two``: the rows holding
+        two); lazily, so that each chunk is written before the next is made. Two joins of the rows' pieces
+        (memcpy), no pass over the joined bytes."""
+        ncol = m.shape[1]
         for a in range(0, len(m), _ROWS):
             b = min(a + _ROWS, len(m))
-            rows = m[a:b]
-            own = cls._join(rows)
-            comb = own
+            flat = m[a:b].ravel().tolist()
+            flat[-1] = flat[-1][:-2]
+            own = comb = cls._join(flat)
             if alt is not None:
-                keep = [(k, rows[:, k].copy()) for k, _ in alt]
                 for k, pieces in alt:
-                    rows[:, k] = pieces[a:b]
-                comb = cls._join(rows)
-                for k, col in keep:
-                    rows[:, k] = col
+                    flat[k::ncol] = pieces[a:b].tolist()
+                comb = cls._join(flat)
             yield own, comb, b - a + (int(np.count_nonzero(two[a:b])) if two is not None else 0)
 
     def thread_of(self, i: int) -> tuple[int, int]:
