@@ -131,7 +131,7 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
     ``before_print`` runs once the files are written, before anything is printed (it clears a progress bar)."""
     from cosim.output import write_result
     from cosim.output.text import format_hardware, format_summary
-    from cosim.report import write_run_report
+    from cosim.report.run import write_run_report  # (not the package: its proposal and sweep pages' imports)
 
     paths = write_result(result, out, timeline=not args.no_timeline)
     paths["report"] = write_run_report(result, out / "report.html")
