@@ -31,7 +31,16 @@ _MODULE = {
     "write_tornado_report": "sweep_report",
 }
 
-__all__ = sorted(_MODULE)
+__all__ = [
+    "headline",
+    "proposal_report",
+    "run_report_data",
+    "run_report_html",
+    "write_proposal_report",
+    "write_run_report",
+    "write_sweep_report",
+    "write_tornado_report",
+]
 
 
 def __getattr__(name: str) -> Any:
