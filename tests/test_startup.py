@@ -71,3 +71,16 @@ def test_cli_fast_exit_output(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "cosim", "collective", "-t", "no-such-topology"], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 2 and "unknown topology" in r.stderr
+
+
+def test_cosim_run_imports_no_sweep_or_proposal_pages(tmp_path: Path) -> None:
+    """`cosim run` imports neither the sweep package (its workload cache is made by the command) nor the report
+    pages it does not write (proposal, sweep): start-up cost of every run."""
+    code = ("import sys; from cosim.cli import main; "
+            f"rc = main(['run', '--no-progress', '--no-timeline', '--out', {str(tmp_path / 'out')!r}]); "
+            "print(sorted(m for m in sys.modules if m.startswith(('cosim.sweep', 'cosim.report.proposal', "
+            "'cosim.report.sweep_report'))))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COSIM_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "out" / "report.html").is_file()

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cosim.cli import add_json_flag, emit_json
+from cosim.cli import add_json_flag
 
 __all__ = ["register"]
 
@@ -130,21 +130,24 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
     ``baseline`` (an earlier run's summary) also how the step changed against it (``vs_baseline`` in the JSON).
     ``before_print`` runs once the files are written, before anything is printed (it clears a progress bar)."""
     from cosim.output import write_result
+    from cosim.output.files import SortedJson
     from cosim.output.text import format_hardware, format_summary
     from cosim.report import write_run_report
 
-    paths = write_result(result, out, timeline=not args.no_timeline)
+    summary = result.summary()
+    doc = SortedJson(summary)  # serialized once: summary.json and the --json print
+    paths = write_result(result, out, timeline=not args.no_timeline, summary=doc)
     paths["report"] = write_run_report(result, out / "report.html")
     paths["report_data"] = paths["report"].with_suffix(".json")  # every row of the page's tables
-    summary = result.summary()
     if before_print is not None:
         before_print()
     if args.json:
+        more = {}
         if baseline is not None:
             from cosim.replay.summary import explain_change
 
-            summary = {**summary, "vs_baseline": explain_change(baseline, summary)}
-        emit_json(summary | (extra or {}))
+            more["vs_baseline"] = explain_change(baseline, summary)
+        sys.stdout.write(doc.text(more | (extra or {})) + "\n")  # emit_json(summary | more | extra)
     else:
         if hasattr(result.topology, "figures"):
             print(format_hardware(result.topology))

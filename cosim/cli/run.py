@@ -117,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
         run_dir,
         run_scenario,
     )
-    from cosim.sweep.cache import process_cache
 
     if args.list:
         names = list_scenarios()
@@ -136,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
         bar.phase("synthesizing and simulating the step" if isinstance(scn.workload, SyntheticWorkload)
                   else "loading and simulating the workload")
-        scn, result = run_scenario(scn, sets, cache=process_cache())
+        scn, result = run_scenario(scn, sets, cache=_workload_cache())
         bar.phase("writing summary, timeline and report")
         resolved = resolved_settings(scn, result)
         out: Path = args.out or run_dir(resolved)
@@ -163,6 +162,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.json and (line := what_if_line(sets, base_dir, args.scenario, other)):
         print(line)
     return code
+
+
+_CACHE: list[Any] = []
+
+
+def _workload_cache() -> Any:
+    """The workload cache of the runs of this process (:class:`cosim.scenario.WorkloadCache`, as a sweep's
+    ``cosim.sweep.cache.process_cache``, whose package a run does not otherwise import)."""
+    if not _CACHE:
+        from cosim.scenario import WorkloadCache
+
+        _CACHE.append(WorkloadCache(size=4))
+    return _CACHE[0]
 
 
 def what_if_line(sets: dict[str, str], base_dir: Path | None, scenario: str | None,

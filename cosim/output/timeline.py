@@ -61,7 +61,7 @@ except ImportError:  # pragma: no cover
     from gzip import GzipFile as _GzipFile  # type: ignore[assignment]
 
 from cosim.fileio import atomic_open
-from cosim.replay.periodic import round3
+from cosim.replay.periodic import round3_array
 from cosim.workload.graph import CollType, CopyKind, GpuKind, HostKind, OpClass, gc_paused
 
 __all__ = ["gpu_annotation_events", "nccl_kernel_name", "rank_events", "rank_trace", "write_timeline"]
@@ -690,11 +690,17 @@ class _GzipOut:
 _SEP = b",\n"
 
 
-def _nums(values: list[Any]) -> np.ndarray:
-    """Numbers serialized as orjson writes them in an event (one call for the whole list), as an object column."""
+def _nums(values: np.ndarray | list[Any]) -> np.ndarray:
+    """Numbers serialized as orjson writes them in an event (one call for the whole column), as an object column.
+    A float64 or int64 array is serialized as it is (``OPT_SERIALIZE_NUMPY``: the same digits as its ``tolist()``'s,
+    without a Python number per value)."""
     out = np.empty(len(values), dtype=object)
-    if values:
-        out[:] = orjson.dumps(values)[1:-1].split(b",")
+    if len(values):
+        if isinstance(values, np.ndarray):
+            raw = orjson.dumps(np.ascontiguousarray(values), option=orjson.OPT_SERIALIZE_NUMPY)
+        else:
+            raw = orjson.dumps(values)
+        out[:] = raw[1:-1].split(b",")
     return out
 
 
@@ -725,34 +731,72 @@ def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _table(keys: np.ndarray, make: Callable[[tuple[int, ...]], bytes]) -> np.ndarray:
     """One byte piece per row, ``make(key)`` built once per distinct key (``keys``: an (n, k) int matrix)."""
+    return _tables(keys, make)[0]
+
+
+def _tables(keys: np.ndarray, *makes: Callable[[tuple[int, ...]], bytes]) -> list[np.ndarray]:
+    """:func:`_table` for each of ``makes`` (the rows numbered by distinct key once)."""
     if len(keys) == 0:
-        return np.empty(0, dtype=object)
+        return [np.empty(0, dtype=object) for _ in makes]
     inv, first = _codes(keys)
-    pieces = np.empty(len(first), dtype=object)
-    pieces[:] = [make(tuple(u)) for u in keys[first].tolist()]
-    return pieces[inv]
+    uniq = [tuple(u) for u in keys[first].tolist()]
+    out = []
+    for make in makes:
+        pieces = np.empty(len(first), dtype=object)
+        pieces[:] = [make(u) for u in uniq]
+        out.append(pieces[inv])
+    return out
+
+
+def _pids(keys: np.ndarray, make: Callable[[tuple[int, ...], int | None], bytes], off: int | None
+          ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The pieces of a slot holding a ``pid``: ``make(key, None)`` for the rank file and, when ``off`` (the combined
+    file's host pid of the rank, :class:`_Moves`) is given, ``make(key, off)`` for the combined file."""
+    if off is None:
+        return _table(keys, lambda k: make(k, None)), None
+    own, comb = _tables(keys, lambda k: make(k, None), lambda k: make(k, off))
+    return own, comb
+
+
+def _alt(*slots: tuple[int, np.ndarray | None]) -> _Alt | None:
+    """A block's ``alt`` from its pid slots' combined pieces (:func:`_pids`; None: a single rank)."""
+    out = [(k, p) for k, p in slots if p is not None]
+    return out or None
+
+
+_Chunk = tuple[bytes, bytes, int]
+"""Serialized events as the rank file has them, as the combined file has them (its pids), and how many."""
+
+_Alt = list[tuple[int, np.ndarray]]
+"""The pieces a block's rows have in the combined file where they differ from the rank file's (those holding a
+``pid``): (slot, a piece per row)."""
 
 
 class _Block:
     """Events of one kind as a matrix of byte pieces (a row per event, each row's pieces joined are the event as
     :func:`_lines` writes it, followed by ``,\\n``): the numbers that a period's shift or copies move are slots
-    filled from columns (``ts_slots``: the event's ``ts``, ``dur_slot``: its ``dur``, ``id_slots``: ids)."""
+    filled from columns (``ts_slots``: the event's ``ts``, ``dur_slot``: its ``dur``, ``id_slots``: ids). ``alt``:
+    the pieces of the combined file's rows where they differ (their pids), None when both files hold the same
+    events (a single rank)."""
 
     def __init__(self, m: np.ndarray, ts: np.ndarray, ts_slots: list[tuple[int, np.ndarray | None]],
                  dur: np.ndarray | None = None, dur_slot: int = -1,
                  id_slots: list[tuple[int, np.ndarray, np.ndarray | None]] | None = None,
-                 pid: np.ndarray | None = None, tid: np.ndarray | None = None, two: np.ndarray | None = None) -> None:
+                 pid: np.ndarray | None = None, tid: np.ndarray | None = None, two: np.ndarray | None = None,
+                 alt: _Alt | None = None) -> None:
         self.m, self.ts, self.ts_slots = m, ts, ts_slots
         self.dur, self.dur_slot = dur, dur_slot  # dur: the ``X`` events' (every row)
         self.id_slots = id_slots or []
         self.pid, self.tid = pid, tid
         self.two = two  # the rows holding two events (a GPU op and its flow arrow's end)
+        assert alt is None or all(k < m.shape[1] - 1 for k, _ in alt)  # (the last slot ends the row: _chunks)
+        self.alt = alt
 
     def __len__(self) -> int:
         return len(self.ts)
 
     @staticmethod
-    def _fill(m: np.ndarray, ts: list[float], ts_slots: list[tuple[int, np.ndarray | None]],
+    def _fill(m: np.ndarray, ts: np.ndarray, ts_slots: list[tuple[int, np.ndarray | None]],
               id_slots: list[tuple[int, np.ndarray, np.ndarray | None]], off: int) -> None:
         """Put the numbers into their slots of ``m`` (rows outside a slot's mask keep their ``b""``): ``ts``, and
         each id slot's ids (those of its masked rows) plus ``off``. Slots drawing on one id column (the same array:
@@ -769,11 +813,11 @@ class _Block:
         done: dict[int, np.ndarray] = {}
         for k, ids, mask in id_slots:
             if mask is not None and users[id(ids)] == 1:
-                m[mask, k] = _nums((ids[mask] + off).tolist())  # a column of its own: its masked rows only
+                m[mask, k] = _nums(ids[mask] + off)  # a column of its own: its masked rows only
                 continue
             col = done.get(id(ids))
             if col is None:
-                col = done[id(ids)] = _nums((ids + off).tolist())
+                col = done[id(ids)] = _nums(ids + off)
             if mask is None:
                 m[:, k] = col
             else:
@@ -793,52 +837,57 @@ class _Block:
         return out
 
     @staticmethod
-    def _join(m: np.ndarray) -> bytes:
-        """The rows of ``m`` as one piece of bytes, without the separator after the last event."""
-        if not len(m):
-            return b""
-        last = m[-1, -1]
-        m[-1, -1] = last[:-2]
-        out = b"".join(m.ravel().tolist())
-        m[-1, -1] = last
-        return out
+    def _join(pieces: list[bytes]) -> bytes:
+        """The pieces as one (a phase of its own for benchmarks/bench_timeline.py)."""
+        return b"".join(pieces)
 
-    def _chunks(self, m: np.ndarray, two: np.ndarray | None) -> Iterator[tuple[bytes, int]]:
-        """``m``'s rows joined :data:`_ROWS` at a time (:meth:`_join`), each with the events it holds (``two``: the
-        rows holding two); lazily, so that each chunk is written before the next is made."""
+    @classmethod
+    def _chunks(cls, m: np.ndarray, two: np.ndarray | None, alt: _Alt | None) -> Iterator[_Chunk]:
+        """``m``'s rows joined :data:`_ROWS` at a time into one piece of bytes (without the separator after the
+        last event) for the rank file and, with ``alt``'s pieces put in their slots of the same list, for the
+        combined file (the same bytes when ``alt`` is None), with the events each holds (``two``: the rows holding
+        two); lazily, so that each chunk is written before the next is made. Two joins of the rows' pieces
+        (memcpy), no pass over the joined bytes."""
+        ncol = m.shape[1]
         for a in range(0, len(m), _ROWS):
             b = min(a + _ROWS, len(m))
-            yield self._join(m[a:b]), b - a + (int(np.count_nonzero(two[a:b])) if two is not None else 0)
+            flat = m[a:b].ravel().tolist()
+            flat[-1] = flat[-1][:-2]
+            own = comb = cls._join(flat)
+            if alt is not None:
+                for k, pieces in alt:
+                    flat[k::ncol] = pieces[a:b].tolist()
+                comb = cls._join(flat)
+            yield own, comb, b - a + (int(np.count_nonzero(two[a:b])) if two is not None else 0)
 
     def thread_of(self, i: int) -> tuple[int, int]:
         """Row ``i``'s pid and tid."""
         assert self.pid is not None and self.tid is not None
         return int(self.pid[i]), int(self.tid[i])
 
-    def body(self, sh: Any | None) -> tuple[Iterator[tuple[bytes, int]], np.ndarray]:
+    def body(self, sh: Any | None) -> tuple[Iterator[_Chunk], np.ndarray]:
         """Every event (moved by ``sh``, a :class:`cosim.replay.periodic.EventShift`, when given) serialized, in
         chunks with their event counts (:meth:`_chunks`), and the rows of the repeated window."""
         m = self.m
         ts = self.ts
         win = np.zeros(len(ts), dtype=bool)
         if sh is None or not len(ts):
-            self._fill(m, ts.tolist(), self.ts_slots, self._ids(None), 0)
+            self._fill(m, ts, self.ts_slots, self._ids(None), 0)
             if self.dur is not None:
-                m[:, self.dur_slot] = _nums(self.dur.tolist())
-            return self._chunks(m, self.two), win
+                m[:, self.dur_slot] = _nums(self.dur)
+            return self._chunks(m, self.two, self.alt), win
         after = ts >= sh.cut_us
         win = (ts >= sh.lo) & ~after
-        tsl = ts.tolist()
+        moved = ts.copy()
         if after.any():
-            for i, v in zip(np.flatnonzero(after).tolist(), round3(ts[after] + sh.extra)):
-                tsl[i] = v
-        self._fill(m, tsl, self.ts_slots, self._ids(None), 0)
+            moved[after] = round3_array(ts[after] + sh.extra)
+        self._fill(m, moved, self.ts_slots, self._ids(None), 0)
         if self.dur is not None:
-            dl = self.dur.tolist()
+            dur = self.dur.copy()
             for i in np.flatnonzero(~after & ~win & (ts + self.dur > sh.cut_us)).tolist():
-                dl[i] = round(dl[i] + sh.extra, 3)
-            m[:, self.dur_slot] = _nums(dl)
-        return self._chunks(m, self.two), win
+                dur[i] = round(float(dur[i]) + sh.extra, 3)
+            m[:, self.dur_slot] = _nums(dur)
+        return self._chunks(m, self.two, self.alt), win
 
     def window(self, rows: np.ndarray) -> _Window | None:
         """The repeated window's rows (``rows``; None when there are none), taken once for all its copies."""
@@ -846,14 +895,15 @@ class _Block:
             return None
         return _Window(self.m[rows], self.ts[rows], [(k, None if mask is None else mask[rows])
                                                      for k, mask in self.ts_slots],
-                       self._ids(rows), None if self.two is None else self.two[rows])
+                       self._ids(rows), None if self.two is None else self.two[rows],
+                       None if self.alt is None else [(k, pieces[rows]) for k, pieces in self.alt])
 
-    def copy(self, w: _Window, j: int, sh: Any) -> Iterator[tuple[bytes, int]]:
+    def copy(self, w: _Window, j: int, sh: Any) -> Iterator[_Chunk]:
         """Copy ``j`` (1, 2, ...) of the window ``w`` serialized in chunks (:meth:`_chunks`): its numbers filled into
         the window's rows now, the chunks joined as they are taken (before the next copy is filled). The
         durations of the window's events are not stretched."""
-        self._fill(w.m, round3(w.ts + j * sh.period_us), w.ts_slots, w.id_slots, j * sh.id_step)
-        return self._chunks(w.m, w.two)
+        self._fill(w.m, round3_array(w.ts + j * sh.period_us), w.ts_slots, w.id_slots, j * sh.id_step)
+        return self._chunks(w.m, w.two, w.alt)
 
 
 class _Window(NamedTuple):
@@ -864,6 +914,7 @@ class _Window(NamedTuple):
     ts_slots: list[tuple[int, np.ndarray | None]]
     id_slots: list[tuple[int, np.ndarray, np.ndarray | None]]
     two: np.ndarray | None
+    alt: _Alt | None
 
 
 _ROWS = 1024
@@ -883,10 +934,12 @@ def _js(s: str) -> bytes:
 
 
 
-def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Block]]:
+def _rank_blocks(rg: Any, run: Any, ids: _Ids, off: int | None = None) -> tuple[list[_Block], list[_Block]]:
     """The events :func:`rank_events` makes of one rank past its metadata, as blocks: the host side's (host ops'
     ``X`` events, then the launches' flow starts ``ph: s``), the GPU side's (each GPU op's ``X`` event with its
-    flow end ``ph: f`` in the same row)."""
+    flow end ``ph: f`` in the same row). ``off``: the rank's host pid in the combined file (:class:`_Moves`; host
+    events move there, GPU ``d`` to ``off + 1 + d``), which gives the blocks their ``alt`` pieces; None: one rank,
+    the combined file holds the rank file's events."""
     H, G, T, S = rg.host_ops, rg.gpu_ops, rg.threads, rg.strings
     base = ids.base(rg.rank)
     hs, he = run.host_start, run.host_end
@@ -898,13 +951,13 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     tpid, ttid = np.asarray(T.pid).tolist(), np.asarray(T.tid).tolist()
     hcat = {k: _HOST_CAT.get(HostKind(k), "cpu_op") for k in set(H.kind[hsel].tolist())}
 
-    def host_prefix(key: tuple[int, ...]) -> bytes:
+    def host_prefix(key: tuple[int, ...], to: int | None) -> bytes:
         nm, k, t = key
         cat = hcat[k]
         if cat == "cuda_runtime" and nm >= 0 and _DRIVER_API.match(S[nm]):
             cat = "cuda_driver"
         return (b'{"ph":"X","cat":' + _js(cat) + b',"name":' + _js(S[nm] if nm >= 0 else "?") +
-                b',"pid":%d,"tid":%d,"ts":' % (tpid[t], ttid[t]))
+                b',"pid":%d,"tid":%d,"ts":' % (tpid[t] if to is None else to, ttid[t]))
 
     keys = np.stack([H.name[hsel].astype(np.int64), H.kind[hsel].astype(np.int64),
                      H.thread[hsel].astype(np.int64)], axis=1)
@@ -915,12 +968,13 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     a_pieces = np.array([b',"args":{', b',"args":{"correlation":', b',"args":{"External id":',
                          b',"args":{"External id":'], dtype=object)
     b_pieces = np.array([b"", b',"correlation":'], dtype=object)
+    hp_own, hp_comb = _pids(keys, host_prefix, off)
     host_x = _Block(
-        _matrix([_table(keys, host_prefix), b"", b',"dur":', b"", a_pieces[hx * 2 + hc], b"",
+        _matrix([hp_own, b"", b',"dur":', b"", a_pieces[hx * 2 + hc], b"",
                  b_pieces[both.astype(np.int64)], b"", b"}},\n"], n),
         hts[hsel], [(1, None)], hdur[hsel], 3,
         [(5, base + np.where(hx, x, c), hx | hc), (7, base + c, both)],
-        np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]])
+        np.asarray(T.pid)[H.thread[hsel]], np.asarray(T.tid)[H.thread[hsel]], alt=_alt((0, hp_comb)))
 
     gts, gdur, (gcodes, gtable), gcats, h_of, x_of, flow, fthr, coll_algo, coll_args, gsel = _gpu_prep(rg, run, hok)
     ng = len(gsel)
@@ -934,16 +988,18 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     else:
         ftk = np.full(len(fsel), -1, dtype=np.int64)
 
-    def s_pieces(key: tuple[int, ...]) -> bytes:
+    def s_pieces(key: tuple[int, ...], to: int | None) -> bytes:
         t = key[0]
-        return b',"pid":%d,"tid":%d,"ts":' % ((tpid[t], ttid[t]) if t >= 0 else (-1, -1))
+        p, tid = (tpid[t], ttid[t]) if t >= 0 else (-1, -1)
+        return b',"pid":%d,"tid":%d,"ts":' % (p if to is None else to, tid)
 
     nf = len(fsel)
+    sp_own, sp_comb = _pids(ftk.reshape(-1, 1), s_pieces, off)
     host_s = _Block(
-        _matrix([b'{"ph":"s","id":', b"", _table(ftk.reshape(-1, 1), s_pieces), b"",
-                 b',"cat":"ac2g","name":"ac2g"},\n'], nf),
+        _matrix([b'{"ph":"s","id":', b"", sp_own, b"", b',"cat":"ac2g","name":"ac2g"},\n'], nf),
         hts[fh], [(3, None)], id_slots=[(1, fcorr, None)],
-        pid=np.asarray(T.pid)[ftk] if len(T) else ftk, tid=np.asarray(T.tid)[ftk] if len(T) else ftk)
+        pid=np.asarray(T.pid)[ftk] if len(T) else ftk, tid=np.asarray(T.tid)[ftk] if len(T) else ftk,
+        alt=_alt((2, sp_comb)))
 
     # GPU ops
     nid = gcodes[gsel]  # names and categories as codes (_gpu_name_codes): no string per op
@@ -954,10 +1010,10 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     stm = G.stream[gsel].astype(np.int64)
     kern = cid == 0
 
-    def g_prefix(key: tuple[int, ...]) -> bytes:
+    def g_prefix(key: tuple[int, ...], to: int | None) -> bytes:
         nm, ct, d, s = key
         return (b'{"ph":"X","cat":' + _js(cat_of[ct]) + b',"name":' + _js(name_of[nm]) +
-                b',"pid":%d,"tid":%d,"ts":' % (d, s))
+                b',"pid":%d,"tid":%d,"ts":' % (d if to is None else to + 1 + d, s))
 
     gx = x_of[gsel]
     gcorr = G.correlation[gsel].astype(np.int64)
@@ -1022,47 +1078,53 @@ def _rank_blocks(rg: Any, run: Any, ids: _Ids) -> tuple[list[_Block], list[_Bloc
     tail = np.array([b",\n", b',"cat":"ac2g","name":"ac2g","bp":"e"},\n'], dtype=object)
     fli = gfl.astype(np.int64)
 
-    def f_mid(key: tuple[int, ...]) -> bytes:
+    def f_mid(key: tuple[int, ...], to: int | None) -> bytes:
         f, d, s = key
-        return b',"pid":%d,"tid":%d,"ts":' % (d, s) if f else b""
+        return b',"pid":%d,"tid":%d,"ts":' % (d if to is None else to + 1 + d, s) if f else b""
 
     gid = base + gcorr  # one array for the correlation and the flow id: serialized once (_Block._fill)
+    gp_own, gp_comb = _pids(np.stack([nid, cid, dev, stm], axis=1), g_prefix, off)
+    fm_own, fm_comb = _pids(np.stack([fli, dev, stm], axis=1), f_mid, off)
     gpu = _Block(
-        _matrix([_table(np.stack([nid, cid, dev, stm], axis=1), g_prefix), b"", b',"dur":', b"",
+        _matrix([gp_own, b"", b',"dur":', b"",
                  np.array([b',"args":{', b',"args":{"External id":'], dtype=object)[ghx.astype(np.int64)], b"",
                  _table(np.stack([ghx.astype(np.int64), kern.astype(np.int64), dev, stm, ghc.astype(np.int64)],
                                  axis=1), g_mid), b"",
-                 rest + ends[fli], b"", _table(np.stack([fli, dev, stm], axis=1), f_mid), b"", tail[fli]], ng),
+                 rest + ends[fli], b"", fm_own, b"", tail[fli]], ng),
         gts[gsel], [(1, None), (11, gfl)], gd, 3,
-        [(5, base + gx, ghx), (7, gid, ghc), (9, gid, gfl)], dev, stm, gfl)
+        [(5, base + gx, ghx), (7, gid, ghc), (9, gid, gfl)], dev, stm, gfl, alt=_alt((0, gp_comb), (10, fm_comb)))
     return [host_x, host_s], [gpu]
 
 
-def _side(blocks: list[_Block], sh: Any | None) -> Iterator[tuple[bytes, int]]:
-    """One side's events past its metadata, as :func:`_write_timeline` writes them, in chunks with the events each
-    holds: the body (moved by ``sh``), then the repeated period's copies (each block's part of a copy in turn), then
-    the ``coalesced`` tail. Lazy: a chunk is made when it is taken."""
+def _side(blocks: list[_Block], sh: Any | None, move: Callable[[bytes, int], bytes] | None) -> _Pairs:
+    """One side's events past its metadata, as :func:`_write_timeline` writes them, in chunks (rank file, combined
+    file): the body (moved by ``sh``), then the repeated period's copies (each block's part of a copy in turn), then
+    the ``coalesced`` tail (moved onto the combined file's pids by ``move``, when given). Lazy: a chunk is made when
+    it is taken."""
     bodies, wins = [], []
     for b in blocks:
         body, win = b.body(sh)
         bodies.append(body)
         wins.append(np.flatnonzero(win))
     for body in bodies:
-        yield from body
+        for own, comb, _ in body:
+            yield own, comb
     if sh is None:
         return
     views = [b.window(w) for b, w in zip(blocks, wins)]
     for j in range(1, sh.copies + 1):
         for b, v in zip(blocks, views):
             if v is not None:
-                yield from b.copy(v, j, sh)
+                for own, comb, _ in b.copy(v, j, sh):
+                    yield own, comb
     if sh.copies < sh.repeats and any(len(w) for w in wins):
         first = next((b for b in blocks if b.dur is not None and len(b)), None)
         if first is not None:
             pid, tid = first.thread_of(0)
         else:
             pid, tid = next(b.thread_of(int(w[0])) for b, w in zip(blocks, wins) if len(w))
-        yield _lines([sh.tail_event(pid, tid)]), 1
+        tail = _lines([sh.tail_event(pid, tid)])
+        yield tail, (tail if move is None else move(tail, 1))
 
 
 def write_timeline(path: str | Path, result: Any) -> list[Path]:
@@ -1102,12 +1164,6 @@ class _Moves:
         return _repid(b, self.devices, lambda p: self.off + 1 + p, events)
 
 
-def _moved(chunks: Iterable[tuple[bytes, int]], move: Callable[[bytes, int], bytes] | None) -> _Pairs:
-    """Chunks with their event counts (:func:`_side`) as (rank file, combined file) pairs, lazily."""
-    for c, k in chunks:
-        yield c, (c if move is None else move(c, k))
-
-
 def _write_timeline(path: Path, result: Any) -> list[Path]:
     split = getattr(result, "split_events", None)
     shift = getattr(result, "event_shift", None)
@@ -1128,10 +1184,10 @@ def _write_timeline(path: Path, result: Any) -> list[Path]:
             mv = None if single else _Moves(rg, devices)
             if columns:
                 meta_h, meta_g = _meta_events(rg)
-                hb, gb = _rank_blocks(rg, run, ids)
+                hb, gb = _rank_blocks(rg, run, ids, None if mv is None else mv.off)
                 sh = shift(rg.rank) if shift is not None else None
-                host = _moved(_side(hb, sh), None if mv is None else mv.host)
-                gpu = _moved(_side(gb, sh), None if mv is None else mv.gpu)
+                host = _side(hb, sh, None if mv is None else mv.host)
+                gpu = _side(gb, sh, None if mv is None else mv.gpu)
             else:
                 meta_h, meta_g, host, gpu = _dict_parts(rg, run, ids, split, mv)
             cmeta_h, cmeta_g = meta_h, meta_g

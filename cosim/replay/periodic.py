@@ -319,12 +319,17 @@ Perfetto opens.)"""
 
 
 def round3(x: np.ndarray) -> list[float]:
-    """``[round(v, 3) for v in x]`` exactly, vectorized: ``rint(1000 v) / 1000`` is Python's correctly rounded
-    result wherever ``1000 v``'s rounding error cannot cross a half (checked per value; those that might, and
-    non-finite ones, go through ``round``)."""
-    y = x * 1000.0
+    """``[round(v, 3) for v in x]`` exactly (:func:`round3_array` as a list)."""
+    return round3_array(x).tolist()  # type: ignore[no-any-return]
+
+
+def round3_array(x: np.ndarray) -> np.ndarray:
+    """``round(v, 3)`` of every ``v`` of ``x`` exactly, vectorized, as a float64 column: ``rint(1000 v) / 1000`` is
+    Python's correctly rounded result wherever ``1000 v``'s rounding error cannot cross a half (checked per value;
+    those that might, and non-finite ones, go through ``round``). O(len(x)) numpy work."""
+    y = np.asarray(x, dtype=np.float64) * 1000.0
     r = np.rint(y)
-    out = (r / 1000.0).tolist()
+    out = r / 1000.0
     with np.errstate(invalid="ignore"):
         unsure = ~(np.abs(y - r) < 0.5 - 4.0 * np.spacing(np.abs(y)))
     for k in np.flatnonzero(unsure).tolist():
