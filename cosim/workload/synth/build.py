@@ -1122,7 +1122,7 @@ class _StepPlan:
     recipe ``p``, the routed load per MoE layer, the pipeline's activation bytes per send, and the memos that let
     ranks share layer op lists, their predicted kernel durations (s) and their recomputed ops."""
 
-    __slots__ = ("T", "cache", "card", "chunks", "keep", "late_dtoh", "m", "opts", "p", "pp_bytes", "predict",
+    __slots__ = ("T", "backwards", "cache", "card", "chunks", "keep", "late_dtoh", "m", "opts", "p", "pp_bytes", "predict",
                  "recomputes", "rm", "routes", "seq", "sp_tokens", "times", "tpo")
 
     def __init__(self, card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
@@ -1143,6 +1143,7 @@ class _StepPlan:
             and opts.moe_host_sync
         self.cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
         self.tpo: dict[int, tuple[list[Op], list[Op]]] = {}  # id(layer op list) -> (that list, its TP-overlapped fwd)
+        self.backwards: dict[int, tuple[list[Op], list[Op]]] = {}  # id(forward op list) -> (that list, its backward)
         self.times: dict[int, list[float]] = {}  # id(op list) -> its kernel durations (s)
         self.keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
         self.recomputes: dict[int, tuple[Op, Op]] = {}  # id(forward op) -> (that op, its recomputation)
@@ -1178,14 +1179,24 @@ class _StepPlan:
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, self.seq, p, cache, opts, self.late_dtoh)
         if c == self.chunks - 1:
             fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache, opts.cross_entropy_fusion), []))
-        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes, opts.main_grad_hook_bytes(rm.layout.zero == "fsdp")))
-               for ly, ops, _ in reversed(fw)]
-        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
+        bw0 = [(ly, self.backward_of(ops)) for ly, ops, _ in reversed(fw)]
+        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): memoized with the layer's ops
             fw = [(ly, _overlapped(self.tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
-            bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
+            bw0 = [(ly, _overlapped(self.tpo, bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
         fw = [(ly, ops, self.timed(ops)) for ly, ops, _ in fw]
         bw = [(ly, bops, self.timed(bops)) for ly, bops in bw0]
         return fw, bw
+
+    def backward_of(self, ops: list[Op]) -> list[Op]:
+        """The backward ops of forward op list ``ops`` (:func:`backward_ops`), built once per list (the memo keeps
+        the list: an id freed and reused never returns another list's ops), so ranks and chunks sharing a layer's
+        forward share its backward and its predicted durations (:meth:`timed`)."""
+        hit = self.backwards.get(id(ops))
+        if hit is None or hit[0] is not ops:
+            opts = self.opts
+            hit = self.backwards[id(ops)] = (ops, backward_ops(ops, opts.main_grad_bytes,
+                                                               opts.main_grad_hook_bytes(self.rm.layout.zero == "fsdp")))
+        return hit[1]
 
     def timed(self, ops: list[Op]) -> list[float]:
         """Kernel durations of op list ``ops`` (s), predicted once per list."""
@@ -1211,7 +1222,7 @@ class _StepRank:
 
     __slots__ = ("bucket_plans", "closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow",
                  "host_sync", "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait",
-                 "plan", "prepared", "prepared_fwd", "rank", "rb", "replayable", "routes", "scopes", "sh_dispatcher",
+                 "plan", "prepared", "prepared_fwd", "rank", "rb", "replayable", "channels", "routes", "scopes", "sh_dispatcher",
                  "solo", "stage", "unit_key", "unit_span", "unsharded", "wfifo")
 
     def __init__(self, plan: _StepPlan, rank: int, device: str) -> None:
@@ -1253,6 +1264,7 @@ class _StepRank:
         self.last_mb = plan.m - 1 if rm.schedule != "dualpipe" else plan.m // 2 - 1
         self.prepared_fwd = {ly: (ops, durs) for fw_, _ in self.prepared.values() for ly, ops, durs in fw_}
         self.solo = False  # a unit runs alone (run): no other unit interleaves at its collectives
+        self.channels: dict[tuple[str, bool, int, int, int], tuple[list[int], int, Op] | None] = {}  # p2p's
         self.replayable = self.off is None and rb.rng is None  # layer blocks recorded and replayed (rb.block)
 
     def _gathers_ahead(self) -> dict[int, list[int]]:
@@ -1414,24 +1426,36 @@ class _StepRank:
         """Send or receive (``send``) micro-batch ``mb``'s activation (``kind`` F) or gradient (B) between chunks
         ``c_from`` and ``c_to`` (``dirn``: DualPipe's direction) with the peer stage; -1 when the peer is this
         rank, else the GPU op."""
-        plan, rb, rank = self.plan, self.rb, self.rank
-        rm, m, chunks = plan.rm, plan.m, plan.chunks
-        peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
-        tp_i, cp_i, dp_i, _ = rm.coords(rank)
-        peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
-        if peer == rank:
+        plan, rb = self.plan, self.rb
+        key = (kind, send, c_from, c_to, dirn)
+        channel = self.channels.get(key)
+        if channel is None:
+            channel = self.channels[key] = self._channel(*key)
+        if channel is None:
             return -1
-        members = sorted([rank, peer])
-        seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
-        nbytes = plan.pp_bytes * (1 + plan.card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
-        c = rb.collective("send_recv", members, nbytes, seq=seq)
-        stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
-        o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
-               0.0, nbytes)
+        members, stream, o = channel
+        seq = (((0 if kind == "F" else 1) + 2 * dirn) * plan.m + mb) * plan.chunks + (c_to if kind == "F" else c_from)
+        c = rb.collective("send_recv", members, o.bytes, seq=seq)
         j = rb.op(o, 0.0, stream, self.launch, coll=c, waits=[rb.last_compute] if send else None)
         if not send:
             rb.pending.append((j, o.name))
         return j
+
+    def _channel(self, kind: str, send: bool, c_from: int, c_to: int, dirn: int) -> tuple[list[int], int, Op] | None:
+        """:meth:`p2p`'s transfer besides its sequence number, the same for every micro-batch: its two ranks, its
+        FIFO stream and its op (bytes); None when the peer is this rank."""
+        plan, rank = self.plan, self.rank
+        rm, chunks = plan.rm, plan.chunks
+        peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
+        tp_i, cp_i, dp_i, _ = rm.coords(rank)
+        peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
+        if peer == rank:
+            return None
+        nbytes = plan.pp_bytes * (1 + plan.card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
+        stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
+        o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
+               0.0, nbytes)
+        return sorted([rank, peer]), stream, o
 
     def forward(self, c: int, mb: int, dirn: int = 0) -> Iterator[None]:
         """Chunk ``c``'s forward of micro-batch ``mb``: receive, layers, send (yields at its collectives)."""
