@@ -40,6 +40,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -1220,10 +1221,10 @@ class _StepRank:
     parameter all-gathers it waits for (overlapped gathers, FSDP), its offloader, and the phases that
     emit its program into a :class:`_RankBuilder` (:meth:`build`)."""
 
-    __slots__ = ("bucket_plans", "closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow",
-                 "host_sync", "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait",
-                 "plan", "prepared", "prepared_fwd", "rank", "rb", "replayable", "channels", "routes", "scopes", "sh_dispatcher",
-                 "solo", "stage", "unit_key", "unit_span", "unsharded", "wfifo")
+    __slots__ = ("bucket_plans", "channels", "closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on",
+                 "groups", "gslow", "host_sync", "last_mb", "launch", "num_layers", "off", "opts", "order",
+                 "overlap_grads", "param_wait", "plan", "prepared", "prepared_fwd", "rank", "rb", "replayable",
+                 "routes", "scopes", "sh_dispatcher", "solo", "stage", "unit_key", "unit_span", "unsharded", "wfifo")
 
     def __init__(self, plan: _StepPlan, rank: int, device: str) -> None:
         rm, opts, card = plan.rm, plan.opts, plan.card
@@ -1407,7 +1408,7 @@ class _StepRank:
             if before is not None:
                 before(ly)
             if self.solo and skip_wgrad is None and self.replayable:  # nothing interleaves at its collectives
-                rb.block(("layer", ly, id(ops)), lambda: self.emit_all(zip(ops, durs), ly))
+                rb.block(("layer", ly, id(ops)), partial(self.emit_all, zip(ops, durs), ly))
             else:
                 for o, d in zip(ops, durs):
                     if skip_wgrad is not None and o.name.endswith((".wgrad", ".main_grad_add")):
