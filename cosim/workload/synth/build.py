@@ -29,15 +29,18 @@ Code: :func:`build_step` holds the step's shared plans in a :class:`_StepPlan` (
 memoized layer ops and durations) and builds each simulated rank with a :class:`_StepRank` (one method per
 phase: forward and backward chunks, pipeline sends, FSDP gathers, the DualPipe and 1F1B schedules, the
 gradient reductions and optimizer; :class:`_Paired` for the combined 1F1B of ``a2a_overlap``), which records
-the rank's host thread and GPU ops in a :class:`_RankBuilder`.
+the rank's host thread and GPU ops in a :class:`_RankBuilder`. A layer's forward, backward or recomputation is a
+block the builder records once per distinct entry and replays for the other micro-batches (:meth:`_RankBuilder.block`,
+docs/SYNTHESIS.md "Scale: folding", complexity).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -312,6 +315,8 @@ class _RankBuilder:
         self._g_app = tuple(self.g[k].append for k in ("stream", "dur", "name", "cls", "kind", "flops", "bytes",
                                                           "collective"))
         self._ops: dict[int, tuple[Op, int, int, float, float]] = {}  # id(op) -> (op, name, cls, flops, bytes)
+        self.blocks: dict[tuple[Any, ...], _Block | None] = {}  # recorded blocks (block), None: not replayable
+        self.block_streams: dict[tuple[Any, ...], tuple[int, ...]] = {}  # (block, lane, comm lane) -> its streams
 
     def switch(self, lane: int) -> None:
         """Continue the program of ``lane`` (DualPipe runs one per direction, interleaved on the compute
@@ -552,6 +557,106 @@ class _RankBuilder:
             self.d2h = -1
         return j
 
+    def block(self, key: tuple[Any, ...], run: Callable[[], None]) -> None:
+        """Emit a block of ops by ``run()`` (a layer's forward, backward or recomputation: ``key`` names it), or
+        replay its record. A block writes the same streams every time (its ops' and lane's), and emission reads the
+        builder's state only through the GPU ops it may refer to (pending collectives, last compute and main ops,
+        the last token-count copy, the last op of each stream it writes), the pending ops' names, the lane, the open
+        CUDA graph (and its launch cost) and the sequence counters. Two entries with the same ``key``, lanes, names
+        and pattern of equal references (:func:`_ref_pattern`) emit the same rows, their references to earlier ops
+        and their collectives' sequence numbers shifted alike. So the first is recorded (:meth:`_record`) and the
+        next are appended from it (:meth:`_replay`), array-identical to emitting them op by op, in time linear in
+        the block's rows and the pending ops."""
+        head = (key, self.lane, self.comm_lane)
+        gh = self.graph_host
+        lasts = (self.last_compute, self.last_main, self.d2h)
+        tail = self.h["tail"][gh] if gh >= 0 else None
+        streams = self.block_streams.get(head)
+        if streams is not None:
+            refs, _, full = _entry_key(head, self.pending, lasts, tail, self.last_on, streams)
+            rec = self.blocks.get(full, _UNSEEN)
+            if rec is None:
+                run()
+                return
+            if rec is not _UNSEEN:
+                self._replay(rec, refs)  # type: ignore[arg-type]
+                return
+        pending0, last0, lane, n_copies, n_grads = list(self.pending), dict(self.last_on), self.lane, \
+            len(self.copies), len(self.grad_ops)
+        base = _Base(len(self.g["name"]), len(self.h["name"]), len(self.c["type"]), len(self.edges),
+                     len(self.host_waits), gh)
+        run()
+        written = [s for s, v in self.last_on.items() if last0.get(s) != v]
+        if streams is None:
+            streams = self.block_streams[head] = tuple(written)
+        _, slot, full = _entry_key(head, pending0, lasts, tail, last0, streams)
+        ok = (self.lane == lane and len(self.copies) == n_copies and len(self.grad_ops) == n_grads
+              and self.rng is None and set(written) <= set(streams))
+        self.blocks[full] = self._record(base, slot, written) if ok else None
+
+    def _record(self, b: _Base, slot: dict[int, int], written: list[int]) -> _Block | None:
+        """The record of the block just emitted from ``b`` (entry lengths; ``written``: the streams whose last op
+        it moved); None when it refers to an op outside its entry state."""
+        try:
+            return self._block_of(b, slot, written)
+        except _Unrecordable:
+            return None
+
+    def _block_of(self, b: _Base, slot: dict[int, int], written: list[int]) -> _Block:
+        """The record of the block just emitted from ``b`` (entry lengths), its references encoded (:func:`_enc`)."""
+        G, H, C = self.g, self.h, self.c
+        gcols = tuple(G[k][b.g:] for k in _G_CONST)
+        coll = [v - b.c if v >= 0 else -1 for v in G["collective"][b.g:]]
+        hcols = tuple(H[k][b.h:] for k in _H_COLS)
+        launch = [_enc_host(v, b) for v in self.launch_of[b.g:]]
+        flat = self.edges[b.e:]
+        src = [_enc(v, b.g, slot) for v in flat[0::3]]
+        dst = [_enc(v, b.g, slot) for v in flat[1::3]]
+        hw = self.host_waits[b.w:]
+        waits = [(_enc(gv, b.g, slot), _enc_host(hv, b)) for gv, hv in hw]
+        members = list(self.groups)
+        seq_keys = [(members[gi], t) for gi, t in zip(C["group"][b.c:], C["type"][b.c:])]
+        _check_seq(seq_keys, C["seq"][b.c:], self.seq)
+        ccols = tuple(C[k][b.c:] for k in _C_CONST)
+        pending = [(_enc(v, b.g, slot), nm) for v, nm in self.pending]
+        lasts = tuple(_enc(v, b.g, slot) for v in (self.last_compute, self.last_main, self.d2h))
+        moved = [(s, _enc(self.last_on[s], b.g, slot)) for s in written]
+        return _Block(gcols, coll, hcols, launch, src, dst, flat[2::3], waits, ccols, seq_keys, pending, lasts,
+                      _enc_host(self.graph_host, b), moved)
+
+    def _replay(self, r: _Block, refs: list[int]) -> None:
+        """Append block ``r`` at the builder's ends, its references to ops before it decoded from ``refs`` (the
+        entry state in :meth:`block`'s order)."""
+        G, H, C = self.g, self.h, self.c
+        ng, nh, nc = len(G["name"]), len(H["name"]), len(C["type"])
+        table = [-1, *refs]  # decode: v >= 0 is v + base, -1 itself, -k - 2 entry reference k
+        htable = [-1, self.graph_host]
+        for k, vals in zip(_G_CONST, r.g):
+            G[k] += vals
+        G["collective"] += [v + nc if v >= 0 else -1 for v in r.coll]
+        for k, vals in zip(_H_COLS, r.h):
+            H[k] += vals
+        self.launch_of += [v + nh if v >= 0 else htable[-v - 1] for v in r.launch]
+        flat: list[int] = [0] * (3 * len(r.src))
+        flat[0::3] = [v + ng if v >= 0 else table[-v - 1] for v in r.src]
+        flat[1::3] = [v + ng if v >= 0 else table[-v - 1] for v in r.dst]
+        flat[2::3] = r.kind
+        self.edges += flat
+        self.host_waits += [(gv + ng if gv >= 0 else table[-gv - 1], hv + nh if hv >= 0 else htable[-hv - 1])
+                            for gv, hv in r.waits]
+        for k, vals in zip(_C_CONST, r.c):
+            C[k] += vals
+        seqs = C["seq"]
+        for key in r.seq_keys:
+            s = self.seq.get(key, 0)
+            seqs.append(s)
+            self.seq[key] = s + 1
+        self.pending = [(v + ng if v >= 0 else table[-v - 1], nm) for v, nm in r.pending]
+        self.last_compute, self.last_main, self.d2h = (v + ng if v >= 0 else table[-v - 1] for v in r.lasts)
+        self.graph_host = r.graph + nh if r.graph >= 0 else htable[-r.graph - 1]
+        for s, v in r.last_on:
+            self.last_on[s] = v + ng if v >= 0 else table[-v - 1]
+
     def finish(self, sync_cost: float = 10e-6, comm_share: bool = True) -> RankGraph:
         """The rank's graph. ``comm_share`` (its ``source["comm_share"]``): replay lets each communication kernel
         hold its own SMs while it overlaps compute kernels (cosim.replay.interference; a training step's standalone
@@ -648,6 +753,105 @@ class _RankBuilder:
                                  np.full(len(hh), int(EdgeKind.HOST), dtype=np.int64)])
         ne = len(e_src)
         return Table("edges", ne, src=e_src, dst=e_dst, kind=e_kind, inferred=np.zeros(ne))
+
+
+_G_CONST = ("stream", "dur", "name", "cls", "kind", "flops", "bytes")
+_H_COLS = ("name", "kind", "parent", "depth", "tail", "dur")
+_C_CONST = ("type", "name", "in_bytes", "out_bytes", "group", "group_size", "in_splits")
+_UNSEEN = object()
+
+
+class _Unrecordable(Exception):
+    """A block referred to an op outside its entry state (:meth:`_RankBuilder.block`)."""
+
+
+class _Base(NamedTuple):
+    """A block's entry: the lengths of the GPU op, host op, collective, flat edge and host-wait lists, and the
+    open CUDA graph's host op (-1: none)."""
+
+    g: int
+    h: int
+    c: int
+    e: int
+    w: int
+    graph: int
+
+
+class _Block(NamedTuple):
+    """One recorded block (:meth:`_RankBuilder.block`): the rows it appended, GPU-op references encoded by
+    :func:`_enc`, host-op references by :func:`_enc_host`, collectives relative to its first (-1: none), and the
+    builder state it left (pending collectives, last compute / main op and count copy, open graph, moved streams)."""
+
+    g: tuple[list[Any], ...]
+    coll: list[int]
+    h: tuple[list[Any], ...]
+    launch: list[int]
+    src: list[int]
+    dst: list[int]
+    kind: list[int]
+    waits: list[tuple[int, int]]
+    c: tuple[list[Any], ...]
+    seq_keys: list[tuple[tuple[int, ...], int]]
+    pending: list[tuple[int, str]]
+    lasts: tuple[int, ...]
+    graph: int
+    last_on: list[tuple[int, int]]
+
+
+def _entry_key(head: tuple[Any, ...], pending: list[tuple[int, str]], lasts: tuple[int, int, int], tail: float | None,
+               last_on: dict[int, int], streams: tuple[int, ...]
+               ) -> tuple[list[int], dict[int, int], tuple[Any, ...]]:
+    """A block's entry references (pending ops, ``lasts``: last compute and main op and count copy, the last op of
+    each of its ``streams``, -1 where none), their first positions (:func:`_ref_pattern`) and its record's key."""
+    refs = [w for w, _ in pending]
+    refs += lasts
+    refs += [last_on.get(s, -1) for s in streams]
+    slot, pattern = _ref_pattern(refs)
+    return refs, slot, (head, tuple([nm for _, nm in pending]), pattern, tail)
+
+
+def _ref_pattern(refs: list[int]) -> tuple[dict[int, int], tuple[int, ...]]:
+    """Each referenced GPU op's first position in ``refs``, and per position that first position (-1: no op)."""
+    first: dict[int, int] = {}
+    return first, tuple([-1 if v < 0 else first.setdefault(v, i) for i, v in enumerate(refs)])
+
+
+def _enc(v: int, base: int, slot: dict[int, int]) -> int:
+    """GPU op ``v`` as a block records it: ``v - base`` when the block emitted it, -1 for none, ``-k - 2`` for the
+    entry reference ``k`` (:func:`_ref_pattern`)."""
+    if v >= base:
+        return v - base
+    if v < 0:
+        return -1
+    k = slot.get(v)
+    if k is None:
+        raise _Unrecordable(v)
+    return -k - 2
+
+
+def _enc_host(v: int, b: _Base) -> int:
+    """Host op ``v`` as a block records it: relative to the block's first, -1 for none, -2 for the CUDA graph open
+    at its entry."""
+    if v >= b.h:
+        return v - b.h
+    if v < 0:
+        return -1
+    if v == b.graph:
+        return -2
+    raise _Unrecordable(v)
+
+
+def _check_seq(keys: list[tuple[tuple[int, ...], int]], seqs: list[int], now: dict[Any, int]) -> None:
+    """The block's collectives took consecutive numbers of their group's counter (none given explicitly), so a
+    replay can draw them from the counters again."""
+    count: dict[Any, int] = {}
+    for k in keys:
+        count[k] = count.get(k, 0) + 1
+    seen: dict[Any, int] = {}
+    for k, s in zip(keys, seqs):
+        i = seen[k] = seen.get(k, -1) + 1
+        if s != now.get(k, 0) - count[k] + i:
+            raise _Unrecordable(s)
 
 
 _D2H_STREAM, _H2D_STREAM = 26, 27
@@ -919,7 +1123,7 @@ class _StepPlan:
     recipe ``p``, the routed load per MoE layer, the pipeline's activation bytes per send, and the memos that let
     ranks share layer op lists, their predicted kernel durations (s) and their recomputed ops."""
 
-    __slots__ = ("T", "cache", "card", "chunks", "keep", "late_dtoh", "m", "opts", "p", "pp_bytes", "predict",
+    __slots__ = ("T", "backwards", "cache", "card", "chunks", "keep", "late_dtoh", "m", "opts", "p", "pp_bytes", "predict",
                  "recomputes", "rm", "routes", "seq", "sp_tokens", "times", "tpo")
 
     def __init__(self, card: MoEModelConfig, rm: RankMap, global_batch: int, micro: int, seq: int,
@@ -940,6 +1144,7 @@ class _StepPlan:
             and opts.moe_host_sync
         self.cache: dict[Any, list[Op]] = {}  # layer ops per (layer kind, window, shard)
         self.tpo: dict[int, tuple[list[Op], list[Op]]] = {}  # id(layer op list) -> (that list, its TP-overlapped fwd)
+        self.backwards: dict[int, tuple[list[Op], list[Op]]] = {}  # id(forward op list) -> (that list, its backward)
         self.times: dict[int, list[float]] = {}  # id(op list) -> its kernel durations (s)
         self.keep: list[list[Op]] = []  # keeps the op lists alive while their id() keys the durations
         self.recomputes: dict[int, tuple[Op, Op]] = {}  # id(forward op) -> (that op, its recomputation)
@@ -975,14 +1180,24 @@ class _StepPlan:
             fw += _mtp_chunk_ops(card, rm, rank, routes, T, self.seq, p, cache, opts, self.late_dtoh)
         if c == self.chunks - 1:
             fw.append((card.num_layers, _head_with_mtp(card, rm, T, sh0, p, cache, opts.cross_entropy_fusion), []))
-        bw0 = [(ly, backward_ops(ops, opts.main_grad_bytes, opts.main_grad_hook_bytes(rm.layout.zero == "fsdp")))
-               for ly, ops, _ in reversed(fw)]
-        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): forward memoized with the layer's ops
+        bw0 = [(ly, self.backward_of(ops)) for ly, ops, _ in reversed(fw)]
+        if opts.tp_comm_overlap:  # TE userbuffers (tpoverlap.py): memoized with the layer's ops
             fw = [(ly, _overlapped(self.tpo, ops, rm.tp, p, opts.sm_count), d) for ly, ops, d in fw]
-            bw0 = [(ly, overlap_ops(bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
+            bw0 = [(ly, _overlapped(self.tpo, bops, rm.tp, p, opts.sm_count)) for ly, bops in bw0]
         fw = [(ly, ops, self.timed(ops)) for ly, ops, _ in fw]
         bw = [(ly, bops, self.timed(bops)) for ly, bops in bw0]
         return fw, bw
+
+    def backward_of(self, ops: list[Op]) -> list[Op]:
+        """The backward ops of forward op list ``ops`` (:func:`backward_ops`), built once per list (the memo keeps
+        the list: an id freed and reused never returns another list's ops), so ranks and chunks sharing a layer's
+        forward share its backward and its predicted durations (:meth:`timed`)."""
+        hit = self.backwards.get(id(ops))
+        if hit is None or hit[0] is not ops:
+            opts = self.opts
+            hit = self.backwards[id(ops)] = (ops, backward_ops(ops, opts.main_grad_bytes,
+                                                               opts.main_grad_hook_bytes(self.rm.layout.zero == "fsdp")))
+        return hit[1]
 
     def timed(self, ops: list[Op]) -> list[float]:
         """Kernel durations of op list ``ops`` (s), predicted once per list."""
@@ -1006,10 +1221,10 @@ class _StepRank:
     parameter all-gathers it waits for (overlapped gathers, FSDP), its offloader, and the phases that
     emit its program into a :class:`_RankBuilder` (:meth:`build`)."""
 
-    __slots__ = ("bucket_plans", "closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on", "groups", "gslow",
-                 "host_sync", "last_mb", "launch", "num_layers", "off", "opts", "order", "overlap_grads", "param_wait",
-                 "plan", "prepared", "prepared_fwd", "rank", "rb", "routes", "scopes", "sh_dispatcher", "stage",
-                 "unit_key", "unit_span", "unsharded", "wfifo")
+    __slots__ = ("bucket_plans", "channels", "closing", "fsdp", "full", "gathered", "graph_cost", "graphs_on",
+                 "groups", "gslow", "host_sync", "last_mb", "launch", "num_layers", "off", "opts", "order",
+                 "overlap_grads", "param_wait", "plan", "prepared", "prepared_fwd", "rank", "rb", "replayable",
+                 "routes", "scopes", "sh_dispatcher", "solo", "stage", "unit_key", "unit_span", "unsharded", "wfifo")
 
     def __init__(self, plan: _StepPlan, rank: int, device: str) -> None:
         rm, opts, card = plan.rm, plan.opts, plan.card
@@ -1049,6 +1264,9 @@ class _StepRank:
         self.wfifo: list[tuple[int, list[tuple[Op, float]], list[Bucket]]] = []  # DualPipe: W passes to come
         self.last_mb = plan.m - 1 if rm.schedule != "dualpipe" else plan.m // 2 - 1
         self.prepared_fwd = {ly: (ops, durs) for fw_, _ in self.prepared.values() for ly, ops, durs in fw_}
+        self.solo = False  # a unit runs alone (run): no other unit interleaves at its collectives
+        self.channels: dict[tuple[str, bool, int, int, int], tuple[list[int], int, Op] | None] = {}  # p2p's
+        self.replayable = self.off is None and rb.rng is None  # layer blocks recorded and replayed (rb.block)
 
     def _gathers_ahead(self) -> dict[int, list[int]]:
         """Overlapped parameter all-gathers (steady state: the last step's gathers run under this step's forward),
@@ -1119,18 +1337,34 @@ class _StepRank:
             return None, hybridep_label(o, self.plan.sp_tokens, self.plan.card, opts.hybridep_sms)
         return None, None
 
-    def emit_all(self, seg: Seg, ly: int) -> None:
+    def emit_all(self, seg: Iterable[tuple[Op, float]], ly: int) -> None:
         """Emit a segment of layer ``ly``'s ops (:meth:`emit`)."""
         emit = self.emit
         for o, d in seg:
             emit(o, d, ly)
 
+    def emit_seg(self, seg: Seg, ly: int) -> None:
+        """Emit a segment of layer ``ly``'s ops as a block (:meth:`_RankBuilder.block`, keyed by its ops, which the
+        prepared layers keep alive, and durations) where blocks are replayable, else op by op."""
+        if not self.replayable or not seg:
+            self.emit_all(seg, ly)
+            return
+        key = ("segment", ly, tuple([id(o) for o, _ in seg]), tuple([d for _, d in seg]))
+        self.rb.block(key, lambda: self.emit_all(seg, ly))
+
     def recompute(self, ly: int, fwd: dict[int, tuple[list[Op], list[float]]] | None = None) -> None:
         """Backward layer ``ly``'s recomputation of its forward (``fwd``: by layer, the chunk's; default every
         prepared chunk's) as the layout's recompute says (:func:`_recompute_layer`)."""
         plan = self.plan
-        _recompute_layer(plan.rm, plan.card, self.prepared_fwd if fwd is None else fwd, self.emit,
-                         plan.recomputed_op, ly)
+        layers = self.prepared_fwd if fwd is None else fwd
+
+        def go() -> None:
+            _recompute_layer(plan.rm, plan.card, layers, self.emit, plan.recomputed_op, ly)
+
+        if self.replayable and ly in layers:
+            self.rb.block(("recompute", ly, id(layers[ly][0])), go)
+        else:
+            go()
 
     def fsdp_gather(self, ly: int) -> None:
         """FSDP: all-gather layer ``ly``'s bf16 parameters (issued ahead; waited for at the layer's start) unless
@@ -1173,13 +1407,16 @@ class _StepRank:
                 rb.open_graph(self.graph_cost)
             if before is not None:
                 before(ly)
-            for o, d in zip(ops, durs):
-                if skip_wgrad is not None and o.name.endswith((".wgrad", ".main_grad_add")):
-                    skip_wgrad.append((o, d))
-                    continue
-                emit(o, d, ly)
-                if o.cls == "collective":
-                    yield
+            if self.solo and skip_wgrad is None and self.replayable:  # nothing interleaves at its collectives
+                rb.block(("layer", ly, id(ops)), partial(self.emit_all, zip(ops, durs), ly))
+            else:
+                for o, d in zip(ops, durs):
+                    if skip_wgrad is not None and o.name.endswith((".wgrad", ".main_grad_add")):
+                        skip_wgrad.append((o, d))
+                        continue
+                    emit(o, d, ly)
+                    if o.cls == "collective":
+                        yield
             if not self.full:
                 rb.close_graph()
             self.fsdp_reshard(ly, bwd)
@@ -1190,24 +1427,36 @@ class _StepRank:
         """Send or receive (``send``) micro-batch ``mb``'s activation (``kind`` F) or gradient (B) between chunks
         ``c_from`` and ``c_to`` (``dirn``: DualPipe's direction) with the peer stage; -1 when the peer is this
         rank, else the GPU op."""
-        plan, rb, rank = self.plan, self.rb, self.rank
-        rm, m, chunks = plan.rm, plan.m, plan.chunks
-        peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
-        tp_i, cp_i, dp_i, _ = rm.coords(rank)
-        peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
-        if peer == rank:
+        plan, rb = self.plan, self.rb
+        key = (kind, send, c_from, c_to, dirn)
+        channel = self.channels.get(key)
+        if channel is None:
+            channel = self.channels[key] = self._channel(*key)
+        if channel is None:
             return -1
-        members = sorted([rank, peer])
-        seq = (((0 if kind == "F" else 1) + 2 * dirn) * m + mb) * chunks + (c_to if kind == "F" else c_from)
-        nbytes = plan.pp_bytes * (1 + plan.card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
-        c = rb.collective("send_recv", members, nbytes, seq=seq)
-        stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
-        o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
-               0.0, nbytes)
+        members, stream, o = channel
+        seq = (((0 if kind == "F" else 1) + 2 * dirn) * plan.m + mb) * plan.chunks + (c_to if kind == "F" else c_from)
+        c = rb.collective("send_recv", members, o.bytes, seq=seq)
         j = rb.op(o, 0.0, stream, self.launch, coll=c, waits=[rb.last_compute] if send else None)
         if not send:
             rb.pending.append((j, o.name))
         return j
+
+    def _channel(self, kind: str, send: bool, c_from: int, c_to: int, dirn: int) -> tuple[list[int], int, Op] | None:
+        """:meth:`p2p`'s transfer besides its sequence number, the same for every micro-batch: its two ranks, its
+        FIFO stream and its op (bytes); None when the peer is this rank."""
+        plan, rank = self.plan, self.rank
+        rm, chunks = plan.rm, plan.chunks
+        peer_stage = rm.chunk_stage(c_to if send else c_from, dirn)
+        tp_i, cp_i, dp_i, _ = rm.coords(rank)
+        peer = rm.rank(tp_i, cp_i, dp_i, peer_stage)
+        if peer == rank:
+            return None
+        nbytes = plan.pp_bytes * (1 + plan.card.mtp_layers if rm.mtp_chunk <= min(c_from, c_to) < chunks - 1 else 1)
+        stream = 30 + 4 * peer_stage + (0 if send else 1) + (2 if kind == "B" else 0) + 1000 * dirn  # FIFO channel
+        o = Op(f"pp.{'send' if send else 'recv'}_{'activation' if kind == 'F' else 'gradient'}", "collective",
+               0.0, nbytes)
+        return sorted([rank, peer]), stream, o
 
     def forward(self, c: int, mb: int, dirn: int = 0) -> Iterator[None]:
         """Chunk ``c``'s forward of micro-batch ``mb``: receive, layers, send (yields at its collectives)."""
@@ -1248,8 +1497,10 @@ class _StepRank:
     def run(self, gen: Iterator[None], lane: int = 0) -> None:
         """Run a forward or backward unit (its generator) to its end on lane ``lane``."""
         self.rb.switch(lane)
+        self.solo = True
         for _ in gen:
             pass
+        self.solo = False
 
     def _compute_since(self, first: int) -> list[int]:
         """The rank's compute-stream GPU ops from GPU op ``first`` on."""
@@ -1451,7 +1702,7 @@ class _Paired:
         """A forward segment of layer ``ly`` on lane 0 (after its parameters' gathers)."""
         self.r.rb.switch(0)
         self.r.param_ready(ly)
-        self.r.emit_all(seg, ly)
+        self.r.emit_seg(seg, ly)
 
     def b_seg(self, ly: int, seg: Seg, keep_main: bool = False) -> None:
         """A backward segment of layer ``ly`` on lane 1; ``keep_main``: a wgrad, so the next collective waits for
@@ -1459,7 +1710,7 @@ class _Paired:
         rb = self.r.rb
         rb.switch(1)
         keep = rb.last_main
-        self.r.emit_all(seg, ly)
+        self.r.emit_seg(seg, ly)
         if keep_main:
             rb.last_main = keep
 
