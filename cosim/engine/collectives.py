@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, cast
 
@@ -103,6 +103,56 @@ class CollectiveResult:
 
 
 _PLAN_IDS = itertools.count()
+
+
+def _first_of(env: simpy.Environment, a: simpy.Event, b: simpy.Event) -> simpy.Event:
+    """An event that succeeds (no value) as the first of ``a`` and ``b`` is processed: ``env.any_of([a, b])``
+    scheduled at the same instant in the same order (the same event sequence), without a condition's value."""
+    out = env.event()
+
+    def fire(_: simpy.Event) -> None:
+        if not out.triggered:
+            out.succeed()
+
+    for ev in (a, b):
+        if ev.callbacks is None:
+            fire(ev)
+        else:
+            ev.callbacks.append(fire)
+    return out
+
+
+def _urgent(env: simpy.Environment, fn: Callable[[simpy.Event], None]) -> None:
+    """Call ``fn`` when an event scheduled now at urgent priority is processed: when a process started now
+    (``env.process``) would take its first step."""
+    ev = simpy.Event(env)
+    ev._ok = True
+    ev._value = None
+    assert ev.callbacks is not None
+    ev.callbacks.append(fn)
+    env.schedule(ev, simpy.events.URGENT)
+
+
+def _drive(gen: Generator[simpy.Event, Any, None]) -> None:
+    """Run ``gen`` as a simpy process would (resumed as each event it yields is processed, at once when that
+    event already was), without the process's own start and end events."""
+
+    def step(ev: simpy.Event | None) -> None:
+        while True:
+            try:
+                if ev is None or ev._ok:
+                    nxt = gen.send(None if ev is None else ev._value)
+                else:
+                    ev._defused = True
+                    nxt = gen.throw(ev._value)
+            except StopIteration:
+                return
+            if nxt.callbacks is not None:
+                nxt.callbacks.append(step)
+                return
+            ev = nxt
+
+    step(None)
 
 
 def _flat_usage(usage: list[tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
@@ -214,6 +264,7 @@ class _Memo:
     traj: _Traj | None = None
     """Its trajectory (full runs, within :data:`_TRAJ_FLOATS`), for materializing without a re-run."""
     _flat: tuple[np.ndarray, ...] | None = None
+    _off: list[int] | None = None
 
     def flat_usage(self) -> tuple[np.ndarray, ...]:
         """:attr:`usage` as one set of arrays (links, starts, ends, flows, bytes), built once: a hit hands the
@@ -221,6 +272,19 @@ class _Memo:
         if self._flat is None:
             self._flat = _flat_usage(self.usage)
         return self._flat
+
+    def usage_upto(self, n: int, extra: tuple[Any, ...] | None) -> tuple[np.ndarray, ...]:
+        """The first ``n`` interval groups of :attr:`usage`, then ``extra`` (one more group, or None), as
+        :func:`_flat_usage` of them gives them: slices of :meth:`flat_usage` (O(1)), one concatenation with
+        ``extra``."""
+        flat = self.flat_usage()
+        if self._off is None:
+            self._off = np.cumsum([0, *(len(u[0]) for u in self.usage)]).tolist()
+        m = self._off[n]
+        head = tuple(x[:m] for x in flat)
+        if extra is None:
+            return head
+        return tuple(np.concatenate([h, e]) for h, e in zip(head, _flat_usage([extra])))
 
 
 _TRAJ_FLOATS = 16_000_000
@@ -315,30 +379,46 @@ def _at(memo: _Memo, tau: float) -> tuple[int, tuple[np.ndarray, ...], tuple[np.
     """The state of ``memo``'s run ``tau`` s after its start from its trajectory (what a scratch run stopped
     there leaves: events at tau not yet processed): (phase, active rows as :meth:`Fabric.snapshot_rows`,
     link counters for :meth:`Fabric.add_counters`, observer interval groups up to tau). O(rows + links)."""
+    k, i, rem, counters, n, extra = _at_state(memo, tau)
+    assert memo.traj is not None
+    segs, mult, cap, grp, bat = _static_rows(memo.traj, i)
+    return k, (segs, rem, mult, cap, grp, bat), counters, memo.usage[:n] + ([extra] if extra is not None else [])
+
+
+def _at_state(memo: _Memo, tau: float) -> tuple[int, int, np.ndarray, tuple[np.ndarray, ...], int,
+                                                 tuple[Any, ...] | None]:
+    """:func:`_at` but for the rows' static columns (:func:`_static_rows` of the checkpoint): (phase, checkpoint
+    (-1: none yet), the active rows' bytes left, link counters, closed observer groups (a prefix of
+    ``memo.usage``), the group of the intervals open at tau or None). O(rows + links)."""
     tr = memo.traj
     assert tr is not None
     tt = tr.start + tau
     i = int(np.searchsorted(tr.times, tt, side="left")) - 1
     if i < 0:
         z = np.zeros(len(memo.links))
-        e = np.zeros(0, dtype=np.int64)
-        return -1, (np.zeros((0, 3), dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0), e, e), \
-            (memo.links, z, z.copy(), np.zeros(len(memo.links), dtype=np.int64)), []
+        return -1, -1, np.zeros(0), (memo.links, z, z.copy(), np.zeros(len(memo.links), dtype=np.int64)), 0, None
     dt = tt - float(tr.times[i])
     sl = slice(int(tr.r_off[i]), int(tr.r_off[i + 1]))
-    ids = tr.r_id[sl]
-    rows = (tr.seg[ids], np.maximum(tr.r_rem[sl] - tr.r_rate[sl] * (tt - tr.r_t0[sl]), 0.0), tr.mult[ids], tr.cap[ids],
-            tr.group[ids], tr.batch[ids])
+    rem = np.maximum(tr.r_rem[sl] - tr.r_rate[sl] * (tt - tr.r_t0[sl]), 0.0)
     counters = (memo.links, tr.nbytes[i] + tr.load[i] * dt, tr.busy[i] + tr.cnt[i] * dt,
                 tr.peak[i].astype(np.int64))
-    usage = list(memo.usage[: int(tr.ulen[i])])
     o = slice(int(tr.o_off[i]), int(tr.o_off[i + 1]))
     st = tr.o_t0[o]
     ok = st < tt
+    extra = None
     if ok.any():
-        usage.append((tr.o_link[o][ok], st[ok] - tr.start, tt - tr.start, tr.o_cnt[o][ok],
-                      tr.o_load[o][ok] * (tt - st[ok])))
-    return int(tr.phase[i]), rows, counters, usage
+        extra = (tr.o_link[o][ok], st[ok] - tr.start, tt - tr.start, tr.o_cnt[o][ok], tr.o_load[o][ok] * (tt - st[ok]))
+    return int(tr.phase[i]), i, rem, counters, int(tr.ulen[i]), extra
+
+
+def _static_rows(tr: _Traj, i: int) -> tuple[np.ndarray, ...]:
+    """The rows active at checkpoint ``i`` (-1: none): (scratch segments, multiplicity, wire rate cap, group,
+    batch), as :meth:`Fabric.snapshot_rows` gives them but for the bytes left."""
+    if i < 0:
+        e = np.zeros(0, dtype=np.int64)
+        return np.zeros((0, 3), dtype=np.int64), np.zeros(0), np.zeros(0), e, e
+    ids = tr.r_id[int(tr.r_off[i]) : int(tr.r_off[i + 1])]
+    return tr.seg[ids], tr.mult[ids], tr.cap[ids], tr.group[ids], tr.batch[ids]
 
 
 class CollectiveCall:
@@ -401,6 +481,8 @@ class Collectives:
         self._a2av_plans: dict[Any, _Plan] = {}
         self._phases: dict[tuple[Any, ...], list[tuple[np.ndarray, np.ndarray, float, float | np.ndarray, int]]] = {}
         self._moved: dict[tuple[int, float, int], float] = {}  # (plan, scale, k) -> payload of phases 0..k-1
+        self._mat: dict[Any, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]]] = {}
+        """(trajectory, checkpoint) -> its rows by batch (:meth:`_row_batches`), for materializations there."""
         """(plan, phase, size, efficiencies, cap) -> the phase's batches (segments, bytes, efficiency, rate cap,
         group slot): routes and NIC caps computed once per repeated phase."""
 
@@ -1020,7 +1102,7 @@ class Collectives:
 
                 h = fab.hold(memo.links, on_wake)
                 fab.n_coalesced += 1
-                sim.env.process(self._coalesced(memo, plan, scale, eff, cap, label, res, done, net_eff, h, wake))
+                self._coalesced(memo, plan, scale, eff, cap, label, res, done, net_eff, h, wake, t0)
                 return
         sim.env.process(self._execute(plan, scale, lat, eff, cap, label, res, done, net_eff))
 
@@ -1080,31 +1162,47 @@ class Collectives:
         return memo
 
     def _coalesced(self, memo: _Memo, plan: _Plan, scale: float, eff: float, cap: float, label: str,
-                   res: CollectiveResult, done: simpy.Event, net_eff: float | None, h: int, wake: simpy.Event):
+                   res: CollectiveResult, done: simpy.Event, net_eff: float | None, h: int, wake: simpy.Event,
+                   t0: float) -> None:
         """A collective on idle links: its memo's duration and counters, unless a flow arrives on its
         links first; then the flows it has at that instant (bytes left from a scratch run up to it)
-        become real flows and the rest of its plan runs on the fabric."""
+        become real flows and the rest of its plan runs on the fabric (:meth:`_woken`). Callbacks, not a
+        process: the same events at the same instants (:func:`_urgent`, :func:`_first_of`), fewer of them."""
         env, fab = self.sim.env, self.sim.fabric
-        t0 = env.now
-        yield env.any_of([env.timeout(memo.duration), wake])
-        if not wake.triggered:
+
+        def end(_: simpy.Event) -> None:
+            if wake.triggered:
+                _drive(self._woken(plan, scale, eff, cap, label, res, done, net_eff, wake))
+                return
             fab.release(h, memo.links)
             fab.add_counters(memo.links, memo.bytes, memo.busy, memo.peak.copy())
-            if fab.observer is not None:
-                if memo.usage:
-                    lk, a, b, c, nb = memo.flat_usage()
-                    fab.observer(lk, t0 + a, t0 + b, c, nb)
+            if fab.observer is not None and memo.usage:
+                lk, a, b, c, nb = memo.flat_usage()
+                fab.observer(lk, t0 + a, t0 + b, c, nb)
             res.bytes_on_fabric = memo.moved
-        else:
-            fab.n_coalesced -= 1
-            evs, k, wait, moved = cast(tuple[list[simpy.Event], int, float, float], wake.value)
-            if wait > 0:
-                yield env.timeout(wait)
-            if evs:
-                yield env.all_of(evs)
-            sub = CollectiveResult(res.op, scale, [], "", "", env.now, env.now, 0.0)
-            yield from self._execute(plan, scale, 0.0, eff, cap, label, sub, None, net_eff, first=k + 1)
-            res.bytes_on_fabric = moved + sub.bytes_on_fabric
+            self._finish(res, label, done)
+
+        def wait(_: simpy.Event) -> None:
+            ev = _first_of(env, env.timeout(memo.duration), wake)
+            assert ev.callbacks is not None
+            ev.callbacks.append(end)
+
+        _urgent(env, wait)
+
+    def _woken(self, plan: _Plan, scale: float, eff: float, cap: float, label: str, res: CollectiveResult,
+               done: simpy.Event, net_eff: float | None, wake: simpy.Event):
+        """A coalesced collective woken by a flow on its links: its flows at that instant run on the fabric
+        (:meth:`_materialize` started them), then the rest of its plan."""
+        env = self.sim.env
+        self.sim.fabric.n_coalesced -= 1
+        evs, k, wait, moved = cast(tuple[list[simpy.Event], int, float, float], wake.value)
+        if wait > 0:
+            yield env.timeout(wait)
+        if evs:
+            yield env.all_of(evs)
+        sub = CollectiveResult(res.op, scale, [], "", "", env.now, env.now, 0.0)
+        yield from self._execute(plan, scale, 0.0, eff, cap, label, sub, None, net_eff, first=k + 1)
+        res.bytes_on_fabric = moved + sub.bytes_on_fabric
         self._finish(res, label, done)
 
     def _materialize(self, h: int, memo: _Memo, plan: _Plan, scale: float, lat: float, eff: float, cap: float,
@@ -1118,32 +1216,61 @@ class Collectives:
             return [], -1, lat - tau, 0.0
         sc = self._scratch_sim()
         cls_key: Any = None
-        if memo.traj is not None:  # the state at tau from the recorded trajectory
-            k, (segs, rem, mult, wcap, grp, bat), counters, usage = _at(memo, tau)
+        tr = memo.traj
+        if tr is not None:  # the state at tau from the recorded trajectory
+            k, i, rem, counters, n_closed, extra = _at_state(memo, tau)
+            flat = memo.usage_upto(n_closed, extra) if n_closed or extra is not None else None
             # its rows (but their bytes) are those of its checkpoint: a key for the fabric's flow-class partition
             # (memos are kept for the whole run, so the trajectory's id stays unique)
-            tr = memo.traj
-            cls_key = ("traj", id(tr), int(np.searchsorted(tr.times, tr.start + tau, side="left")))
+            cls_key = ("traj", id(tr), i + 1)
             sc.drop_all(sc.env.now + tau)  # the scratch clock where a run up to tau would have left it
         else:  # a scratch re-run up to tau
             part = self._memo_run(plan, scale, lat, eff, cap, net_eff, until=tau)
             segs, rem, mult, wcap, grp, bat = sc.fabric.snapshot_rows()
             sc.drop_all()  # the scratch copy's rest is not needed: idle it
             sc.collectives.results.clear()
-            k, counters, usage = part.phase, (part.links, part.bytes, part.busy, part.peak.copy()), part.usage
+            k, counters = part.phase, (part.links, part.bytes, part.busy, part.peak.copy())
+            flat = _flat_usage(part.usage) if part.usage else None
         fab._advance()
         fab.add_counters(*counters)
-        if fab.observer is not None:
-            if usage:
-                lk, a, b, c, nb = _flat_usage(usage)
-                fab.observer(lk, t0 + a, t0 + b, c, nb)
+        if fab.observer is not None and flat is not None:
+            lk, a, b, c, nb = flat
+            fab.observer(lk, t0 + a, t0 + b, c, nb)
+        moved = self._moved_before(plan, scale, k)
+        if tr is not None:
+            parts = self._mat.get(cls_key)
+            if parts is None:  # (static per checkpoint: materializations at one repeat it)
+                if len(self._mat) >= 4096:
+                    self._mat.clear()
+                parts = self._mat[cls_key] = self._row_batches(*_static_rows(tr, i))
+        else:
+            parts = self._row_batches(segs, mult, wcap, grp, bat)
+        evs = []
+        groups: dict[int, int] = {}
+        for sel, rsegs, m, wc, g, bt in parts:  # one batch per batch of the scratch run (its rate caps per row)
+            ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
+            evs.append(fab.start_rows(rsegs, rem[sel], max_rate=wc, link_latency=False, group=ng, name=label,
+                                      multiplicity=m, merge=False, classes=None if cls_key is None else (*cls_key, bt)))
+        if k >= 0:
+            moved += float((plan.phases[k][2] * scale).sum())
+        return evs, k, 0.0, moved
+
+    def _moved_before(self, plan: _Plan, scale: float, k: int) -> float:
+        """Payload bytes of ``plan``'s phases before phase ``k`` (none for -1) at size ``scale``."""
         mk = (plan.uid, scale, k)
         moved = self._moved.get(mk)
         if moved is None:  # (a pure function of the plan: materializations repeat it)
-            moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:max(k, 0)]))  # k -1: none yet
+            moved = float(sum(float((f * scale).sum()) for _, _, f in plan.phases[:max(k, 0)]))
             if len(self._moved) >= 65536:
                 self._moved.clear()
             self._moved[mk] = moved
+        return moved
+
+    def _row_batches(self, segs: np.ndarray, mult: np.ndarray, wcap: np.ndarray, grp: np.ndarray,
+                     bat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]]:
+        """Scratch rows (segments, multiplicity, wire rate cap, group, batch) by batch: (the batch's rows, their
+        segments on this fabric (copied once each), multiplicity, cap, scratch group, scratch batch) each."""
+        fab, sc = self.sim.fabric, self._scratch_sim()
         real = np.full(segs.shape, -1, dtype=np.int64)
         ok = segs >= 0
         ids = segs[ok]
@@ -1155,18 +1282,11 @@ class Collectives:
             for x in np.unique(ids[smap[ids] < 0]).tolist():
                 smap[x] = fab.copy_segment(sc.fabric, x)
             real[ok] = smap[ids]
-        evs = []
-        groups: dict[int, int] = {}
-        for b in np.unique(bat).tolist():  # one batch per batch of the scratch run (its rate caps per row)
+        out = []
+        for b in np.unique(bat).tolist():
             sel = np.flatnonzero(bat == b)
-            g = int(grp[sel[0]])
-            ng = -1 if g < 0 else groups.setdefault(g, fab.new_group())
-            evs.append(fab.start_rows(real[sel], rem[sel], max_rate=wcap[sel], link_latency=False, group=ng,
-                                      name=label, multiplicity=mult[sel], merge=False,
-                                      classes=None if cls_key is None else (*cls_key, b)))
-        if k >= 0:
-            moved += float((plan.phases[k][2] * scale).sum())
-        return evs, k, 0.0, moved
+            out.append((sel, real[sel], mult[sel], wcap[sel], int(grp[sel[0]]), b))
+        return out
 
     def _finish(self, res: CollectiveResult, label: str, done: simpy.Event) -> None:
         res.end = self.sim.env.now

@@ -74,6 +74,7 @@ def _piece(x: Any, n: int) -> np.ndarray:
 
 
 _F8 = np.dtype(np.float64)
+_I8 = np.dtype(np.int64)
 
 _KEPT = 4096
 """Link arrays whose occurrence groups are kept (a coalesced collective's memo hands the same
@@ -251,6 +252,31 @@ class LinkUsage:
                 continue
             scal.append(math.nan)
         self._pend.append((link, arrs, which, scal, source))  # its links' repeats are split off in :meth:`_flush`
+        self._pend_n += n
+        self._compiled = None
+        if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
+            self._flush()
+
+    def observed(self, link: np.ndarray, start: Any, end: Any, count: Any, nbytes: Any) -> None:
+        """:meth:`add` of the fabric's observer (collective intervals whose bytes the fabric counts), O(1) Python
+        for its usual columns (what :meth:`add` keeps of them, checked the same way): int64 links, float64
+        columns of their length, the end one such column or a float."""
+        if not (type(link) is np.ndarray and type(start) is np.ndarray and type(count) is np.ndarray
+                and type(nbytes) is np.ndarray and link.dtype == _I8 and start.dtype == _F8 and count.dtype == _F8
+                and nbytes.dtype == _F8 and link.ndim == 1 and start.shape == count.shape == nbytes.shape == link.shape):
+            self.add(link, start, end, count, nbytes, COLLECTIVE, count_bytes=False)
+            return
+        n = link.size
+        if not n:
+            return
+        nan = math.nan
+        if type(end) is float:
+            self._pend.append((link, [start, count, nbytes], [0, -1, 1, 2], [nan, end, nan, nan], COLLECTIVE))
+        elif type(end) is np.ndarray and end.dtype == _F8 and end.shape == link.shape:
+            self._pend.append((link, [start, end, count, nbytes], [0, 1, 2, 3], [nan, nan, nan, nan], COLLECTIVE))
+        else:
+            self.add(link, start, end, count, nbytes, COLLECTIVE, count_bytes=False)
+            return
         self._pend_n += n
         self._compiled = None
         if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
@@ -678,10 +704,7 @@ def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
     unchanged. Returns ``finish()``, which closes the last interval and adds the fabric's wire-byte
     counters."""
 
-    def observe(idx: np.ndarray, a: Any, b: Any, cnt: np.ndarray, nb: np.ndarray) -> None:
-        usage.add(idx, a, b, cnt, nb, COLLECTIVE, count_bytes=False)
-
-    fabric.observer = observe
+    fabric.observer = usage.observed
 
     def finish() -> None:
         fabric._advance()
