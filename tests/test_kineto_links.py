@@ -137,3 +137,20 @@ def test_thread_ids_worked_by_hand() -> None:
     assert ids.tolist() == [0, 0, 1] and pairs == [("a", 1), (2, 1)]
     ids, pairs = _thread_ids((), ())
     assert ids.tolist() == [] and pairs == []
+
+
+def test_thread_ids_keep_text_ids_apart_from_numbers(tmp_path: Path) -> None:
+    """A text pid that reads as a number ("7") is another thread than pid 7, and keeps its own name (the
+    numpy path parsed it into 7 before: the two threads merged, the text thread's name lost)."""
+    from cosim.workload.kineto_tables import _thread_ids
+
+    ids, pairs = _thread_ids(("7", "7", 7), (1, 1, 1))
+    assert ids.tolist() == [0, 0, 1] and pairs == [("7", 1), (7, 1)]
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": "7", "tid": 1, "args": {"name": "python"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2, "pid": "7", "tid": 1},
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    rg = read_kineto(f)
+    assert rg.strings[int(rg.threads.name[0])] == "python"
