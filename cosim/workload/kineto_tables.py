@@ -395,7 +395,7 @@ class TextMemos:
     ``dims``: an ``Input Dims`` text's (dict key, interned text), None for a JSON null; ``dim3``: a grid or
     block text's int triple. String ids stay per rank (each rank its own string table)."""
 
-    __slots__ = ("types", "dims", "dim3")
+    __slots__ = ("dim3", "dims", "types")
 
     def __init__(self) -> None:
         self.types: dict[bytes, list[Any] | None] = {}
