@@ -154,3 +154,17 @@ def test_thread_ids_keep_text_ids_apart_from_numbers(tmp_path: Path) -> None:
     f.write_text(json.dumps({"traceEvents": events}))
     rg = read_kineto(f)
     assert rg.strings[int(rg.threads.name[0])] == "python"
+
+
+def test_gpu_only_trace_is_one_line_exit_2(tmp_path: Path) -> None:
+    """A trace with GPU events and no host events is refused in one line naming the file (an IndexError's
+    traceback from the launch table before)."""
+    from cosim.errors import CosimInputError
+
+    f = tmp_path / "gpu.json"
+    f.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0, "tid": 7,
+         "args": {"device": 0, "stream": 7}}]}))
+    with pytest.raises(CosimInputError, match="1 GPU events and no host events") as e:
+        read_kineto(f)
+    assert str(f) in str(e.value) and "\n" not in str(e.value)

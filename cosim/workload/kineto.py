@@ -684,6 +684,12 @@ def check_events(
             "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
             file=path,
         )
+    if not host:
+        raise CosimInputError(
+            f"{len(gpu)} GPU events and no host events: the GPU ops' launches cannot be replayed (expected "
+            "complete events, ph 'X', with cat cpu_op, user_annotation, cuda_runtime or cuda_driver too)",
+            file=path,
+        )
     h_ts, g_ts = col(hcols[2], np.float64), col(gcols[2], np.float64)  # None (missing) -> NaN
     h_dur, g_dur = col(hcols[3], np.float64), col(gcols[3], np.float64)
     ts, dur = np.concatenate([h_ts, g_ts]), np.concatenate([h_dur, g_dur])
