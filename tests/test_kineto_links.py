@@ -168,3 +168,23 @@ def test_gpu_only_trace_is_one_line_exit_2(tmp_path: Path) -> None:
     with pytest.raises(CosimInputError, match="1 GPU events and no host events") as e:
         read_kineto(f)
     assert str(f) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_process_group_description_that_is_not_text(tmp_path: Path) -> None:
+    """A record_param_comms whose Process Group Description is a list or a number is read as its text, as the
+    group's name is (a list raised TypeError, unhashable, from the string table before: a traceback, exit 1)."""
+    args = {"Collective name": "allreduce", "dtype": "Float", "Process Group Name": 5,
+            "Process Group Description": [1], "Process Group Ranks": "[0]", "Group size": 1, "In msg nelems": 4}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 5, "pid": 1, "tid": 1,
+         "args": args},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, "pid": 1, "tid": 1,
+         "args": {"correlation": 3}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": 3, "dur": 4,
+         "pid": 0, "tid": 7, "args": {"correlation": 3, "device": 0, "stream": 7}},
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    rg = read_kineto(f)
+    pg = rg.groups
+    assert [rg.strings[int(i)] for i in pg.name] == ["5"] and [rg.strings[int(i)] for i in pg.desc] == ["[1]"]
