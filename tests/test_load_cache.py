@@ -319,3 +319,20 @@ def test_entries_memo_bounded_by_mapped_bytes(tmp_path: Path, monkeypatch: pytes
         assert cache.load_cached(f"k{k}") is not None
     assert [i[0] for i in cache._ENTRIES] == [str(tmp_path / "graph-k1.npz"), str(tmp_path / "graph-k2.npz")]
     assert sum(v[0] for v in cache._ENTRIES.values()) <= cache._ENTRIES_BYTES
+
+
+def test_entry_without_index_read_once_per_load(tmp_path: Path, graph: ExecutionGraph,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_cached of an entry without an index (an older writer's, a plain .npz) maps and looks for the index once,
+    then reads it by numpy.load (it mapped the file and parsed its zip directory twice before), read-only and not
+    remembered."""
+    monkeypatch.setattr(cache, "_ENTRIES", {})
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path))
+    graph.to_npz(tmp_path / "graph-plain.npz", compress=False)
+    calls: list[Path] = []
+    read = cache._read_arrays
+    monkeypatch.setattr(cache, "_read_arrays", lambda p: calls.append(p) or read(p))
+    g = cache.load_cached("plain")
+    assert g is not None and len(calls) == 1 and cache._ENTRIES == {}
+    _same_graph(graph, g)
+    assert not g.ranks[0].gpu_ops.start.flags.writeable
