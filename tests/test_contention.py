@@ -499,3 +499,43 @@ def test_copy_ops_kept_on_the_program_give_the_same_routes_and_fixed_parts(tmp_p
     b = CopyModel(sim.env, sim.fabric, cap, [(rg, prog.gpu_dur, "gpu0", "cpu0", 2)], static=[got])
     assert a.route == b.route and a.specs == b.specs and a.engines.keys() == b.engines.keys()
     assert np.array_equal(a.fixed[rg.rank], b.fixed[rg.rank]) and any(r >= 0 for r in a.route[rg.rank])
+
+
+def test_copy_statics_follow_the_synthetic_flag(tmp_path: Path) -> None:
+    """A synthesized copy has no measured fixed part (copies.copy_ops: 0), a measured one the shortest copy's
+    duration: a graph marked synthetic after a replay of the same tables compiled must not get the measured fixed
+    parts kept on the first one's program (program.rank_digest names the flag, so it gets a program of its own)."""
+    from cosim.replay.copies import copy_static
+    from cosim.replay.program import compile_rank
+
+    p = write(tmp_path / "copies.json", [launch(15, 1, "cudaMemcpyAsync"), copy(20, 5, 1, 4096)])
+    rg = load_trace(p, cache=False).ranks[0]
+    dur = rg.gpu_ops.dur.astype(float)
+    measured = copy_static(compile_rank(rg, ReplayConfig(), 4e-6, dur), rg)
+    assert [fix for _, _, fix in measured[1]] == [5 * US]
+    rg.source["synthetic"] = True
+    synth = copy_static(compile_rank(rg, ReplayConfig(), 4e-6, dur), rg)
+    assert [fix for _, _, fix in synth[1]] == [0.0]
+
+
+def test_gc_frozen_collects_the_cycles_a_replay_leaves() -> None:
+    """api._gc_frozen collects the young generation before it unfreezes: a cycle made inside (as simpy's
+    environment and the engine's simulator are) and dropped is gone on the way out, not moved into the oldest
+    generation with the unfrozen objects (where it would wait for a full collection)."""
+    import gc
+    import weakref
+
+    from cosim.replay.api import _gc_frozen
+
+    class Node:
+        me: object = None
+
+    if not gc.isenabled() or gc.get_freeze_count():
+        pytest.skip("the collector is off or objects are frozen already")
+    with _gc_frozen():
+        n = Node()
+        n.me = n
+        ref = weakref.ref(n)
+        del n
+        assert ref() is not None  # a cycle: reference counting alone does not free it
+    assert ref() is None

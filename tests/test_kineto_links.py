@@ -137,3 +137,54 @@ def test_thread_ids_worked_by_hand() -> None:
     assert ids.tolist() == [0, 0, 1] and pairs == [("a", 1), (2, 1)]
     ids, pairs = _thread_ids((), ())
     assert ids.tolist() == [] and pairs == []
+
+
+def test_thread_ids_keep_text_ids_apart_from_numbers(tmp_path: Path) -> None:
+    """A text pid that reads as a number ("7") is another thread than pid 7, and keeps its own name (the
+    numpy path parsed it into 7 before: the two threads merged, the text thread's name lost)."""
+    from cosim.workload.kineto_tables import _thread_ids
+
+    ids, pairs = _thread_ids(("7", "7", 7), (1, 1, 1))
+    assert ids.tolist() == [0, 0, 1] and pairs == [("7", 1), (7, 1)]
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": "7", "tid": 1, "args": {"name": "python"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 1, "dur": 2, "pid": "7", "tid": 1},
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    rg = read_kineto(f)
+    assert rg.strings[int(rg.threads.name[0])] == "python"
+
+
+def test_gpu_only_trace_is_one_line_exit_2(tmp_path: Path) -> None:
+    """A trace with GPU events and no host events is refused in one line naming the file (an IndexError's
+    traceback from the launch table before)."""
+    from cosim.errors import CosimInputError
+
+    f = tmp_path / "gpu.json"
+    f.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "pid": 0, "tid": 7,
+         "args": {"device": 0, "stream": 7}}]}))
+    with pytest.raises(CosimInputError, match="1 GPU events and no host events") as e:
+        read_kineto(f)
+    assert str(f) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_process_group_description_that_is_not_text(tmp_path: Path) -> None:
+    """A record_param_comms whose Process Group Description is a list or a number is read as its text, as the
+    group's name is (a list raised TypeError, unhashable, from the string table before: a traceback, exit 1)."""
+    args = {"Collective name": "allreduce", "dtype": "Float", "Process Group Name": 5,
+            "Process Group Description": [1], "Process Group Ranks": "[0]", "Group size": 1, "In msg nelems": 4}
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 1, "dur": 5, "pid": 1, "tid": 1,
+         "args": args},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, "pid": 1, "tid": 1,
+         "args": {"correlation": 3}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": 3, "dur": 4,
+         "pid": 0, "tid": 7, "args": {"correlation": 3, "device": 0, "stream": 7}},
+    ]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    rg = read_kineto(f)
+    pg = rg.groups
+    assert [rg.strings[int(i)] for i in pg.name] == ["5"] and [rg.strings[int(i)] for i in pg.desc] == ["[1]"]

@@ -301,3 +301,38 @@ def test_cache_key_resolves_a_trace_folder_given_through_links(tmp_path: Path, m
     paths = [Path("lnk/sublink/../r0.json"), Path("lnk//sub/./../r1.json"), Path("lnk/r3.json"), Path("lnk/nope")]
     real_dirs: dict[str, str] = {}
     assert [cache._realpath(p, real_dirs) for p in paths] == [os.path.realpath(p) for p in paths]
+
+
+def test_entries_memo_bounded_by_mapped_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """_ENTRIES holds at most _ENTRIES_BYTES of entry files: an entry larger than the bound is read at every load
+    (never kept), and keeping a new one forgets the least recently read until the bytes fit."""
+    monkeypatch.setattr(cache, "_ENTRIES", {})
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path))
+    g = load_trace(sorted(DATA.glob("*.json"))[0], cache=False)
+    for k in range(3):
+        cache.write_entry(tmp_path / f"graph-k{k}.npz", g)
+    size = (tmp_path / "graph-k0.npz").stat().st_size
+    monkeypatch.setattr(cache, "_ENTRIES_BYTES", size - 1)
+    assert cache.load_cached("k0") is not None and cache._ENTRIES == {}
+    monkeypatch.setattr(cache, "_ENTRIES_BYTES", 2 * size)
+    for k in (0, 1, 2):
+        assert cache.load_cached(f"k{k}") is not None
+    assert [i[0] for i in cache._ENTRIES] == [str(tmp_path / "graph-k1.npz"), str(tmp_path / "graph-k2.npz")]
+    assert sum(v[0] for v in cache._ENTRIES.values()) <= cache._ENTRIES_BYTES
+
+
+def test_entry_without_index_read_once_per_load(tmp_path: Path, graph: ExecutionGraph,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_cached of an entry without an index (an older writer's, a plain .npz) maps and looks for the index once,
+    then reads it by numpy.load (it mapped the file and parsed its zip directory twice before), read-only and not
+    remembered."""
+    monkeypatch.setattr(cache, "_ENTRIES", {})
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path))
+    graph.to_npz(tmp_path / "graph-plain.npz", compress=False)
+    calls: list[Path] = []
+    read = cache._read_arrays
+    monkeypatch.setattr(cache, "_read_arrays", lambda p: calls.append(p) or read(p))
+    g = cache.load_cached("plain")
+    assert g is not None and len(calls) == 1 and cache._ENTRIES == {}
+    _same_graph(graph, g)
+    assert not g.ranks[0].gpu_ops.start.flags.writeable

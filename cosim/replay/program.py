@@ -836,13 +836,15 @@ _cfg_text: tuple[ReplayConfig | None, str] = (None, "")
 
 
 def rank_digest(rg: RankGraph) -> tuple[Any, ...]:
-    """What identifies rank ``rg``'s content: its identity fields, its strings' hash, and either its load-cache
+    """What identifies rank ``rg``'s content: its identity fields, its strings' hash, whether it is synthesized
+    (``source["synthetic"]``: :func:`cosim.replay.copies.copy_ops`, kept on the program, reads it), and either its load-cache
     origin (:meth:`RankGraph.cache_identity`: the entry's key and rank index, while the rank holds the read-only
     arrays it was read with; ~15 us a DLRM rank, no byte read) or per table the row count and a CRC-32 of every
     column's bytes (zlib-ng's, read from the array's own buffer: ~0.09 ms for a DLRM rank, 83 columns, 334 kB,
     warm; its first read of freshly mapped pages costs several times that). Computed each time, so a graph
     edited after loading (a new table or column; a column assigned, which copies it) gets a new digest."""
-    ident = (rg.rank, rg.world_size, rg.device_name, float(rg.time_origin), len(rg.strings), hash(tuple(rg.strings)))
+    ident = (rg.rank, rg.world_size, rg.device_name, float(rg.time_origin), len(rg.strings), hash(tuple(rg.strings)),
+             bool(rg.source.get("synthetic")))  # a synthesized copy has no fixed part
     origin = rg.cache_identity()
     if origin is not None:
         return ("cache", origin, *ident)

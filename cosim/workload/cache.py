@@ -169,7 +169,7 @@ def load_cached(key: str) -> ExecutionGraph | None:
             if hit is None:
                 arrays = _read_arrays(p)
                 if arrays is None:  # an entry without an index
-                    return read_entry(p, key)
+                    return _read_npz(p)
                 hit = _remember(ident, arrays)
             return _graph(*hit, p, key)
     except Exception:  # a corrupt or foreign entry: forget it, the caller rebuilds
@@ -402,10 +402,15 @@ def read_entry(path: Path, key: str | None = None) -> ExecutionGraph:
     the previous graph is still alive) and the copy."""
     arrays = _read_arrays(path)
     if arrays is None:
-        g = ExecutionGraph.from_npz(path)
-        g.set_read_only()
-        return g
+        return _read_npz(path)
     return _graph(arrays, set(arrays), path, key)
+
+
+def _read_npz(path: Path) -> ExecutionGraph:
+    """The graph of an entry without an index (``numpy.load``), its arrays read-only."""
+    g = ExecutionGraph.from_npz(path)
+    g.set_read_only()
+    return g
 
 
 def _read_arrays(path: Path) -> dict[str, np.ndarray] | None:

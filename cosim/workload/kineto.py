@@ -114,30 +114,6 @@ class _ArgsLite(msgspec.Struct, omit_defaults=True, gc=False):
     """Tells a collective's event: its collective's members (:class:`_CommArgs`) are decoded on their own."""
 
 
-class _Args(_ArgsLite, omit_defaults=True, gc=False):
-    """:class:`_ArgsLite` and the ``record_param_comms`` members (sizes, process group, sequence number), for
-    the fully typed decode of a chunk that failed (:class:`_ArgsStrict`). The events that carry a collective
-    have those members decoded on their own (:class:`_CommArgs`), so that every other event's record stays
-    small (the v100 trace: ~30 ms less CPU per first load)."""
-
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    in_size: Any = msgspec.field(default=None, name="In msg size")
-    out_size: Any = msgspec.field(default=None, name="Out msg size")
-    dtype: Any = None
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    in_split: Any = msgspec.field(default=None, name="In split size")
-    out_split: Any = msgspec.field(default=None, name="Out split size")
-    seq_cap: Any = msgspec.field(default=None, name="Seq")
-    seq: Any = None
-    rank: Any = msgspec.field(default=None, name="Rank")
-    rank_start: Any = msgspec.field(default=None, name="Global rank start")
-    rank_stride: Any = msgspec.field(default=None, name="Global rank stride")
-
-
 class _CommArgs(msgspec.Struct, omit_defaults=True, gc=False):
     """The ``record_param_comms`` members of an event's ``args``, in a fixed order: a collective's
     args as a dict of the members present (not null) come from ``msgspec.to_builtins`` in C (omitted defaults),
@@ -183,20 +159,15 @@ class _EventLite(msgspec.Struct, gc=False):
     args: _ArgsLite | None = None
 
 
-class _Event(_EventLite, gc=False):
-    """:class:`_EventLite` with the full :class:`_Args`."""
-
-    args: _Args | None = None  # type: ignore[assignment]
-
-
-class _ArgsStrict(_Args, omit_defaults=True, gc=False):
-    """:class:`_Args` with the shapes typed: decodes a chunk again to report its first bad field."""
+class _ArgsStrict(_ArgsLite, omit_defaults=True, gc=False):
+    """:class:`_ArgsLite` with the shapes typed: decodes a chunk again to report its first bad field (a
+    collective's members are of any type: they cannot fail it)."""
 
     input_dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")  # type: ignore[assignment]
     input_type: list[Any] | None = msgspec.field(default=None, name="Input type")  # type: ignore[assignment]
 
 
-class _EventStrict(_Event, gc=False):
+class _EventStrict(_EventLite, gc=False):
     args: _ArgsStrict | None = None  # type: ignore[assignment]
 
 
@@ -512,7 +483,7 @@ def _concrete_id(raw: msgspec.Raw, ids: dict[bytes, int], st: StringTable) -> in
     return i
 
 
-_NO_ARGS = _Args()
+_NO_ARGS = _ArgsLite()
 #: Fields of a host row and of a GPU row (see :func:`read_kineto`; the last: the event's index in ``traceEvents``).
 _HOST_FIELDS = 14
 _GPU_FIELDS = 15
@@ -711,6 +682,12 @@ def check_events(
         raise CosimInputError(
             "no host or GPU events: nothing to replay (expected complete events, ph 'X', with cat cpu_op, "
             "user_annotation, cuda_runtime, cuda_driver, kernel, gpu_memcpy or gpu_memset)",
+            file=path,
+        )
+    if not host:
+        raise CosimInputError(
+            f"{len(gpu)} GPU events and no host events: the GPU ops' launches cannot be replayed (expected "
+            "complete events, ph 'X', with cat cpu_op, user_annotation, cuda_runtime or cuda_driver too)",
             file=path,
         )
     h_ts, g_ts = col(hcols[2], np.float64), col(gcols[2], np.float64)  # None (missing) -> NaN

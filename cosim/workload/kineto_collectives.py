@@ -146,7 +146,7 @@ def collectives_tables(
         ranks = int_list(comm.get("Process Group Ranks"))
         gid = group_id(
             str(comm["Process Group Name"]) if "Process Group Name" in comm else None,
-            comm.get("Process Group Description"),
+            str(comm["Process Group Description"]) if comm.get("Process Group Description") is not None else None,
             ranks,
         )
         gsize = as_int(comm.get("Group size"), len(g_rows[gid][2]) or -1)
