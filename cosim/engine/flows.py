@@ -1427,8 +1427,8 @@ class Fabric:
         ln = self._se_off[us + 1] - st
         e = _ranges(st, ln)
         le = self._se_link[e]
-        ul, li = np.unique(le, return_inverse=True)
-        x = _Expansion(sel, us, inv, ln, self._se_w[e], self._se_n[e], ul, li.reshape(-1))
+        ul, li = self._cpx(le, len(self.links))
+        x = _Expansion(sel, us, inv, ln, self._se_w[e], self._se_n[e], ul, li)
         if key is not None:
             nb = 8 * len(le) * 3
             self._exp_bytes += nb
