@@ -561,8 +561,7 @@ class Fabric:
         self._seg_m = np.zeros(0)  # active multiplicity per segment
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._exp_cache: dict[bytes, _Expansion] = {}  # segment list -> its expansion (:meth:`_expansion`)
-        self._reach_cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # :meth:`_binding_entries`
-        self._exp_bytes = self._reach_bytes = 0  # what the two caches hold (:data:`_CACHE_BYTES`)
+        self._exp_bytes = 0  # what it holds (:data:`_CACHE_BYTES`)
         self._next_comp = 0
         self._lm: tuple[tuple[int, int, bool], Any, Any] | None = None  # (key, weighted, ones): :meth:`_link_matrix`
         self._lm_small_work = 0  # entries multiplied by the numpy link matrix (:data:`_SMALL_LINK_WORK`)
@@ -1404,10 +1403,9 @@ class Fabric:
         return self._lm[1] if weighted else self._lm[2]
 
     _CACHE_BYTES = 32_000_000
-    """Bytes of link entries each of :meth:`_expansion`'s and :meth:`_binding_entries`' caches keeps (each is
-    cleared when full). The 1024-GPU DeepSeek-V3 step looks up about 1,500 distinct segment lists (~75 MB of
-    expansions) 100k times, and 4,200 distinct active segment sets 12.6k times."""
-    _EXPANSION_LEN = 1024
+    """Bytes of link entries :meth:`_expansion` keeps (cleared when full). The 1024-GPU DeepSeek-V3 step looks up
+    about 97k segment lists: 2.4k misses at this size, 1.2k with three times as much."""
+    _EXPANSION_LEN = 16384
     """Longer segment lists are expanded but not kept (a big collective's rows: rarely repeated, costly to hash)."""
 
     def _expansion(self, segs: np.ndarray) -> _Expansion:
@@ -1700,7 +1698,13 @@ class Fabric:
             Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
             Lp[valid] = inv
             cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
-            e_link, e_seg = self._binding_entries(us)
+            st = self._se_off[us]
+            ln = self._se_off[us + 1] - st
+            e_link = self._se_link[_ranges(st, ln)]
+            e_seg = np.repeat(np.arange(nu), ln)
+            if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+                keep = ~self._free[e_link]
+                e_link, e_seg = e_link[keep], e_seg[keep]
         if self._free_on:
             seed_links = seed_links & ~self._free
         grp = p.group[act]
@@ -1731,29 +1735,6 @@ class Fabric:
             if not np.count_nonzero(new):
                 return inr
             inr |= new
-
-    def _binding_entries(self, us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(link, position in ``us``) of the entries of the segments ``us`` (ascending) whose link can bind
-        (:meth:`_never_binding`), cached by ``us`` (the active rows' segments recur as collectives repeat)
-        until the never-binding links are gone: O(their entries) numpy on a miss, one hash on a hit."""
-        key = us.tobytes() if len(us) <= self._EXPANSION_LEN else None
-        hit = self._reach_cache.get(key) if key is not None else None
-        if hit is not None:
-            return hit
-        st = self._se_off[us]
-        ln = self._se_off[us + 1] - st
-        e_link = self._se_link[_ranges(st, ln)]
-        e_seg = np.repeat(np.arange(len(us)), ln)
-        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-            keep = ~self._free[e_link]
-            e_link, e_seg = e_link[keep], e_seg[keep]
-        if key is not None:
-            self._reach_bytes += e_link.nbytes + e_seg.nbytes
-            if self._reach_bytes > self._CACHE_BYTES:
-                self._reach_cache.clear()
-                self._reach_bytes = e_link.nbytes + e_seg.nbytes
-            self._reach_cache[key] = (e_link, e_seg)
-        return e_link, e_seg
 
     def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
@@ -1963,8 +1944,6 @@ class Fabric:
         self._free = np.zeros(len(self.links), dtype=bool)
         self._free_on = False
         self._binding.clear()
-        self._reach_cache.clear()
-        self._reach_bytes = 0
         self._wake_all = bool(self._holders)
 
     # ------------------------------------------------------------ coalescing
