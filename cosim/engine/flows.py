@@ -449,6 +449,29 @@ def _first_seen(g: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(slots=True, frozen=True, eq=False)
+class _Expansion:
+    """A list of segment ids (-1 padded) expanded to its segments' link entries (:meth:`Fabric._expansion`):
+    what :meth:`Fabric._to_links` derived on every call, kept per list since segments never change."""
+
+    sel: np.ndarray | None
+    """Positions of the list's non-padding entries (None: all of them)."""
+    us: np.ndarray
+    """Its distinct segments, ascending."""
+    inv: np.ndarray
+    """Per kept entry, its segment's position in ``us``."""
+    ln: np.ndarray
+    """Link entries per segment of ``us``."""
+    we: np.ndarray
+    """Weight of each link entry (segments of ``us`` in order, each one's entries in registration order)."""
+    ne: np.ndarray
+    """Flows per unit of multiplicity of each link entry (1; a class segment's: its members' share)."""
+    ul: np.ndarray
+    """The distinct links of the entries, ascending."""
+    li: np.ndarray
+    """Per link entry, its link's position in ``ul``."""
+
+
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, offsets): positions of ``keys`` grouped by key value 0..n-1 (stable)."""
     order = np.argsort(keys, kind="stable")
@@ -537,6 +560,8 @@ class Fabric:
         self._se_off = np.zeros(1, dtype=np.int64)  # segment -> its entries (CSR offsets)
         self._seg_m = np.zeros(0)  # active multiplicity per segment
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
+        self._exp_cache: dict[bytes, _Expansion] = {}  # segment list -> its expansion (:meth:`_expansion`)
+        self._exp_bytes = 0  # what it holds (:data:`_CACHE_BYTES`)
         self._next_comp = 0
         self._lm: tuple[tuple[int, int, bool], Any, Any] | None = None  # (key, weighted, ones): :meth:`_link_matrix`
         self._lm_small_work = 0  # entries multiplied by the numpy link matrix (:data:`_SMALL_LINK_WORK`)
@@ -1377,29 +1402,64 @@ class Fabric:
             self.n_link_matrix += 1
         return self._lm[1] if weighted else self._lm[2]
 
-    def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
-        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it); ``segs`` may hold
-        the -1 padding (ignored)."""
-        nl = len(self.links)
-        if self._dense_entries(segs.size):
-            v = np.bincount(segs + 1, weights=vals, minlength=len(self._seg_lat) + 1)[1:]
-            return np.asarray(self._link_matrix(weighted) @ v)
+    _CACHE_BYTES = 32_000_000
+    """Bytes of link entries :meth:`_expansion` keeps (cleared when full). The 1024-GPU DeepSeek-V3 step looks up
+    about 97k segment lists: 2.4k misses at this size, 1.2k with three times as much."""
+    _EXPANSION_LEN = 16384
+    """Longer segment lists are expanded but not kept (a big collective's rows: rarely repeated, costly to hash)."""
+
+    def _expansion(self, segs: np.ndarray) -> _Expansion:
+        """The :class:`_Expansion` of the segment list ``segs`` (flat, -1 padded; its segments registered and
+        flushed), cached by the list's bytes: a segment's entries never change once registered. A miss costs
+        O(len + its entries) numpy (about 20 calls), a hit one hash of the list."""
+        if segs.dtype != np.int64:
+            segs = segs.astype(np.int64)
+        key = segs.tobytes() if segs.size <= self._EXPANSION_LEN else None
+        x = self._exp_cache.get(key) if key is not None else None
+        if x is not None:
+            return x
         ok = segs >= 0
-        if not ok.all():
-            segs, vals = segs[ok], vals[ok]
-        if not segs.size:
-            return np.zeros(nl)
-        us, inv = self._cpx(segs, len(self._seg_lat))
-        v = np.bincount(inv, weights=vals, minlength=len(us))
+        sel = None if ok.all() else _nzf(ok)
+        us, inv = self._cpx(segs if sel is None else segs[sel], len(self._seg_lat))
         st = self._se_off[us]
         ln = self._se_off[us + 1] - st
         e = _ranges(st, ln)
-        w = v.repeat(ln)
-        if weighted:
-            w = w * self._se_w[e]
-        elif self._has_cls:
-            w = w * self._se_n[e]
-        return np.bincount(self._se_link[e], weights=w, minlength=nl)
+        le = self._se_link[e]
+        ul, li = self._cpx(le, len(self.links))
+        x = _Expansion(sel, us, inv, ln, self._se_w[e], self._se_n[e], ul, li)
+        if key is not None:
+            nb = 8 * len(le) * 3
+            self._exp_bytes += nb
+            if self._exp_bytes > self._CACHE_BYTES:
+                self._exp_cache.clear()
+                self._exp_bytes = nb
+            self._exp_cache[key] = x
+        return x
+
+    def _link_sums(self, segs: np.ndarray, vals: Sequence[np.ndarray], weighted: Sequence[bool]
+                   ) -> tuple[_Expansion, list[np.ndarray], list[np.ndarray]]:
+        """Sums of value vectors ``vals`` (one value per entry of the flat segment list ``segs``, -1 padding
+        ignored) on the list's :class:`_Expansion`: per vector, its per-segment sums (over ``us``) and its per-link
+        sums (over ``ul``; x the link's weight in each segment where ``weighted``). Each per-segment sum adds its
+        entries in list order, each per-link sum its terms in ascending segment order, from 0.0: the floats a
+        ``np.bincount`` over every segment or link gives at those places (+0.0 elsewhere)."""
+        x = self._expansion(segs)
+        seg_sums, link_sums = [], []
+        for val, wt in zip(vals, weighted):
+            v = np.bincount(x.inv, weights=val if x.sel is None else val[x.sel], minlength=len(x.us))
+            w = v.repeat(x.ln)
+            if wt:
+                w = w * x.we
+            elif self._has_cls:
+                w = w * x.ne
+            seg_sums.append(v)
+            link_sums.append(np.bincount(x.li, weights=w, minlength=len(x.ul)))
+        return x, seg_sums, link_sums
+
+    def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
+        """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it); ``segs`` may hold
+        the -1 padding (ignored)."""
+        return self._to_links_many(segs, [vals], [weighted])[0]
 
     def _to_links_many(self, segs: np.ndarray, vals: Sequence[np.ndarray], weighted: Sequence[bool]
                        ) -> list[np.ndarray]:
@@ -1410,24 +1470,12 @@ class Fabric:
             s1, ns1 = segs + 1, len(self._seg_lat) + 1
             return [np.asarray(self._link_matrix(wt) @ np.bincount(s1, weights=val, minlength=ns1)[1:])
                     for val, wt in zip(vals, weighted)]
-        ok = segs >= 0
-        if not ok.all():
-            segs, vals = segs[ok], [v[ok] for v in vals]
-        if not segs.size:
-            return [np.zeros(nl) for _ in vals]
-        us, inv = self._cpx(segs, len(self._seg_lat))
-        st = self._se_off[us]
-        ln = self._se_off[us + 1] - st
-        e = _ranges(st, ln)
-        le, we = self._se_link[e], self._se_w[e]
+        x, _, sums = self._link_sums(segs, vals, weighted)
         out = []
-        for val, wt in zip(vals, weighted):
-            w = np.bincount(inv, weights=val, minlength=len(us)).repeat(ln)
-            if wt:
-                w = w * we
-            elif self._has_cls:
-                w = w * self._se_n[e]
-            out.append(np.bincount(le, weights=w, minlength=nl))
+        for s in sums:
+            full = np.zeros(nl)
+            full[x.ul] = s
+            out.append(full)
         return out
 
     def _seg_flows(self, segs: np.ndarray, mult: np.ndarray, sign: float) -> None:
@@ -1441,19 +1489,10 @@ class Fabric:
             self._seg_m += sign * v
             self._nflows += sign * np.asarray(self._link_matrix(False) @ v)
             return
-        ok = s >= 0
-        s, m = s[ok], m[ok]
-        self._seg_m += sign * np.bincount(s, weights=m, minlength=len(self._seg_m))
-        self._nflows += sign * self._to_links(s, m, weighted=False)
-
-    def _seg_counts(self, s: np.ndarray, m: np.ndarray, sign: float) -> None:
-        """The segments' half of :meth:`_seg_flows` (``s``: segment per entry, -1 padded; ``m``: multiplicity per
-        entry), for a caller that has the links' flow counts from its own expansion."""
-        if self._dense_entries(s.size):
-            self._seg_m += sign * np.bincount(s + 1, weights=m, minlength=len(self._seg_lat) + 1)[1:]
-            return
-        ok = s >= 0
-        self._seg_m += sign * np.bincount(s[ok], weights=m[ok], minlength=len(self._seg_m))
+        # only the touched segments and links (elsewhere the sums are +0.0, which adds nothing)
+        x, (v,), (c,) = self._link_sums(s, [m], [False])
+        self._seg_m[x.us] += sign * v
+        self._nflows[x.ul] += sign * c
 
     # ----------------------------------------------------------------- solver
     def _request_solve(self) -> None:
@@ -1482,10 +1521,12 @@ class Fabric:
             if 4 * len(live) < len(self._load):  # the live links only: elsewhere the load and flow counts are 0
                 self.bytes_moved[live] += self._load[live] * dt
                 self.busy_time[live] += (self._nflows[live] > 0.5) * dt
-            else:  # in place, on kept scratch (the same floats: x + 0.0 is x, x + 1.0 * dt is x + dt)
+            else:  # in place, on kept scratch (the same floats: x + 0.0 is x, x + 1.0 * dt is x + dt; a product
+                # and a plain add are faster than ``np.add(..., where=)``)
                 buf, on = self._adv_buf
                 np.add(self.bytes_moved, np.multiply(self._load, dt, out=buf), out=self.bytes_moved)
-                np.add(self.busy_time, dt, out=self.busy_time, where=np.greater(self._nflows, 0.5, out=on))
+                np.greater(self._nflows, 0.5, out=on)
+                np.add(self.busy_time, np.multiply(on, dt, out=buf), out=self.busy_time)
         self._t_last = now
 
     def _complete_finished(self) -> None:
@@ -1505,8 +1546,7 @@ class Fabric:
         rem = p.rem[A] - rate * (now - p.t0[A])
         # (tend is finite or +inf, never nan: tend - now <= x for a finite x already excludes the unrated rows)
         due_in = tend - now
-        with np.errstate(invalid="ignore"):
-            fin = (rem <= _REM_EPS) | (due_in <= self.config.time_tolerance)
+        fin = (rem <= _REM_EPS) | (due_in <= self.config.time_tolerance)
         if windowed:  # the tick's batch: rows due within its half window end now (late or early)
             fin |= (p.batch[A] == wb) & (due_in <= half)
         j = _nzf(fin)
@@ -1527,12 +1567,21 @@ class Fabric:
         # the flow counts, loads and early bytes from one expansion of the segments (what :meth:`_seg_flows` and
         # a second :meth:`_to_links_many` computed apart: the same sums)
         vals = [mk, (r * m).repeat(_K)] + ([(left * m).repeat(_K)] if early else [])
-        sums = self._to_links_many(sf, vals, [False, True, True][: len(vals)])
-        self._seg_counts(sf, mk, -1.0)
-        self._nflows += -1.0 * sums[0]
-        if early:
-            self.bytes_moved += sums[2]
-        self._load -= sums[1]
+        wts = [False, True, True][: len(vals)]
+        if self._dense_entries(sf.size):
+            sums = self._to_links_many(sf, vals, wts)
+            self._seg_m += -1.0 * np.bincount(sf + 1, weights=mk, minlength=len(self._seg_lat) + 1)[1:]
+            self._nflows += -1.0 * sums[0]
+            if early:
+                self.bytes_moved += sums[2]
+            self._load -= sums[1]
+        else:  # the touched segments and links only (elsewhere the sums are +0.0)
+            x, (v, *_), sums = self._link_sums(sf, vals, wts)
+            self._seg_m[x.us] += -1.0 * v
+            self._nflows[x.ul] += -1.0 * sums[0]
+            if early:
+                self.bytes_moved[x.ul] += sums[2]
+            self._load[x.ul] -= sums[1]
         self._obs_dirty = True
         self._departed.append((segs, r.copy(), p.comp[idx].copy()))
         self._unlabel(p.comp[idx])
@@ -1735,11 +1784,8 @@ class Fabric:
             if not self._departed and arrived.size and (p.group[arrived] < 0).all():
                 # fast path: no other active row on the arrivals' links (those that can bind): they are a
                 # component of their own, what the frontier search would find, at O(their entries)
-                mine = self._to_links(p.seg[arrived].reshape(-1), np.repeat(p.mult[arrived], _K), weighted=False)
-                lk = mine > 0
-                if self._free_on:
-                    lk &= ~self._free
-                if (np.abs(self._nflows[lk] - mine[lk]) < 0.5).all():
+                lk, mine = self._own_links(p.seg[arrived].reshape(-1), np.repeat(p.mult[arrived], _K))
+                if (np.abs(self._nflows[lk] - mine) < 0.5).all():
                     self._label(arrived)
                     return arrived
             R = ai[self._reach(ai, arrived, seed)]
@@ -1756,6 +1802,21 @@ class Fabric:
         floor = np.full(self._next_comp + 2, _INF)
         np.minimum.at(floor, comps, rates)
         return ai[p.rate[ai] >= floor[p.comp[ai]] * (1.0 - 1e-9)]
+
+    def _own_links(self, segs: np.ndarray, mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The links that can bind (:meth:`_never_binding`) with flows of the segment list ``segs`` (flat, -1
+        padded; ``mult``: multiplicity per entry), ascending, and those flows (:meth:`_to_links`, unweighted)."""
+        if self._dense_entries(segs.size):
+            mine = self._to_links(segs, mult, weighted=False)
+            lk = mine > 0
+            if self._free_on:
+                lk &= ~self._free
+            return _nzf(lk), mine[lk]
+        x, _, (mine,) = self._link_sums(segs, [mult], [False])
+        keep = mine > 0
+        if self._free_on:
+            keep &= ~self._free[x.ul]
+        return x.ul[keep], mine[keep]
 
     def _solve(self) -> None:
         """Re-solve the rates of the rows the pending arrivals/departures can affect (selective update)."""
@@ -1777,11 +1838,14 @@ class Fabric:
         if new is not None:
             self.n_rate_hits += 1
             d = np.repeat((new - old) * p.mult[R], _K) if not full else np.repeat(new * p.mult[R], _K)
-            upd = self._to_links(p.seg[R].reshape(-1), d)
+            sR = p.seg[R].reshape(-1)
             if full:
-                self._load[:] = upd
-            else:
-                self._load += upd
+                self._load[:] = self._to_links(sR, d)
+            elif self._dense_entries(sR.size):
+                self._load += self._to_links(sR, d)
+            else:  # the rows' links only (elsewhere the sums are +0.0)
+                x, _, (upd,) = self._link_sums(sR, [d], [True])
+                self._load[x.ul] += upd
         else:
             new = self._fill(R, full)
             if key is not None and (new > 0).all():
@@ -1958,13 +2022,10 @@ class Fabric:
         self._live_idx = np.zeros(0, dtype=np.int64)
 
     def _seg_links(self, segs: np.ndarray) -> np.ndarray:
-        """The links of the segments ``segs`` (-1 padding ignored), with repeats: the entries of their distinct
-        segments, O(those entries), not O(links) (every entry's flow count is > 0, so these are the links a
-        per-link count of ``segs`` marks)."""
-        s = segs.reshape(-1)
-        us = self._cpx.unique(s[s >= 0], len(self._seg_lat))
-        st = self._se_off[us]
-        return self._se_link[_ranges(st, self._se_off[us + 1] - st)]
+        """The distinct links of the segments ``segs`` (-1 padding ignored), ascending: the entries of their
+        distinct segments (:meth:`_expansion`), O(those entries), not O(links) (every entry's flow count is > 0,
+        so these are the links a per-link count of ``segs`` marks)."""
+        return self._expansion(segs.reshape(-1)).ul
 
     def copy_segment(self, other: Fabric, sid: int) -> int:
         """This fabric's id of segment ``sid`` of ``other`` (a fabric over the same graph)."""
