@@ -14,7 +14,6 @@ import pytest
 from cosim.workload.synth import build as B
 from tests._scripts import synth_variants
 
-
 _MORE = {  # variants of benchmarks/synth_variants.py's default scenario besides its own
     "stragglers_pp2": {"stragglers.gpu.1": 1.3, "stragglers.host.2": 1.2, "layout.pp": 2, "layout.ep": 4,
                        "batch.global": 16, "allow_oom": True},  # per-rank slowdowns, first and last pipeline chunks
