@@ -1,7 +1,8 @@
 """Synthesis replays the recorded blocks of a rank (a layer's forward, backward, recomputation: build.py
 ``_RankBuilder.block``): the graph must be array-identical to emitting every op one by one, on variants that reach
 the state a block reads (partial, per-layer and full-iteration CUDA graphs, skewed routing's per-peer splits, MTP, FSDP,
-GPU and host stragglers, pipeline stages and virtual chunks, DualPipe, the combined 1F1B's segments)."""
+GPU and host stragglers, pipeline stages and virtual chunks, MTP depths on the last stage, DualPipe, the combined
+1F1B's segments)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from tests._scripts import synth_variants
 _MORE = {  # variants of benchmarks/synth_variants.py's default scenario besides its own
     "stragglers_pp2": {"stragglers.gpu.1": 1.3, "stragglers.host.2": 1.2, "layout.pp": 2, "layout.ep": 4,
                        "batch.global": 16, "allow_oom": True},  # per-rank slowdowns, first and last pipeline chunks
+    "mtp_pp2": {"mtp_layers": 2, "layout.pp": 2, "layout.ep": 4, "batch.global": 16, "allow_oom": True},
+    "mtp_pp2_a2a": {"mtp_layers": 1, "layout.pp": 2, "layout.vpp": 2, "layout.ep": 4, "layout.recompute": "none",
+                    "layout.a2a_overlap": True, "batch.global": 16, "allow_oom": True},
 }
 
 
@@ -31,7 +35,7 @@ def _arrays(name: str) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name,share", [
     ("default", 0.3), ("graphs", 0.3), ("fulliter", 0.3), ("skew_ep4", 0.3), ("fsdp", 0.3), ("deepep_fp8_tpo", 0.3),
     ("stragglers_pp2", 0.3), ("pp2_a2a", 0.0), ("dualpipe", 0.0), ("layer_graphs", 0.3),
-    ("no_overlap_grad", 0.3)])
+    ("no_overlap_grad", 0.3), ("mtp_pp2", 0.3), ("mtp_pp2_a2a", 0.0)])
 def test_replayed_blocks_match_op_by_op(name: str, share: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """``share``: the least fraction of the GPU ops that come from replayed blocks (0: some; DualPipe's overlapped
     pairs and the combined 1F1B's segments replay less; launch jitter keeps its rank op by op: not run, 17 s)."""
