@@ -1,6 +1,6 @@
 """Synthesis replays the recorded blocks of a rank (a layer's forward, backward, recomputation: build.py
 ``_RankBuilder.block``): the graph must be array-identical to emitting every op one by one, on variants that reach
-the state a block reads (partial, per-layer and full-iteration CUDA graphs, skewed routing's per-peer splits, MTP, FSDP,
+the state a block reads (partial, per-layer and full-iteration CUDA graphs, skewed routing's per-peer splits, FSDP,
 GPU and host stragglers, pipeline stages and virtual chunks, MTP depths on the last stage, DualPipe, the combined
 1F1B's segments)."""
 
