@@ -35,4 +35,16 @@ def test_other_keys_and_nan_as_json_does() -> None:
         SortedJson(obj).text()
     assert SortedJson({3: "c", 1: "a"}).text() == _ref({3: "c", 1: "a"})
     with pytest.raises(ValueError):
-        SortedJson({"x": math.nan})
+        SortedJson({"x": math.nan}).text()
+
+
+def test_entries_replaced_before_serialized() -> None:
+    """An entry that ``more`` replaces is never serialized: ``json.dumps(obj | more)`` never sees it (a NaN, or a
+    dict whose keys cannot be sorted, there is no error), and errors come from the entries in sorted key order."""
+    bad = {"a": {1: 2, "1": 3}, "x": math.nan, "z": 1}
+    more = {"a": 5, "x": None}
+    assert SortedJson(bad).text(more) == _ref(bad | more)
+    with pytest.raises(TypeError):  # "a" sorts first: json.dumps fails on it before reaching "x"'s NaN
+        SortedJson(bad).text({"x": None})
+    with pytest.raises(TypeError):  # a non-string key in ``more``: json.dumps sorts the top level first
+        SortedJson({"x": math.nan}).text({2: 3})

@@ -3,25 +3,15 @@ a variant dumped on one side only)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("synth_variants", ROOT / "benchmarks" / "synth_variants.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests._scripts import synth_variants
 
 
 def test_compare_refuses_empty_and_one_sided(tmp_path: Path) -> None:
-    cmp = _tool().compare
+    cmp = synth_variants().compare
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()

@@ -7,6 +7,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cosim.cli import add_json_flag
 
@@ -142,7 +143,7 @@ def finish(result, args: argparse.Namespace, out: Path, baseline: dict | None = 
     if before_print is not None:
         before_print()
     if args.json:
-        more = {}
+        more: dict[str, Any] = {}
         if baseline is not None:
             from cosim.replay.summary import explain_change
 

@@ -8,9 +8,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cosim.cli.replay import add_output_flags
+
+if TYPE_CHECKING:
+    from cosim.scenario import WorkloadCache
 
 __all__ = ["PhaseBar", "phase_bar", "register", "what_if_line"]
 
@@ -164,10 +167,10 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-_CACHE: list[Any] = []
+_CACHE: list[WorkloadCache] = []
 
 
-def _workload_cache() -> Any:
+def _workload_cache() -> WorkloadCache:
     """The workload cache of the runs of this process (:class:`cosim.scenario.WorkloadCache`, as a sweep's
     ``cosim.sweep.cache.process_cache``, whose package a run does not otherwise import)."""
     if not _CACHE:
