@@ -1,5 +1,6 @@
 """How coalesced collectives hand their intervals over (cosim/engine/collectives.py, cosim/replay/links.py):
-the fabric observer's fast intake (``LinkUsage.observed``) records exactly what ``LinkUsage.add`` records, and a
+the fabric observer's fast intake (``LinkUsage.observed``) records exactly what ``LinkUsage.add`` records, a coalesced
+hit handed over relative to its start (``LinkUsage.observed_shifted``) exactly what the shifted intervals record, and a
 coalesced collective's wait (``_first_of``, callbacks instead of a process) resumes at the same point of simpy's
 event order as ``env.any_of`` in a process did."""
 
@@ -46,6 +47,54 @@ def test_observed_records_what_add_records() -> None:
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert fast._m > 0
     assert fast.report(10.0) == plain.report(10.0)
+
+
+def _memos(rng: np.random.Generator, nl: int) -> list[tuple[np.ndarray, ...]]:
+    """Coalesced collectives' memos as ``flat_usage`` gives them (links, relative starts, ends, flows, bytes):
+    links in pairs of equal intervals (classes stay whole and uniform), some repeated, one whose relative starts
+    differ by an ulp (equal once shifted by a large start: the shift makes unequal values equal)."""
+    out = []
+    for j in range(6):
+        lk = rng.choice(nl, 8, replace=False).astype(np.int64)
+        if j % 3 == 1:
+            lk = np.r_[lk, lk[:4]]
+        n = lk.size
+        a = np.repeat(np.round(rng.uniform(0, 1, (n + 1) // 2), 2), 2)[:n]
+        if j == 4:
+            a[1] = np.nextafter(a[0], 2.0)
+        b = a + 0.5
+        c = np.repeat(rng.integers(1, 3, (n + 1) // 2).astype(float), 2)[:n]
+        out.append((lk, a, b, c, c * 3.0))
+    return out
+
+
+def test_shifted_hits_record_what_shifting_them_records() -> None:
+    """``LinkUsage.observed_shifted`` (a coalesced hit: its memo's relative intervals and its start, the class
+    pattern kept per memo) records exactly what :meth:`LinkUsage.observed` of the shifted intervals records,
+    across class splits by other parts, repeated links and a shift that makes two relative starts equal."""
+    rng = np.random.default_rng(11)
+    nl = 24
+    memos = _memos(rng, nl)
+    fast, plain = LinkUsage([(str(i), "x") for i in range(nl)], np.ones(nl)), \
+        LinkUsage([(str(i), "x") for i in range(nl)], np.ones(nl))
+    for j in range(400):
+        if j % 9 == 0:  # a fabric part: splits classes now and then
+            lk = np.sort(rng.choice(nl, int(rng.integers(1, nl)), replace=False)).astype(np.int64)
+            s = np.full(lk.size, float(j))
+            fast.observed(lk, s, float(j) + 1.0, np.ones(lk.size), np.ones(lk.size))
+            plain.observed(lk, s, float(j) + 1.0, np.ones(lk.size), np.ones(lk.size))
+        lk, a, b, c, nb = memos[int(rng.integers(0, len(memos)))]
+        t0 = 2.0**40 if j % 50 == 7 else float(j) + 0.25
+        fast.observed_shifted(lk, t0, a, b, c, nb)
+        plain.observed(lk, t0 + a, t0 + b, c, nb)
+        if j % 97 == 0:  # flushes at other points
+            fast.classes, plain.classes
+    assert np.array_equal(fast.classes.cls, plain.classes.cls)
+    assert fast.classes.n == plain.classes.n > 1
+    for x, y in zip(fast._columns(), plain._columns()):
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+    assert fast._m > 0 and fast._hits
+    assert np.array_equal(fast.busy(), plain.busy()) and np.array_equal(fast.bytes_in(0.0, 9.0), plain.bytes_in(0.0, 9.0))
 
 
 def _order(first_of: bool, woken: bool) -> list[tuple[str, float]]:

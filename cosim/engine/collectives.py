@@ -1176,9 +1176,14 @@ class Collectives:
                 return
             fab.release(h, memo.links)
             fab.add_counters(memo.links, memo.bytes, memo.busy, memo.peak.copy())
-            if fab.observer is not None and memo.usage:
+            obs = fab.observer
+            if obs is not None and memo.usage:
                 lk, a, b, c, nb = memo.flat_usage()
-                fab.observer(lk, t0 + a, t0 + b, c, nb)
+                shifted = getattr(obs, "shifted", None)  # the intervals relative to t0, when the observer takes them
+                if shifted is not None:
+                    shifted(lk, t0, a, b, c, nb)
+                else:
+                    obs(lk, t0 + a, t0 + b, c, nb)
             res.bytes_on_fabric = memo.moved
             self._finish(res, label, done)
 

@@ -80,6 +80,18 @@ _KEPT = 4096
 """Link arrays whose occurrence groups are kept (a coalesced collective's memo hands the same
 array at every hit)."""
 
+_Part = tuple[np.ndarray, list[np.ndarray], list[int], list[float], int, "float | None"]
+"""A queued part: (links, its array columns, per column (start, end, count, bytes) its row there or -1 for the
+scalar in the next list, those scalars, source, shift). The shift is None, or a coalesced hit's start: then the
+columns are its memo's (start, end, count, bytes) relative to it (:meth:`LinkUsage.observed_shifted`)."""
+
+_HitRec = tuple[np.ndarray, np.ndarray]
+"""What a coalesced hit records while the classes it touches do not split: per interval to record, in order, its
+class, and its memo's (relative start, relative end, count, bytes) as the rows of a (4, k) array."""
+
+_NAN4 = [math.nan] * 4
+_ROWS4 = [0, 1, 2, 3]
+
 
 class _LinkClasses:
     """The links partitioned into classes of identical interval streams, refined as intervals are added.
@@ -204,8 +216,11 @@ class LinkUsage:
         """Bytes per link (wire bytes of collectives + memcpy bytes)."""
         self.memcpy_bytes = np.zeros(len(self.links))
         self._classes = _LinkClasses(len(self.links))
-        self._pend: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]] = []  # distinct links
+        self._pend: list[_Part] = []
         self._pend_n = 0
+        self._hits: dict[int, tuple[tuple[np.ndarray, ...], int, _HitRec | None]] = {}
+        """id(memo's links) -> (the memo's columns, :attr:`_LinkClasses.n` it is of, its :data:`_HitRec` or None
+        when a hit does not meet whole, uniform classes): :meth:`_hit_rec`."""
         self._scratch = np.empty(0, dtype=np.int64)  # :meth:`_batch`'s (part, class) -> interval table
         self._buf: list[np.ndarray] = [np.zeros(0, dtype=np.int64), *(np.zeros(0) for _ in range(4)), np.zeros(0, dtype=np.int8)]
         """(class, start, end, count, bytes, source) of the recorded intervals (the first :attr:`_m`), in order."""
@@ -251,7 +266,7 @@ class LinkUsage:
                 scal.append(float(x))
                 continue
             scal.append(math.nan)
-        self._pend.append((link, arrs, which, scal, source))  # its links' repeats are split off in :meth:`_flush`
+        self._pend.append((link, arrs, which, scal, source, None))  # its links' repeats are split off in :meth:`_flush`
         self._pend_n += n
         self._compiled = None
         if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
@@ -271,9 +286,9 @@ class LinkUsage:
             return
         nan = math.nan
         if type(end) is float:
-            self._pend.append((link, [start, count, nbytes], [0, -1, 1, 2], [nan, end, nan, nan], COLLECTIVE))
+            self._pend.append((link, [start, count, nbytes], [0, -1, 1, 2], [nan, end, nan, nan], COLLECTIVE, None))
         elif type(end) is np.ndarray and end.dtype == _F8 and end.shape == link.shape:
-            self._pend.append((link, [start, end, count, nbytes], [0, 1, 2, 3], [nan, nan, nan, nan], COLLECTIVE))
+            self._pend.append((link, [start, end, count, nbytes], [0, 1, 2, 3], [nan, nan, nan, nan], COLLECTIVE, None))
         else:
             self.add(link, start, end, count, nbytes, COLLECTIVE, count_bytes=False)
             return
@@ -281,6 +296,37 @@ class LinkUsage:
         self._compiled = None
         if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
             self._flush()
+
+    def observed_shifted(self, link: np.ndarray, t0: float, start: np.ndarray, end: np.ndarray, count: np.ndarray,
+                         nbytes: np.ndarray) -> None:
+        """:meth:`observed` of ``(link, t0 + start, t0 + end, count, nbytes)``: a coalesced collective's hit at
+        ``t0`` handing its memo's intervals (times relative to its start; the same arrays at every hit). Queued
+        as they are, O(1); the flush records the hit from its memo's class pattern (:meth:`_hit_rec`) without
+        shifting every interval. Other columns than int64 links and float64 columns of their length: shifted
+        here, then :meth:`observed`."""
+        if not (type(link) is np.ndarray and type(start) is np.ndarray and type(end) is np.ndarray
+                and type(count) is np.ndarray and type(nbytes) is np.ndarray and type(t0) is float
+                and link.dtype == _I8 and start.dtype == end.dtype == count.dtype == nbytes.dtype == _F8
+                and link.ndim == 1 and start.shape == end.shape == count.shape == nbytes.shape == link.shape):
+            self.observed(link, t0 + start, t0 + end, count, nbytes)
+            return
+        n = link.size
+        if not n:
+            return
+        self._pend.append((link, [start, end, count, nbytes], _ROWS4, _NAN4, COLLECTIVE, t0))
+        self._pend_n += n
+        self._compiled = None
+        if len(self._pend) >= self._BATCH_PARTS or self._pend_n >= self._BATCH_INTERVALS:
+            self._flush()
+
+    @staticmethod
+    def _unshift(p: _Part) -> _Part:
+        """A queued part with its times absolute (a coalesced hit's shifted by its start)."""
+        if p[5] is None:
+            return p
+        t0 = p[5]
+        a, b, c, nb = p[1]
+        return (p[0], [t0 + a, t0 + b, c, nb], _ROWS4, _NAN4, COLLECTIVE, None)
 
     def _count(self, link: np.ndarray, n: int, nbytes: Any, source: int) -> np.ndarray:
         """Add the ``n`` intervals' bytes to the links' counters (one addition per interval, in order); returns
@@ -296,31 +342,38 @@ class LinkUsage:
                 np.add.at(self.memcpy_bytes, link, b)
         return b
 
-    def _split_repeats(self, pend: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]
-                       ) -> list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]:
+    def _split_repeats(self, pend: list[_Part]) -> list[_Part]:
         """``pend`` with each part whose links repeat replaced by its links' first occurrences, then their second
-        ones, ... (parts of distinct links, in order). Which parts are increasing (distinct; the fabric's observer
-        hands those) is one numpy pass over the parts' links together."""
-        ns = np.fromiter((p[0].size for p in pend), dtype=np.int64, count=len(pend))
-        L = np.concatenate([p[0] for p in pend])
+        ones, ... (parts of distinct links, in order); coalesced hits are left whole (:meth:`_batch` records them
+        from their memo's pattern; :meth:`_expand` splits one that cannot be). Which parts are increasing
+        (distinct; the fabric's observer hands those) is one numpy pass over the other parts' links together."""
+        idx = [k for k, p in enumerate(pend) if p[5] is None]
+        if not idx:
+            return pend
+        ns = np.fromiter((pend[k][0].size for k in idx), dtype=np.int64, count=len(idx))
+        L = np.concatenate([pend[k][0] for k in idx])
         down = np.r_[False, L[1:] <= L[:-1]]
         down[np.cumsum(ns[:-1])] = False  # a part's first link follows nothing of its own
-        rep = np.flatnonzero(np.logical_or.reduceat(down, np.r_[0, np.cumsum(ns[:-1])])).tolist()
+        rep = [idx[k] for k in np.flatnonzero(np.logical_or.reduceat(down, np.r_[0, np.cumsum(ns[:-1])])).tolist()]
         if not rep:
             return pend
-        out: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]] = []
+        out: list[_Part] = []
         i = 0
         for k in rep:
             out.extend(pend[i:k])
-            link, arrs, which, scal, source = pend[k]
-            subs = self._classes.occurrences(link)
-            if subs is None:
-                out.append(pend[k])
-            else:
-                out.extend((link[sel], [a[sel] for a in arrs], which, scal, source) for sel in subs)
+            out.extend(self._expand(pend[k]))
             i = k + 1
         out.extend(pend[i:])
         return out
+
+    def _expand(self, p: _Part) -> list[_Part]:
+        """Part ``p`` (times absolute) as parts of distinct links: its links' first occurrences, then their second
+        ones, ... (itself when its links are distinct)."""
+        link, arrs, which, scal, source, _ = p = self._unshift(p)
+        subs = self._classes.occurrences(link)
+        if subs is None:
+            return [p]
+        return [(link[sel], [a[sel] for a in arrs], which, scal, source, None) for sel in subs]
 
     _SMALL_REST = 4096
     """After a split, the parts left are batched all together when they hold at most this many intervals."""
@@ -337,15 +390,16 @@ class LinkUsage:
     def _flush(self) -> None:
         """Refine by the waiting parts of distinct links, in order, as :meth:`_LinkClasses.refine` of each would:
         while no class splits, a part's touched classes are whole and its intervals equal their representatives'
-        for every part of the batch at once (O(intervals) numpy over the batch); from the first part that fails,
-        that part alone (it splits a class), then the rest again."""
+        for every part of the batch at once (O(intervals) numpy over the batch; a coalesced hit O(classes it
+        touches), :meth:`_hit_rec`); from the first part that fails, that part alone (it splits a class; a
+        coalesced hit split into parts of distinct links first), then the rest again."""
         pend, self._pend, self._pend_n = self._pend, [], 0
         if not pend:
             return
         pend = self._split_repeats(pend)
         i = 0
         size = len(pend)  # after a split, batches of 1, 2, 4, ... parts (splits come in runs) ...
-        left = np.cumsum([p[0].size for p in pend][::-1])[::-1].tolist()  # intervals from each part on
+        left = self._left(pend)
         C = self._classes
         while i < len(pend):
             if C.n == 1 and pend[i][0].size < C.cls.size:  # one class, not every link: the part splits it
@@ -357,19 +411,110 @@ class LinkUsage:
             i += f
             size = min(2 * size, len(pend))
             if failed:
+                if pend[i][5] is not None:  # a hit that does not meet whole, uniform classes: its parts, again
+                    pend[i : i + 1] = self._expand(pend[i])
+                    left, size = self._left(pend), 1
+                    continue
                 # ... unless the rest is small: then all of it again (a batch's fixed cost exceeds its O(intervals))
                 size = len(pend) if i + 1 < len(pend) and left[i + 1] <= self._SMALL_REST else 1
-                link, arrs, which, scal, source = pend[i]
+                link, arrs, which, scal, source, _ = pend[i]
                 vals = np.vstack(arrs) if arrs else None
                 cid, pos = self._classes.refine(link, vals)
                 self._record(cid, pos, vals, which, scal, source)
                 i += 1
 
-    def _batch(self, parts: list[tuple[np.ndarray, list[np.ndarray], list[int], list[float], int]]) -> int:
-        """Record the longest prefix of ``parts`` (distinct links each) that meets whole, uniform classes: one
-        interval per touched class and part, in order. Returns the prefix's length."""
+    @staticmethod
+    def _left(pend: list[_Part]) -> list[int]:
+        """Intervals from each part of ``pend`` on."""
+        return np.cumsum([p[0].size for p in pend][::-1])[::-1].tolist()
+
+    def _batch(self, parts: list[_Part]) -> int:
+        """Record the longest prefix of ``parts`` (distinct links each, or coalesced hits) that meets whole, uniform
+        classes: one interval per touched class and part, in order. Returns the prefix's length. A hit is
+        recorded from its memo's :meth:`_hit_rec` (O(classes it touches)); the other parts are checked together
+        (:meth:`_check`)."""
+        m = len(parts)
+        g = m  # the first hit that fails
+        hits: list[tuple[int, float, _HitRec]] = []
+        for i, p in enumerate(parts):
+            if p[5] is not None:
+                r = self._hit_rec(p)
+                if r is None:
+                    g = i
+                    break
+                hits.append((i, p[5], r))
+        if not hits:
+            f, rec = self._check(parts[:g])
+            if rec is not None:
+                self._record(rec[0], np.arange(rec[0].size), rec[1], _ROWS4, _NAN4, rec[2])
+            return f
+        plain = [i for i in range(g) if parts[i][5] is None]
+        f, rec = self._check([parts[i] for i in plain])
+        f = plain[f] if f < len(plain) else g
+        hits = [h for h in hits if h[0] < f]
+        if not hits:
+            if rec is not None:
+                keep = np.asarray(plain, dtype=np.int64)[rec[3]] < f
+                self._record(rec[0][keep], np.arange(int(keep.sum())), rec[1][:, keep], _ROWS4, _NAN4, rec[2][keep])
+            return f
+        ks = [h[2][0].size for h in hits]
+        cid = np.concatenate([h[2][0] for h in hits])
+        v = np.concatenate([h[2][1] for h in hits], axis=1)
+        t = np.repeat(np.asarray([h[1] for h in hits]), ks)
+        v[0] = t + v[0]  # each hit's start plus its memo's relative times: (t0 + a)[k] bit for bit
+        v[1] = t + v[1]
+        src = np.full(cid.size, COLLECTIVE, dtype=np.int8)
+        if rec is not None:
+            pid = np.asarray(plain, dtype=np.int64)[rec[3]]
+            keep = pid < f
+            at = np.concatenate([pid[keep], np.repeat(np.asarray([h[0] for h in hits], dtype=np.int64), ks)])
+            o = np.argsort(at, kind="stable")  # in part order, a part's intervals in their order
+            cid = np.concatenate([rec[0][keep], cid])[o]
+            v = np.concatenate([rec[1][:, keep], v], axis=1)[:, o]
+            src = np.concatenate([rec[2][keep], src])[o]
+        self._record(cid, np.arange(cid.size), v, _ROWS4, _NAN4, src)
+        return f
+
+    def _hit_rec(self, p: _Part) -> _HitRec | None:
+        """What coalesced hit ``p`` records under the current classes, None when it does not meet whole, uniform
+        classes. Its memo's relative intervals equal on two links stay equal once shifted by the hit's start, so
+        the check on the relative ones (:meth:`_check` of its parts of distinct links) holds for every hit until
+        a class it touches splits (a class only ever splits: one that has not keeps its members): kept per memo,
+        O(its intervals) once, then O(1) while no class splits and O(classes it touches) after a split elsewhere.
+        A memo that fails is checked again after the next split, and its hit is refined shifted, as any part (a
+        shift can make unequal values equal)."""
+        C = self._classes
+        link, cols = p[0], p[1]
+        got = self._hits.get(id(link))
+        if got is not None and got[0][0] is link and all(x is y for x, y in zip(got[0][1:], cols)):
+            r = got[2]
+            if got[1] == C.n:
+                return r
+            if r is not None and bool(C.size[r[0]].all()):  # no class it touches was split (frozen: size 0)
+                self._hits[id(link)] = (got[0], C.n, r)
+                return r
+        subs = C.occurrences(link)
+        sels = [np.arange(link.size, dtype=np.int64)] if subs is None else subs
+        parts: list[_Part] = [(link[s], [x[s] for x in cols], _ROWS4, _NAN4, COLLECTIVE, None) for s in sels]
+        f, rec = self._check(parts)
+        out: _HitRec | None = None
+        if f == len(parts) and rec is not None:
+            at = np.concatenate(sels)[rec[4]]
+            out = (rec[0], np.vstack([x[at] for x in cols]))
+        if len(self._hits) >= _KEPT and id(link) not in self._hits:
+            del self._hits[next(iter(self._hits))]
+        self._hits[id(link)] = ((link, *cols), C.n, out)
+        return out
+
+    def _check(self, parts: list[_Part]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                             np.ndarray] | None]:
+        """The longest prefix of ``parts`` (distinct links each, times absolute) that meets whole, uniform
+        classes, and what it records (None when nothing): per interval to record, in order, its class, its
+        (start, end, count, bytes) as rows, its source, its part and its position in the parts' concatenation."""
         C = self._classes
         m = len(parts)
+        if not m:
+            return 0, None
         ns = np.fromiter((p[0].size for p in parts), dtype=np.int64, count=m)
         link = np.concatenate([p[0] for p in parts])
         E = link.size
@@ -404,10 +549,10 @@ class LinkUsage:
         ok = whole & (np.bincount(pid, weights=bad, minlength=m) == 0)
         f = int(np.argmin(ok)) if not ok.all() else m
         h = head[pid[head] < f]
-        if h.size:
-            src = np.fromiter((p[4] for p in parts), dtype=np.int8, count=m)[pid[h]]
-            self._record(cl[h], np.arange(h.size), np.vstack([c[h] for c in cols]), [0, 1, 2, 3], [math.nan] * 4, src)
-        return f
+        if not h.size:
+            return f, None
+        src = np.fromiter((p[4] for p in parts), dtype=np.int8, count=m)[pid[h]]
+        return f, (cl[h], np.vstack([c[h] for c in cols]), src, pid[h], h)
 
     def _record(self, cid: np.ndarray, pos: np.ndarray, v: np.ndarray | None, which: list[int], scal: list[float],
                 source: int | np.ndarray) -> None:
@@ -489,7 +634,7 @@ class LinkUsage:
         intervals in the order added, then sorted by start (ties in that order), the stream its class would
         record, so every figure is the same bit for bit. The queue is left as it is (:attr:`classes` refines
         it when asked)."""
-        pend = self._pend
+        pend = [self._unshift(p) for p in self._pend]
         ns = np.fromiter((p[0].size for p in pend), dtype=np.int64, count=len(pend))
         link = np.concatenate([p[0] for p in pend])
         cols = [np.concatenate([p[1][p[2][j]] if p[2][j] >= 0 else np.full(n, p[3][j])
@@ -697,6 +842,22 @@ class LinkUsage:
         return out
 
 
+class _Observer:
+    """The fabric's observer of :func:`record_fabric`: ``observer(links, starts, end, flows, bytes)`` is
+    :meth:`LinkUsage.observed`; ``observer.shifted(links, t0, starts, ends, flows, bytes)``, which the engine's
+    coalesced collectives call when the observer has it, the same intervals shifted by ``t0``
+    (:meth:`LinkUsage.observed_shifted`)."""
+
+    __slots__ = ("shifted", "_observed")
+
+    def __init__(self, usage: LinkUsage) -> None:
+        self._observed = usage.observed
+        self.shifted = usage.observed_shifted
+
+    def __call__(self, link: np.ndarray, start: Any, end: Any, count: Any, nbytes: Any) -> None:
+        self._observed(link, start, end, count, nbytes)
+
+
 def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
     """Record the fabric's per-link flow count and load between rate changes (and the intervals of
     coalesced collectives) into ``usage`` through the fabric's ``observer`` hook: one interval per
@@ -704,7 +865,7 @@ def record_fabric(fabric: Any, usage: LinkUsage) -> Callable[[], None]:
     unchanged. Returns ``finish()``, which closes the last interval and adds the fabric's wire-byte
     counters."""
 
-    fabric.observer = usage.observed
+    fabric.observer = _Observer(usage)
 
     def finish() -> None:
         fabric._advance()
