@@ -284,11 +284,9 @@ class Executor:
         successors here, a shared one is handed to what models its resource. Per op O(predecessors + successors);
         a rank's columns are read from :meth:`_hot` once per run of ops of one rank."""
         work = self.work
-        pop, push = work.pop, work.append
-        done = 0
         cur = None
         while work:
-            r, j = pop()
+            r, j = work.pop()
             if r is not cur:
                 cur = r
                 (ready, start_, end_, meet, bound_, bsrc, pending, succ, spred, gap, preds, dur, fl, paths,
@@ -320,16 +318,15 @@ class Executor:
                 start_[j] = start
                 end_[j] = end
                 meet[j] = start
-                done += 1
+                self.events += 1
                 for s in succ[j]:
                     pending[s] -= 1
                     if pending[s] == 0:
-                        push((r, s))
+                        work.append((r, s))
                 if r.waiters:
                     ws = r.waiters.pop(j, None)
                     if ws:
                         self._wake(ws, end, j)
-        self.events += done
 
     def _hot(self, r: _Rank) -> _Hot:
         """What :meth:`_drain` and :meth:`_shared_end` read of rank ``r`` (lists mutated in place, never rebound:
@@ -666,19 +663,26 @@ class _HostThread(simpy.events.Event):
         queue = env._queue  # simpy's event heap: (time, priority, id, event)
         eid = env._eid
         cbs = self._cbs
+        thread = tp.thread
+        now = env._now  # the clock moves only at this body's waits (or where it steps over one, below)
+        counted = 0  # calls passed, added to ``ex.events`` before each wait and at the end
         for k in range(len(kinds)):
             t = statics[k] + stall
-            if t > env._now:
+            if t > now:
                 if queue and queue[0][0] <= t:  # something else is due first: wait where a timeout would go
                     self.callbacks = cbs
-                    heappush(queue, (env._now + (t - env._now), NORMAL, next(eid), self))
+                    heappush(queue, (now + (t - now), NORMAL, next(eid), self))
+                    ex.events += counted
+                    counted = 0
                     yield
+                    now = env._now
                 else:  # nothing else is due by t: the timeout would be the next event, step over it
-                    env._now += t - env._now  # the same float the timeout would reach
-            ex.events += 1
+                    now += t - now  # the same float the timeout would reach
+                    env._now = now
+            counted += 1
             h = hosts[k]
             if kinds[k] == LAUNCH:  # _set_ready per op, inlined
-                rdy = t + lat + delay.get(h, 0.0)
+                rdy = t + lat + (delay.get(h, 0.0) if delay else 0.0)
                 for j in launch_gpu[h]:
                     ready[j] = rdy + hidden.get(j, 0.0) if hidden else rdy
                     pending[j] -= 1
@@ -702,13 +706,17 @@ class _HostThread(simpy.events.Event):
                 for d in deps:
                     if end_[d] != end_[d]:
                         r.waiters.setdefault(d, []).append(w)
+                ex.events += counted
+                counted = 0
                 yield
+                now = env._now
                 m, by = self._value
             stalls.append(m - end_min)
             bounds.append(by)
             stall += m - end_min
-            if tp.thread in watch:
-                _release(watch[tp.thread], len(stalls))
+            if thread in watch:
+                _release(watch[thread], len(stalls))
+        ex.events += counted
         self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
         yield  # never resumed
 
