@@ -44,10 +44,10 @@ scaling, cosim.replay.binding).
 from __future__ import annotations
 
 import heapq
-from heapq import heappush
 import math
 import re
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 import numpy as np
