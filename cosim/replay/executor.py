@@ -81,6 +81,18 @@ PROGRESS_MIN_OPS = 200_000
 """GPU ops (all ranks) from which a replay shows its progress on stderr."""
 
 
+def _no_share(*_: Any) -> None:
+    """:attr:`_Rank.hot`'s ``start_op`` without SM/HBM sharing (never called: no op takes that path then)."""
+    raise AssertionError("a shared compute op without a GpuShare")
+
+
+_Hot = tuple[list[float], list[float], list[float], list[float], list[int], list[int], Any, Any, Any, Any, Any,
+             Any, Any, list[int], Callable[..., None], Any]
+"""A rank's columns as :meth:`Executor._drain` reads them: ready, start, end, meet, bound, bound source, pending
+predecessors, successors; the program's stream predecessor, gap, predecessors, durations; last waves, paths;
+:meth:`GpuShare.start_op` and the rank's :meth:`GpuShare.ops_of`."""
+
+
 class _Rank:
     __slots__ = (
         "bound",
@@ -93,6 +105,7 @@ class _Rank:
         "fill",
         "fillers",
         "horizon",
+        "hot",
         "meet",
         "path",
         "pending",
@@ -150,6 +163,8 @@ class _Rank:
         """Per GPU op: whether it shares a resource (set by the executor; None: no op does)."""
         self.path: list[int] = []
         """Per GPU op: how the executor starts it (:meth:`Executor._paths`)."""
+        self.hot: _Hot = ()  # type: ignore[assignment]
+        """:meth:`Executor._hot` (set by the executor)."""
         self.horizon = -math.inf
         """Latest end of all but the last wave of any filler: an op ready after it is never held back."""
         self.fillers: dict[int, dict[int, tuple[list[float], list[float], list[int]]]] = {}
@@ -204,6 +219,7 @@ class Executor:
         for r in self.ranks:
             r.special = self._special(r)
             r.path = self._paths(r)
+            r.hot = self._hot(r)
 
     def _special(self, r: _Rank) -> list[bool] | None:
         """Per GPU op of ``r``: whether it shares a resource (``_start_shared``), else None when none does."""
@@ -263,42 +279,47 @@ class Executor:
             self.work.append((r, j))
 
     def _drain(self) -> None:
+        """Start the ops of the work list, last in first out, until it is empty: an op's start is the latest of its
+        ready time, its predecessors' ends and the block dispatcher; a plain op ends at once and releases its
+        successors here, a shared one is handed to what models its resource. Per op O(predecessors + successors);
+        a rank's columns are read from :meth:`_hot` once per run of ops of one rank."""
         work = self.work
+        cur = None
         while work:
             r, j = work.pop()
-            start = r.ready[j]
+            if r is not cur:
+                cur = r
+                (ready, start_, end_, meet, bound_, bsrc, pending, succ, spred, gap, preds, dur, fl, paths,
+                 start_op, sops) = r.hot
+            start = ready[j]
             bound, src = BOUND_LAUNCH, -1
-            end_ = r.end
-            prog = r.prog
-            sp = prog.gpu_stream_pred[j]
+            sp = spred[j]
             if sp >= 0:
-                e = end_[sp] + prog.gpu_pred_gap[j]
+                e = end_[sp] + gap[j]
                 if e > start:
                     start, bound, src = e, BOUND_PRED, sp
-            for p in prog.gpu_preds[j]:
+            for p in preds[j]:
                 e = end_[p]
                 if e > start:
                     start, bound, src = e, BOUND_PRED, p
-            fl = r.fill
             if fl is not None and (fl[j] > 0 or start < r.horizon) and not r.sm_free[j]:
                 t, by = self._dispatch(r, j, start)
                 if by >= 0:
                     start, bound, src = t, BOUND_PRED, by
-            r.bound[j] = bound
-            r.bound_src[j] = src
-            path = r.path[j]
+            bound_[j] = bound
+            bsrc[j] = src
+            path = paths[j]
             if path == _SHARED_COMPUTE:  # _start_shared's first branch, inlined (the hot path)
-                self.share.start_op(r.share_ops, r, j, start, prog.gpu_dur[j])  # type: ignore[union-attr]
+                start_op(sops, r, j, start, dur[j])
             elif path:
                 self._start_shared(r, j, start)
             else:  # _finish and _release of an op that shares nothing (the per-op path of a plain replay)
-                end = start + prog.gpu_dur[j]
-                r.start[j] = start
+                end = start + dur[j]
+                start_[j] = start
                 end_[j] = end
-                r.meet[j] = start
+                meet[j] = start
                 self.events += 1
-                pending = r.pending
-                for s in r.succ[j]:
+                for s in succ[j]:
                     pending[s] -= 1
                     if pending[s] == 0:
                         work.append((r, s))
@@ -306,6 +327,15 @@ class Executor:
                     ws = r.waiters.pop(j, None)
                     if ws:
                         self._wake(ws, end, j)
+
+    def _hot(self, r: _Rank) -> _Hot:
+        """What :meth:`_drain` and :meth:`_shared_end` read of rank ``r`` (lists mutated in place, never rebound:
+        made once, after :meth:`_paths`)."""
+        prog = r.prog
+        share = self.share
+        return (r.ready, r.start, r.end, r.meet, r.bound, r.bound_src, r.pending, r.succ, prog.gpu_stream_pred,
+                prog.gpu_pred_gap, prog.gpu_preds, prog.gpu_dur, r.fill, r.path,
+                share.start_op if share is not None else _no_share, r.share_ops)
 
     def _start_shared(self, r: _Rank, j: int, start: float) -> None:
         """Op ``j`` may start at ``start`` and shares a resource (SMs / HBM, a collective's peers or the
@@ -412,13 +442,13 @@ class Executor:
         releases (the per-op path of a shared replay). :meth:`_finish` and :meth:`_release` inlined for a compute
         kernel (no communication kernel to end)."""
         r, j, start = k.rank, k.op, k.start
-        r.start[j] = start
-        r.end[j] = end
-        r.meet[j] = start
+        _, start_, end_, meet, _, _, pending, succ, _, _, _, _, _, _, _, _ = r.hot
+        start_[j] = start
+        end_[j] = end
+        meet[j] = start
         self.events += 1
-        pending = r.pending
         work = self.work
-        for s in r.succ[j]:
+        for s in succ[j]:
             pending[s] -= 1
             if pending[s] == 0:
                 work.append((r, s))
@@ -633,19 +663,26 @@ class _HostThread(simpy.events.Event):
         queue = env._queue  # simpy's event heap: (time, priority, id, event)
         eid = env._eid
         cbs = self._cbs
+        thread = tp.thread
+        now = env._now  # the clock moves only at this body's waits (or where it steps over one, below)
+        counted = 0  # calls passed, added to ``ex.events`` before each wait and at the end
         for k in range(len(kinds)):
             t = statics[k] + stall
-            if t > env._now:
+            if t > now:
                 if queue and queue[0][0] <= t:  # something else is due first: wait where a timeout would go
                     self.callbacks = cbs
-                    heappush(queue, (env._now + (t - env._now), NORMAL, next(eid), self))
+                    heappush(queue, (now + (t - now), NORMAL, next(eid), self))
+                    ex.events += counted
+                    counted = 0
                     yield
+                    now = env._now
                 else:  # nothing else is due by t: the timeout would be the next event, step over it
-                    env._now += t - env._now  # the same float the timeout would reach
-            ex.events += 1
+                    now += t - now  # the same float the timeout would reach
+                    env._now = now
+            counted += 1
             h = hosts[k]
             if kinds[k] == LAUNCH:  # _set_ready per op, inlined
-                rdy = t + lat + delay.get(h, 0.0)
+                rdy = t + lat + (delay.get(h, 0.0) if delay else 0.0)
                 for j in launch_gpu[h]:
                     ready[j] = rdy + hidden.get(j, 0.0) if hidden else rdy
                     pending[j] -= 1
@@ -669,13 +706,17 @@ class _HostThread(simpy.events.Event):
                 for d in deps:
                     if end_[d] != end_[d]:
                         r.waiters.setdefault(d, []).append(w)
+                ex.events += counted
+                counted = 0
                 yield
+                now = env._now
                 m, by = self._value
             stalls.append(m - end_min)
             bounds.append(by)
             stall += m - end_min
-            if tp.thread in watch:
-                _release(watch[tp.thread], len(stalls))
+            if thread in watch:
+                _release(watch[thread], len(stalls))
+        ex.events += counted
         self._cbs.clear()  # drop the one reference to this body: it is freed (closed) once the step returns
         yield  # never resumed
 

@@ -47,6 +47,7 @@ import heapq
 import math
 import re
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 import numpy as np
@@ -342,11 +343,12 @@ class _Wake:
     """A device's wake-up on the engine's queue: what a ``simpy.Timeout`` would be there (the same place in the
     queue), without a Timeout's checks and value; ``gen`` and ``target`` as :meth:`_Device._tick` reads them."""
 
-    __slots__ = ("_ok", "callbacks", "gen", "target")
+    __slots__ = ("callbacks", "gen", "target")
+    _ok = True
+    """Never fails (read by the engine's step)."""
 
     def __init__(self, callbacks: tuple[Callable[[Any], None]], gen: int, target: float) -> None:
         self.callbacks: Any = callbacks
-        self._ok = True
         self.gen = gen
         self.target = target
 
@@ -464,10 +466,10 @@ class _Device:
     def _wake_at(self, t: float) -> None:
         """Wake up at ``t`` (>= now): pushed where ``env.timeout(t - now)`` would be (the same float time, the
         next id); an earlier wake-up still queued is stale (its generation is no longer current)."""
-        self.gen += 1
+        self.gen = gen = self.gen + 1
         self.wake = t
         now = self.env._now
-        heapq.heappush(self._queue, (now + (t - now), NORMAL, next(self._eid), _Wake(self._cbs, self.gen, t)))
+        heappush(self._queue, (now + (t - now), NORMAL, next(self._eid), _Wake(self._cbs, gen, t)))
 
     def _on_wake(self, ev: _Wake) -> None:
         """The current wake-up (a stale one does nothing). The common case, one kernel in flight that ends now
@@ -637,11 +639,11 @@ class GpuShare:
     def start_op(self, ops: _Ops, tag: Any, j: int, t: float, duration: float) -> None:
         """:meth:`start` of op ``j`` of :meth:`ops_of`'s rank, whose end goes to :attr:`sink` (set before the first
         device is made) as ``sink(kernel, end)``, the kernel carrying ``tag`` as its ``rank`` and ``j`` as its
-        ``op``: no closure and no look-up by rank per op; the device's :meth:`_Device.add` inlined (the hot path)."""
-        work, h, sms, devs, _, _ = ops
+        ``op``: no closure and no look-up by rank per op; the device's :meth:`_Device.add` and
+        :meth:`_Device._wake_at` inlined (the hot path)."""
         self.count += 1
-        d = devs[j]
-        k = _Kernel(duration * work[j], h[j], sms[j], t, None, tag, j)
+        d = ops[3][j]
+        k = _Kernel(duration * ops[0][j], ops[1][j], ops[2][j], t, None, tag, j)
         n = d.n_comm
         now = d.env._now
         b = t if t > now else now
@@ -653,8 +655,10 @@ class GpuShare:
             e = b + k.remaining
         k.due = e
         d.running.append(k)
-        if e < d.wake or e <= now:
-            d._wake_at(e)
+        if e < d.wake or e <= now:  # d._wake_at(e), inlined
+            d.gen = gen = d.gen + 1
+            d.wake = e
+            heappush(d._queue, (now + (e - now), NORMAL, next(d._eid), _Wake(d._cbs, gen, e)))
 
 
 def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,

@@ -425,17 +425,23 @@ def _walk(data: _WalkData, window: tuple[float, float], j: int,
                 guard2 -= 1
             else:
                 on2, ended2 = False, True
-        st = max(sl[j], a)
-        seg = max(t - st, 0.0)
+        # max() / min() as conditionals that return the same operand (NaN and -0.0 included): no call per step
+        st = sl[j]
+        st = a if a > st else st
+        seg = t - st
+        seg = 0.0 if 0.0 > seg else seg
         key = "communication" if comml[j] else ("memcpy" if copyl[j] else "gpu")
         res[key] += seg
         cn = cls_names[clsl[j]]
         by_class[cn] = by_class.get(cn, 0.0) + seg
-        nm = strings[namel[j]] if namel[j] >= 0 else "?"
+        nm = namel[j]
+        nm = strings[nm] if nm >= 0 else "?"
         by_op[nm] = by_op.get(nm, 0.0) + seg
         if on2:
-            st2 = max(sl[j], a2)
-            seg2 = max(t2 - st2, 0.0)
+            st2 = sl[j]
+            st2 = a2 if a2 > st2 else st2
+            seg2 = t2 - st2
+            seg2 = 0.0 if 0.0 > seg2 else seg2
             res2[key] += seg2
             by_class2[cn] = by_class2.get(cn, 0.0) + seg2
             by_op2[nm] = by_op2.get(nm, 0.0) + seg2
@@ -446,11 +452,12 @@ def _walk(data: _WalkData, window: tuple[float, float], j: int,
         if t <= a:
             break
         bd = bound[j]
-        if bd in (BOUND_PRED, BOUND_COLL) and bsrc[j] >= 0:
+        if (bd == BOUND_PRED or bd == BOUND_COLL) and bsrc[j] >= 0:
             j = bsrc[j]
-            t = min(t, el[j])
+            e = el[j]
+            t = e if e < t else t
             if on2:
-                t2 = min(t2, el[j])
+                t2 = e if e < t2 else t2
             continue
         lh = lhl[j]
         if lh < 0:
