@@ -470,7 +470,8 @@ class _Expansion:
     """The distinct links of the entries, ascending."""
     li: np.ndarray
     """Per link entry, its link's position in ``ul``."""
-    tiled: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    tiled: dict[tuple[int, bool], tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict)
     """Per (vectors, flow classes on): the indices and entry factors of :meth:`Fabric._row_link_sums`."""
 
 
@@ -1471,29 +1472,35 @@ class Fabric:
         key = (nv, self._has_cls)
         t = x.tiled.get(key)
         if t is None:
-            t = x.tiled[key] = self._tile(x, nv)
-        inv_t, li_t, fac = t
-        vk = P.repeat(_K, axis=1)
-        if x.sel is not None:
-            vk = vk[:, x.sel]
+            t = x.tiled[key] = self._tile(x, nv, segs.size)
+        sel_t, inv_t, ln_t, li_t, fac = t
+        vk = P.reshape(-1).repeat(_K)  # (the rows' slots, vector after vector)
+        if sel_t is not None:
+            vk = vk[sel_t]
         nu, nl = len(x.us), len(x.ul)
-        v = np.bincount(inv_t, weights=vk.reshape(-1), minlength=nv * nu).reshape(nv, nu)
-        w = v.repeat(x.ln, axis=1)
+        w = np.bincount(inv_t, weights=vk, minlength=nv * nu)
+        v = w.reshape(nv, nu)
+        w = w.repeat(ln_t)
         w *= fac  # (x 1.0 where the original multiplied by nothing: the same floats)
-        return x, v, np.bincount(li_t, weights=w.reshape(-1), minlength=nv * nl).reshape(nv, nl)
+        return x, v, np.bincount(li_t, weights=w, minlength=nv * nl).reshape(nv, nl)
 
-    def _tile(self, x: _Expansion, nv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Indices of :meth:`_row_link_sums` for ``nv`` vectors on expansion ``x`` (offset by vector) and each link
-        entry's factor (the first vector: the class share, or 1; the others: the link weight); counted in the
-        expansion cache's bytes."""
+    def _tile(self, x: _Expansion, nv: int, k: int) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray,
+                                                              np.ndarray]:
+        """Flat indices of :meth:`_row_link_sums` for ``nv`` vectors on expansion ``x`` of a ``k``-long list (kept
+        slots, segment positions, entries per segment, link positions: offset by vector) and each link entry's
+        factor (the first vector: the class share, or 1; the others: the link weight); counted in the expansion
+        cache's bytes."""
         off = np.arange(nv)[:, None]
+        sel_t = None if x.sel is None else (x.sel + k * off).reshape(-1)
         inv_t = (x.inv + len(x.us) * off).reshape(-1)
         li_t = (x.li + len(x.ul) * off).reshape(-1)
+        ln_t = np.tile(x.ln, nv)
         fac = np.empty((nv, len(x.we)))
         fac[0] = x.ne if self._has_cls else 1.0
         fac[1:] = x.we
-        self._exp_bytes += inv_t.nbytes + li_t.nbytes + fac.nbytes
-        return inv_t, li_t, fac
+        t = (sel_t, inv_t, ln_t, li_t, fac.reshape(-1))
+        self._exp_bytes += sum(a.nbytes for a in t if a is not None)
+        return t
 
     def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
         """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it); ``segs`` may hold
