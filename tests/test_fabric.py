@@ -507,3 +507,26 @@ def test_rate_key_group_relabel_matches_sort_definition() -> None:
     assert _first_seen(np.array([5, -1, 9, 5, 9, -1, 2])).tolist() == [0, -1, 2, 0, 2, -1, 3]
     big = np.array([5, -1, 9, 5, 9, -1, 2] * 200)  # the table path (1,400 ids over a span of 8)
     assert _first_seen(big).tolist() == [0, -1, 2, 0, 2, -1, 3] * 200
+
+
+def test_stacked_row_sums_equal_the_per_vector_sums_bit_for_bit():
+    """A completion's flow counts, loads and early bytes summed as one stacked vector set (two ``bincount`` calls,
+    indices offset by vector: ``Fabric._row_link_sums``) are the floats of one ``_link_sums`` per vector, on the
+    segment lists of an uneven all-to-all's rows (1-6 rows, shared and padded segments, signed values)."""
+    import numpy as np
+
+    fab = _uneven_all_to_all(16, tol=0.01)[3]
+    p, rng = fab._rows, np.random.default_rng(5)
+    tried = 0
+    for _ in range(300):
+        rows = np.sort(rng.choice(p.size, int(rng.integers(1, 7)), replace=False))
+        segs, k = p.seg[rows], len(rows)
+        P = np.vstack([rng.integers(1, 4, k).astype(float), rng.random(k) * 1e9, rng.normal(0.0, 1e6, k)])
+        for nv in (2, 3):
+            x, v, sums = fab._row_link_sums(segs, P[:nv])
+            x1, (v1, *_), sums1 = fab._link_sums(segs.reshape(-1), list(P[:nv].repeat(3, axis=1)),
+                                                 [False] + [True] * (nv - 1))
+            assert x is x1 and v[0].tobytes() == v1.tobytes()
+            assert all(sums[i].tobytes() == sums1[i].tobytes() for i in range(nv))
+            tried += len(x.li) > len(x.ul)
+    assert tried > 100  # lists with links summed from several entries (the order matters)
