@@ -530,3 +530,26 @@ def test_stacked_row_sums_equal_the_per_vector_sums_bit_for_bit():
             assert all(sums[i].tobytes() == sums1[i].tobytes() for i in range(nv))
             tried += len(x.li) > len(x.ul)
     assert tried > 100  # lists with links summed from several entries (the order matters)
+
+
+def test_expansion_cache_counts_what_it_holds() -> None:
+    """The cap on the segment-list expansion cache bounds the memory it holds: each kept list is counted at no less
+    than what tracemalloc sees it take (key, arrays, their objects); it counted only 24 bytes per link entry, so
+    one-segment lists took ~60x their count."""
+    import tracemalloc
+
+    import numpy as np
+
+    names = [f"n{i}" for i in range(41)]
+    fab = Fabric(simpy.Environment(), chain(*names))
+    segs = [fab.pair_segment(a, b) for a, b in zip(names, names[1:])]
+    fab._flush_segments()
+    lists = [np.array(c, dtype=np.int64) for k in (1, 2) for c in zip(*[segs[i::k] for i in range(k)])]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for x in lists:
+        fab._seg_links(x)
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(fab._exp_cache) == len(lists)
+    assert fab._exp_bytes >= 0.9 * held, (fab._exp_bytes, held)

@@ -1407,9 +1407,12 @@ class Fabric:
             self.n_link_matrix += 1
         return self._lm[1] if weighted else self._lm[2]
 
-    _CACHE_BYTES = 32_000_000
-    """Bytes of link entries :meth:`_expansion` keeps (cleared when full). The 1024-GPU DeepSeek-V3 step looks up
-    about 97k segment lists: 2.4k misses at this size, 1.2k with three times as much."""
+    _CACHE_BYTES = 64_000_000
+    """Bytes :meth:`_expansion` keeps (its keys, arrays and their objects, :data:`_EXP_OVERHEAD` each; cleared
+    when full)."""
+    _EXP_OVERHEAD = 1536
+    """Bytes a kept expansion holds besides its arrays' data (the key's and the arrays' object headers, the dict
+    entry), measured with tracemalloc."""
     _EXPANSION_LEN = 16384
     """Longer segment lists are expanded but not kept (a big collective's rows: rarely repeated, costly to hash)."""
 
@@ -1433,7 +1436,8 @@ class Fabric:
         ul, li = self._cpx(le, len(self.links))
         x = _Expansion(sel, us, inv, ln, self._se_w[e], self._se_n[e], ul, li)
         if key is not None:
-            nb = 8 * len(le) * 3
+            nb = len(key) + self._EXP_OVERHEAD + sum(a.nbytes for a in (us, inv, ln, x.we, x.ne, ul, li))
+            nb += 0 if sel is None else sel.nbytes
             self._exp_bytes += nb
             if self._exp_bytes > self._CACHE_BYTES:
                 self._exp_cache.clear()
