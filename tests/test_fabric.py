@@ -542,7 +542,7 @@ def test_expansion_cache_counts_what_it_holds() -> None:
 
     names = [f"n{i}" for i in range(41)]
     fab = Fabric(simpy.Environment(), chain(*names))
-    segs = [fab.pair_segment(a, b) for a, b in zip(names, names[1:])]
+    segs = [fab.pair_segment(a, b) for a, b in itertools.pairwise(names)]
     fab._flush_segments()
     lists = [np.array(c, dtype=np.int64) for k in (1, 2) for c in zip(*[segs[i::k] for i in range(k)])]
     tracemalloc.start()

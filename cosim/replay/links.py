@@ -848,7 +848,7 @@ class _Observer:
     coalesced collectives call when the observer has it, the same intervals shifted by ``t0``
     (:meth:`LinkUsage.observed_shifted`)."""
 
-    __slots__ = ("shifted", "_observed")
+    __slots__ = ("_observed", "shifted")
 
     def __init__(self, usage: LinkUsage) -> None:
         self._observed = usage.observed
