@@ -598,3 +598,24 @@ def test_observer_on_marked_links_hands_what_comparing_every_link_hands(monkeypa
     every = _observed_calls(True, monkeypatch)
     assert len(marked) > 50
     assert marked == every
+
+
+def test_stacked_sums_of_a_list_not_kept_count_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment list too long to keep (over ``_EXPANSION_LEN`` ids) is expanded afresh at each use: the stacked
+    indices ``_row_link_sums`` tiles for it are not kept on it nor counted in the cache's bytes (counting what is
+    not held would clear the cache early); a kept list's are kept and counted."""
+    import numpy as np
+
+    names = [f"n{i}" for i in range(9)]
+    fab = Fabric(simpy.Environment(), chain(*names))
+    segs = np.array([[fab.pair_segment(a, b), -1, -1] for a, b in itertools.pairwise(names)], dtype=np.int64)
+    fab._flush_segments()
+    P = np.ones((2, len(segs)))
+    monkeypatch.setattr(Fabric, "_EXPANSION_LEN", segs.size - 1)
+    x, _, _ = fab._row_link_sums(segs, P)
+    assert not fab._exp_cache and not x.tiled and fab._exp_bytes == 0
+    monkeypatch.setattr(Fabric, "_EXPANSION_LEN", segs.size)
+    x, _, _ = fab._row_link_sums(segs, P)
+    held = fab._exp_bytes
+    assert len(fab._exp_cache) == 1 and len(x.tiled) == 1
+    assert held >= sum(a.nbytes for a in x.tiled[(2, fab._has_cls)] if a is not None)
