@@ -52,12 +52,15 @@ def test_observed_records_what_add_records() -> None:
 def _memos(rng: np.random.Generator, nl: int) -> list[tuple[np.ndarray, ...]]:
     """Coalesced collectives' memos as ``flat_usage`` gives them (links, relative starts, ends, flows, bytes):
     links in pairs of equal intervals (classes stay whole and uniform), some repeated, one whose relative starts
-    differ by an ulp (equal once shifted by a large start: the shift makes unequal values equal)."""
+    differ by an ulp (equal once shifted by a large start: the shift makes unequal values equal), two that share
+    one link array."""
     out = []
     for j in range(6):
         lk = rng.choice(nl, 8, replace=False).astype(np.int64)
         if j % 3 == 1:
             lk = np.r_[lk, lk[:4]]
+        if j == 5:  # the link array of another memo (the same object), other intervals
+            lk = out[0][0]
         n = lk.size
         a = np.repeat(np.round(rng.uniform(0, 1, (n + 1) // 2), 2), 2)[:n]
         if j == 4:
@@ -71,7 +74,8 @@ def _memos(rng: np.random.Generator, nl: int) -> list[tuple[np.ndarray, ...]]:
 def test_shifted_hits_record_what_shifting_them_records() -> None:
     """``LinkUsage.observed_shifted`` (a coalesced hit: its memo's relative intervals and its start, the class
     pattern kept per memo) records exactly what :meth:`LinkUsage.observed` of the shifted intervals records,
-    across class splits by other parts, repeated links and a shift that makes two relative starts equal."""
+    across class splits by other parts, repeated links, a shift that makes two relative starts equal and two memos
+    of one link array."""
     rng = np.random.default_rng(11)
     nl = 24
     memos = _memos(rng, nl)

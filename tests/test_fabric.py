@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import networkx as nx
 import pytest
@@ -553,3 +554,68 @@ def test_expansion_cache_counts_what_it_holds() -> None:
     tracemalloc.stop()
     assert len(fab._exp_cache) == len(lists)
     assert fab._exp_bytes >= 0.9 * held, (fab._exp_bytes, held)
+
+
+def _observed_calls(touch_all: bool, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The fabric observer's calls (each as the bytes of its five columns) for an uneven all-to-allv then an
+    all-reduce on 16 GPUs of dgx-h100-32node; with ``touch_all`` every :meth:`Fabric._touch` marks every link
+    (the change test then compares all links, as before round 13)."""
+    import numpy as np
+
+    from cosim.engine import NcclConfig, SimConfig, Simulator
+    from cosim.topology import load_topology
+
+    if touch_all:
+        orig = Fabric._touch
+        monkeypatch.setattr(Fabric, "_touch", lambda self, links=None: orig(self, None))
+    topo = load_topology("dgx-h100-32node")
+    w = np.random.default_rng(3).random((16, 16))
+    np.fill_diagonal(w, 0.0)
+    sim = Simulator(topo, SimConfig(nccl=NcclConfig(use_calibration=False), record_trace=False,
+                                    fabric=FabricConfig(coalesce=False, completion_tolerance=0.01)))
+    calls: list[bytes] = []
+
+    def observe(idx: np.ndarray, a: Any, b: Any, cnt: np.ndarray, nb: np.ndarray) -> None:
+        n = len(idx)
+        calls.append(b"".join(np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=float), (n,))).tobytes()
+                              for x in (idx, a, b, cnt, nb)))
+
+    sim.fabric.observer = observe
+    for _ in range(2):  # (the second time, its solves hit the rate memo)
+        sim.collective("all_to_allv", topo.gpus[:16], matrix=w / w.sum(axis=1, keepdims=True) * 2**24, proto="simple")
+        sim.run()
+    sim.collective("all_reduce", topo.gpus[:16], 2**24)
+    sim.run()
+    sim.fabric.close_observer()
+    return calls
+
+
+def test_observer_on_marked_links_hands_what_comparing_every_link_hands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The observer's change test runs on the links whose load or flow count was written since the last
+    observation (``Fabric._touch``): it hands the same intervals, bit for bit, as the test on every link. A write
+    to ``_load`` or ``_nflows`` that skips ``_touch`` makes it miss that link's change, and this test fail."""
+    marked = _observed_calls(False, monkeypatch)
+    every = _observed_calls(True, monkeypatch)
+    assert len(marked) > 50
+    assert marked == every
+
+
+def test_stacked_sums_of_a_list_not_kept_count_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment list too long to keep (over ``_EXPANSION_LEN`` ids) is expanded afresh at each use: the stacked
+    indices ``_row_link_sums`` tiles for it are not kept on it nor counted in the cache's bytes (counting what is
+    not held would clear the cache early); a kept list's are kept and counted."""
+    import numpy as np
+
+    names = [f"n{i}" for i in range(9)]
+    fab = Fabric(simpy.Environment(), chain(*names))
+    segs = np.array([[fab.pair_segment(a, b), -1, -1] for a, b in itertools.pairwise(names)], dtype=np.int64)
+    fab._flush_segments()
+    P = np.ones((2, len(segs)))
+    monkeypatch.setattr(Fabric, "_EXPANSION_LEN", segs.size - 1)
+    x, _, _ = fab._row_link_sums(segs, P)
+    assert not fab._exp_cache and not x.tiled and fab._exp_bytes == 0
+    monkeypatch.setattr(Fabric, "_EXPANSION_LEN", segs.size)
+    x, _, _ = fab._row_link_sums(segs, P)
+    held = fab._exp_bytes
+    assert len(fab._exp_cache) == 1 and len(x.tiled) == 1
+    assert held >= sum(a.nbytes for a in x.tiled[(2, fab._has_cls)] if a is not None)

@@ -1476,7 +1476,10 @@ class Fabric:
         key = (nv, self._has_cls)
         t = x.tiled.get(key)
         if t is None:
-            t = x.tiled[key] = self._tile(x, nv, segs.size)
+            t = self._tile(x, nv, segs.size)
+            if segs.size <= self._EXPANSION_LEN:  # (else the expansion is not kept: nor are they)
+                x.tiled[key] = t
+                self._exp_bytes += sum(a.nbytes for a in t if a is not None)
         sel_t, inv_t, ln_t, li_t, fac = t
         vk = P.reshape(-1).repeat(_K)  # (the rows' slots, vector after vector)
         if sel_t is not None:
@@ -1492,8 +1495,7 @@ class Fabric:
                                                               np.ndarray]:
         """Flat indices of :meth:`_row_link_sums` for ``nv`` vectors on expansion ``x`` of a ``k``-long list (kept
         slots, segment positions, entries per segment, link positions: offset by vector) and each link entry's
-        factor (the first vector: the class share, or 1; the others: the link weight); counted in the expansion
-        cache's bytes."""
+        factor (the first vector: the class share, or 1; the others: the link weight)."""
         off = np.arange(nv)[:, None]
         sel_t = None if x.sel is None else (x.sel + k * off).reshape(-1)
         inv_t = (x.inv + len(x.us) * off).reshape(-1)
@@ -1502,9 +1504,7 @@ class Fabric:
         fac = np.empty((nv, len(x.we)))
         fac[0] = x.ne if self._has_cls else 1.0
         fac[1:] = x.we
-        t = (sel_t, inv_t, ln_t, li_t, fac.reshape(-1))
-        self._exp_bytes += sum(a.nbytes for a in t if a is not None)
-        return t
+        return sel_t, inv_t, ln_t, li_t, fac.reshape(-1)
 
     def _to_links(self, segs: np.ndarray, vals: np.ndarray, weighted: bool = True) -> np.ndarray:
         """Per-link sum of ``vals[k]`` put on segment ``segs[k]`` (x the link's weight in it); ``segs`` may hold

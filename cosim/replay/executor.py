@@ -313,7 +313,7 @@ class Executor:
                 start_op(sops, r, j, start, dur[j])
             elif path:
                 self._start_shared(r, j, start)
-            else:  # _finish and _release of an op that shares nothing (the per-op path of a plain replay)
+            else:  # _finish and _release (a change to either is made here) of an op that shares nothing
                 end = start + dur[j]
                 start_[j] = start
                 end_[j] = end
@@ -356,6 +356,9 @@ class Executor:
             self._finish(r, j, start, start + r.prog.gpu_dur[j])
 
     def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
+        """Op ``j`` of rank ``r`` ran from ``start`` to ``end`` (its peers met at ``meet``): recorded, its
+        communication kernel ended, its successors released. Inlined in :meth:`_drain` and :meth:`_shared_end`
+        (their per-op paths): a change here is made there."""
         r.start[j] = start
         r.end[j] = end
         r.meet[j] = start if meet is None else max(meet, start)
@@ -366,7 +369,8 @@ class Executor:
 
     def _release(self, r: _Rank, j: int, end: float) -> None:
         """Op ``j`` of rank ``r`` ended at ``end``: its successors whose last predecessor it was join the work
-        list, and the host waiters on it are counted off (:meth:`_wake`)."""
+        list, and the host waiters on it are counted off (:meth:`_wake`). Inlined in :meth:`_drain` and
+        :meth:`_shared_end` (their per-op paths): a change here is made there."""
         pending = r.pending
         work = self.work
         for s in r.succ[j]:
@@ -440,7 +444,7 @@ class Executor:
     def _shared_end(self, k: Any, end: float) -> None:
         """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` it and drain the work it
         releases (the per-op path of a shared replay). :meth:`_finish` and :meth:`_release` inlined for a compute
-        kernel (no communication kernel to end)."""
+        kernel (no communication kernel to end): a change to either is made here (and in :meth:`_drain`)."""
         r, j, start = k.rank, k.op, k.start
         _, start_, end_, meet, _, _, pending, succ, _, _, _, _, _, _, _, _ = r.hot
         start_[j] = start

@@ -434,22 +434,6 @@ class _Device:
         if self.n_comm <= 0 or abs(self.c_comm) < 1e-9:  # no float residue once every kernel has left
             self.c_comm = 0.0 if self.n_comm <= 0 else max(self.c_comm, 0.0)
 
-    def add(self, k: _Kernel) -> None:
-        """Compute kernel ``k`` runs from ``k.start`` (>= now). The others' rates do not change: O(1)."""
-        n = self.n_comm
-        now = self.env._now
-        b = k.start if k.start > now else now
-        if n:
-            r = self._rate(n, k)
-            k.rate = r
-            d = b + k.remaining / r
-        else:
-            d = b + k.remaining
-        k.due = d
-        self.running.append(k)
-        if d < self.wake or d <= now:
-            self._wake_at(d)
-
     def _rate(self, n: int, k: _Kernel) -> float:
         """The law's rate of ``k`` beside ``n`` > 0 communication kernels holding ``c_comm`` SMs together
         (memoized per n, their SMs, h_k, SM use)."""
@@ -465,7 +449,8 @@ class _Device:
 
     def _wake_at(self, t: float) -> None:
         """Wake up at ``t`` (>= now): pushed where ``env.timeout(t - now)`` would be (the same float time, the
-        next id); an earlier wake-up still queued is stale (its generation is no longer current)."""
+        next id); an earlier wake-up still queued is stale (its generation is no longer current). Inlined in
+        :meth:`GpuShare.start_op`: a change here is made there."""
         self.gen = gen = self.gen + 1
         self.wake = t
         now = self.env._now
@@ -584,6 +569,7 @@ class GpuShare:
             r: (p["op_sms"].tolist() if p.get("op_sms") is not None else None) for r, p in plans.items()}
         """Rank -> SMs of each communication op (its own count; None: the plan's ``comm_sms`` for every one)."""
         self.devices: dict[tuple[int, int], _Device] = {}
+        self._ops: dict[int, _Ops] = {}  # :meth:`start`'s ops_of per rank
         self.count = 0
         """Compute kernels that ran under the law."""
         self.sink: Callable[[_Kernel, float], None] | None = None
@@ -618,10 +604,12 @@ class GpuShare:
 
     def start(self, rank: int, j: int, t: float, duration: float, done: Callable[[float, float], None]) -> None:
         """Compute op ``j`` of ``rank`` (its duration in the replay ``duration``) starts at ``t`` (>= now);
-        ``done(start, end)`` is called at its simulated end (from a simpy callback, never synchronously)."""
-        k = _Kernel(duration * self._work[rank][j], self._h[rank][j], self._sms[rank][j], t, done)
-        self.count += 1
-        self._device(rank, j).add(k)
+        ``done(start, end)`` is called at its simulated end (from a simpy callback, never synchronously):
+        :meth:`start_op` on the rank's :meth:`ops_of` (made at its first op)."""
+        ops = self._ops.get(rank)
+        if ops is None:
+            ops = self._ops[rank] = self.ops_of(rank)
+        self.start_op(ops, None, j, t, duration, done)
 
     def ops_of(self, rank: int) -> _Ops:
         """What :meth:`start_op` and :meth:`comm_op` read of ``rank``'s ops: work factors, HBM demands, SM use,
@@ -636,14 +624,16 @@ class GpuShare:
         c = ops[5]
         ops[3][j].comm(t, delta, None if c is None else c[j])
 
-    def start_op(self, ops: _Ops, tag: Any, j: int, t: float, duration: float) -> None:
-        """:meth:`start` of op ``j`` of :meth:`ops_of`'s rank, whose end goes to :attr:`sink` (set before the first
-        device is made) as ``sink(kernel, end)``, the kernel carrying ``tag`` as its ``rank`` and ``j`` as its
-        ``op``: no closure and no look-up by rank per op; the device's :meth:`_Device.add` and
-        :meth:`_Device._wake_at` inlined (the hot path)."""
+    def start_op(self, ops: _Ops, tag: Any, j: int, t: float, duration: float,
+                 done: Callable[[float, float], None] | None = None) -> None:
+        """Compute op ``j`` of :meth:`ops_of`'s rank (its duration in the replay ``duration``) starts at ``t`` (>=
+        now) on its device; its end goes to ``done(start, end)``, or with None (the executor's hot path) to
+        :attr:`sink` (set before the first device is made) as ``sink(kernel, end)``, the kernel carrying ``tag``
+        as its ``rank`` and ``j`` as its ``op``: no closure and no look-up by rank per op. The others' rates do
+        not change: O(1). The device's :meth:`_Device._wake_at` inlined."""
         self.count += 1
         d = ops[3][j]
-        k = _Kernel(duration * ops[0][j], ops[1][j], ops[2][j], t, None, tag, j)
+        k = _Kernel(duration * ops[0][j], ops[1][j], ops[2][j], t, done, tag, j)
         n = d.n_comm
         now = d.env._now
         b = t if t > now else now
