@@ -126,7 +126,7 @@ def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
     scratch run stopped at the same time: phase, rows (bytes left, segments, caps, groups, batches), link
     counters and observer intervals; at its latency's end, mid-phase and between phases of a 3-phase
     hierarchical all-reduce and of an uneven all-to-allv."""
-    from cosim.engine.collectives import _at
+    from cosim.engine.collectives import _at_state, _static_rows
     from cosim.scenario import build_topology
 
     topo = build_topology("dgx-h100", None, nodes=2)
@@ -154,7 +154,10 @@ def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
         rel = np.unique(tr.times - tr.start)
         taus = [lat, *(0.5 * (rel[:-1] + rel[1:])), 0.999 * memo.duration]
         for tau in taus:
-            k, rows, counters, usage = _at(memo, tau)
+            k, i, rem, counters, n_closed, extra = _at_state(memo, tau)
+            segs, mult, wcap, grp, bat = _static_rows(tr, i)
+            rows = (segs, rem, mult, wcap, grp, bat)
+            flat = memo.usage_upto(n_closed, extra) if n_closed or extra is not None else None
             part = col._memo_run(plan, scale, lat, eff, cap / plan.rings, net_eff, until=tau)
             sc = col._scratch_sim()
             snap = sc.fabric.snapshot_rows()
@@ -171,12 +174,11 @@ def test_materialization_from_the_trajectory_equals_a_scratch_rerun() -> None:
                 mine = np.zeros(nl)
                 mine[counters[0]] = got
                 assert mine == pytest.approx(full, rel=1e-9, abs=1e-12 if j == 1 else 1e-3)
-            for u, w in ((usage, part.usage),):
-                tot_u = np.bincount(np.concatenate([x[0] for x in u]), np.concatenate([x[4] for x in u]),
-                                    minlength=nl) if u else np.zeros(nl)
-                tot_w = np.bincount(np.concatenate([x[0] for x in w]), np.concatenate([x[4] for x in w]),
-                                    minlength=nl) if w else np.zeros(nl)
-                assert tot_u == pytest.approx(tot_w, rel=1e-9, abs=1e-3)
+            w = part.usage
+            tot_u = np.bincount(flat[0], flat[4], minlength=nl) if flat is not None else np.zeros(nl)
+            tot_w = np.bincount(np.concatenate([x[0] for x in w]), np.concatenate([x[4] for x in w]),
+                                minlength=nl) if w else np.zeros(nl)
+            assert tot_u == pytest.approx(tot_w, rel=1e-9, abs=1e-3)
             checked += 1
     assert checked >= 8
 

@@ -375,21 +375,13 @@ class _Recorder:
                      dense[4], dense[0], dense[1], dense[2], dense[3])
 
 
-def _at(memo: _Memo, tau: float) -> tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], list[Any]]:
-    """The state of ``memo``'s run ``tau`` s after its start from its trajectory (what a scratch run stopped
-    there leaves: events at tau not yet processed): (phase, active rows as :meth:`Fabric.snapshot_rows`,
-    link counters for :meth:`Fabric.add_counters`, observer interval groups up to tau). O(rows + links)."""
-    k, i, rem, counters, n, extra = _at_state(memo, tau)
-    assert memo.traj is not None
-    segs, mult, cap, grp, bat = _static_rows(memo.traj, i)
-    return k, (segs, rem, mult, cap, grp, bat), counters, memo.usage[:n] + ([extra] if extra is not None else [])
-
-
 def _at_state(memo: _Memo, tau: float) -> tuple[int, int, np.ndarray, tuple[np.ndarray, ...], int,
                                                  tuple[Any, ...] | None]:
-    """:func:`_at` but for the rows' static columns (:func:`_static_rows` of the checkpoint): (phase, checkpoint
-    (-1: none yet), the active rows' bytes left, link counters, closed observer groups (a prefix of
-    ``memo.usage``), the group of the intervals open at tau or None). O(rows + links)."""
+    """The state of ``memo``'s run ``tau`` s after its start from its trajectory (what a scratch run stopped
+    there leaves: events at tau not yet processed), but for the active rows' static columns (:func:`_static_rows`
+    of the checkpoint): (phase, checkpoint (-1: none yet), the active rows' bytes left, link counters for
+    :meth:`Fabric.add_counters`, closed observer groups (a prefix of ``memo.usage``: :meth:`_Memo.usage_upto`),
+    the group of the intervals open at tau or None). O(rows + links)."""
     tr = memo.traj
     assert tr is not None
     tt = tr.start + tau
