@@ -39,11 +39,7 @@ from typing import Any, NoReturn, cast
 import msgspec
 import numpy as np
 import orjson
-
-try:  # ISA-L's inflate (a declared dependency); zlib-ng's where the isal wheel cannot be imported
-    from isal import isal_zlib as _inflate_lib
-except ImportError:  # pragma: no cover - isal is installed with cosim
-    from zlib_ng import zlib_ng as _inflate_lib  # type: ignore[no-redef]
+from zlib_ng import zlib_ng
 
 from cosim.errors import CosimInputError
 from cosim.fileio import open_maybe_gzip
@@ -202,16 +198,16 @@ _AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
 _EVENT_PATH = re.compile(r"^(?:\.traceEvents)?\[(\d+)\](?:\.(\w+))?(.*)$")
 
 
-#: the inflater's error class (zlib-ng's stub declares it as an instance)
-_INFLATE_ERROR = cast(type[Exception], _inflate_lib.error)
+#: zlib-ng's error class (its stub declares it as an instance)
+_ZNG_ERROR = cast(type[Exception], zlib_ng.error)
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, un-gzipped. A gzip file of one member is inflated by one call of ISA-L's inflate
-    (``isal.isal_zlib``; header and CRC checked in C: the v100 trace's 53 MB in ~34 ms of CPU, zlib-ng's in ~41,
-    the standard zlib's in ~95, the same bytes; zlib-ng's when isal cannot be imported); anything else (several
-    members, trailing bytes, a damaged or unreadable file) goes through :func:`open_maybe_gzip`, which reads it or
-    names its problem."""
+    """The file's bytes, un-gzipped. A gzip file of one member is inflated by one zlib-ng call (header and
+    CRC checked in C; zlib-ng inflates the v100 trace's 53 MB in ~41 ms of CPU, the standard zlib in ~95, giving
+    the same bytes; ISA-L's inflate, ``isal.isal_zlib``, takes ~36 ms alone but left the whole load 6-15 ms
+    slower: benchmarks/README.md, round 14); anything else (several members, trailing bytes, a damaged or
+    unreadable file) goes through :func:`open_maybe_gzip`, which reads it or names its problem."""
     try:
         with open(path, "rb") as f:
             raw: bytes | None = f.read()
@@ -220,12 +216,12 @@ def _read_bytes(path: Path) -> bytes:
     if raw is not None:
         if raw[:2] != b"\x1f\x8b":
             return raw
-        d = _inflate_lib.decompressobj(wbits=31)
+        d = zlib_ng.decompressobj(wbits=31)
         try:
             out = d.decompress(raw)
             if d.eof and not d.unused_data:
                 return out
-        except _INFLATE_ERROR:
+        except _ZNG_ERROR:
             pass
         del raw
     try:
