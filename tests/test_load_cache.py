@@ -336,3 +336,35 @@ def test_entry_without_index_read_once_per_load(tmp_path: Path, graph: Execution
     assert g is not None and len(calls) == 1 and cache._ENTRIES == {}
     _same_graph(graph, g)
     assert not g.ranks[0].gpu_ops.start.flags.writeable
+
+
+def test_graphs_from_a_remembered_entry_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the second read of a remembered entry on, its graph is built from the plan the first read kept: the
+    same arrays, equal fields, new tables, string lists and source dicts (an edit to one graph's leaves the next
+    one's as stored), and the same origin; a plan is not kept where a table converted an array."""
+    monkeypatch.setattr(cache, "_ENTRIES", {})
+    monkeypatch.setenv("COSIM_CACHE_DIR", str(tmp_path / "c"))
+    src = sorted(DATA.glob("*.json"))[0]
+    fresh = load_trace(src)
+    a = load_trace(src)  # the entry mapped, read by from_arrays, its plan kept
+    ((_, arrays, _, plan),) = cache._ENTRIES.values()
+    assert plan[0] is not None
+    ra = a.ranks[0]
+    ra.strings.append("edited")
+    ra.source["edited"] = True
+    b = load_trace(src)  # from the plan
+    _same_graph(fresh, b)
+    rb = b.ranks[0]
+    assert rb.strings is not ra.strings and rb.source is not ra.source and "edited" not in rb.source
+    for t, tab in rb.tables().items():
+        assert tab is not ra.tables()[t]
+        for c, arr in tab.columns().items():
+            assert arr is ra.tables()[t].columns()[c] and not arr.flags.writeable, f"{t}.{c}"
+    assert rb.cache_identity() == (cache.cache_key([src], None), 0)
+    # a table that converts an array (here: int32 stored where the schema says int64) shares nothing
+    cast = dict(arrays)
+    name = next(k for k, v in cast.items() if k.startswith("r0/gpu_ops/") and v.dtype == np.int64 and v.ndim == 1)
+    cast[name] = cast[name].astype(np.int32)
+    slot: list[cache._Plan | None] = [None]
+    g = cache._graph(cast, set(cast), tmp_path / "x.npz", None, slot)
+    assert slot[0] is None and g.ranks[0].gpu_ops.columns()[name.rsplit("/", 1)[1]].flags.writeable

@@ -995,3 +995,25 @@ def test_chunk_edges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         read_kineto(p)
     s = _one_line(ei.value, "t.json")
     assert f"traceEvents[{k}]" in s and "dur" in s, s
+
+
+@pytest.mark.parametrize("chunk", [1024, 2048, 8192])
+def test_bad_field_reported_from_its_8192_event_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      chunk: int) -> None:
+    """Whatever the decode's chunk size, a bad field is reported as a typed decode of the 8192 events holding it
+    reports it (the error of main's 8192-event chunks): a kernel's bad ``Input Dims`` (event 3000, which the lite
+    decode and the per-event loop let pass) is named, not the bad ``dur`` of event 5000 that stops the decode."""
+    import cosim.workload.kineto as kin
+
+    evs: list[dict[str, Any]] = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1,
+                                  "ts": float(i), "dur": 0.5} for i in range(9000)]
+    evs[3000] = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3000.0, "dur": 1.0,
+                 "args": {"Input Dims": "bad", "correlation": 1}}
+    evs[5000]["dur"] = "long"
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    monkeypatch.setattr(kin, "CHUNK_EVENTS", chunk)
+    with pytest.raises(CosimInputError) as ei:
+        read_kineto(p)
+    s = _one_line(ei.value, "t.json")
+    assert "traceEvents[3000]" in s and "Input Dims" in s, s

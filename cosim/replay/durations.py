@@ -67,9 +67,11 @@ def gpu_durations(graph: ExecutionGraph, topology: Any, cfg: ReplayConfig, trace
     sms = sm_count(topology, target or traced)
     scale = bool(target and traced and target != traced and cfg.durations != "modeled")
     per_rank = []
+    parts = hbm_parts(topology, cfg, target or traced)  # the same for every rank: looked up once
     for k, rg in enumerate(graph.ranks):
         factor = cross_accelerator_factor(rg, traced, target) if scale and traced and target else None
-        factor = times(factor, resource_factor(rg, topology, cfg, target or traced, sms, notes if k == 0 else None))
+        factor = times(factor, resource_factor(rg, topology, cfg, target or traced, sms, notes if k == 0 else None,
+                                               parts))
         per_rank.append(rank_durations(rg, cfg, modeled[k] if modeled is not None else None, factor))
     return GpuDurations(graph, per_rank, sms, kernel_errors, precision)
 
@@ -82,7 +84,10 @@ def rank_durations(rg: RankGraph, cfg: ReplayConfig, modeled: np.ndarray | None,
     dur = G.dur.astype(float)
     if modeled is not None:
         dur = np.where(np.isfinite(modeled), modeled, dur)
-    dur = np.nan_to_num(dur, nan=0.0) * class_scale(cfg, G.cls)
+    if not np.isfinite(dur).all():  # nan_to_num's Python wrapper only where it changes something (~8 us a rank)
+        dur = np.nan_to_num(dur, nan=0.0)
+    if cfg.gpu_scale:  # without it every factor is 1.0, and x * 1.0 is x
+        dur = dur * class_scale(cfg, G.cls)
     if factor is not None:
         dur = dur * factor
     return dur
@@ -125,14 +130,15 @@ def times(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
 
 
 def resource_factor(rg: RankGraph, topology: Any, cfg: ReplayConfig, acc_id: str | None, sms: int | None,
-                    notes: list[str] | None) -> np.ndarray | None:
+                    notes: list[str] | None, parts: tuple[Any, Any] | None = None) -> np.ndarray | None:
     """Standalone-duration factors of HBM bandwidth / bf16 peak overrides of the replayed accelerator on
     measured durations (cosim.replay.interference); None: none applies. Checks ``comm_sms`` (the SM law runs
-    in the simulation: :func:`cosim.replay.api` builds the GPU share)."""
+    in the simulation: :func:`cosim.replay.api` builds the GPU share). ``parts``: :func:`hbm_parts` of
+    ``topology``, ``cfg`` and ``acc_id`` when the caller has them."""
     from cosim.replay.interference import hardware_factor
 
     out = None
-    base, changed = hbm_parts(topology, cfg, acc_id)
+    base, changed = hbm_parts(topology, cfg, acc_id) if parts is None else parts
     if base is not None:
         out = hardware_factor(rg, base, changed)
         if out is not None and notes is not None:

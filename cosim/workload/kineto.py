@@ -180,8 +180,14 @@ class _RawDoc(msgspec.Struct, gc=False):
 
 
 #: Events decoded at a time: the file is checked whole (syntax, top level), the events in chunks,
-#: so that typed records of only one chunk are alive at once.
-CHUNK_EVENTS = 8192
+#: so that typed records of only one chunk are alive at once. 2048 rather than 8192: a chunk's text and records
+#: then stay in the core's caches while the loop reads them (the v100 trace's `read_kineto` ~4% less CPU:
+#: benchmarks/README.md, round 14). A divisor of :data:`ERROR_CHUNK_EVENTS`.
+CHUNK_EVENTS = 2048
+#: Events of the chunk a bad field is reported from (:func:`_strict_failure`: the first error a fully typed decode
+#: of the chunk holding the bad event meets), as when chunks were decoded 8192 at a time: the same message for
+#: the same file whatever :data:`CHUNK_EVENTS` is.
+ERROR_CHUNK_EVENTS = 8192
 _RAW_DECODER = msgspec.json.Decoder(_RawDoc | list[msgspec.Raw])
 _CHUNK_DECODER = msgspec.json.Decoder(list[_EventLite])
 _COMM_DECODER = msgspec.json.Decoder(_CommEvent)
@@ -198,9 +204,10 @@ _ZNG_ERROR = cast(type[Exception], zlib_ng.error)
 
 def _read_bytes(path: Path) -> bytes:
     """The file's bytes, un-gzipped. A gzip file of one member is inflated by one zlib-ng call (header and
-    CRC checked in C; zlib-ng inflates the v100 trace's 53 MB in ~33 ms of CPU, the standard zlib in
-    ~73 ms, giving the same bytes); anything else (several members, trailing bytes, a damaged or unreadable file)
-    goes through :func:`open_maybe_gzip`, which reads it or names its problem."""
+    CRC checked in C; zlib-ng inflates the v100 trace's 53 MB in ~41 ms of CPU, the standard zlib in ~95, giving
+    the same bytes; ISA-L's inflate, ``isal.isal_zlib``, takes ~36 ms alone but left the whole load 6-15 ms
+    slower: benchmarks/README.md, round 14); anything else (several members, trailing bytes, a damaged or
+    unreadable file) goes through :func:`open_maybe_gzip`, which reads it or names its problem."""
     try:
         with open(path, "rb") as f:
             raw: bytes | None = f.read()
@@ -319,7 +326,7 @@ def decode_trace_chunks(
     raws: list[msgspec.Raw] = doc if isinstance(doc, list) else doc.traceEvents
 
     def fail(k: int) -> NoReturn:
-        _strict_failure(path, data, raws, k - k % CHUNK_EVENTS)
+        _strict_failure(path, data, raws, k - k % ERROR_CHUNK_EVENTS)
 
     def comm_args(k: int) -> dict[str, Any]:  # the chunk holding k decoded: so does k, with the same values
         a = _COMM_DECODER.decode(raws[k]).args
@@ -351,7 +358,7 @@ def _chunks(path: Path, data: bytes, raws: list[msgspec.Raw]) -> Iterator[list[_
         try:
             yield _CHUNK_DECODER.decode(_json_array(raws, lo))
         except msgspec.ValidationError:
-            _strict_failure(path, data, raws, lo)
+            _strict_failure(path, data, raws, lo - lo % ERROR_CHUNK_EVENTS)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise _syntax_error(path, data, exc) from None
 
@@ -367,10 +374,10 @@ def _json_array(raws: list[msgspec.Raw], lo: int) -> bytes:
 
 
 def _strict_failure(path: Path, data: bytes, raws: list[msgspec.Raw], lo: int) -> NoReturn:
-    """Decode the chunk at event ``lo`` with every field typed and raise its first error (the one a
-    fully typed decode meets first), as a one-line :class:`CosimInputError`."""
+    """Decode the :data:`ERROR_CHUNK_EVENTS` events at event ``lo`` with every field typed and raise their first
+    error (the one a fully typed decode meets first), as a one-line :class:`CosimInputError`."""
     try:
-        _STRICT_DECODER.decode(b"[" + b",".join(raws[lo : lo + CHUNK_EVENTS]) + b"]")
+        _STRICT_DECODER.decode(b"[" + b",".join(raws[lo : lo + ERROR_CHUNK_EVENTS]) + b"]")
     except msgspec.ValidationError as exc:
         raise _validation_error(path, data, exc, offset=lo) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
