@@ -206,7 +206,7 @@ class Executor:
                     r.copy_route = route
         self.share = share
         if share is not None:
-            share.sink = self._drain
+            share.sink = self._shared_end
             for r in self.ranks:
                 r.share = share.roles.get(r.rg.rank)
                 if r.share is not None:
@@ -278,35 +278,13 @@ class Executor:
         if r.pending[j] == 0:
             self.work.append((r, j))
 
-    def _drain(self, k: Any = None, end: float = 0.0) -> None:
+    def _drain(self) -> None:
         """Start the ops of the work list, last in first out, until it is empty: an op's start is the latest of its
         ready time, its predecessors' ends and the block dispatcher; a plain op ends at once and releases its
         successors here, a shared one is handed to what models its resource. Per op O(predecessors + successors);
-        a rank's columns are read from :meth:`_hot` once per run of ops of one rank.
-
-        With ``k``, a compute kernel of :meth:`GpuShare.start_op` that ended at ``end`` (the share's sink: the
-        device's wake-up calls this directly), :meth:`_finish` it first and drain the work it releases, in the
-        same frame. :meth:`_finish` and :meth:`_release` inlined for it (no communication kernel to end) and for
-        the plain ops below: a change to either is made here."""
+        a rank's columns are read from :meth:`_hot` once per run of ops of one rank."""
         work = self.work
         cur = None
-        if k is not None:
-            cur = r = k.rank
-            j, start = k.op, k.start
-            (ready, start_, end_, meet, bound_, bsrc, pending, succ, spred, gap, preds, dur, fl, paths,
-             start_op, sops) = r.hot
-            start_[j] = start
-            end_[j] = end
-            meet[j] = start
-            self.events += 1
-            for s in succ[j]:
-                pending[s] -= 1
-                if pending[s] == 0:
-                    work.append((r, s))
-            if r.waiters:
-                ws = r.waiters.pop(j, None)
-                if ws:
-                    self._wake(ws, end, j)
         while work:
             r, j = work.pop()
             if r is not cur:
@@ -351,8 +329,8 @@ class Executor:
                         self._wake(ws, end, j)
 
     def _hot(self, r: _Rank) -> _Hot:
-        """What :meth:`_drain` reads of rank ``r`` (lists mutated in place, never rebound: made once, after
-        :meth:`_paths`)."""
+        """What :meth:`_drain` and :meth:`_shared_end` read of rank ``r`` (lists mutated in place, never rebound:
+        made once, after :meth:`_paths`)."""
         prog = r.prog
         share = self.share
         return (r.ready, r.start, r.end, r.meet, r.bound, r.bound_src, r.pending, r.succ, prog.gpu_stream_pred,
@@ -379,8 +357,8 @@ class Executor:
 
     def _finish(self, r: _Rank, j: int, start: float, end: float, meet: float | None = None) -> None:
         """Op ``j`` of rank ``r`` ran from ``start`` to ``end`` (its peers met at ``meet``): recorded, its
-        communication kernel ended, its successors released. Inlined in :meth:`_drain` (its per-op paths): a
-        change here is made there."""
+        communication kernel ended, its successors released. Inlined in :meth:`_drain` and :meth:`_shared_end`
+        (their per-op paths): a change here is made there."""
         r.start[j] = start
         r.end[j] = end
         r.meet[j] = start if meet is None else max(meet, start)
@@ -391,8 +369,8 @@ class Executor:
 
     def _release(self, r: _Rank, j: int, end: float) -> None:
         """Op ``j`` of rank ``r`` ended at ``end``: its successors whose last predecessor it was join the work
-        list, and the host waiters on it are counted off (:meth:`_wake`). Inlined in :meth:`_drain` (its per-op
-        paths): a change here is made there."""
+        list, and the host waiters on it are counted off (:meth:`_wake`). Inlined in :meth:`_drain` and
+        :meth:`_shared_end` (their per-op paths): a change here is made there."""
         pending = r.pending
         work = self.work
         for s in r.succ[j]:
@@ -462,6 +440,28 @@ class Executor:
 
         assert self.copies is not None
         self.copies.start(r.rg.rank, j, float(r.rg.gpu_ops.bytes[j]), r.prog.gpu_dur[j], start, done)
+
+    def _shared_end(self, k: Any, end: float) -> None:
+        """A compute kernel of :meth:`GpuShare.start_op` ended at ``end``: :meth:`_finish` it and drain the work it
+        releases (the per-op path of a shared replay). :meth:`_finish` and :meth:`_release` inlined for a compute
+        kernel (no communication kernel to end): a change to either is made here (and in :meth:`_drain`)."""
+        r, j, start = k.rank, k.op, k.start
+        _, start_, end_, meet, _, _, pending, succ, _, _, _, _, _, _, _, _ = r.hot
+        start_[j] = start
+        end_[j] = end
+        meet[j] = start
+        self.events += 1
+        work = self.work
+        for s in succ[j]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                work.append((r, s))
+        if r.waiters:
+            ws = r.waiters.pop(j, None)
+            if ws:
+                self._wake(ws, end, j)
+        if work:
+            self._drain()
 
     def _arrive(self, key: Any, r: _Rank, j: int, start: float) -> None:
         arr = self.arrivals.setdefault(key, [])
