@@ -173,3 +173,21 @@ def test_the_lone_kernel_wake_up_is_the_general_tick(monkeypatch: pytest.MonkeyP
             slow, slow_ticks = _chains(m, seed, True)
         assert fast == slow and len(fast) > 5
         assert 0 < fast_ticks < slow_ticks
+
+
+def test_a_kernel_is_its_own_wake_up() -> None:
+    """``start_op`` pushes the kernel itself (no separate wake-up object), once, where ``env.timeout(end - now)``
+    would go. A second kernel ending first supersedes it: the first stays queued, stale by its generation, and
+    ends from the general tick's new wake-up at 100 us, which the stale entry (the earlier id) precedes."""
+    env = simpy.Environment()
+    share = GpuShare(env, {0: _plan(3, [COMM, COMPUTE, COMPUTE])})
+    got: list[tuple[int, float, float]] = []
+    share.sink = lambda k, end: got.append((k.op, env.now, end))
+    ops = share.ops_of(0)
+    share.start_op(ops, "r", 1, 0.0, 100 * US)
+    share.start_op(ops, "r", 2, 0.0, 50 * US)
+    queued = [e[3] for e in sorted(env._queue, key=lambda e: e[2])]  # in the order pushed
+    assert [k.op for k in queued] == [1, 2] and [k.target for k in queued] == [100 * US, 50 * US]
+    assert queued[0].gen < queued[1].gen == ops[3][1].gen  # the first is stale once the second is pushed
+    _run_all(env)
+    assert got == [(2, 50 * US, 50 * US), (1, 100 * US, 100 * US)]

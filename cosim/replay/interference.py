@@ -321,22 +321,38 @@ def share_plan(rg: RankGraph, sm_count: float, comm_sms: float | None, comm_hbm_
 
 
 class _Kernel:
-    __slots__ = ("done", "due", "h", "op", "rank", "rate", "remaining", "sms", "start", "touched", "work")
+    """A compute kernel on a :class:`_Device`, made by :meth:`GpuShare.start_op` only (which sets every field, no
+    ``__init__``: one Python call less per kernel): ``work`` standalone seconds, ``remaining`` of them, its HBM
+    demand ``h`` and SM use ``sms``, ``start`` (s), ``done(start, end)`` at its end (None: the device's
+    ``sink(kernel, end)``, the executor's path), the caller's ``rank`` tag and ``op``, its ``rate``, whether a rate
+    below 1 ever applied (``touched``) and its projected end ``due`` (s).
 
-    def __init__(self, work: float, h: float, sms: bool, start: float,
-                 done: Callable[[float, float], None] | None, rank: Any = None, op: int = -1) -> None:
-        self.work = work
-        self.remaining = work
-        self.h = h
-        self.sms = sms
-        self.start = start
-        self.done = done
-        """``done(start, end)`` at its end; None: the device's ``sink(kernel, end)`` (the executor's path)."""
-        self.rank: Any = rank
-        self.op = op
-        self.rate = 1.0
-        self.touched = False
-        self.due = math.inf
+    It is also the device's wake-up for its own end that :meth:`GpuShare.start_op` pushes (``callbacks``, ``gen``,
+    ``target`` as on :class:`_Wake`; set only then): pushed at most once, so its generation stays the one it was
+    pushed with."""
+
+    __slots__ = ("callbacks", "done", "due", "gen", "h", "op", "rank", "rate", "remaining", "sms", "start", "target",
+                 "touched", "work")
+    _ok = True
+    """Never fails (read by the engine's step, as :attr:`_Wake._ok`)."""
+    callbacks: Any
+    done: Callable[[float, float], None] | None
+    due: float
+    gen: int
+    h: float
+    op: int
+    rank: Any
+    rate: float
+    remaining: float
+    sms: bool
+    start: float
+    target: float
+    touched: bool
+    work: float
+
+
+_new_kernel = object.__new__
+"""``_new_kernel(_Kernel)``: a kernel with no field set (:meth:`GpuShare.start_op` sets them)."""
 
 
 class _Wake:
@@ -456,7 +472,7 @@ class _Device:
         now = self.env._now
         heappush(self._queue, (now + (t - now), NORMAL, next(self._eid), _Wake(self._cbs, gen, t)))
 
-    def _on_wake(self, ev: _Wake) -> None:
+    def _on_wake(self, ev: _Wake | _Kernel) -> None:
         """The current wake-up (a stale one does nothing). The common case, one kernel in flight that ends now
         with no change of the communication kernels due by then, is :meth:`_tick` worked out for it (the same
         state and the same queue pushes in the same order, without the general loops): O(1)."""
@@ -630,10 +646,19 @@ class GpuShare:
         now) on its device; its end goes to ``done(start, end)``, or with None (the executor's hot path) to
         :attr:`sink` (set before the first device is made) as ``sink(kernel, end)``, the kernel carrying ``tag``
         as its ``rank`` and ``j`` as its ``op``: no closure and no look-up by rank per op. The others' rates do
-        not change: O(1). The device's :meth:`_Device._wake_at` inlined."""
+        not change: O(1). The device's :meth:`_Device._wake_at` inlined, the kernel itself as its wake-up (no
+        :class:`_Wake`)."""
         self.count += 1
         d = ops[3][j]
-        k = _Kernel(duration * ops[0][j], ops[1][j], ops[2][j], t, done, tag, j)
+        k = _new_kernel(_Kernel)
+        k.work = k.remaining = duration * ops[0][j]
+        k.h = ops[1][j]
+        k.sms = ops[2][j]
+        k.start = t
+        k.done = done
+        k.rank = tag
+        k.op = j
+        k.touched = False
         n = d.n_comm
         now = d.env._now
         b = t if t > now else now
@@ -642,13 +667,15 @@ class GpuShare:
             k.rate = r
             e = b + k.remaining / r
         else:
+            k.rate = 1.0
             e = b + k.remaining
         k.due = e
         d.running.append(k)
-        if e < d.wake or e <= now:  # d._wake_at(e), inlined
-            d.gen = gen = d.gen + 1
-            d.wake = e
-            heappush(d._queue, (now + (e - now), NORMAL, next(d._eid), _Wake(d._cbs, gen, e)))
+        if e < d.wake or e <= now:  # d._wake_at(e), inlined: the kernel is the wake-up
+            d.gen = k.gen = d.gen + 1
+            d.wake = k.target = e
+            k.callbacks = d._cbs
+            heappush(d._queue, (now + (e - now), NORMAL, next(d._eid), k))
 
 
 def build_share(env: simpy.Environment, ranks: list[RankGraph], sm_count: float, comm_sms: float | None,
