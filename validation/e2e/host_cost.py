@@ -12,6 +12,11 @@ traces (``../shared/traces/param-dlrm-v100x8``), which the synthetic default ``c
 and, held out, the host time of the eager MoE layer forwards of the TraceLens B300 microbenchmarks
 (``../shared/traces/tracelens-b300-moe``: one ``MoE[...]`` annotation per layer call, the first a warm-up) with
 the GPU's idle time inside each layer (:func:`moe_layer_host`).
+
+``python -m validation.e2e.host_cost --layer ID`` (repeatable; ``--cases FILE`` for another cases file) prints, for
+an e2e row, cosim's own synthesized figures per layer and micro-batch on rank 0 (:func:`synthetic_layer_host`): the
+step's increment, the host's busy time split by the op each launch call enqueues, the compute kernels, the exposed
+communication and the GPU's host-bound idle time.
 """
 
 from __future__ import annotations
@@ -139,16 +144,99 @@ def alltoall_call_s(folder: Path) -> tuple[int, float]:
     return len(times), statistics.median(times)
 
 
+LAYER_PROBES = (4, 8)
+"""Micro-batches per pipeline of the two full (not extended) simulations :func:`synthetic_layer_host` differences."""
+
+
+def synthetic_layer_host(case_id: str, cases: Path | None = None) -> dict[str, Any]:
+    """cosim's synthesized step of e2e row ``case_id`` (``validation/e2e/training.yaml`` or ``cases``), per layer and
+    micro-batch on rank 0 (seconds): the difference between full simulations (``coalesce`` off) at
+    :data:`LAYER_PROBES` micro-batches per pipeline, divided by the micro-batches added and the layers of a pipeline
+    stage (the model's layers / pp). ``step_s``: the step's increment; ``host_busy_s``: the launch thread's busy time
+    (its ops and the gaps before them), ``host_by_op`` the same by the name of the first GPU op each call enqueues
+    (digits folded to ``#``); ``sync_stall_s``: the host waiting in synchronizations; ``compute_s``,
+    ``exposed_comm_s``, ``host_bound_idle_s``: the step breakdown's parts per GPU; ``launches``: host ops. A row
+    whose micro-batches per pipeline do not allow both probes (interleaved layouts need multiples of pp) is a
+    one-line error."""
+    import re
+    import tempfile
+    from collections import defaultdict
+
+    import numpy as np
+
+    from cosim.capture.config import load_model_config
+    from cosim.scenario import run_scenario
+    from validation.e2e import run as e2e
+
+    _, rows = e2e.load_cases(cases) if cases is not None else e2e.load_cases()
+    case = next((c for c in rows if c.id == case_id), None)
+    if case is None:
+        raise CosimInputError(f"{cases or e2e.CASES}: no row {case_id!r}")
+    lay = case.layout
+    if lay.vpp > 1 and any(m % lay.pp for m in LAYER_PROBES):
+        raise CosimInputError(f"{case_id}: interleaved pp {lay.pp} does not divide {LAYER_PROBES} micro-batches")
+    layers = load_model_config(case.model).num_layers / lay.pp
+    got = []
+    with tempfile.TemporaryDirectory(prefix="cosim-layer-") as tmp:
+        topology, nodes = e2e._topology(case, Path(tmp))
+        for m in LAYER_PROBES:
+            _, res = run_scenario(e2e._scenario(case, m, topology, nodes, "none", {"coalesce": False}))
+            g, prog = res.graph.ranks[0], res.programs[0]
+            ops = np.nonzero(np.asarray(g.host_ops.depth) == 1)[0]
+            busy = np.nan_to_num(np.asarray(g.host_ops.dur)) + np.nan_to_num(np.asarray(g.host_ops.pre_gap))
+            by_op: defaultdict[str, float] = defaultdict(float)
+            for i in ops:
+                gpu = prog.launch_gpu.get(int(i))
+                name = g.name(int(g.gpu_ops.name[gpu[0]])) if gpu else g.name(int(g.host_ops.name[i]))
+                by_op[re.sub(r"[0-9]+", "#", name)] += float(busy[i])
+            bd = res.summary()["breakdown"]
+            got.append({"step_s": res.summary()["step_time_s"], "host_busy_s": float(busy[ops].sum()),
+                        "sync_stall_s": sum(float(np.sum(v)) for v in res.runs[0].sync_stall.values()),
+                        "compute_s": bd["compute"], "exposed_comm_s": bd["exposed_communication"],
+                        "host_bound_idle_s": bd["host_bound_gpu_idle"], "launches": float(len(ops)), "by_op": by_op})
+    a, b = got
+    k = (LAYER_PROBES[1] - LAYER_PROBES[0]) * layers
+    out: dict[str, Any] = {key: (b[key] - a[key]) / k for key in a if key != "by_op"}
+    out["host_by_op"] = {n: (b["by_op"][n] - a["by_op"].get(n, 0.0)) / k
+                         for n in sorted(b["by_op"], key=lambda n: -b["by_op"][n])}
+    out["layers_per_stage"] = layers
+    return out
+
+
+def _print_layer(case_id: str, r: dict[str, Any], top: int = 12) -> None:
+    print(f"{case_id}: per layer and micro-batch (rank 0, {r['layers_per_stage']:g} layers per stage): step "
+          f"{r['step_s'] * 1e3:.2f} ms, host busy {r['host_busy_s'] * 1e3:.2f} ms in {r['launches']:.1f} launch calls "
+          f"(sync stall {r['sync_stall_s'] * 1e3:.2f} ms), compute {r['compute_s'] * 1e3:.2f} ms, exposed "
+          f"communication {r['exposed_comm_s'] * 1e3:.2f} ms, host-bound idle {r['host_bound_idle_s'] * 1e3:.2f} ms")
+    for name, t in list(r["host_by_op"].items())[:top]:
+        print(f"  {t * 1e6:8.1f} us  {name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from cosim.resources import shared_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--layer", action="append", default=[], metavar="ID",
+                    help="an e2e row: cosim's synthesized figures per layer and micro-batch (repeatable)")
+    ap.add_argument("--cases", type=Path, default=None, help="the rows file for --layer (default: training.yaml)")
     args = ap.parse_args(argv)
+    if args.layer:
+        try:
+            layer_rows = {cid: synthetic_layer_host(cid, args.cases) for cid in args.layer}
+        except CosimInputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(layer_rows, indent=2))
+        else:
+            for cid, r in layer_rows.items():
+                _print_layer(cid, r)
+        return 0
     try:
         root = shared_dir()
         folder = None if root is None else Path(root) / "traces" / "tracelens-h100"
-        if folder is None or not folder.is_dir():
+        if root is None or folder is None or not folder.is_dir():
             raise CosimInputError("../shared/traces/tracelens-h100: not found (the shared traces are needed)")
         rows = {p.name: launch_intervals(p) for p in sorted(folder.glob("*.json.gz"))}
         c10d = Path(root) / "traces" / C10D_FOLDER
