@@ -266,8 +266,11 @@ class SyntheticSpec(Strict):
     loop (descriptor set-up, algorithm heuristic, launch; ``multi_stream_cublas_gemm``), so a grouped GEMM over
     ``e`` local experts costs the host ``e`` of them, forward, dgrad and wgrad. Default: TransformerEngine PR
     #3134's measurement of that path on SM100, 0.267 ms for one grouped GEMM over 8 experts of 128 tokens
-    (2048 x 2048; a single-launch kernel does the math in 0.069 ms): 33 us per expert GEMM. "0 us" models a
-    single-launch grouped GEMM (CUTLASS / DeepGEMM)."""
+    (2048 x 2048; a single-launch kernel does the math in 0.069 ms): 33 us per expert GEMM. That benchmark
+    (``--compare-nvfp4-grouped-gemm``) times the C++ entry point ``nvte_multi_tensor_gemm`` alone, forward:
+    the module's own per-expert Python is not in it, and no source times that without a profiler attached
+    (validation/e2e/RESULTS.md, "Round 14: s14-gl"). "0 us" models a single-launch grouped GEMM (CUTLASS /
+    DeepGEMM)."""
     eager_step_host: Time | None = None
     """Training: host time of one eager framework step that launches no kernel, e.g. "12 us", charged (1) per
     parameter tensor whose gradient a backward op completes (autograd's ``AccumulateGrad`` node and Megatron-Core's
