@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from cosim.errors import CosimInputError
+from validation.e2e import run as e2e
 from validation.e2e.host_cost import main, synthetic_layer_host
 
 US = 1e-6
@@ -43,3 +47,25 @@ def test_unknown_row_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> N
         synthetic_layer_host("nope")
     assert main(["--layer", "nope"]) == 2
     assert "no row 'nope'" in capsys.readouterr().err
+
+
+def test_row_that_is_not_whole_nodes_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(Round-14 review.) run.py reports such a row as not run (its _NotRun); --layer must answer one line and exit 2, not a
+    traceback: 4 GPUs of an 8-GPU hgx-b200 node."""
+    doc = yaml.safe_load(e2e.CASES.read_text())
+    row = next(c for c in doc["cases"] if c["id"] == "qwen3-30b-b200-8-mxfp8")
+    row = dict(row, gpus=4, layout=dict(row["layout"], ep=4), batch=dict(row["batch"], **{"global": 256}))
+    doc["cases"] = [row]
+    p = tmp_path / "cases.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["--layer", row["id"], "--cases", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "4 GPUs" in err, err
+
+
+def test_per_layer_divides_by_rank_0_layers() -> None:
+    """mb260401-dsv3-b300-256-mxfp8: pp 8, pipeline_layers [8]*7 + [5]: rank 0 (the rank measured) holds 8 decoder
+    layers (its graph: 8 forward attn.norm per micro-batch), not 61 / 8 = 7.625; dividing by 7.625 makes every
+    per-layer figure 8 / 7.625 = 4.9 % too large."""
+    r = synthetic_layer_host("mb260401-dsv3-b300-256-mxfp8")
+    assert r["layers_per_stage"] == 8

@@ -152,7 +152,7 @@ def synthetic_layer_host(case_id: str, cases: Path | None = None) -> dict[str, A
     """cosim's synthesized step of e2e row ``case_id`` (``validation/e2e/training.yaml`` or ``cases``), per layer and
     micro-batch on rank 0 (seconds): the difference between full simulations (``coalesce`` off) at
     :data:`LAYER_PROBES` micro-batches per pipeline, divided by the micro-batches added and the layers of a pipeline
-    stage (the model's layers / pp). ``step_s``: the step's increment; ``host_busy_s``: the launch thread's busy time
+    stage (the decoder layers rank 0 holds: its chunks 0, pp, 2 pp, ... as run.py lays them out). ``step_s``: the step's increment; ``host_busy_s``: the launch thread's busy time
     (its ops and the gaps before them), ``host_by_op`` the same by the name of the first GPU op each call enqueues
     (digits folded to ``#``); ``sync_stall_s``: the host waiting in synchronizations; ``compute_s``,
     ``exposed_comm_s``, ``host_bound_idle_s``: the step breakdown's parts per GPU; ``launches``: host ops. A row
@@ -175,10 +175,13 @@ def synthetic_layer_host(case_id: str, cases: Path | None = None) -> dict[str, A
     lay = case.layout
     if lay.vpp > 1 and any(m % lay.pp for m in LAYER_PROBES):
         raise CosimInputError(f"{case_id}: interleaved pp {lay.pp} does not divide {LAYER_PROBES} micro-batches")
-    layers = load_model_config(case.model).num_layers / lay.pp
+    layers = _rank0_layers(case, load_model_config(case.model))
     got = []
     with tempfile.TemporaryDirectory(prefix="cosim-layer-") as tmp:
-        topology, nodes = e2e._topology(case, Path(tmp))
+        try:
+            topology, nodes = e2e._topology(case, Path(tmp))
+        except e2e._NotRun as exc:
+            raise CosimInputError(f"{cases or e2e.CASES}: row {case_id!r} is not run: {exc}") from None
         for m in LAYER_PROBES:
             _, res = run_scenario(e2e._scenario(case, m, topology, nodes, "none", {"coalesce": False}))
             g, prog = res.graph.ranks[0], res.programs[0]
@@ -201,6 +204,21 @@ def synthetic_layer_host(case_id: str, cases: Path | None = None) -> dict[str, A
                          for n in sorted(b["by_op"], key=lambda n: -b["by_op"][n])}
     out["layers_per_stage"] = layers
     return out
+
+
+def _rank0_layers(case: Any, card: Any) -> int:  # case: run.Case, card: the model card
+    """Decoder layers rank 0 holds (its chunks 0, pp, 2 pp, ...), as run.py's :func:`_scenario` lays them out."""
+    from cosim.workload.synth.layout import parse_pipeline_layout
+    from validation.e2e.run import pipeline_layers
+
+    lay = case.layout
+    chunks = lay.pp * lay.vpp
+    mtp = card.mtp_layers if case.mtp_layers is None else case.mtp_layers
+    if case.pipeline_model_parallel_layout is not None:
+        per = parse_pipeline_layout(case.pipeline_model_parallel_layout, chunks, card.num_layers, mtp)[0]
+    else:
+        per = case.pipeline_layers or pipeline_layers(card.num_layers, chunks, mtp) or [card.num_layers // chunks] * chunks
+    return sum(per[v * lay.pp] for v in range(lay.vpp))
 
 
 def _print_layer(case_id: str, r: dict[str, Any], top: int = 12) -> None:
