@@ -493,6 +493,9 @@ class _Expansion:
     tiled: dict[tuple[int, bool], tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict)
     """Per (vectors, flow classes on): the indices and entry factors of :meth:`Fabric._row_link_sums`."""
+    derived: dict[tuple[str, bool], tuple[Any, ...]] = field(default_factory=dict)
+    """Per (use, never-binding links on): what :meth:`Fabric._reach` and :meth:`Fabric._fill` derive from it for a
+    list of rows' segments (a rows x :data:`_K` list: rows repeat as a set of rows across solves)."""
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -633,6 +636,7 @@ class Fabric:
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
+        self._bindable = ~self._free  # (kept: the complement, read per search and check)
         self._binding: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(links) -> (links, binding ones)
         self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
@@ -1242,17 +1246,14 @@ class Fabric:
         p = self._rows
         sat = self._load >= self.capacity * (1.0 - self._SAT_TOL)
         if self._free_on:
-            sat &= ~self._free
+            sat &= self._bindable
         ai = self._active_idx()
-        segs = p.seg[ai].reshape(-1)
-        ok = segs >= 0
-        us, inv = self._cpx(segs[ok], len(self._seg_lat))
-        smax = np.full(len(us), -_INF)
-        np.maximum.at(smax, inv, p.rate[ai].repeat(_K)[ok])
-        st = self._se_off[us]
-        ln = self._se_off[us + 1] - st
+        x = self._expansion(p.seg[ai].reshape(-1))  # (the active rows' list: what the search expanded, kept)
+        r = p.rate[ai].repeat(_K)
+        smax = np.full(len(x.us), -_INF)
+        np.maximum.at(smax, x.inv, r if x.sel is None else r[x.sel])
         fastest = np.full(len(self.links), -_INF)
-        np.maximum.at(fastest, self._se_link[_ranges(st, ln)], smax.repeat(ln))
+        np.maximum.at(fastest, x.ul[x.li], smax.repeat(x.ln))  # (a maximum: the same in any order)
         return sat, fastest
 
     def _class_ok(self, c: int, sat: np.ndarray, fastest: np.ndarray) -> np.ndarray | None:
@@ -1284,13 +1285,17 @@ class Fabric:
             self._cls_tables[fc.sid] = fc.tables
         inv, el, eu, nu, cols = fc.tables  # (entries of registered segments never move: new ones are appended)
         es = sat[el]  # (the members' links are the class segment's)
-        ef = fastest[el] > r * (1.0 + self._SAT_TOL)
-        gs = np.bincount(eu, weights=es & ~ef, minlength=nu)  # per distinct segment (last: the padding, 0)
-        if any(np.count_nonzero(gs[u]) == len(u) for u in cols):
-            return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
+        thr = r * (1.0 + self._SAT_TOL)
+        # per distinct segment (last: the padding, 0): its saturated links with no faster row (``fastest`` is a
+        # rate or -inf, never nan: ``<=`` is the negation of ``>``)
+        gs = np.bincount(eu, weights=es & (fastest[el] <= thr), minlength=nu)
+        for u in cols:
+            if np.count_nonzero(gs[u]) == len(u):
+                return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
         good = _row_sum(gs, inv)
         if np.count_nonzero(good) == len(good):
             return None
+        ef = fastest[el] > thr
         ns = _row_sum(np.bincount(eu, weights=es, minlength=nu), inv)
         nf = _row_sum(np.bincount(eu, weights=ef, minlength=nu), inv)
         return ((good * 64 + ns) * 64 + nf).astype(np.int64)
@@ -1309,8 +1314,14 @@ class Fabric:
         tbeg = float(p.tbeg[c])
         seg1, m1 = p.seg[c:c + 1].copy(), p.mult[c:c + 1].copy()
         self._seg_flows(seg1, m1, -1.0)
-        self._load -= self._to_links(seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K))
-        self._touch()
+        s1, d1 = seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K)
+        if self._dense_entries(s1.size):
+            self._load -= self._to_links(s1, d1)
+            self._touch()
+        else:  # the class segment's links only (elsewhere the sum is +0.0: what subtracting it leaves)
+            x, _, (v,) = self._link_sums(s1, [d1], [True])
+            self._load[x.ul] -= v
+            self._touch(x.ul)
         self._unlabel(p.comp[c:c + 1])
         p.active[c] = False
         p.rate[c] = 0.0
@@ -1815,22 +1826,9 @@ class Fabric:
             cols = [c[act] for c in p.segc]
             e_link, e_seg = self._bind_entries()
         else:  # the distinct segments of the active rows
-            S = p.seg[act]
-            valid = S >= 0
-            us, inv = self._cpx(S[valid], len(self._seg_lat))
-            nu = len(us)
-            Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
-            Lp[valid] = inv
-            cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
-            st = self._se_off[us]
-            ln = self._se_off[us + 1] - st
-            e_link = self._se_link[_ranges(st, ln)]
-            e_seg = np.repeat(np.arange(nu), ln)
-            if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-                keep = ~self._free[e_link]
-                e_link, e_seg = e_link[keep], e_seg[keep]
+            cols, e_link, e_seg, nu = self._reach_entries(p.seg[act])
         if self._free_on:
-            seed_links = seed_links & ~self._free
+            seed_links = seed_links & self._bindable
         grp = p.group[act]
         has_grp = bool(np.count_nonzero(grp >= 0))
         gl = np.zeros(max(self._next_group, int(grp.max())) + 2 if has_grp else 1, dtype=bool)
@@ -1860,6 +1858,35 @@ class Fabric:
                 return inr
             inr |= new
 
+    def _reach_entries(self, S: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, int]:
+        """For :meth:`_reach` over rows with segments ``S`` (rows x :data:`_K`): per segment slot, each row's
+        segment as a position among their distinct segments (the padding: the sentinel position ``nu``), the
+        (link, segment position) of those segments' entries whose link can bind, and ``nu``. Kept on the list's
+        :class:`_Expansion` (its distinct segments, in the same order): a search over a set of rows seen before
+        costs a hash of the list, else O(entries) numpy."""
+        x = self._expansion(S.reshape(-1))
+        key = ("reach", self._free_on)
+        got = x.derived.get(key)
+        if got is not None:
+            return got  # type: ignore[return-value]
+        nu = len(x.us)
+        Lp = np.full(S.size, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
+        if x.sel is None:
+            Lp[:] = x.inv
+        else:
+            Lp[x.sel] = x.inv
+        cols = list(Lp.reshape(S.shape).T.copy())  # one contiguous column per slot: K gathers, not an any(axis=1)
+        e_link = x.ul[x.li]
+        e_seg = np.repeat(np.arange(nu), x.ln)
+        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+            keep = self._bindable[e_link]
+            e_link, e_seg = e_link[keep], e_seg[keep]
+        got = (cols, e_link, e_seg, nu)
+        if S.size <= self._EXPANSION_LEN:  # (else the expansion is not kept: nor is this)
+            x.derived[key] = got
+            self._exp_bytes += sum(c.nbytes for c in cols) + e_link.nbytes + e_seg.nbytes
+        return got
+
     def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
         cached until segments are added or the never-binding links are gone."""
@@ -1867,7 +1894,7 @@ class Fabric:
         if self._bind_cache is None or self._bind_cache[0] != key:
             e_link, e_seg = self._se_link, self._se_seg
             if self._free_on:
-                keep = ~self._free[e_link]
+                keep = self._bindable[e_link]
                 e_link, e_seg = e_link[keep], e_seg[keep]
             self._bind_cache = (key, e_link, e_seg)
         return self._bind_cache[1], self._bind_cache[2]
@@ -1939,12 +1966,12 @@ class Fabric:
             mine = self._to_links(segs, mult, weighted=False)
             lk = mine > 0
             if self._free_on:
-                lk &= ~self._free
+                lk &= self._bindable
             return _nzf(lk), mine[lk]
         x, _, (mine,) = self._link_sums(segs, [mult], [False])
         keep = mine > 0
         if self._free_on:
-            keep &= ~self._free[x.ul]
+            keep &= self._bindable[x.ul]
         return x.ul[keep], mine[keep]
 
     def _solve(self) -> None:
@@ -2099,6 +2126,7 @@ class Fabric:
         """A route crosses a spine link other than by an even leaf-spine bundle: no link is never-binding from
         now on (coalesced collectives still running are materialized by the next :meth:`start_rows`)."""
         self._free = np.zeros(len(self.links), dtype=bool)
+        self._bindable = ~self._free
         self._free_on = False
         self._binding.clear()
         self._wake_all = bool(self._holders)
@@ -2113,7 +2141,7 @@ class Fabric:
         if hit is None or hit[0] is not links:  # (the entry holds ``links``: its id stays unique)
             if len(self._binding) >= self._BATCH_CACHE:
                 self._binding.clear()
-            hit = self._binding[id(links)] = (links, links[~self._free[links]])
+            hit = self._binding[id(links)] = (links, links[self._bindable[links]])
         return hit[1]
 
     def links_idle(self, links: np.ndarray) -> bool:
@@ -2281,20 +2309,8 @@ class Fabric:
         S = p.seg[R]
         m = p.mult[R]
         old = p.rate[R]
-        valid = S >= 0
-        ent_row = np.nonzero(valid)[0]
-        useg, lseg = self._cpx(S[valid], len(self._seg_lat))
-        ns = len(useg)
-        LS = np.full(S.shape, -1, dtype=np.int64)
-        LS[valid] = lseg
-        st = self._se_off[useg]
-        ln = self._se_off[useg + 1] - st
-        e = _ranges(st, ln)
-        e_seg = np.repeat(np.arange(ns), ln)
-        e_off = np.zeros(ns + 1, dtype=np.int64)
-        np.cumsum(ln, out=e_off[1:])
-        ulinks, e_link = self._cpx(self._se_link[e], len(self.links))
-        e_w = self._se_w[e]
+        ent_row, lseg, LS, e_seg, e_off, ulinks, e_link, e_w = self._fill_entries(S)
+        ns = len(e_off) - 1
         nlk = len(ulinks)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
         old_load = np.bincount(e_link, weights=old_seg[e_seg] * e_w, minlength=nlk)
@@ -2338,6 +2354,34 @@ class Fabric:
             self._load[ulinks] += new_load - old_load
             self._touch(ulinks)
         return rate
+
+    def _fill_entries(self, S: np.ndarray) -> tuple[np.ndarray, ...]:
+        """For :meth:`_fill` over rows with segments ``S`` (rows x :data:`_K`): per kept (non-padding) entry its
+        row and its segment's position among the distinct segments; those positions as rows x :data:`_K` (-1:
+        padding); per link entry of the distinct segments (in order) its segment position, the entries' offsets
+        per segment, the distinct links, each entry's link position among them and its weight. What the list's
+        :class:`_Expansion` holds (the same compactions), kept on it: a set of rows solved before (rate-memo
+        misses repeat their rows' segments ~90% of the time on the 1024-GPU step) costs a hash of the list."""
+        x = self._expansion(S.reshape(-1))
+        got = x.derived.get(("fill", False))
+        if got is not None:
+            return got
+        ns = len(x.us)
+        LS = np.full(S.size, -1, dtype=np.int64)
+        if x.sel is None:
+            ent_row = np.arange(S.size) // _K
+            LS[:] = x.inv
+        else:
+            ent_row = x.sel // _K
+            LS[x.sel] = x.inv
+        e_off = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(x.ln, out=e_off[1:])
+        got = (ent_row, x.inv, LS.reshape(S.shape), np.repeat(np.arange(ns), x.ln), e_off, x.ul, x.li, x.we)
+        if S.size <= self._EXPANSION_LEN:  # (else the expansion is not kept: nor is this)
+            x.derived[("fill", False)] = got
+            self._exp_bytes += sum(a.nbytes for a in got if a is not x.inv and a is not x.ul and a is not x.li
+                                   and a is not x.we)
+        return got
 
     def _guess_bottleneck(self, S: np.ndarray) -> np.ndarray:
         """Per row (its segments ``S``): the lowest-capacity link of its first segment, as a starting
