@@ -1953,11 +1953,35 @@ class Fabric:
         if not np.count_nonzero(self._comp_n[comps]):  # no active row left in their components: O(departed)
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
+        if len(comps) <= self._FLOOR_SCALAR:  # few departures: their labels' floors in a dict, a pass per label
+            return self._above_floors(ai, comps, rates)
         # the smallest departed rate per label, by a table over the labels (inf: no departure there; the last
         # slot, inf, takes the -1 of an unlabelled row)
         floor = np.full(self._next_comp + 2, _INF)
         np.minimum.at(floor, comps, rates)
         return ai[p.rate[ai] >= floor[p.comp[ai]] * (1.0 - 1e-9)]
+
+    _FLOOR_SCALAR = 8
+    """Most departed rows whose labels' floors :meth:`_select` takes in Python (:meth:`_above_floors`)."""
+
+    def _above_floors(self, ai: np.ndarray, comps: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """The active rows ``ai`` whose rate is at least the smallest rate departed from their label (``comps``,
+        ``rates``: one per departed row; -1 an unlabelled one, as the table's last slot takes it): the table
+        of :meth:`_select` as a dict, O(departed + distinct labels x active rows) in place of an O(labels)
+        table (labels are never reused: the table grows with every search). The same comparisons."""
+        floor: dict[int, float] = {}
+        for c, r in zip(comps.tolist(), rates.tolist()):
+            f = floor.get(c)
+            if f is None or r < f:
+                floor[c] = r
+        p = self._rows
+        ca, ra = p.comp[ai], p.rate[ai]
+        keep: np.ndarray | None = None
+        for c, f in floor.items():
+            k = (ca == c) & (ra >= f * (1.0 - 1e-9))
+            keep = k if keep is None else keep | k
+        assert keep is not None
+        return ai[keep]
 
     def _own_links(self, segs: np.ndarray, mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The links that can bind (:meth:`_never_binding`) with flows of the segment list ``segs`` (flat, -1
