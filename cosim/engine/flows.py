@@ -1825,14 +1825,14 @@ class Fabric:
             # tables below (as a -1 index), which stays False
             cols = [c[act] for c in p.segc]
             e_link, e_seg = self._bind_entries()
-        else:  # the distinct segments of the active rows
-            cols, e_link, e_seg, nu = self._reach_entries(p.seg[act])
-        if self._free_on:
-            seed_links = seed_links & self._bindable
+            lk = seed_links & self._bindable if self._free_on else seed_links.copy()
+        else:  # the distinct segments of the active rows; their links by position among them (``lk`` is read
+            # only at the entries' links, all binding ones: a never-binding seed is never read)
+            cols, e_link, e_seg, nu, ul = self._reach_entries(p.seg[act])
+            lk = seed_links[ul]
         grp = p.group[act]
         has_grp = bool(np.count_nonzero(grp >= 0))
         gl = np.zeros(max(self._next_group, int(grp.max())) + 2 if has_grp else 1, dtype=bool)
-        lk = seed_links.copy()
         inr = np.zeros(len(act), dtype=bool)
         inr[np.searchsorted(act, seed_rows)] = True
         new = inr.copy()
@@ -1858,10 +1858,11 @@ class Fabric:
                 return inr
             inr |= new
 
-    def _reach_entries(self, S: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, int]:
+    def _reach_entries(self, S: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, int, np.ndarray]:
         """For :meth:`_reach` over rows with segments ``S`` (rows x :data:`_K`): per segment slot, each row's
         segment as a position among their distinct segments (the padding: the sentinel position ``nu``), the
-        (link, segment position) of those segments' entries whose link can bind, and ``nu``. Kept on the list's
+        (link position in ``ul``, segment position) of those segments' entries whose link can bind, ``nu`` and
+        ``ul`` (their distinct links, ascending). Kept on the list's
         :class:`_Expansion` (its distinct segments, in the same order): a search over a set of rows seen before
         costs a hash of the list, else O(entries) numpy."""
         x = self._expansion(S.reshape(-1))
@@ -1876,15 +1877,15 @@ class Fabric:
         else:
             Lp[x.sel] = x.inv
         cols = list(Lp.reshape(S.shape).T.copy())  # one contiguous column per slot: K gathers, not an any(axis=1)
-        e_link = x.ul[x.li]
+        e_link = x.li
         e_seg = np.repeat(np.arange(nu), x.ln)
         if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-            keep = self._bindable[e_link]
+            keep = self._bindable[x.ul][e_link]
             e_link, e_seg = e_link[keep], e_seg[keep]
-        got = (cols, e_link, e_seg, nu)
+        got = (cols, e_link, e_seg, nu, x.ul)
         if S.size <= self._EXPANSION_LEN:  # (else the expansion is not kept: nor is this)
             x.derived[key] = got
-            self._exp_bytes += sum(c.nbytes for c in cols) + e_link.nbytes + e_seg.nbytes
+            self._exp_bytes += sum(c.nbytes for c in cols) + e_seg.nbytes + (e_link.nbytes if self._free_on else 0)
         return got
 
     def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
