@@ -493,9 +493,6 @@ class _Expansion:
     tiled: dict[tuple[int, bool], tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(
         default_factory=dict)
     """Per (vectors, flow classes on): the indices and entry factors of :meth:`Fabric._row_link_sums`."""
-    derived: dict[tuple[str, bool], tuple[Any, ...]] = field(default_factory=dict)
-    """Per (use, never-binding links on): what :meth:`Fabric._reach` and :meth:`Fabric._fill` derive from it for a
-    list of rows' segments (a rows x :data:`_K` list: rows repeat as a set of rows across solves)."""
 
 
 def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -591,6 +588,8 @@ class Fabric:
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._exp_cache: dict[bytes, _Expansion] = {}  # segment list -> its expansion (:meth:`_expansion`)
         self._exp_bytes = 0  # what it holds (:data:`_CACHE_BYTES`)
+        self._der_cache: dict[tuple[str, bool, bytes], tuple[Any, ...]] = {}  # :meth:`_derived`
+        self._der_bytes = 0  # what it holds (:data:`_DERIVED_BYTES`)
         self._next_comp = 0
         self._lm: tuple[tuple[int, int, bool], Any, Any] | None = None  # (key, weighted, ones): :meth:`_link_matrix`
         self._lm_small_work = 0  # entries multiplied by the numpy link matrix (:data:`_SMALL_LINK_WORK`)
@@ -1248,12 +1247,15 @@ class Fabric:
         if self._free_on:
             sat &= self._bindable
         ai = self._active_idx()
-        x = self._expansion(p.seg[ai].reshape(-1))  # (the active rows' list: what the search expanded, kept)
-        r = p.rate[ai].repeat(_K)
-        smax = np.full(len(x.us), -_INF)
-        np.maximum.at(smax, x.inv, r if x.sel is None else r[x.sel])
+        segs = p.seg[ai].reshape(-1)
+        ok = segs >= 0
+        us, inv = self._cpx(segs[ok], len(self._seg_lat))
+        smax = np.full(len(us), -_INF)
+        np.maximum.at(smax, inv, p.rate[ai].repeat(_K)[ok])
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
         fastest = np.full(len(self.links), -_INF)
-        np.maximum.at(fastest, x.ul[x.li], smax.repeat(x.ln))  # (a maximum: the same in any order)
+        np.maximum.at(fastest, self._se_link[_ranges(st, ln)], smax.repeat(ln))
         return sat, fastest
 
     def _class_ok(self, c: int, sat: np.ndarray, fastest: np.ndarray) -> np.ndarray | None:
@@ -1862,31 +1864,51 @@ class Fabric:
         """For :meth:`_reach` over rows with segments ``S`` (rows x :data:`_K`): per segment slot, each row's
         segment as a position among their distinct segments (the padding: the sentinel position ``nu``), the
         (link position in ``ul``, segment position) of those segments' entries whose link can bind, ``nu`` and
-        ``ul`` (their distinct links, ascending). Kept on the list's
-        :class:`_Expansion` (its distinct segments, in the same order): a search over a set of rows seen before
-        costs a hash of the list, else O(entries) numpy."""
-        x = self._expansion(S.reshape(-1))
-        key = ("reach", self._free_on)
-        got = x.derived.get(key)
+        ``ul`` (their distinct links, ascending). Kept per list (:meth:`_derived`): a search over a set of rows
+        seen before (65% of the 12,713 searches of the 1024-GPU step) costs a hash of the list, else
+        O(rows + entries) numpy."""
+        key = S.tobytes()
+        got = self._derived("reach", key)
         if got is not None:
             return got  # type: ignore[return-value]
-        nu = len(x.us)
-        Lp = np.full(S.size, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
-        if x.sel is None:
-            Lp[:] = x.inv
-        else:
-            Lp[x.sel] = x.inv
-        cols = list(Lp.reshape(S.shape).T.copy())  # one contiguous column per slot: K gathers, not an any(axis=1)
-        e_link = x.li
-        e_seg = np.repeat(np.arange(nu), x.ln)
+        valid = S >= 0
+        us, inv = self._cpx(S[valid], len(self._seg_lat))
+        nu = len(us)
+        Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
+        Lp[valid] = inv
+        cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
+        st = self._se_off[us]
+        ln = self._se_off[us + 1] - st
+        e = self._se_link[_ranges(st, ln)]
+        e_seg = np.repeat(np.arange(nu), ln)
         if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-            keep = self._bindable[x.ul][e_link]
-            e_link, e_seg = e_link[keep], e_seg[keep]
-        got = (cols, e_link, e_seg, nu, x.ul)
-        if S.size <= self._EXPANSION_LEN:  # (else the expansion is not kept: nor is this)
-            x.derived[key] = got
-            self._exp_bytes += sum(c.nbytes for c in cols) + e_seg.nbytes + (e_link.nbytes if self._free_on else 0)
+            keep = self._bindable[e]
+            e, e_seg = e[keep], e_seg[keep]
+        ul, e_link = self._cpx(e, len(self.links))
+        got = (cols, e_link, e_seg, nu, ul)
+        self._keep_derived("reach", key, got)
         return got
+
+    def _derived(self, use: str, key: bytes) -> tuple[Any, ...] | None:
+        """What :meth:`_reach_entries` / :meth:`_fill_entries` (``use``) kept for the rows' segment list ``key``
+        (its bytes), or None; kept while the segments and the never-binding links are those it was built on."""
+        return self._der_cache.get((use, self._free_on, key))
+
+    def _keep_derived(self, use: str, key: bytes, got: tuple[Any, ...]) -> None:
+        """Keep ``got`` for :meth:`_derived` (its own cache, :data:`_DERIVED_BYTES`, cleared when full; lists over
+        :data:`_EXPANSION_LEN` ids are not kept)."""
+        if len(key) > 8 * self._EXPANSION_LEN:
+            return
+        nb = len(key) + self._EXP_OVERHEAD + sum(sum(c.nbytes for c in a) if isinstance(a, list) else
+                                                 getattr(a, "nbytes", 0) for a in got)
+        self._der_bytes += nb
+        if self._der_bytes > self._DERIVED_BYTES:
+            self._der_cache.clear()
+            self._der_bytes = nb
+        self._der_cache[(use, self._free_on, key)] = got
+
+    _DERIVED_BYTES = 32_000_000
+    """Bytes :meth:`_keep_derived` keeps (the searches' and fills' per-list arrays; cleared when full)."""
 
     def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
@@ -2384,28 +2406,28 @@ class Fabric:
         """For :meth:`_fill` over rows with segments ``S`` (rows x :data:`_K`): per kept (non-padding) entry its
         row and its segment's position among the distinct segments; those positions as rows x :data:`_K` (-1:
         padding); per link entry of the distinct segments (in order) its segment position, the entries' offsets
-        per segment, the distinct links, each entry's link position among them and its weight. What the list's
-        :class:`_Expansion` holds (the same compactions), kept on it: a set of rows solved before (rate-memo
-        misses repeat their rows' segments ~90% of the time on the 1024-GPU step) costs a hash of the list."""
-        x = self._expansion(S.reshape(-1))
-        got = x.derived.get(("fill", False))
+        per segment, the distinct links, each entry's link position among them and its weight. Kept per list
+        (:meth:`_derived`): 89% of the 8,637 fills of the 1024-GPU step repeat a list (rate-memo misses on a set
+        of rows solved before); a hit costs a hash of the list, a miss O(rows + entries) numpy as before."""
+        key = S.tobytes()
+        got = self._derived("fill", key)
         if got is not None:
             return got
-        ns = len(x.us)
-        LS = np.full(S.size, -1, dtype=np.int64)
-        if x.sel is None:
-            ent_row = np.arange(S.size) // _K
-            LS[:] = x.inv
-        else:
-            ent_row = x.sel // _K
-            LS[x.sel] = x.inv
+        valid = S >= 0
+        ent_row = np.nonzero(valid)[0]
+        useg, lseg = self._cpx(S[valid], len(self._seg_lat))
+        ns = len(useg)
+        LS = np.full(S.shape, -1, dtype=np.int64)
+        LS[valid] = lseg
+        st = self._se_off[useg]
+        ln = self._se_off[useg + 1] - st
+        e = _ranges(st, ln)
+        e_seg = np.repeat(np.arange(ns), ln)
         e_off = np.zeros(ns + 1, dtype=np.int64)
-        np.cumsum(x.ln, out=e_off[1:])
-        got = (ent_row, x.inv, LS.reshape(S.shape), np.repeat(np.arange(ns), x.ln), e_off, x.ul, x.li, x.we)
-        if S.size <= self._EXPANSION_LEN:  # (else the expansion is not kept: nor is this)
-            x.derived[("fill", False)] = got
-            self._exp_bytes += sum(a.nbytes for a in got if a is not x.inv and a is not x.ul and a is not x.li
-                                   and a is not x.we)
+        np.cumsum(ln, out=e_off[1:])
+        ulinks, e_link = self._cpx(self._se_link[e], len(self.links))
+        got = (ent_row, lseg, LS, e_seg, e_off, ulinks, e_link, self._se_w[e])
+        self._keep_derived("fill", key, got)
         return got
 
     def _guess_bottleneck(self, S: np.ndarray) -> np.ndarray:
