@@ -1827,11 +1827,22 @@ class Fabric:
             # tables below (as a -1 index), which stays False
             cols = [c[act] for c in p.segc]
             e_link, e_seg = self._bind_entries()
-            lk = seed_links & self._bindable if self._free_on else seed_links.copy()
-        else:  # the distinct segments of the active rows; their links by position among them (``lk`` is read
-            # only at the entries' links, all binding ones: a never-binding seed is never read)
-            cols, e_link, e_seg, nu, ul = self._reach_entries(p.seg[act])
-            lk = seed_links[ul]
+        else:  # the distinct segments of the active rows
+            S = p.seg[act]
+            valid = S >= 0
+            us, inv = self._cpx(S[valid], len(self._seg_lat))
+            nu = len(us)
+            Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
+            Lp[valid] = inv
+            cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
+            st = self._se_off[us]
+            ln = self._se_off[us + 1] - st
+            e_link = self._se_link[_ranges(st, ln)]
+            e_seg = np.repeat(np.arange(nu), ln)
+            if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
+                keep = self._bindable[e_link]
+                e_link, e_seg = e_link[keep], e_seg[keep]
+        lk = seed_links & self._bindable if self._free_on else seed_links.copy()
         grp = p.group[act]
         has_grp = bool(np.count_nonzero(grp >= 0))
         gl = np.zeros(max(self._next_group, int(grp.max())) + 2 if has_grp else 1, dtype=bool)
@@ -1860,44 +1871,15 @@ class Fabric:
                 return inr
             inr |= new
 
-    def _reach_entries(self, S: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, int, np.ndarray]:
-        """For :meth:`_reach` over rows with segments ``S`` (rows x :data:`_K`): per segment slot, each row's
-        segment as a position among their distinct segments (the padding: the sentinel position ``nu``), the
-        (link position in ``ul``, segment position) of those segments' entries whose link can bind, ``nu`` and
-        ``ul`` (their distinct links, ascending). Kept per list (:meth:`_derived`): a search over a set of rows
-        seen before (65% of the 12,713 searches of the 1024-GPU step) costs a hash of the list, else
-        O(rows + entries) numpy."""
-        key = S.tobytes()
-        got = self._derived("reach", key)
-        if got is not None:
-            return got  # type: ignore[return-value]
-        valid = S >= 0
-        us, inv = self._cpx(S[valid], len(self._seg_lat))
-        nu = len(us)
-        Lp = np.full(S.shape, nu, dtype=np.int64)  # segment positions in ``us``; padding -> a sentinel
-        Lp[valid] = inv
-        cols = list(Lp.T.copy())  # one contiguous column per segment slot: K gathers instead of an any(axis=1)
-        st = self._se_off[us]
-        ln = self._se_off[us + 1] - st
-        e = self._se_link[_ranges(st, ln)]
-        e_seg = np.repeat(np.arange(nu), ln)
-        if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-            keep = self._bindable[e]
-            e, e_seg = e[keep], e_seg[keep]
-        ul, e_link = self._cpx(e, len(self.links))
-        got = (cols, e_link, e_seg, nu, ul)
-        self._keep_derived("reach", key, got)
-        return got
-
     def _derived(self, use: str, key: bytes) -> tuple[Any, ...] | None:
-        """What :meth:`_reach_entries` / :meth:`_fill_entries` (``use``) kept for the rows' segment list ``key``
+        """What :meth:`_fill_entries` (``use``) kept for the rows' segment list ``key``
         (its bytes), or None; kept while the segments and the never-binding links are those it was built on."""
         return self._der_cache.get((use, self._free_on, key))
 
     def _keep_derived(self, use: str, key: bytes, got: tuple[Any, ...]) -> None:
         """Keep ``got`` for :meth:`_derived` (its own cache, :data:`_DERIVED_BYTES`, cleared when full; lists over
-        :data:`_EXPANSION_LEN` ids are not kept)."""
-        if len(key) > 8 * self._EXPANSION_LEN:
+        :data:`_DERIVED_LEN` ids are not kept)."""
+        if len(key) > 8 * self._DERIVED_LEN:
             return
         nb = len(key) + self._EXP_OVERHEAD + sum(sum(c.nbytes for c in a) if isinstance(a, list) else
                                                  getattr(a, "nbytes", 0) for a in got)
@@ -1908,7 +1890,10 @@ class Fabric:
         self._der_cache[(use, self._free_on, key)] = got
 
     _DERIVED_BYTES = 32_000_000
-    """Bytes :meth:`_keep_derived` keeps (the searches' and fills' per-list arrays; cleared when full)."""
+    """Bytes :meth:`_keep_derived` keeps (the fills' per-list arrays; cleared when full)."""
+    _DERIVED_LEN = 768
+    """Longer lists (over 256 rows) are not kept by :meth:`_keep_derived`: a big set of rows rarely repeats, and
+    its arrays would clear the cache of the small ones that do."""
 
     def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
