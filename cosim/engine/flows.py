@@ -2392,7 +2392,7 @@ class Fabric:
         row and its segment's position among the distinct segments; those positions as rows x :data:`_K` (-1:
         padding); per link entry of the distinct segments (in order) its segment position, the entries' offsets
         per segment, the distinct links, each entry's link position among them and its weight. Kept per list
-        (:meth:`_derived`): 89% of the 8,637 fills of the 1024-GPU step repeat a list (rate-memo misses on a set
+        (:meth:`_derived`): 87% of the 8,637 fills of the 1024-GPU step repeat a list (rate-memo misses on a set
         of rows solved before); a hit costs a hash of the list, a miss O(rows + entries) numpy as before."""
         key = S.tobytes()
         got = self._derived("fill", key)
