@@ -498,7 +498,7 @@ def test_rate_key_group_relabel_matches_sort_definition() -> None:
 
     rng = np.random.default_rng(7)
     for i in range(600):
-        n = int(rng.integers(1, 50)) if i % 2 else int(rng.integers(1024, 3000))
+        n = int(rng.integers(1, 600)) if i % 2 else int(rng.integers(1024, 3000))  # (the scalar, sort and table paths)
         g = rng.integers(-1, int(rng.integers(1, 4 * n)), n).astype(np.int64)
         if rng.random() < 0.5:
             g = np.where(g >= 0, g + int(rng.integers(0, 10**6)), -1).astype(np.int64)

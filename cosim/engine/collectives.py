@@ -1122,7 +1122,7 @@ class Collectives:
         fab._advance()
         t0 = env.now
         b0, z0 = fab.bytes_moved.copy(), fab.busy_time.copy()
-        fab.peak_flows[:] = 0
+        fab.reset_peak_flows()
         usage: list[tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]] = []
         fab.observer = lambda lk, a, b, c, nb: usage.append((lk, a - t0, b - t0, c, nb))
         res = CollectiveResult("", scale, [], "", "", t0, t0, lat)

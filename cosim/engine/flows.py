@@ -242,11 +242,17 @@ class _FlowClass:
     """What a split made of it (its members left as plain rows, its sub-classes): a later start of the same
     prepared batch begins split like this."""
 
+    row_parts: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    """:meth:`row`, kept (its parts are only read: callers concatenate them)."""
+
     def row(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Its row but the bytes: (segments 1 x :data:`_K`, multiplicity, latency, cap), one value each."""
-        seg = np.full((1, _K), -1, dtype=np.int64)
-        seg[0, 0] = self.sid
-        return seg, np.array([float(self.mult.sum())]), self.lat[:1], self.cap[:1]
+        """Its row but the bytes: (segments 1 x :data:`_K`, multiplicity, latency, cap), one value each; built
+        at the first call (O(members)), then O(1)."""
+        if self.row_parts is None:
+            seg = np.full((1, _K), -1, dtype=np.int64)
+            seg[0, 0] = self.sid
+            self.row_parts = (seg, np.array([float(self.mult.sum())]), self.lat[:1], self.cap[:1])
+        return self.row_parts
 
 
 @dataclass
@@ -419,11 +425,25 @@ def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys.copy(), np.ones(len(keys), dtype=np.int64)
 
 
+_FIRST_SEEN_SCALAR = 128
+"""Longest group-id array :func:`_first_seen` relabels in pure Python."""
+
+
 def _first_seen(g: np.ndarray) -> np.ndarray:
     """Group ids ``g`` (-1: none) relabelled 0, 1, ... by first appearance (-1 kept, and counted as an id):
     equal results for arrays equal up to a renaming of the groups. O(len + span of the ids) by a table of first positions
     when there are 1024 ids or more spanning at most 4 x len (they are recent: ids are handed out in order), else a
-    sort; a constant -1 array unchanged."""
+    sort; a constant -1 array unchanged. Up to :data:`_FIRST_SEEN_SCALAR` ids: a dict in one Python pass (measured
+    1-25 us for 4-128 ids against the sort's 30-39 us; break-even near 256)."""
+    if len(g) <= _FIRST_SEEN_SCALAR:
+        label: dict[int, int] = {}
+        labs = []
+        for x in g.tolist():
+            lab = label.get(x)
+            if lab is None:
+                lab = label[x] = len(label)
+            labs.append(lab if x >= 0 else -1)
+        return np.array(labs, dtype=np.int64)
     pos = g >= 0
     if not np.count_nonzero(pos):
         return g
@@ -532,7 +552,10 @@ class Fabric:
         self.busy_time = np.zeros(nl)
         """Seconds each link carried at least one flow."""
         self.peak_flows = np.zeros(nl, dtype=np.int64)
-        """Most concurrent flows per link (multiplicity counted)."""
+        """Most concurrent flows per link (multiplicity counted), sampled at each batch start; reset it with
+        :meth:`reset_peak_flows`."""
+        self._peak_all = False  # the next batch start samples every link (after a reset)
+        self._peak_more: list[np.ndarray] = []  # links whose flow count a class split changed since the last sample
         self._load = np.zeros(nl)
         self._nflows = np.zeros(nl)
         # segments
@@ -565,6 +588,8 @@ class Fabric:
         self._seg_arr: tuple[int, np.ndarray, np.ndarray] | None = None  # cache of :meth:`_seg_arrays`
         self._exp_cache: dict[bytes, _Expansion] = {}  # segment list -> its expansion (:meth:`_expansion`)
         self._exp_bytes = 0  # what it holds (:data:`_CACHE_BYTES`)
+        self._der_cache: dict[tuple[str, bool, bytes], tuple[Any, ...]] = {}  # :meth:`_derived`
+        self._der_bytes = 0  # what it holds (:data:`_DERIVED_BYTES`)
         self._next_comp = 0
         self._lm: tuple[tuple[int, int, bool], Any, Any] | None = None  # (key, weighted, ones): :meth:`_link_matrix`
         self._lm_small_work = 0  # entries multiplied by the numpy link matrix (:data:`_SMALL_LINK_WORK`)
@@ -610,6 +635,7 @@ class Fabric:
         self._wake_all = False
         self._A: np.ndarray | None = None  # active row ids (cache of :meth:`_active_idx`)
         self._free, self._free_share = self._never_binding()
+        self._bindable = ~self._free  # (kept: the complement, read per search and check)
         self._binding: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(links) -> (links, binding ones)
         self._free_on = bool(self._free.any())
         self._held = np.full(len(self.links), -1, dtype=np.int64)  # coalesced collective holding each link
@@ -1031,10 +1057,30 @@ class Fabric:
         self.n_rows += k
         self._arrived.append(np.arange(s0, s0 + k))
         self._seg_flows(segs, mult, +1.0)
-        self._mark_live(segs)
-        np.maximum(self.peak_flows, np.rint(self._nflows).astype(np.int64), out=self.peak_flows)
+        self._sample_peak(self._mark_live(segs))
         self._request_solve()
         return ev
+
+    def _sample_peak(self, lk: np.ndarray) -> None:
+        """At a batch start on links ``lk``: the peak flow count of every link, ``max(peak, rint(flow count))``,
+        taken on ``lk`` and the links a class split changed since the last sample (every link after
+        :meth:`reset_peak_flows`). Exact: elsewhere the flow counts only fell since the last sample (rows
+        ending), so the maximum is unchanged there. O(those links), not O(links)."""
+        pf, nf = self.peak_flows, self._nflows
+        if self._peak_all:
+            self._peak_all = False
+            self._peak_more.clear()
+            np.maximum(pf, np.rint(nf).astype(np.int64), out=pf)
+            return
+        if self._peak_more:
+            lk = np.concatenate([lk, *self._peak_more])
+            self._peak_more.clear()
+        pf[lk] = np.maximum(pf[lk], np.rint(nf[lk]).astype(np.int64))
+
+    def reset_peak_flows(self) -> None:
+        """Zero :attr:`peak_flows` (a probe's or a memo run's own peak); the next batch start samples every link."""
+        self.peak_flows[:] = 0
+        self._peak_all = True
 
     # ------------------------------------------------------------ flow classes
     _CLASS_MIN = 16
@@ -1096,7 +1142,7 @@ class Fabric:
         w = wire[order]
         if not ((w[1:] >= w[:-1]).all() and np.array_equal(w[1:] == w[:-1], same_w)):
             return None
-        mem = [_FlowClass(fc.segs, fc.mult, fc.lat, fc.cap, fc.sid) for fc in proto]
+        mem = [_FlowClass(fc.segs, fc.mult, fc.lat, fc.cap, fc.sid, row_parts=fc.row_parts) for fc in proto]
         return self._class_rows(segs, wire, lat, mult, wcap, keep, groups, mem)
 
     @staticmethod
@@ -1199,7 +1245,7 @@ class Fabric:
         p = self._rows
         sat = self._load >= self.capacity * (1.0 - self._SAT_TOL)
         if self._free_on:
-            sat &= ~self._free
+            sat &= self._bindable
         ai = self._active_idx()
         segs = p.seg[ai].reshape(-1)
         ok = segs >= 0
@@ -1241,13 +1287,17 @@ class Fabric:
             self._cls_tables[fc.sid] = fc.tables
         inv, el, eu, nu, cols = fc.tables  # (entries of registered segments never move: new ones are appended)
         es = sat[el]  # (the members' links are the class segment's)
-        ef = fastest[el] > r * (1.0 + self._SAT_TOL)
-        gs = np.bincount(eu, weights=es & ~ef, minlength=nu)  # per distinct segment (last: the padding, 0)
-        if any(np.count_nonzero(gs[u]) == len(u) for u in cols):
-            return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
+        thr = r * (1.0 + self._SAT_TOL)
+        # per distinct segment (last: the padding, 0): its saturated links with no faster row (``fastest`` is a
+        # rate or -inf, never nan: ``<=`` is the negation of ``>``)
+        gs = np.bincount(eu, weights=es & (fastest[el] <= thr), minlength=nu)
+        for u in cols:
+            if np.count_nonzero(gs[u]) == len(u):
+                return None  # every member's k-th segment has such a link: O(distinct segments), not O(members)
         good = _row_sum(gs, inv)
         if np.count_nonzero(good) == len(good):
             return None
+        ef = fastest[el] > thr
         ns = _row_sum(np.bincount(eu, weights=es, minlength=nu), inv)
         nf = _row_sum(np.bincount(eu, weights=ef, minlength=nu), inv)
         return ((good * 64 + ns) * 64 + nf).astype(np.int64)
@@ -1266,8 +1316,14 @@ class Fabric:
         tbeg = float(p.tbeg[c])
         seg1, m1 = p.seg[c:c + 1].copy(), p.mult[c:c + 1].copy()
         self._seg_flows(seg1, m1, -1.0)
-        self._load -= self._to_links(seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K))
-        self._touch()
+        s1, d1 = seg1.reshape(-1), np.repeat(p.rate[c:c + 1] * m1, _K)
+        if self._dense_entries(s1.size):
+            self._load -= self._to_links(s1, d1)
+            self._touch()
+        else:  # the class segment's links only (elsewhere the sum is +0.0: what subtracting it leaves)
+            xc, _, (v,) = self._link_sums(s1, [d1], [True])
+            self._load[xc.ul] -= v
+            self._touch(xc.ul)
         self._unlabel(p.comp[c:c + 1])
         p.active[c] = False
         p.rate[c] = 0.0
@@ -1327,6 +1383,7 @@ class Fabric:
         self._A = None
         self._arrived.append(np.arange(s0, s0 + k))
         self._seg_flows(segs, mult, +1.0)
+        self._peak_more.append(self._seg_links(seg1))  # (the members' links are the class segment's)
         self.n_class_splits += 1
 
     def _fire(self, b: int) -> None:
@@ -1679,7 +1736,7 @@ class Fabric:
         batch's deadline is the latest; a batch with no row left fires (in batch order = start order)."""
         if bs[0] == bs[-1] and not np.count_nonzero(bs != bs[0]):  # one batch (the usual tick): no scatter
             b0 = int(bs[0])
-            self._b_deadline[b0] = max(self._b_deadline[b0], float(np.max(ends)))
+            self._b_deadline[b0] = max(self._b_deadline[b0], float(ends.max()))
             self._b_left[b0] -= len(bs)
             if self._b_left[b0] == 0:
                 self._fire(b0)
@@ -1734,7 +1791,7 @@ class Fabric:
             return float(p.tend[:n].min(initial=_INF, where=p.active[:n]))
         # over all rows, not gathered active ones: inactive rows have tend = inf
         tend = p.tend[:n]
-        j = int(np.argmin(tend))
+        j = int(tend.argmin())
         e = float(tend[j])
         if not math.isfinite(e):
             return e
@@ -1783,14 +1840,12 @@ class Fabric:
             e_link = self._se_link[_ranges(st, ln)]
             e_seg = np.repeat(np.arange(nu), ln)
             if self._free_on:  # never-binding links couple no rates (:meth:`_never_binding`)
-                keep = ~self._free[e_link]
+                keep = self._bindable[e_link]
                 e_link, e_seg = e_link[keep], e_seg[keep]
-        if self._free_on:
-            seed_links = seed_links & ~self._free
+        lk = seed_links & self._bindable if self._free_on else seed_links.copy()
         grp = p.group[act]
         has_grp = bool(np.count_nonzero(grp >= 0))
         gl = np.zeros(max(self._next_group, int(grp.max())) + 2 if has_grp else 1, dtype=bool)
-        lk = seed_links.copy()
         inr = np.zeros(len(act), dtype=bool)
         inr[np.searchsorted(act, seed_rows)] = True
         new = inr.copy()
@@ -1816,6 +1871,30 @@ class Fabric:
                 return inr
             inr |= new
 
+    def _derived(self, use: str, key: bytes) -> tuple[Any, ...] | None:
+        """What :meth:`_fill_entries` (``use``) kept for the rows' segment list ``key``
+        (its bytes), or None; kept while the segments and the never-binding links are those it was built on."""
+        return self._der_cache.get((use, self._free_on, key))
+
+    def _keep_derived(self, use: str, key: bytes, got: tuple[Any, ...]) -> None:
+        """Keep ``got`` for :meth:`_derived` (its own cache, :data:`_DERIVED_BYTES`, cleared when full; lists over
+        :data:`_DERIVED_LEN` ids are not kept)."""
+        if len(key) > 8 * self._DERIVED_LEN:
+            return
+        nb = len(key) + self._EXP_OVERHEAD + sum(sum(c.nbytes for c in a) if isinstance(a, list) else
+                                                 getattr(a, "nbytes", 0) for a in got)
+        self._der_bytes += nb
+        if self._der_bytes > self._DERIVED_BYTES:
+            self._der_cache.clear()
+            self._der_bytes = nb
+        self._der_cache[(use, self._free_on, key)] = got
+
+    _DERIVED_BYTES = 32_000_000
+    """Bytes :meth:`_keep_derived` keeps (the fills' per-list arrays; cleared when full)."""
+    _DERIVED_LEN = 768
+    """Longer lists (over 256 rows) are not kept by :meth:`_keep_derived`: a big set of rows rarely repeats, and
+    its arrays would clear the cache of the small ones that do."""
+
     def _bind_entries(self) -> tuple[np.ndarray, np.ndarray]:
         """(link, segment) of every registered segment entry whose link can bind (:meth:`_never_binding`),
         cached until segments are added or the never-binding links are gone."""
@@ -1823,7 +1902,7 @@ class Fabric:
         if self._bind_cache is None or self._bind_cache[0] != key:
             e_link, e_seg = self._se_link, self._se_seg
             if self._free_on:
-                keep = ~self._free[e_link]
+                keep = self._bindable[e_link]
                 e_link, e_seg = e_link[keep], e_seg[keep]
             self._bind_cache = (key, e_link, e_seg)
         return self._bind_cache[1], self._bind_cache[2]
@@ -1882,11 +1961,35 @@ class Fabric:
         if not np.count_nonzero(self._comp_n[comps]):  # no active row left in their components: O(departed)
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
+        if len(comps) <= self._FLOOR_SCALAR:  # few departures: their labels' floors in a dict, a pass per label
+            return self._above_floors(ai, comps, rates)
         # the smallest departed rate per label, by a table over the labels (inf: no departure there; the last
         # slot, inf, takes the -1 of an unlabelled row)
         floor = np.full(self._next_comp + 2, _INF)
         np.minimum.at(floor, comps, rates)
         return ai[p.rate[ai] >= floor[p.comp[ai]] * (1.0 - 1e-9)]
+
+    _FLOOR_SCALAR = 8
+    """Most departed rows whose labels' floors :meth:`_select` takes in Python (:meth:`_above_floors`)."""
+
+    def _above_floors(self, ai: np.ndarray, comps: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """The active rows ``ai`` whose rate is at least the smallest rate departed from their label (``comps``,
+        ``rates``: one per departed row; -1 an unlabelled one, as the table's last slot takes it): the table
+        of :meth:`_select` as a dict, O(departed + distinct labels x active rows) in place of an O(labels)
+        table (labels are never reused: the table grows with every search). The same comparisons."""
+        floor: dict[int, float] = {}
+        for c, r in zip(comps.tolist(), rates.tolist()):
+            f = floor.get(c)
+            if f is None or r < f:
+                floor[c] = r
+        p = self._rows
+        ca, ra = p.comp[ai], p.rate[ai]
+        keep: np.ndarray | None = None
+        for c, f in floor.items():
+            k = (ca == c) & (ra >= f * (1.0 - 1e-9))
+            keep = k if keep is None else keep | k
+        assert keep is not None
+        return ai[keep]
 
     def _own_links(self, segs: np.ndarray, mult: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The links that can bind (:meth:`_never_binding`) with flows of the segment list ``segs`` (flat, -1
@@ -1895,12 +1998,12 @@ class Fabric:
             mine = self._to_links(segs, mult, weighted=False)
             lk = mine > 0
             if self._free_on:
-                lk &= ~self._free
+                lk &= self._bindable
             return _nzf(lk), mine[lk]
         x, _, (mine,) = self._link_sums(segs, [mult], [False])
         keep = mine > 0
         if self._free_on:
-            keep &= ~self._free[x.ul]
+            keep &= self._bindable[x.ul]
         return x.ul[keep], mine[keep]
 
     def _solve(self) -> None:
@@ -2055,6 +2158,7 @@ class Fabric:
         """A route crosses a spine link other than by an even leaf-spine bundle: no link is never-binding from
         now on (coalesced collectives still running are materialized by the next :meth:`start_rows`)."""
         self._free = np.zeros(len(self.links), dtype=bool)
+        self._bindable = ~self._free
         self._free_on = False
         self._binding.clear()
         self._wake_all = bool(self._holders)
@@ -2069,7 +2173,7 @@ class Fabric:
         if hit is None or hit[0] is not links:  # (the entry holds ``links``: its id stays unique)
             if len(self._binding) >= self._BATCH_CACHE:
                 self._binding.clear()
-            hit = self._binding[id(links)] = (links, links[~self._free[links]])
+            hit = self._binding[id(links)] = (links, links[self._bindable[links]])
         return hit[1]
 
     def links_idle(self, links: np.ndarray) -> bool:
@@ -2115,14 +2219,15 @@ class Fabric:
                 self.n_materialized += 1
                 wake()
 
-    def _mark_live(self, segs: np.ndarray) -> None:
+    def _mark_live(self, segs: np.ndarray) -> np.ndarray:
         """The links of a starting batch's segments become live: until the fabric is next idle only live links
         can carry load or flows (rows split from a class cross its links; solves load their rows' links), so
-        :meth:`_advance` moves their counters alone, O(live links) instead of O(L)."""
+        :meth:`_advance` moves their counters alone, O(live links) instead of O(L). Returns those links."""
         lk = self._seg_links(segs)
         if not self._live[lk].all():
             self._live[lk] = True
             self._live_idx = None
+        return lk
 
     def _go_idle(self) -> None:
         """The fabric is idle: every link's load and flow count and every segment's multiplicity are 0 (set
@@ -2236,20 +2341,8 @@ class Fabric:
         S = p.seg[R]
         m = p.mult[R]
         old = p.rate[R]
-        valid = S >= 0
-        ent_row = np.nonzero(valid)[0]
-        useg, lseg = self._cpx(S[valid], len(self._seg_lat))
-        ns = len(useg)
-        LS = np.full(S.shape, -1, dtype=np.int64)
-        LS[valid] = lseg
-        st = self._se_off[useg]
-        ln = self._se_off[useg + 1] - st
-        e = _ranges(st, ln)
-        e_seg = np.repeat(np.arange(ns), ln)
-        e_off = np.zeros(ns + 1, dtype=np.int64)
-        np.cumsum(ln, out=e_off[1:])
-        ulinks, e_link = self._cpx(self._se_link[e], len(self.links))
-        e_w = self._se_w[e]
+        ent_row, lseg, LS, e_seg, e_off, ulinks, e_link, e_w = self._fill_entries(S)
+        ns = len(e_off) - 1
         nlk = len(ulinks)
         old_seg = np.bincount(lseg, weights=(old * m)[ent_row], minlength=ns)
         old_load = np.bincount(e_link, weights=old_seg[e_seg] * e_w, minlength=nlk)
@@ -2293,6 +2386,34 @@ class Fabric:
             self._load[ulinks] += new_load - old_load
             self._touch(ulinks)
         return rate
+
+    def _fill_entries(self, S: np.ndarray) -> tuple[np.ndarray, ...]:
+        """For :meth:`_fill` over rows with segments ``S`` (rows x :data:`_K`): per kept (non-padding) entry its
+        row and its segment's position among the distinct segments; those positions as rows x :data:`_K` (-1:
+        padding); per link entry of the distinct segments (in order) its segment position, the entries' offsets
+        per segment, the distinct links, each entry's link position among them and its weight. Kept per list
+        (:meth:`_derived`): 87% of the 8,637 fills of the 1024-GPU step repeat a list (rate-memo misses on a set
+        of rows solved before); a hit costs a hash of the list, a miss O(rows + entries) numpy as before."""
+        key = S.tobytes()
+        got = self._derived("fill", key)
+        if got is not None:
+            return got
+        valid = S >= 0
+        ent_row = np.nonzero(valid)[0]
+        useg, lseg = self._cpx(S[valid], len(self._seg_lat))
+        ns = len(useg)
+        LS = np.full(S.shape, -1, dtype=np.int64)
+        LS[valid] = lseg
+        st = self._se_off[useg]
+        ln = self._se_off[useg + 1] - st
+        e = _ranges(st, ln)
+        e_seg = np.repeat(np.arange(ns), ln)
+        e_off = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(ln, out=e_off[1:])
+        ulinks, e_link = self._cpx(self._se_link[e], len(self.links))
+        got = (ent_row, lseg, LS, e_seg, e_off, ulinks, e_link, self._se_w[e])
+        self._keep_derived("fill", key, got)
+        return got
 
     def _guess_bottleneck(self, S: np.ndarray) -> np.ndarray:
         """Per row (its segments ``S``): the lowest-capacity link of its first segment, as a starting

@@ -904,7 +904,7 @@ class EngineRoutes:
             return self._attribute(start, size)
         fab = self.sim.fabric
         before = fab.bytes_moved.copy()
-        fab.peak_flows[:] = 0
+        fab.reset_peak_flows()
         start()
         self.sim.run()
         d = fab.bytes_moved - before
