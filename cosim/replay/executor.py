@@ -72,6 +72,12 @@ class RankRun:
     launch_latency_source: str
     coll_algo: dict[int, tuple[str, str]] = field(default_factory=dict)
     """Simulated collectives: GPU op -> (algorithm, protocol) the engine chose (names the timeline's NCCL kernels)."""
+    lists: tuple[list[float], list[float], list[int], list[int], dict[int, list[float]], dict[int, list[int]]] | None \
+        = field(default=None, init=False, compare=False, repr=False)
+    """The executor's lists these arrays were made from (GPU start, end, bound, bound source; per thread its
+    synchronize calls' stalls and releasing ops), which the summary's critical-path walk reads instead of
+    converting the arrays back (:class:`cosim.replay.summary._WalkData`); None for a run made otherwise (a copy
+    made with ``dataclasses.replace`` too). The arrays are the record: they are not edited in place."""
 
 
 _SHARED_COMPUTE = 1
@@ -592,7 +598,7 @@ class Executor:
             nb = len(prefix) - 1
             hs[rows] += prefix[np.minimum(before_start, nb)]
             he[rows] += prefix[np.minimum(before_end, nb)]
-        return RankRun(
+        run = RankRun(
             rank=r.rg.rank,
             gpu_start=np.asarray(r.start, dtype=float),
             gpu_end=np.asarray(r.end, dtype=float),
@@ -608,6 +614,8 @@ class Executor:
             launch_latency_source=prog.launch_latency_source,
             coll_algo=dict(r.coll_algo),
         )
+        run.lists = (r.start, r.end, r.bound, r.bound_src, r.sync_stall, r.sync_bound)
+        return run
 
 
 class _HostThread(simpy.events.Event):

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-_clip: Any = getattr(getattr(np, "_core", None) or np.core, "umath").clip
+_clip: Any = (getattr(np, "_core", None) or np.core).umath.clip
 """The ufunc ``ndarray.clip`` calls (numpy 2's ``np._core.umath``, 1.x's ``np.core.umath``), without its Python
 wrappers: the same elementwise function."""
 
@@ -502,9 +502,15 @@ class _WalkData:
 
     def __init__(self, rg: RankGraph, prog: RankProgram, run: RankRun) -> None:
         st_ = _static(rg, prog)
-        thread_syncs: dict[int, tuple[np.ndarray, list[float] | None, list[int]]] = {}
+        thread_syncs: dict[int, tuple[Any, list[float] | None, list[int]]] = {}
         host_end = np.asarray(run.host_end, dtype=float)
+        lists = getattr(run, "lists", None)  # the executor's (RankRun.lists): no arrays to convert back
         for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
+            if lists is not None:
+                got = _syncs_of(lists[4].get(tp.thread, []), lists[5].get(tp.thread, []), hosts, host_end)
+                if got is not None:
+                    thread_syncs[tp.thread] = got
+                    continue
             stalls = np.asarray(run.sync_stall.get(tp.thread, _NO_FLOATS), dtype=float)
             bnd = np.asarray(run.sync_bound.get(tp.thread, _NO_INTS), dtype=np.int64)
             m = min(len(hosts), len(stalls))
@@ -516,12 +522,30 @@ class _WalkData:
             el_ = ends.tolist()
             thread_syncs[tp.thread] = (ends, None if (el_ and el_[-1] != el_[-1]) else el_, ops[o].tolist())
         self.thread_syncs = thread_syncs
-        self.sl, self.el = run.gpu_start.tolist(), run.gpu_end.tolist()
-        self.bound, self.bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
+        if lists is not None:
+            self.sl, self.el, self.bound, self.bsrc = lists[:4]
+        else:
+            self.sl, self.el = run.gpu_start.tolist(), run.gpu_end.tolist()
+            self.bound, self.bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
         self.st = st_
         self.strings = rg.strings
         self.hstart, self.hthread = run.host_start, rg.host_ops.thread
         self.guard = len(rg.gpu_ops) + sum(len(v[0]) for v in thread_syncs.values()) + 8
+
+
+def _syncs_of(stalls: list[float], bounds: list[int], hosts: np.ndarray, host_end: np.ndarray
+              ) -> tuple[list[float], list[float], list[int]] | None:
+    """A thread's entry of :attr:`_WalkData.thread_syncs` from the executor's lists of its synchronize calls'
+    stalls and releasing ops (``hosts``: their host ops), the ends sorted stably in Python (a few calls a thread);
+    None where an end is NaN (Python's sort needs an order: the arrays' path then)."""
+    m = min(len(hosts), len(stalls))
+    sel = [i for i in range(m) if stalls[i] > 0 and bounds[i] >= 0]
+    ends = host_end[hosts[sel]].tolist() if sel else []
+    if any(x != x for x in ends):
+        return None
+    o = sorted(range(len(ends)), key=ends.__getitem__)
+    el_ = [ends[i] for i in o]
+    return el_, el_, [bounds[sel[i]] for i in o]
 
 
 def _walk(data: _WalkData, window: tuple[float, float], j: int,
