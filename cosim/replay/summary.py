@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
-_clip: Any = (getattr(np, "_core", None) or np.core).umath.clip
-"""The ufunc ``ndarray.clip`` calls (numpy 2's ``np._core.umath``, 1.x's ``np.core.umath``), without its Python
-wrappers: the same elementwise function."""
-
 from cosim import __version__
 from cosim.replay.collective_map import rank_gpu
 from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED, RankRun
 from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
+
+_clip: Any = (getattr(np, "_core", None) or np.core).umath.clip
+"""The ufunc ``ndarray.clip`` calls (numpy 2's ``np._core.umath``, 1.x's ``np.core.umath``), without its Python
+wrappers: the same elementwise function."""
 
 __all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "WALL_CLOCK_FIELDS", "bound_label", "breakdown", "busiest_links", "comm_split",
            "critical_path", "critical_paths", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
