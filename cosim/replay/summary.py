@@ -47,6 +47,10 @@ _clip: Any = (getattr(np, "_core", None) or np.core).umath.clip
 """The ufunc ``ndarray.clip`` calls (numpy 2's ``np._core.umath``, 1.x's ``np.core.umath``), without its Python
 wrappers: the same elementwise function."""
 
+_MIN, _MAX, _ANY = np.minimum.reduce, np.maximum.reduce, np.logical_or.reduce
+"""``a.min()``, ``a.max()``, ``a.any()`` of a 1-D array: the ufunc reductions those methods call, without their
+Python wrappers (a job's ranks have a few hundred ops: the wrappers cost as much as the work)."""
+
 __all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "WALL_CLOCK_FIELDS", "bound_label", "breakdown", "busiest_links", "comm_split",
            "critical_path", "critical_paths", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
            "step_times", "summarize", "summarize_with", "without_wall_clock"]
@@ -88,16 +92,16 @@ def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray,
     """
     ok = (gstep >= 0) & np.isfinite(start) & np.isfinite(end)
     g = gstep[ok]
-    one = bool(g.size) and g.min() == g.max()  # one step (a job's rank, mostly): every ok op is that step's
+    one = bool(g.size) and _MIN(g) == _MAX(g)  # one step (a job's rank, mostly): every ok op is that step's
     steps = g[:1].copy() if one else np.unique(g)
     anchor = ok if launched is None else ok & np.asarray(launched, dtype=bool)
     first_any, first, last = (np.zeros(steps.size) for _ in range(3))
     for i, s in enumerate(steps):
         mine = ok if one else ok & (gstep == s)
-        first_any[i] = start[mine].min()
-        last[i] = end[mine].max()
+        first_any[i] = _MIN(start[mine])
+        last[i] = _MAX(end[mine])
         a = mine & anchor
-        first[i] = start[a].min() if a.any() else first_any[i]
+        first[i] = _MIN(start[a]) if _ANY(a) else first_any[i]
     span = last - first_any
     periods = np.diff(first) if steps.size >= 2 else np.zeros(0)
     if periods.size:
@@ -432,10 +436,10 @@ def _cp_start(run: RankRun, window: tuple[float, float]) -> int | None:
     if not (math.isfinite(a) and math.isfinite(b)):
         return None
     s, e = run.gpu_start, run.gpu_end
-    cand = np.nonzero(np.isfinite(e) & (s < b) & (e > a))[0]
+    cand = (np.isfinite(e) & (s < b) & (e > a)).nonzero()[0]
     if cand.size == 0:
         return None
-    return int(cand[np.argmax(np.minimum(e[cand], b))])
+    return int(cand[np.minimum(e[cand], b).argmax()])
 
 
 def critical_paths(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[float, float], n_periods: int,
