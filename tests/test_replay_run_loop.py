@@ -191,3 +191,23 @@ def test_a_kernel_is_its_own_wake_up() -> None:
     assert queued[0].gen < queued[1].gen == ops[3][1].gen  # the first is stale once the second is pushed
     _run_all(env)
     assert got == [(2, 50 * US, 50 * US), (1, 100 * US, 100 * US)]
+
+
+def test_host_index_lays_the_threads_stall_prefixes_end_to_end() -> None:
+    """executor._host_index: each thread's host ops and where each reads its stall (its syncs passed, clipped to
+    the thread's count, offset by the earlier threads' prefixes); None where two threads share a host op (one
+    indexed add would add only one of them); kept on the program per count of syncs."""
+    import types
+
+    from cosim.replay.executor import _host_index
+
+    before = np.array([0, 1])
+    prog = types.SimpleNamespace(thread_rows=[(np.array([0, 2]), before, before + 1),
+                                              (np.array([1, 3]), before, before + 1)], host_index=None)
+    rows, at_start, at_end = _host_index(None, prog, (0, 1))  # type: ignore[arg-type, misc]
+    assert rows.tolist() == [0, 2, 1, 3]
+    assert at_start.tolist() == [0, 0, 1, 2] and at_end.tolist() == [0, 0, 2, 2]
+    assert _host_index(None, prog, (0, 1)) is prog.host_index[(0, 1)]  # type: ignore[arg-type]
+    shared = types.SimpleNamespace(thread_rows=[(np.array([0, 2]), before, before),
+                                                (np.array([1, 2]), before, before)], host_index=None)
+    assert _host_index(None, shared, (1, 1)) is None  # type: ignore[arg-type]

@@ -589,15 +589,24 @@ class Executor:
         prog = r.prog
         hs = prog.host_static_start.copy()
         he = prog.host_static_end.copy()
-        for tp, (rows, before_start, before_end) in zip(prog.threads, _thread_rows(r.rg, prog)):
+        prefixes = []
+        for tp in prog.threads:
             st = np.asarray(r.sync_stall.get(tp.thread, []), dtype=float)
             base = 0.0
             if tp.anchor_syncs > 0:  # stall inherited from the anchor thread
                 base = float(sum(r.sync_stall.get(tp.anchor_thread, [])[:tp.anchor_syncs]))
-            prefix = np.concatenate([[base], base + np.cumsum(st)])
-            nb = len(prefix) - 1
-            hs[rows] += prefix[np.minimum(before_start, nb)]
-            he[rows] += prefix[np.minimum(before_end, nb)]
+            prefixes.append(np.concatenate([[base], base + np.cumsum(st)]))
+        index = _host_index(r.rg, prog, tuple(len(p) - 1 for p in prefixes)) if prefixes else None
+        if index is not None:  # each host op of a thread moved by its thread's stall before it starts / ends
+            rows, at_start, at_end = index
+            stall = np.concatenate(prefixes)
+            hs[rows] += stall[at_start]
+            he[rows] += stall[at_end]
+        else:  # threads sharing host ops (not made by compile): each adds its own, in turn
+            for prefix, (rows, before_start, before_end) in zip(prefixes, _thread_rows(r.rg, prog)):
+                nb = len(prefix) - 1
+                hs[rows] += prefix[np.minimum(before_start, nb)]
+                he[rows] += prefix[np.minimum(before_end, nb)]
         run = RankRun(
             rank=r.rg.rank,
             gpu_start=np.asarray(r.start, dtype=float),
@@ -762,6 +771,31 @@ def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.
             rows = np.flatnonzero(thread == tp.thread)
             got.append((rows, prog.host_syncs_before_start[rows], prog.host_syncs_before_end[rows]))
         prog.thread_rows = got
+    return got
+
+
+def _host_index(rg: RankGraph, prog: RankProgram, syncs: tuple[int, ...]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The host ops of ``prog``'s threads (each thread's rows of :func:`_thread_rows` in turn) and, at each, the
+    index of its stall before it starts and before it ends in the threads' stall prefixes laid end to end
+    (thread k's ``syncs[k] + 1`` of them, its count of synchronize calls passed clipped to ``syncs[k]``); None
+    where two threads share a host op (one indexed add would not add both). Kept on the program per ``syncs``
+    (:attr:`RankProgram.host_index`; a run passes every call: one entry)."""
+    memo = prog.host_index
+    if memo is None:
+        memo = prog.host_index = {}
+    if syncs in memo:
+        return memo[syncs]
+    rows, at_start, at_end = [], [], []
+    off = 0
+    for (r, before_start, before_end), nb in zip(_thread_rows(rg, prog), syncs):
+        rows.append(r)
+        at_start.append(np.minimum(before_start, nb) + off)
+        at_end.append(np.minimum(before_end, nb) + off)
+        off += nb + 1
+    all_rows = np.concatenate(rows)
+    got = memo[syncs] = ((all_rows, np.concatenate(at_start), np.concatenate(at_end))
+                         if np.unique(all_rows).size == all_rows.size else None)
     return got
 
 
