@@ -203,11 +203,13 @@ def test_host_index_lays_the_threads_stall_prefixes_end_to_end() -> None:
 
     before = np.array([0, 1])
     prog = types.SimpleNamespace(thread_rows=[(np.array([0, 2]), before, before + 1),
-                                              (np.array([1, 3]), before, before + 1)], host_index=None)
+                                              (np.array([1, 3]), before, before + 1)], host_index=None,
+                                 host_static_start=np.zeros(4))
     rows, at_start, at_end = _host_index(None, prog, (0, 1))  # type: ignore[arg-type, misc]
     assert rows.tolist() == [0, 2, 1, 3]
     assert at_start.tolist() == [0, 0, 1, 2] and at_end.tolist() == [0, 0, 2, 2]
     assert _host_index(None, prog, (0, 1)) is prog.host_index[(0, 1)]  # type: ignore[arg-type]
     shared = types.SimpleNamespace(thread_rows=[(np.array([0, 2]), before, before),
-                                                (np.array([1, 2]), before, before)], host_index=None)
+                                                (np.array([1, 2]), before, before)], host_index=None,
+                                   host_static_start=np.zeros(4))
     assert _host_index(None, shared, (1, 1)) is None  # type: ignore[arg-type]

@@ -794,8 +794,10 @@ def _host_index(rg: RankGraph, prog: RankProgram, syncs: tuple[int, ...]
         at_end.append(np.minimum(before_end, nb) + off)
         off += nb + 1
     all_rows = np.concatenate(rows)
+    seen = np.zeros(len(prog.host_static_start), dtype=bool)
+    seen[all_rows] = True
     got = memo[syncs] = ((all_rows, np.concatenate(at_start), np.concatenate(at_end))
-                         if np.unique(all_rows).size == all_rows.size else None)
+                         if np.count_nonzero(seen) == all_rows.size else None)
     return got
 
 

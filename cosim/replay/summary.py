@@ -263,19 +263,26 @@ def _sim_breakdown_split(rg: RankGraph, run: RankRun, window: tuple[float, float
 _Split = tuple[dict[str, float], dict[str, float]]
 
 
+_JOINT_MAX_OPS = 1024
+"""GPU ops of a rank above which :func:`_sim_breakdown_splits` splits it on its own: the one pass's extra work per
+op (its concatenations, per-op window bounds, the second sort's rank key: ~0.1 us) outweighs the ~70 us of numpy
+calls a rank saves from ~700 ops on (dsv3-1024's eight ~50 k-op ranks: 28 ms on their own, 64 ms in one pass)."""
+
+
 def _sim_breakdown_splits(rows: list[tuple[RankGraph, RankRun, tuple[float, float], int, dict[str, Any]]]
                           ) -> list[_Split]:
     """:func:`_sim_breakdown_split` of each ``(rg, run, window, n_periods, masks)`` of ``rows`` (a job's ranks), the
     same figures bit for bit, in one pass over the ranks' ops together (a job's ranks have a few hundred GPU ops
     each: per rank ~90 numpy calls on small arrays, their call overhead, became ~40 calls a job and 4 sums a
-    rank). The ops are concatenated in rank order and sorted by (rank, start), stably (each rank's stable sort
-    by start); the unions are merged per rank (:func:`_merge_segments`), each rank's covered seconds summed over
+    rank; a rank of more than :data:`_JOINT_MAX_OPS` ops is split on its own). The ops are concatenated in rank
+    order and sorted by (rank, start), stably (each rank's stable sort by start); the unions are merged per rank (:func:`_merge_segments`), each rank's covered seconds summed over
     its own slice (numpy's pairwise sum of the same array: ``np.add.reduceat`` sums in another order). A rank
     whose window is empty or whose op ends before it starts is split by :func:`_sim_breakdown_split` itself."""
     out: list[_Split | None] = [None] * len(rows)
     vec = []
     for i, (rg, run, (a, b), n, masks) in enumerate(rows):
-        if not (math.isfinite(a) and math.isfinite(b)) or b <= a or run.gpu_bound is None:
+        if (not (math.isfinite(a) and math.isfinite(b)) or b <= a or run.gpu_bound is None
+                or len(run.gpu_start) > _JOINT_MAX_OPS):
             out[i] = _sim_breakdown_split(rg, run, (a, b), n, masks)
         else:
             vec.append(i)
