@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heappushpop
 from typing import Any
 
 import numpy as np
@@ -221,6 +221,9 @@ class Executor:
         self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
         self.needed: dict[Any, int] = {}
         self.events = 0
+        self.fused = False
+        """Whether :func:`_run_all` steps the engine (a host thread's wait then hands it the next event): set by
+        :meth:`_run_env` before the threads first run."""
         self._match_collectives()
         for r in self.ranks:
             r.special = self._special(r)
@@ -555,8 +558,10 @@ class Executor:
         ``step()`` per event either way (:func:`_run_all` without the bar)."""
         gpu_ops = sum(len(r.rg.gpu_ops) for r in self.ranks)
         if gpu_ops < PROGRESS_MIN_OPS or not sys.stderr.isatty():
+            self.fused = True
             _run_all(self.env)
             return
+        self.fused = False
         from tqdm import tqdm
 
         total = gpu_ops + sum(len(tp.ev_kind) for r in self.ranks for tp in r.prog.threads)
@@ -661,7 +666,7 @@ class _HostThread(simpy.events.Event):
         self.env.schedule(self)
         return self
 
-    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[None, Any, None]:
+    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[Any, Any, None]:
         """The thread's calls in order; each wait is a ``yield`` here (hence one function: a helper could not
         yield for it without a generator of its own per call)."""
         yield  # started by the engine's step
@@ -690,15 +695,19 @@ class _HostThread(simpy.events.Event):
         thread = tp.thread
         now = env._now  # the clock moves only at this body's waits (or where it steps over one, below)
         counted = 0  # calls passed, added to ``ex.events`` before each wait and at the end
+        fused = ex.fused  # stepped by _run_all: a wait hands it the next event (set once the engine runs)
         for k in range(len(kinds)):
             t = statics[k] + stall
             if t > now:
                 if queue and queue[0][0] <= t:  # something else is due first: wait where a timeout would go
                     self.callbacks = cbs
-                    heappush(queue, (now + (t - now), NORMAL, next(eid), self))
                     ex.events += counted
                     counted = 0
-                    yield
+                    if fused:
+                        yield heappushpop(queue, (now + (t - now), NORMAL, next(eid), self))
+                    else:
+                        heappush(queue, (now + (t - now), NORMAL, next(eid), self))
+                        yield
                     now = env._now
                 else:  # nothing else is due by t: the timeout would be the next event, step over it
                     now += t - now  # the same float the timeout would reach
@@ -747,18 +756,30 @@ class _HostThread(simpy.events.Event):
 
 def _run_all(env: simpy.Environment) -> None:
     """``env.run()`` to the end: simpy's ``Environment.step`` inlined in its loop (the same pop, callbacks and
-    failure check per event, one Python call less: the replay's hottest loop)."""
+    failure check per event, one Python call less: the replay's hottest loop). A host thread's step (a
+    :class:`_HostThread`, its one callback its body's ``send``, never failed) resumes the body directly; a body
+    that waits for a later time pushes its wake-up and pops the next event in one ``heappushpop`` and hands that
+    entry back (the same entry the next pop would give: entries are distinct, so which one is smallest does not
+    depend on the heap's layout), which is stepped next."""
     queue = env._queue
+    host = _HostThread
     while queue:
-        env._now, _, _, event = heappop(queue)
-        callbacks: Any = event.callbacks
-        event.callbacks = None  # type: ignore[assignment]
-        for callback in callbacks:
-            callback(event)
-        if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled: crash, as step does
-            exc = type(event._value)(*event._value.args)
-            exc.__cause__ = event._value
-            raise exc
+        entry: Any = heappop(queue)
+        while entry is not None:
+            env._now, _, _, event = entry
+            if event.__class__ is host:
+                event.callbacks = None  # type: ignore[assignment]
+                entry = event._cbs[0](event)
+                continue
+            entry = None
+            callbacks: Any = event.callbacks
+            event.callbacks = None  # type: ignore[assignment]
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled: crash, as step does
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
 
 
 def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
