@@ -688,7 +688,9 @@ class _HostThread(simpy.events.Event):
                 done = r.sync_stall[tp.anchor_thread]
             stall = sum(done[:tp.anchor_syncs])
         watch = r.sync_watch
-        end_, ready, pending, work = r.end, r.ready, r.pending, ex.work
+        (ready, start_, end_, meet, bound_, bsrc, pending, succ, spred, gap, preds, dur, fl, paths, start_op,
+         sops) = r.hot  # the rank's columns as Executor._drain reads them (never rebound)
+        work = ex.work
         queue = env._queue  # simpy's event heap: (time, priority, id, event)
         eid = env._eid
         cbs = self._cbs
@@ -721,6 +723,47 @@ class _HostThread(simpy.events.Event):
                     pending[j] -= 1
                     if pending[j] == 0:
                         work.append((r, j))
+                if not work:
+                    continue
+                # Executor._drain's first op, inlined (a launch mostly releases one op, the work list was empty):
+                # a change to _drain's per-op code is made here
+                _, j = work.pop()
+                start = ready[j]
+                bound, src = BOUND_LAUNCH, -1
+                sp = spred[j]
+                if sp >= 0:
+                    e = end_[sp] + gap[j]
+                    if e > start:
+                        start, bound, src = e, BOUND_PRED, sp
+                for p in preds[j]:
+                    e = end_[p]
+                    if e > start:
+                        start, bound, src = e, BOUND_PRED, p
+                if fl is not None and (fl[j] > 0 or start < r.horizon) and not r.sm_free[j]:
+                    t_, by = ex._dispatch(r, j, start)
+                    if by >= 0:
+                        start, bound, src = t_, BOUND_PRED, by
+                bound_[j] = bound
+                bsrc[j] = src
+                path = paths[j]
+                if path == _SHARED_COMPUTE:
+                    start_op(sops, r, j, start, dur[j])
+                elif path:
+                    ex._start_shared(r, j, start)
+                else:
+                    e = start + dur[j]
+                    start_[j] = start
+                    end_[j] = e
+                    meet[j] = start
+                    ex.events += 1
+                    for s in succ[j]:
+                        pending[s] -= 1
+                        if pending[s] == 0:
+                            work.append((r, s))
+                    if r.waiters:
+                        ws = r.waiters.pop(j, None)
+                        if ws:
+                            ex._wake(ws, e, j)
                 if work:
                     ex._drain()
                 continue
