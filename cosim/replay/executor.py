@@ -291,7 +291,8 @@ class Executor:
         """Start the ops of the work list, last in first out, until it is empty: an op's start is the latest of its
         ready time, its predecessors' ends and the block dispatcher; a plain op ends at once and releases its
         successors here, a shared one is handed to what models its resource. Per op O(predecessors + successors);
-        a rank's columns are read from :meth:`_hot` once per run of ops of one rank."""
+        a rank's columns are read from :meth:`_hot` once per run of ops of one rank. The per-op code is inlined in
+        :meth:`_HostThread._body` for the op a launch releases: a change to it is made there."""
         work = self.work
         cur = None
         while work:
