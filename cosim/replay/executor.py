@@ -808,14 +808,14 @@ def _run_all(env: simpy.Environment) -> None:
     queue = env._queue
     host = _HostThread
     while queue:
-        entry: Any = heappop(queue)
-        while entry is not None:
+        env._now, _, _, event = heappop(queue)
+        while event.__class__ is host:
+            event.callbacks = None  # type: ignore[assignment]
+            entry = event._cbs[0](event)
+            if entry is None:
+                break
             env._now, _, _, event = entry
-            if event.__class__ is host:
-                event.callbacks = None  # type: ignore[assignment]
-                entry = event._cbs[0](event)
-                continue
-            entry = None
+        else:  # any other event (popped, or handed over by a host thread): simpy's step
             callbacks: Any = event.callbacks
             event.callbacks = None  # type: ignore[assignment]
             for callback in callbacks:
