@@ -24,6 +24,7 @@ import io
 import json
 import math
 import mmap
+import operator
 import os
 import stat
 import struct
@@ -245,7 +246,7 @@ def _graph(arrays: dict[str, np.ndarray], names: set[str], path: Path, key: str 
     """The graph of an entry's ``arrays`` (``names``: their names; read from ``path``), each rank recording ``key``
     as its origin. ``plan``: the remembered entry's :data:`_Plan` slot: the graph is built from the plan when it
     holds one, else read by :meth:`ExecutionGraph.from_arrays` and its plan kept there."""
-    if plan is not None and plan[0] is not None:
+    if plan is not None and plan[0] is not None and _intact(plan[0][3]):
         g = _from_plan(plan[0])
         if key is not None:
             g.set_origin_known(key, plan[0][3])
@@ -272,6 +273,19 @@ def _plan_of(g: ExecutionGraph, arrays: dict[str, np.ndarray]) -> _Plan | None:
         held = [a for _, _, cols in tables for a in cols.values()]
         stored.append((held, [a.shape for a in held], [a.dtype for a in held]))
     return bytes(arrays["meta"]).decode(), g.schema_version, tuple(ranks), tuple(stored)
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+
+
+def _intact(stored: tuple[_Stored, ...]) -> bool:
+    """Whether every array of a plan still has the shape and dtype it was read with: the arrays are shared by the
+    graphs built from the plan, and a caller may have reshaped one in place (``a.shape = ...``), which the plan's
+    unchecked tables (:meth:`Table._kept`) would pass on; the graph is then read again (its tables make views of the
+    entry's shape). ~85 attribute reads a rank."""
+    return all(list(map(_SHAPE, held)) == shapes and list(map(_DTYPE, held)) == dtypes
+               for held, shapes, dtypes in stored)
 
 
 def _from_plan(plan: _Plan) -> ExecutionGraph:
