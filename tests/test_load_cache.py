@@ -361,6 +361,20 @@ def test_graphs_from_a_remembered_entry_plan(tmp_path: Path, monkeypatch: pytest
         for c, arr in tab.columns().items():
             assert arr is ra.tables()[t].columns()[c] and not arr.flags.writeable, f"{t}.{c}"
     assert rb.cache_identity() == (cache.cache_key([src], None), 0)
+    known = rb.origin  # from the plan: the origin set_origin records from the arrays themselves
+    b.set_origin(cache.cache_key([src], None))
+    assert known is not None and rb.origin is not None and known[:2] == rb.origin[:2]
+    assert [x is y for x, y in zip(known[2], rb.origin[2])] == [True] * len(rb.origin[2]) == [True] * len(known[2])
+    assert known[3:] == rb.origin[3:]
+    rb.gpu_ops.start = rb.gpu_ops.start + 1.0  # an edited column (a copy): no identity; the next graph unedited
+    assert rb.cache_identity() is None
+    c = load_trace(src)
+    _same_graph(fresh, c)
+    assert c.ranks[0].cache_identity() == (cache.cache_key([src], None), 0)
+    c.ranks[0].gpu_ops.start.shape = (1, -1)  # a shared array reshaped in place: the next graph is read again
+    d = load_trace(src)
+    _same_graph(fresh, d)
+    assert d.ranks[0].gpu_ops.start.shape == fresh.ranks[0].gpu_ops.start.shape
     # a table that converts an array (here: int32 stored where the schema says int64) shares nothing
     cast = dict(arrays)
     name = next(k for k, v in cast.items() if k.startswith("r0/gpu_ops/") and v.dtype == np.int64 and v.ndim == 1)

@@ -154,3 +154,34 @@ def test_shared_sort_breakdown_and_split_equal_the_two_functions_bit_for_bit() -
         k = int(rng.integers(0, 3))
         want = (breakdown(None, run, w, k, masks=masks), comm_split(None, run, w, k, masks))  # type: ignore[arg-type]
         assert _sim_breakdown_split(None, run, w, k, masks) == want, it  # type: ignore[arg-type]
+
+
+def test_breakdown_and_split_of_a_job_equal_each_rank_s_bit_for_bit() -> None:
+    """summary._sim_breakdown_splits (a job's ranks in one pass) against _sim_breakdown_split of each rank: random
+    jobs of 1-9 ranks, each as in the test above (ties, ops ending before they start, NaN starts, infinite ends,
+    empty ranks, with and without bound columns, empty and NaN windows), compared by repr (signed zeros too)."""
+    import math
+    import types
+
+    from cosim.replay.summary import _sim_breakdown_split, _sim_breakdown_splits
+
+    rng = np.random.default_rng(7)
+    for it in range(400):
+        rows = []
+        for r in range(int(rng.integers(1, 10))):
+            n = int(rng.integers(0, 40))
+            s = np.round(rng.uniform(0, 10, n), int(rng.integers(0, 3)))
+            e = s + np.round(rng.uniform(-0.5 if (it + r) % 9 == 0 else 0.0, 3, n), int(rng.integers(0, 3)))
+            if n and (it + r) % 5 == 0:
+                s[rng.integers(0, n)] = np.nan
+            if n and (it + r) % 11 == 0:
+                e[rng.integers(0, n)] = np.inf
+            meet = np.where(rng.random(n) < 0.3, np.nan, s + rng.uniform(0, 1, n))
+            run = types.SimpleNamespace(gpu_start=s, gpu_end=e, gpu_meet=meet if r % 4 else None,
+                                        gpu_bound=rng.integers(0, 4, n) if (it + r) % 6 else None)
+            comm = rng.random(n) < 0.4
+            masks = {"comm": comm, "compute": ~comm & (rng.random(n) < 0.7)}
+            w = (math.nan, 1.0) if (it + r) % 13 == 0 else (float(rng.uniform(-1, 3)), float(rng.uniform(2, 12)))
+            rows.append((None, run, w, int(rng.integers(0, 3)), masks))
+        want = [_sim_breakdown_split(*row) for row in rows]  # type: ignore[arg-type]
+        assert repr(_sim_breakdown_splits(rows)) == repr(want), it  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heappushpop
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,12 @@ class RankRun:
     launch_latency_source: str
     coll_algo: dict[int, tuple[str, str]] = field(default_factory=dict)
     """Simulated collectives: GPU op -> (algorithm, protocol) the engine chose (names the timeline's NCCL kernels)."""
+    lists: tuple[list[float], list[float], list[int], list[int], dict[int, list[float]], dict[int, list[int]]] | None \
+        = field(default=None, init=False, compare=False, repr=False)
+    """The executor's lists these arrays were made from (GPU start, end, bound, bound source; per thread its
+    synchronize calls' stalls and releasing ops), which the summary's critical-path walk reads instead of
+    converting the arrays back (:class:`cosim.replay.summary._WalkData`); None for a run made otherwise (a copy
+    made with ``dataclasses.replace`` too). The arrays are the record: they are not edited in place."""
 
 
 _SHARED_COMPUTE = 1
@@ -215,6 +221,9 @@ class Executor:
         self.arrivals: dict[Any, list[tuple[_Rank, int, float]]] = {}
         self.needed: dict[Any, int] = {}
         self.events = 0
+        self.fused = False
+        """Whether :func:`_run_all` steps the engine (a host thread's wait then hands it the next event): set by
+        :meth:`_run_env` before the threads first run."""
         self._match_collectives()
         for r in self.ranks:
             r.special = self._special(r)
@@ -282,7 +291,8 @@ class Executor:
         """Start the ops of the work list, last in first out, until it is empty: an op's start is the latest of its
         ready time, its predecessors' ends and the block dispatcher; a plain op ends at once and releases its
         successors here, a shared one is handed to what models its resource. Per op O(predecessors + successors);
-        a rank's columns are read from :meth:`_hot` once per run of ops of one rank."""
+        a rank's columns are read from :meth:`_hot` once per run of ops of one rank. The per-op code is inlined in
+        :meth:`_HostThread._body` for the op a launch releases: a change to it is made there."""
         work = self.work
         cur = None
         while work:
@@ -549,8 +559,10 @@ class Executor:
         ``step()`` per event either way (:func:`_run_all` without the bar)."""
         gpu_ops = sum(len(r.rg.gpu_ops) for r in self.ranks)
         if gpu_ops < PROGRESS_MIN_OPS or not sys.stderr.isatty():
+            self.fused = True
             _run_all(self.env)
             return
+        self.fused = False
         from tqdm import tqdm
 
         total = gpu_ops + sum(len(tp.ev_kind) for r in self.ranks for tp in r.prog.threads)
@@ -583,16 +595,25 @@ class Executor:
         prog = r.prog
         hs = prog.host_static_start.copy()
         he = prog.host_static_end.copy()
-        for tp, (rows, before_start, before_end) in zip(prog.threads, _thread_rows(r.rg, prog)):
+        prefixes = []
+        for tp in prog.threads:
             st = np.asarray(r.sync_stall.get(tp.thread, []), dtype=float)
             base = 0.0
             if tp.anchor_syncs > 0:  # stall inherited from the anchor thread
                 base = float(sum(r.sync_stall.get(tp.anchor_thread, [])[:tp.anchor_syncs]))
-            prefix = np.concatenate([[base], base + np.cumsum(st)])
-            nb = len(prefix) - 1
-            hs[rows] += prefix[np.minimum(before_start, nb)]
-            he[rows] += prefix[np.minimum(before_end, nb)]
-        return RankRun(
+            prefixes.append(np.concatenate([[base], base + np.cumsum(st)]))
+        index = _host_index(r.rg, prog, tuple(len(p) - 1 for p in prefixes)) if prefixes else None
+        if index is not None:  # each host op of a thread moved by its thread's stall before it starts / ends
+            rows, at_start, at_end = index
+            stall = np.concatenate(prefixes)
+            hs[rows] += stall[at_start]
+            he[rows] += stall[at_end]
+        else:  # threads sharing host ops (not made by compile): each adds its own, in turn
+            for prefix, (rows, before_start, before_end) in zip(prefixes, _thread_rows(r.rg, prog)):
+                nb = len(prefix) - 1
+                hs[rows] += prefix[np.minimum(before_start, nb)]
+                he[rows] += prefix[np.minimum(before_end, nb)]
+        run = RankRun(
             rank=r.rg.rank,
             gpu_start=np.asarray(r.start, dtype=float),
             gpu_end=np.asarray(r.end, dtype=float),
@@ -608,6 +629,8 @@ class Executor:
             launch_latency_source=prog.launch_latency_source,
             coll_algo=dict(r.coll_algo),
         )
+        run.lists = (r.start, r.end, r.bound, r.bound_src, r.sync_stall, r.sync_bound)
+        return run
 
 
 class _HostThread(simpy.events.Event):
@@ -644,7 +667,7 @@ class _HostThread(simpy.events.Event):
         self.env.schedule(self)
         return self
 
-    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[None, Any, None]:
+    def _body(self, ex: Executor, r: _Rank, tp: ThreadProgram) -> Generator[Any, Any, None]:
         """The thread's calls in order; each wait is a ``yield`` here (hence one function: a helper could not
         yield for it without a generator of its own per call)."""
         yield  # started by the engine's step
@@ -666,22 +689,28 @@ class _HostThread(simpy.events.Event):
                 done = r.sync_stall[tp.anchor_thread]
             stall = sum(done[:tp.anchor_syncs])
         watch = r.sync_watch
-        end_, ready, pending, work = r.end, r.ready, r.pending, ex.work
+        (ready, start_, end_, meet, bound_, bsrc, pending, succ, spred, gap, preds, dur, fl, paths, start_op,
+         sops) = r.hot  # the rank's columns as Executor._drain reads them (never rebound)
+        work = ex.work
         queue = env._queue  # simpy's event heap: (time, priority, id, event)
         eid = env._eid
         cbs = self._cbs
         thread = tp.thread
         now = env._now  # the clock moves only at this body's waits (or where it steps over one, below)
         counted = 0  # calls passed, added to ``ex.events`` before each wait and at the end
+        fused = ex.fused  # stepped by _run_all: a wait hands it the next event (set once the engine runs)
         for k in range(len(kinds)):
             t = statics[k] + stall
             if t > now:
                 if queue and queue[0][0] <= t:  # something else is due first: wait where a timeout would go
                     self.callbacks = cbs
-                    heappush(queue, (now + (t - now), NORMAL, next(eid), self))
                     ex.events += counted
                     counted = 0
-                    yield
+                    if fused:
+                        yield heappushpop(queue, (now + (t - now), NORMAL, next(eid), self))
+                    else:
+                        heappush(queue, (now + (t - now), NORMAL, next(eid), self))
+                        yield
                     now = env._now
                 else:  # nothing else is due by t: the timeout would be the next event, step over it
                     now += t - now  # the same float the timeout would reach
@@ -695,6 +724,47 @@ class _HostThread(simpy.events.Event):
                     pending[j] -= 1
                     if pending[j] == 0:
                         work.append((r, j))
+                if not work:
+                    continue
+                # Executor._drain's first op, inlined (a launch mostly releases one op, the work list was empty):
+                # a change to _drain's per-op code is made here
+                _, j = work.pop()
+                start = ready[j]
+                bound, src = BOUND_LAUNCH, -1
+                sp = spred[j]
+                if sp >= 0:
+                    e = end_[sp] + gap[j]
+                    if e > start:
+                        start, bound, src = e, BOUND_PRED, sp
+                for p in preds[j]:
+                    e = end_[p]
+                    if e > start:
+                        start, bound, src = e, BOUND_PRED, p
+                if fl is not None and (fl[j] > 0 or start < r.horizon) and not r.sm_free[j]:
+                    t_, by = ex._dispatch(r, j, start)
+                    if by >= 0:
+                        start, bound, src = t_, BOUND_PRED, by
+                bound_[j] = bound
+                bsrc[j] = src
+                path = paths[j]
+                if path == _SHARED_COMPUTE:
+                    start_op(sops, r, j, start, dur[j])
+                elif path:
+                    ex._start_shared(r, j, start)
+                else:
+                    e = start + dur[j]
+                    start_[j] = start
+                    end_[j] = e
+                    meet[j] = start
+                    ex.events += 1
+                    for s in succ[j]:
+                        pending[s] -= 1
+                        if pending[s] == 0:
+                            work.append((r, s))
+                    if r.waiters:
+                        ws = r.waiters.pop(j, None)
+                        if ws:
+                            ex._wake(ws, e, j)
                 if work:
                     ex._drain()
                 continue
@@ -730,18 +800,30 @@ class _HostThread(simpy.events.Event):
 
 def _run_all(env: simpy.Environment) -> None:
     """``env.run()`` to the end: simpy's ``Environment.step`` inlined in its loop (the same pop, callbacks and
-    failure check per event, one Python call less: the replay's hottest loop)."""
+    failure check per event, one Python call less: the replay's hottest loop). A host thread's step (a
+    :class:`_HostThread`, its one callback its body's ``send``, never failed) resumes the body directly; a body
+    that waits for a later time pushes its wake-up and pops the next event in one ``heappushpop`` and hands that
+    entry back (the same entry the next pop would give: entries are distinct, so which one is smallest does not
+    depend on the heap's layout), which is stepped next."""
     queue = env._queue
+    host = _HostThread
     while queue:
         env._now, _, _, event = heappop(queue)
-        callbacks: Any = event.callbacks
-        event.callbacks = None  # type: ignore[assignment]
-        for callback in callbacks:
-            callback(event)
-        if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled: crash, as step does
-            exc = type(event._value)(*event._value.args)
-            exc.__cause__ = event._value
-            raise exc
+        while event.__class__ is host:
+            event.callbacks = None  # type: ignore[assignment]
+            entry = event._cbs[0](event)
+            if entry is None:
+                break
+            env._now, _, _, event = entry
+        else:  # any other event (popped, or handed over by a host thread): simpy's step
+            callbacks: Any = event.callbacks
+            event.callbacks = None  # type: ignore[assignment]
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):  # a failed event nobody handled: crash, as step does
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
 
 
 def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -754,6 +836,33 @@ def _thread_rows(rg: RankGraph, prog: RankProgram) -> list[tuple[np.ndarray, np.
             rows = np.flatnonzero(thread == tp.thread)
             got.append((rows, prog.host_syncs_before_start[rows], prog.host_syncs_before_end[rows]))
         prog.thread_rows = got
+    return got
+
+
+def _host_index(rg: RankGraph, prog: RankProgram, syncs: tuple[int, ...]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The host ops of ``prog``'s threads (each thread's rows of :func:`_thread_rows` in turn) and, at each, the
+    index of its stall before it starts and before it ends in the threads' stall prefixes laid end to end
+    (thread k's ``syncs[k] + 1`` of them, its count of synchronize calls passed clipped to ``syncs[k]``); None
+    where two threads share a host op (one indexed add would not add both). Kept on the program per ``syncs``
+    (:attr:`RankProgram.host_index`; a run passes every call: one entry)."""
+    memo = prog.host_index
+    if memo is None:
+        memo = prog.host_index = {}
+    if syncs in memo:
+        return memo[syncs]
+    rows, at_start, at_end = [], [], []
+    off = 0
+    for (r, before_start, before_end), nb in zip(_thread_rows(rg, prog), syncs):
+        rows.append(r)
+        at_start.append(np.minimum(before_start, nb) + off)
+        at_end.append(np.minimum(before_end, nb) + off)
+        off += nb + 1
+    all_rows = np.concatenate(rows)
+    seen = np.zeros(len(prog.host_static_start), dtype=bool)
+    seen[all_rows] = True
+    got = memo[syncs] = ((all_rows, np.concatenate(at_start), np.concatenate(at_end))
+                         if np.count_nonzero(seen) == all_rows.size else None)
     return got
 
 

@@ -158,6 +158,10 @@ class RankProgram:
     """Per thread of :attr:`threads`: its host ops and, at them, ``host_syncs_before_start`` and
     ``host_syncs_before_end``; worked out by the first replay with this program and kept here (the executor's
     host times, ``Executor._result``)."""
+    host_index: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray] | None] | None = None
+    """The executor's host times' index (``Executor._result``, ``executor._host_index``): per count of
+    synchronize calls each thread passed, the threads' host ops and where each reads its stall; worked out by
+    the first replay with this program and kept here."""
     link_static: tuple[Any, ...] | None = None
     """What the link attribution reads of the rank's graph (its collective ops and their keys, its copy ops by
     kind: :func:`cosim.replay.links.rank_static`), worked out by the first replay with this program and kept

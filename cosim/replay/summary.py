@@ -43,6 +43,14 @@ from cosim.replay.executor import BOUND_COLL, BOUND_LAUNCH, BOUND_PRED, RankRun
 from cosim.replay.program import SYNC, RankProgram, is_comm
 from cosim.workload.graph import GpuKind, OpClass, RankGraph
 
+_clip: Any = (getattr(np, "_core", None) or np.core).umath.clip
+"""The ufunc ``ndarray.clip`` calls (numpy 2's ``np._core.umath``, 1.x's ``np.core.umath``), without its Python
+wrappers: the same elementwise function."""
+
+_MIN, _MAX, _ANY = np.minimum.reduce, np.maximum.reduce, np.logical_or.reduce
+"""``a.min()``, ``a.max()``, ``a.any()`` of a 1-D array: the ufunc reductions those methods call, without their
+Python wrappers (a job's ranks have a few hundred ops: the wrappers cost as much as the work)."""
+
 __all__ = ["BREAKDOWN_KEYS", "NOISE_FLOOR", "SUMMARY_SCHEMA", "WALL_CLOCK_FIELDS", "bound_label", "breakdown", "busiest_links", "comm_split",
            "critical_path", "critical_paths", "explain_change", "fmt_delta", "merge_intervals", "nan_to_none", "op_masks", "slowest_rank",
            "step_times", "summarize", "summarize_with", "without_wall_clock"]
@@ -84,16 +92,16 @@ def step_times(gstep: np.ndarray, start: np.ndarray, end: np.ndarray,
     """
     ok = (gstep >= 0) & np.isfinite(start) & np.isfinite(end)
     g = gstep[ok]
-    one = bool(g.size) and g.min() == g.max()  # one step (a job's rank, mostly): every ok op is that step's
+    one = bool(g.size) and _MIN(g) == _MAX(g)  # one step (a job's rank, mostly): every ok op is that step's
     steps = g[:1].copy() if one else np.unique(g)
     anchor = ok if launched is None else ok & np.asarray(launched, dtype=bool)
     first_any, first, last = (np.zeros(steps.size) for _ in range(3))
     for i, s in enumerate(steps):
         mine = ok if one else ok & (gstep == s)
-        first_any[i] = start[mine].min()
-        last[i] = end[mine].max()
+        first_any[i] = _MIN(start[mine])
+        last[i] = _MAX(end[mine])
         a = mine & anchor
-        first[i] = start[a].min() if a.any() else first_any[i]
+        first[i] = _MIN(start[a]) if _ANY(a) else first_any[i]
     span = last - first_any
     periods = np.diff(first) if steps.size >= 2 else np.zeros(0)
     if periods.size:
@@ -252,6 +260,149 @@ def _sim_breakdown_split(rg: RankGraph, run: RankRun, window: tuple[float, float
     return bd, _split_of(transfer, c2 - c1, n_periods)
 
 
+_Split = tuple[dict[str, float], dict[str, float]]
+
+
+_JOINT_MAX_OPS = 1024
+"""GPU ops of a rank above which :func:`_sim_breakdown_splits` splits it on its own: the one pass's extra work per
+op (its concatenations, per-op window bounds, the second sort's rank key: ~0.1 us) outweighs the ~70 us of numpy
+calls a rank saves from ~700 ops on (dsv3-1024's eight ~50 k-op ranks: 28 ms on their own, 64 ms in one pass)."""
+
+
+def _sim_breakdown_splits(rows: list[tuple[RankGraph, RankRun, tuple[float, float], int, dict[str, Any]]]
+                          ) -> list[_Split]:
+    """:func:`_sim_breakdown_split` of each ``(rg, run, window, n_periods, masks)`` of ``rows`` (a job's ranks), the
+    same figures bit for bit, in one pass over the ranks' ops together (a job's ranks have a few hundred GPU ops
+    each: per rank ~90 numpy calls on small arrays, their call overhead, became ~40 calls a job and 4 sums a
+    rank; a rank of more than :data:`_JOINT_MAX_OPS` ops is split on its own). The ops are concatenated in rank
+    order and sorted by (rank, start), stably (each rank's stable sort by start); the unions are merged per rank (:func:`_merge_segments`), each rank's covered seconds summed over
+    its own slice (numpy's pairwise sum of the same array: ``np.add.reduceat`` sums in another order). A rank
+    whose window is empty or whose op ends before it starts is split by :func:`_sim_breakdown_split` itself."""
+    out: list[_Split | None] = [None] * len(rows)
+    vec = []
+    for i, (rg, run, (a, b), n, masks) in enumerate(rows):
+        if (not (math.isfinite(a) and math.isfinite(b)) or b <= a or run.gpu_bound is None
+                or len(run.gpu_start) > _JOINT_MAX_OPS):
+            out[i] = _sim_breakdown_split(rg, run, (a, b), n, masks)
+        else:
+            vec.append(i)
+    if vec:
+        got = _splits_together([rows[i] for i in vec])
+        for i, x in zip(vec, got):
+            out[i] = x if x is not None else _sim_breakdown_split(*rows[i])
+    return out  # type: ignore[return-value]
+
+
+def _splits_together(rows: list[tuple[RankGraph, RankRun, tuple[float, float], int, dict[str, Any]]]
+                     ) -> list[_Split | None]:
+    """:func:`_sim_breakdown_splits` of ranks with finite, non-empty windows and a simulated bound: None for a rank
+    with an op that ends before it starts."""
+    R = len(rows)
+    runs = [x[1] for x in rows]
+    counts = np.fromiter((len(r.gpu_start) for r in runs), np.int64, R)
+    rid = np.repeat(np.arange(R), counts)
+    lo = np.fromiter((x[2][0] for x in rows), float, R)[rid]
+    hi = np.fromiter((x[2][1] for x in rows), float, R)[rid]
+    s0 = np.concatenate([r.gpu_start for r in runs])
+    e0 = np.concatenate([r.gpu_end for r in runs])
+    ok = np.isfinite(s0) & np.isfinite(e0) & (e0 > lo) & (s0 < hi)
+    lo, hi, rid = lo[ok], hi[ok], rid[ok]
+    s, e = _clip(s0[ok], lo, hi), _clip(e0[ok], lo, hi)
+    badr = np.zeros(R, dtype=bool)
+    badr[rid[e < s]] = True
+    comm = np.concatenate([x[4]["comm"] for x in rows])[ok]
+    comp = np.concatenate([x[4]["compute"] for x in rows])[ok]
+    bnd = np.concatenate([r.gpu_bound for r in runs])[ok]
+    order = _sort_each(s, rid, R)
+    ss, es = s[order], e[order]
+    comp_o, both_o = comp[order], (comp | comm)[order]
+    c1 = _covered_each(ss[comp_o], es[comp_o], rid[comp_o], R)
+    c2 = _covered_each(ss[both_o], es[both_o], rid[both_o], R)
+    ms, me, mr, idx = _merge_segments(ss, es, rid)
+    c3 = _sums_each(me - ms, mr, R)
+    # the gap before each merged interval (from the window's start, or the rank's previous interval); the op at the
+    # gap's end is the interval's first (a merged interval starts after every earlier start: ops end after they
+    # start, so no earlier op of its rank starts at its start)
+    prev = np.empty_like(me)
+    prev[1:] = me[:-1]
+    first = np.ones(mr.size, dtype=bool)
+    first[1:] = mr[1:] != mr[:-1]
+    prev[first] = lo[idx[first]]
+    gap = ms - prev
+    launch = (gap > 0) & (bnd[order[idx]] == BOUND_LAUNCH)
+    host_idle = _seq_sums_each(gap[launch], mr[launch], R)
+    meets = [r.gpu_start if getattr(r, "gpu_meet", None) is None else r.gpu_meet for r in runs]
+    meet0 = np.concatenate(meets)
+    m = np.where(np.isfinite(meet0), np.maximum(meet0, s0), s0)[ok]
+    m_ = _clip(m, lo, hi)
+    xs = np.concatenate([s[comp], m_[comm]])
+    xe = np.concatenate([e[comp], e[comm]])
+    xr = np.concatenate([rid[comp], rid[comm]])
+    o2 = np.argsort(xr, kind="stable")
+    xs, xe, xr = xs[o2], xe[o2], xr[o2]
+    o2 = _sort_each(xs, xr, R)
+    tr = _covered_each(xs[o2], xe[o2], xr[o2], R)
+    res: list[_Split | None] = []
+    for k, (_, _, (a, b), n, _) in enumerate(rows):
+        if badr[k]:
+            res.append(None)
+            continue
+        bd = _breakdown_of(c1[k], c2[k], c3[k], (b - a) - c3[k], host_idle[k], n)
+        res.append((bd, _split_of(tr[k] - c1[k], c2[k] - c1[k], n)))
+    return res
+
+
+def _merge_segments(s: np.ndarray, e: np.ndarray, rid: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_merge_sorted` of each rank's intervals (``rid``: each interval's rank, sorted; ``s`` in stable start
+    order within a rank): the merged starts and ends, their ranks and the index of each one's first interval.
+    Each rank's running maximum of ends starts afresh."""
+    if s.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return s, e, z, z
+    first = np.ones(s.size, dtype=bool)
+    first[1:] = rid[1:] != rid[:-1]
+    b = [*first.nonzero()[0].tolist(), s.size]
+    acc = np.maximum.accumulate
+    run_max = np.concatenate([acc(e[b[k]:b[k + 1]]) for k in range(len(b) - 1)])
+    new = first.copy()
+    new[1:] |= s[1:] > run_max[:-1]
+    idx = new.nonzero()[0]
+    return s[idx], np.concatenate((run_max[idx[1:] - 1], run_max[-1:])), rid[idx], idx
+
+
+def _sort_each(x: np.ndarray, rid: np.ndarray, R: int) -> np.ndarray:
+    """The order that sorts each rank's slice of ``x`` stably (``rid`` sorted): ``np.argsort(kind="stable")`` of
+    each slice, offset to it (one sort of all would compare across ranks: ~2x the time)."""
+    bounds = np.searchsorted(rid, np.arange(R + 1)).tolist()
+    return np.concatenate([np.argsort(x[bounds[k]:bounds[k + 1]], kind="stable") + bounds[k] for k in range(R)])
+
+
+def _sums_each(x: np.ndarray, rid: np.ndarray, R: int) -> list[float]:
+    """Per rank ``0..R-1``, ``float(x[rid == k].sum())`` (``rid`` sorted): numpy's sum of each rank's slice."""
+    bounds = np.searchsorted(rid, np.arange(R + 1)).tolist()
+    return [float(x[bounds[k]:bounds[k + 1]].sum()) for k in range(R)]
+
+
+def _seq_sums_each(x: np.ndarray, rid: np.ndarray, R: int) -> list[float]:
+    """Per rank ``0..R-1``, the last of ``np.cumsum(x[rid == k])`` (0.0 if none; ``rid`` sorted, ``x`` > 0): a
+    cumulative sum adds in order, as a Python loop does."""
+    if x.size == 0:
+        return [0.0] * R
+    first = np.ones(x.size, dtype=bool)
+    first[1:] = rid[1:] != rid[:-1]
+    pos = np.arange(x.size) - first.nonzero()[0][np.cumsum(first) - 1]
+    pad = np.zeros((R, int(pos.max()) + 1))
+    pad[rid, pos] = x
+    return np.cumsum(pad, axis=1)[:, -1].tolist()  # a row's trailing zeros add nothing (x + 0.0 is x)
+
+
+def _covered_each(s: np.ndarray, e: np.ndarray, rid: np.ndarray, R: int) -> list[float]:
+    """:func:`_covered_sorted` of each rank's intervals (``rid`` sorted, stable start order within a rank)."""
+    ms, me, mr, _ = _merge_segments(s, e, rid)
+    return _sums_each(me - ms, mr, R)
+
+
 def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`merge_intervals` of intervals already in stable start order."""
     if s.size == 0:
@@ -292,10 +443,10 @@ def _cp_start(run: RankRun, window: tuple[float, float]) -> int | None:
     if not (math.isfinite(a) and math.isfinite(b)):
         return None
     s, e = run.gpu_start, run.gpu_end
-    cand = np.nonzero(np.isfinite(e) & (s < b) & (e > a))[0]
+    cand = (np.isfinite(e) & (s < b) & (e > a)).nonzero()[0]
     if cand.size == 0:
         return None
-    return int(cand[np.argmax(np.minimum(e[cand], b))])
+    return int(cand[np.minimum(e[cand], b).argmax()])
 
 
 def critical_paths(rg: RankGraph, prog: RankProgram, run: RankRun, window: tuple[float, float], n_periods: int,
@@ -362,9 +513,15 @@ class _WalkData:
 
     def __init__(self, rg: RankGraph, prog: RankProgram, run: RankRun) -> None:
         st_ = _static(rg, prog)
-        thread_syncs: dict[int, tuple[np.ndarray, list[float] | None, list[int]]] = {}
+        thread_syncs: dict[int, tuple[Any, list[float] | None, list[int]]] = {}
         host_end = np.asarray(run.host_end, dtype=float)
+        lists = getattr(run, "lists", None)  # the executor's (RankRun.lists): no arrays to convert back
         for tp, hosts in zip(prog.threads, st_["sync_hosts"]):
+            if lists is not None:
+                got = _syncs_of(lists[4].get(tp.thread, []), lists[5].get(tp.thread, []), hosts, host_end)
+                if got is not None:
+                    thread_syncs[tp.thread] = got
+                    continue
             stalls = np.asarray(run.sync_stall.get(tp.thread, _NO_FLOATS), dtype=float)
             bnd = np.asarray(run.sync_bound.get(tp.thread, _NO_INTS), dtype=np.int64)
             m = min(len(hosts), len(stalls))
@@ -376,12 +533,30 @@ class _WalkData:
             el_ = ends.tolist()
             thread_syncs[tp.thread] = (ends, None if (el_ and el_[-1] != el_[-1]) else el_, ops[o].tolist())
         self.thread_syncs = thread_syncs
-        self.sl, self.el = run.gpu_start.tolist(), run.gpu_end.tolist()
-        self.bound, self.bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
+        if lists is not None:
+            self.sl, self.el, self.bound, self.bsrc = lists[:4]
+        else:
+            self.sl, self.el = run.gpu_start.tolist(), run.gpu_end.tolist()
+            self.bound, self.bsrc = run.gpu_bound.tolist(), run.gpu_bound_src.tolist()
         self.st = st_
         self.strings = rg.strings
         self.hstart, self.hthread = run.host_start, rg.host_ops.thread
         self.guard = len(rg.gpu_ops) + sum(len(v[0]) for v in thread_syncs.values()) + 8
+
+
+def _syncs_of(stalls: list[float], bounds: list[int], hosts: np.ndarray, host_end: np.ndarray
+              ) -> tuple[list[float], list[float], list[int]] | None:
+    """A thread's entry of :attr:`_WalkData.thread_syncs` from the executor's lists of its synchronize calls'
+    stalls and releasing ops (``hosts``: their host ops), the ends sorted stably in Python (a few calls a thread);
+    None where an end is NaN (Python's sort needs an order: the arrays' path then)."""
+    m = min(len(hosts), len(stalls))
+    sel = [i for i in range(m) if stalls[i] > 0 and bounds[i] >= 0]
+    ends = host_end[hosts[sel]].tolist() if sel else []
+    if any(x != x for x in ends):
+        return None
+    o = sorted(range(len(ends)), key=ends.__getitem__)
+    el_ = [ends[i] for i in o]
+    return el_, el_, [bounds[sel[i]] for i in o]
 
 
 def _walk(data: _WalkData, window: tuple[float, float], j: int,
@@ -668,10 +843,14 @@ def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tup
     subs: dict[int, Any] = {}
     ranks = []
     windows = []
-    for rg, prog, run in zip(res.graph.ranks, res.programs, res.runs):
+    jobs = list(zip(res.graph.ranks, res.programs, res.runs))
+    sims = [step_times(rg.gpu_ops.step, run.gpu_start, run.gpu_end, rg.gpu_ops.launch >= 0) for rg, _, run in jobs]
+    all_masks = [_static(rg, prog)["masks"] for rg, prog, _ in jobs]
+    splits = _sim_breakdown_splits([(rg, run, sim["window"], sim["n_periods"], mk)
+                                    for (rg, _, run), sim, mk in zip(jobs, sims, all_masks)])
+    for (rg, prog, run), sim, masks, (bd, split) in zip(jobs, sims, all_masks, splits):
         G = rg.gpu_ops
         meas, bd_meas = _measured(rg, prog, run)
-        sim = step_times(G.step, run.gpu_start, run.gpu_end, G.launch >= 0)
         st_rows = rg.steps
         cpu_meas, cpu_sim = [], []
         step_rows = sim["steps"] if sim["steps"].size else np.arange(len(st_rows))
@@ -684,8 +863,6 @@ def summarize_with(res: Any, sub_windows: dict[int, tuple[float, float]]) -> tup
                 cpu_meas.append(float(st_rows.cpu_dur[s]))
                 mine = rg.host_ops.step == s
                 cpu_sim.append(float(run.host_end[mine].max() - run.host_start[mine].min()) if mine.any() else math.nan)
-        masks = _static(rg, prog)["masks"]
-        bd, split = _sim_breakdown_split(rg, run, sim["window"], sim["n_periods"], masks)
         windows.append((*sim["window"], sim["n_periods"]))
         cp, sub_cp = critical_paths(rg, prog, run, sim["window"], sim["n_periods"], sub_windows.get(rg.rank))
         if sub_cp is not None:

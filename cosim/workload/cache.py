@@ -24,6 +24,7 @@ import io
 import json
 import math
 import mmap
+import operator
 import os
 import stat
 import struct
@@ -180,10 +181,15 @@ def load_cached(key: str) -> ExecutionGraph | None:
         return None
 
 
-_Plan = tuple[str, str, tuple[tuple[tuple[tuple[str, int, dict[str, np.ndarray]], ...], tuple[str, ...]], ...]]
+_Stored = tuple[list[np.ndarray], list[Any], list[Any]]
+"""A rank's stored arrays in :meth:`RankGraph._arrays`' order, their shapes and dtypes (what its origin records:
+:meth:`ExecutionGraph.set_origin_known`)."""
+
+_Plan = tuple[str, str, tuple[tuple[tuple[tuple[str, int, dict[str, np.ndarray]], ...], tuple[str, ...]], ...],
+              tuple[_Stored, ...]]
 """How to build an entry's graph again without reading its index (:func:`_plan_of`): (the entry's ``meta`` JSON
 text, the graph's schema version, per rank (per table (name, rows, its stored arrays by name), the string
-table))."""
+table), per rank its :data:`_Stored`)."""
 
 _Hit = tuple[dict[str, np.ndarray], set[str], list[_Plan | None]]
 """A remembered entry (:data:`_ENTRIES`): its arrays, their names, and a one-item list holding its :data:`_Plan`
@@ -240,12 +246,14 @@ def _graph(arrays: dict[str, np.ndarray], names: set[str], path: Path, key: str 
     """The graph of an entry's ``arrays`` (``names``: their names; read from ``path``), each rank recording ``key``
     as its origin. ``plan``: the remembered entry's :data:`_Plan` slot: the graph is built from the plan when it
     holds one, else read by :meth:`ExecutionGraph.from_arrays` and its plan kept there."""
-    if plan is not None and plan[0] is not None:
+    if plan is not None and plan[0] is not None and _intact(plan[0][3]):
         g = _from_plan(plan[0])
-    else:
-        g = ExecutionGraph.from_arrays(arrays, names, path)
-        if plan is not None:
-            plan[0] = _plan_of(g, arrays)
+        if key is not None:
+            g.set_origin_known(key, plan[0][3])
+        return g
+    g = ExecutionGraph.from_arrays(arrays, names, path)
+    if plan is not None:
+        plan[0] = _plan_of(g, arrays)
     if key is not None:
         g.set_origin(key)
     return g
@@ -256,20 +264,36 @@ def _plan_of(g: ExecutionGraph, arrays: dict[str, np.ndarray]) -> _Plan | None:
     where a table converted an array (a writeable one: an older entry's column, filled or cast), which graphs must
     not share."""
     ranks = []
+    stored = []
     for rg in g.ranks:
         tables = tuple((t, len(tab), tab.columns()) for t in TABLE_SCHEMAS for tab in (getattr(rg, t),))
         if any(a.flags.writeable for _, _, cols in tables for a in cols.values()):
             return None
         ranks.append((tables, tuple(rg.strings)))
-    return bytes(arrays["meta"]).decode(), g.schema_version, tuple(ranks)
+        held = [a for _, _, cols in tables for a in cols.values()]
+        stored.append((held, [a.shape for a in held], [a.dtype for a in held]))
+    return bytes(arrays["meta"]).decode(), g.schema_version, tuple(ranks), tuple(stored)
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+
+
+def _intact(stored: tuple[_Stored, ...]) -> bool:
+    """Whether every array of a plan still has the shape and dtype it was read with: the arrays are shared by the
+    graphs built from the plan, and a caller may have reshaped one in place (``a.shape = ...``), which the plan's
+    unchecked tables (:meth:`Table._kept`) would pass on; the graph is then read again (its tables make views of the
+    entry's shape). ~85 attribute reads a rank."""
+    return all(list(map(_SHAPE, held)) == shapes and list(map(_DTYPE, held)) == dtypes
+               for held, shapes, dtypes in stored)
 
 
 def _from_plan(plan: _Plan) -> ExecutionGraph:
     """The graph :meth:`ExecutionGraph.from_arrays` reads from the entry of ``plan``, the same tables of the same
-    arrays (each kept as it is, as there: :class:`Table` checks their dtypes and shapes again) and equal fields,
+    arrays (each kept as it is, as there, unchecked: :meth:`Table._kept`) and equal fields,
     without looking the ~680 arrays of an 8-rank entry up by name or decoding its string tables again (~0.17 ms of
     a cached DLRM job's ~0.85 ms load); the meta JSON is parsed again (each rank's ``source`` a new dict)."""
-    text, version, per_rank = plan
+    text, version, per_rank, _ = plan
     ranks = [
         RankGraph(
             rank=rm["rank"],
@@ -287,7 +311,7 @@ def _from_plan(plan: _Plan) -> ExecutionGraph:
 
 def _tables(tables: tuple[tuple[str, int, dict[str, np.ndarray]], ...]) -> dict[str, Any]:
     """New :class:`Table` objects of a plan's rank (the keyword arguments of :class:`RankGraph`)."""
-    return {t: Table(t, n, **cols) for t, n, cols in tables}
+    return {t: Table._kept(t, n, cols) for t, n, cols in tables}
 
 
 def store(key: str, graph: ExecutionGraph) -> None:

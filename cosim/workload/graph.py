@@ -378,6 +378,17 @@ class Table:
         if cols:
             raise ValueError(f"{table}: unknown columns {sorted(cols)}")
 
+    @classmethod
+    def _kept(cls, table: str, n: int, cols: dict[str, np.ndarray]) -> Table:
+        """A table of ``cols`` as they are, unchecked: ``cols`` are the stored arrays of a :class:`Table` of ``table``
+        with ``n`` rows made before (which checked or made them: a load-cache entry's plan,
+        :func:`cosim.workload.cache._from_plan`); the dict is copied (a table replaces its edited columns)."""
+        t = object.__new__(cls)
+        object.__setattr__(t, "table", table)
+        object.__setattr__(t, "_n", n)
+        object.__setattr__(t, "_cols", dict(cols))
+        return t
+
     def __len__(self) -> int:
         return self._n
 
@@ -641,6 +652,14 @@ class ExecutionGraph:
                 rg.origin = None
                 continue
             rg.origin = ((key, k), tabs, arrays, list(map(_SHAPE, arrays)), list(map(_DTYPE, arrays)))
+
+    def set_origin_known(self, key: str, stored: Sequence[tuple[list[np.ndarray], list[Any], list[Any]]]) -> None:
+        """:meth:`set_origin` of a graph whose rank ``k`` holds, in :meth:`RankGraph._arrays`' order, exactly the
+        read-only arrays ``stored[k][0]`` (shapes ``stored[k][1]``, dtypes ``stored[k][2]``: a load-cache entry's
+        plan, which :meth:`set_origin` checked when its first graph was read): the same origins, without looking at
+        the ~85 arrays of each rank again."""
+        for k, (rg, (arrays, shapes, dtypes)) in enumerate(zip(self.ranks, stored)):
+            rg.origin = ((key, k), [getattr(rg, t) for t in TABLE_SCHEMAS], arrays, shapes, dtypes)
 
     @property
     def world_size(self) -> int:
