@@ -204,6 +204,10 @@ class Accelerator(Sourced):
     """Last-level on-chip cache (bytes): L2, or AMD Infinity Cache where larger."""
     clock: Frequency
     """Boost clock (hertz)."""
+    exp_rate: Rate | None = None
+    """Hardware exponentials per second (special-function units, ``MUFU.EX2``): SMs x exponentials per clock per
+    SM x the clock of the dense tensor peak; what bounds attention's softmax (one exponential per score element).
+    None: unknown (attention is then timed by its tensor rate alone)."""
     scale_up: ScaleUp | None = None
     """Scale-up ports; None for PCIe-only parts."""
     pcie: PCIe
@@ -232,7 +236,7 @@ class Accelerator(Sourced):
     def _check_peaks(self) -> Accelerator:
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise ValueError("peak_flops: list at least bf16 or fp16 (the dense tensor peak)")
-        _require_positive(self, "peak_flops", "hbm_bandwidth", "hbm_capacity", "clock")
+        _require_positive(self, "peak_flops", "hbm_bandwidth", "hbm_capacity", "clock", "exp_rate")
         return self
 
     def peak(self, dtype: str) -> float:
