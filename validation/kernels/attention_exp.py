@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cosim, not an installed copy
 
-from cosim.catalog import load_catalog  # noqa: E402
+from cosim.catalog import load_catalog
 
 SOURCE = ("NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results @3929da2 (cuDNN 9.22, GB200 and GB300, "
           "batch 2, non-deterministic backward)")
