@@ -1962,7 +1962,9 @@ class Fabric:
             return np.zeros(0, dtype=np.int64)
         rates = np.concatenate([d[1] for d in self._departed])
         if len(comps) <= self._FLOOR_SCALAR:  # few departures: their labels' floors in a dict, a pass per label
-            return self._above_floors(ai, comps, rates)
+            got = self._above_floors(ai, comps, rates)
+            if got is not None:
+                return got
         # the smallest departed rate per label, by a table over the labels (inf: no departure there; the last
         # slot, inf, takes the -1 of an unlabelled row)
         floor = np.full(self._next_comp + 2, _INF)
@@ -1972,7 +1974,7 @@ class Fabric:
     _FLOOR_SCALAR = 8
     """Most departed rows whose labels' floors :meth:`_select` takes in Python (:meth:`_above_floors`)."""
 
-    def _above_floors(self, ai: np.ndarray, comps: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    def _above_floors(self, ai: np.ndarray, comps: np.ndarray, rates: np.ndarray) -> np.ndarray | None:
         """The active rows ``ai`` whose rate is at least the smallest rate departed from their label (``comps``,
         ``rates``: one per departed row; -1 an unlabelled one, as the table's last slot takes it): the table
         of :meth:`_select` as a dict, O(departed + distinct labels x active rows) in place of an O(labels)
@@ -1984,6 +1986,8 @@ class Fabric:
                 floor[c] = r
         p = self._rows
         ca, ra = p.comp[ai], p.rate[ai]
+        if not (np.isfinite(rates).all() and np.isfinite(ra).all()):
+            return None  # NaN floors (the table's np.minimum keeps them) or infinite rates (inf >= inf, no departure)
         keep: np.ndarray | None = None
         for c, f in floor.items():
             k = (ca == c) & (ra >= f * (1.0 - 1e-9))

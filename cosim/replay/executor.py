@@ -629,6 +629,9 @@ class Executor:
             launch_latency_source=prog.launch_latency_source,
             coll_algo=dict(r.coll_algo),
         )
+        for a in (run.gpu_start, run.gpu_end, run.gpu_bound, run.gpu_bound_src, *run.sync_stall.values(),
+                  *run.sync_bound.values()):
+            a.flags.writeable = False  # the lists below are read instead: an in-place edit would not reach them
         run.lists = (r.start, r.end, r.bound, r.bound_src, r.sync_stall, r.sync_bound)
         return run
 
