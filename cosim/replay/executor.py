@@ -77,7 +77,8 @@ class RankRun:
     """The executor's lists these arrays were made from (GPU start, end, bound, bound source; per thread its
     synchronize calls' stalls and releasing ops), which the summary's critical-path walk reads instead of
     converting the arrays back (:class:`cosim.replay.summary._WalkData`); None for a run made otherwise (a copy
-    made with ``dataclasses.replace`` too). The arrays are the record: they are not edited in place."""
+    made with ``dataclasses.replace`` too). The arrays are the record and read-only (an in-place edit would not
+    reach these lists)."""
 
 
 _SHARED_COMPUTE = 1
