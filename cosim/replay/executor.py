@@ -292,8 +292,7 @@ class Executor:
         """Start the ops of the work list, last in first out, until it is empty: an op's start is the latest of its
         ready time, its predecessors' ends and the block dispatcher; a plain op ends at once and releases its
         successors here, a shared one is handed to what models its resource. Per op O(predecessors + successors);
-        a rank's columns are read from :meth:`_hot` once per run of ops of one rank. The per-op code is inlined in
-        :meth:`_HostThread._body` for the op a launch releases: a change to it is made there."""
+        a rank's columns are read from :meth:`_hot` once per run of ops of one rank."""
         work = self.work
         cur = None
         while work:
@@ -693,8 +692,7 @@ class _HostThread(simpy.events.Event):
                 done = r.sync_stall[tp.anchor_thread]
             stall = sum(done[:tp.anchor_syncs])
         watch = r.sync_watch
-        (ready, start_, end_, meet, bound_, bsrc, pending, succ, spred, gap, preds, dur, fl, paths, start_op,
-         sops) = r.hot  # the rank's columns as Executor._drain reads them (never rebound)
+        end_, ready, pending = r.end, r.ready, r.pending
         work = ex.work
         queue = env._queue  # simpy's event heap: (time, priority, id, event)
         eid = env._eid
@@ -728,47 +726,6 @@ class _HostThread(simpy.events.Event):
                     pending[j] -= 1
                     if pending[j] == 0:
                         work.append((r, j))
-                if not work:
-                    continue
-                # Executor._drain's first op, inlined (a launch mostly releases one op, the work list was empty):
-                # a change to _drain's per-op code is made here
-                _, j = work.pop()
-                start = ready[j]
-                bound, src = BOUND_LAUNCH, -1
-                sp = spred[j]
-                if sp >= 0:
-                    e = end_[sp] + gap[j]
-                    if e > start:
-                        start, bound, src = e, BOUND_PRED, sp
-                for p in preds[j]:
-                    e = end_[p]
-                    if e > start:
-                        start, bound, src = e, BOUND_PRED, p
-                if fl is not None and (fl[j] > 0 or start < r.horizon) and not r.sm_free[j]:
-                    t_, by = ex._dispatch(r, j, start)
-                    if by >= 0:
-                        start, bound, src = t_, BOUND_PRED, by
-                bound_[j] = bound
-                bsrc[j] = src
-                path = paths[j]
-                if path == _SHARED_COMPUTE:
-                    start_op(sops, r, j, start, dur[j])
-                elif path:
-                    ex._start_shared(r, j, start)
-                else:
-                    e = start + dur[j]
-                    start_[j] = start
-                    end_[j] = e
-                    meet[j] = start
-                    ex.events += 1
-                    for s in succ[j]:
-                        pending[s] -= 1
-                        if pending[s] == 0:
-                            work.append((r, s))
-                    if r.waiters:
-                        ws = r.waiters.pop(j, None)
-                        if ws:
-                            ex._wake(ws, e, j)
                 if work:
                     ex._drain()
                 continue
