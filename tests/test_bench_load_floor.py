@@ -40,6 +40,7 @@ def test_bench_load_floor_json_on_a_small_trace() -> None:
     assert row["load_budget_s"] == row["budget_s"] - row["replay_s"]
     f = row["floors"]
     assert f["floor_s"] == f["read_s"] + f["inflate_zlib_ng_s"] + f["decode5_s"]
+    assert f["floor_records_s"] == f["read_s"] + f["inflate_zlib_ng_s"] + f["decode_records_s"]
     stages = ("format", "inflate", "raw split", "typed decode", "per-event loop", "checks", "tables", "flows",
               "warnings", "graph")
     assert tuple(k for k in row["stages"] if k != "total") == stages
