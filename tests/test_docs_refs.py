@@ -124,7 +124,7 @@ def test_cosim_command_flags_exist() -> None:
     commands = _subparsers(top)
     bad = []
     for where, line, fenced in _lines():
-        texts = [line] if fenced and line.lstrip().startswith("cosim ") else _spans(line)
+        texts = [line] if fenced else _spans(line)
         for text in texts:
             for words, flag in _command_flags(text):
                 if not words or words[0] not in commands:
