@@ -204,3 +204,24 @@ def test_anchor_rule() -> None:
     assert _anchor("## The `--set` keys (what-if knobs)") == "the---set-keys-what-if-knobs"
     assert _anchor("### Round 14: s14-job") == "round-14-s14-job"
     assert _anchor("## Trace replay (`bench_replay.py`)") == "trace-replay-bench_replaypy"
+
+
+def test_catalog_doc_lists_every_catalog_entry() -> None:
+    """docs/CATALOG.md's "What is in it" table names every bundled id of each section (`a` … `b`: a run of ids in
+    catalog order) and no id the catalog lacks."""
+    from cosim.catalog import load_catalog
+
+    cat = load_catalog()
+    text = (ROOT / "docs" / "CATALOG.md").read_text()
+    bad = []
+    for section in ("accelerators", "cpus", "nics", "links"):
+        row = re.search(rf"^\| `{section}` \|(.*)\|$", text, re.M)
+        assert row, f"docs/CATALOG.md: no '| `{section}` |' row in 'What is in it'"
+        ids = list(getattr(cat, section))
+        named = set(re.findall(r"`([\w.-]+)`", row.group(1)))
+        for a, b in re.findall(r"`([\w.-]+)` … `([\w.-]+)`", row.group(1)):
+            if a in ids and b in ids:
+                named |= set(ids[ids.index(a):ids.index(b) + 1])
+        bad += [f"{section}: `{i}` is in the catalog, not in the table" for i in ids if i not in named]
+        bad += [f"{section}: `{i}` is in the table, not in the catalog" for i in sorted(named - set(ids))]
+    assert not bad, "docs/CATALOG.md:\n" + "\n".join(bad)
