@@ -225,3 +225,28 @@ def test_catalog_doc_lists_every_catalog_entry() -> None:
         bad += [f"{section}: `{i}` is in the catalog, not in the table" for i in ids if i not in named]
         bad += [f"{section}: `{i}` is in the table, not in the catalog" for i in sorted(named - set(ids))]
     assert not bad, "docs/CATALOG.md:\n" + "\n".join(bad)
+
+
+def test_topology_presets_table_matches_the_presets() -> None:
+    """docs/TOPOLOGY.md's "Presets" table has a row per bundled preset, and its scale-up, scale-out, host and
+    bisection columns are what ``Topology.figures()`` gives (the first figure of a cell, as printed there)."""
+    from cosim.topology import load_topology
+    from cosim.units import parse_bandwidth
+
+    text = (ROOT / "docs" / "TOPOLOGY.md").read_text()
+    table = text.split("## Presets", 1)[1].split("\n\n", 2)[1]
+    rows = {r[0]: r[1:] for r in (ln.strip("|").split("|") for ln in table.splitlines()[2:])}
+    rows = {k.strip(): [c.strip() for c in v] for k, v in rows.items()}
+    presets = sorted(p.stem for p in (ROOT / "topologies").glob("*.yaml"))
+    assert sorted(rows) == presets, f"docs/TOPOLOGY.md's Presets table: rows {sorted(rows)}, presets {presets}"
+    keys = ("per_gpu_scale_up_bw_Bps", "per_gpu_scale_out_bw_Bps", "per_gpu_host_bw_Bps", "bisection_bw_Bps")
+    bad = []
+    for name, cells in rows.items():
+        figs = load_topology(name).figures()
+        for key, cell in zip(keys, cells[1:5]):
+            m = re.match(r"(\d+(?:\.\d+)?)(?: ([kMGT]?B/s))?", cell)
+            assert m, f"docs/TOPOLOGY.md, preset {name}: no figure in {cell!r}"
+            said = parse_bandwidth(f"{m.group(1)} {m.group(2)}") if m.group(2) else float(m.group(1))
+            if said != pytest.approx(figs[key], rel=5e-3):
+                bad.append(f"{name}: {key} is {figs[key] / 1e9:g} GB/s, the table says {cell!r}")
+    assert not bad, "docs/TOPOLOGY.md's Presets table:\n" + "\n".join(bad)
