@@ -250,3 +250,18 @@ def test_topology_presets_table_matches_the_presets() -> None:
             if said != pytest.approx(figs[key], rel=5e-3):
                 bad.append(f"{name}: {key} is {figs[key] / 1e9:g} GB/s, the table says {cell!r}")
     assert not bad, "docs/TOPOLOGY.md's Presets table:\n" + "\n".join(bad)
+
+
+def test_readme_layout_names_every_doc_and_package_part() -> None:
+    """README's Layout table links every docs/*.md and names every top-level module and package of ``cosim``."""
+    readme = (ROOT / "README.md").read_text()
+    docs_row = re.search(r"^\| `docs/` \|(.*)$", readme, re.M)
+    pkg_row = re.search(r"^\| `cosim/` \|(.*)$", readme, re.M)
+    assert docs_row and pkg_row, "README.md: no `docs/` or `cosim/` row in the Layout table"
+    linked = set(re.findall(r"\]\(docs/([\w.]+\.md)\)", docs_row.group(1)))
+    missing = sorted({p.name for p in (ROOT / "docs").glob("*.md")} - linked)
+    named = set(re.findall(r"`(\w+)`", pkg_row.group(1)))
+    parts = {p.stem for p in (ROOT / "cosim").iterdir()
+             if (p.suffix == ".py" or (p / "__init__.py").exists()) and not p.name.startswith("_")}
+    missing += sorted(f"cosim.{m}" for m in parts - named)
+    assert not missing, f"README.md's Layout table does not name: {missing}"
