@@ -265,3 +265,36 @@ def test_readme_layout_names_every_doc_and_package_part() -> None:
              if (p.suffix == ".py" or (p / "__init__.py").exists()) and not p.name.startswith("_")}
     missing += sorted(f"cosim.{m}" for m in parts - named)
     assert not missing, f"README.md's Layout table does not name: {missing}"
+
+
+def test_class_attributes_exist() -> None:
+    """`Class.attr` in backticks, where ``Class`` is a class of the package: the class (or its instances: an
+    assignment ``self.attr`` or an annotation ``attr:`` in the source) has ``attr``."""
+    import inspect
+    import pkgutil
+
+    import cosim
+
+    classes: dict[str, list[type]] = {}
+    for m in pkgutil.walk_packages(cosim.__path__, "cosim."):
+        if m.name.endswith("__main__"):
+            continue  # running it would run the CLI
+        try:
+            mod = importlib.import_module(m.name)
+        except ModuleNotFoundError as exc:  # an optional dependency (torch) is missing here
+            if exc.name and exc.name.startswith("cosim"):
+                raise
+            continue
+        for name, obj in vars(mod).items():
+            if inspect.isclass(obj) and obj.__module__.startswith("cosim"):
+                classes.setdefault(name, []).append(obj)
+    source = "\n".join(p.read_text() for p in (ROOT / "cosim").rglob("*.py"))
+    bad = []
+    for where, line, _ in _lines():
+        for span in _spans(line):
+            for cls, attr in re.findall(r"(?<![\w.])([A-Z]\w*)\.([a-z_]\w*)", span):
+                if cls not in classes or any(hasattr(c, attr) for c in classes[cls]):
+                    continue
+                if not re.search(rf"self\.{attr}\b|^\s+{attr}:", source, re.M):
+                    bad.append(f"{where}: `{cls}.{attr}`: no such attribute")
+    assert not bad, "\n".join(bad)
