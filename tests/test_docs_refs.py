@@ -4,7 +4,8 @@ README.md and docs/*.md are read as text; each check fails naming the doc, its l
 so a rename in the code names the line of the doc to update:
 
 - a repository path in backticks (`cosim/replay/links.py`, `tests/test_x.py`, `validation/e2e/RESULTS.md`; a
-  path with a placeholder, `timeline/rank<N>.json.gz`-style, must match at least one file);
+  path with a placeholder, `timeline/rank<N>.json.gz`-style, must match at least one file; `tests/x.py::name`:
+  the file defines ``name``);
 - a dotted `cosim.x.y` in backticks: the longest importable module, then attributes (a schema id such as
   `cosim.summary/2` is not a reference);
 - a `--flag` of a `cosim SUBCOMMAND ...` command (in backticks or on a line of a code block): the subcommand's
@@ -65,6 +66,9 @@ def test_repository_paths_exist() -> None:
                         bad.append(f"{where}: no file matches `{p}`")
                 elif not (ROOT / p).exists():
                     bad.append(f"{where}: `{p}` does not exist")
+            for p, name in re.findall(r"(tests/\w+\.py)::(\w+)", span):
+                if (ROOT / p).exists() and not re.search(rf"^\s*(?:def|class) {name}\b", (ROOT / p).read_text(), re.M):
+                    bad.append(f"{where}: `{p}` has no {name}")
     assert not bad, "\n".join(bad)
 
 
