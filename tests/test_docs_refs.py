@@ -302,3 +302,22 @@ def test_class_attributes_exist() -> None:
                 if not re.search(rf"self\.{attr}\b|^\s+{attr}:", source, re.M):
                     bad.append(f"{where}: `{cls}.{attr}`: no such attribute")
     assert not bad, "\n".join(bad)
+
+
+def test_cited_sections_exist() -> None:
+    """A section cited by its title (`benchmarks/README.md, "Round 14 merged"`, `docs/SYNTHESIS.md, *Scale*`): the
+    file has a heading containing that title."""
+    cite = re.compile(r"((?:[\w./]+/)?\w+\.md)\)?,? (?:section |\(|§)?[\"“*]([^\"”*]{3,80})[\"”*]")
+    bad, n = [], 0
+    for where, line, _ in _lines():
+        doc = ROOT / where.rsplit(":", 1)[0]
+        for name, title in cite.findall(line):
+            target = next((p for p in (ROOT / name, doc.parent / name, ROOT / "docs" / name) if p.exists()), None)
+            if target is None:
+                continue  # a bare RESULTS.md or another project's file: not resolvable here
+            n += 1
+            heads = [h.lower() for h in re.findall(r"^#+ (.*)$", target.read_text(), re.M)]
+            if not any(title.strip().rstrip(".,").lower() in h for h in heads):
+                bad.append(f"{where}: {name} has no section {title!r}")
+    assert n > 10, f"only {n} cited sections found: has the citation style changed?"
+    assert not bad, "\n".join(bad)
