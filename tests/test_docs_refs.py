@@ -13,7 +13,10 @@ so a rename in the code names the line of the doc to update:
 - a relative Markdown link: its file exists and, when it has an `#anchor` into a Markdown file, a heading of that
   file has that anchor (GitHub's rule: lower case, punctuation dropped, spaces to hyphens);
 - docs/ARCHITECTURE.md's module map: every module of the package is named there, and every `name.py` it names is
-  a module of the package.
+  a module of the package;
+- `Class.attr` of a class of the package; a section of another doc cited by its title;
+- the tables that list what the code has: CATALOG.md's catalog ids, TOPOLOGY.md's presets with their four
+  bandwidth figures, README's Layout rows (every doc, every top-level part of the package).
 """
 
 from __future__ import annotations
@@ -50,10 +53,12 @@ def _lines() -> list[tuple[str, str, bool]]:
 
 
 def _spans(line: str) -> list[str]:
+    """The backticked spans of one line (a span broken over two lines is not read)."""
     return re.findall(r"`([^`\n]+)`", line)
 
 
 def test_repository_paths_exist() -> None:
+    """Backticked repository paths exist (placeholders glob), and `tests/x.py::name` names a test of that file."""
     bad = []
     for where, line, _ in _lines():
         for span in _spans(line):
@@ -93,6 +98,7 @@ def _resolve(dotted: str) -> str | None:
 
 
 def test_dotted_cosim_names_resolve() -> None:
+    """Backticked `cosim.x.y` names resolve: a module, then its attributes."""
     bad = []
     for where, line, _ in _lines():
         for span in _spans(line):
@@ -122,6 +128,7 @@ def _command_flags(text: str) -> list[tuple[list[str], str]]:
 
 
 def test_cosim_command_flags_exist() -> None:
+    """Each `--flag` of a `cosim SUBCOMMAND ...` in the docs is an option of that subcommand's parser."""
     from cosim.cli import build_parser
 
     top = build_parser()
@@ -150,6 +157,7 @@ def _anchor(heading: str) -> str:
 
 
 def test_relative_links_resolve() -> None:
+    """Relative Markdown links reach a file, and an `#anchor` into a Markdown file one of its headings."""
     bad = []
     for where, line, fenced in _lines():
         if fenced:
@@ -175,6 +183,7 @@ def _modules() -> list[Path]:
 
 
 def test_architecture_module_map_is_complete_and_true() -> None:
+    """docs/ARCHITECTURE.md names every module of the package (commands in its Layer 8 paragraph), and no other."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     cli = re.search(r"\*\*Layer 8: cli\*\*(.*?)\n\n", text, re.S)
     assert cli, "docs/ARCHITECTURE.md: no '**Layer 8: cli**' paragraph"
@@ -201,10 +210,12 @@ def test_architecture_module_map_is_complete_and_true() -> None:
     ("run `cosim export --chakra OUT` then", [(["export"], "--chakra")]),
 ])
 def test_command_flags_are_read_as_a_reader_would(text: str, want: list[tuple[list[str], str]]) -> None:
+    """The flag reader on worked cases: subcommand words, then each flag without its value."""
     assert _command_flags(text) == want
 
 
 def test_anchor_rule() -> None:
+    """GitHub's heading anchors, worked by hand."""
     assert _anchor("## The `--set` keys (what-if knobs)") == "the---set-keys-what-if-knobs"
     assert _anchor("### Round 14: s14-job") == "round-14-s14-job"
     assert _anchor("## Trace replay (`bench_replay.py`)") == "trace-replay-bench_replaypy"
