@@ -32,9 +32,9 @@ def test_ci_runs_exactly_the_readme_quick_start() -> None:
 # Each example's comment states its result, checked here against real runs (never against figures written in this
 # file): "A ms -> B ms" is the step time of the same command without its --set flags (the baseline) and with them;
 # "measured A ms -> simulated B ms" the trace's own step time and the replayed one; "X ms" the command's own step
-# time; "unchanged" that A and B print the same; "X-bound" the resource on the critical path. Figures compare as
-# printed (the same number of decimals), so a change of the default scenario or the models names the README line
-# to update and the figures to put there.
+# time; "(N tokens/s/GPU)" the run's throughput; "unchanged" that A and B print the same; "X-bound" the resource on
+# the critical path. Figures compare as printed (the same number of decimals), so a change of the default scenario or
+# the models names the README line to update and the figures to put there.
 
 _NUM = r"(\d+(?:\.\d+)?) (ms|us|s)\b"
 _ARROW = re.compile(rf"(measured )?{_NUM} -> (?:simulated )?{_NUM}")
@@ -148,6 +148,10 @@ def _check_step(lineno: int, argv: list[str], comment: str, tmp: Path) -> None:
         b, ub = one.groups()
         assert _printed(s["step_time_s"], b, ub) == b, (
             f"{where}: the comment says {b} {ub}; the run gives {_printed(s['step_time_s'], b, ub)} {ub}")
+    tps = re.search(r"\((\d+(?:\.\d+)?) tokens/s/GPU\)", comment)
+    if tps:
+        got_tps = _printed(s["tokens_per_s_per_gpu"], tps.group(1), "s")
+        assert got_tps == tps.group(1), f"{where}: the comment says {tps.group(1)} tokens/s/GPU; the run gives {got_tps}"
     bound = _BOUND.search(comment)
     if bound:
         got_bound = s["critical_path"]["bound"]
