@@ -91,6 +91,8 @@ def _scenario_hw(scn: Any, sets: dict[str, str]) -> tuple[Any, Any, Any]:
 
 def candidate_params(scn: Any, sets: dict[str, str] | None = None) -> list[Param]:
     """The hardware parameters of ``scn`` (see the module doc), with their current values."""
+    from cosim.scenario import SyntheticWorkload
+
     scn, cfg, topo = _scenario_hw(scn, dict(sets or {}))
     cat = topo.catalog
     out: list[Param] = []
@@ -125,8 +127,9 @@ def candidate_params(scn: Any, sets: dict[str, str] | None = None) -> list[Param
     out.append(Param("host.speed", "host speed (host time / speed)", float(cfg.host_speed), "factor"))
     if cfg.launch_overhead is not None:
         out.append(Param("host.launch_overhead", "launch overhead (replay knob)", float(cfg.launch_overhead), "time"))
-    out.append(Param("projection.aten_overhead", "ATen dispatch overhead per op (projection)",
-                     float(scn.projection.aten_overhead), "time"))
+    if not isinstance(scn.workload, SyntheticWorkload):  # a synthesized step has no capture to project
+        out.append(Param("projection.aten_overhead", "ATen dispatch overhead per op (projection)",
+                         float(scn.projection.aten_overhead), "time"))
     return out
 
 

@@ -92,6 +92,16 @@ def test_profile_round_trip(tmp_path):
     assert again.provenance["gpu"]
 
 
+def test_saved_profile_header_names_its_own_schema(tmp_path):
+    """A profile without a launch section is written as cosim.profile/1; its header comment said /2."""
+    import dataclasses
+
+    prof = dataclasses.replace(load_profile("h100-sxm5"), launch={})
+    prof.save(tmp_path / "p.yaml")
+    head, schema = (tmp_path / "p.yaml").read_text().splitlines()[:2]
+    assert schema == "schema: cosim.profile/1" and "(cosim.profile/1)" in head
+
+
 @pytest.mark.parametrize("text, needle", [
     ("schema: cosim.profile/1\nname: x\naccelerator: h100-sxm5\nmodels: {gemm: {default: {efficiency: 2}}}\n",
      "efficiency"),

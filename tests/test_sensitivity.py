@@ -76,3 +76,15 @@ def test_nic_bandwidth_raised_speeds_up_a_nic_bound_step(tmp_path: Path) -> None
     assert nic["up_pct"] < 0 < nic["down_pct"]  # a faster NIC port shortens the step, a slower one lengthens it
     link = by["links.ib-ndr.bandwidth"]
     assert link["up_pct"] == 0.0 and link["down_pct"] > 0  # the link type alone cannot go above the NIC
+
+
+def test_synthetic_scenario_offers_no_projection_knob(tmp_path: Path) -> None:
+    """A synthesized step has no CPU capture to project: `projection.*` is refused on it (check_capture_knobs), so
+    offering projection.aten_overhead made both of its runs fail on the default scenario."""
+    from cosim.scenario import load_scenario
+    from cosim.sensitivity import candidate_params
+
+    keys = [p.key for p in candidate_params(load_scenario(None))]
+    assert "host.speed" in keys and not any(k.startswith("projection.") for k in keys)
+    d = run_sensitivity(None, tmp_path, params=["host.speed"], delta=0.2, progress=False)
+    assert not any(e.get("failed") for e in d["parameters"])

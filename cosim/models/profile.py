@@ -188,7 +188,7 @@ class CalibrationProfile:
         if launch:
             data["launch"] = launch  # before the (long) kernel database
         with atomic_open(path, "w") as fh:
-            fh.write(f"# cosim calibration profile ({PROFILE_SCHEMA}); see docs/MODELS.md\n")
+            fh.write(f"# cosim calibration profile ({data['schema']}); see docs/MODELS.md\n")
             yaml.safe_dump(data, fh, sort_keys=False, default_flow_style=False, width=120)
             if kdb:  # one flow-style row per line (JSON is valid YAML)
                 fh.write(f"kernel_db:\n  key: {json.dumps(kdb['key'])}\n  rows:\n")
