@@ -95,6 +95,20 @@ def _batch_kind(v: Any) -> str:
     return f"tagged-union:{kind}"
 
 
+def _routing_kind(v: Any) -> str | None:
+    """Which form a ``routing:`` value takes (an error inside a mapping then names its own field, not "should be a
+    valid string"): a name or file (a string), or a mapping."""
+    if isinstance(v, str):
+        return "tagged-union:name"
+    return "tagged-union:spec" if isinstance(v, (dict, RoutingSpec)) else None
+
+
+MAX_MICROBATCHES = 2**20
+"""Most micro-batches per pipeline and step a training step may have. A coalesced step still keeps a few numbers per
+micro-batch (tiny-moe on 8 GPUs, 2**20 micro-batches: 0.44 GB peak, 4 s) and one simulated whole takes about a
+millisecond each (8192: 11 s, cosim run on a quiet core), so a larger count is a typo, not a batch."""
+
+
 class StragglerSpec(Strict):
     """Per-rank slowdowns (no peer simulator has them): factors >= 1 keyed by global rank."""
 
@@ -236,7 +250,10 @@ class SyntheticSpec(Strict):
     module swap around Megatron-Core's ``TEGroupedMLP`` / TE ``GroupedLinear``; the shared experts are a dense
     MLP module). ``fp8_recipe`` sets the scaling of fp8 here too. The captures' counterpart is ``--set
     precision.experts=fp8``."""
-    routing: str | RoutingSpec = "uniform"
+    routing: Annotated[Annotated[str, Tag("tagged-union:name")] | Annotated[RoutingSpec, Tag("tagged-union:spec")],
+                       Discriminator(_routing_kind, custom_error_type="routing_type",
+                                     custom_error_message="routing must be uniform, zipf:S, a file, or a mapping "
+                                                          "{model, placement, map, redundant, seed}")] = "uniform"
     """Routing model: uniform, zipf:S (a bare ``zipf`` is ``zipf:1.0``), a file, or a mapping with placement and
     redundant experts."""
     profile: str | None = None
@@ -615,13 +632,23 @@ def _check_training_fields(spec: SyntheticSpec, rm: RankMap) -> None:
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
 
 
+def check_microbatches(b: BatchSpec, rm: RankMap) -> int:
+    """The micro-batches per pipeline and step of training batch ``b`` on ``rm`` (whole: the caller checked that
+    ``micro x dp`` divides the global batch); refuses more than :data:`MAX_MICROBATCHES`."""
+    mbs = b.global_ // (b.micro * rm.dp)
+    if mbs > MAX_MICROBATCHES:
+        raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences make {mbs} micro-batches per "
+                              f"pipeline (micro {b.micro} x dp {rm.dp}); at most {MAX_MICROBATCHES} are simulated")
+    return mbs
+
+
 def _training_microbatches(b: BatchSpec, rm: RankMap) -> tuple[int, int]:
     """(micro-batches per pipeline and step, gradient-accumulation schedules) of training batch ``b`` on ``rm``;
     refuses a batch the layout's schedule cannot run."""
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
                               f"micro {b.micro} x dp {rm.dp} = {b.micro * rm.dp}")
-    mbs = b.global_ // (b.micro * rm.dp)
+    mbs = check_microbatches(b, rm)
     ga = b.gradient_accumulation_steps
     if ga > 1 and (mbs % ga or rm.schedule == "dualpipe" or rm.layout.a2a_overlap):
         raise CosimInputError(f"workload.synthetic.batch.gradient_accumulation_steps: {ga} needs the {mbs} "

@@ -1,0 +1,157 @@
+"""Bad input through the command line, found by fuzzing the importers field by field (s15-fuzz): every case here
+was a Python traceback (ValueError, OverflowError, MemoryError, AttributeError) before its fix. Each must now be
+exit status 2, one line on stderr naming the file (and, where the file has lines, the place), nothing on stdout and
+no output folder. tests/test_fuzz.py mutates at random through the API; these are the cases it did not reach."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cosim.cli import main
+
+_SYNTH = """name: fz
+workload:
+  synthetic:
+    model: {model}
+    layout: {{ep: 2}}
+    batch: {{global: {glob}, micro: 1, seq: 128}}
+    routing: {routing}
+topology: dgx-h100
+{extra}"""
+
+_CAPTURE = """name: fzcap
+workload: moe-ep2-decode-cpu
+topology: dgx-h100
+{extra}"""
+
+
+def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str], out: Path) -> str:
+    assert main(argv) == 2
+    got_out, err = capsys.readouterr()
+    assert got_out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert not out.exists(), "half-written output"
+    return lines[0]
+
+
+def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[str, Path]:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    return _one_line(["run", str(f), "--out", str(tmp_path / "o"), "--no-progress"], capsys, tmp_path / "o"), f
+
+
+def _synth(model: str = "tiny-moe", glob: int | str = 8, routing: str = "uniform", extra: str = "") -> str:
+    return _SYNTH.format(model=model, glob=glob, routing=routing, extra=extra)
+
+
+@pytest.mark.parametrize(("extra", "where", "problem"), [
+    # ReplayConfig's ValueError escaped: the scenario schema took any string and any positive float
+    ("replay: {durations: soon}", ":9:21: replay.durations:", "Input should be 'measured' or 'modeled'"),
+    ("replay: {collectives: soon}", ":9:23: replay.collectives:", "Input should be 'measured' or 'simulated'"),
+    ("replay: {host_speed: .inf}", ":9:22: replay.host_speed:", "finite number"),
+])
+def test_replay_fields_of_a_scenario(extra: str, where: str, problem: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    line, f = _run(tmp_path, _synth(extra=extra), capsys)
+    assert line.startswith(f"cosim: error: {f}{where}"), line
+    assert problem in line
+
+
+@pytest.mark.parametrize(("extra", "where", "problem"), [
+    ("replay: {ranks_per_node: 0}", ":4:26: replay.ranks_per_node:", "greater than or equal to 1"),
+    ("replay: {precision: {experts: fp9}}", ":4:31: replay.precision.experts:", "'bf16', 'fp8' or 'mxfp8'"),
+    ("projection: {dtype: soon}", ":4:21: projection.dtype:", "expected 'captured' or one of"),
+    ("projection: {host_speed: .inf}", ":4:26: projection.host_speed:", "finite number"),
+])
+def test_capture_scenario_fields(extra: str, where: str, problem: str, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    line, f = _run(tmp_path, _CAPTURE.format(extra=extra), capsys)
+    assert line.startswith(f"cosim: error: {f}{where}"), line
+    assert problem in line
+
+
+def test_negative_routing_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """numpy's PCG64 refused it deep in synthesis ('expected non-negative integer')."""
+    line, f = _run(tmp_path, _synth(routing="{model: 'zipf:1.2', seed: -1}"), capsys)
+    assert line.startswith(f"cosim: error: {f}:7:40: workload.synthetic.routing.seed:"), line
+
+
+def test_absurd_global_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2**63 sequences: the pipeline schedule listed 2**60 units (MemoryError after ~15 s)."""
+    line, f = _run(tmp_path, _synth(glob=2**63), capsys)
+    assert line.startswith(f"cosim: error: {f}:6:21: workload.synthetic.batch.global:"), line
+    assert "at most 1048576 are simulated" in line
+
+
+_HF = {"model_type": "mixtral", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+       "num_key_value_heads": 2, "vocab_size": 1024, "num_local_experts": 8, "num_experts_per_tok": 2,
+       "intermediate_size": 256}
+
+
+_GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024, "num_local_experts": 8, "experts_per_token": 2,
+            "intermediate_size": 256, "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"]}
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("hidden_size", float("inf"), "hidden_size: expected a whole number, got inf"),  # OverflowError
+    ("num_hidden_layers", 3.5, "num_hidden_layers: expected a whole number, got 3.5"),  # was taken as 3
+    # gpt-oss: the expected layer_types were listed for 2**63 layers (MemoryError)
+    ("num_hidden_layers", 2**63, "layer_types: 2 entries for num_hidden_layers 9223372036854775808"),
+    ("hidden_size", 1e300, "hidden_size: expected a whole number, got 1e+300"),  # OverflowError
+    ("hidden_size", 2**21, "hidden_size (card field): Input should be less than or equal to 1048576"),
+    ("num_local_experts", 2**63, "num_experts (card field): Input should be less than or equal to 65536"),  # MemoryError
+])
+def test_hugging_face_config_numbers(field: str, value: float, problem: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**(_GPT_OSS if field == "num_hidden_layers" else _HF), field: value}))
+    line, f = _run(tmp_path, _synth(model="config.json"), capsys)
+    assert line.startswith(f"cosim: error: {f}:4:12: workload.synthetic.model: {cfg}: {problem}"), line
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("num_layers", "100000", "Input should be less than or equal to 4096"),  # 1e300: OverflowError in the layout
+    ("rope_mscale", ".inf", "Input should be a finite number"),  # an infinite RoPE factor, accepted
+])
+def test_model_card_numbers(field: str, value: str, problem: str, tmp_path: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    lines = (root / "cosim" / "capture" / "presets" / "tiny-moe.yaml").read_text().splitlines()
+    lines = [ln for ln in lines if not ln.startswith(f"{field}:")] + [f"{field}: {value}"]
+    card = tmp_path / "card.yaml"
+    card.write_text("\n".join(lines) + "\n")
+    line, _ = _run(tmp_path, _synth(model="card.yaml"), capsys)
+    assert line.startswith(f"cosim: error: {card}:{len(lines)}:"), line
+    assert f"{field}: {problem}" in line
+
+
+_CAPTURE_ROUTING = {"routing": {"layers": [{"layer": 0, "tokens_per_expert": [[1] * 8, [2] * 8]},
+                                           {"layer": 1, "tokens_per_expert": [[1] * 8, [2] * 8]}]}}
+
+
+@pytest.mark.parametrize(("doc", "where", "problem"), [
+    # AttributeError: 'str' object has no attribute 'get'
+    ({"routing": {"layers": [_CAPTURE_ROUTING["routing"]["layers"][0], "x"]}}, ":21:5: routing.layers[1]:",
+     "expected a mapping with tokens_per_expert"),
+    # ValueError: inhomogeneous shape
+    ({"routing": {"layers": [{"layer": 0, "tokens_per_expert": [[1] * 8, [1] * 7]}] * 2}},
+     ":6:5: routing.layers[0].tokens_per_expert:", "all of one length"),
+    # ValueError: could not convert string to float
+    ({"experts": ["a"] * 8}, ":2:1: experts:", "expected a list of numbers"),
+    # TypeError: 'int' object is not subscriptable
+    ({"layers": [3], "experts": [1] * 8}, ":11:3: layers[0]:", "expected {layer: <whole number>, experts: [...]}"),
+])
+def test_routing_weights_file(doc: dict, where: str, problem: str, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    w = tmp_path / "w.yaml"
+    w.write_text(yaml.safe_dump(doc))
+    line, _ = _run(tmp_path, _synth(routing="w.yaml"), capsys)
+    assert line.startswith(f"cosim: error: {w}{where}"), line
+    assert problem in line
