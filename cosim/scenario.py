@@ -580,7 +580,8 @@ def scenario_hardware(scn: Scenario, sets: dict[str, str] | None = None) -> tupl
         cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,
                            launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
                            cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator,
-                           ranks_per_node=r.ranks_per_node, profile=near(r.profile), precision=dict(r.precision),
+                           ranks_per_node=r.ranks_per_node, profile=near(r.profile),
+                           precision={str(k): str(v) for k, v in r.precision.items()},
                            topology=scn.topology)
     except ValueError as exc:  # a check of ReplayConfig's own that the scenario schema does not repeat
         raise CosimInputError(str(exc), file=scn.source_file, path="replay") from None

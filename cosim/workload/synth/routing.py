@@ -139,15 +139,14 @@ def _file_shares(spec: RoutingSpec, card: MoEModelConfig, layer: int) -> np.ndar
     elif isinstance(data, dict) and "layers" in data:
         if not isinstance(data["layers"], list):
             raise _bad(data, ("layers",), "expected a list of {layer, experts}", path)
-        by: dict[int, tuple[str | int, ...]] = {}
+        by: dict[int, int] = {}  # layer -> its entry
         for j, x in enumerate(data["layers"]):
             if not (isinstance(x, dict) and "experts" in x and isinstance(x.get("layer"), int)
                     and not isinstance(x["layer"], bool)):
                 raise _bad(data, ("layers", j), "expected {layer: <whole number>, experts: [...]}", path)
-            by[x["layer"]] = ("layers", j, "experts")
+            by[x["layer"]] = j
         if layer in by:
-            at = by[layer]
-            w = _numbers(data, at, data["layers"][at[1]]["experts"], path)
+            w = _numbers(data, ("layers", by[layer], "experts"), data["layers"][by[layer]]["experts"], path)
         elif "experts" in data:
             w = _numbers(data, ("experts",), data["experts"], path)
         else:
