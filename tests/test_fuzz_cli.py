@@ -155,3 +155,24 @@ def test_routing_weights_file(doc: dict, where: str, problem: str, tmp_path: Pat
     line, _ = _run(tmp_path, _synth(routing="w.yaml"), capsys)
     assert line.startswith(f"cosim: error: {w}{where}"), line
     assert problem in line
+
+
+def test_topology_repeat_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A link entry's ``repeat: 2**63`` listed every binding (MemoryError); a device's ``count`` was bounded."""
+    f = tmp_path / "t.yaml"
+    f.write_text("name: t\nextends: dgx-h100\nlinks:\n"
+                 "  - {between: [\"gpu{i}\", \"pcie{i}\"], type: pcie5x16, repeat: 9223372036854775808}\n")
+    line = _one_line(["topo", "check", str(f)], capsys, tmp_path / "o")
+    assert line.startswith(f"cosim: error: {f}:4:"), line
+    assert "links[0].repeat: repeat generates 9223372036854775808 links; at most 100000" in line
+
+
+def test_sweep_samples_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``samples: 2**63`` drew every point before the first ran (MemoryError, and nothing said why)."""
+    (tmp_path / "base.yaml").write_text(_synth())
+    f = tmp_path / "w.yaml"
+    f.write_text("name: w\nbase: base.yaml\ncombine: random\nsamples: 9223372036854775808\n"
+                 "parameters:\n  host.speed: [1, 2]\n")
+    line = _one_line(["sweep", str(f), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"], capsys,
+                     tmp_path / "o")
+    assert line == f"cosim: error: {f}:4:10: samples: 9223372036854775808 points; a sweep runs at most 65536", line
