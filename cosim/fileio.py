@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from cosim.errors import CosimInputError
 
-__all__ = ["atomic_open", "open_maybe_gzip", "write_json", "write_text"]
+__all__ = ["atomic_open", "open_maybe_gzip", "read_summary", "write_json", "write_text"]
 
 
 @contextmanager
@@ -96,3 +96,41 @@ def open_maybe_gzip(path: str | Path) -> IO[bytes]:
     if head == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
     return fh
+
+
+_SUMMARY_FIELDS: dict[str, type] = {"breakdown": dict, "config": dict, "critical_path": dict, "busiest_links": dict,
+                                    "ranks": list, "notes": list}
+"""Fields of a ``summary.json`` that a comparison with it reads, and the JSON type cosim writes them as."""
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """A ``summary.json`` written by an earlier ``cosim run``, read back to compare with (``--baseline``,
+    ``cosim report``): a JSON object whose ``step_time_s`` is a number of seconds >= 0 (or null) and whose
+    other fields read by the comparisons have the JSON types cosim writes; anything else is one input error
+    naming the file and the field (an edited or foreign file used to fail in the middle of the comparison, after
+    the new run's files were written)."""
+    import math
+
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise CosimInputError(f"cannot read: {exc.strerror}", file=p) from None
+    except ValueError as exc:
+        raise CosimInputError(f"not JSON: {exc}", file=p) from None
+    if not isinstance(doc, dict):
+        raise CosimInputError(f"expected a JSON object (a summary.json of cosim run), got {type(doc).__name__}",
+                              file=p)
+    st = doc.get("step_time_s")
+    if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not math.isfinite(st)
+                           or st < 0):
+        raise CosimInputError(f"expected seconds >= 0 or null, got {st!r}", file=p, path="step_time_s")
+    for key, kind in _SUMMARY_FIELDS.items():
+        if doc.get(key) is not None and not isinstance(doc[key], kind):
+            raise CosimInputError(f"expected a JSON {'object' if kind is dict else 'array'}, got "
+                                  f"{type(doc[key]).__name__}", file=p, path=key)
+    bd = doc.get("breakdown") or {}
+    bad = next((k for k, v in bd.items() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+    if bad is not None:
+        raise CosimInputError(f"expected seconds, got {bd[bad]!r}", file=p, path=f"breakdown.{bad}")
+    return doc

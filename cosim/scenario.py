@@ -296,8 +296,13 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
         rest["topology"] = upd["topology"]
-    proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
-                                            for k, v in proj.items()})
+    try:
+        proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
+                                                for k, v in proj.items()})
+    except CosimInputError as exc:  # the file's projection passed at load: the value came from --set
+        key = f"projection.{exc.location.path}" if exc.location.path else "projection"
+        raise CosimInputError(f"--set {key}={sets[key]}: {exc.message}" if key in sets
+                              else f"--set {key}: {exc.message}") from None
     out = scn.model_copy(update={**upd, "projection": proj_model})
     out._applied = scn._applied | frozenset(sets)
     return out, rest

@@ -176,3 +176,32 @@ def test_sweep_samples_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture
     line = _one_line(["sweep", str(f), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"], capsys,
                      tmp_path / "o")
     assert line == f"cosim: error: {f}:4:10: samples: 9223372036854775808 points; a sweep runs at most 65536", line
+
+
+@pytest.mark.parametrize(("summary", "problem"), [
+    ("[]", "summary.json: expected a JSON object (a summary.json of cosim run), got list"),  # AttributeError
+    ('{"step_time_s": "x"}', "summary.json: step_time_s: expected seconds >= 0 or null, got 'x'"),  # TypeError
+    ('{"step_time_s": 1.0, "breakdown": {"gpu": "x"}}', "summary.json: breakdown.gpu: expected seconds, got 'x'"),
+])
+def test_baseline_and_report_of_a_foreign_summary(summary: str, problem: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A run folder whose summary.json was edited or is not cosim's: ``cosim run --baseline`` failed after the new
+    run's files were written (a half-written folder and a traceback), ``cosim report`` in the middle of its page."""
+    base = tmp_path / "b"
+    base.mkdir()
+    (base / "summary.json").write_text(summary)
+    line = _one_line(["run", "moe-ep4-dgx-h100", "--baseline", str(base), "--out", str(tmp_path / "o"),
+                      "--no-progress"], capsys, tmp_path / "o")
+    assert line == f"cosim: error: {base}/{problem}", line
+    line = _one_line(["report", str(base), str(base), "--out", str(tmp_path / "o" / "r.html")], capsys, tmp_path / "o")
+    assert line == f"cosim: error: {base}/{problem}", line
+
+
+@pytest.mark.parametrize(("knob", "expected"), [
+    ("projection.dtype=foo", "--set projection.dtype=foo: expected 'captured' or one of"),  # was 'dtype: ...'
+    ("projection.host_speed=-1", "--set projection.host_speed=-1: Input should be greater than 0"),
+])
+def test_projection_set_names_the_knob(knob: str, expected: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    line = _one_line(["run", "moe-ep4-dgx-h100", "--set", knob, "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
+    assert line.startswith(f"cosim: error: {expected}"), line
