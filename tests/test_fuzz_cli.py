@@ -205,3 +205,55 @@ def test_projection_set_names_the_knob(knob: str, expected: str, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     line = _one_line(["run", "moe-ep4-dgx-h100", "--set", knob, "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
     assert line.startswith(f"cosim: error: {expected}"), line
+
+
+def test_sequence_length_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2**63 tokens per sequence (with allow_oom, past the memory check) overflowed the step's int64 byte counts."""
+    text = _synth(extra="").replace("seq: 128}", "seq: 9223372036854775808}\n    allow_oom: true")
+    line, f = _run(tmp_path, text, capsys)
+    assert line.startswith(f"cosim: error: {f}:6:39: workload.synthetic.batch.seq: Input should be less than or "
+                           "equal to 1073741824"), line
+
+
+_E2E_CASE = """sources: {{MB2602: "https://example.org"}}
+cases:
+  - id: fz-1
+    model: tiny-moe
+    system: dgx-h100
+    gpus: 8
+    layout: {{tp: {tp}, pp: 1, vpp: 1, cp: 1, ep: 8}}
+    fsdp: false
+    batch: {{global: {glob}, micro: 1, seq: {seq}}}
+    precision: bf16
+    measured: {{tokens_per_s_per_gpu: 9691}}
+    source: {{ref: MB2602, table: t, row: r}}
+"""
+
+
+def test_e2e_case_file_layout_wider_than_the_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tp 16 on 8 GPUs: dp = 8 // 16 = 0, a ZeroDivisionError."""
+    from validation.e2e.run import main as e2e
+
+    f = tmp_path / "cases.yaml"
+    f.write_text(_E2E_CASE.format(tp=16, glob=64, seq=128))
+    assert e2e(["--cases", str(f), "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == f"error: {f}:3:5: cases[0]: layout: tp x pp x cp = 16 does not divide gpus 8"
+
+
+@pytest.mark.parametrize(("glob", "seq", "reason"), [
+    # 4 sequences over dp 8: a step of no micro-batch, pydantic's ValidationError
+    (4, 128, "error: batch: global 4 is not divisible by micro 1 x dp 8"),
+    (64, 2**63, "error: workload.synthetic.batch.seq: Input should be less than or equal to 1073741824"),
+])
+def test_e2e_row_refused_is_not_run(glob: int, seq: int, reason: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A row's value the synthetic step refuses is that row's "not run" reason, as the runner reports every row it
+    cannot run; these were tracebacks that stopped every row."""
+    from validation.e2e.run import main as e2e
+
+    f = tmp_path / "cases.yaml"
+    f.write_text(_E2E_CASE.format(tp=1, glob=glob, seq=seq))
+    assert e2e(["--cases", str(f), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["status"] == "not run" and row["reason"].startswith(reason), row["reason"]

@@ -19,7 +19,6 @@ where RUN is ``{"name", "dir", "step_time_s", "steps_per_s", "breakdown", "bottl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

@@ -31,7 +31,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 __all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "spec_card", "synthesize", "synthetic_figures"]
 
 
+MAX_TOKENS = 2**30
+"""Most tokens a sequence, prompt, chunk, KV cache or micro-batch (micro x seq) may hold: a thousand times the
+longest published context (1M tokens); with a card's widest hidden size (:data:`cosim.capture.config.MAX_WIDTH`)
+their activation and transfer bytes stay within the 64-bit counts of the step's tables (2**63 tokens per sequence
+overflowed them)."""
+
+
 class BatchSpec(Strict):
     """Global batch, micro-batch and sequence length (sequences and tokens)."""
 
@@ -55,7 +62,7 @@ class BatchSpec(Strict):
     """Sequences per optimizer step over all data-parallel replicas."""
     micro: int = Field(default=1, gt=0)
     """Sequences per micro-batch (per pipeline, per forward/backward unit)."""
-    seq: int = Field(gt=0)
+    seq: int = Field(gt=0, le=MAX_TOKENS)
     """Tokens per sequence."""
     gradient_accumulation_steps: int = Field(default=1, gt=0)
     """Pipeline schedules per optimizer step (the gradient-accumulation steps of NeMo AutoModel and torchtitan, whose
@@ -66,15 +73,21 @@ class BatchSpec(Strict):
     1: one schedule of all the step's micro-batches (Megatron-Core). Needs the micro-batches per pipeline to be a
     multiple of it (of pp x it when interleaved), a 1f1b or interleaved schedule, and no ``a2a_overlap``."""
 
+    @model_validator(mode="after")
+    def _tokens(self) -> BatchSpec:
+        if self.micro * self.seq > MAX_TOKENS:
+            raise ValueError(f"micro x seq = {self.micro * self.seq} tokens per micro-batch; at most {MAX_TOKENS}")
+        return self
+
 
 class PrefillBatch(Strict):
     """A prefill step: prompt tokens per GPU, prompt length and the chunk of chunked prefill."""
 
-    tokens_per_gpu: int = Field(gt=0)
+    tokens_per_gpu: int = Field(gt=0, le=MAX_TOKENS)
     """Prompt tokens each GPU runs through the model per step (over its prompts' chunks)."""
-    prompt: int = Field(gt=0)
+    prompt: int = Field(gt=0, le=MAX_TOKENS)
     """Tokens per prompt (the keys a chunk's queries see grow up to it)."""
-    chunk: int | None = Field(default=None, gt=0)
+    chunk: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     """Chunked prefill: tokens of one prompt per step (default: the whole prompt, or tokens_per_gpu if smaller)."""
 
 
@@ -83,7 +96,7 @@ class DecodeBatch(Strict):
 
     requests_per_gpu: int = Field(gt=0)
     """Running requests (sequences) per GPU; each gets one output token per step."""
-    context: int = Field(gt=0)
+    context: int = Field(gt=0, le=MAX_TOKENS)
     """Tokens in each request's KV cache (prompt plus generated so far)."""
 
 
