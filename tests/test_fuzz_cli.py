@@ -257,3 +257,10 @@ def test_e2e_row_refused_is_not_run(glob: int, seq: int, reason: str, tmp_path: 
     assert e2e(["--cases", str(f), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["rows"][0]
     assert row["status"] == "not run" and row["reason"].startswith(reason), row["reason"]
+
+
+def test_more_redundant_experts_than_experts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``redundant: 2**63`` on 8 experts ran, silently as 8 (one replica of each expert)."""
+    line, f = _run(tmp_path, _synth(routing="{model: 'zipf:1.2', redundant: 9}"), capsys)
+    assert line.startswith(f"cosim: error: {f}:7:45: workload.synthetic.routing.redundant: 9 replicas of the hottest "
+                           "experts, but tiny-moe has 8 experts"), line

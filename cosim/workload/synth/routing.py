@@ -239,6 +239,9 @@ def route(spec: RoutingSpec, card: MoEModelConfig, layer: int, ep: int, tokens_p
         owner = np.arange(E) % ep
     else:
         owner = np.arange(E) // (E // ep)
+    if spec.redundant > E:  # the hottest ``redundant`` experts get one replica each
+        raise CosimInputError(f"workload.synthetic.routing.redundant: {spec.redundant} replicas of the hottest experts, but {card.name} "
+                              f"has {E} experts")
     replicas: list[list[tuple[int, float]]] = [[(int(owner[e]), 1.0)] for e in range(E)]
     load = np.bincount(owner, weights=p, minlength=ep).astype(float)
     for e in np.argsort(-p, kind="stable")[: spec.redundant]:
