@@ -264,3 +264,22 @@ def test_more_redundant_experts_than_experts(tmp_path: Path, capsys: pytest.Capt
     line, f = _run(tmp_path, _synth(routing="{model: 'zipf:1.2', redundant: 9}"), capsys)
     assert line.startswith(f"cosim: error: {f}:7:45: workload.synthetic.routing.redundant: 9 replicas of the hottest "
                            "experts, but tiny-moe has 8 experts"), line
+
+
+@pytest.mark.parametrize("value", ["x", [], -1])
+def test_kineto_copy_bytes_of_the_wrong_type(value: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy's ``args.bytes`` was converted with float() (ValueError / TypeError on a string or a list; -1 bytes
+    was taken)."""
+    root = Path(__file__).resolve().parent
+    doc = json.loads((root / "data" / "workload" / "ns_epoch.json").read_text())
+    t0 = doc["traceEvents"][0]["ts"]
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 10, "tid": 10, "ts": t0 + 70000,
+         "dur": 2000, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7,
+         "ts": t0 + 75000, "dur": 3000, "args": {"device": 0, "stream": 7, "correlation": 7, "bytes": value}}]
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(doc))
+    line = _one_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
+    assert line == (f"cosim: error: {f}: args.bytes of the copy or memset 'Memcpy HtoD (Pageable -> Device)': "
+                    f"expected a number of bytes >= 0, got {value!r}"), line
