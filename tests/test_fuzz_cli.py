@@ -283,3 +283,35 @@ def test_kineto_copy_bytes_of_the_wrong_type(value: object, tmp_path: Path, caps
     line = _one_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
     assert line == (f"cosim: error: {f}: args.bytes of the copy or memset 'Memcpy HtoD (Pageable -> Device)': "
                     f"expected a number of bytes >= 0, got {value!r}"), line
+
+
+def _et_doc() -> dict:
+    """A minimal Chakra-layout Execution Trace: a root and one CPU op with a tensor input."""
+    attrs = [{"name": "rf_id", "type": "uint64", "value": 1}, {"name": "tid", "type": "uint64", "value": 1},
+             {"name": "scope", "type": "uint64", "value": 0}]
+    return {"schema": "1.0.2-chakra.0.0.4", "pid": 1, "nodes": [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 0, "inputs": {}, "outputs": {},
+         "attrs": [{**a, "value": 0} for a in attrs]},
+        {"id": 2, "name": "aten::add", "ctrl_deps": 1, "attrs": attrs,
+         "inputs": {"values": [[3, 4, 0, 8, 4, "cpu"]], "shapes": [[8]], "types": ["Tensor(float)"]},
+         "outputs": {"values": [], "shapes": [], "types": []}}]}
+
+
+@pytest.mark.parametrize(("where", "value", "problem"), [
+    # project.py: 'unhashable type: list' when the ATen op was projected onto a GPU
+    ("types", [[1, "a"]], "nodes[1] (id 2, 'aten::add'): input types must be strings, got [1, 'a']"),
+    # OverflowError: Python int too large to convert to C long (the rf_id column)
+    ("rf_id", 2**63, "nodes[1] (id 2, 'aten::add'): rf_id must be an integer (64-bit), got 9223372036854775808"),
+])
+def test_execution_trace_node_fields(where: str, value: object, problem: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _et_doc()
+    node = doc["nodes"][1]
+    if where == "types":
+        node["inputs"]["types"] = value
+    else:
+        node["attrs"][0]["value"] = value
+    f = tmp_path / "et.json"
+    f.write_text(json.dumps(doc))
+    line = _one_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
+    assert line == f"cosim: error: {f}: {problem}", line
