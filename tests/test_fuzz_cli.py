@@ -315,3 +315,17 @@ def test_execution_trace_node_fields(where: str, value: object, problem: str, tm
     f.write_text(json.dumps(doc))
     line = _one_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
     assert line == f"cosim: error: {f}: {problem}", line
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("oversubscription", ".inf", "fabric.oversubscription: Input should be a finite number"),  # a 'fabric deadlock'
+    ("nics", "[]", "fabric.nics: List should have at least 1 item after validation, not 0"),  # IndexError
+])
+def test_fabric_fields(field: str, value: str, problem: str, tmp_path: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text(f"name: t\nnode: dgx-h100\nnodes: 4\nfabric: {{topology: leaf-spine, switch_radix: 16, {field}: {value}}}\n")
+    line = _one_line(["collective", "--topology", str(f), "--sizes", "1MiB", "--op", "all_to_all"], capsys,
+                     tmp_path / "o")
+    assert line.startswith(f"cosim: error: {f}:4:"), line
+    assert problem in line, line

@@ -117,11 +117,11 @@ class FabricSpec(Strict):
     """Catalog link type of fabric cables; default: the NICs' own ``link``."""
     switch_radix: int = Field(default=64, ge=2)
     """Ports per fabric switch (NDR Quantum-2 QM9700: 64 x 400G)."""
-    oversubscription: float = Field(default=1.0, ge=1.0)
+    oversubscription: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
     """Leaf downlinks : uplinks, e.g. 2 (or "2:1") means half as many uplinks."""
     leaf_down_ports: int | None = Field(default=None, ge=1)
     """Host-facing ports per leaf; default switch_radix // 2 (independent of oversubscription)."""
-    nics: list[str] | None = None
+    nics: list[str] | None = Field(default=None, min_length=1)
     """Local NIC ids (on each node) that attach to the fabric; default: every NIC."""
     group_size: int | None = Field(default=None, ge=1)
     """dragonfly: switches per group (default 4)."""
