@@ -329,3 +329,30 @@ def test_fabric_fields(field: str, value: str, problem: str, tmp_path: Path,
                      tmp_path / "o")
     assert line.startswith(f"cosim: error: {f}:4:"), line
     assert problem in line, line
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    # int() of a string / float('inf') of a sample count: ValueError, OverflowError
+    (lambda d: next(iter(d["kernel_scale"].values())).update(n="x"), "expected a sample count (a whole number >= 0), "
+                                                                      "got 'x'"),
+    # an infinite launch floor was taken
+    (lambda d: next(iter(d["launch"]["laws"].values())).update(floor_s=float("inf")),
+     "the law needs floor_s > 0 and rate > 0"),
+    # list() of an int: TypeError
+    (lambda d: d["kernel_db"].update(key=5), "needs key: ['kernel', 'cls'"),
+    # a row's kernel family None: TypeError in kernel_family
+    (lambda d: d["kernel_db"]["rows"][0].__setitem__(0, None), "row 0: expected 10 key fields"),
+])
+def test_calibration_profile_fields(edit: object, problem: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    doc = yaml.safe_load((root / "cosim" / "models" / "data" / "b300.yaml").read_text())
+    edit(doc)  # type: ignore[operator]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    text = _synth(extra="").replace("topology: dgx-h100", "topology: hgx-b300").replace(
+        "    routing: uniform", "    routing: uniform\n    profile: p.yaml")
+    line, _ = _run(tmp_path, text, capsys)
+    assert line.startswith(f"cosim: error: {tmp_path / 'p.yaml'}:"), line
+    assert problem in line, line
