@@ -3,6 +3,7 @@ reads plain or gzipped files with one-line errors."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import json
@@ -57,12 +58,19 @@ def atomic_open(path: str | Path, mode: str = "w", gz: bool | None = None) -> It
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            raise CosimInputError(f"cannot write: {exc.strerror}", file=path) from None
         raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+"""Write errors of the place written to (a full disk or quota, a file too large, a read-only file system): the same
+one-line error as a path that cannot be written, not a traceback."""
 
 
 def _text(raw: IO[bytes] | gzip.GzipFile) -> io.TextIOWrapper:

@@ -356,3 +356,22 @@ def test_calibration_profile_fields(edit: object, problem: str, tmp_path: Path,
     line, _ = _run(tmp_path, text, capsys)
     assert line.startswith(f"cosim: error: {tmp_path / 'p.yaml'}:"), line
     assert problem in line, line
+
+
+def test_a_full_disk_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """ENOSPC while writing the run's files was an OSError traceback (met when this fuzzing filled a disk); the
+    temporary file is removed and the error names the file that could not be written."""
+    import errno
+    import os
+
+    import cosim.fileio
+
+    def full(src: str, dst: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cosim.fileio.os, "replace", full)
+    line = _one_line(["run", "moe-ep4-dgx-h100", "--out", str(tmp_path / "o"), "--no-progress"], capsys,
+                     tmp_path / "o" / "scenario.yaml")
+    assert line == f"cosim: error: {tmp_path / 'o' / 'scenario.yaml'}: cannot write: No space left on device", line
+    assert not [p for p in (tmp_path / "o").iterdir()], "a temporary file was left"
