@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, PrivateAttr, Tag, ValidationError, field_validator
 
@@ -54,7 +54,16 @@ class ProjectionSpec(Strict):
 
     dtype: str = "bf16"
     """GPU datatype of floating-point tensors, or "captured"."""
-    host_speed: float = Field(default=1.0, gt=0)
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        from cosim.workload.project import _DTYPE_BYTES
+
+        if v != "captured" and v not in _DTYPE_BYTES:
+            raise ValueError(f"expected 'captured' or one of {', '.join(_DTYPE_BYTES)}, got {v!r}")
+        return v
+    host_speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Capture-host time is divided by this (e.g. ranks / cores when ranks shared cores)."""
     aten_overhead: Time = 4e-6
     """Host dispatch time per kernel-launching ATen op besides the launch call (s)."""
@@ -63,18 +72,18 @@ class ProjectionSpec(Strict):
 class ReplaySpec(Strict):
     """Replay knobs of a scenario (the same names as ``--set``)."""
 
-    durations: str = "measured"
-    collectives: str = "measured"
+    durations: Literal["measured", "modeled"] = "measured"
+    collectives: Literal["measured", "simulated"] = "measured"
     launch_overhead: Time | None = None
     launch_latency: Time | None = None
     kernel_gap: Time | None = None
-    host_speed: float = Field(default=1.0, gt=0)
+    host_speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     cuda_graphs: list[str] = Field(default_factory=list)
     accelerator: str | None = None
-    ranks_per_node: int | None = None
+    ranks_per_node: int | None = Field(default=None, ge=1)
     profile: str | None = None
     """Kernel-model calibration profile for ``durations: modeled`` (a bundled name or a YAML file)."""
-    precision: dict[str, str] = Field(default_factory=dict)
+    precision: dict[Literal["experts", "gemm"], Literal["bf16", "fp8", "mxfp8"]] = Field(default_factory=dict)
     """Precision what-if, e.g. ``{experts: fp8}``: keys ``experts`` / ``gemm``, values ``bf16``, ``fp8``, ``mxfp8``."""
 
 
@@ -287,8 +296,13 @@ def apply_scenario_sets(scn: Scenario, sets: dict[str, str]) -> tuple[Scenario, 
             raise CosimInputError(f"--set workload.synthetic.{where}: {msg}") from None
     if upd.get("topology"):
         rest["topology"] = upd["topology"]
-    proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
-                                            for k, v in proj.items()})
+    try:
+        proj_model = validate(ProjectionSpec, {k: (f"{v} s" if k == "aten_overhead" and isinstance(v, float) else v)
+                                                for k, v in proj.items()})
+    except CosimInputError as exc:  # the file's projection passed at load: the value came from --set
+        key = f"projection.{exc.location.path}" if exc.location.path else "projection"
+        raise CosimInputError(f"--set {key}={sets[key]}: {exc.message}" if key in sets
+                              else f"--set {key}: {exc.message}") from None
     out = scn.model_copy(update={**upd, "projection": proj_model})
     out._applied = scn._applied | frozenset(sets)
     return out, rest
@@ -567,10 +581,15 @@ def scenario_hardware(scn: Scenario, sets: dict[str, str] | None = None) -> tupl
     def near(v: str | None) -> str | None:  # a profile file named by the scenario lies beside it
         return str(resolve_path(v, base) or v) if v else v
 
-    cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,  # type: ignore[arg-type]
-                       launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
-                       cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator, ranks_per_node=r.ranks_per_node,
-                       profile=near(r.profile), precision=dict(r.precision), topology=scn.topology)
+    try:
+        cfg = ReplayConfig(durations=r.durations, collectives=r.collectives, launch_overhead=r.launch_overhead,
+                           launch_latency=r.launch_latency, kernel_gap=r.kernel_gap, host_speed=r.host_speed,
+                           cuda_graphs=tuple(r.cuda_graphs), accelerator=r.accelerator,
+                           ranks_per_node=r.ranks_per_node, profile=near(r.profile),
+                           precision={str(k): str(v) for k, v in r.precision.items()},
+                           topology=scn.topology)
+    except ValueError as exc:  # a check of ReplayConfig's own that the scenario schema does not repeat
+        raise CosimInputError(str(exc), file=scn.source_file, path="replay") from None
     own = {k: ((near(v) or v) if k.rsplit(".", 1)[-1] == "profile" else v) for k, v in scn.set.items()}
     tsets, other = split_topology_sets({**own, **rest})
     cfg = apply_sets(cfg, expand_port_bandwidth(other))
@@ -608,7 +627,10 @@ def run_scenario(scn: Scenario, sets: dict[str, str] | None = None, cache: Workl
     projected = needs_projection(graph)
     if projected:
         p = scn.projection
-        pcfg = ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead)
+        try:
+            pcfg = ProjectionConfig(dtype=p.dtype, host_speed=p.host_speed, aten_overhead=p.aten_overhead)
+        except ValueError as exc:  # a check of ProjectionConfig's own that the scenario schema does not repeat
+            raise CosimInputError(str(exc), file=scn.source_file, path="projection") from None
         src = graph
         graph = cache.get(("projected", wkey, topo.name, repr(sorted(cfg.catalog_overrides.items())),
                            repr(sorted(tsets.items())), cfg.accelerator, repr(pcfg)),
@@ -756,7 +778,7 @@ def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int,
     """The probe of a coalescible training step: (spec with the probe's global batch, micro-batches per pipeline
     of the step, of the probe, period in micro-batches); None when the step is not coalesced (docs/SYNTHESIS.md)."""
     from cosim.replay.periodic import probe_microbatches
-    from cosim.workload.synth.spec import BatchSpec, _card, spec_card
+    from cosim.workload.synth.spec import BatchSpec, _card, check_microbatches, spec_card
 
     if spec.mode != "train" or not spec.coalesce or spec.stragglers.launch_jitter:
         return None
@@ -766,7 +788,7 @@ def _probe_spec(spec: Any, topo: Any, base: Path | None) -> tuple[Any, int, int,
     rm = spec.layout.resolve(spec_card(spec, _card(spec.model, base)), len(topo.gpus), where="workload.synthetic.layout")
     if rm.schedule == "dualpipe" or b.global_ % (b.micro * rm.dp):
         return None
-    m_full = b.global_ // (b.micro * rm.dp)
+    m_full = check_microbatches(b, rm)
     if rm.vpp > 1 and m_full % rm.pp:
         return None
     m = probe_microbatches(rm.pp, rm.vpp, m_full, int(rm.layout.a2a_overlap), bool(rm.layout.a2a_overlap))

@@ -97,7 +97,7 @@ def test_hf_config_errors_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(CosimInputError, match="decoder_sparse_step"):
         load_model_config(f)
     f.write_text(json.dumps({**LLAMA_HF, "hidden_size": "big"}))
-    with pytest.raises(CosimInputError, match="hidden_size: expected a number"):
+    with pytest.raises(CosimInputError, match="hidden_size: expected a whole number"):
         load_model_config(f)
     f.write_text("{not json")
     with pytest.raises(CosimInputError, match="not a JSON"):

@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from cosim.catalog.models import Strict
 from cosim.errors import CosimInputError
-from cosim.yamlio import load_yaml, validate
+from cosim.yamlio import describe_validation_error, load_yaml, validate
 
 __all__ = [
     "PRESET_DIR",
@@ -32,6 +32,16 @@ __all__ = [
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 """Folder of the bundled model presets (``<name>.yaml``)."""
+
+MAX_WIDTH = 2**20
+"""Largest width a card may give (hidden size, heads, head dims, vocabulary, FFN and latent sizes, window): the
+widest published one, Gemma 3's vocabulary of 262,144, is a quarter of it; wider ones overflow the synthesizer's
+64-bit FLOP and byte counts (hidden x FFN x tokens)."""
+MAX_LAYERS = 2**12
+"""Most layers (and dense or MTP layers) a card may give: published models have at most ~128 (Llama 3.1 405B: 126)."""
+MAX_EXPERTS = 2**16
+"""Most routed experts (and top-k, shared experts) a card may give: published MoE models have at most 384 (Kimi K2);
+the synthesizer keeps a row count per expert and layer."""
 
 
 class MoEModelConfig(Strict):
@@ -58,58 +68,58 @@ class MoEModelConfig(Strict):
     approximations: list[str] = Field(default_factory=list)
     """Features of the published model that this reference model does not have."""
 
-    hidden_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
     """Model (residual stream) width, elements per token."""
-    num_layers: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     """Number of transformer layers."""
-    num_heads: int = Field(gt=0)
+    num_heads: int = Field(gt=0, le=MAX_WIDTH)
     """Attention query heads."""
-    num_kv_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0, le=MAX_WIDTH)
     """Attention key/value heads (grouped-query attention when fewer than ``num_heads``)."""
-    head_dim: int | None = Field(default=None, gt=0)
+    head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """Elements per attention head; default ``hidden_size // num_heads``."""
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, le=MAX_WIDTH)
     """Vocabulary size (embedding rows and LM-head columns)."""
 
     attention: Literal["mha", "gqa", "mla"] | None = None
     """Attention kind; derived when absent: ``mla`` when ``kv_lora_rank`` is set, else
     ``gqa`` when ``num_kv_heads < num_heads``, else ``mha``."""
-    q_lora_rank: int | None = Field(default=None, gt=0)
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """MLA: rank of the low-rank query projection (``null``: full-rank query, as DeepSeek-V2-Lite)."""
-    kv_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """MLA: rank of the compressed key/value latent (the cached vector per token)."""
-    qk_nope_head_dim: int | None = Field(default=None, gt=0)
+    qk_nope_head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """MLA: per-head query/key dims without rotary embedding."""
-    qk_rope_head_dim: int | None = Field(default=None, gt=0)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """MLA: per-head decoupled rotary query/key dims (the rotary key is shared by all heads)."""
-    v_head_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """MLA: per-head value dims (also the attention output dims per head)."""
 
-    num_experts: int = Field(ge=0)
+    num_experts: int = Field(ge=0, le=MAX_EXPERTS)
     """Routed experts per MoE layer (0: a dense model)."""
-    top_k: int = Field(ge=0)
+    top_k: int = Field(ge=0, le=MAX_EXPERTS)
     """Routed experts chosen per token (0 for a dense model)."""
-    expert_ffn_size: int | None = Field(default=None, gt=0)
+    expert_ffn_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """Intermediate width of one routed SwiGLU expert (``moe_intermediate_size``); required
     when ``num_experts > 0``."""
-    num_shared_experts: int = Field(default=0, ge=0)
+    num_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
     """Always-active shared experts per MoE layer (DeepSeek), run on every token."""
-    shared_expert_ffn_size: int | None = Field(default=None, gt=0)
+    shared_expert_ffn_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """Intermediate width of one shared expert; default ``expert_ffn_size``."""
-    dense_layers: int = Field(default=0, ge=0)
+    dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     """Leading layers with a dense SwiGLU FFN instead of an MoE layer."""
-    dense_ffn_size: int | None = Field(default=None, gt=0)
+    dense_ffn_size: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """Intermediate width of the dense FFN of the leading dense layers."""
-    mtp_layers: int = Field(default=0, ge=0)
+    mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     """Multi-token-prediction depths (DeepSeek-V3 section 2.2; Hugging Face ``num_nextn_predict_layers``): each
     predicts one more future token with the shared embedding and LM head, two RMSNorms, a 2h -> h projection and
     one transformer layer of the last layer's kind. Training only (synthesis: :func:`cosim.workload.synth.costs
     .mtp_ops`); not part of ``num_layers`` nor of :meth:`param_counts`."""
 
-    sliding_window: int | None = Field(default=None, gt=0)
+    sliding_window: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """Sliding-window attention: the keys a query of a sliding layer sees (itself and the ``sliding_window - 1``
     before it); ``null``: every layer attends to the whole causal prefix."""
-    sliding_window_pattern: int | None = Field(default=None, gt=0)
+    sliding_window_pattern: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
     """With ``sliding_window``: every ``sliding_window_pattern``-th layer (layers ``p - 1``, ``2p - 1``, ...)
     attends fully, the others slide (Gemma's convention; gpt-oss: 2, alternating from a sliding layer 0);
     ``null``: every layer slides."""
@@ -125,12 +135,12 @@ class MoEModelConfig(Strict):
     query and key heads (:func:`cosim.workload.synth.costs.qk_norm_ops`); their weight gradients join the TP
     all-reduce of the non-tensor-parallel gradients (:func:`cosim.workload.synth.build.sp_layer_params`); not
     applied to MLA (its latent norms are modelled)."""
-    activation_clamp: float | None = Field(default=None, gt=0)
+    activation_clamp: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Clamped gated activation of the routed experts (gpt-oss ``swiglu_limit`` 7.0: gate clamped above, linear
     half to +-limit): two clamps and a concatenation before the fused activation
     (:func:`cosim.workload.synth.costs.expert_activation_ops`); ``null``: plain SwiGLU."""
 
-    rope_mscale: float = Field(default=1.0, gt=0)
+    rope_mscale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """YaRN's attention (concentration) factor on RoPE's cos/sin, ``0.1 ln(factor) + 1`` when the config gives no
     ``mscale`` pair (gpt-oss: factor 32 -> 1.3466; Megatron-Core ``_yarn_get_concentration_factor``). Not 1:
     Megatron-Core applies RoPE to q and k with its unfused element-wise chain (TE's fused RoPE has no mscale:
@@ -140,12 +150,12 @@ class MoEModelConfig(Strict):
     """Router score function: softmax over experts (Mixtral, Qwen) or per-expert sigmoid (DeepSeek-V3)."""
     normalize_top_k: bool = True
     """Renormalize the chosen top-k gate weights to sum to 1."""
-    capacity_factor: float | None = Field(default=None, gt=0)
+    capacity_factor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Expert capacity as a multiple of the even share ``tokens * top_k / num_experts`` on
     each rank; assignments past capacity are dropped. ``null``: dropless."""
-    aux_loss_coef: float = Field(default=0.01, ge=0)
+    aux_loss_coef: float = Field(default=0.01, ge=0, allow_inf_nan=False)
     """Weight of the Switch-style load-balancing loss ``E * sum_e f_e * P_e`` in training."""
-    rms_norm_eps: float = Field(default=1e-6, gt=0)
+    rms_norm_eps: float = Field(default=1e-6, gt=0, allow_inf_nan=False)
     """RMSNorm epsilon."""
 
     @model_validator(mode="after")
@@ -292,10 +302,9 @@ def load_model_config(name_or_file: str | Path) -> MoEModelConfig:
 
         try:
             return MoEModelConfig(**card_from_hf_config(path))
-        except ValueError as e:  # pydantic ValidationError is a ValueError
-            first = str(e).splitlines()
-            msg = first[-1].strip() if len(first) < 3 else first[2].strip()
-            raise CosimInputError(f"{path}: {msg}") from None
+        except ValidationError as e:
+            field, msg = describe_validation_error(MoEModelConfig, e)
+            raise CosimInputError(f"{path}: {field + ' (card field): ' if field else ''}{msg}") from None
     if not (text.endswith((".yaml", ".yml")) or path.is_file()):
         path = PRESET_DIR / f"{text}.yaml"
         if not path.is_file():

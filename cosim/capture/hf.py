@@ -72,6 +72,8 @@ def _gpt_oss_fields(cfg: dict[str, Any], path: Path, layers: int) -> dict[str, A
             out["rope_mscale"] = round(0.1 * math.log(float(factor)) + 1.0, 4)
     window, lt = cfg.get("sliding_window"), cfg.get("layer_types")
     if isinstance(window, int) and window > 0 and isinstance(lt, list) and "sliding_attention" in lt:
+        if len(lt) != layers:
+            raise CosimInputError(f"{path}: layer_types: {len(lt)} entries for num_hidden_layers {layers}")
         full = [i for i, t in enumerate(lt) if t == "full_attention"]
         p = full[0] + 1 if full else None
         want = ["full_attention" if p is not None and (i + 1) % p == 0 else "sliding_attention" for i in range(layers)]
@@ -89,18 +91,21 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
     path = Path(path)
     cfg = _read(path)
 
+    def whole(k: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (
+                isinstance(v, float) and not (v.is_integer() and abs(v) <= 2**53)):  # a float's exact integers
+            raise CosimInputError(f"{path}: {k}: expected a whole number, got {v!r}")
+        return int(v)
+
     def need(key: str, *alts: str) -> Any:
         for k in (key, *alts):
             if cfg.get(k) is not None:
-                v = cfg[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise CosimInputError(f"{path}: {k}: expected a number, got {v!r}")
-                return int(v)
+                return whole(k, cfg[k])
         raise CosimInputError(f"{path}: missing field {key!r} (needed for model_type {cfg.get('model_type')!r})")
 
     def opt(key: str) -> Any:
         v = cfg.get(key)
-        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return whole(key, v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     mt = cfg.get("model_type")
     if mt not in SUPPORTED_MODEL_TYPES:

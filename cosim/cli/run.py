@@ -219,10 +219,10 @@ def same_scenario(run: Path, plain: dict) -> bool:
 
 
 def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
-    """The summary of the run folder ``d`` (None when ``missing_ok`` and it has none)."""
-    import json
-
+    """The summary of the run folder ``d`` (:func:`cosim.fileio.read_summary`; None when ``missing_ok`` and it has
+    none, or none that can be compared with)."""
     from cosim.errors import CosimInputError
+    from cosim.fileio import read_summary
 
     p = d / "summary.json"
     if not p.is_file():
@@ -230,8 +230,8 @@ def _baseline(d: Path, missing_ok: bool = False) -> dict | None:
             return None
         raise CosimInputError("no summary.json here: not a folder written by `cosim run`", file=d)
     try:
-        return json.loads(p.read_text())
-    except ValueError as exc:
+        return read_summary(p)
+    except CosimInputError:
         if missing_ok:
             return None
-        raise CosimInputError(f"not JSON: {exc}", file=p) from None
+        raise

@@ -245,19 +245,20 @@ class CalibrationProfile:
         if not isinstance(ks, dict):
             raise input_error_at(data, ["kernel_scale"], "must map kernel family -> {scale, n}", file)
         for fam, v in ks.items():
-            if not isinstance(v, dict) or not isinstance(v.get("scale"), (int, float)) or not v["scale"] > 0:
+            if not isinstance(v, dict) or not _positive(v.get("scale")):
                 raise input_error_at(data, ["kernel_scale", fam], "needs scale: a number > 0 (and n)", file)
-            scale[str(fam)] = {"scale": float(v["scale"]), "n": int(v.get("n", 0))}
+            scale[str(fam)] = {"scale": float(v["scale"]), "n": _count(data, ["kernel_scale", fam], v, file)}
         kdb: dict[tuple, tuple[float, int]] = {}
         raw = data.get("kernel_db") or {}
         if raw:
-            if not isinstance(raw, dict) or list(raw.get("key") or []) != list(DB_KEY) \
+            if not isinstance(raw, dict) or not isinstance(raw.get("key"), list) or list(raw["key"]) != list(DB_KEY) \
                     or not isinstance(raw.get("rows"), list):
                 raise input_error_at(data, ["kernel_db"], f"needs key: {list(DB_KEY)} and rows: [[...key, "
                                      "median_s, n], ...]", file)
             for i, r in enumerate(raw["rows"]):
-                if not isinstance(r, list) or len(r) != len(DB_KEY) + 2 or not isinstance(r[-2], (int, float)) \
-                        or not r[-2] > 0:
+                if not isinstance(r, list) or len(r) != len(DB_KEY) + 2 or not _positive(r[-2]) \
+                        or isinstance(r[-1], bool) or not isinstance(r[-1], int) or r[-1] < 0 \
+                        or not isinstance(r[0], str):  # the kernel family
                     raise input_error_at(data, ["kernel_db", "rows"], f"row {i}: expected {len(DB_KEY)} key "
                                          "fields, a median > 0 and a count", file)
                 kdb[db_key(*[str(x) if x is not None and j < 3 else x for j, x in enumerate(r[:len(DB_KEY)])])] = \
@@ -266,6 +267,19 @@ class CalibrationProfile:
         return cls(name=data["name"], accelerator=data["accelerator"], models=models,
                    provenance=_plain(prov), fit_errors=_plain(errs), kernel_scale=scale, kernel_db=kdb,
                    launch=launch)
+
+
+def _positive(x: Any) -> bool:
+    """A finite number > 0 (a scale, a time, a rate of a profile)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < float("inf")
+
+
+def _count(data: dict, at: list[Any], entry: dict, file: str | Path | None) -> int:
+    """The sample count ``n`` of a profile entry (0 when absent): a whole number >= 0."""
+    n = entry.get("n", 0)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise input_error_at(data, [*at, "n"], f"expected a sample count (a whole number >= 0), got {n!r}", file)
+    return n
 
 
 def _launch_from(data: dict, file: str | Path | None) -> dict[str, Any]:
@@ -286,18 +300,21 @@ def _launch_from(data: dict, file: str | Path | None) -> dict[str, Any]:
     for key, v in (raw.get("laws") or {}).items():
         c, _, kind = str(key).rpartition(":")
         ok = c in DEFAULTS and kind in ("tile", "threads") and isinstance(v, dict)
-        ok = ok and all(isinstance(v.get(x), (int, float)) and v[x] > 0 for x in ("floor_s", "rate"))
+        ok = ok and all(_positive(v.get(x)) for x in ("floor_s", "rate"))
         if not ok:
             raise input_error_at(data, ["launch", "laws", key], "key must be <class>:tile or <class>:threads and "
                                  "the law needs floor_s > 0 and rate > 0", file)
-        laws[str(key)] = {"floor_s": float(v["floor_s"]), "rate": float(v["rate"]), "n": int(v.get("n", 0))}
+        laws[str(key)] = {"floor_s": float(v["floor_s"]), "rate": float(v["rate"]),
+                          "n": _count(data, ["launch", "laws", key], v, file)}
     family: dict[str, dict[str, float]] = {}
     for fam, v in (raw.get("family") or {}).items():
-        if not isinstance(v, dict) or not isinstance(v.get("scale"), (int, float)) or not v["scale"] > 0:
+        if not isinstance(v, dict) or not _positive(v.get("scale")):
             raise input_error_at(data, ["launch", "family", fam], "needs scale: a number > 0 (and n)", file)
-        family[str(fam)] = {"scale": float(v["scale"]), "n": int(v.get("n", 0))}
+        family[str(fam)] = {"scale": float(v["scale"]), "n": _count(data, ["launch", "family", fam], v, file)}
     out: dict[str, Any] = {"laws": laws, "family": family}
     if raw.get("sources"):
+        if not isinstance(raw["sources"], list):
+            raise input_error_at(data, ["launch", "sources"], "must be a list of sources", file)
         out["sources"] = [str(x) for x in raw["sources"]]
     return out
 

@@ -19,11 +19,11 @@ where RUN is ``{"name", "dir", "step_time_s", "steps_per_s", "breakdown", "bottl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError
+from cosim.fileio import read_summary
 from cosim.replay.summary import NOISE_FLOOR, bound_label, explain_change, fmt_delta
 from cosim.report.hardware import flatten, fmt_hw_value, hardware_diff, hardware_totals, hw_label
 from cosim.report.html import Page, fmt_pct, fmt_time
@@ -53,16 +53,15 @@ def load_run_dir(d: str | Path) -> dict[str, Any]:
     sp, cp = p / "summary.json", p / "scenario.yaml"
     if not sp.is_file():
         raise CosimInputError("no summary.json here: not a folder written by `cosim run`", file=p)
-    try:
-        summary = json.loads(sp.read_text())
-    except ValueError as exc:
-        raise CosimInputError(f"not JSON: {exc}", file=sp) from None
+    summary = read_summary(sp)
     scn: dict[str, Any] = {}
     if cp.is_file():
         try:
             scn = yaml.safe_load(cp.read_text()) or {}
         except yaml.YAMLError as exc:
             raise CosimInputError(f"bad YAML: {exc}".splitlines()[0], file=cp) from None
+        if not isinstance(scn, dict):
+            raise CosimInputError(f"expected a mapping (the resolved scenario), got {type(scn).__name__}", file=cp)
     if not scn:
         scn = {"name": p.name, "topology": summary.get("topology"), "replay_config": summary.get("config") or {}}
     topo = _load_topology(scn, p)

@@ -49,6 +49,9 @@ __all__ = ["COMBINE_MODES", "SweepSpec", "check_key", "expand_points", "load_swe
 COMBINE_MODES = ("grid", "zip", "random")
 _TOP_KEYS = ("name", "description", "base", "combine", "samples", "seed", "set", "parameters")
 _SCENARIO_KEYS = ("topology", "workload")
+MAX_POINTS = 2**16
+"""Most points a sweep may have (``samples``, or the grid's product of list lengths): each point is a whole run of a
+second or more (the bundled studies have up to a few dozen); the point list is built before the first runs."""
 
 
 @dataclass
@@ -344,6 +347,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
     samples = data.get("samples", 0)
     if combine == "random" and (not isinstance(samples, int) or samples < 1):
         raise _err(data, ["samples"] if "samples" in data else [], "combine: random needs samples: N >= 1", f)
+    count = samples if combine == "random" else math.prod(len(v) for v in out.values()) if combine == "grid" else 0
+    if count > MAX_POINTS:
+        raise _err(data, ["samples"] if combine == "random" else ["parameters"],
+                   f"{count} points; a sweep runs at most {MAX_POINTS}", f)
     seed = data.get("seed", 0)
     if not isinstance(seed, int):
         raise _err(data, ["seed"], "seed must be an integer", f)

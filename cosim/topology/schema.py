@@ -13,6 +13,7 @@ See docs/TOPOLOGY.md for the reference with examples.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from typing import Any, Literal
 
@@ -39,6 +40,10 @@ _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*(\{[^{}]+\}[A-Za-z0-9_\-]*)*$")
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
 
 
+MAX_REPEAT = 100_000
+"""Most devices one entry's ``count`` and links one entry's ``repeat`` may generate (each is listed one by one)."""
+
+
 class DeviceEntry(Strict):
     """One device, or ``count`` devices whose ``id`` contains ``{i}``."""
 
@@ -47,7 +52,7 @@ class DeviceEntry(Strict):
     kind: DeviceKind
     spec: str | None = None
     """Catalog id: required for gpu (accelerators), cpu (cpus) and nic (nics)."""
-    count: int | None = Field(default=None, ge=1, le=100_000)
+    count: int | None = Field(default=None, ge=1, le=MAX_REPEAT)
     """Generate this many devices, ``i`` = 0 .. count-1 in the ``id`` template."""
     chips: int | None = Field(default=None, ge=1)
     """For a logical switch node: how many physical switch chips it stands for."""
@@ -98,6 +103,9 @@ class LinkEntry(Strict):
                     raise ValueError(f"repeat variable {k!r} must be one lowercase letter")
                 if not isinstance(n, int) or n < 1:
                     raise ValueError(f"repeat count for {k!r} must be an integer >= 1")
+        total = v if isinstance(v, int) else math.prod(v.values()) if v else 1
+        if total > MAX_REPEAT:
+            raise ValueError(f"repeat generates {total} links; at most {MAX_REPEAT} (as a device's count)")
         return v
 
 
@@ -109,11 +117,11 @@ class FabricSpec(Strict):
     """Catalog link type of fabric cables; default: the NICs' own ``link``."""
     switch_radix: int = Field(default=64, ge=2)
     """Ports per fabric switch (NDR Quantum-2 QM9700: 64 x 400G)."""
-    oversubscription: float = Field(default=1.0, ge=1.0)
+    oversubscription: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
     """Leaf downlinks : uplinks, e.g. 2 (or "2:1") means half as many uplinks."""
     leaf_down_ports: int | None = Field(default=None, ge=1)
     """Host-facing ports per leaf; default switch_radix // 2 (independent of oversubscription)."""
-    nics: list[str] | None = None
+    nics: list[str] | None = Field(default=None, min_length=1)
     """Local NIC ids (on each node) that attach to the fabric; default: every NIC."""
     group_size: int | None = Field(default=None, ge=1)
     """dragonfly: switches per group (default 4)."""

@@ -100,7 +100,8 @@ ET_FIELDS_CHAKRA = ("id", "name", "ctrl_deps", "inputs", "outputs", "attrs")
 
 
 def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer that fits the graph's int64 columns (ids, rf_id, tid, scope)."""
+    return isinstance(x, int) and not isinstance(x, bool) and -(2**63) <= x < 2**63
 
 
 def _chakra_layout(schema: str, nodes: list[Any]) -> bool:
@@ -238,8 +239,13 @@ def load_et_nodes(path: str | Path) -> tuple[dict[str, Any], list[EtNode]]:
         def field(key: str, default: int = -1, n: dict = n, attrs: dict = attrs, k: int = k) -> int:
             v = n[key] if key in n else attrs.get(key, default)
             if not _is_int(v):
-                raise CosimInputError(f"{key} must be an integer, got {v!r:.60}", file=path, path=_node_label(k, n))
+                raise CosimInputError(f"{key} must be an integer (64-bit), got {v!r:.60}", file=path,
+                                      path=_node_label(k, n))
             return v
+
+        if not all(isinstance(t, str) for t in in_types):
+            bad = next(t for t in in_types if not isinstance(t, str))
+            raise CosimInputError(f"input types must be strings, got {bad!r:.60}", file=path, path=_node_label(k, n))
 
         out.append(
             EtNode(

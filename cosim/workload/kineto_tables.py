@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cosim.errors import CosimInputError
 from cosim.workload.classify import classify_kernel, op_flops_bytes
 from cosim.workload.cost import fill_gpu_costs
 from cosim.workload.deps import kineto_edges
@@ -274,6 +275,9 @@ def build_rank(
     for j in np.nonzero(g_kind != GpuKind.KERNEL)[0].tolist():
         b = g_arg_bytes[gorder[j]]
         if b is not None:
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
+                raise CosimInputError(f"args.bytes of the copy or memset {strings[int(g_name[j])]!r}: expected a "
+                                      f"number of bytes >= 0, got {b!r}", file=path)
             g_bytes[j] = float(b)
 
     # step of each GPU op: the step containing its launch call (else its own start)

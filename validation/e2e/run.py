@@ -27,10 +27,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from cosim.capture.config import MAX_LAYERS
 from cosim.catalog.models import Strict
 from cosim.errors import CosimInputError
+from cosim.yamlio import describe_validation_error
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "training.yaml"
@@ -48,7 +50,7 @@ class Layout(Strict):
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
-    vpp: int = Field(default=1, gt=0)
+    vpp: int = Field(default=1, gt=0, le=MAX_LAYERS)  # a model chunk holds at least one layer
     cp: int = Field(default=1, gt=0)
     ep: int = Field(default=1, gt=0)
 
@@ -213,6 +215,14 @@ class Case(Strict):
             raise ValueError("recompute_early_stop needs recompute: full (it was silently ignored)")
         if self.pipeline_layers is not None and self.pipeline_model_parallel_layout is not None:
             raise ValueError("pipeline_layers and pipeline_model_parallel_layout exclude each other")
+        return self
+
+    @model_validator(mode="after")
+    def _layout_fits(self) -> Case:
+        """The data-parallel size the runner derives is whole (it divided by zero when tp x pp x cp > gpus)."""
+        width = self.layout.tp * self.layout.pp * self.layout.cp
+        if self.gpus % width:
+            raise ValueError(f"layout: tp x pp x cp = {width} does not divide gpus {self.gpus}")
         return self
 
 
@@ -406,28 +416,32 @@ def _scenario(case: Case, m: int, topology: str, nodes: int | None, recompute: s
                                                  card.mtp_layers if case.mtp_layers is None else case.mtp_layers)
     if pl is not None:
         layout["pipeline_layers"] = pl
-    spec = SyntheticSpec.model_validate({
-        "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
-        **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
-        "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq,
-                  **({"gradient_accumulation_steps": max(1, m * case.gradient_accumulation_steps // microbatches(case))}
-                     if case.gradient_accumulation_steps > 1 else {})},
-        **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
-        **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
-        **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),
-        **({} if case.cross_entropy_fusion else {"cross_entropy_fusion": False}),
-        **({} if case.moe_router_fusion else {"moe_router_fusion": False}),
-        **({} if case.grad_accumulation_fusion else {"grad_accumulation_fusion": False}),
-        **({} if case.expert_padding else {"expert_padding": False}),
-        **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
-        **({"offload_modules": list(case.offload_modules)}
-           if case.offload_modules and layout.get("recompute") != "full" else {}),
-        **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
-        **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
-        **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),
-        **({"optimizer": case.optimizer} if case.optimizer != "adam" else {}),
-        **({"moe_act_input_fp8": True} if case.moe_act_input_fp8 else {}),
-        **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
+    try:
+        spec = SyntheticSpec.model_validate({
+            "model": case.model, "layout": layout, "precision": case.precision, "routing": "uniform", "allow_oom": True,
+            **({"fp8_recipe": case.fp8_recipe} if case.fp8_recipe else {}),
+            "batch": {"global": m * case.batch.micro * dp, "micro": case.batch.micro, "seq": case.batch.seq,
+                      **({"gradient_accumulation_steps": max(1, m * case.gradient_accumulation_steps // microbatches(case))}
+                         if case.gradient_accumulation_steps > 1 else {})},
+            **({"dispatch": case.dispatch} if case.dispatch != "nccl" else {}),
+            **({"tp_comm_overlap": True} if case.tp_comm_overlap else {}),
+            **({"grad_reduce_in_fp32": True} if case.grad_reduce_in_fp32 else {}),
+            **({} if case.cross_entropy_fusion else {"cross_entropy_fusion": False}),
+            **({} if case.moe_router_fusion else {"moe_router_fusion": False}),
+            **({} if case.grad_accumulation_fusion else {"grad_accumulation_fusion": False}),
+            **({} if case.expert_padding else {"expert_padding": False}),
+            **({"cuda_graph_scope": list(case.cuda_graph_scope)} if case.cuda_graph_scope else {}),
+            **({"offload_modules": list(case.offload_modules)}
+               if case.offload_modules and layout.get("recompute") != "full" else {}),
+            **({"hybridep_sms": case.hybridep_sms} if case.hybridep_sms else {}),
+            **({"mtp_layers": case.mtp_layers} if case.mtp_layers is not None else {}),
+            **({"optimizer_moments": "bf16"} if case.optimizer_moments == "bf16" else {}),
+            **({"optimizer": case.optimizer} if case.optimizer != "adam" else {}),
+            **({"moe_act_input_fp8": True} if case.moe_act_input_fp8 else {}),
+            **({"dispatch_precision": case.dispatch_precision} if case.dispatch_precision else {}), **(spec_over or {})})
+    except ValidationError as exc:  # a case's (or a --spec) value the synthetic spec refuses: the row is not run
+        where, msg = describe_validation_error(SyntheticSpec, exc)
+        raise CosimInputError(f"workload.synthetic.{where}: {msg}") from None
     sets: dict[str, Any] = {"gpu.comm_sms": case.comm_sms} if case.comm_sms is not None else {}
     if os.environ.get("COSIM_E2E_COMM_SHARE"):  # what-if: the per-kernel SM law on/off (docs/ENGINE.md)
         sets["gpu.comm_share"] = os.environ["COSIM_E2E_COMM_SHARE"]
@@ -461,6 +475,9 @@ def run_case(case: Case, cap: int = 16, recompute: str = "none", probe_big: bool
     try:
         with tempfile.TemporaryDirectory(prefix="cosim-e2e-") as tmp:
             topology, nodes = _topology(case, Path(tmp))
+            b, dp = case.batch, data_parallel(case)
+            if b.global_ % (b.micro * dp):  # its micro-batches per pipeline are not whole (maybe none)
+                raise CosimInputError(f"batch: global {b.global_} is not divisible by micro {b.micro} x dp {dp}")
             if case.gpus > max_gpus:
                 if not probe_big or case.gpus > PROBE_MAX_GPUS or case.schedule == "dualpipe":
                     raise _NotRun(NOT_RUN_REASON)

@@ -47,8 +47,8 @@ class RoutingSpec(Strict):
     """EP rank of each expert (placement: map)."""
     redundant: int = Field(default=0, ge=0)
     """Extra replicas of the hottest experts (per layer)."""
-    seed: int = 0
-    """Seed of the Zipf expert order."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the Zipf expert order (numpy's seeds are integers >= 0)."""
     base: str | None = None
     """Folder that relative file names are resolved against (the scenario's)."""
 
@@ -126,28 +126,61 @@ def _file_shares(spec: RoutingSpec, card: MoEModelConfig, layer: int) -> np.ndar
     assert path is not None
     data = load_yaml(path) if path.suffix in (".yaml", ".yml") else _json(path)
     E = card.num_experts
-    rows: Any = None
     if isinstance(data, dict) and isinstance(data.get("routing"), dict):  # a capture.yaml
         layers = data["routing"].get("layers") or []
-        if not layers:
-            raise CosimInputError(f"{path}: routing.layers: empty")
-        entry = layers[(layer - card.dense_layers) % len(layers)]
-        rows = np.asarray(entry.get("tokens_per_expert"), dtype=float).sum(axis=0)
+        if not isinstance(layers, list) or not layers:
+            raise _bad(data, ("routing", "layers"), "expected a non-empty list of layers", path)
+        i = (layer - card.dense_layers) % len(layers)
+        entry = layers[i]
+        at: tuple[str | int, ...] = ("routing", "layers", i, "tokens_per_expert")
+        if not isinstance(entry, dict):
+            raise _bad(data, at[:-1], "expected a mapping with tokens_per_expert", path)
+        w = _numbers(data, at, entry.get("tokens_per_expert"), path, ndim=2).sum(axis=0)
     elif isinstance(data, dict) and "layers" in data:
-        by = {int(x["layer"]): x["experts"] for x in data["layers"]}
-        rows = by.get(layer, data.get("experts"))
-        if rows is None:
+        if not isinstance(data["layers"], list):
+            raise _bad(data, ("layers",), "expected a list of {layer, experts}", path)
+        by: dict[int, int] = {}  # layer -> its entry
+        for j, x in enumerate(data["layers"]):
+            if not (isinstance(x, dict) and "experts" in x and isinstance(x.get("layer"), int)
+                    and not isinstance(x["layer"], bool)):
+                raise _bad(data, ("layers", j), "expected {layer: <whole number>, experts: [...]}", path)
+            by[x["layer"]] = j
+        if layer in by:
+            w = _numbers(data, ("layers", by[layer], "experts"), data["layers"][by[layer]]["experts"], path)
+        elif "experts" in data:
+            w = _numbers(data, ("experts",), data["experts"], path)
+        else:
             raise CosimInputError(f"{path}: layers: no entry for layer {layer} and no default experts:")
     elif isinstance(data, dict) and "experts" in data:
-        rows = data["experts"]
+        w = _numbers(data, ("experts",), data["experts"], path)
     else:
         raise CosimInputError(f"{path}: expected experts: [...], layers: [...] or a capture.yaml routing: block")
-    w = np.asarray(rows, dtype=float).reshape(-1)
     if w.size != E:
         raise CosimInputError(f"{path}: {w.size} expert weights for layer {layer}, but {card.name} has {E} experts")
     if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
         raise CosimInputError(f"{path}: expert weights must be finite, >= 0 and not all 0")
     return w
+
+
+def _bad(data: Any, at: tuple[str | int, ...], problem: str, path: Path) -> CosimInputError:
+    """The one-line error of a routing weights file whose field ``at`` is not what ``problem`` says."""
+    from cosim.yamlio import input_error_at
+
+    return input_error_at(data, list(at), problem, file=path)
+
+
+def _numbers(data: Any, at: tuple[str | int, ...], value: Any, path: Path, ndim: int = 1) -> np.ndarray:
+    """``value`` (the field ``at`` of the weights file) as a float array of ``ndim`` dimensions: a list of numbers
+    (``ndim`` 2: a list of such lists of one length, one per rank)."""
+    want = "a list of numbers" if ndim == 1 else "a list of per-rank lists of numbers, all of one length"
+    ok = isinstance(value, list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) if ndim == 1 else isinstance(v, list) for v in value)
+    if ok and ndim == 2:
+        ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for v in value for x in v) and \
+            len({len(v) for v in value}) == 1
+    if not ok or not value:
+        raise _bad(data, at, f"expected {want}", path)
+    return np.asarray(value, dtype=float).reshape(-1) if ndim == 1 else np.asarray(value, dtype=float)
 
 
 def _json(path: Path) -> Any:
@@ -206,6 +239,9 @@ def route(spec: RoutingSpec, card: MoEModelConfig, layer: int, ep: int, tokens_p
         owner = np.arange(E) % ep
     else:
         owner = np.arange(E) // (E // ep)
+    if spec.redundant > E:  # the hottest ``redundant`` experts get one replica each
+        raise CosimInputError(f"workload.synthetic.routing.redundant: {spec.redundant} replicas of the hottest experts, but {card.name} "
+                              f"has {E} experts")
     replicas: list[list[tuple[int, float]]] = [[(int(owner[e]), 1.0)] for e in range(E)]
     load = np.bincount(owner, weights=p, minlength=ep).astype(float)
     for e in np.argsort(-p, kind="stable")[: spec.redundant]:

@@ -31,7 +31,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from cosim.catalog.models import Strict, Time
 from cosim.errors import CosimInputError
@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 __all__ = ["BatchSpec", "DecodeBatch", "PrefillBatch", "StragglerSpec", "Synthesized", "SyntheticSpec", "memory_options", "spec_card", "synthesize", "synthetic_figures"]
 
 
+MAX_TOKENS = 2**30
+"""Most tokens a sequence, prompt, chunk, KV cache or micro-batch (micro x seq) may hold: a thousand times the
+longest published context (1M tokens); with a card's widest hidden size (:data:`cosim.capture.config.MAX_WIDTH`)
+their activation and transfer bytes stay within the 64-bit counts of the step's tables (2**63 tokens per sequence
+overflowed them)."""
+
+
 class BatchSpec(Strict):
     """Global batch, micro-batch and sequence length (sequences and tokens)."""
 
@@ -55,7 +62,7 @@ class BatchSpec(Strict):
     """Sequences per optimizer step over all data-parallel replicas."""
     micro: int = Field(default=1, gt=0)
     """Sequences per micro-batch (per pipeline, per forward/backward unit)."""
-    seq: int = Field(gt=0)
+    seq: int = Field(gt=0, le=MAX_TOKENS)
     """Tokens per sequence."""
     gradient_accumulation_steps: int = Field(default=1, gt=0)
     """Pipeline schedules per optimizer step (the gradient-accumulation steps of NeMo AutoModel and torchtitan, whose
@@ -66,15 +73,21 @@ class BatchSpec(Strict):
     1: one schedule of all the step's micro-batches (Megatron-Core). Needs the micro-batches per pipeline to be a
     multiple of it (of pp x it when interleaved), a 1f1b or interleaved schedule, and no ``a2a_overlap``."""
 
+    @model_validator(mode="after")
+    def _tokens(self) -> BatchSpec:
+        if self.micro * self.seq > MAX_TOKENS:
+            raise ValueError(f"micro x seq = {self.micro * self.seq} tokens per micro-batch; at most {MAX_TOKENS}")
+        return self
+
 
 class PrefillBatch(Strict):
     """A prefill step: prompt tokens per GPU, prompt length and the chunk of chunked prefill."""
 
-    tokens_per_gpu: int = Field(gt=0)
+    tokens_per_gpu: int = Field(gt=0, le=MAX_TOKENS)
     """Prompt tokens each GPU runs through the model per step (over its prompts' chunks)."""
-    prompt: int = Field(gt=0)
+    prompt: int = Field(gt=0, le=MAX_TOKENS)
     """Tokens per prompt (the keys a chunk's queries see grow up to it)."""
-    chunk: int | None = Field(default=None, gt=0)
+    chunk: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
     """Chunked prefill: tokens of one prompt per step (default: the whole prompt, or tokens_per_gpu if smaller)."""
 
 
@@ -83,7 +96,7 @@ class DecodeBatch(Strict):
 
     requests_per_gpu: int = Field(gt=0)
     """Running requests (sequences) per GPU; each gets one output token per step."""
-    context: int = Field(gt=0)
+    context: int = Field(gt=0, le=MAX_TOKENS)
     """Tokens in each request's KV cache (prompt plus generated so far)."""
 
 
@@ -93,6 +106,20 @@ def _batch_kind(v: Any) -> str:
     # tags start with "tagged-union" so that an error's path leaves them out (yamlio._describe)
     kind = "decode" if "requests_per_gpu" in keys else "prefill" if "tokens_per_gpu" in keys else "train"
     return f"tagged-union:{kind}"
+
+
+def _routing_kind(v: Any) -> str | None:
+    """Which form a ``routing:`` value takes (an error inside a mapping then names its own field, not "should be a
+    valid string"): a name or file (a string), or a mapping."""
+    if isinstance(v, str):
+        return "tagged-union:name"
+    return "tagged-union:spec" if isinstance(v, (dict, RoutingSpec)) else None
+
+
+MAX_MICROBATCHES = 2**20
+"""Most micro-batches per pipeline and step a training step may have. A coalesced step still keeps a few numbers per
+micro-batch (tiny-moe on 8 GPUs, 2**20 micro-batches: 0.44 GB peak, 4 s) and one simulated whole takes about a
+millisecond each (8192: 11 s, cosim run on a quiet core), so a larger count is a typo, not a batch."""
 
 
 class StragglerSpec(Strict):
@@ -236,7 +263,10 @@ class SyntheticSpec(Strict):
     module swap around Megatron-Core's ``TEGroupedMLP`` / TE ``GroupedLinear``; the shared experts are a dense
     MLP module). ``fp8_recipe`` sets the scaling of fp8 here too. The captures' counterpart is ``--set
     precision.experts=fp8``."""
-    routing: str | RoutingSpec = "uniform"
+    routing: Annotated[Annotated[str, Tag("tagged-union:name")] | Annotated[RoutingSpec, Tag("tagged-union:spec")],
+                       Discriminator(_routing_kind, custom_error_type="routing_type",
+                                     custom_error_message="routing must be uniform, zipf:S, a file, or a mapping "
+                                                          "{model, placement, map, redundant, seed}")] = "uniform"
     """Routing model: uniform, zipf:S (a bare ``zipf`` is ``zipf:1.0``), a file, or a mapping with placement and
     redundant experts."""
     profile: str | None = None
@@ -615,13 +645,23 @@ def _check_training_fields(spec: SyntheticSpec, rm: RankMap) -> None:
                               "(Megatron-Core: 'moe_preprocess cuda graph is only supported with moe_router')")
 
 
+def check_microbatches(b: BatchSpec, rm: RankMap) -> int:
+    """The micro-batches per pipeline and step of training batch ``b`` on ``rm`` (whole: the caller checked that
+    ``micro x dp`` divides the global batch); refuses more than :data:`MAX_MICROBATCHES`."""
+    mbs = b.global_ // (b.micro * rm.dp)
+    if mbs > MAX_MICROBATCHES:
+        raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences make {mbs} micro-batches per "
+                              f"pipeline (micro {b.micro} x dp {rm.dp}); at most {MAX_MICROBATCHES} are simulated")
+    return mbs
+
+
 def _training_microbatches(b: BatchSpec, rm: RankMap) -> tuple[int, int]:
     """(micro-batches per pipeline and step, gradient-accumulation schedules) of training batch ``b`` on ``rm``;
     refuses a batch the layout's schedule cannot run."""
     if b.global_ % (b.micro * rm.dp):
         raise CosimInputError(f"workload.synthetic.batch.global: {b.global_} sequences are not divisible by "
                               f"micro {b.micro} x dp {rm.dp} = {b.micro * rm.dp}")
-    mbs = b.global_ // (b.micro * rm.dp)
+    mbs = check_microbatches(b, rm)
     ga = b.gradient_accumulation_steps
     if ga > 1 and (mbs % ga or rm.schedule == "dualpipe" or rm.layout.a2a_overlap):
         raise CosimInputError(f"workload.synthetic.batch.gradient_accumulation_steps: {ga} needs the {mbs} "
