@@ -230,9 +230,11 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
 
 
 def check_capture_knobs(scn: Scenario, keys: Iterable[str]) -> None:
-    """Refuse ``projection.*`` and ``cuda_graphs`` knobs on a synthetic workload: they set how a CPU capture is
-    projected onto a GPU and which of its regions replay as CUDA graphs, which a synthesized step never has, so the
-    run would silently be the baseline. A ``workload`` among ``keys`` replaces the workload, and then they apply."""
+    """Refuse ``projection.*``, ``cuda_graphs``, ``durations`` and ``profile`` knobs on a synthetic workload: they
+    set how a CPU capture is projected onto a GPU, which of its regions replay as CUDA graphs and whether its
+    measured kernel times are re-predicted (with which profile), none of which a synthesized step has (its kernel
+    times come from the models already, with ``workload.synthetic.profile``), so the run would silently be the
+    baseline. A ``workload`` among ``keys`` replaces the workload, and then they apply."""
     keys = list(keys)
     if "workload" in keys or not isinstance(scn.workload, SyntheticWorkload):
         return
@@ -241,6 +243,11 @@ def check_capture_knobs(scn: Scenario, keys: Iterable[str]) -> None:
             raise CosimInputError(f"--set {key}: names regions of a captured trace to replay as CUDA graphs; this "
                                   "scenario's workload is synthetic: set workload.synthetic.layout.cuda_graphs=true "
                                   "(docs/SYNTHESIS.md)", file=scn.source_file)
+        if key in ("durations", "profile", "models.profile", "replay.durations", "replay.profile"):
+            raise CosimInputError(f"--set {key}: re-predicts a captured trace's measured kernel times; this "
+                                  "scenario's workload is synthetic, its kernel times come from the kernel models: "
+                                  "set workload.synthetic.profile to calibrate them (docs/SYNTHESIS.md)",
+                                  file=scn.source_file)
         if key.startswith("projection."):
             raise CosimInputError(f"--set {key}: projection.* knobs project a captured CPU trace; this scenario's "
                                   "workload is synthetic: set workload.synthetic.precision (bf16, fp8, mxfp8) "

@@ -12,6 +12,8 @@ from cosim.cli import build_parser, main
     ("run", "projection.dtype=fp8", "workload.synthetic.precision"),
     ("sensitivity", "projection.dtype=fp8", "workload.synthetic.precision"),
     ("run", "cuda_graphs=true", "workload.synthetic.layout.cuda_graphs=true"),
+    ("run", "durations=modeled", "workload.synthetic.profile"),
+    ("run", "profile=b300", "workload.synthetic.profile"),
 ])
 def test_capture_knob_on_synthetic_scenario_is_one_line(cmd: str, knob: str, instead: str,
                                                         capsys: pytest.CaptureFixture[str], tmp_path,
@@ -38,7 +40,8 @@ def test_projection_knob_still_applies_with_a_captured_workload() -> None:
     assert scn.workload == "moe-ep4-cpu" and scn.projection.dtype == "fp8"
 
 
-@pytest.mark.parametrize("knob", ["projection.dtype", "cuda_graphs", "host.cuda_graphs", "replay.cuda_graphs"])
+@pytest.mark.parametrize("knob", ["projection.dtype", "cuda_graphs", "host.cuda_graphs", "replay.cuda_graphs",
+                                  "durations", "replay.profile", "models.profile"])
 def test_python_api_refuses_capture_knobs_on_a_synthetic_workload(knob: str) -> None:
     """The layer that knows the workload refuses them, so every caller (run, sensitivity, sweep, the Python API,
     the Chakra export) does; they used to pass through the API and return the baseline's figures."""
