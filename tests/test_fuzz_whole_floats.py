@@ -59,7 +59,7 @@ def test_profile_sample_counts_written_as_floats_load_as_ints(tmp_path: Path) ->
                                                                "count"),
 ])
 def test_profile_sample_counts_that_are_not_whole_are_refused(edit: object, problem: str, tmp_path: Path) -> None:
-    with pytest.raises(CosimInputError, match="p.yaml") as e:
+    with pytest.raises(CosimInputError, match=r"p\.yaml") as e:
         load_profile(_profile(tmp_path, edit))
     assert problem in str(e.value)
 
