@@ -211,6 +211,7 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
             if exc.location.file:  # a card file of its own, with its own line
                 raise
             raise input_error_at(data, ["workload", "synthetic", "model"], exc.message, file=path) from None
+        _check_own_capture_knobs(scn, data, path)
     sets = data.get("set") or {}
     for key in scn.set:
         value = scn.set[key]
@@ -227,6 +228,22 @@ def _check_scenario(scn: Scenario, data: Any, path: Path) -> None:
             message = re.sub(r"^--set [^:]*: ", "", exc.message)
             loc = ["set", key] if key in sets else ["set"]
             raise input_error_at(data, loc, message, file=path) from None
+
+
+def _check_own_capture_knobs(scn: Scenario, data: Any, path: Path) -> None:
+    """:func:`check_capture_knobs` of a synthetic scenario file's own knobs, at their line: its ``set:`` keys and the
+    ``replay:`` fields ``durations`` (other than measured), ``profile`` and ``cuda_graphs`` that it gives (the
+    same knobs as ``--set``, which the run would ignore as it ignores the flags)."""
+    r = scn.replay
+    given = {"durations": r.durations != "measured", "profile": r.profile is not None,
+             "cuda_graphs": bool(r.cuda_graphs)}
+    for loc in [["set", k] for k in scn.set] + [["replay", k] for k, v in given.items() if v]:
+        try:
+            check_capture_knobs(scn, [".".join(loc) if loc[0] == "replay" else loc[1]])
+        except CosimInputError as exc:
+            message = re.sub(r"^--set [^:]*: ", "", exc.message)
+            raise input_error_at(data, loc if loc[1] in (data.get(loc[0]) or {}) else [loc[0]], message,
+                                 file=path) from None
 
 
 def check_capture_knobs(scn: Scenario, keys: Iterable[str]) -> None:

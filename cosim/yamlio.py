@@ -14,6 +14,7 @@ What this loader does that plain ``yaml.safe_load`` does not:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "locate",
     "plain",
     "validate",
+    "whole_number",
 ]
 
 Mark = tuple[int, int]  # 1-based (line, column)
@@ -378,6 +380,15 @@ def plain(x: Any) -> Any:
     if isinstance(x, list):
         return [plain(v) for v in x]
     return x
+
+
+def whole_number(x: Any) -> int | None:
+    """``x`` (a number read from a YAML or JSON file) as an int when it is a whole number: an int, or a finite float
+    with no fraction (``3.0``, as a writer that keeps every number a float writes it); None for anything else (a
+    fraction, inf, NaN, a bool, a string)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return int(x) if isinstance(x, int) or (math.isfinite(x) and x.is_integer()) else None
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -48,7 +48,7 @@ import yaml
 from cosim.catalog.models import Accelerator
 from cosim.errors import CosimInputError
 from cosim.models.calibrated import DEFAULTS, MemoryParams, ParamsT, params_from_dict, params_to_dict
-from cosim.yamlio import input_error_at, load_yaml
+from cosim.yamlio import input_error_at, load_yaml, whole_number
 
 __all__ = ["DB_KEY", "DTOD_HBM_PASSES", "PROFILE_SCHEMA", "PROFILE_SCHEMA_V1", "CalibrationProfile", "bundled_profiles",
            "compute_bound_gemm_samples", "db_key", "dtod_from_elementwise", "inputs_hash", "kernel_family", "load_profile",
@@ -257,8 +257,7 @@ class CalibrationProfile:
                                      "median_s, n], ...]", file)
             for i, r in enumerate(raw["rows"]):
                 if not isinstance(r, list) or len(r) != len(DB_KEY) + 2 or not _positive(r[-2]) \
-                        or isinstance(r[-1], bool) or not isinstance(r[-1], int) or r[-1] < 0 \
-                        or not isinstance(r[0], str):  # the kernel family
+                        or whole_number(r[-1]) is None or r[-1] < 0 or not isinstance(r[0], str):  # r[0]: the family
                     raise input_error_at(data, ["kernel_db", "rows"], f"row {i}: expected {len(DB_KEY)} key "
                                          "fields, a median > 0 and a count", file)
                 kdb[db_key(*[str(x) if x is not None and j < 3 else x for j, x in enumerate(r[:len(DB_KEY)])])] = \
@@ -275,11 +274,12 @@ def _positive(x: Any) -> bool:
 
 
 def _count(data: dict, at: list[Any], entry: dict, file: str | Path | None) -> int:
-    """The sample count ``n`` of a profile entry (0 when absent): a whole number >= 0."""
+    """The sample count ``n`` of a profile entry (0 when absent): a whole number >= 0 (``3.0`` too)."""
     n = entry.get("n", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    got = whole_number(n)
+    if got is None or got < 0:
         raise input_error_at(data, [*at, "n"], f"expected a sample count (a whole number >= 0), got {n!r}", file)
-    return n
+    return got
 
 
 def _launch_from(data: dict, file: str | Path | None) -> dict[str, Any]:

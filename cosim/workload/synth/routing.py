@@ -120,7 +120,7 @@ def _file_shares(spec: RoutingSpec, card: MoEModelConfig, layer: int) -> np.ndar
     """Layer ``layer``'s per-expert routing weights (finite, >= 0, not all 0; not normalized) from the weights
     file: a capture.yaml's ``routing.layers`` (its tokens per expert, summed over ranks), ``layers: [{layer,
     experts}]`` with a default ``experts``, or one ``experts`` list for every layer."""
-    from cosim.yamlio import load_yaml
+    from cosim.yamlio import load_yaml, whole_number
 
     path = _file(spec)
     assert path is not None
@@ -141,10 +141,10 @@ def _file_shares(spec: RoutingSpec, card: MoEModelConfig, layer: int) -> np.ndar
             raise _bad(data, ("layers",), "expected a list of {layer, experts}", path)
         by: dict[int, int] = {}  # layer -> its entry
         for j, x in enumerate(data["layers"]):
-            if not (isinstance(x, dict) and "experts" in x and isinstance(x.get("layer"), int)
-                    and not isinstance(x["layer"], bool)):
+            n = whole_number(x.get("layer")) if isinstance(x, dict) else None  # 1.0 too, as int() read it
+            if n is None or "experts" not in x:
                 raise _bad(data, ("layers", j), "expected {layer: <whole number>, experts: [...]}", path)
-            by[x["layer"]] = j
+            by[n] = j
         if layer in by:
             w = _numbers(data, ("layers", by[layer], "experts"), data["layers"][by[layer]]["experts"], path)
         elif "experts" in data:
