@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cosim.errors import CosimInputError
+from cosim.yamlio import whole_number
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "card_from_hf_config"]
 
@@ -92,10 +93,10 @@ def card_from_hf_config(path: str | Path, name: str | None = None) -> dict[str, 
     cfg = _read(path)
 
     def whole(k: str, v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (
-                isinstance(v, float) and not (v.is_integer() and abs(v) <= 2**53)):  # a float's exact integers
+        n = whole_number(v)
+        if n is None:
             raise CosimInputError(f"{path}: {k}: expected a whole number, got {v!r}")
-        return int(v)
+        return n
 
     def need(key: str, *alts: str) -> Any:
         for k in (key, *alts):
