@@ -54,6 +54,10 @@ class ProjectionSpec(Strict):
 
     dtype: str = "bf16"
     """GPU datatype of floating-point tensors, or "captured"."""
+    host_speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """Capture-host time is divided by this (e.g. ranks / cores when ranks shared cores)."""
+    aten_overhead: Time = 4e-6
+    """Host dispatch time per kernel-launching ATen op besides the launch call (s)."""
 
     @field_validator("dtype")
     @classmethod
@@ -63,10 +67,6 @@ class ProjectionSpec(Strict):
         if v != "captured" and v not in _DTYPE_BYTES:
             raise ValueError(f"expected 'captured' or one of {', '.join(_DTYPE_BYTES)}, got {v!r}")
         return v
-    host_speed: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    """Capture-host time is divided by this (e.g. ranks / cores when ranks shared cores)."""
-    aten_overhead: Time = 4e-6
-    """Host dispatch time per kernel-launching ATen op besides the launch call (s)."""
 
 
 class ReplaySpec(Strict):
