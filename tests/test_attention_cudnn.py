@@ -7,23 +7,17 @@ constants (PyTorch's FlashAttention-2 at seq <= 559) are what is 1.9-2.3x slow t
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
 from cosim.catalog import load_catalog
 from cosim.models.calibrated import HardwareFigures
+from tests._scripts import load_script
 
 
 def _script() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "validation" / "kernels" / "attention_cudnn.py"
-    spec = importlib.util.spec_from_file_location("attention_cudnn_validation", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("validation/kernels/attention_cudnn.py", "attention_cudnn_validation")
 
 
 def test_cudnn_fit_predicts_table9_held_out() -> None:

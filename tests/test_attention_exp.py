@@ -4,21 +4,16 @@ DeepSeek-V3 and Kimi-K2.6 (MLA) pairs, every FP8 pair and cuDNN's absolute forwa
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from statistics import median
 from types import ModuleType
 
 import pytest
 
+from tests._scripts import load_script
+
 
 def _script() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "validation" / "kernels" / "attention_exp.py"
-    spec = importlib.util.spec_from_file_location("attention_exp_validation", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("validation/kernels/attention_exp.py", "attention_exp_validation")
 
 
 def test_exposed_share_refits_from_cudnn_llama_pairs() -> None:
