@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cosim.cli import main
+from tests._cli import one_error_line
 
 _SYNTH = """name: fz
 workload:
@@ -28,20 +28,10 @@ topology: dgx-h100
 {extra}"""
 
 
-def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str], out: Path) -> str:
-    assert main(argv) == 2
-    got_out, err = capsys.readouterr()
-    assert got_out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert not out.exists(), "half-written output"
-    return lines[0]
-
-
 def _run(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[str, Path]:
     f = tmp_path / "s.yaml"
     f.write_text(text)
-    return _one_line(["run", str(f), "--out", str(tmp_path / "o"), "--no-progress"], capsys, tmp_path / "o"), f
+    return one_error_line(["run", str(f), "--out", str(tmp_path / "o"), "--no-progress"], capsys, tmp_path / "o"), f
 
 
 def _synth(model: str = "tiny-moe", glob: int | str = 8, routing: str = "uniform", extra: str = "") -> str:
@@ -162,7 +152,7 @@ def test_topology_repeat_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixtur
     f = tmp_path / "t.yaml"
     f.write_text("name: t\nextends: dgx-h100\nlinks:\n"
                  "  - {between: [\"gpu{i}\", \"pcie{i}\"], type: pcie5x16, repeat: 9223372036854775808}\n")
-    line = _one_line(["topo", "check", str(f)], capsys, tmp_path / "o")
+    line = one_error_line(["topo", "check", str(f)], capsys, tmp_path / "o")
     assert line.startswith(f"cosim: error: {f}:4:"), line
     assert "links[0].repeat: repeat generates 9223372036854775808 links; at most 100000" in line
 
@@ -173,7 +163,7 @@ def test_sweep_samples_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture
     f = tmp_path / "w.yaml"
     f.write_text("name: w\nbase: base.yaml\ncombine: random\nsamples: 9223372036854775808\n"
                  "parameters:\n  host.speed: [1, 2]\n")
-    line = _one_line(["sweep", str(f), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"], capsys,
+    line = one_error_line(["sweep", str(f), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"], capsys,
                      tmp_path / "o")
     assert line == f"cosim: error: {f}:4:10: samples: 9223372036854775808 points; a sweep runs at most 65536", line
 
@@ -190,10 +180,10 @@ def test_baseline_and_report_of_a_foreign_summary(summary: str, problem: str, tm
     base = tmp_path / "b"
     base.mkdir()
     (base / "summary.json").write_text(summary)
-    line = _one_line(["run", "moe-ep4-dgx-h100", "--baseline", str(base), "--out", str(tmp_path / "o"),
+    line = one_error_line(["run", "moe-ep4-dgx-h100", "--baseline", str(base), "--out", str(tmp_path / "o"),
                       "--no-progress"], capsys, tmp_path / "o")
     assert line == f"cosim: error: {base}/{problem}", line
-    line = _one_line(["report", str(base), str(base), "--out", str(tmp_path / "o" / "r.html")], capsys, tmp_path / "o")
+    line = one_error_line(["report", str(base), str(base), "--out", str(tmp_path / "o" / "r.html")], capsys, tmp_path / "o")
     assert line == f"cosim: error: {base}/{problem}", line
 
 
@@ -203,7 +193,7 @@ def test_baseline_and_report_of_a_foreign_summary(summary: str, problem: str, tm
 ])
 def test_projection_set_names_the_knob(knob: str, expected: str, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    line = _one_line(["run", "moe-ep4-dgx-h100", "--set", knob, "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
+    line = one_error_line(["run", "moe-ep4-dgx-h100", "--set", knob, "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
     assert line.startswith(f"cosim: error: {expected}"), line
 
 
@@ -280,7 +270,7 @@ def test_kineto_copy_bytes_of_the_wrong_type(value: object, tmp_path: Path, caps
          "ts": t0 + 75000, "dur": 3000, "args": {"device": 0, "stream": 7, "correlation": 7, "bytes": value}}]
     f = tmp_path / "t.json"
     f.write_text(json.dumps(doc))
-    line = _one_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
+    line = one_error_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
     assert line == (f"cosim: error: {f}: args.bytes of the copy or memset 'Memcpy HtoD (Pageable -> Device)': "
                     f"expected a number of bytes >= 0, got {value!r}"), line
 
@@ -313,7 +303,7 @@ def test_execution_trace_node_fields(where: str, value: object, problem: str, tm
         node["attrs"][0]["value"] = value
     f = tmp_path / "et.json"
     f.write_text(json.dumps(doc))
-    line = _one_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
+    line = one_error_line(["replay", str(f), "--out", str(tmp_path / "o")], capsys, tmp_path / "o")
     assert line == f"cosim: error: {f}: {problem}", line
 
 
@@ -325,7 +315,7 @@ def test_fabric_fields(field: str, value: str, problem: str, tmp_path: Path,
                        capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "t.yaml"
     f.write_text(f"name: t\nnode: dgx-h100\nnodes: 4\nfabric: {{topology: leaf-spine, switch_radix: 16, {field}: {value}}}\n")
-    line = _one_line(["collective", "--topology", str(f), "--sizes", "1MiB", "--op", "all_to_all"], capsys,
+    line = one_error_line(["collective", "--topology", str(f), "--sizes", "1MiB", "--op", "all_to_all"], capsys,
                      tmp_path / "o")
     assert line.startswith(f"cosim: error: {f}:4:"), line
     assert problem in line, line
@@ -358,7 +348,7 @@ def test_calibration_profile_fields(edit: object, problem: str, tmp_path: Path,
     assert problem in line, line
 
 
-def test_a_full_disk_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_full_disk_isone_error_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     """ENOSPC while writing the run's files was an OSError traceback (met when this fuzzing filled a disk); the
     temporary file is removed and the error names the file that could not be written."""
@@ -371,7 +361,7 @@ def test_a_full_disk_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(cosim.fileio.os, "replace", full)
-    line = _one_line(["run", "moe-ep4-dgx-h100", "--out", str(tmp_path / "o"), "--no-progress"], capsys,
+    line = one_error_line(["run", "moe-ep4-dgx-h100", "--out", str(tmp_path / "o"), "--no-progress"], capsys,
                      tmp_path / "o" / "scenario.yaml")
     assert line == f"cosim: error: {tmp_path / 'o' / 'scenario.yaml'}: cannot write: No space left on device", line
     assert not [p for p in (tmp_path / "o").iterdir()], "a temporary file was left"

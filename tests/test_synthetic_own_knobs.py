@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cosim.cli import main
 from cosim.scenario import load_scenario
+from tests._cli import one_error_line
 
 _SCN = """name: own
 workload:
@@ -33,12 +33,9 @@ def test_own_capture_knobs_of_a_synthetic_scenario(extra: str, where: str, probl
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(_SCN.format(extra=extra))
-    assert main(["run", str(f), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert out == "" and len(lines) == 1 and not (tmp_path / "o").exists(), err
-    assert lines[0].startswith(f"cosim: error: {f}{where}"), lines[0]
-    assert problem in lines[0], lines[0]
+    line = one_error_line(["run", str(f), "--out", str(tmp_path / "o"), "--no-progress"], capsys, tmp_path / "o")
+    assert line.startswith(f"cosim: error: {f}{where}"), line
+    assert problem in line, line
 
 
 @pytest.mark.parametrize("extra", ["set:\n  host.speed: 2\n", "replay:\n  durations: measured\n  collectives: simulated\n",

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cosim.cli import main
+from tests._cli import one_error_line
 
 _SCENARIO = """name: bad
 workload:
@@ -21,13 +22,7 @@ topology: dgx-h100
 
 
 def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str], out_root: Path) -> str:
-    assert main(argv) == 2
-    out, err = capsys.readouterr()
-    assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert not out_root.exists() or not any(out_root.rglob("*")), "half-written output"
-    return lines[0]
+    return one_error_line(argv, capsys, out_root, empty_ok=True)
 
 
 @pytest.mark.parametrize(("model", "layout", "glob", "where", "problem"), [
